@@ -1,0 +1,194 @@
+"""The command line: parse, call the library, print. No logic a test would need to reach through it."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+
+import click
+
+from . import __version__, exitcodes
+from .inventory import Inventory, InventoryError, TargetError, load, local_inventory
+
+
+class Context:
+    def __init__(self, inventories: tuple[str, ...], ssh_config: str | None, known_hosts: str | None,
+                 fanout: int):
+        self.inventories, self.fanout = inventories, fanout
+        self._ssh = (ssh_config, known_hosts)
+        self._inventory: Inventory | None = None
+
+    @property
+    def inventory(self) -> Inventory:
+        if self._inventory is None:
+            self._inventory = load(self.inventories) if self.inventories else local_inventory()
+        return self._inventory
+
+    def select(self, targets: str | None, exclude: tuple[str, ...]):
+        return self.inventory.select([targets] if targets else [], exclude)
+
+    def ssh_settings(self):
+        from .transport.settings import SSHSettings
+
+        return SSHSettings.from_env(*self._ssh)
+
+    def fanout_for_run(self):
+        from .transport import Fanout
+
+        return Fanout(self.ssh_settings(), concurrency=self.fanout)
+
+
+def _fail(message: str, code: int = exitcodes.USAGE) -> None:
+    click.echo(f"fleet: {message}", err=True)
+    sys.exit(code)
+
+
+class _Group(click.Group):
+    """Turns inventory and target errors into one clear line and exit status 2."""
+
+    def invoke(self, ctx: click.Context):
+        try:
+            return super().invoke(ctx)
+        except (InventoryError, TargetError) as e:
+            _fail(str(e))
+
+
+@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="fleet")
+@click.option("-i", "--inventory", "inventories", multiple=True, envvar="FLEET_INVENTORY",
+              type=click.Path(), help="Ansible-style YAML inventory file or directory (repeatable). "
+              "Without one, fleet works on this machine alone.")
+@click.option("--ssh-config", envvar="FLEET_SSH_CONFIG", help="ssh_config file (default ~/.ssh/config).")
+@click.option("--known-hosts", envvar="FLEET_KNOWN_HOSTS", help="known_hosts file (default: as ssh_config says).")
+@click.option("-f", "--fanout", default=64, show_default=True, type=click.IntRange(1, 4096),
+              help="Hosts worked on at once.")
+@click.pass_context
+def main(ctx: click.Context, inventories, ssh_config, known_hosts, fanout):
+    """Profile GPU workloads with Nsight across shared servers and Slurm clusters."""
+    ctx.obj = Context(tuple(inventories), ssh_config, known_hosts, fanout)
+
+
+# --- inventory ---
+
+@main.group()
+def inventory():
+    """Read and check the inventory."""
+
+
+@inventory.command("list")
+@click.argument("targets", required=False)
+@click.option("-x", "--exclude", multiple=True, help="Hosts, groups or ranges to leave out.")
+@click.option("--json", "as_json", is_flag=True, help="One JSON document with every host and its merged variables.")
+@click.pass_obj
+def inventory_list(obj: Context, targets, exclude, as_json):
+    """List the hosts that TARGETS name (default: all), with their merged variables."""
+    hosts = obj.select(targets, exclude)
+    if as_json:
+        groups = {g: [h for h in members if h in {x.name for x in hosts}]
+                  for g, members in obj.inventory.groups.items()}
+        click.echo(json.dumps({"sources": obj.inventory.sources, "hosts": [h.to_json() for h in hosts],
+                               "groups": {g: m for g, m in groups.items() if m}}, indent=2, default=str))
+        return
+    rows = [(h.name, h.address + (f":{h.port}" if h.port else ""), h.user or "", ",".join(h.groups), h.connection)
+            for h in hosts]
+    widths = [max([len(r[i]) for r in rows] + [len(t)]) for i, t in enumerate(("HOST", "ADDRESS", "USER", "GROUPS"))]
+    click.echo("  ".join(t.ljust(w) for t, w in zip(("HOST", "ADDRESS", "USER", "GROUPS"), widths)) + "  VIA")
+    for r in rows:
+        click.echo("  ".join(c.ljust(w) for c, w in zip(r, widths)) + f"  {r[4]}")
+
+
+@inventory.command("check")
+@click.pass_obj
+def inventory_check(obj: Context):
+    """Validate the inventory; exit 2 naming file and line on the first error."""
+    inv = obj.inventory
+    groups = [g for g in inv.groups if g != "all"]
+    click.echo(f"ok: {len(inv.hosts)} hosts in {len(groups)} groups ({', '.join(inv.sources)})")
+
+
+# --- exec ---
+
+@main.command("exec", context_settings={"ignore_unknown_options": True})
+@click.argument("targets")
+@click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
+@click.option("-x", "--exclude", multiple=True, help="Hosts, groups or ranges to leave out.")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per host (JSON lines).")
+@click.option("--timeout", type=float, help="Seconds before the command is stopped (SIGTERM) on a host.")
+@click.pass_obj
+def exec_(obj: Context, targets, command, exclude, as_json, timeout):
+    """Run COMMAND on every host TARGETS names; identical outputs are shown once.
+
+    COMMAND's arguments reach the host exactly as given (quoted for its shell):
+    for pipes or redirection run a shell yourself, `fleet exec all -- sh -c 'a | b'`.
+    """
+    from .output import print_gathered, print_json_lines, progress, summary
+
+    hosts = obj.select(targets, exclude)
+
+    async def go():
+        async with obj.fanout_for_run() as fan:
+            with progress(len(hosts), "exec", enabled=not as_json) as advance:
+                return await fan.run_all(hosts, list(command), timeout=timeout, on_result=advance)
+
+    results = asyncio.run(go())
+    if as_json:
+        print_json_lines(results)
+    else:
+        print_gathered(results)
+        if len(results) > 1 or not results[0].ok:
+            click.echo(summary(results), err=True)
+    sys.exit(exitcodes.for_results(results))
+
+
+# --- hosts ---
+
+@main.group()
+def hosts():
+    """Manage what fleet knows about hosts (SSH host keys)."""
+
+
+@hosts.command("trust")
+@click.argument("targets")
+@click.option("-x", "--exclude", multiple=True)
+@click.option("--yes", is_flag=True, help="Accept without asking.")
+@click.pass_obj
+def hosts_trust(obj: Context, targets, exclude, yes):
+    """Fetch the host keys of TARGETS, show their fingerprints, record the accepted ones."""
+    from .transport import hostkeys
+    from .transport.ssh import SSHTransport
+
+    chosen = [h for h in obj.select(targets, exclude) if h.connection == "ssh"]
+    ssh = SSHTransport(obj.ssh_settings())
+
+    async def fetch():
+        return await asyncio.gather(*(hostkeys.offered_key(ssh, h) for h in chosen))
+
+    offered = asyncio.run(fetch())
+    code = exitcodes.OK
+    accept = []
+    for k in offered:
+        if k.state == "error":
+            click.echo(f"{k.host}: cannot fetch its key: {k.error}", err=True)
+            code = exitcodes.UNREACHABLE
+        elif k.state == "known":
+            click.echo(f"{k.host}: {k.fingerprint} already trusted")
+        elif k.state == "changed":  # as ssh does: the old key goes only by hand
+            click.echo(f"{k.host}: {k.fingerprint} DIFFERS from the key recorded in {k.file}; not accepted. "
+                       f"Once checked, remove the old one (ssh-keygen -R '{k.pattern}' -f {k.file}) "
+                       "and trust again.", err=True)
+            code = exitcodes.FAILED
+        else:
+            click.echo(f"{k.host}: {k.fingerprint} -> {k.file}")
+            accept.append(k)
+    if accept and not yes:
+        if not sys.stdin.isatty():
+            _fail("not accepting keys without a terminal to confirm on; pass --yes")
+        if not click.confirm(f"Trust {len(accept)} host key(s)?", default=False):
+            _fail("nothing recorded", exitcodes.FAILED)
+    hostkeys.record(accept)
+    sys.exit(code)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

@@ -1,0 +1,23 @@
+"""fleet's exit statuses, one place for every command (documented in docs/user-guide.md).
+
+When several apply, the highest number wins: a refusal says more than an
+unreachable host, which says more than a command that exited non-zero.
+"""
+
+OK = 0              # every host did what was asked
+FAILED = 1          # reached every host, but the command failed (non-zero exit, timeout) on some
+USAGE = 2           # bad arguments or inventory; nothing was touched
+UNREACHABLE = 3     # some hosts could not be reached (network, host key, auth); the others ran
+DEGRADED = 4        # doctor: some way to profile works only with features given up
+REFUSED = 5         # policy refused to run (e.g. ncu beside another tenant); nothing was started
+
+
+def for_results(results) -> int:
+    """The status for a list of transport Results."""
+    code = OK
+    for r in results:
+        if not r.reached:
+            code = max(code, UNREACHABLE)
+        elif not r.ok:
+            code = max(code, FAILED)
+    return code

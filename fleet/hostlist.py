@@ -1,0 +1,147 @@
+"""Host names with ranges, as a pure data type: expand patterns, fold names back.
+
+Two range syntaxes are accepted because inventories come from both worlds:
+Ansible's ``gpu[01:16]``, ``gpu[01:16:2]``, ``node[a:f]`` and Slurm's
+``gpu[01-16]``, ``gpu[01-04,07,10-12]``. Several brackets in one name give
+their cartesian product (``r[1-2]n[1-3]``). Leading zeros fix the width.
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+from typing import Iterable
+
+__all__ = ["HostPatternError", "expand", "fold", "split_patterns"]
+
+_BRACKET = re.compile(r"\[([^\[\]]*)\]")
+
+
+class HostPatternError(ValueError):
+    """A host pattern that cannot be expanded; the message says why."""
+
+
+def _numeric(start: str, end: str, step: int, pattern: str) -> list[str]:
+    lo, hi = int(start), int(end)
+    if lo > hi:
+        raise HostPatternError(f"range {start}..{end} in {pattern!r} runs backwards")
+    width = len(start) if start.startswith("0") and len(start) > 1 else 0
+    return [str(i).zfill(width) for i in range(lo, hi + 1, step)]
+
+
+def _alpha(start: str, end: str, step: int, pattern: str) -> list[str]:
+    if start > end:
+        raise HostPatternError(f"range {start}..{end} in {pattern!r} runs backwards")
+    return [chr(c) for c in range(ord(start), ord(end) + 1, step)]
+
+
+def _expand_bracket(body: str, pattern: str) -> list[str]:
+    """The values of one bracket: ``01:16[:2]``, ``a:f`` or ``1-3,7``."""
+    if not body.strip():
+        raise HostPatternError(f"empty range [] in {pattern!r}")
+    if ":" in body:  # Ansible form: exactly one range, optional stride
+        parts = body.split(":")
+        if len(parts) not in (2, 3) or not all(parts[:2]):
+            raise HostPatternError(f"bad range [{body}] in {pattern!r}: expected [start:end] or [start:end:stride]")
+        start, end = parts[0], parts[1]
+        step = 1
+        if len(parts) == 3:
+            if not parts[2].isdigit() or int(parts[2]) < 1:
+                raise HostPatternError(f"bad stride {parts[2]!r} in {pattern!r}: a positive integer is needed")
+            step = int(parts[2])
+        if start.isdigit() and end.isdigit():
+            return _numeric(start, end, step, pattern)
+        if len(start) == len(end) == 1 and start.isalpha() and end.isalpha():
+            return _alpha(start, end, step, pattern)
+        raise HostPatternError(f"bad range [{body}] in {pattern!r}: both ends must be numbers or single letters")
+    values: list[str] = []  # Slurm form: comma-separated items and lo-hi ranges
+    for item in body.split(","):
+        item = item.strip()
+        if re.fullmatch(r"\d+", item):
+            values.append(item)
+        elif m := re.fullmatch(r"(\d+)-(\d+)", item):
+            values.extend(_numeric(m[1], m[2], 1, pattern))
+        else:
+            raise HostPatternError(f"bad range item {item!r} in {pattern!r}: expected N or N-M")
+    return values
+
+
+def expand(pattern: str) -> list[str]:
+    """All host names a pattern stands for, in order, without duplicates."""
+    if not pattern or pattern.strip() != pattern:
+        raise HostPatternError(f"bad host name {pattern!r}")
+    pieces: list[list[str]] = []
+    pos = 0
+    for m in _BRACKET.finditer(pattern):
+        pieces.append([pattern[pos:m.start()]])
+        pieces.append(_expand_bracket(m[1], pattern))
+        pos = m.end()
+    rest = pattern[pos:]
+    if "[" in rest or "]" in rest or any("[" in p[0] or "]" in p[0] for p in pieces[::2]):
+        raise HostPatternError(f"unbalanced bracket in {pattern!r}")
+    pieces.append([rest])
+    return list(dict.fromkeys("".join(p) for p in itertools.product(*pieces)))
+
+
+def split_patterns(text: str) -> list[str]:
+    """Split ``a,gpu[1-3,7],b`` on the commas that are outside brackets."""
+    out, depth, cur = [], 0, []
+    for ch in text:
+        if ch == "[":
+            depth += 1
+        elif ch == "]":
+            depth -= 1
+        if ch == "," and depth == 0:
+            out.append("".join(cur))
+            cur = []
+        else:
+            cur.append(ch)
+    out.append("".join(cur))
+    return [p.strip() for p in out if p.strip()]
+
+
+_TAIL_NUMBER = re.compile(r"^(.*?)(\d+)([^\d]*)$")
+
+
+def fold(names: Iterable[str]) -> str:
+    """The shortest common form of many names: ``gpu[01-03,07],login``.
+
+    Only the last run of digits of a name is folded, which covers the way
+    clusters are named; names that do not fit are listed as they are.
+    """
+    groups: dict[tuple[str, str, int], list[int]] = {}
+    plain: list[str] = []
+    for name in dict.fromkeys(names):
+        m = _TAIL_NUMBER.match(name)
+        if m is None:
+            plain.append(name)
+            continue
+        digits = m[2]
+        width = len(digits) if digits.startswith("0") and len(digits) > 1 else 0
+        groups.setdefault((m[1], m[3], width), []).append(int(digits))
+    # gpu09 (padded) and gpu10 (no leading zero) belong to one padded set.
+    for (prefix, suffix, width) in [k for k in groups if k[2]]:
+        loose = groups.get((prefix, suffix, 0), [])
+        same = [n for n in loose if len(str(n)) == width]
+        if same:
+            groups[(prefix, suffix, width)] += same
+            groups[(prefix, suffix, 0)] = [n for n in loose if len(str(n)) != width]
+    parts = list(plain)
+    for (prefix, suffix, width), numbers in groups.items():
+        numbers = sorted(set(numbers))
+        if not numbers:
+            continue
+        if len(numbers) == 1:
+            parts.append(f"{prefix}{str(numbers[0]).zfill(width)}{suffix}")
+            continue
+        runs, start, prev = [], numbers[0], numbers[0]
+        for n in numbers[1:] + [None]:
+            if n is not None and n == prev + 1:
+                prev = n
+                continue
+            lo, hi = str(start).zfill(width), str(prev).zfill(width)
+            runs.append(lo if start == prev else f"{lo}-{hi}")
+            if n is not None:
+                start = prev = n
+        parts.append(f"{prefix}[{','.join(runs)}]{suffix}")
+    return ",".join(sorted(parts))

@@ -1,0 +1,91 @@
+"""Showing results to a person: folded outputs, progress, summaries.
+
+rich is imported only when a terminal is there to draw on, so scripted and
+``--json`` runs do not pay for it.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from contextlib import contextmanager
+from typing import Callable, Iterable, Iterator, TextIO
+
+from .hostlist import fold
+from .transport import Result
+
+
+def fold_results(results: Iterable[Result]) -> list[tuple[list[str], Result]]:
+    """Hosts with identical output, status and error, grouped as ``clush -b`` does."""
+    groups: dict[tuple, tuple[list[str], Result]] = {}
+    for r in results:
+        key = (r.stdout, r.stderr, r.exit_status, r.signal, r.error)
+        groups.setdefault(key, ([], r))[0].append(r.host)
+    return sorted(groups.values(), key=lambda g: (g[1].error is not None, g[1].exit_status or 0, g[0][0]))
+
+
+def _text(b: bytes) -> str:
+    return b.decode("utf-8", "surrogateescape")
+
+
+def print_gathered(results: list[Result], out: TextIO = sys.stdout, err: TextIO = sys.stderr) -> None:
+    """Every distinct output once, under the folded list of hosts that gave it."""
+    if len(results) == 1 and results[0].error is None:  # one host: behave like ssh
+        r = results[0]
+        out.write(_text(r.stdout))
+        err.write(_text(r.stderr))
+        return
+    for hosts, r in fold_results(results):
+        if r.error is not None and not r.stdout and not r.stderr:
+            err.write(f"{fold(hosts)}: {r.error}\n")
+            continue
+        title = f"{fold(hosts)} ({len(hosts)})"
+        status = f" exit {r.exit_status}" if r.exit_status else ""
+        status += f" signal {r.signal}" if r.signal else ""
+        bar = "-" * max(15, len(title) + len(status))
+        out.write(f"{bar}\n{title}{status}\n{bar}\n{_text(r.stdout)}")
+        if r.stderr:
+            out.write(_text(r.stderr))
+        if r.error:
+            err.write(f"{fold(hosts)}: {r.error}\n")
+    out.flush()
+
+
+def summary(results: list[Result]) -> str:
+    ok = [r.host for r in results if r.ok]
+    failed = [r.host for r in results if r.reached and not r.ok]
+    unreachable = [r.host for r in results if not r.reached]
+    parts = [f"{len(results)} hosts: {len(ok)} ok"]
+    if failed:
+        parts.append(f"{len(failed)} failed ({fold(failed)})")
+    if unreachable:
+        parts.append(f"{len(unreachable)} unreachable ({fold(unreachable)})")
+    return ", ".join(parts)
+
+
+def print_json_lines(results: Iterable[Result], out: TextIO = sys.stdout) -> None:
+    for r in results:
+        out.write(json.dumps(r.to_json(), ensure_ascii=False) + "\n")
+
+
+@contextmanager
+def progress(total: int, label: str, enabled: bool) -> Iterator[Callable[[Result], None]]:
+    """A live bar on stderr while results arrive; a no-op when not on a terminal."""
+    if not enabled or total < 2 or not sys.stderr.isatty():
+        yield lambda r: None
+        return
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    failed = 0
+    with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+                  TextColumn("{task.fields[failed]}"), TimeElapsedColumn(),
+                  console=Console(stderr=True), transient=True) as bar:
+        task = bar.add_task(label, total=total, failed="")
+
+        def advance(r: Result) -> None:
+            nonlocal failed
+            failed += not r.ok
+            bar.update(task, advance=1, failed=f"[red]{failed} failed" if failed else "")
+
+        yield advance

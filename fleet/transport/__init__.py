@@ -1,0 +1,135 @@
+"""How a command reaches a node: one interface, an SSH and a local implementation.
+
+A :class:`Fanout` lives for one run. It holds at most one connection per host
+(reused for every operation of the run), bounds how many hosts are worked on at
+once, and turns every failure into that host's own :class:`Result`: one host
+failing never stops the others.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Awaitable, Callable, Iterable, Sequence
+
+if TYPE_CHECKING:
+    from ..inventory import Host
+    from .settings import SSHSettings
+
+__all__ = ["Result", "Transport", "Fanout", "DEFAULT_CONCURRENCY"]
+
+DEFAULT_CONCURRENCY = 64  # as clush's default fanout
+
+
+@dataclass
+class Result:
+    """What happened on one host.
+
+    ``exit_status`` is the command's status when it ran to the end; ``error``
+    says why it did not (unreachable, host key, timeout, ...), with
+    ``error_kind`` a short stable word for scripts.
+    """
+
+    host: str
+    exit_status: int | None = None
+    stdout: bytes = b""
+    stderr: bytes = b""
+    error: str | None = None
+    error_kind: str | None = None
+    signal: str | None = None
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None and self.exit_status == 0
+
+    @property
+    def reached(self) -> bool:
+        return self.error_kind not in ("unreachable", "host-key-unknown", "host-key-changed", "auth", "connect-timeout")
+
+    def to_json(self) -> dict:
+        return {
+            "host": self.host,
+            "exit_status": self.exit_status,
+            "stdout": self.stdout.decode("utf-8", "surrogateescape"),
+            "stderr": self.stderr.decode("utf-8", "surrogateescape"),
+            "error": self.error,
+            "error_kind": self.error_kind,
+            "signal": self.signal,
+            **self.extra,
+        }
+
+
+class Transport:
+    """Runs an argument vector on one host. Implementations: ssh, local."""
+
+    async def run(self, host: "Host", argv: Sequence[str], *, input: bytes | None = None,
+                  timeout: float | None = None) -> Result:
+        raise NotImplementedError
+
+    async def close(self) -> None:
+        pass
+
+
+class Fanout:
+    """The transports of one run, with bounded concurrency.
+
+    Use as ``async with Fanout(settings) as fan: results = await fan.run_all(hosts, argv)``.
+    """
+
+    def __init__(self, settings: "SSHSettings | None" = None, concurrency: int = DEFAULT_CONCURRENCY):
+        from .local import LocalTransport
+
+        self._settings = settings
+        self._ssh: Transport | None = None
+        self._local = LocalTransport()
+        self._limit = asyncio.Semaphore(max(1, concurrency))
+
+    def transport_for(self, host: "Host") -> Transport:
+        if host.connection == "local":
+            return self._local
+        if self._ssh is None:
+            from .ssh import SSHSettings, SSHTransport  # asyncssh is imported only when needed
+
+            self._ssh = SSHTransport(self._settings or SSHSettings())
+        return self._ssh
+
+    async def run(self, host: "Host", argv: Sequence[str], *, input: bytes | None = None,
+                  timeout: float | None = None) -> Result:
+        """Run on one host, outside the bound (callers inside :meth:`each` use this)."""
+        try:
+            return await self.transport_for(host).run(host, argv, input=input, timeout=timeout)
+        except Exception as e:  # a bug or an unforeseen failure stays this host's problem
+            return Result(host.name, error=f"{type(e).__name__}: {e}", error_kind="internal")
+
+    async def run_all(self, hosts: Iterable["Host"], argv: Sequence[str], *, input: bytes | None = None,
+                      timeout: float | None = None,
+                      on_result: Callable[[Result], None] | None = None) -> list[Result]:
+        """Run ``argv`` on every host; results come back in the hosts' order."""
+        return await self.each(hosts, lambda h: self.run(h, argv, input=input, timeout=timeout), on_result)
+
+    async def each(self, hosts: Iterable["Host"], work: Callable[["Host"], Awaitable[Result]],
+                   on_result: Callable[[Result], None] | None = None) -> list[Result]:
+        """Run a coroutine per host (one step or several), at most ``concurrency`` at once."""
+
+        async def one(host: "Host") -> Result:
+            async with self._limit:
+                try:
+                    result = await work(host)
+                except Exception as e:
+                    result = Result(host.name, error=f"{type(e).__name__}: {e}", error_kind="internal")
+            if on_result:
+                on_result(result)
+            return result
+
+        return list(await asyncio.gather(*(one(h) for h in hosts)))
+
+    async def close(self) -> None:
+        if self._ssh is not None:
+            await self._ssh.close()
+
+    async def __aenter__(self) -> "Fanout":
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()

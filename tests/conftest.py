@@ -1,0 +1,44 @@
+"""Fixtures that start real services: OpenSSH servers on loopback (root needed)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.harness.sshd import SSHCluster
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def announce(config: pytest.Config, line: str) -> None:
+    """Say on the terminal which service a fixture started, even under capture."""
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is not None:
+        reporter.write_line(f"[fleet tests] {line}")
+
+
+@pytest.fixture(scope="session")
+def cluster(pytestconfig):
+    """Four real sshd hosts with strict known_hosts, shared by the tests that only read."""
+    with SSHCluster(4) as c:
+        announce(pytestconfig, f"started {len(c.hosts)} sshd on {c.hosts[0].address}..{c.hosts[-1].address}"
+                               f":{c.hosts[0].port} (user {c.user})")
+        yield c
+    announce(pytestconfig, "stopped the sshd hosts")
+
+
+def run_fleet(*args: str, env: dict | None = None, input: str | None = None, timeout: float = 120):
+    """The real command line, as a user would run it."""
+    full_env = {k: v for k, v in os.environ.items() if not k.startswith("FLEET_")}
+    full_env.update(env or {})
+    return subprocess.run([sys.executable, "-m", "fleet", *args], env=full_env, input=input,
+                          capture_output=True, text=True, timeout=timeout, cwd=REPO)
+
+
+def json_lines(text: str) -> list[dict]:
+    return [json.loads(line) for line in text.splitlines() if line.strip()]

@@ -1,0 +1,141 @@
+"""Helpers for tests that run the real pynvml against the fake NVML library.
+
+The fake (tests/fakenvml/fakenvml.c) is built with gcc into a directory as
+``libnvidia-ml.so.1``; a process that has that directory on LD_LIBRARY_PATH and
+FAKE_NVML_SCENARIO pointing at a scenario file sees the GPUs the file describes.
+
+    lib_dir = fakenvml.build(tmp_path / "lib")
+    fakenvml.write_scenario(tmp_path / "gpus.txt", {"gpus": [{"index": 0}]})
+    subprocess.run([...], env={**os.environ, **fakenvml.env(lib_dir, tmp_path / "gpus.txt")})
+"""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import shutil
+import subprocess
+
+SOURCE = pathlib.Path(__file__).resolve().parent.parent / "fakenvml" / "fakenvml.c"
+LIB_NAME = "libnvidia-ml.so.1"
+
+# Defaults for omitted fields: one NVIDIA H200 (Hopper, NVML arch 9).
+H200_NAME = "NVIDIA H200"
+H200_ARCH = 9
+H200_MEM_TOTAL = 150754820096
+NO_ID = 0xFFFFFFFF  # gpuInstanceId/computeInstanceId of a process outside MIG
+
+
+class BuildError(RuntimeError):
+    """The fake NVML library could not be compiled."""
+
+
+def build(dest_dir: str | os.PathLike) -> pathlib.Path:
+    """Compile the fake NVML into ``dest_dir/libnvidia-ml.so.1``; return ``dest_dir``.
+
+    Skips the compile when the library is already newer than the source.
+    """
+    dest = pathlib.Path(dest_dir)
+    dest.mkdir(parents=True, exist_ok=True)
+    lib = dest / LIB_NAME
+    if lib.exists() and lib.stat().st_mtime > SOURCE.stat().st_mtime:
+        return dest
+    gcc = shutil.which("gcc")
+    if gcc is None:
+        raise BuildError("gcc not found on PATH: it is needed to build the fake NVML "
+                         f"library from {SOURCE}")
+    # Write to a temporary name and rename, so a concurrent loader never sees half a file.
+    partial = dest / (LIB_NAME + ".partial")
+    cmd = [gcc, "-O2", "-Wall", "-Wextra", "-shared", "-fPIC", "-o", str(partial), str(SOURCE)]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise BuildError(f"building the fake NVML failed ({' '.join(cmd)}):\n{proc.stderr}")
+    partial.replace(lib)
+    return dest
+
+
+def _value(v) -> str:
+    s = str(v)
+    if any(c in s for c in '"#\n'):
+        raise ValueError(f"scenario values cannot contain quotes, '#' or newlines: {s!r}")
+    return f'"{s}"' if (" " in s or "\t" in s or not s) else s
+
+
+def _line(record: str, fields: dict) -> str:
+    return " ".join([record] + [f"{k}={_value(v)}" for k, v in fields.items() if v is not None])
+
+
+def write_scenario(path: str | os.PathLike, scenario: dict) -> pathlib.Path:
+    """Write ``scenario`` (a dict) in the fake NVML's text format to ``path``.
+
+    Keys: init_error, driver, cuda, nvml, gpus. Each GPU dict may hold index,
+    uuid, name, arch, mig, mig_pending, compute_mode, mem_total, mem_used, bus,
+    minor, pci_id, max_mig, processes and mig_instances; a process dict holds
+    kind (compute/graphics/mps), pid, mem (bytes, or None for "not available"),
+    gi, ci; a MIG instance dict holds gi, ci, uuid, name, mem_total, mem_used.
+    Omitted GPU fields default to an H200 with index = position in the list.
+    """
+    lines = ["# fake NVML scenario, written by tests/harness/fakenvml.py"]
+    if scenario.get("init_error") is not None:
+        lines.append(f"init_error {int(scenario['init_error'])}")
+    lines.append(f"driver {_value(scenario.get('driver', '580.159.04'))}")
+    lines.append(f"cuda {int(scenario.get('cuda', 13000))}")
+    if scenario.get("nvml") is not None:
+        lines.append(f"nvml {_value(scenario['nvml'])}")
+    for pos, gpu in enumerate(scenario.get("gpus", [])):
+        index = gpu.get("index", pos)
+        lines.append(_line("gpu", {
+            "index": index,
+            "uuid": gpu.get("uuid", f"GPU-fa4e0000-0000-0000-0000-{index:012d}"),
+            "name": gpu.get("name", H200_NAME),
+            "arch": gpu.get("arch", H200_ARCH),
+            "mig": gpu.get("mig", 0),
+            "mig_pending": gpu.get("mig_pending", gpu.get("mig", 0)),
+            "compute_mode": gpu.get("compute_mode", 0),
+            "mem_total": gpu.get("mem_total", H200_MEM_TOTAL),
+            "mem_used": gpu.get("mem_used"),
+            "bus": gpu.get("bus", f"00000000:{0x19 + index:02X}:00.0"),
+            "minor": gpu.get("minor", index),
+            "pci_id": gpu.get("pci_id"),
+            "max_mig": gpu.get("max_mig"),
+        }))
+        for n, mig in enumerate(gpu.get("mig_instances", [])):
+            lines.append(_line("mig", {
+                "gpu": index,
+                "gi": mig.get("gi", n + 1),
+                "ci": mig.get("ci", 0),
+                "uuid": mig.get("uuid", f"MIG-fa4e0000-0000-0000-{index:04d}-{n:012d}"),
+                "name": mig.get("name", f"{gpu.get('name', H200_NAME)} MIG 1g.18gb"),
+                "mem_total": mig.get("mem_total", 18 << 30),
+                "mem_used": mig.get("mem_used"),
+            }))
+        for proc in gpu.get("processes", []):
+            mem = proc.get("mem", 0)
+            lines.append(_line("proc", {
+                "gpu": index,
+                "kind": proc.get("kind", "compute"),
+                "pid": proc["pid"],
+                "mem": "na" if mem is None else mem,
+                "gi": proc.get("gi", NO_ID),
+                "ci": proc.get("ci", NO_ID),
+            }))
+    path = pathlib.Path(path)
+    # Write then rename: a process calling nvmlInit meanwhile reads the old or new file, never half.
+    partial = path.with_name(path.name + ".partial")
+    partial.write_text("\n".join(lines) + "\n")
+    partial.replace(path)
+    return path
+
+
+def env(lib_dir: str | os.PathLike, scenario_path: str | os.PathLike) -> dict[str, str]:
+    """Environment variables that make pynvml load the fake with this scenario.
+
+    The library directory goes first on LD_LIBRARY_PATH (keeping any existing
+    entries after it), so it wins over a real libnvidia-ml.so.1.
+    """
+    lib_dir = str(pathlib.Path(lib_dir).resolve())
+    old = os.environ.get("LD_LIBRARY_PATH")
+    return {
+        "LD_LIBRARY_PATH": f"{lib_dir}:{old}" if old else lib_dir,
+        "FAKE_NVML_SCENARIO": str(pathlib.Path(scenario_path).resolve()),
+    }

@@ -1,0 +1,192 @@
+"""Real OpenSSH servers on loopback, one sshd per simulated host.
+
+Each host has its own address (127.A.B.N, all of 127/8 routes to lo), its own
+host key and config; the client side gets one user key, one strict
+known_hosts, an ssh_config and an inventory. Needs root (sshd's privilege
+separation) and Debian's openssh-server. Used by the tests and by bench/.
+"""
+
+from __future__ import annotations
+
+import os
+import pwd
+import random
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+SSHD = "/usr/sbin/sshd"
+TEST_USER = "fleetci"
+
+
+def ensure_user(name: str = TEST_USER) -> pwd.struct_passwd:
+    """A local account that can log in with a key (useradd leaves it locked)."""
+    try:
+        return pwd.getpwnam(name)
+    except KeyError:
+        subprocess.run(["useradd", "-m", "-s", "/bin/bash", name], check=True)
+        subprocess.run(["usermod", "-p", "*", name], check=True)
+        return pwd.getpwnam(name)
+
+
+def keygen(path: Path) -> str:
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", path.name, "-f", str(path)], check=True)
+    return " ".join(path.with_suffix(".pub").read_text().split()[:2])
+
+
+@dataclass
+class SSHHost:
+    name: str
+    address: str
+    port: int
+    dir: Path
+    host_key: str = ""           # "ssh-ed25519 AAAA..."
+    pid: int | None = None
+    options: dict = field(default_factory=dict)
+
+    @property
+    def log(self) -> Path:
+        return self.dir / "sshd.log"
+
+
+class SSHCluster:
+    """``n`` sshd hosts named h01.., started by :meth:`start`, stopped by :meth:`stop`."""
+
+    def __init__(self, n: int, *, user: str = TEST_USER, port: int = 2222, prefix: str = "h",
+                 options: dict | None = None, net: str | None = None):
+        if os.geteuid() != 0:
+            raise RuntimeError("the sshd test hosts need root (sshd privilege separation)")
+        if not os.access(SSHD, os.X_OK):
+            raise RuntimeError(f"{SSHD} is missing: apt-get install openssh-server")
+        self.user = ensure_user(user).pw_name
+        # Not under pytest's 0700 tmp: sshd reads authorized_keys as the user.
+        self.dir = Path(tempfile.mkdtemp(prefix="fleet-sshd-"))
+        self.dir.chmod(0o755)
+        net = net or f"127.{random.randint(100, 250)}.{random.randint(1, 250)}"
+        self.hosts = [SSHHost(f"{prefix}{i:02d}", f"{net}.{i}", port, self.dir / f"{prefix}{i:02d}",
+                              options=dict(options or {})) for i in range(1, n + 1)]
+        (self.dir / "keys").mkdir()
+        self.user_key = self.dir / "keys" / "userkey"
+        keygen(self.user_key)
+        self.known_hosts = self.dir / "known_hosts"
+        self.ssh_config = self.dir / "ssh_config"
+        self.inventory = self.dir / "inventory.yaml"
+
+    # --- sshd ---
+
+    def _config(self, h: SSHHost) -> str:
+        opts = {
+            "ListenAddress": h.address, "Port": h.port, "HostKey": h.dir / "hostkey",
+            "PidFile": h.dir / "sshd.pid", "AuthorizedKeysFile": self.dir / "keys" / "authorized_keys",
+            "PubkeyAuthentication": "yes", "PasswordAuthentication": "no", "KbdInteractiveAuthentication": "no",
+            "UsePAM": "no", "StrictModes": "no", "UseDNS": "no", "MaxStartups": "1024", "MaxSessions": "64",
+            "PermitRootLogin": "prohibit-password", "LogLevel": "VERBOSE",
+            "Subsystem": "sftp /usr/lib/openssh/sftp-server",
+        }
+        opts.update(h.options)
+        return "".join(f"{k} {v}\n" for k, v in opts.items() if v is not None)
+
+    def start(self) -> "SSHCluster":
+        Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)
+        shutil.copy(self.user_key.with_suffix(".pub"), self.dir / "keys" / "authorized_keys")
+        (self.dir / "keys" / "authorized_keys").chmod(0o644)
+        for h in self.hosts:
+            h.dir.mkdir(exist_ok=True)
+            if not h.host_key:
+                h.host_key = keygen(h.dir / "hostkey")
+            self._start_one(h)
+        self.wait_ready(self.hosts)
+        self.write_client_files()
+        return self
+
+    def _start_one(self, h: SSHHost) -> None:
+        (h.dir / "sshd_config").write_text(self._config(h))
+        subprocess.run([SSHD, "-f", str(h.dir / "sshd_config"), "-E", str(h.log)], check=True)
+
+    def wait_ready(self, hosts: list[SSHHost], timeout: float = 20.0) -> None:
+        deadline = time.monotonic() + timeout
+        for h in hosts:
+            pidfile = h.dir / "sshd.pid"
+            while True:  # sshd writes its pid file after it starts listening
+                try:
+                    socket.create_connection((h.address, h.port), timeout=1).close()
+                    if pidfile.exists() and pidfile.read_text().strip():
+                        break
+                except OSError:
+                    pass
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"sshd {h.name} did not listen on {h.address}:{h.port}: "
+                                       f"{h.log.read_text() if h.log.exists() else 'no log'}")
+                time.sleep(0.02)
+            h.pid = int(pidfile.read_text())
+
+    def stop_host(self, h: SSHHost) -> None:
+        if h.pid:
+            try:
+                os.kill(h.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+            h.pid = None
+
+    def restart_host(self, h: SSHHost, **options) -> None:
+        self.stop_host(h)
+        h.options.update(options)
+        while True:  # the old listener must be gone before the new one binds
+            try:
+                socket.create_connection((h.address, h.port), timeout=0.2).close()
+                time.sleep(0.02)
+            except OSError:
+                break
+        self._start_one(h)
+        self.wait_ready([h])
+
+    def new_host_key(self, h: SSHHost) -> None:
+        """Give a host a new key, as a reinstalled (or impersonated) machine would have."""
+        for f in (h.dir / "hostkey", h.dir / "hostkey.pub"):
+            f.unlink()
+        h.host_key = keygen(h.dir / "hostkey")
+        self.restart_host(h)
+
+    def stop(self) -> None:
+        for h in self.hosts:
+            self.stop_host(h)
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def scratch(self, name: str) -> Path:
+        """A directory the remote user can write to (pytest's tmp dirs are root-only)."""
+        d = self.dir / "scratch" / name
+        d.mkdir(parents=True, exist_ok=True)
+        d.chmod(0o777)
+        return d
+
+    # --- client side ---
+
+    def known_hosts_line(self, h: SSHHost) -> str:
+        return f"[{h.address}]:{h.port} {h.host_key}"
+
+    def write_client_files(self, trusted: list[SSHHost] | None = None) -> None:
+        trusted = self.hosts if trusted is None else trusted
+        self.known_hosts.write_text("".join(self.known_hosts_line(h) + "\n" for h in trusted))
+        self.ssh_config.write_text(
+            f"Host *\n  User {self.user}\n  IdentityFile {self.user_key}\n  IdentitiesOnly yes\n"
+            f"  UserKnownHostsFile {self.known_hosts}\n  GlobalKnownHostsFile /dev/null\n"
+            "  StrictHostKeyChecking yes\n  BatchMode yes\n")
+        lines = ["all:", "  children:", "    cluster:", "      hosts:"]
+        for h in self.hosts:
+            lines += [f"        {h.name}:", f"          ansible_host: {h.address}", f"          ansible_port: {h.port}"]
+        self.inventory.write_text("\n".join(lines) + "\n")
+
+    def env(self) -> dict[str, str]:
+        """Environment for running fleet against these hosts."""
+        return {"FLEET_SSH_CONFIG": str(self.ssh_config), "FLEET_INVENTORY": str(self.inventory)}
+
+    def __enter__(self) -> "SSHCluster":
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
