@@ -55,12 +55,11 @@ class SSHTransport(Transport):
         self._conns: dict[str, asyncio.Task] = {}
         self._per_address: dict[tuple[str, int | None], asyncio.Semaphore] = {}
         self._ciphers = _preferred_ciphers()
-        self._known_hosts = (asyncssh.read_known_hosts(settings.known_hosts)
-                             if settings.known_hosts else ())
+        self._known_hosts: dict[tuple[str, ...], asyncssh.SSHKnownHosts] = {}
 
     def options(self, host: "Host") -> dict:
-        opts: dict = {"connect_timeout": self.settings.connect_timeout, "known_hosts": self._known_hosts,
-                      "encryption_algs": self._ciphers}
+        """asyncssh keyword arguments from the inventory; ssh_config fills the rest."""
+        opts: dict = {"connect_timeout": self.settings.connect_timeout, "encryption_algs": self._ciphers}
         if self.settings.config is not None:
             opts["config"] = [self.settings.config] if self.settings.config else None
         if host.port:
@@ -70,6 +69,29 @@ class SSHTransport(Transport):
         if key := host.vars.get("ansible_ssh_private_key_file"):
             opts["client_keys"] = [os.path.expanduser(key)]
         return opts
+
+    def known_hosts(self, host: "Host") -> asyncssh.SSHKnownHosts:
+        """The host's known_hosts, loaded once per run.
+
+        Left to itself asyncssh re-reads known_hosts on every connection: with
+        hundreds of hosts that is quadratic work and most of fleet's client CPU.
+        """
+        files = tuple(self.known_hosts_files(host))
+        if files not in self._known_hosts:
+            existing = [f for f in files if os.path.isfile(f)]
+            self._known_hosts[files] = asyncssh.import_known_hosts(
+                "".join(Path(f).read_text(encoding="utf-8", errors="replace") + "\n" for f in existing))
+        return self._known_hosts[files]
+
+    def known_hosts_files(self, host: "Host") -> list[str]:
+        """The known_hosts files ssh would consult for this host, user file first."""
+        if self.settings.known_hosts:
+            return [self.settings.known_hosts]
+        opts = {k: v for k, v in self.options(host).items() if k in ("config", "port", "username")}
+        files = asyncssh.SSHClientConnectionOptions(host=host.address, **opts).known_hosts
+        if isinstance(files, (list, tuple)) and files:
+            return [os.path.expanduser(str(f)) for f in files]
+        return [str(Path("~/.ssh/known_hosts").expanduser())]
 
     async def connection(self, host: "Host") -> asyncssh.SSHClientConnection:
         """The host's one connection, opened on first use; raises on failure."""
@@ -85,7 +107,8 @@ class SSHTransport(Transport):
         for attempt in range(self.settings.retries + 1):
             async with gate:
                 try:
-                    return await asyncssh.connect(host.address, **self.options(host))
+                    return await asyncssh.connect(host.address, known_hosts=self.known_hosts(host),
+                                                  **self.options(host))
                 except _DROPPED:
                     if attempt == self.settings.retries:
                         raise
@@ -151,24 +174,8 @@ class SSHTransport(Transport):
             return Result(host.name, error_kind="unreachable", error=f"{host.name} ({where}) is unreachable: {why}")
         return Result(host.name, error_kind="unreachable", error=f"{host.name} ({where}): {type(e).__name__}: {e}")
 
-    def known_hosts_files(self, host: "Host") -> list[str]:
-        """The known_hosts files ssh would consult for this host, user file first."""
-        if self.settings.known_hosts:
-            return [self.settings.known_hosts]
-        opts = {k: v for k, v in self.options(host).items() if k in ("config", "port", "username")}
-        files = asyncssh.SSHClientConnectionOptions(host=host.address, **opts).known_hosts
-        if not files:
-            return [str(Path("~/.ssh/known_hosts").expanduser())]
-        return [os.path.expanduser(f) for f in files] if isinstance(files, list) else [str(files)]
-
     def has_known_key(self, host: "Host") -> bool:
-        for file in self.known_hosts_files(host):
-            if not os.path.exists(file):
-                continue
-            keys = asyncssh.read_known_hosts(file).match(host.address, host.address, host.port)[0]
-            if keys:
-                return True
-        return False
+        return bool(self.known_hosts(host).match(host.address, host.address, host.port)[0])
 
     async def close(self) -> None:
         conns = []
