@@ -141,6 +141,68 @@ def exec_(obj: Context, targets, command, exclude, as_json, timeout):
     sys.exit(exitcodes.for_results(results))
 
 
+# --- probe and doctor ---
+
+def _probe(obj: Context, targets, exclude, as_json):
+    from . import probe as probe_mod
+    from .output import progress
+
+    hosts = obj.select(targets, exclude)
+
+    async def go():
+        async with obj.fanout_for_run() as fan:
+            with progress(len(hosts), "probe", enabled=not as_json) as advance:
+                return await probe_mod.probe(fan, hosts, on_result=advance)
+
+    return hosts, asyncio.run(go())
+
+
+@main.command()
+@click.argument("targets", required=False)
+@click.option("-x", "--exclude", multiple=True, help="Hosts, groups or ranges to leave out.")
+@click.option("--json", "as_json", is_flag=True, help="The agent's document for every node.")
+@click.pass_obj
+def probe(obj: Context, targets, exclude, as_json):
+    """The GPUs of each node and who is on them (user, pid, memory); MIG, MPS, DCGM."""
+    from .doctor import render_probe
+
+    hosts, results = _probe(obj, targets, exclude, as_json)
+    if as_json:
+        click.echo(json.dumps({"nodes": [{"host": h.name, "error": r.error, "error_kind": r.error_kind,
+                                          "state": r.extra.get("state")} for h, r in zip(hosts, results)]},
+                              indent=2))
+    else:
+        for h, r in zip(hosts, results):
+            click.echo(render_probe(h.name, r), nl=False, err=r.error is not None)
+    sys.exit(exitcodes.for_results(results))
+
+
+@main.command()
+@click.argument("targets", required=False)
+@click.option("-x", "--exclude", multiple=True, help="Hosts, groups or ranges to leave out.")
+@click.option("--json", "as_json", is_flag=True, help="Findings and verdicts of every node as JSON.")
+@click.option("--strict", is_flag=True, help="Exit 4 when a way to profile is degraded, 5 when one is refused.")
+@click.pass_obj
+def doctor(obj: Context, targets, exclude, as_json, strict):
+    """Per node: the five problems (placement, wrapping, collection, permissions,
+    neighbours) and, for each way to profile, ok, degraded or refused, with why and what to do.
+
+    Without an inventory it examines this machine.
+    """
+    from .doctor import diagnosis, render_doctor, worst
+
+    hosts, results = _probe(obj, targets, exclude, as_json)
+    diagnoses = [diagnosis(h, r) for h, r in zip(hosts, results)]
+    if as_json:
+        click.echo(json.dumps({"nodes": diagnoses}, indent=2))
+    else:
+        click.echo("\n".join(render_doctor(d) for d in diagnoses), nl=False)
+    code = exitcodes.for_results(results)
+    if strict and code == exitcodes.OK:
+        code = {"refused": exitcodes.REFUSED, "degraded": exitcodes.DEGRADED}.get(worst(diagnoses), exitcodes.OK)
+    sys.exit(code)
+
+
 # --- hosts ---
 
 @main.group()

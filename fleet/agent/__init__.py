@@ -1,0 +1,1 @@
+"""Code that runs on the nodes. Standard library and pynvml only; see node.py."""

@@ -1,0 +1,368 @@
+"""fleet's node agent: everything fleet needs to know about one node, as JSON.
+
+This file runs ON THE NODE, sent over the transport with the NVML binding
+(``pynvml`` from nvidia-ml-py) and run by the node's own ``python3``:
+nothing is installed there. So: standard library only (plus pynvml, loaded
+only when the NVIDIA library is present), Python 3.8 syntax, and no section may
+crash the whole probe: each failure becomes a value in the document.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import glob
+import json
+import os
+import platform
+import pwd
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import time
+
+AGENT_VERSION = 1
+ARCHITECTURES = {2: "Kepler", 3: "Maxwell", 4: "Pascal", 5: "Volta", 6: "Turing", 7: "Ampere",
+                 8: "Ada", 9: "Hopper", 10: "Blackwell"}
+COMPUTE_MODES = {0: "default", 1: "exclusive-thread", 2: "prohibited", 3: "exclusive-process"}
+CAP_SYS_ADMIN, CAP_PERFMON = 21, 38
+PID_NS_INIT = 0xEFFFFFFC  # inode of the initial pid namespace (PROC_PID_INIT_INO)
+DCGM_PORTS = {5555: "nv-hostengine", 9400: "dcgm-exporter"}
+MPS_NAMES = ("nvidia-cuda-mps-control", "nvidia-cuda-mps-server")
+DCGM_NAMES = ("nv-hostengine", "dcgm-exporter")
+TOOL_TIMEOUT = 20.0
+
+
+def read(path, default=None):
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            return f.read()
+    except OSError:
+        return default
+
+
+def section(fn, *args):
+    """Run one collector; a failure becomes ``{"error": ...}`` instead of a crash."""
+    try:
+        return fn(*args)
+    except Exception as e:  # the probe must always return a document
+        return {"error": "%s: %s" % (type(e).__name__, e)}
+
+
+# --- the machine ---
+
+def processes():
+    """pid -> (comm, uid) for every process this agent can see."""
+    out = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            comm = read("/proc/%s/comm" % entry)
+            try:
+                uid = os.stat("/proc/" + entry).st_uid
+            except OSError:
+                continue
+            out[int(entry)] = ((comm or "").strip(), uid)
+    return out
+
+
+def host_pid_namespace():
+    """NVML reports host pids: they only mean something in the host's namespace."""
+    try:
+        return os.stat("/proc/self/ns/pid").st_ino == PID_NS_INIT
+    except OSError:
+        return None
+
+
+def container():
+    if os.path.exists("/.dockerenv"):
+        return "docker"
+    if os.path.exists("/run/.containerenv"):
+        return "podman"
+    if os.environ.get("container"):
+        return os.environ["container"]
+    cgroup = read("/proc/1/cgroup", "")
+    for word in ("kubepods", "docker", "containerd", "lxc", "libpod"):
+        if word in cgroup:
+            return word
+    if os.environ.get("SINGULARITY_CONTAINER") or os.environ.get("APPTAINER_CONTAINER"):
+        return "apptainer"
+    return None
+
+
+def capabilities():
+    status = read("/proc/self/status", "")
+    m = re.search(r"^CapEff:\s*([0-9a-f]+)", status, re.M)
+    eff = int(m.group(1), 16) if m else 0
+    return {"effective": "%016x" % eff, "sys_admin": bool(eff >> CAP_SYS_ADMIN & 1),
+            "perfmon": bool(eff >> CAP_PERFMON & 1)}
+
+
+def nvidia_params():
+    text = read("/proc/driver/nvidia/params")
+    if text is None:
+        return {"driver_loaded": os.path.exists("/proc/driver/nvidia"), "profiling_admin_only": None}
+    m = re.search(r"^RmProfilingAdminOnly:\s*(\d+)", text, re.M)
+    return {"driver_loaded": True, "profiling_admin_only": int(m.group(1)) if m else None}
+
+
+def listeners(ports):
+    found = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in (read(table, "") or "").splitlines()[1:]:
+            fields = line.split()
+            if len(fields) > 3 and fields[3] == "0A":  # LISTEN
+                port = int(fields[1].rsplit(":", 1)[1], 16)
+                if port in ports:
+                    found.add(port)
+    return sorted(found)
+
+
+def daemons(procs):
+    named = lambda names: sorted(pid for pid, (comm, _) in procs.items() if comm in names)
+    mps = named(MPS_NAMES)
+    return ({"control_daemon": [p for p in mps if procs[p][0] == MPS_NAMES[0]],
+             "servers": [p for p in mps if procs[p][0] == MPS_NAMES[1]],
+             "pipe_directory": os.environ.get("CUDA_MPS_PIPE_DIRECTORY")},
+            {"hostengine": [p for p in named(DCGM_NAMES) if procs[p][0] == DCGM_NAMES[0]],
+             "exporter": [p for p in named(DCGM_NAMES) if procs[p][0] == DCGM_NAMES[1]],
+             "listening": [{"port": p, "usual_owner": DCGM_PORTS[p]} for p in listeners(set(DCGM_PORTS))]})
+
+
+def user_name(uid):
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return str(uid)
+
+
+# --- GPUs through NVML ---
+
+def gpus(procs, owner_uid):
+    try:
+        ctypes.CDLL("libnvidia-ml.so.1")  # before paying for pynvml: is there a driver at all?
+    except OSError as e:
+        return {"available": False, "error": "libnvidia-ml.so.1 cannot be loaded (no NVIDIA driver?): %s" % e}, []
+    import pynvml as nv  # shipped with the agent
+
+    try:
+        nv.nvmlInit()
+    except nv.NVMLError as e:
+        return {"available": False, "error": "nvmlInit failed: %s" % e}, []
+    try:
+        info = {"available": True, "error": None,
+                "driver": _s(nv.nvmlSystemGetDriverVersion()),
+                "cuda_driver": _try(nv.nvmlSystemGetCudaDriverVersion),
+                "nvml_version": _try(lambda: _s(nv.nvmlSystemGetNVMLVersion()))}
+        host_ns = host_pid_namespace()
+        return info, [gpu(nv, i, procs, owner_uid, host_ns) for i in range(nv.nvmlDeviceGetCount())]
+    finally:
+        nv.nvmlShutdown()
+
+
+def _s(v):
+    return v.decode() if isinstance(v, bytes) else v
+
+
+def _try(fn, default=None):
+    try:
+        return fn()
+    except Exception:
+        return default
+
+
+def gpu(nv, index, procs, owner_uid, host_ns):
+    h = nv.nvmlDeviceGetHandleByIndex(index)
+    arch = _try(lambda: nv.nvmlDeviceGetArchitecture(h))
+    mig = _try(lambda: nv.nvmlDeviceGetMigMode(h), [None, None])
+    mem = _try(lambda: nv.nvmlDeviceGetMemoryInfo(h))
+    mode = _try(lambda: nv.nvmlDeviceGetComputeMode(h))
+    out = {"index": index, "uuid": _s(nv.nvmlDeviceGetUUID(h)), "name": _s(nv.nvmlDeviceGetName(h)),
+           "architecture": arch, "architecture_name": ARCHITECTURES.get(arch, "arch %s" % arch),
+           "mig_mode": {"current": mig[0], "pending": mig[1]},
+           "compute_mode": COMPUTE_MODES.get(mode, mode),
+           "memory_total": mem.total if mem else None, "memory_used": mem.used if mem else None,
+           "mig_instances": mig_instances(nv, h) if mig[0] == 1 else [],
+           "processes": gpu_processes(nv, h, procs, owner_uid, host_ns)}
+    return out
+
+
+def mig_instances(nv, h):
+    out = []
+    for i in range(_try(lambda: nv.nvmlDeviceGetMaxMigDeviceCount(h), 0)):
+        m = _try(lambda: nv.nvmlDeviceGetMigDeviceHandleByIndex(h, i))
+        if m is None:
+            continue
+        mem = _try(lambda: nv.nvmlDeviceGetMemoryInfo(m))
+        out.append({"uuid": _s(_try(lambda: nv.nvmlDeviceGetUUID(m))), "name": _s(_try(lambda: nv.nvmlDeviceGetName(m))),
+                    "gpu_instance": _try(lambda: nv.nvmlDeviceGetGpuInstanceId(m)),
+                    "compute_instance": _try(lambda: nv.nvmlDeviceGetComputeInstanceId(m)),
+                    "memory_total": mem.total if mem else None})
+    return out
+
+
+def gpu_processes(nv, h, procs, owner_uid, host_ns):
+    lists = (("compute", nv.nvmlDeviceGetComputeRunningProcesses),
+             ("graphics", nv.nvmlDeviceGetGraphicsRunningProcesses),
+             ("mps", nv.nvmlDeviceGetMPSComputeRunningProcesses))
+    found = {}
+    for kind, fn in lists:
+        try:
+            entries = fn(h)
+        except nv.NVMLError_NotSupported:
+            continue
+        for p in entries:
+            entry = found.setdefault(p.pid, {"pid": p.pid, "kinds": [], "used_memory": None})
+            entry["kinds"].append(kind)
+            if p.usedGpuMemory is not None:
+                entry["used_memory"] = max(entry["used_memory"] or 0, p.usedGpuMemory)
+            for field, name in (("gpuInstanceId", "gpu_instance"), ("computeInstanceId", "compute_instance")):
+                value = getattr(p, field, None)
+                entry[name] = None if value in (None, 0xFFFFFFFF) else value
+    for entry in found.values():
+        comm_uid = procs.get(entry["pid"]) if host_ns else None
+        if comm_uid is None:  # another pid namespace, a container, or gone: cannot be vouched for
+            entry.update(user=None, uid=None, name=None, foreign=True,
+                         why="pid not visible from the agent" if host_ns else "agent is not in the host pid namespace")
+        else:
+            entry.update(user=user_name(comm_uid[1]), uid=comm_uid[1], name=comm_uid[0],
+                         foreign=comm_uid[1] != owner_uid)
+    return sorted(found.values(), key=lambda e: e["pid"])
+
+
+# --- profilers ---
+
+def candidates(tool, override):
+    if override:
+        yield override, "inventory"
+    path = shutil.which(tool)
+    if path:
+        yield path, "PATH"
+    patterns = {"nsys": ["/opt/nvidia/nsight-systems/*/bin/nsys", "/usr/local/cuda/bin/nsys",
+                         "/usr/local/cuda-*/bin/nsys", "/opt/nvidia/nsight-compute/*/host/target-linux-x64/nsys"],
+                "ncu": ["/usr/local/cuda/bin/ncu", "/usr/local/cuda-*/bin/ncu", "/opt/nvidia/nsight-compute/*/ncu"]}
+    for pattern in patterns[tool]:
+        for path in sorted(glob.glob(pattern), key=_version_key, reverse=True):
+            yield path, pattern
+
+
+def _version_key(path):
+    return [int(x) for x in re.findall(r"\d+", path)]
+
+
+def find_tool(tool, override):
+    for path, source in candidates(tool, override):
+        if os.path.isfile(path) and os.access(path, os.X_OK):
+            return {"path": os.path.realpath(path), "found_by": source}
+    return None
+
+
+def tools(overrides):
+    found = {t: find_tool(t, overrides.get(t)) for t in ("nsys", "ncu")}
+    runs = {}
+    for t, info in found.items():  # ask every binary at once: nsys status -e takes a while
+        if info:
+            runs[(t, "version")] = _start([info["path"], "--version"])
+    if found["nsys"]:
+        runs[("nsys", "status")] = _start([found["nsys"]["path"], "status", "-e"])
+    for (t, what), proc in runs.items():
+        out = _finish(proc)
+        if what == "version":
+            m = re.search(r"(\d{4}\.\d+\.\d+(?:\.\d+)?)", out)
+            found[t]["version"] = m.group(1) if m else None
+            found[t]["version_text"] = out.strip()[-200:]
+        else:
+            found[t]["status"] = parse_status(out)
+    return found
+
+
+def _start(argv):
+    try:
+        return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    except OSError as e:
+        return e
+
+
+def _finish(proc):
+    if isinstance(proc, OSError):
+        return "cannot run: %s" % proc
+    try:
+        out, _ = proc.communicate(timeout=TOOL_TIMEOUT)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        out, _ = proc.communicate()
+    return out.decode("utf-8", "replace")
+
+
+def parse_status(text):
+    """``nsys status -e``: 'Key: OK/Fail' and 'Key = value' lines, as a mapping."""
+    out = {}
+    for line in text.splitlines():
+        m = re.match(r"^\s*([^:=]+?)\s*(?::|=)\s*(.+?)\s*$", line)
+        if m:
+            out[m.group(1)] = m.group(2)
+    return out
+
+
+# --- where reports go ---
+
+def report_dir(path):
+    path = os.path.expanduser(path or "/var/tmp/fleet-%s" % user_name(os.getuid()))
+    probe = path
+    while not os.path.exists(probe) and probe != os.path.dirname(probe):
+        probe = os.path.dirname(probe)
+    st = os.statvfs(probe)
+    fstype = mount_type(os.path.realpath(probe))
+    return {"path": path, "exists": os.path.isdir(path), "writable": os.access(probe, os.W_OK | os.X_OK),
+            "free_bytes": st.f_bavail * st.f_frsize, "fstype": fstype,
+            "memory_backed": fstype in ("tmpfs", "ramfs")}
+
+
+def mount_type(path):
+    best, fstype = "", None
+    for line in (read("/proc/self/mountinfo", "") or "").splitlines():
+        left, _, right = line.partition(" - ")
+        fields = left.split()
+        if len(fields) > 4:
+            mnt = fields[4].replace("\\040", " ")
+            if (path == mnt or path.startswith(mnt.rstrip("/") + "/")) and len(mnt) >= len(best):
+                best, fstype = mnt, right.split()[0] if right else None
+    return fstype
+
+
+# --- the document ---
+
+def probe(args):
+    started = time.monotonic()
+    owner_uid = args.get("owner_uid", os.getuid())
+    procs = processes()
+    try:
+        nvml, gpu_list = gpus(procs, owner_uid)
+    except Exception as e:  # an NVML call that fails mid-way is a state, not a crash
+        nvml, gpu_list = {"available": False, "error": "%s: %s" % (type(e).__name__, e)}, []
+    mps, dcgm = daemons(procs)
+    perf = read("/proc/sys/kernel/perf_event_paranoid")
+    return {
+        "agent": AGENT_VERSION,
+        "host": socket.gethostname(),
+        "kernel": platform.release(),
+        "python": platform.python_version(),
+        "uid": os.getuid(), "euid": os.geteuid(), "user": user_name(os.getuid()), "owner_uid": owner_uid,
+        "container": section(container),
+        "host_pid_namespace": host_pid_namespace(),
+        "slurm_job": os.environ.get("SLURM_JOB_ID"),
+        "capabilities": section(capabilities),
+        "perf_event_paranoid": int(perf) if perf and perf.strip().lstrip("-").isdigit() else None,
+        "nvidia": section(nvidia_params),
+        "nvml": nvml, "gpus": gpu_list, "mps": mps, "dcgm": dcgm,
+        "tools": section(tools, args.get("tools", {})),
+        "report_dir": section(report_dir, args.get("report_dir")),
+        "elapsed_ms": round((time.monotonic() - started) * 1000, 1),
+    }
+
+
+def main(argv):
+    args = json.loads(argv[1]) if len(argv) > 1 else {}
+    doc = probe(args)
+    sys.stdout.write(json.dumps(doc))
+    return 0

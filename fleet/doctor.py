@@ -1,0 +1,87 @@
+"""``fleet probe`` and ``fleet doctor``: node states and verdicts, as documents and as text.
+
+The verdicts come from :mod:`fleet.policy`; this module only assembles and
+shows them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from typing import TYPE_CHECKING
+
+from . import policy
+from .transport import Result
+
+if TYPE_CHECKING:
+    from .inventory import Host
+
+MARK = {"ok": "ok", "warn": "!!", "bad": "XX", "n/a": "--", "degraded": "degraded", "refused": "REFUSED"}
+
+
+def request_for(host: "Host") -> policy.Request:
+    return policy.Request(owned_sysctls=dict(host.vars.get("owned_sysctls") or {}))
+
+
+def diagnosis(host: "Host", r: Result) -> dict:
+    """One node's doctor document."""
+    state = r.extra.get("state")
+    if state is None:
+        return {"host": host.name, "error": r.error, "error_kind": r.error_kind}
+    request = request_for(host)
+    return {"host": host.name, "error": None, "node": state.get("host"), "nvml": state.get("nvml"),
+            "gpus": [{k: g.get(k) for k in ("index", "name", "architecture_name", "mig_mode")}
+                     for g in state.get("gpus") or []],
+            "problems": {k: asdict(v) for k, v in policy.problems(state, request).items()},
+            "verdicts": [v.to_json() for v in policy.assess(state, request)]}
+
+
+def worst(diagnoses: list[dict]) -> str:
+    statuses = {v["status"] for d in diagnoses for v in d.get("verdicts", [])}
+    return policy.REFUSED if policy.REFUSED in statuses else policy.DEGRADED if policy.DEGRADED in statuses else policy.OK
+
+
+def _gib(n: int | None) -> str:
+    return "?" if n is None else f"{n / 2**30:.1f}"
+
+
+def render_doctor(d: dict) -> str:
+    if d.get("error"):
+        return f"{d['host']}: cannot examine: {d['error']}\n"
+    lines = [f"{d['host']}" + (f" ({d['node']})" if d.get("node") and d["node"] != d["host"] else "")]
+    for name, f in d["problems"].items():
+        lines.append(f"  {name:<12} {MARK[f['status']]:>2}  {f['text']}")
+    lines.append("")
+    for v in d["verdicts"]:
+        lines.append(f"  {v['way']:<18} {MARK[v['status']]:<9} {'; '.join(v['reasons'])}")
+        if v.get("remedy") and v["status"] != policy.OK:
+            lines.append(f"  {'':<18} {'':<9} -> {v['remedy']}")
+    return "\n".join(lines) + "\n"
+
+
+def render_probe(host: str, r: Result) -> str:
+    state = r.extra.get("state")
+    if state is None:
+        return f"{host}: {r.error}\n"
+    nvml = state.get("nvml") or {}
+    head = f"{host}: "
+    if not nvml.get("available"):
+        return head + f"no GPU: {nvml.get('error')}\n"
+    flags = []
+    if (state.get("mps") or {}).get("control_daemon"):
+        flags.append("MPS")
+    dcgm = state.get("dcgm") or {}
+    if dcgm.get("hostengine") or dcgm.get("exporter") or dcgm.get("listening"):
+        flags.append("DCGM")
+    lines = [head + f"driver {nvml.get('driver')}, {len(state['gpus'])} GPU(s)" + (f" [{', '.join(flags)}]" if flags else "")]
+    for g in state["gpus"]:
+        mig = " MIG" if (g.get("mig_mode") or {}).get("current") == 1 else ""
+        lines.append(f"  GPU {g['index']} {g['name']} ({g['architecture_name']}{mig}, {g['compute_mode']}) "
+                     f"{_gib(g.get('memory_used'))}/{_gib(g.get('memory_total'))} GiB")
+        for p in g.get("processes") or []:
+            who = p.get("user") or "?"
+            tag = "  FOREIGN" if p.get("foreign") else ""
+            lines.append(f"      pid {p['pid']:<8} {who:<12} {_gib(p.get('used_memory')):>6} GiB  "
+                         f"{','.join(p['kinds'])} {p.get('name') or ''}{tag}")
+        if not g.get("processes"):
+            lines.append("      no processes")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,252 @@
+"""What may run where: a pure function from a node's state and a request to verdicts.
+
+No I/O here. The node state is the agent's JSON document (``fleet/agent/node.py``);
+the request says what the user asks for. Every rule of problems 4
+(permissions) and 5 (neighbours) lives in this file and nowhere else, and
+every verdict carries its reasons and a remedy a person can act on.
+
+The rule that matters most: anything that programs the GPU's counters (ncu,
+``nsys --gpu-metrics-devices``) is refused on a GPU that anyone else might be
+using, because ncu locks clocks, flushes caches and serialises kernels for the
+whole GPU. When unsure whether a GPU is shared, it is treated as shared.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+NodeState = dict[str, Any]
+
+OK, DEGRADED, REFUSED = "ok", "degraded", "refused"
+WAYS = ("nsys-trace", "nsys-cpu-sampling", "nsys-gpu-metrics", "ncu")
+HOPPER = 9  # from Hopper on, DCGM and profilers can share the counters
+PARANOID_SYSCTL = "kernel.perf_event_paranoid"
+NO_SAMPLING_FLAGS = ("--sample=none", "--cpuctxsw=none")  # --sample=none alone still traces context switches
+
+
+@dataclass(frozen=True)
+class Request:
+    gpus: tuple[int, ...] | None = None          # None: every GPU of the node
+    allow_own: bool = False                      # the user's own other processes are not tenants
+    owned_sysctls: dict[str, Any] = field(default_factory=dict)  # from the inventory
+    pause_dcgm: bool = False
+
+
+@dataclass(frozen=True)
+class Tenant:
+    gpu: int
+    pid: int
+    user: str | None
+    used_memory: int | None
+    why: str
+
+    def __str__(self) -> str:
+        mem = f", {self.used_memory / 1e9:.1f} GB" if self.used_memory else ""
+        return f"GPU {self.gpu}: pid {self.pid} ({self.user or 'unknown user'}{mem}) {self.why}"
+
+
+@dataclass(frozen=True)
+class Verdict:
+    way: str
+    status: str
+    reasons: tuple[str, ...] = ()
+    remedy: str | None = None
+    flags: tuple[str, ...] = ()       # what fleet will pass because of this verdict
+    sysctls: dict[str, Any] = field(default_factory=dict)  # what fleet will set (owned only)
+    tenants: tuple[Tenant, ...] = ()
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class Finding:
+    status: str  # ok | warn | bad | n/a
+    text: str
+
+
+def chosen_gpus(state: NodeState, request: Request) -> list[dict]:
+    gpus = state.get("gpus") or []
+    if request.gpus is None:
+        return gpus
+    return [g for g in gpus if g.get("index") in request.gpus]
+
+
+def tenants(state: NodeState, request: Request) -> list[Tenant]:
+    """Everyone else on the chosen GPUs. An unresolvable pid counts as someone else."""
+    out = []
+    mps_servers = set((state.get("mps") or {}).get("servers") or [])
+    for g in chosen_gpus(state, request):
+        for p in g.get("processes") or []:
+            if p.get("pid") in mps_servers or p.get("name") == "nvidia-cuda-mps-server":
+                why = "is an MPS server: its clients share this GPU"
+            elif p.get("foreign", True):
+                why = p.get("why") or "belongs to another user"
+            elif request.allow_own:
+                continue
+            else:
+                why = "is your own other process (pass --allow-own to let it stay)"
+            out.append(Tenant(g["index"], p["pid"], p.get("user"), p.get("used_memory"), why))
+    return out
+
+
+def _tool(state: NodeState, name: str) -> dict | None:
+    tools = state.get("tools") or {}
+    return tools.get(name) if isinstance(tools.get(name), dict) and "error" not in tools else None
+
+
+def _missing(name: str) -> Verdict:
+    var = f"{name}_path"
+    where = ("PATH, /opt/nvidia/nsight-systems/*/bin, /usr/local/cuda/bin, Nsight Compute's copy" if name == "nsys"
+             else "PATH, /usr/local/cuda/bin, /opt/nvidia/nsight-compute/*")
+    return Verdict("", REFUSED, (f"{name} not found ({where})",),
+                   f"install {'Nsight Systems' if name == 'nsys' else 'Nsight Compute'} or set {var} in the inventory")
+
+
+def _privileged(state: NodeState) -> bool:
+    return state.get("euid") == 0
+
+
+def _counter_access(state: NodeState) -> tuple[bool, str]:
+    caps = state.get("capabilities") or {}
+    admin_only = (state.get("nvidia") or {}).get("profiling_admin_only")
+    if _privileged(state) or caps.get("sys_admin"):
+        return True, "root or CAP_SYS_ADMIN"
+    if admin_only == 0:
+        return True, "RmProfilingAdminOnly=0"
+    if admin_only is None:
+        return False, "cannot read RmProfilingAdminOnly from /proc/driver/nvidia/params, so counters count as restricted"
+    return False, "RmProfilingAdminOnly=1: GPU counters are for admins only (ERR_NVGPUCTRPERM)"
+
+
+def _nvml_reason(state: NodeState) -> str | None:
+    nvml = state.get("nvml") or {}
+    if not nvml.get("available"):
+        return f"no GPU visible through NVML ({nvml.get('error') or 'unavailable'})"
+    if not state.get("gpus"):
+        return "NVML lists no GPU on this node"
+    return None
+
+
+def _with_way(v: Verdict, way: str) -> Verdict:
+    return Verdict(way, v.status, v.reasons, v.remedy, v.flags, v.sysctls, v.tenants)
+
+
+def nsys_trace(state: NodeState, request: Request) -> Verdict:
+    if not _tool(state, "nsys"):
+        return _with_way(_missing("nsys"), "nsys-trace")
+    rd = state.get("report_dir") or {}
+    if rd.get("writable") is False:
+        return Verdict("nsys-trace", REFUSED, (f"report directory {rd.get('path')} is not writable",),
+                       "set report_dir in the inventory to a directory you can write")
+    if (why := _nvml_reason(state)):
+        return Verdict("nsys-trace", DEGRADED, (why, "only CPU-side activity can be traced"))
+    return Verdict("nsys-trace", OK, ("CUDA/NVTX tracing programs no GPU counters: safe beside other tenants",))
+
+
+def nsys_cpu_sampling(state: NodeState, request: Request) -> Verdict:
+    if not _tool(state, "nsys"):
+        return _with_way(_missing("nsys"), "nsys-cpu-sampling")
+    level = state.get("perf_event_paranoid")
+    if _privileged(state):
+        return Verdict("nsys-cpu-sampling", OK, ("running as root: process-tree and system-wide sampling",))
+    if level is not None and level <= 2:
+        scope = "process-tree and system-wide" if level <= 0 else "process-tree (system-wide needs <= 0 or root)"
+        return Verdict("nsys-cpu-sampling", OK, (f"perf_event_paranoid={level}: {scope} sampling",))
+    owned = request.owned_sysctls.get(PARANOID_SYSCTL)
+    if owned is not None and int(owned) <= 2:
+        return Verdict("nsys-cpu-sampling", OK,
+                       (f"perf_event_paranoid={level}; fleet owns {PARANOID_SYSCTL} here and will set it to {owned} "
+                        "for the run, then restore it",), sysctls={PARANOID_SYSCTL: owned})
+    why = f"perf_event_paranoid={level}" if level is not None else "this kernel has no perf events"
+    return Verdict("nsys-cpu-sampling", DEGRADED,
+                   (f"{why}: CPU sampling off, fleet will pass {' '.join(NO_SAMPLING_FLAGS)}",),
+                   f"list {PARANOID_SYSCTL} in owned_sysctls (value 2) to let fleet set it", flags=NO_SAMPLING_FLAGS)
+
+
+def counters(state: NodeState, request: Request, way: str, tool: str) -> Verdict:
+    """ncu and nsys GPU metrics: they program the counters of the whole GPU."""
+    if not _tool(state, tool):
+        return _with_way(_missing(tool), way)
+    if (why := _nvml_reason(state)):
+        return Verdict(way, REFUSED, (why,), "run on a node with an NVIDIA GPU and driver")
+    reasons, remedies = [], []
+    allowed, how = _counter_access(state)
+    if not allowed:
+        reasons.append(how)
+        remedies.append("run as root, or have an admin set NVreg_RestrictProfilingToAdminUsers=0")
+    found = tenants(state, request)
+    if found:
+        reasons += [f"tenant: {t}" for t in found]
+        remedies.append("wait until the GPU is free, choose another GPU (--gpu), or trace with nsys instead")
+    if (state.get("mps") or {}).get("control_daemon"):
+        reasons.append("an MPS control daemon runs on this node: clients of any user may share the GPU")
+        remedies.append("profile where MPS is off")
+    for g in chosen_gpus(state, request):
+        if (g.get("mig_mode") or {}).get("current") == 1:
+            reasons.append(f"GPU {g['index']} is in MIG mode: its other instances may belong to others, "
+                           "and counters and clocks are shared")
+            remedies.append("profile on a GPU with MIG disabled")
+    dcgm = state.get("dcgm") or {}
+    dcgm_running = dcgm.get("hostengine") or dcgm.get("exporter") or dcgm.get("listening")
+    old = [g["index"] for g in chosen_gpus(state, request) if (g.get("architecture") or 0) < HOPPER]
+    if dcgm_running and old and not request.pause_dcgm:
+        reasons.append(f"DCGM runs here and GPU(s) {old} predate Hopper: DCGM profiling metrics hold the counters")
+        remedies.append("pass --pause-dcgm on a node you own (fleet pauses and always resumes DCGM profiling)")
+    if reasons:
+        return Verdict(way, REFUSED, tuple(reasons), "; ".join(dict.fromkeys(remedies)), tenants=tuple(found))
+    notes = [f"counter access: {how}", "no other process on the GPU"]
+    if dcgm_running and old:
+        notes.append("fleet will pause DCGM profiling for the run and resume it after")
+    return Verdict(way, OK, tuple(notes), flags=("--clock-control", "base") if tool == "ncu" else ())
+
+
+def assess(state: NodeState, request: Request = Request()) -> list[Verdict]:
+    """A verdict for each way to profile, in the order of WAYS."""
+    return [nsys_trace(state, request), nsys_cpu_sampling(state, request),
+            counters(state, request, "nsys-gpu-metrics", "nsys"), counters(state, request, "ncu", "ncu")]
+
+
+def problems(state: NodeState, request: Request = Request()) -> dict[str, Finding]:
+    """The five problems of the design, as one finding each, for ``fleet doctor``."""
+    tools = [f"{t} {(_tool(state, t) or {}).get('version') or ''} at {_tool(state, t)['path']}".replace("  ", " ")
+             if _tool(state, t) else f"{t} missing" for t in ("nsys", "ncu")]
+    placement = Finding(OK if all(_tool(state, t) for t in ("nsys", "ncu")) else
+                        ("warn" if any(_tool(state, t) for t in ("nsys", "ncu")) else "bad"), "; ".join(tools))
+    where = f"in a {state['container']} container" if state.get("container") else "on the host"
+    wrapping = Finding("n/a", f"chosen per command (srun, torchrun, mpirun); agent ran {where}"
+                              + (f" inside Slurm job {state['slurm_job']}" if state.get("slurm_job") else ""))
+    rd = state.get("report_dir") or {}
+    if "error" in rd or not rd:
+        collection = Finding("bad", f"report directory: {rd.get('error', 'unknown')}")
+    else:
+        free = rd.get("free_bytes") or 0
+        text = f"{rd['path']} ({rd.get('fstype')}), {free / 2**30:.1f} GiB free"
+        status = OK
+        if not rd.get("writable"):
+            status, text = "bad", text + ", NOT writable"
+        elif rd.get("memory_backed"):
+            status, text = "warn", text + ": memory-backed, large reports eat the node's RAM"
+        elif free < 2 * 2**30:
+            status, text = "warn", text + ": little room for reports"
+        collection = Finding(status, text)
+    allowed, how = _counter_access(state)
+    level = state.get("perf_event_paranoid")
+    permissions = Finding(OK if allowed and (level is not None and level <= 2 or _privileged(state)) else "warn",
+                          f"perf_event_paranoid={level}; GPU counters: {'yes, ' if allowed else 'no: '}{how}")
+    if (why := _nvml_reason(state)):
+        neighbours = Finding("n/a", why)
+    else:
+        everyone = tenants(state, Request(allow_own=True))
+        flags = [f"MIG on GPU {g['index']}" for g in state["gpus"] if (g.get("mig_mode") or {}).get("current") == 1]
+        if (state.get("mps") or {}).get("control_daemon"):
+            flags.append("MPS")
+        dcgm = state.get("dcgm") or {}
+        if dcgm.get("hostengine") or dcgm.get("exporter") or dcgm.get("listening"):
+            flags.append("DCGM")
+        parts = [str(t) for t in everyone] + flags
+        neighbours = Finding("warn" if parts else OK, "; ".join(parts) if parts else
+                             f"no other process on {len(state['gpus'])} GPU(s)")
+    return {"placement": placement, "wrapping": wrapping, "collection": collection,
+            "permissions": permissions, "neighbours": neighbours}
