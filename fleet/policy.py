@@ -238,7 +238,7 @@ def problems(state: NodeState, request: Request = Request()) -> dict[str, Findin
     if (why := _nvml_reason(state)):
         neighbours = Finding("n/a", why)
     else:
-        everyone = tenants(state, Request(allow_own=True))
+        everyone = tenants(state, Request())  # own processes too: a person wants to see them
         flags = [f"MIG on GPU {g['index']}" for g in state["gpus"] if (g.get("mig_mode") or {}).get("current") == 1]
         if (state.get("mps") or {}).get("control_daemon"):
             flags.append("MPS")

@@ -53,16 +53,25 @@ def section(fn, *args):
 # --- the machine ---
 
 def processes():
-    """pid -> (comm, uid) for every process this agent can see."""
+    """pid -> (name, uid) for every process this agent can see.
+
+    The kernel cuts ``comm`` to 15 characters, so nvidia-cuda-mps-control and
+    nvidia-cuda-mps-server both read "nvidia-cuda-mps" (seen on an H200 test
+    machine); for names that are cut, argv[0] from cmdline tells them apart.
+    """
     out = {}
     for entry in os.listdir("/proc"):
         if entry.isdigit():
-            comm = read("/proc/%s/comm" % entry)
+            comm = (read("/proc/%s/comm" % entry) or "").strip()
             try:
                 uid = os.stat("/proc/" + entry).st_uid
             except OSError:
                 continue
-            out[int(entry)] = ((comm or "").strip(), uid)
+            if len(comm) == 15:
+                argv0 = (read("/proc/%s/cmdline" % entry) or "").split("\0")[0]
+                if os.path.basename(argv0).startswith(comm):
+                    comm = os.path.basename(argv0)
+            out[int(entry)] = (comm, uid)
     return out
 
 

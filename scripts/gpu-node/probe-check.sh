@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # Run on a real GPU node (as root): fleet probe/doctor alone, beside another
-# user's CUDA process, and after it is gone; MPS on top. Transcripts go to $OUT.
+# user's CUDA process, and after it is gone; MPS on top. Transcripts go to
+# $OUT/gpu-check/ and, packed, $OUT/gpu-check.tgz.
 # PY: a python3 with torch (the tenant) and pynvml/click/PyYAML (fleet).
 set -u
 cd "$(dirname "$0")/../.."
-OUT=${OUT:-/tmp/fleet-gpu-check}; mkdir -p "$OUT"
-PY=${PY:-python3}
+TOP=${OUT:-/tmp}; OUT=$TOP/gpu-check; mkdir -p "$OUT"
+trap 'tar -C "$TOP" -czf "$TOP/gpu-check.tgz" gpu-check && rm -rf "$OUT"' EXIT
+PY=${PY:-/opt/torch/.venv/bin/python3}  # by full path: another user's python3 may be another one
 export PYTHONPATH=$PWD
 fleet() { "$PY" -m fleet "$@"; }
 step() { echo; echo "### $*"; }

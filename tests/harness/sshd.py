@@ -20,8 +20,11 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import yaml
+
 SSHD = "/usr/sbin/sshd"
 TEST_USER = "fleetci"
+STANDINS = Path(__file__).resolve().parent.parent / "standins"
 
 
 def ensure_user(name: str = TEST_USER) -> pwd.struct_passwd:
@@ -76,6 +79,7 @@ class SSHCluster:
         self.known_hosts = self.dir / "known_hosts"
         self.ssh_config = self.dir / "ssh_config"
         self.inventory = self.dir / "inventory.yaml"
+        self.inventory_vars: dict = {}  # group vars for every host (profiler paths, ...)
 
     # --- sshd ---
 
@@ -176,10 +180,16 @@ class SSHCluster:
             f"Host *\n  User {self.user}\n  IdentityFile {self.user_key}\n  IdentitiesOnly yes\n"
             f"  UserKnownHostsFile {self.known_hosts}\n  GlobalKnownHostsFile /dev/null\n"
             "  StrictHostKeyChecking yes\n  BatchMode yes\n")
-        lines = ["all:", "  children:", "    cluster:", "      hosts:"]
-        for h in self.hosts:
-            lines += [f"        {h.name}:", f"          ansible_host: {h.address}", f"          ansible_port: {h.port}"]
-        self.inventory.write_text("\n".join(lines) + "\n")
+        hosts = {h.name: {"ansible_host": h.address, "ansible_port": h.port} for h in self.hosts}
+        group = {"hosts": hosts, **({"vars": self.inventory_vars} if self.inventory_vars else {})}
+        self.inventory.write_text(yaml.safe_dump({"all": {"children": {"cluster": group}}}, sort_keys=False))
+
+    def standins(self) -> Path:
+        """The stand-in profilers, where the remote user can run them."""
+        d = self.dir / "standins"
+        if not d.exists():
+            shutil.copytree(STANDINS, d)
+        return d
 
     def env(self) -> dict[str, str]:
         """Environment for running fleet against these hosts."""
