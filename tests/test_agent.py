@@ -74,11 +74,13 @@ def gpu_nodes(pytestconfig):
     c.hosts[4].options["SetEnv"] = "PATH=/nonexistent"  # h05: no python3 on the node
     tools = c.standins()
     c.inventory_vars = {"nsys_path": str(tools / "nsys"), "ncu_path": str(tools / "ncu")}
-    c.start()
-    announce(pytestconfig, f"started {len(c.hosts)} sshd hosts with simulated GPUs; tenant pid {tenant.pid}")
-    yield {"cluster": c, "tenant": tenant.pid, "own": own.pid, "ghost": ghost}
-    stop([tenant, own])
-    c.stop()
+    try:
+        c.start()
+        announce(pytestconfig, f"started {len(c.hosts)} sshd hosts with simulated GPUs; tenant pid {tenant.pid}")
+        yield {"cluster": c, "tenant": tenant.pid, "own": own.pid, "ghost": ghost}
+    finally:
+        stop([tenant, own])
+        c.stop()
 
 
 def probe_json(c: SSHCluster, *targets: str) -> dict:

@@ -196,7 +196,11 @@ class SSHCluster:
         return {"FLEET_SSH_CONFIG": str(self.ssh_config), "FLEET_INVENTORY": str(self.inventory)}
 
     def __enter__(self) -> "SSHCluster":
-        return self.start()
+        try:
+            return self.start()
+        except BaseException:
+            self.stop()
+            raise
 
     def __exit__(self, *exc: object) -> None:
         self.stop()

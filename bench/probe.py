@@ -1,0 +1,136 @@
+"""What a probe costs: round trips per node, fleet probe against a bare round trip, agent time.
+
+    sudo .venv/bin/python bench/probe.py --hosts 64 --runs 5
+
+Starts N real sshd hosts on loopback whose simulated GPUs (the tests' fake
+NVML) each carry a process, then, interleaved after a warm-up round:
+  * ``fleet exec all -- true``: one SSH round trip per host, the floor;
+  * ``fleet probe --json``: the agent shipped and run on every host.
+From sshd's own logs it counts the sessions each probe opened per host. On
+one node it times the agent (bootstrap, decompress, NVML, /proc, profilers'
+--version) against ``python3 -c pass``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from fleet import probe as probe_mod  # noqa: E402
+from tests.harness import fakenvml  # noqa: E402
+from tests.harness.sshd import SSHCluster  # noqa: E402
+
+FLEET = [str(REPO / ".venv" / "bin" / "fleet")]
+
+
+def timed(argv, env=None, stdin=None):
+    """Wall time, output and status of one command."""
+    start = time.monotonic()
+    proc = subprocess.run(argv, env=env, input=stdin, capture_output=True,
+                          stdin=None if stdin is not None else subprocess.DEVNULL)
+    return time.monotonic() - start, proc.stdout, proc.stderr, proc.returncode
+
+
+def cpu_of(fn):
+    """Run fn; also return the CPU (user+sys) its child processes used, reaped ones included."""
+    before = os.times()
+    result = fn()
+    after = os.times()
+    return result, (after.children_user - before.children_user) + (after.children_system - before.children_system)
+
+
+def sessions(c: SSHCluster) -> list[int]:
+    return [h.log.read_text().count("Starting session: command") for h in c.hosts]
+
+
+def median(xs):
+    return statistics.median(xs), min(xs), max(xs)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--hosts", type=int, default=64)
+    ap.add_argument("--runs", type=int, default=5)
+    args = ap.parse_args()
+    c = SSHCluster(args.hosts)
+    own = subprocess.Popen(["sleep", "3600"])
+    try:
+        lib = fakenvml.build(c.dir / "fakenvml")
+        scenario = c.dir / "scenario.txt"
+        fakenvml.write_scenario(scenario, {"gpus": [{"index": 0, "processes": [
+            {"kind": "compute", "pid": own.pid, "mem": 10**9}]}, {"index": 1}]})
+        setenv = " ".join(f"{k}={v}" for k, v in fakenvml.env(lib, scenario).items())
+        for h in c.hosts:
+            h.options["SetEnv"] = setenv
+        tools = c.standins()
+        c.inventory_vars = {"nsys_path": str(tools / "nsys"), "ncu_path": str(tools / "ncu")}
+        c.start()
+        env = {**os.environ, **c.env()}
+        rows: dict[str, list[tuple[float, float]]] = {"exec true": [], "probe": []}
+        per_host: list[int] = []
+        for round_ in range(args.runs + 1):
+            (wall, out, err, rc), cpu = cpu_of(lambda: timed(FLEET + ["exec", "all", "--json", "--", "true"], env))
+            assert rc == 0 and out.count(b'"exit_status": 0') == args.hosts, err[-500:]
+            if round_:
+                rows["exec true"].append((wall, cpu))
+            before = sessions(c)
+            (wall, out, err, rc), cpu = cpu_of(lambda: timed(FLEET + ["probe", "--json"], env))
+            after = sessions(c)
+            nodes = json.loads(out)["nodes"]
+            assert rc == 0 and all(n["state"] and len(n["state"]["gpus"]) == 2 for n in nodes), err[-500:]
+            per_host += [a - b for a, b in zip(after, before)]
+            if round_:
+                rows["probe"].append((wall, cpu))
+
+        # The agent on one node, outside SSH: the same command line the transports run.
+        node_env = {**os.environ, **fakenvml.env(lib, scenario)}
+        argv = probe_mod.agent_argv(next(iter([_Host()])), {"tools": c.inventory_vars})
+        bundle = probe_mod.bundle()
+        node: dict[str, list[tuple[float, float]]] = {"python3 -c pass": [], "agent": []}
+        for _ in range(21):
+            (wall, *_), cpu = cpu_of(lambda: timed(["python3", "-c", "pass"], node_env))
+            node["python3 -c pass"].append((wall, cpu))
+            (wall, out, err, rc), cpu = cpu_of(lambda: timed(argv, node_env, stdin=bundle))
+            assert rc == 0, err
+            node["agent"].append((wall, cpu))
+        elapsed = json.loads(out)["elapsed_ms"]
+    finally:
+        own.kill()
+        c.stop()
+
+    print(f"## probe, {args.hosts} hosts, {args.runs} runs (median (min-max))\n")
+    print("| command | wall s | client CPU s |\n|---|---|---|")
+    for name, vals in rows.items():
+        w, cp = median([v[0] for v in vals]), median([v[1] for v in vals])
+        print(f"| fleet {name} | {w[0]:.2f} ({w[1]:.2f}-{w[2]:.2f}) | {cp[0]:.2f} ({cp[1]:.2f}-{cp[2]:.2f}) |")
+    ratio = statistics.median(p[0] / e[0] for p, e in zip(rows["probe"], rows["exec true"]))
+    print(f"\nprobe / exec true (paired wall): {ratio:.2f}")
+    print(f"SSH sessions per host per probe: min {min(per_host)}, max {max(per_host)} ({len(per_host)} samples)")
+    print("\n| on one node | wall ms | CPU ms |\n|---|---|---|")
+    for name, vals in node.items():
+        w, cp = median([v[0] * 1000 for v in vals]), median([v[1] * 1000 for v in vals])
+        print(f"| {name} | {w[0]:.1f} ({w[1]:.1f}-{w[2]:.1f}) | {cp[0]:.1f} ({cp[1]:.1f}-{cp[2]:.1f}) |")
+    print(f"\nagent's own elapsed_ms (last run): {elapsed}; bundle {len(bundle)} bytes")
+    results = REPO / "bench" / "results"
+    results.mkdir(parents=True, exist_ok=True)
+    (results / f"probe-{args.hosts}.json").write_text(json.dumps(
+        {"hosts": args.hosts, "runs": rows, "sessions_per_host": per_host, "node": node,
+         "agent_elapsed_ms": elapsed, "bundle_bytes": len(bundle)}, indent=1))
+
+
+class _Host:
+    """The local node, as the transports see it."""
+    name, vars = "local", {}
+
+
+if __name__ == "__main__":
+    main()
