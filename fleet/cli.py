@@ -203,6 +203,109 @@ def doctor(obj: Context, targets, exclude, as_json, strict):
     sys.exit(code)
 
 
+# --- profile and repair ---
+
+@main.command(context_settings={"ignore_unknown_options": True})
+@click.option("--hosts", "hosts_", help="Hosts or ranges to profile on.")
+@click.option("--group", "group", help="Inventory group to profile on.")
+@click.option("-x", "--exclude", multiple=True, help="Hosts, groups or ranges to leave out.")
+@click.option("--tool", type=click.Choice(["nsys", "ncu"]), default="nsys", show_default=True)
+@click.option("--gpu", "gpus", multiple=True, type=int, help="GPU index the workload runs on (repeatable); "
+              "it gets CUDA_VISIBLE_DEVICES and the neighbour check covers it. Default: every GPU.")
+@click.option("--gpu-metrics", is_flag=True, help="nsys: sample GPU metrics (counters; refused beside tenants).")
+@click.option("--allow-own", is_flag=True, help="Your own other processes on the GPU are not tenants.")
+@click.option("--pause-dcgm", is_flag=True, help="Pause DCGM profiling for the run on pre-Hopper GPUs (owned nodes).")
+@click.option("--wait", "lock_wait", type=float, default=0.0, help="Seconds to wait for another run's GPU lock.")
+@click.option("--timeout", type=float, help="Seconds, then the profiler is stopped (SIGTERM) and its report kept.")
+@click.option("-X", "--profiler-arg", "profiler_args", multiple=True, help="Extra argument for nsys/ncu (repeatable).")
+@click.option("--out", type=click.Path(), default="fleet-reports", show_default=True,
+              help="Where reports are brought: OUT/RUN-ID/HOST/.")
+@click.option("--dry-run", is_flag=True, help="Print each node's plan (commands, sysctls, locks, refusals); touch nothing.")
+@click.option("--json", "as_json", is_flag=True, help="Every host's plan, result and reports as JSON.")
+@click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
+@click.pass_obj
+def profile(obj: Context, hosts_, group, exclude, tool, gpus, gpu_metrics, allow_own, pause_dcgm, lock_wait,
+            timeout, profiler_args, out, dry_run, as_json, command):
+    """Profile COMMAND with nsys or ncu on lab servers, leaving every node as it was.
+
+    ncu and GPU metrics are refused on a GPU with any other tenant. Ctrl-C stops the
+    profiler with SIGTERM so the report is finished; a second Ctrl-C leaves the
+    nodes to finish and clean up on their own.
+    """
+    import signal
+    from pathlib import Path
+
+    from . import profile as profile_mod
+    from .plan import ProfileRequest
+
+    targets = ",".join(t for t in (hosts_, group) if t)
+    if not targets:
+        _fail("name where to profile: --hosts H or --group G")
+    hosts = obj.select(targets, exclude)
+    req = ProfileRequest(tool=tool, command=tuple(command), run_id=profile_mod.new_run_id(),
+                         gpus=tuple(gpus) or None, gpu_metrics=gpu_metrics, allow_own=allow_own,
+                         pause_dcgm=pause_dcgm, profiler_args=tuple(profiler_args), timeout=timeout,
+                         lock_wait=lock_wait)
+
+    def write(stream: str, text: str) -> None:
+        (sys.stderr if stream == "stderr" or as_json else sys.stdout).write(text)
+
+    async def go():
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+
+        def interrupted():
+            if stop.is_set():
+                raise KeyboardInterrupt  # second time: leave the nodes to finish on their own
+            click.echo("fleet: stopping the profilers (SIGTERM), waiting for their reports", err=True)
+            stop.set()
+
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, interrupted)
+        async with obj.fanout_for_run() as fan:
+            return await profile_mod.profile(fan, hosts, req, out=Path(out), dry_run=dry_run, write=write,
+                                             stop=stop)
+
+    runs = asyncio.run(go())
+    if as_json:
+        click.echo(json.dumps({"run_id": req.run_id, "hosts": [r.to_json() for r in runs]}, indent=2, default=str))
+    else:
+        for r in runs:
+            click.echo(profile_mod.render(r), nl=False, err=r.status not in ("ok", "planned"))
+    sys.exit(profile_mod.exit_status(runs))
+
+
+@main.command()
+@click.argument("targets")
+@click.option("-x", "--exclude", multiple=True)
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_obj
+def repair(obj: Context, targets, exclude, as_json):
+    """Put back what killed runs left changed on TARGETS (owned sysctls, DCGM pause)."""
+    from . import probe as probe_mod
+
+    hosts = obj.select(targets, exclude)
+
+    async def go():
+        async with obj.fanout_for_run() as fan:
+            payload = probe_mod.bundle()
+            return await fan.each(hosts, lambda h: fan.run(h, probe_mod.agent_argv(h, {"mode": "repair"}),
+                                                           input=payload))
+
+    results = asyncio.run(go())
+    for h, r in zip(hosts, results):
+        doc = json.loads(r.stdout) if r.exit_status is not None and r.stdout.strip() else {"error": r.error}
+        if as_json:
+            click.echo(json.dumps({"host": h.name, **doc}))
+        elif doc.get("error"):
+            click.echo(f"{h.name}: {doc['error']}", err=True)
+        else:
+            done = doc["value"]
+            restored = ", ".join(f"{k}={v}" for k, v in done["restored"].items()) or "nothing to put back"
+            click.echo(f"{h.name}: {restored}" + ("; DCGM profiling resumed" if done["dcgm_resumed"] else ""))
+    sys.exit(exitcodes.for_results(results))
+
+
 # --- hosts ---
 
 @main.group()

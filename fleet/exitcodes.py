@@ -10,6 +10,7 @@ USAGE = 2           # bad arguments or inventory; nothing was touched
 UNREACHABLE = 3     # some hosts could not be reached (network, host key, auth); the others ran
 DEGRADED = 4        # doctor: some way to profile works only with features given up
 REFUSED = 5         # policy refused to run (e.g. ncu beside another tenant); nothing was started
+PARTIAL = 6         # profile: some hosts brought reports home, others were refused or failed
 
 
 def for_results(results) -> int:

@@ -1,6 +1,7 @@
 """What may run where: a pure function from a node's state and a request to verdicts.
 
-No I/O here. The node state is the agent's JSON document (``fleet/agent/node.py``);
+No I/O here, and nothing newer than Python 3.8: the agent carries this module
+to the nodes for its last-moment check. The node state is the agent's JSON document (``fleet/agent/node.py``);
 the request says what the user asks for. Every rule of problems 4
 (permissions) and 5 (neighbours) lives in this file and nowhere else, and
 every verdict carries its reasons and a remedy a person can act on.
@@ -14,9 +15,9 @@ whole GPU. When unsure whether a GPU is shared, it is treated as shared.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, Dict
 
-NodeState = dict[str, Any]
+NodeState = Dict[str, Any]  # typing.Dict: this module also runs on nodes with Python 3.8
 
 OK, DEGRADED, REFUSED = "ok", "degraded", "refused"
 WAYS = ("nsys-trace", "nsys-cpu-sampling", "nsys-gpu-metrics", "ncu")
@@ -151,14 +152,16 @@ def nsys_cpu_sampling(state: NodeState, request: Request) -> Verdict:
     level = state.get("perf_event_paranoid")
     if _privileged(state):
         return Verdict("nsys-cpu-sampling", OK, ("running as root: process-tree and system-wide sampling",))
+    owned = request.owned_sysctls.get(PARANOID_SYSCTL)
+    # An owned value already in place may be another fleet run's: hold it too, so that the
+    # run that set it does not restore it under this one (the holders are counted).
+    if owned is not None and int(owned) <= 2 and level is not None and (level > 2 or level == int(owned)):
+        return Verdict("nsys-cpu-sampling", OK,
+                       (f"perf_event_paranoid={level}; fleet owns {PARANOID_SYSCTL} here and holds it at {owned} "
+                        "for the run, then restores it",), sysctls={PARANOID_SYSCTL: owned})
     if level is not None and level <= 2:
         scope = "process-tree and system-wide" if level <= 0 else "process-tree (system-wide needs <= 0 or root)"
         return Verdict("nsys-cpu-sampling", OK, (f"perf_event_paranoid={level}: {scope} sampling",))
-    owned = request.owned_sysctls.get(PARANOID_SYSCTL)
-    if owned is not None and int(owned) <= 2:
-        return Verdict("nsys-cpu-sampling", OK,
-                       (f"perf_event_paranoid={level}; fleet owns {PARANOID_SYSCTL} here and will set it to {owned} "
-                        "for the run, then restore it",), sysctls={PARANOID_SYSCTL: owned})
     why = f"perf_event_paranoid={level}" if level is not None else "this kernel has no perf events"
     return Verdict("nsys-cpu-sampling", DEGRADED,
                    (f"{why}: CPU sampling off, fleet will pass {' '.join(NO_SAMPLING_FLAGS)}",),

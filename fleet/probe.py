@@ -21,8 +21,7 @@ if TYPE_CHECKING:
     from .inventory import Host
     from .transport import Fanout
 
-# The only code on the command line: read the script from stdin and run it.
-BOOTSTRAP = "import sys,zlib;exec(compile(zlib.decompress(sys.stdin.buffer.read()),'<fleet-agent>','exec'))"
+from .agent.owned import BOOTSTRAP  # the only code on the command line: run the script on stdin
 
 _LOADER = '''\
 import sys, importlib.abc, importlib.util
@@ -36,8 +35,10 @@ class _Shipped(importlib.abc.MetaPathFinder, importlib.abc.Loader):
     def exec_module(self, module):
         exec(compile(_LAZY[module.__name__], "<fleet-agent>/" + module.__name__ + ".py", "exec"), module.__dict__)
 sys.meta_path.insert(0, _Shipped())
-import fleet_agent_node
-sys.exit(fleet_agent_node.main(sys.argv))
+_args = __import__("json").loads(sys.argv[1]) if len(sys.argv) > 1 else {{}}
+_mode = {{"probe": "fleet_agent_node", "profile": "fleet_agent_run", "repair": "fleet_agent_owned",
+         "owned": "fleet_agent_owned"}}[_args.get("mode", "probe")]
+sys.exit(__import__(_mode).main(_args))
 '''
 
 
@@ -47,8 +48,11 @@ def bundle() -> bytes:
     spec = importlib.util.find_spec("pynvml")
     if spec is None or spec.origin is None:
         raise RuntimeError("the NVML binding is missing: pip install nvidia-ml-py")
+    here = Path(__file__).parent
     sources = {"pynvml": Path(spec.origin).read_text(encoding="utf-8"),
-               "fleet_agent_node": (Path(__file__).parent / "agent" / "node.py").read_text(encoding="utf-8")}
+               "fleet_policy": (here / "policy.py").read_text(encoding="utf-8")}
+    for name in ("node", "run", "owned"):
+        sources[f"fleet_agent_{name}"] = (here / "agent" / f"{name}.py").read_text(encoding="utf-8")
     return zlib.compress(_LOADER.format(lazy=repr(sources)).encode(), 9)
 
 

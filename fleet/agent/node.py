@@ -370,8 +370,6 @@ def probe(args):
     }
 
 
-def main(argv):
-    args = json.loads(argv[1]) if len(argv) > 1 else {}
-    doc = probe(args)
-    sys.stdout.write(json.dumps(doc))
+def main(args):
+    sys.stdout.write(json.dumps(probe(args)))
     return 0

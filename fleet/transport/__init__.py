@@ -60,15 +60,77 @@ class Result:
         }
 
 
+Sink = Callable[[str, bytes], None]  # ("stdout" | "stderr", chunk), as output arrives
+TAIL = 1 << 20  # bytes of each stream a streamed Result keeps
+
+
 class Transport:
-    """Runs an argument vector on one host. Implementations: ssh, local."""
+    """Runs an argument vector on one host. Implementations: ssh, local.
+
+    ``sink`` receives output as it arrives (the Result then keeps only the
+    last ``TAIL`` bytes of each stream). When ``stop`` is set or ``timeout``
+    passes, the command gets SIGTERM once; with a timeout it is killed
+    ``grace`` seconds later, without one it is waited for (a profiler needs
+    that time to write its report).
+    """
 
     async def run(self, host: "Host", argv: Sequence[str], *, input: bytes | None = None,
-                  timeout: float | None = None) -> Result:
+                  timeout: float | None = None, sink: Sink | None = None,
+                  stop: asyncio.Event | None = None) -> Result:
+        raise NotImplementedError
+
+    async def fetch(self, host: "Host", remote: str, local: str) -> None:
+        """Copy a file from the host to this machine; raises OSError on failure."""
         raise NotImplementedError
 
     async def close(self) -> None:
         pass
+
+
+async def drive(read_out: Callable[[int], Awaitable[bytes]], read_err: Callable[[int], Awaitable[bytes]],
+                wait: Awaitable, terminate: Callable[[], None], kill: Callable[[], None], *,
+                timeout: float | None, grace: float, sink: Sink | None,
+                stop: asyncio.Event | None) -> tuple[bytes, bytes, str | None]:
+    """Pump a running command's output until it exits; stop it when asked or when time is up.
+
+    Returns (stdout, stderr, why it was stopped or None). Shared by the transports
+    so that they stop commands the same way.
+    """
+    bufs = {"stdout": bytearray(), "stderr": bytearray()}
+
+    async def pump(name: str, read: Callable[[int], Awaitable[bytes]]) -> None:
+        while chunk := await read(65536):
+            bufs[name] += chunk
+            if sink is not None:
+                sink(name, chunk)
+                del bufs[name][:-TAIL]
+
+    pumps = asyncio.gather(pump("stdout", read_out), pump("stderr", read_err), wait)
+    waiters = [asyncio.ensure_future(asyncio.sleep(timeout))] if timeout is not None else []
+    if stop is not None:
+        waiters.append(asyncio.ensure_future(stop.wait()))
+    why = None
+    try:
+        done, _ = await asyncio.wait([pumps, *waiters], return_when=asyncio.FIRST_COMPLETED)
+        if pumps not in done:
+            why = "stop requested" if stop is not None and stop.is_set() else f"timed out after {timeout:g} s"
+            terminate()
+            if timeout is None:
+                await pumps
+            else:
+                try:
+                    await asyncio.wait_for(asyncio.shield(pumps), grace)
+                except asyncio.TimeoutError:
+                    kill()
+                    await pumps
+        else:
+            pumps.result()
+    finally:
+        for w in waiters:
+            w.cancel()
+        if not pumps.done():
+            pumps.cancel()
+    return bytes(bufs["stdout"]), bytes(bufs["stderr"]), why
 
 
 class Fanout:
@@ -95,12 +157,17 @@ class Fanout:
         return self._ssh
 
     async def run(self, host: "Host", argv: Sequence[str], *, input: bytes | None = None,
-                  timeout: float | None = None) -> Result:
+                  timeout: float | None = None, sink: Sink | None = None,
+                  stop: asyncio.Event | None = None) -> Result:
         """Run on one host, outside the bound (callers inside :meth:`each` use this)."""
         try:
-            return await self.transport_for(host).run(host, argv, input=input, timeout=timeout)
+            return await self.transport_for(host).run(host, argv, input=input, timeout=timeout, sink=sink,
+                                                      stop=stop)
         except Exception as e:  # a bug or an unforeseen failure stays this host's problem
             return Result(host.name, error=f"{type(e).__name__}: {e}", error_kind="internal")
+
+    async def fetch(self, host: "Host", remote: str, local: str) -> None:
+        await self.transport_for(host).fetch(host, remote, local)
 
     async def run_all(self, hosts: Iterable["Host"], argv: Sequence[str], *, input: bytes | None = None,
                       timeout: float | None = None,

@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shutil
 import signal
 from typing import TYPE_CHECKING, Sequence
 
-from . import Result, Transport
+from . import Result, Sink, Transport, drive
 
 if TYPE_CHECKING:
     from ..inventory import Host
@@ -24,7 +25,8 @@ TERM_GRACE = 10.0
 
 class LocalTransport(Transport):
     async def run(self, host: "Host", argv: Sequence[str], *, input: bytes | None = None,
-                  timeout: float | None = None) -> Result:
+                  timeout: float | None = None, sink: Sink | None = None,
+                  stop: asyncio.Event | None = None) -> Result:
         try:
             proc = await asyncio.create_subprocess_exec(
                 *argv, stdin=asyncio.subprocess.PIPE if input is not None else asyncio.subprocess.DEVNULL,
@@ -33,31 +35,30 @@ class LocalTransport(Transport):
         except OSError as e:
             return Result(host.name, exit_status=127, stderr=f"{argv[0]}: {e.strerror}\n".encode(),
                           error=f"cannot start {argv[0]}: {e.strerror}", error_kind="exec")
+        if input is not None:
+            proc.stdin.write(input)
+            proc.stdin.close()
+
+        def signal_group(sig: int) -> None:
+            try:
+                os.killpg(proc.pid, sig)
+            except ProcessLookupError:
+                pass
+
         try:
-            out, err = await asyncio.wait_for(proc.communicate(input), timeout)
-        except asyncio.TimeoutError:
-            out, err = await _stop(proc)
-            return Result(host.name, exit_status=proc.returncode, stdout=out, stderr=err,
-                          error=f"timed out after {timeout:g} s; the command was stopped", error_kind="timeout")
+            out, err, why = await drive(proc.stdout.read, proc.stderr.read, proc.wait(),
+                                        lambda: signal_group(signal.SIGTERM), lambda: signal_group(signal.SIGKILL),
+                                        timeout=timeout, grace=TERM_GRACE, sink=sink, stop=stop)
         except asyncio.CancelledError:
-            await asyncio.shield(_stop(proc))
+            signal_group(signal.SIGTERM)
             raise
         status = proc.returncode
+        result = Result(host.name, exit_status=status, stdout=out, stderr=err)
         if status is not None and status < 0:  # killed by a signal, as a shell would say it
-            return Result(host.name, exit_status=128 - status, stdout=out, stderr=err,
-                          signal=signal.Signals(-status).name)
-        return Result(host.name, exit_status=status, stdout=out, stderr=err)
+            result.exit_status, result.signal = 128 - status, signal.Signals(-status).name
+        if why and why != "stop requested":
+            result.error, result.error_kind = f"{why}; the command was stopped", "timeout"
+        return result
 
-
-async def _stop(proc: asyncio.subprocess.Process) -> tuple[bytes, bytes]:
-    """SIGTERM the process group, then SIGKILL after a grace period; collect output."""
-    for sig, wait in ((signal.SIGTERM, TERM_GRACE), (signal.SIGKILL, None)):
-        try:
-            os.killpg(proc.pid, sig)
-        except ProcessLookupError:
-            break
-        try:
-            return await asyncio.wait_for(proc.communicate(), wait)
-        except asyncio.TimeoutError:
-            continue
-    return await proc.communicate()
+    async def fetch(self, host: "Host", remote: str, local: str) -> None:
+        await asyncio.to_thread(shutil.copyfile, remote, local)

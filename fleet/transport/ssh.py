@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Sequence
 
 import asyncssh
 
-from . import Result, Transport
+from . import Result, Sink, Transport, drive
 from .settings import SSHSettings
 
 if TYPE_CHECKING:
@@ -117,37 +117,44 @@ class SSHTransport(Transport):
         raise AssertionError("unreachable")
 
     async def run(self, host: "Host", argv: Sequence[str], *, input: bytes | None = None,
-                  timeout: float | None = None) -> Result:
+                  timeout: float | None = None, sink: Sink | None = None,
+                  stop: asyncio.Event | None = None) -> Result:
         try:
             conn = await self.connection(host)
         except Exception as e:
             return self.connect_error(host, e)
-        command = shlex.join(argv)
         try:
-            proc = await conn.create_process(command, encoding=None)
+            proc = await conn.create_process(shlex.join(argv), encoding=None)
         except (asyncssh.Error, OSError) as e:
             return Result(host.name, error=f"cannot start a session: {e}", error_kind="channel")
         try:
             if input is not None:
                 proc.stdin.write(input)
             proc.stdin.write_eof()
-            done = await asyncio.wait_for(proc.wait(check=False), timeout)
-        except asyncio.TimeoutError:
-            done = await _stop(proc)
-            return Result(host.name, exit_status=done.exit_status if done else None,
-                          stdout=(done and done.stdout) or b"", stderr=(done and done.stderr) or b"",
-                          error=f"timed out after {timeout:g} s; the command was stopped", error_kind="timeout")
+            out, err, why = await drive(proc.stdout.read, proc.stderr.read, proc.wait(check=False),
+                                        lambda: _signal(proc, "TERM"), proc.close,
+                                        timeout=timeout, grace=TERM_GRACE, sink=sink, stop=stop)
         except asyncio.CancelledError:
-            await asyncio.shield(_stop(proc))
+            _signal(proc, "TERM")
             raise
         except (asyncssh.Error, OSError) as e:
             return Result(host.name, error=f"connection lost while running: {e}", error_kind="unreachable")
-        status = done.exit_status
-        if done.exit_signal:  # the remote command died of a signal
-            sig = done.exit_signal[0]
-            return Result(host.name, exit_status=status if status and status >= 0 else None,
-                          stdout=done.stdout or b"", stderr=done.stderr or b"", signal=sig)
-        return Result(host.name, exit_status=status, stdout=done.stdout or b"", stderr=done.stderr or b"")
+        result = Result(host.name, exit_status=proc.exit_status, stdout=out, stderr=err)
+        if proc.exit_signal:  # the remote command died of a signal
+            result.signal = proc.exit_signal[0]
+            result.exit_status = proc.exit_status if proc.exit_status is not None and proc.exit_status >= 0 else None
+        if why and why != "stop requested":
+            result.error, result.error_kind = f"{why}; the command was stopped", "timeout"
+        return result
+
+    async def fetch(self, host: "Host", remote: str, local: str) -> None:
+        """SFTP over the host's existing connection."""
+        try:
+            conn = await self.connection(host)
+            async with conn.start_sftp_client() as sftp:
+                await sftp.get(remote, local)
+        except asyncssh.Error as e:
+            raise OSError(f"{host.name}:{remote}: {e}") from e
 
     def connect_error(self, host: "Host", e: BaseException) -> Result:
         where = f"{host.address}:{host.port}" if host.port else host.address
@@ -190,15 +197,9 @@ class SSHTransport(Transport):
         self._conns.clear()
 
 
-async def _stop(proc: asyncssh.SSHClientProcess) -> asyncssh.SSHCompletedProcess | None:
-    """Ask the remote command to stop (SIGTERM, so profilers write their
-    report), then close the channel if it does not."""
+def _signal(proc: asyncssh.SSHClientProcess, name: str) -> None:
+    """A signal to the remote command (OpenSSH honours the channel's signal request)."""
     try:
-        proc.send_signal("TERM")
-        return await asyncio.wait_for(proc.wait(check=False), TERM_GRACE)
-    except (asyncio.TimeoutError, asyncssh.Error, OSError):
-        proc.close()
-        try:
-            return await asyncio.wait_for(proc.wait(check=False), 2)
-        except (asyncio.TimeoutError, asyncssh.Error, OSError):
-            return None
+        proc.send_signal(name)
+    except (asyncssh.Error, OSError):
+        pass

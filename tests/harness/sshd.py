@@ -50,7 +50,8 @@ class SSHHost:
     dir: Path
     host_key: str = ""           # "ssh-ed25519 AAAA..."
     pid: int | None = None
-    options: dict = field(default_factory=dict)
+    options: dict = field(default_factory=dict)  # sshd_config lines
+    vars: dict = field(default_factory=dict)     # inventory variables of this host
 
     @property
     def log(self) -> Path:
@@ -180,7 +181,7 @@ class SSHCluster:
             f"Host *\n  User {self.user}\n  IdentityFile {self.user_key}\n  IdentitiesOnly yes\n"
             f"  UserKnownHostsFile {self.known_hosts}\n  GlobalKnownHostsFile /dev/null\n"
             "  StrictHostKeyChecking yes\n  BatchMode yes\n")
-        hosts = {h.name: {"ansible_host": h.address, "ansible_port": h.port} for h in self.hosts}
+        hosts = {h.name: {"ansible_host": h.address, "ansible_port": h.port, **h.vars} for h in self.hosts}
         group = {"hosts": hosts, **({"vars": self.inventory_vars} if self.inventory_vars else {})}
         self.inventory.write_text(yaml.safe_dump({"all": {"children": {"cluster": group}}}, sort_keys=False))
 

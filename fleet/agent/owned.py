@@ -1,0 +1,271 @@
+"""Node state fleet changes, and always puts back: owned sysctls, DCGM pause, GPU counter locks.
+
+Runs ON THE NODE (standard library only, Python 3.8). The rules:
+
+* Only sysctls the inventory lists for this node are ever written, and only
+  to the listed value (the controller sends the list; the agent checks again).
+* Before the first change the original value is recorded in a state file.
+  Every run that needs the change registers itself as a holder (pid and the
+  process's start time, so a reused pid is not mistaken for a live holder);
+  the original comes back when the last holder leaves. All of it under one
+  flock, so concurrent runs on a node count correctly.
+* A holder that died without leaving (fleet or the agent killed) is found by
+  the next agent on the node, or by ``fleet repair``, which restore.
+* The state directory belongs to root and is checked for owner, mode and
+  symlinks before use: no other account can plant a value for root to
+  "restore". Changing sysctls needs root anyway.
+* GPU counter locks are flocks on files in /var/lock, one per GPU, shared by
+  all users of the node; a lock dies with its process.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import pwd
+import stat
+import subprocess
+import sys
+import time
+
+# How fleet starts its agent: the script arrives compressed on stdin and stays in `b`,
+# so the agent can hand itself to `sudo -n` for the steps that need root.
+BOOTSTRAP = "import sys,zlib;b=sys.stdin.buffer.read();exec(compile(zlib.decompress(b),'<fleet-agent>','exec'))"
+STATE_DIR = os.environ.get("FLEET_STATE_DIR", "/var/lib/fleet")
+LOCK_DIR = os.environ.get("FLEET_LOCK_DIR", "/var/lock")
+
+
+class OwnedError(Exception):
+    """The node's state cannot be changed safely; nothing was changed."""
+
+
+def start_time(pid):
+    """The process's start time in clock ticks, or None when it is gone."""
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            return int(f.read().rsplit(")", 1)[1].split()[19])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def me():
+    return {"pid": os.getpid(), "start": start_time(os.getpid()), "user": pwd.getpwuid(os.getuid()).pw_name}
+
+
+def alive(holder):
+    return start_time(holder["pid"]) == holder.get("start")
+
+
+def _safe_dir(path):
+    """Create or check a root-only directory; refuse anything another account could control."""
+    os.makedirs(path, mode=0o700, exist_ok=True)
+    st = os.lstat(path)
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o022:
+        raise OwnedError("%s must be a directory owned by uid %d and not writable by others" % (path, os.geteuid()))
+
+
+class State:
+    """The state file, under its lock, as a context manager: ``with State() as s: ...``."""
+
+    def __init__(self, directory=None):
+        self.dir = directory or STATE_DIR
+
+    def __enter__(self):
+        if os.geteuid() != 0:
+            raise OwnedError("changing node state needs root (log in as root, or use the Slurm prolog)")
+        _safe_dir(self.dir)
+        self._lock = os.open(os.path.join(self.dir, "state.lock"), os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+        fcntl.flock(self._lock, fcntl.LOCK_EX)
+        path = os.path.join(self.dir, "state.json")
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+        except FileNotFoundError:
+            self.data = {"sysctls": {}, "dcgm": None}
+            return self
+        with os.fdopen(fd) as f:
+            st = os.fstat(f.fileno())
+            if st.st_uid != os.geteuid() or st.st_mode & 0o077:
+                raise OwnedError("%s is not private to uid %d: refusing to trust it" % (path, os.geteuid()))
+            self.data = json.load(f)
+        return self
+
+    def __exit__(self, *exc):
+        try:
+            tmp = os.path.join(self.dir, "state.json.tmp")
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+            with os.fdopen(fd, "w") as f:
+                json.dump(self.data, f, indent=1)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, os.path.join(self.dir, "state.json"))
+        finally:
+            os.close(self._lock)
+
+
+def sysctl_path(name):
+    if "/" in name or name.startswith(".") or ".." in name:
+        raise OwnedError("not a sysctl name: %r" % name)
+    return "/proc/sys/" + name.replace(".", "/")
+
+
+def read_sysctl(name):
+    with open(sysctl_path(name)) as f:
+        return f.read().strip()
+
+
+def write_sysctl(name, value):
+    with open(sysctl_path(name), "w") as f:
+        f.write(str(value))
+
+
+def acquire_sysctls(wanted, owned, holder, state_dir=None):
+    """Set each wanted sysctl (name -> value) that ``owned`` allows; return what was changed."""
+    for name, value in wanted.items():
+        if name not in owned or str(owned[name]) != str(value):
+            raise OwnedError("%s=%s is not owned by fleet on this node (owned_sysctls)" % (name, value))
+    changes = {}
+    with State(state_dir) as s:
+        _drop_dead(s)
+        for name, value in wanted.items():
+            entry = s.data["sysctls"].get(name)
+            if entry is None:
+                entry = s.data["sysctls"][name] = {"original": read_sysctl(name), "value": str(value), "holders": []}
+                write_sysctl(name, value)
+            entry["holders"].append(holder)
+            changes[name] = {"from": entry["original"], "to": str(value)}
+        _settle(s)  # what only dead runs held goes back now
+    return changes
+
+
+def release(holder, state_dir=None):
+    """Leave every entry this holder joined; put back what nobody holds any more."""
+    with State(state_dir) as s:
+        for entry in list(s.data["sysctls"].values()) + ([s.data["dcgm"]] if s.data.get("dcgm") else []):
+            entry["holders"] = [h for h in entry["holders"] if (h["pid"], h.get("start")) != (holder["pid"],
+                                                                                         holder.get("start"))]
+        return _settle(s)
+
+
+def repair(state_dir=None):
+    """Put back whatever only dead holders were keeping changed."""
+    if not os.path.exists(os.path.join(state_dir or STATE_DIR, "state.json")):
+        return {"restored": {}, "dcgm_resumed": False, "held": {}}
+    with State(state_dir) as s:
+        _drop_dead(s)
+        done = _settle(s)
+        done["held"] = {n: [h["pid"] for h in e["holders"]] for n, e in s.data["sysctls"].items()}
+        return done
+
+
+def _drop_dead(s):
+    for entry in list(s.data["sysctls"].values()) + ([s.data["dcgm"]] if s.data.get("dcgm") else []):
+        entry["holders"] = [h for h in entry["holders"] if alive(h)]
+
+
+def _settle(s):
+    restored, resumed = {}, False
+    for name, entry in list(s.data["sysctls"].items()):
+        if not entry["holders"]:
+            write_sysctl(name, entry["original"])
+            restored[name] = entry["original"]
+            del s.data["sysctls"][name]
+    if s.data.get("dcgm") and not s.data["dcgm"]["holders"]:
+        dcgmi(["profile", "--resume"])
+        s.data["dcgm"], resumed = None, True
+    return {"restored": restored, "dcgm_resumed": resumed}
+
+
+def dcgmi(args):
+    out = subprocess.run(["dcgmi"] + args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=60)
+    if out.returncode != 0:
+        raise OwnedError("dcgmi %s failed: %s" % (" ".join(args), out.stdout.decode(errors="replace").strip()))
+
+
+def pause_dcgm(holder, state_dir=None):
+    """``dcgmi profile --pause`` for the first holder; recorded, so a dead run's pause is undone."""
+    with State(state_dir) as s:
+        _drop_dead(s)
+        if not s.data.get("dcgm"):
+            dcgmi(["profile", "--pause"])
+            s.data["dcgm"] = {"holders": []}
+        s.data["dcgm"]["holders"].append(holder)
+        _settle(s)
+
+
+class GPULock:
+    """One counter-using profiler per GPU across all users of the node (flock; dies with us)."""
+
+    def __init__(self, uuid, lock_dir=None):
+        self.path = os.path.join(lock_dir or LOCK_DIR, "fleet-gpu-%s.lock" % uuid)
+        self.fd = None
+
+    def holder(self):
+        try:
+            with open(self.path) as f:
+                return json.load(f)
+        except (OSError, ValueError):
+            return None
+
+    def acquire(self, wait=0.0):
+        """True once held; False if another run holds it after ``wait`` seconds."""
+        try:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o666)
+        except OSError as e:
+            raise OwnedError("cannot open the GPU lock %s: %s" % (self.path, e))
+        if os.fstat(fd).st_uid == os.geteuid():
+            os.fchmod(fd, 0o666)  # every user of the node must be able to take it after us
+        deadline = time.monotonic() + wait
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    os.close(fd)
+                    return False
+                time.sleep(0.2)
+        os.ftruncate(fd, 0)
+        os.write(fd, json.dumps(me()).encode())
+        self.fd = fd
+        return True
+
+    def release(self):
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
+
+
+OPS = {"repair": repair, "acquire_sysctls": acquire_sysctls, "release": release, "pause_dcgm": pause_dcgm}
+
+
+def privileged(op, **kw):
+    """Do one state-changing step as root: directly, or by running this agent again under ``sudo -n``."""
+    if os.geteuid() == 0:
+        return OPS[op](**kw)
+    main_module = sys.modules.get("__main__")
+    bundle = getattr(main_module, "b", None)
+    if not isinstance(bundle, bytes):
+        raise OwnedError("changing node state needs root, and this agent cannot re-run itself under sudo")
+    out = subprocess.run(["sudo", "-n", sys.executable, "-c", BOOTSTRAP,
+                          json.dumps(dict(kw, mode="owned", op=op))],
+                         input=bundle, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    lines = out.stdout.decode(errors="replace").strip().splitlines()
+    doc = json.loads(lines[-1]) if out.returncode in (0, 1) and lines else {}
+    if out.returncode != 0 or "error" in doc:
+        why = doc.get("error") or out.stderr.decode(errors="replace").strip().splitlines()[-1:] or ["no output"]
+        raise OwnedError("as root through sudo -n: %s" % (why if isinstance(why, str) else why[0]))
+    return doc.get("value")
+
+
+def main(args):
+    """Entry point for ``fleet repair`` and for steps re-run under sudo: one JSON line out."""
+    op = args.get("op", "repair")
+    kw = {k: v for k, v in args.items() if k not in ("mode", "op")}
+    result = {"host": os.uname()[1]}
+    try:
+        result["value"] = OPS[op](**kw) if os.geteuid() == 0 else privileged(op, **kw)
+    except (OwnedError, OSError) as e:
+        result["error"] = str(e)
+    print(json.dumps(result))
+    return 1 if "error" in result else 0

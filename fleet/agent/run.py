@@ -1,0 +1,253 @@
+"""Carry out one node's profiling plan, and leave the node as it was.
+
+Runs ON THE NODE (standard library, Python 3.8), started by fleet with the
+plan from ``fleet/plan.py``. In order: put back what dead runs left changed;
+take the GPU counter locks; set owned sysctls; pause DCGM; look at the GPUs
+once more, right before a counter-using profiler starts; run the profiler,
+relaying its output; stop it only with SIGTERM/SIGINT so its report is
+finished; find the report (also where nsys wrote it when the name was taken,
+and a leftover .qdstrm, which it finishes); hash it; put everything back.
+
+The last line on stdout is ``RESULT_MARK`` and a JSON document. If fleet went
+away meanwhile (its connection closed), the run goes on, the node is still
+put back, and the document is also left beside the reports.
+"""
+
+from __future__ import annotations
+
+import glob
+import hashlib
+import json
+import os
+import re
+import selectors
+import signal
+import subprocess
+import sys
+import time
+
+try:  # as shipped by fleet, every module travels under a flat name
+    import fleet_agent_node as node
+    import fleet_agent_owned as owned
+    import fleet_policy as policy
+except ImportError:  # as part of the installed package (tests, the local machine)
+    from . import node, owned
+    from .. import policy
+
+RESULT_MARK = "\x1e@@fleet-result@@ "
+REFUSED_EXIT = 5
+STOP_GRACE = 30.0  # seconds between repeated stop signals; a profiler is never SIGKILLed
+
+
+class Relay:
+    """Copies the profiler's output to ours; keeps a tail to read nsys's own messages."""
+
+    def __init__(self):
+        self.dead = False
+        self.tail = b""
+
+    def write(self, stream, data):
+        self.tail = (self.tail + data)[-65536:]
+        if self.dead:
+            return
+        try:
+            stream.write(data)
+            stream.flush()
+        except (BrokenPipeError, OSError, ValueError):
+            self.dead = True  # fleet is gone; the run is not
+
+
+def run_profiler(plan, relay, stop_requested):
+    env = dict(os.environ, **plan.get("env", {}))
+    proc = subprocess.Popen(plan["argv"], env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, start_new_session=True)
+    sel = selectors.DefaultSelector()
+    sel.register(proc.stdout, selectors.EVENT_READ, sys.stdout.buffer)
+    sel.register(proc.stderr, selectors.EVENT_READ, sys.stderr.buffer)
+    deadline = time.monotonic() + plan["timeout"] if plan.get("timeout") else None
+    last_stop = None
+    open_streams = 2
+    while open_streams or proc.poll() is None:
+        now = time.monotonic()
+        wants_stop = stop_requested() or (deadline is not None and now >= deadline)
+        if wants_stop and (last_stop is None or now - last_stop >= STOP_GRACE) and proc.poll() is None:
+            stop(proc, plan["tool"])
+            last_stop = now
+        for key, _ in sel.select(timeout=0.2) if open_streams else []:
+            data = os.read(key.fileobj.fileno(), 65536)
+            if not data:
+                sel.unregister(key.fileobj)
+                open_streams -= 1
+            else:
+                relay.write(key.data, data)
+        if not open_streams:
+            time.sleep(0.05)
+    return proc.returncode, last_stop is not None
+
+
+def stop(proc, tool):
+    """nsys: SIGTERM to nsys alone, which stops the application and writes the report.
+    ncu: SIGINT to its process group, as Ctrl-C in a terminal would."""
+    try:
+        if tool == "nsys":
+            os.kill(proc.pid, signal.SIGTERM)
+        else:
+            os.killpg(proc.pid, signal.SIGINT)
+    except ProcessLookupError:
+        pass
+
+
+def importer_for(nsys):
+    """The QdstrmImporter of the same nsys installation, which finishes a .qdstrm."""
+    if not nsys:
+        return None
+    here = os.path.dirname(os.path.realpath(nsys))
+    for pattern in ("QdstrmImporter", "../*/QdstrmImporter", "../../*/QdstrmImporter"):
+        hits = sorted(glob.glob(os.path.join(here, pattern)))
+        if hits:
+            return os.path.normpath(hits[0])
+    return None
+
+
+def sha256(path):
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def collect(plan, tail, notes):
+    """Every report this run produced, finished and hashed."""
+    ext = ".nsys-rep" if plan["tool"] == "nsys" else ".ncu-rep"
+    stem = glob.escape(plan["output"]).replace("%p", "*")
+    found = []
+    if plan["tool"] == "nsys":
+        for leftover in sorted(glob.glob(stem + ".qdstrm")):
+            if not os.path.exists(leftover[: -len(".qdstrm")] + ext):
+                finish_qdstrm(plan, leftover, notes)
+        # A taken name makes nsys write to /tmp/nsys-report-*.nsys-rep and still exit 0.
+        for i, elsewhere in enumerate(re.findall(rb"(/tmp/nsys-report-[0-9a-f]+\.nsys-rep)", tail)):
+            path = elsewhere.decode()
+            if os.path.exists(path):
+                target = plan["output"].replace("%p", "moved%d" % i) + ext
+                os.replace(path, target)
+                notes.append("nsys wrote %s because the name was taken; moved to %s" % (path, target))
+    for path in sorted(glob.glob(stem + ext)):
+        found.append({"path": path, "size": os.path.getsize(path), "sha256": sha256(path),
+                      "finished_from_qdstrm": path in [n.get("finished") for n in notes if isinstance(n, dict)]})
+    return found
+
+
+def finish_qdstrm(plan, leftover, notes):
+    importer = importer_for(plan.get("nsys"))
+    if importer is None:
+        notes.append("unfinished report %s: no QdstrmImporter next to %s" % (leftover, plan.get("nsys")))
+        return
+    out = subprocess.run([importer, "-i", leftover], stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    report = leftover[: -len(".qdstrm")] + ".nsys-rep"
+    if out.returncode == 0 and os.path.exists(report):
+        notes.append({"finished": report, "by": importer})
+    else:
+        notes.append("QdstrmImporter could not finish %s (exit %s): %s" % (
+            leftover, out.returncode, out.stdout.decode(errors="replace").strip()[-300:]))
+
+
+def recheck(plan):
+    """Tenants on the plan's GPUs now, by the same rule the plan was made with."""
+    procs = node.processes()
+    nvml, gpus = node.gpus(procs, os.getuid())
+    if not nvml.get("available"):
+        return ["NVML is not available any more: %s" % nvml.get("error")]
+    state = {"gpus": gpus, "mps": node.daemons(procs)[0]}
+    request = policy.Request(gpus=tuple(plan["recheck"]["gpus"]), allow_own=plan["recheck"]["allow_own"])
+    return [str(t) for t in policy.tenants(state, request)]
+
+
+def main(args):
+    plan = args["plan"]
+    holder = owned.me()
+    result = {"status": "ok", "host": os.uname()[1], "reasons": [], "notes": [], "reports": [],
+              "given_up": list(plan.get("given_up", [])), "changed": {}, "exit_status": None}
+    stops = []
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, lambda s, f: stops.append(s))
+    locks, changed_state = [], False
+    relay = Relay()
+    try:
+        if os.geteuid() == 0 and os.path.isdir(owned.STATE_DIR):
+            repaired = owned.repair()
+            if repaired["restored"] or repaired["dcgm_resumed"]:
+                result["notes"].append("put back what an earlier run left: %s" % repaired)
+        for uuid in plan.get("gpu_locks", []):
+            lock = owned.GPULock(uuid)
+            if not lock.acquire(plan.get("lock_wait", 0)):
+                h = lock.holder() or {}
+                return refuse(result, "GPU %s is being profiled by pid %s (user %s)" % (
+                    uuid, h.get("pid", "?"), h.get("user", "?")))
+            locks.append(lock)
+        if plan.get("sysctls"):
+            changed_state = True
+            try:
+                result["changed"] = owned.privileged("acquire_sysctls", wanted=plan["sysctls"],
+                                                     owned=plan.get("owned_sysctls", {}), holder=holder)
+            except (owned.OwnedError, OSError) as e:
+                give_up_sampling(plan, result, e)
+        if plan.get("pause_dcgm"):
+            changed_state = True
+            owned.privileged("pause_dcgm", holder=holder)
+            result["changed"]["dcgm"] = "profiling paused"
+        if plan.get("recheck"):
+            tenants = recheck(plan)
+            if tenants:
+                return refuse(result, *["tenant appeared since the probe: " + t for t in tenants])
+        os.makedirs(os.path.dirname(plan["output"]), exist_ok=True)
+        code, stopped = run_profiler(plan, relay, lambda: bool(stops))
+        result["exit_status"], result["stopped"] = code, stopped
+        result["reports"] = collect(plan, relay.tail, result["notes"])
+        if not result["reports"]:
+            result["status"] = "no-report"
+            result["reasons"].append("the profiler exited %s and left no report under %s" % (code, plan["output"]))
+        return 0 if result["reports"] else 1
+    except (owned.OwnedError, OSError) as e:
+        result["status"] = "error"
+        result["reasons"].append(str(e))
+        return 1
+    finally:
+        if changed_state:
+            try:
+                result["restored"] = owned.privileged("release", holder=holder)
+            except Exception as e:  # reported; the next run or `fleet repair` puts it back
+                result["notes"].append("could not put back node state now (%s); `fleet repair` will" % e)
+        for lock in locks:
+            lock.release()
+        emit(result, plan, relay)
+
+
+def give_up_sampling(plan, result, why):
+    """The owned sysctl could not be set: trace without CPU sampling rather than not at all."""
+    argv = plan["argv"]
+    if plan["tool"] == "nsys" and "--sample=none" not in argv:
+        plan["argv"] = argv[:2] + ["--sample=none", "--cpuctxsw=none"] + argv[2:]
+    result["given_up"].append("CPU sampling and context switches: could not set %s (%s)" % (
+        ", ".join(plan["sysctls"]), why))
+    plan["sysctls"] = {}
+
+
+def refuse(result, *reasons):
+    result["status"] = "refused"
+    result["reasons"].extend(reasons)
+    return REFUSED_EXIT
+
+
+def emit(result, plan, relay):
+    line = json.dumps(result)
+    try:
+        directory = os.path.dirname(plan["output"])
+        if os.path.isdir(directory):
+            with open(os.path.join(directory, "%s.result.json" % result["host"]), "w") as f:
+                f.write(line)
+    except OSError:
+        pass
+    lead = "" if not relay.tail or relay.tail.endswith(b"\n") else "\n"
+    relay.write(sys.stdout.buffer, (lead + RESULT_MARK + line + "\n").encode())

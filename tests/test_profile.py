@@ -1,0 +1,285 @@
+"""fleet profile over real sshd hosts with simulated GPUs and stand-in profilers.
+
+The node state these tests change is real: kernel.perf_event_paranoid of the
+machine the tests run on, flocks, and the agent's state file.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from fleet import probe, profile
+from fleet.agent import owned
+from fleet.inventory import load
+from fleet.plan import ProfileRequest
+from fleet.transport import Fanout
+from fleet.transport.settings import SSHSettings
+from tests.conftest import REPO, announce, run_fleet
+from tests.harness import fakenvml
+from tests.harness.sshd import SSHCluster, ensure_user
+from tests.test_agent import TENANT_USER, spawn, stop
+from tests.test_transport import NASTY as NASTY_ARGS
+
+PARANOID = Path("/proc/sys/kernel/perf_event_paranoid")
+SUDOERS = Path("/etc/sudoers.d/fleet-tests")
+
+
+def wait_for(predicate, timeout=30.0):
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not reached in time")
+        time.sleep(0.05)
+
+
+@pytest.fixture(scope="module")
+def lab(pytestconfig):
+    """Three lab servers. On h01 fleet logs in as an ordinary user (owned sysctls go through
+    `sudo -n`, GPU counters are closed); on h02 and h03 as root (counters open, as for ncu)."""
+    ensure_user(TENANT_USER)
+    c = SSHCluster(3)
+    original = PARANOID.read_text().strip()
+    tenant = spawn(TENANT_USER, ["sleep", "900"])
+    try:
+        lib = fakenvml.build(c.dir / "fakenvml")
+        state_dir, lock_dir = c.dir / "state", c.dir / "locks"
+        lock_dir.mkdir(mode=0o777)
+        lock_dir.chmod(0o1777)
+        for h in c.hosts:
+            scenario = c.dir / f"scenario-{h.name}.txt"
+            fakenvml.write_scenario(scenario, {"gpus": [{"index": 0, "uuid": f"GPU-{h.name}-0"},
+                                                        {"index": 1, "uuid": f"GPU-{h.name}-1"}]})
+            scenario.chmod(0o644)
+            env = {**fakenvml.env(lib, scenario), "FLEET_STATE_DIR": state_dir, "FLEET_LOCK_DIR": lock_dir}
+            h.options["SetEnv"] = " ".join(f"{k}={v}" for k, v in env.items())
+        for h in c.hosts[1:]:
+            h.vars["ansible_user"] = "root"
+        tools = c.standins()
+        c.inventory_vars = {"nsys_path": str(tools / "nsys"), "ncu_path": str(tools / "ncu"),
+                            "ansible_python_interpreter": "/usr/bin/python3",
+                            "owned_sysctls": {"kernel.perf_event_paranoid": 2}}
+        SUDOERS.write_text(f'Defaults:{c.user} env_keep += "FLEET_STATE_DIR FLEET_LOCK_DIR"\n'
+                           f"{c.user} ALL=(root) NOPASSWD: /usr/bin/python3\n")
+        SUDOERS.chmod(0o440)
+        PARANOID.write_text("3")  # as Debian ships it: CPU sampling blocked for users
+        c.start()
+        announce(pytestconfig, f"started {len(c.hosts)} sshd lab servers; perf_event_paranoid set to 3 "
+                               f"for the tests (was {original})")
+        yield {"c": c, "tenant": tenant.pid, "state": state_dir, "locks": lock_dir,
+               "out": c.scratch("reports")}
+    finally:
+        stop([tenant])
+        c.stop()
+        SUDOERS.unlink(missing_ok=True)
+        PARANOID.write_text(original)
+        announce(pytestconfig, f"perf_event_paranoid put back to {original}")
+
+
+def scenario(lab, host, processes=(), gpu=0):
+    gpus = [{"index": i, "uuid": f"GPU-{host}-{i}", "processes": list(processes) if i == gpu else []}
+            for i in (0, 1)]
+    fakenvml.write_scenario(lab["c"].dir / f"scenario-{host}.txt", {"gpus": gpus})
+
+
+@pytest.fixture(autouse=True)
+def clean_gpus(lab):
+    for h in lab["c"].hosts:
+        scenario(lab, h.name)
+    yield
+    assert PARANOID.read_text().strip() == "3", "a test left kernel.perf_event_paranoid changed"
+
+
+def fleet(lab, *args, **kw):
+    return run_fleet("profile", "--out", str(lab["out"]), *args, env=lab["c"].env(), **kw)
+
+
+def held_entries(lab) -> dict:
+    path = lab["state"] / "state.json"
+    return json.loads(path.read_text())["sysctls"] if path.exists() else {}
+
+
+def lock_is_free(lab, uuid) -> bool:
+    lock = owned.GPULock(uuid, str(lab["locks"]))
+    if lock.acquire():
+        lock.release()
+        return True
+    return False
+
+
+def test_ncu_is_refused_beside_a_tenant_and_nothing_starts(lab):
+    scenario(lab, "h03", [{"kind": "compute", "pid": lab["tenant"], "mem": 1_700_000_000}])
+    marker = lab["c"].scratch("refused") / "ran"
+    out = fleet(lab, "--hosts", "h03", "--tool", "ncu", "--gpu", "0", "--", "touch", str(marker))
+    assert out.returncode == 5, out.stderr
+    assert f"GPU 0: pid {lab['tenant']} ({TENANT_USER}, 1.7 GB) belongs to another user" in out.stderr
+    assert not marker.exists() and lock_is_free(lab, "GPU-h03-0") and held_entries(lab) == {}
+    assert PARANOID.read_text().strip() == "3"
+
+
+def test_ncu_runs_alone_on_its_gpu_and_the_report_comes_home(lab):
+    scenario(lab, "h02", [{"kind": "compute", "pid": lab["tenant"], "mem": 10**9}], gpu=1)  # tenant on GPU 1 only
+    out = fleet(lab, "--hosts", "h02", "--tool", "ncu", "--gpu", "0", "--json", "--",
+                "sh", "-c", 'echo "visible=$CUDA_VISIBLE_DEVICES"')
+    assert out.returncode == 0, out.stderr
+    [run] = json.loads(out.stdout)["hosts"]
+    assert run["status"] == "ok" and "visible=GPU-h02-0" in out.stderr
+    [rep] = run["reports"]
+    assert rep["verified"] and rep["local"].endswith(".ncu-rep")
+    report = json.loads(Path(rep["local"]).read_text())
+    assert report["options"]["--clock-control"] == "base"  # always explicit
+    assert lock_is_free(lab, "GPU-h02-0")
+
+
+def test_a_tenant_arriving_after_the_probe_stops_ncu_before_it_starts(lab):
+    c = lab["c"]
+    hosts = load([c.inventory]).select(["h03"])
+    marker = c.scratch("late") / "ran"
+    req = ProfileRequest(tool="ncu", command=("touch", str(marker)), run_id="late-tenant", gpus=(0,))
+
+    async def go():
+        async with Fanout(SSHSettings(config=str(c.ssh_config))) as fan:
+            runs = await profile.plan_all(fan, hosts, req)
+            assert runs["h03"].status == "planned"
+            scenario(lab, "h03", [{"kind": "compute", "pid": lab["tenant"], "mem": 10**9}])  # arrives now
+            await profile.run_planned(fan, hosts, runs, req, out=lab["out"])
+            return runs["h03"]
+
+    run = asyncio.run(go())
+    assert run.status == "refused" and "tenant appeared since the probe" in run.error
+    assert not marker.exists() and lock_is_free(lab, "GPU-h03-0")
+
+
+def test_owned_sysctl_is_set_for_the_run_and_restored(lab):
+    out = fleet(lab, "--hosts", "h01", "--json", "--", "cat", str(PARANOID))
+    assert out.returncode == 0, out.stderr
+    [run] = json.loads(out.stdout)["hosts"]
+    assert run["plan"]["sysctls"] == {"kernel.perf_event_paranoid": 2}
+    assert out.stderr.splitlines()[0] == "2"  # what the workload saw
+    assert run["result"]["changed"] == {"kernel.perf_event_paranoid": {"from": "3", "to": "2"}}
+    assert run["result"]["restored"]["restored"] == {"kernel.perf_event_paranoid": "3"}
+    assert PARANOID.read_text().strip() == "3" and held_entries(lab) == {}
+
+
+def test_a_sysctl_nobody_owns_is_never_touched(lab, tmp_path):
+    doc = yaml.safe_load(lab["c"].inventory.read_text())
+    del doc["all"]["children"]["cluster"]["vars"]["owned_sysctls"]
+    inv = tmp_path / "inv.yaml"
+    inv.write_text(yaml.safe_dump(doc))
+    out = run_fleet("profile", "--out", str(lab["out"]), "--hosts", "h01", "--json", "--", "cat", str(PARANOID),
+                    env={**lab["c"].env(), "FLEET_INVENTORY": str(inv)})
+    [run] = json.loads(out.stdout)["hosts"]
+    assert out.stderr.splitlines()[0] == "3" and run["plan"]["sysctls"] == {}
+    assert "--sample=none" in run["plan"]["argv"] and "--cpuctxsw=none" in run["plan"]["argv"]
+    assert any("CPU sampling" in g for g in run["result"]["given_up"])
+
+
+def test_fleet_killed_mid_run_still_leaves_the_node_as_it_was(lab):
+    proc = subprocess.Popen([sys.executable, "-m", "fleet", "profile", "--out", str(lab["out"]), "--hosts", "h01",
+                             "--", "sleep", "2"], env={**os.environ, **lab["c"].env()}, cwd=REPO,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    wait_for(lambda: PARANOID.read_text().strip() == "2")
+    proc.kill()  # SIGKILL: fleet cannot clean up; the agent on the node does
+    proc.wait()
+    wait_for(lambda: PARANOID.read_text().strip() == "3")
+    assert held_entries(lab) == {}
+
+
+def test_an_agent_killed_on_the_node_is_repaired_by_fleet_repair(lab):
+    proc = subprocess.Popen([sys.executable, "-m", "fleet", "profile", "--out", str(lab["out"]), "--hosts", "h01",
+                             "--", "sleep", "30"], env={**os.environ, **lab["c"].env()}, cwd=REPO,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_for(lambda: held_entries(lab).get("kernel.perf_event_paranoid"))
+        [agent] = held_entries(lab)["kernel.perf_event_paranoid"]["holders"]
+        os.kill(agent["pid"], signal.SIGKILL)  # the agent dies without putting anything back
+        assert PARANOID.read_text().strip() == "2"
+        wait_for(lambda: owned.start_time(agent["pid"]) is None)  # gone (reaped by sshd)
+        out = run_fleet("repair", "h01", env=lab["c"].env())
+        assert out.returncode == 0 and "kernel.perf_event_paranoid=3" in out.stdout, (out.stdout, out.stderr,
+                                                                                     held_entries(lab))
+        assert PARANOID.read_text().strip() == "3" and held_entries(lab) == {}
+    finally:
+        proc.kill()
+        proc.wait()
+        subprocess.run(["pkill", "-f", "sleep 30"])
+
+
+def test_two_concurrent_runs_restore_only_when_the_last_ends(lab):
+    gates = lab["c"].scratch("gates")
+    env = {**os.environ, **lab["c"].env()}
+
+    def start(gate: str):  # a workload that runs until the test opens its gate
+        return subprocess.Popen([sys.executable, "-m", "fleet", "profile", "--out", str(lab["out"]), "--hosts", "h01",
+                                 "--", "sh", "-c", 'while [ ! -e "$0" ]; do sleep 0.05; done', str(gates / gate)],
+                                env=env, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+
+    holders = lambda: len(held_entries(lab).get("kernel.perf_event_paranoid", {}).get("holders", []))
+    first = start("first")
+    wait_for(lambda: holders() == 1)
+    second = start("second")
+    wait_for(lambda: holders() == 2)
+    (gates / "first").touch()
+    assert first.wait(timeout=60) == 0, first.stderr.read()
+    assert PARANOID.read_text().strip() == "2" and holders() == 1  # the second run still holds it
+    (gates / "second").touch()
+    assert second.wait(timeout=60) == 0, second.stderr.read()
+    assert PARANOID.read_text().strip() == "3" and held_entries(lab) == {}
+
+
+def test_shell_metacharacters_in_the_command_survive(lab):
+    target = lab["c"].scratch("meta") / "args"
+    out = fleet(lab, "--hosts", "h02", "--", "sh", "-c", 'printf "%s\\0" "$@" > "$0"', str(target), *NASTY_ARGS)
+    assert out.returncode == 0, out.stderr
+    assert target.read_bytes().split(b"\0")[:-1] == [a.encode() for a in NASTY_ARGS]
+
+
+def test_timeout_stops_nsys_with_sigterm_and_the_report_is_finished(lab):
+    out = fleet(lab, "--hosts", "h03", "--timeout", "1.5", "--json", "--", "sleep", "60")
+    assert out.returncode == 0, out.stderr
+    [run] = json.loads(out.stdout)["hosts"]
+    assert run["result"]["stopped"] is True and run["result"]["exit_status"] == 143
+    assert run["reports"][0]["verified"] and json.loads(Path(run["reports"][0]["local"]).read_text())["kernels"]
+
+
+def test_an_nsys_killed_mid_run_leaves_a_qdstrm_that_fleet_finishes(lab):
+    out = fleet(lab, "--hosts", "h01", "--json", "--", "sh", "-c", "kill -KILL $PPID")  # SIGKILL to nsys itself
+    assert out.returncode == 0, out.stderr
+    [run] = json.loads(out.stdout)["hosts"]
+    [rep] = run["reports"]
+    assert rep["finished_from_qdstrm"] and rep["verified"]
+    assert json.loads(Path(rep["local"]).read_text())["finished_by"] == "QdstrmImporter"
+
+
+def test_a_held_gpu_lock_refuses_naming_the_holder_or_waits(lab):
+    lock = owned.GPULock("GPU-h02-1", str(lab["locks"]))
+    assert lock.acquire()
+    try:
+        out = fleet(lab, "--hosts", "h02", "--tool", "ncu", "--gpu", "1", "--", "true")
+        assert out.returncode == 5 and f"being profiled by pid {os.getpid()}" in out.stderr
+        waiting = subprocess.Popen([sys.executable, "-m", "fleet", "profile", "--out", str(lab["out"]), "--hosts",
+                                    "h02", "--tool", "ncu", "--gpu", "1", "--wait", "20", "--", "true"],
+                                   env={**os.environ, **lab["c"].env()}, cwd=REPO, stderr=subprocess.PIPE)
+        time.sleep(1.5)
+        assert waiting.poll() is None  # still waiting for the lock
+    finally:
+        lock.release()
+    assert waiting.wait(timeout=60) == 0, waiting.stderr.read()
+
+
+def test_dry_run_prints_the_plan_and_touches_nothing(lab):
+    scenario(lab, "h03", [{"kind": "compute", "pid": lab["tenant"], "mem": 10**9}])
+    out = fleet(lab, "--hosts", "h02,h03", "--tool", "ncu", "--gpu", "0", "--dry-run", "--", "true")
+    assert out.returncode == 6  # h03 refused, h02 planned
+    assert "h02: planned" in out.stdout and "--clock-control base" in out.stdout
+    assert "h03: refused" in out.stderr and "belongs to another user" in out.stderr
+    assert lock_is_free(lab, "GPU-h02-0") and held_entries(lab) == {}
