@@ -8,9 +8,15 @@ command on every host and must print one line per host.
 Measured per run: wall time (time.monotonic around the whole process) and the
 client's CPU time (user+sys of the process and every descendant it waited for,
 from os.wait4's rusage). The sshd hosts are daemons outside that tree: their
-CPU is not counted, but they share the machine's cores with the client.
+CPU is recorded apart (sshd_cpu_s), and they share the machine's cores with
+the client. Also recorded, to spot noise from other work on the machine: its
+busy share before each round and, per run, the CPU used besides the client
+and the sshd listeners (other_cpu_s; mostly the remote commands).
 
-    sudo .venv/bin/python bench/fanout.py --hosts 16,64,256 --runs 5
+    sudo .venv/bin/python bench/fanout.py --hosts 16,64,256 --runs 5 --fleet-ref HEAD
+
+--fleet-ref measures fleet as committed at a git ref (a git archive snapshot
+put first on its PYTHONPATH); without it, the working tree's fleet.
 
 Raw results go to bench/results/fanout-<N>.json; a markdown table is printed.
 """
@@ -62,14 +68,6 @@ SAME_KEX_PEERS = ["pdsh-c25519", "clush-c25519", "xargs-c25519"]
 
 
 # --- hosts ---
-
-def spread_addresses(c: SSHCluster) -> None:
-    """The harness numbers hosts 127.A.B.1..N, which stops being an address
-    past 255: continue on 127.A.B+1.x, 250 hosts per /24."""
-    _, a, b, _ = c.hosts[0].address.split(".")
-    for i, h in enumerate(c.hosts):
-        h.address = f"127.{a}.{int(b) + i // 250}.{i % 250 + 1}"
-
 
 def check_sshd_configs(c: SSHCluster) -> None:
     for h in c.hosts:
@@ -160,6 +158,26 @@ def machine_busy(seconds: float = 0.5) -> float:
     time.sleep(seconds)
     t1, i1 = snap()
     return round(1 - (i1 - i0) / max(1, t1 - t0), 3)
+
+
+def cpu_stat() -> tuple[float, float]:
+    """Seconds of busy CPU (all CPUs, idle/iowait/steal left out) and of steal, since boot."""
+    f = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    hz = os.sysconf("SC_CLK_TCK")
+    return (f[0] + f[1] + f[2] + f[5] + f[6]) / hz, f[7] / hz
+
+
+def sshd_cpu(c: SSHCluster) -> float:
+    """CPU seconds of the sshd listeners and the children they reaped (sessions and the remote commands)."""
+    hz = os.sysconf("SC_CLK_TCK")
+    total = 0
+    for h in c.hosts:
+        try:
+            fields = Path(f"/proc/{h.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except (OSError, TypeError):
+            continue
+        total += sum(int(x) for x in fields[11:15])  # utime stime cutime cstime
+    return total / hz
 
 
 def wait_quiet(limit: float, threshold: float = 0.10) -> float:
@@ -257,6 +275,8 @@ def run_once(cmd: dict, c: SSHCluster) -> dict:
         if cmd.get("stdin"):
             inp.write(cmd["stdin"])
             inp.seek(0)
+        sshd0 = sshd_cpu(c)
+        busy0, steal0 = cpu_stat()
         t0 = time.monotonic()
         p = subprocess.Popen(cmd["argv"], stdin=inp if cmd.get("stdin") else subprocess.DEVNULL,
                              stdout=out, stderr=err, env=cmd["env"], cwd=REPO, start_new_session=True)
@@ -267,6 +287,8 @@ def run_once(cmd: dict, c: SSHCluster) -> dict:
         finally:
             timer.cancel()
         wall = time.monotonic() - t0
+        busy1, steal1 = cpu_stat()
+        sshd = sshd_cpu(c) - sshd0
         p.returncode = os.waitstatus_to_exitcode(status)
         out.seek(0)
         err.seek(0)
@@ -275,7 +297,11 @@ def run_once(cmd: dict, c: SSHCluster) -> dict:
     ok = count_ok(cmd["parse"], stdout, c)
     rec = {"wall_s": round(wall, 4), "cpu_s": round(ru.ru_utime + ru.ru_stime, 4),
            "user_s": round(ru.ru_utime, 4), "sys_s": round(ru.ru_stime, 4), "max_rss_kb": ru.ru_maxrss,
-           "rc": p.returncode, "ok": ok, "expected": len(c.hosts)}
+           "rc": p.returncode, "ok": ok, "expected": len(c.hosts),
+           # the servers' CPU, and what else ran meanwhile: a check on noise from outside the benchmark
+           "sshd_cpu_s": round(sshd, 3),
+           "other_cpu_s": round(busy1 - busy0 - (ru.ru_utime + ru.ru_stime) - sshd, 3),
+           "steal_s": round(steal1 - steal0, 3)}
     if ok != len(c.hosts) or p.returncode != 0:
         rec["stderr_tail"] = stderr[-2000:]
     return rec
@@ -318,6 +344,8 @@ def summarize(runs: dict[str, list[dict]], n: int) -> dict:
         s[tool] = {"wall": stats([r["wall_s"] for r in rs]), "cpu": stats([r["cpu_s"] for r in rs]),
                    "ok": sum(r["ok"] for r in rs), "expected": sum(r["expected"] for r in rs)}
         s[tool]["cpu_per_host_ms"] = s[tool]["cpu"]["median"] / n * 1000
+        s[tool]["sshd_cpu"] = stats([r["sshd_cpu_s"] for r in rs])
+        s[tool]["other_cpu"] = stats([r["other_cpu_s"] for r in rs])
     return s
 
 
@@ -359,14 +387,16 @@ def ratios(runs: dict[str, list[dict]], s: dict) -> dict:
 
 def table(n: int, runs: dict, s: dict, r: dict) -> str:
     lines = [f"### {n} hosts", "",
-             "| tool | key exchange | wall s, median (min–max) | client CPU s, median (min–max) | CPU ms/host | ok/expected |",
-             "|---|---|---|---|---|---|"]
+             "| tool | key exchange | wall s, median (min–max) | client CPU s, median (min–max) | CPU ms/host | ok/expected "
+             "| sshd CPU s | other CPU s, max |",
+             "|---|---|---|---|---|---|---|---|"]
     for tool in runs:
         label, kex = TOOLS[tool]
         w, cpu = s[tool]["wall"], s[tool]["cpu"]
         lines.append(f"| {tool} (`{label}`) | {kex} | {w['median']:.2f} ({w['min']:.2f}–{w['max']:.2f}) | "
                      f"{cpu['median']:.2f} ({cpu['min']:.2f}–{cpu['max']:.2f}) | {s[tool]['cpu_per_host_ms']:.1f} | "
-                     f"{s[tool]['ok']}/{s[tool]['expected']} |")
+                     f"{s[tool]['ok']}/{s[tool]['expected']} | {s[tool]['sshd_cpu']['median']:.2f} | "
+                     f"{s[tool]['other_cpu']['max']:.2f} |")
     if r:
         lines += ["", "| fleet / peer | ratio of medians | paired (median of run-by-run ratios) |", "|---|---|---|"]
         for peer in r["wall"]:
@@ -406,7 +436,6 @@ def versions() -> dict:
 
 def bench(n: int, runs: int, warmup: int, tools: list[str], out_dir: Path, meta: dict, quiet: float) -> None:
     c = SSHCluster(n)
-    spread_addresses(c)
     try:
         t0 = time.monotonic()
         c.start()
@@ -430,8 +459,9 @@ def bench(n: int, runs: int, warmup: int, tools: list[str], out_dir: Path, meta:
                 (results if counted else warm)[tool].append(rec)
                 tag = f"run {rnd - warmup + 1}" if counted else "warm-up"
                 flag = "" if rec["ok"] == n and rec["rc"] == 0 else f"  <-- ok {rec['ok']}/{n} rc {rec['rc']}"
-                print(f"[bench] N={n} {tag:8} {tool:14} wall {rec['wall_s']:7.2f} s  cpu {rec['cpu_s']:7.2f} s{flag}",
-                      flush=True)
+                print(f"[bench] N={n} {tag:8} {tool:14} wall {rec['wall_s']:7.2f} s  cpu {rec['cpu_s']:7.2f} s  "
+                      f"sshd {rec['sshd_cpu_s']:6.2f} s  other {rec['other_cpu_s']:5.2f} s  steal {rec['steal_s']:4.2f} s"
+                      f"{flag}", flush=True)
         s = summarize(results, n)
         r = ratios(results, s)
         md = table(n, results, s, r)

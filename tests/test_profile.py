@@ -252,9 +252,14 @@ def test_timeout_stops_nsys_with_sigterm_and_the_report_is_finished(lab):
 
 
 def test_an_nsys_killed_mid_run_leaves_a_qdstrm_that_fleet_finishes(lab):
-    out = fleet(lab, "--hosts", "h01", "--json", "--", "sh", "-c", "kill -KILL $PPID")  # SIGKILL to nsys itself
+    # SIGKILL to nsys itself; the workload lives on and keeps nsys's output open.
+    try:
+        out = fleet(lab, "--hosts", "h01", "--json", "--", "sh", "-c", "kill -KILL $PPID; exec sleep 300")
+    finally:
+        subprocess.run(["pkill", "-f", "sleep 300"])
     assert out.returncode == 0, out.stderr
     [run] = json.loads(out.stdout)["hosts"]
+    assert any("left running" in n for n in run["result"]["notes"] if isinstance(n, str))
     [rep] = run["reports"]
     assert rep["finished_from_qdstrm"] and rep["verified"]
     assert json.loads(Path(rep["local"]).read_text())["finished_by"] == "QdstrmImporter"

@@ -36,7 +36,9 @@ except ImportError:  # as part of the installed package (tests, the local machin
 
 RESULT_MARK = "\x1e@@fleet-result@@ "
 REFUSED_EXIT = 5
-STOP_GRACE = 30.0  # seconds between repeated stop signals; a profiler is never SIGKILLed
+STOP_GRACE = 30.0  # seconds between repeated stop signals
+KILL_AFTER = 600.0  # a profiler still alive this long after the first stop is wedged: SIGKILL, finish its .qdstrm
+PIPE_GRACE = 3.0   # seconds the profiler's output is still read after it exited
 
 
 class Relay:
@@ -65,13 +67,16 @@ def run_profiler(plan, relay, stop_requested):
     sel.register(proc.stdout, selectors.EVENT_READ, sys.stdout.buffer)
     sel.register(proc.stderr, selectors.EVENT_READ, sys.stderr.buffer)
     deadline = time.monotonic() + plan["timeout"] if plan.get("timeout") else None
-    last_stop = None
+    last_stop = exited = first_stop = None
     open_streams = 2
-    while open_streams or proc.poll() is None:
+    while open_streams and (exited is None or time.monotonic() - exited < PIPE_GRACE) or proc.poll() is None:
         now = time.monotonic()
+        if exited is None and proc.poll() is not None:
+            exited = now  # helpers of a killed profiler may hold its pipes open: drain a little, then go
         wants_stop = stop_requested() or (deadline is not None and now >= deadline)
         if wants_stop and (last_stop is None or now - last_stop >= STOP_GRACE) and proc.poll() is None:
-            stop(proc, plan["tool"])
+            first_stop = first_stop or now
+            stop(proc, plan["tool"], kill=now - first_stop >= KILL_AFTER)
             last_stop = now
         for key, _ in sel.select(timeout=0.2) if open_streams else []:
             data = os.read(key.fileobj.fileno(), 65536)
@@ -82,14 +87,17 @@ def run_profiler(plan, relay, stop_requested):
                 relay.write(key.data, data)
         if not open_streams:
             time.sleep(0.05)
-    return proc.returncode, last_stop is not None
+    return proc.returncode, last_stop is not None, open_streams > 0
 
 
-def stop(proc, tool):
+def stop(proc, tool, kill=False):
     """nsys: SIGTERM to nsys alone, which stops the application and writes the report.
-    ncu: SIGINT to its process group, as Ctrl-C in a terminal would."""
+    ncu: SIGINT to its process group, as Ctrl-C in a terminal would. Only a profiler
+    that ignored that for KILL_AFTER seconds gets SIGKILL (its .qdstrm is finished after)."""
     try:
-        if tool == "nsys":
+        if kill:
+            os.killpg(proc.pid, signal.SIGKILL)
+        elif tool == "nsys":
             os.kill(proc.pid, signal.SIGTERM)
         else:
             os.killpg(proc.pid, signal.SIGINT)
@@ -98,15 +106,16 @@ def stop(proc, tool):
 
 
 def importer_for(nsys):
-    """The QdstrmImporter of the same nsys installation, which finishes a .qdstrm."""
-    if not nsys:
-        return None
-    here = os.path.dirname(os.path.realpath(nsys))
+    """The QdstrmImporter that finishes a .qdstrm: the one of the same nsys installation,
+    else (nsys reached through a wrapper script, as module systems do) the newest installed."""
+    here = os.path.dirname(os.path.realpath(nsys)) if nsys else "/nonexistent"
     for pattern in ("QdstrmImporter", "../*/QdstrmImporter", "../../*/QdstrmImporter"):
         hits = sorted(glob.glob(os.path.join(here, pattern)))
         if hits:
             return os.path.normpath(hits[0])
-    return None
+    installed = glob.glob("/opt/nvidia/nsight-systems/*/host-linux-x64/QdstrmImporter") + \
+        glob.glob("/opt/nvidia/nsight-compute/*/host/*/QdstrmImporter")
+    return sorted(installed, key=node._version_key)[-1] if installed else None
 
 
 def sha256(path):
@@ -117,12 +126,39 @@ def sha256(path):
     return h.hexdigest()
 
 
-def collect(plan, tail, notes):
+def stray_qdstrms():
+    """nsys 2025.3 collects into $TMPDIR/nsys-report-XXXX.qdstrm and writes the named report
+    at the end (seen on an H200 test machine): a killed nsys leaves its data there."""
+    dirs = {os.environ.get("TMPDIR") or "/tmp", "/tmp"}
+    return {p for d in dirs for p in glob.glob(os.path.join(d, "nsys-report-*.qdstrm"))}
+
+
+def in_use(path):
+    """Whether any process we can see has the file open (another nsys still collecting into it)."""
+    for fd_dir in glob.glob("/proc/[0-9]*/fd"):
+        try:
+            if any(os.readlink(os.path.join(fd_dir, fd)) == path for fd in os.listdir(fd_dir)):
+                return True
+        except OSError:
+            continue
+    return False
+
+
+def collect(plan, tail, notes, strays_before=frozenset(), killed=False):
     """Every report this run produced, finished and hashed."""
     ext = ".nsys-rep" if plan["tool"] == "nsys" else ".ncu-rep"
     stem = glob.escape(plan["output"]).replace("%p", "*")
     found = []
-    if plan["tool"] == "nsys":
+    if plan["tool"] == "nsys" and killed:  # only a killed nsys leaves its data behind in TMPDIR
+        for i, stray in enumerate(sorted(stray_qdstrms() - set(strays_before))):
+            try:
+                if os.stat(stray).st_uid != os.geteuid() or in_use(stray):
+                    continue  # someone else's run, or a concurrent run still collecting
+                target = plan["output"].replace("%p", "unfinished%d" % i) + ".qdstrm"
+                os.replace(stray, target)
+                notes.append("nsys ended before writing its report; its data %s was moved to %s" % (stray, target))
+            except OSError:
+                continue
         for leftover in sorted(glob.glob(stem + ".qdstrm")):
             if not os.path.exists(leftover[: -len(".qdstrm")] + ext):
                 finish_qdstrm(plan, leftover, notes)
@@ -202,9 +238,13 @@ def main(args):
             if tenants:
                 return refuse(result, *["tenant appeared since the probe: " + t for t in tenants])
         os.makedirs(os.path.dirname(plan["output"]), exist_ok=True)
-        code, stopped = run_profiler(plan, relay, lambda: bool(stops))
+        strays = stray_qdstrms() if plan["tool"] == "nsys" else set()
+        code, stopped, lingering = run_profiler(plan, relay, lambda: bool(stops))
         result["exit_status"], result["stopped"] = code, stopped
-        result["reports"] = collect(plan, relay.tail, result["notes"])
+        if lingering:
+            result["notes"].append("the profiler exited while processes it started still hold its output open; "
+                                   "they were left running")
+        result["reports"] = collect(plan, relay.tail, result["notes"], strays, killed=code is not None and code < 0)
         if not result["reports"]:
             result["status"] = "no-report"
             result["reasons"].append("the profiler exited %s and left no report under %s" % (code, plan["output"]))

@@ -26,7 +26,7 @@ class OfferedKey:
 
 async def offered_key(ssh: "SSHTransport", host: "Host") -> OfferedKey:
     """Fetch the key the host offers and compare it with known_hosts."""
-    file = ssh.known_hosts_files(host)[0]
+    file = (ssh.known_hosts_files(host) or [os.path.expanduser("~/.ssh/known_hosts")])[0]
     pattern = f"[{host.address}]:{host.port}" if host.port and host.port != 22 else host.address
     opts = {k: v for k, v in ssh.options(host).items() if k in ("config", "port")}
     try:

@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import asyncio
+import getpass
 import os
 import random
 import shlex
@@ -20,6 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Sequence
 
 import asyncssh
+from asyncssh.config import SSHClientConfig
 
 from . import Result, Sink, Transport, drive
 from .settings import SSHSettings
@@ -56,6 +58,7 @@ class SSHTransport(Transport):
         self._per_address: dict[tuple[str, int | None], asyncio.Semaphore] = {}
         self._ciphers = _preferred_ciphers()
         self._known_hosts: dict[tuple[str, ...], asyncssh.SSHKnownHosts] = {}
+        self._local_user = getpass.getuser()
 
     def options(self, host: "Host") -> dict:
         """asyncssh keyword arguments from the inventory; ssh_config fills the rest."""
@@ -84,14 +87,26 @@ class SSHTransport(Transport):
         return self._known_hosts[files]
 
     def known_hosts_files(self, host: "Host") -> list[str]:
-        """The known_hosts files ssh would consult for this host, user file first."""
+        """The known_hosts files ssh would consult for this host, user file first.
+
+        Only ssh_config is evaluated for this (asyncssh's config loader): building
+        full connection options per host cost more than the connections' own work.
+        """
         if self.settings.known_hosts:
             return [self.settings.known_hosts]
-        opts = {k: v for k, v in self.options(host).items() if k in ("config", "port", "username")}
-        files = asyncssh.SSHClientConnectionOptions(host=host.address, **opts).known_hosts
-        if isinstance(files, (list, tuple)) and files:
-            return [os.path.expanduser(str(f)) for f in files]
-        return [str(Path("~/.ssh/known_hosts").expanduser())]
+        if self.settings.config is None:
+            default = Path("~/.ssh/config").expanduser()
+            paths = [str(default)] if os.access(default, os.R_OK) else []
+        else:
+            paths = [self.settings.config] if self.settings.config else []
+        config = SSHClientConfig.load(None, paths, False, False, False, self._local_user,
+                                      host.user or (), host.address, host.port or ())
+        files = config.get("UserKnownHostsFile", ())
+        if files == []:  # "none": checked against nothing, so nothing is trusted
+            return []
+        files = list(files or [str(Path("~/.ssh/known_hosts").expanduser())])
+        files += config.get("GlobalKnownHostsFile", ["/etc/ssh/ssh_known_hosts"])
+        return [os.path.expanduser(str(f)) for f in files]
 
     async def connection(self, host: "Host") -> asyncssh.SSHClientConnection:
         """The host's one connection, opened on first use; raises on failure."""

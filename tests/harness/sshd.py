@@ -71,8 +71,11 @@ class SSHCluster:
         # Not under pytest's 0700 tmp: sshd reads authorized_keys as the user.
         self.dir = Path(tempfile.mkdtemp(prefix="fleet-sshd-"))
         self.dir.chmod(0o755)
-        net = net or f"127.{random.randint(100, 250)}.{random.randint(1, 250)}"
-        self.hosts = [SSHHost(f"{prefix}{i:02d}", f"{net}.{i}", port, self.dir / f"{prefix}{i:02d}",
+        net = net or f"127.{random.randint(100, 250)}.{random.randint(1, 200)}"
+        a, b = net.split(".")[1:3]
+        # 250 hosts per /24, then the next one: 127.A.B.1..250, 127.A.B+1.1..
+        address = lambda i: f"127.{a}.{int(b) + (i - 1) // 250}.{(i - 1) % 250 + 1}"
+        self.hosts = [SSHHost(f"{prefix}{i:02d}", address(i), port, self.dir / f"{prefix}{i:02d}",
                               options=dict(options or {})) for i in range(1, n + 1)]
         (self.dir / "keys").mkdir()
         self.user_key = self.dir / "keys" / "userkey"
