@@ -93,11 +93,14 @@ def main() -> None:
 
         # The agent on one node, outside SSH: the same command line the transports run.
         node_env = {**os.environ, **fakenvml.env(lib, scenario)}
-        argv = probe_mod.agent_argv(next(iter([_Host()])), {"tools": c.inventory_vars})
+        argv = probe_mod.agent_argv(_Host(), {"tools": {"nsys": str(tools / "nsys"), "ncu": str(tools / "ncu")},
+                                              "environment_check": False})
         bundle = probe_mod.bundle()
         node: dict[str, list[tuple[float, float]]] = {"python3 -c pass": [], "agent": []}
+        argv = list(argv)
+        argv[0] = "/usr/bin/python3"  # the nodes' interpreter, as sshd's PATH finds it
         for _ in range(21):
-            (wall, *_), cpu = cpu_of(lambda: timed(["python3", "-c", "pass"], node_env))
+            (wall, *_), cpu = cpu_of(lambda: timed(["/usr/bin/python3", "-c", "pass"], node_env))
             node["python3 -c pass"].append((wall, cpu))
             (wall, out, err, rc), cpu = cpu_of(lambda: timed(argv, node_env, stdin=bundle))
             assert rc == 0, err

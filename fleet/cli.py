@@ -143,7 +143,7 @@ def exec_(obj: Context, targets, command, exclude, as_json, timeout):
 
 # --- probe and doctor ---
 
-def _probe(obj: Context, targets, exclude, as_json):
+def _probe(obj: Context, targets, exclude, as_json, environment_check=False):
     from . import probe as probe_mod
     from .output import progress
 
@@ -152,7 +152,7 @@ def _probe(obj: Context, targets, exclude, as_json):
     async def go():
         async with obj.fanout_for_run() as fan:
             with progress(len(hosts), "probe", enabled=not as_json) as advance:
-                return await probe_mod.probe(fan, hosts, on_result=advance)
+                return await probe_mod.probe(fan, hosts, environment_check=environment_check, on_result=advance)
 
     return hosts, asyncio.run(go())
 
@@ -191,7 +191,7 @@ def doctor(obj: Context, targets, exclude, as_json, strict):
     """
     from .doctor import diagnosis, render_doctor, worst
 
-    hosts, results = _probe(obj, targets, exclude, as_json)
+    hosts, results = _probe(obj, targets, exclude, as_json, environment_check=True)
     diagnoses = [diagnosis(h, r) for h, r in zip(hosts, results)]
     if as_json:
         click.echo(json.dumps({"nodes": diagnoses}, indent=2))

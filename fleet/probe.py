@@ -61,9 +61,10 @@ def agent_argv(host: "Host", args: dict) -> list[str]:
     return [python, "-c", BOOTSTRAP, json.dumps(args, separators=(",", ":"))]
 
 
-def agent_args(host: "Host", owner_uid: int | None = None) -> dict:
-    """What the agent needs from the inventory."""
-    args: dict = {"tools": {t: host.vars[f"{t}_path"] for t in ("nsys", "ncu") if host.vars.get(f"{t}_path")}}
+def agent_args(host: "Host", owner_uid: int | None = None, environment_check: bool = True) -> dict:
+    """What the agent needs from the inventory; ``nsys status -e`` only when asked (doctor)."""
+    args: dict = {"tools": {t: host.vars[f"{t}_path"] for t in ("nsys", "ncu") if host.vars.get(f"{t}_path")},
+                  "environment_check": environment_check}
     if host.vars.get("report_dir"):
         args["report_dir"] = host.vars["report_dir"]
     if owner_uid is not None:
@@ -94,13 +95,14 @@ def read_state(host: "Host", r: Result) -> Result:
     return r
 
 
-async def probe(fan: "Fanout", hosts: list["Host"], *, owner_uid: int | None = None,
+async def probe(fan: "Fanout", hosts: list["Host"], *, owner_uid: int | None = None, environment_check: bool = True,
                 timeout: float = 120.0, on_result: Callable[[Result], None] | None = None) -> list[Result]:
     """One round trip per host; each Result carries ``extra['state']`` or an error."""
     payload = bundle()
 
     async def one(host: "Host") -> Result:
-        r = await fan.run(host, agent_argv(host, agent_args(host, owner_uid)), input=payload, timeout=timeout)
+        args = agent_args(host, owner_uid, environment_check)
+        r = await fan.run(host, agent_argv(host, args), input=payload, timeout=timeout)
         return read_state(host, r)
 
     return await fan.each(hosts, one, on_result)

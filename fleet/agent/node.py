@@ -266,13 +266,13 @@ def find_tool(tool, override):
     return None
 
 
-def tools(overrides):
+def tools(overrides, environment_check=True):
     found = {t: find_tool(t, overrides.get(t)) for t in ("nsys", "ncu")}
     runs = {}
     for t, info in found.items():  # ask every binary at once: nsys status -e takes a while
         if info:
             runs[(t, "version")] = _start([info["path"], "--version"])
-    if found["nsys"]:
+    if found["nsys"] and environment_check:
         runs[("nsys", "status")] = _start([found["nsys"]["path"], "status", "-e"])
     for (t, what), proc in runs.items():
         out = _finish(proc)
@@ -364,7 +364,7 @@ def probe(args):
         "perf_event_paranoid": int(perf) if perf and perf.strip().lstrip("-").isdigit() else None,
         "nvidia": section(nvidia_params),
         "nvml": nvml, "gpus": gpu_list, "mps": mps, "dcgm": dcgm,
-        "tools": section(tools, args.get("tools", {})),
+        "tools": section(tools, args.get("tools", {}), args.get("environment_check", True)),
         "report_dir": section(report_dir, args.get("report_dir")),
         "elapsed_ms": round((time.monotonic() - started) * 1000, 1),
     }

@@ -59,6 +59,8 @@ class SSHTransport(Transport):
         self._ciphers = _preferred_ciphers()
         self._known_hosts: dict[tuple[str, ...], asyncssh.SSHKnownHosts] = {}
         self._local_user = getpass.getuser()
+        self._same_for_all: bool | None = None  # known_hosts files do not depend on the host
+        self._files_for_all: list[str] | None = None
 
     def options(self, host: "Host") -> dict:
         """asyncssh keyword arguments from the inventory; ssh_config fills the rest."""
@@ -99,6 +101,10 @@ class SSHTransport(Transport):
             paths = [str(default)] if os.access(default, os.R_OK) else []
         else:
             paths = [self.settings.config] if self.settings.config else []
+        if self._same_for_all is None:
+            self._same_for_all = _known_hosts_same_for_every_host(paths)
+        if self._same_for_all and self._files_for_all is not None:
+            return self._files_for_all
         config = SSHClientConfig.load(None, paths, False, False, False, self._local_user,
                                       host.user or (), host.address, host.port or ())
         files = config.get("UserKnownHostsFile", ())
@@ -106,7 +112,10 @@ class SSHTransport(Transport):
             return []
         files = list(files or [str(Path("~/.ssh/known_hosts").expanduser())])
         files += config.get("GlobalKnownHostsFile", ["/etc/ssh/ssh_known_hosts"])
-        return [os.path.expanduser(str(f)) for f in files]
+        files = [os.path.expanduser(str(f)) for f in files]
+        if self._same_for_all:
+            self._files_for_all = files
+        return files
 
     async def connection(self, host: "Host") -> asyncssh.SSHClientConnection:
         """The host's one connection, opened on first use; raises on failure."""
@@ -210,6 +219,29 @@ class SSHTransport(Transport):
                 task.cancel()
         await asyncio.gather(*conns, return_exceptions=True)
         self._conns.clear()
+
+
+def _known_hosts_same_for_every_host(paths: list[str]) -> bool:
+    """True when no Host/Match block (other than `Host *`) sets known_hosts files and nothing is
+    included: then one evaluation of ssh_config serves every host of the run."""
+    for path in paths:
+        try:
+            lines = Path(path).read_text(encoding="utf-8", errors="replace").splitlines()
+        except OSError:
+            continue
+        specific = False
+        for line in lines:
+            words = line.strip().replace("=", " ").split()
+            if not words or words[0].startswith("#"):
+                continue
+            key = words[0].lower()
+            if key == "include":
+                return False
+            if key in ("host", "match"):
+                specific = key == "match" or words[1:] != ["*"]
+            elif key in ("userknownhostsfile", "globalknownhostsfile") and (specific or "%" in line):
+                return False
+    return True
 
 
 def _signal(proc: asyncssh.SSHClientProcess, name: str) -> None:
