@@ -93,19 +93,23 @@ def main() -> None:
 
         # The agent on one node, outside SSH: the same command line the transports run.
         node_env = {**os.environ, **fakenvml.env(lib, scenario)}
-        argv = probe_mod.agent_argv(_Host(), {"tools": {"nsys": str(tools / "nsys"), "ncu": str(tools / "ncu")},
-                                              "environment_check": False})
+        # Two agents: with the stand-in profilers (each a Python script, so two more interpreter
+        # starts) and with none installed, which is the agent's own cost.
+        variants = {"agent, stand-in nsys and ncu": {"nsys": str(tools / "nsys"), "ncu": str(tools / "ncu")},
+                    "agent, no profilers": {}}
         bundle = probe_mod.bundle()
-        node: dict[str, list[tuple[float, float]]] = {"python3 -c pass": [], "agent": []}
-        argv = list(argv)
-        argv[0] = "/usr/bin/python3"  # the nodes' interpreter, as sshd's PATH finds it
+        node: dict[str, list[tuple[float, float]]] = {"python3 -c pass": [], **{v: [] for v in variants}}
+        elapsed = {}
         for _ in range(21):
             (wall, *_), cpu = cpu_of(lambda: timed(["/usr/bin/python3", "-c", "pass"], node_env))
             node["python3 -c pass"].append((wall, cpu))
-            (wall, out, err, rc), cpu = cpu_of(lambda: timed(argv, node_env, stdin=bundle))
-            assert rc == 0, err
-            node["agent"].append((wall, cpu))
-        elapsed = json.loads(out)["elapsed_ms"]
+            for name, found in variants.items():
+                argv = ["/usr/bin/python3", *probe_mod.agent_argv(_Host(), {"tools": found,
+                                                                            "environment_check": False})[1:]]
+                (wall, out, err, rc), cpu = cpu_of(lambda: timed(argv, node_env, stdin=bundle))
+                assert rc == 0, err
+                node[name].append((wall, cpu))
+                elapsed[name] = json.loads(out)["elapsed_ms"]
     finally:
         own.kill()
         c.stop()
@@ -122,7 +126,7 @@ def main() -> None:
     for name, vals in node.items():
         w, cp = median([v[0] * 1000 for v in vals]), median([v[1] * 1000 for v in vals])
         print(f"| {name} | {w[0]:.1f} ({w[1]:.1f}-{w[2]:.1f}) | {cp[0]:.1f} ({cp[1]:.1f}-{cp[2]:.1f}) |")
-    print(f"\nagent's own elapsed_ms (last run): {elapsed}; bundle {len(bundle)} bytes")
+    print(f"\nagents' own elapsed_ms (last run): {elapsed}; bundle {len(bundle)} bytes")
     results = REPO / "bench" / "results"
     results.mkdir(parents=True, exist_ok=True)
     (results / f"probe-{args.hosts}.json").write_text(json.dumps(

@@ -184,3 +184,17 @@ def test_local_probe_sees_mps_and_dcgm(tmp_path):
     finally:
         listener.close()
         stop(procs)
+
+
+def test_mps_is_reported_over_ssh(gpu_nodes, tmp_path):
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    shutil.copy("/bin/sleep", bindir / "nvidia-cuda-mps-control")
+    daemon = spawn(None, [str(bindir / "nvidia-cuda-mps-control"), "300"])
+    try:
+        nodes, _ = probe_json(gpu_nodes["cluster"], "h03")
+        assert nodes["h03"]["state"]["mps"]["control_daemon"] == [daemon.pid]
+        out = run_fleet("probe", "h03", env=gpu_nodes["cluster"].env())
+        assert "[MPS]" in out.stdout.splitlines()[0]
+    finally:
+        stop([daemon])

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -60,7 +61,9 @@ def lab(pytestconfig):
             fakenvml.write_scenario(scenario, {"gpus": [{"index": 0, "uuid": f"GPU-{h.name}-0"},
                                                         {"index": 1, "uuid": f"GPU-{h.name}-1"}]})
             scenario.chmod(0o644)
-            env = {**fakenvml.env(lib, scenario), "FLEET_STATE_DIR": state_dir, "FLEET_LOCK_DIR": lock_dir}
+            env = {**fakenvml.env(lib, scenario), "FLEET_STATE_DIR": state_dir, "FLEET_LOCK_DIR": lock_dir,
+                   "FAKE_DCGM_LOG": c.dir / "dcgm.log",
+                   "PATH": f"{c.dir / 'standins'}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
             h.options["SetEnv"] = " ".join(f"{k}={v}" for k, v in env.items())
         for h in c.hosts[1:]:
             h.vars["ansible_user"] = "root"
@@ -76,7 +79,7 @@ def lab(pytestconfig):
         announce(pytestconfig, f"started {len(c.hosts)} sshd lab servers; perf_event_paranoid set to 3 "
                                f"for the tests (was {original})")
         yield {"c": c, "tenant": tenant.pid, "state": state_dir, "locks": lock_dir,
-               "out": c.scratch("reports")}
+               "out": c.scratch("reports"), "dcgm_log": c.dir / "dcgm.log"}
     finally:
         stop([tenant])
         c.stop()
@@ -85,8 +88,8 @@ def lab(pytestconfig):
         announce(pytestconfig, f"perf_event_paranoid put back to {original}")
 
 
-def scenario(lab, host, processes=(), gpu=0):
-    gpus = [{"index": i, "uuid": f"GPU-{host}-{i}", "processes": list(processes) if i == gpu else []}
+def scenario(lab, host, processes=(), gpu=0, arch=9):
+    gpus = [{"index": i, "uuid": f"GPU-{host}-{i}", "arch": arch, "processes": list(processes) if i == gpu else []}
             for i in (0, 1)]
     fakenvml.write_scenario(lab["c"].dir / f"scenario-{host}.txt", {"gpus": gpus})
 
@@ -288,3 +291,21 @@ def test_dry_run_prints_the_plan_and_touches_nothing(lab):
     assert "h02: planned" in out.stdout and "--clock-control base" in out.stdout
     assert "h03: refused" in out.stderr and "belongs to another user" in out.stderr
     assert lock_is_free(lab, "GPU-h02-0") and held_entries(lab) == {}
+
+
+def test_dcgm_is_paused_only_when_asked_and_always_resumed(lab, tmp_path):
+    scenario(lab, "h02", arch=8)  # an Ampere node, where DCGM's profiling holds the counters
+    shutil.copy("/bin/sleep", tmp_path / "nv-hostengine")
+    engine = spawn(None, [str(tmp_path / "nv-hostengine"), "300"])
+    try:
+        refused = fleet(lab, "--hosts", "h02", "--tool", "ncu", "--gpu", "0", "--", "true")
+        assert refused.returncode == 5 and "predate Hopper" in refused.stderr
+        assert not lab["dcgm_log"].exists()
+        out = fleet(lab, "--hosts", "h02", "--tool", "ncu", "--gpu", "0", "--pause-dcgm", "--json", "--", "true")
+        assert out.returncode == 0, out.stderr
+        [run] = json.loads(out.stdout)["hosts"]
+        assert run["plan"]["pause_dcgm"] and run["result"]["restored"]["dcgm_resumed"]
+        assert lab["dcgm_log"].read_text() == "pause\nresume\n"
+        assert json.loads((lab["state"] / "state.json").read_text())["dcgm"] is None
+    finally:
+        stop([engine])
