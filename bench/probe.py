@@ -19,7 +19,6 @@ import os
 import statistics
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -28,32 +27,13 @@ sys.path.insert(0, str(REPO))
 from fleet import probe as probe_mod  # noqa: E402
 from tests.harness import fakenvml  # noqa: E402
 from tests.harness.sshd import SSHCluster  # noqa: E402
+from bench.measure import children_cpu, stats, timed  # noqa: E402
 
 FLEET = [str(REPO / ".venv" / "bin" / "fleet")]
 
 
-def timed(argv, env=None, stdin=None):
-    """Wall time, output and status of one command."""
-    start = time.monotonic()
-    proc = subprocess.run(argv, env=env, input=stdin, capture_output=True,
-                          stdin=None if stdin is not None else subprocess.DEVNULL)
-    return time.monotonic() - start, proc.stdout, proc.stderr, proc.returncode
-
-
-def cpu_of(fn):
-    """Run fn; also return the CPU (user+sys) its child processes used, reaped ones included."""
-    before = os.times()
-    result = fn()
-    after = os.times()
-    return result, (after.children_user - before.children_user) + (after.children_system - before.children_system)
-
-
 def sessions(c: SSHCluster) -> list[int]:
     return [h.log.read_text().count("Starting session: command") for h in c.hosts]
-
-
-def median(xs):
-    return statistics.median(xs), min(xs), max(xs)
 
 
 def main() -> None:
@@ -78,12 +58,12 @@ def main() -> None:
         rows: dict[str, list[tuple[float, float]]] = {"exec true": [], "probe": []}
         per_host: list[int] = []
         for round_ in range(args.runs + 1):
-            (wall, out, err, rc), cpu = cpu_of(lambda: timed(FLEET + ["exec", "all", "--json", "--", "true"], env))
+            (wall, out, err, rc), cpu = children_cpu(lambda: timed(FLEET + ["exec", "all", "--json", "--", "true"], env))
             assert rc == 0 and out.count(b'"exit_status": 0') == args.hosts, err[-500:]
             if round_:
                 rows["exec true"].append((wall, cpu))
             before = sessions(c)
-            (wall, out, err, rc), cpu = cpu_of(lambda: timed(FLEET + ["probe", "--json"], env))
+            (wall, out, err, rc), cpu = children_cpu(lambda: timed(FLEET + ["probe", "--json"], env))
             after = sessions(c)
             nodes = json.loads(out)["nodes"]
             assert rc == 0 and all(n["state"] and len(n["state"]["gpus"]) == 2 for n in nodes), err[-500:]
@@ -101,12 +81,12 @@ def main() -> None:
         node: dict[str, list[tuple[float, float]]] = {"python3 -c pass": [], **{v: [] for v in variants}}
         elapsed = {}
         for _ in range(21):
-            (wall, *_), cpu = cpu_of(lambda: timed(["/usr/bin/python3", "-c", "pass"], node_env))
+            (wall, *_), cpu = children_cpu(lambda: timed(["/usr/bin/python3", "-c", "pass"], node_env))
             node["python3 -c pass"].append((wall, cpu))
             for name, found in variants.items():
                 argv = ["/usr/bin/python3", *probe_mod.agent_argv(_Host(), {"tools": found,
                                                                             "environment_check": False})[1:]]
-                (wall, out, err, rc), cpu = cpu_of(lambda: timed(argv, node_env, stdin=bundle))
+                (wall, out, err, rc), cpu = children_cpu(lambda: timed(argv, node_env, stdin=bundle))
                 assert rc == 0, err
                 node[name].append((wall, cpu))
                 elapsed[name] = json.loads(out)["elapsed_ms"]
@@ -117,15 +97,17 @@ def main() -> None:
     print(f"## probe, {args.hosts} hosts, {args.runs} runs (median (min-max))\n")
     print("| command | wall s | client CPU s |\n|---|---|---|")
     for name, vals in rows.items():
-        w, cp = median([v[0] for v in vals]), median([v[1] for v in vals])
-        print(f"| fleet {name} | {w[0]:.2f} ({w[1]:.2f}-{w[2]:.2f}) | {cp[0]:.2f} ({cp[1]:.2f}-{cp[2]:.2f}) |")
+        w, cp = stats([v[0] for v in vals]), stats([v[1] for v in vals])
+        print(f"| fleet {name} | {w['median']:.2f} ({w['min']:.2f}-{w['max']:.2f}) | "
+              f"{cp['median']:.2f} ({cp['min']:.2f}-{cp['max']:.2f}) |")
     ratio = statistics.median(p[0] / e[0] for p, e in zip(rows["probe"], rows["exec true"]))
     print(f"\nprobe / exec true (paired wall): {ratio:.2f}")
     print(f"SSH sessions per host per probe: min {min(per_host)}, max {max(per_host)} ({len(per_host)} samples)")
     print("\n| on one node | wall ms | CPU ms |\n|---|---|---|")
     for name, vals in node.items():
-        w, cp = median([v[0] * 1000 for v in vals]), median([v[1] * 1000 for v in vals])
-        print(f"| {name} | {w[0]:.1f} ({w[1]:.1f}-{w[2]:.1f}) | {cp[0]:.1f} ({cp[1]:.1f}-{cp[2]:.1f}) |")
+        w, cp = stats([v[0] * 1000 for v in vals]), stats([v[1] * 1000 for v in vals])
+        print(f"| {name} | {w['median']:.1f} ({w['min']:.1f}-{w['max']:.1f}) | "
+              f"{cp['median']:.1f} ({cp['min']:.1f}-{cp['max']:.1f}) |")
     print(f"\nagents' own elapsed_ms (last run): {elapsed}; bundle {len(bundle)} bytes")
     results = REPO / "bench" / "results"
     results.mkdir(parents=True, exist_ok=True)
