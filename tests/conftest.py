@@ -17,8 +17,12 @@ REPO = Path(__file__).resolve().parents[1]
 
 def announce(config: pytest.Config, line: str) -> None:
     """Say on the terminal which service a fixture started, even under capture."""
+    capture = config.pluginmanager.get_plugin("capturemanager")
     reporter = config.pluginmanager.get_plugin("terminalreporter")
-    if reporter is not None:
+    if capture is None or reporter is None:
+        return
+    with capture.global_and_fixture_disabled():
+        reporter.ensure_newline()
         reporter.write_line(f"[fleet tests] {line}")
 
 
