@@ -187,6 +187,8 @@ def render(run: HostRun) -> str:
     given_up = (run.result or {}).get("given_up") or (p.given_up if p else ())
     lines += [f"  gave up:  {g}" for g in given_up]
     for note in (run.result or {}).get("notes", []):
+        if isinstance(note, dict):  # a .qdstrm the agent finished
+            note = f"finished {note['finished']} with {note['by']}"
         lines.append(f"  note:     {note}")
     for rep in run.reports:
         state = "verified" if rep["verified"] else "NOT brought home"
