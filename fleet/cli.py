@@ -218,14 +218,15 @@ def doctor(obj: Context, targets, exclude, as_json, strict):
 @click.option("--wait", "lock_wait", type=float, default=0.0, help="Seconds to wait for another run's GPU lock.")
 @click.option("--timeout", type=float, help="Seconds, then the profiler is stopped (SIGTERM) and its report kept.")
 @click.option("-X", "--profiler-arg", "profiler_args", multiple=True, help="Extra argument for nsys/ncu (repeatable).")
-@click.option("--out", type=click.Path(), default="fleet-reports", show_default=True,
-              help="Where reports are brought: OUT/RUN-ID/HOST/.")
+@click.option("--store", "store_root", type=click.Path(), envvar="FLEET_STORE",
+              help="Report store (default ~/.local/share/fleet/store): SITE/DAY/RUN-ID/HOST/.")
+@click.option("--site", default="lab", show_default=True, help="Store folder for this group of machines.")
 @click.option("--dry-run", is_flag=True, help="Print each node's plan (commands, sysctls, locks, refusals); touch nothing.")
 @click.option("--json", "as_json", is_flag=True, help="Every host's plan, result and reports as JSON.")
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
 @click.pass_obj
 def profile(obj: Context, hosts_, group, exclude, tool, gpus, gpu_metrics, allow_own, pause_dcgm, lock_wait,
-            timeout, profiler_args, out, dry_run, as_json, command):
+            timeout, profiler_args, store_root, site, dry_run, as_json, command):
     """Profile COMMAND with nsys or ncu on lab servers, leaving every node as it was.
 
     ncu and GPU metrics are refused on a GPU with any other tenant. Ctrl-C stops the
@@ -233,9 +234,9 @@ def profile(obj: Context, hosts_, group, exclude, tool, gpus, gpu_metrics, allow
     nodes to finish and clean up on their own.
     """
     import signal
-    from pathlib import Path
 
     from . import profile as profile_mod
+    from . import store
     from .plan import ProfileRequest
 
     targets = ",".join(t for t in (hosts_, group) if t)
@@ -263,8 +264,8 @@ def profile(obj: Context, hosts_, group, exclude, tool, gpus, gpu_metrics, allow
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, interrupted)
         async with obj.fanout_for_run() as fan:
-            return await profile_mod.profile(fan, hosts, req, out=Path(out), dry_run=dry_run, write=write,
-                                             stop=stop)
+            return await profile_mod.profile(fan, hosts, req, store_root=store.root(store_root), site=site,
+                                             dry_run=dry_run, write=write, stop=stop)
 
     runs = asyncio.run(go())
     if as_json:
@@ -304,6 +305,43 @@ def repair(obj: Context, targets, exclude, as_json):
             restored = ", ".join(f"{k}={v}" for k, v in done["restored"].items()) or "nothing to put back"
             click.echo(f"{h.name}: {restored}" + ("; DCGM profiling resumed" if done["dcgm_resumed"] else ""))
     sys.exit(exitcodes.for_results(results))
+
+
+# --- reports ---
+
+@main.group()
+def reports():
+    """The report store and its catalog."""
+
+
+@reports.command("ls")
+@click.option("--store", "store_root", type=click.Path(), envvar="FLEET_STORE")
+@click.option("--host", help="Only reports from this host.")
+@click.option("--since", help="Only runs started on or after this date (YYYY-MM-DD).")
+@click.option("--tool", type=click.Choice(["nsys", "ncu"]))
+@click.option("--status", type=click.Choice(["complete", "finished-from-qdstrm", "missing"]))
+@click.option("--json", "as_json", is_flag=True)
+def reports_ls(store_root, host, since, tool, status, as_json):
+    """List the catalogued reports."""
+    from . import store
+
+    rows = store.reports(store.root(store_root), host=host, since=since, tool=tool, status=status)
+    if as_json:
+        click.echo(json.dumps(rows, indent=2))
+        return
+    for r in rows:
+        click.echo(f"{r['run_id']}  {r['host']:<12} {r['tool']:<5} {r['status']:<21} "
+                   f"{(r['sha256'] or '')[:12]:<12} {r['path']}")
+
+
+@reports.command("reindex")
+@click.option("--store", "store_root", type=click.Path(), envvar="FLEET_STORE")
+def reports_reindex(store_root):
+    """Rebuild the catalog from the runs' manifests."""
+    from . import store
+
+    n = store.reindex(store.root(store_root))
+    click.echo(f"catalogued {n} runs")
 
 
 # --- hosts ---

@@ -8,17 +8,18 @@ output and reports, and says what happened on each node.
 from __future__ import annotations
 
 import asyncio
-import hashlib
+import getpass
 import json
 import os
 import secrets
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
-from . import exitcodes, probe
+from . import exitcodes, probe, store
 from .agent.run import RESULT_MARK
+from .collect import fetch_verified
 from .plan import Plan, ProfileRequest, plan
 from .transport import Result
 
@@ -36,6 +37,7 @@ class HostRun:
     host: str
     status: str = "pending"          # ok | refused | failed | unreachable | planned
     plan: Plan | None = None
+    state: dict | None = None        # what the probe found
     result: dict | None = None       # the agent's document
     reports: list[dict] = field(default_factory=list)
     error: str | None = None
@@ -73,35 +75,6 @@ class LineSink:
         self.partial = {"stdout": b"", "stderr": b""}
 
 
-def sha256_of(path: str) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
-async def bring_home(fan: "Fanout", host: "Host", report: dict, dest: Path) -> dict:
-    """Copy one report here and check it against the sha256 the node computed."""
-    dest.mkdir(parents=True, exist_ok=True)
-    local = dest / os.path.basename(report["path"])
-    partial = local.with_name(local.name + ".partial")
-    entry = {"remote": report["path"], "local": str(local), "size": report["size"], "sha256": report["sha256"],
-             "finished_from_qdstrm": report.get("finished_from_qdstrm", False), "verified": False}
-    try:
-        await fan.fetch(host, report["path"], str(partial))
-        got = await asyncio.to_thread(sha256_of, str(partial))
-        if got != report["sha256"]:
-            entry["error"] = f"sha256 mismatch: node {report['sha256']}, here {got}; the node's copy is kept"
-            partial.unlink(missing_ok=True)
-            return entry
-        partial.replace(local)
-        entry["verified"] = True
-    except OSError as e:
-        entry["error"] = f"could not bring it home: {e}; the node's copy is kept"
-    return entry
-
-
 async def plan_all(fan: "Fanout", hosts: list["Host"], req: ProfileRequest) -> dict[str, HostRun]:
     """Round trip 1: probe every node and plan (or refuse) the run there."""
     runs = {h.name: HostRun(h.name) for h in hosts}
@@ -110,8 +83,11 @@ async def plan_all(fan: "Fanout", hosts: list["Host"], req: ProfileRequest) -> d
         if r.extra.get("state") is None:
             run.status, run.error = ("unreachable" if not r.reached else "failed"), r.error
             continue
-        run.plan = plan(h.name, r.extra["state"], req, h.vars.get("owned_sysctls"))
+        run.state = r.extra["state"]
+        run.plan = plan(h.name, run.state, req, h.vars.get("owned_sysctls"))
         run.status = "planned" if run.plan.status == "ok" else "refused"
+        if run.status == "refused":
+            run.error = "; ".join(run.plan.reasons)
     return runs
 
 
@@ -138,7 +114,8 @@ async def run_planned(fan: "Fanout", hosts: list["Host"], runs: dict[str, HostRu
         if run.status != "ok":
             run.error = "; ".join(run.result.get("reasons") or []) or run.result["status"]
         for report in run.result.get("reports", []):
-            run.reports.append(await bring_home(fan, host, report, out / req.run_id / host.name))
+            dest = out / host.name / os.path.basename(report["path"])
+            run.reports.append(await fetch_verified(fan, host, report, dest))
         if any(not rep["verified"] for rep in run.reports):
             run.status, run.error = "failed", "; ".join(rep["error"] for rep in run.reports if not rep["verified"])
         return r
@@ -146,13 +123,40 @@ async def run_planned(fan: "Fanout", hosts: list["Host"], runs: dict[str, HostRu
     await fan.each(todo, one)
 
 
-async def profile(fan: "Fanout", hosts: list["Host"], req: ProfileRequest, *, out: Path, dry_run: bool = False,
-                  write: Callable[[str, str], None] = lambda s, t: None,
+async def profile(fan: "Fanout", hosts: list["Host"], req: ProfileRequest, *, store_root: Path, site: str,
+                  dry_run: bool = False, write: Callable[[str, str], None] = lambda s, t: None,
                   stop: asyncio.Event | None = None) -> list[HostRun]:
+    """Probe, plan, run; the reports and the run's manifest go into the store."""
+    started = time.strftime("%Y-%m-%dT%H:%M:%S%z")
     runs = await plan_all(fan, hosts, req)
-    if not dry_run:
-        await run_planned(fan, hosts, runs, req, out=out, write=write, stop=stop)
+    if dry_run:
+        return list(runs.values())
+    directory = store.run_dir(store_root, site, req.run_id)
+    await run_planned(fan, hosts, runs, req, out=directory, write=write, stop=stop)
+    manifest = store.write_manifest(directory, manifest_for(req, site, started, list(runs.values())))
+    store.record(store_root, manifest)
     return list(runs.values())
+
+
+def manifest_for(req: ProfileRequest, site: str, started: str, runs: list[HostRun]) -> dict:
+    """Everything needed to trust and compare a run later."""
+    hosts = []
+    for r in runs:
+        state = r.state or {}
+        gpus = [g for g in state.get("gpus") or [] if req.gpus is None or g.get("index") in req.gpus]
+        tool = (state.get("tools") or {}).get(req.tool) or {}
+        hosts.append({
+            "host": r.host, "status": r.status, "missing_why": None if r.status == "ok" else r.error,
+            "gpu": ", ".join(sorted({g.get("name") or "?" for g in gpus})) or None,
+            "driver": (state.get("nvml") or {}).get("driver"), "tool_version": tool.get("version"),
+            "tenants_seen": [str(t) for t in (r.plan.tenants if r.plan else ())],
+            "processes_seen": [{"gpu": g["index"], **{k: p.get(k) for k in ("pid", "user", "used_memory", "foreign")}}
+                               for g in gpus for p in g.get("processes") or []],
+            "given_up": list((r.result or {}).get("given_up") or (r.plan.given_up if r.plan else ())),
+            "plan": r.plan.to_json() if r.plan else None, "result": r.result, "reports": r.reports})
+    return {"run_id": req.run_id, "site": site, "day": f"{req.run_id[0:4]}-{req.run_id[4:6]}-{req.run_id[6:8]}",
+            "started": started, "user": getpass.getuser(), "request": asdict(req),
+            "status": store.run_status(r.status for r in runs), "hosts": hosts}
 
 
 def exit_status(runs: list[HostRun]) -> int:
@@ -168,8 +172,9 @@ def exit_status(runs: list[HostRun]) -> int:
 
 def render(run: HostRun) -> str:
     """One host's plan or outcome, for people."""
-    lines = [f"{run.host}: {run.status}" + (f": {run.error}" if run.error else "")]
     p = run.plan
+    refused_by_plan = p is not None and p.status == "refused"
+    lines = [f"{run.host}: {run.status}" + (f": {run.error}" if run.error and not refused_by_plan else "")]
     if p and p.status == "ok" and run.status == "planned":
         lines.append(f"  run:      {p.shell()}")
         for name, value in p.sysctls.items():
@@ -180,7 +185,7 @@ def render(run: HostRun) -> str:
             lines.append(f"  check:    GPUs {p.recheck['gpus']} again right before the profiler starts")
         if p.pause_dcgm:
             lines.append("  dcgm:     profiling paused for the run, resumed after")
-    elif p and p.status == "refused":
+    elif refused_by_plan:
         lines += [f"  because:  {r}" for r in p.reasons]
         if p.remedy:
             lines.append(f"  remedy:   {p.remedy}")
@@ -191,7 +196,7 @@ def render(run: HostRun) -> str:
             note = f"finished {note['finished']} with {note['by']}"
         lines.append(f"  note:     {note}")
     for rep in run.reports:
-        state = "verified" if rep["verified"] else "NOT brought home"
-        extra = ", finished from .qdstrm" if rep.get("finished_from_qdstrm") else ""
-        lines.append(f"  report:   {rep['local']} ({rep['size']} bytes, sha256 {rep['sha256'][:12]}…, {state}{extra})")
+        state = "verified" if rep["verified"] else f"NOT brought home: {rep.get('error')}"
+        extra = ", finished from .qdstrm" if rep["status"] == "finished-from-qdstrm" else ""
+        lines.append(f"  report:   {rep['stored']} ({rep['size']} bytes, sha256 {rep['sha256'][:12]}…, {state}{extra})")
     return "\n".join(lines) + "\n"

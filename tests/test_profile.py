@@ -7,6 +7,7 @@ machine the tests run on, flocks, and the agent's state file.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import os
 import shutil
@@ -39,7 +40,8 @@ def wait_for(predicate, timeout=30.0):
     deadline = time.monotonic() + timeout
     while not predicate():
         if time.monotonic() > deadline:
-            raise AssertionError("condition not reached in time")
+            raise AssertionError(f"condition not reached in time; perf_event_paranoid="
+                                 f"{PARANOID.read_text().strip()}")
         time.sleep(0.05)
 
 
@@ -103,7 +105,7 @@ def clean_gpus(lab):
 
 
 def fleet(lab, *args, **kw):
-    return run_fleet("profile", "--out", str(lab["out"]), *args, env=lab["c"].env(), **kw)
+    return run_fleet("profile", "--store", str(lab["out"]), *args, env=lab["c"].env(), **kw)
 
 
 def held_entries(lab) -> dict:
@@ -137,8 +139,8 @@ def test_ncu_runs_alone_on_its_gpu_and_the_report_comes_home(lab):
     [run] = json.loads(out.stdout)["hosts"]
     assert run["status"] == "ok" and "visible=GPU-h02-0" in out.stderr
     [rep] = run["reports"]
-    assert rep["verified"] and rep["local"].endswith(".ncu-rep")
-    report = json.loads(Path(rep["local"]).read_text())
+    assert rep["verified"] and rep["stored"].endswith(".ncu-rep")
+    report = json.loads(Path(rep["stored"]).read_text())
     assert report["options"]["--clock-control"] == "base"  # always explicit
     assert lock_is_free(lab, "GPU-h02-0")
 
@@ -154,7 +156,7 @@ def test_a_tenant_arriving_after_the_probe_stops_ncu_before_it_starts(lab):
             runs = await profile.plan_all(fan, hosts, req)
             assert runs["h03"].status == "planned"
             scenario(lab, "h03", [{"kind": "compute", "pid": lab["tenant"], "mem": 10**9}])  # arrives now
-            await profile.run_planned(fan, hosts, runs, req, out=lab["out"])
+            await profile.run_planned(fan, hosts, runs, req, out=lab["out"] / "late")
             return runs["h03"]
 
     run = asyncio.run(go())
@@ -178,7 +180,7 @@ def test_a_sysctl_nobody_owns_is_never_touched(lab, tmp_path):
     del doc["all"]["children"]["cluster"]["vars"]["owned_sysctls"]
     inv = tmp_path / "inv.yaml"
     inv.write_text(yaml.safe_dump(doc))
-    out = run_fleet("profile", "--out", str(lab["out"]), "--hosts", "h01", "--json", "--", "cat", str(PARANOID),
+    out = run_fleet("profile", "--store", str(lab["out"]), "--hosts", "h01", "--json", "--", "cat", str(PARANOID),
                     env={**lab["c"].env(), "FLEET_INVENTORY": str(inv)})
     [run] = json.loads(out.stdout)["hosts"]
     assert out.stderr.splitlines()[0] == "3" and run["plan"]["sysctls"] == {}
@@ -187,18 +189,17 @@ def test_a_sysctl_nobody_owns_is_never_touched(lab, tmp_path):
 
 
 def test_fleet_killed_mid_run_still_leaves_the_node_as_it_was(lab):
-    proc = subprocess.Popen([sys.executable, "-m", "fleet", "profile", "--out", str(lab["out"]), "--hosts", "h01",
+    proc = subprocess.Popen([sys.executable, "-m", "fleet", "profile", "--store", str(lab["out"]), "--hosts", "h01",
                              "--", "sleep", "2"], env={**os.environ, **lab["c"].env()}, cwd=REPO,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     wait_for(lambda: PARANOID.read_text().strip() == "2")
     proc.kill()  # SIGKILL: fleet cannot clean up; the agent on the node does
     proc.wait()
-    wait_for(lambda: PARANOID.read_text().strip() == "3")
-    assert held_entries(lab) == {}
+    wait_for(lambda: PARANOID.read_text().strip() == "3" and held_entries(lab) == {})
 
 
 def test_an_agent_killed_on_the_node_is_repaired_by_fleet_repair(lab):
-    proc = subprocess.Popen([sys.executable, "-m", "fleet", "profile", "--out", str(lab["out"]), "--hosts", "h01",
+    proc = subprocess.Popen([sys.executable, "-m", "fleet", "profile", "--store", str(lab["out"]), "--hosts", "h01",
                              "--", "sleep", "30"], env={**os.environ, **lab["c"].env()}, cwd=REPO,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
@@ -222,7 +223,7 @@ def test_two_concurrent_runs_restore_only_when_the_last_ends(lab):
     env = {**os.environ, **lab["c"].env()}
 
     def start(gate: str):  # a workload that runs until the test opens its gate
-        return subprocess.Popen([sys.executable, "-m", "fleet", "profile", "--out", str(lab["out"]), "--hosts", "h01",
+        return subprocess.Popen([sys.executable, "-m", "fleet", "profile", "--store", str(lab["out"]), "--hosts", "h01",
                                  "--", "sh", "-c", 'while [ ! -e "$0" ]; do sleep 0.05; done', str(gates / gate)],
                                 env=env, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
 
@@ -251,7 +252,7 @@ def test_timeout_stops_nsys_with_sigterm_and_the_report_is_finished(lab):
     assert out.returncode == 0, out.stderr
     [run] = json.loads(out.stdout)["hosts"]
     assert run["result"]["stopped"] is True and run["result"]["exit_status"] == 143
-    assert run["reports"][0]["verified"] and json.loads(Path(run["reports"][0]["local"]).read_text())["kernels"]
+    assert run["reports"][0]["verified"] and json.loads(Path(run["reports"][0]["stored"]).read_text())["kernels"]
 
 
 def test_an_nsys_killed_mid_run_leaves_a_qdstrm_that_fleet_finishes(lab):
@@ -264,8 +265,8 @@ def test_an_nsys_killed_mid_run_leaves_a_qdstrm_that_fleet_finishes(lab):
     [run] = json.loads(out.stdout)["hosts"]
     assert any("left running" in n for n in run["result"]["notes"] if isinstance(n, str))
     [rep] = run["reports"]
-    assert rep["finished_from_qdstrm"] and rep["verified"]
-    assert json.loads(Path(rep["local"]).read_text())["finished_by"] == "QdstrmImporter"
+    assert rep["status"] == "finished-from-qdstrm" and rep["verified"]
+    assert json.loads(Path(rep["stored"]).read_text())["finished_by"] == "QdstrmImporter"
 
 
 def test_a_held_gpu_lock_refuses_naming_the_holder_or_waits(lab):
@@ -274,7 +275,7 @@ def test_a_held_gpu_lock_refuses_naming_the_holder_or_waits(lab):
     try:
         out = fleet(lab, "--hosts", "h02", "--tool", "ncu", "--gpu", "1", "--", "true")
         assert out.returncode == 5 and f"being profiled by pid {os.getpid()}" in out.stderr
-        waiting = subprocess.Popen([sys.executable, "-m", "fleet", "profile", "--out", str(lab["out"]), "--hosts",
+        waiting = subprocess.Popen([sys.executable, "-m", "fleet", "profile", "--store", str(lab["out"]), "--hosts",
                                     "h02", "--tool", "ncu", "--gpu", "1", "--wait", "20", "--", "true"],
                                    env={**os.environ, **lab["c"].env()}, cwd=REPO, stderr=subprocess.PIPE)
         time.sleep(1.5)
@@ -309,3 +310,40 @@ def test_dcgm_is_paused_only_when_asked_and_always_resumed(lab, tmp_path):
         assert json.loads((lab["state"] / "state.json").read_text())["dcgm"] is None
     finally:
         stop([engine])
+
+
+# --- the report store ---
+
+def test_runs_land_in_the_store_with_a_manifest_and_in_the_catalog(lab, tmp_path):
+    store_root = tmp_path / "store"
+    scenario(lab, "h03", [{"kind": "compute", "pid": lab["tenant"], "mem": 10**9}])
+    runs = []
+    for _ in range(2):  # same hosts, same command: the report base names repeat
+        out = run_fleet("profile", "--store", str(store_root), "--site", "lab-a", "--hosts", "h02,h03", "--tool",
+                        "ncu", "--gpu", "0", "--json", "--", "true", env=lab["c"].env())
+        assert out.returncode == 6, out.stderr  # h02 ok, h03 refused: a partial run
+        runs.append(json.loads(out.stdout)["run_id"])
+    for run_id in runs:
+        day = f"{run_id[:4]}-{run_id[4:6]}-{run_id[6:8]}"
+        manifest = json.loads((store_root / "lab-a" / day / run_id / "manifest.json").read_text())
+        assert manifest["status"] == "partial" and manifest["request"]["tool"] == "ncu"
+        hosts = {h["host"]: h for h in manifest["hosts"]}
+        assert "belongs to another user" in hosts["h03"]["missing_why"]
+        assert hosts["h03"]["tenants_seen"] and hosts["h02"]["tool_version"] == "2025.3.1.0"
+        [rep] = hosts["h02"]["reports"]
+        stored = Path(rep["stored"])
+        assert stored.parent == store_root / "lab-a" / day / run_id / "h02"
+        assert hashlib.sha256(stored.read_bytes()).hexdigest() == rep["sha256"]
+    listed = json.loads(run_fleet("reports", "ls", "--store", str(store_root), "--json").stdout)
+    assert sorted((r["run_id"], r["host"], r["status"]) for r in listed) == sorted(
+        [(r, "h02", "complete") for r in runs] + [(r, "h03", "missing") for r in runs])
+    paths = [r["path"] for r in listed if r["status"] == "complete"]
+    assert len(set(paths)) == 2  # no collision between the two runs
+    only = json.loads(run_fleet("reports", "ls", "--store", str(store_root), "--host", "h02", "--status", "complete",
+                                "--json").stdout)
+    assert len(only) == 2 and all(r["sha256"] for r in only)
+
+    (store_root / "catalog.sqlite").unlink()  # the manifests are the truth: rebuild from them
+    assert "catalogued 2 runs" in run_fleet("reports", "reindex", "--store", str(store_root)).stdout
+    again = json.loads(run_fleet("reports", "ls", "--store", str(store_root), "--json").stdout)
+    assert sorted(map(json.dumps, again)) == sorted(map(json.dumps, listed))

@@ -60,5 +60,10 @@ class LocalTransport(Transport):
             result.error, result.error_kind = f"{why}; the command was stopped", "timeout"
         return result
 
-    async def fetch(self, host: "Host", remote: str, local: str) -> None:
-        await asyncio.to_thread(shutil.copyfile, remote, local)
+    async def fetch(self, host: "Host", remote: str, local: str, offset: int = 0) -> None:
+        def copy() -> None:
+            with open(remote, "rb") as src, open(local, "ab" if offset else "wb") as dst:
+                src.seek(offset)
+                shutil.copyfileobj(src, dst, 1 << 20)
+
+        await asyncio.to_thread(copy)

@@ -120,7 +120,8 @@ class SSHTransport(Transport):
     async def connection(self, host: "Host") -> asyncssh.SSHClientConnection:
         """The host's one connection, opened on first use; raises on failure."""
         task = self._conns.get(host.name)
-        if task is None or (task.done() and (task.cancelled() or task.exception())):
+        dead = task is not None and task.done() and (task.cancelled() or task.exception() or task.result().is_closed())
+        if task is None or dead:  # first use, a failed attempt, or a connection that was cut
             task = self._conns[host.name] = asyncio.ensure_future(self._connect(host))
         return await asyncio.shield(task)
 
@@ -152,9 +153,12 @@ class SSHTransport(Transport):
         except (asyncssh.Error, OSError) as e:
             return Result(host.name, error=f"cannot start a session: {e}", error_kind="channel")
         try:
-            if input is not None:
-                proc.stdin.write(input)
-            proc.stdin.write_eof()
+            try:
+                if input is not None:
+                    proc.stdin.write(input)
+                proc.stdin.write_eof()
+            except (asyncssh.Error, OSError):
+                pass  # the command ended before reading its input (python3 missing, say): its status tells
             out, err, why = await drive(proc.stdout.read, proc.stderr.read, proc.wait(check=False),
                                         lambda: _signal(proc, "TERM"), proc.close,
                                         timeout=timeout, grace=TERM_GRACE, sink=sink, stop=stop)
@@ -171,12 +175,13 @@ class SSHTransport(Transport):
             result.error, result.error_kind = f"{why}; the command was stopped", "timeout"
         return result
 
-    async def fetch(self, host: "Host", remote: str, local: str) -> None:
-        """SFTP over the host's existing connection."""
+    async def fetch(self, host: "Host", remote: str, local: str, offset: int = 0) -> None:
+        """SFTP over the host's existing connection; from ``offset`` on, appended, to resume."""
         try:
             conn = await self.connection(host)
-            async with conn.start_sftp_client() as sftp:
-                await sftp.get(remote, local)
+            async with conn.start_sftp_client() as sftp, sftp.open(remote, "rb") as src:
+                with open(local, "ab" if offset else "wb") as dst:
+                    await _ordered_copy(src, dst, offset)
         except asyncssh.Error as e:
             raise OSError(f"{host.name}:{remote}: {e}") from e
 
@@ -219,6 +224,17 @@ class SSHTransport(Transport):
                 task.cancel()
         await asyncio.gather(*conns, return_exceptions=True)
         self._conns.clear()
+
+
+SFTP_CHUNK = 8 << 20  # bytes per read call; asyncssh keeps several requests in flight within each
+
+
+async def _ordered_copy(src, dst, offset: int) -> None:
+    """Read in large chunks (pipelined inside asyncssh) and write them in order, so that
+    whatever a cut connection leaves on disk is a clean prefix to resume from."""
+    while block := await src.read(SFTP_CHUNK, offset):
+        dst.write(block)
+        offset += len(block)
 
 
 def _known_hosts_same_for_every_host(paths: list[str]) -> bool:

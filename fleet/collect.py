@@ -1,0 +1,56 @@
+"""Bringing reports home: resumable, sha256-verified, atomic.
+
+The node computed each report's sha256 when the profiler finished. A copy
+lands as ``NAME.partial`` and enters the store only by rename once its hash
+matches, so a reader never sees half a report. A transfer cut off half-way
+resumes from the bytes already here; a copy whose hash is wrong is fetched
+again once. The node's copy is never removed by a failed transfer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .inventory import Host
+    from .transport import Fanout
+
+
+def sha256_of(path: str | os.PathLike) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+async def fetch_verified(fan: "Fanout", host: "Host", report: dict, dest: Path) -> dict:
+    """Copy one report (``path``, ``size``, ``sha256`` from the node) to ``dest``."""
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    partial = dest.with_name(dest.name + ".partial")
+    entry = {"remote": report["path"], "stored": str(dest), "size": report["size"], "sha256": report["sha256"],
+             "status": "finished-from-qdstrm" if report.get("finished_from_qdstrm") else "complete",
+             "verified": False}
+    try:
+        for _ in range(2):  # a wrong hash earns one fresh copy
+            have = partial.stat().st_size if partial.exists() else 0
+            if have > report["size"]:
+                partial.unlink()
+                have = 0
+            if have < report["size"]:
+                await fan.fetch(host, report["path"], str(partial), offset=have)
+                entry["resumed_from"] = have or None
+            if await asyncio.to_thread(sha256_of, partial) == report["sha256"]:
+                os.replace(partial, dest)
+                entry["verified"] = True
+                return entry
+            partial.unlink()
+        entry["error"] = "sha256 differs from the node's twice; the node's copy is kept"
+    except OSError as e:
+        entry["error"] = f"could not bring it home: {e.strerror or e}; the node's copy is kept"
+    entry["status"] = "missing"
+    return entry

@@ -1,0 +1,114 @@
+"""The central report store: a directory people can read, and a SQLite catalog over it.
+
+Layout: ``ROOT/<site>/<YYYY-MM-DD>/<run-id>/<host>/<report>`` and one
+``manifest.json`` per run (request, plans, node states, tool versions, tenants
+seen, flags given up, every report with its sha256, what is missing and why).
+The manifests are the truth; the catalog (``ROOT/catalog.sqlite``) is an index
+that ``fleet reports reindex`` rebuilds from them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+from contextlib import closing
+from pathlib import Path
+from typing import Any, Iterable
+
+DEFAULT_ROOT = Path(os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share") / "fleet" / "store"
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS runs (
+    run_id TEXT PRIMARY KEY, site TEXT, day TEXT, started TEXT, user TEXT, tool TEXT,
+    command TEXT, status TEXT, manifest TEXT);
+CREATE TABLE IF NOT EXISTS reports (
+    run_id TEXT, host TEXT, path TEXT, tool TEXT, status TEXT, sha256 TEXT, size INTEGER,
+    gpu TEXT, driver TEXT, tool_version TEXT, started TEXT,
+    PRIMARY KEY (run_id, host, path));
+"""
+
+
+def root(explicit: str | os.PathLike | None = None) -> Path:
+    return Path(explicit or os.environ.get("FLEET_STORE") or DEFAULT_ROOT)
+
+
+def run_dir(store: Path, site: str, run_id: str) -> Path:
+    """``<site>/<YYYY-MM-DD>/<run-id>``: the day comes from the run id (YYYYMMDD-HHMMSS-xxxx)."""
+    day = f"{run_id[0:4]}-{run_id[4:6]}-{run_id[6:8]}"
+    return store / site / day / run_id
+
+
+def write_manifest(directory: Path, manifest: dict[str, Any]) -> Path:
+    """Atomically, so a reader never sees half a manifest."""
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / "manifest.json"
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(manifest, indent=1, default=str))
+    os.replace(tmp, path)
+    return path
+
+
+def catalog(store: Path) -> sqlite3.Connection:
+    store.mkdir(parents=True, exist_ok=True)
+    db = sqlite3.connect(store / "catalog.sqlite")
+    db.executescript(SCHEMA)
+    return db
+
+
+def index_manifest(db: sqlite3.Connection, path: Path) -> None:
+    """Put one run's manifest into the catalog (replacing what was there for that run)."""
+    m = json.loads(path.read_text())
+    db.execute("DELETE FROM reports WHERE run_id = ?", (m["run_id"],))
+    db.execute("INSERT OR REPLACE INTO runs VALUES (?,?,?,?,?,?,?,?,?)",
+               (m["run_id"], m["site"], m["day"], m["started"], m["user"], m["request"]["tool"],
+                json.dumps(m["request"]["command"]), m["status"], str(path)))
+    for host in m["hosts"]:
+        for rep in host.get("reports", []):
+            db.execute("INSERT OR REPLACE INTO reports VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+                       (m["run_id"], host["host"], rep.get("stored") or rep["remote"], m["request"]["tool"],
+                        rep["status"], rep["sha256"], rep["size"], host.get("gpu"), host.get("driver"),
+                        host.get("tool_version"), m["started"]))
+        if not host.get("reports"):
+            db.execute("INSERT OR REPLACE INTO reports VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+                       (m["run_id"], host["host"], "", m["request"]["tool"], "missing", None, None,
+                        host.get("gpu"), host.get("driver"), host.get("tool_version"), m["started"]))
+
+
+def record(store: Path, manifest_path: Path) -> None:
+    with closing(catalog(store)) as db, db:
+        index_manifest(db, manifest_path)
+
+
+def reindex(store: Path) -> int:
+    """Rebuild the catalog from every manifest under the store; returns the number of runs."""
+    manifests = sorted(store.glob("*/*/*/manifest.json"))
+    with closing(catalog(store)) as db, db:
+        db.execute("DELETE FROM runs")
+        db.execute("DELETE FROM reports")
+        for m in manifests:
+            index_manifest(db, m)
+    return len(manifests)
+
+
+def reports(store: Path, *, host: str | None = None, since: str | None = None, tool: str | None = None,
+            status: str | None = None) -> list[dict]:
+    where, args = [], []
+    for column, value in (("host", host), ("tool", tool), ("status", status)):
+        if value:
+            where.append(f"{column} = ?")
+            args.append(value)
+    if since:
+        where.append("started >= ?")
+        args.append(since)
+    sql = "SELECT * FROM reports" + (" WHERE " + " AND ".join(where) if where else "") + " ORDER BY started, host, path"
+    with closing(catalog(store)) as db:
+        db.row_factory = sqlite3.Row
+        return [dict(r) for r in db.execute(sql, args)]
+
+
+def run_status(host_statuses: Iterable[str]) -> str:
+    statuses = list(host_statuses)
+    if statuses and all(s == "ok" for s in statuses):
+        return "complete"
+    return "partial" if any(s == "ok" for s in statuses) else "failed"
