@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import sqlite3
 from contextlib import closing
 from pathlib import Path
@@ -112,3 +113,25 @@ def run_status(host_statuses: Iterable[str]) -> str:
     if statuses and all(s == "ok" for s in statuses):
         return "complete"
     return "partial" if any(s == "ok" for s in statuses) else "failed"
+
+
+def manifest_of(store: Path, run_id: str) -> Path:
+    """The manifest of a run, found through the catalog (or, failing that, on disk)."""
+    with closing(catalog(store)) as db:
+        row = db.execute("SELECT manifest FROM runs WHERE run_id = ?", (run_id,)).fetchone()
+    if row and Path(row[0]).exists():
+        return Path(row[0])
+    found = list(store.glob(f"*/*/{run_id}/manifest.json"))
+    if not found:
+        raise LookupError(f"no run {run_id!r} in {store}")
+    return found[0]
+
+
+def remove_run(store: Path, run_id: str) -> Path:
+    """Delete a run's folder and its catalog entries."""
+    directory = manifest_of(store, run_id).parent
+    shutil.rmtree(directory)
+    with closing(catalog(store)) as db, db:
+        db.execute("DELETE FROM runs WHERE run_id = ?", (run_id,))
+        db.execute("DELETE FROM reports WHERE run_id = ?", (run_id,))
+    return directory

@@ -343,7 +343,16 @@ def test_runs_land_in_the_store_with_a_manifest_and_in_the_catalog(lab, tmp_path
                                 "--json").stdout)
     assert len(only) == 2 and all(r["sha256"] for r in only)
 
+    shown = run_fleet("reports", "show", runs[0], "--store", str(store_root))
+    assert f"run {runs[0]} (partial)" in shown.stdout and "h03: refused (tenant: GPU 0" in shown.stdout
+    pulled = run_fleet("reports", "pull", runs[0], str(tmp_path / "out"), "--store", str(store_root))
+    assert pulled.returncode == 0 and len(list((tmp_path / "out" / "h02").iterdir())) == 1
+
     (store_root / "catalog.sqlite").unlink()  # the manifests are the truth: rebuild from them
     assert "catalogued 2 runs" in run_fleet("reports", "reindex", "--store", str(store_root)).stdout
     again = json.loads(run_fleet("reports", "ls", "--store", str(store_root), "--json").stdout)
     assert sorted(map(json.dumps, again)) == sorted(map(json.dumps, listed))
+    assert run_fleet("reports", "rm", runs[0], "--store", str(store_root)).returncode == 0
+    left = json.loads(run_fleet("reports", "ls", "--store", str(store_root), "--json").stdout)
+    assert {r["run_id"] for r in left} == {runs[1]}
+    assert not list(store_root.glob(f"lab-a/*/{runs[0]}"))
