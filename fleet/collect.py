@@ -20,12 +20,17 @@ if TYPE_CHECKING:
     from .transport import Fanout
 
 
-def sha256_of(path: str | os.PathLike) -> str:
+def _sha256_prefix(path: Path, size: int) -> "hashlib._Hash":
     h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
+    if size:
+        with open(path, "rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                h.update(block)
+    return h
+
+
+def sha256_of(path: str | os.PathLike) -> str:
+    return _sha256_prefix(Path(path), 1).hexdigest()
 
 
 async def fetch_verified(fan: "Fanout", host: "Host", report: dict, dest: Path) -> dict:
@@ -41,10 +46,12 @@ async def fetch_verified(fan: "Fanout", host: "Host", report: dict, dest: Path) 
             if have > report["size"]:
                 partial.unlink()
                 have = 0
+            # The hash is computed as the bytes arrive; only a resumed prefix is read again.
+            digest = await asyncio.to_thread(_sha256_prefix, partial, have)
             if have < report["size"]:
-                await fan.fetch(host, report["path"], str(partial), offset=have)
+                await fan.fetch(host, report["path"], str(partial), offset=have, on_block=digest.update)
                 entry["resumed_from"] = have or None
-            if await asyncio.to_thread(sha256_of, partial) == report["sha256"]:
+            if digest.hexdigest() == report["sha256"]:
                 os.replace(partial, dest)
                 entry["verified"] = True
                 return entry

@@ -79,9 +79,11 @@ class Transport:
                   stop: asyncio.Event | None = None) -> Result:
         raise NotImplementedError
 
-    async def fetch(self, host: "Host", remote: str, local: str, offset: int = 0) -> None:
+    async def fetch(self, host: "Host", remote: str, local: str, offset: int = 0,
+                    on_block: Callable[[bytes], None] | None = None) -> None:
         """Copy a file from the host to this machine, appending from ``offset`` when it is
-        not 0 (a resumed transfer); raises OSError on failure."""
+        not 0 (a resumed transfer); ``on_block`` sees every block written, in order (to hash
+        while copying). Raises OSError on failure."""
         raise NotImplementedError
 
     async def close(self) -> None:
@@ -167,8 +169,9 @@ class Fanout:
         except Exception as e:  # a bug or an unforeseen failure stays this host's problem
             return Result(host.name, error=f"{type(e).__name__}: {e}", error_kind="internal")
 
-    async def fetch(self, host: "Host", remote: str, local: str, offset: int = 0) -> None:
-        await self.transport_for(host).fetch(host, remote, local, offset)
+    async def fetch(self, host: "Host", remote: str, local: str, offset: int = 0,
+                    on_block: Callable[[bytes], None] | None = None) -> None:
+        await self.transport_for(host).fetch(host, remote, local, offset, on_block)
 
     async def run_all(self, hosts: Iterable["Host"], argv: Sequence[str], *, input: bytes | None = None,
                       timeout: float | None = None,

@@ -11,7 +11,7 @@ import asyncio
 import os
 import shutil
 import signal
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING, Callable, Sequence
 
 from . import Result, Sink, Transport, drive
 
@@ -60,10 +60,14 @@ class LocalTransport(Transport):
             result.error, result.error_kind = f"{why}; the command was stopped", "timeout"
         return result
 
-    async def fetch(self, host: "Host", remote: str, local: str, offset: int = 0) -> None:
+    async def fetch(self, host: "Host", remote: str, local: str, offset: int = 0,
+                    on_block: Callable[[bytes], None] | None = None) -> None:
         def copy() -> None:
             with open(remote, "rb") as src, open(local, "ab" if offset else "wb") as dst:
                 src.seek(offset)
-                shutil.copyfileobj(src, dst, 1 << 20)
+                while block := src.read(1 << 20):
+                    dst.write(block)
+                    if on_block is not None:
+                        on_block(block)
 
         await asyncio.to_thread(copy)

@@ -18,7 +18,7 @@ import os
 import random
 import shlex
 from pathlib import Path
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING, Callable, Sequence
 
 import asyncssh
 from asyncssh.config import SSHClientConfig
@@ -175,13 +175,14 @@ class SSHTransport(Transport):
             result.error, result.error_kind = f"{why}; the command was stopped", "timeout"
         return result
 
-    async def fetch(self, host: "Host", remote: str, local: str, offset: int = 0) -> None:
+    async def fetch(self, host: "Host", remote: str, local: str, offset: int = 0,
+                    on_block: Callable[[bytes], None] | None = None) -> None:
         """SFTP over the host's existing connection; from ``offset`` on, appended, to resume."""
         try:
             conn = await self.connection(host)
             async with conn.start_sftp_client() as sftp, sftp.open(remote, "rb") as src:
                 with open(local, "ab" if offset else "wb") as dst:
-                    await _ordered_copy(src, dst, offset)
+                    await _ordered_copy(src, dst, offset, on_block)
         except asyncssh.Error as e:
             raise OSError(f"{host.name}:{remote}: {e}") from e
 
@@ -229,12 +230,26 @@ class SSHTransport(Transport):
 SFTP_CHUNK = 8 << 20  # bytes per read call; asyncssh keeps several requests in flight within each
 
 
-async def _ordered_copy(src, dst, offset: int) -> None:
-    """Read in large chunks (pipelined inside asyncssh) and write them in order, so that
-    whatever a cut connection leaves on disk is a clean prefix to resume from."""
-    while block := await src.read(SFTP_CHUNK, offset):
+async def _ordered_copy(src, dst, offset: int, on_block: Callable[[bytes], None] | None) -> None:
+    """Read in large chunks (pipelined inside asyncssh, and the next chunk asked for while this
+    one is written and hashed in a thread) and write them in order, so that whatever a cut
+    connection leaves on disk is a clean prefix to resume from."""
+
+    def consume(block: bytes) -> None:
         dst.write(block)
-        offset += len(block)
+        if on_block is not None:
+            on_block(block)  # hashlib releases the GIL: this overlaps with the transfer
+
+    ahead: asyncio.Future | None = asyncio.ensure_future(src.read(SFTP_CHUNK, offset))
+    try:
+        while ahead is not None and (block := await ahead):
+            offset += len(block)
+            # A short chunk is the end of the file: asking past it only makes asyncssh complain.
+            ahead = asyncio.ensure_future(src.read(SFTP_CHUNK, offset)) if len(block) == SFTP_CHUNK else None
+            await asyncio.to_thread(consume, block)
+    finally:
+        if ahead is not None and not ahead.done():
+            ahead.cancel()
 
 
 def _known_hosts_same_for_every_host(paths: list[str]) -> bool:
