@@ -307,113 +307,6 @@ def repair(obj: Context, targets, exclude, as_json):
     sys.exit(exitcodes.for_results(results))
 
 
-# --- reports ---
-
-@main.group()
-def reports():
-    """The report store and its catalog."""
-
-
-@reports.command("ls")
-@click.option("--store", "store_root", type=click.Path(), envvar="FLEET_STORE")
-@click.option("--host", help="Only reports from this host.")
-@click.option("--since", help="Only runs started on or after this date (YYYY-MM-DD).")
-@click.option("--tool", type=click.Choice(["nsys", "ncu"]))
-@click.option("--status", type=click.Choice(["complete", "finished-from-qdstrm", "missing"]))
-@click.option("--json", "as_json", is_flag=True)
-def reports_ls(store_root, host, since, tool, status, as_json):
-    """List the catalogued reports."""
-    from . import store
-
-    rows = store.reports(store.root(store_root), host=host, since=since, tool=tool, status=status)
-    if as_json:
-        click.echo(json.dumps(rows, indent=2))
-        return
-    for r in rows:
-        click.echo(f"{r['run_id']}  {r['host']:<12} {r['tool']:<5} {r['status']:<21} "
-                   f"{(r['sha256'] or '')[:12]:<12} {r['path']}")
-
-
-@reports.command("show")
-@click.argument("run_id")
-@click.option("--store", "store_root", type=click.Path(), envvar="FLEET_STORE")
-@click.option("--json", "as_json", is_flag=True, help="The whole manifest.")
-def reports_show(run_id, store_root, as_json):
-    """A run's manifest: request, hosts, reports, what is missing and why."""
-    from . import store
-
-    try:
-        manifest = json.loads(store.manifest_of(store.root(store_root), run_id).read_text())
-    except LookupError as e:
-        _fail(str(e))
-    if as_json:
-        click.echo(json.dumps(manifest, indent=2))
-        return
-    req = manifest["request"]
-    click.echo(f"run {manifest['run_id']} ({manifest['status']}), site {manifest['site']}, by {manifest['user']} "
-               f"at {manifest['started']}: {req['tool']} -- {' '.join(req['command'])}")
-    for h in manifest["hosts"]:
-        click.echo(f"  {h['host']}: {h['status']}" + (f" ({h['missing_why']})" if h["missing_why"] else "")
-                   + (f"; {h['gpu']}, driver {h['driver']}, {req['tool']} {h['tool_version']}" if h["gpu"] else ""))
-        for g in h["given_up"]:
-            click.echo(f"      gave up: {g}")
-        for r in h["reports"]:
-            click.echo(f"      {r['status']:<21} {r['sha256'][:12]}  {r['stored']}")
-
-
-@reports.command("pull")
-@click.argument("run_id")
-@click.argument("dest", type=click.Path())
-@click.option("--store", "store_root", type=click.Path(), envvar="FLEET_STORE")
-def reports_pull(run_id, dest, store_root):
-    """Copy a run's reports out of the store into DEST/HOST/, checked against their sha256."""
-    import shutil
-    from pathlib import Path
-
-    from . import store
-    from .collect import sha256_of
-
-    try:
-        manifest = json.loads(store.manifest_of(store.root(store_root), run_id).read_text())
-    except LookupError as e:
-        _fail(str(e))
-    code = exitcodes.OK
-    for h in manifest["hosts"]:
-        for r in h["reports"]:
-            if r["status"] == "missing":
-                continue
-            target = Path(dest) / h["host"] / Path(r["stored"]).name
-            target.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(r["stored"], target)
-            ok = sha256_of(target) == r["sha256"]
-            code = code if ok else exitcodes.FAILED
-            click.echo(f"{target}{'' if ok else '  SHA256 MISMATCH: the stored copy is damaged'}")
-    sys.exit(code)
-
-
-@reports.command("rm")
-@click.argument("run_id")
-@click.option("--store", "store_root", type=click.Path(), envvar="FLEET_STORE")
-def reports_rm(run_id, store_root):
-    """Delete a run's reports and manifest from the store and the catalog."""
-    from . import store
-
-    try:
-        click.echo(f"removed {store.remove_run(store.root(store_root), run_id)}")
-    except LookupError as e:
-        _fail(str(e))
-
-
-@reports.command("reindex")
-@click.option("--store", "store_root", type=click.Path(), envvar="FLEET_STORE")
-def reports_reindex(store_root):
-    """Rebuild the catalog from the runs' manifests."""
-    from . import store
-
-    n = store.reindex(store.root(store_root))
-    click.echo(f"catalogued {n} runs")
-
-
 # --- hosts ---
 
 @main.group()
@@ -462,6 +355,10 @@ def hosts_trust(obj: Context, targets, exclude, yes):
     hostkeys.record(accept)
     sys.exit(code)
 
+
+from .cli_reports import reports  # noqa: E402  (a group of its own, registered here)
+
+main.add_command(reports)
 
 if __name__ == "__main__":  # pragma: no cover
     main()

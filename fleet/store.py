@@ -103,6 +103,8 @@ def reports(store: Path, *, host: str | None = None, since: str | None = None, t
         where.append("started >= ?")
         args.append(since)
     sql = "SELECT * FROM reports" + (" WHERE " + " AND ".join(where) if where else "") + " ORDER BY started, host, path"
+    if not (store / "catalog.sqlite").exists():  # reading creates nothing
+        return []
     with closing(catalog(store)) as db:
         db.row_factory = sqlite3.Row
         return [dict(r) for r in db.execute(sql, args)]
@@ -117,8 +119,10 @@ def run_status(host_statuses: Iterable[str]) -> str:
 
 def manifest_of(store: Path, run_id: str) -> Path:
     """The manifest of a run, found through the catalog (or, failing that, on disk)."""
-    with closing(catalog(store)) as db:
-        row = db.execute("SELECT manifest FROM runs WHERE run_id = ?", (run_id,)).fetchone()
+    row = None
+    if (store / "catalog.sqlite").exists():
+        with closing(catalog(store)) as db:
+            row = db.execute("SELECT manifest FROM runs WHERE run_id = ?", (run_id,)).fetchone()
     if row and Path(row[0]).exists():
         return Path(row[0])
     found = list(store.glob(f"*/*/{run_id}/manifest.json"))

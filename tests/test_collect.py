@@ -6,7 +6,6 @@ import asyncio
 import hashlib
 import os
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
