@@ -277,6 +277,31 @@ def profile(obj: Context, hosts_, group, exclude, tool, gpus, gpu_metrics, allow
 
 
 @main.command()
+@click.argument("run_id")
+@click.option("--store", "store_root", type=click.Path(), envvar="FLEET_STORE")
+@click.pass_obj
+def gather(obj: Context, run_id, store_root):
+    """Bring home what run RUN_ID left on its nodes (after fleet was killed, or a failed transfer)."""
+    from . import profile as profile_mod
+    from . import store
+
+    async def go():
+        async with obj.fanout_for_run() as fan:
+            return await profile_mod.gather(fan, obj.inventory.hosts, store.root(store_root), run_id)
+
+    try:
+        manifest = asyncio.run(go())
+    except LookupError as e:
+        _fail(str(e))
+    for h in manifest["hosts"]:
+        click.echo(f"{h['host']}: {h['status']}" + (f" ({h['missing_why']})" if h.get("missing_why") else ""))
+        for r in h["reports"]:
+            click.echo(f"  {r['stored']} ({'verified' if r['verified'] else r.get('error')})")
+    sys.exit(exitcodes.OK if manifest["status"] == "complete" else exitcodes.PARTIAL
+             if manifest["status"] == "partial" else exitcodes.FAILED)
+
+
+@main.command()
 @click.argument("targets")
 @click.option("-x", "--exclude", multiple=True)
 @click.option("--json", "as_json", is_flag=True)

@@ -132,13 +132,49 @@ async def profile(fan: "Fanout", hosts: list["Host"], req: ProfileRequest, *, st
     if dry_run:
         return list(runs.values())
     directory = store.run_dir(store_root, site, req.run_id)
+    # Written before anything runs, so that `fleet gather` can finish the run if fleet dies.
+    store.record(store_root, store.write_manifest(directory, manifest_for(req, site, started, list(runs.values()),
+                                                                          status="running")))
     await run_planned(fan, hosts, runs, req, out=directory, write=write, stop=stop)
     manifest = store.write_manifest(directory, manifest_for(req, site, started, list(runs.values())))
     store.record(store_root, manifest)
     return list(runs.values())
 
 
-def manifest_for(req: ProfileRequest, site: str, started: str, runs: list[HostRun]) -> dict:
+async def gather(fan: "Fanout", hosts: dict[str, "Host"], store_root: Path, run_id: str) -> dict:
+    """Bring home what a run left on its nodes (fleet killed, a transfer that failed): the
+    agent's result is read from beside the reports, and every report not yet verified fetched."""
+    path = store.manifest_of(store_root, run_id)
+    manifest = json.loads(path.read_text())
+    for entry in manifest["hosts"]:
+        host = hosts.get(entry["host"])
+        plan_doc = entry.get("plan") or {}
+        if host is None or plan_doc.get("status") != "ok" or (
+                entry["reports"] and all(r["verified"] for r in entry["reports"])):
+            continue
+        result = entry.get("result")
+        if result is None:  # fleet went away before the agent's last word: it is on the node
+            node = (entry.get("node") or host.name)
+            r = await fan.run(host, ["cat", f"{os.path.dirname(plan_doc['output'])}/{node}.result.json"])
+            if r.exit_status != 0:
+                entry["missing_why"] = f"no result on the node yet: {r.stderr.decode(errors='replace').strip()}"
+                continue
+            result = entry["result"] = json.loads(r.stdout)
+        entry["reports"] = [rep for rep in entry["reports"] if rep["verified"]]
+        have = {rep["remote"] for rep in entry["reports"]}
+        for report in result.get("reports", []):
+            if report["path"] not in have:
+                dest = path.parent / entry["host"] / os.path.basename(report["path"])
+                entry["reports"].append(await fetch_verified(fan, host, report, dest))
+        ok = result.get("status") == "ok" and entry["reports"] and all(r["verified"] for r in entry["reports"])
+        entry["status"] = "ok" if ok else entry["status"]
+        entry["missing_why"] = None if ok else entry.get("missing_why")
+    manifest["status"] = store.run_status(h["status"] for h in manifest["hosts"])
+    store.record(store_root, store.write_manifest(path.parent, manifest))
+    return manifest
+
+
+def manifest_for(req: ProfileRequest, site: str, started: str, runs: list[HostRun], status: str | None = None) -> dict:
     """Everything needed to trust and compare a run later."""
     hosts = []
     for r in runs:
@@ -146,7 +182,8 @@ def manifest_for(req: ProfileRequest, site: str, started: str, runs: list[HostRu
         gpus = [g for g in state.get("gpus") or [] if req.gpus is None or g.get("index") in req.gpus]
         tool = (state.get("tools") or {}).get(req.tool) or {}
         hosts.append({
-            "host": r.host, "status": r.status, "missing_why": None if r.status == "ok" else r.error,
+            "host": r.host, "node": state.get("host"), "status": r.status,
+            "missing_why": None if r.status == "ok" else r.error,
             "gpu": ", ".join(sorted({g.get("name") or "?" for g in gpus})) or None,
             "driver": (state.get("nvml") or {}).get("driver"), "tool_version": tool.get("version"),
             "tenants_seen": [str(t) for t in (r.plan.tenants if r.plan else ())],
@@ -156,7 +193,7 @@ def manifest_for(req: ProfileRequest, site: str, started: str, runs: list[HostRu
             "plan": r.plan.to_json() if r.plan else None, "result": r.result, "reports": r.reports})
     return {"run_id": req.run_id, "site": site, "day": f"{req.run_id[0:4]}-{req.run_id[4:6]}-{req.run_id[6:8]}",
             "started": started, "user": getpass.getuser(), "request": asdict(req),
-            "status": store.run_status(r.status for r in runs), "hosts": hosts}
+            "status": status or store.run_status(r.status for r in runs), "hosts": hosts}
 
 
 def exit_status(runs: list[HostRun]) -> int:

@@ -71,8 +71,9 @@ def index_manifest(db: sqlite3.Connection, path: Path) -> None:
                         rep["status"], rep["sha256"], rep["size"], host.get("gpu"), host.get("driver"),
                         host.get("tool_version"), m["started"]))
         if not host.get("reports"):
+            status = "running" if m["status"] == "running" else "missing"
             db.execute("INSERT OR REPLACE INTO reports VALUES (?,?,?,?,?,?,?,?,?,?,?)",
-                       (m["run_id"], host["host"], "", m["request"]["tool"], "missing", None, None,
+                       (m["run_id"], host["host"], "", m["request"]["tool"], status, None, None,
                         host.get("gpu"), host.get("driver"), host.get("tool_version"), m["started"]))
 
 

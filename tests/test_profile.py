@@ -356,3 +356,23 @@ def test_runs_land_in_the_store_with_a_manifest_and_in_the_catalog(lab, tmp_path
     left = json.loads(run_fleet("reports", "ls", "--store", str(store_root), "--json").stdout)
     assert {r["run_id"] for r in left} == {runs[1]}
     assert not list(store_root.glob(f"lab-a/*/{runs[0]}"))
+
+
+def test_fleet_gather_brings_home_what_a_killed_fleet_left_on_the_node(lab, tmp_path):
+    store_root = tmp_path / "store"
+    proc = subprocess.Popen([sys.executable, "-m", "fleet", "profile", "--store", str(store_root), "--hosts", "h01",
+                             "--", "sleep", "2"], env={**os.environ, **lab["c"].env()}, cwd=REPO,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    wait_for(lambda: PARANOID.read_text().strip() == "2")
+    proc.kill()  # fleet dies before the report comes home
+    proc.wait()
+    wait_for(lambda: PARANOID.read_text().strip() == "3" and held_entries(lab) == {})
+    [manifest_path] = store_root.glob("lab/*/*/manifest.json")
+    manifest = json.loads(manifest_path.read_text())
+    assert manifest["status"] == "running" and not manifest["hosts"][0]["reports"]
+    out = run_fleet("gather", manifest["run_id"], "--store", str(store_root), env=lab["c"].env())
+    assert out.returncode == 0, out.stdout + out.stderr
+    manifest = json.loads(manifest_path.read_text())
+    [rep] = manifest["hosts"][0]["reports"]
+    assert manifest["status"] == "complete" and rep["verified"]
+    assert hashlib.sha256(Path(rep["stored"]).read_bytes()).hexdigest() == rep["sha256"]
