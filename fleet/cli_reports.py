@@ -104,6 +104,28 @@ def reports_rm(run_id, store_root):
     click.echo(f"removed {store.remove_run(store.root(store_root), run_id)}")
 
 
+@reports.command("compare")
+@click.argument("run_a")
+@click.argument("run_b")
+@click.option("--store", "store_root", type=click.Path(), envvar="FLEET_STORE")
+@click.option("--top", type=int, default=15, show_default=True)
+@click.option("--json", "as_json", is_flag=True)
+def reports_compare(run_a, run_b, store_root, top, as_json):
+    """The GPU kernels whose total time changed most from RUN_A to RUN_B (nsys runs)."""
+    from . import store
+
+    for run in (run_a, run_b):
+        _manifest(store_root, run)
+    rows = store.compare(store.root(store_root), run_a, run_b)[:top]
+    if as_json:
+        click.echo(json.dumps(rows, indent=2))
+        return
+    click.echo(f"{'A ms':>10} {'B ms':>10} {'change':>8}  kernel")
+    for r in rows:
+        change = f"{r['change'] * 100:+.1f}%" if r["change"] is not None else "new"
+        click.echo(f"{r['a_ns'] / 1e6:10.3f} {r['b_ns'] / 1e6:10.3f} {change:>8}  {r['kernel']}")
+
+
 @reports.command("reindex")
 @click.option("--store", "store_root", type=click.Path(), envvar="FLEET_STORE")
 def reports_reindex(store_root):

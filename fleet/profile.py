@@ -113,9 +113,12 @@ async def run_planned(fan: "Fanout", hosts: list["Host"], runs: dict[str, HostRu
         run.status = {"ok": "ok", "refused": "refused"}.get(run.result["status"], "failed")
         if run.status != "ok":
             run.error = "; ".join(run.result.get("reasons") or []) or run.result["status"]
-        for report in run.result.get("reports", []):
+        for report in run.result.get("reports", []) + run.result.get("summaries", []):
             dest = out / host.name / os.path.basename(report["path"])
-            run.reports.append(await fetch_verified(fan, host, report, dest))
+            entry = await fetch_verified(fan, host, report, dest)
+            if "summary" in report:
+                entry.update(status="summary", summary=report["summary"])
+            run.reports.append(entry)
         if any(not rep["verified"] for rep in run.reports):
             run.status, run.error = "failed", "; ".join(rep["error"] for rep in run.reports if not rep["verified"])
         return r

@@ -23,6 +23,8 @@ SCHEMA = """
 CREATE TABLE IF NOT EXISTS runs (
     run_id TEXT PRIMARY KEY, site TEXT, day TEXT, started TEXT, user TEXT, tool TEXT,
     command TEXT, status TEXT, manifest TEXT);
+CREATE TABLE IF NOT EXISTS kernels (
+    run_id TEXT, host TEXT, name TEXT, total_ns INTEGER, instances INTEGER);
 CREATE TABLE IF NOT EXISTS reports (
     run_id TEXT, host TEXT, path TEXT, tool TEXT, status TEXT, sha256 TEXT, size INTEGER,
     gpu TEXT, driver TEXT, tool_version TEXT, started TEXT,
@@ -61,11 +63,15 @@ def index_manifest(db: sqlite3.Connection, path: Path) -> None:
     """Put one run's manifest into the catalog (replacing what was there for that run)."""
     m = json.loads(path.read_text())
     db.execute("DELETE FROM reports WHERE run_id = ?", (m["run_id"],))
+    db.execute("DELETE FROM kernels WHERE run_id = ?", (m["run_id"],))
     db.execute("INSERT OR REPLACE INTO runs VALUES (?,?,?,?,?,?,?,?,?)",
                (m["run_id"], m["site"], m["day"], m["started"], m["user"], m["request"]["tool"],
                 json.dumps(m["request"]["command"]), m["status"], str(path)))
     for host in m["hosts"]:
         for rep in host.get("reports", []):
+            if rep.get("summary") == "cuda_gpu_kern_sum" and rep["verified"]:
+                db.executemany("INSERT INTO kernels VALUES (?,?,?,?,?)",
+                               [(m["run_id"], host["host"], *k) for k in kernel_rows(Path(rep["stored"]))])
             db.execute("INSERT OR REPLACE INTO reports VALUES (?,?,?,?,?,?,?,?,?,?,?)",
                        (m["run_id"], host["host"], rep.get("stored") or rep["remote"], m["request"]["tool"],
                         rep["status"], rep["sha256"], rep["size"], host.get("gpu"), host.get("driver"),
@@ -86,8 +92,8 @@ def reindex(store: Path) -> int:
     """Rebuild the catalog from every manifest under the store; returns the number of runs."""
     manifests = sorted(store.glob("*/*/*/manifest.json"))
     with closing(catalog(store)) as db, db:
-        db.execute("DELETE FROM runs")
-        db.execute("DELETE FROM reports")
+        for table in ("runs", "reports", "kernels"):
+            db.execute(f"DELETE FROM {table}")
         for m in manifests:
             index_manifest(db, m)
     return len(manifests)
@@ -140,3 +146,28 @@ def remove_run(store: Path, run_id: str) -> Path:
         db.execute("DELETE FROM runs WHERE run_id = ?", (run_id,))
         db.execute("DELETE FROM reports WHERE run_id = ?", (run_id,))
     return directory
+
+
+def kernel_rows(csv_path: Path) -> list[tuple[str, int, int]]:
+    """(name, total ns, instances) from an ``nsys stats`` cuda_gpu_kern_sum CSV."""
+    import csv
+
+    try:
+        with open(csv_path, newline="") as f:
+            return [(r["Name"], int(float(r["Total Time (ns)"])), int(float(r["Instances"])))
+                    for r in csv.DictReader(f) if r.get("Name")]
+    except (OSError, KeyError, ValueError):
+        return []
+
+
+def compare(store: Path, a: str, b: str) -> list[dict]:
+    """Kernels of runs A and B (summed over hosts), those whose total time changed most first."""
+    with closing(catalog(store)) as db:
+        totals: dict[str, dict[str, int]] = {}
+        for run in (a, b):
+            for name, total in db.execute("SELECT name, SUM(total_ns) FROM kernels WHERE run_id = ? GROUP BY name",
+                                          (run,)):
+                totals.setdefault(name, {})[run] = total
+    rows = [{"kernel": name, "a_ns": t.get(a, 0), "b_ns": t.get(b, 0), "change_ns": t.get(b, 0) - t.get(a, 0),
+             "change": (t.get(b, 0) - t.get(a, 0)) / t[a] if t.get(a) else None} for name, t in totals.items()]
+    return sorted(rows, key=lambda r: -abs(r["change_ns"]))

@@ -376,3 +376,21 @@ def test_fleet_gather_brings_home_what_a_killed_fleet_left_on_the_node(lab, tmp_
     [rep] = manifest["hosts"][0]["reports"]
     assert manifest["status"] == "complete" and rep["verified"]
     assert hashlib.sha256(Path(rep["stored"]).read_bytes()).hexdigest() == rep["sha256"]
+
+
+def test_nsys_stats_summaries_are_stored_and_runs_compared(lab, tmp_path):
+    store_root = tmp_path / "store"
+    runs = []
+    for seconds in ("0.2", "1.2"):  # the stand-in's one kernel lasts as long as the workload
+        out = run_fleet("profile", "--store", str(store_root), "--hosts", "h02", "--json", "--", "sleep", seconds,
+                        env=lab["c"].env())
+        assert out.returncode == 0, out.stderr
+        doc = json.loads(out.stdout)
+        runs.append(doc["run_id"])
+        summaries = {r["summary"]: r for r in doc["hosts"][0]["reports"] if r["status"] == "summary"}
+        assert set(summaries) == {"cuda_gpu_kern_sum", "cuda_api_sum", "nvtx_sum"}
+        assert all(r["verified"] for r in summaries.values())
+        assert "stand_in_kernel" in Path(summaries["cuda_gpu_kern_sum"]["stored"]).read_text()
+    compared = json.loads(run_fleet("reports", "compare", *runs, "--store", str(store_root), "--json").stdout)
+    [kernel] = compared
+    assert kernel["kernel"] == "stand_in_kernel" and kernel["b_ns"] > kernel["a_ns"] and kernel["change"] > 1

@@ -35,6 +35,8 @@ except ImportError:  # as part of the installed package (tests, the local machin
     from .. import policy
 
 RESULT_MARK = "\x1e@@fleet-result@@ "
+SUMMARIES = ("cuda_gpu_kern_sum", "cuda_api_sum", "nvtx_sum")  # nsys stats reports kept beside each report
+STATS_TIMEOUT = 600.0
 REFUSED_EXIT = 5
 STOP_GRACE = 30.0  # seconds between repeated stop signals
 KILL_AFTER = 600.0  # a profiler still alive this long after the first stop is wedged: SIGKILL, finish its .qdstrm
@@ -175,6 +177,28 @@ def collect(plan, tail, notes, strays_before=frozenset(), killed=False):
     return found
 
 
+def summarize(nsys, reports, notes):
+    """``nsys stats`` of each report, as CSV files beside it (hashed like the reports)."""
+    out = []
+    for rep in reports:
+        base = rep["path"][: -len(".nsys-rep")]
+        try:
+            done = subprocess.run([nsys, "stats", "-q", "--report", ",".join(SUMMARIES), "--format", "csv",
+                                   "--output", base, rep["path"]], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                  timeout=STATS_TIMEOUT)
+        except (OSError, subprocess.TimeoutExpired) as e:
+            notes.append("nsys stats failed on %s: %s" % (rep["path"], e))
+            continue
+        if done.returncode != 0:
+            notes.append("nsys stats failed on %s: %s" % (rep["path"], done.stdout.decode(errors="replace")[-300:]))
+        for name in SUMMARIES:
+            path = "%s_%s.csv" % (base, name)
+            if os.path.exists(path):
+                out.append({"path": path, "size": os.path.getsize(path), "sha256": sha256(path), "report": rep["path"],
+                            "summary": name})
+    return out
+
+
 def finish_qdstrm(plan, leftover, notes):
     importer = importer_for(plan.get("nsys"))
     if importer is None:
@@ -245,6 +269,8 @@ def main(args):
             result["notes"].append("the profiler exited while processes it started still hold its output open; "
                                    "they were left running")
         result["reports"] = collect(plan, relay.tail, result["notes"], strays, killed=code is not None and code < 0)
+        if plan["tool"] == "nsys" and plan.get("nsys"):
+            result["summaries"] = summarize(plan["nsys"], result["reports"], result["notes"])
         if not result["reports"]:
             result["status"] = "no-report"
             result["reasons"].append("the profiler exited %s and left no report under %s" % (code, plan["output"]))
