@@ -84,7 +84,9 @@ def plan(host: str, state: NodeState, req: ProfileRequest, owned_sysctls: dict[s
         return _refuse(host, counters)
 
     rd = (state.get("report_dir") or {}).get("path") or "/var/tmp/fleet"
-    output = f"{rd}/{req.run_id}/{state.get('host') or host}-%p"
+    # Named by the inventory's host name, which is unique even where nodes share a report
+    # directory (NFS) and their hostnames collide (containers).
+    output = f"{rd}/{req.run_id}/{host}-%p"
     chosen = policy.chosen_gpus(state, request)
     env = {"CUDA_VISIBLE_DEVICES": ",".join(g["uuid"] for g in chosen)} if req.gpus is not None else {}
     given_up: list[str] = []

@@ -157,8 +157,7 @@ async def gather(fan: "Fanout", hosts: dict[str, "Host"], store_root: Path, run_
             continue
         result = entry.get("result")
         if result is None:  # fleet went away before the agent's last word: it is on the node
-            node = (entry.get("node") or host.name)
-            r = await fan.run(host, ["cat", f"{os.path.dirname(plan_doc['output'])}/{node}.result.json"])
+            r = await fan.run(host, ["cat", f"{os.path.dirname(plan_doc['output'])}/{host.name}.result.json"])
             if r.exit_status != 0:
                 entry["missing_why"] = f"no result on the node yet: {r.stderr.decode(errors='replace').strip()}"
                 continue

@@ -394,3 +394,18 @@ def test_nsys_stats_summaries_are_stored_and_runs_compared(lab, tmp_path):
     compared = json.loads(run_fleet("reports", "compare", *runs, "--store", str(store_root), "--json").stdout)
     [kernel] = compared
     assert kernel["kernel"] == "stand_in_kernel" and kernel["b_ns"] > kernel["a_ns"] and kernel["change"] > 1
+
+
+def test_the_node_keeps_its_report_unless_told_to_remove_it_after_verification(lab, tmp_path):
+    doc = yaml.safe_load(lab["c"].inventory.read_text())
+    doc["all"]["children"]["cluster"]["hosts"]["h03"]["remove_gathered_reports"] = True
+    inv = tmp_path / "inv.yaml"
+    inv.write_text(yaml.safe_dump(doc))
+    env = {**lab["c"].env(), "FLEET_INVENTORY": str(inv)}
+    out = run_fleet("profile", "--store", str(tmp_path / "store"), "--hosts", "h02,h03", "--json", "--", "true",
+                    env=env)
+    assert out.returncode == 0, out.stderr
+    for run in json.loads(out.stdout)["hosts"]:
+        for rep in run["reports"]:
+            assert rep["verified"] and Path(rep["stored"]).exists()
+            assert Path(rep["remote"]).exists() == (run["host"] == "h02")  # h03 asked for removal

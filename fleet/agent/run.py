@@ -227,7 +227,7 @@ def recheck(plan):
 def main(args):
     plan = args["plan"]
     holder = owned.me()
-    result = {"status": "ok", "host": os.uname()[1], "reasons": [], "notes": [], "reports": [],
+    result = {"status": "ok", "host": plan["host"], "node": os.uname()[1], "reasons": [], "notes": [], "reports": [],
               "given_up": list(plan.get("given_up", [])), "changed": {}, "exit_status": None}
     stops = []
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
