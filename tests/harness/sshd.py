@@ -143,6 +143,7 @@ class SSHCluster:
 
     def restart_host(self, h: SSHHost, **options) -> None:
         self.stop_host(h)
+        (h.dir / "sshd.pid").unlink(missing_ok=True)  # else the old pid is read as the new one's
         h.options.update(options)
         while True:  # the old listener must be gone before the new one binds
             try:
