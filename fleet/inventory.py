@@ -88,6 +88,7 @@ VARIABLES: dict[str, tuple[Callable[[Any], str | None], str]] = {
     "ncu_path": (_str, "ncu executable on the node, when it is not found by itself"),
     "report_dir": (_str, "directory on the node where profilers write reports"),
     "owned_sysctls": (_sysctls, "sysctls fleet may set on this node, with the value to set"),
+    "shared_report_dir": (_str, "label of a report directory several nodes share (NFS): read through one of them"),
     "remove_gathered_reports": (lambda v: None if isinstance(v, bool) else "true or false is needed",
                                 "delete a report on the node once its copy in the store is verified"),
     "slurm_login": (_str, "login host of the Slurm cluster this group describes"),

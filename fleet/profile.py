@@ -97,6 +97,13 @@ async def run_planned(fan: "Fanout", hosts: list["Host"], runs: dict[str, HostRu
     """Round trip 2: the agent carries out each planned run; the reports come home."""
     todo = [h for h in hosts if runs[h.name].status == "planned"]
     payload = probe.bundle()
+    # Nodes that share a report directory (inventory: shared_report_dir: LABEL) are read
+    # through one of them, once, instead of each over its own connection.
+    readers: dict[str, "Host"] = {}
+    for h in todo:
+        label = h.vars.get("shared_report_dir")
+        if label:
+            readers.setdefault(label, h)
 
     async def one(host: "Host") -> Result:
         run = runs[host.name]
@@ -115,7 +122,10 @@ async def run_planned(fan: "Fanout", hosts: list["Host"], runs: dict[str, HostRu
             run.error = "; ".join(run.result.get("reasons") or []) or run.result["status"]
         for report in run.result.get("reports", []) + run.result.get("summaries", []):
             dest = out / host.name / os.path.basename(report["path"])
-            entry = await fetch_verified(fan, host, report, dest)
+            via = readers.get(host.vars.get("shared_report_dir"), host)
+            entry = await fetch_verified(fan, via, report, dest)
+            if via is not host:
+                entry["read_through"] = via.name
             if "summary" in report:
                 entry.update(status="summary", summary=report["summary"])
             run.reports.append(entry)

@@ -409,3 +409,21 @@ def test_the_node_keeps_its_report_unless_told_to_remove_it_after_verification(l
         for rep in run["reports"]:
             assert rep["verified"] and Path(rep["stored"]).exists()
             assert Path(rep["remote"]).exists() == (run["host"] == "h02")  # h03 asked for removal
+
+
+def test_reports_on_a_shared_directory_are_read_through_one_host(lab, tmp_path):
+    doc = yaml.safe_load(lab["c"].inventory.read_text())
+    doc["all"]["children"]["cluster"]["vars"]["shared_report_dir"] = "nfs-scratch"  # all hosts: one machine
+    inv = tmp_path / "inv.yaml"
+    inv.write_text(yaml.safe_dump(doc))
+    logs = {h.name: h.log for h in lab["c"].hosts}
+    before = {n: p.read_text().count("subsystem 'sftp'") for n, p in logs.items()}
+    out = run_fleet("profile", "--store", str(tmp_path / "store"), "--hosts", "h02,h03", "--json", "--", "true",
+                    env={**lab["c"].env(), "FLEET_INVENTORY": str(inv)})
+    assert out.returncode == 0, out.stderr
+    runs = {r["host"]: r for r in json.loads(out.stdout)["hosts"]}
+    assert all(rep["verified"] for r in runs.values() for rep in r["reports"])
+    assert {rep.get("read_through") for rep in runs["h03"]["reports"]} == {"h02"}
+    after = {n: p.read_text().count("subsystem 'sftp'") for n, p in logs.items()}
+    assert after["h03"] == before["h03"] and after["h02"] - before["h02"] == len(runs["h02"]["reports"]) + len(
+        runs["h03"]["reports"])

@@ -59,6 +59,7 @@ class SSHTransport(Transport):
         self._ciphers = _preferred_ciphers()
         self._known_hosts: dict[tuple[str, ...], asyncssh.SSHKnownHosts] = {}
         self._local_user = getpass.getuser()
+        self._sftp_gates: dict[str, asyncio.Semaphore] = {}  # sshd's MaxSessions (10) bounds channels
         self._same_for_all: bool | None = None  # known_hosts files do not depend on the host
         self._files_for_all: list[str] | None = None
 
@@ -178,9 +179,10 @@ class SSHTransport(Transport):
     async def fetch(self, host: "Host", remote: str, local: str, offset: int = 0,
                     on_block: Callable[[bytes], None] | None = None) -> None:
         """SFTP over the host's existing connection; from ``offset`` on, appended, to resume."""
+        gate = self._sftp_gates.setdefault(host.name, asyncio.Semaphore(SFTP_SESSIONS))
         try:
             conn = await self.connection(host)
-            async with conn.start_sftp_client() as sftp, sftp.open(remote, "rb") as src:
+            async with gate, conn.start_sftp_client() as sftp, sftp.open(remote, "rb") as src:
                 with open(local, "ab" if offset else "wb") as dst:
                     await _ordered_copy(src, dst, offset, on_block)
         except asyncssh.Error as e:
@@ -227,6 +229,7 @@ class SSHTransport(Transport):
         self._conns.clear()
 
 
+SFTP_SESSIONS = 4      # SFTP transfers at once over one connection (sshd's MaxSessions is 10)
 SFTP_CHUNK = 8 << 20  # bytes per read call; asyncssh keeps several requests in flight within each
 
 
