@@ -263,9 +263,12 @@ def profile(obj: Context, hosts_, group, exclude, tool, gpus, gpu_metrics, allow
 
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, interrupted)
+        from .output import byte_progress
+
         async with obj.fanout_for_run() as fan:
-            return await profile_mod.profile(fan, hosts, req, store_root=store.root(store_root), site=site,
-                                             dry_run=dry_run, write=write, stop=stop)
+            with byte_progress(enabled=not as_json and not dry_run) as gathering:
+                return await profile_mod.profile(fan, hosts, req, store_root=store.root(store_root), site=site,
+                                                 dry_run=dry_run, write=write, stop=stop, gathering=gathering)
 
     runs = asyncio.run(go())
     if as_json:

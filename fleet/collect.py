@@ -13,7 +13,7 @@ import asyncio
 import hashlib
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 if TYPE_CHECKING:
     from .inventory import Host
@@ -33,8 +33,10 @@ def sha256_of(path: str | os.PathLike) -> str:
     return _sha256_prefix(Path(path), 1).hexdigest()
 
 
-async def fetch_verified(fan: "Fanout", host: "Host", report: dict, dest: Path) -> dict:
-    """Copy one report (``path``, ``size``, ``sha256`` from the node) to ``dest``."""
+async def fetch_verified(fan: "Fanout", host: "Host", report: dict, dest: Path,
+                         progress: Callable[[int], None] | None = None) -> dict:
+    """Copy one report (``path``, ``size``, ``sha256`` from the node) to ``dest``;
+    ``progress`` hears of every block that arrives (a byte progress bar)."""
     dest.parent.mkdir(parents=True, exist_ok=True)
     partial = dest.with_name(dest.name + ".partial")
     entry = {"remote": report["path"], "stored": str(dest), "size": report["size"], "sha256": report["sha256"],
@@ -48,8 +50,14 @@ async def fetch_verified(fan: "Fanout", host: "Host", report: dict, dest: Path) 
                 have = 0
             # The hash is computed as the bytes arrive; only a resumed prefix is read again.
             digest = await asyncio.to_thread(_sha256_prefix, partial, have)
+
+            def arrived(block: bytes, digest=digest) -> None:
+                digest.update(block)
+                if progress is not None:
+                    progress(len(block))
+
             if have < report["size"]:
-                await fan.fetch(host, report["path"], str(partial), offset=have, on_block=digest.update)
+                await fan.fetch(host, report["path"], str(partial), offset=have, on_block=arrived)
                 entry["resumed_from"] = have or None
             if digest.hexdigest() == report["sha256"]:
                 os.replace(partial, dest)

@@ -89,3 +89,29 @@ def progress(total: int, label: str, enabled: bool) -> Iterator[Callable[[Result
             bar.update(task, advance=1, failed=f"[red]{failed} failed" if failed else "")
 
         yield advance
+
+
+class ByteProgress:
+    """A bar of bytes brought home, whose total grows as nodes report what they have."""
+
+    def __init__(self, bar, task):
+        self._bar, self._task = bar, task
+
+    def expect(self, n: int) -> None:
+        self._bar.update(self._task, total=(self._bar.tasks[0].total or 0) + n, visible=True)
+
+    def advance(self, n: int) -> None:  # called from transfer threads; rich locks
+        self._bar.update(self._task, advance=n)
+
+
+@contextmanager
+def byte_progress(enabled: bool) -> Iterator[ByteProgress | None]:
+    if not enabled or not sys.stderr.isatty():
+        yield None
+        return
+    from rich.console import Console
+    from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
+
+    with Progress(TextColumn("[bold]gathering"), BarColumn(), DownloadColumn(), TransferSpeedColumn(),
+                  console=Console(stderr=True), transient=True) as bar:
+        yield ByteProgress(bar, bar.add_task("gathering", total=0, visible=False))

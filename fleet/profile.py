@@ -93,7 +93,7 @@ async def plan_all(fan: "Fanout", hosts: list["Host"], req: ProfileRequest) -> d
 
 async def run_planned(fan: "Fanout", hosts: list["Host"], runs: dict[str, HostRun], req: ProfileRequest, *,
                       out: Path, write: Callable[[str, str], None] = lambda s, t: None,
-                      stop: asyncio.Event | None = None) -> None:
+                      stop: asyncio.Event | None = None, gathering=None) -> None:
     """Round trip 2: the agent carries out each planned run; the reports come home."""
     todo = [h for h in hosts if runs[h.name].status == "planned"]
     payload = probe.bundle()
@@ -120,10 +120,13 @@ async def run_planned(fan: "Fanout", hosts: list["Host"], runs: dict[str, HostRu
         run.status = {"ok": "ok", "refused": "refused"}.get(run.result["status"], "failed")
         if run.status != "ok":
             run.error = "; ".join(run.result.get("reasons") or []) or run.result["status"]
-        for report in run.result.get("reports", []) + run.result.get("summaries", []):
+        to_fetch = run.result.get("reports", []) + run.result.get("summaries", [])
+        if gathering is not None:
+            gathering.expect(sum(r["size"] for r in to_fetch))
+        for report in to_fetch:
             dest = out / host.name / os.path.basename(report["path"])
             via = readers.get(host.vars.get("shared_report_dir"), host)
-            entry = await fetch_verified(fan, via, report, dest)
+            entry = await fetch_verified(fan, via, report, dest, gathering.advance if gathering else None)
             if via is not host:
                 entry["read_through"] = via.name
             if "summary" in report:
@@ -138,7 +141,7 @@ async def run_planned(fan: "Fanout", hosts: list["Host"], runs: dict[str, HostRu
 
 async def profile(fan: "Fanout", hosts: list["Host"], req: ProfileRequest, *, store_root: Path, site: str,
                   dry_run: bool = False, write: Callable[[str, str], None] = lambda s, t: None,
-                  stop: asyncio.Event | None = None) -> list[HostRun]:
+                  stop: asyncio.Event | None = None, gathering=None) -> list[HostRun]:
     """Probe, plan, run; the reports and the run's manifest go into the store."""
     started = time.strftime("%Y-%m-%dT%H:%M:%S%z")
     runs = await plan_all(fan, hosts, req)
@@ -148,7 +151,7 @@ async def profile(fan: "Fanout", hosts: list["Host"], req: ProfileRequest, *, st
     # Written before anything runs, so that `fleet gather` can finish the run if fleet dies.
     store.record(store_root, store.write_manifest(directory, manifest_for(req, site, started, list(runs.values()),
                                                                           status="running")))
-    await run_planned(fan, hosts, runs, req, out=directory, write=write, stop=stop)
+    await run_planned(fan, hosts, runs, req, out=directory, write=write, stop=stop, gathering=gathering)
     manifest = store.write_manifest(directory, manifest_for(req, site, started, list(runs.values())))
     store.record(store_root, manifest)
     return list(runs.values())
@@ -247,5 +250,6 @@ def render(run: HostRun) -> str:
     for rep in run.reports:
         state = "verified" if rep["verified"] else f"NOT brought home: {rep.get('error')}"
         extra = ", finished from .qdstrm" if rep["status"] == "finished-from-qdstrm" else ""
-        lines.append(f"  report:   {rep['stored']} ({rep['size']} bytes, sha256 {rep['sha256'][:12]}…, {state}{extra})")
+        kind = "summary:" if rep["status"] == "summary" else "report: "
+        lines.append(f"  {kind}  {rep['stored']} ({rep['size']} bytes, sha256 {rep['sha256'][:12]}…, {state}{extra})")
     return "\n".join(lines) + "\n"
