@@ -15,9 +15,6 @@ from typing import Any
 from . import policy
 from .policy import DEGRADED, OK, REFUSED, NodeState
 
-REPORT_EXT = {"nsys": ".nsys-rep", "ncu": ".ncu-rep"}
-
-
 @dataclass(frozen=True)
 class ProfileRequest:
     tool: str                                   # nsys | ncu

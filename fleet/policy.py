@@ -93,8 +93,8 @@ def tenants(state: NodeState, request: Request) -> list[Tenant]:
 
 
 def _tool(state: NodeState, name: str) -> dict | None:
-    tools = state.get("tools") or {}
-    return tools.get(name) if isinstance(tools.get(name), dict) and "error" not in tools else None
+    tool = (state.get("tools") or {}).get(name)  # None also when the tools section failed ({"error": ...})
+    return tool if isinstance(tool, dict) else None
 
 
 def _missing(name: str) -> Verdict:

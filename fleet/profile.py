@@ -91,6 +91,24 @@ async def plan_all(fan: "Fanout", hosts: list["Host"], req: ProfileRequest) -> d
     return runs
 
 
+async def bring_home(fan: "Fanout", host: "Host", via: "Host", to_fetch: list[dict], out: Path, *,
+                     gathering=None) -> list[dict]:
+    """Reports and summaries named by an agent's result, fetched through ``via`` into
+    ``out/HOST/`` and checked against the node's sha256."""
+    if gathering is not None:
+        gathering.expect(sum(r["size"] for r in to_fetch))
+    entries = []
+    for report in to_fetch:
+        dest = out / host.name / os.path.basename(report["path"])
+        entry = await fetch_verified(fan, via, report, dest, gathering.advance if gathering else None)
+        if via is not host:
+            entry["read_through"] = via.name
+        if "summary" in report:
+            entry.update(status="summary", summary=report["summary"])
+        entries.append(entry)
+    return entries
+
+
 async def run_planned(fan: "Fanout", hosts: list["Host"], runs: dict[str, HostRun], req: ProfileRequest, *,
                       out: Path, write: Callable[[str, str], None] = lambda s, t: None,
                       stop: asyncio.Event | None = None, gathering=None) -> None:
@@ -120,18 +138,9 @@ async def run_planned(fan: "Fanout", hosts: list["Host"], runs: dict[str, HostRu
         run.status = {"ok": "ok", "refused": "refused"}.get(run.result["status"], "failed")
         if run.status != "ok":
             run.error = "; ".join(run.result.get("reasons") or []) or run.result["status"]
+        via = readers.get(host.vars.get("shared_report_dir"), host)
         to_fetch = run.result.get("reports", []) + run.result.get("summaries", [])
-        if gathering is not None:
-            gathering.expect(sum(r["size"] for r in to_fetch))
-        for report in to_fetch:
-            dest = out / host.name / os.path.basename(report["path"])
-            via = readers.get(host.vars.get("shared_report_dir"), host)
-            entry = await fetch_verified(fan, via, report, dest, gathering.advance if gathering else None)
-            if via is not host:
-                entry["read_through"] = via.name
-            if "summary" in report:
-                entry.update(status="summary", summary=report["summary"])
-            run.reports.append(entry)
+        run.reports += await bring_home(fan, host, via, to_fetch, out, gathering=gathering)
         if any(not rep["verified"] for rep in run.reports):
             run.status, run.error = "failed", "; ".join(rep["error"] for rep in run.reports if not rep["verified"])
         return r
@@ -177,10 +186,8 @@ async def gather(fan: "Fanout", hosts: dict[str, "Host"], store_root: Path, run_
             result = entry["result"] = json.loads(r.stdout)
         entry["reports"] = [rep for rep in entry["reports"] if rep["verified"]]
         have = {rep["remote"] for rep in entry["reports"]}
-        for report in result.get("reports", []):
-            if report["path"] not in have:
-                dest = path.parent / entry["host"] / os.path.basename(report["path"])
-                entry["reports"].append(await fetch_verified(fan, host, report, dest))
+        missing = [rep for rep in result.get("reports", []) if rep["path"] not in have]
+        entry["reports"] += await bring_home(fan, host, host, missing, path.parent)
         ok = result.get("status") == "ok" and entry["reports"] and all(r["verified"] for r in entry["reports"])
         entry["status"] = "ok" if ok else entry["status"]
         entry["missing_why"] = None if ok else entry.get("missing_why")
@@ -244,8 +251,6 @@ def render(run: HostRun) -> str:
     given_up = (run.result or {}).get("given_up") or (p.given_up if p else ())
     lines += [f"  gave up:  {g}" for g in given_up]
     for note in (run.result or {}).get("notes", []):
-        if isinstance(note, dict):  # a .qdstrm the agent finished
-            note = f"finished {note['finished']} with {note['by']}"
         lines.append(f"  note:     {note}")
     for rep in run.reports:
         state = "verified" if rep["verified"] else f"NOT brought home: {rep.get('error')}"

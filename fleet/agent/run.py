@@ -150,7 +150,7 @@ def collect(plan, tail, notes, strays_before=frozenset(), killed=False):
     """Every report this run produced, finished and hashed."""
     ext = ".nsys-rep" if plan["tool"] == "nsys" else ".ncu-rep"
     stem = glob.escape(plan["output"]).replace("%p", "*")
-    found = []
+    found, finished = [], set()
     if plan["tool"] == "nsys" and killed:  # only a killed nsys leaves its data behind in TMPDIR
         for i, stray in enumerate(sorted(stray_qdstrms() - set(strays_before))):
             try:
@@ -163,7 +163,7 @@ def collect(plan, tail, notes, strays_before=frozenset(), killed=False):
                 continue
         for leftover in sorted(glob.glob(stem + ".qdstrm")):
             if not os.path.exists(leftover[: -len(".qdstrm")] + ext):
-                finish_qdstrm(plan, leftover, notes)
+                finished.add(finish_qdstrm(plan, leftover, notes))
         # A taken name makes nsys write to /tmp/nsys-report-*.nsys-rep and still exit 0.
         for i, elsewhere in enumerate(re.findall(rb"(/tmp/nsys-report-[0-9a-f]+\.nsys-rep)", tail)):
             path = elsewhere.decode()
@@ -173,7 +173,7 @@ def collect(plan, tail, notes, strays_before=frozenset(), killed=False):
                 notes.append("nsys wrote %s because the name was taken; moved to %s" % (path, target))
     for path in sorted(glob.glob(stem + ext)):
         found.append({"path": path, "size": os.path.getsize(path), "sha256": sha256(path),
-                      "finished_from_qdstrm": path in [n.get("finished") for n in notes if isinstance(n, dict)]})
+                      "finished_from_qdstrm": path in finished})
     return found
 
 
@@ -200,17 +200,19 @@ def summarize(nsys, reports, notes):
 
 
 def finish_qdstrm(plan, leftover, notes):
+    """The finished report's path, or None (and a note saying why)."""
     importer = importer_for(plan.get("nsys"))
     if importer is None:
         notes.append("unfinished report %s: no QdstrmImporter next to %s" % (leftover, plan.get("nsys")))
-        return
+        return None
     out = subprocess.run([importer, "-i", leftover], stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     report = leftover[: -len(".qdstrm")] + ".nsys-rep"
     if out.returncode == 0 and os.path.exists(report):
-        notes.append({"finished": report, "by": importer})
-    else:
-        notes.append("QdstrmImporter could not finish %s (exit %s): %s" % (
-            leftover, out.returncode, out.stdout.decode(errors="replace").strip()[-300:]))
+        notes.append("finished %s with %s" % (report, importer))
+        return report
+    notes.append("QdstrmImporter could not finish %s (exit %s): %s" % (
+        leftover, out.returncode, out.stdout.decode(errors="replace").strip()[-300:]))
+    return None
 
 
 def recheck(plan):

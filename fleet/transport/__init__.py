@@ -62,6 +62,9 @@ class Result:
 
 Sink = Callable[[str, bytes], None]  # ("stdout" | "stderr", chunk), as output arrives
 TAIL = 1 << 20  # bytes of each stream a streamed Result keeps
+# How long a stopped command gets after SIGTERM before it is killed (local) or its channel
+# closed (ssh): profilers need this time to write their report.
+TERM_GRACE = 10.0
 
 
 class Transport:

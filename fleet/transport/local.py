@@ -12,14 +12,10 @@ import os
 import signal
 from typing import TYPE_CHECKING, Callable, Sequence
 
-from . import Result, Sink, Transport, drive
+from . import TERM_GRACE, Result, Sink, Transport, drive
 
 if TYPE_CHECKING:
     from ..inventory import Host
-
-# How long a command gets to stop after SIGTERM before SIGKILL: profilers need
-# this time to write their report (nsys finishes its report on SIGTERM).
-TERM_GRACE = 10.0
 
 
 class LocalTransport(Transport):

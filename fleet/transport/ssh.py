@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Callable, Sequence
 import asyncssh
 from asyncssh.config import SSHClientConfig
 
-from . import Result, Sink, Transport, drive
+from . import TERM_GRACE, Result, Sink, Transport, drive
 from .settings import SSHSettings
 
 if TYPE_CHECKING:
@@ -32,7 +32,6 @@ if TYPE_CHECKING:
 # Connection failures that mean "the server dropped us before auth", which is
 # what MaxStartups does; worth a retry. Everything else is reported at once.
 _DROPPED = (asyncssh.ConnectionLost, ConnectionResetError, BrokenPipeError, asyncio.IncompleteReadError)
-TERM_GRACE = 10.0  # seconds a stopped remote command gets before its channel is closed
 
 
 def _preferred_ciphers() -> list[str] | tuple:
