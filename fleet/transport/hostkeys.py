@@ -37,10 +37,7 @@ async def offered_key(ssh: "SSHTransport", host: "Host") -> OfferedKey:
         return OfferedKey(host.name, file, pattern, None, None, "error", "the server offered no host key")
     fingerprint = key.get_fingerprint("sha256")
     line = f"{pattern} {key.export_public_key('openssh').decode().strip()}"
-    known = []
-    for f in ssh.known_hosts_files(host):
-        if os.path.exists(f):
-            known += asyncssh.read_known_hosts(f).match(host.address, host.address, host.port)[0]
+    known = ssh.known_hosts(host).match(host.address, host.address, host.port)[0]  # the transport's own view
     if any(k.public_data == key.public_data for k in known):
         return OfferedKey(host.name, file, pattern, None, fingerprint, "known")
     return OfferedKey(host.name, file, pattern, line, fingerprint, "changed" if known else "new")
