@@ -1,6 +1,6 @@
 """From a node's state and a profiling request to a plan the agent carries out, or a refusal.
 
-Pure, like :mod:`fleet.policy`, whose verdicts it follows: the policy says
+Pure and Python 3.8, like :mod:`fleet.policy`, whose verdicts it follows: the policy says
 what is allowed and why; this module turns an allowed request into the exact
 profiler command line, environment, sysctls, locks and checks for one node.
 ``--dry-run`` prints these plans and touches nothing.
@@ -12,8 +12,12 @@ import shlex
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from . import policy
-from .policy import DEGRADED, OK, REFUSED, NodeState
+try:  # as shipped to a Slurm task by fleet (fleet/agent/task.py), modules travel under flat names
+    import fleet_policy as policy
+except ImportError:
+    from . import policy
+
+DEGRADED, OK, REFUSED, NodeState = policy.DEGRADED, policy.OK, policy.REFUSED, policy.NodeState
 
 @dataclass(frozen=True)
 class ProfileRequest:
@@ -28,6 +32,8 @@ class ProfileRequest:
     timeout: float | None = None                # seconds, then SIGTERM to the profiler
     lock_wait: float = 0.0                      # seconds to wait for another run's GPU lock
     clock_control: str = "base"                 # ncu; always explicit
+    output_name: str | None = None              # under the run's directory; default HOST-%p
+    job: str | None = None                      # planned inside this Slurm job (its ranks are not tenants)
 
 
 @dataclass(frozen=True)
@@ -67,7 +73,7 @@ def _refuse(host: str, v: policy.Verdict) -> Plan:
 def plan(host: str, state: NodeState, req: ProfileRequest, owned_sysctls: dict[str, Any] | None = None) -> Plan:
     owned = dict(owned_sysctls or {})
     request = policy.Request(gpus=req.gpus, allow_own=req.allow_own, owned_sysctls=owned,
-                             pause_dcgm=req.pause_dcgm)
+                             pause_dcgm=req.pause_dcgm, job=req.job)
     verdicts = {v.way: v for v in policy.assess(state, request)}
     missing = [i for i in (req.gpus or ()) if i not in [g.get("index") for g in state.get("gpus") or []]]
     if missing:
@@ -83,7 +89,7 @@ def plan(host: str, state: NodeState, req: ProfileRequest, owned_sysctls: dict[s
     rd = (state.get("report_dir") or {}).get("path") or "/var/tmp/fleet"
     # Named by the inventory's host name, which is unique even where nodes share a report
     # directory (NFS) and their hostnames collide (containers).
-    output = f"{rd}/{req.run_id}/{host}-%p"
+    output = f"{rd}/{req.run_id}/{req.output_name or host + '-%p'}"
     chosen = policy.chosen_gpus(state, request)
     env = {"CUDA_VISIBLE_DEVICES": ",".join(g["uuid"] for g in chosen)} if req.gpus is not None else {}
     given_up: list[str] = []

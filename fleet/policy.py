@@ -32,6 +32,7 @@ class Request:
     allow_own: bool = False                      # the user's own other processes are not tenants
     owned_sysctls: dict[str, Any] = field(default_factory=dict)  # from the inventory
     pause_dcgm: bool = False
+    job: str | None = None                       # inside a Slurm job: its id; the job's own processes stay
 
 
 @dataclass(frozen=True)
@@ -84,8 +85,8 @@ def tenants(state: NodeState, request: Request) -> list[Tenant]:
                 why = "is an MPS server: its clients share this GPU"
             elif p.get("foreign", True):
                 why = p.get("why") or "belongs to another user"
-            elif request.allow_own:
-                continue
+            elif request.allow_own or (request.job is not None and p.get("slurm_job") == request.job):
+                continue  # other ranks of the same job are the workload, not neighbours
             else:
                 why = "is your own other process (pass --allow-own to let it stay)"
             out.append(Tenant(g["index"], p["pid"], p.get("user"), p.get("used_memory"), why))

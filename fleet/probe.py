@@ -37,23 +37,30 @@ class _Shipped(importlib.abc.MetaPathFinder, importlib.abc.Loader):
 sys.meta_path.insert(0, _Shipped())
 _args = __import__("json").loads(sys.argv[1]) if len(sys.argv) > 1 else {{}}
 _mode = {{"probe": "fleet_agent_node", "profile": "fleet_agent_run", "repair": "fleet_agent_owned",
-         "owned": "fleet_agent_owned"}}[_args.get("mode", "probe")]
+         "owned": "fleet_agent_owned", "task": "fleet_agent_task"}}[_args.get("mode", "probe")]
 sys.exit(__import__(_mode).main(_args))
 '''
 
 
 @lru_cache(maxsize=1)
-def bundle() -> bytes:
-    """The agent script, compressed (built once per process)."""
+def script() -> str:
+    """The agent as one Python file: the loader and every module it may import."""
     spec = importlib.util.find_spec("pynvml")
     if spec is None or spec.origin is None:
         raise RuntimeError("the NVML binding is missing: pip install nvidia-ml-py")
     here = Path(__file__).parent
     sources = {"pynvml": Path(spec.origin).read_text(encoding="utf-8"),
-               "fleet_policy": (here / "policy.py").read_text(encoding="utf-8")}
-    for name in ("node", "run", "owned"):
+               "fleet_policy": (here / "policy.py").read_text(encoding="utf-8"),
+               "fleet_plan": (here / "plan.py").read_text(encoding="utf-8")}
+    for name in ("node", "run", "owned", "task"):
         sources[f"fleet_agent_{name}"] = (here / "agent" / f"{name}.py").read_text(encoding="utf-8")
-    return zlib.compress(_LOADER.format(lazy=repr(sources)).encode(), 9)
+    return _LOADER.format(lazy=repr(sources))
+
+
+@lru_cache(maxsize=1)
+def bundle() -> bytes:
+    """The agent script, compressed, as it travels on stdin (built once per process)."""
+    return zlib.compress(script().encode(), 9)
 
 
 def agent_argv(host: "Host", args: dict) -> list[str]:

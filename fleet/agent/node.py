@@ -236,7 +236,18 @@ def gpu_processes(nv, h, procs, owner_uid, host_ns):
         else:
             entry.update(user=user_name(comm_uid[1]), uid=comm_uid[1], name=comm_uid[0],
                          foreign=comm_uid[1] != owner_uid)
+            if not entry["foreign"]:
+                entry["slurm_job"] = slurm_job_of(entry["pid"])
     return sorted(found.values(), key=lambda e: e["pid"])
+
+
+def slurm_job_of(pid):
+    """The Slurm job an own process belongs to (its environment is readable to its owner)."""
+    env = read("/proc/%d/environ" % pid) or ""
+    for item in env.split("\0"):
+        if item.startswith("SLURM_JOB_ID="):
+            return item[len("SLURM_JOB_ID="):]
+    return None
 
 
 # --- profilers ---

@@ -231,6 +231,7 @@ def main(args):
     holder = owned.me()
     result = {"status": "ok", "host": plan["host"], "node": os.uname()[1], "reasons": [], "notes": [], "reports": [],
               "given_up": list(plan.get("given_up", [])), "changed": {}, "exit_status": None}
+    result.update(args.get("context") or {})
     stops = []
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, lambda s, f: stops.append(s))
@@ -289,7 +290,7 @@ def main(args):
                 result["notes"].append("could not put back node state now (%s); `fleet repair` will" % e)
         for lock in locks:
             lock.release()
-        emit(result, plan, relay)
+        emit(result, plan, relay, line=args.get("result_line", True))
 
 
 def give_up_sampling(plan, result, why):
@@ -308,14 +309,18 @@ def refuse(result, *reasons):
     return REFUSED_EXIT
 
 
-def emit(result, plan, relay):
-    line = json.dumps(result)
+def emit(result, plan, relay, line=True):
+    """The result beside the reports, and (for fleet reading our output) as the last line."""
+    doc = json.dumps(result)
     try:
         directory = os.path.dirname(plan["output"])
-        if os.path.isdir(directory):
-            with open(os.path.join(directory, "%s.result.json" % result["host"]), "w") as f:
-                f.write(line)
+        if os.path.isdir(directory):  # by rename: a reader (fleet gathering) never sees half of it
+            path = os.path.join(directory, "%s.result.json" % result["host"])
+            with open(path + ".tmp", "w") as f:
+                f.write(doc)
+            os.replace(path + ".tmp", path)
     except OSError:
         pass
-    lead = "" if not relay.tail or relay.tail.endswith(b"\n") else "\n"
-    relay.write(sys.stdout.buffer, (lead + RESULT_MARK + line + "\n").encode())
+    if line:
+        lead = "" if not relay.tail or relay.tail.endswith(b"\n") else "\n"
+        relay.write(sys.stdout.buffer, (lead + RESULT_MARK + doc + "\n").encode())
