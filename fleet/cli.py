@@ -9,6 +9,7 @@ import sys
 import click
 
 from . import __version__, exitcodes
+from .cli_slurm import cancel, jobs, profile_on_slurm, slurm_options
 from .inventory import Inventory, InventoryError, TargetError, load, local_inventory
 
 
@@ -223,15 +224,17 @@ def doctor(obj: Context, targets, exclude, as_json, strict):
 @click.option("--site", default="lab", show_default=True, help="Store folder for this group of machines.")
 @click.option("--dry-run", is_flag=True, help="Print each node's plan (commands, sysctls, locks, refusals); touch nothing.")
 @click.option("--json", "as_json", is_flag=True, help="Every host's plan, result and reports as JSON.")
+@slurm_options
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
 @click.pass_obj
 def profile(obj: Context, hosts_, group, exclude, tool, gpus, gpu_metrics, allow_own, pause_dcgm, lock_wait,
-            timeout, profiler_args, store_root, site, dry_run, as_json, command):
-    """Profile COMMAND with nsys or ncu on lab servers, leaving every node as it was.
+            timeout, profiler_args, store_root, site, dry_run, as_json, command, **slurm):
+    """Profile COMMAND with nsys or ncu on lab servers (--hosts, --group) or in a Slurm
+    batch job (--partition), leaving every node as it was.
 
     ncu and GPU metrics are refused on a GPU with any other tenant. Ctrl-C stops the
     profiler with SIGTERM so the report is finished; a second Ctrl-C leaves the
-    nodes to finish and clean up on their own.
+    nodes (or the job) to finish on their own.
     """
     import signal
 
@@ -239,14 +242,21 @@ def profile(obj: Context, hosts_, group, exclude, tool, gpus, gpu_metrics, allow
     from . import store
     from .plan import ProfileRequest
 
-    targets = ",".join(t for t in (hosts_, group) if t)
-    if not targets:
-        _fail("name where to profile: --hosts H or --group G")
-    hosts = obj.select(targets, exclude)
     req = ProfileRequest(tool=tool, command=tuple(command), run_id=profile_mod.new_run_id(),
                          gpus=tuple(gpus) or None, gpu_metrics=gpu_metrics, allow_own=allow_own,
                          pause_dcgm=pause_dcgm, profiler_args=tuple(profiler_args), timeout=timeout,
                          lock_wait=lock_wait)
+    if slurm.get("partition") or slurm.get("cluster"):
+        if hosts_ or group:
+            _fail("--partition/--cluster (a Slurm job) and --hosts/--group (lab servers) do not mix")
+        if gpus:
+            _fail("on Slurm, ask for GPUs with --gpus or --gres; --gpu picks a GPU on a lab server")
+        return profile_on_slurm(obj, req, slurm, store_root=store_root, site=None if site == "lab" else site,
+                                dry_run=dry_run, as_json=as_json)
+    targets = ",".join(t for t in (hosts_, group) if t)
+    if not targets:
+        _fail("name where to profile: --hosts H or --group G (lab servers), or --partition P (Slurm)")
+    hosts = obj.select(targets, exclude)
 
     def write(stream: str, text: str) -> None:
         (sys.stderr if stream == "stderr" or as_json else sys.stdout).write(text)
@@ -387,6 +397,8 @@ def hosts_trust(obj: Context, targets, exclude, yes):
 from .cli_reports import reports  # noqa: E402  (a group of its own, registered here)
 
 main.add_command(reports)
+main.add_command(jobs)
+main.add_command(cancel)
 
 if __name__ == "__main__":  # pragma: no cover
     main()

@@ -30,7 +30,7 @@ def reports():
 @click.option("--host", help="Only reports from this host.")
 @click.option("--since", help="Only runs started on or after this date (YYYY-MM-DD).")
 @click.option("--tool", type=click.Choice(["nsys", "ncu"]))
-@click.option("--status", type=click.Choice(["complete", "finished-from-qdstrm", "missing", "running"]))
+@click.option("--status", type=click.Choice(["complete", "finished-from-qdstrm", "missing", "refused", "running"]))
 @click.option("--json", "as_json", is_flag=True)
 def reports_ls(store_root, host, since, tool, status, as_json):
     """List the catalogued reports."""

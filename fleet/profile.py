@@ -91,17 +91,17 @@ async def plan_all(fan: "Fanout", hosts: list["Host"], req: ProfileRequest) -> d
     return runs
 
 
-async def bring_home(fan: "Fanout", host: "Host", via: "Host", to_fetch: list[dict], out: Path, *,
-                     gathering=None) -> list[dict]:
+async def bring_home(fan: "Fanout", via: "Host", to_fetch: list[dict], dest_dir: Path, *,
+                     gathering=None, read_through: bool = False) -> list[dict]:
     """Reports and summaries named by an agent's result, fetched through ``via`` into
-    ``out/HOST/`` and checked against the node's sha256."""
+    ``dest_dir`` and checked against the node's sha256."""
     if gathering is not None:
         gathering.expect(sum(r["size"] for r in to_fetch))
     entries = []
     for report in to_fetch:
-        dest = out / host.name / os.path.basename(report["path"])
+        dest = dest_dir / os.path.basename(report["path"])
         entry = await fetch_verified(fan, via, report, dest, gathering.advance if gathering else None)
-        if via is not host:
+        if read_through:
             entry["read_through"] = via.name
         if "summary" in report:
             entry.update(status="summary", summary=report["summary"])
@@ -140,7 +140,8 @@ async def run_planned(fan: "Fanout", hosts: list["Host"], runs: dict[str, HostRu
             run.error = "; ".join(run.result.get("reasons") or []) or run.result["status"]
         via = readers.get(host.vars.get("shared_report_dir"), host)
         to_fetch = run.result.get("reports", []) + run.result.get("summaries", [])
-        run.reports += await bring_home(fan, host, via, to_fetch, out, gathering=gathering)
+        run.reports += await bring_home(fan, via, to_fetch, out / host.name, gathering=gathering,
+                                        read_through=via is not host)
         if any(not rep["verified"] for rep in run.reports):
             run.status, run.error = "failed", "; ".join(rep["error"] for rep in run.reports if not rep["verified"])
         return r
@@ -187,7 +188,7 @@ async def gather(fan: "Fanout", hosts: dict[str, "Host"], store_root: Path, run_
         entry["reports"] = [rep for rep in entry["reports"] if rep["verified"]]
         have = {rep["remote"] for rep in entry["reports"]}
         missing = [rep for rep in result.get("reports", []) if rep["path"] not in have]
-        entry["reports"] += await bring_home(fan, host, host, missing, path.parent)
+        entry["reports"] += await bring_home(fan, host, missing, path.parent / host.name)
         ok = result.get("status") == "ok" and entry["reports"] and all(r["verified"] for r in entry["reports"])
         entry["status"] = "ok" if ok else entry["status"]
         entry["missing_why"] = None if ok else entry.get("missing_why")
@@ -213,9 +214,14 @@ def manifest_for(req: ProfileRequest, site: str, started: str, runs: list[HostRu
                                for g in gpus for p in g.get("processes") or []],
             "given_up": list((r.result or {}).get("given_up") or (r.plan.given_up if r.plan else ())),
             "plan": r.plan.to_json() if r.plan else None, "result": r.result, "reports": r.reports})
+    return {**manifest_head(req, site, started), "status": status or store.run_status(r.status for r in runs),
+            "hosts": hosts}
+
+
+def manifest_head(req: ProfileRequest, site: str, started: str) -> dict:
+    """What every run's manifest begins with, on lab servers and on Slurm."""
     return {"run_id": req.run_id, "site": site, "day": f"{req.run_id[0:4]}-{req.run_id[4:6]}-{req.run_id[6:8]}",
-            "started": started, "user": getpass.getuser(), "request": asdict(req),
-            "status": status or store.run_status(r.status for r in runs), "hosts": hosts}
+            "started": started, "user": getpass.getuser(), "request": asdict(req)}
 
 
 def exit_status(runs: list[HostRun]) -> int:

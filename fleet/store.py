@@ -77,9 +77,11 @@ def index_manifest(db: sqlite3.Connection, path: Path) -> None:
                         rep["status"], rep["sha256"], rep["size"], host.get("gpu"), host.get("driver"),
                         host.get("tool_version"), m["started"]))
         if not host.get("reports"):
-            status = "running" if m["status"] == "running" else "missing"
+            status = ("running" if m["status"] in ("running", "submitted") else
+                      "refused" if host.get("status") == "refused" else "missing")
+            placeholder = "" if host.get("rank") is None else f"(rank {host['rank']})"  # Slurm: one row a rank
             db.execute("INSERT OR REPLACE INTO reports VALUES (?,?,?,?,?,?,?,?,?,?,?)",
-                       (m["run_id"], host["host"], "", m["request"]["tool"], status, None, None,
+                       (m["run_id"], host["host"], placeholder, m["request"]["tool"], status, None, None,
                         host.get("gpu"), host.get("driver"), host.get("tool_version"), m["started"]))
 
 

@@ -200,7 +200,7 @@ def test_fleet_killed_mid_run_still_leaves_the_node_as_it_was(lab):
 
 def test_an_agent_killed_on_the_node_is_repaired_by_fleet_repair(lab):
     proc = subprocess.Popen([sys.executable, "-m", "fleet", "profile", "--store", str(lab["out"]), "--hosts", "h01",
-                             "--", "sleep", "30"], env={**os.environ, **lab["c"].env()}, cwd=REPO,
+                             "--", "sleep", "30.25"], env={**os.environ, **lab["c"].env()}, cwd=REPO,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         wait_for(lambda: held_entries(lab).get("kernel.perf_event_paranoid"))
@@ -215,7 +215,7 @@ def test_an_agent_killed_on_the_node_is_repaired_by_fleet_repair(lab):
     finally:
         proc.kill()
         proc.wait()
-        subprocess.run(["pkill", "-f", "sleep 30"])
+        subprocess.run(["pkill", "-x", "-f", "sleep 30.25"])  # exactly this test's workload
 
 
 def test_two_concurrent_runs_restore_only_when_the_last_ends(lab):
@@ -258,9 +258,9 @@ def test_timeout_stops_nsys_with_sigterm_and_the_report_is_finished(lab):
 def test_an_nsys_killed_mid_run_leaves_a_qdstrm_that_fleet_finishes(lab):
     # SIGKILL to nsys itself; the workload lives on and keeps nsys's output open.
     try:
-        out = fleet(lab, "--hosts", "h01", "--json", "--", "sh", "-c", "kill -KILL $PPID; exec sleep 300")
+        out = fleet(lab, "--hosts", "h01", "--json", "--", "sh", "-c", "kill -KILL $PPID; exec sleep 300.25")
     finally:
-        subprocess.run(["pkill", "-f", "sleep 300"])
+        subprocess.run(["pkill", "-x", "-f", "sleep 300.25"])  # exactly this test's workload
     assert out.returncode == 0, out.stderr
     [run] = json.loads(out.stdout)["hosts"]
     assert any("left running" in n for n in run["result"]["notes"] if isinstance(n, str))
@@ -336,7 +336,7 @@ def test_runs_land_in_the_store_with_a_manifest_and_in_the_catalog(lab, tmp_path
         assert hashlib.sha256(stored.read_bytes()).hexdigest() == rep["sha256"]
     listed = json.loads(run_fleet("reports", "ls", "--store", str(store_root), "--json").stdout)
     assert sorted((r["run_id"], r["host"], r["status"]) for r in listed) == sorted(
-        [(r, "h02", "complete") for r in runs] + [(r, "h03", "missing") for r in runs])
+        [(r, "h02", "complete") for r in runs] + [(r, "h03", "refused") for r in runs])
     paths = [r["path"] for r in listed if r["status"] == "complete"]
     assert len(set(paths)) == 2  # no collision between the two runs
     only = json.loads(run_fleet("reports", "ls", "--store", str(store_root), "--host", "h02", "--status", "complete",

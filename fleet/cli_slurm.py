@@ -1,0 +1,251 @@
+"""The Slurm side of the command line: ``fleet profile --partition``'s options, ``fleet jobs``, ``fleet cancel``."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from typing import TYPE_CHECKING
+
+import click
+
+from . import exitcodes
+
+if TYPE_CHECKING:
+    from .cli import Context
+    from .plan import ProfileRequest
+
+SLURM_OPTIONS = [
+    click.option("--partition", "-p", help="Slurm partition: profile in a batch job there."),
+    click.option("--cluster", help="Slurm cluster (its login host or group) when the inventory has several."),
+    click.option("--nodes", "-N", type=int, help="sbatch --nodes."),
+    click.option("--ntasks", "-n", type=int, help="sbatch --ntasks."),
+    click.option("--ntasks-per-node", type=int, help="sbatch --ntasks-per-node."),
+    click.option("--gpus", "slurm_gpus", help="sbatch --gpus (e.g. 4 or h100:4)."),
+    click.option("--gres", help="sbatch --gres (e.g. gpu:2)."),
+    click.option("--time", "-t", "time_limit", help="sbatch --time (the profilers stop --stop-before seconds earlier)."),
+    click.option("--account", "-A", help="sbatch --account."),
+    click.option("--qos", help="sbatch --qos."),
+    click.option("--exclusive/--shared", default=None,
+                 help="Whole nodes for the job. Default: exclusive for ncu and GPU metrics, shared for nsys trace."),
+    click.option("--sbatch-arg", "sbatch_args", multiple=True, help="Further sbatch option, as one word "
+                 "(repeatable), e.g. --sbatch-arg=--constraint=h100."),
+    click.option("--ranks", help="Profile only these ranks (e.g. 0,3); the others run unprofiled."),
+    click.option("--launcher", type=click.Choice(["srun", "torchrun", "mpirun", "ray"]), default="srun",
+                 show_default=True, help="What starts the ranks; the profiler goes in front of each worker."),
+    click.option("--container-image", help="Run each task in this image (pyxis); Nsight is mounted read-only."),
+    click.option("--apptainer", "apptainer_image", help="Run each task in this Apptainer image."),
+    click.option("--stop-before", type=int, default=120, show_default=True,
+                 help="Seconds before the time limit at which the profilers are stopped, reports finished."),
+    click.option("--workdir", help="The job's working directory (default: here on the login node, else home)."),
+    click.option("--no-wait", is_flag=True, help="Submit, print the job id and return; `fleet gather RUN` later."),
+    click.option("--poll", type=float, default=5.0, show_default=True, help="Longest seconds between status calls."),
+]
+
+
+def slurm_options(f):
+    for option in reversed(SLURM_OPTIONS):
+        f = option(f)
+    return f
+
+
+def _fail(message: str, code: int = exitcodes.USAGE) -> None:
+    click.echo(f"fleet: {message}", err=True)
+    sys.exit(code)
+
+
+def spec_from(opts: dict):
+    from .slurm.launchers import Container
+    from .slurm.script import JobSpec
+
+    ranks = None
+    if opts.get("ranks"):
+        try:
+            ranks = tuple(sorted({int(r) for r in opts["ranks"].split(",") if r.strip()}))
+        except ValueError:
+            _fail(f"--ranks takes rank numbers separated by commas, not {opts['ranks']!r}")
+    if opts.get("container_image") and opts.get("apptainer_image"):
+        _fail("choose one of --container-image (pyxis) and --apptainer")
+    container = (Container("pyxis", opts["container_image"]) if opts.get("container_image") else
+                 Container("apptainer", opts["apptainer_image"]) if opts.get("apptainer_image") else None)
+    return JobSpec(partition=opts.get("partition"), nodes=opts.get("nodes"), ntasks=opts.get("ntasks"),
+                   ntasks_per_node=opts.get("ntasks_per_node"), gpus=opts.get("slurm_gpus"), gres=opts.get("gres"),
+                   time=opts.get("time_limit"), account=opts.get("account"), qos=opts.get("qos"),
+                   exclusive=opts.get("exclusive"), sbatch_args=tuple(opts.get("sbatch_args") or ()), ranks=ranks,
+                   launcher=opts.get("launcher") or "srun", stop_before=opts.get("stop_before") or 120,
+                   workdir=opts.get("workdir"), container=container)
+
+
+def _cluster(obj: "Context", partition: str | None, name: str | None):
+    from .slurm.cluster import choose
+
+    return choose(obj.inventory, partition, name, embedded=not obj.inventories)
+
+
+def profile_on_slurm(obj: "Context", req: "ProfileRequest", opts: dict, *, store_root, site, dry_run, as_json):
+    import signal
+
+    from . import store
+    from .output import byte_progress
+    from .slurm import run as slurm_run
+    from .slurm.jobs import SlurmError
+    from .slurm.launchers import LauncherError
+
+    cluster = _cluster(obj, opts.get("partition"), opts.get("cluster"))
+    spec = spec_from(opts)
+
+    def on_state(st):
+        if not as_json:
+            extra = "".join(f" {k}={v}" for k, v in (("reason", st.reason), ("nodes", st.nodes))
+                            if v and v not in ("None", "(null)"))
+            click.echo(f"fleet: job {st.job_id} {st.state}{extra}", err=True)
+
+    async def go():
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+
+        def interrupted():
+            if stop.is_set():
+                raise KeyboardInterrupt  # second time: leave the job; `fleet gather RUN` later
+            click.echo("fleet: stopping the job's profilers (SIGTERM to its steps), waiting for their reports",
+                       err=True)
+            stop.set()
+
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, interrupted)
+        async with obj.fanout_for_run() as fan:
+            with byte_progress(enabled=not as_json and not dry_run) as gathering:
+                return await slurm_run.profile(fan, cluster, req, spec, store_root=store.root(store_root),
+                                               site=site or cluster.name, dry_run=dry_run,
+                                               wait=not opts.get("no_wait"), poll=opts.get("poll") or 5.0,
+                                               stop=stop, on_state=on_state, gathering=gathering)
+
+    try:
+        manifest = asyncio.run(go())
+    except (SlurmError, LauncherError) as e:
+        _fail(str(e), exitcodes.FAILED)
+    if dry_run:
+        click.echo(json.dumps(manifest, indent=2, default=str) if as_json else manifest["slurm"]["script"], nl=False)
+        sys.exit(exitcodes.OK)
+    if as_json:
+        click.echo(json.dumps(manifest, indent=2, default=str))
+    else:
+        click.echo(render(manifest), nl=False)
+    sys.exit(exit_status(manifest))
+
+
+def render(m: dict) -> str:
+    s = m["slurm"]
+    lines = [f"run {m['run_id']}: job {s['job_id']} on {s['cluster']} {s.get('state', '')} -> {m['status']}"]
+    if m["status"] == "submitted":
+        lines.append(f"  reports will be under {s['run_dir']}; bring them home with: fleet gather {m['run_id']}")
+    if s.get("stopped_before_time_limit"):
+        lines.append(f"  the profilers were stopped ahead of the time limit, so their reports could be finished")
+    for h in m["hosts"]:
+        rank = f"rank {h['rank']}" if h.get("rank") is not None else "?"
+        lines.append(f"  {h['host']} {rank}: {h['status']}" + (f": {h['missing_why']}" if h.get("missing_why") else ""))
+        for g in h.get("given_up") or []:
+            lines.append(f"    gave up:  {g}")
+        for rep in h["reports"]:
+            state = "verified" if rep["verified"] else f"NOT brought home: {rep.get('error')}"
+            kind = "summary:" if rep["status"] == "summary" else "report: "
+            lines.append(f"    {kind}  {rep['stored']} ({rep['size']} bytes, {state})")
+    if s.get("log"):
+        lines.append(f"  job log:  {s['log']['stored']}")
+    return "\n".join(lines) + "\n"
+
+
+def exit_status(m: dict) -> int:
+    statuses = [h["status"] for h in m["hosts"]]
+    if m["status"] in ("complete", "submitted"):
+        return exitcodes.OK
+    if statuses and all(s == "refused" for s in statuses):
+        return exitcodes.REFUSED
+    return exitcodes.PARTIAL if m["status"] == "partial" else exitcodes.FAILED
+
+
+def _slurm_runs(store_root, run_ids=()) -> list[dict]:
+    """Manifests of Slurm runs: those named, else every run not yet gathered."""
+    from . import store
+
+    root = store.root(store_root)
+    if run_ids:
+        try:
+            paths = [store.manifest_of(root, r) for r in run_ids]
+        except LookupError as e:
+            _fail(str(e))
+    else:
+        paths = sorted(root.glob("*/*/*/manifest.json"))
+    manifests = [json.loads(p.read_text()) for p in paths]
+    return [m for m in manifests if m.get("slurm") and (run_ids or m["status"] in ("running", "submitted"))]
+
+
+def _by_cluster(obj: "Context", manifests: list[dict]):
+    from .slurm.cluster import choose
+
+    groups: dict = {}
+    for m in manifests:
+        name = m["slurm"]["cluster"]
+        cluster = choose(obj.inventory, None, None if name == "local" else name, embedded=name == "local")
+        groups.setdefault(cluster.name, (cluster, []))[1].append(m)
+    return groups.values()
+
+
+@click.command()
+@click.argument("run_ids", nargs=-1)
+@click.option("--store", "store_root", type=click.Path(), envvar="FLEET_STORE")
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_obj
+def jobs(obj: "Context", run_ids, store_root, as_json):
+    """Slurm jobs of runs not yet gathered (or of RUN_IDS): one squeue call per cluster."""
+    from .slurm.jobs import SlurmClient
+
+    manifests = _slurm_runs(store_root, run_ids)
+
+    async def go():
+        rows = []
+        async with obj.fanout_for_run() as fan:
+            for cluster, ms in _by_cluster(obj, manifests):
+                client = SlurmClient(fan, cluster.login)
+                await client.cluster_info()
+                ids = [m["slurm"]["job_id"] for m in ms if m["slurm"]["job_id"]]
+                states = await client.states(ids) if ids else {}
+                for m in ms:
+                    st = states.get(m["slurm"]["job_id"])
+                    rows.append({"run_id": m["run_id"], "cluster": cluster.name, "job_id": m["slurm"]["job_id"],
+                                 "state": st.state if st else m["slurm"].get("state"), "reason": st and st.reason,
+                                 "nodes": st and st.nodes, "elapsed": st and st.elapsed, "run_status": m["status"]})
+        return rows
+
+    rows = asyncio.run(go())
+    if as_json:
+        click.echo(json.dumps({"jobs": rows}, indent=2))
+        return
+    for r in rows:
+        click.echo(f"{r['run_id']}  {r['cluster']}  job {r['job_id']}  {r['state']}"
+                   + (f"  {r['reason']}" if r["reason"] and r["reason"] != "None" else "")
+                   + (f"  {r['nodes']}" if r["nodes"] else "") + (f"  {r['elapsed']}" if r["elapsed"] else ""))
+
+
+@click.command()
+@click.argument("run_ids", nargs=-1, required=True)
+@click.option("--store", "store_root", type=click.Path(), envvar="FLEET_STORE")
+@click.pass_obj
+def cancel(obj: "Context", run_ids, store_root):
+    """Cancel the Slurm jobs of RUN_IDS (scancel); the profilers get SIGTERM and finish their reports."""
+    from .slurm.jobs import SlurmClient, SlurmError
+
+    manifests = _slurm_runs(store_root, run_ids)
+
+    async def go():
+        async with obj.fanout_for_run() as fan:
+            for cluster, ms in _by_cluster(obj, manifests):
+                ids = [m["slurm"]["job_id"] for m in ms if m["slurm"]["job_id"]]
+                if ids:
+                    await SlurmClient(fan, cluster.login).cancel(ids)
+                    click.echo(f"{cluster.name}: cancelled job(s) {', '.join(ids)}")
+
+    try:
+        asyncio.run(go())
+    except SlurmError as e:
+        _fail(str(e), exitcodes.FAILED)

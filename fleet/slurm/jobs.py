@@ -1,0 +1,235 @@
+"""Talking to slurmctld through the login node: submit, batched status, cancel.
+
+Every Slurm command goes through fleet's transport to the cluster's login host
+(SSH, or this machine when fleet runs there). Status is gentle on slurmctld:
+one ``squeue`` call per poll interval for all of a run's jobs, terminal states
+cached and never asked again, and a job that has left ``squeue`` (after
+``MinJobAge``) asked once of ``sacct`` when accounting exists, else of
+``scontrol``. ``squeue --json`` is read where its filters work (23.11 and
+later; before that they are ignored and the whole queue would come back);
+older Slurm is read from fixed-format text. JSON field names differ between
+Slurm versions, so both are parsed defensively.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+import tarfile
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ..inventory import Host
+    from ..transport import Fanout, Result
+
+TERMINAL = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "OUT_OF_MEMORY", "BOOT_FAIL",
+            "DEADLINE", "REVOKED", "SPECIAL_EXIT", "GONE"}
+SQUEUE_FORMAT = "%i|%T|%r|%N|%M"  # id, state, reason, nodes, time used
+JSON_FILTERS_FROM = (23, 11)
+
+
+class SlurmError(RuntimeError):
+    """A Slurm command failed; the message is Slurm's own."""
+
+
+@dataclass
+class JobState:
+    job_id: str
+    state: str                      # Slurm's state name, or GONE (left every record)
+    reason: str | None = None
+    nodes: str | None = None
+    elapsed: str | None = None
+    exit_code: str | None = None
+
+    @property
+    def terminal(self) -> bool:
+        return self.state in TERMINAL
+
+
+@dataclass
+class ClusterInfo:
+    version: tuple[int, int]
+    version_text: str
+    home: str
+    accounting: bool
+
+
+def parse_version(text: str) -> tuple[int, int]:
+    m = re.search(r"(\d+)\.(\d+)", text)
+    if not m:
+        raise SlurmError(f"cannot read a Slurm version from {text.strip()!r}")
+    return int(m.group(1)), int(m.group(2))
+
+
+def parse_squeue_text(text: str) -> dict[str, JobState]:
+    out = {}
+    for line in text.splitlines():
+        parts = line.strip().split("|")
+        if len(parts) >= 2 and parts[0]:
+            job, state, reason, nodes, elapsed = (parts + [None] * 5)[:5]
+            out[job] = JobState(job, state.split()[0] if state else "UNKNOWN", reason or None,
+                                nodes or None, elapsed or None)
+    return out
+
+
+def _first(value):
+    """v0.0.38 gives a state as a string; v0.0.40 on as a list of flags; some fields as {"number": N}."""
+    if isinstance(value, list):
+        return value[0] if value else None
+    if isinstance(value, dict) and "number" in value:
+        return value["number"] if value.get("set", True) else None
+    return value
+
+
+def parse_squeue_json(text: str) -> dict[str, JobState]:
+    doc = json.loads(text)
+    out = {}
+    for job in doc.get("jobs") or []:
+        job_id = str(_first(job.get("job_id")))
+        state = _first(job.get("job_state")) or "UNKNOWN"
+        out[job_id] = JobState(job_id, str(state), job.get("state_reason"), job.get("nodes") or None)
+    return out
+
+
+def parse_sacct(text: str) -> dict[str, JobState]:
+    """``sacct -n -P -X -o JobID,State,ExitCode,NodeList,Elapsed``; "CANCELLED by 0" reads CANCELLED."""
+    out = {}
+    for line in text.splitlines():
+        parts = line.strip().split("|")
+        if len(parts) >= 5 and parts[0]:
+            out[parts[0]] = JobState(parts[0], parts[1].split()[0], None, parts[3] or None, parts[4] or None,
+                                     parts[2] or None)
+    return out
+
+
+def parse_scontrol(text: str) -> JobState | None:
+    """``scontrol -o show job ID``: one line of KEY=VALUE."""
+    fields = dict(re.findall(r"(\w+)=(\S*)", text))
+    if "JobId" not in fields:
+        return None
+    return JobState(fields["JobId"], fields.get("JobState", "UNKNOWN"), fields.get("Reason"),
+                    fields.get("NodeList") or None, fields.get("RunTime"), fields.get("ExitCode"))
+
+
+def tar_of(files: dict[str, bytes]) -> bytes:
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        for name, data in files.items():
+            info = tarfile.TarInfo(name)
+            info.size, info.mode = len(data), 0o644
+            tar.addfile(info, io.BytesIO(data))
+    return buf.getvalue()
+
+
+@dataclass
+class SlurmClient:
+    fan: "Fanout"
+    login: "Host"
+    info: ClusterInfo | None = None
+    calls: list[str] = field(default_factory=list)   # every Slurm command issued (the benchmark counts them)
+    _terminal: dict[str, JobState] = field(default_factory=dict)
+
+    async def _sh(self, label: str, script: str, *args: str, input: bytes | None = None,
+                  timeout: float = 120) -> "Result":
+        self.calls.append(label)
+        return await self.fan.run(self.login, ["sh", "-c", script, "sh", *args], input=input, timeout=timeout)
+
+    def _check(self, r: "Result", what: str) -> str:
+        if r.error and not r.reached:
+            raise SlurmError(f"{self.login.name} (login node) unreachable: {r.error}")
+        if r.exit_status != 0:
+            err = (r.stderr.decode(errors="replace").strip() or r.stdout.decode(errors="replace").strip()
+                   or r.error or f"exit status {r.exit_status}")
+            raise SlurmError(f"{what} failed on {self.login.name}: {err}")
+        return r.stdout.decode(errors="replace")
+
+    async def cluster_info(self) -> ClusterInfo:
+        """One round trip: the Slurm version, the login user's home, whether accounting exists."""
+        r = await self._sh("sinfo", 'sinfo --version && echo "$HOME" && '
+                           '(scontrol show config 2>/dev/null | grep -i "^AccountingStorageType" || true)')
+        lines = self._check(r, "sinfo --version").splitlines()
+        if len(lines) < 2:
+            raise SlurmError(f"unexpected answer from {self.login.name}: {lines}")
+        accounting = len(lines) > 2 and "none" not in lines[2].lower() and "=" in lines[2]
+        self.info = ClusterInfo(parse_version(lines[0]), lines[0].strip(), lines[1].strip(), accounting)
+        return self.info
+
+    async def submit(self, run_dir: str, files: dict[str, bytes], script: str) -> str:
+        """Put the run's files in place and sbatch the script, in one round trip; the job id."""
+        r = await self._sh("sbatch", 'set -e; umask 077; mkdir -p -- "$1"; cd -- "$1"; tar -x -f -; '
+                           'sbatch --parsable -- "$2"', run_dir, script, input=tar_of(files))
+        out = self._check(r, "sbatch").strip()
+        job = out.splitlines()[-1].split(";")[0] if out else ""
+        if not job.isdigit():
+            raise SlurmError(f"sbatch gave no job id: {out!r}")
+        return job
+
+    async def states(self, job_ids: list[str]) -> dict[str, JobState]:
+        """The state of every job: cached terminal ones free, the rest in one ``squeue`` call."""
+        ask = [j for j in job_ids if j not in self._terminal]
+        found: dict[str, JobState] = {}
+        if ask:
+            use_json = self.info is not None and self.info.version >= JSON_FILTERS_FROM
+            if use_json:
+                r = await self._sh("squeue", 'squeue --json --states=all --jobs="$1"', ",".join(ask))
+            else:
+                r = await self._sh("squeue", 'squeue --noheader --states=all --jobs="$1" --format="$2"', ",".join(ask),
+                                   SQUEUE_FORMAT)
+            # squeue exits 1 ("Invalid job id") when every job asked for has left it.
+            if r.exit_status not in (0, 1) or (r.error and not r.reached):
+                self._check(r, "squeue")
+            text = r.stdout.decode(errors="replace")
+            found = (parse_squeue_json(text) if use_json and text.strip().startswith("{")
+                     else parse_squeue_text(text))
+            gone = [j for j in ask if j not in found]
+            if gone:
+                found.update(await self._after_squeue(gone))
+        for job, st in found.items():
+            if st.terminal:
+                self._terminal[job] = st
+        return {j: self._terminal.get(j) or found.get(j) or JobState(j, "UNKNOWN") for j in job_ids}
+
+    async def _after_squeue(self, jobs: list[str]) -> dict[str, JobState]:
+        """Jobs no longer in squeue: once, from accounting, or from scontrol while it remembers them."""
+        if self.info is not None and self.info.accounting:
+            r = await self._sh("sacct", 'sacct --noheader --parsable2 --allocations --jobs="$1" '
+                               '--format=JobID,State,ExitCode,NodeList,Elapsed', ",".join(jobs))
+            if r.exit_status == 0:
+                found = parse_sacct(r.stdout.decode(errors="replace"))
+                if found:
+                    return found
+        out = {}
+        for job in jobs:  # rare: only a job that left squeue, once
+            r = await self._sh("scontrol", 'scontrol -o show job "$1"', job)
+            st = parse_scontrol(r.stdout.decode(errors="replace")) if r.exit_status == 0 else None
+            out[job] = st or JobState(job, "GONE", "no longer known to slurmctld (MinJobAge passed)")
+        return out
+
+    async def cancel(self, job_ids: list[str], signal: str | None = None) -> None:
+        args = ['scancel', *([f"--signal={signal}"] if signal else []), "--", *job_ids]
+        r = await self._sh("scancel", 'exec "$@"', *args)
+        self._check(r, "scancel")
+
+    async def read_results(self, run_dir: str) -> tuple[list[dict], dict[str, str]]:
+        """Every rank's result document and the job's own files (exit status, stop time, the job's
+        log with its size and sha256), in one call."""
+        r = await self._sh("results", 'cd -- "$1" 2>/dev/null || exit 0; '
+                           'for f in */*.result.json; do [ -f "$f" ] && { cat "$f"; echo; }; done; '
+                           'for f in job.exit job.stopped; do [ -f "$f" ] && echo "@@$f $(cat "$f")"; done; '
+                           'for f in slurm-*.out; do [ -f "$f" ] && echo "@@log $(stat -c %s "$f") '
+                           '$(sha256sum < "$f" | cut -d" " -f1) $PWD/$f"; done; true',
+                           run_dir)
+        text = self._check(r, "reading the run's results")
+        results, marks = [], {}
+        for line in text.splitlines():
+            if line.startswith("@@"):
+                name, _, value = line[2:].partition(" ")
+                marks[name] = value.strip()
+            elif line.strip():
+                try:
+                    results.append(json.loads(line))
+                except ValueError:
+                    continue  # a result being written (they are renamed into place, so rare)
+        return results, marks

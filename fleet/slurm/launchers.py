@@ -1,0 +1,150 @@
+"""Where the profiler goes in the job: the real exec point of each launcher, and containers.
+
+Pure text. A runtime that starts its own workers (torchrun, mpirun, Ray) must
+have the profiler put in front of each worker, not in front of itself: nsys in
+front of ``torchrun`` profiles the launcher and misses the ranks. The user's
+command stays a bash array (``COMMAND``) and is only ever sliced, never
+re-split, so it survives whatever its quoting.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+from dataclasses import dataclass
+
+LAUNCHERS = ("srun", "torchrun", "mpirun", "ray")
+
+# torchrun's options that take no value; every other option before the script takes one.
+TORCHRUN_FLAGS = {"--standalone", "--no-python", "--no_python", "-m", "--module", "--run-path", "--run_path",
+                  "--virtual-local-rank", "--virtual_local_rank"}
+# mpirun's (Open MPI, MPICH/Hydra) options that take one value, and Open MPI's that take two.
+MPIRUN_VALUE = {"-n", "-np", "--np", "-c", "-N", "-npernode", "--npernode", "-ppn", "--map-by", "-map-by",
+                "--bind-to", "-bind-to", "--rank-by", "-rank-by", "-x", "-H", "--host", "-host", "-hosts",
+                "--hostfile", "-hostfile", "-machinefile", "--machinefile", "-f", "-wdir", "--wdir", "-env",
+                "-genv", "--prefix", "-launcher", "-bootstrap", "-iface", "--cpus-per-proc", "--cpus-per-rank"}
+MPIRUN_TWO_VALUES = {"--mca", "-mca", "--gmca", "-gmca", "-genv", "-env"}
+
+
+class LauncherError(ValueError):
+    """The command does not look like the launcher it was said to be."""
+
+
+@dataclass(frozen=True)
+class Container:
+    """The workload's container; the node's Nsight install is mounted read-only at the same path."""
+    kind: str                           # pyxis | apptainer
+    image: str
+    nsight_dirs: tuple[str, ...] = ()   # the node's Nsight installs (from nsys_path / ncu_path)
+
+
+@dataclass(frozen=True)
+class Launch:
+    setup: tuple[str, ...]   # bash lines after COMMAND=(...)
+    line: str                # the step that runs the workload
+
+
+def nsight_dirs(tools: dict) -> tuple[str, ...]:
+    """The install folder of each profiler path (…/nsight-systems-2025.3/bin/nsys → …/nsight-systems-2025.3)."""
+    dirs = []
+    for path in tools.values():
+        parent = os.path.dirname(os.path.dirname(path))
+        if parent not in ("", "/", "/usr", "/usr/local") and parent not in dirs:
+            dirs.append(parent)
+    return tuple(dirs)
+
+
+def container_words(c: Container | None, run_dir: str) -> list[str]:
+    """srun options (pyxis) or a command prefix (apptainer) that put the task in the container.
+
+    No extra privilege either way: both run the task as the user, so CPU sampling is what
+    the node's perf_event_paranoid allows and GPU counters what its driver allows."""
+    if c is None:
+        return []
+    if c.kind == "pyxis":
+        mounts = [f"{run_dir}:{run_dir}"] + [f"{d}:{d}:ro" for d in c.nsight_dirs]
+        return [f"--container-image={c.image}", "--container-mounts=" + ",".join(mounts)]
+    if c.kind == "apptainer":
+        binds = [w for d in c.nsight_dirs for w in ("--bind", f"{d}:{d}:ro")]
+        return ["apptainer", "exec", "--nv", "--bind", run_dir, *binds, c.image]
+    raise LauncherError(f"unknown container kind {c.kind!r} (pyxis or apptainer)")
+
+
+def script_index(command: list[str], launcher: str) -> int:
+    """Where the launcher's own arguments end and the worker's program begins."""
+    i = 1
+    if launcher == "torchrun" and len(command) > 2 and command[1] == "-m" and os.path.basename(
+            command[0]).startswith("python"):
+        i = 3  # python -m torch.distributed.run ...
+    while i < len(command):
+        word = command[i]
+        if word == "--":
+            return i + 1
+        if not word.startswith("-") or word == "-":
+            return i
+        if "=" in word or (launcher == "torchrun" and word in TORCHRUN_FLAGS):
+            i += 1
+        elif launcher == "mpirun":
+            i += 3 if word in MPIRUN_TWO_VALUES else 2 if word in MPIRUN_VALUE else 1
+        else:
+            i += 2
+    raise LauncherError(f"no program found after the {launcher} options in {shlex.join(command)}")
+
+
+def launch(launcher: str, command: list[str], agent: list[str], run_dir: str, container: Container | None, *,
+           tool: str = "nsys", profiler_args=()) -> Launch:
+    task = "FLEET_TASK=(" + " ".join(shlex.quote(w) for w in agent) + ")"
+    inside = container_words(container, run_dir)
+    srun_opts = inside if container and container.kind == "pyxis" else []
+    prefix = inside if container and container.kind == "apptainer" else []
+    pre = " ".join(shlex.quote(w) for w in prefix)
+    pre = pre + " " if pre else ""
+    if launcher == "srun":
+        opts = " ".join(shlex.quote(w) for w in srun_opts)
+        return Launch((task,), f"srun {opts + ' ' if opts else ''}{pre}\"${{FLEET_TASK[@]}}\" \"${{COMMAND[@]}}\"")
+    if launcher in ("torchrun", "mpirun"):
+        k = script_index(command, launcher)
+        program = f"\"${{COMMAND[@]:{k}}}\""
+        if launcher == "mpirun":  # mpirun runs in the batch shell and starts every rank itself
+            return Launch((task, f"LAUNCH=({_slices(0, k, [])} {pre}\"${{FLEET_TASK[@]}}\" {program})"),
+                          "\"${LAUNCH[@]}\"")
+        # --no-python: torchrun execs the wrapper, which runs python on the script itself
+        # (python -m for a module: torchrun's own -m cannot go with --no-python, so it moves).
+        modules = [i for i in range(1, k) if command[i] in ("-m", "--module")]
+        no_python = any(w in ("--no-python", "--no_python") for w in command[:k])
+        python = "" if no_python else ("python3 -m " if modules else "python3 ")
+        injected = f"{_slices(0, k, modules)} --no-python {pre}\"${{FLEET_TASK[@]}}\" {python}{program}"
+        opts = " ".join(shlex.quote(w) for w in srun_opts)
+        # One torchrun per node; it starts that node's workers.
+        return Launch((task, f"LAUNCH=({injected})"),
+                      f"srun --ntasks-per-node=1 --nodes=\"$SLURM_JOB_NUM_NODES\" {opts + ' ' if opts else ''}"
+                      "\"${LAUNCH[@]}\"")
+    if launcher == "ray":
+        block = ray_runtime_env(run_dir, tool, profiler_args)
+        return Launch((f"export FLEET_RAY_RUNTIME_ENV={shlex.quote(json.dumps(block, sort_keys=True))}",
+                       "# Ray starts its own workers: pass this to ray.init(runtime_env=...) or to",
+                       "# `ray job submit --runtime-env-json`; each worker's report is named by host and pid."),
+                      "\"${COMMAND[@]}\"")
+    raise LauncherError(f"unknown launcher {launcher!r}: one of {', '.join(LAUNCHERS)}")
+
+
+def _slices(start: int, end: int, drop: list[int]) -> str:
+    """COMMAND[start:end] without the words at ``drop``, as bash array slices."""
+    parts, a = [], start
+    for i in [*sorted(drop), end]:
+        if i > a:
+            parts.append(f"\"${{COMMAND[@]:{a}:{i - a}}}\"")
+        a = i + 1
+    return " ".join(parts)
+
+
+def ray_runtime_env(run_dir: str, tool: str, profiler_args=()) -> dict:
+    """Ray's own nsys integration (``runtime_env={"_nsight": {...}}``): options without dashes."""
+    if tool != "nsys":
+        raise LauncherError("Ray's runtime_env integration exists for nsys only")
+    options: dict = {"t": "cuda,nvtx,osrt", "o": f"{run_dir}/ray/%h/worker-%p"}
+    for arg in profiler_args:
+        key, _, value = arg.lstrip("-").partition("=")
+        options[key] = value or "true"
+    return {"_nsight": options}

@@ -1,0 +1,216 @@
+"""``fleet profile --partition``: one run is one batch job, from submission to the store.
+
+Three steps, each a few round trips to the login node: ``prepare`` (Slurm's
+version and the user's home: one call, read-only, also for ``--dry-run``),
+``submit`` (the agent and the script put in the run's directory and
+``sbatch``ed: one call), ``watch`` (one batched status call per interval, with
+backoff) and ``gather`` (every rank's result read in one call, then its
+reports fetched and verified against the sha256 the compute node computed).
+The manifest is written at each step, so ``fleet gather RUN`` can finish a run
+whose fleet went away.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Callable
+
+from .. import store
+from ..collect import fetch_verified
+from ..plan import ProfileRequest
+from ..probe import script as agent_script
+from ..profile import bring_home, manifest_head
+from .cluster import Cluster
+from .jobs import JobState, SlurmClient
+from .launchers import nsight_dirs
+from .script import AGENT_FILE, SCRIPT_FILE, JobFiles, JobSpec, render
+
+if TYPE_CHECKING:
+    from ..transport import Fanout
+
+POLL_FIRST = 0.5    # seconds; then each wait 1.5x longer, up to the poll interval
+
+
+@dataclass
+class Prepared:
+    spec: JobSpec
+    files: JobFiles
+    script: str
+    version: str
+
+
+async def prepare(client: SlurmClient, cluster: Cluster, req: ProfileRequest, spec: JobSpec) -> Prepared:
+    info = await client.cluster_info()
+    root = cluster.report_root(info.home)
+    tools = {t: cluster.login.vars[f"{t}_path"] for t in ("nsys", "ncu") if cluster.login.vars.get(f"{t}_path")}
+    files = JobFiles(f"{root}/{req.run_id}", root, cluster.login.vars.get("ansible_python_interpreter", "python3"),
+                     tools)
+    # The job runs where the user is: here when fleet runs on the login node, else the login home.
+    spec = replace(spec, workdir=spec.workdir or (os.getcwd() if cluster.local else info.home))
+    if spec.container and not spec.container.nsight_dirs:
+        spec = replace(spec, container=replace(spec.container, nsight_dirs=nsight_dirs(tools)))
+    return Prepared(spec, files, render(req, spec, files), info.version_text)
+
+
+def expected_ranks(spec: dict) -> list[int] | None:
+    """The ranks that should each leave a result (``spec`` as the manifest keeps it);
+    None when the launcher decides how many there are (torchrun, mpirun, Ray)."""
+    if spec.get("ranks") is not None:
+        return sorted(spec["ranks"])
+    if spec.get("launcher", "srun") != "srun":
+        return None
+    return list(range(spec.get("ntasks") or (spec.get("nodes") or 1) * (spec.get("ntasks_per_node") or 1)))
+
+
+def new_manifest(req: ProfileRequest, cluster: Cluster, prep: Prepared, site: str) -> dict:
+    return {**manifest_head(req, site, time.strftime("%Y-%m-%dT%H:%M:%S%z")), "status": "running", "hosts": [],
+            "slurm": {"cluster": cluster.name, "login": cluster.login.name, "version": prep.version,
+                      "run_dir": prep.files.run_dir, "job_id": None, "state": "SUBMITTING", "spec": asdict(prep.spec),
+                      "script": prep.script}}
+
+
+def save(store_root: Path, manifest: dict) -> Path:
+    directory = store.run_dir(store_root, manifest["site"], manifest["run_id"])
+    store.record(store_root, store.write_manifest(directory, manifest))
+    return directory
+
+
+async def submit(client: SlurmClient, prep: Prepared) -> str:
+    files = {AGENT_FILE: agent_script().encode(), SCRIPT_FILE: prep.script.encode()}
+    return await client.submit(prep.files.run_dir, files, SCRIPT_FILE)
+
+
+async def watch(client: SlurmClient, job_id: str, *, poll: float = 5.0, stop: asyncio.Event | None = None,
+                on_state: Callable[[JobState], None] = lambda s: None) -> JobState:
+    """Until the job ends. A stop request (Ctrl-C) sends SIGTERM to the job's steps once:
+    the profilers stop their applications and finish their reports, and the job ends."""
+    interval, last, stopping = POLL_FIRST, None, False
+    while True:
+        st = (await client.states([job_id]))[job_id]
+        if (st.state, st.reason) != last:
+            on_state(st)
+            last = (st.state, st.reason)
+        if st.terminal:
+            return st
+        if stop is not None and stop.is_set() and not stopping:
+            await client.cancel([job_id], signal="TERM")
+            stopping = True
+        try:
+            await asyncio.wait_for(stop.wait() if stop is not None and not stopping else asyncio.sleep(interval),
+                                   interval)
+        except asyncio.TimeoutError:
+            pass
+        interval = min(interval * 1.5, poll)
+
+
+def _why_missing(rank: int, st: JobState | None, log: str) -> str:
+    state = st.state if st else "unknown"
+    if state == "CANCELLED":
+        return f"rank {rank} left no result: the job was cancelled before it finished ({log})"
+    if state == "TIMEOUT":
+        return f"rank {rank} left no result: killed at the time limit before its report was finished ({log})"
+    return f"rank {rank} left no result (job {state}; see {log})"
+
+
+def rank_entry(res: dict) -> dict:
+    status = {"ok": "ok", "refused": "refused"}.get(res.get("status"), "failed")
+    return {"host": res.get("slurm_node") or res.get("node"), "rank": res.get("rank"), "node": res.get("node"),
+            "status": status,
+            "missing_why": None if status == "ok" else "; ".join(res.get("reasons") or []) or res.get("status"),
+            "gpu": res.get("gpu"), "driver": res.get("driver"), "tool_version": res.get("tool_version"),
+            "tenants_seen": [t if isinstance(t, str) else _tenant_text(t) for t in res.get("tenants") or []],
+            "processes_seen": res.get("processes_seen") or [], "given_up": res.get("given_up") or [],
+            "plan": None, "result": res, "reports": []}
+
+
+def _tenant_text(t: dict) -> str:
+    return f"GPU {t.get('gpu')}: pid {t.get('pid')} ({t.get('user') or 'unknown user'}) {t.get('why')}"
+
+
+async def gather(fan: "Fanout", client: SlurmClient, manifest: dict, directory: Path, state: JobState | None,
+                 gathering=None) -> dict:
+    """Bring every rank's reports home into ``directory/NODE/``; say which ranks left nothing and why."""
+    slurm = manifest["slurm"]
+    results, marks = await client.read_results(slurm["run_dir"])
+    if state is not None:
+        slurm.update(state=state.state, exit_code=state.exit_code, nodes=state.nodes, reason=state.reason)
+    slurm["job_exit"] = int(marks["job.exit"]) if marks.get("job.exit", "").lstrip("-").isdigit() else None
+    slurm["stopped_before_time_limit"] = "job.stopped" in marks
+    log = f"slurm-{slurm['job_id']}.out"
+    if "log" in marks:
+        size, sha, path = marks["log"].split(" ", 2)
+        entry = await fetch_verified(fan, client.login, {"path": path, "size": int(size), "sha256": sha},
+                                     directory / os.path.basename(path))
+        slurm["log"] = entry
+    hosts = []
+    for res in sorted(results, key=lambda r: (r.get("rank") is None, r.get("rank") or 0, r.get("host") or "")):
+        entry = rank_entry(res)
+        to_fetch = (res.get("reports") or []) + (res.get("summaries") or [])
+        entry["reports"] = await bring_home(fan, client.login, to_fetch, directory / entry["host"],
+                                            gathering=gathering)
+        if entry["status"] == "ok" and not res.get("reports"):
+            entry["status"], entry["missing_why"] = "failed", "the profiler left no report"
+        if any(not rep["verified"] for rep in entry["reports"]):
+            entry["status"] = "failed"
+            entry["missing_why"] = "; ".join(rep["error"] for rep in entry["reports"] if not rep["verified"])
+        hosts.append(entry)
+    seen = {e["rank"] for e in hosts}
+    ranks = expected_ranks(slurm["spec"])
+    for rank in ranks if ranks is not None else ([] if hosts else [0]):
+        if rank not in seen:
+            hosts.append({"host": "(no result)", "rank": rank, "status": "missing",
+                          "missing_why": _why_missing(rank, state, log), "reports": [], "result": None})
+    manifest["hosts"] = hosts
+    manifest["status"] = "cancelled" if state is not None and state.state == "CANCELLED" else \
+        store.run_status(h["status"] for h in hosts)
+    return manifest
+
+
+async def profile(fan: "Fanout", cluster: Cluster, req: ProfileRequest, spec: JobSpec, *, store_root: Path,
+                  site: str, dry_run: bool = False, wait: bool = True, poll: float = 5.0,
+                  stop: asyncio.Event | None = None, on_state: Callable[[JobState], None] = lambda s: None,
+                  gathering=None, client: SlurmClient | None = None) -> dict:
+    """The whole run; returns its manifest (for ``--dry-run``, one with the script and no job)."""
+    client = client or SlurmClient(fan, cluster.login)
+    prep = await prepare(client, cluster, req, spec)
+    manifest = new_manifest(req, cluster, prep, site)
+    if dry_run:
+        manifest["status"] = "dry-run"
+        return manifest
+    directory = save(store_root, manifest)  # before sbatch: a run is never untracked
+    try:
+        manifest["slurm"]["job_id"] = await submit(client, prep)
+    except Exception as e:
+        manifest.update(status="failed", error=str(e))
+        manifest["slurm"]["state"] = "NOT SUBMITTED"
+        save(store_root, manifest)
+        raise
+    manifest["status"], manifest["slurm"]["state"] = "submitted", "PENDING"
+    save(store_root, manifest)
+    if not wait:
+        return manifest
+    state = await watch(client, manifest["slurm"]["job_id"], poll=poll, stop=stop, on_state=on_state)
+    manifest = await gather(fan, client, manifest, directory, state, gathering)
+    save(store_root, manifest)
+    return manifest
+
+
+async def gather_later(fan: "Fanout", cluster: Cluster, manifest_path: Path, store_root: Path) -> dict:
+    """``fleet gather RUN`` for a Slurm run: the job's state once, then what it left."""
+    import json
+
+    manifest = json.loads(manifest_path.read_text())
+    client = SlurmClient(fan, cluster.login)
+    await client.cluster_info()
+    job = manifest["slurm"]["job_id"]
+    state = (await client.states([job]))[job] if job else None
+    if state is not None and not state.terminal:
+        manifest["slurm"]["state"] = state.state
+        return manifest
+    manifest = await gather(fan, client, manifest, manifest_path.parent, state)
+    save(store_root, manifest)
+    return manifest

@@ -1,0 +1,119 @@
+"""The batch script of a profiled job, rendered from the request: pure text, no I/O.
+
+What the script does, in order: ``#SBATCH`` lines from the options; the
+user's command kept as a bash array of single-quoted words (so it reaches the
+task byte for byte, whatever its quoting); fleet's task wrapper
+(:mod:`fleet.agent.task`) put at the real exec point, which is each Slurm
+task for ``srun``, each worker for ``torchrun --no-python`` and each rank for
+``mpirun``; and a ``USR1`` trap. ``--signal=B:USR1@N`` makes Slurm signal the
+batch shell N seconds before the time limit (it reaches only that shell), and
+the trap sends SIGTERM to the job's steps with ``scancel``: every profiler
+then stops its application and finishes its report before Slurm's SIGTERM and
+SIGKILL at the limit. The job's exit status is left in ``job.exit``.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from dataclasses import dataclass, field
+
+from . import launchers
+
+AGENT_FILE = "fleet-agent.py"
+SCRIPT_FILE = "job.sbatch"
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """How the job is shaped; None leaves an option to Slurm's defaults."""
+    partition: str | None = None
+    nodes: int | None = None
+    ntasks: int | None = None
+    ntasks_per_node: int | None = None
+    gpus: str | None = None                 # --gpus, e.g. "4" or "h100:4"
+    gres: str | None = None                 # --gres, e.g. "gpu:2"
+    time: str | None = None                 # --time, Slurm's formats
+    account: str | None = None
+    qos: str | None = None
+    exclusive: bool | None = None           # None: for ncu and GPU metrics, yes
+    sbatch_args: tuple[str, ...] = ()       # passed through as further #SBATCH lines
+    ranks: tuple[int, ...] | None = None    # None: every rank is profiled
+    launcher: str = "srun"                  # srun | torchrun | mpirun | ray
+    stop_before: int = 120                  # seconds before the time limit the profilers are stopped
+    workdir: str | None = None              # the job's working directory (default: the submitter's)
+    container: launchers.Container | None = None
+
+
+@dataclass(frozen=True)
+class JobFiles:
+    """Where the job's files are on the cluster's shared filesystem."""
+    run_dir: str                            # absolute; the agent, the script, the reports
+    report_root: str                        # run_dir's parent: the task's report_dir
+    python: str = "python3"                 # on the compute nodes
+    tools: dict = field(default_factory=dict)  # nsys_path / ncu_path from the inventory
+
+
+def task_args(req, spec: JobSpec, files: JobFiles) -> dict:
+    """What every task's agent is told (fleet/agent/task.py reads it)."""
+    return {"mode": "task", "tool": req.tool, "run_id": req.run_id, "report_dir": files.report_root,
+            "launcher": spec.launcher, "ranks": list(spec.ranks) if spec.ranks is not None else None,
+            "tools": dict(files.tools), "gpu_metrics": req.gpu_metrics, "allow_own": req.allow_own,
+            "profiler_args": list(req.profiler_args), "clock_control": req.clock_control}
+
+
+def uses_counters(req) -> bool:
+    return req.tool == "ncu" or req.gpu_metrics
+
+
+def sbatch_lines(req, spec: JobSpec, files: JobFiles) -> list[str]:
+    opts: list[str] = [f"--job-name=fleet-{req.run_id}"]
+    for name, value in (("partition", spec.partition), ("nodes", spec.nodes), ("ntasks", spec.ntasks),
+                        ("ntasks-per-node", spec.ntasks_per_node), ("gpus", spec.gpus), ("gres", spec.gres),
+                        ("time", spec.time), ("account", spec.account), ("qos", spec.qos)):
+        if value is not None:
+            opts.append(f"--{name}={value}")
+    opts += [f"--output={files.run_dir}/slurm-%j.out", f"--signal=B:USR1@{spec.stop_before}"]
+    if spec.workdir:
+        opts.append(f"--chdir={spec.workdir}")
+    # Counters program the whole GPU: the job must have the node to itself (the task checks too).
+    if spec.exclusive or (spec.exclusive is None and uses_counters(req)):
+        opts.append("--exclusive")
+    opts += list(spec.sbatch_args)
+    return [f"#SBATCH {o}" for o in opts]
+
+
+def _array(name: str, words) -> str:
+    return f"{name}=(" + " ".join(shlex.quote(w) for w in words) + ")"
+
+
+def render(req, spec: JobSpec, files: JobFiles) -> str:
+    """The exact batch script ``fleet profile --partition`` submits (and ``--dry-run`` prints)."""
+    agent = [files.python, f"{files.run_dir}/{AGENT_FILE}",
+             json.dumps(task_args(req, spec, files), separators=(",", ":"), sort_keys=True)]
+    launch = launchers.launch(spec.launcher, list(req.command), agent, files.run_dir, spec.container,
+                              tool=req.tool, profiler_args=req.profiler_args)
+    who = "every rank" if spec.ranks is None else "ranks " + ",".join(map(str, spec.ranks))
+    lines = ["#!/bin/bash", *sbatch_lines(req, spec, files),
+             f"# fleet run {req.run_id}: {req.tool} on {who} ({spec.launcher}); reports and results go to",
+             f"# {files.run_dir}/NODE/rankN.*, and the job's exit status to job.exit.",
+             "set -u",
+             f"RUN_DIR={shlex.quote(files.run_dir)}",
+             _array("COMMAND", req.command),
+             *launch.setup,
+             "",
+             "stop_profilers() {",
+             "    echo \"fleet: time limit near: stopping the profilers (SIGTERM) so their reports are finished\" >&2",
+             "    date +%s > \"$RUN_DIR/job.stopped\"",
+             "    scancel --signal=TERM \"$SLURM_JOB_ID\"",
+             "}",
+             "trap stop_profilers USR1",
+             "",
+             f"{launch.line} &",
+             "step=$!",
+             "# A trapped signal ends `wait` early: wait until the step is really gone, then take its status.",
+             "while wait \"$step\"; [ $? -gt 128 ] && kill -0 \"$step\" 2>/dev/null; do :; done",
+             "wait \"$step\"; status=$?",
+             "echo \"$status\" > \"$RUN_DIR/job.exit\"",
+             "exit \"$status\"", ""]
+    return "\n".join(lines)

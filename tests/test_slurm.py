@@ -1,0 +1,260 @@
+"""fleet profile --partition on a real Slurm cluster (munge, slurmctld, two slurmd), reached
+through a real sshd as its login node. Jobs run as the login user; GPUs are simulated by
+the fake NVML (loaded by the real pynvml in every task) and GRES backed by device files."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from fleet.inventory import load
+from fleet.slurm.jobs import SlurmClient
+from fleet.transport import Fanout
+from fleet.transport.settings import SSHSettings
+from tests.conftest import REPO, announce, run_fleet
+from tests.harness import fakenvml
+from tests.harness.slurm import SlurmCluster
+from tests.harness.sshd import SSHCluster, ensure_user
+from tests.test_agent import TENANT_USER, spawn, stop
+from tests.test_transport import NASTY as NASTY_ARGS
+
+
+@pytest.fixture(scope="module")
+def hpc(pytestconfig):
+    """Slurm with nodes node1, node2 (2 GPUs each) and login host h01 (user fleetci)."""
+    ensure_user(TENANT_USER)
+    slurm = SlurmCluster(2)
+    c = SSHCluster(1)
+    tenant = spawn(TENANT_USER, ["sleep", "900"])
+    try:
+        slurm.start()
+        lib = fakenvml.build(c.dir / "fakenvml")
+        c.scenario = c.dir / "scenario.txt"
+        fakenvml.write_scenario(c.scenario, {"gpus": [{"index": 0}, {"index": 1}]})
+        c.scenario.chmod(0o644)
+        tools = c.standins()
+        env = {**fakenvml.env(lib, c.scenario), **slurm.env,
+               "PATH": f"{tools}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
+        c.hosts[0].options["SetEnv"] = " ".join(f"{k}={v}" for k, v in env.items())
+        c.runs = c.scratch("runs")
+        c.hosts[0].vars.update(slurm_login="h01", report_dir=str(c.runs), nsys_path=str(tools / "nsys"),
+                               ncu_path=str(tools / "ncu"), ansible_python_interpreter="/usr/bin/python3")
+        c.start()
+        # The same login node, logged into as root (GPU counters open, as ncu needs).
+        c.root_inventory = c.dir / "inventory-root.yaml"
+        doc = yaml.safe_load(c.inventory.read_text())
+        doc["all"]["children"]["cluster"]["hosts"]["h01"]["ansible_user"] = "root"
+        c.root_inventory.write_text(yaml.safe_dump(doc))
+        c.slurm, c.tenant = slurm, tenant
+        announce(pytestconfig, f"started Slurm 22.05 (munged, slurmctld, slurmd node1 node2) under {slurm.dir}, "
+                               f"login sshd {c.hosts[0].address}")
+        yield c
+    finally:
+        stop([tenant])
+        c.stop()
+        slurm.stop()
+        announce(pytestconfig, "stopped the Slurm cluster and its login sshd")
+
+
+def fleet(hpc, store: Path, *args: str, root: bool = False, timeout: float = 240):
+    env = {**hpc.env(), "FLEET_STORE": str(store)}
+    if root:
+        env["FLEET_INVENTORY"] = str(hpc.root_inventory)
+    return run_fleet("profile", "--partition", "gpu", "--poll", "1", *args, env=env, timeout=timeout)
+
+
+def manifest(store: Path) -> dict:
+    [path] = store.glob("*/*/*/manifest.json")
+    return json.loads(path.read_text())
+
+
+def no_drained_nodes(hpc) -> None:
+    assert set(hpc.slurm.node_states().values()) <= {"idle", "mixed", "allocated", "completing"}, \
+        hpc.slurm.node_states()
+
+
+def test_four_ranks_on_two_nodes_are_stored_with_distinct_names(hpc, tmp_path):
+    command = ["python3", "-c", "import os, sys; print('rank', os.environ['SLURM_PROCID'], sys.argv[1:])",
+               *NASTY_ARGS]
+    r = fleet(hpc, tmp_path, "--nodes", "2", "--ntasks-per-node", "2", "--", *command)
+    assert r.returncode == 0, r.stderr + r.stdout
+    m = manifest(tmp_path)
+    assert m["status"] == "complete" and m["slurm"]["state"] == "COMPLETED"
+    assert [(h["host"], h["rank"], h["status"]) for h in m["hosts"]] == [
+        ("node1", 0, "ok"), ("node1", 1, "ok"), ("node2", 2, "ok"), ("node2", 3, "ok")]
+    stored = [Path(rep["stored"]) for h in m["hosts"] for rep in h["reports"] if rep["status"] == "complete"]
+    assert sorted(p.relative_to(p.parents[1]).as_posix() for p in stored) == [
+        "node1/rank0.nsys-rep", "node1/rank1.nsys-rep", "node2/rank2.nsys-rep", "node2/rank3.nsys-rep"]
+    for p in stored:  # the stand-in nsys records the application's argv: the command survived exactly
+        assert json.loads(p.read_text())["app"] == command
+    log = Path(m["slurm"]["log"]["stored"]).read_text()
+    assert all(f"rank {i} " in log for i in range(4))
+    ls = run_fleet("reports", "ls", "--json", env={"FLEET_STORE": str(tmp_path)})
+    rows = json.loads(ls.stdout)
+    reports = [row for row in rows if row["path"].endswith(".nsys-rep")]
+    assert {row["host"] for row in reports} == {"node1", "node2"} and len(reports) == 4
+    assert all(row["status"] == "complete" and len(row["sha256"]) == 64 for row in reports)
+    no_drained_nodes(hpc)
+
+
+def test_only_the_chosen_ranks_are_profiled(hpc, tmp_path):
+    r = fleet(hpc, tmp_path, "--ntasks", "4", "--ranks", "0,3", "--", "sh", "-c", 'echo "ran $SLURM_PROCID"')
+    assert r.returncode == 0, r.stderr + r.stdout
+    m = manifest(tmp_path)
+    assert [(h["rank"], h["status"]) for h in m["hosts"]] == [(0, "ok"), (3, "ok")]
+    assert sorted(Path(rep["stored"]).name for h in m["hosts"] for rep in h["reports"]
+                  if rep["status"] == "complete") == ["rank0.nsys-rep", "rank3.nsys-rep"]
+    log = Path(m["slurm"]["log"]["stored"]).read_text()
+    assert all(f"ran {i}" in log for i in range(4))  # the other ranks ran, unprofiled
+
+
+def test_dry_run_prints_the_exact_batch_script_and_submits_nothing(hpc, tmp_path):
+    before = hpc.slurm.run("squeue", "-h", "-t", "all", "-o", "%i").stdout.split()
+    r = fleet(hpc, tmp_path, "--nodes", "2", "--ntasks-per-node", "2", "--time", "5", "--dry-run", "--",
+              "echo", "a b", "$(x)")
+    assert r.returncode == 0, r.stderr
+    script = r.stdout
+    assert script.startswith("#!/bin/bash\n#SBATCH --job-name=fleet-")
+    for line in ("#SBATCH --partition=gpu", "#SBATCH --nodes=2", "#SBATCH --ntasks-per-node=2",
+                 "#SBATCH --time=5", "#SBATCH --signal=B:USR1@120", "COMMAND=(echo 'a b' '$(x)')",
+                 "trap stop_profilers USR1"):
+        assert line in script.splitlines(), line
+    assert "--exclusive" not in script  # nsys trace shares nodes
+    assert hpc.slurm.run("squeue", "-h", "-t", "all", "-o", "%i").stdout.split() == before
+    assert not list(tmp_path.glob("*/*/*/manifest.json"))
+    ncu = fleet(hpc, tmp_path, "--tool", "ncu", "--dry-run", "--", "true")
+    assert "#SBATCH --exclusive" in ncu.stdout.splitlines()
+
+
+def test_unknown_partition_gives_slurms_error(hpc, tmp_path):
+    env = {**hpc.env(), "FLEET_STORE": str(tmp_path)}
+    r = run_fleet("profile", "--partition", "nope", "--", "true", env=env)
+    assert r.returncode == 1
+    assert "invalid partition specified: nope" in r.stderr
+    m = manifest(tmp_path)
+    assert m["status"] == "failed" and m["slurm"]["state"] == "NOT SUBMITTED"
+
+
+def test_job_at_its_time_limit_still_yields_finished_reports(hpc, tmp_path):
+    start = time.monotonic()
+    r = fleet(hpc, tmp_path, "--time", "1", "--stop-before", "50", "--", "sleep", "300", timeout=150)
+    assert r.returncode == 0, r.stderr + r.stdout
+    assert time.monotonic() - start < 90  # stopped before the limit, not killed at it
+    m = manifest(tmp_path)
+    assert m["slurm"]["stopped_before_time_limit"]
+    [rank] = m["hosts"]
+    assert rank["status"] == "ok" and rank["result"]["stopped"]
+    [rep] = [rep for rep in rank["reports"] if rep["status"] == "complete"]
+    assert rep["verified"] and json.loads(Path(rep["stored"]).read_text())["app"] == ["sleep", "300"]
+    assert "time limit near" in Path(m["slurm"]["log"]["stored"]).read_text()
+
+
+def _wait_running(store: Path, timeout: float = 60) -> dict:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        found = list(store.glob("*/*/*/manifest.json"))
+        if found:
+            m = json.loads(found[0].read_text())
+            if m["slurm"].get("job_id"):
+                return m
+        time.sleep(0.2)
+    raise AssertionError("the run was not submitted in time")
+
+
+def test_cancelled_job_leaves_clean_state_and_says_so(hpc, tmp_path):
+    env = {**hpc.env(), "FLEET_STORE": str(tmp_path)}
+    marker = "fleet-cancel-test-%d" % time.time_ns()
+    proc = subprocess.Popen([sys.executable, "-m", "fleet", "profile", "--partition", "gpu", "--poll", "1", "--",
+                             "sh", "-c", f"exec sleep 300 # {marker}"], env=env, cwd=REPO,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        m = _wait_running(tmp_path)
+        job = m["slurm"]["job_id"]
+        deadline = time.monotonic() + 60
+        while "RUNNING" not in hpc.slurm.run("squeue", "-h", "-j", job, "-o", "%T", check=False).stdout:
+            assert time.monotonic() < deadline, "the job never started"
+            time.sleep(0.2)
+        jobs = run_fleet("jobs", "--json", env=env)
+        assert [(j["job_id"], j["state"]) for j in json.loads(jobs.stdout)["jobs"]] == [(job, "RUNNING")]
+        c = run_fleet("cancel", m["run_id"], env=env)
+        assert c.returncode == 0, c.stderr
+        out, err = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    m = manifest(tmp_path)
+    assert m["status"] == "cancelled" and m["slurm"]["state"] == "CANCELLED", (out, err)
+    assert proc.returncode != 0
+    deadline = time.monotonic() + 30  # slurmstepd has ended everything the job started
+    while subprocess.run(["pgrep", "-f", marker], capture_output=True).returncode == 0:
+        assert time.monotonic() < deadline, "processes of the cancelled job are still running"
+        time.sleep(0.2)
+    hpc.slurm.wait_idle()
+
+
+def test_ncu_beside_a_tenant_is_refused_inside_the_job_before_ncu_starts(hpc, tmp_path):
+    fakenvml.write_scenario(hpc.scenario, {"gpus": [{"index": 0, "processes": [{"pid": hpc.tenant.pid}]},
+                                                    {"index": 1}]})
+    try:
+        witness = hpc.runs / f"ran-{time.time_ns()}"
+        r = fleet(hpc, tmp_path, "--tool", "ncu", "--gres", "gpu:2", "--", "touch", str(witness), root=True)
+    finally:
+        fakenvml.write_scenario(hpc.scenario, {"gpus": [{"index": 0}, {"index": 1}]})
+    assert r.returncode == 5, r.stderr + r.stdout
+    m = manifest(tmp_path)
+    [rank] = m["hosts"]
+    assert rank["status"] == "refused"
+    assert any(f"pid {hpc.tenant.pid} ({TENANT_USER}" in t for t in rank["tenants_seen"]), rank
+    assert not witness.exists()  # neither ncu nor the workload ran
+    assert not list(Path(m["slurm"]["run_dir"]).glob("*/*.ncu-rep"))
+    assert "#SBATCH --exclusive" in m["slurm"]["script"]
+
+
+def test_ncu_on_a_free_gpu_runs_and_its_report_comes_home(hpc, tmp_path):
+    r = fleet(hpc, tmp_path, "--tool", "ncu", "--gres", "gpu:1", "--", "true", root=True)
+    assert r.returncode == 0, r.stderr + r.stdout
+    [rank] = manifest(tmp_path)["hosts"]
+    assert [Path(rep["stored"]).name for rep in rank["reports"]] == ["rank0.ncu-rep"]
+    assert rank["reports"][0]["verified"]
+
+
+def test_status_is_one_squeue_call_for_twenty_jobs_and_terminal_states_are_cached(hpc):
+    out = [hpc.slurm.run("sbatch", "--parsable", "--hold", "--wrap", "true").stdout.strip() for _ in range(20)]
+    inventory = load([hpc.inventory])
+
+    async def go():
+        async with Fanout(SSHSettings(config=str(hpc.ssh_config))) as fan:
+            client = SlurmClient(fan, inventory.hosts["h01"])
+            await client.cluster_info()
+            client.calls.clear()
+            first = await client.states(out)
+            one_poll = list(client.calls)
+            hpc.slurm.run("scancel", *out)
+            await asyncio.sleep(1)
+            ended = await client.states(out)
+            client.calls.clear()
+            again = await client.states(out)
+            return first, one_poll, ended, again, list(client.calls)
+
+    first, one_poll, ended, again, later_calls = asyncio.run(go())
+    assert {s.state for s in first.values()} == {"PENDING"} and len(first) == 20
+    assert one_poll == ["squeue"]
+    assert {s.state for s in ended.values()} == {"CANCELLED"}
+    assert later_calls == [] and {s.state for s in again.values()} == {"CANCELLED"}
+
+
+def test_squeue_json_of_this_slurm_parses(hpc):
+    from fleet.slurm.jobs import parse_squeue_json
+
+    job = hpc.slurm.run("sbatch", "--parsable", "--hold", "--wrap", "true").stdout.strip()
+    try:
+        doc = hpc.slurm.run("squeue", "--json").stdout
+        assert parse_squeue_json(doc)[job].state == "PENDING"
+    finally:
+        hpc.slurm.run("scancel", job)
