@@ -111,9 +111,11 @@ def render(req, spec: JobSpec, files: JobFiles) -> str:
              "",
              f"{launch.line} &",
              "step=$!",
-             "# A trapped signal ends `wait` early: wait until the step is really gone, then take its status.",
-             "while wait \"$step\"; [ $? -gt 128 ] && kill -0 \"$step\" 2>/dev/null; do :; done",
-             "wait \"$step\"; status=$?",
+             "# A trapped signal (USR1) ends `wait` early: wait again while the step lives.",
+             "while :; do",
+             "    wait \"$step\"; status=$?",
+             "    [ \"$status\" -gt 128 ] && kill -0 \"$step\" 2>/dev/null || break",
+             "done",
              "echo \"$status\" > \"$RUN_DIR/job.exit\"",
              "exit \"$status\"", ""]
     return "\n".join(lines)

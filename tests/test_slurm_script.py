@@ -1,0 +1,161 @@
+"""The batch script and the launchers, as text (pure: no Slurm needed).
+
+The full script is compared with a golden file, so that a change to what fleet
+submits shows up as a readable diff; regenerate it with
+``FLEET_UPDATE_GOLDEN=1 pytest tests/test_slurm_script.py`` and review the diff.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import shlex
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from fleet import policy
+from fleet.plan import ProfileRequest
+from fleet.slurm import jobs, launchers
+from fleet.slurm.launchers import Container, LauncherError, launch, script_index
+from fleet.slurm.script import JobFiles, JobSpec, render
+
+GOLDEN = Path(__file__).parent / "golden"
+REQ = ProfileRequest(tool="nsys", command=("python3", "train.py", "--lr", "1e-3", "it's \"quoted\" $HOME"),
+                     run_id="20261129-120000-abcd", profiler_args=("--trace=cuda,nvtx",))
+FILES = JobFiles("/scratch/ana/fleet-reports/20261129-120000-abcd", "/scratch/ana/fleet-reports", "python3",
+                 {"nsys": "/opt/nvidia/nsight-systems/2025.3.1/bin/nsys"})
+AGENT = ["python3", "/r/fleet-agent.py", '{"mode":"task"}']
+
+
+def check_golden(name: str, text: str) -> None:
+    path = GOLDEN / name
+    if os.environ.get("FLEET_UPDATE_GOLDEN"):
+        path.write_text(text)
+    assert text == path.read_text(), f"{name} changed; if on purpose, regenerate (see this file's docstring)"
+
+
+def test_batch_script_matches_the_golden_file():
+    spec = JobSpec(partition="gpu", nodes=2, ntasks_per_node=2, gpus="h100:4", time="00:30:00", account="proj",
+                   qos="high", sbatch_args=("--constraint=h100",), ranks=(0, 3), workdir="/home/ana/work")
+    check_golden("job.sbatch", render(REQ, spec, FILES))
+
+
+def test_batch_script_is_valid_bash_and_keeps_the_command_exactly(tmp_path):
+    nasty = ("sh", "-c", 'echo "$@"', "a b", "$(rm -rf /)", "`x`", "it's", "tab\there", "new\nline", "")
+    script = render(ProfileRequest(tool="nsys", command=nasty, run_id="r"), JobSpec(partition="gpu"), FILES)
+    subprocess.run(["bash", "-n"], input=script, text=True, check=True)
+    # Evaluate only the COMMAND= line in bash and print the array back, one word per NUL.
+    line = script[script.index("\nCOMMAND=(") + 1:script.index("\nFLEET_TASK=(")]  # a word may hold a newline
+    out = subprocess.run(["bash", "-c", line + '\nprintf "%s\\0" "${COMMAND[@]}"'], capture_output=True, check=True)
+    assert out.stdout.split(b"\0")[:-1] == [w.encode() for w in nasty]
+
+
+def test_counters_ask_for_exclusive_nodes_and_trace_does_not():
+    ncu = render(ProfileRequest(tool="ncu", command=("x",), run_id="r"), JobSpec(), FILES)
+    metrics = render(ProfileRequest(tool="nsys", command=("x",), run_id="r", gpu_metrics=True), JobSpec(), FILES)
+    trace = render(ProfileRequest(tool="nsys", command=("x",), run_id="r"), JobSpec(), FILES)
+    shared = render(ProfileRequest(tool="ncu", command=("x",), run_id="r"), JobSpec(exclusive=False), FILES)
+    assert "#SBATCH --exclusive" in ncu and "#SBATCH --exclusive" in metrics
+    assert "--exclusive" not in trace and "--exclusive" not in shared
+
+
+@pytest.mark.parametrize("command, index", [
+    (["torchrun", "--nproc-per-node", "2", "train.py", "--lr", "1"], 3),
+    (["torchrun", "--standalone", "--nproc_per_node=8", "train.py"], 3),
+    (["python", "-m", "torch.distributed.run", "--nnodes", "2", "-m", "pkg.train"], 6),
+    (["torchrun", "--no-python", "./bin/app", "--x"], 2),
+])
+def test_torchrun_options_end_where_the_script_begins(command, index):
+    assert script_index(command, "torchrun") == index
+
+
+def test_mpirun_options_with_one_and_two_values_are_skipped():
+    cmd = ["mpirun", "-np", "4", "--mca", "btl", "self,tcp", "--oversubscribe", "-x", "FOO", "./app", "-np", "9"]
+    assert script_index(cmd, "mpirun") == 9
+
+
+def _bash_words(setup: tuple[str, ...], array: str, command: list[str]) -> list[str]:
+    """What bash makes of the launch arrays, given COMMAND."""
+    prog = "\n".join(["COMMAND=(" + " ".join(shlex.quote(w) for w in command) + ")", *setup,
+                      f'printf "%s\\0" "${{{array}[@]}}"'])
+    out = subprocess.run(["bash", "-c", prog], capture_output=True, check=True).stdout
+    return [w.decode() for w in out.split(b"\0")[:-1]]
+
+
+def test_torchrun_runs_each_worker_through_the_wrapper_with_no_python():
+    cmd = ["torchrun", "--nproc-per-node", "2", "train.py", "--name", "a b"]
+    la = launch("torchrun", cmd, AGENT, "/r", None)
+    assert la.line.startswith('srun --ntasks-per-node=1 --nodes="$SLURM_JOB_NUM_NODES"')
+    assert _bash_words(la.setup, "LAUNCH", cmd) == [
+        "torchrun", "--nproc-per-node", "2", "--no-python", *AGENT, "python3", "train.py", "--name", "a b"]
+    module = ["torchrun", "--nproc-per-node", "2", "-m", "pkg.train", "--x"]
+    assert _bash_words(launch("torchrun", module, AGENT, "/r", None).setup, "LAUNCH", module) == [
+        "torchrun", "--nproc-per-node", "2", "--no-python", *AGENT, "python3", "-m", "pkg.train", "--x"]
+
+
+def test_mpirun_wraps_each_rank():
+    cmd = ["mpirun", "-np", "4", "--mca", "btl", "self", "./app", "-v"]
+    la = launch("mpirun", cmd, AGENT, "/r", None)
+    assert la.line == '"${LAUNCH[@]}"'
+    assert _bash_words(la.setup, "LAUNCH", cmd) == ["mpirun", "-np", "4", "--mca", "btl", "self", *AGENT, "./app", "-v"]
+
+
+def test_ray_gets_a_runtime_env_nsight_block_naming_each_worker():
+    la = launch("ray", ["python", "app.py"], AGENT, "/r", None, profiler_args=("--cuda-memory-usage=true",))
+    block = json.loads(shlex.split(la.setup[0].split("=", 1)[1])[0])
+    assert block == {"_nsight": {"t": "cuda,nvtx,osrt", "o": "/r/ray/%h/worker-%p", "cuda-memory-usage": "true"}}
+    with pytest.raises(LauncherError):
+        launch("ray", ["python", "app.py"], AGENT, "/r", None, tool="ncu")
+
+
+def test_containers_mount_nsight_read_only_and_ask_for_no_privilege():
+    nsight = ("/opt/nvidia/nsight-systems/2025.3.1",)
+    pyxis = launch("srun", ["x"], AGENT, "/r", Container("pyxis", "nvcr.io/nvidia/pytorch:25.01-py3", nsight)).line
+    assert pyxis == ("srun --container-image=nvcr.io/nvidia/pytorch:25.01-py3 --container-mounts=/r:/r,"
+                     '/opt/nvidia/nsight-systems/2025.3.1:/opt/nvidia/nsight-systems/2025.3.1:ro '
+                     '"${FLEET_TASK[@]}" "${COMMAND[@]}"')
+    apptainer = launch("srun", ["x"], AGENT, "/r", Container("apptainer", "img.sif", nsight)).line
+    assert apptainer == ("srun apptainer exec --nv --bind /r --bind /opt/nvidia/nsight-systems/2025.3.1:"
+                         '/opt/nvidia/nsight-systems/2025.3.1:ro img.sif "${FLEET_TASK[@]}" "${COMMAND[@]}"')
+    for line in (pyxis, apptainer):
+        assert "privileged" not in line and "SYS_ADMIN" not in line
+    assert launchers.nsight_dirs({"nsys": "/opt/nvidia/nsight-systems/2025.3.1/bin/nsys", "ncu": "/usr/bin/ncu"}) \
+        == nsight
+    with pytest.raises(LauncherError):
+        launch("srun", ["x"], AGENT, "/r", Container("docker", "img"))
+
+
+def test_squeue_json_of_newer_slurm_parses():
+    """data_parser v0.0.40 and later: job_state is a list, job_id may be {"set", "number"}."""
+    doc = {"jobs": [{"job_id": 7, "job_state": ["RUNNING"], "state_reason": "None", "nodes": "node[1-2]"},
+                    {"job_id": {"set": True, "number": 8}, "job_state": ["PENDING", "REQUEUED"]}]}
+    states = jobs.parse_squeue_json(json.dumps(doc))
+    assert (states["7"].state, states["7"].nodes, states["8"].state) == ("RUNNING", "node[1-2]", "PENDING")
+
+
+def test_sacct_and_scontrol_answers_parse():
+    sacct = jobs.parse_sacct("12|CANCELLED by 1001|0:15|node1|00:00:07\n13|COMPLETED|0:0|node[1-2]|00:01:00\n")
+    assert (sacct["12"].state, sacct["12"].exit_code, sacct["13"].nodes) == ("CANCELLED", "0:15", "node[1-2]")
+    st = jobs.parse_scontrol("JobId=14 JobName=x UserId=ana(1001) JobState=TIMEOUT Reason=TimeLimit "
+                             "ExitCode=0:15 RunTime=00:01:02 NodeList=node2")
+    assert (st.state, st.terminal, st.nodes) == ("TIMEOUT", True, "node2")
+    assert jobs.parse_scontrol("slurm_load_jobs error: Invalid job id specified") is None
+
+
+def test_the_jobs_own_processes_are_not_tenants_but_another_jobs_are():
+    state = {"gpus": [{"index": 0, "processes": [
+        {"pid": 10, "foreign": False, "slurm_job": "41"},    # another rank of this job
+        {"pid": 11, "foreign": False, "slurm_job": "40"},    # the same user's other job
+        {"pid": 12, "foreign": True, "user": "bob"}]}]}
+    found = policy.tenants(state, policy.Request(job="41"))
+    assert [t.pid for t in found] == [11, 12]
+    assert [t.pid for t in policy.tenants(state, policy.Request())] == [10, 11, 12]
+
+
+def test_modules_shipped_to_nodes_parse_as_python_3_8():
+    root = Path(__file__).resolve().parents[1] / "fleet"
+    for path in [root / "policy.py", root / "plan.py", *sorted((root / "agent").glob("*.py"))]:
+        ast.parse(path.read_text(), str(path), feature_version=(3, 8))
