@@ -258,3 +258,22 @@ def test_squeue_json_of_this_slurm_parses(hpc):
         assert parse_squeue_json(doc)[job].state == "PENDING"
     finally:
         hpc.slurm.run("scancel", job)
+
+
+def test_torchrun_workers_are_each_profiled_under_their_own_rank(hpc, tmp_path):
+    worker = hpc.runs / "worker.py"
+    worker.write_text("import os\nprint('worker', os.environ['RANK'], 'of', os.environ['WORLD_SIZE'])\n")
+    worker.chmod(0o644)
+    r = fleet(hpc, tmp_path, "--nodes", "2", "--launcher", "torchrun", "--",
+              "torchrun", "--nnodes", "2", "--nproc-per-node", "2", str(worker))
+    assert r.returncode == 0, r.stderr + r.stdout
+    m = manifest(tmp_path)
+    assert [(h["host"], h["rank"], h["status"]) for h in m["hosts"]] == [
+        ("node1", 0, "ok"), ("node1", 1, "ok"), ("node2", 2, "ok"), ("node2", 3, "ok")]
+    for h in m["hosts"]:
+        [rep] = [rep for rep in h["reports"] if rep["status"] == "complete"]
+        assert Path(rep["stored"]).name == f"rank{h['rank']}.nsys-rep"
+        # nsys wrapped the worker itself (python on the script), not torchrun
+        assert json.loads(Path(rep["stored"]).read_text())["app"] == ["python3", str(worker)]
+    log = Path(m["slurm"]["log"]["stored"]).read_text()
+    assert all(f"worker {i} of 4" in log for i in range(4))
