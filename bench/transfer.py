@@ -3,9 +3,10 @@
     sudo .venv/bin/python bench/transfer.py --size-mib 1024 --runs 5
 
 One real sshd on loopback holds a file of random bytes. Interleaved after a
-warm-up round: fleet's gathering path (SFTP over asyncssh, written in order,
-then the sha256 of the copy checked against the node's, then the atomic
-rename), ``scp`` and ``sftp -b`` as OpenSSH ships them. Each destination is
+warm-up round: fleet's gathering path (the file opened and sized over asyncssh
+SFTP, a large one then streamed as ``cat``'s stdout on an exec channel, written
+in order, the sha256 computed as it arrives and checked against the node's,
+then the atomic rename), ``scp`` and ``sftp -b`` as OpenSSH ships them. Each destination is
 deleted and ``sync`` called before every run.
 """
 
