@@ -9,7 +9,7 @@ import sys
 import click
 
 from . import __version__, exitcodes
-from .cli_slurm import cancel, jobs, profile_on_slurm, slurm_options
+from .cli_slurm import cancel, gather_on_slurm, jobs, profile_on_slurm, slurm_options
 from .inventory import Inventory, InventoryError, TargetError, load, local_inventory
 
 
@@ -297,6 +297,12 @@ def gather(obj: Context, run_id, store_root):
     """Bring home what run RUN_ID left on its nodes (after fleet was killed, or a failed transfer)."""
     from . import profile as profile_mod
     from . import store
+
+    try:
+        if "slurm" in json.loads(store.manifest_of(store.root(store_root), run_id).read_text()):
+            return gather_on_slurm(obj, run_id, store_root)
+    except LookupError as e:
+        _fail(str(e))
 
     async def go():
         async with obj.fanout_for_run() as fan:

@@ -124,6 +124,8 @@ def profile_on_slurm(obj: "Context", req: "ProfileRequest", opts: dict, *, store
         manifest = asyncio.run(go())
     except (SlurmError, LauncherError) as e:
         _fail(str(e), exitcodes.FAILED)
+    except KeyboardInterrupt:
+        _fail(f"left the job running; bring its reports home later with: fleet gather {req.run_id}", 130)
     if dry_run:
         click.echo(json.dumps(manifest, indent=2, default=str) if as_json else manifest["slurm"]["script"], nl=False)
         sys.exit(exitcodes.OK)
@@ -132,6 +134,31 @@ def profile_on_slurm(obj: "Context", req: "ProfileRequest", opts: dict, *, store
     else:
         click.echo(render(manifest), nl=False)
     sys.exit(exit_status(manifest))
+
+
+def gather_on_slurm(obj: "Context", run_id: str, store_root) -> None:
+    """``fleet gather RUN`` for a Slurm run: once its job has ended, bring home what the ranks left."""
+    from . import store
+    from .slurm import run as slurm_run
+    from .slurm.jobs import SlurmError
+
+    root = store.root(store_root)
+    path = store.manifest_of(root, run_id)
+    [(cluster, _)] = _by_cluster(obj, [json.loads(path.read_text())])
+
+    async def go():
+        async with obj.fanout_for_run() as fan:
+            return await slurm_run.gather_later(fan, cluster, path, root)
+
+    try:
+        m = asyncio.run(go())
+    except SlurmError as e:
+        _fail(str(e), exitcodes.FAILED)
+    if m["status"] in ("running", "submitted"):
+        click.echo(f"run {run_id}: job {m['slurm']['job_id']} is {m['slurm']['state']}; gather again once it ends")
+        sys.exit(exitcodes.PARTIAL)
+    click.echo(render(m), nl=False)
+    sys.exit(exit_status(m))
 
 
 def render(m: dict) -> str:

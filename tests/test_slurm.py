@@ -20,7 +20,7 @@ from fleet.transport import Fanout
 from fleet.transport.settings import SSHSettings
 from tests.conftest import REPO, announce, run_fleet
 from tests.harness import fakenvml
-from tests.harness.slurm import SlurmCluster
+from tests.harness.slurm import SlurmCluster, configure_login
 from tests.harness.sshd import SSHCluster, ensure_user
 from tests.test_agent import TENANT_USER, spawn, stop
 from tests.test_transport import NASTY as NASTY_ARGS
@@ -35,17 +35,7 @@ def hpc(pytestconfig):
     tenant = spawn(TENANT_USER, ["sleep", "900"])
     try:
         slurm.start()
-        lib = fakenvml.build(c.dir / "fakenvml")
-        c.scenario = c.dir / "scenario.txt"
-        fakenvml.write_scenario(c.scenario, {"gpus": [{"index": 0}, {"index": 1}]})
-        c.scenario.chmod(0o644)
-        tools = c.standins()
-        env = {**fakenvml.env(lib, c.scenario), **slurm.env,
-               "PATH": f"{tools}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
-        c.hosts[0].options["SetEnv"] = " ".join(f"{k}={v}" for k, v in env.items())
-        c.runs = c.scratch("runs")
-        c.hosts[0].vars.update(slurm_login="h01", report_dir=str(c.runs), nsys_path=str(tools / "nsys"),
-                               ncu_path=str(tools / "ncu"), ansible_python_interpreter="/usr/bin/python3")
+        configure_login(slurm, c)
         c.start()
         # The same login node, logged into as root (GPU counters open, as ncu needs).
         c.root_inventory = c.dir / "inventory-root.yaml"
@@ -277,3 +267,22 @@ def test_torchrun_workers_are_each_profiled_under_their_own_rank(hpc, tmp_path):
         assert json.loads(Path(rep["stored"]).read_text())["app"] == ["python3", str(worker)]
     log = Path(m["slurm"]["log"]["stored"]).read_text()
     assert all(f"worker {i} of 4" in log for i in range(4))
+
+
+def test_no_wait_returns_the_job_and_gather_brings_the_reports_home_later(hpc, tmp_path):
+    r = fleet(hpc, tmp_path, "--no-wait", "--ntasks", "2", "--", "true")
+    assert r.returncode == 0, r.stderr
+    m = manifest(tmp_path)
+    assert m["status"] == "submitted" and f"job {m['slurm']['job_id']}" in r.stdout
+    env = {**hpc.env(), "FLEET_STORE": str(tmp_path)}
+    deadline = time.monotonic() + 60
+    while True:
+        g = run_fleet("gather", m["run_id"], env=env)
+        if g.returncode != 6:  # 6: the job has not ended yet
+            break
+        assert time.monotonic() < deadline, g.stdout
+        time.sleep(0.5)
+    assert g.returncode == 0, g.stdout + g.stderr
+    m = manifest(tmp_path)
+    assert m["status"] == "complete" and [h["rank"] for h in m["hosts"]] == [0, 1]
+    assert all(rep["verified"] for h in m["hosts"] for rep in h["reports"])

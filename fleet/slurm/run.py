@@ -25,7 +25,7 @@ from ..plan import ProfileRequest
 from ..probe import script as agent_script
 from ..profile import bring_home, manifest_head
 from .cluster import Cluster
-from .jobs import JobState, SlurmClient
+from .jobs import JobState, SlurmClient, SlurmError
 from .launchers import nsight_dirs
 from .script import AGENT_FILE, SCRIPT_FILE, JobFiles, JobSpec, render
 
@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     from ..transport import Fanout
 
 POLL_FIRST = 0.5    # seconds; then each wait 1.5x longer, up to the poll interval
+WATCH_FAILURES = 10  # status calls failing in a row before fleet gives up watching (the job goes on)
 
 
 @dataclass
@@ -88,9 +89,16 @@ async def watch(client: SlurmClient, job_id: str, *, poll: float = 5.0, stop: as
                 on_state: Callable[[JobState], None] = lambda s: None) -> JobState:
     """Until the job ends. A stop request (Ctrl-C) sends SIGTERM to the job's steps once:
     the profilers stop their applications and finish their reports, and the job ends."""
-    interval, last, stopping = POLL_FIRST, None, False
+    interval, last, stopping, failures = POLL_FIRST, None, False, 0
     while True:
-        st = (await client.states([job_id]))[job_id]
+        try:
+            st = (await client.states([job_id]))[job_id]
+            failures = 0
+        except SlurmError as e:  # the login node or slurmctld busy for a moment: keep watching
+            failures += 1
+            if failures >= WATCH_FAILURES:
+                raise
+            st = JobState(job_id, "UNKNOWN", f"status call failed ({e}); asking again")
         if (st.state, st.reason) != last:
             on_state(st)
             last = (st.state, st.reason)
@@ -146,8 +154,8 @@ async def gather(fan: "Fanout", client: SlurmClient, manifest: dict, directory: 
         entry = await fetch_verified(fan, client.login, {"path": path, "size": int(size), "sha256": sha},
                                      directory / os.path.basename(path))
         slurm["log"] = entry
-    hosts = []
-    for res in sorted(results, key=lambda r: (r.get("rank") is None, r.get("rank") or 0, r.get("host") or "")):
+
+    async def one(res: dict) -> dict:
         entry = rank_entry(res)
         to_fetch = (res.get("reports") or []) + (res.get("summaries") or [])
         entry["reports"] = await bring_home(fan, client.login, to_fetch, directory / entry["host"],
@@ -157,7 +165,11 @@ async def gather(fan: "Fanout", client: SlurmClient, manifest: dict, directory: 
         if any(not rep["verified"] for rep in entry["reports"]):
             entry["status"] = "failed"
             entry["missing_why"] = "; ".join(rep["error"] for rep in entry["reports"] if not rep["verified"])
-        hosts.append(entry)
+        return entry
+
+    # Ranks come home side by side (the transport bounds transfers per login connection).
+    ordered = sorted(results, key=lambda r: (r.get("rank") is None, r.get("rank") or 0, r.get("host") or ""))
+    hosts = list(await asyncio.gather(*(one(res) for res in ordered)))
     seen = {e["rank"] for e in hosts}
     ranks = expected_ranks(slurm["spec"])
     for rank in ranks if ranks is not None else ([] if hosts else [0]):

@@ -22,6 +22,25 @@ from pathlib import Path
 MUNGED = "/usr/sbin/munged"
 
 
+def configure_login(slurm: "SlurmCluster", c, gpus: int = 2) -> None:
+    """Make SSH host h01 of ``c`` (not started yet) the cluster's login node: Slurm's config,
+    simulated GPUs (fake NVML) and the stand-in profilers reach the jobs through its sshd's
+    environment; runs go to a shared directory (``c.runs``); ``c.scenario`` drives the GPUs."""
+    from . import fakenvml
+
+    lib = fakenvml.build(c.dir / "fakenvml")
+    c.scenario = c.dir / "scenario.txt"
+    fakenvml.write_scenario(c.scenario, {"gpus": [{"index": i} for i in range(gpus)]})
+    c.scenario.chmod(0o644)
+    tools = c.standins()
+    env = {**fakenvml.env(lib, c.scenario), **slurm.env,
+           "PATH": f"{tools}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
+    c.hosts[0].options["SetEnv"] = " ".join(f"{k}={v}" for k, v in env.items())
+    c.runs = c.scratch("runs")
+    c.hosts[0].vars.update(slurm_login="h01", report_dir=str(c.runs), nsys_path=str(tools / "nsys"),
+                           ncu_path=str(tools / "ncu"), ansible_python_interpreter="/usr/bin/python3")
+
+
 def free_port_block(n: int) -> int:
     """The first of ``n`` consecutive ports nothing listens on (loopback)."""
     for base in range(17000 + os.getpid() % 200 * 20, 30000, 20):
