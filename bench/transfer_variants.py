@@ -14,9 +14,11 @@ import argparse
 import asyncio
 import hashlib
 import os
+import queue
 import statistics
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -217,6 +219,35 @@ async def sftp_direct(conn, remote, local, digest, nreq: int = 16):
             await w
 
 
+def openssh_cat(cfg: Path, address: str, remote: str, local: str, digest, hashed: bool = True) -> None:
+    """OpenSSH's own client (C crypto) streaming ``cat``; the pipe read here, written and
+    hashed in a thread: what any path pays for the check on top of scp's copy."""
+    proc = subprocess.Popen(["ssh", "-F", str(cfg), address, f"cat -- {remote}"], stdout=subprocess.PIPE,
+                            bufsize=0)
+    q: queue.Queue = queue.Queue(4)
+
+    def writer():
+        with open(local, "wb") as f:
+            while (block := q.get()) is not None:
+                f.write(block)
+                if hashed:
+                    digest.update(block)
+
+    t = threading.Thread(target=writer)
+    t.start()
+    parts, have = [], 0
+    while block := os.read(proc.stdout.fileno(), 1 << 20):
+        parts.append(block)
+        have += len(block)
+        if have >= CHUNK:
+            q.put(b"".join(parts))
+            parts, have = [], 0
+    q.put(b"".join(parts))
+    q.put(None)
+    t.join()
+    assert proc.wait() == 0
+
+
 def variants(ctx: Ctx, cfg: Path, dest: Path):
     r, size = ctx.report, ctx.report["size"]
     h = ctx.c.hosts[0]
@@ -250,6 +281,10 @@ def variants(ctx: Ctx, cfg: Path, dest: Path):
         "fleet": lambda name: fleet(),
         "scp": lambda name: subprocess.run(["scp", "-q", "-F", str(cfg), f"{h.address}:{r['path']}",
                                             str(dest / "scp.out")], check=True) and None,
+        "openssh-cat": lambda name: openssh_cat(cfg, h.address, r["path"], str(dest / f"{name}.out"),
+                                                hashlib.sha256()),
+        "openssh-cat-nohash": lambda name: openssh_cat(cfg, h.address, r["path"], str(dest / f"{name}.out"),
+                                                       None, hashed=False),
         "old-sftp": mk(lambda c, s, d, g: sftp_copy(c, s, d, g)),  # fleet's path before the stream
         "sftp-big": mk(lambda c, s, d, g: sftp_copy(c, s, d, g), **big),
         "sftp-req64": mk(lambda c, s, d, g: sftp_copy(c, s, d, g, max_requests=64), window=16 << 20),
