@@ -226,13 +226,14 @@ def recheck(plan):
     return [str(t) for t in policy.tenants(state, request)]
 
 
-def main(args):
+def main(args, stops=None):
+    """``stops`` collects stop signals already caught by a caller (a Slurm task, while planning)."""
     plan = args["plan"]
     holder = owned.me()
     result = {"status": "ok", "host": plan["host"], "node": os.uname()[1], "reasons": [], "notes": [], "reports": [],
               "given_up": list(plan.get("given_up", [])), "changed": {}, "exit_status": None}
     result.update(args.get("context") or {})
-    stops = []
+    stops = [] if stops is None else stops
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, lambda s, f: stops.append(s))
     locks, changed_state = [], False
@@ -265,6 +266,10 @@ def main(args):
             if tenants:
                 return refuse(result, *["tenant appeared since the probe: " + t for t in tenants])
         os.makedirs(os.path.dirname(plan["output"]), exist_ok=True)
+        if stops:  # cancelled, or a time limit near, before anything ran: start nothing
+            result["status"] = "stopped"
+            result["reasons"].append("told to stop (signal %d) before the profiler started" % stops[0])
+            return 1
         strays = stray_qdstrms() if plan["tool"] == "nsys" else set()
         code, stopped, lingering = run_profiler(plan, relay, lambda: bool(stops))
         result["exit_status"], result["stopped"] = code, stopped

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
 import sys
 
@@ -99,9 +100,14 @@ def main(args, argv=None, env=None):
     ranks = args.get("ranks")
     if ranks is not None and rank not in ranks:
         os.execvp(command[0], command)  # not profiled: the workload exactly as given
+    # From here on a stop (Slurm's SIGTERM, fleet's USR1 trap) is remembered, not fatal:
+    # the rank still writes its result, and a profiler is never started after it.
+    stops = []
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, lambda s, f: stops.append(s))
     label = "rank%d" % rank if rank is not None else "pid%d" % os.getpid()
     plan, context = plan_rank(args, env, label, command)
     context["rank"] = rank
     if plan["status"] != "ok":
         return refuse(plan, context)
-    return run.main({"plan": plan, "context": context, "result_line": False})
+    return run.main({"plan": plan, "context": context, "result_line": False}, stops)

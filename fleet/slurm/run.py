@@ -125,7 +125,7 @@ def _why_missing(rank: int, st: JobState | None, log: str) -> str:
 
 
 def rank_entry(res: dict) -> dict:
-    status = {"ok": "ok", "refused": "refused"}.get(res.get("status"), "failed")
+    status = {"ok": "ok", "refused": "refused", "stopped": "stopped"}.get(res.get("status"), "failed")
     return {"host": res.get("slurm_node") or res.get("node"), "rank": res.get("rank"), "node": res.get("node"),
             "status": status,
             "missing_why": None if status == "ok" else "; ".join(res.get("reasons") or []) or res.get("status"),
