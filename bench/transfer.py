@@ -42,6 +42,19 @@ def fleet_get(c: SSHCluster, report: dict, dest: Path) -> None:
     asyncio.run(go())
 
 
+def random_report(c: SSHCluster, size: int) -> dict:
+    """A file of ``size`` random bytes on the sshd host, as the agent would describe a report."""
+    src = c.scratch("transfer") / "big.nsys-rep"
+    digest = hashlib.sha256()
+    with open(src, "wb") as f:
+        for _ in range(size >> 20):
+            block = os.urandom(1 << 20)
+            digest.update(block)
+            f.write(block)
+    src.chmod(0o644)
+    return {"path": str(src), "size": size, "sha256": digest.hexdigest()}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--size-mib", type=int, default=1024)
@@ -53,15 +66,8 @@ def main() -> None:
     try:
         c.start()
         h = c.hosts[0]
-        src = c.scratch("transfer") / "big.nsys-rep"
-        digest = hashlib.sha256()
-        with open(src, "wb") as f:
-            for _ in range(size >> 20):
-                block = os.urandom(1 << 20)
-                digest.update(block)
-                f.write(block)
-        src.chmod(0o644)
-        report = {"path": str(src), "size": size, "sha256": digest.hexdigest()}
+        report = random_report(c, size)
+        src = report["path"]
         cfg = c.dir / "ssh_config.openssh"
         cfg.write_text(c.ssh_config.read_text() + f"  Port {h.port}\n")
         dest = Path("/var/tmp/fleet-transfer-bench")

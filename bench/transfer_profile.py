@@ -8,7 +8,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import cProfile
-import hashlib
 import os
 import pstats
 import sys
@@ -22,6 +21,7 @@ from fleet.collect import fetch_verified  # noqa: E402
 from fleet.inventory import load  # noqa: E402
 from fleet.transport import Fanout  # noqa: E402
 from fleet.transport.settings import SSHSettings  # noqa: E402
+from bench.transfer import random_report  # noqa: E402
 from tests.harness.sshd import SSHCluster  # noqa: E402
 
 
@@ -34,15 +34,7 @@ def main() -> None:
     c = SSHCluster(1)
     try:
         c.start()
-        src = c.scratch("transfer") / "big.nsys-rep"
-        digest = hashlib.sha256()
-        with open(src, "wb") as f:
-            for _ in range(size >> 20):
-                block = os.urandom(1 << 20)
-                digest.update(block)
-                f.write(block)
-        src.chmod(0o644)
-        report = {"path": str(src), "size": size, "sha256": digest.hexdigest()}
+        report = random_report(c, size)
         dest = Path("/var/tmp/fleet-transfer-profile")
         dest.mkdir(exist_ok=True)
 

@@ -32,6 +32,7 @@ from fleet.inventory import load  # noqa: E402
 from fleet.transport import Fanout  # noqa: E402
 from fleet.transport import ssh as fleet_ssh  # noqa: E402
 from fleet.transport.settings import SSHSettings  # noqa: E402
+from bench.transfer import random_report  # noqa: E402
 from tests.harness.sshd import SSHCluster  # noqa: E402
 
 CHUNK = 8 << 20
@@ -321,15 +322,7 @@ def main() -> None:
     try:
         c.start()
         h = c.hosts[0]
-        src = c.scratch("transfer") / "big.nsys-rep"
-        digest = hashlib.sha256()
-        with open(src, "wb") as f:
-            for _ in range(size >> 20):
-                block = os.urandom(1 << 20)
-                digest.update(block)
-                f.write(block)
-        src.chmod(0o644)
-        report = {"path": str(src), "size": size, "sha256": digest.hexdigest()}
+        report = random_report(c, size)
         cfg = c.dir / "ssh_config.openssh"
         cfg.write_text(c.ssh_config.read_text() + f"  Port {h.port}\n")
         dest.mkdir(exist_ok=True)

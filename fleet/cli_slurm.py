@@ -167,7 +167,7 @@ def render(m: dict) -> str:
     if m["status"] == "submitted":
         lines.append(f"  reports will be under {s['run_dir']}; bring them home with: fleet gather {m['run_id']}")
     if s.get("stopped_before_time_limit"):
-        lines.append(f"  the profilers were stopped ahead of the time limit, so their reports could be finished")
+        lines.append("  the profilers were stopped ahead of the time limit, so their reports could be finished")
     for h in m["hosts"]:
         rank = f"rank {h['rank']}" if h.get("rank") is not None else "?"
         lines.append(f"  {h['host']} {rank}: {h['status']}" + (f": {h['missing_why']}" if h.get("missing_why") else ""))
