@@ -219,6 +219,8 @@ def doctor(obj: Context, targets, exclude, as_json, strict):
 @click.option("--wait", "lock_wait", type=float, default=0.0, help="Seconds to wait for another run's GPU lock.")
 @click.option("--timeout", type=float, help="Seconds, then the profiler is stopped (SIGTERM) and its report kept.")
 @click.option("-X", "--profiler-arg", "profiler_args", multiple=True, help="Extra argument for nsys/ncu (repeatable).")
+@click.option("--docker", "docker_image", help="Lab servers: run the workload and the node's profiler in this "
+              "Docker image, with the least privilege the plan needs.")
 @click.option("--store", "store_root", type=click.Path(), envvar="FLEET_STORE",
               help="Report store (default ~/.local/share/fleet/store): SITE/DAY/RUN-ID/HOST/.")
 @click.option("--site", default="lab", show_default=True, help="Store folder for this group of machines.")
@@ -228,7 +230,7 @@ def doctor(obj: Context, targets, exclude, as_json, strict):
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
 @click.pass_obj
 def profile(obj: Context, hosts_, group, exclude, tool, gpus, gpu_metrics, allow_own, pause_dcgm, lock_wait,
-            timeout, profiler_args, store_root, site, dry_run, as_json, command, **slurm):
+            timeout, profiler_args, docker_image, store_root, site, dry_run, as_json, command, **slurm):
     """Profile COMMAND with nsys or ncu on lab servers (--hosts, --group) or in a Slurm
     batch job (--partition), leaving every node as it was.
 
@@ -245,10 +247,12 @@ def profile(obj: Context, hosts_, group, exclude, tool, gpus, gpu_metrics, allow
     req = ProfileRequest(tool=tool, command=tuple(command), run_id=profile_mod.new_run_id(),
                          gpus=tuple(gpus) or None, gpu_metrics=gpu_metrics, allow_own=allow_own,
                          pause_dcgm=pause_dcgm, profiler_args=tuple(profiler_args), timeout=timeout,
-                         lock_wait=lock_wait)
+                         lock_wait=lock_wait, docker_image=docker_image)
     if slurm.get("partition") or slurm.get("cluster"):
         if hosts_ or group:
             _fail("--partition/--cluster (a Slurm job) and --hosts/--group (lab servers) do not mix")
+        if docker_image:
+            _fail("on Slurm, containers are --container-image (pyxis) or --apptainer")
         if gpus:
             _fail("on Slurm, ask for GPUs with --gpus or --gres; --gpu picks a GPU on a lab server")
         return profile_on_slurm(obj, req, slurm, store_root=store_root, site=None if site == "lab" else site,

@@ -55,7 +55,7 @@ def _fail(message: str, code: int = exitcodes.USAGE) -> None:
 
 
 def spec_from(opts: dict):
-    from .slurm.launchers import Container
+    from .containers import Container
     from .slurm.script import JobSpec
 
     ranks = None
@@ -89,7 +89,7 @@ def profile_on_slurm(obj: "Context", req: "ProfileRequest", opts: dict, *, store
     from .output import byte_progress
     from .slurm import run as slurm_run
     from .slurm.jobs import SlurmError
-    from .slurm.launchers import LauncherError
+    from .containers import ContainerError
 
     cluster = _cluster(obj, opts.get("partition"), opts.get("cluster"))
     spec = spec_from(opts)
@@ -122,7 +122,7 @@ def profile_on_slurm(obj: "Context", req: "ProfileRequest", opts: dict, *, store
 
     try:
         manifest = asyncio.run(go())
-    except (SlurmError, LauncherError) as e:
+    except (SlurmError, ContainerError) as e:
         _fail(str(e), exitcodes.FAILED)
     except KeyboardInterrupt:
         _fail(f"left the job running; bring its reports home later with: fleet gather {req.run_id}", 130)

@@ -91,6 +91,7 @@ VARIABLES: dict[str, tuple[Callable[[Any], str | None], str]] = {
     "shared_report_dir": (_str, "label of a report directory several nodes share (NFS): read through one of them"),
     "remove_gathered_reports": (lambda v: None if isinstance(v, bool) else "true or false is needed",
                                 "delete a report on the node once its copy in the store is verified"),
+    "docker_seccomp_profile": (_str, "seccomp profile on the node that allows perf_event_open (CPU sampling in Docker)"),
     "slurm_login": (_str, "login host of the Slurm cluster this group describes"),
     "slurm_partitions": (_str_list, "partitions of that cluster fleet may submit to"),
 }

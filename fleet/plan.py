@@ -34,6 +34,7 @@ class ProfileRequest:
     clock_control: str = "base"                 # ncu; always explicit
     output_name: str | None = None              # under the run's directory; default HOST-%p
     job: str | None = None                      # planned inside this Slurm job (its ranks are not tenants)
+    docker_image: str | None = None             # lab servers: the workload runs in this image (fleet.containers)
 
 
 @dataclass(frozen=True)

@@ -13,14 +13,15 @@ import json
 import os
 import secrets
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
-from . import exitcodes, probe, store
+from . import containers, exitcodes, probe, store
 from .agent.run import RESULT_MARK
 from .collect import fetch_verified
 from .plan import Plan, ProfileRequest, plan
+from .policy import NO_SAMPLING_FLAGS
 from .transport import Result
 
 if TYPE_CHECKING:
@@ -85,10 +86,32 @@ async def plan_all(fan: "Fanout", hosts: list["Host"], req: ProfileRequest) -> d
             continue
         run.state = r.extra["state"]
         run.plan = plan(h.name, run.state, req, h.vars.get("owned_sysctls"))
+        if req.docker_image and run.plan.status == "ok":
+            run.plan = in_docker(run.plan, run.state, req, h.vars.get("docker_seccomp_profile"))
         run.status = "planned" if run.plan.status == "ok" else "refused"
         if run.status == "refused":
             run.error = "; ".join(run.plan.reasons)
     return runs
+
+
+def in_docker(p: Plan, state: dict, req: ProfileRequest, seccomp_profile: str | None) -> Plan:
+    """The plan with the profiler and workload inside ``docker run``, with the least privilege
+    it needs (fleet/containers.py); CPU sampling is given up without a seccomp profile for it."""
+    argv, given_up = list(p.argv), list(p.given_up)
+    sampling = p.tool == "nsys" and not set(NO_SAMPLING_FLAGS) <= set(argv)
+    if sampling and not seccomp_profile:
+        argv[2:2] = NO_SAMPLING_FLAGS
+        given_up.append("CPU sampling and context switches: Docker refuses perf_event_open without a "
+                        "seccomp profile that allows it (set docker_seccomp_profile in the inventory)")
+        sampling = False
+    uuids = p.env.get("CUDA_VISIBLE_DEVICES")
+    tools = {t: (state.get("tools") or {}).get(t, {}).get("path") for t in ("nsys", "ncu")}
+    words = containers.docker_run(
+        containers.Container("docker", req.docker_image, containers.nsight_dirs({k: v for k, v in tools.items() if v})),
+        p.report_dir, user=f"{state.get('uid')}:{state.get('gid')}", gpus=tuple(uuids.split(",")) if uuids else None,
+        cpu_sampling=sampling, counters=bool(p.gpu_locks) or p.tool == "ncu", seccomp_profile=seccomp_profile)
+    env = {k: v for k, v in p.env.items() if k != "CUDA_VISIBLE_DEVICES"}  # --gpus chose them
+    return replace(p, argv=tuple(words + argv), env=env, given_up=tuple(given_up))
 
 
 async def bring_home(fan: "Fanout", via: "Host", to_fetch: list[dict], dest_dir: Path, *,

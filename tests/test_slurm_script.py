@@ -16,10 +16,11 @@ from pathlib import Path
 
 import pytest
 
-from fleet import policy
+from fleet import containers, policy
 from fleet.plan import ProfileRequest
 from fleet.slurm import jobs, launchers
-from fleet.slurm.launchers import Container, LauncherError, launch, script_index
+from fleet.containers import Container, ContainerError
+from fleet.slurm.launchers import LauncherError, launch, script_index
 from fleet.slurm.script import JobFiles, JobSpec, render
 
 GOLDEN = Path(__file__).parent / "golden"
@@ -122,10 +123,51 @@ def test_containers_mount_nsight_read_only_and_ask_for_no_privilege():
                          '/opt/nvidia/nsight-systems/2025.3.1:ro img.sif "${FLEET_TASK[@]}" "${COMMAND[@]}"')
     for line in (pyxis, apptainer):
         assert "privileged" not in line and "SYS_ADMIN" not in line
-    assert launchers.nsight_dirs({"nsys": "/opt/nvidia/nsight-systems/2025.3.1/bin/nsys", "ncu": "/usr/bin/ncu"}) \
+    assert containers.nsight_dirs({"nsys": "/opt/nvidia/nsight-systems/2025.3.1/bin/nsys", "ncu": "/usr/bin/ncu"}) \
         == nsight
-    with pytest.raises(LauncherError):
+    with pytest.raises(ContainerError):
         launch("srun", ["x"], AGENT, "/r", Container("docker", "img"))
+
+
+def _lab_state(euid: int, paranoid: int) -> dict:
+    return {"uid": 1001, "gid": 1001, "euid": euid, "perf_event_paranoid": paranoid,
+            "nvml": {"available": True}, "report_dir": {"path": "/var/tmp/fleet-ana", "writable": True},
+            "tools": {"nsys": {"path": "/opt/nvidia/nsight-systems/2025.3.1/bin/nsys"},
+                      "ncu": {"path": "/opt/nvidia/nsight-compute/2025.3.1/ncu"}},
+            "gpus": [{"index": 0, "uuid": "GPU-a", "processes": []}, {"index": 1, "uuid": "GPU-b", "processes": []}]}
+
+
+def _docker_plan(tool: str, euid: int = 1001, paranoid: int = 2, seccomp: str | None = None, gpus=None):
+    from fleet.plan import plan
+    from fleet.profile import in_docker
+
+    state = _lab_state(euid, paranoid)
+    req = ProfileRequest(tool=tool, command=("python3", "app.py"), run_id="r", gpus=gpus,
+                         docker_image="nvcr.io/nvidia/pytorch:25.01-py3")
+    p = plan("h01", state, req)
+    assert p.status == "ok", p.reasons
+    return in_docker(p, state, req, seccomp)
+
+
+def test_docker_on_a_lab_server_gets_only_the_privilege_the_plan_needs():
+    trace = _docker_plan("nsys", paranoid=3)  # sampling already given up by the policy
+    assert trace.argv[:5] == ("docker", "run", "--rm", "--init", "--user") and trace.argv[5] == "1001:1001"
+    assert "-v" in trace.argv and "/var/tmp/fleet-ana/r:/var/tmp/fleet-ana/r" in trace.argv
+    assert ("/opt/nvidia/nsight-systems/2025.3.1:/opt/nvidia/nsight-systems/2025.3.1:ro" in trace.argv and
+            "/opt/nvidia/nsight-compute:/opt/nvidia/nsight-compute:ro" in trace.argv)
+    image = trace.argv.index("nvcr.io/nvidia/pytorch:25.01-py3")
+    assert trace.argv[image + 1:image + 3] == ("/opt/nvidia/nsight-systems/2025.3.1/bin/nsys", "profile")
+    sampling = _docker_plan("nsys", seccomp="/etc/docker/seccomp-perf.json")
+    assert "seccomp=/etc/docker/seccomp-perf.json" in sampling.argv and "--sample=none" not in sampling.argv
+    no_profile = _docker_plan("nsys")
+    assert {"--sample=none", "--cpuctxsw=none"} <= set(no_profile.argv)
+    assert any("seccomp profile" in g for g in no_profile.given_up)
+    ncu = _docker_plan("ncu", euid=0)
+    assert ncu.argv[ncu.argv.index("--cap-add") + 1] == "SYS_ADMIN"
+    for p in (trace, sampling, no_profile, ncu):
+        assert "--privileged" not in p.argv and ("--cap-add" in p.argv) == (p is ncu)
+    pinned = _docker_plan("nsys", gpus=(1,))
+    assert pinned.argv[pinned.argv.index("--gpus") + 1] == '"device=GPU-b"' and "CUDA_VISIBLE_DEVICES" not in pinned.env
 
 
 def test_squeue_json_of_newer_slurm_parses():

@@ -1,4 +1,4 @@
-"""Where the profiler goes in the job: the real exec point of each launcher, and containers.
+"""Where the profiler goes in the job: the real exec point of each launcher.
 
 Pure text. A runtime that starts its own workers (torchrun, mpirun, Ray) must
 have the profiler put in front of each worker, not in front of itself: nsys in
@@ -14,6 +14,8 @@ import os
 import shlex
 from dataclasses import dataclass
 
+from ..containers import Container, ContainerError, slurm_words
+
 LAUNCHERS = ("srun", "torchrun", "mpirun", "ray")
 
 # torchrun's options that take no value; every other option before the script takes one.
@@ -27,48 +29,14 @@ MPIRUN_VALUE = {"-n", "-np", "--np", "-c", "-N", "-npernode", "--npernode", "-pp
 MPIRUN_TWO_VALUES = {"--mca", "-mca", "--gmca", "-gmca", "-genv", "-env"}
 
 
-class LauncherError(ValueError):
+class LauncherError(ContainerError):
     """The command does not look like the launcher it was said to be."""
-
-
-@dataclass(frozen=True)
-class Container:
-    """The workload's container; the node's Nsight install is mounted read-only at the same path."""
-    kind: str                           # pyxis | apptainer
-    image: str
-    nsight_dirs: tuple[str, ...] = ()   # the node's Nsight installs (from nsys_path / ncu_path)
 
 
 @dataclass(frozen=True)
 class Launch:
     setup: tuple[str, ...]   # bash lines after COMMAND=(...)
     line: str                # the step that runs the workload
-
-
-def nsight_dirs(tools: dict) -> tuple[str, ...]:
-    """The install folder of each profiler path (…/nsight-systems-2025.3/bin/nsys → …/nsight-systems-2025.3)."""
-    dirs = []
-    for path in tools.values():
-        parent = os.path.dirname(os.path.dirname(path))
-        if parent not in ("", "/", "/usr", "/usr/local") and parent not in dirs:
-            dirs.append(parent)
-    return tuple(dirs)
-
-
-def container_words(c: Container | None, run_dir: str) -> list[str]:
-    """srun options (pyxis) or a command prefix (apptainer) that put the task in the container.
-
-    No extra privilege either way: both run the task as the user, so CPU sampling is what
-    the node's perf_event_paranoid allows and GPU counters what its driver allows."""
-    if c is None:
-        return []
-    if c.kind == "pyxis":
-        mounts = [f"{run_dir}:{run_dir}"] + [f"{d}:{d}:ro" for d in c.nsight_dirs]
-        return [f"--container-image={c.image}", "--container-mounts=" + ",".join(mounts)]
-    if c.kind == "apptainer":
-        binds = [w for d in c.nsight_dirs for w in ("--bind", f"{d}:{d}:ro")]
-        return ["apptainer", "exec", "--nv", "--bind", run_dir, *binds, c.image]
-    raise LauncherError(f"unknown container kind {c.kind!r} (pyxis or apptainer)")
 
 
 def script_index(command: list[str], launcher: str) -> int:
@@ -95,7 +63,7 @@ def script_index(command: list[str], launcher: str) -> int:
 def launch(launcher: str, command: list[str], agent: list[str], run_dir: str, container: Container | None, *,
            tool: str = "nsys", profiler_args=()) -> Launch:
     task = "FLEET_TASK=(" + " ".join(shlex.quote(w) for w in agent) + ")"
-    inside = container_words(container, run_dir)
+    inside = slurm_words(container, run_dir)
     srun_opts = inside if container and container.kind == "pyxis" else []
     prefix = inside if container and container.kind == "apptainer" else []
     pre = " ".join(shlex.quote(w) for w in prefix)

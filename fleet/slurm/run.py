@@ -26,7 +26,7 @@ from ..probe import script as agent_script
 from ..profile import bring_home, manifest_head
 from .cluster import Cluster
 from .jobs import JobState, SlurmClient, SlurmError
-from .launchers import nsight_dirs
+from ..containers import nsight_dirs
 from .script import AGENT_FILE, SCRIPT_FILE, JobFiles, JobSpec, render
 
 if TYPE_CHECKING:

@@ -18,6 +18,7 @@ import json
 import shlex
 from dataclasses import dataclass, field
 
+from ..containers import Container
 from . import launchers
 
 AGENT_FILE = "fleet-agent.py"
@@ -42,7 +43,7 @@ class JobSpec:
     launcher: str = "srun"                  # srun | torchrun | mpirun | ray
     stop_before: int = 120                  # seconds before the time limit the profilers are stopped
     workdir: str | None = None              # the job's working directory (default: the submitter's)
-    container: launchers.Container | None = None
+    container: Container | None = None
 
 
 @dataclass(frozen=True)
