@@ -9,7 +9,7 @@ import sys
 import click
 
 from . import __version__, exitcodes
-from .cli_slurm import cancel, gather_on_slurm, jobs, profile_on_slurm, slurm_options
+from .cli_slurm import cancel, gather_on_slurm, jobs, profile_on_slurm, slurm_group, slurm_options
 from .inventory import Inventory, InventoryError, TargetError, load, local_inventory
 
 
@@ -409,6 +409,7 @@ from .cli_reports import reports  # noqa: E402  (a group of its own, registered 
 main.add_command(reports)
 main.add_command(jobs)
 main.add_command(cancel)
+main.add_command(slurm_group)
 
 if __name__ == "__main__":  # pragma: no cover
     main()

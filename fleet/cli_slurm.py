@@ -276,3 +276,64 @@ def cancel(obj: "Context", run_ids, store_root):
         asyncio.run(go())
     except SlurmError as e:
         _fail(str(e), exitcodes.FAILED)
+
+
+@click.group("slurm")
+def slurm_group():
+    """Slurm integration for admins: install the prolog and epilog; the entry points slurmd runs."""
+
+
+@slurm_group.command("install")
+@click.option("--prefix", default="/etc/fleet", show_default=True, help="Where the files go (root-owned).")
+@click.option("--python", "python_path", default="/usr/bin/python3", show_default=True,
+              help="The compute nodes' Python 3.8+ (by absolute path: prologs get no PATH).")
+@click.option("--owned-sysctl", "owned", multiple=True, metavar="NAME=VALUE",
+              help="A sysctl jobs may have set for them, with its value (repeatable).")
+@click.option("--cluster", help="Take owned_sysctls from this inventory cluster's login host.")
+@click.option("--jobs-dir", default="/run/fleet/jobs", show_default=True)
+@click.option("--state-dir", default="/var/lib/fleet", show_default=True)
+@click.option("--log-file", default="/var/log/fleet/slurm.log", show_default=True)
+@click.option("--fail-closed", is_flag=True, help="Drain a node whose owned state cannot be put back.")
+@click.option("--pause-dcgm", is_flag=True, help="Let jobs ask for DCGM profiling to be paused (pre-Hopper).")
+@click.option("--apply", "do_apply", is_flag=True, help="Write the files on this machine (as root).")
+@click.pass_obj
+def slurm_install(obj: "Context", prefix, python_path, owned, cluster, jobs_dir, state_dir, log_file, fail_closed,
+                  pause_dcgm, do_apply):
+    """Print (or, with --apply, write) the slurm.conf lines, the wrapper scripts and the node config."""
+    from .slurm.install import NodeSetup, apply
+
+    sysctls = dict(_cluster(obj, None, cluster).login.vars.get("owned_sysctls") or {}) if cluster else {}
+    for item in owned:
+        name, sep, value = item.partition("=")
+        if not sep or not name:
+            _fail(f"--owned-sysctl takes NAME=VALUE, not {item!r}")
+        sysctls[name] = int(value) if value.lstrip("-").isdigit() else value
+    setup = NodeSetup(prefix, python_path, sysctls, jobs_dir, state_dir, log_file, fail_closed, pause_dcgm)
+    if do_apply:
+        try:
+            for path in apply(setup):
+                click.echo(f"wrote {path}")
+        except OSError as e:
+            _fail(str(e), exitcodes.FAILED)
+    else:
+        for path, (content, mode) in setup.files().items():
+            if path.endswith("fleet-agent.py"):
+                click.echo(f"# {path} ({mode:o}): fleet's node agent, {len(content)} bytes\n")
+            else:
+                click.echo(f"# {path} ({mode:o})\n{content.decode()}")
+    click.echo(f"# Add to slurm.conf on every node (then `scontrol reconfigure`):\n{setup.slurm_conf()}", nl=False)
+
+
+def _entry(op: str):
+    @slurm_group.command(op, help=f"The Slurm {op}, run by slurmd (see `fleet slurm install`).")
+    @click.option("--config", default="/etc/fleet/node.json", show_default=True)
+    def run_op(config):
+        from .agent import slurmd
+
+        sys.exit(slurmd.main({"op": op, "config": config}))
+
+    return run_op
+
+
+for _op in ("prolog", "epilog", "task-prolog"):
+    _entry(_op)

@@ -37,7 +37,8 @@ class _Shipped(importlib.abc.MetaPathFinder, importlib.abc.Loader):
 sys.meta_path.insert(0, _Shipped())
 _args = __import__("json").loads(sys.argv[1]) if len(sys.argv) > 1 else {{}}
 _mode = {{"probe": "fleet_agent_node", "profile": "fleet_agent_run", "repair": "fleet_agent_owned",
-         "owned": "fleet_agent_owned", "task": "fleet_agent_task"}}[_args.get("mode", "probe")]
+         "owned": "fleet_agent_owned", "task": "fleet_agent_task",
+         "slurmd": "fleet_agent_slurmd"}}[_args.get("mode", "probe")]
 sys.exit(__import__(_mode).main(_args))
 '''
 
@@ -52,7 +53,7 @@ def script() -> str:
     sources = {"pynvml": Path(spec.origin).read_text(encoding="utf-8"),
                "fleet_policy": (here / "policy.py").read_text(encoding="utf-8"),
                "fleet_plan": (here / "plan.py").read_text(encoding="utf-8")}
-    for name in ("node", "run", "owned", "task"):
+    for name in ("node", "run", "owned", "task", "slurmd"):
         sources[f"fleet_agent_{name}"] = (here / "agent" / f"{name}.py").read_text(encoding="utf-8")
     return _LOADER.format(lazy=repr(sources))
 

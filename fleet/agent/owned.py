@@ -10,7 +10,8 @@ Runs ON THE NODE (standard library only, Python 3.8). The rules:
   the original comes back when the last holder leaves. All of it under one
   flock, so concurrent runs on a node count correctly.
 * A holder that died without leaving (fleet or the agent killed) is found by
-  the next agent on the node, or by ``fleet repair``, which restore.
+  the next agent on the node, or by ``fleet repair``, which restore. A Slurm
+  job holds through its prolog-made marker (see ``job_holder``).
 * The state directory belongs to root and is checked for owner, mode and
   symlinks before use: no other account can plant a value for root to
   "restore". Changing sysctls needs root anyway.
@@ -53,8 +54,42 @@ def me():
     return {"pid": os.getpid(), "start": start_time(os.getpid()), "user": pwd.getpwuid(os.getuid()).pw_name}
 
 
+JOB_GRACE = 300  # seconds a job's marker counts as alive before its slurmstepd is seen
+
+
+def job_holder(job_id, jobs_dir):
+    """A Slurm job as a holder: it lives while its marker (made by the prolog, removed by the
+    epilog) exists, and either a slurmstepd of the job runs here or the marker is new."""
+    return {"job": str(job_id), "marker": os.path.join(jobs_dir, str(job_id))}
+
+
+def _job_running(job_id):
+    prefix = "slurmstepd: [%s." % job_id
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open("/proc/%s/cmdline" % entry, "rb") as f:
+                    if f.read(64).decode(errors="replace").startswith(prefix):
+                        return True
+            except OSError:
+                continue
+    return False
+
+
 def alive(holder):
+    if "job" in holder:
+        try:
+            age = time.time() - os.lstat(holder["marker"]).st_mtime
+        except OSError:
+            return False
+        return age < JOB_GRACE or _job_running(holder["job"])
     return start_time(holder["pid"]) == holder.get("start")
+
+
+def _same(a, b):
+    if "job" in a or "job" in b:
+        return a.get("job") == b.get("job")
+    return (a["pid"], a.get("start")) == (b["pid"], b.get("start"))
 
 
 def _safe_dir(path):
@@ -132,7 +167,8 @@ def acquire_sysctls(wanted, owned, holder, state_dir=None):
             if entry is None:
                 entry = s.data["sysctls"][name] = {"original": read_sysctl(name), "value": str(value), "holders": []}
                 write_sysctl(name, value)
-            entry["holders"].append(holder)
+            if not any(_same(h, holder) for h in entry["holders"]):  # a prolog run twice holds once
+                entry["holders"].append(holder)
             changes[name] = {"from": entry["original"], "to": str(value)}
         _settle(s)  # what only dead runs held goes back now
     return changes
@@ -142,8 +178,7 @@ def release(holder, state_dir=None):
     """Leave every entry this holder joined; put back what nobody holds any more."""
     with State(state_dir) as s:
         for entry in list(s.data["sysctls"].values()) + ([s.data["dcgm"]] if s.data.get("dcgm") else []):
-            entry["holders"] = [h for h in entry["holders"] if (h["pid"], h.get("start")) != (holder["pid"],
-                                                                                         holder.get("start"))]
+            entry["holders"] = [h for h in entry["holders"] if not _same(h, holder)]
         return _settle(s)
 
 
@@ -154,7 +189,8 @@ def repair(state_dir=None):
     with State(state_dir) as s:
         _drop_dead(s)
         done = _settle(s)
-        done["held"] = {n: [h["pid"] for h in e["holders"]] for n, e in s.data["sysctls"].items()}
+        done["held"] = {n: [h.get("pid") or "job %s" % h.get("job") for h in e["holders"]]
+                        for n, e in s.data["sysctls"].items()}
         return done
 
 

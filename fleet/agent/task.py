@@ -49,6 +49,16 @@ def job_gpus(env):
     return None
 
 
+def prolog_tenants(env):
+    """Tenants fleet's Slurm prolog found on the job's GPUs (fleet slurm install), if it ran."""
+    path = env.get("FLEET_PROLOG_VERDICT")
+    try:
+        with open(path) as f:
+            return [str(t) for t in json.load(f).get("tenants") or []]
+    except (TypeError, OSError, ValueError, AttributeError):
+        return []
+
+
 def plan_rank(args, env, label, command):
     """The rank's plan, made from this node's state as it is now, and what the manifest needs of it."""
     node_name = env.get("SLURMD_NODENAME") or socket.gethostname()
@@ -60,6 +70,10 @@ def plan_rank(args, env, label, command):
         profiler_args=tuple(args.get("profiler_args") or ()), clock_control=args.get("clock_control", "base"),
         output_name="%s/%s" % (node_name, label), job=env.get("SLURM_JOB_ID"))
     plan = planner.plan(label, state, req).to_json()
+    seen = prolog_tenants(env) if plan["status"] == "ok" and (req.tool == "ncu" or req.gpu_metrics) else []
+    if seen:  # the node's prolog, as root, saw someone on the job's GPUs
+        plan.update(status="refused", reasons=["tenant seen by the node's prolog: " + t for t in seen],
+                    remedy="run where the job's GPUs are free", tenants=seen)
     plan["env"].pop("CUDA_VISIBLE_DEVICES", None)  # Slurm (or the launcher) chose each task's GPUs
     plan["gpu_locks"] = []  # the job's allocation is the lock: ranks sharing a GPU must not refuse each other
     plan["recheck"] = {}    # this plan was made a moment ago, by the job-aware rule

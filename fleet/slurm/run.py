@@ -13,6 +13,7 @@ whose fleet went away.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import time
 from dataclasses import asdict, dataclass, replace
@@ -27,7 +28,7 @@ from ..profile import bring_home, manifest_head
 from .cluster import Cluster
 from .jobs import JobState, SlurmClient, SlurmError
 from ..containers import nsight_dirs
-from .script import AGENT_FILE, SCRIPT_FILE, JobFiles, JobSpec, render
+from .script import AGENT_FILE, REQUEST_FILE, SCRIPT_FILE, JobFiles, JobSpec, render, request_doc
 
 if TYPE_CHECKING:
     from ..transport import Fanout
@@ -42,6 +43,7 @@ class Prepared:
     files: JobFiles
     script: str
     version: str
+    request: dict
 
 
 async def prepare(client: SlurmClient, cluster: Cluster, req: ProfileRequest, spec: JobSpec) -> Prepared:
@@ -54,7 +56,7 @@ async def prepare(client: SlurmClient, cluster: Cluster, req: ProfileRequest, sp
     spec = replace(spec, workdir=spec.workdir or (os.getcwd() if cluster.local else info.home))
     if spec.container and not spec.container.nsight_dirs:
         spec = replace(spec, container=replace(spec.container, nsight_dirs=nsight_dirs(tools)))
-    return Prepared(spec, files, render(req, spec, files), info.version_text)
+    return Prepared(spec, files, render(req, spec, files), info.version_text, request_doc(req, files))
 
 
 def expected_ranks(spec: dict) -> list[int] | None:
@@ -81,7 +83,8 @@ def save(store_root: Path, manifest: dict) -> Path:
 
 
 async def submit(client: SlurmClient, prep: Prepared) -> str:
-    files = {AGENT_FILE: agent_script().encode(), SCRIPT_FILE: prep.script.encode()}
+    files = {AGENT_FILE: agent_script().encode(), SCRIPT_FILE: prep.script.encode(),
+             REQUEST_FILE: json.dumps(prep.request).encode()}
     return await client.submit(prep.files.run_dir, files, SCRIPT_FILE)
 
 
@@ -213,8 +216,6 @@ async def profile(fan: "Fanout", cluster: Cluster, req: ProfileRequest, spec: Jo
 
 async def gather_later(fan: "Fanout", cluster: Cluster, manifest_path: Path, store_root: Path) -> dict:
     """``fleet gather RUN`` for a Slurm run: the job's state once, then what it left."""
-    import json
-
     manifest = json.loads(manifest_path.read_text())
     client = SlurmClient(fan, cluster.login)
     await client.cluster_info()

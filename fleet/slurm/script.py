@@ -19,10 +19,12 @@ import shlex
 from dataclasses import dataclass, field
 
 from ..containers import Container
+from ..policy import PARANOID_SYSCTL
 from . import launchers
 
 AGENT_FILE = "fleet-agent.py"
 SCRIPT_FILE = "job.sbatch"
+REQUEST_FILE = "fleet-request.json"  # read by fleet's Slurm prolog (fleet/agent/slurmd.py)
 
 
 @dataclass(frozen=True)
@@ -63,6 +65,14 @@ def task_args(req, spec: JobSpec, files: JobFiles) -> dict:
             "profiler_args": list(req.profiler_args), "clock_control": req.clock_control}
 
 
+def request_doc(req, files: JobFiles) -> dict:
+    """What the job asks of a node's fleet prolog (``REQUEST_FILE`` in the run's directory): only
+    *whether* to hold the owned sysctls and pause DCGM; the values are the node's own."""
+    return {"fleet": 1, "run_id": req.run_id, "tool": req.tool, "allow_own": req.allow_own,
+            "sysctls": [PARANOID_SYSCTL] if req.tool == "nsys" else [], "pause_dcgm": req.pause_dcgm,
+            **({"nsys": files.tools["nsys"]} if files.tools.get("nsys") else {})}
+
+
 def uses_counters(req) -> bool:
     return req.tool == "ncu" or req.gpu_metrics
 
@@ -74,9 +84,10 @@ def sbatch_lines(req, spec: JobSpec, files: JobFiles) -> list[str]:
                         ("time", spec.time), ("account", spec.account), ("qos", spec.qos)):
         if value is not None:
             opts.append(f"--{name}={value}")
-    opts += [f"--output={files.run_dir}/slurm-%j.out", f"--signal=B:USR1@{spec.stop_before}"]
-    if spec.workdir:
-        opts.append(f"--chdir={spec.workdir}")
+    # The job starts in the run's directory, where its request is: that is how a node's prolog
+    # (fleet slurm install) sees that the job opted in. The command runs in the workdir.
+    opts += [f"--output={files.run_dir}/slurm-%j.out", f"--signal=B:USR1@{spec.stop_before}",
+             f"--chdir={files.run_dir}"]
     # Counters program the whole GPU: the job must have the node to itself (the task checks too).
     if spec.exclusive or (spec.exclusive is None and uses_counters(req)):
         opts.append("--exclusive")
@@ -100,6 +111,7 @@ def render(req, spec: JobSpec, files: JobFiles) -> str:
              f"# {files.run_dir}/NODE/rankN.*, and the job's exit status to job.exit.",
              "set -u",
              f"RUN_DIR={shlex.quote(files.run_dir)}",
+             *([f"cd -- {shlex.quote(spec.workdir)} || exit 1"] if spec.workdir else []),
              _array("COMMAND", req.command),
              *launch.setup,
              "",

@@ -1,0 +1,306 @@
+"""Slurm's Prolog, Epilog and TaskProlog: fleet's part on a compute node, run by slurmd as root.
+
+Runs ON THE NODE (standard library plus the NVML binding, Python 3.8), from
+the agent file ``fleet slurm install`` puts beside a root-owned config. No
+Slurm command, no network, no PATH: everything comes from the environment
+slurmd gives (job id, user, GPUs, working directory) and from the config.
+
+A job opts in by having ``fleet-request.json`` in its working directory, as
+``fleet profile --partition`` submits it (Slurm 22.05 gives the prolog no job
+comment or name; the working directory it does give). Everything in that file
+is written by the job's user and read by root, so:
+
+* it is opened by a child process that has become the job's user, with
+  O_NOFOLLOW, must be a regular file of that user, at most 64 KiB of JSON, and
+  only known keys of known types are kept: root never reads what the user
+  could not, and a planted symlink is not followed;
+* it can only ask *whether*: which of the node's owned sysctls to hold (the
+  values come from the config alone; a name the config does not own is
+  ignored), and whether to pause DCGM where the config allows it;
+* nothing it names is run as root: leftover ``.qdstrm`` files are finished by
+  a child that has become the job's user;
+* fleet's own files live in root-owned directories from the config.
+
+Failure policy: a fleet error is logged (syslog and the config's log file)
+and the script exits 0, because a non-zero Prolog or Epilog drains the node
+and fleet's own fault must not take a node from everyone. With
+``fail_closed: true`` a real node fault (an owned sysctl or DCGM that cannot be
+put back) exits 1, so Slurm drains the node instead of running the next job on
+a changed node.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import stat
+import syslog
+import time
+
+try:  # as shipped by fleet, every module travels under a flat name
+    import fleet_agent_node as node
+    import fleet_agent_owned as owned
+    import fleet_agent_run as run
+    import fleet_policy as policy
+except ImportError:  # as part of the installed package
+    from . import node, owned, run
+    from .. import policy
+
+REQUEST_NAME = "fleet-request.json"
+REQUEST_MAX = 65536
+REQUEST_KEYS = {"fleet": int, "run_id": str, "tool": str, "sysctls": list, "pause_dcgm": bool, "allow_own": bool,
+                "nsys": str}
+DEFAULTS = {"owned_sysctls": {}, "jobs_dir": "/run/fleet/jobs", "state_dir": "/var/lib/fleet",
+            "log_file": "/var/log/fleet/slurm.log", "fail_closed": False, "pause_dcgm": False}
+VERDICT_ENV = "FLEET_PROLOG_VERDICT"
+
+
+class ConfigError(Exception):
+    """The node's fleet config is missing, unsafe or malformed: fleet does nothing."""
+
+
+class NodeFault(Exception):
+    """Node state fleet changed could not be put back."""
+
+
+# --- the admin's config (trusted once checked) ---
+
+def load_config(path):
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    except OSError as e:
+        raise ConfigError("cannot open %s: %s" % (path, e))
+    with os.fdopen(fd) as f:
+        st = os.fstat(f.fileno())
+        if not stat.S_ISREG(st.st_mode) or st.st_uid != 0 or st.st_mode & 0o022:
+            raise ConfigError("%s must be a regular file owned by root and writable by root alone" % path)
+        try:
+            doc = json.load(f)
+        except ValueError as e:
+            raise ConfigError("%s is not JSON: %s" % (path, e))
+    if not isinstance(doc, dict):
+        raise ConfigError("%s must hold a JSON object" % path)
+    config = dict(DEFAULTS, **doc)
+    sysctls = config["owned_sysctls"]
+    if not isinstance(sysctls, dict) or not all(isinstance(k, str) and isinstance(v, (int, str))
+                                                for k, v in sysctls.items()):
+        raise ConfigError("%s: owned_sysctls must map sysctl names to values" % path)
+    for key in ("jobs_dir", "state_dir", "log_file"):
+        if not isinstance(config[key], str) or not config[key].startswith("/"):
+            raise ConfigError("%s: %s must be an absolute path" % (path, key))
+    return config
+
+
+# --- what slurmd tells about the job (set by slurmd itself, not by the user) ---
+
+def job_of(env):
+    job_id, uid = env.get("SLURM_JOB_ID", ""), env.get("SLURM_JOB_UID", "")
+    if not job_id.isdigit() or not uid.isdigit():
+        raise ConfigError("not run by slurmd: SLURM_JOB_ID and SLURM_JOB_UID are missing")
+    gpus = env.get("SLURM_JOB_GPUS") or env.get("CUDA_VISIBLE_DEVICES") or ""  # physical indices here
+    return {"id": job_id, "uid": int(uid), "gid": int(env.get("SLURM_JOB_GID") or uid),
+            "gpus": tuple(int(g) for g in gpus.split(",") if g.strip().isdigit()) or None,
+            "work_dir": env.get("SLURM_JOB_WORK_DIR") or ""}
+
+
+# --- the job's request (untrusted) ---
+
+def as_user(job, fn):
+    """``fn()`` in a child that has become the job's user; its bytes back, or None."""
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # child: never returns
+        code = 1
+        try:
+            os.close(read_end)
+            os.setgroups([])
+            os.setgid(job["gid"])
+            os.setuid(job["uid"])
+            data = fn()
+            if data is not None:
+                os.write(write_end, data)
+                code = 0
+        except BaseException:
+            code = 1
+        finally:
+            os._exit(code)
+    os.close(write_end)
+    chunks = []
+    while True:
+        chunk = os.read(read_end, 65536)
+        if not chunk:
+            break
+        chunks.append(chunk)
+    os.close(read_end)
+    _, status = os.waitpid(pid, 0)
+    return b"".join(chunks) if os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0 else None
+
+
+def read_request(job):
+    """The job's request, reduced to known keys of known types; None when the job did not opt in."""
+    if not job["work_dir"].startswith("/"):
+        return None
+    path = os.path.join(job["work_dir"], REQUEST_NAME)
+
+    def read():
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode) or st.st_uid != os.getuid() or st.st_size > REQUEST_MAX:
+                return None
+            return os.read(fd, REQUEST_MAX)
+        finally:
+            os.close(fd)
+
+    raw = as_user(job, read)
+    if raw is None:
+        return None
+    try:
+        doc = json.loads(raw.decode("utf-8"))
+    except ValueError:
+        return None
+    if not isinstance(doc, dict):
+        return None
+    request = {k: v for k, v in doc.items() if k in REQUEST_KEYS and isinstance(v, REQUEST_KEYS[k])}
+    request["sysctls"] = [n for n in request.get("sysctls", []) if isinstance(n, str)]
+    return request
+
+
+# --- fleet's own files (root-owned) ---
+
+def job_dir(config, job):
+    jobs = config["jobs_dir"]
+    os.makedirs(jobs, mode=0o755, exist_ok=True)
+    st = os.lstat(jobs)
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != 0 or st.st_mode & 0o022:
+        raise ConfigError("%s must be a directory owned by root and writable by root alone" % jobs)
+    return os.path.join(jobs, job["id"])
+
+
+def write_json(path, doc):
+    tmp = path + ".tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
+    with os.fdopen(fd, "w") as f:
+        json.dump(doc, f)
+    os.replace(tmp, path)
+
+
+# --- the three entry points ---
+
+def prolog(env, config):
+    job = job_of(env)
+    done = {"job": job["id"], "opted_in": False}
+    repaired = owned.repair(config["state_dir"])  # what an earlier job left behind
+    if repaired["restored"] or repaired["dcgm_resumed"]:
+        done["repaired"] = repaired
+    request = read_request(job)
+    if request is None:
+        return done  # not opted in: one file look-up, nothing else
+    done["opted_in"] = True
+    marker = job_dir(config, job)
+    os.makedirs(marker, mode=0o755, exist_ok=True)
+    os.utime(marker)
+    # Who is on the job's GPUs as root sees them; the job's wrapper reads this before ncu.
+    procs = node.processes()
+    nvml, gpus = node.gpus(procs, job["uid"])
+    state = {"gpus": gpus, "mps": node.daemons(procs)[0]}
+    found = policy.tenants(state, policy.Request(gpus=job["gpus"], allow_own=request.get("allow_own", False),
+                                                 job=job["id"]))
+    verdict = {"job": job["id"], "gpus": job["gpus"], "nvml": nvml.get("available"), "checked": time.time(),
+               "tenants": [str(t) for t in found]}
+    write_json(os.path.join(marker, "verdict.json"), verdict)
+    done["tenants"] = verdict["tenants"]
+    holder = owned.job_holder(job["id"], config["jobs_dir"])
+    wanted = {n: config["owned_sysctls"][n] for n in request["sysctls"] if n in config["owned_sysctls"]}
+    done["ignored_sysctls"] = [n for n in request["sysctls"] if n not in config["owned_sysctls"]]
+    if wanted:
+        done["sysctls"] = owned.acquire_sysctls(wanted, config["owned_sysctls"], holder, config["state_dir"])
+    old = [g["index"] for g in gpus if (job["gpus"] is None or g["index"] in job["gpus"])
+           and (g.get("architecture") or 0) < policy.HOPPER]
+    if request.get("pause_dcgm") and config["pause_dcgm"] and old:
+        owned.pause_dcgm(holder, config["state_dir"])
+        done["dcgm"] = "profiling paused"
+    return done
+
+
+def epilog(env, config):
+    job = job_of(env)
+    holder = owned.job_holder(job["id"], config["jobs_dir"])
+    marker = os.path.join(config["jobs_dir"], job["id"])
+    done = {"job": job["id"]}
+    try:
+        done.update(owned.release(holder, config["state_dir"]))
+        done.update(owned.repair(config["state_dir"]))
+    except (owned.OwnedError, OSError) as e:
+        raise NodeFault("could not put the node back after job %s: %s" % (job["id"], e))
+    if os.path.isdir(marker) and not os.path.islink(marker):
+        request = read_request(job)
+        if request and request.get("nsys"):
+            done["finished"] = finish_leftovers(job, request["nsys"])
+        for name in os.listdir(marker):
+            os.unlink(os.path.join(marker, name))
+        os.rmdir(marker)
+    return done
+
+
+def finish_leftovers(job, nsys):
+    """Reports nsys left unfinished under the job's directory, finished by the job's user."""
+    def finish():
+        notes = []
+        for leftover in glob.glob(os.path.join(glob.escape(job["work_dir"]), "*", "*.qdstrm")):
+            if not os.path.exists(leftover[: -len(".qdstrm")] + ".nsys-rep"):
+                run.finish_qdstrm({"nsys": nsys}, leftover, notes)
+        return json.dumps(notes).encode()
+
+    out = as_user(job, finish)
+    return json.loads(out) if out else []
+
+
+def task_prolog(env, config):
+    """Lines slurmd turns into the job's environment: where the prolog's verdict is.
+    (slurmd runs the TaskProlog as the job's user, so it only reads.)"""
+    job_id = env.get("SLURM_JOB_ID", "")
+    if not job_id.isdigit():
+        raise ConfigError("not run by slurmd: SLURM_JOB_ID is missing")
+    verdict = os.path.join(config["jobs_dir"], job_id, "verdict.json")
+    return ["export %s=%s" % (VERDICT_ENV, verdict)] if os.path.exists(verdict) else []
+
+
+# --- running under slurmd ---
+
+def log(config, level, message):
+    line = "fleet slurm: %s" % message
+    syslog.openlog("fleet", syslog.LOG_PID, syslog.LOG_DAEMON)
+    syslog.syslog(level, line)
+    try:
+        os.makedirs(os.path.dirname(config["log_file"]), mode=0o755, exist_ok=True)
+        fd = os.open(config["log_file"], os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+        with os.fdopen(fd, "a") as f:
+            f.write("%s %s\n" % (time.strftime("%Y-%m-%dT%H:%M:%S"), line))
+    except OSError:
+        pass  # syslog has it
+
+
+def main(args, env=None):
+    """One JSON line for the log; exit 0 unless fail_closed and the node could not be put back."""
+    env = os.environ if env is None else env
+    op = args.get("op")
+    config = dict(DEFAULTS)
+    try:
+        config = load_config(args.get("config", "/etc/fleet/node.json"))
+        if op == "task-prolog":
+            for line in task_prolog(env, config):
+                print(line)
+            return 0
+        done = {"prolog": prolog, "epilog": epilog}[op](env, config)
+        if done.get("opted_in", True):
+            log(config, syslog.LOG_INFO, "%s %s" % (op, json.dumps(done, sort_keys=True)))
+        return 0
+    except NodeFault as e:
+        log(config, syslog.LOG_ERR, "%s: NODE FAULT: %s" % (op, e))
+        return 1 if config.get("fail_closed") is True else 0
+    except Exception as e:  # fleet's own fault: logged, and the node stays in service
+        log(config, syslog.LOG_ERR, "%s failed (node left in service): %s: %s" % (op, type(e).__name__, e))
+        return 0
+
