@@ -112,18 +112,24 @@ class State:
         _safe_dir(self.dir)
         self._lock = os.open(os.path.join(self.dir, "state.lock"), os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
         fcntl.flock(self._lock, fcntl.LOCK_EX)
-        path = os.path.join(self.dir, "state.json")
+        try:
+            self.data = self._read(os.path.join(self.dir, "state.json"))
+        except BaseException:
+            os.close(self._lock)  # a refusal must not keep the lock
+            raise
+        return self
+
+    @staticmethod
+    def _read(path):
         try:
             fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
         except FileNotFoundError:
-            self.data = {"sysctls": {}, "dcgm": None}
-            return self
+            return {"sysctls": {}, "dcgm": None}
         with os.fdopen(fd) as f:
             st = os.fstat(f.fileno())
             if st.st_uid != os.geteuid() or st.st_mode & 0o077:
                 raise OwnedError("%s is not private to uid %d: refusing to trust it" % (path, os.geteuid()))
-            self.data = json.load(f)
-        return self
+            return json.load(f)
 
     def __exit__(self, *exc):
         try:

@@ -1,0 +1,309 @@
+"""fleet's Slurm prolog and epilog: a job's untrusted request read by root, tried directly
+(as slurmd would run them: as root, with slurmd's environment), then on a real Slurm cluster
+with Prolog, Epilog and TaskProlog installed by `fleet slurm install --apply`.
+
+The sysctl is real: kernel.perf_event_paranoid of this machine, set to 3 for the tests and put
+back after."""
+
+from __future__ import annotations
+
+import json
+import os
+import pwd
+import shutil
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+from fleet.agent import slurmd
+from tests.conftest import announce, run_fleet
+from tests.harness.slurm import SlurmCluster
+from tests.harness.sshd import TEST_USER, ensure_user
+from tests.test_agent import TENANT_USER
+
+PARANOID = Path("/proc/sys/kernel/perf_event_paranoid")
+NOT_OWNED = Path("/proc/sys/kernel/kptr_restrict")
+OWNED = {"kernel.perf_event_paranoid": 2}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def paranoid_3():
+    original = PARANOID.read_text().strip()
+    PARANOID.write_text("3")
+    yield
+    PARANOID.write_text(original)
+
+
+@pytest.fixture
+def node(tmp_path):
+    """A node's fleet files (config, jobs, state, log) and a job user with a working directory."""
+    user = pwd.getpwnam(ensure_user(TEST_USER).pw_name)
+    ensure_user(TENANT_USER)
+    root = Path(tempfile.mkdtemp(prefix="fleet-prolog-"))  # traversable by the job's user
+    root.chmod(0o755)
+    work = root / "work"
+    work.mkdir()
+    os.chown(work, user.pw_uid, user.pw_gid)
+    config = {"owned_sysctls": OWNED, "jobs_dir": str(tmp_path / "jobs"), "state_dir": str(tmp_path / "state"),
+              "log_file": str(tmp_path / "log" / "slurm.log"), "fail_closed": False, "pause_dcgm": False}
+    (tmp_path / "node.json").write_text(json.dumps(config))
+    env = {"SLURM_JOB_ID": "4242", "SLURM_JOB_UID": str(user.pw_uid), "SLURM_JOB_GID": str(user.pw_gid),
+           "SLURM_JOB_WORK_DIR": str(work), "SLURM_JOB_GPUS": "0"}
+    yield {"config": config, "config_path": str(tmp_path / "node.json"), "env": env, "work": work, "user": user,
+           "root": root, "log": tmp_path / "log" / "slurm.log"}
+    slurmd.main({"op": "epilog", "config": str(tmp_path / "node.json")}, env)  # never leave a value held
+    shutil.rmtree(root)
+
+
+def write_request(node, doc, owner=None) -> Path:
+    path = node["work"] / slurmd.REQUEST_NAME
+    path.write_text(json.dumps(doc))
+    pw = owner or node["user"]
+    os.chown(path, pw.pw_uid, pw.pw_gid)
+    return path
+
+
+def run(node, op: str) -> int:
+    return slurmd.main({"op": op, "config": node["config_path"]}, node["env"])
+
+
+def test_an_opted_in_job_holds_the_owned_sysctl_until_its_epilog(node):
+    write_request(node, {"fleet": 1, "tool": "nsys", "sysctls": ["kernel.perf_event_paranoid"]})
+    assert run(node, "prolog") == 0
+    assert PARANOID.read_text().strip() == "2"
+    verdict = json.loads((Path(node["config"]["jobs_dir"]) / "4242" / "verdict.json").read_text())
+    assert verdict["job"] == "4242" and verdict["tenants"] == []
+    assert slurmd.task_prolog(node["env"], slurmd.load_config(node["config_path"])) == [
+        f"export FLEET_PROLOG_VERDICT={node['config']['jobs_dir']}/4242/verdict.json"]
+    assert run(node, "epilog") == 0
+    assert PARANOID.read_text().strip() == "3"
+    assert not (Path(node["config"]["jobs_dir"]) / "4242").exists()
+    assert run(node, "epilog") == 0 and PARANOID.read_text().strip() == "3"  # idempotent
+
+
+def test_a_job_without_a_request_is_untouched(node):
+    assert run(node, "prolog") == 0
+    assert PARANOID.read_text().strip() == "3"
+    assert not Path(node["config"]["jobs_dir"]).exists() and not node["log"].exists()
+
+
+def test_a_request_cannot_choose_values_or_sysctls_the_node_does_not_own(node):
+    other = NOT_OWNED.read_text().strip()
+    write_request(node, {"fleet": 1, "sysctls": ["kernel.perf_event_paranoid", "kernel.kptr_restrict"],
+                         "kernel.perf_event_paranoid": -1, "values": {"kernel.perf_event_paranoid": -1},
+                         "run": "touch /root/pwned"})
+    assert run(node, "prolog") == 0
+    assert PARANOID.read_text().strip() == "2"  # the config's value, not the request's
+    assert NOT_OWNED.read_text().strip() == other and not Path("/root/pwned").exists()
+    assert "ignored_sysctls" in node["log"].read_text() and '"kernel.kptr_restrict"' in node["log"].read_text()
+
+
+def test_a_planted_symlink_or_someone_elses_file_is_not_read(node):
+    secret = node["root"] / "root-only.json"  # a valid request the job's user cannot read
+    secret.write_text(json.dumps({"fleet": 1, "sysctls": ["kernel.perf_event_paranoid"]}))
+    secret.chmod(0o600)
+    (node["work"] / slurmd.REQUEST_NAME).symlink_to(secret)
+    assert run(node, "prolog") == 0 and PARANOID.read_text().strip() == "3"
+    (node["work"] / slurmd.REQUEST_NAME).unlink()
+    write_request(node, {"fleet": 1, "sysctls": ["kernel.perf_event_paranoid"]}, owner=pwd.getpwnam(TENANT_USER))
+    assert run(node, "prolog") == 0 and PARANOID.read_text().strip() == "3"
+    # A working directory that is a symlink into a directory only root can read.
+    hidden = node["root"] / "hidden"
+    hidden.mkdir(mode=0o700)
+    (hidden / slurmd.REQUEST_NAME).write_text(json.dumps({"fleet": 1, "sysctls": ["kernel.perf_event_paranoid"]}))
+    os.chown(hidden / slurmd.REQUEST_NAME, node["user"].pw_uid, node["user"].pw_gid)
+    (node["root"] / "link").symlink_to(hidden)
+    node["env"]["SLURM_JOB_WORK_DIR"] = str(node["root"] / "link")
+    assert run(node, "prolog") == 0 and PARANOID.read_text().strip() == "3"
+
+
+def test_fleets_own_directories_must_be_roots(node):
+    write_request(node, {"fleet": 1, "sysctls": ["kernel.perf_event_paranoid"]})
+    jobs = Path(node["config"]["jobs_dir"])
+    jobs.mkdir(mode=0o777)
+    jobs.chmod(0o777)  # another account could plant a job's files here
+    assert run(node, "prolog") == 0  # logged, the node stays in service, and nothing was set
+    assert PARANOID.read_text().strip() == "3"
+    assert "must be a directory owned by root" in node["log"].read_text()
+    node["env"]["SLURM_JOB_ID"] = "../../etc"
+    assert run(node, "prolog") == 0 and "not run by slurmd" in node["log"].read_text()
+
+
+def test_nothing_named_by_the_job_runs_as_root(node):
+    user = node["user"]
+    tools = node["root"] / "tools"
+    tools.mkdir(mode=0o777)
+    tools.chmod(0o777)  # the importer, run as the job's user, leaves its witness here
+    witness = tools / "who"
+    (tools / "QdstrmImporter").write_text(f"#!/bin/sh\nid -u > {witness}\n")
+    (tools / "QdstrmImporter").chmod(0o755)
+    (tools / "nsys").write_text("#!/bin/sh\n")
+    (tools / "nsys").chmod(0o755)
+    write_request(node, {"fleet": 1, "sysctls": [], "nsys": str(tools / "nsys")})
+    (node["work"] / "node1").mkdir()
+    (node["work"] / "node1" / "rank0.qdstrm").write_text("{}")
+    subprocess.run(["chown", "-R", f"{user.pw_uid}:{user.pw_gid}", str(node["work"])], check=True)
+    assert run(node, "prolog") == 0 and run(node, "epilog") == 0
+    assert witness.read_text().strip() == str(user.pw_uid)  # the importer ran, as the job's user
+
+
+def test_a_broken_config_is_logged_and_the_node_stays_in_service(node):
+    Path(node["config_path"]).write_text("{not json")
+    write_request(node, {"fleet": 1, "sysctls": ["kernel.perf_event_paranoid"]})
+    default_log = Path(slurmd.DEFAULTS["log_file"])  # the config could not say where: the default
+    before = default_log.read_text() if default_log.exists() else ""
+    assert run(node, "prolog") == 0 and PARANOID.read_text().strip() == "3"
+    assert "is not JSON" in default_log.read_text()[len(before):]
+
+
+def test_fail_closed_drains_only_for_a_node_fault(node):
+    write_request(node, {"fleet": 1, "sysctls": ["kernel.perf_event_paranoid"]})
+    assert run(node, "prolog") == 0 and PARANOID.read_text().strip() == "2"
+    state = Path(node["config"]["state_dir"]) / "state.json"
+    state.chmod(0o644)  # the record of the original value can no longer be trusted
+    assert run(node, "epilog") == 0  # fail-open: logged
+    assert "NODE FAULT" in node["log"].read_text()
+    config = dict(node["config"], fail_closed=True)
+    Path(node["config_path"]).write_text(json.dumps(config))
+    assert run(node, "epilog") == 1  # fail-closed: slurmd drains the node
+    state.chmod(0o600)
+    assert run(node, "epilog") == 0 and PARANOID.read_text().strip() == "3"
+
+
+# --- on a real Slurm cluster ---
+
+@pytest.fixture(scope="module")
+def cluster(pytestconfig):
+    user = ensure_user(TEST_USER)
+    prefix = Path(tempfile.mkdtemp(prefix="fleet-slurm-etc-"))
+    prefix.chmod(0o755)
+    state = Path(tempfile.mkdtemp(prefix="fleet-slurm-state-"))
+    state.chmod(0o755)  # as /run is: the job's user reads its verdict below it
+    install = run_fleet("slurm", "install", "--apply", "--prefix", str(prefix), "--owned-sysctl",
+                        "kernel.perf_event_paranoid=2", "--jobs-dir", str(state / "jobs"), "--state-dir",
+                        str(state / "owned"), "--log-file", str(state / "slurm.log"))
+    assert install.returncode == 0, install.stderr
+    conf = "\n".join(line.split("#")[0].strip() for line in install.stdout.splitlines()
+                     if line.startswith(("Prolog", "Epilog", "TaskProlog", "PrologFlags")))
+    s = SlurmCluster(1, extra_conf=conf)
+    try:
+        s.start()
+        s.user, s.prefix, s.state = user, prefix, state
+        s.work = Path(tempfile.mkdtemp(prefix="fleet-slurm-work-"))
+        s.work.chmod(0o777)
+        announce(pytestconfig, f"started Slurm with fleet's Prolog/Epilog/TaskProlog from {prefix}")
+        yield s
+    finally:
+        s.stop()
+        for d in (prefix, state, getattr(s, "work", None)):
+            if d:
+                shutil.rmtree(d, ignore_errors=True)
+
+
+def job_dir(cluster, name: str, opted_in: bool) -> Path:
+    d = cluster.work / name
+    d.mkdir(mode=0o755)
+    if opted_in:
+        (d / slurmd.REQUEST_NAME).write_text(json.dumps({"fleet": 1, "sysctls": ["kernel.perf_event_paranoid"]}))
+    subprocess.run(["chown", "-R", f"{cluster.user.pw_uid}:{cluster.user.pw_gid}", str(d)], check=True)
+    return d
+
+
+def sbatch(cluster, d: Path, script: str, *args: str) -> str:
+    (d / "job.sh").write_text("#!/bin/sh\n" + script)
+    return cluster.run("runuser", "-u", cluster.user.pw_name, "--", "env", f"SLURM_CONF={cluster.conf}",
+                       "sbatch", "--parsable", f"--chdir={d}", "-o", str(d / "out.txt"), *args,
+                       str(d / "job.sh")).stdout.strip()
+
+
+def wait_gone(cluster, *jobs: str, timeout: float = 150) -> None:
+    deadline = time.monotonic() + timeout
+    while cluster.run("squeue", "-h", "-j", ",".join(jobs), "-o", "%i", check=False).stdout.strip():
+        assert time.monotonic() < deadline, f"jobs {jobs} still in the queue"
+        time.sleep(0.2)
+
+
+def wait_for(predicate, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, "condition not reached"
+        time.sleep(0.2)
+
+
+def restored() -> bool:
+    return PARANOID.read_text().strip() == "3"
+
+
+def no_drain(cluster) -> None:
+    states = cluster.node_states()
+    assert not any("drain" in s or s in ("down", "fail") for s in states.values()), states
+
+
+def test_opted_in_job_sees_the_sysctl_during_the_job_and_it_is_restored_after(cluster):
+    d = job_dir(cluster, "opted", True)
+    job = sbatch(cluster, d, 'cat /proc/sys/kernel/perf_event_paranoid; echo "verdict=$FLEET_PROLOG_VERDICT"\n')
+    wait_gone(cluster, job)
+    out = (d / "out.txt").read_text().split()
+    assert out[0] == "2" and out[1] == f"verdict={cluster.state}/jobs/{job}/verdict.json", out
+    wait_for(restored)
+    no_drain(cluster)
+
+
+def test_a_job_that_did_not_opt_in_is_untouched(cluster):
+    d = job_dir(cluster, "plain", False)
+    job = sbatch(cluster, d, "cat /proc/sys/kernel/perf_event_paranoid\n")
+    wait_gone(cluster, job)
+    assert (d / "out.txt").read_text().strip() == "3"
+    assert not (cluster.state / "jobs" / job).exists()
+
+
+def test_two_concurrent_jobs_restore_only_after_the_second_ends(cluster):
+    a, b = job_dir(cluster, "a", True), job_dir(cluster, "b", True)
+    gate = 'while [ ! -e "$PWD/go" ]; do sleep 0.1; done; cat /proc/sys/kernel/perf_event_paranoid\n'
+    ja, jb = sbatch(cluster, a, gate), sbatch(cluster, b, gate)
+    wait_for(lambda: cluster.run("squeue", "-h", "-t", "R", "-o", "%i").stdout.split().__len__() == 2)
+    (a / "go").touch()
+    wait_gone(cluster, ja)
+    time.sleep(1)  # the epilog of the first has run
+    assert PARANOID.read_text().strip() == "2"  # the second still holds it
+    (b / "go").touch()
+    wait_gone(cluster, jb)
+    wait_for(restored)
+    assert (a / "out.txt").read_text().strip() == "2" == (b / "out.txt").read_text().strip()
+
+
+def test_a_cancelled_job_gets_everything_restored(cluster):
+    d = job_dir(cluster, "cancelled", True)
+    job = sbatch(cluster, d, "sleep 300\n")
+    wait_for(lambda: PARANOID.read_text().strip() == "2")
+    cluster.run("scancel", job)
+    wait_gone(cluster, job)
+    wait_for(restored)
+    no_drain(cluster)
+
+
+def test_a_job_killed_at_its_time_limit_gets_everything_restored(cluster):
+    d = job_dir(cluster, "timeout", True)
+    job = sbatch(cluster, d, "trap '' TERM; sleep 300\n", "--time=1")
+    wait_for(lambda: PARANOID.read_text().strip() == "2")
+    wait_gone(cluster, job, timeout=200)
+    wait_for(restored)
+    no_drain(cluster)
+
+
+def test_a_fleet_error_in_the_prolog_leaves_the_node_idle_not_drained(cluster):
+    config = cluster.prefix / "node.json"
+    good = config.read_text()
+    try:
+        config.write_text("{broken")
+        d = job_dir(cluster, "broken", True)
+        job = sbatch(cluster, d, "echo ran\n")
+        wait_gone(cluster, job)
+        assert (d / "out.txt").read_text().strip() == "ran"
+        cluster.wait_idle()
+        no_drain(cluster)
+    finally:
+        config.write_text(good)
