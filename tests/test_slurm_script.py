@@ -201,3 +201,14 @@ def test_modules_shipped_to_nodes_parse_as_python_3_8():
     root = Path(__file__).resolve().parents[1] / "fleet"
     for path in [root / "policy.py", root / "plan.py", *sorted((root / "agent").glob("*.py"))]:
         ast.parse(path.read_text(), str(path), feature_version=(3, 8))
+
+
+def test_the_request_fleet_submits_is_what_the_prolog_reads():
+    from fleet.agent import slurmd
+    from fleet.slurm.script import REQUEST_FILE, request_doc
+
+    doc = request_doc(ProfileRequest(tool="nsys", command=("x",), run_id="r", pause_dcgm=True), FILES)
+    assert REQUEST_FILE == slurmd.REQUEST_NAME
+    assert {k: v for k, v in doc.items() if isinstance(v, slurmd.REQUEST_KEYS.get(k, ()))} == doc
+    assert doc["sysctls"] == ["kernel.perf_event_paranoid"] and doc["nsys"] == FILES.tools["nsys"]
+    assert request_doc(ProfileRequest(tool="ncu", command=("x",), run_id="r"), FILES)["sysctls"] == []
