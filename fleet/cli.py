@@ -9,6 +9,7 @@ import sys
 import click
 
 from . import __version__, exitcodes
+from .cli_nightly import nightly, run_cmd, schedule
 from .cli_slurm import cancel, gather_on_slurm, jobs, profile_on_slurm, slurm_group, slurm_options
 from .inventory import Inventory, InventoryError, TargetError, load, local_inventory
 
@@ -410,6 +411,9 @@ main.add_command(reports)
 main.add_command(jobs)
 main.add_command(cancel)
 main.add_command(slurm_group)
+main.add_command(run_cmd)
+main.add_command(schedule)
+main.add_command(nightly)
 
 if __name__ == "__main__":  # pragma: no cover
     main()

@@ -11,6 +11,7 @@ UNREACHABLE = 3     # some hosts could not be reached (network, host key, auth);
 DEGRADED = 4        # doctor: some way to profile works only with features given up
 REFUSED = 5         # policy refused to run (e.g. ncu beside another tenant); nothing was started
 PARTIAL = 6         # profile: some hosts brought reports home, others were refused or failed
+REGRESSION = 7      # nightly report: some metric is called a Regression
 
 
 def for_results(results) -> int:

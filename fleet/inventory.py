@@ -358,6 +358,26 @@ def _files(path: Path) -> list[Path]:
     return [path]
 
 
+def read_yaml(file: Path) -> Any:
+    """A YAML file whose mappings remember their lines (``_Map``); errors name file and line."""
+    try:
+        text = file.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise InventoryError(str(file), f"cannot read: {e}") from None
+    loader = _Loader(text)
+    loader.name = str(file)
+    try:
+        return loader.get_single_data()
+    except yaml.MarkedYAMLError as e:
+        mark = e.problem_mark or e.context_mark
+        line = mark.line + 1 if mark else 0
+        raise InventoryError(f"{file}:{line}", f"not valid YAML: {e.problem or e}") from None
+    except yaml.YAMLError as e:
+        raise InventoryError(str(file), f"not valid YAML: {e}") from None
+    finally:
+        loader.dispose()
+
+
 def load(paths: Iterable[str | os.PathLike]) -> Inventory:
     """Load one or more inventory files or directories (every ``*.yml``/``*.yaml``)."""
     builder = _Builder()
@@ -365,22 +385,7 @@ def load(paths: Iterable[str | os.PathLike]) -> Inventory:
     for path in paths:
         for file in _files(Path(path)):
             sources.append(str(file))
-            try:
-                text = file.read_text(encoding="utf-8")
-            except (OSError, UnicodeDecodeError) as e:
-                raise InventoryError(str(file), f"cannot read: {e}") from None
-            loader = _Loader(text)
-            loader.name = str(file)
-            try:
-                doc = loader.get_single_data()
-            except yaml.MarkedYAMLError as e:
-                mark = e.problem_mark or e.context_mark
-                line = mark.line + 1 if mark else 0
-                raise InventoryError(f"{file}:{line}", f"not valid YAML: {e.problem or e}") from None
-            except yaml.YAMLError as e:
-                raise InventoryError(str(file), f"not valid YAML: {e}") from None
-            finally:
-                loader.dispose()
+            doc = read_yaml(file)
             if doc is None:
                 continue
             if not isinstance(doc, _Map):

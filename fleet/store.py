@@ -25,6 +25,8 @@ CREATE TABLE IF NOT EXISTS runs (
     command TEXT, status TEXT, manifest TEXT);
 CREATE TABLE IF NOT EXISTS kernels (
     run_id TEXT, host TEXT, name TEXT, total_ns INTEGER, instances INTEGER);
+CREATE TABLE IF NOT EXISTS metrics (
+    run_id TEXT, playbook TEXT, metric TEXT, device TEXT, value REAL, flags TEXT, started TEXT);
 CREATE TABLE IF NOT EXISTS reports (
     run_id TEXT, host TEXT, path TEXT, tool TEXT, status TEXT, sha256 TEXT, size INTEGER,
     gpu TEXT, driver TEXT, tool_version TEXT, started TEXT,
@@ -64,6 +66,11 @@ def index_manifest(db: sqlite3.Connection, path: Path) -> None:
     m = json.loads(path.read_text())
     db.execute("DELETE FROM reports WHERE run_id = ?", (m["run_id"],))
     db.execute("DELETE FROM kernels WHERE run_id = ?", (m["run_id"],))
+    db.execute("DELETE FROM metrics WHERE run_id = ?", (m["run_id"],))
+    pb = m.get("playbook") or {}
+    db.executemany("INSERT INTO metrics VALUES (?,?,?,?,?,?,?)",
+                   [(m["run_id"], pb.get("name"), r["metric"], r["device"], r["value"], json.dumps(r["flags"]),
+                     m["started"]) for r in pb.get("metrics") or []])
     db.execute("INSERT OR REPLACE INTO runs VALUES (?,?,?,?,?,?,?,?,?)",
                (m["run_id"], m["site"], m["day"], m["started"], m["user"], m["request"]["tool"],
                 json.dumps(m["request"]["command"]), m["status"], str(path)))
@@ -94,7 +101,7 @@ def reindex(store: Path) -> int:
     """Rebuild the catalog from every manifest under the store; returns the number of runs."""
     manifests = sorted(store.glob("*/*/*/manifest.json"))
     with closing(catalog(store)) as db, db:
-        for table in ("runs", "reports", "kernels"):
+        for table in ("runs", "reports", "kernels", "metrics"):
             db.execute(f"DELETE FROM {table}")
         for m in manifests:
             index_manifest(db, m)
@@ -117,6 +124,17 @@ def reports(store: Path, *, host: str | None = None, since: str | None = None, t
     with closing(catalog(store)) as db:
         db.row_factory = sqlite3.Row
         return [dict(r) for r in db.execute(sql, args)]
+
+
+def metric_history(store: Path, playbook: str, since: str | None = None) -> list[dict]:
+    """Every catalogued value of a playbook's metrics, oldest first."""
+    if not (store / "catalog.sqlite").exists():
+        return []
+    with closing(catalog(store)) as db:
+        db.row_factory = sqlite3.Row
+        rows = db.execute("SELECT * FROM metrics WHERE playbook = ? AND started >= ? ORDER BY started, run_id",
+                          (playbook, since or "")).fetchall()
+    return [dict(r, flags=json.loads(r["flags"])) for r in rows]
 
 
 def run_status(host_statuses: Iterable[str]) -> str:

@@ -1,0 +1,190 @@
+"""Nightly profiling from the command line: ``fleet run``, ``fleet schedule``, ``fleet nightly report``."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import click
+
+from . import exitcodes
+
+if TYPE_CHECKING:
+    from .cli import Context
+
+
+def _fail(message: str, code: int = exitcodes.USAGE) -> None:
+    click.echo(f"fleet: {message}", err=True)
+    sys.exit(code)
+
+
+def _playbook(path: str):
+    from .playbook import load
+
+    return load(path)  # PlaybookError is an InventoryError: the CLI prints file:line and exits 2
+
+
+def run_playbook(obj: "Context", path: str, store_root, dry_run: bool, poll: float = 5.0) -> dict:
+    from . import nightly, store
+    from .containers import ContainerError
+    from .slurm.jobs import SlurmError
+
+    pb = _playbook(path)
+
+    async def go():
+        async with obj.fanout_for_run() as fan:
+            return await nightly.run_playbook(fan, obj.inventory, pb, embedded=not obj.inventories,
+                                              store_root=store.root(store_root), dry_run=dry_run, poll=poll)
+
+    try:
+        return asyncio.run(go())
+    except (SlurmError, ContainerError) as e:
+        _fail(str(e), exitcodes.FAILED)
+
+
+@click.command("run")
+@click.argument("playbook", type=click.Path(exists=True, dir_okay=False))
+@click.option("--store", "store_root", type=click.Path(), envvar="FLEET_STORE")
+@click.option("--dry-run", is_flag=True, help="What would run (the batch script on Slurm); nothing is submitted.")
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_obj
+def run_cmd(obj: "Context", playbook, store_root, dry_run, as_json):
+    """Run PLAYBOOK once, as fleet profile would, and catalogue its metrics."""
+    m = run_playbook(obj, playbook, store_root, dry_run)
+    if as_json or dry_run and "slurm" not in m:
+        click.echo(json.dumps(m, indent=2, default=str))
+    elif dry_run:
+        click.echo(m["slurm"]["script"], nl=False)
+    else:
+        click.echo(f"run {m['run_id']}: {m['status']}")
+        for row in m.get("playbook", {}).get("metrics", []):
+            flags = f"  (flagged: {'; '.join(row['flags'])})" if row["flags"] else ""
+            click.echo(f"  {row['metric']} on {row['device']}: {row['value'] / 1e6:.4g} ms{flags}")
+    sys.exit(exitcodes.OK if dry_run or m["status"] == "complete" else exitcodes.PARTIAL
+             if m["status"] == "partial" else exitcodes.FAILED)
+
+
+@click.group()
+def schedule():
+    """Run playbooks unattended (scrontab, a self-resubmitting Slurm job, or crontab)."""
+
+
+@schedule.command("install")
+@click.argument("playbook", type=click.Path(exists=True, dir_okay=False))
+@click.option("--cron", help="When, as a 5-field cron expression, e.g. '0 2 * * *'.")
+@click.option("--every", help="Or every DURATION (30s, 15m, 6h, 1d).")
+@click.option("--name", help="The schedule's name (default: the playbook's).")
+@click.option("--backend", type=click.Choice(["scrontab", "resubmit", "crontab"]),
+              help="Force a way (default: the best this site has).")
+@click.option("--sbatch-arg", "sbatch_args", multiple=True, help="sbatch option for the scheduling job.")
+@click.option("--store", "store_root", type=click.Path(), envvar="FLEET_STORE")
+@click.pass_obj
+def schedule_install(obj: "Context", playbook, cron, every, name, backend, sbatch_args, store_root):
+    """Schedule PLAYBOOK; each firing is a normal `fleet run`."""
+    from . import schedule as sched
+    from . import store
+
+    pb = _playbook(playbook)
+    root = store.root(store_root).resolve()
+    env = {k: v for k, v in os.environ.items() if k.startswith(("FLEET_", "SLURM_CONF")) or k in ("PATH", "HOME")}
+    env["FLEET_STORE"] = str(root)
+    if obj.inventories:
+        env["FLEET_INVENTORY"] = " ".join(str(Path(i).resolve()) for i in obj.inventories)
+    here = False
+    if pb.on_slurm:
+        from .slurm.cluster import choose
+
+        here = choose(obj.inventory, pb.target.get("partition"), pb.target.get("cluster"),
+                      embedded=not obj.inventories).local
+    try:
+        record = sched.install(root, name or pb.name, playbook, cron=cron,
+                               every=sched.every_seconds(every) if every else None, on_slurm_here=here, env=env,
+                               sbatch_args=tuple(sbatch_args), backend=backend)
+    except sched.ScheduleError as e:
+        _fail(str(e))
+    click.echo(f"scheduled {record['name']} ({record.get('cron') or 'every %ss' % record['every']}) with "
+               f"{record['backend']}" + (f": job {record['job_id']}" if record.get("job_id") else ""))
+
+
+@schedule.command("ls")
+@click.option("--store", "store_root", type=click.Path(), envvar="FLEET_STORE")
+@click.option("--json", "as_json", is_flag=True)
+def schedule_ls(store_root, as_json):
+    """The schedules and how often each has fired."""
+    from . import schedule as sched
+    from . import store
+
+    records = [json.loads(p.read_text()) for p in sorted(sched.records_dir(store.root(store_root)).glob("*.json"))]
+    if as_json:
+        click.echo(json.dumps({"schedules": records}, indent=2))
+        return
+    for r in records:
+        click.echo(f"{r['name']}  {r.get('cron') or 'every %ss' % r['every']}  {r['backend']}  fired {r['fired']}x"
+                   f"  {r['playbook']}")
+
+
+@schedule.command("rm")
+@click.argument("name")
+@click.option("--store", "store_root", type=click.Path(), envvar="FLEET_STORE")
+def schedule_rm(name, store_root):
+    """Remove a schedule (a pending scheduling job is cancelled)."""
+    from . import schedule as sched
+    from . import store
+
+    try:
+        record = sched.remove(store.root(store_root), name)
+    except sched.ScheduleError as e:
+        _fail(str(e))
+    click.echo(f"removed {name} ({record['backend']})")
+
+
+@schedule.command("fire", hidden=True)
+@click.argument("name")
+@click.option("--store", "store_root", type=click.Path(), envvar="FLEET_STORE")
+@click.pass_obj
+def schedule_fire(obj: "Context", name, store_root):
+    """Run by the schedule itself: the next occurrence is set up, then the playbook runs."""
+    from . import schedule as sched
+    from . import store
+
+    try:
+        record = sched.fire(store.root(store_root), name)
+    except sched.ScheduleError as e:
+        _fail(str(e))
+    m = run_playbook(obj, record["playbook"], store_root, False)
+    click.echo(f"schedule {name}: run {m['run_id']} {m['status']}")
+
+
+@click.group()
+def nightly():
+    """Trends and verdicts over the catalogued runs of playbooks."""
+
+
+@nightly.command("report")
+@click.argument("playbooks", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False))
+@click.option("--since", help="Only runs started on or after this date (YYYY-MM-DD).")
+@click.option("--out", default="fleet-nightly.html", show_default=True, type=click.Path(dir_okay=False),
+              help="The HTML page (its JSON twin goes beside it).")
+@click.option("--notify", help="Run this shell command with the summary on its stdin (mail, chat webhook).")
+@click.option("--store", "store_root", type=click.Path(), envvar="FLEET_STORE")
+@click.option("--json", "as_json", is_flag=True)
+def nightly_report(playbooks, since, out, notify, store_root, as_json):
+    """One static HTML page: a trend plot per metric and device, the verdicts, links to the reports.
+    Exit 7 when any metric is called a Regression."""
+    from . import nightly as nightly_mod
+    from . import store
+
+    summary = nightly_mod.report(store.root(store_root), [_playbook(p) for p in playbooks], Path(out), since)
+    lines = [f"{p['name']}: {len(p['verdicts'])} metric(s) over {p['runs']} run(s); " +
+             ", ".join(f"{v['verdict']}: {v['metric']} ({v['device']})" for v in p["verdicts"])
+             for p in summary["playbooks"]]
+    text = "\n".join(lines + [f"REGRESSION {r}" for r in summary["regressions"]] + [f"report: {out}"]) + "\n"
+    click.echo(json.dumps(summary, indent=2) if as_json else text, nl=not as_json)
+    if notify:
+        subprocess.run(notify, shell=True, input=text, text=True, check=False)
+    sys.exit(exitcodes.REGRESSION if summary["regressions"] else exitcodes.OK)

@@ -1,0 +1,88 @@
+"""Nightly profiling: run a playbook through the ordinary profile paths, and report on trends.
+
+``run_playbook`` is ``fleet profile`` with the playbook's request (lab hosts or
+a Slurm job); the run's manifest then gets the playbook's metrics, read from
+the summaries that came home, and the catalog indexes them. ``report`` judges
+every metric's history (:mod:`fleet.trends`) and writes one static HTML page
+and its JSON twin.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from . import profile, store, trends
+from .playbook import Playbook, run_metrics
+from .plan import ProfileRequest
+from .report_html import render
+
+if TYPE_CHECKING:
+    from .inventory import Inventory
+    from .transport import Fanout
+
+
+def request_for(pb: Playbook) -> ProfileRequest:
+    return ProfileRequest(tool=pb.tool, command=pb.command, run_id=profile.new_run_id(),
+                          profiler_args=pb.profiler_args)
+
+
+def job_spec(pb: Playbook):
+    from .slurm.script import JobSpec
+
+    t = pb.target
+    return JobSpec(partition=t.get("partition"), nodes=t.get("nodes"), ntasks=t.get("ntasks"),
+                   ntasks_per_node=t.get("ntasks_per_node"), gpus=t.get("gpus"), gres=t.get("gres"),
+                   time=t.get("time"), account=t.get("account"), qos=t.get("qos"),
+                   ranks=tuple(t["ranks"]) if t.get("ranks") is not None else None,
+                   launcher=t.get("launcher", "srun"))
+
+
+async def run_playbook(fan: "Fanout", inventory: "Inventory", pb: Playbook, *, embedded: bool, store_root: Path,
+                       dry_run: bool = False, poll: float = 5.0) -> dict:
+    """One run of the playbook; its manifest (with the playbook's metrics) is in the store."""
+    req = request_for(pb)
+    if pb.on_slurm:
+        from .slurm import run as slurm_run
+        from .slurm.cluster import choose
+
+        cluster = choose(inventory, pb.target.get("partition"), pb.target.get("cluster"), embedded=embedded)
+        manifest = await slurm_run.profile(fan, cluster, req, job_spec(pb), store_root=store_root,
+                                           site=cluster.name, dry_run=dry_run, poll=poll)
+    else:
+        hosts = inventory.select([pb.target["hosts"]])
+        runs = await profile.profile(fan, hosts, req, store_root=store_root, site="lab", dry_run=dry_run)
+        if dry_run:
+            return {"run_id": req.run_id, "status": "dry-run", "hosts": [r.to_json() for r in runs]}
+        manifest = json.loads(store.manifest_of(store_root, req.run_id).read_text())
+    if dry_run:
+        return manifest
+    manifest["playbook"] = {"name": pb.name, "path": pb.path, "metrics": run_metrics(pb, manifest),
+                            "thresholds": pb.thresholds}
+    path = store.write_manifest(store.run_dir(store_root, manifest["site"], manifest["run_id"]), manifest)
+    store.record(store_root, path)
+    return manifest
+
+
+def report(store_root: Path, playbooks: list[Playbook], out: Path, since: str | None = None) -> dict:
+    """Judge every playbook's history; write ``out`` (HTML) and ``out`` with .json. The summary back."""
+    sections, runs, summary = [], {}, {"playbooks": []}
+    for pb in playbooks:
+        rows = store.metric_history(store_root, pb.name, since)
+        verdicts = trends.judge_history(rows, pb.thresholds)
+        for r in rows:
+            try:
+                runs[r["run_id"]] = str(store.manifest_of(store_root, r["run_id"]).parent)
+            except LookupError:
+                pass
+        sections.append((pb.name, rows, verdicts))
+        summary["playbooks"].append({"name": pb.name, "runs": len({r["run_id"] for r in rows}),
+                                     "verdicts": [asdict(v) for v in verdicts]})
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(render(sections, runs, out.parent))
+    out.with_suffix(".json").write_text(json.dumps(summary, indent=1))
+    summary["regressions"] = [f"{p['name']}: {v['metric']} on {v['device']} {v['rel']:+.1%}"
+                              for p in summary["playbooks"] for v in p["verdicts"] if v["verdict"] == trends.REGRESSION]
+    return summary

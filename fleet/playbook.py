@@ -1,0 +1,148 @@
+"""Playbooks: named reference workloads to profile on a schedule, and what to track in them.
+
+One YAML file per playbook (``playbooks/*.yaml``), checked on load: every
+error names the file and line. A playbook becomes an ordinary profile request
+(lab hosts, or a Slurm job shape), so a nightly run is a normal run: gathered,
+verified and catalogued, with its metrics read from the ``nsys stats``
+summaries fleet keeps beside each report.
+"""
+
+from __future__ import annotations
+
+import csv
+import fnmatch
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .inventory import InventoryError, read_yaml
+
+METRIC_KINDS = ("gpu_kernel_total", "kernel", "top_kernels", "nvtx")
+TARGET_KEYS = {"partition": str, "cluster": str, "hosts": str, "nodes": int, "ntasks": int,
+               "ntasks_per_node": int, "gpus": str, "gres": str, "time": str, "account": str, "qos": str,
+               "ranks": list, "launcher": str}
+DEFAULT_THRESHOLDS = {"regression": 0.10, "suspicious": 0.05, "consecutive": 2, "baseline_runs": 7, "min_runs": 3}
+
+
+class PlaybookError(InventoryError):
+    """A malformed playbook; ``str()`` reads ``file:line: what is wrong``."""
+
+
+@dataclass(frozen=True)
+class Metric:
+    kind: str
+    name: str | None = None      # kernel / nvtx: a glob on the name
+    count: int = 5               # top_kernels
+
+    @property
+    def label(self) -> str:
+        return {"gpu_kernel_total": "total GPU kernel time", "top_kernels": f"top {self.count} kernels' time",
+                }.get(self.kind, f"{self.kind} {self.name}")
+
+
+@dataclass(frozen=True)
+class Playbook:
+    name: str
+    path: str
+    command: tuple[str, ...]
+    target: dict[str, Any]
+    tool: str = "nsys"
+    profiler_args: tuple[str, ...] = ()
+    metrics: tuple[Metric, ...] = (Metric("gpu_kernel_total"),)
+    thresholds: dict[str, float] = field(default_factory=lambda: dict(DEFAULT_THRESHOLDS))
+
+    @property
+    def on_slurm(self) -> bool:
+        return "partition" in self.target or "cluster" in self.target
+
+
+def _fail(path: Path, doc: Any, key: Any, message: str) -> PlaybookError:
+    line = doc.line_of(key) if hasattr(doc, "line_of") and key in doc else getattr(doc, "line", None) or 1
+    return PlaybookError(f"{path}:{line}", message)
+
+
+def load(path: str | Path) -> Playbook:
+    path = Path(path)
+    doc = read_yaml(path)
+    if not hasattr(doc, "line_of"):
+        raise PlaybookError(f"{path}:1", "a playbook is a mapping (name, target, command, metrics, ...)")
+    known = {"name", "target", "command", "tool", "profiler_args", "metrics", "thresholds", "description"}
+    for key in doc:
+        if key not in known:
+            raise _fail(path, doc, key, f"unknown key {key!r} (known: {', '.join(sorted(known))})")
+    command = doc.get("command")
+    if isinstance(command, str) or not command or not all(isinstance(w, (str, int, float)) for w in command):
+        raise _fail(path, doc, "command" if "command" in doc else None,
+                    "command must be a list of words, e.g. [python3, bench.py, --steps, '100']")
+    target = doc.get("target")
+    if not hasattr(target, "line_of") or not ({"partition", "cluster", "hosts"} & set(target)):
+        raise _fail(path, doc, "target" if "target" in doc else None,
+                    "target must be a mapping with partition (Slurm) or hosts (lab servers)")
+    for key, value in target.items():
+        if key not in TARGET_KEYS or not isinstance(value, TARGET_KEYS[key]) or isinstance(value, bool):
+            want = TARGET_KEYS.get(key)
+            raise _fail(path, target, key, f"target.{key}: " + (f"must be a {want.__name__}" if want else
+                        f"unknown (known: {', '.join(sorted(TARGET_KEYS))})"))
+    tool = doc.get("tool", "nsys")
+    if tool not in ("nsys", "ncu"):
+        raise _fail(path, doc, "tool", "tool must be nsys or ncu")
+    metrics = []
+    for i, m in enumerate(doc.get("metrics") or [{"kind": "gpu_kernel_total"}]):
+        where = doc.get("metrics")
+        if not isinstance(m, dict) or m.get("kind") not in METRIC_KINDS:
+            raise PlaybookError(f"{path}:{getattr(m, 'line', getattr(where, 'line', 1))}",
+                                f"metrics[{i}]: kind must be one of {', '.join(METRIC_KINDS)}")
+        if m["kind"] in ("kernel", "nvtx") and not isinstance(m.get("name"), str):
+            raise _fail(path, m, "kind", f"metrics[{i}]: a {m['kind']} metric needs name (a glob)")
+        metrics.append(Metric(m["kind"], m.get("name"), int(m.get("count", 5))))
+    thresholds = dict(DEFAULT_THRESHOLDS)
+    for key, value in (doc.get("thresholds") or {}).items():
+        if key not in DEFAULT_THRESHOLDS or not isinstance(value, (int, float)) or isinstance(value, bool) \
+                or value < 0:
+            raise _fail(path, doc["thresholds"], key, f"thresholds.{key}: unknown or not a positive number "
+                                                      f"(known: {', '.join(DEFAULT_THRESHOLDS)})")
+        thresholds[key] = value
+    return Playbook(str(doc.get("name") or path.stem), str(path), tuple(str(w) for w in command), dict(target), tool,
+                    tuple(str(a) for a in doc.get("profiler_args") or ()), tuple(metrics), thresholds)
+
+
+# --- metrics from a run's summaries ---
+
+def _rows(csv_path: Path) -> list[dict]:
+    with open(csv_path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def _total(row: dict) -> float:
+    return float(row.get("Total Time (ns)") or row.get("Total Time") or 0)
+
+
+def metric_values(metric: Metric, summaries: dict[str, Path]) -> dict[str, float]:
+    """name -> value (ns) for one metric of one rank, from its stored ``nsys stats`` CSV files."""
+    kern = _rows(summaries["cuda_gpu_kern_sum"]) if "cuda_gpu_kern_sum" in summaries else []
+    if metric.kind == "gpu_kernel_total":
+        return {metric.label: sum(_total(r) for r in kern)} if kern else {}
+    if metric.kind == "kernel":
+        hits = [r for r in kern if fnmatch.fnmatchcase(r.get("Name", ""), metric.name or "")]
+        return {metric.label: sum(_total(r) for r in hits)} if hits else {}
+    if metric.kind == "top_kernels":
+        top = sorted(kern, key=_total, reverse=True)[:metric.count]
+        return {f"kernel {r.get('Name')}": _total(r) for r in top}
+    nvtx = _rows(summaries["nvtx_sum"]) if "nvtx_sum" in summaries else []
+    hits = [r for r in nvtx if fnmatch.fnmatchcase(r.get("Range", r.get("Name", "")), metric.name or "")]
+    return {metric.label: sum(_total(r) for r in hits)} if hits else {}
+
+
+def run_metrics(playbook: Playbook, manifest: dict) -> list[dict]:
+    """One row per metric, device and rank of a finished run, with the noise context."""
+    out = []
+    for h in manifest["hosts"]:
+        summaries = {rep["summary"]: Path(rep["stored"]) for rep in h.get("reports", [])
+                     if rep.get("status") == "summary" and rep.get("verified")}
+        flagged = [f"tenant: {t}" for t in h.get("tenants_seen") or []] + list(h.get("given_up") or [])
+        device = f"{h.get('gpu') or 'no GPU'} on {h.get('host')}" + (f" rank {h['rank']}" if "rank" in h else "")
+        for metric in playbook.metrics:
+            for name, value in metric_values(metric, summaries).items():
+                out.append({"metric": name, "device": device, "value": value, "flags": flagged,
+                            "gpu": h.get("gpu"), "driver": h.get("driver"), "tool_version": h.get("tool_version")})
+    return out

@@ -1,0 +1,173 @@
+"""Nightly profiling: verdicts on synthetic histories, playbook checks, a schedule that fires
+unattended on a real Slurm cluster (this machine as its login node), and the HTML report
+opened in headless Chromium."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from fleet import playbook, store, trends
+from tests.conftest import REPO, announce, run_fleet
+from tests.harness.slurm import SlurmCluster
+
+T = dict(playbook.DEFAULT_THRESHOLDS)
+CHROMIUM = shutil.which("chromium")
+
+
+def history(values, flagged=()):
+    return [{"value": v, "flags": ["tenant: GPU 0: pid 7 (bob)"] if i in flagged else []}
+            for i, v in enumerate(values)]
+
+
+def test_a_planted_20_percent_slowdown_is_a_regression_and_noise_is_not():
+    base = [100.0, 103.0, 98.0, 101.0, 99.0, 102.0, 100.0]
+    step = trends.judge("t", "d", history(base + [120.0, 121.0]), T)
+    assert step.verdict == trends.REGRESSION and 0.19 < step.rel < 0.22
+    noise = trends.judge("t", "d", history(base + [103.0, 97.0, 104.0]), T)
+    assert noise.verdict == trends.NO_CHANGE
+    once = trends.judge("t", "d", history(base + [120.0]), T)  # not yet twice in a row
+    assert once.verdict == trends.SUSPICIOUS
+    assert trends.judge("t", "d", history(base + [120.0]), dict(T, consecutive=1)).verdict == trends.REGRESSION
+    assert trends.judge("t", "d", history([100.0, 120.0, 121.0]), T).verdict == trends.INSUFFICIENT
+
+
+def test_runs_with_tenants_are_shown_but_neither_baseline_nor_judged():
+    values = [100.0, 101.0, 99.0, 100.0, 150.0, 160.0]  # the slow ones had a tenant on the GPU
+    v = trends.judge("t", "d", history(values, flagged={4, 5}), T)
+    assert v.verdict == trends.NO_CHANGE and v.value == 100.0 and "tenants" in v.note
+
+
+def test_playbook_errors_name_file_and_line(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: x\ntarget:\n  partition: gpu\ncommand: python3 train.py\n")
+    with pytest.raises(playbook.PlaybookError, match=r"bad.yaml:4: command must be a list"):
+        playbook.load(bad)
+    bad.write_text("name: x\ntarget:\n  partition: gpu\n  nodez: 2\ncommand: [a]\n")
+    with pytest.raises(playbook.PlaybookError, match=r"bad.yaml:4: target.nodez: unknown"):
+        playbook.load(bad)
+    bad.write_text("target: {hosts: h01}\ncommand: [a]\nmetrics:\n  - kind: kernel\n")
+    with pytest.raises(playbook.PlaybookError, match=r"bad.yaml:4: metrics\[0\]: a kernel metric needs name"):
+        playbook.load(bad)
+    for shipped in sorted((REPO / "playbooks").glob("*.yaml")):
+        assert playbook.load(shipped).metrics  # the examples load
+
+
+def plant_history(root: Path, name: str, values: list[float]) -> list[str]:
+    """Runs of a playbook as the catalog holds them (a manifest each, as fleet run writes it)."""
+    ids = []
+    for i, v in enumerate(values):
+        run_id = f"202611{i + 1:02d}-020000-{i:04x}"
+        m = {"run_id": run_id, "site": "hpc", "day": f"2026-11-{i + 1:02d}", "started": f"2026-11-{i + 1:02d}T02:00",
+             "user": "ana", "request": {"tool": "nsys", "command": ["python3", "train.py"]}, "status": "complete",
+             "hosts": [], "playbook": {"name": name, "metrics": [
+                 {"metric": "total GPU kernel time", "device": "NVIDIA H200 on node1 rank 0", "value": v * 1e6,
+                  "flags": []}]}}
+        store.record(root, store.write_manifest(store.run_dir(root, "hpc", run_id), m))
+        ids.append(run_id)
+    return ids
+
+
+def screenshot(page: Path, png: Path) -> str:
+    """Headless Chromium: the page as a picture, and the DOM it rendered."""
+    flags = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+             "--disable-component-update", "--disable-sync", "--no-first-run", "--hide-scrollbars",
+             f"--user-data-dir={png.parent / 'chromium-profile'}"]
+    subprocess.run([CHROMIUM, *flags, f"--screenshot={png}", "--window-size=900,1100", page.as_uri()],
+                   capture_output=True, timeout=120, check=True)
+    return subprocess.run([CHROMIUM, *flags, "--dump-dom", page.as_uri()], capture_output=True, text=True,
+                          timeout=120, check=True).stdout
+
+
+def test_the_report_calls_the_regression_exits_7_and_notifies(tmp_path):
+    pb = tmp_path / "train.yaml"
+    pb.write_text(yaml.safe_dump({"name": "train-step", "target": {"partition": "gpu"}, "command": ["true"]}))
+    ids = plant_history(tmp_path / "store", "train-step", [100, 102, 99, 101, 100, 98, 101, 121, 122])
+    out, notified = tmp_path / "site" / "nightly.html", tmp_path / "notified.txt"
+    r = run_fleet("nightly", "report", str(pb), "--out", str(out), "--notify", f"cat > {notified}",
+                  env={"FLEET_STORE": str(tmp_path / "store")})
+    assert r.returncode == 7, r.stdout + r.stderr
+    assert "REGRESSION train-step: total GPU kernel time on NVIDIA H200 on node1 rank 0 +2" in notified.read_text()
+    page = out.read_text()
+    assert all(run_id in page for run_id in ids) and "Regression" in page
+    summary = json.loads(out.with_suffix(".json").read_text())
+    assert summary["playbooks"][0]["verdicts"][0]["verdict"] == "Regression"
+    if CHROMIUM is None:
+        pytest.skip("chromium is not installed (scripts/test installs it)")
+    png = tmp_path / "nightly.png"
+    dom = screenshot(out, png)
+    assert dom.count('class="point"') == len(ids) and 'class="trend"' in dom and 'class="baseline"' in dom
+    assert png.stat().st_size > 10_000  # a rendered page, not a blank one
+    if os.environ.get("FLEET_UPDATE_DOCS"):
+        shutil.copy(png, REPO / "docs" / "nightly-report.png")
+
+
+@pytest.fixture(scope="module")
+def local_slurm(pytestconfig):
+    """A one-node Slurm cluster whose login node is this machine (fleet runs here, as root)."""
+    with SlurmCluster(1) as s:
+        announce(pytestconfig, f"started Slurm (munged, slurmctld, slurmd node1) under {s.dir} for schedules")
+        yield s
+
+
+def test_a_scheduled_playbook_runs_twice_unattended_and_both_runs_are_reported(local_slurm, tmp_path):
+    runs_dir = tmp_path / "runs"
+    inventory = tmp_path / "inventory.yaml"
+    inventory.write_text(yaml.safe_dump({"all": {"hosts": {"login": {
+        "ansible_connection": "local", "slurm_login": "login", "report_dir": str(runs_dir),
+        "nsys_path": str(REPO / "tests" / "standins" / "nsys")}}}}))
+    pb = tmp_path / "nightly.yaml"
+    pb.write_text(yaml.safe_dump({"name": "nightly-ci", "target": {"partition": "gpu", "ntasks": 1},
+                                  "command": ["sleep", "0.2"], "metrics": [{"kind": "gpu_kernel_total"}]}))
+    env = {**local_slurm.env, "FLEET_STORE": str(tmp_path / "store"), "FLEET_INVENTORY": str(inventory),
+           "PATH": os.environ["PATH"]}
+    r = run_fleet("schedule", "install", str(pb), "--every", "2s", env=env)
+    assert r.returncode == 0 and "with resubmit: job" in r.stdout, r.stdout + r.stderr
+    try:
+        deadline = time.monotonic() + 120
+        while len(store.metric_history(tmp_path / "store", "nightly-ci")) < 2:
+            assert time.monotonic() < deadline, list((tmp_path / "store" / "schedules").glob("*.out"))
+            time.sleep(0.5)
+    finally:
+        rm = run_fleet("schedule", "rm", "nightly-ci", env=env)
+    assert rm.returncode == 0, rm.stderr
+    rows = store.metric_history(tmp_path / "store", "nightly-ci")
+    run_ids = sorted({row["run_id"] for row in rows})
+    assert len(run_ids) >= 2 and all(row["value"] > 0 for row in rows)
+    for run_id in run_ids:  # normal runs: reports gathered and verified
+        m = json.loads(store.manifest_of(tmp_path / "store", run_id).read_text())
+        assert m["status"] == "complete" and m["hosts"][0]["reports"][0]["verified"]
+    out = tmp_path / "nightly.html"
+    rep = run_fleet("nightly", "report", str(pb), "--out", str(out), env=env)
+    assert rep.returncode == 0, rep.stdout + rep.stderr
+    assert all(run_id in out.read_text() for run_id in run_ids)
+    # Nothing is left pending once the schedule is removed.
+    time.sleep(1)
+    assert "fleet-schedule" not in local_slurm.run("squeue", "-h", "-o", "%j").stdout
+
+
+def test_cron_times_and_the_other_backends_lines():
+    from datetime import datetime
+
+    from fleet import schedule
+
+    assert schedule.next_cron("0 2 * * *", datetime(2026, 11, 29, 13, 5)) == datetime(2026, 11, 30, 2, 0)
+    assert schedule.next_cron("*/15 * * * 1-5", datetime(2026, 11, 28, 23, 50)) == datetime(2026, 11, 30, 0, 0)
+    assert schedule.every_seconds("6h") == 21600 and schedule.every_seconds("45") == 45
+    for bad in ("0 2 * *", "61 * * * *"):
+        with pytest.raises(schedule.ScheduleError):
+            schedule.next_cron(bad, datetime(2026, 1, 1))
+    record = {"name": "n", "cron": "0 2 * * *", "every": None, "python": "/opt/fleet/bin/python",
+              "env": {"FLEET_STORE": "/srv/store"}, "dir": "/srv/store/schedules", "playbook": "/p.yaml"}
+    line = schedule.crontab_line(record)
+    assert line.startswith("0 2 * * * FLEET_STORE=/srv/store /opt/fleet/bin/python -m fleet schedule fire n")
+    assert line.rstrip().endswith("# fleet-schedule:n")
+    assert schedule.scrontab_lines(record).startswith("#SCRON --job-name=fleet-schedule-n ")
+    assert "exec /opt/fleet/bin/python -m fleet schedule fire n" in schedule.batch_script(record)
