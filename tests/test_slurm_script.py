@@ -18,7 +18,7 @@ import pytest
 
 from fleet import containers, policy
 from fleet.plan import ProfileRequest
-from fleet.slurm import jobs, launchers
+from fleet.slurm import jobs
 from fleet.containers import Container, ContainerError
 from fleet.slurm.launchers import LauncherError, launch, script_index
 from fleet.slurm.script import JobFiles, JobSpec, render
