@@ -62,9 +62,12 @@ def run_cmd(obj: "Context", playbook, store_root, dry_run, as_json):
         click.echo(m["slurm"]["script"], nl=False)
     else:
         click.echo(f"run {m['run_id']}: {m['status']}")
+        from .report_html import scale
+
         for row in m.get("playbook", {}).get("metrics", []):
             flags = f"  (flagged: {'; '.join(row['flags'])})" if row["flags"] else ""
-            click.echo(f"  {row['metric']} on {row['device']}: {row['value'] / 1e6:.4g} ms{flags}")
+            div, unit = scale(row["metric"])
+            click.echo(f"  {row['metric']} on {row['device']}: {row['value'] / div:.4g} {unit}{flags}")
     sys.exit(exitcodes.OK if dry_run or m["status"] == "complete" else exitcodes.PARTIAL
              if m["status"] == "partial" else exitcodes.FAILED)
 

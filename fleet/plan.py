@@ -58,6 +58,7 @@ class Plan:
     lock_wait: float = 0.0
     tool: str = ""
     nsys: str | None = None                     # for finishing a leftover .qdstrm
+    ncu: str | None = None                      # for reading an ncu report's metrics on the node
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -119,4 +120,4 @@ def plan(host: str, state: NodeState, req: ProfileRequest, owned_sysctls: dict[s
     return Plan(host, OK, tuple(notes), None, tuple(argv), env, output, f"{rd}/{req.run_id}", sysctls, owned,
                 tuple(g["uuid"] for g in chosen) if uses_counters else (), recheck, pause, tuple(given_up),
                 timeout=req.timeout, lock_wait=req.lock_wait, tool=req.tool,
-                nsys=(tools.get("nsys") or {}).get("path"))
+                nsys=(tools.get("nsys") or {}).get("path"), ncu=(tools.get("ncu") or {}).get("path"))

@@ -17,7 +17,7 @@ from typing import Any
 
 from .inventory import InventoryError, read_yaml
 
-METRIC_KINDS = ("gpu_kernel_total", "kernel", "top_kernels", "nvtx")
+METRIC_KINDS = ("gpu_kernel_total", "kernel", "top_kernels", "nvtx", "ncu")
 TARGET_KEYS = {"partition": str, "cluster": str, "hosts": str, "nodes": int, "ntasks": int,
                "ntasks_per_node": int, "gpus": str, "gres": str, "time": str, "account": str, "qos": str,
                "ranks": list, "launcher": str}
@@ -31,11 +31,14 @@ class PlaybookError(InventoryError):
 @dataclass(frozen=True)
 class Metric:
     kind: str
-    name: str | None = None      # kernel / nvtx: a glob on the name
+    name: str | None = None      # kernel / nvtx: a glob on the name; ncu: the metric
     count: int = 5               # top_kernels
+    kernel: str = "*"            # ncu: the kernels (a glob) whose values are summed
 
     @property
     def label(self) -> str:
+        if self.kind == "ncu":
+            return f"ncu {self.name}" + ("" if self.kernel == "*" else f" of {self.kernel}")
         return {"gpu_kernel_total": "total GPU kernel time", "top_kernels": f"top {self.count} kernels' time",
                 }.get(self.kind, f"{self.kind} {self.name}")
 
@@ -92,9 +95,10 @@ def load(path: str | Path) -> Playbook:
         if not isinstance(m, dict) or m.get("kind") not in METRIC_KINDS:
             raise PlaybookError(f"{path}:{getattr(m, 'line', getattr(where, 'line', 1))}",
                                 f"metrics[{i}]: kind must be one of {', '.join(METRIC_KINDS)}")
-        if m["kind"] in ("kernel", "nvtx") and not isinstance(m.get("name"), str):
-            raise _fail(path, m, "kind", f"metrics[{i}]: a {m['kind']} metric needs name (a glob)")
-        metrics.append(Metric(m["kind"], m.get("name"), int(m.get("count", 5))))
+        if m["kind"] in ("kernel", "nvtx", "ncu") and not isinstance(m.get("name"), str):
+            raise _fail(path, m, "kind", f"metrics[{i}]: a {m['kind']} metric needs name "
+                                         f"({'an ncu metric' if m['kind'] == 'ncu' else 'a glob'})")
+        metrics.append(Metric(m["kind"], m.get("name"), int(m.get("count", 5)), str(m.get("kernel", "*"))))
     thresholds = dict(DEFAULT_THRESHOLDS)
     for key, value in (doc.get("thresholds") or {}).items():
         if key not in DEFAULT_THRESHOLDS or not isinstance(value, (int, float)) or isinstance(value, bool) \
@@ -128,9 +132,23 @@ def metric_values(metric: Metric, summaries: dict[str, Path]) -> dict[str, float
     if metric.kind == "top_kernels":
         top = sorted(kern, key=_total, reverse=True)[:metric.count]
         return {f"kernel {r.get('Name')}": _total(r) for r in top}
+    if metric.kind == "ncu":
+        return ncu_value(metric, summaries["ncu_raw"]) if "ncu_raw" in summaries else {}
     nvtx = _rows(summaries["nvtx_sum"]) if "nvtx_sum" in summaries else []
     hits = [r for r in nvtx if fnmatch.fnmatchcase(r.get("Range", r.get("Name", "")), metric.name or "")]
     return {metric.label: sum(_total(r) for r in hits)} if hits else {}
+
+
+def ncu_value(metric: Metric, csv_path: Path) -> dict[str, float]:
+    """One ncu metric summed over the matching kernels of ``ncu --import --page raw --csv``
+    (a header row, a units row, a row per kernel; numbers may carry thousands separators)."""
+    rows = _rows(csv_path)
+    if not rows or metric.name not in rows[0]:
+        return {}
+    unit = rows[0][metric.name]
+    hits = [r for r in rows[1:] if fnmatch.fnmatchcase(r.get("Kernel Name", ""), metric.kernel)]
+    values = [float(r[metric.name].replace(",", "")) for r in hits if r.get(metric.name, "").strip()]
+    return {f"{metric.label} ({unit})" if unit else metric.label: sum(values)} if values else {}
 
 
 def run_metrics(playbook: Playbook, manifest: dict) -> list[dict]:

@@ -17,11 +17,18 @@ COLOURS = {REGRESSION: "#c0392b", SUSPICIOUS: "#d68910", NO_CHANGE: "#1e8449", I
 W, H, PAD = 560, 180, 40
 
 
+def scale(metric: str) -> tuple[float, str]:
+    """nsys metrics are nanoseconds, shown in ms; an ncu metric carries its unit in its label."""
+    unit = metric.rsplit("(", 1)[1].rstrip(")") if metric.endswith(")") and "(" in metric else None
+    return (1.0, unit) if unit else (1e6, "ms")
+
+
 def _plot(points: list[dict], verdict: Verdict) -> str:
-    values = [p["value"] / 1e6 for p in points]  # ns -> ms
+    div, unit = scale(verdict.metric)
+    values = [p["value"] / div for p in points]
     lo, hi = min(values), max(values)
     if verdict.baseline is not None:
-        lo, hi = min(lo, verdict.baseline / 1e6), max(hi, verdict.baseline / 1e6)
+        lo, hi = min(lo, verdict.baseline / div), max(hi, verdict.baseline / div)
     span = (hi - lo) or max(hi, 1.0) * 0.1
     lo, hi = lo - span * 0.1, hi + span * 0.1
     x = lambda i: PAD + (W - 2 * PAD) * (i / max(len(values) - 1, 1))
@@ -30,17 +37,17 @@ def _plot(points: list[dict], verdict: Verdict) -> str:
     parts = [f'<svg class="plot" role="img" width="{W}" height="{H}" viewBox="0 0 {W} {H}" '
              f'aria-label="{html.escape(verdict.metric)} on {html.escape(verdict.device)}">',
              f'<rect x="0" y="0" width="{W}" height="{H}" fill="#fbfbfb" stroke="#ddd"/>',
-             f'<text x="4" y="{y(hi) + 12:.1f}" font-size="10" fill="#555">{hi:.3g} ms</text>',
-             f'<text x="4" y="{y(lo) - 2:.1f}" font-size="10" fill="#555">{lo:.3g} ms</text>']
+             f'<text x="4" y="{y(hi) + 12:.1f}" font-size="10" fill="#555">{hi:.3g} {unit}</text>',
+             f'<text x="4" y="{y(lo) - 2:.1f}" font-size="10" fill="#555">{lo:.3g} {unit}</text>']
     if verdict.baseline is not None:
-        b = y(verdict.baseline / 1e6)
+        b = y(verdict.baseline / div)
         parts.append(f'<line class="baseline" x1="{PAD}" x2="{W - PAD}" y1="{b:.1f}" y2="{b:.1f}" '
                      'stroke="#888" stroke-dasharray="4 3"/>')
     line = " ".join(f"{x(i):.1f},{y(v):.1f}" for i, v in enumerate(values))
     parts.append(f'<polyline class="trend" points="{line}" fill="none" stroke="{colour}" stroke-width="2"/>')
     for i, (p, v) in enumerate(zip(points, values)):
         fill = "#fff" if p.get("flags") else colour
-        title = html.escape(f"{p['run_id']}: {v:.4g} ms" + ("; " + "; ".join(p["flags"]) if p.get("flags") else ""))
+        title = html.escape(f"{p['run_id']}: {v:.4g} {unit}" + ("; " + "; ".join(p["flags"]) if p.get("flags") else ""))
         parts.append(f'<circle class="point" cx="{x(i):.1f}" cy="{y(v):.1f}" r="4" fill="{fill}" '
                      f'stroke="{colour if not p.get("flags") else "#999"}"><title>{title}</title></circle>')
     parts.append("</svg>")
@@ -51,10 +58,11 @@ def _section(playbook: str, rows: list[dict], verdicts: list[Verdict], link) -> 
     series: dict[tuple[str, str], list[dict]] = {}
     for r in rows:
         series.setdefault((r["metric"], r["device"]), []).append(r)
-    fmt = lambda ns: "" if ns is None else f"{ns / 1e6:.4g} ms"
     table = ["<table><tr><th>metric</th><th>device</th><th>verdict</th><th>latest</th><th>baseline</th>"
              "<th>change</th><th>runs</th><th>note</th></tr>"]
     for v in verdicts:
+        div, unit = scale(v.metric)
+        fmt = lambda x: "" if x is None else f"{x / div:.4g} {unit}"
         table.append(f'<tr class="verdict"><td>{html.escape(v.metric)}</td><td>{html.escape(v.device)}</td>'
                      f'<td style="color:{COLOURS[v.verdict]};font-weight:bold">{v.verdict}</td>'
                      f"<td>{fmt(v.value)}</td><td>{fmt(v.baseline)}</td>"

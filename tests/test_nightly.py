@@ -60,6 +60,18 @@ def test_playbook_errors_name_file_and_line(tmp_path):
         assert playbook.load(shipped).metrics  # the examples load
 
 
+def test_ncu_metrics_are_read_from_ncus_own_csv():
+    """The CSV layout and values as ncu 2025.3 printed them on an H200 test machine."""
+    raw = REPO / "tests" / "fixtures" / "ncu-raw-h200.csv"
+    assert playbook.ncu_value(playbook.Metric("ncu", "gpu__time_duration.sum"), raw) == {
+        "ncu gpu__time_duration.sum (us)": pytest.approx(21.76)}
+    assert playbook.ncu_value(playbook.Metric("ncu", "gpu__time_duration.sum", kernel="*gemm*"), raw) == {
+        "ncu gpu__time_duration.sum of *gemm* (us)": pytest.approx(14.336)}
+    assert playbook.ncu_value(playbook.Metric("ncu", "dram__bytes.sum"), raw) == {}
+    from fleet.report_html import scale
+    assert scale("ncu gpu__time_duration.sum (us)") == (1.0, "us") and scale("total GPU kernel time") == (1e6, "ms")
+
+
 def plant_history(root: Path, name: str, values: list[float]) -> list[str]:
     """Runs of a playbook as the catalog holds them (a manifest each, as fleet run writes it)."""
     ids = []

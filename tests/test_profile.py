@@ -138,8 +138,9 @@ def test_ncu_runs_alone_on_its_gpu_and_the_report_comes_home(lab):
     assert out.returncode == 0, out.stderr
     [run] = json.loads(out.stdout)["hosts"]
     assert run["status"] == "ok" and "visible=GPU-h02-0" in out.stderr
-    [rep] = run["reports"]
+    rep, metrics = run["reports"]  # the report, and its metrics per kernel as CSV (ncu --import)
     assert rep["verified"] and rep["stored"].endswith(".ncu-rep")
+    assert metrics["verified"] and metrics["summary"] == "ncu_raw" and "Kernel Name" in Path(metrics["stored"]).read_text()
     report = json.loads(Path(rep["stored"]).read_text())
     assert report["options"]["--clock-control"] == "base"  # always explicit
     assert lock_is_free(lab, "GPU-h02-0")
@@ -330,13 +331,14 @@ def test_runs_land_in_the_store_with_a_manifest_and_in_the_catalog(lab, tmp_path
         hosts = {h["host"]: h for h in manifest["hosts"]}
         assert "belongs to another user" in hosts["h03"]["missing_why"]
         assert hosts["h03"]["tenants_seen"] and hosts["h02"]["tool_version"] == "2025.3.1.0"
-        [rep] = hosts["h02"]["reports"]
+        [rep] = [r for r in hosts["h02"]["reports"] if r["status"] == "complete"]
         stored = Path(rep["stored"])
         assert stored.parent == store_root / "lab-a" / day / run_id / "h02"
         assert hashlib.sha256(stored.read_bytes()).hexdigest() == rep["sha256"]
     listed = json.loads(run_fleet("reports", "ls", "--store", str(store_root), "--json").stdout)
     assert sorted((r["run_id"], r["host"], r["status"]) for r in listed) == sorted(
-        [(r, "h02", "complete") for r in runs] + [(r, "h03", "refused") for r in runs])
+        [(r, "h02", "complete") for r in runs] + [(r, "h02", "summary") for r in runs]
+        + [(r, "h03", "refused") for r in runs])
     paths = [r["path"] for r in listed if r["status"] == "complete"]
     assert len(set(paths)) == 2  # no collision between the two runs
     only = json.loads(run_fleet("reports", "ls", "--store", str(store_root), "--host", "h02", "--status", "complete",
@@ -346,7 +348,7 @@ def test_runs_land_in_the_store_with_a_manifest_and_in_the_catalog(lab, tmp_path
     shown = run_fleet("reports", "show", runs[0], "--store", str(store_root))
     assert f"run {runs[0]} (partial)" in shown.stdout and "h03: refused (tenant: GPU 0" in shown.stdout
     pulled = run_fleet("reports", "pull", runs[0], str(tmp_path / "out"), "--store", str(store_root))
-    assert pulled.returncode == 0 and len(list((tmp_path / "out" / "h02").iterdir())) == 1
+    assert pulled.returncode == 0 and sorted(p.suffix for p in (tmp_path / "out" / "h02").iterdir()) == [".csv", ".ncu-rep"]
 
     (store_root / "catalog.sqlite").unlink()  # the manifests are the truth: rebuild from them
     assert "catalogued 2 runs" in run_fleet("reports", "reindex", "--store", str(store_root)).stdout

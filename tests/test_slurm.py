@@ -212,8 +212,11 @@ def test_ncu_on_a_free_gpu_runs_and_its_report_comes_home(hpc, tmp_path):
     r = fleet(hpc, tmp_path, "--tool", "ncu", "--gres", "gpu:1", "--", "true", root=True)
     assert r.returncode == 0, r.stderr + r.stdout
     [rank] = manifest(tmp_path)["hosts"]
-    assert [Path(rep["stored"]).name for rep in rank["reports"]] == ["rank0.ncu-rep"]
-    assert rank["reports"][0]["verified"]
+    assert [Path(rep["stored"]).name for rep in rank["reports"]] == ["rank0.ncu-rep", "rank0_ncu_raw.csv"]
+    assert all(rep["verified"] for rep in rank["reports"]) and rank["reports"][1]["summary"] == "ncu_raw"
+    from fleet.playbook import Metric, ncu_value  # the metrics a playbook tracks come from that CSV
+    assert ncu_value(Metric("ncu", "gpu__time_duration.sum", kernel="*gemm*"),
+                     Path(rank["reports"][1]["stored"])) == {"ncu gpu__time_duration.sum of *gemm* (us)": 14.336}
 
 
 def test_status_is_one_squeue_call_for_twenty_jobs_and_terminal_states_are_cached(hpc):

@@ -199,6 +199,26 @@ def summarize(nsys, reports, notes):
     return out
 
 
+def ncu_metrics(ncu, reports, notes):
+    """Every metric of each ncu report, per kernel (``ncu --import --page raw --csv``), beside it."""
+    out = []
+    for rep in reports:
+        path = rep["path"][: -len(".ncu-rep")] + "_ncu_raw.csv"
+        try:
+            with open(path, "wb") as f:
+                done = subprocess.run([ncu, "--import", rep["path"], "--page", "raw", "--csv"], stdout=f,
+                                      stderr=subprocess.PIPE, timeout=STATS_TIMEOUT)
+        except (OSError, subprocess.TimeoutExpired) as e:
+            notes.append("ncu --import failed on %s: %s" % (rep["path"], e))
+            continue
+        if done.returncode != 0:
+            notes.append("ncu --import failed on %s: %s" % (rep["path"], done.stderr.decode(errors="replace")[-300:]))
+            continue
+        out.append({"path": path, "size": os.path.getsize(path), "sha256": sha256(path), "report": rep["path"],
+                    "summary": "ncu_raw"})
+    return out
+
+
 def finish_qdstrm(plan, leftover, notes):
     """The finished report's path, or None (and a note saying why)."""
     importer = importer_for(plan.get("nsys"))
@@ -279,6 +299,8 @@ def main(args, stops=None):
         result["reports"] = collect(plan, relay.tail, result["notes"], strays, killed=code is not None and code < 0)
         if plan["tool"] == "nsys" and plan.get("nsys"):
             result["summaries"] = summarize(plan["nsys"], result["reports"], result["notes"])
+        elif plan["tool"] == "ncu" and plan.get("ncu"):
+            result["summaries"] = ncu_metrics(plan["ncu"], result["reports"], result["notes"])
         if not result["reports"]:
             result["status"] = "no-report"
             result["reasons"].append("the profiler exited %s and left no report under %s" % (code, plan["output"]))
