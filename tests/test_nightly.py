@@ -111,8 +111,7 @@ def test_the_report_calls_the_regression_exits_7_and_notifies(tmp_path):
     assert all(run_id in page for run_id in ids) and "Regression" in page
     summary = json.loads(out.with_suffix(".json").read_text())
     assert summary["playbooks"][0]["verdicts"][0]["verdict"] == "Regression"
-    if CHROMIUM is None:
-        pytest.skip("chromium is not installed (scripts/test installs it)")
+    assert CHROMIUM, "chromium is not installed: scripts/test installs it (Debian's chromium package)"
     png = tmp_path / "nightly.png"
     dom = screenshot(out, png)
     assert dom.count('class="point"') == len(ids) and 'class="trend"' in dom and 'class="baseline"' in dom
