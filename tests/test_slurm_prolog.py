@@ -307,3 +307,30 @@ def test_a_fleet_error_in_the_prolog_leaves_the_node_idle_not_drained(cluster):
         no_drain(cluster)
     finally:
         config.write_text(good)
+
+
+def test_a_rank_refuses_ncu_on_what_the_prolog_saw(tmp_path):
+    """The TaskProlog's FLEET_PROLOG_VERDICT reaches the rank's agent: ncu is refused on it even
+    when the rank itself (not root) sees nobody on the GPU."""
+    from fleet import probe
+    from tests.harness import fakenvml
+
+    lib = fakenvml.build(tmp_path / "fakenvml")
+    fakenvml.write_scenario(tmp_path / "gpus.txt", {"gpus": [{"index": 0}]})  # the GPU looks free
+    verdict = tmp_path / "verdict.json"
+    verdict.write_text(json.dumps({"job": "77", "tenants": ["GPU 0: pid 4242 (bob, 2.0 GB) belongs to another user"]}))
+    (tmp_path / "fleet-agent.py").write_text(probe.script())
+    standins = Path(__file__).parent / "standins"
+    args = {"mode": "task", "tool": "ncu", "run_id": "r", "report_dir": str(tmp_path / "runs"), "launcher": "srun",
+            "ranks": None, "tools": {"ncu": str(standins / "ncu"), "nsys": str(standins / "nsys")}}
+    env = {**os.environ, **fakenvml.env(lib, tmp_path / "gpus.txt"), "SLURM_JOB_ID": "77", "SLURM_PROCID": "0",
+           "SLURMD_NODENAME": "node1", "FLEET_PROLOG_VERDICT": str(verdict)}
+    out = subprocess.run(["python3", str(tmp_path / "fleet-agent.py"), json.dumps(args), "touch", str(tmp_path / "ran")],
+                         env=env, capture_output=True, text=True)
+    assert out.returncode == 5, out.stderr
+    result = json.loads((tmp_path / "runs" / "r" / "node1" / "rank0.result.json").read_text())
+    assert result["status"] == "refused" and "tenant seen by the node's prolog: GPU 0: pid 4242" in result["reasons"][0]
+    assert not (tmp_path / "ran").exists()
+    del env["FLEET_PROLOG_VERDICT"]  # without the prolog's word, the free GPU is profiled
+    assert subprocess.run(["python3", str(tmp_path / "fleet-agent.py"), json.dumps(args), "true"], env=env,
+                          capture_output=True).returncode == 0
