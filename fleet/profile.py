@@ -210,7 +210,7 @@ async def gather(fan: "Fanout", hosts: dict[str, "Host"], store_root: Path, run_
             result = entry["result"] = json.loads(r.stdout)
         entry["reports"] = [rep for rep in entry["reports"] if rep["verified"]]
         have = {rep["remote"] for rep in entry["reports"]}
-        missing = [rep for rep in result.get("reports", []) if rep["path"] not in have]
+        missing = [rep for rep in result.get("reports", []) + result.get("summaries", []) if rep["path"] not in have]
         entry["reports"] += await bring_home(fan, host, missing, path.parent / host.name)
         ok = result.get("status") == "ok" and entry["reports"] and all(r["verified"] for r in entry["reports"])
         entry["status"] = "ok" if ok else entry["status"]

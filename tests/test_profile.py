@@ -375,8 +375,10 @@ def test_fleet_gather_brings_home_what_a_killed_fleet_left_on_the_node(lab, tmp_
     out = run_fleet("gather", manifest["run_id"], "--store", str(store_root), env=lab["c"].env())
     assert out.returncode == 0, out.stdout + out.stderr
     manifest = json.loads(manifest_path.read_text())
-    [rep] = manifest["hosts"][0]["reports"]
+    [rep] = [r for r in manifest["hosts"][0]["reports"] if r["status"] == "complete"]
+    summaries = [r["summary"] for r in manifest["hosts"][0]["reports"] if r["status"] == "summary"]
     assert manifest["status"] == "complete" and rep["verified"]
+    assert sorted(summaries) == ["cuda_api_sum", "cuda_gpu_kern_sum", "nvtx_sum"]  # they come home too
     assert hashlib.sha256(Path(rep["stored"]).read_bytes()).hexdigest() == rep["sha256"]
 
 

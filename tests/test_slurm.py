@@ -291,3 +291,21 @@ def test_no_wait_returns_the_job_and_gather_brings_the_reports_home_later(hpc, t
     m = manifest(tmp_path)
     assert m["status"] == "complete" and [h["rank"] for h in m["hosts"]] == [0, 1]
     assert all(rep["verified"] for h in m["hosts"] for rep in h["reports"])
+
+
+def test_ray_workers_reports_named_by_its_runtime_env_block_are_gathered(hpc, tmp_path):
+    # Stands in for Ray: each "worker" runs nsys with the options of the _nsight block, as Ray does.
+    fake_ray = hpc.runs / "fake_ray.py"
+    fake_ray.write_text(
+        "import json, os, subprocess\n"
+        "opts = json.loads(os.environ['FLEET_RAY_RUNTIME_ENV'])['_nsight']\n"
+        "args = [w for k, v in opts.items() if k != 'o' for w in ((f'--{k}={v}',) if len(k) > 1 else (f'-{k}', v))]\n"
+        "for _ in range(2):\n"
+        "    subprocess.run(['nsys', 'profile', *args, '-o', opts['o'], 'true'], check=True)\n")
+    fake_ray.chmod(0o644)
+    r = fleet(hpc, tmp_path, "--launcher", "ray", "--", "python3", str(fake_ray))
+    assert r.returncode == 0, r.stderr + r.stdout
+    m = manifest(tmp_path)
+    workers = [h for h in m["hosts"] if h.get("worker")]
+    assert len(workers) == 2 and len({h["worker"] for h in workers}) == 2  # one report per worker, distinct
+    assert all(h["reports"][0]["verified"] and h["worker"].startswith("worker-") for h in workers)

@@ -214,17 +214,19 @@ class SlurmClient:
 
     async def read_results(self, run_dir: str) -> tuple[list[dict], dict[str, str]]:
         """Every rank's result document and the job's own files (exit status, stop time, the job's
-        log with its size and sha256), in one call."""
+        log and the reports Ray's nsys wrote, each with its size and sha256), in one call."""
         r = await self._sh("results", 'cd -- "$1" 2>/dev/null || exit 0; '
                            'for f in */*.result.json; do [ -f "$f" ] && { cat "$f"; echo; }; done; '
                            'for f in job.exit job.stopped; do [ -f "$f" ] && echo "@@$f $(cat "$f")"; done; '
-                           'for f in slurm-*.out; do [ -f "$f" ] && echo "@@log $(stat -c %s "$f") '
-                           '$(sha256sum < "$f" | cut -d" " -f1) $PWD/$f"; done; true',
+                           'for f in slurm-*.out ray/*.nsys-rep; do [ -f "$f" ] && echo "@@${f%%[-/]*} '
+                           '$(stat -c %s "$f") $(sha256sum < "$f" | cut -d" " -f1) $PWD/$f"; done; true',
                            run_dir)
         text = self._check(r, "reading the run's results")
-        results, marks = [], {}
+        results, marks = [], {"ray": []}
         for line in text.splitlines():
-            if line.startswith("@@"):
+            if line.startswith("@@ray "):  # reports Ray's own nsys wrote (size, sha256, path)
+                marks["ray"].append(line[len("@@ray "):].strip())
+            elif line.startswith("@@"):
                 name, _, value = line[2:].partition(" ")
                 marks[name] = value.strip()
             elif line.strip():

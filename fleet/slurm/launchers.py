@@ -90,7 +90,8 @@ def launch(launcher: str, command: list[str], agent: list[str], run_dir: str, co
                       "\"${LAUNCH[@]}\"")
     if launcher == "ray":
         block = ray_runtime_env(run_dir, tool, profiler_args)
-        return Launch((f"export FLEET_RAY_RUNTIME_ENV={shlex.quote(json.dumps(block, sort_keys=True))}",
+        return Launch(('mkdir -p -- "$RUN_DIR/ray"',
+                       f"export FLEET_RAY_RUNTIME_ENV={shlex.quote(json.dumps(block, sort_keys=True))}",
                        "# Ray starts its own workers: pass this to ray.init(runtime_env=...) or to",
                        "# `ray job submit --runtime-env-json`; each worker's report is named by host and pid."),
                       "\"${COMMAND[@]}\"")
@@ -111,7 +112,7 @@ def ray_runtime_env(run_dir: str, tool: str, profiler_args=()) -> dict:
     """Ray's own nsys integration (``runtime_env={"_nsight": {...}}``): options without dashes."""
     if tool != "nsys":
         raise LauncherError("Ray's runtime_env integration exists for nsys only")
-    options: dict = {"t": "cuda,nvtx,osrt", "o": f"{run_dir}/ray/%h/worker-%p"}
+    options: dict = {"t": "cuda,nvtx,osrt", "o": f"{run_dir}/ray/worker-%h-%p"}  # one folder, made by the script
     for arg in profiler_args:
         key, _, value = arg.lstrip("-").partition("=")
         options[key] = value or "true"

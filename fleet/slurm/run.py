@@ -152,11 +152,10 @@ async def gather(fan: "Fanout", client: SlurmClient, manifest: dict, directory: 
     slurm["job_exit"] = int(marks["job.exit"]) if marks.get("job.exit", "").lstrip("-").isdigit() else None
     slurm["stopped_before_time_limit"] = "job.stopped" in marks
     log = f"slurm-{slurm['job_id']}.out"
-    if "log" in marks:
-        size, sha, path = marks["log"].split(" ", 2)
-        entry = await fetch_verified(fan, client.login, {"path": path, "size": int(size), "sha256": sha},
-                                     directory / os.path.basename(path))
-        slurm["log"] = entry
+    if "slurm" in marks:  # the job's log, slurm-JOBID.out
+        size, sha, path = marks["slurm"].split(" ", 2)
+        slurm["log"] = await fetch_verified(fan, client.login, {"path": path, "size": int(size), "sha256": sha},
+                                            directory / os.path.basename(path))
 
     async def one(res: dict) -> dict:
         entry = rank_entry(res)
@@ -173,6 +172,14 @@ async def gather(fan: "Fanout", client: SlurmClient, manifest: dict, directory: 
     # Ranks come home side by side (the transport bounds transfers per login connection).
     ordered = sorted(results, key=lambda r: (r.get("rank") is None, r.get("rank") or 0, r.get("host") or ""))
     hosts = list(await asyncio.gather(*(one(res) for res in ordered)))
+    for line in marks["ray"]:  # Ray's workers, named worker-HOST-PID (no rank, no agent)
+        size, sha, path = line.split(" ", 2)
+        node = os.path.basename(path)[len("worker-"):].rsplit("-", 1)[0] or "ray"
+        reports = await bring_home(fan, client.login, [{"path": path, "size": int(size), "sha256": sha}],
+                                   directory / node)
+        hosts.append({"host": node, "rank": None, "worker": os.path.basename(path),
+                      "status": "ok" if reports[0]["verified"] else "failed", "missing_why": reports[0].get("error"),
+                      "result": None, "tenants_seen": [], "given_up": [], "reports": reports})
     seen = {e["rank"] for e in hosts}
     ranks = expected_ranks(slurm["spec"])
     for rank in ranks if ranks is not None else ([] if hosts else [0]):
