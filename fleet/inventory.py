@@ -94,6 +94,7 @@ VARIABLES: dict[str, tuple[Callable[[Any], str | None], str]] = {
     "docker_seccomp_profile": (_str, "seccomp profile on the node that allows perf_event_open (CPU sampling in Docker)"),
     "slurm_login": (_str, "login host of the Slurm cluster this group describes"),
     "slurm_partitions": (_str_list, "partitions of that cluster fleet may submit to"),
+    "slurm_scratch": (_str, "node-local directory the ranks write reports to (copied to the run directory)"),
 }
 
 _GROUP_KEYS = ("hosts", "children", "vars")

@@ -309,3 +309,20 @@ def test_ray_workers_reports_named_by_its_runtime_env_block_are_gathered(hpc, tm
     workers = [h for h in m["hosts"] if h.get("worker")]
     assert len(workers) == 2 and len({h["worker"] for h in workers}) == 2  # one report per worker, distinct
     assert all(h["reports"][0]["verified"] and h["worker"].startswith("worker-") for h in workers)
+
+
+def test_reports_written_to_node_local_scratch_come_home_through_the_run_directory(hpc, tmp_path):
+    scratch = hpc.scratch("node-local")
+    inventory = tmp_path / "inventory.yaml"
+    doc = yaml.safe_load(hpc.inventory.read_text())
+    doc["all"]["children"]["cluster"]["hosts"]["h01"]["slurm_scratch"] = str(scratch)
+    inventory.write_text(yaml.safe_dump(doc))
+    env = {**hpc.env(), "FLEET_STORE": str(tmp_path / "store"), "FLEET_INVENTORY": str(inventory)}
+    r = run_fleet("profile", "--partition", "gpu", "--poll", "1", "--nodes", "2", "--ntasks-per-node", "1", "--",
+                  "true", env=env)
+    assert r.returncode == 0, r.stderr + r.stdout
+    m = manifest(tmp_path / "store")
+    assert "srun --ntasks-per-node=1" in m["slurm"]["script"] and str(scratch) in m["slurm"]["script"]
+    assert [(h["host"], h["rank"], h["status"]) for h in m["hosts"]] == [("node1", 0, "ok"), ("node2", 1, "ok")]
+    assert all(rep["verified"] for h in m["hosts"] for rep in h["reports"])
+    assert not any(scratch.rglob("*.nsys-rep"))  # moved off the nodes once copied

@@ -51,7 +51,7 @@ async def prepare(client: SlurmClient, cluster: Cluster, req: ProfileRequest, sp
     root = cluster.report_root(info.home)
     tools = {t: cluster.login.vars[f"{t}_path"] for t in ("nsys", "ncu") if cluster.login.vars.get(f"{t}_path")}
     files = JobFiles(f"{root}/{req.run_id}", root, cluster.login.vars.get("ansible_python_interpreter", "python3"),
-                     tools)
+                     tools, cluster.login.vars.get("slurm_scratch"))
     # The job runs where the user is: here when fleet runs on the login node, else the login home.
     spec = replace(spec, workdir=spec.workdir or (os.getcwd() if cluster.local else info.home))
     if spec.container and not spec.container.nsight_dirs:
@@ -159,7 +159,9 @@ async def gather(fan: "Fanout", client: SlurmClient, manifest: dict, directory: 
 
     async def one(res: dict) -> dict:
         entry = rank_entry(res)
-        to_fetch = (res.get("reports") or []) + (res.get("summaries") or [])
+        # Written to node-local scratch, they now are in the run directory, under the same names.
+        to_fetch = [dict(r, path=f"{slurm['run_dir']}/{entry['host']}/{os.path.basename(r['path'])}")
+                    for r in (res.get("reports") or []) + (res.get("summaries") or [])]
         entry["reports"] = await bring_home(fan, client.login, to_fetch, directory / entry["host"],
                                             gathering=gathering)
         if entry["status"] == "ok" and not res.get("reports"):

@@ -15,6 +15,7 @@ SIGKILL at the limit. The job's exit status is left in ``job.exit``.
 from __future__ import annotations
 
 import json
+import os
 import shlex
 from dataclasses import dataclass, field
 
@@ -55,11 +56,16 @@ class JobFiles:
     report_root: str                        # run_dir's parent: the task's report_dir
     python: str = "python3"                 # on the compute nodes
     tools: dict = field(default_factory=dict)  # nsys_path / ncu_path from the inventory
+    scratch: str | None = None              # node-local directory the ranks write to, copied over at the end
+
+    @property
+    def task_root(self) -> str:
+        return self.scratch or self.report_root
 
 
 def task_args(req, spec: JobSpec, files: JobFiles) -> dict:
     """What every task's agent is told (fleet/agent/task.py reads it)."""
-    return {"mode": "task", "tool": req.tool, "run_id": req.run_id, "report_dir": files.report_root,
+    return {"mode": "task", "tool": req.tool, "run_id": req.run_id, "report_dir": files.task_root,
             "launcher": spec.launcher, "ranks": list(spec.ranks) if spec.ranks is not None else None,
             "tools": dict(files.tools), "gpu_metrics": req.gpu_metrics, "allow_own": req.allow_own,
             "profiler_args": list(req.profiler_args), "clock_control": req.clock_control}
@@ -99,6 +105,16 @@ def _array(name: str, words) -> str:
     return f"{name}=(" + " ".join(shlex.quote(w) for w in words) + ")"
 
 
+def _copy_back(files: JobFiles) -> list[str]:
+    """One step on every node: its ranks' files from node-local scratch to the shared run directory
+    (the scratch copy goes only once the copy succeeded)."""
+    scratch = shlex.quote(f"{files.scratch}/{os.path.basename(files.run_dir)}")
+    return ["# Reports were written to node-local scratch: bring each node's to the shared run directory.",
+            "srun --ntasks-per-node=1 --nodes=\"$SLURM_JOB_NUM_NODES\" --kill-on-bad-exit=0 sh -c "
+            + shlex.quote(f'd={scratch}/"$SLURMD_NODENAME"; [ ! -d "$d" ] || '
+                          f'{{ cp -a "$d" "$1"/ && rm -rf "$d"; }}') + ' sh "$RUN_DIR"']
+
+
 def render(req, spec: JobSpec, files: JobFiles) -> str:
     """The exact batch script ``fleet profile --partition`` submits (and ``--dry-run`` prints)."""
     agent = [files.python, f"{files.run_dir}/{AGENT_FILE}",
@@ -129,6 +145,7 @@ def render(req, spec: JobSpec, files: JobFiles) -> str:
              "    wait \"$step\"; status=$?",
              "    [ \"$status\" -gt 128 ] && kill -0 \"$step\" 2>/dev/null || break",
              "done",
+             *(_copy_back(files) if files.scratch else []),
              "echo \"$status\" > \"$RUN_DIR/job.exit\"",
              "exit \"$status\"", ""]
     return "\n".join(lines)
