@@ -256,6 +256,9 @@ def profile(obj: Context, hosts_, group, exclude, tool, gpus, gpu_metrics, allow
             _fail("on Slurm, containers are --container-image (pyxis) or --apptainer")
         if gpus:
             _fail("on Slurm, ask for GPUs with --gpus or --gres; --gpu picks a GPU on a lab server")
+        if timeout or lock_wait:
+            _fail("on Slurm, the job's --time bounds the run (the profilers stop --stop-before seconds ahead); "
+                  "--timeout and --wait are for lab servers")
         return profile_on_slurm(obj, req, slurm, store_root=store_root, site=None if site == "lab" else site,
                                 dry_run=dry_run, as_json=as_json)
     targets = ",".join(t for t in (hosts_, group) if t)
