@@ -41,9 +41,7 @@ class Context:
         return Fanout(self.ssh_settings(), concurrency=self.fanout)
 
 
-def _fail(message: str, code: int = exitcodes.USAGE) -> None:
-    click.echo(f"fleet: {message}", err=True)
-    sys.exit(code)
+_fail = exitcodes.fail
 
 
 class _Group(click.Group):

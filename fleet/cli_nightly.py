@@ -18,9 +18,7 @@ if TYPE_CHECKING:
     from .cli import Context
 
 
-def _fail(message: str, code: int = exitcodes.USAGE) -> None:
-    click.echo(f"fleet: {message}", err=True)
-    sys.exit(code)
+_fail = exitcodes.fail
 
 
 def _playbook(path: str):

@@ -49,9 +49,7 @@ def slurm_options(f):
     return f
 
 
-def _fail(message: str, code: int = exitcodes.USAGE) -> None:
-    click.echo(f"fleet: {message}", err=True)
-    sys.exit(code)
+_fail = exitcodes.fail
 
 
 def spec_from(opts: dict):

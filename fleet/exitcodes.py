@@ -14,6 +14,14 @@ PARTIAL = 6         # profile: some hosts brought reports home, others were refu
 REGRESSION = 7      # nightly report: some metric is called a Regression
 
 
+def fail(message: str, code: int = USAGE) -> None:
+    """End a command with one line on stderr, ``fleet: message``, and ``code``."""
+    import sys
+
+    sys.stderr.write(f"fleet: {message}\n")
+    sys.exit(code)
+
+
 def for_results(results) -> int:
     """The status for a list of transport Results."""
     code = OK

@@ -144,6 +144,15 @@ class State:
             os.close(self._lock)
 
 
+def write_json(path, doc):
+    """Whole or not at all (by rename: a reader never sees half), never through a planted symlink."""
+    tmp = path + ".tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
+    with os.fdopen(fd, "w") as f:
+        json.dump(doc, f)
+    os.replace(tmp, path)
+
+
 def sysctl_path(name):
     if "/" in name or name.startswith(".") or ".." in name:
         raise OwnedError("not a sysctl name: %r" % name)

@@ -338,16 +338,12 @@ def refuse(result, *reasons):
 
 def emit(result, plan, relay, line=True):
     """The result beside the reports, and (for fleet reading our output) as the last line."""
-    doc = json.dumps(result)
     try:
         directory = os.path.dirname(plan["output"])
-        if os.path.isdir(directory):  # by rename: a reader (fleet gathering) never sees half of it
-            path = os.path.join(directory, "%s.result.json" % result["host"])
-            with open(path + ".tmp", "w") as f:
-                f.write(doc)
-            os.replace(path + ".tmp", path)
+        if os.path.isdir(directory):
+            owned.write_json(os.path.join(directory, "%s.result.json" % result["host"]), result)
     except OSError:
         pass
     if line:
         lead = "" if not relay.tail or relay.tail.endswith(b"\n") else "\n"
-        relay.write(sys.stdout.buffer, (lead + RESULT_MARK + doc + "\n").encode())
+        relay.write(sys.stdout.buffer, (lead + RESULT_MARK + json.dumps(result) + "\n").encode())

@@ -178,14 +178,6 @@ def job_dir(config, job):
     return os.path.join(jobs, job["id"])
 
 
-def write_json(path, doc):
-    tmp = path + ".tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
-    with os.fdopen(fd, "w") as f:
-        json.dump(doc, f)
-    os.replace(tmp, path)
-
-
 # --- the three entry points ---
 
 def prolog(env, config):
@@ -209,7 +201,7 @@ def prolog(env, config):
                                                  job=job["id"]))
     verdict = {"job": job["id"], "gpus": job["gpus"], "nvml": nvml.get("available"), "checked": time.time(),
                "tenants": [str(t) for t in found]}
-    write_json(os.path.join(marker, "verdict.json"), verdict)
+    owned.write_json(os.path.join(marker, "verdict.json"), verdict)
     done["tenants"] = verdict["tenants"]
     holder = owned.job_holder(job["id"], config["jobs_dir"])
     wanted = {n: config["owned_sysctls"][n] for n in request["sysctls"] if n in config["owned_sysctls"]}

@@ -22,10 +22,11 @@ import sys
 
 try:  # as shipped by fleet, every module travels under a flat name
     import fleet_agent_node as node
+    import fleet_agent_owned as owned
     import fleet_agent_run as run
     import fleet_plan as planner
 except ImportError:  # as part of the installed package
-    from . import node, run
+    from . import node, owned, run
     from .. import plan as planner
 
 # Where each launcher puts the worker's global rank.
@@ -95,10 +96,7 @@ def refuse(plan, context):
     result = dict(context, status="refused", host=plan["host"], reasons=list(plan["reasons"]),
                   remedy=plan.get("remedy"), tenants=list(plan.get("tenants") or []), reports=[])
     os.makedirs(context["directory"], exist_ok=True)
-    path = os.path.join(context["directory"], "%s.result.json" % plan["host"])
-    with open(path + ".tmp", "w") as f:
-        json.dump(result, f)
-    os.replace(path + ".tmp", path)
+    owned.write_json(os.path.join(context["directory"], "%s.result.json" % plan["host"]), result)
     sys.stderr.write("fleet: %s on %s refused, nothing was run: %s\n" % (
         plan["host"], context["slurm_node"], "; ".join(plan["reasons"])))
     return run.REFUSED_EXIT
