@@ -139,7 +139,8 @@ def load_record(store_root: Path, name: str) -> dict:
 
 def _edit_table(lister: list[str], writer: list[str], name: str, add: str = "") -> None:
     """Replace our lines in a crontab-like table (crontab, scrontab): others' lines stay."""
-    current = _sh(*lister).stdout if _sh(*lister).returncode == 0 else ""
+    listed = _sh(*lister)
+    current = listed.stdout if listed.returncode == 0 else ""  # no table yet: an empty one
     keep, skip_next = [], False
     for line in current.splitlines(keepends=True):
         if skip_next:  # the entry line after our #SCRON line
