@@ -5,11 +5,7 @@
 # DEPS: a folder of .deb files unpacked for nsys's importer (libdw1, libelf1).
 set -u
 cd "$(dirname "$0")/../.."
-PY=${PY:-/opt/torch/.venv/bin/python3}
-export PYTHONPATH=$PWD
-for f in "${DEPS:-/nonexistent}"/*.deb; do [ -f "$f" ] && dpkg -x "$f" /tmp/dw; done
-export LD_LIBRARY_PATH=/tmp/dw/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-NSYS=$(ls /opt/nvidia/nsight-compute/*/host/target-linux-x64/nsys | head -1)
+. scripts/gpu-node/common.sh
 RUNS=/tmp/fleet-runs; mkdir -p "$RUNS"
 "$PY" -c "from fleet import probe; open('$RUNS/fleet-agent.py', 'w').write(probe.script())"
 cat > "$RUNS/app.py" <<'PYEOF'

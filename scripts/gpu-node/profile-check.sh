@@ -9,31 +9,14 @@ set -u
 cd "$(dirname "$0")/../.."
 TOP=${OUT:-/tmp}; OUT=$TOP/profile-check; mkdir -p "$OUT"
 trap 'tar -C "$TOP" -czf "$TOP/profile-check.tgz" profile-check && rm -rf "$OUT"' EXIT
-PY=${PY:-/opt/torch/.venv/bin/python3}
-export PYTHONPATH=$PWD
-if [ -n "${DEPS:-}" ]; then
-  for f in "$DEPS"/*.deb; do dpkg -x "$f" /tmp/dw; done
-  export LD_LIBRARY_PATH=/tmp/dw/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-fi
+. scripts/gpu-node/common.sh
 REPORTS=$OUT/reports
 APP=$OUT/app.py
-cat > "$APP" <<'PYEOF'
-import sys, time, torch
-seconds = float(sys.argv[1]) if len(sys.argv) > 1 else 2
-a = torch.randn(2048, 2048, device="cuda")
-end = time.time() + seconds
-with torch.cuda.nvtx.range("fleet-check"):
-    while time.time() < end:
-        b = a @ a
-        torch.cuda.synchronize()
-print("app done", flush=True)
-PYEOF
-step() { echo; echo "### $*"; }
+write_app "$APP"
 log() { local f=$1; shift; { echo "\$ fleet $*"; "$PY" -m fleet "$@"; echo "(exit status $?)"; } > "$OUT/$f" 2>&1; cat "$OUT/$f"; }
 
 if [ "${ONLY:-}" = importer ]; then
 step "nsys cannot generate its report (its importer lacks libdw): fleet finishes the .qdstrm"
-NSYS=$(ls /opt/nvidia/nsight-compute/*/host/target-linux-x64/nsys | head -1)
 printf '#!/bin/sh\nunset LD_LIBRARY_PATH\nexec %s "$@"\n' "$NSYS" > "$OUT/nsys-without-libdw"; chmod +x "$OUT/nsys-without-libdw"
 printf 'all:\n  hosts:\n    h200:\n      ansible_connection: local\n      nsys_path: %s\n' "$OUT/nsys-without-libdw" > "$OUT/inventory.yaml"
 log 7-qdstrm-finished.txt -i "$OUT/inventory.yaml" profile --hosts h200 --gpu 0 --out "$REPORTS" -X --trace=cuda,nvtx -- "$PY" "$APP" 3
@@ -76,6 +59,5 @@ log 6-repair.txt repair localhost
 ls -la /var/lock/fleet-gpu-* 2>&1 | head -3
 find "$REPORTS" -type f -printf '%s %p\n' | sort -k2 | tee "$OUT/reports.txt"
 for f in $(find "$REPORTS" -name '*.ncu-rep' | head -1); do /usr/local/cuda/bin/ncu --import "$f" --page raw --csv 2>/dev/null | head -3 | cut -c1-300; done
-NSYS=$(ls /opt/nvidia/nsight-compute/*/host/target-linux-x64/nsys | head -1)
 for f in $(find "$REPORTS" -name '*.nsys-rep'); do echo "== $f"; "$NSYS" stats -q --report cuda_gpu_kern_sum --format csv "$f" 2>&1 | head -4 | cut -c1-200; done
 rm -rf "$REPORTS"/*/*/*.ncu-rep "$REPORTS"/*/*/*.nsys-rep  # keep the tarball small; sizes are in reports.txt

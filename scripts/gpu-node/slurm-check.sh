@@ -13,30 +13,13 @@ set -u
 cd "$(dirname "$0")/../.."
 TOP=${OUT:-/tmp}; OUT=$TOP/slurm-check; mkdir -p "$OUT"
 trap 'tar -C "$TOP" -czf "$TOP/slurm-check.tgz" slurm-check && rm -rf "$OUT"' EXIT
-PY=${PY:-/opt/torch/.venv/bin/python3}
-export PYTHONPATH=$PWD
-if [ -n "${DEPS:-}" ]; then
-  for f in "$DEPS"/*.deb; do dpkg -x "$f" /tmp/dw; done
-  export LD_LIBRARY_PATH=/tmp/dw/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-fi
-NSYS=$(ls /opt/nvidia/nsight-compute/*/host/target-linux-x64/nsys | head -1)
+. scripts/gpu-node/common.sh
 NCU=/usr/local/cuda/bin/ncu
 RUNS=/tmp/fleet-runs; mkdir -p "$RUNS"; chmod 1777 "$RUNS"
 AGENT=$RUNS/fleet-agent.py
 "$PY" -c "from fleet import probe; open('$AGENT', 'w').write(probe.script())"
 APP=$RUNS/app.py
-cat > "$APP" <<'PYEOF'
-import os, sys, time, torch
-seconds = float(sys.argv[1]) if len(sys.argv) > 1 else 2
-a = torch.randn(2048, 2048, device="cuda")
-end = time.time() + seconds
-with torch.cuda.nvtx.range("fleet-check"):
-    while time.time() < end:
-        b = a @ a
-        torch.cuda.synchronize()
-print("app done, rank", os.environ.get("RANK", os.environ.get("SLURM_PROCID")), flush=True)
-PYEOF
-step() { echo; echo "### $*"; }
+write_app "$APP"
 args() {  # task-mode arguments: TOOL RUN-ID LAUNCHER [PROFILER-ARG...]
   "$PY" -c 'import json, sys; t, r, l = sys.argv[1:4]
 print(json.dumps({"mode": "task", "tool": t, "run_id": r, "report_dir": sys.argv[4], "launcher": l, "ranks": None,
