@@ -237,10 +237,9 @@ def profile(obj: Context, hosts_, group, exclude, tool, gpus, gpu_metrics, allow
     profiler with SIGTERM so the report is finished; a second Ctrl-C leaves the
     nodes (or the job) to finish on their own.
     """
-    import signal
-
     from . import profile as profile_mod
     from . import store
+    from .interrupt import stop_on_signals
     from .plan import ProfileRequest
 
     req = ProfileRequest(tool=tool, command=tuple(command), run_id=profile_mod.new_run_id(),
@@ -268,17 +267,7 @@ def profile(obj: Context, hosts_, group, exclude, tool, gpus, gpu_metrics, allow
         (sys.stderr if stream == "stderr" or as_json else sys.stdout).write(text)
 
     async def go():
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-
-        def interrupted():
-            if stop.is_set():
-                raise KeyboardInterrupt  # second time: leave the nodes to finish on their own
-            click.echo("fleet: stopping the profilers (SIGTERM), waiting for their reports", err=True)
-            stop.set()
-
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, interrupted)
+        stop = stop_on_signals("stopping the profilers (SIGTERM), waiting for their reports")
         from .output import byte_progress
 
         async with obj.fanout_for_run() as fan:
@@ -286,7 +275,11 @@ def profile(obj: Context, hosts_, group, exclude, tool, gpus, gpu_metrics, allow
                 return await profile_mod.profile(fan, hosts, req, store_root=store.root(store_root), site=site,
                                                  dry_run=dry_run, write=write, stop=stop, gathering=gathering)
 
-    runs = asyncio.run(go())
+    try:
+        runs = asyncio.run(go())
+    except KeyboardInterrupt:  # the second Ctrl-C
+        _fail(f"left the nodes to finish on their own; bring the reports home later with: fleet gather {req.run_id}",
+              130)
     if as_json:
         click.echo(json.dumps({"run_id": req.run_id, "hosts": [r.to_json() for r in runs]}, indent=2, default=str))
     else:

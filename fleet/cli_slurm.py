@@ -81,9 +81,8 @@ def _cluster(obj: "Context", partition: str | None, name: str | None):
 
 
 def profile_on_slurm(obj: "Context", req: "ProfileRequest", opts: dict, *, store_root, site, dry_run, as_json):
-    import signal
-
     from . import store
+    from .interrupt import stop_on_signals
     from .output import byte_progress
     from .slurm import run as slurm_run
     from .slurm.jobs import SlurmError
@@ -99,18 +98,7 @@ def profile_on_slurm(obj: "Context", req: "ProfileRequest", opts: dict, *, store
             click.echo(f"fleet: job {st.job_id} {st.state}{extra}", err=True)
 
     async def go():
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-
-        def interrupted():
-            if stop.is_set():
-                raise KeyboardInterrupt  # second time: leave the job; `fleet gather RUN` later
-            click.echo("fleet: stopping the job's profilers (SIGTERM to its steps), waiting for their reports",
-                       err=True)
-            stop.set()
-
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, interrupted)
+        stop = stop_on_signals("stopping the job's profilers (SIGTERM to its steps), waiting for their reports")
         async with obj.fanout_for_run() as fan:
             with byte_progress(enabled=not as_json and not dry_run) as gathering:
                 return await slurm_run.profile(fan, cluster, req, spec, store_root=store.root(store_root),
