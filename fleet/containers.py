@@ -6,16 +6,16 @@ is mounted at the same path, so the report lands where the agent looks.
 
 - pyxis and Apptainer (Slurm): the task runs in the image as the user; no privilege is added,
   so CPU sampling and GPU counters are what the node allows that user.
-- Docker (lab servers): nothing extra for a trace; for CPU sampling, a seccomp profile that
-  allows ``perf_event_open`` (Docker's default profile refuses it without CAP_SYS_ADMIN or
-  CAP_PERFMON), never ``--cap-add SYS_ADMIN`` for that; SYS_ADMIN only for GPU counters (ncu,
-  GPU metrics); never ``--privileged``.
+- Docker (lab servers): what :func:`fleet.policy.docker_privileges` grants, rendered: a
+  seccomp profile for CPU sampling, SYS_ADMIN only for GPU counters, never ``--privileged``.
 """
 
 from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+
+from .policy import DockerPrivileges
 
 
 class ContainerError(ValueError):
@@ -52,11 +52,11 @@ def slurm_words(c: Container | None, run_dir: str) -> list[str]:
     raise ContainerError(f"a Slurm task runs in a pyxis or Apptainer container, not {c.kind!r}")
 
 
-def docker_run(c: Container, report_dir: str, *, user: str, gpus: tuple[str, ...] | None, cpu_sampling: bool,
-               counters: bool, seccomp_profile: str | None) -> list[str]:
+def docker_run(c: Container, report_dir: str, *, user: str, gpus: tuple[str, ...] | None,
+               privileges: DockerPrivileges) -> list[str]:
     """``docker run`` words before the profiler's own argv (lab servers), as the node's user
-    (``UID:GID``), so that reports belong to them. ``cpu_sampling`` is asked only with
-    ``seccomp_profile`` (the caller gives sampling up otherwise); ``gpus`` are UUIDs, None for all."""
+    (``UID:GID``), so that reports belong to them, with what the policy granted
+    (:func:`fleet.policy.docker_privileges`); ``gpus`` are UUIDs, None for all."""
     if c.kind != "docker":
         raise ContainerError(f"a lab server's workload runs in a Docker container, not {c.kind!r}")
     # --gpus takes a CSV list: several devices need the value itself in double quotes.
@@ -65,11 +65,9 @@ def docker_run(c: Container, report_dir: str, *, user: str, gpus: tuple[str, ...
              "-v", f"{report_dir}:{report_dir}"]
     for d in c.nsight_dirs:
         words += ["-v", f"{d}:{d}:ro"]
-    if cpu_sampling:
-        if not seccomp_profile:
-            raise ContainerError("CPU sampling in Docker needs a seccomp profile that allows perf_event_open")
-        words += ["--security-opt", f"seccomp={seccomp_profile}"]
-    if counters:
-        words += ["--cap-add", "SYS_ADMIN"]  # GPU performance counters: the one capability they need
+    if privileges.seccomp_profile:
+        words += ["--security-opt", f"seccomp={privileges.seccomp_profile}"]
+    if privileges.cap_sys_admin:
+        words += ["--cap-add", "SYS_ADMIN"]
     return words + [c.image]
 

@@ -2,14 +2,16 @@
 
 Pure and Python 3.8, like :mod:`fleet.policy`, whose verdicts it follows: the policy says
 what is allowed and why; this module turns an allowed request into the exact
-profiler command line, environment, sysctls, locks and checks for one node.
+profiler command (kept in parts: :class:`Command`), environment, sysctls, locks and
+checks for one node. The plan is applied, never patched: what changes at run time
+(sampling given up, a container around it) is a new plan made by a method here.
 ``--dry-run`` prints these plans and touches nothing.
 """
 
 from __future__ import annotations
 
 import shlex
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
 try:  # as shipped to a Slurm task by fleet (fleet/agent/task.py), modules travel under flat names
@@ -21,6 +23,8 @@ DEGRADED, OK, REFUSED, NodeState = policy.DEGRADED, policy.OK, policy.REFUSED, p
 
 @dataclass(frozen=True)
 class ProfileRequest:
+    """What the user asks for: the same on lab servers and on Slurm, where it travels to each
+    rank as JSON (``to_json``/``from_json``) and is completed there with the job's GPUs."""
     tool: str                                   # nsys | ncu
     command: tuple[str, ...]
     run_id: str
@@ -36,6 +40,40 @@ class ProfileRequest:
     job: str | None = None                      # planned inside this Slurm job (its ranks are not tenants)
     docker_image: str | None = None             # lab servers: the workload runs in this image (fleet.containers)
 
+    @property
+    def uses_counters(self) -> bool:
+        return policy.uses_counters(self.tool, self.gpu_metrics)
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, doc: dict) -> "ProfileRequest":
+        known = {f.name for f in fields(cls)}
+        kw = {k: v for k, v in doc.items() if k in known}
+        for key in ("command", "profiler_args"):
+            kw[key] = tuple(kw.get(key) or ())
+        if kw.get("gpus") is not None:
+            kw["gpus"] = tuple(kw["gpus"])
+        return cls(**kw)
+
+
+@dataclass(frozen=True)
+class Command:
+    """What the node runs, in parts. ``argv`` renders it, once, when it is started."""
+    profiler: tuple[str, ...] = ()              # the profiler and its subcommand: (nsys, "profile") or (ncu,)
+    fleet_flags: tuple[str, ...] = ()           # what fleet passes: output, clock control, sampling given up
+    user_flags: tuple[str, ...] = ()            # -X: the user's own profiler flags
+    workload: tuple[str, ...] = ()
+    wrapper: tuple[str, ...] = ()               # what the profiler runs inside: docker run ... IMAGE
+
+    def argv(self) -> tuple[str, ...]:
+        return (*self.wrapper, *self.profiler, *self.fleet_flags, *self.user_flags, "--", *self.workload)
+
+    @classmethod
+    def from_json(cls, doc: dict) -> "Command":
+        return cls(**{f.name: tuple(doc.get(f.name) or ()) for f in fields(cls)})
+
 
 @dataclass(frozen=True)
 class Plan:
@@ -43,7 +81,7 @@ class Plan:
     status: str                                 # ok | refused
     reasons: tuple[str, ...] = ()
     remedy: str | None = None
-    argv: tuple[str, ...] = ()                  # the profiler and the workload
+    command: Command = Command()
     env: dict[str, str] = field(default_factory=dict)
     output: str = ""                            # report name without extension (placeholders allowed)
     report_dir: str = ""
@@ -61,11 +99,34 @@ class Plan:
     ncu: str | None = None                      # for reading an ncu report's metrics on the node
 
     def to_json(self) -> dict:
-        return asdict(self)
+        doc = asdict(self)
+        doc["argv"] = list(self.command.argv()) if self.status == OK else []  # for people and logs only
+        return doc
+
+    @classmethod
+    def from_json(cls, doc: dict) -> "Plan":
+        known = {f.name for f in fields(cls)}
+        kw = {k: v for k, v in doc.items() if k in known}
+        kw["command"] = Command.from_json(doc.get("command") or {})
+        for key in ("reasons", "gpu_locks", "given_up"):
+            kw[key] = tuple(kw.get(key) or ())
+        kw["tenants"] = tuple(t if isinstance(t, policy.Tenant) else policy.Tenant(**t) if isinstance(t, dict)
+                              else policy.Tenant(-1, -1, None, None, str(t)) for t in kw.get("tenants") or ())
+        return cls(**kw)
 
     def shell(self) -> str:
         env = " ".join(f"{k}={shlex.quote(v)}" for k, v in self.env.items())
-        return (env + " " if env else "") + shlex.join(self.argv)
+        return (env + " " if env else "") + shlex.join(self.command.argv())
+
+    def without_sampling(self, why: str) -> "Plan":
+        """CPU sampling given up (an owned sysctl that could not be set, a container that
+        cannot allow it): nsys traces without it rather than not at all."""
+        flags, line = policy.sampling_given_up(why)
+        if self.tool != "nsys":
+            return self
+        extra = tuple(f for f in flags if f not in self.command.fleet_flags)
+        return replace(self, command=replace(self.command, fleet_flags=self.command.fleet_flags + extra),
+                       sysctls={}, given_up=self.given_up + (line,))
 
 
 def _refuse(host: str, v: policy.Verdict) -> Plan:
@@ -80,12 +141,11 @@ def plan(host: str, state: NodeState, req: ProfileRequest, owned_sysctls: dict[s
     missing = [i for i in (req.gpus or ()) if i not in [g.get("index") for g in state.get("gpus") or []]]
     if missing:
         return Plan(host, REFUSED, (f"no GPU {missing} on this node",), "choose a GPU that `fleet probe` lists")
-    uses_counters = req.tool == "ncu" or req.gpu_metrics
     counters = verdicts["ncu" if req.tool == "ncu" else "nsys-gpu-metrics"]
     base = verdicts["nsys-trace"] if req.tool == "nsys" else counters
     if base.status == REFUSED:
         return _refuse(host, base)
-    if uses_counters and counters.status != OK:
+    if req.uses_counters and counters.status != OK:
         return _refuse(host, counters)
 
     rd = (state.get("report_dir") or {}).get("path") or "/var/tmp/fleet"
@@ -93,31 +153,29 @@ def plan(host: str, state: NodeState, req: ProfileRequest, owned_sysctls: dict[s
     # directory (NFS) and their hostnames collide (containers).
     output = f"{rd}/{req.run_id}/{req.output_name or host + '-%p'}"
     chosen = policy.chosen_gpus(state, request)
-    env = {"CUDA_VISIBLE_DEVICES": ",".join(g["uuid"] for g in chosen)} if req.gpus is not None else {}
+    guard = policy.guards(request, req.uses_counters)
+    env = {"CUDA_VISIBLE_DEVICES": ",".join(g["uuid"] for g in chosen)} if guard.pin_gpus else {}
     given_up: list[str] = []
     sysctls: dict[str, Any] = {}
     tools = state.get("tools") or {}
     if req.tool == "nsys":
         sampling = verdicts["nsys-cpu-sampling"]
-        flags = list(sampling.flags)
+        flags = [f"--output={output}", *sampling.flags]
         if sampling.status == DEGRADED:
-            given_up.append("CPU sampling and context switches: " + sampling.reasons[0].split(":")[0])
+            given_up.append(policy.sampling_given_up(sampling.reasons[0].split(":")[0])[1])
         sysctls.update(sampling.sysctls)
         if base.status == DEGRADED:
             given_up.append("GPU activity: " + base.reasons[0])
         if req.gpu_metrics:
             flags.append("--gpu-metrics-devices=" + ",".join(str(g["index"]) for g in chosen))
-        argv = [tools["nsys"]["path"], "profile", f"--output={output}", *flags, *req.profiler_args, "--",
-                *req.command]
+        command = Command((tools["nsys"]["path"], "profile"), tuple(flags), req.profiler_args, req.command)
     else:
-        argv = [tools["ncu"]["path"], "--clock-control", req.clock_control, "--export", output,
-                *req.profiler_args, "--", *req.command]
-    recheck = {"gpus": [g["index"] for g in chosen], "allow_own": req.allow_own} if uses_counters else {}
-    dcgm = state.get("dcgm") or {}
-    pause = bool(uses_counters and req.pause_dcgm and (dcgm.get("hostengine") or dcgm.get("listening"))
-                 and any((g.get("architecture") or 0) < policy.HOPPER for g in chosen))
-    notes = counters.reasons if uses_counters else base.reasons
-    return Plan(host, OK, tuple(notes), None, tuple(argv), env, output, f"{rd}/{req.run_id}", sysctls, owned,
-                tuple(g["uuid"] for g in chosen) if uses_counters else (), recheck, pause, tuple(given_up),
+        command = Command((tools["ncu"]["path"],), ("--clock-control", req.clock_control, "--export", output),
+                          req.profiler_args, req.command)
+    recheck = {"gpus": [g["index"] for g in chosen], "allow_own": req.allow_own} if guard.recheck else {}
+    pause = policy.dcgm_pause(state, chosen, req.pause_dcgm, req.uses_counters)
+    notes = counters.reasons if req.uses_counters else base.reasons
+    return Plan(host, OK, tuple(notes), None, command, env, output, f"{rd}/{req.run_id}", sysctls, owned,
+                tuple(g["uuid"] for g in chosen) if guard.gpu_locks else (), recheck, pause, tuple(given_up),
                 timeout=req.timeout, lock_wait=req.lock_wait, tool=req.tool,
                 nsys=(tools.get("nsys") or {}).get("path"), ncu=(tools.get("ncu") or {}).get("path"))

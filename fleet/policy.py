@@ -6,6 +6,11 @@ the request says what the user asks for. Every rule of problems 4
 (permissions) and 5 (neighbours) lives in this file and nowhere else, and
 every verdict carries its reasons and a remedy a person can act on.
 
+Besides the verdicts of ``assess``, the smaller rules the other parts only apply live
+here too: ``uses_counters``, ``dcgm_pause``, ``prolog_tenants``, ``guards`` (GPU locks,
+the last-moment check, pinning GPUs), ``held_sysctls``, ``exclusive_node``,
+``docker_privileges`` and ``sampling_given_up``.
+
 The rule that matters most: anything that programs the GPU's counters (ncu,
 ``nsys --gpu-metrics-devices``) is refused on a GPU that anyone else might be
 using, because ncu locks clocks, flushes caches and serialises kernels for the
@@ -66,6 +71,98 @@ class Verdict:
 class Finding:
     status: str  # ok | warn | bad | n/a
     text: str
+
+
+def uses_counters(tool: str, gpu_metrics: bool) -> bool:
+    """ncu and nsys GPU metrics program the counters of the whole GPU."""
+    return tool == "ncu" or bool(gpu_metrics)
+
+
+def sampling_given_up(why: str) -> tuple[tuple[str, ...], str]:
+    """The nsys flags that turn CPU sampling off, and the line that says it was given up and why."""
+    return NO_SAMPLING_FLAGS, "CPU sampling and context switches: " + why
+
+
+def held_sysctls(tool: str) -> list[str]:
+    """The owned sysctls a run of ``tool`` asks to hold: CPU sampling is nsys's alone."""
+    return [PARANOID_SYSCTL] if tool == "nsys" else []
+
+
+def exclusive_node(asked: bool | None, counters: bool) -> bool:
+    """Whether a Slurm job takes its nodes whole: counters program the whole GPU, so by default
+    a counter-using job shares its nodes with no other job."""
+    return bool(asked) if asked is not None else counters
+
+
+@dataclass(frozen=True)
+class Guards:
+    """How a planned run keeps its GPUs to itself until the profiler starts."""
+    gpu_locks: bool    # the node-wide counter lock per GPU (one counter-using profiler at a time)
+    recheck: bool      # look at the GPUs again right before the profiler starts
+    pin_gpus: bool     # CUDA_VISIBLE_DEVICES set to the chosen GPUs
+
+
+def guards(request: Request, counters: bool) -> Guards:
+    """Inside a Slurm job the allocation is the lock: ranks sharing a GPU must not refuse each
+    other, the plan is made on the node a moment before the profiler, and Slurm (or the
+    launcher) chose each task's GPUs."""
+    in_job = request.job is not None
+    return Guards(gpu_locks=counters and not in_job, recheck=counters and not in_job,
+                  pin_gpus=request.gpus is not None and not in_job)
+
+
+def dcgm_running(state: NodeState) -> bool:
+    dcgm = state.get("dcgm") or {}
+    return bool(dcgm.get("hostengine") or dcgm.get("exporter") or dcgm.get("listening"))
+
+
+def _dcgm_pausable(state: NodeState) -> bool:
+    """``dcgmi profile --pause`` reaches a host engine: a running nv-hostengine or port 5555.
+    A dcgm-exporter with its embedded engine cannot be paused from outside."""
+    dcgm = state.get("dcgm") or {}
+    return bool(dcgm.get("hostengine")) or any((l or {}).get("port") == 5555 for l in dcgm.get("listening") or [])
+
+
+def pre_hopper(gpus: list[dict]) -> list[int]:
+    """GPUs on which DCGM's profiling metrics and a profiler cannot share the counters."""
+    return [g["index"] for g in gpus if (g.get("architecture") or 0) < HOPPER]
+
+
+def dcgm_pause(state: NodeState, gpus: list[dict], asked: bool, counters: bool) -> bool:
+    """Whether fleet pauses DCGM profiling for the run: the one condition the verdict promises,
+    the planner plans and the Slurm prolog carries out."""
+    return bool(counters and asked and dcgm_running(state) and _dcgm_pausable(state) and pre_hopper(gpus))
+
+
+def prolog_tenants(verdict: dict | None) -> list[str]:
+    """Tenants that fleet's Slurm prolog, as root, saw on the job's GPUs. ``verdict`` is None
+    where no prolog left one, the prolog's document, or ``{"error": ...}`` when it could not be
+    read: then nobody can say the GPUs are free, so that counts as a tenant."""
+    if verdict is None:
+        return []
+    if "error" in verdict or not isinstance(verdict.get("tenants", []), list):
+        return ["the node's prolog verdict could not be read (%s): the job's GPUs count as shared"
+                % verdict.get("error", "malformed")]
+    return [str(t) for t in verdict.get("tenants") or []]
+
+
+@dataclass(frozen=True)
+class DockerPrivileges:
+    cap_sys_admin: bool                 # GPU counters: the one capability they need
+    seccomp_profile: str | None         # CPU sampling: a profile that allows perf_event_open
+    given_up: tuple[str, ...] = ()
+
+
+def docker_privileges(tool: str, counters: bool, sampling: bool, seccomp_profile: str | None) -> DockerPrivileges:
+    """The least privilege a profiled workload in ``docker run`` needs. Never --privileged;
+    never SYS_ADMIN for CPU sampling (Docker's default seccomp profile refuses perf_event_open
+    without it, so a profile that allows it is used, or sampling is given up)."""
+    sampling = tool == "nsys" and sampling
+    given_up = ()
+    if sampling and not seccomp_profile:
+        given_up = (sampling_given_up("Docker refuses perf_event_open without a seccomp profile that allows it "
+                                      "(set docker_seccomp_profile in the inventory)")[1],)
+    return DockerPrivileges(counters, seccomp_profile if sampling else None, given_up)
 
 
 def chosen_gpus(state: NodeState, request: Request) -> list[dict]:
@@ -164,9 +261,9 @@ def nsys_cpu_sampling(state: NodeState, request: Request) -> Verdict:
         scope = "process-tree and system-wide" if level <= 0 else "process-tree (system-wide needs <= 0 or root)"
         return Verdict("nsys-cpu-sampling", OK, (f"perf_event_paranoid={level}: {scope} sampling",))
     why = f"perf_event_paranoid={level}" if level is not None else "this kernel has no perf events"
-    return Verdict("nsys-cpu-sampling", DEGRADED,
-                   (f"{why}: CPU sampling off, fleet will pass {' '.join(NO_SAMPLING_FLAGS)}",),
-                   f"list {PARANOID_SYSCTL} in owned_sysctls (value 2) to let fleet set it", flags=NO_SAMPLING_FLAGS)
+    flags, _ = sampling_given_up(why)
+    return Verdict("nsys-cpu-sampling", DEGRADED, (f"{why}: CPU sampling off, fleet will pass {' '.join(flags)}",),
+                   f"list {PARANOID_SYSCTL} in owned_sysctls (value 2) to let fleet set it", flags=flags)
 
 
 def counters(state: NodeState, request: Request, way: str, tool: str) -> Verdict:
@@ -192,16 +289,24 @@ def counters(state: NodeState, request: Request, way: str, tool: str) -> Verdict
             reasons.append(f"GPU {g['index']} is in MIG mode: its other instances may belong to others, "
                            "and counters and clocks are shared")
             remedies.append("profile on a GPU with MIG disabled")
-    dcgm = state.get("dcgm") or {}
-    dcgm_running = dcgm.get("hostengine") or dcgm.get("exporter") or dcgm.get("listening")
-    old = [g["index"] for g in chosen_gpus(state, request) if (g.get("architecture") or 0) < HOPPER]
-    if dcgm_running and old and not request.pause_dcgm:
-        reasons.append(f"DCGM runs here and GPU(s) {old} predate Hopper: DCGM profiling metrics hold the counters")
-        remedies.append("pass --pause-dcgm on a node you own (fleet pauses and always resumes DCGM profiling)")
+    seen_by_prolog = prolog_tenants(state.get("prolog_verdict"))
+    if seen_by_prolog:  # the node's Slurm prolog, as root, saw someone on the job's GPUs
+        reasons += [f"tenant seen by the node's prolog: {t}" for t in seen_by_prolog]
+        remedies.append("run where the job's GPUs are free")
+    old = pre_hopper(chosen_gpus(state, request))
+    pause = dcgm_pause(state, chosen_gpus(state, request), request.pause_dcgm, True)
+    if dcgm_running(state) and old and not pause:
+        if request.pause_dcgm:
+            reasons.append(f"DCGM runs here and GPU(s) {old} predate Hopper, and no DCGM host engine answers "
+                           "`dcgmi profile --pause` (dcgm-exporter's embedded engine cannot be paused from outside)")
+            remedies.append("run dcgm-exporter against nv-hostengine, or stop it for the run")
+        else:
+            reasons.append(f"DCGM runs here and GPU(s) {old} predate Hopper: DCGM profiling metrics hold the counters")
+            remedies.append("pass --pause-dcgm on a node you own (fleet pauses and always resumes DCGM profiling)")
     if reasons:
         return Verdict(way, REFUSED, tuple(reasons), "; ".join(dict.fromkeys(remedies)), tenants=tuple(found))
     notes = [f"counter access: {how}", "no other process on the GPU"]
-    if dcgm_running and old:
+    if pause:
         notes.append("fleet will pause DCGM profiling for the run and resume it after")
     return Verdict(way, OK, tuple(notes), flags=("--clock-control", "base") if tool == "ncu" else ())
 
@@ -246,8 +351,7 @@ def problems(state: NodeState, request: Request = Request()) -> dict[str, Findin
         flags = [f"MIG on GPU {g['index']}" for g in state["gpus"] if (g.get("mig_mode") or {}).get("current") == 1]
         if (state.get("mps") or {}).get("control_daemon"):
             flags.append("MPS")
-        dcgm = state.get("dcgm") or {}
-        if dcgm.get("hostengine") or dcgm.get("exporter") or dcgm.get("listening"):
+        if dcgm_running(state):
             flags.append("DCGM")
         parts = [str(t) for t in everyone] + flags
         neighbours = Finding("warn" if parts else OK, "; ".join(parts) if parts else

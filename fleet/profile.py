@@ -18,10 +18,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
 from . import containers, exitcodes, probe, store
-from .agent.run import RESULT_MARK
+from .agent.run import RESULT_MARK, results_in
 from .collect import fetch_verified
 from .plan import Plan, ProfileRequest, plan
-from .policy import NO_SAMPLING_FLAGS
+from .policy import NO_SAMPLING_FLAGS, docker_privileges
 from .transport import Result
 
 if TYPE_CHECKING:
@@ -65,7 +65,7 @@ class LineSink:
     def line(self, stream: str, raw: bytes) -> None:
         text = raw.decode("utf-8", "replace")
         if stream == "stdout" and text.startswith(RESULT_MARK):
-            self.result = json.loads(text[len(RESULT_MARK):])
+            self.result = (results_in(text) or [None])[0]
             return
         self.write(stream, f"{self.host}: {text}\n" if self.prefix else text + "\n")
 
@@ -96,22 +96,19 @@ async def plan_all(fan: "Fanout", hosts: list["Host"], req: ProfileRequest) -> d
 
 def in_docker(p: Plan, state: dict, req: ProfileRequest, seccomp_profile: str | None) -> Plan:
     """The plan with the profiler and workload inside ``docker run``, with the least privilege
-    it needs (fleet/containers.py); CPU sampling is given up without a seccomp profile for it."""
-    argv, given_up = list(p.argv), list(p.given_up)
-    sampling = p.tool == "nsys" and not set(NO_SAMPLING_FLAGS) <= set(argv)
-    if sampling and not seccomp_profile:
-        argv[2:2] = NO_SAMPLING_FLAGS
-        given_up.append("CPU sampling and context switches: Docker refuses perf_event_open without a "
-                        "seccomp profile that allows it (set docker_seccomp_profile in the inventory)")
-        sampling = False
+    the policy grants it (sampling given up where Docker cannot allow it)."""
+    sampling = not set(NO_SAMPLING_FLAGS) <= set(p.command.fleet_flags)
+    granted = docker_privileges(p.tool, req.uses_counters, sampling, seccomp_profile)
+    for why in granted.given_up:
+        p = p.without_sampling(why.split(": ", 1)[1])
     uuids = p.env.get("CUDA_VISIBLE_DEVICES")
     tools = {t: (state.get("tools") or {}).get(t, {}).get("path") for t in ("nsys", "ncu")}
-    words = containers.docker_run(
+    wrapper = containers.docker_run(
         containers.Container("docker", req.docker_image, containers.nsight_dirs({k: v for k, v in tools.items() if v})),
         p.report_dir, user=f"{state.get('uid')}:{state.get('gid')}", gpus=tuple(uuids.split(",")) if uuids else None,
-        cpu_sampling=sampling, counters=bool(p.gpu_locks) or p.tool == "ncu", seccomp_profile=seccomp_profile)
+        privileges=granted)
     env = {k: v for k, v in p.env.items() if k != "CUDA_VISIBLE_DEVICES"}  # --gpus chose them
-    return replace(p, argv=tuple(words + argv), env=env, given_up=tuple(given_up))
+    return replace(p, command=replace(p.command, wrapper=tuple(wrapper)), env=env)
 
 
 async def bring_home(fan: "Fanout", via: "Host", to_fetch: list[dict], dest_dir: Path, *,
@@ -207,7 +204,11 @@ async def gather(fan: "Fanout", hosts: dict[str, "Host"], store_root: Path, run_
             if r.exit_status != 0:
                 entry["missing_why"] = f"no result on the node yet: {r.stderr.decode(errors='replace').strip()}"
                 continue
-            result = entry["result"] = json.loads(r.stdout)
+            found = results_in(r.stdout.decode(errors="replace"))
+            if not found:
+                entry["missing_why"] = "the result on the node is not readable yet"
+                continue
+            result = entry["result"] = found[-1]
         entry["reports"] = [rep for rep in entry["reports"] if rep["verified"]]
         have = {rep["remote"] for rep in entry["reports"]}
         missing = [rep for rep in result.get("reports", []) + result.get("summaries", []) if rep["path"] not in have]

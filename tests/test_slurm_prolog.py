@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from fleet.agent import slurmd
+from fleet.agent.run import results_in
 from tests.conftest import announce, run_fleet
 from tests.harness.slurm import SlurmCluster
 from tests.harness.sshd import TEST_USER, ensure_user
@@ -84,6 +85,13 @@ def test_an_opted_in_job_holds_the_owned_sysctl_until_its_epilog(node):
     assert run(node, "epilog") == 0 and PARANOID.read_text().strip() == "3"  # idempotent
 
 
+def test_a_malformed_request_is_logged_and_ignored(node):
+    write_request(node, {"fleet": 1})
+    (node["work"] / slurmd.REQUEST_NAME).write_text("{not json")
+    assert run(node, "prolog") == 0 and PARANOID.read_text().strip() == "3"
+    assert "ignored_request" in node["log"].read_text() and "not JSON" in node["log"].read_text()
+
+
 def test_a_job_without_a_request_is_untouched(node):
     assert run(node, "prolog") == 0
     assert PARANOID.read_text().strip() == "3"
@@ -107,6 +115,7 @@ def test_a_planted_symlink_or_someone_elses_file_is_not_read(node):
     secret.chmod(0o600)
     (node["work"] / slurmd.REQUEST_NAME).symlink_to(secret)
     assert run(node, "prolog") == 0 and PARANOID.read_text().strip() == "3"
+    assert "ignored_request" in node["log"].read_text()  # refused, and said so (it was silent)
     (node["work"] / slurmd.REQUEST_NAME).unlink()
     write_request(node, {"fleet": 1, "sysctls": ["kernel.perf_event_paranoid"]}, owner=pwd.getpwnam(TENANT_USER))
     assert run(node, "prolog") == 0 and PARANOID.read_text().strip() == "3"
@@ -321,16 +330,23 @@ def test_a_rank_refuses_ncu_on_what_the_prolog_saw(tmp_path):
     verdict.write_text(json.dumps({"job": "77", "tenants": ["GPU 0: pid 4242 (bob, 2.0 GB) belongs to another user"]}))
     (tmp_path / "fleet-agent.py").write_text(probe.script())
     standins = Path(__file__).parent / "standins"
-    args = {"mode": "task", "tool": "ncu", "run_id": "r", "report_dir": str(tmp_path / "runs"), "launcher": "srun",
-            "ranks": None, "tools": {"ncu": str(standins / "ncu"), "nsys": str(standins / "nsys")}}
+    args = {"mode": "task", "request": {"tool": "ncu", "run_id": "r"}, "report_dir": str(tmp_path / "runs"),
+            "launcher": "srun", "ranks": None, "tools": {"ncu": str(standins / "ncu"), "nsys": str(standins / "nsys")}}
     env = {**os.environ, **fakenvml.env(lib, tmp_path / "gpus.txt"), "SLURM_JOB_ID": "77", "SLURM_PROCID": "0",
            "SLURMD_NODENAME": "node1", "FLEET_PROLOG_VERDICT": str(verdict)}
     out = subprocess.run(["python3", str(tmp_path / "fleet-agent.py"), json.dumps(args), "touch", str(tmp_path / "ran")],
                          env=env, capture_output=True, text=True)
     assert out.returncode == 5, out.stderr
-    result = json.loads((tmp_path / "runs" / "r" / "node1" / "rank0.result.json").read_text())
+    [result] = results_in((tmp_path / "runs" / "r" / "node1" / "rank0.result.json").read_text())
     assert result["status"] == "refused" and "tenant seen by the node's prolog: GPU 0: pid 4242" in result["reasons"][0]
     assert not (tmp_path / "ran").exists()
+    # A verdict that cannot be read says nothing about the GPU: it counts as shared (it counted as free).
+    for unreadable in (tmp_path / "no-such-verdict.json", tmp_path):
+        env["FLEET_PROLOG_VERDICT"] = str(unreadable)
+        out = subprocess.run(["python3", str(tmp_path / "fleet-agent.py"), json.dumps(args), "touch",
+                              str(tmp_path / "ran")], env=env, capture_output=True, text=True)
+        assert out.returncode == 5 and "prolog verdict could not be read" in out.stderr, out.stderr
+        assert not (tmp_path / "ran").exists()
     del env["FLEET_PROLOG_VERDICT"]  # without the prolog's word, the free GPU is profiled
     assert subprocess.run(["python3", str(tmp_path / "fleet-agent.py"), json.dumps(args), "true"], env=env,
                           capture_output=True).returncode == 0

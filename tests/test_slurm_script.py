@@ -152,23 +152,39 @@ def _docker_plan(tool: str, euid: int = 1001, paranoid: int = 2, seccomp: str | 
 
 def test_docker_on_a_lab_server_gets_only_the_privilege_the_plan_needs():
     trace = _docker_plan("nsys", paranoid=3)  # sampling already given up by the policy
-    assert trace.argv[:5] == ("docker", "run", "--rm", "--init", "--user") and trace.argv[5] == "1001:1001"
-    assert "-v" in trace.argv and "/var/tmp/fleet-ana/r:/var/tmp/fleet-ana/r" in trace.argv
-    assert ("/opt/nvidia/nsight-systems/2025.3.1:/opt/nvidia/nsight-systems/2025.3.1:ro" in trace.argv and
-            "/opt/nvidia/nsight-compute:/opt/nvidia/nsight-compute:ro" in trace.argv)
-    image = trace.argv.index("nvcr.io/nvidia/pytorch:25.01-py3")
-    assert trace.argv[image + 1:image + 3] == ("/opt/nvidia/nsight-systems/2025.3.1/bin/nsys", "profile")
-    sampling = _docker_plan("nsys", seccomp="/etc/docker/seccomp-perf.json")
-    assert "seccomp=/etc/docker/seccomp-perf.json" in sampling.argv and "--sample=none" not in sampling.argv
+    argv = trace.command.argv()
+    assert argv[:5] == ("docker", "run", "--rm", "--init", "--user") and argv[5] == "1001:1001"
+    assert "-v" in argv and "/var/tmp/fleet-ana/r:/var/tmp/fleet-ana/r" in argv
+    assert ("/opt/nvidia/nsight-systems/2025.3.1:/opt/nvidia/nsight-systems/2025.3.1:ro" in argv and
+            "/opt/nvidia/nsight-compute:/opt/nvidia/nsight-compute:ro" in argv)
+    image = argv.index("nvcr.io/nvidia/pytorch:25.01-py3")
+    assert argv[image + 1:image + 3] == ("/opt/nvidia/nsight-systems/2025.3.1/bin/nsys", "profile")
+    sampling = _docker_plan("nsys", seccomp="/etc/docker/seccomp-perf.json").command.argv()
+    assert "seccomp=/etc/docker/seccomp-perf.json" in sampling and "--sample=none" not in sampling
     no_profile = _docker_plan("nsys")
-    assert {"--sample=none", "--cpuctxsw=none"} <= set(no_profile.argv)
+    assert {"--sample=none", "--cpuctxsw=none"} <= set(no_profile.command.argv())
     assert any("seccomp profile" in g for g in no_profile.given_up)
-    ncu = _docker_plan("ncu", euid=0)
-    assert ncu.argv[ncu.argv.index("--cap-add") + 1] == "SYS_ADMIN"
-    for p in (trace, sampling, no_profile, ncu):
-        assert "--privileged" not in p.argv and ("--cap-add" in p.argv) == (p is ncu)
+    ncu = _docker_plan("ncu", euid=0).command.argv()
+    assert ncu[ncu.index("--cap-add") + 1] == "SYS_ADMIN"
+    for words in (argv, sampling, no_profile.command.argv(), ncu):
+        assert "--privileged" not in words and ("--cap-add" in words) == (words is ncu)
     pinned = _docker_plan("nsys", gpus=(1,))
-    assert pinned.argv[pinned.argv.index("--gpus") + 1] == '"device=GPU-b"' and "CUDA_VISIBLE_DEVICES" not in pinned.env
+    assert pinned.command.argv()[pinned.command.argv().index("--gpus") + 1] == '"device=GPU-b"'
+    assert "CUDA_VISIBLE_DEVICES" not in pinned.env
+
+
+def test_sampling_given_up_in_docker_lands_among_nsys_flags_not_dockers():
+    """An owned sysctl that cannot be set on the node gives sampling up at run time: the flags go
+    to nsys, after ``nsys profile``, never among ``docker run``'s options (they did, spliced at 2)."""
+    p = _docker_plan("nsys", seccomp="/etc/docker/seccomp-perf.json")
+    given_up = p.without_sampling("could not set kernel.perf_event_paranoid (no sudo)")
+    argv = given_up.command.argv()
+    assert argv[:2] == ("docker", "run") and "--sample=none" not in argv[:argv.index("profile")]
+    profile_at = argv.index("profile")
+    assert argv[profile_at - 1].endswith("/nsys") and {"--sample=none", "--cpuctxsw=none"} <= set(
+        argv[profile_at + 1:argv.index("--")])
+    assert given_up.sysctls == {} and "could not set" in given_up.given_up[-1]
+    assert given_up.without_sampling("again").command.argv().count("--sample=none") == 1
 
 
 def test_squeue_json_of_newer_slurm_parses():

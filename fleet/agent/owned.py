@@ -144,13 +144,17 @@ class State:
             os.close(self._lock)
 
 
-def write_json(path, doc):
+def write_text(path, text):
     """Whole or not at all (by rename: a reader never sees half), never through a planted symlink."""
     tmp = path + ".tmp"
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
     with os.fdopen(fd, "w") as f:
-        json.dump(doc, f)
+        f.write(text)
     os.replace(tmp, path)
+
+
+def write_json(path, doc):
+    write_text(path, json.dumps(doc))
 
 
 def sysctl_path(name):

@@ -8,9 +8,12 @@ relaying its output; stop it only with SIGTERM/SIGINT so its report is
 finished; find the report (also where nsys wrote it when the name was taken,
 and a leftover .qdstrm, which it finishes); hash it; put everything back.
 
-The last line on stdout is ``RESULT_MARK`` and a JSON document. If fleet went
-away meanwhile (its connection closed), the run goes on, the node is still
-put back, and the document is also left beside the reports.
+The result is one JSON document, framed by ``RESULT_MARK`` (``frame``/``results_in``
+are the one channel: the last line on stdout for fleet over SSH, and the
+``HOST.result.json`` file beside the reports that a Slurm run's gather reads
+with the same framing). If fleet went away meanwhile (its connection closed),
+the run goes on, the node is still put back, and the file is still written; a
+result that cannot be written is an error the run reports.
 """
 
 from __future__ import annotations
@@ -29,9 +32,11 @@ import time
 try:  # as shipped by fleet, every module travels under a flat name
     import fleet_agent_node as node
     import fleet_agent_owned as owned
+    import fleet_plan as planner
     import fleet_policy as policy
 except ImportError:  # as part of the installed package (tests, the local machine)
     from . import node, owned
+    from .. import plan as planner
     from .. import policy
 
 RESULT_MARK = "\x1e@@fleet-result@@ "
@@ -62,13 +67,13 @@ class Relay:
 
 
 def run_profiler(plan, relay, stop_requested):
-    env = dict(os.environ, **plan.get("env", {}))
-    proc = subprocess.Popen(plan["argv"], env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+    env = dict(os.environ, **plan.env)
+    proc = subprocess.Popen(list(plan.command.argv()), env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, start_new_session=True)
     sel = selectors.DefaultSelector()
     sel.register(proc.stdout, selectors.EVENT_READ, sys.stdout.buffer)
     sel.register(proc.stderr, selectors.EVENT_READ, sys.stderr.buffer)
-    deadline = time.monotonic() + plan["timeout"] if plan.get("timeout") else None
+    deadline = time.monotonic() + plan.timeout if plan.timeout else None
     last_stop = exited = first_stop = None
     open_streams = 2
     while open_streams and (exited is None or time.monotonic() - exited < PIPE_GRACE) or proc.poll() is None:
@@ -78,7 +83,7 @@ def run_profiler(plan, relay, stop_requested):
         wants_stop = stop_requested() or (deadline is not None and now >= deadline)
         if wants_stop and (last_stop is None or now - last_stop >= STOP_GRACE) and proc.poll() is None:
             first_stop = first_stop or now
-            stop(proc, plan["tool"], kill=now - first_stop >= KILL_AFTER)
+            stop(proc, plan.tool, kill=now - first_stop >= KILL_AFTER)
             last_stop = now
         for key, _ in sel.select(timeout=0.2) if open_streams else []:
             data = os.read(key.fileobj.fileno(), 65536)
@@ -148,27 +153,27 @@ def in_use(path):
 
 def collect(plan, tail, notes, strays_before=frozenset(), killed=False):
     """Every report this run produced, finished and hashed."""
-    ext = ".nsys-rep" if plan["tool"] == "nsys" else ".ncu-rep"
-    stem = glob.escape(plan["output"]).replace("%p", "*")
+    ext = ".nsys-rep" if plan.tool == "nsys" else ".ncu-rep"
+    stem = glob.escape(plan.output).replace("%p", "*")
     found, finished = [], set()
-    if plan["tool"] == "nsys" and killed:  # only a killed nsys leaves its data behind in TMPDIR
+    if plan.tool == "nsys" and killed:  # only a killed nsys leaves its data behind in TMPDIR
         for i, stray in enumerate(sorted(stray_qdstrms() - set(strays_before))):
             try:
                 if os.stat(stray).st_uid != os.geteuid() or in_use(stray):
                     continue  # someone else's run, or a concurrent run still collecting
-                target = plan["output"].replace("%p", "unfinished%d" % i) + ".qdstrm"
+                target = plan.output.replace("%p", "unfinished%d" % i) + ".qdstrm"
                 os.replace(stray, target)
                 notes.append("nsys ended before writing its report; its data %s was moved to %s" % (stray, target))
             except OSError:
                 continue
         for leftover in sorted(glob.glob(stem + ".qdstrm")):
             if not os.path.exists(leftover[: -len(".qdstrm")] + ext):
-                finished.add(finish_qdstrm(plan, leftover, notes))
+                finished.add(finish_qdstrm(plan.nsys, leftover, notes))
         # A taken name makes nsys write to /tmp/nsys-report-*.nsys-rep and still exit 0.
         for i, elsewhere in enumerate(re.findall(rb"(/tmp/nsys-report-[0-9a-f]+\.nsys-rep)", tail)):
             path = elsewhere.decode()
             if os.path.exists(path):
-                target = plan["output"].replace("%p", "moved%d" % i) + ext
+                target = plan.output.replace("%p", "moved%d" % i) + ext
                 os.replace(path, target)
                 notes.append("nsys wrote %s because the name was taken; moved to %s" % (path, target))
     for path in sorted(glob.glob(stem + ext)):
@@ -219,11 +224,11 @@ def ncu_metrics(ncu, reports, notes):
     return out
 
 
-def finish_qdstrm(plan, leftover, notes):
+def finish_qdstrm(nsys, leftover, notes):
     """The finished report's path, or None (and a note saying why)."""
-    importer = importer_for(plan.get("nsys"))
+    importer = importer_for(nsys)
     if importer is None:
-        notes.append("unfinished report %s: no QdstrmImporter next to %s" % (leftover, plan.get("nsys")))
+        notes.append("unfinished report %s: no QdstrmImporter next to %s" % (leftover, nsys))
         return None
     out = subprocess.run([importer, "-i", leftover], stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     report = leftover[: -len(".qdstrm")] + ".nsys-rep"
@@ -242,73 +247,89 @@ def recheck(plan):
     if not nvml.get("available"):
         return ["NVML is not available any more: %s" % nvml.get("error")]
     state = {"gpus": gpus, "mps": node.daemons(procs)[0]}
-    request = policy.Request(gpus=tuple(plan["recheck"]["gpus"]), allow_own=plan["recheck"]["allow_own"])
+    request = policy.Request(gpus=tuple(plan.recheck["gpus"]), allow_own=plan.recheck["allow_own"])
     return [str(t) for t in policy.tenants(state, request)]
 
 
 def main(args, stops=None):
     """``stops`` collects stop signals already caught by a caller (a Slurm task, while planning)."""
-    plan = args["plan"]
+    plan = args["plan"] if isinstance(args["plan"], planner.Plan) else planner.Plan.from_json(args["plan"])
     holder = owned.me()
-    result = {"status": "ok", "host": plan["host"], "node": os.uname()[1], "reasons": [], "notes": [], "reports": [],
-              "given_up": list(plan.get("given_up", [])), "changed": {}, "exit_status": None}
+    result = {"status": "ok", "host": plan.host, "node": os.uname()[1], "reasons": [], "notes": [], "reports": [],
+              "given_up": list(plan.given_up), "changed": {}, "exit_status": None}
     result.update(args.get("context") or {})
     stops = [] if stops is None else stops
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, lambda s, f: stops.append(s))
-    locks, changed_state = [], False
-    relay = Relay()
+    relay, code = Relay(), 1
+    try:
+        code = carry_out(plan, result, relay, stops, holder)
+    finally:  # also when carrying out broke: the result is what fleet reads
+        if not emit(result, plan, relay, line=args.get("result_line", True)) and code == 0:
+            code = 1  # a finished run whose result is nowhere to be read has not done its job
+    return code
+
+
+def carry_out(plan, result, relay, stops, holder):
+    """Locks, owned state, the last-moment check, the profiler and its reports; the node put back."""
+    locks, changed_state, code = [], False, 1
     try:
         if os.geteuid() == 0 and os.path.isdir(owned.STATE_DIR):
             repaired = owned.repair()
             if repaired["restored"] or repaired["dcgm_resumed"]:
                 result["notes"].append("put back what an earlier run left: %s" % repaired)
-        for uuid in plan.get("gpu_locks", []):
+        for uuid in plan.gpu_locks:
             lock = owned.GPULock(uuid)
-            if not lock.acquire(plan.get("lock_wait", 0)):
+            if not lock.acquire(plan.lock_wait):
                 h = lock.holder() or {}
-                return refuse(result, "GPU %s is being profiled by pid %s (user %s)" % (
+                code = refuse(result, "GPU %s is being profiled by pid %s (user %s)" % (
                     uuid, h.get("pid", "?"), h.get("user", "?")))
+                return code
             locks.append(lock)
-        if plan.get("sysctls"):
+        if plan.sysctls:
             changed_state = True
             try:
-                result["changed"] = owned.privileged("acquire_sysctls", wanted=plan["sysctls"],
-                                                     owned=plan.get("owned_sysctls", {}), holder=holder)
+                result["changed"] = owned.privileged("acquire_sysctls", wanted=plan.sysctls,
+                                                     owned=plan.owned_sysctls, holder=holder)
             except (owned.OwnedError, OSError) as e:
-                give_up_sampling(plan, result, e)
-        if plan.get("pause_dcgm"):
+                # Trace without CPU sampling rather than not at all.
+                plan = plan.without_sampling("could not set %s (%s)" % (", ".join(plan.sysctls), e))
+                result["given_up"] = list(plan.given_up)
+        if plan.pause_dcgm:
             changed_state = True
             owned.privileged("pause_dcgm", holder=holder)
             result["changed"]["dcgm"] = "profiling paused"
-        if plan.get("recheck"):
+        if plan.recheck:
             tenants = recheck(plan)
             if tenants:
-                return refuse(result, *["tenant appeared since the probe: " + t for t in tenants])
-        os.makedirs(os.path.dirname(plan["output"]), exist_ok=True)
+                code = refuse(result, *["tenant appeared since the probe: " + t for t in tenants])
+                return code
+        os.makedirs(os.path.dirname(plan.output), exist_ok=True)
         if stops:  # cancelled, or a time limit near, before anything ran: start nothing
             result["status"] = "stopped"
             result["reasons"].append("told to stop (signal %d) before the profiler started" % stops[0])
-            return 1
-        strays = stray_qdstrms() if plan["tool"] == "nsys" else set()
-        code, stopped, lingering = run_profiler(plan, relay, lambda: bool(stops))
-        result["exit_status"], result["stopped"] = code, stopped
+            return code
+        strays = stray_qdstrms() if plan.tool == "nsys" else set()
+        exit_status, stopped, lingering = run_profiler(plan, relay, lambda: bool(stops))
+        result["exit_status"], result["stopped"] = exit_status, stopped
         if lingering:
             result["notes"].append("the profiler exited while processes it started still hold its output open; "
                                    "they were left running")
-        result["reports"] = collect(plan, relay.tail, result["notes"], strays, killed=code is not None and code < 0)
-        if plan["tool"] == "nsys" and plan.get("nsys"):
-            result["summaries"] = summarize(plan["nsys"], result["reports"], result["notes"])
-        elif plan["tool"] == "ncu" and plan.get("ncu"):
-            result["summaries"] = ncu_metrics(plan["ncu"], result["reports"], result["notes"])
+        result["reports"] = collect(plan, relay.tail, result["notes"], strays,
+                                    killed=exit_status is not None and exit_status < 0)
+        if plan.tool == "nsys" and plan.nsys:
+            result["summaries"] = summarize(plan.nsys, result["reports"], result["notes"])
+        elif plan.tool == "ncu" and plan.ncu:
+            result["summaries"] = ncu_metrics(plan.ncu, result["reports"], result["notes"])
         if not result["reports"]:
             result["status"] = "no-report"
-            result["reasons"].append("the profiler exited %s and left no report under %s" % (code, plan["output"]))
-        return 0 if result["reports"] else 1
+            result["reasons"].append("the profiler exited %s and left no report under %s" % (exit_status, plan.output))
+        code = 0 if result["reports"] else 1
+        return code
     except (owned.OwnedError, OSError) as e:
         result["status"] = "error"
         result["reasons"].append(str(e))
-        return 1
+        return code
     finally:
         if changed_state:
             try:
@@ -317,17 +338,6 @@ def main(args, stops=None):
                 result["notes"].append("could not put back node state now (%s); `fleet repair` will" % e)
         for lock in locks:
             lock.release()
-        emit(result, plan, relay, line=args.get("result_line", True))
-
-
-def give_up_sampling(plan, result, why):
-    """The owned sysctl could not be set: trace without CPU sampling rather than not at all."""
-    argv = plan["argv"]
-    if plan["tool"] == "nsys" and "--sample=none" not in argv:
-        plan["argv"] = argv[:2] + ["--sample=none", "--cpuctxsw=none"] + argv[2:]
-    result["given_up"].append("CPU sampling and context switches: could not set %s (%s)" % (
-        ", ".join(plan["sysctls"]), why))
-    plan["sysctls"] = {}
 
 
 def refuse(result, *reasons):
@@ -336,14 +346,47 @@ def refuse(result, *reasons):
     return REFUSED_EXIT
 
 
+def frame(result):
+    """The one framing of an agent's result, on stdout and in the result file alike."""
+    return RESULT_MARK + json.dumps(result) + "\n"
+
+
+def results_in(text):
+    """Every framed result in ``text`` (lines that do not carry one are skipped)."""
+    found = []
+    for line in text.split("\n"):  # not splitlines(): it also splits at RESULT_MARK's \x1e
+        if line.startswith(RESULT_MARK):
+            line = line[len(RESULT_MARK):]
+        elif not line.startswith("{"):  # result files of earlier agents hold the bare document
+            continue
+        try:
+            found.append(json.loads(line))
+        except ValueError:
+            continue  # cut off: a result being written (files are renamed into place, so rare)
+    return found
+
+
+def result_path(plan):
+    return os.path.join(os.path.dirname(plan.output), "%s.result.json" % plan.host)
+
+
 def emit(result, plan, relay, line=True):
-    """The result beside the reports, and (for fleet reading our output) as the last line."""
+    """The result beside the reports, and (for fleet reading our output) as the last line.
+    False when it could not be left where fleet reads it."""
+    written = True
     try:
-        directory = os.path.dirname(plan["output"])
-        if os.path.isdir(directory):
-            owned.write_json(os.path.join(directory, "%s.result.json" % result["host"]), result)
-    except OSError:
-        pass
+        os.makedirs(os.path.dirname(plan.output), exist_ok=True)
+        owned.write_text(result_path(plan), frame(result))
+    except (OSError, TypeError, ValueError) as e:
+        written = False
+        result["notes"].append("could not write the result to %s: %s" % (result_path(plan), e))
+        if result["status"] == "ok":
+            result["status"] = "error"
+            result["reasons"].append("the result could not be written beside the reports: %s" % e)
+        if not line:  # on Slurm the file is the only channel: say it in the job's log at least
+            sys.stderr.write("fleet: %s: %s\n" % (plan.host, result["reasons"][-1]))
     if line:
         lead = "" if not relay.tail or relay.tail.endswith(b"\n") else "\n"
-        relay.write(sys.stdout.buffer, (lead + RESULT_MARK + json.dumps(result) + "\n").encode())
+        relay.write(sys.stdout.buffer, (lead + frame(result)).encode())
+        return not relay.dead or written
+    return written

@@ -50,7 +50,7 @@ except ImportError:  # as part of the installed package
 REQUEST_NAME = "fleet-request.json"
 REQUEST_MAX = 65536
 REQUEST_KEYS = {"fleet": int, "run_id": str, "tool": str, "sysctls": list, "pause_dcgm": bool, "allow_own": bool,
-                "nsys": str}
+                "gpu_metrics": bool, "nsys": str}
 DEFAULTS = {"owned_sysctls": {}, "jobs_dir": "/run/fleet/jobs", "state_dir": "/var/lib/fleet",
             "log_file": "/var/log/fleet/slurm.log", "fail_closed": False, "pause_dcgm": False}
 VERDICT_ENV = "FLEET_PROLOG_VERDICT"
@@ -138,33 +138,45 @@ def as_user(job, fn):
 
 
 def read_request(job):
-    """The job's request, reduced to known keys of known types; None when the job did not opt in."""
+    """The job's request, reduced to known keys of known types, and why it was ignored: (None, None)
+    when the job did not opt in (no request file), (None, why) when its file was refused."""
     if not job["work_dir"].startswith("/"):
-        return None
+        return None, None
     path = os.path.join(job["work_dir"], REQUEST_NAME)
 
     def read():
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        except FileNotFoundError:
+            return b"absent"
+        except OSError as e:
+            return ("refused: cannot open it as the job's user: %s" % e.strerror).encode()
         try:
             st = os.fstat(fd)
-            if not stat.S_ISREG(st.st_mode) or st.st_uid != os.getuid() or st.st_size > REQUEST_MAX:
-                return None
-            return os.read(fd, REQUEST_MAX)
+            if not stat.S_ISREG(st.st_mode) or st.st_uid != os.getuid():
+                return b"refused: not a regular file of the job's user"
+            if st.st_size > REQUEST_MAX:
+                return b"refused: larger than %d bytes" % REQUEST_MAX
+            return b"request:" + os.read(fd, REQUEST_MAX)
         finally:
             os.close(fd)
 
     raw = as_user(job, read)
     if raw is None:
-        return None
+        return None, "could not read %s as the job's user" % path
+    if raw == b"absent":
+        return None, None
+    if not raw.startswith(b"request:"):
+        return None, "%s %s" % (path, raw.decode(errors="replace"))
     try:
-        doc = json.loads(raw.decode("utf-8"))
-    except ValueError:
-        return None
+        doc = json.loads(raw[len(b"request:"):].decode("utf-8"))
+    except ValueError as e:
+        return None, "%s refused: not JSON (%s)" % (path, e)
     if not isinstance(doc, dict):
-        return None
+        return None, "%s refused: not a JSON object" % path
     request = {k: v for k, v in doc.items() if k in REQUEST_KEYS and isinstance(v, REQUEST_KEYS[k])}
     request["sysctls"] = [n for n in request.get("sysctls", []) if isinstance(n, str)]
-    return request
+    return request, None
 
 
 # --- fleet's own files (root-owned) ---
@@ -186,8 +198,10 @@ def prolog(env, config):
     repaired = owned.repair(config["state_dir"])  # what an earlier job left behind
     if repaired["restored"] or repaired["dcgm_resumed"]:
         done["repaired"] = repaired
-    request = read_request(job)
+    request, ignored = read_request(job)
     if request is None:
+        if ignored:  # a request file that is there but refused: logged, and the job runs as if it had none
+            done.update(opted_in=True, ignored_request=ignored)
         return done  # not opted in: one file look-up, nothing else
     done["opted_in"] = True
     marker = job_dir(config, job)
@@ -196,7 +210,8 @@ def prolog(env, config):
     # Who is on the job's GPUs as root sees them; the job's wrapper reads this before ncu.
     procs = node.processes()
     nvml, gpus = node.gpus(procs, job["uid"])
-    state = {"gpus": gpus, "mps": node.daemons(procs)[0]}
+    mps, dcgm = node.daemons(procs)
+    state = {"gpus": gpus, "mps": mps}
     found = policy.tenants(state, policy.Request(gpus=job["gpus"], allow_own=request.get("allow_own", False),
                                                  job=job["id"]))
     verdict = {"job": job["id"], "gpus": job["gpus"], "nvml": nvml.get("available"), "checked": time.time(),
@@ -208,9 +223,10 @@ def prolog(env, config):
     done["ignored_sysctls"] = [n for n in request["sysctls"] if n not in config["owned_sysctls"]]
     if wanted:
         done["sysctls"] = owned.acquire_sysctls(wanted, config["owned_sysctls"], holder, config["state_dir"])
-    old = [g["index"] for g in gpus if (job["gpus"] is None or g["index"] in job["gpus"])
-           and (g.get("architecture") or 0) < policy.HOPPER]
-    if request.get("pause_dcgm") and config["pause_dcgm"] and old:
+    chosen = [g for g in gpus if job["gpus"] is None or g["index"] in job["gpus"]]
+    counters = policy.uses_counters(request.get("tool", ""), request.get("gpu_metrics", False))
+    if policy.dcgm_pause({"dcgm": dcgm}, chosen,
+                         request.get("pause_dcgm", False) and config["pause_dcgm"] is True, counters):
         owned.pause_dcgm(holder, config["state_dir"])
         done["dcgm"] = "profiling paused"
     return done
@@ -227,7 +243,7 @@ def epilog(env, config):
     except (owned.OwnedError, OSError) as e:
         raise NodeFault("could not put the node back after job %s: %s" % (job["id"], e))
     if os.path.isdir(marker) and not os.path.islink(marker):
-        request = read_request(job)
+        request, _ = read_request(job)
         if request and request.get("nsys"):
             done["finished"] = finish_leftovers(job, request["nsys"])
         for name in os.listdir(marker):
@@ -242,7 +258,7 @@ def finish_leftovers(job, nsys):
         notes = []
         for leftover in glob.glob(os.path.join(glob.escape(job["work_dir"]), "*", "*.qdstrm")):
             if not os.path.exists(leftover[: -len(".qdstrm")] + ".nsys-rep"):
-                run.finish_qdstrm({"nsys": nsys}, leftover, notes)
+                run.finish_qdstrm(nsys, leftover, notes)
         return json.dumps(notes).encode()
 
     out = as_user(job, finish)

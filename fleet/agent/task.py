@@ -4,8 +4,8 @@ Runs ON THE COMPUTE NODE (standard library, Python 3.8), started by the job's
 ``srun`` (or by torchrun or mpirun for each worker) in place of the user's
 command, which follows it on the command line untouched. The node is planned
 right here, by the same policy and planner as a lab server, just before the
-profiler starts: a tenant on the job's GPUs refuses ncu without running
-anything, and the refusal is written where fleet gathers the results. Ranks
+profiler starts, with what the node's Slurm prolog saw as root: a tenant on the
+job's GPUs refuses ncu without running anything, and the refusal is written where fleet gathers the results. Ranks
 outside ``--ranks`` exec the workload as it is. The profiled run itself is
 :mod:`run`'s: signals stop the profiler so its report is finished, the report
 is found, finished from a leftover ``.qdstrm`` and hashed, and the result is
@@ -19,6 +19,7 @@ import os
 import signal
 import socket
 import sys
+from dataclasses import replace
 
 try:  # as shipped by fleet, every module travels under a flat name
     import fleet_agent_node as node
@@ -50,14 +51,19 @@ def job_gpus(env):
     return None
 
 
-def prolog_tenants(env):
-    """Tenants fleet's Slurm prolog found on the job's GPUs (fleet slurm install), if it ran."""
+def prolog_verdict(env):
+    """What fleet's Slurm prolog (fleet slurm install) saw on the job's GPUs, as root: None when no
+    prolog left a verdict for this job, else its document, or ``{"error": ...}`` when it cannot be
+    read (the policy then counts the GPUs as shared)."""
     path = env.get("FLEET_PROLOG_VERDICT")
+    if not path:
+        return None
     try:
         with open(path) as f:
-            return [str(t) for t in json.load(f).get("tenants") or []]
-    except (TypeError, OSError, ValueError, AttributeError):
-        return []
+            doc = json.load(f)
+        return doc if isinstance(doc, dict) else {"error": "%s holds no JSON object" % path}
+    except (OSError, ValueError) as e:
+        return {"error": "%s: %s" % (path, e)}
 
 
 def plan_rank(args, env, label, command):
@@ -65,40 +71,26 @@ def plan_rank(args, env, label, command):
     node_name = env.get("SLURMD_NODENAME") or socket.gethostname()
     state = node.probe({"tools": args.get("tools") or {}, "environment_check": False,
                         "report_dir": args["report_dir"]})
-    req = planner.ProfileRequest(
-        tool=args["tool"], command=tuple(command), run_id=args["run_id"], gpus=job_gpus(env),
-        gpu_metrics=args.get("gpu_metrics", False), allow_own=args.get("allow_own", False),
-        profiler_args=tuple(args.get("profiler_args") or ()), clock_control=args.get("clock_control", "base"),
-        output_name="%s/%s" % (node_name, label), job=env.get("SLURM_JOB_ID"))
-    plan = planner.plan(label, state, req).to_json()
-    seen = prolog_tenants(env) if plan["status"] == "ok" and (req.tool == "ncu" or req.gpu_metrics) else []
-    if seen:  # the node's prolog, as root, saw someone on the job's GPUs
-        plan.update(status="refused", reasons=["tenant seen by the node's prolog: " + t for t in seen],
-                    remedy="run where the job's GPUs are free", tenants=seen)
-    plan["env"].pop("CUDA_VISIBLE_DEVICES", None)  # Slurm (or the launcher) chose each task's GPUs
-    plan["gpu_locks"] = []  # the job's allocation is the lock: ranks sharing a GPU must not refuse each other
-    plan["recheck"] = {}    # this plan was made a moment ago, by the job-aware rule
-    gpus = [g for g in state.get("gpus") or [] if req.gpus is None or g.get("index") in req.gpus]
-    tool = (state.get("tools") or {}).get(args["tool"])
-    context = {"slurm_node": node_name, "job_id": env.get("SLURM_JOB_ID"),
-               "directory": os.path.join(args["report_dir"], args["run_id"], node_name),
-               "gpu": ", ".join(sorted({g.get("name") or "?" for g in gpus})) or None,
-               "driver": (state.get("nvml") or {}).get("driver"),
-               "tool_version": tool.get("version") if isinstance(tool, dict) else None,
-               "processes_seen": [{"gpu": g["index"], "pid": p.get("pid"), "user": p.get("user"),
-                                   "foreign": p.get("foreign"), "slurm_job": p.get("slurm_job")}
-                                  for g in gpus for p in g.get("processes") or []]}
+    state["prolog_verdict"] = prolog_verdict(env)
+    req = replace(planner.ProfileRequest.from_json(args["request"]), command=tuple(command), gpus=job_gpus(env),
+                  output_name="%s/%s" % (node_name, label), job=env.get("SLURM_JOB_ID"))
+    plan = planner.plan(label, state, req)
+    context = dict(node.facts(state, req.gpus, req.tool), slurm_node=node_name, job_id=env.get("SLURM_JOB_ID"),
+                   directory=os.path.join(args["report_dir"], req.run_id, node_name))
     return plan, context
 
 
 def refuse(plan, context):
     """No profiler, no workload: the refusal goes where fleet gathers results, and to the job's log."""
-    result = dict(context, status="refused", host=plan["host"], reasons=list(plan["reasons"]),
-                  remedy=plan.get("remedy"), tenants=list(plan.get("tenants") or []), reports=[])
-    os.makedirs(context["directory"], exist_ok=True)
-    owned.write_json(os.path.join(context["directory"], "%s.result.json" % plan["host"]), result)
+    result = dict(context, status="refused", host=plan.host, reasons=list(plan.reasons), remedy=plan.remedy,
+                  tenants=[str(t) for t in plan.tenants], reports=[])
     sys.stderr.write("fleet: %s on %s refused, nothing was run: %s\n" % (
-        plan["host"], context["slurm_node"], "; ".join(plan["reasons"])))
+        plan.host, context["slurm_node"], "; ".join(plan.reasons)))
+    try:
+        os.makedirs(context["directory"], exist_ok=True)
+        owned.write_text(os.path.join(context["directory"], "%s.result.json" % plan.host), run.frame(result))
+    except OSError as e:
+        sys.stderr.write("fleet: %s: could not write the refusal's result: %s\n" % (plan.host, e))
     return run.REFUSED_EXIT
 
 
@@ -120,6 +112,6 @@ def main(args, argv=None, env=None):
     label = "rank%d" % rank if rank is not None else "pid%d" % os.getpid()
     plan, context = plan_rank(args, env, label, command)
     context["rank"] = rank
-    if plan["status"] != "ok":
+    if plan.status != "ok":
         return refuse(plan, context)
     return run.main({"plan": plan, "context": context, "result_line": False}, stops)

@@ -20,6 +20,8 @@ import tarfile
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from ..agent.run import results_in
+
 if TYPE_CHECKING:
     from ..inventory import Host
     from ..transport import Fanout, Result
@@ -222,16 +224,11 @@ class SlurmClient:
                            '$(stat -c %s "$f") $(sha256sum < "$f" | cut -d" " -f1) $PWD/$f"; done; true',
                            run_dir)
         text = self._check(r, "reading the run's results")
-        results, marks = [], {"ray": []}
+        results, marks = results_in(text), {"ray": []}
         for line in text.splitlines():
             if line.startswith("@@ray "):  # reports Ray's own nsys wrote (size, sha256, path)
                 marks["ray"].append(line[len("@@ray "):].strip())
-            elif line.startswith("@@"):
+            elif line.startswith("@@"):  # the job's own files: not the agent's results
                 name, _, value = line[2:].partition(" ")
                 marks[name] = value.strip()
-            elif line.strip():
-                try:
-                    results.append(json.loads(line))
-                except ValueError:
-                    continue  # a result being written (they are renamed into place, so rare)
         return results, marks

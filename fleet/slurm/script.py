@@ -20,7 +20,7 @@ import shlex
 from dataclasses import dataclass, field
 
 from ..containers import Container
-from ..policy import PARANOID_SYSCTL
+from .. import policy
 from . import launchers
 
 AGENT_FILE = "fleet-agent.py"
@@ -65,22 +65,18 @@ class JobFiles:
 
 def task_args(req, spec: JobSpec, files: JobFiles) -> dict:
     """What every task's agent is told (fleet/agent/task.py reads it)."""
-    return {"mode": "task", "tool": req.tool, "run_id": req.run_id, "report_dir": files.task_root,
+    # The command is the script's own array, after the agent's arguments: not repeated here.
+    return {"mode": "task", "request": dict(req.to_json(), command=[]), "report_dir": files.task_root,
             "launcher": spec.launcher, "ranks": list(spec.ranks) if spec.ranks is not None else None,
-            "tools": dict(files.tools), "gpu_metrics": req.gpu_metrics, "allow_own": req.allow_own,
-            "profiler_args": list(req.profiler_args), "clock_control": req.clock_control}
+            "tools": dict(files.tools)}
 
 
 def request_doc(req, files: JobFiles) -> dict:
     """What the job asks of a node's fleet prolog (``REQUEST_FILE`` in the run's directory): only
     *whether* to hold the owned sysctls and pause DCGM; the values are the node's own."""
     return {"fleet": 1, "run_id": req.run_id, "tool": req.tool, "allow_own": req.allow_own,
-            "sysctls": [PARANOID_SYSCTL] if req.tool == "nsys" else [], "pause_dcgm": req.pause_dcgm,
+            "sysctls": policy.held_sysctls(req.tool), "pause_dcgm": req.pause_dcgm, "gpu_metrics": req.gpu_metrics,
             **({"nsys": files.tools["nsys"]} if files.tools.get("nsys") else {})}
-
-
-def uses_counters(req) -> bool:
-    return req.tool == "ncu" or req.gpu_metrics
 
 
 def sbatch_lines(req, spec: JobSpec, files: JobFiles) -> list[str]:
@@ -94,8 +90,7 @@ def sbatch_lines(req, spec: JobSpec, files: JobFiles) -> list[str]:
     # (fleet slurm install) sees that the job opted in. The command runs in the workdir.
     opts += [f"--output={files.run_dir}/slurm-%j.out", f"--signal=B:USR1@{spec.stop_before}",
              f"--chdir={files.run_dir}"]
-    # Counters program the whole GPU: the job must have the node to itself (the task checks too).
-    if spec.exclusive or (spec.exclusive is None and uses_counters(req)):
+    if policy.exclusive_node(spec.exclusive, req.uses_counters):
         opts.append("--exclusive")
     opts += list(spec.sbatch_args)
     return [f"#SBATCH {o}" for o in opts]

@@ -1,0 +1,158 @@
+"""The smaller rules of problems 4 and 5, each by table, and the planner applying them as the
+verdicts promise (no rule of its own)."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from fleet import policy
+from fleet.plan import Command, Plan, ProfileRequest, plan
+from fleet.policy import OK, REFUSED, Request
+
+from .test_policy import BASE, TENANT, verdicts
+from .test_policy import state as bare_state
+
+
+def state(**changes):
+    """A node state as the agent writes it, GPUs with their UUIDs (the planner pins and locks by them)."""
+    return bare_state(gpus__0__uuid="GPU-a", gpus__1__uuid="GPU-b", **changes)
+
+USES_COUNTERS = [("nsys", False, False), ("nsys", True, True), ("ncu", False, True), ("ncu", True, True)]
+
+
+@pytest.mark.parametrize("tool,gpu_metrics,expected", USES_COUNTERS)
+def test_uses_counters(tool, gpu_metrics, expected):
+    assert policy.uses_counters(tool, gpu_metrics) is expected
+    assert ProfileRequest(tool=tool, command=("x",), run_id="r", gpu_metrics=gpu_metrics).uses_counters is expected
+
+
+# (asked on the command line, uses counters) -> the job takes its nodes whole
+EXCLUSIVE = [(None, False, False), (None, True, True), (True, False, True), (False, True, False)]
+
+
+@pytest.mark.parametrize("asked,counters,expected", EXCLUSIVE)
+def test_exclusive_node(asked, counters, expected):
+    assert policy.exclusive_node(asked, counters) is expected
+
+
+def test_held_sysctls_are_for_nsys_sampling_only():
+    assert policy.held_sysctls("nsys") == [policy.PARANOID_SYSCTL] and policy.held_sysctls("ncu") == []
+
+
+# (in a Slurm job, GPUs chosen, counters) -> (GPU locks, last-moment check, CUDA_VISIBLE_DEVICES)
+GUARDS = [
+    (None, None, False, (False, False, False)),
+    (None, (0,), False, (False, False, True)),
+    (None, (0,), True, (True, True, True)),
+    (None, None, True, (True, True, False)),
+    ("41", (0,), True, (False, False, False)),  # the allocation is the lock; Slurm chose the GPUs
+    ("41", None, False, (False, False, False)),
+]
+
+
+@pytest.mark.parametrize("job,gpus,counters,expected", GUARDS)
+def test_guards(job, gpus, counters, expected):
+    g = policy.guards(Request(gpus=gpus, job=job), counters)
+    assert (g.gpu_locks, g.recheck, g.pin_gpus) == expected
+
+
+# (prolog verdict) -> tenants it means
+PROLOG = [
+    (None, []),
+    ({"tenants": []}, []),
+    ({"tenants": ["GPU 0: pid 7 (bob) belongs to another user"]}, ["GPU 0: pid 7 (bob) belongs to another user"]),
+    ({"error": "/run/fleet/jobs/41/verdict.json: Permission denied"}, ["could not be read"]),
+    ({"tenants": "garbage"}, ["could not be read"]),
+]
+
+
+@pytest.mark.parametrize("verdict,expected", PROLOG)
+def test_prolog_verdict_fails_closed(verdict, expected):
+    found = policy.prolog_tenants(verdict)
+    assert len(found) == len(expected) and all(e in f for e, f in zip(expected, found))
+
+
+def test_a_prolog_verdict_that_cannot_be_read_refuses_counters_not_trace():
+    s = state(prolog_verdict={"error": "verdict.json: Permission denied"})
+    v = verdicts(s, Request(job="41"))
+    assert v["ncu"].status == REFUSED and "prolog" in v["ncu"].reasons[0]
+    assert v["nsys-trace"].status == OK
+
+
+# (tool, counters, sampling wanted, seccomp profile) -> (SYS_ADMIN, seccomp used, sampling given up)
+DOCKER = [
+    ("nsys", False, False, None, (False, None, False)),
+    ("nsys", False, True, None, (False, None, True)),
+    ("nsys", False, True, "/p.json", (False, "/p.json", False)),
+    ("nsys", True, True, "/p.json", (True, "/p.json", False)),
+    ("ncu", True, False, "/p.json", (True, None, False)),
+]
+
+
+@pytest.mark.parametrize("tool,counters,sampling,seccomp,expected", DOCKER)
+def test_docker_privileges(tool, counters, sampling, seccomp, expected):
+    d = policy.docker_privileges(tool, counters, sampling, seccomp)
+    assert (d.cap_sys_admin, d.seccomp_profile, bool(d.given_up)) == expected
+
+
+HOSTENGINE, EXPORTER = {"dcgm__hostengine": [99]}, {"dcgm__exporter": [98], "dcgm__listening": [{"port": 9400}]}
+DCGM = [  # (DCGM here, GPU 0's architecture, --pause-dcgm, tool) -> ncu status, fleet pauses DCGM
+    ({}, 8, False, "ncu", OK, False),
+    (HOSTENGINE, 9, True, "ncu", OK, False),           # Hopper shares the counters: nothing to pause
+    (HOSTENGINE, 8, False, "ncu", REFUSED, False),
+    (HOSTENGINE, 8, True, "ncu", OK, True),
+    (HOSTENGINE, 8, True, "nsys", OK, False),          # a trace needs no counters
+    (EXPORTER, 8, True, "ncu", REFUSED, False),        # an embedded engine cannot be paused from outside
+    (EXPORTER, 8, False, "ncu", REFUSED, False),
+    ({"dcgm__listening": [{"port": 5555}]}, 7, True, "ncu", OK, True),
+]
+
+
+@pytest.mark.parametrize("dcgm,arch,asked,tool,status,paused", DCGM)
+def test_dcgm_pause_is_promised_and_planned_alike(dcgm, arch, asked, tool, status, paused):
+    """Before, the verdict promised a pause beside dcgm-exporter alone that the plan never made."""
+    s = state(gpus__0__architecture=arch, **dcgm)
+    req = ProfileRequest(tool=tool, command=("x",), run_id="r", gpus=(0,), pause_dcgm=asked)
+    v = verdicts(s, Request(gpus=(0,), pause_dcgm=asked))["ncu"]
+    p = plan("h", s, req)
+    assert v.status == status and p.pause_dcgm is paused
+    if tool == "ncu":
+        assert p.status == status and any("pause DCGM" in r for r in v.reasons) == paused
+
+
+def test_every_dcgm_state_the_verdict_promises_a_pause_for_is_planned_with_one():
+    for dcgm, arch, asked in itertools.product([{}, HOSTENGINE, EXPORTER, {**HOSTENGINE, **EXPORTER}],
+                                               [7, 8, 9], [False, True]):
+        s = state(gpus__0__architecture=arch, **dcgm)
+        v = verdicts(s, Request(gpus=(0,), pause_dcgm=asked))["ncu"]
+        p = plan("h", s, ProfileRequest(tool="ncu", command=("x",), run_id="r", gpus=(0,), pause_dcgm=asked))
+        assert any("pause DCGM" in r for r in v.reasons) == p.pause_dcgm, (dcgm, arch, asked)
+
+
+def test_a_job_plan_is_made_with_the_job_rules_not_patched_after():
+    s = state(gpus__0__processes=[dict(TENANT, foreign=False, user="alice", slurm_job="41")])
+    req = ProfileRequest(tool="ncu", command=("x",), run_id="r", gpus=(0,), job="41")
+    p = plan("rank0", s, req)
+    assert p.status == OK and p.gpu_locks == () and p.recheck == {} and "CUDA_VISIBLE_DEVICES" not in p.env
+    lab = plan("h", state(), ProfileRequest(tool="ncu", command=("x",), run_id="r", gpus=(0,)))
+    assert lab.gpu_locks and lab.recheck and lab.env["CUDA_VISIBLE_DEVICES"]
+
+
+def test_plan_and_request_round_trip_through_json():
+    s = state(perf_event_paranoid=4)
+    req = ProfileRequest(tool="nsys", command=("python3", "a b.py"), run_id="r", gpus=(1,), gpu_metrics=False,
+                         profiler_args=("--trace=cuda",), timeout=5.0)
+    assert ProfileRequest.from_json(req.to_json()) == req
+    p = plan("h", s, req)
+    assert Plan.from_json(p.to_json()) == p and p.to_json()["argv"] == list(p.command.argv())
+    refused = plan("h", state(gpus__0__processes=[TENANT]), ProfileRequest(tool="ncu", command=("x",), run_id="r"))
+    assert refused.status == REFUSED and Plan.from_json(refused.to_json()) == refused
+
+
+def test_the_command_renders_in_one_order():
+    c = Command(("nsys", "profile"), ("--output=o",), ("--trace=cuda",), ("app", "--", "x"), ("docker", "run", "img"))
+    assert c.argv() == ("docker", "run", "img", "nsys", "profile", "--output=o", "--trace=cuda", "--", "app", "--", "x")
+    assert BASE["tools"]["nsys"]["path"] in plan("h", state(), ProfileRequest(tool="nsys", command=("x",),
+                                                                                run_id="r")).command.profiler
