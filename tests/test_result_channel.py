@@ -1,0 +1,55 @@
+"""The agent's result: one framing on stdout and in the result file, and a result that cannot be
+written is an error the run reports (it was dropped, and the run said ok)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from fleet.agent import node, run
+from fleet.plan import ProfileRequest, plan
+
+STANDINS = Path(__file__).parent / "standins"
+
+
+def _plan(report_dir: Path):
+    state = node.probe({"tools": {"nsys": str(STANDINS / "nsys")}, "report_dir": str(report_dir),
+                        "environment_check": False})
+    p = plan("h01", state, ProfileRequest(tool="nsys", command=("true",), run_id="r"))
+    assert p.status == "ok", p.reasons
+    return p
+
+
+def _agent(p, result_line: bool):
+    """The agent as a process of its own (it installs signal handlers and writes to stdout)."""
+    code = ("import json, sys; from fleet.agent import run; "
+            "sys.exit(run.main({'plan': json.loads(sys.argv[1]), 'result_line': sys.argv[2] == '1'}))")
+    return subprocess.run([sys.executable, "-c", code, json.dumps(p.to_json()), "1" if result_line else "0"],
+                          capture_output=True, text=True, timeout=60)
+
+
+def test_the_result_is_framed_alike_on_stdout_and_in_its_file(tmp_path):
+    out = _agent(_plan(tmp_path), result_line=True)
+    assert out.returncode == 0, out.stderr
+    [on_stdout] = run.results_in(out.stdout)
+    [in_file] = run.results_in((tmp_path / "r" / "h01.result.json").read_text())
+    assert on_stdout == in_file and in_file["status"] == "ok" and in_file["reports"]
+
+
+def test_a_result_that_cannot_be_written_is_an_error(tmp_path):
+    p = _plan(tmp_path)
+    (tmp_path / "r").mkdir()
+    (tmp_path / "r" / "h01.result.json.tmp").mkdir()  # the file cannot be written
+    slurm = _agent(p, result_line=False)  # on Slurm the file is the only channel
+    assert slurm.returncode == 1 and "could not be written" in slurm.stderr
+    lab = _agent(p, result_line=True)  # over SSH the line still says what happened
+    [result] = run.results_in(lab.stdout)
+    assert result["status"] == "error" and any("could not be written" in r for r in result["reasons"])
+
+
+def test_results_in_skips_other_lines_and_reads_earlier_bare_files():
+    framed = run.frame({"status": "ok"})
+    text = "app output\n@@job.exit 0\n" + framed + '{"status": "refused"}\n' + run.RESULT_MARK + '{"cut'
+    assert run.results_in(text) == [{"status": "ok"}, {"status": "refused"}]
