@@ -21,6 +21,56 @@ except ImportError:
 
 DEGRADED, OK, REFUSED, NodeState = policy.DEGRADED, policy.OK, policy.REFUSED, policy.NodeState
 
+# The user's -X flags meet fleet's own. Output names are fleet's: it finds, hashes and brings
+# home the report by them. Elsewhere the user's explicit choice wins and fleet drops its own
+# flag (nsys refuses an option given twice). Spellings as nsys and ncu 2025.3 take them.
+OUTPUT_OPTIONS = {"nsys": ("-o", "--output"), "ncu": ("-o", "--export")}
+USER_WINS = {"nsys": ("-s", "--sample", "--cpuctxsw"), "ncu": ("--clock-control",)}
+# GPU metrics program the counters of the GPUs they name: only those the neighbour check covered.
+GPU_METRICS_OPTIONS = ("--gpu-metrics-devices", "--gpu-metrics-device")
+
+
+def _option_values(words: tuple[str, ...], spellings: tuple[str, ...]) -> list[str | None]:
+    """The values the words give any of these options (None for one given without a value)."""
+    found = []
+    for i, w in enumerate(words):
+        for name in spellings:
+            if w == name:
+                found.append(words[i + 1] if i + 1 < len(words) else None)
+            elif w.startswith(name + "=") or (not name.startswith("--") and w.startswith(name) and len(w) > 2):
+                found.append(w[len(name) + (1 if w.startswith(name + "=") else 0):])
+    return found
+
+
+def profiler_args_error(tool: str, args: tuple[str, ...]) -> str | None:
+    """Why the user's profiler flags cannot be run as given, or None."""
+    if _option_values(args, OUTPUT_OPTIONS.get(tool, ())):
+        return (f"-X {' / '.join(OUTPUT_OPTIONS[tool])} is fleet's: it names each report so it can find, hash and "
+                "bring it home (reports land in the store, --store; `fleet reports pull RUN DIR` copies them out)")
+    if tool == "nsys" and _option_values(args, GPU_METRICS_OPTIONS):
+        return ("-X --gpu-metrics-devices would program the counters of GPUs fleet has not checked for tenants: "
+                "pass --gpu-metrics, and fleet samples the GPUs the run was given once they are free")
+    return None
+
+
+def _without_overridden(tool: str, flags: list[str], user: tuple[str, ...]) -> list[str]:
+    """Fleet's flags less those the user chose a value for (a flag and its value go together)."""
+    chosen = {name for name in USER_WINS.get(tool, ()) if _option_values(user, (name,))}
+    aliases = {"-s": "--sample", "--sample": "-s"}
+    chosen |= {aliases[c] for c in chosen if c in aliases}
+    kept, skip = [], False
+    for i, f in enumerate(flags):
+        if skip:
+            skip = False
+            continue
+        name = f.split("=", 1)[0]
+        if name in chosen:
+            skip = "=" not in f and i + 1 < len(flags) and not flags[i + 1].startswith("-")
+            continue
+        kept.append(f)
+    return kept
+
+
 @dataclass(frozen=True)
 class ProfileRequest:
     """What the user asks for: the same on lab servers and on Slurm, where it travels to each
@@ -124,7 +174,8 @@ class Plan:
         flags, line = policy.sampling_given_up(why)
         if self.tool != "nsys":
             return self
-        extra = tuple(f for f in flags if f not in self.command.fleet_flags)
+        extra = tuple(f for f in _without_overridden("nsys", list(flags), self.command.user_flags)
+                      if f not in self.command.fleet_flags)
         return replace(self, command=replace(self.command, fleet_flags=self.command.fleet_flags + extra),
                        sysctls={}, given_up=self.given_up + (line,))
 
@@ -141,6 +192,8 @@ def plan(host: str, state: NodeState, req: ProfileRequest, owned_sysctls: dict[s
     missing = [i for i in (req.gpus or ()) if i not in [g.get("index") for g in state.get("gpus") or []]]
     if missing:
         return Plan(host, REFUSED, (f"no GPU {missing} on this node",), "choose a GPU that `fleet probe` lists")
+    if (why := profiler_args_error(req.tool, req.profiler_args)):
+        return Plan(host, REFUSED, (why,), "leave the option out")
     counters = verdicts["ncu" if req.tool == "ncu" else "nsys-gpu-metrics"]
     base = verdicts["nsys-trace"] if req.tool == "nsys" else counters
     if base.status == REFUSED:
@@ -168,10 +221,12 @@ def plan(host: str, state: NodeState, req: ProfileRequest, owned_sysctls: dict[s
             given_up.append("GPU activity: " + base.reasons[0])
         if req.gpu_metrics:
             flags.append("--gpu-metrics-devices=" + ",".join(str(g["index"]) for g in chosen))
+        flags = _without_overridden("nsys", flags, req.profiler_args)
         command = Command((tools["nsys"]["path"], "profile"), tuple(flags), req.profiler_args, req.command)
     else:
-        command = Command((tools["ncu"]["path"],), ("--clock-control", req.clock_control, "--export", output),
-                          req.profiler_args, req.command)
+        flags = _without_overridden("ncu", ["--clock-control", req.clock_control, "--export", output],
+                                    req.profiler_args)
+        command = Command((tools["ncu"]["path"],), tuple(flags), req.profiler_args, req.command)
     recheck = {"gpus": [g["index"] for g in chosen], "allow_own": req.allow_own} if guard.recheck else {}
     pause = policy.dcgm_pause(state, chosen, req.pause_dcgm, req.uses_counters)
     notes = counters.reasons if req.uses_counters else base.reasons

@@ -156,3 +156,42 @@ def test_the_command_renders_in_one_order():
     assert c.argv() == ("docker", "run", "img", "nsys", "profile", "--output=o", "--trace=cuda", "--", "app", "--", "x")
     assert BASE["tools"]["nsys"]["path"] in plan("h", state(), ProfileRequest(tool="nsys", command=("x",),
                                                                                 run_id="r")).command.profiler
+
+
+def _nsys_plan(*user_flags, paranoid=4, tool="nsys"):
+    return plan("h", state(perf_event_paranoid=paranoid),
+                ProfileRequest(tool=tool, command=("app",), run_id="r", profiler_args=tuple(user_flags)))
+
+
+def test_the_users_sampling_choice_wins_and_no_option_is_given_twice():
+    """nsys exits 1 on an option given twice: fleet's --sample=none beside the user's --sample."""
+    for user in (("--sample=process-tree",), ("--sample", "process-tree"), ("-s", "cpu"), ("-scpu",)):
+        argv = _nsys_plan(*user).command.argv()
+        options = [w.split("=")[0] for w in argv[:argv.index("--")]]
+        assert options.count("--sample") + options.count("-s") + sum(o.startswith("-s") and len(o) > 2
+                                                                     for o in options) == 1, argv
+        assert "--cpuctxsw=none" in argv  # what the user did not choose stays
+    given_up = _nsys_plan("--sample=process-tree", paranoid=2).without_sampling("no sudo").command.argv()
+    assert "--sample=none" not in given_up and "--cpuctxsw=none" in given_up
+
+
+def test_ncus_clock_control_is_the_users_when_given():
+    argv = _nsys_plan("--clock-control", "none", tool="ncu", paranoid=2).command.argv()
+    assert argv.count("--clock-control") == 1 and argv[argv.index("--clock-control") + 1] == "none"
+
+
+OWNED_BY_FLEET = [("nsys", ("-o", "mine")), ("nsys", ("--output=mine",)), ("nsys", ("-omine",)),
+                  ("ncu", ("-o", "mine")), ("ncu", ("--export", "mine")),
+                  ("nsys", ("--gpu-metrics-devices=all",)), ("nsys", ("--gpu-metrics-device", "0"))]
+
+
+@pytest.mark.parametrize("tool,user", OWNED_BY_FLEET)
+def test_flags_that_break_fleets_contract_are_refused_before_anything_runs(tool, user):
+    """-X -o mine was accepted and the report never collected; -X --gpu-metrics-devices=all
+    programmed the counters of GPUs nobody had checked for tenants."""
+    from fleet.plan import profiler_args_error
+
+    assert profiler_args_error(tool, user)
+    p = _nsys_plan(*user, tool=tool, paranoid=2)
+    assert p.status == REFUSED and p.reasons[0].startswith("-X")
+    assert profiler_args_error(tool, ("--trace=cuda,nvtx", "--stats=false")) is None
