@@ -195,3 +195,13 @@ def test_flags_that_break_fleets_contract_are_refused_before_anything_runs(tool,
     p = _nsys_plan(*user, tool=tool, paranoid=2)
     assert p.status == REFUSED and p.reasons[0].startswith("-X")
     assert profiler_args_error(tool, ("--trace=cuda,nvtx", "--stats=false")) is None
+
+
+def test_the_command_line_refuses_them_in_one_line_touching_nothing(tmp_path):
+    from tests.conftest import run_fleet
+
+    marker = tmp_path / "ran"
+    out = run_fleet("profile", "--store", str(tmp_path / "store"), "--hosts", "localhost", "-X", "-o", "-X", "mine",
+                    "--", "touch", str(marker))
+    assert out.returncode == 2 and out.stderr.count("\n") == 1 and "fleet's" in out.stderr
+    assert not marker.exists() and not (tmp_path / "store").exists()
