@@ -1,0 +1,78 @@
+"""The run manifest's types: one shape on every path, version 1 still read, a newer one refused."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from fleet.manifest import (SCHEMA_VERSION, HostEntry, ManifestError, ProcessSeen, ReportEntry, RunManifest,
+                            SlurmInfo)
+from tests.conftest import REPO
+
+V1 = REPO / "tests" / "fixtures" / "manifests-v1"
+
+REPORT = ReportEntry(remote="/var/tmp/fleet/r/h02-1.nsys-rep", stored="/store/lab/2026-11-30/r/h02/h02-1.nsys-rep",
+                     size=424, sha256="8f" * 32, status="complete", verified=True, resumed_from=100)
+SUMMARY = ReportEntry(remote="/var/tmp/fleet/r/h02-1_cuda_gpu_kern_sum.csv", stored="/store/x.csv", size=88,
+                      sha256="63" * 32, status="summary", verified=True, summary="cuda_gpu_kern_sum",
+                      read_through="h01", removed_from_node=True)
+LOST = ReportEntry(remote="/var/tmp/fleet/r/h03-1.nsys-rep", stored="/store/y", size=5, sha256="00" * 32,
+                   error="could not bring it home: No space left on device; the node's copy is kept")
+PROCESS = ProcessSeen(gpu=0, pid=4242, user="bob", used_memory=10**9, foreign=True, slurm_job="77")
+
+
+def full_manifest() -> RunManifest:
+    """A manifest with every type and every field set to something other than its default."""
+    hosts = [HostEntry(host="node1", status="ok", rank=0, node="gpu-node-1", gpu="NVIDIA H200", driver="580.159.04",
+                       tool_version="2025.3.1.90", tenants_seen=["GPU 0: pid 4242 (bob) belongs to another user"],
+                       processes_seen=[PROCESS], given_up=["CPU sampling"], plan={"status": "ok", "argv": ["nsys"]},
+                       result={"status": "ok", "rank": 0}, reports=[REPORT, SUMMARY]),
+             HostEntry(host="node1", status="failed", worker="worker-node1-77.nsys-rep", missing_why="lost",
+                       reports=[LOST]),
+             HostEntry(host="(no result)", status="missing", rank=1, missing_why="rank 1 left no result")]
+    slurm = SlurmInfo(cluster="hpc", login="login1", version="22.05.8", run_dir="/home/ana/fleet-runs/r",
+                      job_id="41", state="COMPLETED", spec={"ntasks": 2}, script="#!/bin/bash\n", exit_code="0:0",
+                      nodes="node1", reason="None", job_exit=0, stopped_before_time_limit=True, log=REPORT)
+    return RunManifest(run_id="20261130-172733-c711", site="hpc", day="2026-11-30", started="2026-11-30T17:27:33+0000",
+                       user="ana", request={"tool": "nsys", "command": ["python3", "train.py"]}, status="partial",
+                       hosts=hosts, slurm=slurm, playbook={"name": "train", "metrics": []}, error="x")
+
+
+def through_json(doc: dict) -> dict:
+    return json.loads(json.dumps(doc))
+
+
+def test_every_type_round_trips_through_json():
+    for value in (REPORT, SUMMARY, LOST, PROCESS, *full_manifest().hosts, full_manifest().slurm):
+        assert type(value).from_json(through_json(value.to_json())) == value
+    m = full_manifest()
+    doc = through_json(m.to_json())
+    assert doc["schema"] == SCHEMA_VERSION == 2
+    assert RunManifest.from_json(doc) == m
+    lab = RunManifest(run_id="20261130-000000-abcd", hosts=[HostEntry("h01")])
+    assert "slurm" not in lab.to_json() and "playbook" not in lab.to_json()  # "slurm" in it says a Slurm run
+    assert RunManifest.from_json(through_json(lab.to_json())) == lab
+
+
+def test_every_host_entry_has_the_same_keys_whatever_it_stands_for():
+    keys = [set(h.to_json()) for h in full_manifest().hosts]
+    assert keys[0] == keys[1] == keys[2]
+
+
+def test_a_manifest_from_a_newer_fleet_is_refused_with_a_clear_error():
+    doc = dict(full_manifest().to_json(), schema=SCHEMA_VERSION + 1)
+    with pytest.raises(ManifestError, match=r"schema 3, newer than this fleet reads \(2\): upgrade fleet"):
+        RunManifest.from_json(doc)
+    with pytest.raises(ManifestError, match="not a version number"):
+        RunManifest.from_json(dict(doc, schema="2"))
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in V1.glob("*.json")))
+def test_manifests_written_before_the_schema_still_load(name):
+    doc = json.loads((V1 / name).read_text())
+    assert "schema" not in doc  # as main wrote them
+    m = RunManifest.from_json(doc)
+    assert m.schema == 1 and m.run_id == doc["run_id"] and len(m.hosts) == len(doc["hosts"])
+    assert through_json(RunManifest.from_json(m.to_json()).to_json()) == through_json(m.to_json())
