@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from fleet import exitcodes
 from fleet.manifest import (SCHEMA_VERSION, HostEntry, ManifestError, ProcessSeen, ReportEntry, RunManifest,
                             SlurmInfo)
 from tests.conftest import REPO
@@ -76,3 +77,31 @@ def test_manifests_written_before_the_schema_still_load(name):
     m = RunManifest.from_json(doc)
     assert m.schema == 1 and m.run_id == doc["run_id"] and len(m.hosts) == len(doc["hosts"])
     assert through_json(RunManifest.from_json(m.to_json()).to_json()) == through_json(m.to_json())
+
+
+def manifest_of(status: str, *host_statuses: str, slurm: bool = False) -> RunManifest:
+    return RunManifest(run_id="20261130-000000-abcd", status=status,
+                       hosts=[HostEntry(f"h{i}", s) for i, s in enumerate(host_statuses)],
+                       slurm=SlurmInfo(cluster="hpc") if slurm else None)
+
+
+@pytest.mark.parametrize("m, waited, code", [
+    (manifest_of("complete", "ok", "ok"), True, exitcodes.OK),
+    (manifest_of("failed", "refused", "refused"), True, exitcodes.REFUSED),
+    (manifest_of("partial", "ok", "refused"), True, exitcodes.PARTIAL),
+    (manifest_of("failed", "refused", "unreachable"), True, exitcodes.UNREACHABLE),
+    (manifest_of("failed", "refused", "failed"), True, exitcodes.FAILED),
+    (manifest_of("dry-run", "planned", "planned"), True, exitcodes.OK),
+    (manifest_of("dry-run", "planned", "refused"), True, exitcodes.PARTIAL),
+    (manifest_of("dry-run", "refused"), True, exitcodes.REFUSED),
+    (manifest_of("dry-run", slurm=True), True, exitcodes.OK),
+    (manifest_of("submitted", slurm=True), False, exitcodes.OK),          # --no-wait: submitting was asked
+    (manifest_of("submitted", slurm=True), True, exitcodes.PARTIAL),      # gather: the job has not ended
+    (manifest_of("running", "planned"), True, exitcodes.PARTIAL),
+    (manifest_of("cancelled", "ok", "missing", slurm=True), True, exitcodes.FAILED),
+    (manifest_of("partial", "ok", "missing", slurm=True), True, exitcodes.PARTIAL),
+    (manifest_of("failed", "refused", slurm=True), True, exitcodes.REFUSED),
+    (manifest_of("failed", slurm=True), True, exitcodes.FAILED),           # not submitted
+])
+def test_one_exit_status_for_every_kind_of_run(m, waited, code):
+    assert exitcodes.for_run(m, waited=waited) == code
