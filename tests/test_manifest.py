@@ -7,10 +7,13 @@ from pathlib import Path
 
 import pytest
 
-from fleet import exitcodes
+from fleet import exitcodes, profile
+from fleet.agent import node, task
 from fleet.manifest import (SCHEMA_VERSION, HostEntry, ManifestError, ProcessSeen, ReportEntry, RunManifest,
                             SlurmInfo)
-from tests.conftest import REPO
+from fleet.plan import ProfileRequest, plan
+from fleet.slurm.run import rank_entry
+from tests.conftest import REPO, run_fleet
 
 V1 = REPO / "tests" / "fixtures" / "manifests-v1"
 
@@ -62,12 +65,24 @@ def test_every_host_entry_has_the_same_keys_whatever_it_stands_for():
     assert keys[0] == keys[1] == keys[2]
 
 
-def test_a_manifest_from_a_newer_fleet_is_refused_with_a_clear_error():
+def test_a_manifest_from_a_newer_fleet_is_refused_with_a_clear_error(tmp_path):
     doc = dict(full_manifest().to_json(), schema=SCHEMA_VERSION + 1)
     with pytest.raises(ManifestError, match=r"schema 3, newer than this fleet reads \(2\): upgrade fleet"):
         RunManifest.from_json(doc)
     with pytest.raises(ManifestError, match="not a version number"):
         RunManifest.from_json(dict(doc, schema="2"))
+    put_in_store(tmp_path, doc)
+    out = run_fleet("reports", "show", doc["run_id"], "--store", str(tmp_path))
+    assert out.returncode == exitcodes.USAGE and out.stdout == ""
+    [line] = out.stderr.splitlines()
+    assert line.startswith("fleet: ") and "newer than this fleet reads" in line
+
+
+def put_in_store(root: Path, doc: dict) -> Path:
+    directory = root / doc["site"] / doc["day"] / doc["run_id"]
+    directory.mkdir(parents=True)
+    (directory / "manifest.json").write_text(json.dumps(doc))
+    return directory
 
 
 @pytest.mark.parametrize("name", sorted(p.name for p in V1.glob("*.json")))
@@ -77,6 +92,44 @@ def test_manifests_written_before_the_schema_still_load(name):
     m = RunManifest.from_json(doc)
     assert m.schema == 1 and m.run_id == doc["run_id"] and len(m.hosts) == len(doc["hosts"])
     assert through_json(RunManifest.from_json(m.to_json()).to_json()) == through_json(m.to_json())
+
+
+def test_manifests_written_before_the_schema_open_with_reports_show(tmp_path):
+    shown = {}
+    for path in sorted(V1.glob("*.json")):
+        doc = json.loads(path.read_text())
+        put_in_store(tmp_path, doc)
+        out = run_fleet("reports", "show", doc["run_id"], "--store", str(tmp_path))
+        assert out.returncode == 0, (path.name, out.stderr)
+        shown[path.stem] = out.stdout
+        as_json = json.loads(run_fleet("reports", "show", doc["run_id"], "--store", str(tmp_path), "--json").stdout)
+        assert as_json["schema"] == SCHEMA_VERSION and as_json["run_id"] == doc["run_id"]
+    assert "  h03: refused (tenant: GPU 0: pid" in shown["lab-partial"]
+    assert "  node1 rank 0: ok; NVIDIA H200, driver 580.159.04, nsys 2025.3.1.90" in shown["slurm-missing-rank"]
+    assert "  (no result) rank 1: missing (rank 1 left no result (job FAILED; see slurm-1.out))" in \
+        shown["slurm-missing-rank"]
+    assert "  (no result) rank 0: missing (rank 0 left no result: the job was cancelled" in shown["slurm-cancelled"]
+    assert shown["slurm-ray"].count(": ok") == 2 and "worker-" in shown["slurm-ray"]
+
+
+def test_processes_seen_have_the_same_keys_on_lab_servers_and_on_slurm(monkeypatch):
+    state = {"host": "gpu-node-1", "nvml": {"driver": "580.159.04"},
+             "tools": {"nsys": {"path": "/opt/nsys/bin/nsys", "version": "2025.3.1.90"}},
+             "gpus": [{"index": 0, "uuid": "GPU-0", "name": "NVIDIA H200", "processes": [
+                 {"pid": 4242, "user": "bob", "used_memory": 10**9, "foreign": True, "slurm_job": "77"}]}]}
+    req = ProfileRequest(tool="nsys", command=("true",), run_id="20261130-000000-abcd")
+    lab = profile.entry_for(req, profile.HostRun("h01", "planned", plan("h01", state, req), state))
+    # On Slurm the rank plans itself on its node and its result carries what it saw there.
+    monkeypatch.setattr(node, "probe", lambda args: state)
+    _, context = task.plan_rank({"tool": "nsys", "run_id": req.run_id, "report_dir": "/scratch/fleet"},
+                                {"SLURM_JOB_ID": "78", "SLURMD_NODENAME": "node1"}, "rank0", ["true"])
+    rank = rank_entry(dict(context, status="ok", rank=0, reports=[]))
+    [on_lab], [on_slurm] = lab.processes_seen, rank.processes_seen
+    assert set(on_lab.to_json()) == set(on_slurm.to_json()) == {"gpu", "pid", "user", "used_memory", "foreign",
+                                                                 "slurm_job"}
+    assert (on_lab.pid, on_lab.user, on_slurm.pid, on_slurm.user) == (4242, "bob", 4242, "bob")
+    assert (lab.gpu, lab.driver, lab.tool_version) == (rank.gpu, rank.driver, rank.tool_version)
+    assert set(lab.to_json()) == set(rank.to_json())
 
 
 def manifest_of(status: str, *host_statuses: str, slurm: bool = False) -> RunManifest:
@@ -105,3 +158,12 @@ def manifest_of(status: str, *host_statuses: str, slurm: bool = False) -> RunMan
 ])
 def test_one_exit_status_for_every_kind_of_run(m, waited, code):
     assert exitcodes.for_run(m, waited=waited) == code
+
+
+def test_a_rank_entry_is_built_as_main_built_it():
+    """A v1 fixture's Slurm result, read again through rank_entry, gives back the entry main wrote."""
+    doc = json.loads((V1 / "slurm-missing-rank.json").read_text())
+    written = HostEntry.from_json(doc["hosts"][0])
+    again = rank_entry(written.result)
+    again.reports = written.reports
+    assert again == written
