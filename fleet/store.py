@@ -3,8 +3,11 @@
 Layout: ``ROOT/<site>/<YYYY-MM-DD>/<run-id>/<host>/<report>`` and one
 ``manifest.json`` per run (request, plans, node states, tool versions, tenants
 seen, flags given up, every report with its sha256, what is missing and why).
-The manifests are the truth; the catalog (``ROOT/catalog.sqlite``) is an index
-that ``fleet reports reindex`` rebuilds from them.
+The manifests are the truth (read and written through :mod:`fleet.manifest`);
+the catalog (``ROOT/catalog.sqlite``) is an index that ``fleet reports reindex``
+rebuilds from them. The catalog carries its version (``PRAGMA user_version``):
+one an older fleet wrote is rebuilt from the manifests when first opened, and
+one a newer fleet wrote is refused.
 """
 
 from __future__ import annotations
@@ -20,24 +23,28 @@ from .manifest import ManifestError, RunManifest
 
 DEFAULT_ROOT = Path(os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share") / "fleet" / "store"
 
-SCHEMA = """
-CREATE TABLE IF NOT EXISTS runs (
+# PRAGMA user_version of the catalog. 0: written before the catalog had a version (its
+# rows may include the kernels and metrics of removed runs); it is rebuilt from the manifests.
+CATALOG_VERSION = 1
+
+SCHEMA = [
+    """CREATE TABLE IF NOT EXISTS runs (
     run_id TEXT PRIMARY KEY, site TEXT, day TEXT, started TEXT, user TEXT, tool TEXT,
-    command TEXT, status TEXT, manifest TEXT);
-CREATE TABLE IF NOT EXISTS kernels (
-    run_id TEXT, host TEXT, name TEXT, total_ns INTEGER, instances INTEGER);
-CREATE TABLE IF NOT EXISTS metrics (
-    run_id TEXT, playbook TEXT, metric TEXT, device TEXT, value REAL, flags TEXT, started TEXT);
-CREATE TABLE IF NOT EXISTS reports (
+    command TEXT, status TEXT, manifest TEXT)""",
+    """CREATE TABLE IF NOT EXISTS kernels (
+    run_id TEXT, host TEXT, name TEXT, total_ns INTEGER, instances INTEGER)""",
+    """CREATE TABLE IF NOT EXISTS metrics (
+    run_id TEXT, playbook TEXT, metric TEXT, device TEXT, value REAL, flags TEXT, started TEXT)""",
+    """CREATE TABLE IF NOT EXISTS reports (
     run_id TEXT, host TEXT, path TEXT, tool TEXT, status TEXT, sha256 TEXT, size INTEGER,
     gpu TEXT, driver TEXT, tool_version TEXT, started TEXT,
-    PRIMARY KEY (run_id, host, path));
-"""
+    PRIMARY KEY (run_id, host, path))""",
+]
 TABLES = ("runs", "reports", "kernels", "metrics")
 
 
 class CatalogError(Exception):
-    """A manifest in the store this fleet cannot read."""
+    """A catalog this fleet cannot use (written by a newer one), or a manifest in the store it cannot read."""
 
 
 def root(explicit: str | os.PathLike | None = None) -> Path:
@@ -79,10 +86,37 @@ def load_run(store: Path, run_id: str) -> RunManifest:
 
 
 def catalog(store: Path) -> sqlite3.Connection:
+    """The catalog, created or brought to this fleet's version; a newer one is refused."""
     store.mkdir(parents=True, exist_ok=True)
     db = sqlite3.connect(store / "catalog.sqlite")
-    db.executescript(SCHEMA)
+    try:
+        version = _version(db)
+        if version > CATALOG_VERSION:
+            raise CatalogError(f"{store / 'catalog.sqlite'} is version {version}, newer than this fleet's "
+                               f"({CATALOG_VERSION}): upgrade fleet, or remove it to have it rebuilt from the "
+                               f"manifests")
+        if version < CATALOG_VERSION:
+            db.execute("BEGIN IMMEDIATE")  # one process migrates; the others wait, then find it done
+            if _version(db) < CATALOG_VERSION:
+                _migrate(db, store)
+            db.commit()
+    except BaseException:
+        db.close()
+        raise
     return db
+
+
+def _version(db: sqlite3.Connection) -> int:
+    return db.execute("PRAGMA user_version").fetchone()[0]
+
+
+def _migrate(db: sqlite3.Connection, store: Path) -> None:
+    """From an unversioned catalog (or none): the tables, then every row again from the
+    manifests, which are the truth; rows of runs removed before are gone with them."""
+    for statement in SCHEMA:
+        db.execute(statement)
+    _rebuild(db, store)
+    db.execute(f"PRAGMA user_version = {CATALOG_VERSION}")
 
 
 def _rebuild(db: sqlite3.Connection, store: Path) -> int:
@@ -187,8 +221,7 @@ def remove_run(store: Path, run_id: str) -> Path:
     directory = manifest_of(store, run_id).parent
     shutil.rmtree(directory)
     with closing(catalog(store)) as db, db:
-        db.execute("DELETE FROM runs WHERE run_id = ?", (run_id,))
-        db.execute("DELETE FROM reports WHERE run_id = ?", (run_id,))
+        _forget(db, run_id)  # its kernels and metrics too: compare and the nightly trends forget it
     return directory
 
 
