@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import socket
 import subprocess
 import sys
 import time
@@ -325,6 +326,7 @@ def test_ray_workers_reports_named_by_its_runtime_env_block_are_gathered(hpc, tm
     workers = [h for h in m["hosts"] if h.get("worker")]
     assert len(workers) == 2 and len({h["worker"] for h in workers}) == 2  # one report per worker, distinct
     assert all(h["reports"][0]["verified"] and h["worker"].startswith("worker-") for h in workers)
+    assert {h["host"] for h in workers} == {socket.gethostname()}  # the node, from worker-HOST-PID
 
 
 def test_reports_written_to_node_local_scratch_come_home_through_the_run_directory(hpc, tmp_path):

@@ -169,9 +169,9 @@ async def gather(fan: "Fanout", client: SlurmClient, manifest: RunManifest, dire
     # Ranks come home side by side (the transport bounds transfers per login connection).
     ordered = sorted(results, key=lambda r: (r.get("rank") is None, r.get("rank") or 0, r.get("host") or ""))
     hosts = list(await asyncio.gather(*(one(res) for res in ordered)))
-    for line in marks["ray"]:  # Ray's workers, named worker-HOST-PID (no rank, no agent)
+    for line in marks["ray"]:  # Ray's workers, named worker-HOST-PID.nsys-rep (no rank, no agent)
         size, sha, path = line.split(" ", 2)
-        node = os.path.basename(path)[len("worker-"):].rsplit("-", 1)[0] or "ray"
+        node = os.path.basename(path).removesuffix(".nsys-rep")[len("worker-"):].rsplit("-", 1)[0] or "ray"
         reports = reports_of(await bring_home(fan, client.login, [{"path": path, "size": int(size), "sha256": sha}],
                                               directory / node))
         hosts.append(HostEntry(node, "ok" if reports[0].verified else "failed", worker=os.path.basename(path),
