@@ -45,12 +45,14 @@ _fail = exitcodes.fail
 
 
 class _Group(click.Group):
-    """Turns inventory and target errors into one clear line and exit status 2."""
+    """Turns inventory, target and store errors into one clear line and exit status 2."""
 
     def invoke(self, ctx: click.Context):
+        from .store import CatalogError
+
         try:
             return super().invoke(ctx)
-        except (InventoryError, TargetError) as e:
+        except (InventoryError, TargetError, CatalogError) as e:
             _fail(str(e))
 
 
@@ -278,16 +280,16 @@ def profile(obj: Context, hosts_, group, exclude, tool, gpus, gpu_metrics, allow
                                                  dry_run=dry_run, write=write, stop=stop, gathering=gathering)
 
     try:
-        runs = asyncio.run(go())
+        manifest = asyncio.run(go())
     except KeyboardInterrupt:  # the second Ctrl-C
         _fail(f"left the nodes to finish on their own; bring the reports home later with: fleet gather {req.run_id}",
               130)
     if as_json:
-        click.echo(json.dumps({"run_id": req.run_id, "hosts": [r.to_json() for r in runs]}, indent=2, default=str))
+        click.echo(json.dumps(profile_mod.json_doc(manifest), indent=2, default=str))
     else:
-        for r in runs:
-            click.echo(profile_mod.render(r), nl=False, err=r.status not in ("ok", "planned"))
-    sys.exit(profile_mod.exit_status(runs))
+        for h in manifest.hosts:
+            click.echo(profile_mod.render(h), nl=False, err=h.status not in ("ok", "planned"))
+    sys.exit(exitcodes.for_run(manifest))
 
 
 @main.command()
@@ -300,7 +302,7 @@ def gather(obj: Context, run_id, store_root):
     from . import store
 
     try:
-        if "slurm" in json.loads(store.manifest_of(store.root(store_root), run_id).read_text()):
+        if store.load_run(store.root(store_root), run_id).slurm is not None:
             return gather_on_slurm(obj, run_id, store_root)
     except LookupError as e:
         _fail(str(e))
@@ -309,16 +311,12 @@ def gather(obj: Context, run_id, store_root):
         async with obj.fanout_for_run() as fan:
             return await profile_mod.gather(fan, obj.inventory.hosts, store.root(store_root), run_id)
 
-    try:
-        manifest = asyncio.run(go())
-    except LookupError as e:
-        _fail(str(e))
-    for h in manifest["hosts"]:
-        click.echo(f"{h['host']}: {h['status']}" + (f" ({h['missing_why']})" if h.get("missing_why") else ""))
-        for r in h["reports"]:
-            click.echo(f"  {r['stored']} ({'verified' if r['verified'] else r.get('error')})")
-    sys.exit(exitcodes.OK if manifest["status"] == "complete" else exitcodes.PARTIAL
-             if manifest["status"] == "partial" else exitcodes.FAILED)
+    manifest = asyncio.run(go())
+    for h in manifest.hosts:
+        click.echo(f"{h.host}: {h.status}" + (f" ({h.missing_why})" if h.missing_why else ""))
+        for r in h.reports:
+            click.echo(f"  {r.stored} ({'verified' if r.verified else r.error})")
+    sys.exit(exitcodes.for_run(manifest))
 
 
 @main.command()

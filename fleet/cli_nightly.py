@@ -16,6 +16,7 @@ from . import exitcodes
 
 if TYPE_CHECKING:
     from .cli import Context
+    from .manifest import RunManifest
 
 
 _fail = exitcodes.fail
@@ -27,7 +28,7 @@ def _playbook(path: str):
     return load(path)  # PlaybookError is an InventoryError: the CLI prints file:line and exits 2
 
 
-def run_playbook(obj: "Context", path: str, store_root, dry_run: bool, poll: float = 5.0) -> dict:
+def run_playbook(obj: "Context", path: str, store_root, dry_run: bool, poll: float = 5.0) -> "RunManifest":
     from . import nightly, store
     from .containers import ContainerError
     from .slurm.jobs import SlurmError
@@ -54,20 +55,19 @@ def run_playbook(obj: "Context", path: str, store_root, dry_run: bool, poll: flo
 def run_cmd(obj: "Context", playbook, store_root, dry_run, as_json):
     """Run PLAYBOOK once, as fleet profile would, and catalogue its metrics."""
     m = run_playbook(obj, playbook, store_root, dry_run)
-    if as_json or dry_run and "slurm" not in m:
-        click.echo(json.dumps(m, indent=2, default=str))
+    if as_json or dry_run and m.slurm is None:
+        click.echo(json.dumps(m.to_json(), indent=2, default=str))
     elif dry_run:
-        click.echo(m["slurm"]["script"], nl=False)
+        click.echo(m.slurm.script, nl=False)
     else:
-        click.echo(f"run {m['run_id']}: {m['status']}")
+        click.echo(f"run {m.run_id}: {m.status}")
         from .report_html import scale
 
-        for row in m.get("playbook", {}).get("metrics", []):
+        for row in (m.playbook or {}).get("metrics", []):
             flags = f"  (flagged: {'; '.join(row['flags'])})" if row["flags"] else ""
             div, unit = scale(row["metric"])
             click.echo(f"  {row['metric']} on {row['device']}: {row['value'] / div:.4g} {unit}{flags}")
-    sys.exit(exitcodes.OK if dry_run or m["status"] == "complete" else exitcodes.PARTIAL
-             if m["status"] == "partial" else exitcodes.FAILED)
+    sys.exit(exitcodes.for_run(m))
 
 
 @click.group()
@@ -158,7 +158,7 @@ def schedule_fire(obj: "Context", name, store_root):
     except sched.ScheduleError as e:
         _fail(str(e))
     m = run_playbook(obj, record["playbook"], store_root, False)
-    click.echo(f"schedule {name}: run {m['run_id']} {m['status']}")
+    click.echo(f"schedule {name}: run {m.run_id} {m.status}")
 
 
 @click.group()

@@ -5,16 +5,21 @@ from __future__ import annotations
 import json
 import sys
 
+from typing import TYPE_CHECKING
+
 import click
 
 from . import exitcodes
 
+if TYPE_CHECKING:
+    from .manifest import RunManifest
 
-def _manifest(store_root: str | None, run_id: str) -> dict:
+
+def _manifest(store_root: str | None, run_id: str) -> "RunManifest":
     from . import store
 
     try:
-        return json.loads(store.manifest_of(store.root(store_root), run_id).read_text())
+        return store.load_run(store.root(store_root), run_id)
     except LookupError as e:
         click.echo(f"fleet: {e}", err=True)
         sys.exit(exitcodes.USAGE)
@@ -51,20 +56,21 @@ def reports_ls(store_root, host, since, tool, status, as_json):
 @click.option("--json", "as_json", is_flag=True, help="The whole manifest.")
 def reports_show(run_id, store_root, as_json):
     """A run's manifest: request, hosts, reports, what is missing and why."""
-    manifest = _manifest(store_root, run_id)
+    m = _manifest(store_root, run_id)
     if as_json:
-        click.echo(json.dumps(manifest, indent=2))
+        click.echo(json.dumps(m.to_json(), indent=2))
         return
-    req = manifest["request"]
-    click.echo(f"run {manifest['run_id']} ({manifest['status']}), site {manifest['site']}, by {manifest['user']} "
-               f"at {manifest['started']}: {req['tool']} -- {' '.join(req['command'])}")
-    for h in manifest["hosts"]:
-        click.echo(f"  {h['host']}: {h['status']}" + (f" ({h['missing_why']})" if h["missing_why"] else "")
-                   + (f"; {h['gpu']}, driver {h['driver']}, {req['tool']} {h['tool_version']}" if h["gpu"] else ""))
-        for g in h["given_up"]:
+    tool = m.request.get("tool")
+    click.echo(f"run {m.run_id} ({m.status}), site {m.site}, by {m.user} at {m.started}: "
+               f"{tool} -- {' '.join(m.request.get('command') or [])}")
+    for h in m.hosts:
+        who = h.host + (f" rank {h.rank}" if h.rank is not None else "") + (f" {h.worker}" if h.worker else "")
+        click.echo(f"  {who}: {h.status}" + (f" ({h.missing_why})" if h.missing_why else "")
+                   + (f"; {h.gpu}, driver {h.driver}, {tool} {h.tool_version}" if h.gpu else ""))
+        for g in h.given_up:
             click.echo(f"      gave up: {g}")
-        for r in h["reports"]:
-            click.echo(f"      {r['status']:<21} {r['sha256'][:12]}  {r['stored']}")
+        for r in h.reports:
+            click.echo(f"      {r.status:<21} {(r.sha256 or '')[:12]:<12}  {r.stored or r.remote}")
 
 
 @reports.command("pull")
@@ -80,14 +86,14 @@ def reports_pull(run_id, dest, store_root):
 
     manifest = _manifest(store_root, run_id)
     code = exitcodes.OK
-    for h in manifest["hosts"]:
-        for r in h["reports"]:
-            if r["status"] == "missing":
+    for h in manifest.hosts:
+        for r in h.reports:
+            if r.status == "missing":
                 continue
-            target = Path(dest) / h["host"] / Path(r["stored"]).name
+            target = Path(dest) / h.host / Path(r.stored).name
             target.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(r["stored"], target)
-            ok = sha256_of(target) == r["sha256"]
+            shutil.copyfile(r.stored, target)
+            ok = sha256_of(target) == r.sha256
             code = code if ok else exitcodes.FAILED
             click.echo(f"{target}{'' if ok else '  SHA256 MISMATCH: the stored copy is damaged'}")
     sys.exit(code)

@@ -13,6 +13,7 @@ from . import exitcodes
 
 if TYPE_CHECKING:
     from .cli import Context
+    from .manifest import RunManifest
     from .plan import ProfileRequest
 
 SLURM_OPTIONS = [
@@ -113,13 +114,14 @@ def profile_on_slurm(obj: "Context", req: "ProfileRequest", opts: dict, *, store
     except KeyboardInterrupt:
         _fail(f"left the job running; bring its reports home later with: fleet gather {req.run_id}", 130)
     if dry_run:
-        click.echo(json.dumps(manifest, indent=2, default=str) if as_json else manifest["slurm"]["script"], nl=False)
+        click.echo(json.dumps(manifest.to_json(), indent=2, default=str) if as_json else manifest.slurm.script,
+                   nl=False)
         sys.exit(exitcodes.OK)
     if as_json:
-        click.echo(json.dumps(manifest, indent=2, default=str))
+        click.echo(json.dumps(manifest.to_json(), indent=2, default=str))
     else:
         click.echo(render(manifest), nl=False)
-    sys.exit(exit_status(manifest))
+    sys.exit(exitcodes.for_run(manifest, waited=not opts.get("no_wait")))
 
 
 def gather_on_slurm(obj: "Context", run_id: str, store_root) -> None:
@@ -130,7 +132,7 @@ def gather_on_slurm(obj: "Context", run_id: str, store_root) -> None:
 
     root = store.root(store_root)
     path = store.manifest_of(root, run_id)
-    [(cluster, _)] = _by_cluster(obj, [json.loads(path.read_text())])
+    [(cluster, _)] = _by_cluster(obj, [store.read_manifest(path)])
 
     async def go():
         async with obj.fanout_for_run() as fan:
@@ -140,44 +142,35 @@ def gather_on_slurm(obj: "Context", run_id: str, store_root) -> None:
         m = asyncio.run(go())
     except SlurmError as e:
         _fail(str(e), exitcodes.FAILED)
-    if m["status"] in ("running", "submitted"):
-        click.echo(f"run {run_id}: job {m['slurm']['job_id']} is {m['slurm']['state']}; gather again once it ends")
-        sys.exit(exitcodes.PARTIAL)
-    click.echo(render(m), nl=False)
-    sys.exit(exit_status(m))
+    if m.status in ("running", "submitted"):
+        click.echo(f"run {run_id}: job {m.slurm.job_id} is {m.slurm.state}; gather again once it ends")
+    else:
+        click.echo(render(m), nl=False)
+    sys.exit(exitcodes.for_run(m))
 
 
-def render(m: dict) -> str:
-    s = m["slurm"]
-    lines = [f"run {m['run_id']}: job {s['job_id']} on {s['cluster']} {s.get('state', '')} -> {m['status']}"]
-    if m["status"] == "submitted":
-        lines.append(f"  reports will be under {s['run_dir']}; bring them home with: fleet gather {m['run_id']}")
-    if s.get("stopped_before_time_limit"):
+def render(m: "RunManifest") -> str:
+    s = m.slurm
+    lines = [f"run {m.run_id}: job {s.job_id} on {s.cluster} {s.state or ''} -> {m.status}"]
+    if m.status == "submitted":
+        lines.append(f"  reports will be under {s.run_dir}; bring them home with: fleet gather {m.run_id}")
+    if s.stopped_before_time_limit:
         lines.append("  the profilers were stopped ahead of the time limit, so their reports could be finished")
-    for h in m["hosts"]:
-        rank = f"rank {h['rank']}" if h.get("rank") is not None else "?"
-        lines.append(f"  {h['host']} {rank}: {h['status']}" + (f": {h['missing_why']}" if h.get("missing_why") else ""))
-        for g in h.get("given_up") or []:
+    for h in m.hosts:
+        rank = f"rank {h.rank}" if h.rank is not None else "?"
+        lines.append(f"  {h.host} {rank}: {h.status}" + (f": {h.missing_why}" if h.missing_why else ""))
+        for g in h.given_up:
             lines.append(f"    gave up:  {g}")
-        for rep in h["reports"]:
-            state = "verified" if rep["verified"] else f"NOT brought home: {rep.get('error')}"
-            kind = "summary:" if rep["status"] == "summary" else "report: "
-            lines.append(f"    {kind}  {rep['stored']} ({rep['size']} bytes, {state})")
-    if s.get("log"):
-        lines.append(f"  job log:  {s['log']['stored']}")
+        for rep in h.reports:
+            state = "verified" if rep.verified else f"NOT brought home: {rep.error}"
+            kind = "summary:" if rep.status == "summary" else "report: "
+            lines.append(f"    {kind}  {rep.stored} ({rep.size} bytes, {state})")
+    if s.log:
+        lines.append(f"  job log:  {s.log.stored}")
     return "\n".join(lines) + "\n"
 
 
-def exit_status(m: dict) -> int:
-    statuses = [h["status"] for h in m["hosts"]]
-    if m["status"] in ("complete", "submitted"):
-        return exitcodes.OK
-    if statuses and all(s == "refused" for s in statuses):
-        return exitcodes.REFUSED
-    return exitcodes.PARTIAL if m["status"] == "partial" else exitcodes.FAILED
-
-
-def _slurm_runs(store_root, run_ids=()) -> list[dict]:
+def _slurm_runs(store_root, run_ids=()) -> list["RunManifest"]:
     """Manifests of Slurm runs: those named, else every run not yet gathered."""
     from . import store
 
@@ -189,16 +182,16 @@ def _slurm_runs(store_root, run_ids=()) -> list[dict]:
             _fail(str(e))
     else:
         paths = sorted(root.glob("*/*/*/manifest.json"))
-    manifests = [json.loads(p.read_text()) for p in paths]
-    return [m for m in manifests if m.get("slurm") and (run_ids or m["status"] in ("running", "submitted"))]
+    manifests = [store.read_manifest(p) for p in paths]
+    return [m for m in manifests if m.slurm and (run_ids or m.status in ("running", "submitted"))]
 
 
-def _by_cluster(obj: "Context", manifests: list[dict]):
+def _by_cluster(obj: "Context", manifests: list["RunManifest"]):
     from .slurm.cluster import choose
 
     groups: dict = {}
     for m in manifests:
-        name = m["slurm"]["cluster"]
+        name = m.slurm.cluster
         cluster = choose(obj.inventory, None, None if name == "local" else name, embedded=name == "local")
         groups.setdefault(cluster.name, (cluster, []))[1].append(m)
     return groups.values()
@@ -221,13 +214,13 @@ def jobs(obj: "Context", run_ids, store_root, as_json):
             for cluster, ms in _by_cluster(obj, manifests):
                 client = SlurmClient(fan, cluster.login)
                 await client.cluster_info()
-                ids = [m["slurm"]["job_id"] for m in ms if m["slurm"]["job_id"]]
+                ids = [m.slurm.job_id for m in ms if m.slurm.job_id]
                 states = await client.states(ids) if ids else {}
                 for m in ms:
-                    st = states.get(m["slurm"]["job_id"])
-                    rows.append({"run_id": m["run_id"], "cluster": cluster.name, "job_id": m["slurm"]["job_id"],
-                                 "state": st.state if st else m["slurm"].get("state"), "reason": st and st.reason,
-                                 "nodes": st and st.nodes, "elapsed": st and st.elapsed, "run_status": m["status"]})
+                    st = states.get(m.slurm.job_id)
+                    rows.append({"run_id": m.run_id, "cluster": cluster.name, "job_id": m.slurm.job_id,
+                                 "state": st.state if st else m.slurm.state, "reason": st and st.reason,
+                                 "nodes": st and st.nodes, "elapsed": st and st.elapsed, "run_status": m.status})
         return rows
 
     rows = asyncio.run(go())
@@ -253,7 +246,7 @@ def cancel(obj: "Context", run_ids, store_root):
     async def go():
         async with obj.fanout_for_run() as fan:
             for cluster, ms in _by_cluster(obj, manifests):
-                ids = [m["slurm"]["job_id"] for m in ms if m["slurm"]["job_id"]]
+                ids = [m.slurm.job_id for m in ms if m.slurm.job_id]
                 if ids:
                     await SlurmClient(fan, cluster.login).cancel(ids)
                     click.echo(f"{cluster.name}: cancelled job(s) {', '.join(ids)}")

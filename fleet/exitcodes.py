@@ -31,3 +31,24 @@ def for_results(results) -> int:
         elif not r.ok:
             code = max(code, FAILED)
     return code
+
+
+def for_run(manifest, *, waited: bool = True) -> int:
+    """The status for a profiling run, from its manifest (a ``manifest.RunManifest``): lab
+    servers, Slurm, ``gather``, nightly. ``waited``: the caller waited for the run to end;
+    ``--no-wait`` did not, so a submitted run is then what was asked."""
+    from .manifest import run_status
+
+    if manifest.status in ("running", "submitted"):
+        return PARTIAL if waited else OK  # gather: the job has not ended yet
+    statuses = ["ok" if h.status == "planned" else h.status for h in manifest.hosts]
+    status = manifest.status
+    if status == "dry-run":  # what would happen: planned hosts count as done
+        status = run_status(statuses) if statuses else "complete"
+    if status == "complete":
+        return OK
+    if statuses and all(s == "refused" for s in statuses):
+        return REFUSED
+    if status == "partial":
+        return PARTIAL
+    return UNREACHABLE if "unreachable" in statuses else FAILED

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from . import profile, store, trends
+from .manifest import RunManifest
 from .playbook import Playbook, run_metrics
 from .plan import ProfileRequest
 from .report_html import render
@@ -41,7 +42,7 @@ def job_spec(pb: Playbook):
 
 
 async def run_playbook(fan: "Fanout", inventory: "Inventory", pb: Playbook, *, embedded: bool, store_root: Path,
-                       dry_run: bool = False, poll: float = 5.0) -> dict:
+                       dry_run: bool = False, poll: float = 5.0) -> RunManifest:
     """One run of the playbook; its manifest (with the playbook's metrics) is in the store."""
     req = request_for(pb)
     if pb.on_slurm:
@@ -53,16 +54,12 @@ async def run_playbook(fan: "Fanout", inventory: "Inventory", pb: Playbook, *, e
                                            site=cluster.name, dry_run=dry_run, poll=poll)
     else:
         hosts = inventory.select([pb.target["hosts"]])
-        runs = await profile.profile(fan, hosts, req, store_root=store_root, site="lab", dry_run=dry_run)
-        if dry_run:
-            return {"run_id": req.run_id, "status": "dry-run", "hosts": [r.to_json() for r in runs]}
-        manifest = json.loads(store.manifest_of(store_root, req.run_id).read_text())
+        manifest = await profile.profile(fan, hosts, req, store_root=store_root, site="lab", dry_run=dry_run)
     if dry_run:
         return manifest
-    manifest["playbook"] = {"name": pb.name, "path": pb.path, "metrics": run_metrics(pb, manifest),
-                            "thresholds": pb.thresholds}
-    path = store.write_manifest(store.run_dir(store_root, manifest["site"], manifest["run_id"]), manifest)
-    store.record(store_root, path)
+    manifest.playbook = {"name": pb.name, "path": pb.path, "metrics": run_metrics(pb, manifest),
+                         "thresholds": pb.thresholds}
+    store.save(store_root, manifest)
     return manifest
 
 

@@ -13,9 +13,12 @@ import csv
 import fnmatch
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .inventory import InventoryError, read_yaml
+
+if TYPE_CHECKING:
+    from .manifest import RunManifest
 
 METRIC_KINDS = ("gpu_kernel_total", "kernel", "top_kernels", "nvtx", "ncu")
 TARGET_KEYS = {"partition": str, "cluster": str, "hosts": str, "nodes": int, "ntasks": int,
@@ -151,16 +154,16 @@ def ncu_value(metric: Metric, csv_path: Path) -> dict[str, float]:
     return {f"{metric.label} ({unit})" if unit else metric.label: sum(values)} if values else {}
 
 
-def run_metrics(playbook: Playbook, manifest: dict) -> list[dict]:
+def run_metrics(playbook: Playbook, manifest: "RunManifest") -> list[dict]:
     """One row per metric, device and rank of a finished run, with the noise context."""
     out = []
-    for h in manifest["hosts"]:
-        summaries = {rep["summary"]: Path(rep["stored"]) for rep in h.get("reports", [])
-                     if rep.get("status") == "summary" and rep.get("verified")}
-        flagged = [f"tenant: {t}" for t in h.get("tenants_seen") or []] + list(h.get("given_up") or [])
-        device = f"{h.get('gpu') or 'no GPU'} on {h.get('host')}" + (f" rank {h['rank']}" if "rank" in h else "")
+    for h in manifest.hosts:
+        summaries = {rep.summary: Path(rep.stored) for rep in h.reports
+                     if rep.status == "summary" and rep.verified and rep.summary}
+        flagged = [f"tenant: {t}" for t in h.tenants_seen] + list(h.given_up)
+        device = f"{h.gpu or 'no GPU'} on {h.host}" + (f" rank {h.rank}" if h.rank is not None else "")
         for metric in playbook.metrics:
             for name, value in metric_values(metric, summaries).items():
                 out.append({"metric": name, "device": device, "value": value, "flags": flagged,
-                            "gpu": h.get("gpu"), "driver": h.get("driver"), "tool_version": h.get("tool_version")})
+                            "gpu": h.gpu, "driver": h.driver, "tool_version": h.tool_version})
     return out

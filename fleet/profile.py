@@ -8,18 +8,19 @@ output and reports, and says what happened on each node.
 from __future__ import annotations
 
 import asyncio
-import getpass
 import json
 import os
 import secrets
 import time
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
-from . import containers, exitcodes, probe, store
+from . import containers, probe, store
+from .agent import node
 from .agent.run import RESULT_MARK, results_in
 from .collect import fetch_verified
+from .manifest import HostEntry, ReportEntry, RunManifest, run_status
 from .plan import Plan, ProfileRequest, plan
 from .policy import NO_SAMPLING_FLAGS, docker_privileges
 from .transport import Result
@@ -42,10 +43,6 @@ class HostRun:
     result: dict | None = None       # the agent's document
     reports: list[dict] = field(default_factory=list)
     error: str | None = None
-
-    def to_json(self) -> dict:
-        return {"host": self.host, "status": self.status, "error": self.error,
-                "plan": self.plan.to_json() if self.plan else None, "result": self.result, "reports": self.reports}
 
 
 class LineSink:
@@ -171,120 +168,106 @@ async def run_planned(fan: "Fanout", hosts: list["Host"], runs: dict[str, HostRu
 
 async def profile(fan: "Fanout", hosts: list["Host"], req: ProfileRequest, *, store_root: Path, site: str,
                   dry_run: bool = False, write: Callable[[str, str], None] = lambda s, t: None,
-                  stop: asyncio.Event | None = None, gathering=None) -> list[HostRun]:
-    """Probe, plan, run; the reports and the run's manifest go into the store."""
-    started = time.strftime("%Y-%m-%dT%H:%M:%S%z")
-    runs = await plan_all(fan, hosts, req)
+                  stop: asyncio.Event | None = None, gathering=None) -> RunManifest:
+    """Probe, plan, run; the reports and the run's manifest go into the store. The manifest back
+    (for ``dry_run``, one with every host's plan, in the store nowhere)."""
+    manifest = RunManifest.begin(req, site)
+    runs = list((await plan_all(fan, hosts, req)).values())
+    manifest.hosts = [entry_for(req, r) for r in runs]
     if dry_run:
-        return list(runs.values())
-    directory = store.run_dir(store_root, site, req.run_id)
+        manifest.status = "dry-run"
+        return manifest
     # Written before anything runs, so that `fleet gather` can finish the run if fleet dies.
-    store.record(store_root, store.write_manifest(directory, manifest_for(req, site, started, list(runs.values()),
-                                                                          status="running")))
-    await run_planned(fan, hosts, runs, req, out=directory, write=write, stop=stop, gathering=gathering)
-    manifest = store.write_manifest(directory, manifest_for(req, site, started, list(runs.values())))
-    store.record(store_root, manifest)
-    return list(runs.values())
+    directory = store.save(store_root, manifest)
+    await run_planned(fan, hosts, {r.host: r for r in runs}, req, out=directory, write=write, stop=stop,
+                      gathering=gathering)
+    manifest.hosts = [entry_for(req, r) for r in runs]
+    manifest.status = run_status(r.status for r in runs)
+    store.save(store_root, manifest)
+    return manifest
 
 
-async def gather(fan: "Fanout", hosts: dict[str, "Host"], store_root: Path, run_id: str) -> dict:
+def reports_of(brought: list[dict]) -> list[ReportEntry]:
+    return [ReportEntry.from_json(r) for r in brought]
+
+
+async def gather(fan: "Fanout", hosts: dict[str, "Host"], store_root: Path, run_id: str) -> RunManifest:
     """Bring home what a run left on its nodes (fleet killed, a transfer that failed): the
     agent's result is read from beside the reports, and every report not yet verified fetched."""
     path = store.manifest_of(store_root, run_id)
-    manifest = json.loads(path.read_text())
-    for entry in manifest["hosts"]:
-        host = hosts.get(entry["host"])
-        plan_doc = entry.get("plan") or {}
+    manifest = store.read_manifest(path)
+    for entry in manifest.hosts:
+        host = hosts.get(entry.host)
+        plan_doc = entry.plan or {}
         if host is None or plan_doc.get("status") != "ok" or (
-                entry["reports"] and all(r["verified"] for r in entry["reports"])):
+                entry.reports and all(r.verified for r in entry.reports)):
             continue
-        result = entry.get("result")
+        result = entry.result
         if result is None:  # fleet went away before the agent's last word: it is on the node
             r = await fan.run(host, ["cat", f"{os.path.dirname(plan_doc['output'])}/{host.name}.result.json"])
             if r.exit_status != 0:
-                entry["missing_why"] = f"no result on the node yet: {r.stderr.decode(errors='replace').strip()}"
+                entry.missing_why = f"no result on the node yet: {r.stderr.decode(errors='replace').strip()}"
                 continue
             found = results_in(r.stdout.decode(errors="replace"))
             if not found:
-                entry["missing_why"] = "the result on the node is not readable yet"
+                entry.missing_why = "the result on the node is not readable yet"
                 continue
-            result = entry["result"] = found[-1]
-        entry["reports"] = [rep for rep in entry["reports"] if rep["verified"]]
-        have = {rep["remote"] for rep in entry["reports"]}
+            result = entry.result = found[-1]
+        entry.reports = [rep for rep in entry.reports if rep.verified]
+        have = {rep.remote for rep in entry.reports}
         missing = [rep for rep in result.get("reports", []) + result.get("summaries", []) if rep["path"] not in have]
-        entry["reports"] += await bring_home(fan, host, missing, path.parent / host.name)
-        ok = result.get("status") == "ok" and entry["reports"] and all(r["verified"] for r in entry["reports"])
-        entry["status"] = "ok" if ok else entry["status"]
-        entry["missing_why"] = None if ok else entry.get("missing_why")
-    manifest["status"] = store.run_status(h["status"] for h in manifest["hosts"])
+        entry.reports += reports_of(await bring_home(fan, host, missing, path.parent / host.name))
+        ok = result.get("status") == "ok" and entry.reports and all(r.verified for r in entry.reports)
+        entry.status = "ok" if ok else entry.status
+        entry.missing_why = None if ok else entry.missing_why
+    manifest.status = run_status(h.status for h in manifest.hosts)
     store.record(store_root, store.write_manifest(path.parent, manifest))
     return manifest
 
 
-def manifest_for(req: ProfileRequest, site: str, started: str, runs: list[HostRun], status: str | None = None) -> dict:
-    """Everything needed to trust and compare a run later."""
-    hosts = []
-    for r in runs:
-        state = r.state or {}
-        gpus = [g for g in state.get("gpus") or [] if req.gpus is None or g.get("index") in req.gpus]
-        tool = (state.get("tools") or {}).get(req.tool) or {}
-        hosts.append({
-            "host": r.host, "node": state.get("host"), "status": r.status,
-            "missing_why": None if r.status == "ok" else r.error,
-            "gpu": ", ".join(sorted({g.get("name") or "?" for g in gpus})) or None,
-            "driver": (state.get("nvml") or {}).get("driver"), "tool_version": tool.get("version"),
-            "tenants_seen": [str(t) for t in (r.plan.tenants if r.plan else ())],
-            "processes_seen": [{"gpu": g["index"], **{k: p.get(k) for k in ("pid", "user", "used_memory", "foreign")}}
-                               for g in gpus for p in g.get("processes") or []],
-            "given_up": list((r.result or {}).get("given_up") or (r.plan.given_up if r.plan else ())),
-            "plan": r.plan.to_json() if r.plan else None, "result": r.result, "reports": r.reports})
-    return {**manifest_head(req, site, started), "status": status or store.run_status(r.status for r in runs),
-            "hosts": hosts}
+def entry_for(req: ProfileRequest, run: HostRun) -> HostEntry:
+    """A lab host's manifest entry: its node's facts from the state the probe found."""
+    return HostEntry.from_facts(
+        run.host, run.status, node.facts(run.state, req.gpus, req.tool) if run.state else None,
+        missing_why=run.error, tenants_seen=[str(t) for t in (run.plan.tenants if run.plan else ())],
+        given_up=(run.result or {}).get("given_up") or (run.plan.given_up if run.plan else ()),
+        plan=run.plan.to_json() if run.plan else None, result=run.result, reports=reports_of(run.reports))
 
 
-def manifest_head(req: ProfileRequest, site: str, started: str) -> dict:
-    """What every run's manifest begins with, on lab servers and on Slurm."""
-    return {"run_id": req.run_id, "site": site, "day": f"{req.run_id[0:4]}-{req.run_id[4:6]}-{req.run_id[6:8]}",
-            "started": started, "user": getpass.getuser(), "request": asdict(req)}
+def json_doc(manifest: RunManifest) -> dict:
+    """``fleet profile --json``: the manifest, each host with ``error`` as this output always had it."""
+    doc = manifest.to_json()
+    for h in doc["hosts"]:
+        h["error"] = h["missing_why"]
+    return doc
 
 
-def exit_status(runs: list[HostRun]) -> int:
-    statuses = [r.status for r in runs]
-    if all(s in ("ok", "planned") for s in statuses):
-        return exitcodes.OK
-    if all(s == "refused" for s in statuses):
-        return exitcodes.REFUSED
-    if any(s in ("ok", "planned") for s in statuses):
-        return exitcodes.PARTIAL
-    return exitcodes.UNREACHABLE if any(s == "unreachable" for s in statuses) else exitcodes.FAILED
-
-
-def render(run: HostRun) -> str:
+def render(entry: HostEntry) -> str:
     """One host's plan or outcome, for people."""
-    p = run.plan
-    refused_by_plan = p is not None and p.status == "refused"
-    lines = [f"{run.host}: {run.status}" + (f": {run.error}" if run.error and not refused_by_plan else "")]
-    if p and p.status == "ok" and run.status == "planned":
-        lines.append(f"  run:      {p.shell()}")
-        for name, value in p.sysctls.items():
+    p = entry.plan
+    refused_by_plan = p is not None and p["status"] == "refused"
+    lines = [f"{entry.host}: {entry.status}" + (f": {entry.missing_why}" if entry.missing_why and not refused_by_plan
+                                                else "")]
+    if p and p["status"] == "ok" and entry.status == "planned":
+        lines.append(f"  run:      {Plan(p['host'], p['status'], argv=tuple(p['argv']), env=p['env']).shell()}")
+        for name, value in p["sysctls"].items():
             lines.append(f"  sysctl:   {name} -> {value} for the run, then restored (owned)")
-        if p.gpu_locks:
-            lines.append(f"  lock:     GPU counters of {', '.join(p.gpu_locks)}")
-        if p.recheck:
-            lines.append(f"  check:    GPUs {p.recheck['gpus']} again right before the profiler starts")
-        if p.pause_dcgm:
+        if p["gpu_locks"]:
+            lines.append(f"  lock:     GPU counters of {', '.join(p['gpu_locks'])}")
+        if p["recheck"]:
+            lines.append(f"  check:    GPUs {p['recheck']['gpus']} again right before the profiler starts")
+        if p["pause_dcgm"]:
             lines.append("  dcgm:     profiling paused for the run, resumed after")
     elif refused_by_plan:
-        lines += [f"  because:  {r}" for r in p.reasons]
-        if p.remedy:
-            lines.append(f"  remedy:   {p.remedy}")
-    given_up = (run.result or {}).get("given_up") or (p.given_up if p else ())
-    lines += [f"  gave up:  {g}" for g in given_up]
-    for note in (run.result or {}).get("notes", []):
+        lines += [f"  because:  {r}" for r in p["reasons"]]
+        if p.get("remedy"):
+            lines.append(f"  remedy:   {p['remedy']}")
+    lines += [f"  gave up:  {g}" for g in entry.given_up]
+    for note in (entry.result or {}).get("notes", []):
         lines.append(f"  note:     {note}")
-    for rep in run.reports:
-        state = "verified" if rep["verified"] else f"NOT brought home: {rep.get('error')}"
-        extra = ", finished from .qdstrm" if rep["status"] == "finished-from-qdstrm" else ""
-        kind = "summary:" if rep["status"] == "summary" else "report: "
-        lines.append(f"  {kind}  {rep['stored']} ({rep['size']} bytes, sha256 {rep['sha256'][:12]}…, {state}{extra})")
+    for rep in entry.reports:
+        state = "verified" if rep.verified else f"NOT brought home: {rep.error}"
+        extra = ", finished from .qdstrm" if rep.status == "finished-from-qdstrm" else ""
+        kind = "summary:" if rep.status == "summary" else "report: "
+        lines.append(f"  {kind}  {rep.stored} ({rep.size} bytes, sha256 {(rep.sha256 or '')[:12]}…, {state}{extra})")
     return "\n".join(lines) + "\n"

@@ -3,8 +3,11 @@
 Layout: ``ROOT/<site>/<YYYY-MM-DD>/<run-id>/<host>/<report>`` and one
 ``manifest.json`` per run (request, plans, node states, tool versions, tenants
 seen, flags given up, every report with its sha256, what is missing and why).
-The manifests are the truth; the catalog (``ROOT/catalog.sqlite``) is an index
-that ``fleet reports reindex`` rebuilds from them.
+The manifests are the truth (read and written through :mod:`fleet.manifest`);
+the catalog (``ROOT/catalog.sqlite``) is an index that ``fleet reports reindex``
+rebuilds from them. The catalog carries its version (``PRAGMA user_version``):
+one an older fleet wrote is rebuilt from the manifests when first opened, and
+one a newer fleet wrote is refused.
 """
 
 from __future__ import annotations
@@ -15,23 +18,33 @@ import shutil
 import sqlite3
 from contextlib import closing
 from pathlib import Path
-from typing import Any, Iterable
+
+from .manifest import ManifestError, RunManifest
 
 DEFAULT_ROOT = Path(os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share") / "fleet" / "store"
 
-SCHEMA = """
-CREATE TABLE IF NOT EXISTS runs (
+# PRAGMA user_version of the catalog. 0: written before the catalog had a version (its
+# rows may include the kernels and metrics of removed runs); it is rebuilt from the manifests.
+CATALOG_VERSION = 1
+
+SCHEMA = [
+    """CREATE TABLE IF NOT EXISTS runs (
     run_id TEXT PRIMARY KEY, site TEXT, day TEXT, started TEXT, user TEXT, tool TEXT,
-    command TEXT, status TEXT, manifest TEXT);
-CREATE TABLE IF NOT EXISTS kernels (
-    run_id TEXT, host TEXT, name TEXT, total_ns INTEGER, instances INTEGER);
-CREATE TABLE IF NOT EXISTS metrics (
-    run_id TEXT, playbook TEXT, metric TEXT, device TEXT, value REAL, flags TEXT, started TEXT);
-CREATE TABLE IF NOT EXISTS reports (
+    command TEXT, status TEXT, manifest TEXT)""",
+    """CREATE TABLE IF NOT EXISTS kernels (
+    run_id TEXT, host TEXT, name TEXT, total_ns INTEGER, instances INTEGER)""",
+    """CREATE TABLE IF NOT EXISTS metrics (
+    run_id TEXT, playbook TEXT, metric TEXT, device TEXT, value REAL, flags TEXT, started TEXT)""",
+    """CREATE TABLE IF NOT EXISTS reports (
     run_id TEXT, host TEXT, path TEXT, tool TEXT, status TEXT, sha256 TEXT, size INTEGER,
     gpu TEXT, driver TEXT, tool_version TEXT, started TEXT,
-    PRIMARY KEY (run_id, host, path));
-"""
+    PRIMARY KEY (run_id, host, path))""",
+]
+TABLES = ("runs", "reports", "kernels", "metrics")
+
+
+class CatalogError(Exception):
+    """A catalog this fleet cannot use (written by a newer one), or a manifest in the store it cannot read."""
 
 
 def root(explicit: str | os.PathLike | None = None) -> Path:
@@ -44,52 +57,109 @@ def run_dir(store: Path, site: str, run_id: str) -> Path:
     return store / site / day / run_id
 
 
-def write_manifest(directory: Path, manifest: dict[str, Any]) -> Path:
+def write_manifest(directory: Path, manifest: RunManifest) -> Path:
     """Atomically, so a reader never sees half a manifest."""
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / "manifest.json"
     tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(manifest, indent=1, default=str))
+    tmp.write_text(json.dumps(manifest.to_json(), indent=1, default=str))
     os.replace(tmp, path)
     return path
 
 
+def read_manifest(path: Path) -> RunManifest:
+    try:
+        return RunManifest.from_json(json.loads(path.read_text()))
+    except (ManifestError, json.JSONDecodeError) as e:
+        raise CatalogError(f"{path}: {e}") from None
+
+
+def save(store: Path, manifest: RunManifest) -> Path:
+    """Write a run's manifest into its folder and catalogue it; the folder back."""
+    directory = run_dir(store, manifest.site, manifest.run_id)
+    record(store, write_manifest(directory, manifest))
+    return directory
+
+
+def load_run(store: Path, run_id: str) -> RunManifest:
+    return read_manifest(manifest_of(store, run_id))
+
+
 def catalog(store: Path) -> sqlite3.Connection:
+    """The catalog, created or brought to this fleet's version; a newer one is refused."""
     store.mkdir(parents=True, exist_ok=True)
     db = sqlite3.connect(store / "catalog.sqlite")
-    db.executescript(SCHEMA)
+    try:
+        version = _version(db)
+        if version > CATALOG_VERSION:
+            raise CatalogError(f"{store / 'catalog.sqlite'} is version {version}, newer than this fleet's "
+                               f"({CATALOG_VERSION}): upgrade fleet, or remove it to have it rebuilt from the "
+                               f"manifests")
+        if version < CATALOG_VERSION:
+            db.execute("BEGIN IMMEDIATE")  # one process migrates; the others wait, then find it done
+            if _version(db) < CATALOG_VERSION:
+                _migrate(db, store)
+            db.commit()
+    except BaseException:
+        db.close()
+        raise
     return db
+
+
+def _version(db: sqlite3.Connection) -> int:
+    return db.execute("PRAGMA user_version").fetchone()[0]
+
+
+def _migrate(db: sqlite3.Connection, store: Path) -> None:
+    """From an unversioned catalog (or none): the tables, then every row again from the
+    manifests, which are the truth; rows of runs removed before are gone with them."""
+    for statement in SCHEMA:
+        db.execute(statement)
+    _rebuild(db, store)
+    db.execute(f"PRAGMA user_version = {CATALOG_VERSION}")
+
+
+def _rebuild(db: sqlite3.Connection, store: Path) -> int:
+    manifests = sorted(store.glob("*/*/*/manifest.json"))
+    for table in TABLES:
+        db.execute(f"DELETE FROM {table}")
+    for path in manifests:
+        index_manifest(db, path)
+    return len(manifests)
+
+
+def _forget(db: sqlite3.Connection, run_id: str) -> None:
+    for table in TABLES:
+        db.execute(f"DELETE FROM {table} WHERE run_id = ?", (run_id,))
 
 
 def index_manifest(db: sqlite3.Connection, path: Path) -> None:
     """Put one run's manifest into the catalog (replacing what was there for that run)."""
-    m = json.loads(path.read_text())
-    db.execute("DELETE FROM reports WHERE run_id = ?", (m["run_id"],))
-    db.execute("DELETE FROM kernels WHERE run_id = ?", (m["run_id"],))
-    db.execute("DELETE FROM metrics WHERE run_id = ?", (m["run_id"],))
-    pb = m.get("playbook") or {}
+    m = read_manifest(path)
+    _forget(db, m.run_id)
+    tool = m.request.get("tool")
+    pb = m.playbook or {}
     db.executemany("INSERT INTO metrics VALUES (?,?,?,?,?,?,?)",
-                   [(m["run_id"], pb.get("name"), r["metric"], r["device"], r["value"], json.dumps(r["flags"]),
-                     m["started"]) for r in pb.get("metrics") or []])
+                   [(m.run_id, pb.get("name"), r["metric"], r["device"], r["value"], json.dumps(r["flags"]),
+                     m.started) for r in pb.get("metrics") or []])
     db.execute("INSERT OR REPLACE INTO runs VALUES (?,?,?,?,?,?,?,?,?)",
-               (m["run_id"], m["site"], m["day"], m["started"], m["user"], m["request"]["tool"],
-                json.dumps(m["request"]["command"]), m["status"], str(path)))
-    for host in m["hosts"]:
-        for rep in host.get("reports", []):
-            if rep.get("summary") == "cuda_gpu_kern_sum" and rep["verified"]:
+               (m.run_id, m.site, m.day, m.started, m.user, tool, json.dumps(m.request.get("command")), m.status,
+                str(path)))
+    for host in m.hosts:
+        for rep in host.reports:
+            if rep.summary == "cuda_gpu_kern_sum" and rep.verified:
                 db.executemany("INSERT INTO kernels VALUES (?,?,?,?,?)",
-                               [(m["run_id"], host["host"], *k) for k in kernel_rows(Path(rep["stored"]))])
+                               [(m.run_id, host.host, *k) for k in kernel_rows(Path(rep.stored))])
             db.execute("INSERT OR REPLACE INTO reports VALUES (?,?,?,?,?,?,?,?,?,?,?)",
-                       (m["run_id"], host["host"], rep.get("stored") or rep["remote"], m["request"]["tool"],
-                        rep["status"], rep["sha256"], rep["size"], host.get("gpu"), host.get("driver"),
-                        host.get("tool_version"), m["started"]))
-        if not host.get("reports"):
-            status = ("running" if m["status"] in ("running", "submitted") else
-                      "refused" if host.get("status") == "refused" else "missing")
-            placeholder = "" if host.get("rank") is None else f"(rank {host['rank']})"  # Slurm: one row a rank
+                       (m.run_id, host.host, rep.stored or rep.remote, tool, rep.status, rep.sha256, rep.size,
+                        host.gpu, host.driver, host.tool_version, m.started))
+        if not host.reports:
+            status = ("running" if m.status in ("running", "submitted") else
+                      "refused" if host.status == "refused" else "missing")
+            placeholder = "" if host.rank is None else f"(rank {host.rank})"  # Slurm: one row a rank
             db.execute("INSERT OR REPLACE INTO reports VALUES (?,?,?,?,?,?,?,?,?,?,?)",
-                       (m["run_id"], host["host"], placeholder, m["request"]["tool"], status, None, None,
-                        host.get("gpu"), host.get("driver"), host.get("tool_version"), m["started"]))
+                       (m.run_id, host.host, placeholder, tool, status, None, None,
+                        host.gpu, host.driver, host.tool_version, m.started))
 
 
 def record(store: Path, manifest_path: Path) -> None:
@@ -99,13 +169,8 @@ def record(store: Path, manifest_path: Path) -> None:
 
 def reindex(store: Path) -> int:
     """Rebuild the catalog from every manifest under the store; returns the number of runs."""
-    manifests = sorted(store.glob("*/*/*/manifest.json"))
     with closing(catalog(store)) as db, db:
-        for table in ("runs", "reports", "kernels", "metrics"):
-            db.execute(f"DELETE FROM {table}")
-        for m in manifests:
-            index_manifest(db, m)
-    return len(manifests)
+        return _rebuild(db, store)
 
 
 def reports(store: Path, *, host: str | None = None, since: str | None = None, tool: str | None = None,
@@ -137,13 +202,6 @@ def metric_history(store: Path, playbook: str, since: str | None = None) -> list
     return [dict(r, flags=json.loads(r["flags"])) for r in rows]
 
 
-def run_status(host_statuses: Iterable[str]) -> str:
-    statuses = list(host_statuses)
-    if statuses and all(s == "ok" for s in statuses):
-        return "complete"
-    return "partial" if any(s == "ok" for s in statuses) else "failed"
-
-
 def manifest_of(store: Path, run_id: str) -> Path:
     """The manifest of a run, found through the catalog (or, failing that, on disk)."""
     row = None
@@ -163,8 +221,7 @@ def remove_run(store: Path, run_id: str) -> Path:
     directory = manifest_of(store, run_id).parent
     shutil.rmtree(directory)
     with closing(catalog(store)) as db, db:
-        db.execute("DELETE FROM runs WHERE run_id = ?", (run_id,))
-        db.execute("DELETE FROM reports WHERE run_id = ?", (run_id,))
+        _forget(db, run_id)  # its kernels and metrics too: compare and the nightly trends forget it
     return directory
 
 

@@ -15,6 +15,7 @@ import pytest
 import yaml
 
 from fleet import playbook, store, trends
+from fleet.manifest import RunManifest
 from tests.conftest import REPO, announce, run_fleet
 from tests.harness.slurm import SlurmCluster
 
@@ -82,7 +83,7 @@ def plant_history(root: Path, name: str, values: list[float]) -> list[str]:
              "hosts": [], "playbook": {"name": name, "metrics": [
                  {"metric": "total GPU kernel time", "device": "NVIDIA H200 on node1 rank 0", "value": v * 1e6,
                   "flags": []}]}}
-        store.record(root, store.write_manifest(store.run_dir(root, "hpc", run_id), m))
+        store.save(root, RunManifest.from_json(m))
         ids.append(run_id)
     return ids
 

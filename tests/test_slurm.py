@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import socket
 import subprocess
 import sys
 import time
@@ -103,6 +104,22 @@ def test_only_the_chosen_ranks_are_profiled(hpc, tmp_path):
                   if rep["status"] == "complete") == ["rank0.nsys-rep", "rank3.nsys-rep"]
     log = Path(m["slurm"]["log"]["stored"]).read_text()
     assert all(f"ran {i}" in log for i in range(4))  # the other ranks ran, unprofiled
+
+
+def test_a_rank_that_dies_is_missing_and_reports_show_says_why(hpc, tmp_path):
+    # Rank 1's agent is killed outright (SIGKILL): it leaves no result; rank 0's report comes home.
+    die = 'if [ "$SLURM_PROCID" = 1 ]; then kill -KILL $(ps -o ppid= -p $PPID); fi; sleep 0.3'
+    r = fleet(hpc, tmp_path, "--ntasks", "2", "--", "sh", "-c", die)
+    assert r.returncode == 6, r.stderr + r.stdout  # partial
+    m = manifest(tmp_path)
+    assert m["schema"] == 2 and m["status"] == "partial"
+    assert [(h["host"], h["rank"], h["status"]) for h in m["hosts"]] == [
+        ("node1", 0, "ok"), ("(no result)", 1, "missing")]
+    assert set(m["hosts"][0]) == set(m["hosts"][1])  # one shape for every entry
+    shown = run_fleet("reports", "show", m["run_id"], env={"FLEET_STORE": str(tmp_path)})
+    assert shown.returncode == 0, shown.stderr
+    assert "  (no result) rank 1: missing (rank 1 left no result (job FAILED; see slurm-" in shown.stdout
+    assert "  node1 rank 0: ok; " in shown.stdout
 
 
 def test_dry_run_prints_the_exact_batch_script_and_submits_nothing(hpc, tmp_path):
@@ -309,6 +326,7 @@ def test_ray_workers_reports_named_by_its_runtime_env_block_are_gathered(hpc, tm
     workers = [h for h in m["hosts"] if h.get("worker")]
     assert len(workers) == 2 and len({h["worker"] for h in workers}) == 2  # one report per worker, distinct
     assert all(h["reports"][0]["verified"] and h["worker"].startswith("worker-") for h in workers)
+    assert {h["host"] for h in workers} == {socket.gethostname()}  # the node, from worker-HOST-PID
 
 
 def test_reports_written_to_node_local_scratch_come_home_through_the_run_directory(hpc, tmp_path):

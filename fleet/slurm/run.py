@@ -15,16 +15,16 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import time
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
 from .. import store
 from ..collect import fetch_verified
+from ..manifest import HostEntry, ReportEntry, RunManifest, SlurmInfo, run_status
 from ..plan import ProfileRequest
 from ..probe import script as agent_script
-from ..profile import bring_home, manifest_head
+from ..profile import bring_home, reports_of
 from .cluster import Cluster
 from .jobs import JobState, SlurmClient, SlurmError
 from ..containers import nsight_dirs
@@ -69,17 +69,12 @@ def expected_ranks(spec: dict) -> list[int] | None:
     return list(range(spec.get("ntasks") or (spec.get("nodes") or 1) * (spec.get("ntasks_per_node") or 1)))
 
 
-def new_manifest(req: ProfileRequest, cluster: Cluster, prep: Prepared, site: str) -> dict:
-    return {**manifest_head(req, site, time.strftime("%Y-%m-%dT%H:%M:%S%z")), "status": "running", "hosts": [],
-            "slurm": {"cluster": cluster.name, "login": cluster.login.name, "version": prep.version,
-                      "run_dir": prep.files.run_dir, "job_id": None, "state": "SUBMITTING", "spec": asdict(prep.spec),
-                      "script": prep.script}}
-
-
-def save(store_root: Path, manifest: dict) -> Path:
-    directory = store.run_dir(store_root, manifest["site"], manifest["run_id"])
-    store.record(store_root, store.write_manifest(directory, manifest))
-    return directory
+def new_manifest(req: ProfileRequest, cluster: Cluster, prep: Prepared, site: str) -> RunManifest:
+    manifest = RunManifest.begin(req, site)
+    manifest.slurm = SlurmInfo(cluster=cluster.name, login=cluster.login.name, version=prep.version,
+                               run_dir=prep.files.run_dir, state="SUBMITTING", spec=asdict(prep.spec),
+                               script=prep.script)
+    return manifest
 
 
 async def submit(client: SlurmClient, prep: Prepared) -> str:
@@ -127,112 +122,109 @@ def _why_missing(rank: int, st: JobState | None, log: str) -> str:
     return f"rank {rank} left no result (job {state}; see {log})"
 
 
-def rank_entry(res: dict) -> dict:
+def rank_entry(res: dict) -> HostEntry:
+    """A rank's entry from the result it left: its node facts are in it (``agent.node.facts``'s keys)."""
     status = {"ok": "ok", "refused": "refused", "stopped": "stopped"}.get(res.get("status"), "failed")
-    return {"host": res.get("slurm_node") or res.get("node"), "rank": res.get("rank"), "node": res.get("node"),
-            "status": status,
-            "missing_why": None if status == "ok" else "; ".join(res.get("reasons") or []) or res.get("status"),
-            "gpu": res.get("gpu"), "driver": res.get("driver"), "tool_version": res.get("tool_version"),
-            "tenants_seen": [t if isinstance(t, str) else _tenant_text(t) for t in res.get("tenants") or []],
-            "processes_seen": res.get("processes_seen") or [], "given_up": res.get("given_up") or [],
-            "plan": None, "result": res, "reports": []}
+    return HostEntry.from_facts(
+        res.get("slurm_node") or res.get("node"), status, res, rank=res.get("rank"),
+        missing_why="; ".join(res.get("reasons") or []) or res.get("status"),
+        tenants_seen=[t if isinstance(t, str) else _tenant_text(t) for t in res.get("tenants") or []],
+        given_up=res.get("given_up") or [], result=res)
 
 
 def _tenant_text(t: dict) -> str:
     return f"GPU {t.get('gpu')}: pid {t.get('pid')} ({t.get('user') or 'unknown user'}) {t.get('why')}"
 
 
-async def gather(fan: "Fanout", client: SlurmClient, manifest: dict, directory: Path, state: JobState | None,
-                 gathering=None) -> dict:
+async def gather(fan: "Fanout", client: SlurmClient, manifest: RunManifest, directory: Path,
+                 state: JobState | None, gathering=None) -> RunManifest:
     """Bring every rank's reports home into ``directory/NODE/``; say which ranks left nothing and why."""
-    slurm = manifest["slurm"]
-    results, marks = await client.read_results(slurm["run_dir"])
+    slurm = manifest.slurm
+    results, marks = await client.read_results(slurm.run_dir)
     if state is not None:
-        slurm.update(state=state.state, exit_code=state.exit_code, nodes=state.nodes, reason=state.reason)
-    slurm["job_exit"] = int(marks["job.exit"]) if marks.get("job.exit", "").lstrip("-").isdigit() else None
-    slurm["stopped_before_time_limit"] = "job.stopped" in marks
-    log = f"slurm-{slurm['job_id']}.out"
+        slurm.state, slurm.exit_code, slurm.nodes, slurm.reason = state.state, state.exit_code, state.nodes, \
+            state.reason
+    slurm.job_exit = int(marks["job.exit"]) if marks.get("job.exit", "").lstrip("-").isdigit() else None
+    slurm.stopped_before_time_limit = "job.stopped" in marks
+    log = f"slurm-{slurm.job_id}.out"
     if "slurm" in marks:  # the job's log, slurm-JOBID.out
         size, sha, path = marks["slurm"].split(" ", 2)
-        slurm["log"] = await fetch_verified(fan, client.login, {"path": path, "size": int(size), "sha256": sha},
-                                            directory / os.path.basename(path))
+        slurm.log = ReportEntry.from_json(await fetch_verified(
+            fan, client.login, {"path": path, "size": int(size), "sha256": sha}, directory / os.path.basename(path)))
 
-    async def one(res: dict) -> dict:
+    async def one(res: dict) -> HostEntry:
         entry = rank_entry(res)
         # Written to node-local scratch, they now are in the run directory, under the same names.
-        to_fetch = [dict(r, path=f"{slurm['run_dir']}/{entry['host']}/{os.path.basename(r['path'])}")
+        to_fetch = [dict(r, path=f"{slurm.run_dir}/{entry.host}/{os.path.basename(r['path'])}")
                     for r in (res.get("reports") or []) + (res.get("summaries") or [])]
-        entry["reports"] = await bring_home(fan, client.login, to_fetch, directory / entry["host"],
-                                            gathering=gathering)
-        if entry["status"] == "ok" and not res.get("reports"):
-            entry["status"], entry["missing_why"] = "failed", "the profiler left no report"
-        if any(not rep["verified"] for rep in entry["reports"]):
-            entry["status"] = "failed"
-            entry["missing_why"] = "; ".join(rep["error"] for rep in entry["reports"] if not rep["verified"])
+        entry.reports = reports_of(await bring_home(fan, client.login, to_fetch, directory / entry.host,
+                                                    gathering=gathering))
+        if entry.status == "ok" and not res.get("reports"):
+            entry.status, entry.missing_why = "failed", "the profiler left no report"
+        if any(not rep.verified for rep in entry.reports):
+            entry.status = "failed"
+            entry.missing_why = "; ".join(rep.error or "" for rep in entry.reports if not rep.verified)
         return entry
 
     # Ranks come home side by side (the transport bounds transfers per login connection).
     ordered = sorted(results, key=lambda r: (r.get("rank") is None, r.get("rank") or 0, r.get("host") or ""))
     hosts = list(await asyncio.gather(*(one(res) for res in ordered)))
-    for line in marks["ray"]:  # Ray's workers, named worker-HOST-PID (no rank, no agent)
+    for line in marks["ray"]:  # Ray's workers, named worker-HOST-PID.nsys-rep (no rank, no agent)
         size, sha, path = line.split(" ", 2)
-        node = os.path.basename(path)[len("worker-"):].rsplit("-", 1)[0] or "ray"
-        reports = await bring_home(fan, client.login, [{"path": path, "size": int(size), "sha256": sha}],
-                                   directory / node)
-        hosts.append({"host": node, "rank": None, "worker": os.path.basename(path),
-                      "status": "ok" if reports[0]["verified"] else "failed", "missing_why": reports[0].get("error"),
-                      "result": None, "tenants_seen": [], "given_up": [], "reports": reports})
-    seen = {e["rank"] for e in hosts}
-    ranks = expected_ranks(slurm["spec"])
+        node = os.path.basename(path).removesuffix(".nsys-rep")[len("worker-"):].rsplit("-", 1)[0] or "ray"
+        reports = reports_of(await bring_home(fan, client.login, [{"path": path, "size": int(size), "sha256": sha}],
+                                              directory / node))
+        hosts.append(HostEntry(node, "ok" if reports[0].verified else "failed", worker=os.path.basename(path),
+                               missing_why=reports[0].error, reports=reports))
+    seen = {e.rank for e in hosts}
+    ranks = expected_ranks(slurm.spec)
     for rank in ranks if ranks is not None else ([] if hosts else [0]):
         if rank not in seen:
-            hosts.append({"host": "(no result)", "rank": rank, "status": "missing",
-                          "missing_why": _why_missing(rank, state, log), "reports": [], "result": None})
-    manifest["hosts"] = hosts
-    manifest["status"] = "cancelled" if state is not None and state.state == "CANCELLED" else \
-        store.run_status(h["status"] for h in hosts)
+            hosts.append(HostEntry("(no result)", "missing", rank=rank, missing_why=_why_missing(rank, state, log)))
+    manifest.hosts = hosts
+    manifest.status = "cancelled" if state is not None and state.state == "CANCELLED" else \
+        run_status(h.status for h in hosts)
     return manifest
 
 
 async def profile(fan: "Fanout", cluster: Cluster, req: ProfileRequest, spec: JobSpec, *, store_root: Path,
                   site: str, dry_run: bool = False, wait: bool = True, poll: float = 5.0,
                   stop: asyncio.Event | None = None, on_state: Callable[[JobState], None] = lambda s: None,
-                  gathering=None, client: SlurmClient | None = None) -> dict:
+                  gathering=None, client: SlurmClient | None = None) -> RunManifest:
     """The whole run; returns its manifest (for ``--dry-run``, one with the script and no job)."""
     client = client or SlurmClient(fan, cluster.login)
     prep = await prepare(client, cluster, req, spec)
     manifest = new_manifest(req, cluster, prep, site)
     if dry_run:
-        manifest["status"] = "dry-run"
+        manifest.status = "dry-run"
         return manifest
-    directory = save(store_root, manifest)  # before sbatch: a run is never untracked
+    directory = store.save(store_root, manifest)  # before sbatch: a run is never untracked
     try:
-        manifest["slurm"]["job_id"] = await submit(client, prep)
+        manifest.slurm.job_id = await submit(client, prep)
     except Exception as e:
-        manifest.update(status="failed", error=str(e))
-        manifest["slurm"]["state"] = "NOT SUBMITTED"
-        save(store_root, manifest)
+        manifest.status, manifest.error, manifest.slurm.state = "failed", str(e), "NOT SUBMITTED"
+        store.save(store_root, manifest)
         raise
-    manifest["status"], manifest["slurm"]["state"] = "submitted", "PENDING"
-    save(store_root, manifest)
+    manifest.status, manifest.slurm.state = "submitted", "PENDING"
+    store.save(store_root, manifest)
     if not wait:
         return manifest
-    state = await watch(client, manifest["slurm"]["job_id"], poll=poll, stop=stop, on_state=on_state)
+    state = await watch(client, manifest.slurm.job_id, poll=poll, stop=stop, on_state=on_state)
     manifest = await gather(fan, client, manifest, directory, state, gathering)
-    save(store_root, manifest)
+    store.save(store_root, manifest)
     return manifest
 
 
-async def gather_later(fan: "Fanout", cluster: Cluster, manifest_path: Path, store_root: Path) -> dict:
+async def gather_later(fan: "Fanout", cluster: Cluster, manifest_path: Path, store_root: Path) -> RunManifest:
     """``fleet gather RUN`` for a Slurm run: the job's state once, then what it left."""
-    manifest = json.loads(manifest_path.read_text())
+    manifest = store.read_manifest(manifest_path)
     client = SlurmClient(fan, cluster.login)
     await client.cluster_info()
-    job = manifest["slurm"]["job_id"]
+    job = manifest.slurm.job_id
     state = (await client.states([job]))[job] if job else None
     if state is not None and not state.terminal:
-        manifest["slurm"]["state"] = state.state
+        manifest.slurm.state = state.state
         return manifest
     manifest = await gather(fan, client, manifest, manifest_path.parent, state)
-    save(store_root, manifest)
+    store.save(store_root, manifest)
     return manifest

@@ -1,0 +1,217 @@
+"""A run's manifest, typed: what ``manifest.json`` holds, for lab servers and Slurm alike.
+
+One shape on every path: each lab host, Slurm rank, Ray worker and rank that left
+nothing is a :class:`HostEntry` with the same keys, its node facts built by one
+function (:meth:`HostEntry.from_facts`) from the keys of ``agent.node.facts``.
+
+``schema`` is written into every manifest. Version 1 is what fleet wrote before
+it had one (no ``schema`` key, and keys an entry did not use left out): it is
+read with defaults for what is missing. A newer version is refused, not guessed at.
+"""
+
+from __future__ import annotations
+
+import getpass
+import time
+from dataclasses import asdict, dataclass, field, fields
+from typing import TYPE_CHECKING, Any, Iterable
+
+if TYPE_CHECKING:
+    from .plan import ProfileRequest
+
+SCHEMA_VERSION = 2
+
+
+class ManifestError(ValueError):
+    """A manifest fleet cannot read: not one, or written by a newer fleet."""
+
+
+def _known(cls, doc: Any, what: str) -> dict:
+    """The keys of ``doc`` that are fields of ``cls`` (the others take their defaults)."""
+    if not isinstance(doc, dict):
+        raise ManifestError(f"{what} is not a JSON object: {doc!r:.80}")
+    names = {f.name for f in fields(cls)}
+    return {k: v for k, v in doc.items() if k in names}
+
+
+@dataclass
+class ReportEntry:
+    """One report or summary brought home (``collect.fetch_verified``), or one that was not."""
+    remote: str = ""                      # its path on the node
+    stored: str = ""                      # its path in the store
+    size: int | None = None
+    sha256: str | None = None             # as the node computed it
+    status: str = "missing"               # complete | finished-from-qdstrm | summary | missing
+    verified: bool = False
+    resumed_from: int | None = None
+    summary: str | None = None            # an nsys stats / ncu CSV: which one (cuda_gpu_kern_sum, ncu_raw, ...)
+    read_through: str | None = None       # fetched through this host (a shared report directory)
+    removed_from_node: bool | None = None
+    error: str | None = None
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, doc: dict) -> "ReportEntry":
+        return cls(**_known(cls, doc, "a report entry"))
+
+
+@dataclass
+class ProcessSeen:
+    """A process on one of the run's GPUs when its node was looked at."""
+    gpu: int | None = None
+    pid: int | None = None
+    user: str | None = None
+    used_memory: int | None = None
+    foreign: bool | None = None
+    slurm_job: str | None = None
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, doc: dict) -> "ProcessSeen":
+        return cls(**_known(cls, doc, "a process seen"))
+
+
+@dataclass
+class HostEntry:
+    """One lab host, Slurm rank, Ray worker, or a rank that left no result."""
+    host: str                             # inventory name, Slurm node, or "(no result)"
+    status: str = "pending"               # ok | refused | failed | unreachable | stopped | missing | planned
+    rank: int | None = None               # Slurm: the rank; None on lab servers and for Ray workers
+    worker: str | None = None             # Ray: the worker's report name
+    node: str | None = None               # the node's own hostname
+    missing_why: str | None = None
+    gpu: str | None = None
+    driver: str | None = None
+    tool_version: str | None = None
+    tenants_seen: list[str] = field(default_factory=list)
+    processes_seen: list[ProcessSeen] = field(default_factory=list)
+    given_up: list[str] = field(default_factory=list)
+    plan: dict | None = None              # the plan fleet made for a lab host (Plan.to_json)
+    result: dict | None = None            # the agent's result document
+    reports: list[ReportEntry] = field(default_factory=list)
+
+    @classmethod
+    def from_facts(cls, host: str, status: str, facts: dict | None, *, rank: int | None = None,
+                   missing_why: str | None = None, tenants_seen: Iterable[str] = (), given_up: Iterable[str] = (),
+                   plan: dict | None = None, result: dict | None = None,
+                   reports: Iterable[ReportEntry] = ()) -> "HostEntry":
+        """The entry of a host or rank whose node was looked at. ``facts`` has the keys of
+        ``agent.node.facts`` (node, gpu, driver, tool_version, processes_seen): fleet makes
+        them from the probed state on lab servers; on Slurm the rank's result carries them."""
+        facts = facts or {}
+        return cls(host=host, status=status, rank=rank, node=facts.get("node"),
+                   missing_why=None if status == "ok" else missing_why, gpu=facts.get("gpu"),
+                   driver=facts.get("driver"), tool_version=facts.get("tool_version"),
+                   tenants_seen=list(tenants_seen), given_up=list(given_up),
+                   processes_seen=[ProcessSeen.from_json(p) for p in facts.get("processes_seen") or []],
+                   plan=plan, result=result, reports=list(reports))
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, doc: dict) -> "HostEntry":
+        known = _known(cls, doc, "a host entry")
+        known.setdefault("host", "?")
+        for key in ("tenants_seen", "given_up", "processes_seen", "reports"):
+            known[key] = known.get(key) or []  # version 1 wrote null or nothing where there were none
+        known["processes_seen"] = [ProcessSeen.from_json(p) for p in known["processes_seen"]]
+        known["reports"] = [ReportEntry.from_json(r) for r in known["reports"]]
+        return cls(**known)
+
+
+@dataclass
+class SlurmInfo:
+    """The batch job of a Slurm run."""
+    cluster: str = ""
+    login: str = ""
+    version: str | None = None            # Slurm's, as the login node said
+    run_dir: str = ""                     # the run's directory on the cluster
+    job_id: str | None = None
+    state: str | None = None              # SUBMITTING, NOT SUBMITTED, then Slurm's state names
+    spec: dict = field(default_factory=dict)   # the JobSpec
+    script: str = ""                      # the batch script as submitted
+    exit_code: str | None = None
+    nodes: str | None = None
+    reason: str | None = None
+    job_exit: int | None = None           # the batch script's own exit status
+    stopped_before_time_limit: bool = False
+    log: ReportEntry | None = None        # slurm-JOBID.out, brought home
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, doc: dict) -> "SlurmInfo":
+        known = _known(cls, doc, "the slurm section")
+        known["spec"] = known.get("spec") or {}
+        if known.get("log") is not None:
+            known["log"] = ReportEntry.from_json(known["log"])
+        return cls(**known)
+
+
+@dataclass
+class RunManifest:
+    """Everything needed to trust and compare a run later."""
+    run_id: str
+    site: str = ""
+    day: str = ""
+    started: str = ""
+    user: str = ""
+    request: dict = field(default_factory=dict)   # the ProfileRequest
+    status: str = "running"       # running | submitted | complete | partial | failed | cancelled | dry-run
+    hosts: list[HostEntry] = field(default_factory=list)
+    slurm: SlurmInfo | None = None
+    playbook: dict | None = None  # nightly: name, path, metrics, thresholds
+    error: str | None = None
+    schema: int = SCHEMA_VERSION  # the version it was read from; to_json writes the current one
+
+    @classmethod
+    def begin(cls, req: "ProfileRequest", site: str, status: str = "running") -> "RunManifest":
+        """What every run's manifest begins with, on lab servers and on Slurm."""
+        return cls(run_id=req.run_id, site=site, day=f"{req.run_id[0:4]}-{req.run_id[4:6]}-{req.run_id[6:8]}",
+                   started=time.strftime("%Y-%m-%dT%H:%M:%S%z"), user=getpass.getuser(), request=asdict(req),
+                   status=status)
+
+    def to_json(self) -> dict:
+        doc: dict[str, Any] = {"schema": SCHEMA_VERSION, "run_id": self.run_id, "site": self.site, "day": self.day,
+                               "started": self.started, "user": self.user, "request": self.request,
+                               "status": self.status, "hosts": [h.to_json() for h in self.hosts]}
+        # Sections only some runs have are left out otherwise: "slurm" in a manifest says a Slurm run.
+        if self.slurm is not None:
+            doc["slurm"] = self.slurm.to_json()
+        if self.playbook is not None:
+            doc["playbook"] = self.playbook
+        if self.error is not None:
+            doc["error"] = self.error
+        return doc
+
+    @classmethod
+    def from_json(cls, doc: dict) -> "RunManifest":
+        known = _known(cls, doc, "a run manifest")
+        schema = known.get("schema", 1)  # version 1 had no schema key
+        if not isinstance(schema, int) or isinstance(schema, bool) or schema < 1:
+            raise ManifestError(f"run {known.get('run_id')!r}: schema {schema!r} is not a version number")
+        if schema > SCHEMA_VERSION:
+            raise ManifestError(f"run {known.get('run_id')!r} has manifest schema {schema}, newer than this fleet "
+                                f"reads ({SCHEMA_VERSION}): upgrade fleet to read it")
+        if "run_id" not in known:
+            raise ManifestError("a run manifest without a run_id")
+        known["schema"] = schema
+        known["request"] = known.get("request") or {}
+        known["hosts"] = [HostEntry.from_json(h) for h in known.get("hosts") or []]
+        if known.get("slurm") is not None:
+            known["slurm"] = SlurmInfo.from_json(known["slurm"])
+        return cls(**known)
+
+
+def run_status(host_statuses: Iterable[str]) -> str:
+    """A run's status from its hosts' (or ranks'): complete, partial or failed."""
+    statuses = list(host_statuses)
+    if statuses and all(s == "ok" for s in statuses):
+        return "complete"
+    return "partial" if any(s == "ok" for s in statuses) else "failed"
