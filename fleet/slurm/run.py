@@ -21,9 +21,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
 from .. import store
+from ..agent.bundle import script as agent_script
 from ..collect import fetch_verified
 from ..plan import ProfileRequest
-from ..probe import script as agent_script
 from ..profile import bring_home, manifest_head
 from .cluster import Cluster
 from .jobs import JobState, SlurmClient, SlurmError

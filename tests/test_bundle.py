@@ -1,0 +1,76 @@
+"""The shipping boundary (fleet/agent/bundle.py): what travels to the nodes runs there."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import pwd
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from fleet.agent import bundle, owned
+
+NODE_PYTHON = "/usr/bin/python3"
+
+
+# --- the agent's own bytes, handed to the sudo re-run by the loader (owned.SHIPPED_AS) ---
+
+SUDO_STAND_IN = """#!/usr/bin/python3
+import hashlib, json, sys
+print(json.dumps({"value": {"argv": sys.argv[1:], "stdin_sha256": hashlib.sha256(sys.stdin.buffer.read()).hexdigest()}}))
+"""
+
+
+@pytest.fixture
+def as_nobody():
+    """Run a command as an account that is not root, with a stand-in ``sudo`` first on its PATH that
+    reports what it was given instead of running it."""
+    directory = Path(tempfile.mkdtemp(prefix="fleet-bundle-"))
+    try:
+        directory.chmod(0o755)
+        (directory / "sudo").write_text(SUDO_STAND_IN)
+        (directory / "sudo").chmod(0o755)
+        nobody = pwd.getpwnam("nobody")
+        env = {"PATH": f"{directory}:/usr/bin:/bin"}
+
+        def run(argv, **kw):
+            out = subprocess.run(argv, env=env, cwd="/", capture_output=True, timeout=60, user=nobody.pw_uid,
+                                 group=nobody.pw_gid, extra_groups=[], **kw)
+            return json.loads(out.stdout.decode().splitlines()[-1]), out
+
+        yield directory, run
+    finally:
+        shutil.rmtree(directory)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="runs the agent as another account")
+def test_the_agent_from_stdin_re_runs_itself_under_sudo_with_its_own_bytes(as_nobody):
+    _, run = as_nobody
+    args = {"mode": "owned", "op": "repair"}
+    doc, out = run([NODE_PYTHON, "-c", bundle.BOOTSTRAP, json.dumps(args)], input=bundle.bundle())
+    assert doc.get("value") == {"argv": ["-n", NODE_PYTHON, "-c", bundle.BOOTSTRAP, json.dumps(args)],
+                                "stdin_sha256": hashlib.sha256(bundle.bundle()).hexdigest()}, out
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="runs the agent as another account")
+def test_the_agent_from_a_file_says_it_cannot_re_run_itself_under_sudo(as_nobody):
+    directory, run = as_nobody
+    (directory / "fleet-agent.py").write_text(bundle.script())
+    doc, out = run([NODE_PYTHON, str(directory / "fleet-agent.py"), json.dumps({"mode": "owned", "op": "repair"})])
+    assert doc.get("error") == "changing node state needs root, and this agent cannot re-run itself under sudo", out
+
+
+def test_the_installed_package_does_the_step_itself_as_root(tmp_path):
+    """Imported from the package (not shipped) nothing is handed over; as root nothing is needed."""
+    assert owned.SHIPPED_AS is None
+    if os.geteuid() != 0:
+        with pytest.raises(owned.OwnedError, match="cannot re-run itself under sudo"):
+            owned.privileged("repair", state_dir=str(tmp_path))
+    else:
+        assert owned.privileged("repair", state_dir=str(tmp_path)) == {"restored": {}, "dcgm_resumed": False,
+                                                                       "held": {}}
