@@ -1,13 +1,20 @@
-"""The shipping boundary (fleet/agent/bundle.py): what travels to the nodes runs there."""
+"""The shipping boundary (fleet/agent/bundle.py): what travels to the nodes runs there.
+
+A node has a ``python3`` and nothing else: every shipped module may import
+only the standard library, ``pynvml`` and other shipped modules. The list
+comes from ``bundle.SHIPPED``, so a module added there is held to it.
+"""
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import json
 import os
 import pwd
 import shutil
 import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
@@ -15,7 +22,55 @@ import pytest
 
 from fleet.agent import bundle, owned
 
+SOURCES = {name: bundle.source_path(name) for name in bundle.SHIPPED}
+ALLOWED = set(sys.stdlib_module_names) | set(bundle.SHIPPED)
 NODE_PYTHON = "/usr/bin/python3"
+
+
+def imports(tree: ast.Module, module: str):
+    """(line, what) for every import anywhere in the module, relative ones made absolute
+    (``from . import node`` in fleet.agent.run is fleet.agent.node)."""
+    for n in ast.walk(tree):
+        if isinstance(n, ast.Import):
+            yield from ((n.lineno, a.name) for a in n.names)
+        elif isinstance(n, ast.ImportFrom) and n.level == 0:
+            yield n.lineno, n.module
+        elif isinstance(n, ast.ImportFrom):
+            package = module.rsplit(".", n.level)[0]
+            if n.module:
+                yield n.lineno, f"{package}.{n.module}"
+            else:
+                yield from ((n.lineno, f"{package}.{a.name}") for a in n.names)
+        elif (isinstance(n, ast.Call) and n.args and isinstance(n.args[0], ast.Constant)
+              and ast.unparse(n.func) in ("__import__", "importlib.import_module")):
+            yield n.lineno, n.args[0].value
+
+
+def foreign_imports(name: str) -> list[str]:
+    module = bundle.SHIPPED[name]
+    tree = ast.parse(SOURCES[name].read_text(encoding="utf-8"))
+    wrong = []
+    for line, imported in imports(tree, module):
+        if imported.startswith("fleet."):  # the installed package's fallback: only to what is shipped too
+            ok = imported in bundle.SHIPPED.values()
+        else:
+            ok = imported.split(".")[0] in ALLOWED
+        if not ok:
+            wrong.append(f"{SOURCES[name]}:{line}: imports {imported}")
+    return wrong
+
+
+@pytest.mark.parametrize("name", sorted(bundle.SHIPPED))
+def test_a_shipped_module_imports_only_the_standard_library_and_what_is_shipped(name):
+    assert foreign_imports(name) == []
+
+
+def test_every_mode_is_served_by_a_shipped_module_with_a_main():
+    for mode, name in bundle.MODES.items():
+        tree = ast.parse(SOURCES[name].read_text(encoding="utf-8"))
+        assert any(isinstance(n, ast.FunctionDef) and n.name == "main" for n in tree.body), (mode, name)
+    module, attribute = bundle.HAND_OVER
+    assert module in bundle.SHIPPED and getattr(owned, attribute, "missing") is None
 
 
 # --- the agent's own bytes, handed to the sudo re-run by the loader (owned.SHIPPED_AS) ---
