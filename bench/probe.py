@@ -25,6 +25,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from fleet import probe as probe_mod  # noqa: E402
+from fleet.agent.bundle import bundle as agent_bundle  # noqa: E402
 from tests.harness import fakenvml  # noqa: E402
 from tests.harness.sshd import SSHCluster  # noqa: E402
 from bench.measure import children_cpu, stats, timed  # noqa: E402
@@ -77,7 +78,7 @@ def main() -> None:
         # starts) and with none installed, which is the agent's own cost.
         variants = {"agent, stand-in nsys and ncu": {"nsys": str(tools / "nsys"), "ncu": str(tools / "ncu")},
                     "agent, no profilers": {}}
-        bundle = probe_mod.bundle()
+        bundle = agent_bundle()
         node: dict[str, list[tuple[float, float]]] = {"python3 -c pass": [], **{v: [] for v in variants}}
         elapsed = {}
         for _ in range(21):

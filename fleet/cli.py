@@ -327,12 +327,13 @@ def gather(obj: Context, run_id, store_root):
 def repair(obj: Context, targets, exclude, as_json):
     """Put back what killed runs left changed on TARGETS (owned sysctls, DCGM pause)."""
     from . import probe as probe_mod
+    from .agent.bundle import bundle
 
     hosts = obj.select(targets, exclude)
 
     async def go():
         async with obj.fanout_for_run() as fan:
-            payload = probe_mod.bundle()
+            payload = bundle()
             return await fan.each(hosts, lambda h: fan.run(h, probe_mod.agent_argv(h, {"mode": "repair"}),
                                                            input=payload))
 

@@ -1,67 +1,20 @@
-"""Ship the node agent, run it in one round trip per node, read its JSON back.
+"""Run the node agent in one round trip per node, and read its JSON back.
 
-The agent travels on the command's stdin as one zlib-compressed Python
-script: ``fleet/agent/node.py`` plus the pure-Python NVML binding, which is
-compiled on the node only when an NVIDIA driver is there. The node needs a
-``python3`` (3.8 or newer) and nothing else.
+What travels and how (the bootstrap, the loader, the bundle) is
+``fleet/agent/bundle.py``; this module is the controller's side of it.
 """
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import zlib
-from functools import lru_cache
-from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
+from .agent.bundle import BOOTSTRAP, bundle
 from .transport import Result
 
 if TYPE_CHECKING:
     from .inventory import Host
     from .transport import Fanout
-
-from .agent.owned import BOOTSTRAP  # the only code on the command line: run the script on stdin
-
-_LOADER = '''\
-import sys, importlib.abc, importlib.util
-_LAZY = {lazy}
-class _Shipped(importlib.abc.MetaPathFinder, importlib.abc.Loader):
-    """Modules that travelled with the agent, compiled only when imported."""
-    def find_spec(self, name, path=None, target=None):
-        return importlib.util.spec_from_loader(name, self) if name in _LAZY else None
-    def create_module(self, spec):
-        return None
-    def exec_module(self, module):
-        exec(compile(_LAZY[module.__name__], "<fleet-agent>/" + module.__name__ + ".py", "exec"), module.__dict__)
-sys.meta_path.insert(0, _Shipped())
-_args = __import__("json").loads(sys.argv[1]) if len(sys.argv) > 1 else {{}}
-_mode = {{"probe": "fleet_agent_node", "profile": "fleet_agent_run", "repair": "fleet_agent_owned",
-         "owned": "fleet_agent_owned", "task": "fleet_agent_task",
-         "slurmd": "fleet_agent_slurmd"}}[_args.get("mode", "probe")]
-sys.exit(__import__(_mode).main(_args))
-'''
-
-
-@lru_cache(maxsize=1)
-def script() -> str:
-    """The agent as one Python file: the loader and every module it may import."""
-    spec = importlib.util.find_spec("pynvml")
-    if spec is None or spec.origin is None:
-        raise RuntimeError("the NVML binding is missing: pip install nvidia-ml-py")
-    here = Path(__file__).parent
-    sources = {"pynvml": Path(spec.origin).read_text(encoding="utf-8"),
-               "fleet_policy": (here / "policy.py").read_text(encoding="utf-8"),
-               "fleet_plan": (here / "plan.py").read_text(encoding="utf-8")}
-    for name in ("node", "run", "owned", "task", "slurmd"):
-        sources[f"fleet_agent_{name}"] = (here / "agent" / f"{name}.py").read_text(encoding="utf-8")
-    return _LOADER.format(lazy=repr(sources))
-
-
-@lru_cache(maxsize=1)
-def bundle() -> bytes:
-    """The agent script, compressed, as it travels on stdin (built once per process)."""
-    return zlib.compress(script().encode(), 9)
 
 
 def agent_argv(host: "Host", args: dict) -> list[str]:

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Callable
 
 from . import containers, probe, store
 from .agent import node
+from .agent.bundle import bundle
 from .agent.run import RESULT_MARK, results_in
 from .collect import fetch_verified
 from .manifest import HostEntry, ReportEntry, RunManifest, run_status
@@ -131,7 +132,7 @@ async def run_planned(fan: "Fanout", hosts: list["Host"], runs: dict[str, HostRu
                       stop: asyncio.Event | None = None, gathering=None) -> None:
     """Round trip 2: the agent carries out each planned run; the reports come home."""
     todo = [h for h in hosts if runs[h.name].status == "planned"]
-    payload = probe.bundle()
+    payload = bundle()
     # Nodes that share a report directory (inventory: shared_report_dir: LABEL) are read
     # through one of them, once, instead of each over its own connection.
     readers: dict[str, "Host"] = {}

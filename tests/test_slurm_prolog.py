@@ -321,14 +321,14 @@ def test_a_fleet_error_in_the_prolog_leaves_the_node_idle_not_drained(cluster):
 def test_a_rank_refuses_ncu_on_what_the_prolog_saw(tmp_path):
     """The TaskProlog's FLEET_PROLOG_VERDICT reaches the rank's agent: ncu is refused on it even
     when the rank itself (not root) sees nobody on the GPU."""
-    from fleet import probe
+    from fleet.agent import bundle
     from tests.harness import fakenvml
 
     lib = fakenvml.build(tmp_path / "fakenvml")
     fakenvml.write_scenario(tmp_path / "gpus.txt", {"gpus": [{"index": 0}]})  # the GPU looks free
     verdict = tmp_path / "verdict.json"
     verdict.write_text(json.dumps({"job": "77", "tenants": ["GPU 0: pid 4242 (bob, 2.0 GB) belongs to another user"]}))
-    (tmp_path / "fleet-agent.py").write_text(probe.script())
+    (tmp_path / "fleet-agent.py").write_text(bundle.script())
     standins = Path(__file__).parent / "standins"
     args = {"mode": "task", "request": {"tool": "ncu", "run_id": "r"}, "report_dir": str(tmp_path / "runs"),
             "launcher": "srun", "ranks": None, "tools": {"ncu": str(standins / "ncu"), "nsys": str(standins / "nsys")}}

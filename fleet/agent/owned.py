@@ -30,9 +30,11 @@ import subprocess
 import sys
 import time
 
-# How fleet starts its agent: the script arrives compressed on stdin and stays in `b`,
-# so the agent can hand itself to `sudo -n` for the steps that need root.
-BOOTSTRAP = "import sys,zlib;b=sys.stdin.buffer.read();exec(compile(zlib.decompress(b),'<fleet-agent>','exec'))"
+# How this agent was shipped, so a step that needs root can run the same agent again under `sudo -n`:
+# (the bootstrap one-liner, the compressed agent it read from stdin). Set by the bundle's loader
+# (fleet/agent/bundle.py) right after it loads this module. None when the agent runs from a file
+# (Slurm) or from the installed package: there is nothing to hand to sudo then.
+SHIPPED_AS = None
 STATE_DIR = os.environ.get("FLEET_STATE_DIR", "/var/lib/fleet")
 LOCK_DIR = os.environ.get("FLEET_LOCK_DIR", "/var/lock")
 
@@ -298,12 +300,10 @@ def privileged(op, **kw):
     """Do one state-changing step as root: directly, or by running this agent again under ``sudo -n``."""
     if os.geteuid() == 0:
         return OPS[op](**kw)
-    main_module = sys.modules.get("__main__")
-    bundle = getattr(main_module, "b", None)
-    if not isinstance(bundle, bytes):
+    if SHIPPED_AS is None:
         raise OwnedError("changing node state needs root, and this agent cannot re-run itself under sudo")
-    out = subprocess.run(["sudo", "-n", sys.executable, "-c", BOOTSTRAP,
-                          json.dumps(dict(kw, mode="owned", op=op))],
+    bootstrap, bundle = SHIPPED_AS
+    out = subprocess.run(["sudo", "-n", sys.executable, "-c", bootstrap, json.dumps(dict(kw, mode="owned", op=op))],
                          input=bundle, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     lines = out.stdout.decode(errors="replace").strip().splitlines()
     doc = json.loads(lines[-1]) if out.returncode in (0, 1) and lines else {}

@@ -14,7 +14,7 @@ import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..probe import script as agent_script
+from ..agent.bundle import script as agent_script
 
 OPS = {"prolog": "Prolog", "epilog": "Epilog", "task-prolog": "TaskProlog"}
 

@@ -20,10 +20,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
 from .. import store
+from ..agent.bundle import script as agent_script
 from ..collect import fetch_verified
 from ..manifest import HostEntry, ReportEntry, RunManifest, SlurmInfo, run_status
 from ..plan import ProfileRequest
-from ..probe import script as agent_script
 from ..profile import bring_home, reports_of
 from .cluster import Cluster
 from .jobs import JobState, SlurmClient, SlurmError

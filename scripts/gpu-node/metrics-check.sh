@@ -7,7 +7,7 @@ set -u
 cd "$(dirname "$0")/../.."
 . scripts/gpu-node/common.sh
 RUNS=/tmp/fleet-runs; mkdir -p "$RUNS"
-"$PY" -c "from fleet import probe; open('$RUNS/fleet-agent.py', 'w').write(probe.script())"
+"$PY" -c "from fleet.agent import bundle; open('$RUNS/fleet-agent.py', 'w').write(bundle.script())"
 cat > "$RUNS/app.py" <<'PYEOF'
 import torch
 a = torch.randn(2048, 2048, device="cuda")

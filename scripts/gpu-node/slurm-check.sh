@@ -17,7 +17,7 @@ trap 'tar -C "$TOP" -czf "$TOP/slurm-check.tgz" slurm-check && rm -rf "$OUT"' EX
 NCU=/usr/local/cuda/bin/ncu
 RUNS=/tmp/fleet-runs; mkdir -p "$RUNS"; chmod 1777 "$RUNS"
 AGENT=$RUNS/fleet-agent.py
-"$PY" -c "from fleet import probe; open('$AGENT', 'w').write(probe.script())"
+"$PY" -c "from fleet.agent import bundle; open('$AGENT', 'w').write(bundle.script())"
 APP=$RUNS/app.py
 write_app "$APP"
 args() {  # task-mode arguments: TOOL RUN-ID LAUNCHER [PROFILER-ARG...]

@@ -1,0 +1,101 @@
+"""What fleet ships to a node, and how: the one boundary between the controller and the agent.
+
+The agent travels on the command's stdin as one zlib-compressed Python script:
+a small loader and the source of every module in ``SHIPPED``, each compiled on
+the node only when it is imported (``pynvml`` only where an NVIDIA driver is).
+The node needs a ``python3`` (3.8 or newer) and nothing else. The same script,
+uncompressed, is what ``fleet slurm install`` and a Slurm run write as
+``fleet-agent.py``.
+
+Shipped modules import one another by their flat names here (falling back to
+the package's relative imports when they run from the installed package), and
+otherwise only the standard library: tests/test_bundle.py holds every module
+in ``SHIPPED`` to that, and to Python 3.8.
+
+This module itself stays on the controller.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import zlib
+from functools import lru_cache
+from pathlib import Path
+
+# The flat name each module travels under -> the module whose source it is.
+SHIPPED = {
+    "pynvml": "pynvml",  # the NVML binding (nvidia-ml-py), third-party and pure Python
+    "fleet_policy": "fleet.policy",
+    "fleet_plan": "fleet.plan",
+    "fleet_agent_node": "fleet.agent.node",
+    "fleet_agent_run": "fleet.agent.run",
+    "fleet_agent_owned": "fleet.agent.owned",
+    "fleet_agent_task": "fleet.agent.task",
+    "fleet_agent_slurmd": "fleet.agent.slurmd",
+}
+
+# The agent's modes (the "mode" of its JSON argument) -> the shipped module whose main() serves it.
+MODES = {
+    "probe": "fleet_agent_node",
+    "profile": "fleet_agent_run",
+    "repair": "fleet_agent_owned",
+    "owned": "fleet_agent_owned",  # one step re-run under sudo -n (owned.privileged)
+    "task": "fleet_agent_task",
+    "slurmd": "fleet_agent_slurmd",
+}
+
+# How fleet starts its agent, the only code on the remote command line: read the compressed script
+# from stdin into `b`, and run it in this same namespace, so the loader finds the bytes there.
+BOOTSTRAP = "import sys,zlib;b=sys.stdin.buffer.read();exec(compile(zlib.decompress(b),'<fleet-agent>','exec'))"
+
+# The shipped module the loader hands the agent's own bytes to, and the attribute it sets there:
+# the steps that need root run the same agent again under `sudo -n` (owned.privileged).
+HAND_OVER = ("fleet_agent_owned", "SHIPPED_AS")
+
+_LOADER = '''\
+import sys, importlib.abc, importlib.util
+_SOURCES = {sources}
+_MODES = {modes}
+# Started by BOOTSTRAP, this script runs in its namespace, where b holds the bytes read from stdin;
+# run as a file (Slurm) it has none, and cannot re-run itself under sudo.
+_SHIPPED_AS = ({bootstrap!r}, b) if "b" in globals() else None
+class _Shipped(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """Modules that travelled with the agent, compiled only when imported."""
+    def find_spec(self, name, path=None, target=None):
+        return importlib.util.spec_from_loader(name, self) if name in _SOURCES else None
+    def create_module(self, spec):
+        return None
+    def exec_module(self, module):
+        exec(compile(_SOURCES[module.__name__], "<fleet-agent>/" + module.__name__ + ".py", "exec"), module.__dict__)
+        if module.__name__ == {hand_over_module!r}:
+            module.{hand_over_attribute} = _SHIPPED_AS
+sys.meta_path.insert(0, _Shipped())
+_args = __import__("json").loads(sys.argv[1]) if len(sys.argv) > 1 else {{}}
+sys.exit(__import__(_MODES[_args.get("mode", "probe")]).main(_args))
+'''
+
+
+def source_path(flat_name: str) -> Path:
+    """Where the source of a shipped module is on this machine."""
+    module = SHIPPED[flat_name]
+    spec = importlib.util.find_spec(module)
+    if spec is None or spec.origin is None:
+        if module == "pynvml":
+            raise RuntimeError("the NVML binding is missing: pip install nvidia-ml-py")
+        raise RuntimeError(f"{module} is missing from this installation of fleet")
+    return Path(spec.origin)
+
+
+@lru_cache(maxsize=1)
+def script() -> str:
+    """The agent as one Python file: the loader and every module it may import."""
+    sources = {name: source_path(name).read_text(encoding="utf-8") for name in SHIPPED}
+    module, attribute = HAND_OVER
+    return _LOADER.format(sources=repr(sources), modes=repr(MODES), bootstrap=BOOTSTRAP,
+                          hand_over_module=module, hand_over_attribute=attribute)
+
+
+@lru_cache(maxsize=1)
+def bundle() -> bytes:
+    """The agent script, compressed, as it travels on stdin (built once per process)."""
+    return zlib.compress(script().encode(), 9)
