@@ -245,24 +245,24 @@ def json_doc(manifest: RunManifest) -> dict:
 
 def render(entry: HostEntry) -> str:
     """One host's plan or outcome, for people."""
-    p = entry.plan
-    refused_by_plan = p is not None and p["status"] == "refused"
+    p = Plan.from_json(entry.plan) if entry.plan else None
+    refused_by_plan = p is not None and p.status == "refused"
     lines = [f"{entry.host}: {entry.status}" + (f": {entry.missing_why}" if entry.missing_why and not refused_by_plan
                                                 else "")]
-    if p and p["status"] == "ok" and entry.status == "planned":
-        lines.append(f"  run:      {Plan(p['host'], p['status'], argv=tuple(p['argv']), env=p['env']).shell()}")
-        for name, value in p["sysctls"].items():
+    if p and p.status == "ok" and entry.status == "planned":
+        lines.append(f"  run:      {p.shell()}")
+        for name, value in p.sysctls.items():
             lines.append(f"  sysctl:   {name} -> {value} for the run, then restored (owned)")
-        if p["gpu_locks"]:
-            lines.append(f"  lock:     GPU counters of {', '.join(p['gpu_locks'])}")
-        if p["recheck"]:
-            lines.append(f"  check:    GPUs {p['recheck']['gpus']} again right before the profiler starts")
-        if p["pause_dcgm"]:
+        if p.gpu_locks:
+            lines.append(f"  lock:     GPU counters of {', '.join(p.gpu_locks)}")
+        if p.recheck:
+            lines.append(f"  check:    GPUs {p.recheck['gpus']} again right before the profiler starts")
+        if p.pause_dcgm:
             lines.append("  dcgm:     profiling paused for the run, resumed after")
     elif refused_by_plan:
-        lines += [f"  because:  {r}" for r in p["reasons"]]
-        if p.get("remedy"):
-            lines.append(f"  remedy:   {p['remedy']}")
+        lines += [f"  because:  {r}" for r in p.reasons]
+        if p.remedy:
+            lines.append(f"  remedy:   {p.remedy}")
     lines += [f"  gave up:  {g}" for g in entry.given_up]
     for note in (entry.result or {}).get("notes", []):
         lines.append(f"  note:     {note}")
