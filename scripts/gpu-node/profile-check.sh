@@ -1,63 +1,96 @@
 #!/usr/bin/env bash
-# Run on a real GPU node (as root): fleet profile with the real nsys and ncu.
-#  1. another user's CUDA process on GPU 0: ncu refused; nsys trace allowed, report brought home
-#  2. the tenant gone: ncu allowed, report brought home
-#  3. nsys SIGKILLed mid-run: the .qdstrm it leaves is finished by fleet
-# Transcripts go to $OUT/profile-check/, packed as $OUT/profile-check.tgz.
+# Run on a real GPU node (as root): fleet profile with the real nsys and ncu, reports into a store
+# under $OUT (--store). STEPS (default all of them; ONLY=STEP runs one) picks:
+#  tenant   another user's CUDA process on GPU 0: ncu refused; nsys trace allowed, report brought
+#           home; then the tenant gone: ncu allowed, report brought home
+#  nonvtx   an nsys trace of a workload without NVTX ranges
+#  killed   nsys SIGKILLed while generating its report (fleet finishes the .qdstrm), and while
+#           collecting (nsys 2025.3 cannot finish that data: fleet says so)
+#  importer nsys whose importer lacks libdw leaves a .qdstrm: fleet finishes it
+# Transcripts go to $OUT/profile-check/ (one file per command, transcript.txt for all), with the
+# store's manifests and summaries, packed as $OUT/profile-check.tgz (the reports themselves are
+# listed in reports.txt and left out).
 # DEPS: a folder of .deb files unpacked for nsys's importer (libdw1, libelf1).
 set -u
 cd "$(dirname "$0")/../.."
-TOP=${OUT:-/tmp}; OUT=$TOP/profile-check; mkdir -p "$OUT"
-trap 'tar -C "$TOP" -czf "$TOP/profile-check.tgz" profile-check && rm -rf "$OUT"' EXIT
 . scripts/gpu-node/common.sh
-REPORTS=$OUT/reports
-APP=$OUT/app.py
+TOP=${OUT:-/tmp}; D=$TOP/profile-check; mkdir -p "$D"
+trap 'pack "$TOP" profile-check' EXIT
+STORE=$D/store; export FLEET_STORE=$STORE
+STEPS=${ONLY:-${STEPS:-tenant nonvtx killed importer}}
+APP=$D/app.py
 write_app "$APP"
-log() { local f=$1; shift; { echo "\$ fleet $*"; "$PY" -m fleet "$@"; echo "(exit status $?)"; } > "$OUT/$f" 2>&1; cat "$OUT/$f"; }
+has() { case " $STEPS " in *" $1 "*) return 0;; esac; return 1; }
 
-if [ "${ONLY:-}" = importer ]; then
-step "nsys cannot generate its report (its importer lacks libdw): fleet finishes the .qdstrm"
-printf '#!/bin/sh\nunset LD_LIBRARY_PATH\nexec %s "$@"\n' "$NSYS" > "$OUT/nsys-without-libdw"; chmod +x "$OUT/nsys-without-libdw"
-printf 'all:\n  hosts:\n    h200:\n      ansible_connection: local\n      nsys_path: %s\n' "$OUT/nsys-without-libdw" > "$OUT/inventory.yaml"
-log 7-qdstrm-finished.txt -i "$OUT/inventory.yaml" profile --hosts h200 --gpu 0 --out "$REPORTS" -X --trace=cuda,nvtx -- "$PY" "$APP" 3
-exit 0
-fi
-if [ "${ONLY:-}" != killed ]; then  # ONLY=killed runs step 3 alone
+{
+echo "nsys: $NSYS"; echo "store: $STORE"; echo "steps: $STEPS"
+gpu_idle
+if has tenant; then
 step "a second user's CUDA process on GPU 0"
-id tenant >/dev/null 2>&1 || useradd -m tenant
-su tenant -c "$PY -c 'import torch,time; x=torch.ones(1<<28,device=\"cuda\"); time.sleep(300)'" &
-for i in $(seq 1 60); do nvidia-smi --query-compute-apps=pid --format=csv,noheader | grep -q . && break; sleep 1; done
-nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader
-log 1-ncu-refused.txt profile --hosts localhost --tool ncu --gpu 0 --out "$REPORTS" -- "$PY" "$APP" 1
-log 2-nsys-beside-tenant.txt profile --hosts localhost --gpu 0 --out "$REPORTS" -X --trace=cuda,nvtx -- "$PY" "$APP" 2
+tenant_up
+fleet_log 1-ncu-refused.txt profile --hosts localhost --tool ncu --gpu 0 --store "$STORE" -- "$PY" "$APP" 1
+expect "profile: ncu refused beside a tenant" "$D/1-ncu-refused.txt" 5 "refused" "belongs to another user"
+fleet_log 2-nsys-beside-tenant.txt profile --hosts localhost --gpu 0 --store "$STORE" -X --trace=cuda,nvtx -- "$PY" "$APP" 2
+expect "profile: nsys allowed beside a tenant, report home" "$D/2-nsys-beside-tenant.txt" 0 ".nsys-rep (" "verified"
 
 step "the tenant gone"
-pkill -u tenant -f "torch.ones"; for i in $(seq 1 30); do nvidia-smi --query-compute-apps=pid --format=csv,noheader | grep -q . || break; sleep 1; done
-log 3-ncu-alone.txt profile --hosts localhost --tool ncu --gpu 0 --out "$REPORTS" -X --launch-count -X 3 -- "$PY" "$APP" 1
-
+tenant_down
+fleet_log 3-ncu-alone.txt profile --hosts localhost --tool ncu --gpu 0 --store "$STORE" -X --launch-count -X 3 -- "$PY" "$APP" 1
+expect "profile: ncu with the tenant gone, report home" "$D/3-ncu-alone.txt" 0 ".ncu-rep (" "verified"
 fi
 
-step "nsys SIGKILLed while it generates the report: fleet finishes the .qdstrm"
-F=$OUT/4-nsys-killed-generating.txt
-( echo "\$ fleet profile --hosts localhost --gpu 0 -X --trace=cuda,nvtx -- app.py 15   (nsys SIGKILLed once it prints 'Generating')"
-  PYTHONUNBUFFERED=1 "$PY" -m fleet profile --hosts localhost --gpu 0 --out "$REPORTS" -X --trace=cuda,nvtx -- "$PY" "$APP" 15
-  echo "(exit status $?)" ) > "$F" 2>&1 &
-for i in $(seq 1 900); do grep -q "Generating" "$F" && break; sleep 0.05; done
-{ echo "processes at 'Generating':"; ps -eo pid,ppid,args | grep -i -E 'nsys|qdstrm|import' | grep -v grep | cut -c1-160
-  echo "SIGKILL to them"; } > "$F.kill"
-pkill -KILL -f 'target-linux-x64/nsys|QdstrmImporter'
-wait; cat "$F.kill" >> "$F"; rm -f "$F.kill"; cat "$F"
+if has nonvtx; then
+step "nsys trace of a workload without NVTX ranges"
+fleet_log 4-nsys-without-nvtx.txt profile --hosts localhost --gpu 0 --store "$STORE" -X --trace=cuda -- "$PY" "$APP" 2 nonvtx
+expect "profile: nsys of a workload without NVTX" "$D/4-nsys-without-nvtx.txt" 0 ".nsys-rep (" "verified"
+gpu_idle
+fi
 
-step "nsys SIGKILLed while collecting: the raw data cannot be finished by nsys 2025.3"
-F=$OUT/5-nsys-killed-collecting.txt
-( sleep 10; pkill -KILL -f 'nsys profile' ) &
-log 5-nsys-killed-collecting.txt profile --hosts localhost --gpu 0 --out "$REPORTS" -X --trace=cuda,nvtx -- "$PY" "$APP" 20
-wait
+if has killed; then
+step "nsys SIGKILLed while it generates the report: fleet finishes the .qdstrm"
+F=$D/5-nsys-killed-generating.txt
+BEFORE=" $(pgrep -x 'nsys|QdstrmImporter' | tr '\n' ' ')"  # an earlier run's nsys may linger: not ours
+( echo "\$ $(q "$PY" -m fleet profile --hosts localhost --gpu 0 --store "$STORE" -X --trace=cuda,nvtx -- "$PY" "$APP" 10)  (nsys and its importer SIGKILLed once it prints 'Generating')"
+  PYTHONUNBUFFERED=1 "$PY" -m fleet profile --hosts localhost --gpu 0 --store "$STORE" -X --trace=cuda,nvtx -- "$PY" "$APP" 10
+  echo "(exit status $?)" ) > "$F" 2>&1 &
+RUN=$!
+for _ in $(seq 1 1200); do grep -q "^Generating '" "$F" && break; kill -0 "$RUN" 2>/dev/null || break; sleep 0.05; done
+PIDS=""; for p in $(pgrep -x 'nsys|QdstrmImporter'); do [[ $BEFORE == *" $p "* ]] || PIDS+="$p "; done
+PIDS=${PIDS% }
+{ echo "processes at 'Generating' (nsys before this run: ${BEFORE# })"; [ -n "$PIDS" ] && ps -o pid,ppid,args -p "${PIDS// /,}" | cut -c1-160
+  echo "SIGKILL to ${PIDS:-none}"; } > "$F.kill"
+[ -n "$PIDS" ] && kill -KILL $PIDS
+wait "$RUN"; cat "$F.kill" >> "$F"; rm -f "$F.kill"; cat "$F"
+expect "profile: nsys killed while generating, .qdstrm finished" "$F" 0 "finished from .qdstrm"
+gpu_idle
+
+step "nsys SIGKILLed while collecting: nsys 2025.3 cannot finish that data, fleet says so"
+F=$D/6-nsys-killed-collecting.txt
+BEFORE=" $(pgrep -x nsys | tr '\n' ' ')"
+( sleep 10; PIDS=""; for p in $(pgrep -x nsys); do [[ $BEFORE == *" $p "* ]] || PIDS+="$p "; done
+  echo "SIGKILL to nsys: ${PIDS:-none} (nsys before this run: ${BEFORE# })" > "$F.kill"; [ -n "$PIDS" ] && kill -KILL $PIDS ) &
+KILLER=$!
+fleet_log 6-nsys-killed-collecting.txt profile --hosts localhost --gpu 0 --store "$STORE" -X --trace=cuda,nvtx -- "$PY" "$APP" 14
+wait "$KILLER"; cat "$F.kill" >> "$F"; cat "$F.kill"; rm -f "$F.kill"
+expect "profile: nsys killed while collecting: failed, data kept, why said" "$F" 1 "nsys ended before writing its report"
+gpu_idle
+fi
+
+if has importer; then
+step "nsys cannot generate its report (its importer lacks libdw): fleet finishes the .qdstrm"
+printf '#!/bin/sh\nunset LD_LIBRARY_PATH\nexec %s "$@"\n' "$NSYS" > "$D/nsys-without-libdw"; chmod +x "$D/nsys-without-libdw"
+printf 'all:\n  hosts:\n    h200:\n      ansible_connection: local\n      nsys_path: %s\n' "$D/nsys-without-libdw" > "$D/inventory.yaml"
+fleet_log 7-qdstrm-finished.txt -i "$D/inventory.yaml" profile --hosts h200 --gpu 0 --store "$STORE" -X --trace=cuda,nvtx -- "$PY" "$APP" 3
+expect "profile: .qdstrm left by nsys finished by fleet" "$D/7-qdstrm-finished.txt" 0 "finished from .qdstrm"
+fi
 
 step "node state afterwards"
-log 6-repair.txt repair localhost
+fleet_log 8-repair.txt repair localhost
+expect "repair: nothing left changed" "$D/8-repair.txt" 0 "nothing to put back"
 ls -la /var/lock/fleet-gpu-* 2>&1 | head -3
-find "$REPORTS" -type f -printf '%s %p\n' | sort -k2 | tee "$OUT/reports.txt"
-for f in $(find "$REPORTS" -name '*.ncu-rep' | head -1); do /usr/local/cuda/bin/ncu --import "$f" --page raw --csv 2>/dev/null | head -3 | cut -c1-300; done
-for f in $(find "$REPORTS" -name '*.nsys-rep'); do echo "== $f"; "$NSYS" stats -q --report cuda_gpu_kern_sum --format csv "$f" 2>&1 | head -4 | cut -c1-200; done
-rm -rf "$REPORTS"/*/*/*.ncu-rep "$REPORTS"/*/*/*.nsys-rep  # keep the tarball small; sizes are in reports.txt
+find "$STORE" -type f -printf '%s %P\n' | sort -k2
+for f in $(find "$STORE" -name '*_cuda_gpu_kern_sum.csv' | sort); do echo "== ${f#$STORE/}"; head -3 "$f" | cut -c1-200; done
+for f in $(find "$STORE" -name '*_ncu_raw.csv' | sort | head -1); do echo "== ${f#$STORE/}"; head -3 "$f" | cut -c1-300; done
+gpu_idle
+wait
+} 2>&1 | tee "$D/transcript.txt"

@@ -7,36 +7,51 @@
 #  4. the Slurm prolog as root beside that tenant: its verdict names it; the owned sysctl is
 #     held for the job and the epilog puts it back
 #  5. ncu in task mode with the GPU free: a report
-# Transcripts go to $OUT/slurm-check/, packed as $OUT/slurm-check.tgz.
+# Needs: root, useradd and su, /opt/torch/.venv/bin/torchrun, a writable
+# /proc/sys/kernel/perf_event_paranoid. Transcripts go to $OUT/slurm-check/ (one file per step,
+# transcript.txt for all), packed as $OUT/slurm-check.tgz with the ranks' results and summaries.
 # DEPS: a folder of .deb files unpacked for nsys's importer (libdw1, libelf1).
 set -u
 cd "$(dirname "$0")/../.."
-TOP=${OUT:-/tmp}; OUT=$TOP/slurm-check; mkdir -p "$OUT"
-trap 'tar -C "$TOP" -czf "$TOP/slurm-check.tgz" slurm-check && rm -rf "$OUT"' EXIT
 . scripts/gpu-node/common.sh
-NCU=/usr/local/cuda/bin/ncu
-RUNS=/tmp/fleet-runs; mkdir -p "$RUNS"; chmod 1777 "$RUNS"
+TOP=${OUT:-/tmp}; D=$TOP/slurm-check; mkdir -p "$D"
+RUNS=/tmp/fleet-runs; rm -rf "$RUNS"; mkdir -p "$RUNS"; chmod 1777 "$RUNS"
+keep_results() { mkdir -p "$D/runs"; (cd "$RUNS" && find . \( -name '*.json' -o -name '*.csv' \) -exec cp --parents {} "$D/runs/" \;); }
+trap 'keep_results; pack "$TOP" slurm-check' EXIT
 AGENT=$RUNS/fleet-agent.py
 "$PY" -c "from fleet.agent import bundle; open('$AGENT', 'w').write(bundle.script())"
 APP=$RUNS/app.py
 write_app "$APP"
 args() {  # task-mode arguments: TOOL RUN-ID LAUNCHER [PROFILER-ARG...]
-  "$PY" -c 'import json, sys; t, r, l = sys.argv[1:4]
-print(json.dumps({"mode": "task", "tool": t, "run_id": r, "report_dir": sys.argv[4], "launcher": l, "ranks": None,
-                  "tools": {"nsys": sys.argv[5], "ncu": sys.argv[6]}, "profiler_args": sys.argv[7:]}))' \
+  "$PY" -c 'import json, sys
+from fleet.plan import ProfileRequest
+from fleet.slurm.script import JobFiles, JobSpec, task_args
+t, r, l, root = sys.argv[1:5]
+req = ProfileRequest(tool=t, command=(), run_id=r, profiler_args=tuple(sys.argv[7:]))
+files = JobFiles(root + "/" + r, root, tools={"nsys": sys.argv[5], "ncu": sys.argv[6]})
+print(json.dumps(task_args(req, JobSpec(launcher=l), files)))' \
     "$1" "$2" "$3" "$RUNS" "$NSYS" "$NCU" "${@:4}"; }
-show() { echo "--- $1"; "$PY" -c 'import json, sys; d = json.load(open(sys.argv[1]))
+show() { echo "--- $1"; "$PY" -c 'import json, sys
+from fleet.agent.run import results_in
+[d] = results_in(open(sys.argv[1]).read())
 keep = ("host", "status", "rank", "slurm_node", "job_id", "gpu", "driver", "tool_version", "reasons", "tenants",
         "exit_status", "stopped", "given_up", "notes", "processes_seen")
 print(json.dumps({k: d.get(k) for k in keep if k in d}, indent=1))
 for r in d.get("reports", []) + d.get("summaries", []): print("  ", r["path"], r["size"], r["sha256"][:16])' "$1"; }
+# logged FILE CMD...: CMD's exact line, output and exit status into $D/FILE, then shown.
+logged() {
+  local f=$1; shift
+  { echo "\$ $(q "$@")" | cut -c1-1500; "$@"; echo "(exit status $?)"; } > "$D/$f" 2>&1
+  grep -v '^\[' "$D/$f"
+}
 
 {
+gpu_idle
 step "1. one Slurm task (SLURM_PROCID=0 on node h200, job 101) under the real nsys"
-env SLURM_JOB_ID=101 SLURM_PROCID=0 SLURMD_NODENAME=h200 SLURM_STEP_GPUS=0 \
+logged 1-task-nsys.txt env SLURM_JOB_ID=101 SLURM_PROCID=0 SLURMD_NODENAME=h200 SLURM_STEP_GPUS=0 \
   "$PY" "$AGENT" "$(args nsys run101 srun --trace=cuda,nvtx)" "$PY" "$APP" 2
-echo "(exit status $?)"
-show "$RUNS/run101/h200/rank0.result.json"
+show "$RUNS/run101/h200/rank0.result.json" | tee -a "$D/1-task-nsys.txt"
+expect "slurm: one task under nsys" "$D/1-task-nsys.txt" 0 '"status": "ok"' "rank0.nsys-rep"
 
 step "2. torchrun, two workers, wrapped by fleet's --launcher torchrun (the batch script's lines)"
 cat > "$RUNS/worker.py" <<'PYEOF'
@@ -58,21 +73,19 @@ print("\n".join(la.setup))
 print('printf "%q " "${LAUNCH[@]}"; echo')
 print('"${LAUNCH[@]}"  # in a job: ' + la.line)
 PYEOF
-cat "$RUNS/launch.sh" | cut -c1-400
-env SLURM_JOB_ID=102 SLURMD_NODENAME=h200 PATH=/opt/torch/.venv/bin:$PATH bash "$RUNS/launch.sh"
-echo "(exit status $?)"
-for f in "$RUNS"/run102/h200/rank*.result.json; do show "$f"; done
+cut -c1-400 "$RUNS/launch.sh"
+logged 2-torchrun.txt env SLURM_JOB_ID=102 SLURMD_NODENAME=h200 PATH=/opt/torch/.venv/bin:$PATH bash "$RUNS/launch.sh"
+for f in "$RUNS"/run102/h200/rank*.result.json; do show "$f"; done | tee -a "$D/2-torchrun.txt"
+expect "slurm: torchrun, two workers, one report each" "$D/2-torchrun.txt" 0 "worker 0 of 2" "worker 1 of 2" \
+  "rank0.nsys-rep" "rank1.nsys-rep"
 
 step "3. a second user's CUDA process on GPU 0; ncu in task mode (job 103)"
-id tenant >/dev/null 2>&1 || useradd -m tenant
-su tenant -c "$PY -c 'import torch,time; x=torch.ones(1<<28,device=\"cuda\"); time.sleep(300)'" &
-for i in $(seq 1 60); do nvidia-smi --query-compute-apps=pid --format=csv,noheader | grep -q . && break; sleep 1; done
-nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader
-env SLURM_JOB_ID=103 SLURM_PROCID=0 SLURMD_NODENAME=h200 SLURM_STEP_GPUS=0 \
+tenant_up
+logged 3-task-ncu-refused.txt env SLURM_JOB_ID=103 SLURM_PROCID=0 SLURMD_NODENAME=h200 SLURM_STEP_GPUS=0 \
   "$PY" "$AGENT" "$(args ncu run103 srun --launch-count 3)" "$PY" "$APP" 1
-echo "(exit status $?; 5 = refused)"
-show "$RUNS/run103/h200/rank0.result.json"
-ls "$RUNS/run103/h200/"
+show "$RUNS/run103/h200/rank0.result.json" | tee -a "$D/3-task-ncu-refused.txt"
+ls "$RUNS/run103/h200/" | tee -a "$D/3-task-ncu-refused.txt"
+expect "slurm: ncu task refused beside a tenant" "$D/3-task-ncu-refused.txt" 5 '"status": "refused"' "!rank0.ncu-rep"
 
 step "4. the Slurm prolog as root beside the tenant (job 104 of user jobuser opted in)"
 id jobuser >/dev/null 2>&1 || useradd -m jobuser
@@ -81,20 +94,29 @@ printf '{"owned_sysctls": {"kernel.perf_event_paranoid": 1}, "jobs_dir": "/tmp/f
 echo '{"fleet": 1, "tool": "ncu", "sysctls": ["kernel.perf_event_paranoid"]}' > /tmp/jobwork/fleet-request.json
 chown -R jobuser: /tmp/jobwork
 JOBENV="SLURM_JOB_ID=104 SLURM_JOB_UID=$(id -u jobuser) SLURM_JOB_GID=$(id -g jobuser) SLURM_JOB_WORK_DIR=/tmp/jobwork SLURM_JOB_GPUS=0"
-echo "perf_event_paranoid before: $(cat /proc/sys/kernel/perf_event_paranoid)"
+{
+before=$(cat /proc/sys/kernel/perf_event_paranoid); echo "perf_event_paranoid before: $before"
+echo "\$ env $JOBENV $PY fleet-agent.py '{\"mode\":\"slurmd\",\"op\":\"prolog\",\"config\":\"/tmp/fleet-etc/node.json\"}'"
 env $JOBENV "$PY" "$AGENT" '{"mode":"slurmd","op":"prolog","config":"/tmp/fleet-etc/node.json"}'; echo "(prolog exit $?)"
 echo "perf_event_paranoid in the job: $(cat /proc/sys/kernel/perf_event_paranoid)"
 echo "verdict:"; cat /tmp/fleet-run/jobs/104/verdict.json; echo
-env $JOBENV "$PY" "$AGENT" '{"mode":"slurmd","op":"task-prolog","config":"/tmp/fleet-etc/node.json"}'
+echo "\$ env $JOBENV $PY fleet-agent.py '{\"mode\":\"slurmd\",\"op\":\"task-prolog\",...}'"
+env $JOBENV "$PY" "$AGENT" '{"mode":"slurmd","op":"task-prolog","config":"/tmp/fleet-etc/node.json"}'; echo "(task-prolog exit $?)"
+echo "\$ env $JOBENV $PY fleet-agent.py '{\"mode\":\"slurmd\",\"op\":\"epilog\",...}'"
 env $JOBENV "$PY" "$AGENT" '{"mode":"slurmd","op":"epilog","config":"/tmp/fleet-etc/node.json"}'; echo "(epilog exit $?)"
-echo "perf_event_paranoid after: $(cat /proc/sys/kernel/perf_event_paranoid)"
+after=$(cat /proc/sys/kernel/perf_event_paranoid); echo "perf_event_paranoid after: $after"
 cat /tmp/fleet-log/slurm.log
+[ "$before" = "$after" ]; echo "(exit status $?: 0 = put back as it was)"
+} > "$D/4-prolog-epilog.txt" 2>&1
+cat "$D/4-prolog-epilog.txt"
+expect "slurm: prolog/epilog as root beside the tenant" "$D/4-prolog-epilog.txt" 0 "(prolog exit 0)" \
+  "perf_event_paranoid in the job: 1" "belongs to another user" "(epilog exit 0)"
 
 step "5. the tenant gone: ncu in task mode (job 105)"
-pkill -u tenant -f "torch.ones"; for i in $(seq 1 30); do nvidia-smi --query-compute-apps=pid --format=csv,noheader | grep -q . || break; sleep 1; done
-env SLURM_JOB_ID=105 SLURM_PROCID=0 SLURMD_NODENAME=h200 SLURM_STEP_GPUS=0 \
+tenant_down
+logged 5-task-ncu.txt env SLURM_JOB_ID=105 SLURM_PROCID=0 SLURMD_NODENAME=h200 SLURM_STEP_GPUS=0 \
   "$PY" "$AGENT" "$(args ncu run105 srun --launch-count 3)" "$PY" "$APP" 1
-echo "(exit status $?)"
-show "$RUNS/run105/h200/rank0.result.json"
-} > "$OUT/transcript.txt" 2>&1
-cat "$OUT/transcript.txt" | cut -c1-600
+show "$RUNS/run105/h200/rank0.result.json" | tee -a "$D/5-task-ncu.txt"
+expect "slurm: ncu task with the GPU free" "$D/5-task-ncu.txt" 0 '"status": "ok"' "rank0.ncu-rep"
+wait
+} 2>&1 | tee "$D/transcript.txt" | cut -c1-600
