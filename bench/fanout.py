@@ -272,7 +272,7 @@ def probe_kex(c: SSHCluster, shipped: Path, curve: Path) -> dict:
     m = re.search(r"Key exchange alg: (\S+)", r.stderr)
     found["bare asyncssh"] = m.group(1) if m else f"? (rc {r.returncode})"
     code = ("import logging, sys, asyncssh; logging.basicConfig(level=logging.DEBUG, format='%(message)s'); "
-            "asyncssh.set_debug_level(2); from fleet.cli import main; "
+            "asyncssh.set_debug_level(2); from fleet.cli.main import main; "
             f"sys.argv = ['fleet', 'exec', {h.name!r}, '--', 'true']; main()")
     r = subprocess.run([str(PY), "-c", code], capture_output=True, text=True, env={**fleet_env(), **c.env()},
                        cwd="/", timeout=60)  # not the repository: "" on sys.path would shadow the snapshot

@@ -37,7 +37,7 @@ def for_run(manifest, *, waited: bool = True) -> int:
     """The status for a profiling run, from its manifest (a ``manifest.RunManifest``): lab
     servers, Slurm, ``gather``, nightly. ``waited``: the caller waited for the run to end;
     ``--no-wait`` did not, so a submitted run is then what was asked."""
-    from .manifest import run_status
+    from .store.manifest import run_status
 
     if manifest.status in ("running", "submitted"):
         return PARTIAL if waited else OK  # gather: the job has not ended yet

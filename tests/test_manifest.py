@@ -7,9 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from fleet import exitcodes, profile
+from fleet import exitcodes
+from fleet.lab import profile
 from fleet.agent import node, task
-from fleet.manifest import (SCHEMA_VERSION, HostEntry, ManifestError, ProcessSeen, ReportEntry, RunManifest,
+from fleet.store.manifest import (SCHEMA_VERSION, HostEntry, ManifestError, ProcessSeen, ReportEntry, RunManifest,
                             SlurmInfo)
 from fleet.plan import ProfileRequest, plan
 from fleet.slurm.run import rank_entry

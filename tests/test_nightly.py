@@ -14,8 +14,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from fleet import playbook, store, trends
-from fleet.manifest import RunManifest
+from fleet.nightly import playbook, trends
+from fleet import store
+from fleet.store.manifest import RunManifest
 from tests.conftest import REPO, announce, run_fleet
 from tests.harness.slurm import SlurmCluster
 
@@ -69,7 +70,7 @@ def test_ncu_metrics_are_read_from_ncus_own_csv():
     assert playbook.ncu_value(playbook.Metric("ncu", "gpu__time_duration.sum", kernel="*gemm*"), raw) == {
         "ncu gpu__time_duration.sum of *gemm* (us)": pytest.approx(14.336)}
     assert playbook.ncu_value(playbook.Metric("ncu", "dram__bytes.sum"), raw) == {}
-    from fleet.report_html import scale
+    from fleet.nightly.report_html import scale
     assert scale("ncu gpu__time_duration.sum (us)") == (1.0, "us") and scale("total GPU kernel time") == (1e6, "ms")
 
 
@@ -168,7 +169,7 @@ def test_a_scheduled_playbook_runs_twice_unattended_and_both_runs_are_reported(l
 def test_cron_times_and_the_other_backends_lines():
     from datetime import datetime
 
-    from fleet import schedule
+    from fleet.nightly import schedule
 
     assert schedule.next_cron("0 2 * * *", datetime(2026, 11, 29, 13, 5)) == datetime(2026, 11, 30, 2, 0)
     assert schedule.next_cron("*/15 * * * 1-5", datetime(2026, 11, 28, 23, 50)) == datetime(2026, 11, 30, 0, 0)

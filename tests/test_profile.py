@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from fleet import profile
+from fleet.lab import profile
 from fleet.agent import owned
 from fleet.inventory import load
 from fleet.plan import ProfileRequest

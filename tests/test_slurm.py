@@ -231,7 +231,7 @@ def test_ncu_on_a_free_gpu_runs_and_its_report_comes_home(hpc, tmp_path):
     [rank] = manifest(tmp_path)["hosts"]
     assert [Path(rep["stored"]).name for rep in rank["reports"]] == ["rank0.ncu-rep", "rank0_ncu_raw.csv"]
     assert all(rep["verified"] for rep in rank["reports"]) and rank["reports"][1]["summary"] == "ncu_raw"
-    from fleet.playbook import Metric, ncu_value  # the metrics a playbook tracks come from that CSV
+    from fleet.nightly.playbook import Metric, ncu_value  # the metrics a playbook tracks come from that CSV
     assert ncu_value(Metric("ncu", "gpu__time_duration.sum", kernel="*gemm*"),
                      Path(rank["reports"][1]["stored"])) == {"ncu gpu__time_duration.sum of *gemm* (us)": 14.336}
 

@@ -140,7 +140,7 @@ def _lab_state(euid: int, paranoid: int) -> dict:
 
 def _docker_plan(tool: str, euid: int = 1001, paranoid: int = 2, seccomp: str | None = None, gpus=None):
     from fleet.plan import plan
-    from fleet.profile import in_docker
+    from fleet.lab.profile import in_docker
 
     state = _lab_state(euid, paranoid)
     req = ProfileRequest(tool=tool, command=("python3", "app.py"), run_id="r", gpus=gpus,

@@ -21,10 +21,10 @@ from typing import TYPE_CHECKING, Callable
 
 from .. import store
 from ..agent.bundle import script as agent_script
-from ..collect import fetch_verified
-from ..manifest import HostEntry, ReportEntry, RunManifest, SlurmInfo, run_status
+from ..store.collect import fetch_verified
+from ..store.manifest import HostEntry, ReportEntry, RunManifest, SlurmInfo, run_status
 from ..plan import ProfileRequest
-from ..profile import bring_home, reports_of
+from ..lab.profile import bring_home, reports_of
 from .cluster import Cluster
 from .jobs import JobState, SlurmClient, SlurmError
 from ..containers import nsight_dirs

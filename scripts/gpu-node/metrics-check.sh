@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Run on a real GPU node (as root): a playbook's metrics read from what the real nsys and ncu write.
-# One nsys and one ncu rank in the agent's task mode, then every metric kind of fleet/playbook.py
+# One nsys and one ncu rank in the agent's task mode, then every metric kind of fleet/nightly/playbook.py
 # computed from the summaries they left. Transcript: $OUT/metrics-check/transcript.txt, packed as
 # $OUT/metrics-check.tgz with the summaries (the reports are listed in reports.txt and left out).
 # DEPS: a folder of .deb files unpacked for nsys's importer (libdw1, libelf1).
@@ -43,11 +43,11 @@ done
 step "the summaries the ranks left, and every metric kind"
 ls -la "$RUNS/m/h200/"
 for f in "$RUNS"/m/h200/rank0_cuda_gpu_kern_sum.csv "$RUNS"/m/h200/rank0_nvtx_sum.csv; do echo "== $f"; head -4 "$f" | cut -c1-250; done
-{ echo "\$ python3 - (fleet.playbook.metric_values over the summaries)"
+{ echo "\$ python3 - (fleet.nightly.playbook.metric_values over the summaries)"
 "$PY" - "$RUNS/m/h200" <<'PYEOF'
 import sys
 from pathlib import Path
-from fleet.playbook import Metric, metric_values
+from fleet.nightly.playbook import Metric, metric_values
 d = Path(sys.argv[1])
 nsys = {n: d / f"rank0_{n}.csv" for n in ("cuda_gpu_kern_sum", "nvtx_sum")}
 empty = []

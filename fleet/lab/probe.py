@@ -9,12 +9,12 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Callable
 
-from .agent.bundle import BOOTSTRAP, bundle
-from .transport import Result
+from ..agent.bundle import BOOTSTRAP, bundle
+from ..transport import Result
 
 if TYPE_CHECKING:
-    from .inventory import Host
-    from .transport import Fanout
+    from ..inventory import Host
+    from ..transport import Fanout
 
 
 def agent_argv(host: "Host", args: dict) -> list[str]:

@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
 if TYPE_CHECKING:
-    from .inventory import Host
-    from .transport import Fanout
+    from ..inventory import Host
+    from ..transport import Fanout
 
 
 def _sha256_prefix(path: Path, size: int) -> "hashlib._Hash":

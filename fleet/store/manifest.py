@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import TYPE_CHECKING, Any, Iterable
 
 if TYPE_CHECKING:
-    from .plan import ProfileRequest
+    from ..plan import ProfileRequest
 
 SCHEMA_VERSION = 2
 

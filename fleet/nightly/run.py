@@ -14,15 +14,17 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from . import profile, store, trends
-from .manifest import RunManifest
+from ..lab import profile
+from .. import store
+from . import trends
+from ..store.manifest import RunManifest
 from .playbook import Playbook, run_metrics
-from .plan import ProfileRequest
+from ..plan import ProfileRequest
 from .report_html import render
 
 if TYPE_CHECKING:
-    from .inventory import Inventory
-    from .transport import Fanout
+    from ..inventory import Inventory
+    from ..transport import Fanout
 
 
 def request_for(pb: Playbook) -> ProfileRequest:
@@ -31,7 +33,7 @@ def request_for(pb: Playbook) -> ProfileRequest:
 
 
 def job_spec(pb: Playbook):
-    from .slurm.script import JobSpec
+    from ..slurm.script import JobSpec
 
     t = pb.target
     return JobSpec(partition=t.get("partition"), nodes=t.get("nodes"), ntasks=t.get("ntasks"),
@@ -46,8 +48,8 @@ async def run_playbook(fan: "Fanout", inventory: "Inventory", pb: Playbook, *, e
     """One run of the playbook; its manifest (with the playbook's metrics) is in the store."""
     req = request_for(pb)
     if pb.on_slurm:
-        from .slurm import run as slurm_run
-        from .slurm.cluster import choose
+        from ..slurm import run as slurm_run
+        from ..slurm.cluster import choose
 
         cluster = choose(inventory, pb.target.get("partition"), pb.target.get("cluster"), embedded=embedded)
         manifest = await slurm_run.profile(fan, cluster, req, job_spec(pb), store_root=store_root,

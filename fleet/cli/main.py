@@ -8,10 +8,10 @@ import sys
 
 import click
 
-from . import __version__, exitcodes
-from .cli_nightly import nightly, run_cmd, schedule
-from .cli_slurm import cancel, gather_on_slurm, jobs, profile_on_slurm, slurm_group, slurm_options
-from .inventory import Inventory, InventoryError, TargetError, load, local_inventory
+from .. import __version__, exitcodes
+from .nightly import nightly, run_cmd, schedule
+from .slurm import cancel, gather_on_slurm, jobs, profile_on_slurm, slurm_group, slurm_options
+from ..inventory import Inventory, InventoryError, TargetError, load, local_inventory
 
 
 class Context:
@@ -31,12 +31,12 @@ class Context:
         return self.inventory.select([targets] if targets else [], exclude)
 
     def ssh_settings(self):
-        from .transport.settings import SSHSettings
+        from ..transport.settings import SSHSettings
 
         return SSHSettings.from_env(*self._ssh)
 
     def fanout_for_run(self):
-        from .transport import Fanout
+        from ..transport import Fanout
 
         return Fanout(self.ssh_settings(), concurrency=self.fanout)
 
@@ -48,7 +48,7 @@ class _Group(click.Group):
     """Turns inventory, target and store errors into one clear line and exit status 2."""
 
     def invoke(self, ctx: click.Context):
-        from .store import CatalogError
+        from ..store import CatalogError
 
         try:
             return super().invoke(ctx)
@@ -146,7 +146,7 @@ def exec_(obj: Context, targets, command, exclude, as_json, timeout):
 # --- probe and doctor ---
 
 def _probe(obj: Context, targets, exclude, as_json, environment_check=False):
-    from . import probe as probe_mod
+    from ..lab import probe as probe_mod
     from .output import progress
 
     hosts = obj.select(targets, exclude)
@@ -166,7 +166,7 @@ def _probe(obj: Context, targets, exclude, as_json, environment_check=False):
 @click.pass_obj
 def probe(obj: Context, targets, exclude, as_json):
     """The GPUs of each node and who is on them (user, pid, memory); MIG, MPS, DCGM."""
-    from .doctor import render_probe
+    from ..lab.doctor import render_probe
 
     hosts, results = _probe(obj, targets, exclude, as_json)
     if as_json:
@@ -191,7 +191,7 @@ def doctor(obj: Context, targets, exclude, as_json, strict):
 
     Without an inventory it examines this machine.
     """
-    from .doctor import diagnosis, render_doctor, worst
+    from ..lab.doctor import diagnosis, render_doctor, worst
 
     hosts, results = _probe(obj, targets, exclude, as_json, environment_check=True)
     diagnoses = [diagnosis(h, r) for h, r in zip(hosts, results)]
@@ -239,10 +239,10 @@ def profile(obj: Context, hosts_, group, exclude, tool, gpus, gpu_metrics, allow
     profiler with SIGTERM so the report is finished; a second Ctrl-C leaves the
     nodes (or the job) to finish on their own.
     """
-    from . import profile as profile_mod
-    from . import store
+    from ..lab import profile as profile_mod
+    from .. import store
     from .interrupt import stop_on_signals
-    from .plan import ProfileRequest, profiler_args_error
+    from ..plan import ProfileRequest, profiler_args_error
 
     if (why := profiler_args_error(tool, tuple(profiler_args))):
         _fail(why)
@@ -298,8 +298,8 @@ def profile(obj: Context, hosts_, group, exclude, tool, gpus, gpu_metrics, allow
 @click.pass_obj
 def gather(obj: Context, run_id, store_root):
     """Bring home what run RUN_ID left on its nodes (after fleet was killed, or a failed transfer)."""
-    from . import profile as profile_mod
-    from . import store
+    from ..lab import profile as profile_mod
+    from .. import store
 
     try:
         if store.load_run(store.root(store_root), run_id).slurm is not None:
@@ -326,8 +326,8 @@ def gather(obj: Context, run_id, store_root):
 @click.pass_obj
 def repair(obj: Context, targets, exclude, as_json):
     """Put back what killed runs left changed on TARGETS (owned sysctls, DCGM pause)."""
-    from . import probe as probe_mod
-    from .agent.bundle import bundle
+    from ..lab import probe as probe_mod
+    from ..agent.bundle import bundle
 
     hosts = obj.select(targets, exclude)
 
@@ -365,8 +365,8 @@ def hosts():
 @click.pass_obj
 def hosts_trust(obj: Context, targets, exclude, yes):
     """Fetch the host keys of TARGETS, show their fingerprints, record the accepted ones."""
-    from .transport import hostkeys
-    from .transport.ssh import SSHTransport
+    from ..transport import hostkeys
+    from ..transport.ssh import SSHTransport
 
     chosen = [h for h in obj.select(targets, exclude) if h.connection == "ssh"]
     ssh = SSHTransport(obj.ssh_settings())
@@ -400,7 +400,7 @@ def hosts_trust(obj: Context, targets, exclude, yes):
     sys.exit(code)
 
 
-from .cli_reports import reports  # noqa: E402  (a group of its own, registered here)
+from .reports import reports  # noqa: E402  (a group of its own, registered here)
 
 main.add_command(reports)
 main.add_command(jobs)

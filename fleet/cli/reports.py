@@ -9,14 +9,14 @@ from typing import TYPE_CHECKING
 
 import click
 
-from . import exitcodes
+from .. import exitcodes
 
 if TYPE_CHECKING:
-    from .manifest import RunManifest
+    from ..store.manifest import RunManifest
 
 
 def _manifest(store_root: str | None, run_id: str) -> "RunManifest":
-    from . import store
+    from .. import store
 
     try:
         return store.load_run(store.root(store_root), run_id)
@@ -39,7 +39,7 @@ def reports():
 @click.option("--json", "as_json", is_flag=True)
 def reports_ls(store_root, host, since, tool, status, as_json):
     """List the catalogued reports."""
-    from . import store
+    from .. import store
 
     rows = store.reports(store.root(store_root), host=host, since=since, tool=tool, status=status)
     if as_json:
@@ -82,7 +82,7 @@ def reports_pull(run_id, dest, store_root):
     import shutil
     from pathlib import Path
 
-    from .collect import sha256_of
+    from ..store.collect import sha256_of
 
     manifest = _manifest(store_root, run_id)
     code = exitcodes.OK
@@ -104,7 +104,7 @@ def reports_pull(run_id, dest, store_root):
 @click.option("--store", "store_root", type=click.Path(), envvar="FLEET_STORE")
 def reports_rm(run_id, store_root):
     """Delete a run's reports and manifest from the store and the catalog."""
-    from . import store
+    from .. import store
 
     _manifest(store_root, run_id)  # says so clearly when there is no such run
     click.echo(f"removed {store.remove_run(store.root(store_root), run_id)}")
@@ -118,7 +118,7 @@ def reports_rm(run_id, store_root):
 @click.option("--json", "as_json", is_flag=True)
 def reports_compare(run_a, run_b, store_root, top, as_json):
     """The GPU kernels whose total time changed most from RUN_A to RUN_B (nsys runs)."""
-    from . import store
+    from .. import store
 
     for run in (run_a, run_b):
         _manifest(store_root, run)
@@ -136,7 +136,7 @@ def reports_compare(run_a, run_b, store_root, top, as_json):
 @click.option("--store", "store_root", type=click.Path(), envvar="FLEET_STORE")
 def reports_reindex(store_root):
     """Rebuild the catalog from the runs' manifests."""
-    from . import store
+    from .. import store
 
     n = store.reindex(store.root(store_root))
     click.echo(f"catalogued {n} runs")

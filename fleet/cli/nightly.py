@@ -12,26 +12,27 @@ from typing import TYPE_CHECKING
 
 import click
 
-from . import exitcodes
+from .. import exitcodes
 
 if TYPE_CHECKING:
-    from .cli import Context
-    from .manifest import RunManifest
+    from .main import Context
+    from ..store.manifest import RunManifest
 
 
 _fail = exitcodes.fail
 
 
 def _playbook(path: str):
-    from .playbook import load
+    from ..nightly.playbook import load
 
     return load(path)  # PlaybookError is an InventoryError: the CLI prints file:line and exits 2
 
 
 def run_playbook(obj: "Context", path: str, store_root, dry_run: bool, poll: float = 5.0) -> "RunManifest":
-    from . import nightly, store
-    from .containers import ContainerError
-    from .slurm.jobs import SlurmError
+    from ..nightly import run as nightly
+    from .. import store
+    from ..containers import ContainerError
+    from ..slurm.jobs import SlurmError
 
     pb = _playbook(path)
 
@@ -61,7 +62,7 @@ def run_cmd(obj: "Context", playbook, store_root, dry_run, as_json):
         click.echo(m.slurm.script, nl=False)
     else:
         click.echo(f"run {m.run_id}: {m.status}")
-        from .report_html import scale
+        from ..nightly.report_html import scale
 
         for row in (m.playbook or {}).get("metrics", []):
             flags = f"  (flagged: {'; '.join(row['flags'])})" if row["flags"] else ""
@@ -87,8 +88,8 @@ def schedule():
 @click.pass_obj
 def schedule_install(obj: "Context", playbook, cron, every, name, backend, sbatch_args, store_root):
     """Schedule PLAYBOOK; each firing is a normal `fleet run`."""
-    from . import schedule as sched
-    from . import store
+    from ..nightly import schedule as sched
+    from .. import store
 
     pb = _playbook(playbook)
     root = store.root(store_root).resolve()
@@ -98,7 +99,7 @@ def schedule_install(obj: "Context", playbook, cron, every, name, backend, sbatc
         env["FLEET_INVENTORY"] = " ".join(str(Path(i).resolve()) for i in obj.inventories)
     here = False
     if pb.on_slurm:
-        from .slurm.cluster import choose
+        from ..slurm.cluster import choose
 
         here = choose(obj.inventory, pb.target.get("partition"), pb.target.get("cluster"),
                       embedded=not obj.inventories).local
@@ -117,8 +118,8 @@ def schedule_install(obj: "Context", playbook, cron, every, name, backend, sbatc
 @click.option("--json", "as_json", is_flag=True)
 def schedule_ls(store_root, as_json):
     """The schedules and how often each has fired."""
-    from . import schedule as sched
-    from . import store
+    from ..nightly import schedule as sched
+    from .. import store
 
     records = [json.loads(p.read_text()) for p in sorted(sched.records_dir(store.root(store_root)).glob("*.json"))]
     if as_json:
@@ -134,8 +135,8 @@ def schedule_ls(store_root, as_json):
 @click.option("--store", "store_root", type=click.Path(), envvar="FLEET_STORE")
 def schedule_rm(name, store_root):
     """Remove a schedule (a pending scheduling job is cancelled)."""
-    from . import schedule as sched
-    from . import store
+    from ..nightly import schedule as sched
+    from .. import store
 
     try:
         record = sched.remove(store.root(store_root), name)
@@ -150,8 +151,8 @@ def schedule_rm(name, store_root):
 @click.pass_obj
 def schedule_fire(obj: "Context", name, store_root):
     """Run by the schedule itself: the next occurrence is set up, then the playbook runs."""
-    from . import schedule as sched
-    from . import store
+    from ..nightly import schedule as sched
+    from .. import store
 
     try:
         record = sched.fire(store.root(store_root), name)
@@ -177,8 +178,8 @@ def nightly():
 def nightly_report(playbooks, since, out, notify, store_root, as_json):
     """One static HTML page: a trend plot per metric and device, the verdicts, links to the reports.
     Exit 7 when any metric is called a Regression."""
-    from . import nightly as nightly_mod
-    from . import store
+    from ..nightly import run as nightly_mod
+    from .. import store
 
     summary = nightly_mod.report(store.root(store_root), [_playbook(p) for p in playbooks], Path(out), since)
     lines = [f"{p['name']}: {len(p['verdicts'])} metric(s) over {p['runs']} run(s); " +

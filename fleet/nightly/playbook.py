@@ -15,10 +15,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .inventory import InventoryError, read_yaml
+from ..inventory import InventoryError, read_yaml
 
 if TYPE_CHECKING:
-    from .manifest import RunManifest
+    from ..store.manifest import RunManifest
 
 METRIC_KINDS = ("gpu_kernel_total", "kernel", "top_kernels", "nvtx", "ncu")
 TARGET_KEYS = {"partition": str, "cluster": str, "hosts": str, "nodes": int, "ntasks": int,

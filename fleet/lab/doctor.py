@@ -9,11 +9,11 @@ from __future__ import annotations
 from dataclasses import asdict
 from typing import TYPE_CHECKING
 
-from . import policy
-from .transport import Result
+from .. import policy
+from ..transport import Result
 
 if TYPE_CHECKING:
-    from .inventory import Host
+    from ..inventory import Host
 
 MARK = {"ok": "ok", "warn": "!!", "bad": "XX", "n/a": "--", "degraded": "degraded", "refused": "REFUSED"}
 

@@ -16,19 +16,20 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
-from . import containers, probe, store
-from .agent import node
-from .agent.bundle import bundle
-from .agent.run import RESULT_MARK, results_in
-from .collect import fetch_verified
-from .manifest import HostEntry, ReportEntry, RunManifest, run_status
-from .plan import Plan, ProfileRequest, plan
-from .policy import NO_SAMPLING_FLAGS, docker_privileges
-from .transport import Result
+from .. import containers, store
+from . import probe
+from ..agent import node
+from ..agent.bundle import bundle
+from ..agent.run import RESULT_MARK, results_in
+from ..store.collect import fetch_verified
+from ..store.manifest import HostEntry, ReportEntry, RunManifest, run_status
+from ..plan import Plan, ProfileRequest, plan
+from ..policy import NO_SAMPLING_FLAGS, docker_privileges
+from ..transport import Result
 
 if TYPE_CHECKING:
-    from .inventory import Host
-    from .transport import Fanout
+    from ..inventory import Host
+    from ..transport import Fanout
 
 
 def new_run_id() -> str:

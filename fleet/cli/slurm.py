@@ -9,12 +9,12 @@ from typing import TYPE_CHECKING
 
 import click
 
-from . import exitcodes
+from .. import exitcodes
 
 if TYPE_CHECKING:
-    from .cli import Context
-    from .manifest import RunManifest
-    from .plan import ProfileRequest
+    from .main import Context
+    from ..store.manifest import RunManifest
+    from ..plan import ProfileRequest
 
 SLURM_OPTIONS = [
     click.option("--partition", "-p", help="Slurm partition: profile in a batch job there."),
@@ -54,8 +54,8 @@ _fail = exitcodes.fail
 
 
 def spec_from(opts: dict):
-    from .containers import Container
-    from .slurm.script import JobSpec
+    from ..containers import Container
+    from ..slurm.script import JobSpec
 
     ranks = None
     if opts.get("ranks"):
@@ -76,18 +76,18 @@ def spec_from(opts: dict):
 
 
 def _cluster(obj: "Context", partition: str | None, name: str | None):
-    from .slurm.cluster import choose
+    from ..slurm.cluster import choose
 
     return choose(obj.inventory, partition, name, embedded=not obj.inventories)
 
 
 def profile_on_slurm(obj: "Context", req: "ProfileRequest", opts: dict, *, store_root, site, dry_run, as_json):
-    from . import store
+    from .. import store
     from .interrupt import stop_on_signals
     from .output import byte_progress
-    from .slurm import run as slurm_run
-    from .slurm.jobs import SlurmError
-    from .containers import ContainerError
+    from ..slurm import run as slurm_run
+    from ..slurm.jobs import SlurmError
+    from ..containers import ContainerError
 
     cluster = _cluster(obj, opts.get("partition"), opts.get("cluster"))
     spec = spec_from(opts)
@@ -126,9 +126,9 @@ def profile_on_slurm(obj: "Context", req: "ProfileRequest", opts: dict, *, store
 
 def gather_on_slurm(obj: "Context", run_id: str, store_root) -> None:
     """``fleet gather RUN`` for a Slurm run: once its job has ended, bring home what the ranks left."""
-    from . import store
-    from .slurm import run as slurm_run
-    from .slurm.jobs import SlurmError
+    from .. import store
+    from ..slurm import run as slurm_run
+    from ..slurm.jobs import SlurmError
 
     root = store.root(store_root)
     path = store.manifest_of(root, run_id)
@@ -172,7 +172,7 @@ def render(m: "RunManifest") -> str:
 
 def _slurm_runs(store_root, run_ids=()) -> list["RunManifest"]:
     """Manifests of Slurm runs: those named, else every run not yet gathered."""
-    from . import store
+    from .. import store
 
     root = store.root(store_root)
     if run_ids:
@@ -187,7 +187,7 @@ def _slurm_runs(store_root, run_ids=()) -> list["RunManifest"]:
 
 
 def _by_cluster(obj: "Context", manifests: list["RunManifest"]):
-    from .slurm.cluster import choose
+    from ..slurm.cluster import choose
 
     groups: dict = {}
     for m in manifests:
@@ -204,7 +204,7 @@ def _by_cluster(obj: "Context", manifests: list["RunManifest"]):
 @click.pass_obj
 def jobs(obj: "Context", run_ids, store_root, as_json):
     """Slurm jobs of runs not yet gathered (or of RUN_IDS): one squeue call per cluster."""
-    from .slurm.jobs import SlurmClient
+    from ..slurm.jobs import SlurmClient
 
     manifests = _slurm_runs(store_root, run_ids)
 
@@ -239,7 +239,7 @@ def jobs(obj: "Context", run_ids, store_root, as_json):
 @click.pass_obj
 def cancel(obj: "Context", run_ids, store_root):
     """Cancel the Slurm jobs of RUN_IDS (scancel); the profilers get SIGTERM and finish their reports."""
-    from .slurm.jobs import SlurmClient, SlurmError
+    from ..slurm.jobs import SlurmClient, SlurmError
 
     manifests = _slurm_runs(store_root, run_ids)
 
@@ -279,7 +279,7 @@ def slurm_group():
 def slurm_install(obj: "Context", prefix, python_path, owned, cluster, jobs_dir, state_dir, log_file, fail_closed,
                   pause_dcgm, do_apply):
     """Print (or, with --apply, write) the slurm.conf lines, the wrapper scripts and the node config."""
-    from .slurm.install import NodeSetup, apply
+    from ..slurm.install import NodeSetup, apply
 
     sysctls = dict(_cluster(obj, None, cluster).login.vars.get("owned_sysctls") or {}) if cluster else {}
     for item in owned:
@@ -307,7 +307,7 @@ def _entry(op: str):
     @slurm_group.command(op, help=f"The Slurm {op}, run by slurmd (see `fleet slurm install`).")
     @click.option("--config", default="/etc/fleet/node.json", show_default=True)
     def run_op(config):
-        from .agent import slurmd
+        from ..agent import slurmd
 
         sys.exit(slurmd.main({"op": op, "config": config}))
 

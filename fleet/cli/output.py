@@ -11,8 +11,8 @@ import sys
 from contextlib import contextmanager
 from typing import Callable, Iterable, Iterator, TextIO
 
-from .hostlist import fold
-from .transport import Result
+from ..hostlist import fold
+from ..transport import Result
 
 
 def fold_results(results: Iterable[Result]) -> list[tuple[list[str], Result]]:

@@ -1,0 +1,1 @@
+"""fleet's command line: parse, call the library, print."""

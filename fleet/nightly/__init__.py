@@ -1,0 +1,1 @@
+"""fleet's nightly profiling: playbooks, schedules, trends and the report."""
