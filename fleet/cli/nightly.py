@@ -13,13 +13,13 @@ from typing import TYPE_CHECKING
 import click
 
 from .. import exitcodes
+from .context import Context, fail, store_option
 
 if TYPE_CHECKING:
-    from .main import Context
     from ..store.manifest import RunManifest
 
 
-_fail = exitcodes.fail
+_fail = fail
 
 
 def _playbook(path: str):
@@ -28,7 +28,7 @@ def _playbook(path: str):
     return load(path)  # PlaybookError is an InventoryError: the CLI prints file:line and exits 2
 
 
-def run_playbook(obj: "Context", path: str, store_root, dry_run: bool, poll: float = 5.0) -> "RunManifest":
+def run_playbook(obj: Context, path: str, store_root, dry_run: bool, poll: float = 5.0) -> "RunManifest":
     from ..nightly import run as nightly
     from .. import store
     from ..containers import ContainerError
@@ -49,11 +49,11 @@ def run_playbook(obj: "Context", path: str, store_root, dry_run: bool, poll: flo
 
 @click.command("run")
 @click.argument("playbook", type=click.Path(exists=True, dir_okay=False))
-@click.option("--store", "store_root", type=click.Path(), envvar="FLEET_STORE")
+@store_option
 @click.option("--dry-run", is_flag=True, help="What would run (the batch script on Slurm); nothing is submitted.")
 @click.option("--json", "as_json", is_flag=True)
 @click.pass_obj
-def run_cmd(obj: "Context", playbook, store_root, dry_run, as_json):
+def run_cmd(obj: Context, playbook, store_root, dry_run, as_json):
     """Run PLAYBOOK once, as fleet profile would, and catalogue its metrics."""
     m = run_playbook(obj, playbook, store_root, dry_run)
     if as_json or dry_run and m.slurm is None:
@@ -84,9 +84,9 @@ def schedule():
 @click.option("--backend", type=click.Choice(["scrontab", "resubmit", "crontab"]),
               help="Force a way (default: the best this site has).")
 @click.option("--sbatch-arg", "sbatch_args", multiple=True, help="sbatch option for the scheduling job.")
-@click.option("--store", "store_root", type=click.Path(), envvar="FLEET_STORE")
+@store_option
 @click.pass_obj
-def schedule_install(obj: "Context", playbook, cron, every, name, backend, sbatch_args, store_root):
+def schedule_install(obj: Context, playbook, cron, every, name, backend, sbatch_args, store_root):
     """Schedule PLAYBOOK; each firing is a normal `fleet run`."""
     from ..nightly import schedule as sched
     from .. import store
@@ -114,7 +114,7 @@ def schedule_install(obj: "Context", playbook, cron, every, name, backend, sbatc
 
 
 @schedule.command("ls")
-@click.option("--store", "store_root", type=click.Path(), envvar="FLEET_STORE")
+@store_option
 @click.option("--json", "as_json", is_flag=True)
 def schedule_ls(store_root, as_json):
     """The schedules and how often each has fired."""
@@ -132,7 +132,7 @@ def schedule_ls(store_root, as_json):
 
 @schedule.command("rm")
 @click.argument("name")
-@click.option("--store", "store_root", type=click.Path(), envvar="FLEET_STORE")
+@store_option
 def schedule_rm(name, store_root):
     """Remove a schedule (a pending scheduling job is cancelled)."""
     from ..nightly import schedule as sched
@@ -147,9 +147,9 @@ def schedule_rm(name, store_root):
 
 @schedule.command("fire", hidden=True)
 @click.argument("name")
-@click.option("--store", "store_root", type=click.Path(), envvar="FLEET_STORE")
+@store_option
 @click.pass_obj
-def schedule_fire(obj: "Context", name, store_root):
+def schedule_fire(obj: Context, name, store_root):
     """Run by the schedule itself: the next occurrence is set up, then the playbook runs."""
     from ..nightly import schedule as sched
     from .. import store
@@ -173,7 +173,7 @@ def nightly():
 @click.option("--out", default="fleet-nightly.html", show_default=True, type=click.Path(dir_okay=False),
               help="The HTML page (its JSON twin goes beside it).")
 @click.option("--notify", help="Run this shell command with the summary on its stdin (mail, chat webhook).")
-@click.option("--store", "store_root", type=click.Path(), envvar="FLEET_STORE")
+@store_option
 @click.option("--json", "as_json", is_flag=True)
 def nightly_report(playbooks, since, out, notify, store_root, as_json):
     """One static HTML page: a trend plot per metric and device, the verdicts, links to the reports.

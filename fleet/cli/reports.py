@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 import click
 
 from .. import exitcodes
+from .context import store_option
 
 if TYPE_CHECKING:
     from ..store.manifest import RunManifest
@@ -31,7 +32,7 @@ def reports():
 
 
 @reports.command("ls")
-@click.option("--store", "store_root", type=click.Path(), envvar="FLEET_STORE")
+@store_option
 @click.option("--host", help="Only reports from this host.")
 @click.option("--since", help="Only runs started on or after this date (YYYY-MM-DD).")
 @click.option("--tool", type=click.Choice(["nsys", "ncu"]))
@@ -52,7 +53,7 @@ def reports_ls(store_root, host, since, tool, status, as_json):
 
 @reports.command("show")
 @click.argument("run_id")
-@click.option("--store", "store_root", type=click.Path(), envvar="FLEET_STORE")
+@store_option
 @click.option("--json", "as_json", is_flag=True, help="The whole manifest.")
 def reports_show(run_id, store_root, as_json):
     """A run's manifest: request, hosts, reports, what is missing and why."""
@@ -76,7 +77,7 @@ def reports_show(run_id, store_root, as_json):
 @reports.command("pull")
 @click.argument("run_id")
 @click.argument("dest", type=click.Path())
-@click.option("--store", "store_root", type=click.Path(), envvar="FLEET_STORE")
+@store_option
 def reports_pull(run_id, dest, store_root):
     """Copy a run's reports out of the store into DEST/HOST/, checked against their sha256."""
     import shutil
@@ -101,7 +102,7 @@ def reports_pull(run_id, dest, store_root):
 
 @reports.command("rm")
 @click.argument("run_id")
-@click.option("--store", "store_root", type=click.Path(), envvar="FLEET_STORE")
+@store_option
 def reports_rm(run_id, store_root):
     """Delete a run's reports and manifest from the store and the catalog."""
     from .. import store
@@ -113,7 +114,7 @@ def reports_rm(run_id, store_root):
 @reports.command("compare")
 @click.argument("run_a")
 @click.argument("run_b")
-@click.option("--store", "store_root", type=click.Path(), envvar="FLEET_STORE")
+@store_option
 @click.option("--top", type=int, default=15, show_default=True)
 @click.option("--json", "as_json", is_flag=True)
 def reports_compare(run_a, run_b, store_root, top, as_json):
@@ -133,7 +134,7 @@ def reports_compare(run_a, run_b, store_root, top, as_json):
 
 
 @reports.command("reindex")
-@click.option("--store", "store_root", type=click.Path(), envvar="FLEET_STORE")
+@store_option
 def reports_reindex(store_root):
     """Rebuild the catalog from the runs' manifests."""
     from .. import store

@@ -10,9 +10,9 @@ from typing import TYPE_CHECKING
 import click
 
 from .. import exitcodes
+from .context import Context, fail, store_option
 
 if TYPE_CHECKING:
-    from .main import Context
     from ..store.manifest import RunManifest
     from ..plan import ProfileRequest
 
@@ -50,7 +50,7 @@ def slurm_options(f):
     return f
 
 
-_fail = exitcodes.fail
+_fail = fail
 
 
 def spec_from(opts: dict):
@@ -75,19 +75,20 @@ def spec_from(opts: dict):
                    workdir=opts.get("workdir"), container=container)
 
 
-def _cluster(obj: "Context", partition: str | None, name: str | None):
+def _cluster(obj: Context, partition: str | None, name: str | None):
     from ..slurm.cluster import choose
 
     return choose(obj.inventory, partition, name, embedded=not obj.inventories)
 
 
-def profile_on_slurm(obj: "Context", req: "ProfileRequest", opts: dict, *, store_root, site, dry_run, as_json):
+def profile_on_slurm(obj: Context, req: "ProfileRequest", opts: dict, *, store_root, site, dry_run, as_json):
     from .. import store
     from .interrupt import stop_on_signals
     from .output import byte_progress
-    from ..slurm import run as slurm_run
-    from ..slurm.jobs import SlurmError
     from ..containers import ContainerError
+    from ..slurm import run as slurm_run
+    from ..slurm import runs
+    from ..slurm.jobs import SlurmError
 
     cluster = _cluster(obj, opts.get("partition"), opts.get("cluster"))
     spec = spec_from(opts)
@@ -120,19 +121,21 @@ def profile_on_slurm(obj: "Context", req: "ProfileRequest", opts: dict, *, store
     if as_json:
         click.echo(json.dumps(manifest.to_json(), indent=2, default=str))
     else:
-        click.echo(render(manifest), nl=False)
+        click.echo(runs.render(manifest), nl=False)
     sys.exit(exitcodes.for_run(manifest, waited=not opts.get("no_wait")))
 
 
-def gather_on_slurm(obj: "Context", run_id: str, store_root) -> None:
+def gather_on_slurm(obj: Context, run_id: str, store_root) -> None:
     """``fleet gather RUN`` for a Slurm run: once its job has ended, bring home what the ranks left."""
     from .. import store
     from ..slurm import run as slurm_run
     from ..slurm.jobs import SlurmError
 
+    from ..slurm.runs import by_cluster, render
+
     root = store.root(store_root)
     path = store.manifest_of(root, run_id)
-    [(cluster, _)] = _by_cluster(obj, [store.read_manifest(path)])
+    [(cluster, _)] = by_cluster(obj.inventory, [store.read_manifest(path)])
 
     async def go():
         async with obj.fanout_for_run() as fan:
@@ -149,110 +152,57 @@ def gather_on_slurm(obj: "Context", run_id: str, store_root) -> None:
     sys.exit(exitcodes.for_run(m))
 
 
-def render(m: "RunManifest") -> str:
-    s = m.slurm
-    lines = [f"run {m.run_id}: job {s.job_id} on {s.cluster} {s.state or ''} -> {m.status}"]
-    if m.status == "submitted":
-        lines.append(f"  reports will be under {s.run_dir}; bring them home with: fleet gather {m.run_id}")
-    if s.stopped_before_time_limit:
-        lines.append("  the profilers were stopped ahead of the time limit, so their reports could be finished")
-    for h in m.hosts:
-        rank = f"rank {h.rank}" if h.rank is not None else "?"
-        lines.append(f"  {h.host} {rank}: {h.status}" + (f": {h.missing_why}" if h.missing_why else ""))
-        for g in h.given_up:
-            lines.append(f"    gave up:  {g}")
-        for rep in h.reports:
-            state = "verified" if rep.verified else f"NOT brought home: {rep.error}"
-            kind = "summary:" if rep.status == "summary" else "report: "
-            lines.append(f"    {kind}  {rep.stored} ({rep.size} bytes, {state})")
-    if s.log:
-        lines.append(f"  job log:  {s.log.stored}")
-    return "\n".join(lines) + "\n"
-
-
-def _slurm_runs(store_root, run_ids=()) -> list["RunManifest"]:
-    """Manifests of Slurm runs: those named, else every run not yet gathered."""
+def _stored(store_root, run_ids=()) -> list["RunManifest"]:
     from .. import store
+    from ..slurm import runs
 
-    root = store.root(store_root)
-    if run_ids:
-        try:
-            paths = [store.manifest_of(root, r) for r in run_ids]
-        except LookupError as e:
-            _fail(str(e))
-    else:
-        paths = sorted(root.glob("*/*/*/manifest.json"))
-    manifests = [store.read_manifest(p) for p in paths]
-    return [m for m in manifests if m.slurm and (run_ids or m.status in ("running", "submitted"))]
-
-
-def _by_cluster(obj: "Context", manifests: list["RunManifest"]):
-    from ..slurm.cluster import choose
-
-    groups: dict = {}
-    for m in manifests:
-        name = m.slurm.cluster
-        cluster = choose(obj.inventory, None, None if name == "local" else name, embedded=name == "local")
-        groups.setdefault(cluster.name, (cluster, []))[1].append(m)
-    return groups.values()
+    try:
+        return runs.stored(store.root(store_root), tuple(run_ids))
+    except LookupError as e:
+        _fail(str(e))
 
 
 @click.command()
 @click.argument("run_ids", nargs=-1)
-@click.option("--store", "store_root", type=click.Path(), envvar="FLEET_STORE")
+@store_option
 @click.option("--json", "as_json", is_flag=True)
 @click.pass_obj
-def jobs(obj: "Context", run_ids, store_root, as_json):
+def jobs(obj: Context, run_ids, store_root, as_json):
     """Slurm jobs of runs not yet gathered (or of RUN_IDS): one squeue call per cluster."""
-    from ..slurm.jobs import SlurmClient
+    from ..slurm import runs
 
-    manifests = _slurm_runs(store_root, run_ids)
+    groups = runs.by_cluster(obj.inventory, _stored(store_root, run_ids))
 
     async def go():
-        rows = []
         async with obj.fanout_for_run() as fan:
-            for cluster, ms in _by_cluster(obj, manifests):
-                client = SlurmClient(fan, cluster.login)
-                await client.cluster_info()
-                ids = [m.slurm.job_id for m in ms if m.slurm.job_id]
-                states = await client.states(ids) if ids else {}
-                for m in ms:
-                    st = states.get(m.slurm.job_id)
-                    rows.append({"run_id": m.run_id, "cluster": cluster.name, "job_id": m.slurm.job_id,
-                                 "state": st.state if st else m.slurm.state, "reason": st and st.reason,
-                                 "nodes": st and st.nodes, "elapsed": st and st.elapsed, "run_status": m.status})
-        return rows
+            return await runs.job_rows(fan, groups)
 
     rows = asyncio.run(go())
     if as_json:
         click.echo(json.dumps({"jobs": rows}, indent=2))
         return
     for r in rows:
-        click.echo(f"{r['run_id']}  {r['cluster']}  job {r['job_id']}  {r['state']}"
-                   + (f"  {r['reason']}" if r["reason"] and r["reason"] != "None" else "")
-                   + (f"  {r['nodes']}" if r["nodes"] else "") + (f"  {r['elapsed']}" if r["elapsed"] else ""))
+        click.echo(runs.row_text(r))
 
 
 @click.command()
 @click.argument("run_ids", nargs=-1, required=True)
-@click.option("--store", "store_root", type=click.Path(), envvar="FLEET_STORE")
+@store_option
 @click.pass_obj
-def cancel(obj: "Context", run_ids, store_root):
+def cancel(obj: Context, run_ids, store_root):
     """Cancel the Slurm jobs of RUN_IDS (scancel); the profilers get SIGTERM and finish their reports."""
-    from ..slurm.jobs import SlurmClient, SlurmError
+    from ..slurm import runs
+    from ..slurm.jobs import SlurmError
 
-    manifests = _slurm_runs(store_root, run_ids)
+    groups = runs.by_cluster(obj.inventory, _stored(store_root, run_ids))
 
     async def go():
         async with obj.fanout_for_run() as fan:
-            for cluster, ms in _by_cluster(obj, manifests):
-                ids = [m.slurm.job_id for m in ms if m.slurm.job_id]
-                if ids:
-                    await SlurmClient(fan, cluster.login).cancel(ids)
-                    click.echo(f"{cluster.name}: cancelled job(s) {', '.join(ids)}")
+            return await runs.cancel(fan, groups)
 
     try:
-        asyncio.run(go())
+        for cluster, ids in asyncio.run(go()):
+            click.echo(f"{cluster}: cancelled job(s) {', '.join(ids)}")
     except SlurmError as e:
         _fail(str(e), exitcodes.FAILED)
 
@@ -276,7 +226,7 @@ def slurm_group():
 @click.option("--pause-dcgm", is_flag=True, help="Let jobs ask for DCGM profiling to be paused (pre-Hopper).")
 @click.option("--apply", "do_apply", is_flag=True, help="Write the files on this machine (as root).")
 @click.pass_obj
-def slurm_install(obj: "Context", prefix, python_path, owned, cluster, jobs_dir, state_dir, log_file, fail_closed,
+def slurm_install(obj: Context, prefix, python_path, owned, cluster, jobs_dir, state_dir, log_file, fail_closed,
                   pause_dcgm, do_apply):
     """Print (or, with --apply, write) the slurm.conf lines, the wrapper scripts and the node config."""
     from ..slurm.install import NodeSetup, apply

@@ -8,7 +8,6 @@ output and reports, and says what happened on each node.
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import secrets
 import time

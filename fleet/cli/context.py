@@ -1,0 +1,45 @@
+"""What every command shares: the global options' Context, and the options many commands take."""
+
+from __future__ import annotations
+
+import click
+
+from .. import exitcodes
+from ..inventory import Inventory, load, local_inventory
+
+fail = exitcodes.fail  # one line on stderr, ``fleet: ...``, and the exit status
+
+exclude_option = click.option("-x", "--exclude", multiple=True, help="Hosts, groups or ranges to leave out.")
+store_option = click.option("--store", "store_root", type=click.Path(), envvar="FLEET_STORE",
+                            help="Report store (default ~/.local/share/fleet/store): SITE/DAY/RUN-ID/HOST/.")
+
+
+class Context:
+    """The global options (inventory, SSH settings, fan-out), read once per command."""
+
+    def __init__(self, inventories: tuple[str, ...], ssh_config: str | None, known_hosts: str | None,
+                 fanout: int):
+        self.inventories, self.fanout = inventories, fanout
+        self._ssh = (ssh_config, known_hosts)
+        self._inventory: Inventory | None = None
+
+    @property
+    def inventory(self) -> Inventory:
+        if self._inventory is None:
+            self._inventory = load(self.inventories) if self.inventories else local_inventory()
+        return self._inventory
+
+    def select(self, targets: str | None, exclude: tuple[str, ...]):
+        return self.inventory.select([targets] if targets else [], exclude)
+
+    def ssh_settings(self):
+        from ..transport.settings import SSHSettings
+
+        return SSHSettings.from_env(*self._ssh)
+
+    def fanout_for_run(self):
+        from ..transport import Fanout
+
+        return Fanout(self.ssh_settings(), concurrency=self.fanout)
+
+

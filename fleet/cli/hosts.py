@@ -1,0 +1,229 @@
+"""Hosts: the inventory, running commands, probing and diagnosing nodes, putting them back, host keys."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+
+import click
+
+from .. import exitcodes
+from .context import Context, exclude_option, fail
+
+_fail = fail
+
+
+# --- inventory ---
+
+@click.group()
+def inventory():
+    """Read and check the inventory."""
+
+
+@inventory.command("list")
+@click.argument("targets", required=False)
+@exclude_option
+@click.option("--json", "as_json", is_flag=True, help="One JSON document with every host and its merged variables.")
+@click.pass_obj
+def inventory_list(obj: Context, targets, exclude, as_json):
+    """List the hosts that TARGETS name (default: all), with their merged variables."""
+    hosts = obj.select(targets, exclude)
+    if as_json:
+        groups = {g: [h for h in members if h in {x.name for x in hosts}]
+                  for g, members in obj.inventory.groups.items()}
+        click.echo(json.dumps({"sources": obj.inventory.sources, "hosts": [h.to_json() for h in hosts],
+                               "groups": {g: m for g, m in groups.items() if m}}, indent=2, default=str))
+        return
+    rows = [(h.name, h.address + (f":{h.port}" if h.port else ""), h.user or "", ",".join(h.groups), h.connection)
+            for h in hosts]
+    widths = [max([len(r[i]) for r in rows] + [len(t)]) for i, t in enumerate(("HOST", "ADDRESS", "USER", "GROUPS"))]
+    click.echo("  ".join(t.ljust(w) for t, w in zip(("HOST", "ADDRESS", "USER", "GROUPS"), widths)) + "  VIA")
+    for r in rows:
+        click.echo("  ".join(c.ljust(w) for c, w in zip(r, widths)) + f"  {r[4]}")
+
+
+@inventory.command("check")
+@click.pass_obj
+def inventory_check(obj: Context):
+    """Validate the inventory; exit 2 naming file and line on the first error."""
+    inv = obj.inventory
+    groups = [g for g in inv.groups if g != "all"]
+    click.echo(f"ok: {len(inv.hosts)} hosts in {len(groups)} groups ({', '.join(inv.sources)})")
+
+
+# --- exec ---
+
+@click.command("exec", context_settings={"ignore_unknown_options": True})
+@click.argument("targets")
+@click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
+@exclude_option
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per host (JSON lines).")
+@click.option("--timeout", type=float, help="Seconds before the command is stopped (SIGTERM) on a host.")
+@click.pass_obj
+def exec_(obj: Context, targets, command, exclude, as_json, timeout):
+    """Run COMMAND on every host TARGETS names; identical outputs are shown once.
+
+    COMMAND's arguments reach the host exactly as given (quoted for its shell):
+    for pipes or redirection run a shell yourself, `fleet exec all -- sh -c 'a | b'`.
+    """
+    from .output import print_gathered, print_json_lines, progress, summary
+
+    hosts = obj.select(targets, exclude)
+
+    async def go():
+        async with obj.fanout_for_run() as fan:
+            with progress(len(hosts), "exec", enabled=not as_json) as advance:
+                return await fan.run_all(hosts, list(command), timeout=timeout, on_result=advance)
+
+    results = asyncio.run(go())
+    if as_json:
+        print_json_lines(results)
+    else:
+        print_gathered(results)
+        if len(results) > 1 or not results[0].ok:
+            click.echo(summary(results), err=True)
+    sys.exit(exitcodes.for_results(results))
+
+
+# --- probe and doctor ---
+
+def _probe(obj: Context, targets, exclude, as_json, environment_check=False):
+    from ..lab import probe as probe_mod
+    from .output import progress
+
+    hosts = obj.select(targets, exclude)
+
+    async def go():
+        async with obj.fanout_for_run() as fan:
+            with progress(len(hosts), "probe", enabled=not as_json) as advance:
+                return await probe_mod.probe(fan, hosts, environment_check=environment_check, on_result=advance)
+
+    return hosts, asyncio.run(go())
+
+
+@click.command()
+@click.argument("targets", required=False)
+@exclude_option
+@click.option("--json", "as_json", is_flag=True, help="The agent's document for every node.")
+@click.pass_obj
+def probe(obj: Context, targets, exclude, as_json):
+    """The GPUs of each node and who is on them (user, pid, memory); MIG, MPS, DCGM."""
+    from ..lab.doctor import render_probe
+
+    hosts, results = _probe(obj, targets, exclude, as_json)
+    if as_json:
+        click.echo(json.dumps({"nodes": [{"host": h.name, "error": r.error, "error_kind": r.error_kind,
+                                          "state": r.extra.get("state")} for h, r in zip(hosts, results)]},
+                              indent=2))
+    else:
+        for h, r in zip(hosts, results):
+            click.echo(render_probe(h.name, r), nl=False, err=r.error is not None)
+    sys.exit(exitcodes.for_results(results))
+
+
+@click.command()
+@click.argument("targets", required=False)
+@exclude_option
+@click.option("--json", "as_json", is_flag=True, help="Findings and verdicts of every node as JSON.")
+@click.option("--strict", is_flag=True, help="Exit 4 when a way to profile is degraded, 5 when one is refused.")
+@click.pass_obj
+def doctor(obj: Context, targets, exclude, as_json, strict):
+    """Per node: the five problems (placement, wrapping, collection, permissions,
+    neighbours) and, for each way to profile, ok, degraded or refused, with why and what to do.
+
+    Without an inventory it examines this machine.
+    """
+    from ..lab.doctor import diagnosis, render_doctor, worst
+
+    hosts, results = _probe(obj, targets, exclude, as_json, environment_check=True)
+    diagnoses = [diagnosis(h, r) for h, r in zip(hosts, results)]
+    if as_json:
+        click.echo(json.dumps({"nodes": diagnoses}, indent=2))
+    else:
+        click.echo("\n".join(render_doctor(d) for d in diagnoses), nl=False)
+    code = exitcodes.for_results(results)
+    if strict and code == exitcodes.OK:
+        code = {"refused": exitcodes.REFUSED, "degraded": exitcodes.DEGRADED}.get(worst(diagnoses), exitcodes.OK)
+    sys.exit(code)
+
+
+@click.command()
+@click.argument("targets")
+@exclude_option
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_obj
+def repair(obj: Context, targets, exclude, as_json):
+    """Put back what killed runs left changed on TARGETS (owned sysctls, DCGM pause)."""
+    from ..lab import probe as probe_mod
+    from ..agent.bundle import bundle
+
+    hosts = obj.select(targets, exclude)
+
+    async def go():
+        async with obj.fanout_for_run() as fan:
+            payload = bundle()
+            return await fan.each(hosts, lambda h: fan.run(h, probe_mod.agent_argv(h, {"mode": "repair"}),
+                                                           input=payload))
+
+    results = asyncio.run(go())
+    for h, r in zip(hosts, results):
+        doc = json.loads(r.stdout) if r.exit_status is not None and r.stdout.strip() else {"error": r.error}
+        if as_json:
+            click.echo(json.dumps({"host": h.name, **doc}))
+        elif doc.get("error"):
+            click.echo(f"{h.name}: {doc['error']}", err=True)
+        else:
+            done = doc["value"]
+            restored = ", ".join(f"{k}={v}" for k, v in done["restored"].items()) or "nothing to put back"
+            click.echo(f"{h.name}: {restored}" + ("; DCGM profiling resumed" if done["dcgm_resumed"] else ""))
+    sys.exit(exitcodes.for_results(results))
+
+
+# --- hosts ---
+
+@click.group()
+def hosts():
+    """Manage what fleet knows about hosts (SSH host keys)."""
+
+
+@hosts.command("trust")
+@click.argument("targets")
+@exclude_option
+@click.option("--yes", is_flag=True, help="Accept without asking.")
+@click.pass_obj
+def hosts_trust(obj: Context, targets, exclude, yes):
+    """Fetch the host keys of TARGETS, show their fingerprints, record the accepted ones."""
+    from ..transport import hostkeys
+    from ..transport.ssh import SSHTransport
+
+    chosen = [h for h in obj.select(targets, exclude) if h.connection == "ssh"]
+    ssh = SSHTransport(obj.ssh_settings())
+
+    async def fetch():
+        return await asyncio.gather(*(hostkeys.offered_key(ssh, h) for h in chosen))
+
+    offered = asyncio.run(fetch())
+    code = exitcodes.OK
+    accept = []
+    for k in offered:
+        if k.state == "error":
+            click.echo(f"{k.host}: cannot fetch its key: {k.error}", err=True)
+            code = exitcodes.UNREACHABLE
+        elif k.state == "known":
+            click.echo(f"{k.host}: {k.fingerprint} already trusted")
+        elif k.state == "changed":  # as ssh does: the old key goes only by hand
+            click.echo(f"{k.host}: {k.fingerprint} DIFFERS from the key recorded in {k.file}; not accepted. "
+                       f"Once checked, remove the old one (ssh-keygen -R '{k.pattern}' -f {k.file}) "
+                       "and trust again.", err=True)
+            code = exitcodes.FAILED
+        else:
+            click.echo(f"{k.host}: {k.fingerprint} -> {k.file}")
+            accept.append(k)
+    if accept and not yes:
+        if not sys.stdin.isatty():
+            _fail("not accepting keys without a terminal to confirm on; pass --yes")
+        if not click.confirm(f"Trust {len(accept)} host key(s)?", default=False):
+            _fail("nothing recorded", exitcodes.FAILED)
+    hostkeys.record(accept)
+    sys.exit(code)

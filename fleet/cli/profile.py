@@ -1,0 +1,126 @@
+"""``fleet profile`` and ``fleet gather``: on lab servers here, on Slurm through :mod:`fleet.cli.slurm`."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+
+import click
+
+from .. import exitcodes
+from .context import Context, exclude_option, fail, store_option
+from .slurm import gather_on_slurm, profile_on_slurm, slurm_options
+
+_fail = fail
+
+
+@click.command(context_settings={"ignore_unknown_options": True})
+@click.option("--hosts", "hosts_", help="Hosts or ranges to profile on.")
+@click.option("--group", "group", help="Inventory group to profile on.")
+@exclude_option
+@click.option("--tool", type=click.Choice(["nsys", "ncu"]), default="nsys", show_default=True)
+@click.option("--gpu", "gpus", multiple=True, type=int, help="GPU index the workload runs on (repeatable); "
+              "it gets CUDA_VISIBLE_DEVICES and the neighbour check covers it. Default: every GPU.")
+@click.option("--gpu-metrics", is_flag=True, help="nsys: sample GPU metrics (counters; refused beside tenants).")
+@click.option("--allow-own", is_flag=True, help="Your own other processes on the GPU are not tenants.")
+@click.option("--pause-dcgm", is_flag=True, help="Pause DCGM profiling for the run on pre-Hopper GPUs (owned nodes).")
+@click.option("--wait", "lock_wait", type=float, default=0.0, help="Seconds to wait for another run's GPU lock.")
+@click.option("--timeout", type=float, help="Seconds, then the profiler is stopped (SIGTERM) and its report kept.")
+@click.option("-X", "--profiler-arg", "profiler_args", multiple=True, help="Extra argument for nsys/ncu (repeatable).")
+@click.option("--docker", "docker_image", help="Lab servers: run the workload and the node's profiler in this "
+              "Docker image, with the least privilege the plan needs.")
+@store_option
+@click.option("--site", default="lab", show_default=True, help="Store folder for this group of machines.")
+@click.option("--dry-run", is_flag=True, help="Print each node's plan (commands, sysctls, locks, refusals); touch nothing.")
+@click.option("--json", "as_json", is_flag=True, help="Every host's plan, result and reports as JSON.")
+@slurm_options
+@click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
+@click.pass_obj
+def profile(obj: Context, hosts_, group, exclude, tool, gpus, gpu_metrics, allow_own, pause_dcgm, lock_wait,
+            timeout, profiler_args, docker_image, store_root, site, dry_run, as_json, command, **slurm):
+    """Profile COMMAND with nsys or ncu on lab servers (--hosts, --group) or in a Slurm
+    batch job (--partition), leaving every node as it was.
+
+    ncu and GPU metrics are refused on a GPU with any other tenant. Ctrl-C stops the
+    profiler with SIGTERM so the report is finished; a second Ctrl-C leaves the
+    nodes (or the job) to finish on their own.
+    """
+    from ..lab import profile as profile_mod
+    from .. import store
+    from .interrupt import stop_on_signals
+    from ..plan import ProfileRequest, profiler_args_error
+
+    if (why := profiler_args_error(tool, tuple(profiler_args))):
+        _fail(why)
+    req = ProfileRequest(tool=tool, command=tuple(command), run_id=profile_mod.new_run_id(),
+                         gpus=tuple(gpus) or None, gpu_metrics=gpu_metrics, allow_own=allow_own,
+                         pause_dcgm=pause_dcgm, profiler_args=tuple(profiler_args), timeout=timeout,
+                         lock_wait=lock_wait, docker_image=docker_image)
+    if slurm.get("partition") or slurm.get("cluster"):
+        if hosts_ or group:
+            _fail("--partition/--cluster (a Slurm job) and --hosts/--group (lab servers) do not mix")
+        if docker_image:
+            _fail("on Slurm, containers are --container-image (pyxis) or --apptainer")
+        if gpus:
+            _fail("on Slurm, ask for GPUs with --gpus or --gres; --gpu picks a GPU on a lab server")
+        if timeout or lock_wait:
+            _fail("on Slurm, the job's --time bounds the run (the profilers stop --stop-before seconds ahead); "
+                  "--timeout and --wait are for lab servers")
+        return profile_on_slurm(obj, req, slurm, store_root=store_root, site=None if site == "lab" else site,
+                                dry_run=dry_run, as_json=as_json)
+    targets = ",".join(t for t in (hosts_, group) if t)
+    if not targets:
+        _fail("name where to profile: --hosts H or --group G (lab servers), or --partition P (Slurm)")
+    hosts = obj.select(targets, exclude)
+
+    def write(stream: str, text: str) -> None:
+        (sys.stderr if stream == "stderr" or as_json else sys.stdout).write(text)
+
+    async def go():
+        stop = stop_on_signals("stopping the profilers (SIGTERM), waiting for their reports")
+        from .output import byte_progress
+
+        async with obj.fanout_for_run() as fan:
+            with byte_progress(enabled=not as_json and not dry_run) as gathering:
+                return await profile_mod.profile(fan, hosts, req, store_root=store.root(store_root), site=site,
+                                                 dry_run=dry_run, write=write, stop=stop, gathering=gathering)
+
+    try:
+        manifest = asyncio.run(go())
+    except KeyboardInterrupt:  # the second Ctrl-C
+        _fail(f"left the nodes to finish on their own; bring the reports home later with: fleet gather {req.run_id}",
+              130)
+    if as_json:
+        click.echo(json.dumps(profile_mod.json_doc(manifest), indent=2, default=str))
+    else:
+        for h in manifest.hosts:
+            click.echo(profile_mod.render(h), nl=False, err=h.status not in ("ok", "planned"))
+    sys.exit(exitcodes.for_run(manifest))
+
+
+@click.command()
+@click.argument("run_id")
+@store_option
+@click.pass_obj
+def gather(obj: Context, run_id, store_root):
+    """Bring home what run RUN_ID left on its nodes (after fleet was killed, or a failed transfer)."""
+    from ..lab import profile as profile_mod
+    from .. import store
+
+    try:
+        if store.load_run(store.root(store_root), run_id).slurm is not None:
+            return gather_on_slurm(obj, run_id, store_root)
+    except LookupError as e:
+        _fail(str(e))
+
+    async def go():
+        async with obj.fanout_for_run() as fan:
+            return await profile_mod.gather(fan, obj.inventory.hosts, store.root(store_root), run_id)
+
+    manifest = asyncio.run(go())
+    for h in manifest.hosts:
+        click.echo(f"{h.host}: {h.status}" + (f" ({h.missing_why})" if h.missing_why else ""))
+        for r in h.reports:
+            click.echo(f"  {r.stored} ({'verified' if r.verified else r.error})")
+    sys.exit(exitcodes.for_run(manifest))

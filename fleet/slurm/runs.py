@@ -1,0 +1,90 @@
+"""Slurm runs in the store, as the command line asks about them: which ones, on which cluster,
+their jobs' states now, cancelling them, and one run shown to a person."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from .. import store
+from .cluster import Cluster, choose
+from .jobs import SlurmClient
+
+if TYPE_CHECKING:
+    from ..inventory import Inventory
+    from ..store.manifest import RunManifest
+    from ..transport import Fanout
+
+
+def stored(store_root: Path, run_ids: tuple[str, ...] = ()) -> list["RunManifest"]:
+    """The manifests of Slurm runs: those named (LookupError for one not in the store), else
+    every run not yet gathered."""
+    paths = ([store.manifest_of(store_root, r) for r in run_ids] if run_ids
+             else sorted(store_root.glob("*/*/*/manifest.json")))
+    manifests = [store.read_manifest(p) for p in paths]
+    return [m for m in manifests if m.slurm and (run_ids or m.status in ("running", "submitted"))]
+
+
+def by_cluster(inventory: "Inventory", manifests: list["RunManifest"]) -> list[tuple[Cluster, list["RunManifest"]]]:
+    """The runs grouped by the cluster (from the inventory) their job went to."""
+    groups: dict[str, tuple[Cluster, list]] = {}
+    for m in manifests:
+        name = m.slurm.cluster
+        cluster = choose(inventory, None, None if name == "local" else name, embedded=name == "local")
+        groups.setdefault(cluster.name, (cluster, []))[1].append(m)
+    return list(groups.values())
+
+
+async def job_rows(fan: "Fanout", groups: list[tuple[Cluster, list["RunManifest"]]]) -> list[dict]:
+    """Each run's job as Slurm sees it now: one squeue call per cluster."""
+    rows = []
+    for cluster, ms in groups:
+        client = SlurmClient(fan, cluster.login)
+        await client.cluster_info()
+        ids = [m.slurm.job_id for m in ms if m.slurm.job_id]
+        states = await client.states(ids) if ids else {}
+        for m in ms:
+            st = states.get(m.slurm.job_id)
+            rows.append({"run_id": m.run_id, "cluster": cluster.name, "job_id": m.slurm.job_id,
+                         "state": st.state if st else m.slurm.state, "reason": st and st.reason,
+                         "nodes": st and st.nodes, "elapsed": st and st.elapsed, "run_status": m.status})
+    return rows
+
+
+async def cancel(fan: "Fanout", groups: list[tuple[Cluster, list["RunManifest"]]]) -> list[tuple[str, list[str]]]:
+    """scancel each cluster's jobs (the profilers get SIGTERM and finish their reports)."""
+    done = []
+    for cluster, ms in groups:
+        ids = [m.slurm.job_id for m in ms if m.slurm.job_id]
+        if ids:
+            await SlurmClient(fan, cluster.login).cancel(ids)
+            done.append((cluster.name, ids))
+    return done
+
+
+def row_text(r: dict) -> str:
+    return (f"{r['run_id']}  {r['cluster']}  job {r['job_id']}  {r['state']}"
+            + (f"  {r['reason']}" if r["reason"] and r["reason"] != "None" else "")
+            + (f"  {r['nodes']}" if r["nodes"] else "") + (f"  {r['elapsed']}" if r["elapsed"] else ""))
+
+
+def render(m: "RunManifest") -> str:
+    """One Slurm run for people: the job, each rank's outcome and reports."""
+    s = m.slurm
+    lines = [f"run {m.run_id}: job {s.job_id} on {s.cluster} {s.state or ''} -> {m.status}"]
+    if m.status == "submitted":
+        lines.append(f"  reports will be under {s.run_dir}; bring them home with: fleet gather {m.run_id}")
+    if s.stopped_before_time_limit:
+        lines.append("  the profilers were stopped ahead of the time limit, so their reports could be finished")
+    for h in m.hosts:
+        rank = f"rank {h.rank}" if h.rank is not None else "?"
+        lines.append(f"  {h.host} {rank}: {h.status}" + (f": {h.missing_why}" if h.missing_why else ""))
+        for g in h.given_up:
+            lines.append(f"    gave up:  {g}")
+        for rep in h.reports:
+            state = "verified" if rep.verified else f"NOT brought home: {rep.error}"
+            kind = "summary:" if rep.status == "summary" else "report: "
+            lines.append(f"    {kind}  {rep.stored} ({rep.size} bytes, {state})")
+    if s.log:
+        lines.append(f"  job log:  {s.log.stored}")
+    return "\n".join(lines) + "\n"
