@@ -34,8 +34,20 @@ def _known(cls, doc: Any, what: str) -> dict:
     return {k: v for k, v in doc.items() if k in names}
 
 
+class _Record:
+    """A dataclass that reads its JSON back, keeping only its own keys."""
+    WHAT = "a record"
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, doc: dict):
+        return cls(**_known(cls, doc, cls.WHAT))
+
+
 @dataclass
-class ReportEntry:
+class ReportEntry(_Record):
     """One report or summary brought home (``collect.fetch_verified``), or one that was not."""
     remote: str = ""                      # its path on the node
     stored: str = ""                      # its path in the store
@@ -48,17 +60,11 @@ class ReportEntry:
     read_through: str | None = None       # fetched through this host (a shared report directory)
     removed_from_node: bool | None = None
     error: str | None = None
-
-    def to_json(self) -> dict:
-        return asdict(self)
-
-    @classmethod
-    def from_json(cls, doc: dict) -> "ReportEntry":
-        return cls(**_known(cls, doc, "a report entry"))
+    WHAT = "a report entry"
 
 
 @dataclass
-class ProcessSeen:
+class ProcessSeen(_Record):
     """A process on one of the run's GPUs when its node was looked at."""
     gpu: int | None = None
     pid: int | None = None
@@ -66,13 +72,7 @@ class ProcessSeen:
     used_memory: int | None = None
     foreign: bool | None = None
     slurm_job: str | None = None
-
-    def to_json(self) -> dict:
-        return asdict(self)
-
-    @classmethod
-    def from_json(cls, doc: dict) -> "ProcessSeen":
-        return cls(**_known(cls, doc, "a process seen"))
+    WHAT = "a process seen"
 
 
 @dataclass
