@@ -4,6 +4,8 @@
 #  tenant   another user's CUDA process on GPU 0: ncu refused; nsys trace allowed, report brought
 #           home; then the tenant gone: ncu allowed, report brought home
 #  nonvtx   an nsys trace of a workload without NVTX ranges
+#  flags    the user's own -X flags: --sample wins over fleet's (nsys refuses an option twice),
+#           -o is refused before anything runs
 #  killed   nsys SIGKILLed while generating its report (fleet finishes the .qdstrm), and while
 #           collecting (nsys 2025.3 cannot finish that data: fleet says so)
 #  importer nsys whose importer lacks libdw leaves a .qdstrm: fleet finishes it
@@ -17,7 +19,7 @@ cd "$(dirname "$0")/../.."
 TOP=${OUT:-/tmp}; D=$TOP/profile-check; mkdir -p "$D"
 trap 'pack "$TOP" profile-check' EXIT
 STORE=$D/store; export FLEET_STORE=$STORE
-STEPS=${ONLY:-${STEPS:-tenant nonvtx killed importer}}
+STEPS=${ONLY:-${STEPS:-tenant nonvtx flags killed importer}}
 APP=$D/app.py
 write_app "$APP"
 has() { case " $STEPS " in *" $1 "*) return 0;; esac; return 1; }
@@ -43,6 +45,15 @@ if has nonvtx; then
 step "nsys trace of a workload without NVTX ranges"
 fleet_log 4-nsys-without-nvtx.txt profile --hosts localhost --gpu 0 --store "$STORE" -X --trace=cuda -- "$PY" "$APP" 2 nonvtx
 expect "profile: nsys of a workload without NVTX" "$D/4-nsys-without-nvtx.txt" 0 ".nsys-rep (" "verified"
+gpu_idle
+fi
+
+if has flags; then
+step "the user's own nsys flags beside fleet's"
+fleet_log 4b-user-sample.txt profile --hosts localhost --gpu 0 --store "$STORE" -X --trace=cuda,nvtx -X --sample=process-tree -- "$PY" "$APP" 1
+expect "profile: the user's --sample wins, no option twice" "$D/4b-user-sample.txt" 0 ".nsys-rep (" "verified" "!cannot be specified more than once"
+fleet_log 4c-user-output.txt profile --hosts localhost --gpu 0 --store "$STORE" -X -o -X mine -- "$PY" "$APP" 1
+expect "profile: -X -o refused before anything runs" "$D/4c-user-output.txt" 2 "is fleet's"
 gpu_idle
 fi
 
