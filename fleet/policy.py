@@ -190,6 +190,37 @@ def tenants(state: NodeState, request: Request) -> list[Tenant]:
     return out
 
 
+UNSEEN_SLACK = 64 << 20  # bytes: a listed process's count may trail the device's; a CUDA context is ~500 MiB
+
+
+def unseen_tenants(state: NodeState, request: Request) -> list[str]:
+    """What shows processes on the chosen GPUs that the process lists hide. The driver lists only
+    the caller's PID namespace, but its memory in use (v2, reservation left out) and its
+    utilization samples count every process (measured on an H200 test machine). Where the lists
+    cannot be checked against those, a GPU seen from another namespace counts as shared."""
+    out = []
+    other_ns = state.get("host_pid_namespace") is not True
+    ns = "in another PID namespace" if state.get("host_pid_namespace") is False else "perhaps in another PID namespace"
+    where = f" (the agent is {ns})" if other_ns else ""
+    for g in chosen_gpus(state, request):
+        listed = g.get("processes") or []
+        if g.get("process_list_error"):
+            out.append(f"GPU {g['index']}: NVML does not list its processes ({g['process_list_error']})")
+            continue
+        by_processes = g.get("memory_used_by_processes")
+        counted = [p.get("used_memory") for p in listed]
+        if by_processes is not None and None not in counted and by_processes - sum(counted) > UNSEEN_SLACK:
+            out.append(f"GPU {g['index']}: {(by_processes - sum(counted)) / 2**30:.1f} GiB in use by processes "
+                       f"not visible from here{where}")
+        elif other_ns and [p for p in g.get("sampled_pids") or [] if p not in {q.get("pid") for q in listed}]:
+            # Samples carry host pids, the lists this namespace's: any sample is unexplained here.
+            out.append(f"GPU {g['index']}: its utilization samples name processes not visible from here{where}")
+        elif other_ns and (by_processes is None or None in counted):
+            out.append(f"GPU {g['index']}: the agent is {ns}, where NVML lists no process of the others, "
+                       "and this driver gives no memory figure to check that against")
+    return out
+
+
 def _tool(state: NodeState, name: str) -> dict | None:
     tool = (state.get("tools") or {}).get(name)  # None also when the tools section failed ({"error": ...})
     return tool if isinstance(tool, dict) else None
@@ -241,7 +272,9 @@ def nsys_trace(state: NodeState, request: Request) -> Verdict:
                        "set report_dir in the inventory to a directory you can write")
     if (why := _nvml_reason(state)):
         return Verdict("nsys-trace", DEGRADED, (why, "only CPU-side activity can be traced"))
-    return Verdict("nsys-trace", OK, ("CUDA/NVTX tracing programs no GPU counters: safe beside other tenants",))
+    warnings = tuple(f"warning: {u}: the trace shares the GPU with them" for u in unseen_tenants(state, request))
+    return Verdict("nsys-trace", OK, ("CUDA/NVTX tracing programs no GPU counters: safe beside other tenants",)
+                   + warnings)
 
 
 def nsys_cpu_sampling(state: NodeState, request: Request) -> Verdict:
@@ -281,6 +314,11 @@ def counters(state: NodeState, request: Request, way: str, tool: str) -> Verdict
     if found:
         reasons += [f"tenant: {t}" for t in found]
         remedies.append("wait until the GPU is free, choose another GPU (--gpu), or trace with nsys instead")
+    unseen = unseen_tenants(state, request)
+    if unseen:
+        reasons += [f"unseen tenant: {u}" for u in unseen]
+        remedies.append("run fleet from the host's PID namespace (the host's shell, docker --pid=host), "
+                        "or in a Slurm job on whole nodes")
     if (state.get("mps") or {}).get("control_daemon"):
         reasons.append("an MPS control daemon runs on this node: clients of any user may share the GPU")
         remedies.append("profile where MPS is off")
@@ -353,7 +391,7 @@ def problems(state: NodeState, request: Request = Request()) -> dict[str, Findin
             flags.append("MPS")
         if dcgm_running(state):
             flags.append("DCGM")
-        parts = [str(t) for t in everyone] + flags
+        parts = [str(t) for t in everyone] + unseen_tenants(state, Request()) + flags
         neighbours = Finding("warn" if parts else OK, "; ".join(parts) if parts else
                              f"no other process on {len(state['gpus'])} GPU(s)")
     return {"placement": placement, "wrapping": wrapping, "collection": collection,

@@ -16,7 +16,7 @@ def proc(pid, user="alice", uid=1000, foreign=False, name="python3", mem=10**9, 
 
 
 BASE = {
-    "euid": 1000, "uid": 1000, "perf_event_paranoid": 2,
+    "euid": 1000, "uid": 1000, "perf_event_paranoid": 2, "host_pid_namespace": True,
     "capabilities": {"sys_admin": False, "perfmon": False},
     "nvidia": {"driver_loaded": True, "profiling_admin_only": 0},
     "nvml": {"available": True},

@@ -131,7 +131,7 @@ def test_containers_mount_nsight_read_only_and_ask_for_no_privilege():
 
 
 def _lab_state(euid: int, paranoid: int) -> dict:
-    return {"uid": 1001, "gid": 1001, "euid": euid, "perf_event_paranoid": paranoid,
+    return {"uid": 1001, "gid": 1001, "euid": euid, "perf_event_paranoid": paranoid, "host_pid_namespace": True,
             "nvml": {"available": True}, "report_dir": {"path": "/var/tmp/fleet-ana", "writable": True},
             "tools": {"nsys": {"path": "/opt/nvidia/nsight-systems/2025.3.1/bin/nsys"},
                       "ncu": {"path": "/opt/nvidia/nsight-compute/2025.3.1/ncu"}},

@@ -28,6 +28,7 @@ SHIPPED = {
     "fleet_policy": "fleet.policy",
     "fleet_plan": "fleet.plan",
     "fleet_agent_node": "fleet.agent.node",
+    "fleet_agent_gpus": "fleet.agent.gpus",
     "fleet_agent_run": "fleet.agent.run",
     "fleet_agent_owned": "fleet.agent.owned",
     "fleet_agent_task": "fleet.agent.task",

@@ -9,7 +9,6 @@ crash the whole probe: each failure becomes a value in the document.
 
 from __future__ import annotations
 
-import ctypes
 import glob
 import json
 import os
@@ -23,9 +22,6 @@ import sys
 import time
 
 AGENT_VERSION = 1
-ARCHITECTURES = {2: "Kepler", 3: "Maxwell", 4: "Pascal", 5: "Volta", 6: "Turing", 7: "Ampere",
-                 8: "Ada", 9: "Hopper", 10: "Blackwell"}
-COMPUTE_MODES = {0: "default", 1: "exclusive-thread", 2: "prohibited", 3: "exclusive-process"}
 CAP_SYS_ADMIN, CAP_PERFMON = 21, 38
 PID_NS_INIT = 0xEFFFFFFC  # inode of the initial pid namespace (PROC_PID_INIT_INO)
 DCGM_PORTS = {5555: "nv-hostengine", 9400: "dcgm-exporter"}
@@ -147,107 +143,6 @@ def user_name(uid):
 
 # --- GPUs through NVML ---
 
-def gpus(procs, owner_uid):
-    try:
-        ctypes.CDLL("libnvidia-ml.so.1")  # before paying for pynvml: is there a driver at all?
-    except OSError as e:
-        return {"available": False, "error": "libnvidia-ml.so.1 cannot be loaded (no NVIDIA driver?): %s" % e}, []
-    import pynvml as nv  # shipped with the agent
-
-    try:
-        nv.nvmlInit()
-    except nv.NVMLError as e:
-        return {"available": False, "error": "nvmlInit failed: %s" % e}, []
-    try:
-        info = {"available": True, "error": None,
-                "driver": _s(nv.nvmlSystemGetDriverVersion()),
-                "cuda_driver": _try(nv.nvmlSystemGetCudaDriverVersion),
-                "nvml_version": _try(lambda: _s(nv.nvmlSystemGetNVMLVersion()))}
-        host_ns = host_pid_namespace()
-        return info, [gpu(nv, i, procs, owner_uid, host_ns) for i in range(nv.nvmlDeviceGetCount())]
-    finally:
-        nv.nvmlShutdown()
-
-
-def _s(v):
-    return v.decode() if isinstance(v, bytes) else v
-
-
-def _try(fn, default=None):
-    try:
-        return fn()
-    except Exception:
-        return default
-
-
-def gpu(nv, index, procs, owner_uid, host_ns):
-    h = nv.nvmlDeviceGetHandleByIndex(index)
-    arch = _try(lambda: nv.nvmlDeviceGetArchitecture(h))
-    mig = _try(lambda: nv.nvmlDeviceGetMigMode(h), [None, None])
-    mem = _try(lambda: nv.nvmlDeviceGetMemoryInfo(h))
-    mode = _try(lambda: nv.nvmlDeviceGetComputeMode(h))
-    out = {"index": index, "uuid": _s(nv.nvmlDeviceGetUUID(h)), "name": _s(nv.nvmlDeviceGetName(h)),
-           "architecture": arch, "architecture_name": ARCHITECTURES.get(arch, "arch %s" % arch),
-           "mig_mode": {"current": mig[0], "pending": mig[1]},
-           "compute_mode": COMPUTE_MODES.get(mode, mode),
-           "memory_total": mem.total if mem else None, "memory_used": mem.used if mem else None,
-           "mig_instances": mig_instances(nv, h) if mig[0] == 1 else [],
-           "processes": gpu_processes(nv, h, procs, owner_uid, host_ns)}
-    return out
-
-
-def mig_instances(nv, h):
-    out = []
-    for i in range(_try(lambda: nv.nvmlDeviceGetMaxMigDeviceCount(h), 0)):
-        m = _try(lambda: nv.nvmlDeviceGetMigDeviceHandleByIndex(h, i))
-        if m is None:
-            continue
-        mem = _try(lambda: nv.nvmlDeviceGetMemoryInfo(m))
-        out.append({"uuid": _s(_try(lambda: nv.nvmlDeviceGetUUID(m))), "name": _s(_try(lambda: nv.nvmlDeviceGetName(m))),
-                    "gpu_instance": _try(lambda: nv.nvmlDeviceGetGpuInstanceId(m)),
-                    "compute_instance": _try(lambda: nv.nvmlDeviceGetComputeInstanceId(m)),
-                    "memory_total": mem.total if mem else None})
-    return out
-
-
-def gpu_processes(nv, h, procs, owner_uid, host_ns):
-    lists = (("compute", nv.nvmlDeviceGetComputeRunningProcesses),
-             ("graphics", nv.nvmlDeviceGetGraphicsRunningProcesses),
-             ("mps", nv.nvmlDeviceGetMPSComputeRunningProcesses))
-    found = {}
-    for kind, fn in lists:
-        try:
-            entries = fn(h)
-        except nv.NVMLError_NotSupported:
-            continue
-        for p in entries:
-            entry = found.setdefault(p.pid, {"pid": p.pid, "kinds": [], "used_memory": None})
-            entry["kinds"].append(kind)
-            if p.usedGpuMemory is not None:
-                entry["used_memory"] = max(entry["used_memory"] or 0, p.usedGpuMemory)
-            for field, name in (("gpuInstanceId", "gpu_instance"), ("computeInstanceId", "compute_instance")):
-                value = getattr(p, field, None)
-                entry[name] = None if value in (None, 0xFFFFFFFF) else value
-    for entry in found.values():
-        comm_uid = procs.get(entry["pid"]) if host_ns else None
-        if comm_uid is None:  # another pid namespace, a container, or gone: cannot be vouched for
-            entry.update(user=None, uid=None, name=None, foreign=True,
-                         why="pid not visible from the agent" if host_ns else "agent is not in the host pid namespace")
-        else:
-            entry.update(user=user_name(comm_uid[1]), uid=comm_uid[1], name=comm_uid[0],
-                         foreign=comm_uid[1] != owner_uid)
-            if not entry["foreign"]:
-                entry["slurm_job"] = slurm_job_of(entry["pid"])
-    return sorted(found.values(), key=lambda e: e["pid"])
-
-
-def slurm_job_of(pid):
-    """The Slurm job an own process belongs to (its environment is readable to its owner)."""
-    env = read("/proc/%d/environ" % pid) or ""
-    for item in env.split("\0"):
-        if item.startswith("SLURM_JOB_ID="):
-            return item[len("SLURM_JOB_ID="):]
-    return None
 
 
 # --- profilers ---
@@ -353,11 +248,15 @@ def mount_type(path):
 # --- the document ---
 
 def probe(args):
+    try:  # imported here, since it imports this module; shipped under a flat name
+        import fleet_agent_gpus as nvml_gpus
+    except ImportError:  # as part of the installed package
+        from . import gpus as nvml_gpus
     started = time.monotonic()
     owner_uid = args.get("owner_uid", os.getuid())
     procs = processes()
     try:
-        nvml, gpu_list = gpus(procs, owner_uid)
+        nvml, gpu_list = nvml_gpus.gpus(procs, owner_uid)
     except Exception as e:  # an NVML call that fails mid-way is a state, not a crash
         nvml, gpu_list = {"available": False, "error": "%s: %s" % (type(e).__name__, e)}, []
     mps, dcgm = daemons(procs)

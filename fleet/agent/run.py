@@ -30,11 +30,13 @@ import sys
 import time
 
 try:  # as shipped by fleet, every module travels under a flat name
+    import fleet_agent_gpus as nvml_gpus
     import fleet_agent_node as node
     import fleet_agent_owned as owned
     import fleet_plan as planner
     import fleet_policy as policy
 except ImportError:  # as part of the installed package (tests, the local machine)
+    from . import gpus as nvml_gpus
     from . import node, owned
     from .. import plan as planner
     from .. import policy
@@ -243,7 +245,7 @@ def finish_qdstrm(nsys, leftover, notes):
 def recheck(plan):
     """Tenants on the plan's GPUs now, by the same rule the plan was made with."""
     procs = node.processes()
-    nvml, gpus = node.gpus(procs, os.getuid())
+    nvml, gpus = nvml_gpus.gpus(procs, os.getuid())
     if not nvml.get("available"):
         return ["NVML is not available any more: %s" % nvml.get("error")]
     state = {"gpus": gpus, "mps": node.daemons(procs)[0]}

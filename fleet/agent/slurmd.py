@@ -39,11 +39,13 @@ import syslog
 import time
 
 try:  # as shipped by fleet, every module travels under a flat name
+    import fleet_agent_gpus as nvml_gpus
     import fleet_agent_node as node
     import fleet_agent_owned as owned
     import fleet_agent_run as run
     import fleet_policy as policy
 except ImportError:  # as part of the installed package
+    from . import gpus as nvml_gpus
     from . import node, owned, run
     from .. import policy
 
@@ -209,7 +211,7 @@ def prolog(env, config):
     os.utime(marker)
     # Who is on the job's GPUs as root sees them; the job's wrapper reads this before ncu.
     procs = node.processes()
-    nvml, gpus = node.gpus(procs, job["uid"])
+    nvml, gpus = nvml_gpus.gpus(procs, job["uid"])
     mps, dcgm = node.daemons(procs)
     state = {"gpus": gpus, "mps": mps}
     found = policy.tenants(state, policy.Request(gpus=job["gpus"], allow_own=request.get("allow_own", False),

@@ -69,8 +69,7 @@ def render_probe(host: str, r: Result) -> str:
     flags = []
     if (state.get("mps") or {}).get("control_daemon"):
         flags.append("MPS")
-    dcgm = state.get("dcgm") or {}
-    if dcgm.get("hostengine") or dcgm.get("exporter") or dcgm.get("listening"):
+    if policy.dcgm_running(state):
         flags.append("DCGM")
     lines = [head + f"driver {nvml.get('driver')}, {len(state['gpus'])} GPU(s)" + (f" [{', '.join(flags)}]" if flags else "")]
     for g in state["gpus"]:
@@ -82,6 +81,8 @@ def render_probe(host: str, r: Result) -> str:
             tag = "  FOREIGN" if p.get("foreign") else ""
             lines.append(f"      pid {p['pid']:<8} {who:<12} {_gib(p.get('used_memory')):>6} GiB  "
                          f"{','.join(p['kinds'])} {p.get('name') or ''}{tag}")
+        unseen = policy.unseen_tenants(state, policy.Request(gpus=(g["index"],)))
         if not g.get("processes"):
-            lines.append("      no processes")
+            lines.append("      no processes listed" if unseen else "      no processes")
+        lines += [f"      UNSEEN  {u.split(': ', 1)[1]}" for u in unseen]
     return "\n".join(lines) + "\n"

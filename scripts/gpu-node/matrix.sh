@@ -6,18 +6,18 @@
 #           pycparser), installed with pip --no-index --target (default .h200/whl)
 #   DEPS    libdw1 and libelf1 .debs for nsys's importer (default .h200/deps)
 #   OUT     where the transcripts go (default /tmp/fleet-matrix)
-#   BUDGET  seconds the whole matrix may take (default 420); a check that no longer fits is
+#   BUDGET  seconds the whole matrix may take (default 500); a check that no longer fits is
 #           skipped with a line saying so
-#   CHECKS  the checks to run (default: probe profile metrics slurm)
-# What is left under $OUT, six files: summary.txt (one PASS, FAIL or SKIP line per step),
-# matrix.txt (everything printed), probe-check.tgz, profile-check.tgz, metrics-check.tgz and
-# slurm-check.tgz (each check's transcripts, the store's manifests and summaries, not the reports).
+#   CHECKS  the checks to run (default: probe profile namespace metrics slurm)
+# What is left under $OUT, seven files: summary.txt (one PASS, FAIL or SKIP line per step),
+# matrix.txt (everything printed), probe-check.tgz, profile-check.tgz, namespace-check.tgz,
+# metrics-check.tgz and slurm-check.tgz (each check's transcripts, the store's manifests and summaries, not the reports).
 set -u
 START=$SECONDS
 HERE=$(cd "$(dirname "$0")" && pwd); ROOT=$(cd "$HERE/../.." && pwd)
 abs() { case $1 in /*) echo "$1";; *) echo "$PWD/$1";; esac; }
 OUT=$(abs "${OUT:-/tmp/fleet-matrix}"); WHL=$(abs "${WHL:-.h200/whl}"); DEPS=$(abs "${DEPS:-.h200/deps}")
-BUDGET=${BUDGET:-420}; CHECKS=${CHECKS:-probe profile metrics slurm}
+BUDGET=${BUDGET:-500}; CHECKS=${CHECKS:-probe profile namespace metrics slurm}
 export OUT DEPS PYTHONUNBUFFERED=1 RESULTS=$OUT/summary.txt
 mkdir -p "$OUT"; : > "$RESULTS"
 SITE=/tmp/fleet-site
@@ -68,6 +68,7 @@ for check in $CHECKS; do
   case $check in
     probe) run_check probe 60 150 ;;
     profile) run_check profile 150 270 ;;
+    namespace) run_check namespace 60 150 ;;
     metrics) run_check metrics 40 100 ;;
     slurm)
       why=""

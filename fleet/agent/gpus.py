@@ -1,0 +1,149 @@
+"""What NVML says of each GPU and who is on it: the part of the node's document the neighbour
+rules read.
+
+Runs ON THE NODE (standard library plus pynvml, Python 3.8), for the probe, the last-moment
+check and the Slurm prolog. Besides the process lists it records what still shows processes
+the lists hide: the driver lists only the caller's PID namespace (seen on an H200 test machine:
+from ``unshare --pid`` a tenant's process is not listed), but its memory in use
+(``nvmlDeviceGetMemoryInfo`` v2 ``used``, which leaves out the driver's reservation) and the
+process-utilization samples count every process. :func:`fleet.policy.unseen_tenants` compares
+them.
+"""
+
+from __future__ import annotations
+
+import ctypes
+
+try:  # as shipped by fleet, every module travels under a flat name
+    import fleet_agent_node as node
+except ImportError:  # as part of the installed package
+    from . import node
+
+ARCHITECTURES = {2: "Kepler", 3: "Maxwell", 4: "Pascal", 5: "Volta", 6: "Turing", 7: "Ampere",
+                 8: "Ada", 9: "Hopper", 10: "Blackwell"}
+COMPUTE_MODES = {0: "default", 1: "exclusive-thread", 2: "prohibited", 3: "exclusive-process"}
+NO_ID = 0xFFFFFFFF  # gpuInstanceId/computeInstanceId of a process outside MIG
+
+
+def gpus(procs, owner_uid):
+    try:
+        ctypes.CDLL("libnvidia-ml.so.1")  # before paying for pynvml: is there a driver at all?
+    except OSError as e:
+        return {"available": False, "error": "libnvidia-ml.so.1 cannot be loaded (no NVIDIA driver?): %s" % e}, []
+    import pynvml as nv  # shipped with the agent
+
+    try:
+        nv.nvmlInit()
+    except nv.NVMLError as e:
+        return {"available": False, "error": "nvmlInit failed: %s" % e}, []
+    try:
+        info = {"available": True, "error": None,
+                "driver": _s(nv.nvmlSystemGetDriverVersion()),
+                "cuda_driver": _try(nv.nvmlSystemGetCudaDriverVersion),
+                "nvml_version": _try(lambda: _s(nv.nvmlSystemGetNVMLVersion()))}
+        host_ns = node.host_pid_namespace()
+        return info, [gpu(nv, i, procs, owner_uid, host_ns) for i in range(nv.nvmlDeviceGetCount())]
+    finally:
+        nv.nvmlShutdown()
+
+
+def _s(v):
+    return v.decode() if isinstance(v, bytes) else v
+
+
+def _try(fn, default=None):
+    try:
+        return fn()
+    except Exception:
+        return default
+
+
+def gpu(nv, index, procs, owner_uid, host_ns):
+    h = nv.nvmlDeviceGetHandleByIndex(index)
+    arch = _try(lambda: nv.nvmlDeviceGetArchitecture(h))
+    mig = _try(lambda: nv.nvmlDeviceGetMigMode(h), [None, None])
+    mem = _try(lambda: nv.nvmlDeviceGetMemoryInfo(h))
+    by_processes = _try(lambda: nv.nvmlDeviceGetMemoryInfo(h, version=nv.nvmlMemory_v2))
+    util = _try(lambda: nv.nvmlDeviceGetUtilizationRates(h))
+    mode = _try(lambda: nv.nvmlDeviceGetComputeMode(h))
+    listed, list_error = gpu_processes(nv, h, procs, owner_uid, host_ns)
+    out = {"index": index, "uuid": _s(nv.nvmlDeviceGetUUID(h)), "name": _s(nv.nvmlDeviceGetName(h)),
+           "architecture": arch, "architecture_name": ARCHITECTURES.get(arch, "arch %s" % arch),
+           "mig_mode": {"current": mig[0], "pending": mig[1]},
+           "compute_mode": COMPUTE_MODES.get(mode, mode),
+           "memory_total": mem.total if mem else None, "memory_used": mem.used if mem else None,
+           # v2: what processes hold, every PID namespace's (v1's used also counts the reservation)
+           "memory_used_by_processes": by_processes.used if by_processes else None,
+           "memory_reserved": by_processes.reserved if by_processes else None,
+           "utilization": {"gpu": util.gpu, "memory": util.memory} if util else None,
+           "sampled_pids": sampled_pids(nv, h),
+           "mig_instances": mig_instances(nv, h) if mig[0] == 1 else [],
+           "processes": listed, "process_list_error": list_error}
+    return out
+
+
+def sampled_pids(nv, h):
+    """The pids in the GPU's process-utilization samples (recent seconds): host pids, also of
+    processes the lists hide. [] when there are none, None when the driver gives none."""
+    try:
+        return sorted(set(s.pid for s in nv.nvmlDeviceGetProcessUtilization(h, 0)))
+    except nv.NVMLError_NotFound:
+        return []
+    except Exception:
+        return None
+
+
+def mig_instances(nv, h):
+    out = []
+    for i in range(_try(lambda: nv.nvmlDeviceGetMaxMigDeviceCount(h), 0)):
+        m = _try(lambda: nv.nvmlDeviceGetMigDeviceHandleByIndex(h, i))
+        if m is None:
+            continue
+        mem = _try(lambda: nv.nvmlDeviceGetMemoryInfo(m))
+        out.append({"uuid": _s(_try(lambda: nv.nvmlDeviceGetUUID(m))), "name": _s(_try(lambda: nv.nvmlDeviceGetName(m))),
+                    "gpu_instance": _try(lambda: nv.nvmlDeviceGetGpuInstanceId(m)),
+                    "compute_instance": _try(lambda: nv.nvmlDeviceGetComputeInstanceId(m)),
+                    "memory_total": mem.total if mem else None})
+    return out
+
+
+def gpu_processes(nv, h, procs, owner_uid, host_ns):
+    lists = (("compute", nv.nvmlDeviceGetComputeRunningProcesses),
+             ("graphics", nv.nvmlDeviceGetGraphicsRunningProcesses),
+             ("mps", nv.nvmlDeviceGetMPSComputeRunningProcesses))
+    found, list_error = {}, None
+    for kind, fn in lists:
+        try:
+            entries = fn(h)
+        except nv.NVMLError as e:  # a list NVML will not give: whoever is on it cannot be seen
+            if kind == "compute" or not isinstance(e, nv.NVMLError_NotSupported):
+                list_error = "%s processes: %s" % (kind, e)
+            continue
+        for p in entries:
+            entry = found.setdefault(p.pid, {"pid": p.pid, "kinds": [], "used_memory": None})
+            entry["kinds"].append(kind)
+            if p.usedGpuMemory is not None:
+                entry["used_memory"] = max(entry["used_memory"] or 0, p.usedGpuMemory)
+            for field, name in (("gpuInstanceId", "gpu_instance"), ("computeInstanceId", "compute_instance")):
+                value = getattr(p, field, None)
+                entry[name] = None if value in (None, NO_ID) else value
+    for entry in found.values():
+        comm_uid = procs.get(entry["pid"]) if host_ns else None
+        if comm_uid is None:  # another pid namespace, a container, or gone: cannot be vouched for
+            entry.update(user=None, uid=None, name=None, foreign=True,
+                         why="pid not visible from the agent" if host_ns else "agent is not in the host pid namespace")
+        else:
+            entry.update(user=node.user_name(comm_uid[1]), uid=comm_uid[1], name=comm_uid[0],
+                         foreign=comm_uid[1] != owner_uid)
+            if not entry["foreign"]:
+                entry["slurm_job"] = slurm_job_of(entry["pid"])
+    return sorted(found.values(), key=lambda e: e["pid"]), list_error
+
+
+def slurm_job_of(pid):
+    """The Slurm job an own process belongs to (its environment is readable to its owner)."""
+    env = node.read("/proc/%d/environ" % pid) or ""
+    for item in env.split("\0"):
+        if item.startswith("SLURM_JOB_ID="):
+            return item[len("SLURM_JOB_ID="):]
+    return None
