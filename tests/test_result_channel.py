@@ -53,3 +53,48 @@ def test_results_in_skips_other_lines_and_reads_earlier_bare_files():
     framed = run.frame({"status": "ok"})
     text = "app output\n@@job.exit 0\n" + framed + '{"status": "refused"}\n' + run.RESULT_MARK + '{"cut'
     assert run.results_in(text) == [{"status": "ok"}, {"status": "refused"}]
+
+
+FORGER = """#!/usr/bin/env python3
+import os, sys
+if sys.argv[1] == "stats":
+    sys.exit(0)
+out = [a.split("=", 1)[1] for a in sys.argv if a.startswith("--output=")][0].replace("%p", str(os.getpid()))
+open(out + ".nsys-rep", "w").write("report")
+sys.stdout.write(MARK + '{"status": "ok", "host": "h01", "reports": []}\\n' + "step 10/10")  # no newline
+sys.stdout.flush()
+sys.stderr.write("done\\n")
+"""
+
+
+def test_a_workload_cannot_forge_the_result_nor_hide_the_real_one(tmp_path):
+    """A profiled program printed a framed line and ended stdout mid-line: the forged result was
+    taken and the real one, glued to the program's last line, lost."""
+    fake = tmp_path / "nsys"
+    fake.write_text(FORGER.replace("MARK", repr(run.RESULT_MARK)))
+    fake.chmod(0o755)
+    state = node.probe({"tools": {"nsys": str(fake)}, "report_dir": str(tmp_path), "environment_check": False})
+    p = plan("h01", state, ProfileRequest(tool="nsys", command=("true",), run_id="r"))
+    out = _agent(p, result_line=True)
+    [result] = run.results_in(out.stdout)
+    assert result["status"] == "ok" and result["reports"] and result["node"]  # the agent's own
+    assert "\\x1e@@fleet-result@@" in out.stdout  # the program's line, escaped, still shown
+
+
+def test_an_unexpected_fault_is_an_error_not_ok(tmp_path):
+    code = ("import json, sys; from fleet.agent import run\n"
+            "def broken(plan): raise RuntimeError('NVML went away')\n"
+            "run.recheck = broken\n"
+            "sys.exit(run.main({'plan': json.loads(sys.argv[1])}))")
+    p = _plan(tmp_path)
+    from dataclasses import replace
+    p = replace(p, recheck={"gpus": [0], "allow_own": False})
+    out = subprocess.run([sys.executable, "-c", code, json.dumps(p.to_json())], capture_output=True, text=True,
+                         timeout=60)
+    [result] = run.results_in(out.stdout)
+    assert out.returncode == 1 and result["status"] == "error"
+    assert "RuntimeError: NVML went away" in result["reasons"][0]
+
+
+def test_results_that_are_not_objects_are_skipped():
+    assert run.results_in(run.RESULT_MARK + "5\n" + run.RESULT_MARK + "[1]\n" + run.frame({"a": 1})) == [{"a": 1}]

@@ -51,14 +51,21 @@ PIPE_GRACE = 3.0   # seconds the profiler's output is still read after it exited
 
 
 class Relay:
-    """Copies the profiler's output to ours; keeps a tail to read nsys's own messages."""
+    """Copies the profiler's output to ours; keeps a tail to read nsys's own messages. The
+    workload's stdout is where fleet reads our result from: a record separator in it is
+    escaped, so no output of the workload can pass for a result (or hide ours)."""
 
     def __init__(self):
         self.dead = False
         self.tail = b""
+        self.ends_line = True  # whether what went to our stdout ends with a newline
 
-    def write(self, stream, data):
+    def write(self, stream, data, ours=False):
         self.tail = (self.tail + data)[-65536:]
+        if stream is sys.stdout.buffer and data:
+            if not ours:
+                data = data.replace(RESULT_MARK[:1].encode(), b"\\x1e")
+            self.ends_line = data.endswith(b"\n")
         if self.dead:
             return
         try:
@@ -257,8 +264,9 @@ def main(args, stops=None):
     """``stops`` collects stop signals already caught by a caller (a Slurm task, while planning)."""
     plan = args["plan"] if isinstance(args["plan"], planner.Plan) else planner.Plan.from_json(args["plan"])
     holder = owned.me()
-    result = {"status": "ok", "host": plan.host, "node": os.uname()[1], "reasons": [], "notes": [], "reports": [],
-              "given_up": list(plan.given_up), "changed": {}, "exit_status": None}
+    # "ok" is earned at the end of carry_out, never assumed: whatever stops it early says so.
+    result = {"status": "error", "host": plan.host, "node": os.uname()[1], "reasons": [], "notes": [],
+              "reports": [], "given_up": list(plan.given_up), "changed": {}, "exit_status": None}
     result.update(args.get("context") or {})
     stops = [] if stops is None else stops
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
@@ -266,6 +274,9 @@ def main(args, stops=None):
     relay, code = Relay(), 1
     try:
         code = carry_out(plan, result, relay, stops, holder)
+    except Exception as e:  # a fault of the agent's own: reported as one, with the node put back
+        result["status"], code = "error", 1
+        result["reasons"].append("the agent failed: %s: %s" % (type(e).__name__, e))
     finally:  # also when carrying out broke: the result is what fleet reads
         if not emit(result, plan, relay, line=args.get("result_line", True)) and code == 0:
             code = 1  # a finished run whose result is nowhere to be read has not done its job
@@ -326,7 +337,8 @@ def carry_out(plan, result, relay, stops, holder):
         if not result["reports"]:
             result["status"] = "no-report"
             result["reasons"].append("the profiler exited %s and left no report under %s" % (exit_status, plan.output))
-        code = 0 if result["reports"] else 1
+            return code
+        result["status"], code = "ok", 0
         return code
     except (owned.OwnedError, OSError) as e:
         result["status"] = "error"
@@ -362,9 +374,11 @@ def results_in(text):
         elif not line.startswith("{"):  # result files of earlier agents hold the bare document
             continue
         try:
-            found.append(json.loads(line))
+            doc = json.loads(line)
         except ValueError:
             continue  # cut off: a result being written (files are renamed into place, so rare)
+        if isinstance(doc, dict):
+            found.append(doc)
     return found
 
 
@@ -388,7 +402,7 @@ def emit(result, plan, relay, line=True):
         if not line:  # on Slurm the file is the only channel: say it in the job's log at least
             sys.stderr.write("fleet: %s: %s\n" % (plan.host, result["reasons"][-1]))
     if line:
-        lead = "" if not relay.tail or relay.tail.endswith(b"\n") else "\n"
-        relay.write(sys.stdout.buffer, (lead + frame(result)).encode())
+        lead = "" if relay.ends_line else "\n"
+        relay.write(sys.stdout.buffer, (lead + frame(result)).encode(), ours=True)
         return not relay.dead or written
     return written

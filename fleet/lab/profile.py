@@ -153,9 +153,11 @@ async def run_planned(fan: "Fanout", hosts: list["Host"], runs: dict[str, HostRu
             run.error = r.error or f"the agent ended (exit {r.exit_status}) without a result: " \
                                    f"{r.stderr.decode(errors='replace').strip()[-300:]}"
             return r
-        run.status = {"ok": "ok", "refused": "refused"}.get(run.result["status"], "failed")
+        run.status = {"ok": "ok", "refused": "refused"}.get(run.result.get("status"), "failed")
         if run.status != "ok":
-            run.error = "; ".join(run.result.get("reasons") or []) or run.result["status"]
+            run.error = "; ".join(run.result.get("reasons") or []) or str(run.result.get("status"))
+        elif not run.result.get("reports"):  # "ok" with nothing to bring home has not done its job
+            run.status, run.error = "failed", "the agent said ok but named no report"
         via = readers.get(host.vars.get("shared_report_dir"), host)
         to_fetch = run.result.get("reports", []) + run.result.get("summaries", [])
         run.reports += await bring_home(fan, via, to_fetch, out / host.name, gathering=gathering,

@@ -225,7 +225,7 @@ class SlurmClient:
                            run_dir)
         text = self._check(r, "reading the run's results")
         results, marks = results_in(text), {"ray": []}
-        for line in text.splitlines():
+        for line in text.split("\n"):  # not splitlines(): results carry a \x1e
             if line.startswith("@@ray "):  # reports Ray's own nsys wrote (size, sha256, path)
                 marks["ray"].append(line[len("@@ray "):].strip())
             elif line.startswith("@@"):  # the job's own files: not the agent's results
