@@ -26,19 +26,30 @@ DEGRADED, OK, REFUSED, NodeState = policy.DEGRADED, policy.OK, policy.REFUSED, p
 # flag (nsys refuses an option given twice). Spellings as nsys and ncu 2025.3 take them.
 OUTPUT_OPTIONS = {"nsys": ("-o", "--output"), "ncu": ("-o", "--export")}
 USER_WINS = {"nsys": ("-s", "--sample", "--cpuctxsw"), "ncu": ("--clock-control",)}
-# GPU metrics program the counters of the GPUs they name: only those the neighbour check covered.
-GPU_METRICS_OPTIONS = ("--gpu-metrics-devices", "--gpu-metrics-device")
+
+
+def _names(word: str, name: str) -> bool:
+    """Whether ``word`` gives option ``name``: nsys and ncu also take a long option's unique
+    prefix (``--out`` for ``--output``, seen with 2025.3), and a short one's value attached."""
+    given = word.split("=", 1)[0]
+    if name.startswith("--"):
+        return given == name or (given.startswith("--") and len(given) > 2 and name.startswith(given))
+    return word == name or (word.startswith(name) and len(word) > len(name))
 
 
 def _option_values(words: tuple[str, ...], spellings: tuple[str, ...]) -> list[str | None]:
     """The values the words give any of these options (None for one given without a value)."""
     found = []
     for i, w in enumerate(words):
-        for name in spellings:
-            if w == name:
-                found.append(words[i + 1] if i + 1 < len(words) else None)
-            elif w.startswith(name + "=") or (not name.startswith("--") and w.startswith(name) and len(w) > 2):
-                found.append(w[len(name) + (1 if w.startswith(name + "=") else 0):])
+        name = next((n for n in spellings if _names(w, n)), None)
+        if name is None:
+            continue
+        if "=" in w and name.startswith("--"):
+            found.append(w.split("=", 1)[1])
+        elif not name.startswith("--") and len(w) > len(name):
+            found.append(w[len(name):])
+        else:
+            found.append(words[i + 1] if i + 1 < len(words) else None)
     return found
 
 
@@ -47,7 +58,7 @@ def profiler_args_error(tool: str, args: tuple[str, ...]) -> str | None:
     if _option_values(args, OUTPUT_OPTIONS.get(tool, ())):
         return (f"-X {' / '.join(OUTPUT_OPTIONS[tool])} is fleet's: it names each report so it can find, hash and "
                 "bring it home (reports land in the store, --store; `fleet reports pull RUN DIR` copies them out)")
-    if tool == "nsys" and _option_values(args, GPU_METRICS_OPTIONS):
+    if _option_values(args, policy.COUNTER_OPTIONS.get(tool, ())):
         return ("-X --gpu-metrics-devices would program the counters of GPUs fleet has not checked for tenants: "
                 "pass --gpu-metrics, and fleet samples the GPUs the run was given once they are free")
     return None
@@ -228,7 +239,7 @@ def plan(host: str, state: NodeState, req: ProfileRequest, owned_sysctls: dict[s
                                     req.profiler_args)
         command = Command((tools["ncu"]["path"],), tuple(flags), req.profiler_args, req.command)
     recheck = {"gpus": [g["index"] for g in chosen], "allow_own": req.allow_own} if guard.recheck else {}
-    pause = policy.dcgm_pause(state, chosen, req.pause_dcgm, req.uses_counters)
+    pause = guard.node_state and policy.dcgm_pause(state, chosen, req.pause_dcgm, req.uses_counters)
     notes = counters.reasons if req.uses_counters else base.reasons
     return Plan(host, OK, tuple(notes), None, command, env, output, f"{rd}/{req.run_id}", sysctls, owned,
                 tuple(g["uuid"] for g in chosen) if guard.gpu_locks else (), recheck, pause, tuple(given_up),

@@ -6,10 +6,11 @@ the request says what the user asks for. Every rule of problems 4
 (permissions) and 5 (neighbours) lives in this file and nowhere else, and
 every verdict carries its reasons and a remedy a person can act on.
 
-Besides the verdicts of ``assess``, the smaller rules the other parts only apply live
-here too: ``uses_counters``, ``dcgm_pause``, ``prolog_tenants``, ``guards`` (GPU locks,
-the last-moment check, pinning GPUs), ``held_sysctls``, ``exclusive_node``,
-``docker_privileges`` and ``sampling_given_up``.
+Besides the verdicts of ``assess`` and the doctor's ``findings``, the smaller rules the other
+parts only apply live here too: ``uses_counters``, ``unseen_tenants``, ``dcgm_pause``,
+``prolog_tenants``, ``guards`` (GPU locks, the last-moment check, pinning GPUs, who changes
+node state), ``held_sysctls``, ``exclusive_node``, ``docker_privileges``, ``sampling_given_up``
+and ``COUNTER_OPTIONS`` (the profiler options only fleet may set).
 
 The rule that matters most: anything that programs the GPU's counters (ncu,
 ``nsys --gpu-metrics-devices``) is refused on a GPU that anyone else might be
@@ -29,6 +30,9 @@ WAYS = ("nsys-trace", "nsys-cpu-sampling", "nsys-gpu-metrics", "ncu")
 HOPPER = 9  # from Hopper on, DCGM and profilers can share the counters
 PARANOID_SYSCTL = "kernel.perf_event_paranoid"
 NO_SAMPLING_FLAGS = ("--sample=none", "--cpuctxsw=none")  # --sample=none alone still traces context switches
+# Profiler options that choose whose counters to program: fleet alone chooses, the GPUs its
+# neighbour check covered (--gpu-metrics), so the planner refuses them among the user's -X flags.
+COUNTER_OPTIONS = {"nsys": ("--gpu-metrics-devices", "--gpu-metrics-device")}
 
 
 @dataclass(frozen=True)
@@ -100,15 +104,16 @@ class Guards:
     gpu_locks: bool    # the node-wide counter lock per GPU (one counter-using profiler at a time)
     recheck: bool      # look at the GPUs again right before the profiler starts
     pin_gpus: bool     # CUDA_VISIBLE_DEVICES set to the chosen GPUs
+    node_state: bool   # the run itself sets owned sysctls and pauses DCGM
 
 
 def guards(request: Request, counters: bool) -> Guards:
     """Inside a Slurm job the allocation is the lock: ranks sharing a GPU must not refuse each
-    other, the plan is made on the node a moment before the profiler, and Slurm (or the
-    launcher) chose each task's GPUs."""
+    other, the plan is made on the node a moment before the profiler, Slurm (or the launcher)
+    chose each task's GPUs, and the node's prolog, as root, holds sysctls and pauses DCGM."""
     in_job = request.job is not None
     return Guards(gpu_locks=counters and not in_job, recheck=counters and not in_job,
-                  pin_gpus=request.gpus is not None and not in_job)
+                  pin_gpus=request.gpus is not None and not in_job, node_state=not in_job)
 
 
 def dcgm_running(state: NodeState) -> bool:
@@ -134,16 +139,23 @@ def dcgm_pause(state: NodeState, gpus: list[dict], asked: bool, counters: bool) 
     return bool(counters and asked and dcgm_running(state) and _dcgm_pausable(state) and pre_hopper(gpus))
 
 
-def prolog_tenants(verdict: dict | None) -> list[str]:
-    """Tenants that fleet's Slurm prolog, as root, saw on the job's GPUs. ``verdict`` is None
-    where no prolog left one, the prolog's document, or ``{"error": ...}`` when it could not be
-    read: then nobody can say the GPUs are free, so that counts as a tenant."""
+def prolog_tenants(verdict: dict | None, job: str | None) -> list[str]:
+    """Tenants that fleet's Slurm prolog, as root, saw on job ``job``'s GPUs. ``verdict`` is None
+    where no prolog is installed, else the prolog's document, or ``{"error": ...}`` when none can
+    be read. Anything but a whole verdict of this job that saw the GPUs says nothing of them:
+    then they count as shared."""
     if verdict is None:
         return []
-    if "error" in verdict or not isinstance(verdict.get("tenants", []), list):
-        return ["the node's prolog verdict could not be read (%s): the job's GPUs count as shared"
-                % verdict.get("error", "malformed")]
-    return [str(t) for t in verdict.get("tenants") or []]
+    why = verdict.get("error")
+    if why is None and str(verdict.get("job")) != str(job):
+        why = f"it is job {verdict.get('job')}'s, not job {job}'s"
+    elif why is None and verdict.get("nvml") is not True:
+        why = "root could not see the GPUs through NVML"
+    elif why is None and not isinstance(verdict.get("tenants"), list):
+        why = "it names no tenants list"
+    if why:
+        return [f"the node's prolog verdict says nothing of the GPUs ({why}): they count as shared"]
+    return [str(t) for t in verdict["tenants"]]
 
 
 @dataclass(frozen=True)
@@ -221,7 +233,7 @@ def unseen_tenants(state: NodeState, request: Request) -> list[str]:
     return out
 
 
-def _tool(state: NodeState, name: str) -> dict | None:
+def tool_found(state: NodeState, name: str) -> dict | None:
     tool = (state.get("tools") or {}).get(name)  # None also when the tools section failed ({"error": ...})
     return tool if isinstance(tool, dict) else None
 
@@ -264,7 +276,7 @@ def _with_way(v: Verdict, way: str) -> Verdict:
 
 
 def nsys_trace(state: NodeState, request: Request) -> Verdict:
-    if not _tool(state, "nsys"):
+    if not tool_found(state, "nsys"):
         return _with_way(_missing("nsys"), "nsys-trace")
     rd = state.get("report_dir") or {}
     if rd.get("writable") is False:
@@ -278,7 +290,7 @@ def nsys_trace(state: NodeState, request: Request) -> Verdict:
 
 
 def nsys_cpu_sampling(state: NodeState, request: Request) -> Verdict:
-    if not _tool(state, "nsys"):
+    if not tool_found(state, "nsys"):
         return _with_way(_missing("nsys"), "nsys-cpu-sampling")
     level = state.get("perf_event_paranoid")
     if _privileged(state):
@@ -301,7 +313,7 @@ def nsys_cpu_sampling(state: NodeState, request: Request) -> Verdict:
 
 def counters(state: NodeState, request: Request, way: str, tool: str) -> Verdict:
     """ncu and nsys GPU metrics: they program the counters of the whole GPU."""
-    if not _tool(state, tool):
+    if not tool_found(state, tool):
         return _with_way(_missing(tool), way)
     if (why := _nvml_reason(state)):
         return Verdict(way, REFUSED, (why,), "run on a node with an NVIDIA GPU and driver")
@@ -327,14 +339,20 @@ def counters(state: NodeState, request: Request, way: str, tool: str) -> Verdict
             reasons.append(f"GPU {g['index']} is in MIG mode: its other instances may belong to others, "
                            "and counters and clocks are shared")
             remedies.append("profile on a GPU with MIG disabled")
-    seen_by_prolog = prolog_tenants(state.get("prolog_verdict"))
+    seen_by_prolog = prolog_tenants(state.get("prolog_verdict"), request.job)
     if seen_by_prolog:  # the node's Slurm prolog, as root, saw someone on the job's GPUs
         reasons += [f"tenant seen by the node's prolog: {t}" for t in seen_by_prolog]
         remedies.append("run where the job's GPUs are free")
     old = pre_hopper(chosen_gpus(state, request))
     pause = dcgm_pause(state, chosen_gpus(state, request), request.pause_dcgm, True)
+    if pause and request.job is not None:  # in a job the prolog pauses DCGM, as root
+        pause = (state.get("prolog_verdict") or {}).get("dcgm") == "paused"
     if dcgm_running(state) and old and not pause:
-        if request.pause_dcgm:
+        if request.pause_dcgm and request.job is not None:
+            reasons.append(f"DCGM runs here and GPU(s) {old} predate Hopper, and the node's prolog did not pause "
+                           "DCGM profiling for this job")
+            remedies.append("ask the admins to install fleet's prolog with --pause-dcgm")
+        elif request.pause_dcgm:
             reasons.append(f"DCGM runs here and GPU(s) {old} predate Hopper, and no DCGM host engine answers "
                            "`dcgmi profile --pause` (dcgm-exporter's embedded engine cannot be paused from outside)")
             remedies.append("run dcgm-exporter against nv-hostengine, or stop it for the run")
@@ -346,7 +364,7 @@ def counters(state: NodeState, request: Request, way: str, tool: str) -> Verdict
     notes = [f"counter access: {how}", "no other process on the GPU"]
     if pause:
         notes.append("fleet will pause DCGM profiling for the run and resume it after")
-    return Verdict(way, OK, tuple(notes), flags=("--clock-control", "base") if tool == "ncu" else ())
+    return Verdict(way, OK, tuple(notes))
 
 
 def assess(state: NodeState, request: Request = Request()) -> list[Verdict]:
@@ -355,44 +373,21 @@ def assess(state: NodeState, request: Request = Request()) -> list[Verdict]:
             counters(state, request, "nsys-gpu-metrics", "nsys"), counters(state, request, "ncu", "ncu")]
 
 
-def problems(state: NodeState, request: Request = Request()) -> dict[str, Finding]:
-    """The five problems of the design, as one finding each, for ``fleet doctor``."""
-    tools = [f"{t} {(_tool(state, t) or {}).get('version') or ''} at {_tool(state, t)['path']}".replace("  ", " ")
-             if _tool(state, t) else f"{t} missing" for t in ("nsys", "ncu")]
-    placement = Finding(OK if all(_tool(state, t) for t in ("nsys", "ncu")) else
-                        ("warn" if any(_tool(state, t) for t in ("nsys", "ncu")) else "bad"), "; ".join(tools))
-    where = f"in a {state['container']} container" if state.get("container") else "on the host"
-    wrapping = Finding("n/a", f"chosen per command (srun, torchrun, mpirun); agent ran {where}"
-                              + (f" inside Slurm job {state['slurm_job']}" if state.get("slurm_job") else ""))
-    rd = state.get("report_dir") or {}
-    if "error" in rd or not rd:
-        collection = Finding("bad", f"report directory: {rd.get('error', 'unknown')}")
-    else:
-        free = rd.get("free_bytes") or 0
-        text = f"{rd['path']} ({rd.get('fstype')}), {free / 2**30:.1f} GiB free"
-        status = OK
-        if not rd.get("writable"):
-            status, text = "bad", text + ", NOT writable"
-        elif rd.get("memory_backed"):
-            status, text = "warn", text + ": memory-backed, large reports eat the node's RAM"
-        elif free < 2 * 2**30:
-            status, text = "warn", text + ": little room for reports"
-        collection = Finding(status, text)
+def findings(state: NodeState) -> dict[str, Finding]:
+    """Problems 4 (permissions) and 5 (neighbours), one finding each, for ``fleet doctor``."""
     allowed, how = _counter_access(state)
     level = state.get("perf_event_paranoid")
     permissions = Finding(OK if allowed and (level is not None and level <= 2 or _privileged(state)) else "warn",
                           f"perf_event_paranoid={level}; GPU counters: {'yes, ' if allowed else 'no: '}{how}")
     if (why := _nvml_reason(state)):
-        neighbours = Finding("n/a", why)
-    else:
-        everyone = tenants(state, Request())  # own processes too: a person wants to see them
-        flags = [f"MIG on GPU {g['index']}" for g in state["gpus"] if (g.get("mig_mode") or {}).get("current") == 1]
-        if (state.get("mps") or {}).get("control_daemon"):
-            flags.append("MPS")
-        if dcgm_running(state):
-            flags.append("DCGM")
-        parts = [str(t) for t in everyone] + unseen_tenants(state, Request()) + flags
-        neighbours = Finding("warn" if parts else OK, "; ".join(parts) if parts else
-                             f"no other process on {len(state['gpus'])} GPU(s)")
-    return {"placement": placement, "wrapping": wrapping, "collection": collection,
-            "permissions": permissions, "neighbours": neighbours}
+        return {"permissions": permissions, "neighbours": Finding("n/a", why)}
+    everyone = tenants(state, Request())  # own processes too: a person wants to see them
+    flags = [f"MIG on GPU {g['index']}" for g in state["gpus"] if (g.get("mig_mode") or {}).get("current") == 1]
+    if (state.get("mps") or {}).get("control_daemon"):
+        flags.append("MPS")
+    if dcgm_running(state):
+        flags.append("DCGM")
+    parts = [str(t) for t in everyone] + unseen_tenants(state, Request()) + flags
+    return {"permissions": permissions,
+            "neighbours": Finding("warn" if parts else OK, "; ".join(parts) if parts else
+                                  f"no other process on {len(state['gpus'])} GPU(s)")}

@@ -99,7 +99,11 @@ def test_refusal_names_tenant_user_pid_gpu_and_gives_a_remedy():
 
 
 def test_ncu_always_gets_an_explicit_clock_control():
-    assert "--clock-control" in verdicts(state())["ncu"].flags
+    from fleet.plan import ProfileRequest, plan
+
+    s = state(gpus__0__uuid="GPU-a", gpus__1__uuid="GPU-b")
+    argv = plan("h", s, ProfileRequest(tool="ncu", command=("x",), run_id="r")).command.argv()
+    assert argv[argv.index("--clock-control") + 1] == "base"
 
 
 SAMPLING_RULES = [
@@ -147,7 +151,9 @@ def test_nsys_trace_is_allowed_beside_tenants(case, changes, expected):
 
 
 def test_problems_matrix_flags_memory_backed_report_dir_and_neighbours():
-    p = policy.problems(state(report_dir__memory_backed=True, report_dir__fstype="tmpfs",
+    from fleet.lab.doctor import problems
+
+    p = problems(state(report_dir__memory_backed=True, report_dir__fstype="tmpfs",
                               gpus__0__processes=[TENANT], mps__control_daemon=[3]))
     assert p["collection"].status == "warn" and "memory-backed" in p["collection"].text
     assert p["neighbours"].status == "warn" and "bob" in p["neighbours"].text and "MPS" in p["neighbours"].text
@@ -158,5 +164,5 @@ def test_the_policy_does_not_touch_its_input():
     s = state(gpus__0__processes=[TENANT])
     before = copy.deepcopy(s)
     policy.assess(s, Request(allow_own=True))
-    policy.problems(s)
+    policy.findings(s)
     assert s == before

@@ -58,24 +58,41 @@ def test_guards(job, gpus, counters, expected):
     assert (g.gpu_locks, g.recheck, g.pin_gpus) == expected
 
 
-# (prolog verdict) -> tenants it means
+# (prolog verdict) -> tenants it means, for job 41
+WHOLE = {"job": "41", "nvml": True, "tenants": []}
 PROLOG = [
-    (None, []),
-    ({"tenants": []}, []),
-    ({"tenants": ["GPU 0: pid 7 (bob) belongs to another user"]}, ["GPU 0: pid 7 (bob) belongs to another user"]),
-    ({"error": "/run/fleet/jobs/41/verdict.json: Permission denied"}, ["could not be read"]),
-    ({"tenants": "garbage"}, ["could not be read"]),
+    (None, []),                                                   # no prolog installed here
+    (WHOLE, []),
+    (dict(WHOLE, tenants=["GPU 0: pid 7 (bob) belongs to another user"]), ["GPU 0: pid 7 (bob)"]),
+    ({"error": "/run/fleet/jobs/41/verdict.json: Permission denied"}, ["Permission denied"]),
+    ({"error": "the prolog left no verdict for this job"}, ["left no verdict"]),
+    (dict(WHOLE, tenants="garbage"), ["no tenants list"]),
+    ({"job": "41", "nvml": True}, ["no tenants list"]),
+    ({}, ["not job 41's"]),
+    (dict(WHOLE, job="40"), ["job 40's, not job 41's"]),          # another job's verdict
+    (dict(WHOLE, nvml=False), ["root could not see the GPUs"]),    # it saw nothing: says nothing
 ]
 
 
 @pytest.mark.parametrize("verdict,expected", PROLOG)
 def test_prolog_verdict_fails_closed(verdict, expected):
-    found = policy.prolog_tenants(verdict)
-    assert len(found) == len(expected) and all(e in f for e, f in zip(expected, found))
+    """It counted as "no tenants" when it saw no GPU, named no list, or was another job's."""
+    found = policy.prolog_tenants(verdict, "41")
+    assert len(found) == len(expected) and all(e in f for e, f in zip(expected, found)), found
+
+
+def test_dcgm_inside_a_job_is_the_prologs_to_pause():
+    """A rank's plan paused DCGM itself, as the job's user: every rank failed with "needs root"."""
+    s = state(gpus__0__architecture=8, dcgm__hostengine=[99])
+    req = ProfileRequest(tool="ncu", command=("x",), run_id="r", gpus=(0,), pause_dcgm=True, job="41")
+    refused = plan("rank0", dict(s, prolog_verdict=WHOLE), req)
+    assert refused.status == REFUSED and "prolog did not pause" in refused.reasons[-1]
+    paused = plan("rank0", dict(s, prolog_verdict=dict(WHOLE, dcgm="paused")), req)
+    assert paused.status == OK and paused.pause_dcgm is False and paused.sysctls == {}
 
 
 def test_a_prolog_verdict_that_cannot_be_read_refuses_counters_not_trace():
-    s = state(prolog_verdict={"error": "verdict.json: Permission denied"})
+    s = state(prolog_verdict={"error": "verdict.json: Permission denied"})  # a job's rank
     v = verdicts(s, Request(job="41"))
     assert v["ncu"].status == REFUSED and "prolog" in v["ncu"].reasons[0]
     assert v["nsys-trace"].status == OK
@@ -176,13 +193,17 @@ def test_the_users_sampling_choice_wins_and_no_option_is_given_twice():
 
 
 def test_ncus_clock_control_is_the_users_when_given():
-    argv = _nsys_plan("--clock-control", "none", tool="ncu", paranoid=2).command.argv()
-    assert argv.count("--clock-control") == 1 and argv[argv.index("--clock-control") + 1] == "none"
+    for user in (("--clock-control", "none"), ("--clock-c", "none"), ("--clock-control=none",)):
+        argv = _nsys_plan(*user, tool="ncu", paranoid=2).command.argv()
+        assert sum(w.startswith("--clock-c") for w in argv) == 1 and "base" not in argv, argv
+    assert "--cpuctxsw=none" not in _nsys_plan("--cpuctx=process-tree").command.argv()
 
 
 OWNED_BY_FLEET = [("nsys", ("-o", "mine")), ("nsys", ("--output=mine",)), ("nsys", ("-omine",)),
                   ("ncu", ("-o", "mine")), ("ncu", ("--export", "mine")),
-                  ("nsys", ("--gpu-metrics-devices=all",)), ("nsys", ("--gpu-metrics-device", "0"))]
+                  ("nsys", ("--gpu-metrics-devices=all",)), ("nsys", ("--gpu-metrics-device", "0")),
+                  # unique prefixes: nsys and ncu 2025.3 take --out for --output and --exp for --export
+                  ("nsys", ("--out=/tmp/x",)), ("ncu", ("--exp", "mine")), ("nsys", ("--gpu-metrics-dev=all",))]
 
 
 @pytest.mark.parametrize("tool,user", OWNED_BY_FLEET)

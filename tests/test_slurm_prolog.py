@@ -327,7 +327,8 @@ def test_a_rank_refuses_ncu_on_what_the_prolog_saw(tmp_path):
     lib = fakenvml.build(tmp_path / "fakenvml")
     fakenvml.write_scenario(tmp_path / "gpus.txt", {"gpus": [{"index": 0}]})  # the GPU looks free
     verdict = tmp_path / "verdict.json"
-    verdict.write_text(json.dumps({"job": "77", "tenants": ["GPU 0: pid 4242 (bob, 2.0 GB) belongs to another user"]}))
+    verdict.write_text(json.dumps({"job": "77", "nvml": True,
+                                   "tenants": ["GPU 0: pid 4242 (bob, 2.0 GB) belongs to another user"]}))
     (tmp_path / "fleet-agent.py").write_text(bundle.script())
     standins = Path(__file__).parent / "standins"
     args = {"mode": "task", "request": {"tool": "ncu", "run_id": "r"}, "report_dir": str(tmp_path / "runs"),
@@ -345,8 +346,12 @@ def test_a_rank_refuses_ncu_on_what_the_prolog_saw(tmp_path):
         env["FLEET_PROLOG_VERDICT"] = str(unreadable)
         out = subprocess.run(["python3", str(tmp_path / "fleet-agent.py"), json.dumps(args), "touch",
                               str(tmp_path / "ran")], env=env, capture_output=True, text=True)
-        assert out.returncode == 5 and "prolog verdict could not be read" in out.stderr, out.stderr
+        assert out.returncode == 5 and "prolog verdict says nothing of the GPUs" in out.stderr, out.stderr
         assert not (tmp_path / "ran").exists()
-    del env["FLEET_PROLOG_VERDICT"]  # without the prolog's word, the free GPU is profiled
+    del env["FLEET_PROLOG_VERDICT"]  # where no prolog is installed, the free GPU is profiled
     assert subprocess.run(["python3", str(tmp_path / "fleet-agent.py"), json.dumps(args), "true"], env=env,
                           capture_output=True).returncode == 0
+    # Where the cluster has it (fleet_slurm_prolog), a job without its verdict counts as shared.
+    out = subprocess.run(["python3", str(tmp_path / "fleet-agent.py"), json.dumps(dict(args, prolog_expected=True)),
+                          "touch", str(tmp_path / "ran")], env=env, capture_output=True, text=True)
+    assert out.returncode == 5 and "left no verdict" in out.stderr and not (tmp_path / "ran").exists()

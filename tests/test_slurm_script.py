@@ -229,3 +229,15 @@ def test_the_request_fleet_submits_is_what_the_prolog_reads():
     assert {k: v for k, v in doc.items() if isinstance(v, slurmd.REQUEST_KEYS.get(k, ()))} == doc
     assert doc["sysctls"] == ["kernel.perf_event_paranoid"] and doc["nsys"] == FILES.tools["nsys"]
     assert request_doc(ProfileRequest(tool="ncu", command=("x",), run_id="r"), FILES)["sysctls"] == []
+
+
+def test_ray_gets_no_counters_nor_fleets_options_through_its_dashless_form():
+    """Ray takes nsys's options without dashes: `-X gpu-metrics-devices=all` and `-X o=...` went
+    through the -X check and reached Ray's workers, which no agent checks for tenants."""
+    from fleet.slurm.launchers import unsupported
+
+    assert "only an nsys trace" in unsupported("ray", "nsys", (), gpu_metrics=True)
+    assert "only an nsys trace" in unsupported("ray", "ncu")
+    assert "gpu-metrics" in unsupported("ray", "nsys", ("gpu-metrics-devices=all",))
+    assert "fleet's" in unsupported("ray", "nsys", ("o=/tmp/elsewhere",))
+    assert unsupported("ray", "nsys", ("t=cuda,nvtx",)) is None and unsupported("srun", "ncu") is None

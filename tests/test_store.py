@@ -61,7 +61,7 @@ def user_version(root: Path) -> int:
 def test_a_removed_run_leaves_no_kernels_or_metrics_behind(tmp_path):
     a = nightly_run(tmp_path, "20261128-020000-aaaa", 1_000_000)
     b = nightly_run(tmp_path, "20261129-020000-bbbb", 1_500_000)
-    assert store.reindex(tmp_path) == 2
+    assert store.reindex(tmp_path) == (2, [])
     assert [(r["a_ns"], r["b_ns"]) for r in store.compare(tmp_path, a, b)] == [(1_000_000, 1_500_000)]
     assert [r["run_id"] for r in store.metric_history(tmp_path, "bench")] == [a, b]
     out = run_fleet("reports", "rm", a, "--store", str(tmp_path))
@@ -106,3 +106,15 @@ def test_a_catalog_from_a_newer_fleet_is_refused_in_one_line(tmp_path):
         [line] = out.stderr.splitlines()
         assert line.startswith("fleet: ") and "newer than this fleet's" in line and "upgrade fleet" in line
     assert user_version(tmp_path) == store.CATALOG_VERSION + 1  # left as it was
+
+
+def test_one_unreadable_manifest_keeps_no_other_run_out_of_the_catalog(tmp_path):
+    """A manifest cut short made every migration and reindex fail, and so every fleet profile."""
+    nightly_run(tmp_path, "20261129-020000-bbbb", 1_500_000)
+    nightly_run(tmp_path, "20261130-020000-cccc", 1_600_000)
+    [cut] = tmp_path.glob("*/*/20261130-020000-cccc/manifest.json")
+    cut.write_text(cut.read_text()[:40])
+    out = run_fleet("reports", "reindex", "--store", str(tmp_path))
+    assert out.returncode == 0 and "catalogued 1 runs" in out.stdout
+    assert "left out" in out.stderr and "20261130-020000-cccc" in out.stderr
+    assert [r["run_id"] for r in store.reports(tmp_path)] == ["20261129-020000-bbbb"]

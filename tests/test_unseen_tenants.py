@@ -68,5 +68,5 @@ def test_a_hidden_tenant_is_a_warning_for_nsys_trace_and_named_by_doctor():
     v = {x.way: x for x in policy.assess(s)}
     assert any(r.startswith("warning: GPU 0: 1.6 GiB in use") for r in v["nsys-trace"].reasons)
     assert "host's PID namespace" in v["ncu"].remedy
-    neighbours = policy.problems(s)["neighbours"]
+    neighbours = policy.findings(s)["neighbours"]
     assert neighbours.status == "warn" and "not visible from here" in neighbours.text

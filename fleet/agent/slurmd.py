@@ -209,17 +209,15 @@ def prolog(env, config):
     marker = job_dir(config, job)
     os.makedirs(marker, mode=0o755, exist_ok=True)
     os.utime(marker)
-    # Who is on the job's GPUs as root sees them; the job's wrapper reads this before ncu.
+    # Who is on the job's GPUs as root sees them; the job's ranks read this before ncu.
     procs = node.processes()
     nvml, gpus = nvml_gpus.gpus(procs, job["uid"])
     mps, dcgm = node.daemons(procs)
-    state = {"gpus": gpus, "mps": mps}
-    found = policy.tenants(state, policy.Request(gpus=job["gpus"], allow_own=request.get("allow_own", False),
-                                                 job=job["id"]))
+    state = {"gpus": gpus, "mps": mps, "dcgm": dcgm, "host_pid_namespace": node.host_pid_namespace()}
+    seen = policy.Request(gpus=job["gpus"], allow_own=request.get("allow_own", False), job=job["id"])
     verdict = {"job": job["id"], "gpus": job["gpus"], "nvml": nvml.get("available"), "checked": time.time(),
-               "tenants": [str(t) for t in found]}
-    owned.write_json(os.path.join(marker, "verdict.json"), verdict)
-    done["tenants"] = verdict["tenants"]
+               "tenants": [str(t) for t in policy.tenants(state, seen)] + policy.unseen_tenants(state, seen),
+               "dcgm": None}
     holder = owned.job_holder(job["id"], config["jobs_dir"])
     wanted = {n: config["owned_sysctls"][n] for n in request["sysctls"] if n in config["owned_sysctls"]}
     done["ignored_sysctls"] = [n for n in request["sysctls"] if n not in config["owned_sysctls"]]
@@ -227,10 +225,11 @@ def prolog(env, config):
         done["sysctls"] = owned.acquire_sysctls(wanted, config["owned_sysctls"], holder, config["state_dir"])
     chosen = [g for g in gpus if job["gpus"] is None or g["index"] in job["gpus"]]
     counters = policy.uses_counters(request.get("tool", ""), request.get("gpu_metrics", False))
-    if policy.dcgm_pause({"dcgm": dcgm}, chosen,
-                         request.get("pause_dcgm", False) and config["pause_dcgm"] is True, counters):
+    if policy.dcgm_pause(state, chosen, request.get("pause_dcgm", False) and config["pause_dcgm"] is True, counters):
         owned.pause_dcgm(holder, config["state_dir"])
-        done["dcgm"] = "profiling paused"
+        done["dcgm"] = verdict["dcgm"] = "paused"
+    owned.write_json(os.path.join(marker, "verdict.json"), verdict)  # last: it says what was done
+    done["tenants"] = verdict["tenants"]
     return done
 
 

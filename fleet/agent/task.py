@@ -51,13 +51,14 @@ def job_gpus(env):
     return None
 
 
-def prolog_verdict(env):
-    """What fleet's Slurm prolog (fleet slurm install) saw on the job's GPUs, as root: None when no
-    prolog left a verdict for this job, else its document, or ``{"error": ...}`` when it cannot be
-    read (the policy then counts the GPUs as shared)."""
+def prolog_verdict(env, expected):
+    """What fleet's Slurm prolog (fleet slurm install) saw on the job's GPUs, as root: None where
+    no prolog is installed, else its document, or ``{"error": ...}`` when there is none to read
+    although the cluster has the prolog (``expected``), or it cannot be read (the policy then
+    counts the GPUs as shared)."""
     path = env.get("FLEET_PROLOG_VERDICT")
     if not path:
-        return None
+        return {"error": "the prolog left no verdict for this job"} if expected else None
     try:
         with open(path) as f:
             doc = json.load(f)
@@ -71,7 +72,7 @@ def plan_rank(args, env, label, command):
     node_name = env.get("SLURMD_NODENAME") or socket.gethostname()
     state = node.probe({"tools": args.get("tools") or {}, "environment_check": False,
                         "report_dir": args["report_dir"]})
-    state["prolog_verdict"] = prolog_verdict(env)
+    state["prolog_verdict"] = prolog_verdict(env, args.get("prolog_expected", False))
     req = replace(planner.ProfileRequest.from_json(args["request"]), command=tuple(command), gpus=job_gpus(env),
                   output_name="%s/%s" % (node_name, label), job=env.get("SLURM_JOB_ID"))
     plan = planner.plan(label, state, req)

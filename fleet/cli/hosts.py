@@ -11,9 +11,6 @@ import click
 from .. import exitcodes
 from .context import Context, exclude_option, fail
 
-_fail = fail
-
-
 # --- inventory ---
 
 @click.group()
@@ -222,8 +219,8 @@ def hosts_trust(obj: Context, targets, exclude, yes):
             accept.append(k)
     if accept and not yes:
         if not sys.stdin.isatty():
-            _fail("not accepting keys without a terminal to confirm on; pass --yes")
+            fail("not accepting keys without a terminal to confirm on; pass --yes")
         if not click.confirm(f"Trust {len(accept)} host key(s)?", default=False):
-            _fail("nothing recorded", exitcodes.FAILED)
+            fail("nothing recorded", exitcodes.FAILED)
     hostkeys.record(accept)
     sys.exit(code)

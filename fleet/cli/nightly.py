@@ -19,9 +19,6 @@ if TYPE_CHECKING:
     from ..store.manifest import RunManifest
 
 
-_fail = fail
-
-
 def _playbook(path: str):
     from ..nightly.playbook import load
 
@@ -44,7 +41,7 @@ def run_playbook(obj: Context, path: str, store_root, dry_run: bool, poll: float
     try:
         return asyncio.run(go())
     except (SlurmError, ContainerError) as e:
-        _fail(str(e), exitcodes.FAILED)
+        fail(str(e), exitcodes.FAILED)
 
 
 @click.command("run")
@@ -108,7 +105,7 @@ def schedule_install(obj: Context, playbook, cron, every, name, backend, sbatch_
                                every=sched.every_seconds(every) if every else None, on_slurm_here=here, env=env,
                                sbatch_args=tuple(sbatch_args), backend=backend)
     except sched.ScheduleError as e:
-        _fail(str(e))
+        fail(str(e))
     click.echo(f"scheduled {record['name']} ({record.get('cron') or 'every %ss' % record['every']}) with "
                f"{record['backend']}" + (f": job {record['job_id']}" if record.get("job_id") else ""))
 
@@ -141,7 +138,7 @@ def schedule_rm(name, store_root):
     try:
         record = sched.remove(store.root(store_root), name)
     except sched.ScheduleError as e:
-        _fail(str(e))
+        fail(str(e))
     click.echo(f"removed {name} ({record['backend']})")
 
 
@@ -157,7 +154,7 @@ def schedule_fire(obj: Context, name, store_root):
     try:
         record = sched.fire(store.root(store_root), name)
     except sched.ScheduleError as e:
-        _fail(str(e))
+        fail(str(e))
     m = run_playbook(obj, record["playbook"], store_root, False)
     click.echo(f"schedule {name}: run {m.run_id} {m.status}")
 

@@ -12,9 +12,6 @@ from .. import exitcodes
 from .context import Context, exclude_option, fail, store_option
 from .slurm import gather_on_slurm, profile_on_slurm, slurm_options
 
-_fail = fail
-
-
 @click.command(context_settings={"ignore_unknown_options": True})
 @click.option("--hosts", "hosts_", help="Hosts or ranges to profile on.")
 @click.option("--group", "group", help="Inventory group to profile on.")
@@ -52,26 +49,26 @@ def profile(obj: Context, hosts_, group, exclude, tool, gpus, gpu_metrics, allow
     from ..plan import ProfileRequest, profiler_args_error
 
     if (why := profiler_args_error(tool, tuple(profiler_args))):
-        _fail(why)
+        fail(why)
     req = ProfileRequest(tool=tool, command=tuple(command), run_id=profile_mod.new_run_id(),
                          gpus=tuple(gpus) or None, gpu_metrics=gpu_metrics, allow_own=allow_own,
                          pause_dcgm=pause_dcgm, profiler_args=tuple(profiler_args), timeout=timeout,
                          lock_wait=lock_wait, docker_image=docker_image)
     if slurm.get("partition") or slurm.get("cluster"):
         if hosts_ or group:
-            _fail("--partition/--cluster (a Slurm job) and --hosts/--group (lab servers) do not mix")
+            fail("--partition/--cluster (a Slurm job) and --hosts/--group (lab servers) do not mix")
         if docker_image:
-            _fail("on Slurm, containers are --container-image (pyxis) or --apptainer")
+            fail("on Slurm, containers are --container-image (pyxis) or --apptainer")
         if gpus:
-            _fail("on Slurm, ask for GPUs with --gpus or --gres; --gpu picks a GPU on a lab server")
+            fail("on Slurm, ask for GPUs with --gpus or --gres; --gpu picks a GPU on a lab server")
         if timeout or lock_wait:
-            _fail("on Slurm, the job's --time bounds the run (the profilers stop --stop-before seconds ahead); "
+            fail("on Slurm, the job's --time bounds the run (the profilers stop --stop-before seconds ahead); "
                   "--timeout and --wait are for lab servers")
         return profile_on_slurm(obj, req, slurm, store_root=store_root, site=None if site == "lab" else site,
                                 dry_run=dry_run, as_json=as_json)
     targets = ",".join(t for t in (hosts_, group) if t)
     if not targets:
-        _fail("name where to profile: --hosts H or --group G (lab servers), or --partition P (Slurm)")
+        fail("name where to profile: --hosts H or --group G (lab servers), or --partition P (Slurm)")
     hosts = obj.select(targets, exclude)
 
     def write(stream: str, text: str) -> None:
@@ -89,7 +86,7 @@ def profile(obj: Context, hosts_, group, exclude, tool, gpus, gpu_metrics, allow
     try:
         manifest = asyncio.run(go())
     except KeyboardInterrupt:  # the second Ctrl-C
-        _fail(f"left the nodes to finish on their own; bring the reports home later with: fleet gather {req.run_id}",
+        fail(f"left the nodes to finish on their own; bring the reports home later with: fleet gather {req.run_id}",
               130)
     if as_json:
         click.echo(json.dumps(profile_mod.json_doc(manifest), indent=2, default=str))
@@ -112,7 +109,7 @@ def gather(obj: Context, run_id, store_root):
         if store.load_run(store.root(store_root), run_id).slurm is not None:
             return gather_on_slurm(obj, run_id, store_root)
     except LookupError as e:
-        _fail(str(e))
+        fail(str(e))
 
     async def go():
         async with obj.fanout_for_run() as fan:

@@ -139,5 +139,7 @@ def reports_reindex(store_root):
     """Rebuild the catalog from the runs' manifests."""
     from .. import store
 
-    n = store.reindex(store.root(store_root))
+    n, skipped = store.reindex(store.root(store_root))
+    for why in skipped:
+        click.echo(f"fleet: left out {why}", err=True)
     click.echo(f"catalogued {n} runs")

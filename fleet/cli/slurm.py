@@ -50,9 +50,6 @@ def slurm_options(f):
     return f
 
 
-_fail = fail
-
-
 def spec_from(opts: dict):
     from ..containers import Container
     from ..slurm.script import JobSpec
@@ -62,9 +59,9 @@ def spec_from(opts: dict):
         try:
             ranks = tuple(sorted({int(r) for r in opts["ranks"].split(",") if r.strip()}))
         except ValueError:
-            _fail(f"--ranks takes rank numbers separated by commas, not {opts['ranks']!r}")
+            fail(f"--ranks takes rank numbers separated by commas, not {opts['ranks']!r}")
     if opts.get("container_image") and opts.get("apptainer_image"):
-        _fail("choose one of --container-image (pyxis) and --apptainer")
+        fail("choose one of --container-image (pyxis) and --apptainer")
     container = (Container("pyxis", opts["container_image"]) if opts.get("container_image") else
                  Container("apptainer", opts["apptainer_image"]) if opts.get("apptainer_image") else None)
     return JobSpec(partition=opts.get("partition"), nodes=opts.get("nodes"), ntasks=opts.get("ntasks"),
@@ -111,9 +108,9 @@ def profile_on_slurm(obj: Context, req: "ProfileRequest", opts: dict, *, store_r
     try:
         manifest = asyncio.run(go())
     except (SlurmError, ContainerError) as e:
-        _fail(str(e), exitcodes.FAILED)
+        fail(str(e), exitcodes.FAILED)
     except KeyboardInterrupt:
-        _fail(f"left the job running; bring its reports home later with: fleet gather {req.run_id}", 130)
+        fail(f"left the job running; bring its reports home later with: fleet gather {req.run_id}", 130)
     if dry_run:
         click.echo(json.dumps(manifest.to_json(), indent=2, default=str) if as_json else manifest.slurm.script,
                    nl=False)
@@ -144,7 +141,7 @@ def gather_on_slurm(obj: Context, run_id: str, store_root) -> None:
     try:
         m = asyncio.run(go())
     except SlurmError as e:
-        _fail(str(e), exitcodes.FAILED)
+        fail(str(e), exitcodes.FAILED)
     if m.status in ("running", "submitted"):
         click.echo(f"run {run_id}: job {m.slurm.job_id} is {m.slurm.state}; gather again once it ends")
     else:
@@ -159,7 +156,7 @@ def _stored(store_root, run_ids=()) -> list["RunManifest"]:
     try:
         return runs.stored(store.root(store_root), tuple(run_ids))
     except LookupError as e:
-        _fail(str(e))
+        fail(str(e))
 
 
 @click.command()
@@ -204,7 +201,7 @@ def cancel(obj: Context, run_ids, store_root):
         for cluster, ids in asyncio.run(go()):
             click.echo(f"{cluster}: cancelled job(s) {', '.join(ids)}")
     except SlurmError as e:
-        _fail(str(e), exitcodes.FAILED)
+        fail(str(e), exitcodes.FAILED)
 
 
 @click.group("slurm")
@@ -235,7 +232,7 @@ def slurm_install(obj: Context, prefix, python_path, owned, cluster, jobs_dir, s
     for item in owned:
         name, sep, value = item.partition("=")
         if not sep or not name:
-            _fail(f"--owned-sysctl takes NAME=VALUE, not {item!r}")
+            fail(f"--owned-sysctl takes NAME=VALUE, not {item!r}")
         sysctls[name] = int(value) if value.lstrip("-").isdigit() else value
     setup = NodeSetup(prefix, python_path, sysctls, jobs_dir, state_dir, log_file, fail_closed, pause_dcgm)
     if do_apply:
@@ -243,7 +240,7 @@ def slurm_install(obj: Context, prefix, python_path, owned, cluster, jobs_dir, s
             for path in apply(setup):
                 click.echo(f"wrote {path}")
         except OSError as e:
-            _fail(str(e), exitcodes.FAILED)
+            fail(str(e), exitcodes.FAILED)
     else:
         for path, (content, mode) in setup.files().items():
             if path.endswith("fleet-agent.py"):

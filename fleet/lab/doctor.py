@@ -31,8 +31,35 @@ def diagnosis(host: "Host", r: Result) -> dict:
     return {"host": host.name, "error": None, "node": state.get("host"), "nvml": state.get("nvml"),
             "gpus": [{k: g.get(k) for k in ("index", "name", "architecture_name", "mig_mode")}
                      for g in state.get("gpus") or []],
-            "problems": {k: asdict(v) for k, v in policy.problems(state, request).items()},
+            "problems": {k: asdict(v) for k, v in problems(state).items()},
             "verdicts": [v.to_json() for v in policy.assess(state, request)]}
+
+
+def problems(state: dict) -> dict[str, policy.Finding]:
+    """The five problems of the design, one finding each: placement, wrapping and collection
+    read here from the node's state; permissions and neighbours are the policy's."""
+    tools = [f"{t} {(policy.tool_found(state, t) or {}).get('version') or ''} at "
+             f"{policy.tool_found(state, t)['path']}".replace("  ", " ") if policy.tool_found(state, t)
+             else f"{t} missing" for t in ("nsys", "ncu")]
+    found = [policy.tool_found(state, t) for t in ("nsys", "ncu")]
+    placement = policy.Finding(policy.OK if all(found) else ("warn" if any(found) else "bad"), "; ".join(tools))
+    where = f"in a {state['container']} container" if state.get("container") else "on the host"
+    wrapping = policy.Finding("n/a", f"chosen per command (srun, torchrun, mpirun); agent ran {where}"
+                                     + (f" inside Slurm job {state['slurm_job']}" if state.get("slurm_job") else ""))
+    rd = state.get("report_dir") or {}
+    if "error" in rd or not rd:
+        collection = policy.Finding("bad", f"report directory: {rd.get('error', 'unknown')}")
+    else:
+        free = rd.get("free_bytes") or 0
+        text, status = f"{rd['path']} ({rd.get('fstype')}), {free / 2**30:.1f} GiB free", policy.OK
+        if not rd.get("writable"):
+            status, text = "bad", text + ", NOT writable"
+        elif rd.get("memory_backed"):
+            status, text = "warn", text + ": memory-backed, large reports eat the node's RAM"
+        elif free < 2 * 2**30:
+            status, text = "warn", text + ": little room for reports"
+        collection = policy.Finding(status, text)
+    return {"placement": placement, "wrapping": wrapping, "collection": collection, **policy.findings(state)}
 
 
 def worst(diagnoses: list[dict]) -> str:

@@ -3,7 +3,7 @@
 ``run_playbook`` is ``fleet profile`` with the playbook's request (lab hosts or
 a Slurm job); the run's manifest then gets the playbook's metrics, read from
 the summaries that came home, and the catalog indexes them. ``report`` judges
-every metric's history (:mod:`fleet.trends`) and writes one static HTML page
+every metric's history (:mod:`fleet.nightly.trends`) and writes one static HTML page
 and its JSON twin.
 """
 

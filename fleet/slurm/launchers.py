@@ -15,6 +15,7 @@ import shlex
 from dataclasses import dataclass
 
 from ..containers import Container, ContainerError, slurm_words
+from ..plan import profiler_args_error
 
 LAUNCHERS = ("srun", "torchrun", "mpirun", "ray")
 
@@ -106,6 +107,18 @@ def _slices(start: int, end: int, drop: list[int]) -> str:
             parts.append(f"\"${{COMMAND[@]:{a}:{i - a}}}\"")
         a = i + 1
     return " ".join(parts)
+
+
+def unsupported(launcher: str, tool: str, profiler_args=(), gpu_metrics: bool = False) -> str | None:
+    """Why this launcher cannot run the request as fleet promises, or None. Ray starts its own
+    workers under its own nsys, with no fleet agent beside them to look at the GPU first."""
+    if launcher != "ray":
+        return None
+    if tool != "nsys" or gpu_metrics:
+        return ("with --launcher ray only an nsys trace is possible: Ray's workers start without fleet's agent, "
+                "so nothing checks their GPUs for tenants before counters are programmed")
+    # Ray takes nsys's options without dashes: checked as the long options they stand for.
+    return profiler_args_error("nsys", tuple("--" + a.lstrip("-") for a in profiler_args))
 
 
 def ray_runtime_env(run_dir: str, tool: str, profiler_args=()) -> dict:

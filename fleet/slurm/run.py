@@ -23,7 +23,8 @@ from .. import store
 from ..agent.bundle import script as agent_script
 from ..store.collect import fetch_verified
 from ..store.manifest import HostEntry, ReportEntry, RunManifest, SlurmInfo, run_status
-from ..plan import ProfileRequest
+from ..plan import ProfileRequest, profiler_args_error
+from . import launchers
 from ..lab.profile import bring_home, reports_of
 from .cluster import Cluster
 from .jobs import JobState, SlurmClient, SlurmError
@@ -50,8 +51,11 @@ async def prepare(client: SlurmClient, cluster: Cluster, req: ProfileRequest, sp
     info = await client.cluster_info()
     root = cluster.report_root(info.home)
     tools = {t: cluster.login.vars[f"{t}_path"] for t in ("nsys", "ncu") if cluster.login.vars.get(f"{t}_path")}
+    if (why := profiler_args_error(req.tool, req.profiler_args)) or (
+            why := launchers.unsupported(spec.launcher, req.tool, req.profiler_args, req.gpu_metrics)):
+        raise SlurmError(why)  # playbooks too: checked before anything is submitted
     files = JobFiles(f"{root}/{req.run_id}", root, cluster.login.vars.get("ansible_python_interpreter", "python3"),
-                     tools, cluster.login.vars.get("slurm_scratch"))
+                     tools, cluster.login.vars.get("slurm_scratch"), bool(cluster.login.vars.get("fleet_slurm_prolog")))
     # The job runs where the user is: here when fleet runs on the login node, else the login home.
     spec = replace(spec, workdir=spec.workdir or (os.getcwd() if cluster.local else info.home))
     if spec.container and not spec.container.nsight_dirs:

@@ -57,6 +57,7 @@ class JobFiles:
     python: str = "python3"                 # on the compute nodes
     tools: dict = field(default_factory=dict)  # nsys_path / ncu_path from the inventory
     scratch: str | None = None              # node-local directory the ranks write to, copied over at the end
+    prolog: bool = False                    # the nodes run fleet's prolog: a rank without its verdict refuses counters
 
     @property
     def task_root(self) -> str:
@@ -68,7 +69,7 @@ def task_args(req, spec: JobSpec, files: JobFiles) -> dict:
     # The command is the script's own array, after the agent's arguments: not repeated here.
     return {"mode": "task", "request": dict(req.to_json(), command=[]), "report_dir": files.task_root,
             "launcher": spec.launcher, "ranks": list(spec.ranks) if spec.ranks is not None else None,
-            "tools": dict(files.tools)}
+            "tools": dict(files.tools), "prolog_expected": files.prolog}
 
 
 def request_doc(req, files: JobFiles) -> dict:

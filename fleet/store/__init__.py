@@ -3,7 +3,7 @@
 Layout: ``ROOT/<site>/<YYYY-MM-DD>/<run-id>/<host>/<report>`` and one
 ``manifest.json`` per run (request, plans, node states, tool versions, tenants
 seen, flags given up, every report with its sha256, what is missing and why).
-The manifests are the truth (read and written through :mod:`fleet.manifest`);
+The manifests are the truth (read and written through :mod:`fleet.store.manifest`);
 the catalog (``ROOT/catalog.sqlite``) is an index that ``fleet reports reindex``
 rebuilds from them. The catalog carries its version (``PRAGMA user_version``):
 one an older fleet wrote is rebuilt from the manifests when first opened, and
@@ -119,13 +119,19 @@ def _migrate(db: sqlite3.Connection, store: Path) -> None:
     db.execute(f"PRAGMA user_version = {CATALOG_VERSION}")
 
 
-def _rebuild(db: sqlite3.Connection, store: Path) -> int:
-    manifests = sorted(store.glob("*/*/*/manifest.json"))
+def _rebuild(db: sqlite3.Connection, store: Path) -> tuple[int, list[str]]:
+    """Every row again from the manifests; one that cannot be read (cut short, from a newer
+    fleet) is left out and named, and keeps no other run out of the catalog."""
+    indexed, skipped = 0, []
     for table in TABLES:
         db.execute(f"DELETE FROM {table}")
-    for path in manifests:
-        index_manifest(db, path)
-    return len(manifests)
+    for path in sorted(store.glob("*/*/*/manifest.json")):
+        try:
+            index_manifest(db, path)
+            indexed += 1
+        except CatalogError as e:
+            skipped.append(str(e))
+    return indexed, skipped
 
 
 def _forget(db: sqlite3.Connection, run_id: str) -> None:
@@ -167,8 +173,9 @@ def record(store: Path, manifest_path: Path) -> None:
         index_manifest(db, manifest_path)
 
 
-def reindex(store: Path) -> int:
-    """Rebuild the catalog from every manifest under the store; returns the number of runs."""
+def reindex(store: Path) -> tuple[int, list[str]]:
+    """Rebuild the catalog from every manifest under the store: the runs catalogued, and why
+    each manifest left out was."""
     with closing(catalog(store)) as db, db:
         return _rebuild(db, store)
 
@@ -184,7 +191,7 @@ def reports(store: Path, *, host: str | None = None, since: str | None = None, t
         where.append("started >= ?")
         args.append(since)
     sql = "SELECT * FROM reports" + (" WHERE " + " AND ".join(where) if where else "") + " ORDER BY started, host, path"
-    if not (store / "catalog.sqlite").exists():  # reading creates nothing
+    if not (store / "catalog.sqlite").exists():  # a store with no catalog yet: nothing to read, nothing made
         return []
     with closing(catalog(store)) as db:
         db.row_factory = sqlite3.Row

@@ -76,7 +76,7 @@ class ProcessSeen(_Record):
 
 
 @dataclass
-class HostEntry:
+class HostEntry(_Record):
     """One lab host, Slurm rank, Ray worker, or a rank that left no result."""
     host: str                             # inventory name, Slurm node, or "(no result)"
     status: str = "pending"               # ok | refused | failed | unreachable | stopped | missing | planned
@@ -110,9 +110,6 @@ class HostEntry:
                    processes_seen=[ProcessSeen.from_json(p) for p in facts.get("processes_seen") or []],
                    plan=plan, result=result, reports=list(reports))
 
-    def to_json(self) -> dict:
-        return asdict(self)
-
     @classmethod
     def from_json(cls, doc: dict) -> "HostEntry":
         known = _known(cls, doc, "a host entry")
@@ -125,7 +122,7 @@ class HostEntry:
 
 
 @dataclass
-class SlurmInfo:
+class SlurmInfo(_Record):
     """The batch job of a Slurm run."""
     cluster: str = ""
     login: str = ""
@@ -141,9 +138,6 @@ class SlurmInfo:
     job_exit: int | None = None           # the batch script's own exit status
     stopped_before_time_limit: bool = False
     log: ReportEntry | None = None        # slurm-JOBID.out, brought home
-
-    def to_json(self) -> dict:
-        return asdict(self)
 
     @classmethod
     def from_json(cls, doc: dict) -> "SlurmInfo":
@@ -174,7 +168,7 @@ class RunManifest:
     def begin(cls, req: "ProfileRequest", site: str, status: str = "running") -> "RunManifest":
         """What every run's manifest begins with, on lab servers and on Slurm."""
         return cls(run_id=req.run_id, site=site, day=f"{req.run_id[0:4]}-{req.run_id[4:6]}-{req.run_id[6:8]}",
-                   started=time.strftime("%Y-%m-%dT%H:%M:%S%z"), user=getpass.getuser(), request=asdict(req),
+                   started=time.strftime("%Y-%m-%dT%H:%M:%S%z"), user=getpass.getuser(), request=req.to_json(),
                    status=status)
 
     def to_json(self) -> dict:
