@@ -18,52 +18,18 @@
  *   proc gpu= kind=compute|graphics|mps pid= mem=<bytes>|na gi= ci=
  * Not thread-safe around nvmlInit; a test harness does not need that.
  *
- * Build: gcc -O2 -Wall -Wextra -shared -fPIC -o libnvidia-ml.so.1 fakenvml.c
+ * Memory, process lists and utilization are in processes.c, the types in fakenvml.h.
+ * Build: gcc -O2 -Wall -Wextra -shared -fPIC -o libnvidia-ml.so.1 fakenvml.c processes.c
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-typedef int nvmlReturn_t;
-enum { OK = 0, E_UNINIT = 1, E_INVALID = 2, E_NOT_FOUND = 6, E_SIZE = 7,
-       E_NO_DRIVER = 9, E_VERSION = 25, E_UNKNOWN = 999 };
+#include "fakenvml.h"
 
-#define MAX_GPUS 64
-#define MAX_MIGS 256
-#define MAX_PROCS 1024
-#define STR 96                      /* NVML_DEVICE_{UUID,NAME}_V2_BUFFER_SIZE */
-#define NA 0xFFFFFFFFFFFFFFFFULL    /* NVML_VALUE_NOT_AVAILABLE (pynvml: None) */
-#define NO_ID 0xFFFFFFFFu           /* gi/ci of a process outside MIG */
-
-/* Layouts copied from nvml.h (and pynvml's ctypes mirrors of them). */
-typedef struct { unsigned long long total, free, used; } nvmlMemory_t;
-typedef struct { unsigned int version; unsigned long long total, reserved, free, used; } nvmlMemory_v2_t;
-#define nvmlMemory_v2 0x02000028u   /* sizeof(nvmlMemory_v2_t) | 2 << 24 */
-typedef struct { unsigned int pid; unsigned long long usedGpuMemory;
-                 unsigned int gpuInstanceId, computeInstanceId; } nvmlProcessInfo_t;
-typedef struct { char busIdLegacy[16]; unsigned int domain, bus, device, pciDeviceId,
-                 pciSubSystemId; char busId[32]; } nvmlPciInfo_t;
-
-/* A handle (nvmlDevice_t) is a pointer to one of these. */
-typedef struct dev {
-    int is_mig, defined, line;
-    unsigned int index, gpu, gi, ci;   /* gpu: parent index, for MIG devices */
-    char uuid[STR], name[STR], bus[32];
-    unsigned int arch, mig, mig_pending, compute_mode, minor, max_mig, pci_id;
-    unsigned long long mem_total, mem_used; /* mem_used NA: sum of processes */
-} device_t;
-typedef device_t *nvmlDevice_t;
-typedef struct { unsigned int gpu, kind, pid, gi, ci; unsigned long long mem; int line; } proc_t;
-
-typedef struct {
-    int init_error, cuda, ngpus, nmigs, nprocs;
-    char driver[80], nvml[80];
-    device_t gpus[MAX_GPUS], migs[MAX_MIGS];
-    proc_t procs[MAX_PROCS];
-} scenario_t;
-
-static scenario_t cur, tmp;  /* tmp is parsed into, then copied over cur */
-static int refcount;         /* nvmlInit/nvmlShutdown nest, as in real NVML */
+scenario_t cur;              /* the scenario in use ... */
+static scenario_t tmp;       /* ... and the one nvmlInit parses into, then copies over cur */
+int refcount;
 
 /* ---------------------------------------------------------------- parsing */
 
@@ -229,9 +195,6 @@ static nvmlReturn_t load(scenario_t *s)
 
 /* ------------------------------------------------------------ NVML API */
 
-#define API __attribute__((visibility("default")))
-#define NEED_INIT() do { if (!refcount) return E_UNINIT; } while (0)
-
 nvmlReturn_t API nvmlInitWithFlags(unsigned int flags)
 {
     (void)flags;
@@ -286,16 +249,15 @@ nvmlReturn_t API nvmlDeviceGetHandleByIndex_v2(unsigned int i, nvmlDevice_t *h)
     return OK;
 }
 
-/* Validate a handle: it must point into the current tables (any device, or physical GPUs only). */
-static device_t *any_dev(nvmlDevice_t h)
+device_t *any_dev(nvmlDevice_t h)
 {
     if (!refcount) return NULL;
     if (h >= cur.gpus && h < cur.gpus + cur.ngpus) return h;
     if (h >= cur.migs && h < cur.migs + cur.nmigs) return h;
     return NULL;
 }
-static device_t *gpu_dev(nvmlDevice_t h) { device_t *d = any_dev(h); return d && !d->is_mig ? d : NULL; }
-static device_t *mig_dev(nvmlDevice_t h) { device_t *d = any_dev(h); return d && d->is_mig ? d : NULL; }
+device_t *gpu_dev(nvmlDevice_t h) { device_t *d = any_dev(h); return d && !d->is_mig ? d : NULL; }
+device_t *mig_dev(nvmlDevice_t h) { device_t *d = any_dev(h); return d && d->is_mig ? d : NULL; }
 
 /* One-line getters of an unsigned int field: (handle, unsigned int *out). */
 #define UINT_GETTER(fn, lookup, expr)                        \
@@ -347,79 +309,6 @@ nvmlReturn_t API nvmlDeviceGetPciInfo_v3(nvmlDevice_t h, nvmlPciInfo_t *pci)
     pci->pciSubSystemId = 0x18FF10DE;
     return OK;
 }
-
-/* Does process p belong to device d (a whole GPU, or one MIG instance)? */
-static int proc_on(const proc_t *p, const device_t *d, int match_ci)
-{
-    if (!d->is_mig) return p->gpu == d->index;
-    return p->gpu == d->gpu && p->gi == d->gi && (!match_ci || p->ci == d->ci);
-}
-
-/* Memory used = the explicit mem_used, else the sum over distinct pids of its processes. */
-static unsigned long long used_of(const device_t *d)
-{
-    unsigned long long sum = 0;
-    if (d->mem_used != NA) return d->mem_used;
-    for (int i = 0; i < cur.nprocs; i++) {
-        const proc_t *p = &cur.procs[i];
-        int dup = 0;
-        for (int j = 0; j < i; j++) dup |= cur.procs[j].pid == p->pid && proc_on(&cur.procs[j], d, 0);
-        if (proc_on(p, d, 0) && !dup && p->mem != NA) sum += p->mem;
-    }
-    return sum;
-}
-
-nvmlReturn_t API nvmlDeviceGetMemoryInfo(nvmlDevice_t h, nvmlMemory_t *m)
-{
-    NEED_INIT();
-    device_t *d = any_dev(h);
-    if (!d || !m) return E_INVALID;
-    m->total = d->mem_total;
-    m->used = used_of(d);
-    m->free = m->used < m->total ? m->total - m->used : 0;
-    return OK;
-}
-
-nvmlReturn_t API nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t h, nvmlMemory_v2_t *m)
-{
-    nvmlMemory_t v1;
-    if (m && m->version != nvmlMemory_v2) return refcount ? E_VERSION : E_UNINIT;
-    nvmlReturn_t r = nvmlDeviceGetMemoryInfo(h, m ? &v1 : NULL);
-    if (r != OK) return r;
-    m->total = v1.total; m->reserved = 0; m->free = v1.free; m->used = v1.used;
-    return OK;
-}
-
-/* The NVML list protocol: with *count too small (e.g. 0 and a NULL array),
- * report the needed count and NVML_ERROR_INSUFFICIENT_SIZE; an empty list is
- * *count = 0 and SUCCESS. On a MIG handle, list that instance's processes. */
-static nvmlReturn_t procs(nvmlDevice_t h, unsigned int kind, unsigned int *count, nvmlProcessInfo_t *out)
-{
-    NEED_INIT();
-    device_t *d = any_dev(h);
-    unsigned int n = 0, cap;
-    if (!d || !count) return E_INVALID;
-    cap = *count;
-    for (int i = 0; i < cur.nprocs; i++) {
-        const proc_t *p = &cur.procs[i];
-        if (p->kind != kind || !proc_on(p, d, 1)) continue;
-        if (n < cap && out)
-            out[n] = (nvmlProcessInfo_t){ p->pid, p->mem, p->gi, p->ci };
-        n++;
-    }
-    *count = n;
-    return n > cap || (n && !out) ? E_SIZE : OK;
-}
-
-#define PROC_LIST(fn, kind) \
-    nvmlReturn_t API fn(nvmlDevice_t h, unsigned int *c, nvmlProcessInfo_t *p) { return procs(h, kind, c, p); }
-PROC_LIST(nvmlDeviceGetComputeRunningProcesses_v3, 0)
-PROC_LIST(nvmlDeviceGetGraphicsRunningProcesses_v3, 1)
-PROC_LIST(nvmlDeviceGetMPSComputeRunningProcesses_v3, 2)
-/* The _v2 entry points use the identical nvmlProcessInfo_v2_t layout. */
-PROC_LIST(nvmlDeviceGetComputeRunningProcesses_v2, 0)
-PROC_LIST(nvmlDeviceGetGraphicsRunningProcesses_v2, 1)
-PROC_LIST(nvmlDeviceGetMPSComputeRunningProcesses_v2, 2)
 
 /* MIG devices of a GPU are its mig lines, in file order; slots up to
  * max_mig without one are NOT_FOUND, as on a partly partitioned GPU. */

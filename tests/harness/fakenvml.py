@@ -1,6 +1,6 @@
 """Helpers for tests that run the real pynvml against the fake NVML library.
 
-The fake (tests/fakenvml/fakenvml.c) is built with gcc into a directory as
+The fake (tests/fakenvml/*.c) is built with gcc into a directory as
 ``libnvidia-ml.so.1``; a process that has that directory on LD_LIBRARY_PATH and
 FAKE_NVML_SCENARIO pointing at a scenario file sees the GPUs the file describes.
 
@@ -16,7 +16,8 @@ import pathlib
 import shutil
 import subprocess
 
-SOURCE = pathlib.Path(__file__).resolve().parent.parent / "fakenvml" / "fakenvml.c"
+SOURCE_DIR = pathlib.Path(__file__).resolve().parent.parent / "fakenvml"
+SOURCE = SOURCE_DIR / "fakenvml.c"  # the scenario format is described at its top
 LIB_NAME = "libnvidia-ml.so.1"
 
 # Defaults for omitted fields: one NVIDIA H200 (Hopper, NVML arch 9).
@@ -33,20 +34,22 @@ class BuildError(RuntimeError):
 def build(dest_dir: str | os.PathLike) -> pathlib.Path:
     """Compile the fake NVML into ``dest_dir/libnvidia-ml.so.1``; return ``dest_dir``.
 
-    Skips the compile when the library is already newer than the source.
+    Skips the compile when the library is already newer than every source file.
     """
     dest = pathlib.Path(dest_dir)
     dest.mkdir(parents=True, exist_ok=True)
     lib = dest / LIB_NAME
-    if lib.exists() and lib.stat().st_mtime > SOURCE.stat().st_mtime:
+    sources = sorted(SOURCE_DIR.glob("*.c"))
+    newest = max(f.stat().st_mtime for f in [*sources, *SOURCE_DIR.glob("*.h")])
+    if lib.exists() and lib.stat().st_mtime > newest:
         return dest
     gcc = shutil.which("gcc")
     if gcc is None:
         raise BuildError("gcc not found on PATH: it is needed to build the fake NVML "
-                         f"library from {SOURCE}")
+                         f"library from {SOURCE_DIR}")
     # Write to a temporary name and rename, so a concurrent loader never sees half a file.
     partial = dest / (LIB_NAME + ".partial")
-    cmd = [gcc, "-O2", "-Wall", "-Wextra", "-shared", "-fPIC", "-o", str(partial), str(SOURCE)]
+    cmd = [gcc, "-O2", "-Wall", "-Wextra", "-shared", "-fPIC", "-o", str(partial), *map(str, sources)]
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:
         raise BuildError(f"building the fake NVML failed ({' '.join(cmd)}):\n{proc.stderr}")

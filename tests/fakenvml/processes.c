@@ -1,0 +1,81 @@
+/*
+ * processes.c - the stand-in NVML's memory, process-list and utilization
+ * calls, answered from the scenario that fakenvml.c read (see its header for
+ * the scenario format).
+ */
+#include <stddef.h>
+
+#include "fakenvml.h"
+
+/* Does process p belong to device d (a whole GPU, or one MIG instance)? */
+static int proc_on(const proc_t *p, const device_t *d, int match_ci)
+{
+    if (!d->is_mig) return p->gpu == d->index;
+    return p->gpu == d->gpu && p->gi == d->gi && (!match_ci || p->ci == d->ci);
+}
+
+/* Memory used = the explicit mem_used, else the sum over distinct pids of its processes. */
+static unsigned long long used_of(const device_t *d)
+{
+    unsigned long long sum = 0;
+    if (d->mem_used != NA) return d->mem_used;
+    for (int i = 0; i < cur.nprocs; i++) {
+        const proc_t *p = &cur.procs[i];
+        int dup = 0;
+        for (int j = 0; j < i; j++) dup |= cur.procs[j].pid == p->pid && proc_on(&cur.procs[j], d, 0);
+        if (proc_on(p, d, 0) && !dup && p->mem != NA) sum += p->mem;
+    }
+    return sum;
+}
+
+nvmlReturn_t API nvmlDeviceGetMemoryInfo(nvmlDevice_t h, nvmlMemory_t *m)
+{
+    NEED_INIT();
+    device_t *d = any_dev(h);
+    if (!d || !m) return E_INVALID;
+    m->total = d->mem_total;
+    m->used = used_of(d);
+    m->free = m->used < m->total ? m->total - m->used : 0;
+    return OK;
+}
+
+nvmlReturn_t API nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t h, nvmlMemory_v2_t *m)
+{
+    nvmlMemory_t v1;
+    if (m && m->version != nvmlMemory_v2) return refcount ? E_VERSION : E_UNINIT;
+    nvmlReturn_t r = nvmlDeviceGetMemoryInfo(h, m ? &v1 : NULL);
+    if (r != OK) return r;
+    m->total = v1.total; m->reserved = 0; m->free = v1.free; m->used = v1.used;
+    return OK;
+}
+
+/* The NVML list protocol: with *count too small (e.g. 0 and a NULL array),
+ * report the needed count and NVML_ERROR_INSUFFICIENT_SIZE; an empty list is
+ * *count = 0 and SUCCESS. On a MIG handle, list that instance's processes. */
+static nvmlReturn_t procs(nvmlDevice_t h, unsigned int kind, unsigned int *count, nvmlProcessInfo_t *out)
+{
+    NEED_INIT();
+    device_t *d = any_dev(h);
+    unsigned int n = 0, cap;
+    if (!d || !count) return E_INVALID;
+    cap = *count;
+    for (int i = 0; i < cur.nprocs; i++) {
+        const proc_t *p = &cur.procs[i];
+        if (p->kind != kind || !proc_on(p, d, 1)) continue;
+        if (n < cap && out)
+            out[n] = (nvmlProcessInfo_t){ p->pid, p->mem, p->gi, p->ci };
+        n++;
+    }
+    *count = n;
+    return n > cap || (n && !out) ? E_SIZE : OK;
+}
+
+#define PROC_LIST(fn, kind) \
+    nvmlReturn_t API fn(nvmlDevice_t h, unsigned int *c, nvmlProcessInfo_t *p) { return procs(h, kind, c, p); }
+PROC_LIST(nvmlDeviceGetComputeRunningProcesses_v3, 0)
+PROC_LIST(nvmlDeviceGetGraphicsRunningProcesses_v3, 1)
+PROC_LIST(nvmlDeviceGetMPSComputeRunningProcesses_v3, 2)
+/* The _v2 entry points use the identical nvmlProcessInfo_v2_t layout. */
+PROC_LIST(nvmlDeviceGetComputeRunningProcesses_v2, 0)
+PROC_LIST(nvmlDeviceGetGraphicsRunningProcesses_v2, 1)
+PROC_LIST(nvmlDeviceGetMPSComputeRunningProcesses_v2, 2)
