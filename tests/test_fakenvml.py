@@ -280,6 +280,9 @@ def test_missing_scenario_variable_means_driver_not_loaded(lib_dir, scenario):
     ("gpu index=0 uuid", "expected key=value"),
     ("proc gpu=0 kind=video pid=1", "kind must be"),
     ("proc gpu=3 pid=1", "proc refers to an undefined gpu"),
+    ("proc gpu=0 pid=1 pidns=4026531836,4026532177 nspid=1", "nspid needs one pid per pidns entry"),
+    ("proc gpu=0 pid=1 pidns=4026531836,,4026532177", "not a non-negative number"),
+    ("proc gpu=0 pid=1 pidns=4294967296", "number out of range"),
     ("driver 580.159.04 extra", "unexpected text"),
 ])
 def test_malformed_scenario_names_file_and_line(lib_dir, scenario, bad_line, message):

@@ -16,6 +16,15 @@
  *        mem_used= bus= pci_id= minor= max_mig=
  *   mig  gpu= gi= ci= uuid= name= mem_total= mem_used=
  *   proc gpu= kind=compute|graphics|mps pid= mem=<bytes>|na gi= ci=
+ *        pidns=<inode>[,<inode>...] nspid=<pid>[,<pid>...]
+ * PID namespaces, as the driver: a process list names only the processes of
+ * the caller's PID namespace (the inode of /proc/self/ns/pid at nvmlInit).
+ * pidns lists the namespaces a process is in, outermost first (the last is
+ * its /proc/PID/ns/pid), nspid its pid in each (NSpid of /proc/PID/status;
+ * default: pid in all). A caller in one of them sees the process under that
+ * namespace's pid; a caller in the initial namespace (inode 0xEFFFFFFC) sees
+ * every process under its pid=; any other caller does not see it. A process
+ * without pidns is listed to every caller, as given.
  * Not thread-safe around nvmlInit; a test harness does not need that.
  *
  * Memory, process lists and utilization are in processes.c, the types in fakenvml.h.
@@ -24,6 +33,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "fakenvml.h"
 
@@ -78,6 +88,20 @@ static int str(const char *v, char *dst, size_t n)
 
 #define IS(key) (!strcmp(kv, key))
 
+/* A comma-separated list of at most MAX_NS numbers, each below 2^32. */
+static int list(char *v, unsigned int *out, int *n)
+{
+    unsigned long long x;
+    for (*n = 0;; v++) {
+        char *comma = strchr(v, ',');
+        if (comma) *comma = '\0';
+        if (*n == MAX_NS) return bad("more than 32 namespace levels", v);
+        if (num(v, 0xFFFFFFFFULL, &x)) return -1;
+        out[(*n)++] = (unsigned int)x;
+        if (!(v = comma)) return 0;
+    }
+}
+
 /* Apply one key=value to a gpu/mig (d) or proc (p) record: first find which
  * field the key names (so an unknown key is reported as such), then parse. */
 static int field(char *kv, device_t *d, proc_t *p)
@@ -94,6 +118,8 @@ static int field(char *kv, device_t *d, proc_t *p)
             return p->kind == 3 ? bad("kind must be compute, graphics or mps", v) : 0;
         }
         if (IS("mem") && !strcmp(v, "na")) { p->mem = NA; return 0; }
+        if (IS("pidns")) return list(v, p->pidns, &p->nns);
+        if (IS("nspid")) return list(v, p->nspid, &p->nnspid);
         u32 = IS("gpu") ? &p->gpu : IS("pid") ? &p->pid : IS("gi") ? &p->gi : IS("ci") ? &p->ci : NULL;
         u64 = IS("mem") ? &p->mem : NULL;
     } else if (IS("uuid")) {
@@ -135,6 +161,8 @@ static int parse_line(scenario_t *s, char *line)
         proc_t *p = &s->procs[s->nprocs++];
         *p = (proc_t){ .gi = NO_ID, .ci = NO_ID, .line = g_line };
         while ((kv = token(&line))) if (field(kv, NULL, p)) return -1;
+        if (p->nnspid && p->nnspid != p->nns) return bad("nspid needs one pid per pidns entry", NULL);
+        for (int k = p->nnspid; k < p->nns; k++) p->nspid[k] = p->pid;  /* no nspid: pid everywhere */
     } else if (!strcmp(rec, "gpu") || !strcmp(rec, "mig")) {
         int mig = rec[0] == 'm';
         if ((mig ? s->nmigs : s->ngpus) == (mig ? MAX_MIGS : MAX_GPUS)) return bad("too many records", rec);
@@ -162,8 +190,11 @@ static int parse_line(scenario_t *s, char *line)
 
 static nvmlReturn_t load(scenario_t *s)
 {
-    char buf[1024];
+    char buf[2048];
+    struct stat ns;
     memset(s, 0, sizeof *s);
+    /* A process cannot leave its PID namespace: the one nvmlInit sees is the caller's. */
+    s->caller_ns = stat("/proc/self/ns/pid", &ns) ? 0 : (unsigned int)ns.st_ino;
     strcpy(s->driver, "580.159.04");
     s->cuda = 13000;
     if (!(g_file = getenv("FAKE_NVML_SCENARIO")) || !*g_file) return E_NO_DRIVER;

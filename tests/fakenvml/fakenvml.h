@@ -17,6 +17,8 @@ enum { OK = 0, E_UNINIT = 1, E_INVALID = 2, E_NOT_SUPPORTED = 3, E_NOT_FOUND = 6
 #define STR 96                      /* NVML_DEVICE_{UUID,NAME}_V2_BUFFER_SIZE */
 #define NA 0xFFFFFFFFFFFFFFFFULL    /* NVML_VALUE_NOT_AVAILABLE (pynvml: None) */
 #define NO_ID 0xFFFFFFFFu           /* gi/ci of a process outside MIG */
+#define MAX_NS 32                   /* PID namespaces nest 32 deep at most (Linux) */
+#define PROC_PID_INIT_INO 0xEFFFFFFCu /* inode of the initial PID namespace */
 
 /* Layouts copied from nvml.h (and pynvml's ctypes mirrors of them). */
 typedef struct { unsigned long long total, free, used; } nvmlMemory_t;
@@ -36,10 +38,17 @@ typedef struct dev {
     unsigned long long mem_total, mem_used; /* mem_used NA: sum of processes */
 } device_t;
 typedef device_t *nvmlDevice_t;
-typedef struct { unsigned int gpu, kind, pid, gi, ci; unsigned long long mem; int line; } proc_t;
+typedef struct {
+    unsigned int gpu, kind, pid, gi, ci;
+    unsigned long long mem;
+    int line, nns, nnspid;          /* nns 0: no namespace data, listed to every caller */
+    unsigned int pidns[MAX_NS];     /* its PID namespaces (inodes), outermost first */
+    unsigned int nspid[MAX_NS];     /* its pid in each of them */
+} proc_t;
 
 typedef struct {
     int init_error, cuda, ngpus, nmigs, nprocs;
+    unsigned int caller_ns;         /* the caller's PID namespace (inode), 0 if unknown */
     char driver[80], nvml[80];
     device_t gpus[MAX_GPUS], migs[MAX_MIGS];
     proc_t procs[MAX_PROCS];

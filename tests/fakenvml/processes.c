@@ -14,7 +14,8 @@ static int proc_on(const proc_t *p, const device_t *d, int match_ci)
     return p->gpu == d->gpu && p->gi == d->gi && (!match_ci || p->ci == d->ci);
 }
 
-/* Memory used = the explicit mem_used, else the sum over distinct pids of its processes. */
+/* Memory used = the explicit mem_used, else the sum over distinct pids of its
+ * processes: all of them, whatever the caller's PID namespace, as the driver. */
 static unsigned long long used_of(const device_t *d)
 {
     unsigned long long sum = 0;
@@ -49,6 +50,18 @@ nvmlReturn_t API nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t h, nvmlMemory_v2_t *m)
     return OK;
 }
 
+/* The driver lists only the processes of the caller's PID namespace, under
+ * the pids that namespace gives them (a caller in the initial namespace sees
+ * them all, with host pids): the pid the caller sees p as, in *pid, or 0 if
+ * p is hidden. A process without namespace data is listed as given. */
+static int visible(const proc_t *p, unsigned int *pid)
+{
+    *pid = p->pid;
+    for (int k = 0; k < p->nns; k++)
+        if (p->pidns[k] == cur.caller_ns) { *pid = p->nspid[k]; return 1; }
+    return !p->nns || cur.caller_ns == PROC_PID_INIT_INO;
+}
+
 /* The NVML list protocol: with *count too small (e.g. 0 and a NULL array),
  * report the needed count and NVML_ERROR_INSUFFICIENT_SIZE; an empty list is
  * *count = 0 and SUCCESS. On a MIG handle, list that instance's processes. */
@@ -56,14 +69,14 @@ static nvmlReturn_t procs(nvmlDevice_t h, unsigned int kind, unsigned int *count
 {
     NEED_INIT();
     device_t *d = any_dev(h);
-    unsigned int n = 0, cap;
+    unsigned int n = 0, cap, pid;
     if (!d || !count) return E_INVALID;
     cap = *count;
     for (int i = 0; i < cur.nprocs; i++) {
         const proc_t *p = &cur.procs[i];
-        if (p->kind != kind || !proc_on(p, d, 1)) continue;
+        if (p->kind != kind || !proc_on(p, d, 1) || !visible(p, &pid)) continue;
         if (n < cap && out)
-            out[n] = (nvmlProcessInfo_t){ p->pid, p->mem, p->gi, p->ci };
+            out[n] = (nvmlProcessInfo_t){ pid, p->mem, p->gi, p->ci };
         n++;
     }
     *count = n;

@@ -11,6 +11,7 @@ FAKE_NVML_SCENARIO pointing at a scenario file sees the GPUs the file describes.
 
 from __future__ import annotations
 
+import fcntl
 import os
 import pathlib
 import shutil
@@ -25,6 +26,8 @@ H200_NAME = "NVIDIA H200"
 H200_ARCH = 9
 H200_MEM_TOTAL = 150754820096
 NO_ID = 0xFFFFFFFF  # gpuInstanceId/computeInstanceId of a process outside MIG
+PROC_PID_INIT_INO = 0xEFFFFFFC  # inode of the initial PID namespace
+NS_GET_PARENT = 0xB702  # ioctl _IO(0xb7, 0x2) of linux/nsfs.h: the parent of a namespace
 
 
 class BuildError(RuntimeError):
@@ -57,6 +60,52 @@ def build(dest_dir: str | os.PathLike) -> pathlib.Path:
     return dest
 
 
+def pid_namespaces(pid: int) -> tuple[list[int], list[int]] | None:
+    """The PID namespaces process ``pid`` is in and its pid in each, outermost first.
+
+    The namespaces are inodes: /proc/PID/ns/pid and its parents (ioctl
+    NS_GET_PARENT, as far up as this process's own namespace); the pids are the
+    NSpid line of /proc/PID/status. Both lists end with the process's own
+    namespace and are cut to the same length. None when the process does not
+    exist or cannot be inspected.
+    """
+    try:
+        fd = os.open(f"/proc/{pid}/ns/pid", os.O_RDONLY)
+    except OSError:
+        return None
+    inodes = []
+    try:
+        while True:
+            inodes.append(os.fstat(fd).st_ino)
+            try:
+                parent = fcntl.ioctl(fd, NS_GET_PARENT)
+            except OSError:  # EPERM: the initial namespace, or one above ours
+                break
+            os.close(fd)
+            fd = parent
+    finally:
+        os.close(fd)
+    try:
+        status = pathlib.Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return None
+    nspid = next((line.split()[1:] for line in status.splitlines() if line.startswith("NSpid:")), [])
+    n = min(len(inodes), len(nspid))
+    if not n:
+        return None
+    return inodes[::-1][-n:], [int(x) for x in nspid[-n:]]
+
+
+def _ns_fields(proc: dict) -> dict:
+    """pidns/nspid of a scenario process: as the dict gives them (None: none), else measured."""
+    if "pidns" in proc or "nspid" in proc:
+        ns, ids = proc.get("pidns"), proc.get("nspid")
+    else:
+        ns, ids = pid_namespaces(proc["pid"]) or (None, None)
+    join = lambda v: None if v is None else ",".join(map(str, v if isinstance(v, (list, tuple)) else [v]))
+    return {"pidns": join(ns), "nspid": join(ids)}
+
+
 def _value(v) -> str:
     s = str(v)
     if any(c in s for c in '"#\n'):
@@ -75,8 +124,17 @@ def write_scenario(path: str | os.PathLike, scenario: dict) -> pathlib.Path:
     uuid, name, arch, mig, mig_pending, compute_mode, mem_total, mem_used, bus,
     minor, pci_id, max_mig, processes and mig_instances; a process dict holds
     kind (compute/graphics/mps), pid, mem (bytes, or None for "not available"),
-    gi, ci; a MIG instance dict holds gi, ci, uuid, name, mem_total, mem_used.
-    Omitted GPU fields default to an H200 with index = position in the list.
+    gi, ci, pidns, nspid; a MIG instance dict holds gi, ci, uuid, name,
+    mem_total, mem_used. Omitted GPU fields default to an H200 with index =
+    position in the list.
+
+    PID namespaces: the fake lists a process only to a caller in its PID
+    namespace (or an ancestor of it, or the initial namespace), as the driver
+    does. For a process that exists now, pidns (its namespaces' inodes,
+    outermost first) and nspid (its pid in each) are measured here (see
+    pid_namespaces); a process dict may give them instead (a number or a
+    list; pidns None: no namespace data, listed to every caller, as a pid
+    that does not exist is).
     """
     lines = ["# fake NVML scenario, written by tests/harness/fakenvml.py"]
     if scenario.get("init_error") is not None:
@@ -121,6 +179,7 @@ def write_scenario(path: str | os.PathLike, scenario: dict) -> pathlib.Path:
                 "mem": "na" if mem is None else mem,
                 "gi": proc.get("gi", NO_ID),
                 "ci": proc.get("ci", NO_ID),
+                **_ns_fields(proc),
             }))
     path = pathlib.Path(path)
     # Write then rename: a process calling nvmlInit meanwhile reads the old or new file, never half.
