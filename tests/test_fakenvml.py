@@ -126,8 +126,9 @@ PROCS = {"gpus": [
         {"kind": "compute", "pid": 4000, "mem": None},       # not available -> None
     ]},
     {},  # no processes at all
-    {"mem_used": 7 * GIB, "processes": [{"pid": 5000, "mem": GIB}]},  # explicit used wins
+    {"mem_used": 7 * GIB, "reserved": GIB, "processes": [{"pid": 5000, "mem": GIB}]},  # explicit used wins
 ]}
+TOTAL, RESERVED = fakenvml.H200_MEM_TOTAL, fakenvml.H200_RESERVED
 
 
 def test_process_lists_and_memory(lib_dir, scenario):
@@ -155,13 +156,15 @@ def test_process_lists_and_memory(lib_dir, scenario):
     assert g0["compute_v2"] == g0["compute"]
     assert g0["graphics"] == [[1234, 3 * GIB, na, na], [2000, GIB, na, na]]
     assert g0["mps"] == [[3000, 2 * GIB, na, na]]
+    # v2: the processes' memory and the driver's reservation apart; v1 counts both as used.
     used = (3 + 5 + 1 + 2) * GIB
-    assert g0["mem1"] == [150754820096, used, 150754820096 - used]
-    assert g0["mem2"] == [150754820096, 0, used, 150754820096 - used]
+    assert g0["mem1"] == [TOTAL, used + RESERVED, TOTAL - used - RESERVED]
+    assert g0["mem2"] == [TOTAL, RESERVED, used, TOTAL - used - RESERVED]
     assert g1 == dict(compute=[], graphics=[], mps=[], compute_v2=[],
-                      mem1=[150754820096, 0, 150754820096], mem2=[150754820096, 0, 0, 150754820096])
+                      mem1=[TOTAL, RESERVED, TOTAL - RESERVED], mem2=[TOTAL, RESERVED, 0, TOTAL - RESERVED])
     assert g2["compute"] == [[5000, GIB, na, na]]
-    assert g2["mem1"][1] == 7 * GIB
+    assert g2["mem1"] == [TOTAL, 8 * GIB, TOTAL - 8 * GIB]
+    assert g2["mem2"] == [TOTAL, GIB, 7 * GIB, TOTAL - 8 * GIB]
     assert out["bad_version"] == "NVMLError_ArgumentVersionMismatch"
 
 
@@ -200,7 +203,7 @@ MIG = {"gpus": [
          {"gi": 1, "ci": 0, "uuid": "MIG-aaaaaaaa-0000-0000-0000-000000000001",
           "name": "NVIDIA H200 MIG 3g.71gb", "mem_total": 71 * GIB},
          {"gi": 2, "ci": 0, "uuid": "MIG-aaaaaaaa-0000-0000-0000-000000000002",
-          "name": "NVIDIA H200 MIG 1g.18gb", "mem_total": 18 * GIB}],
+          "name": "NVIDIA H200 MIG 1g.18gb", "mem_total": 18 * GIB, "reserved": 256 << 20}],
      "processes": [
          {"kind": "compute", "pid": 10, "mem": 2 * GIB, "gi": 1, "ci": 0},
          {"kind": "compute", "pid": 11, "mem": 3 * GIB, "gi": 2, "ci": 0},
@@ -247,10 +250,10 @@ def test_mig(lib_dir, scenario):
     assert out["gpu_compute"] == [[10, 2 * GIB, 1, 0], [11, 3 * GIB, 2, 0]]
     a, b = out["migs"]
     assert a == dict(slot=0, is_mig=1, gi=1, ci=0, uuid="MIG-aaaaaaaa-0000-0000-0000-000000000001",
-                     name="NVIDIA H200 MIG 3g.71gb", mem=[71 * GIB, 2 * GIB],
+                     name="NVIDIA H200 MIG 3g.71gb", mem=[71 * GIB, 2 * GIB],  # reserved: 0 by default
                      parent=out["gpu_uuid"], compute=[[10, 2 * GIB, 1, 0]], mps=[])
     assert b == dict(slot=1, is_mig=1, gi=2, ci=0, uuid="MIG-aaaaaaaa-0000-0000-0000-000000000002",
-                     name="NVIDIA H200 MIG 1g.18gb", mem=[18 * GIB, 4 * GIB],
+                     name="NVIDIA H200 MIG 1g.18gb", mem=[18 * GIB, 4 * GIB + (256 << 20)],
                      parent=out["gpu_uuid"], compute=[[11, 3 * GIB, 2, 0]], mps=[[12, GIB, 2, 0]])
 
 

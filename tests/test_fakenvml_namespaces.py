@@ -118,8 +118,13 @@ def test_a_tenant_outside_the_callers_namespace_is_hidden_but_its_memory_counted
     assert host["ns"] == OWN_NS and private["ns"] != OWN_NS and private["pid"] == 1
     assert host["compute"] == host["graphics"] == [[tenant.pid, 1_722_613_760, NA, NA]]
     assert private["compute"] == private["graphics"] == private["mps"] == []
+    # The memory is the same from both namespaces: v2 used counts the hidden tenant (once,
+    # though listed as C+G), v1 used adds the driver's reservation.
     assert host["v1"] == private["v1"] and host["v2"] == private["v2"]
-    assert private["v2"]["used"] == 1_722_613_760  # counted once, though listed as C+G
+    total, reserved = fakenvml.H200_MEM_TOTAL, fakenvml.H200_RESERVED
+    assert private["v2"] == dict(total=total, reserved=reserved, used=1_722_613_760,
+                                 free=total - reserved - 1_722_613_760)
+    assert private["v1"] == dict(total=total, used=1_722_613_760 + reserved, free=private["v2"]["free"])
 
 
 def test_a_process_in_the_callers_namespace_is_listed_under_its_namespace_pid(lib_dir, scenario, spawn):

@@ -13,8 +13,8 @@
  *   init_error 9          nvmlInit fails with this return code
  *   driver 580.159.04     cuda 13000     nvml 13.580.159.04
  *   gpu  index= uuid= name= arch= mig= mig_pending= compute_mode= mem_total=
- *        mem_used= bus= pci_id= minor= max_mig=
- *   mig  gpu= gi= ci= uuid= name= mem_total= mem_used=
+ *        mem_used= reserved= bus= pci_id= minor= max_mig=
+ *   mig  gpu= gi= ci= uuid= name= mem_total= mem_used= reserved=
  *   proc gpu= kind=compute|graphics|mps pid= mem=<bytes>|na gi= ci=
  *        pidns=<inode>[,<inode>...] nspid=<pid>[,<pid>...]
  * PID namespaces, as the driver: a process list names only the processes of
@@ -25,6 +25,11 @@
  * namespace's pid; a caller in the initial namespace (inode 0xEFFFFFFC) sees
  * every process under its pid=; any other caller does not see it. A process
  * without pidns is listed to every caller, as given.
+ * Memory, as the driver (measured on an H200): nvmlDeviceGetMemoryInfo_v2
+ * gives used = the processes' memory (all of them, whatever the caller's
+ * namespace; mem_used= overrides the sum) and reserved = the driver's share
+ * (reserved=, default 644939776 on a gpu, 0 on a mig); the v1 call counts the
+ * reservation in used (v1 used = v2 used + reserved); free = total - both.
  * Not thread-safe around nvmlInit; a test harness does not need that.
  *
  * Memory, process lists and utilization are in processes.c, the types in fakenvml.h.
@@ -135,7 +140,8 @@ static int field(char *kv, device_t *d, proc_t *p)
               IS("mig_pending") ? &d->mig_pending : IS("compute_mode") ? &d->compute_mode :
               IS("minor") ? &d->minor : IS("max_mig") ? &d->max_mig : IS("pci_id") ? &d->pci_id : NULL;
     }
-    if (d && !u32) u64 = IS("mem_total") ? &d->mem_total : IS("mem_used") ? &d->mem_used : NULL;
+    if (d && !u32) u64 = IS("mem_total") ? &d->mem_total : IS("mem_used") ? &d->mem_used :
+                         IS("reserved") ? &d->reserved : NULL;
     if (!u32 && !u64) return bad(p ? "unknown proc field" : d->is_mig ? "unknown mig field" : "unknown gpu field", kv);
     if (num(v, u32 ? 0xFFFFFFFFULL : NA - 1, &n)) return -1;
     if (u32) *u32 = (unsigned int)n; else *u64 = n;
@@ -168,7 +174,7 @@ static int parse_line(scenario_t *s, char *line)
         if ((mig ? s->nmigs : s->ngpus) == (mig ? MAX_MIGS : MAX_GPUS)) return bad("too many records", rec);
         device_t d = { .is_mig = mig, .defined = 1, .line = g_line, .index = s->ngpus, .arch = 9,
                      .mem_total = 150754820096ULL, .mem_used = NA, .max_mig = 7, .pci_id = 0x233510DE,
-                     .minor = NO_ID };
+                     .minor = NO_ID, .reserved = mig ? 0 : H200_RESERVED };
         strcpy(d.name, "NVIDIA H200");
         while ((kv = token(&line))) if (field(kv, &d, NULL)) return -1;
         if (mig) {

@@ -17,6 +17,7 @@ enum { OK = 0, E_UNINIT = 1, E_INVALID = 2, E_NOT_SUPPORTED = 3, E_NOT_FOUND = 6
 #define STR 96                      /* NVML_DEVICE_{UUID,NAME}_V2_BUFFER_SIZE */
 #define NA 0xFFFFFFFFFFFFFFFFULL    /* NVML_VALUE_NOT_AVAILABLE (pynvml: None) */
 #define NO_ID 0xFFFFFFFFu           /* gi/ci of a process outside MIG */
+#define H200_RESERVED 644939776ULL  /* v2 reserved of an H200, driver 580.159.04 */
 #define MAX_NS 32                   /* PID namespaces nest 32 deep at most (Linux) */
 #define PROC_PID_INIT_INO 0xEFFFFFFCu /* inode of the initial PID namespace */
 
@@ -36,6 +37,7 @@ typedef struct dev {
     char uuid[STR], name[STR], bus[32];
     unsigned int arch, mig, mig_pending, compute_mode, minor, max_mig, pci_id;
     unsigned long long mem_total, mem_used; /* mem_used NA: sum of processes */
+    unsigned long long reserved;            /* the driver's own share (v2 reserved) */
 } device_t;
 typedef device_t *nvmlDevice_t;
 typedef struct {

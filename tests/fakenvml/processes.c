@@ -29,24 +29,26 @@ static unsigned long long used_of(const device_t *d)
     return sum;
 }
 
-nvmlReturn_t API nvmlDeviceGetMemoryInfo(nvmlDevice_t h, nvmlMemory_t *m)
+nvmlReturn_t API nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t h, nvmlMemory_v2_t *m)
 {
     NEED_INIT();
     device_t *d = any_dev(h);
     if (!d || !m) return E_INVALID;
+    if (m->version != nvmlMemory_v2) return E_VERSION;
     m->total = d->mem_total;
+    m->reserved = d->reserved;
     m->used = used_of(d);
-    m->free = m->used < m->total ? m->total - m->used : 0;
+    m->free = m->used + m->reserved < m->total ? m->total - m->used - m->reserved : 0;
     return OK;
 }
 
-nvmlReturn_t API nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t h, nvmlMemory_v2_t *m)
+/* The v1 layout has no reserved field: the driver counts the reservation as used. */
+nvmlReturn_t API nvmlDeviceGetMemoryInfo(nvmlDevice_t h, nvmlMemory_t *m)
 {
-    nvmlMemory_t v1;
-    if (m && m->version != nvmlMemory_v2) return refcount ? E_VERSION : E_UNINIT;
-    nvmlReturn_t r = nvmlDeviceGetMemoryInfo(h, m ? &v1 : NULL);
+    nvmlMemory_v2_t v2 = { .version = nvmlMemory_v2 };
+    nvmlReturn_t r = nvmlDeviceGetMemoryInfo_v2(h, m ? &v2 : NULL);
     if (r != OK) return r;
-    m->total = v1.total; m->reserved = 0; m->free = v1.free; m->used = v1.used;
+    *m = (nvmlMemory_t){ .total = v2.total, .free = v2.free, .used = v2.used + v2.reserved };
     return OK;
 }
 

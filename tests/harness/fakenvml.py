@@ -25,6 +25,7 @@ LIB_NAME = "libnvidia-ml.so.1"
 H200_NAME = "NVIDIA H200"
 H200_ARCH = 9
 H200_MEM_TOTAL = 150754820096
+H200_RESERVED = 644939776  # nvmlMemory_v2_t.reserved of an H200, driver 580.159.04 (the fake's default)
 NO_ID = 0xFFFFFFFF  # gpuInstanceId/computeInstanceId of a process outside MIG
 PROC_PID_INIT_INO = 0xEFFFFFFC  # inode of the initial PID namespace
 NS_GET_PARENT = 0xB702  # ioctl _IO(0xb7, 0x2) of linux/nsfs.h: the parent of a namespace
@@ -121,12 +122,17 @@ def write_scenario(path: str | os.PathLike, scenario: dict) -> pathlib.Path:
     """Write ``scenario`` (a dict) in the fake NVML's text format to ``path``.
 
     Keys: init_error, driver, cuda, nvml, gpus. Each GPU dict may hold index,
-    uuid, name, arch, mig, mig_pending, compute_mode, mem_total, mem_used, bus,
-    minor, pci_id, max_mig, processes and mig_instances; a process dict holds
-    kind (compute/graphics/mps), pid, mem (bytes, or None for "not available"),
-    gi, ci, pidns, nspid; a MIG instance dict holds gi, ci, uuid, name,
-    mem_total, mem_used. Omitted GPU fields default to an H200 with index =
-    position in the list.
+    uuid, name, arch, mig, mig_pending, compute_mode, mem_total, mem_used,
+    reserved, bus, minor, pci_id, max_mig, processes and mig_instances; a
+    process dict holds kind (compute/graphics/mps), pid, mem (bytes, or None
+    for "not available"), gi, ci, pidns, nspid; a MIG instance dict holds gi,
+    ci, uuid, name, mem_total, mem_used, reserved. Omitted GPU fields default
+    to an H200 with index = position in the list.
+
+    Memory, as the driver: the v2 call's used is the sum of the device's
+    processes' mem (every process, whatever the caller's namespace) unless
+    mem_used is given, its reserved is reserved (default H200_RESERVED on a
+    GPU, 0 on a MIG instance); the v1 call's used is v2 used + reserved.
 
     PID namespaces: the fake lists a process only to a caller in its PID
     namespace (or an ancestor of it, or the initial namespace), as the driver
@@ -155,6 +161,7 @@ def write_scenario(path: str | os.PathLike, scenario: dict) -> pathlib.Path:
             "compute_mode": gpu.get("compute_mode", 0),
             "mem_total": gpu.get("mem_total", H200_MEM_TOTAL),
             "mem_used": gpu.get("mem_used"),
+            "reserved": gpu.get("reserved"),
             "bus": gpu.get("bus", f"00000000:{0x19 + index:02X}:00.0"),
             "minor": gpu.get("minor", index),
             "pci_id": gpu.get("pci_id"),
@@ -169,6 +176,7 @@ def write_scenario(path: str | os.PathLike, scenario: dict) -> pathlib.Path:
                 "name": mig.get("name", f"{gpu.get('name', H200_NAME)} MIG 1g.18gb"),
                 "mem_total": mig.get("mem_total", 18 << 30),
                 "mem_used": mig.get("mem_used"),
+                "reserved": mig.get("reserved"),
             }))
         for proc in gpu.get("processes", []):
             mem = proc.get("mem", 0)
