@@ -197,6 +197,47 @@ def test_process_list_size_protocol(lib_dir, scenario):
     assert out["full"] == [[100 + i, i, i, 2 * i] for i in range(20)]
 
 
+UTIL = {"gpus": [
+    {"util": 99, "mem_util": 40, "processes": [
+        {"kind": "compute", "pid": 100, "sm": 97},
+        {"kind": "graphics", "pid": 100, "sm": 50},  # one sample per pid: the first line's
+        {"kind": "compute", "pid": 101, "sm": 0},    # idle, but sampled (as a tenant with a context)
+        {"kind": "compute", "pid": 102}]},           # no sm: no sample
+    {"processes": [{"pid": 103}]},                   # nothing sampled at all
+    {"mig": 1, "processes": [{"pid": 104, "sm": 10}]},
+]}
+
+
+def test_utilization(lib_dir, scenario):
+    fakenvml.write_scenario(scenario, UTIL)
+    out = run_json(lib_dir, scenario, """
+        import time
+        N.nvmlInit()
+        h0, h1, h2 = (N.nvmlDeviceGetHandleByIndex(i) for i in range(3))
+        u = N.nvmlDeviceGetUtilizationRates(h0)
+        before = int(time.time() * 1e6)
+        samples = [[s.pid, s.smUtil, s.memUtil, s.encUtil, s.decUtil, s.timeStamp - before]
+                   for s in N.nvmlDeviceGetProcessUtilization(h0, 0)]
+        fn, count = N.nvmlLib.nvmlDeviceGetProcessUtilization, ctypes.c_uint(0)
+        first = [fn(h0, None, ctypes.byref(count), ctypes.c_ulonglong(0)), count.value]
+        arr = (N.c_nvmlProcessUtilizationSample_t * 1)()
+        count.value = 1
+        small = [fn(h0, arr, ctypes.byref(count), ctypes.c_ulonglong(0)), count.value]
+        print(json.dumps(dict(
+            rates=[u.gpu, u.memory], samples=samples, first=first, small=small,
+            future=err(N.nvmlDeviceGetProcessUtilization, h0, before + 10**9),
+            idle_rates=[N.nvmlDeviceGetUtilizationRates(h1).gpu, N.nvmlDeviceGetUtilizationRates(h1).memory],
+            idle=err(N.nvmlDeviceGetProcessUtilization, h1, 0),
+            mig=[err(N.nvmlDeviceGetUtilizationRates, h2), err(N.nvmlDeviceGetProcessUtilization, h2, 0)])))
+    """)
+    assert out["rates"] == [99, 40] and out["idle_rates"] == [0, 0]
+    assert [s[:5] for s in out["samples"]] == [[100, 97, 0, 0, 0], [101, 0, 0, 0, 0]]
+    assert all(0 <= s[5] < 60 * 10**6 for s in out["samples"])  # stamped now, in microseconds
+    assert out["first"] == out["small"] == [7, 2]  # NVML_ERROR_INSUFFICIENT_SIZE and the count
+    assert out["future"] == out["idle"] == "NVMLError_NotFound"  # no sample newer than asked, none at all
+    assert out["mig"] == ["NVMLError_NotSupported"] * 2
+
+
 MIG = {"gpus": [
     {"mig": 1, "mig_pending": 1, "mem_total": 150754820096,
      "mig_instances": [
@@ -283,6 +324,8 @@ def test_missing_scenario_variable_means_driver_not_loaded(lib_dir, scenario):
     ("gpu index=0 uuid", "expected key=value"),
     ("proc gpu=0 kind=video pid=1", "kind must be"),
     ("proc gpu=3 pid=1", "proc refers to an undefined gpu"),
+    ("gpu index=0 util=101", "number out of range"),
+    ("proc gpu=0 pid=1 sm=-1", "not a non-negative number"),
     ("proc gpu=0 pid=1 pidns=4026531836,4026532177 nspid=1", "nspid needs one pid per pidns entry"),
     ("proc gpu=0 pid=1 pidns=4026531836,,4026532177", "not a non-negative number"),
     ("proc gpu=0 pid=1 pidns=4294967296", "number out of range"),
@@ -333,11 +376,17 @@ def test_scenario_reread_on_every_init(lib_dir, scenario, tmp_path):
     assert out["after_shutdown"] == out["extra_shutdown"] == "NVMLError_Uninitialized"
 
 
-def test_unimplemented_function_is_not_found(lib_dir, scenario):
+@pytest.mark.parametrize("call", [
+    "N.nvmlDeviceGetTemperature(h, 0)",
+    # Answered "Argument Version Mismatch" by driver 580.159.04 with this binding: not simulated.
+    "N.nvmlDeviceGetRunningProcessDetailList(h, N.nvmlProcessDetailList_v1, 0)",
+])
+def test_unimplemented_function_is_not_found(lib_dir, scenario, call):
     fakenvml.write_scenario(scenario, TWO_GPUS)
-    out = run_json(lib_dir, scenario, """
+    out = run_json(lib_dir, scenario, f"""
         N.nvmlInit()
-        print(json.dumps(err(N.nvmlDeviceGetTemperature, N.nvmlDeviceGetHandleByIndex(0), 0)))
+        h = N.nvmlDeviceGetHandleByIndex(0)
+        print(json.dumps(err(lambda: {call})))
     """)
     assert out == "NVMLError_FunctionNotFound"
 

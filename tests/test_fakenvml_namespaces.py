@@ -157,3 +157,23 @@ def test_namespace_fields_given_by_hand(lib_dir, scenario):
     if OWN_NS == fakenvml.PROC_PID_INIT_INO:
         assert [p[0] for p in host["compute"]] == [5000, 5001, 5002, GHOST]
     assert [p[0] for p in private["compute"]] == [5002, GHOST]
+
+
+def test_utilization_samples_name_the_host_pid_even_where_the_list_hides_it(lib_dir, scenario, spawn):
+    tenant = spawn(["sleep", "300"])
+    _, inner = namespaced_sleeper(spawn)
+    fakenvml.write_scenario(scenario, {"gpus": [{"util": 99, "processes": [
+        {"pid": tenant.pid, "mem": 858_587_136, "sm": 99}, {"pid": inner, "mem": 1 << 30, "sm": 0}]}]})
+    body = """
+        h = N.nvmlDeviceGetHandleByIndex(0)
+        samples = [[s.pid, s.smUtil] for s in N.nvmlDeviceGetProcessUtilization(h, 0)]
+        print(json.dumps(dict(view(), samples=samples, util=N.nvmlDeviceGetUtilizationRates(h).gpu)))
+    """
+    callers = {"host": ((), [tenant.pid, inner]),          # caller: (how to run it, the pids listed)
+               "private": (PRIVATE, []),
+               "inner": (["nsenter", f"--target={inner}", "--pid", "--mount"], [1])}
+    for name, (within, listed) in callers.items():
+        out = pynvml(lib_dir, scenario, body, within)
+        assert [p[0] for p in out["compute"]] == listed, name
+        assert out["samples"] == [[tenant.pid, 99], [inner, 0]], name  # host pids, from every namespace
+        assert out["util"] == 99, name

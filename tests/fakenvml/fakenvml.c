@@ -13,10 +13,10 @@
  *   init_error 9          nvmlInit fails with this return code
  *   driver 580.159.04     cuda 13000     nvml 13.580.159.04
  *   gpu  index= uuid= name= arch= mig= mig_pending= compute_mode= mem_total=
- *        mem_used= reserved= bus= pci_id= minor= max_mig=
+ *        mem_used= reserved= bus= pci_id= minor= max_mig= util= mem_util=
  *   mig  gpu= gi= ci= uuid= name= mem_total= mem_used= reserved=
  *   proc gpu= kind=compute|graphics|mps pid= mem=<bytes>|na gi= ci=
- *        pidns=<inode>[,<inode>...] nspid=<pid>[,<pid>...]
+ *        pidns=<inode>[,<inode>...] nspid=<pid>[,<pid>...] sm=<percent>
  * PID namespaces, as the driver: a process list names only the processes of
  * the caller's PID namespace (the inode of /proc/self/ns/pid at nvmlInit).
  * pidns lists the namespaces a process is in, outermost first (the last is
@@ -30,6 +30,12 @@
  * namespace; mem_used= overrides the sum) and reserved = the driver's share
  * (reserved=, default 644939776 on a gpu, 0 on a mig); the v1 call counts the
  * reservation in used (v1 used = v2 used + reserved); free = total - both.
+ * Utilization: nvmlDeviceGetUtilizationRates gives a gpu's util= and
+ * mem_util= (percent, default 0); nvmlDeviceGetProcessUtilization gives one
+ * sample per process that has sm= (0 included: an idle process with a
+ * context was sampled on the H200), under its pid= (the host pid: samples
+ * are not filtered by namespace, as measured), and NVML_ERROR_NOT_FOUND when
+ * no process has one. Both are NOT_SUPPORTED on MIG, as nvidia-smi's N/A.
  * Not thread-safe around nvmlInit; a test harness does not need that.
  *
  * Memory, process lists and utilization are in processes.c, the types in fakenvml.h.
@@ -125,7 +131,8 @@ static int field(char *kv, device_t *d, proc_t *p)
         if (IS("mem") && !strcmp(v, "na")) { p->mem = NA; return 0; }
         if (IS("pidns")) return list(v, p->pidns, &p->nns);
         if (IS("nspid")) return list(v, p->nspid, &p->nnspid);
-        u32 = IS("gpu") ? &p->gpu : IS("pid") ? &p->pid : IS("gi") ? &p->gi : IS("ci") ? &p->ci : NULL;
+        u32 = IS("gpu") ? &p->gpu : IS("pid") ? &p->pid : IS("gi") ? &p->gi : IS("ci") ? &p->ci :
+              IS("sm") ? &p->sm : NULL;
         u64 = IS("mem") ? &p->mem : NULL;
     } else if (IS("uuid")) {
         return str(v, d->uuid, sizeof d->uuid);
@@ -138,12 +145,14 @@ static int field(char *kv, device_t *d, proc_t *p)
     } else {
         u32 = IS("index") ? &d->index : IS("arch") ? &d->arch : IS("mig") ? &d->mig :
               IS("mig_pending") ? &d->mig_pending : IS("compute_mode") ? &d->compute_mode :
-              IS("minor") ? &d->minor : IS("max_mig") ? &d->max_mig : IS("pci_id") ? &d->pci_id : NULL;
+              IS("minor") ? &d->minor : IS("max_mig") ? &d->max_mig : IS("pci_id") ? &d->pci_id :
+              IS("util") ? &d->util : IS("mem_util") ? &d->mem_util : NULL;
     }
     if (d && !u32) u64 = IS("mem_total") ? &d->mem_total : IS("mem_used") ? &d->mem_used :
                          IS("reserved") ? &d->reserved : NULL;
     if (!u32 && !u64) return bad(p ? "unknown proc field" : d->is_mig ? "unknown mig field" : "unknown gpu field", kv);
-    if (num(v, u32 ? 0xFFFFFFFFULL : NA - 1, &n)) return -1;
+    int percent = (d && (u32 == &d->util || u32 == &d->mem_util)) || (p && u32 == &p->sm);
+    if (num(v, percent ? 100 : u32 ? 0xFFFFFFFFULL : NA - 1, &n)) return -1;
     if (u32) *u32 = (unsigned int)n; else *u64 = n;
     return 0;
 }
@@ -165,7 +174,7 @@ static int parse_line(scenario_t *s, char *line)
     } else if (!strcmp(rec, "proc")) {
         if (s->nprocs == MAX_PROCS) return bad("too many proc lines", NULL);
         proc_t *p = &s->procs[s->nprocs++];
-        *p = (proc_t){ .gi = NO_ID, .ci = NO_ID, .line = g_line };
+        *p = (proc_t){ .gi = NO_ID, .ci = NO_ID, .sm = NO_ID, .line = g_line };
         while ((kv = token(&line))) if (field(kv, NULL, p)) return -1;
         if (p->nnspid && p->nnspid != p->nns) return bad("nspid needs one pid per pidns entry", NULL);
         for (int k = p->nnspid; k < p->nns; k++) p->nspid[k] = p->pid;  /* no nspid: pid everywhere */
@@ -256,6 +265,7 @@ const char API *nvmlErrorString(nvmlReturn_t r)
     case OK: return "Success";
     case E_UNINIT: return "Uninitialized";
     case E_INVALID: return "Invalid Argument";
+    case E_NOT_SUPPORTED: return "Not Supported";
     case E_NOT_FOUND: return "Not Found";
     case E_SIZE: return "Insufficient Size";
     case E_NO_DRIVER: return "Driver Not Loaded";

@@ -27,6 +27,9 @@ typedef struct { unsigned int version; unsigned long long total, reserved, free,
 #define nvmlMemory_v2 0x02000028u   /* sizeof(nvmlMemory_v2_t) | 2 << 24 */
 typedef struct { unsigned int pid; unsigned long long usedGpuMemory;
                  unsigned int gpuInstanceId, computeInstanceId; } nvmlProcessInfo_t;
+typedef struct { unsigned int gpu, memory; } nvmlUtilization_t;
+typedef struct { unsigned int pid; unsigned long long timeStamp;
+                 unsigned int smUtil, memUtil, encUtil, decUtil; } nvmlProcessUtilizationSample_t;
 typedef struct { char busIdLegacy[16]; unsigned int domain, bus, device, pciDeviceId,
                  pciSubSystemId; char busId[32]; } nvmlPciInfo_t;
 
@@ -38,11 +41,13 @@ typedef struct dev {
     unsigned int arch, mig, mig_pending, compute_mode, minor, max_mig, pci_id;
     unsigned long long mem_total, mem_used; /* mem_used NA: sum of processes */
     unsigned long long reserved;            /* the driver's own share (v2 reserved) */
+    unsigned int util, mem_util;            /* utilization rates, percent */
 } device_t;
 typedef device_t *nvmlDevice_t;
 typedef struct {
     unsigned int gpu, kind, pid, gi, ci;
     unsigned long long mem;
+    unsigned int sm;                /* SM percent of its utilization sample; NO_ID: none */
     int line, nns, nnspid;          /* nns 0: no namespace data, listed to every caller */
     unsigned int pidns[MAX_NS];     /* its PID namespaces (inodes), outermost first */
     unsigned int nspid[MAX_NS];     /* its pid in each of them */

@@ -4,6 +4,7 @@
  * the scenario format).
  */
 #include <stddef.h>
+#include <time.h>
 
 #include "fakenvml.h"
 
@@ -94,3 +95,51 @@ PROC_LIST(nvmlDeviceGetMPSComputeRunningProcesses_v3, 2)
 PROC_LIST(nvmlDeviceGetComputeRunningProcesses_v2, 0)
 PROC_LIST(nvmlDeviceGetGraphicsRunningProcesses_v2, 1)
 PROC_LIST(nvmlDeviceGetMPSComputeRunningProcesses_v2, 2)
+
+/* Utilization is not reported in MIG mode (nvidia-smi shows N/A). */
+static device_t *util_dev(nvmlDevice_t h, nvmlReturn_t *r)
+{
+    device_t *d = any_dev(h);
+    *r = !d ? E_INVALID : d->is_mig || d->mig ? E_NOT_SUPPORTED : OK;
+    return *r == OK ? d : NULL;
+}
+
+nvmlReturn_t API nvmlDeviceGetUtilizationRates(nvmlDevice_t h, nvmlUtilization_t *u)
+{
+    NEED_INIT();
+    nvmlReturn_t r;
+    device_t *d = util_dev(h, &r);
+    if (!d || !u) return d ? E_INVALID : r;
+    *u = (nvmlUtilization_t){ d->util, d->mem_util };
+    return OK;
+}
+
+/* One sample per distinct pid with an sm= field, newer than lastSeen (all
+ * are stamped now), under its host pid whatever the caller's namespace. The
+ * size protocol pynvml uses: samples NULL or *count too small gives the
+ * count and INSUFFICIENT_SIZE; no sample at all is NOT_FOUND, as the driver. */
+nvmlReturn_t API nvmlDeviceGetProcessUtilization(nvmlDevice_t h, nvmlProcessUtilizationSample_t *out,
+                                                 unsigned int *count, unsigned long long lastSeen)
+{
+    NEED_INIT();
+    nvmlReturn_t r;
+    device_t *d = util_dev(h, &r);
+    struct timespec ts;
+    unsigned int n = 0, cap;
+    if (!d || !count) return d ? E_INVALID : r;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    unsigned long long now = ts.tv_sec * 1000000ULL + ts.tv_nsec / 1000;
+    cap = *count;
+    for (int i = 0; i < cur.nprocs && lastSeen < now; i++) {
+        const proc_t *p = &cur.procs[i];
+        int dup = 0;
+        for (int j = 0; j < i; j++)
+            dup |= cur.procs[j].pid == p->pid && cur.procs[j].sm != NO_ID && proc_on(&cur.procs[j], d, 0);
+        if (!proc_on(p, d, 0) || p->sm == NO_ID || dup) continue;
+        if (out && n < cap) out[n] = (nvmlProcessUtilizationSample_t){ p->pid, now, p->sm, 0, 0, 0 };
+        n++;
+    }
+    *count = n;
+    if (!n) return E_NOT_FOUND;
+    return n > cap || !out ? E_SIZE : OK;
+}

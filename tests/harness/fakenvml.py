@@ -123,16 +123,22 @@ def write_scenario(path: str | os.PathLike, scenario: dict) -> pathlib.Path:
 
     Keys: init_error, driver, cuda, nvml, gpus. Each GPU dict may hold index,
     uuid, name, arch, mig, mig_pending, compute_mode, mem_total, mem_used,
-    reserved, bus, minor, pci_id, max_mig, processes and mig_instances; a
-    process dict holds kind (compute/graphics/mps), pid, mem (bytes, or None
-    for "not available"), gi, ci, pidns, nspid; a MIG instance dict holds gi,
-    ci, uuid, name, mem_total, mem_used, reserved. Omitted GPU fields default
-    to an H200 with index = position in the list.
+    reserved, bus, minor, pci_id, max_mig, util, mem_util, processes and
+    mig_instances; a process dict holds kind (compute/graphics/mps), pid, mem
+    (bytes, or None for "not available"), gi, ci, sm, pidns, nspid; a MIG
+    instance dict holds gi, ci, uuid, name, mem_total, mem_used, reserved.
+    Omitted GPU fields default to an H200 with index = position in the list.
 
     Memory, as the driver: the v2 call's used is the sum of the device's
     processes' mem (every process, whatever the caller's namespace) unless
     mem_used is given, its reserved is reserved (default H200_RESERVED on a
     GPU, 0 on a MIG instance); the v1 call's used is v2 used + reserved.
+
+    Utilization: util and mem_util (percent, default 0) are the GPU's
+    utilization rates; a process with sm (percent, 0 included) has a sample in
+    nvmlDeviceGetProcessUtilization, under its host pid whatever the caller's
+    namespace, as the driver; without any such process the call answers
+    NVML_ERROR_NOT_FOUND.
 
     PID namespaces: the fake lists a process only to a caller in its PID
     namespace (or an ancestor of it, or the initial namespace), as the driver
@@ -166,6 +172,8 @@ def write_scenario(path: str | os.PathLike, scenario: dict) -> pathlib.Path:
             "minor": gpu.get("minor", index),
             "pci_id": gpu.get("pci_id"),
             "max_mig": gpu.get("max_mig"),
+            "util": gpu.get("util"),
+            "mem_util": gpu.get("mem_util"),
         }))
         for n, mig in enumerate(gpu.get("mig_instances", [])):
             lines.append(_line("mig", {
@@ -187,6 +195,7 @@ def write_scenario(path: str | os.PathLike, scenario: dict) -> pathlib.Path:
                 "mem": "na" if mem is None else mem,
                 "gi": proc.get("gi", NO_ID),
                 "ci": proc.get("ci", NO_ID),
+                "sm": proc.get("sm"),
                 **_ns_fields(proc),
             }))
     path = pathlib.Path(path)
