@@ -177,3 +177,38 @@ def test_utilization_samples_name_the_host_pid_even_where_the_list_hides_it(lib_
         assert [p[0] for p in out["compute"]] == listed, name
         assert out["samples"] == [[tenant.pid, 99], [inner, 0]], name  # host pids, from every namespace
         assert out["util"] == 99, name
+
+
+MEASURED = json.loads((pathlib.Path(__file__).parent / "fixtures" / "nvml-pid-namespace-h200.json").read_text())
+
+
+@pytest.mark.parametrize("state", sorted(MEASURED["states"]))
+def test_the_fake_reproduces_what_the_h200_showed(lib_dir, scenario, spawn, state):
+    """The same three GPU states, the tenant a real process, seen from both namespaces.
+
+    The scenario gives only what the driver counts (the tenant's memory, its
+    sampled SM share, the GPU's utilization); the reservation is the fake's default.
+    """
+    m = MEASURED["states"][state]
+    tenant = None if state == "free" else spawn(["sleep", "300"]).pid
+    processes = [] if tenant is None else [
+        {"kind": "compute", "pid": tenant, "mem": m["v2_used_both"], "sm": m["utilization_gpu_percent"]}]
+    fakenvml.write_scenario(scenario, {"driver": MEASURED["driver"], "gpus": [
+        {"util": m["utilization_gpu_percent"], "processes": processes}]})
+    body = """
+        h = N.nvmlDeviceGetHandleByIndex(0)
+        try:
+            samples = [s.pid for s in N.nvmlDeviceGetProcessUtilization(h, 0)]
+        except N.NVMLError as e:
+            samples = "NVML_ERROR_NOT_FOUND" if isinstance(e, N.NVMLError_NotFound) else str(e)
+        print(json.dumps(dict(view(), samples=samples, util=N.nvmlDeviceGetUtilizationRates(h).gpu)))
+    """
+    name = lambda v: [tenant if x == "tenant" else x for x in v] if isinstance(v, list) else v
+    for caller, within in (("host", ()), ("private", PRIVATE)):
+        out = pynvml(lib_dir, scenario, body, within)
+        assert [p[0] for p in out["compute"]] == name(m["compute_list"][caller]), caller
+        assert out["v2"]["used"] == m["v2_used_both"] and out["v2"]["reserved"] == m["v2_reserved_both"], caller
+        assert out["v1"]["used"] == out["v2"]["used"] + out["v2"]["reserved"], caller
+        assert round(out["v1"]["used"] / (1 << 20)) == m["v1_used_mib_both"], caller
+        assert out["util"] == m["utilization_gpu_percent"], caller
+        assert out["samples"] == name(m["process_utilization_both"]), caller
