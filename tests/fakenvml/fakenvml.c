@@ -35,7 +35,8 @@
  * sample per process that has sm= (0 included: an idle process with a
  * context was sampled on the H200), under its pid= (the host pid: samples
  * are not filtered by namespace, as measured), and NVML_ERROR_NOT_FOUND when
- * no process has one. Both are NOT_SUPPORTED on MIG, as nvidia-smi's N/A.
+ * no process has one. Both are NOT_SUPPORTED in MIG mode (nvidia-smi shows
+ * N/A there; not measured on the H200).
  * Not thread-safe around nvmlInit; a test harness does not need that.
  *
  * Memory, process lists and utilization are in processes.c, the types in fakenvml.h.

@@ -55,8 +55,8 @@ nvmlReturn_t API nvmlDeviceGetMemoryInfo(nvmlDevice_t h, nvmlMemory_t *m)
 
 /* The driver lists only the processes of the caller's PID namespace, under
  * the pids that namespace gives them (a caller in the initial namespace sees
- * them all, with host pids): the pid the caller sees p as, in *pid, or 0 if
- * p is hidden. A process without namespace data is listed as given. */
+ * them all, with host pids). Is p listed to the caller? If so, *pid is the
+ * pid it is listed under. A process without namespace data is listed as given. */
 static int visible(const proc_t *p, unsigned int *pid)
 {
     *pid = p->pid;
