@@ -126,8 +126,9 @@ PROCS = {"gpus": [
         {"kind": "compute", "pid": 4000, "mem": None},       # not available -> None
     ]},
     {},  # no processes at all
-    {"mem_used": 7 * GIB, "processes": [{"pid": 5000, "mem": GIB}]},  # explicit used wins
+    {"mem_used": 7 * GIB, "reserved": GIB, "processes": [{"pid": 5000, "mem": GIB}]},  # explicit used wins
 ]}
+TOTAL, RESERVED = fakenvml.H200_MEM_TOTAL, fakenvml.H200_RESERVED
 
 
 def test_process_lists_and_memory(lib_dir, scenario):
@@ -155,13 +156,15 @@ def test_process_lists_and_memory(lib_dir, scenario):
     assert g0["compute_v2"] == g0["compute"]
     assert g0["graphics"] == [[1234, 3 * GIB, na, na], [2000, GIB, na, na]]
     assert g0["mps"] == [[3000, 2 * GIB, na, na]]
+    # v2: the processes' memory and the driver's reservation apart; v1 counts both as used.
     used = (3 + 5 + 1 + 2) * GIB
-    assert g0["mem1"] == [150754820096, used, 150754820096 - used]
-    assert g0["mem2"] == [150754820096, 0, used, 150754820096 - used]
+    assert g0["mem1"] == [TOTAL, used + RESERVED, TOTAL - used - RESERVED]
+    assert g0["mem2"] == [TOTAL, RESERVED, used, TOTAL - used - RESERVED]
     assert g1 == dict(compute=[], graphics=[], mps=[], compute_v2=[],
-                      mem1=[150754820096, 0, 150754820096], mem2=[150754820096, 0, 0, 150754820096])
+                      mem1=[TOTAL, RESERVED, TOTAL - RESERVED], mem2=[TOTAL, RESERVED, 0, TOTAL - RESERVED])
     assert g2["compute"] == [[5000, GIB, na, na]]
-    assert g2["mem1"][1] == 7 * GIB
+    assert g2["mem1"] == [TOTAL, 8 * GIB, TOTAL - 8 * GIB]
+    assert g2["mem2"] == [TOTAL, GIB, 7 * GIB, TOTAL - 8 * GIB]
     assert out["bad_version"] == "NVMLError_ArgumentVersionMismatch"
 
 
@@ -194,13 +197,54 @@ def test_process_list_size_protocol(lib_dir, scenario):
     assert out["full"] == [[100 + i, i, i, 2 * i] for i in range(20)]
 
 
+UTIL = {"gpus": [
+    {"util": 99, "mem_util": 40, "processes": [
+        {"kind": "compute", "pid": 100, "sm": 97},
+        {"kind": "graphics", "pid": 100, "sm": 50},  # one sample per pid: the first line's
+        {"kind": "compute", "pid": 101, "sm": 0},    # idle, but sampled (as a tenant with a context)
+        {"kind": "compute", "pid": 102}]},           # no sm: no sample
+    {"processes": [{"pid": 103}]},                   # nothing sampled at all
+    {"mig": 1, "processes": [{"pid": 104, "sm": 10}]},
+]}
+
+
+def test_utilization(lib_dir, scenario):
+    fakenvml.write_scenario(scenario, UTIL)
+    out = run_json(lib_dir, scenario, """
+        import time
+        N.nvmlInit()
+        h0, h1, h2 = (N.nvmlDeviceGetHandleByIndex(i) for i in range(3))
+        u = N.nvmlDeviceGetUtilizationRates(h0)
+        before = int(time.time() * 1e6)
+        samples = [[s.pid, s.smUtil, s.memUtil, s.encUtil, s.decUtil, s.timeStamp - before]
+                   for s in N.nvmlDeviceGetProcessUtilization(h0, 0)]
+        fn, count = N.nvmlLib.nvmlDeviceGetProcessUtilization, ctypes.c_uint(0)
+        first = [fn(h0, None, ctypes.byref(count), ctypes.c_ulonglong(0)), count.value]
+        arr = (N.c_nvmlProcessUtilizationSample_t * 1)()
+        count.value = 1
+        small = [fn(h0, arr, ctypes.byref(count), ctypes.c_ulonglong(0)), count.value]
+        print(json.dumps(dict(
+            rates=[u.gpu, u.memory], samples=samples, first=first, small=small,
+            future=err(N.nvmlDeviceGetProcessUtilization, h0, before + 10**9),
+            idle_rates=[N.nvmlDeviceGetUtilizationRates(h1).gpu, N.nvmlDeviceGetUtilizationRates(h1).memory],
+            idle=err(N.nvmlDeviceGetProcessUtilization, h1, 0),
+            mig=[err(N.nvmlDeviceGetUtilizationRates, h2), err(N.nvmlDeviceGetProcessUtilization, h2, 0)])))
+    """)
+    assert out["rates"] == [99, 40] and out["idle_rates"] == [0, 0]
+    assert [s[:5] for s in out["samples"]] == [[100, 97, 0, 0, 0], [101, 0, 0, 0, 0]]
+    assert all(0 <= s[5] < 60 * 10**6 for s in out["samples"])  # stamped now, in microseconds
+    assert out["first"] == out["small"] == [7, 2]  # NVML_ERROR_INSUFFICIENT_SIZE and the count
+    assert out["future"] == out["idle"] == "NVMLError_NotFound"  # no sample newer than asked, none at all
+    assert out["mig"] == ["NVMLError_NotSupported"] * 2
+
+
 MIG = {"gpus": [
     {"mig": 1, "mig_pending": 1, "mem_total": 150754820096,
      "mig_instances": [
          {"gi": 1, "ci": 0, "uuid": "MIG-aaaaaaaa-0000-0000-0000-000000000001",
           "name": "NVIDIA H200 MIG 3g.71gb", "mem_total": 71 * GIB},
          {"gi": 2, "ci": 0, "uuid": "MIG-aaaaaaaa-0000-0000-0000-000000000002",
-          "name": "NVIDIA H200 MIG 1g.18gb", "mem_total": 18 * GIB}],
+          "name": "NVIDIA H200 MIG 1g.18gb", "mem_total": 18 * GIB, "reserved": 256 << 20}],
      "processes": [
          {"kind": "compute", "pid": 10, "mem": 2 * GIB, "gi": 1, "ci": 0},
          {"kind": "compute", "pid": 11, "mem": 3 * GIB, "gi": 2, "ci": 0},
@@ -247,10 +291,10 @@ def test_mig(lib_dir, scenario):
     assert out["gpu_compute"] == [[10, 2 * GIB, 1, 0], [11, 3 * GIB, 2, 0]]
     a, b = out["migs"]
     assert a == dict(slot=0, is_mig=1, gi=1, ci=0, uuid="MIG-aaaaaaaa-0000-0000-0000-000000000001",
-                     name="NVIDIA H200 MIG 3g.71gb", mem=[71 * GIB, 2 * GIB],
+                     name="NVIDIA H200 MIG 3g.71gb", mem=[71 * GIB, 2 * GIB],  # reserved: 0 by default
                      parent=out["gpu_uuid"], compute=[[10, 2 * GIB, 1, 0]], mps=[])
     assert b == dict(slot=1, is_mig=1, gi=2, ci=0, uuid="MIG-aaaaaaaa-0000-0000-0000-000000000002",
-                     name="NVIDIA H200 MIG 1g.18gb", mem=[18 * GIB, 4 * GIB],
+                     name="NVIDIA H200 MIG 1g.18gb", mem=[18 * GIB, 4 * GIB + (256 << 20)],
                      parent=out["gpu_uuid"], compute=[[11, 3 * GIB, 2, 0]], mps=[[12, GIB, 2, 0]])
 
 
@@ -280,6 +324,11 @@ def test_missing_scenario_variable_means_driver_not_loaded(lib_dir, scenario):
     ("gpu index=0 uuid", "expected key=value"),
     ("proc gpu=0 kind=video pid=1", "kind must be"),
     ("proc gpu=3 pid=1", "proc refers to an undefined gpu"),
+    ("gpu index=0 util=101", "number out of range"),
+    ("proc gpu=0 pid=1 sm=-1", "not a non-negative number"),
+    ("proc gpu=0 pid=1 pidns=4026531836,4026532177 nspid=1", "nspid needs one pid per pidns entry"),
+    ("proc gpu=0 pid=1 pidns=4026531836,,4026532177", "not a non-negative number"),
+    ("proc gpu=0 pid=1 pidns=4294967296", "number out of range"),
     ("driver 580.159.04 extra", "unexpected text"),
 ])
 def test_malformed_scenario_names_file_and_line(lib_dir, scenario, bad_line, message):
@@ -327,11 +376,17 @@ def test_scenario_reread_on_every_init(lib_dir, scenario, tmp_path):
     assert out["after_shutdown"] == out["extra_shutdown"] == "NVMLError_Uninitialized"
 
 
-def test_unimplemented_function_is_not_found(lib_dir, scenario):
+@pytest.mark.parametrize("call", [
+    "N.nvmlDeviceGetTemperature(h, 0)",
+    # Answered "Argument Version Mismatch" by driver 580.159.04 with this binding: not simulated.
+    "N.nvmlDeviceGetRunningProcessDetailList(h, N.nvmlProcessDetailList_v1, 0)",
+])
+def test_unimplemented_function_is_not_found(lib_dir, scenario, call):
     fakenvml.write_scenario(scenario, TWO_GPUS)
-    out = run_json(lib_dir, scenario, """
+    out = run_json(lib_dir, scenario, f"""
         N.nvmlInit()
-        print(json.dumps(err(N.nvmlDeviceGetTemperature, N.nvmlDeviceGetHandleByIndex(0), 0)))
+        h = N.nvmlDeviceGetHandleByIndex(0)
+        print(json.dumps(err(lambda: {call})))
     """)
     assert out == "NVMLError_FunctionNotFound"
 

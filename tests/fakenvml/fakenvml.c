@@ -13,57 +13,45 @@
  *   init_error 9          nvmlInit fails with this return code
  *   driver 580.159.04     cuda 13000     nvml 13.580.159.04
  *   gpu  index= uuid= name= arch= mig= mig_pending= compute_mode= mem_total=
- *        mem_used= bus= pci_id= minor= max_mig=
- *   mig  gpu= gi= ci= uuid= name= mem_total= mem_used=
+ *        mem_used= reserved= bus= pci_id= minor= max_mig= util= mem_util=
+ *   mig  gpu= gi= ci= uuid= name= mem_total= mem_used= reserved=
  *   proc gpu= kind=compute|graphics|mps pid= mem=<bytes>|na gi= ci=
+ *        pidns=<inode>[,<inode>...] nspid=<pid>[,<pid>...] sm=<percent>
+ * PID namespaces, as the driver: a process list names only the processes of
+ * the caller's PID namespace (the inode of /proc/self/ns/pid at nvmlInit).
+ * pidns lists the namespaces a process is in, outermost first (the last is
+ * its /proc/PID/ns/pid), nspid its pid in each (NSpid of /proc/PID/status;
+ * default: pid in all). A caller in one of them sees the process under that
+ * namespace's pid; a caller in the initial namespace (inode 0xEFFFFFFC) sees
+ * every process under its pid=; any other caller does not see it. A process
+ * without pidns is listed to every caller, as given.
+ * Memory, as the driver (measured on an H200): nvmlDeviceGetMemoryInfo_v2
+ * gives used = the processes' memory (all of them, whatever the caller's
+ * namespace; mem_used= overrides the sum) and reserved = the driver's share
+ * (reserved=, default 644939776 on a gpu, 0 on a mig); the v1 call counts the
+ * reservation in used (v1 used = v2 used + reserved); free = total - both.
+ * Utilization: nvmlDeviceGetUtilizationRates gives a gpu's util= and
+ * mem_util= (percent, default 0); nvmlDeviceGetProcessUtilization gives one
+ * sample per process that has sm= (0 included: an idle process with a
+ * context was sampled on the H200), under its pid= (the host pid: samples
+ * are not filtered by namespace, as measured), and NVML_ERROR_NOT_FOUND when
+ * no process has one. Both are NOT_SUPPORTED in MIG mode (nvidia-smi shows
+ * N/A there; not measured on the H200).
  * Not thread-safe around nvmlInit; a test harness does not need that.
  *
- * Build: gcc -O2 -Wall -Wextra -shared -fPIC -o libnvidia-ml.so.1 fakenvml.c
+ * Memory, process lists and utilization are in processes.c, the types in fakenvml.h.
+ * Build: gcc -O2 -Wall -Wextra -shared -fPIC -o libnvidia-ml.so.1 fakenvml.c processes.c
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
-typedef int nvmlReturn_t;
-enum { OK = 0, E_UNINIT = 1, E_INVALID = 2, E_NOT_FOUND = 6, E_SIZE = 7,
-       E_NO_DRIVER = 9, E_VERSION = 25, E_UNKNOWN = 999 };
+#include "fakenvml.h"
 
-#define MAX_GPUS 64
-#define MAX_MIGS 256
-#define MAX_PROCS 1024
-#define STR 96                      /* NVML_DEVICE_{UUID,NAME}_V2_BUFFER_SIZE */
-#define NA 0xFFFFFFFFFFFFFFFFULL    /* NVML_VALUE_NOT_AVAILABLE (pynvml: None) */
-#define NO_ID 0xFFFFFFFFu           /* gi/ci of a process outside MIG */
-
-/* Layouts copied from nvml.h (and pynvml's ctypes mirrors of them). */
-typedef struct { unsigned long long total, free, used; } nvmlMemory_t;
-typedef struct { unsigned int version; unsigned long long total, reserved, free, used; } nvmlMemory_v2_t;
-#define nvmlMemory_v2 0x02000028u   /* sizeof(nvmlMemory_v2_t) | 2 << 24 */
-typedef struct { unsigned int pid; unsigned long long usedGpuMemory;
-                 unsigned int gpuInstanceId, computeInstanceId; } nvmlProcessInfo_t;
-typedef struct { char busIdLegacy[16]; unsigned int domain, bus, device, pciDeviceId,
-                 pciSubSystemId; char busId[32]; } nvmlPciInfo_t;
-
-/* A handle (nvmlDevice_t) is a pointer to one of these. */
-typedef struct dev {
-    int is_mig, defined, line;
-    unsigned int index, gpu, gi, ci;   /* gpu: parent index, for MIG devices */
-    char uuid[STR], name[STR], bus[32];
-    unsigned int arch, mig, mig_pending, compute_mode, minor, max_mig, pci_id;
-    unsigned long long mem_total, mem_used; /* mem_used NA: sum of processes */
-} device_t;
-typedef device_t *nvmlDevice_t;
-typedef struct { unsigned int gpu, kind, pid, gi, ci; unsigned long long mem; int line; } proc_t;
-
-typedef struct {
-    int init_error, cuda, ngpus, nmigs, nprocs;
-    char driver[80], nvml[80];
-    device_t gpus[MAX_GPUS], migs[MAX_MIGS];
-    proc_t procs[MAX_PROCS];
-} scenario_t;
-
-static scenario_t cur, tmp;  /* tmp is parsed into, then copied over cur */
-static int refcount;         /* nvmlInit/nvmlShutdown nest, as in real NVML */
+scenario_t cur;              /* the scenario in use ... */
+static scenario_t tmp;       /* ... and the one nvmlInit parses into, then copies over cur */
+int refcount;
 
 /* ---------------------------------------------------------------- parsing */
 
@@ -112,6 +100,20 @@ static int str(const char *v, char *dst, size_t n)
 
 #define IS(key) (!strcmp(kv, key))
 
+/* A comma-separated list of at most MAX_NS numbers, each below 2^32. */
+static int list(char *v, unsigned int *out, int *n)
+{
+    unsigned long long x;
+    for (*n = 0;; v++) {
+        char *comma = strchr(v, ',');
+        if (comma) *comma = '\0';
+        if (*n == MAX_NS) return bad("more than 32 namespace levels", v);
+        if (num(v, 0xFFFFFFFFULL, &x)) return -1;
+        out[(*n)++] = (unsigned int)x;
+        if (!(v = comma)) return 0;
+    }
+}
+
 /* Apply one key=value to a gpu/mig (d) or proc (p) record: first find which
  * field the key names (so an unknown key is reported as such), then parse. */
 static int field(char *kv, device_t *d, proc_t *p)
@@ -128,7 +130,10 @@ static int field(char *kv, device_t *d, proc_t *p)
             return p->kind == 3 ? bad("kind must be compute, graphics or mps", v) : 0;
         }
         if (IS("mem") && !strcmp(v, "na")) { p->mem = NA; return 0; }
-        u32 = IS("gpu") ? &p->gpu : IS("pid") ? &p->pid : IS("gi") ? &p->gi : IS("ci") ? &p->ci : NULL;
+        if (IS("pidns")) return list(v, p->pidns, &p->nns);
+        if (IS("nspid")) return list(v, p->nspid, &p->nnspid);
+        u32 = IS("gpu") ? &p->gpu : IS("pid") ? &p->pid : IS("gi") ? &p->gi : IS("ci") ? &p->ci :
+              IS("sm") ? &p->sm : NULL;
         u64 = IS("mem") ? &p->mem : NULL;
     } else if (IS("uuid")) {
         return str(v, d->uuid, sizeof d->uuid);
@@ -141,11 +146,14 @@ static int field(char *kv, device_t *d, proc_t *p)
     } else {
         u32 = IS("index") ? &d->index : IS("arch") ? &d->arch : IS("mig") ? &d->mig :
               IS("mig_pending") ? &d->mig_pending : IS("compute_mode") ? &d->compute_mode :
-              IS("minor") ? &d->minor : IS("max_mig") ? &d->max_mig : IS("pci_id") ? &d->pci_id : NULL;
+              IS("minor") ? &d->minor : IS("max_mig") ? &d->max_mig : IS("pci_id") ? &d->pci_id :
+              IS("util") ? &d->util : IS("mem_util") ? &d->mem_util : NULL;
     }
-    if (d && !u32) u64 = IS("mem_total") ? &d->mem_total : IS("mem_used") ? &d->mem_used : NULL;
+    if (d && !u32) u64 = IS("mem_total") ? &d->mem_total : IS("mem_used") ? &d->mem_used :
+                         IS("reserved") ? &d->reserved : NULL;
     if (!u32 && !u64) return bad(p ? "unknown proc field" : d->is_mig ? "unknown mig field" : "unknown gpu field", kv);
-    if (num(v, u32 ? 0xFFFFFFFFULL : NA - 1, &n)) return -1;
+    int percent = (d && (u32 == &d->util || u32 == &d->mem_util)) || (p && u32 == &p->sm);
+    if (num(v, percent ? 100 : u32 ? 0xFFFFFFFFULL : NA - 1, &n)) return -1;
     if (u32) *u32 = (unsigned int)n; else *u64 = n;
     return 0;
 }
@@ -167,14 +175,16 @@ static int parse_line(scenario_t *s, char *line)
     } else if (!strcmp(rec, "proc")) {
         if (s->nprocs == MAX_PROCS) return bad("too many proc lines", NULL);
         proc_t *p = &s->procs[s->nprocs++];
-        *p = (proc_t){ .gi = NO_ID, .ci = NO_ID, .line = g_line };
+        *p = (proc_t){ .gi = NO_ID, .ci = NO_ID, .sm = NO_ID, .line = g_line };
         while ((kv = token(&line))) if (field(kv, NULL, p)) return -1;
+        if (p->nnspid && p->nnspid != p->nns) return bad("nspid needs one pid per pidns entry", NULL);
+        for (int k = p->nnspid; k < p->nns; k++) p->nspid[k] = p->pid;  /* no nspid: pid everywhere */
     } else if (!strcmp(rec, "gpu") || !strcmp(rec, "mig")) {
         int mig = rec[0] == 'm';
         if ((mig ? s->nmigs : s->ngpus) == (mig ? MAX_MIGS : MAX_GPUS)) return bad("too many records", rec);
         device_t d = { .is_mig = mig, .defined = 1, .line = g_line, .index = s->ngpus, .arch = 9,
                      .mem_total = 150754820096ULL, .mem_used = NA, .max_mig = 7, .pci_id = 0x233510DE,
-                     .minor = NO_ID };
+                     .minor = NO_ID, .reserved = mig ? 0 : H200_RESERVED };
         strcpy(d.name, "NVIDIA H200");
         while ((kv = token(&line))) if (field(kv, &d, NULL)) return -1;
         if (mig) {
@@ -196,8 +206,11 @@ static int parse_line(scenario_t *s, char *line)
 
 static nvmlReturn_t load(scenario_t *s)
 {
-    char buf[1024];
+    char buf[2048];
+    struct stat ns;
     memset(s, 0, sizeof *s);
+    /* A process cannot leave its PID namespace: the one nvmlInit sees is the caller's. */
+    s->caller_ns = stat("/proc/self/ns/pid", &ns) ? 0 : (unsigned int)ns.st_ino;
     strcpy(s->driver, "580.159.04");
     s->cuda = 13000;
     if (!(g_file = getenv("FAKE_NVML_SCENARIO")) || !*g_file) return E_NO_DRIVER;
@@ -229,9 +242,6 @@ static nvmlReturn_t load(scenario_t *s)
 
 /* ------------------------------------------------------------ NVML API */
 
-#define API __attribute__((visibility("default")))
-#define NEED_INIT() do { if (!refcount) return E_UNINIT; } while (0)
-
 nvmlReturn_t API nvmlInitWithFlags(unsigned int flags)
 {
     (void)flags;
@@ -256,6 +266,7 @@ const char API *nvmlErrorString(nvmlReturn_t r)
     case OK: return "Success";
     case E_UNINIT: return "Uninitialized";
     case E_INVALID: return "Invalid Argument";
+    case E_NOT_SUPPORTED: return "Not Supported";
     case E_NOT_FOUND: return "Not Found";
     case E_SIZE: return "Insufficient Size";
     case E_NO_DRIVER: return "Driver Not Loaded";
@@ -286,16 +297,15 @@ nvmlReturn_t API nvmlDeviceGetHandleByIndex_v2(unsigned int i, nvmlDevice_t *h)
     return OK;
 }
 
-/* Validate a handle: it must point into the current tables (any device, or physical GPUs only). */
-static device_t *any_dev(nvmlDevice_t h)
+device_t *any_dev(nvmlDevice_t h)
 {
     if (!refcount) return NULL;
     if (h >= cur.gpus && h < cur.gpus + cur.ngpus) return h;
     if (h >= cur.migs && h < cur.migs + cur.nmigs) return h;
     return NULL;
 }
-static device_t *gpu_dev(nvmlDevice_t h) { device_t *d = any_dev(h); return d && !d->is_mig ? d : NULL; }
-static device_t *mig_dev(nvmlDevice_t h) { device_t *d = any_dev(h); return d && d->is_mig ? d : NULL; }
+device_t *gpu_dev(nvmlDevice_t h) { device_t *d = any_dev(h); return d && !d->is_mig ? d : NULL; }
+device_t *mig_dev(nvmlDevice_t h) { device_t *d = any_dev(h); return d && d->is_mig ? d : NULL; }
 
 /* One-line getters of an unsigned int field: (handle, unsigned int *out). */
 #define UINT_GETTER(fn, lookup, expr)                        \
@@ -347,79 +357,6 @@ nvmlReturn_t API nvmlDeviceGetPciInfo_v3(nvmlDevice_t h, nvmlPciInfo_t *pci)
     pci->pciSubSystemId = 0x18FF10DE;
     return OK;
 }
-
-/* Does process p belong to device d (a whole GPU, or one MIG instance)? */
-static int proc_on(const proc_t *p, const device_t *d, int match_ci)
-{
-    if (!d->is_mig) return p->gpu == d->index;
-    return p->gpu == d->gpu && p->gi == d->gi && (!match_ci || p->ci == d->ci);
-}
-
-/* Memory used = the explicit mem_used, else the sum over distinct pids of its processes. */
-static unsigned long long used_of(const device_t *d)
-{
-    unsigned long long sum = 0;
-    if (d->mem_used != NA) return d->mem_used;
-    for (int i = 0; i < cur.nprocs; i++) {
-        const proc_t *p = &cur.procs[i];
-        int dup = 0;
-        for (int j = 0; j < i; j++) dup |= cur.procs[j].pid == p->pid && proc_on(&cur.procs[j], d, 0);
-        if (proc_on(p, d, 0) && !dup && p->mem != NA) sum += p->mem;
-    }
-    return sum;
-}
-
-nvmlReturn_t API nvmlDeviceGetMemoryInfo(nvmlDevice_t h, nvmlMemory_t *m)
-{
-    NEED_INIT();
-    device_t *d = any_dev(h);
-    if (!d || !m) return E_INVALID;
-    m->total = d->mem_total;
-    m->used = used_of(d);
-    m->free = m->used < m->total ? m->total - m->used : 0;
-    return OK;
-}
-
-nvmlReturn_t API nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t h, nvmlMemory_v2_t *m)
-{
-    nvmlMemory_t v1;
-    if (m && m->version != nvmlMemory_v2) return refcount ? E_VERSION : E_UNINIT;
-    nvmlReturn_t r = nvmlDeviceGetMemoryInfo(h, m ? &v1 : NULL);
-    if (r != OK) return r;
-    m->total = v1.total; m->reserved = 0; m->free = v1.free; m->used = v1.used;
-    return OK;
-}
-
-/* The NVML list protocol: with *count too small (e.g. 0 and a NULL array),
- * report the needed count and NVML_ERROR_INSUFFICIENT_SIZE; an empty list is
- * *count = 0 and SUCCESS. On a MIG handle, list that instance's processes. */
-static nvmlReturn_t procs(nvmlDevice_t h, unsigned int kind, unsigned int *count, nvmlProcessInfo_t *out)
-{
-    NEED_INIT();
-    device_t *d = any_dev(h);
-    unsigned int n = 0, cap;
-    if (!d || !count) return E_INVALID;
-    cap = *count;
-    for (int i = 0; i < cur.nprocs; i++) {
-        const proc_t *p = &cur.procs[i];
-        if (p->kind != kind || !proc_on(p, d, 1)) continue;
-        if (n < cap && out)
-            out[n] = (nvmlProcessInfo_t){ p->pid, p->mem, p->gi, p->ci };
-        n++;
-    }
-    *count = n;
-    return n > cap || (n && !out) ? E_SIZE : OK;
-}
-
-#define PROC_LIST(fn, kind) \
-    nvmlReturn_t API fn(nvmlDevice_t h, unsigned int *c, nvmlProcessInfo_t *p) { return procs(h, kind, c, p); }
-PROC_LIST(nvmlDeviceGetComputeRunningProcesses_v3, 0)
-PROC_LIST(nvmlDeviceGetGraphicsRunningProcesses_v3, 1)
-PROC_LIST(nvmlDeviceGetMPSComputeRunningProcesses_v3, 2)
-/* The _v2 entry points use the identical nvmlProcessInfo_v2_t layout. */
-PROC_LIST(nvmlDeviceGetComputeRunningProcesses_v2, 0)
-PROC_LIST(nvmlDeviceGetGraphicsRunningProcesses_v2, 1)
-PROC_LIST(nvmlDeviceGetMPSComputeRunningProcesses_v2, 2)
 
 /* MIG devices of a GPU are its mig lines, in file order; slots up to
  * max_mig without one are NOT_FOUND, as on a partly partitioned GPU. */

@@ -1,6 +1,6 @@
 """Helpers for tests that run the real pynvml against the fake NVML library.
 
-The fake (tests/fakenvml/fakenvml.c) is built with gcc into a directory as
+The fake (tests/fakenvml/*.c) is built with gcc into a directory as
 ``libnvidia-ml.so.1``; a process that has that directory on LD_LIBRARY_PATH and
 FAKE_NVML_SCENARIO pointing at a scenario file sees the GPUs the file describes.
 
@@ -11,19 +11,24 @@ FAKE_NVML_SCENARIO pointing at a scenario file sees the GPUs the file describes.
 
 from __future__ import annotations
 
+import fcntl
 import os
 import pathlib
 import shutil
 import subprocess
 
-SOURCE = pathlib.Path(__file__).resolve().parent.parent / "fakenvml" / "fakenvml.c"
+SOURCE_DIR = pathlib.Path(__file__).resolve().parent.parent / "fakenvml"
+SOURCE = SOURCE_DIR / "fakenvml.c"  # the scenario format is described at its top
 LIB_NAME = "libnvidia-ml.so.1"
 
 # Defaults for omitted fields: one NVIDIA H200 (Hopper, NVML arch 9).
 H200_NAME = "NVIDIA H200"
 H200_ARCH = 9
 H200_MEM_TOTAL = 150754820096
+H200_RESERVED = 644939776  # nvmlMemory_v2_t.reserved of an H200, driver 580.159.04 (the fake's default)
 NO_ID = 0xFFFFFFFF  # gpuInstanceId/computeInstanceId of a process outside MIG
+PROC_PID_INIT_INO = 0xEFFFFFFC  # inode of the initial PID namespace
+NS_GET_PARENT = 0xB702  # ioctl _IO(0xb7, 0x2) of linux/nsfs.h: the parent of a namespace
 
 
 class BuildError(RuntimeError):
@@ -33,25 +38,73 @@ class BuildError(RuntimeError):
 def build(dest_dir: str | os.PathLike) -> pathlib.Path:
     """Compile the fake NVML into ``dest_dir/libnvidia-ml.so.1``; return ``dest_dir``.
 
-    Skips the compile when the library is already newer than the source.
+    Skips the compile when the library is already newer than every source file.
     """
     dest = pathlib.Path(dest_dir)
     dest.mkdir(parents=True, exist_ok=True)
     lib = dest / LIB_NAME
-    if lib.exists() and lib.stat().st_mtime > SOURCE.stat().st_mtime:
+    sources = sorted(SOURCE_DIR.glob("*.c"))
+    newest = max(f.stat().st_mtime for f in [*sources, *SOURCE_DIR.glob("*.h")])
+    if lib.exists() and lib.stat().st_mtime > newest:
         return dest
     gcc = shutil.which("gcc")
     if gcc is None:
         raise BuildError("gcc not found on PATH: it is needed to build the fake NVML "
-                         f"library from {SOURCE}")
+                         f"library from {SOURCE_DIR}")
     # Write to a temporary name and rename, so a concurrent loader never sees half a file.
     partial = dest / (LIB_NAME + ".partial")
-    cmd = [gcc, "-O2", "-Wall", "-Wextra", "-shared", "-fPIC", "-o", str(partial), str(SOURCE)]
+    cmd = [gcc, "-O2", "-Wall", "-Wextra", "-shared", "-fPIC", "-o", str(partial), *map(str, sources)]
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:
         raise BuildError(f"building the fake NVML failed ({' '.join(cmd)}):\n{proc.stderr}")
     partial.replace(lib)
     return dest
+
+
+def pid_namespaces(pid: int) -> tuple[list[int], list[int]] | None:
+    """The PID namespaces process ``pid`` is in and its pid in each, outermost first.
+
+    The namespaces are inodes: /proc/PID/ns/pid and its parents (ioctl
+    NS_GET_PARENT, as far up as this process's own namespace); the pids are the
+    NSpid line of /proc/PID/status. Both lists end with the process's own
+    namespace and are cut to the same length. None when the process does not
+    exist or cannot be inspected.
+    """
+    try:
+        fd = os.open(f"/proc/{pid}/ns/pid", os.O_RDONLY)
+    except OSError:
+        return None
+    inodes = []
+    try:
+        while True:
+            inodes.append(os.fstat(fd).st_ino)
+            try:
+                parent = fcntl.ioctl(fd, NS_GET_PARENT)
+            except OSError:  # EPERM: the initial namespace, or one above ours
+                break
+            os.close(fd)
+            fd = parent
+    finally:
+        os.close(fd)
+    try:
+        status = pathlib.Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return None
+    nspid = next((line.split()[1:] for line in status.splitlines() if line.startswith("NSpid:")), [])
+    n = min(len(inodes), len(nspid))
+    if not n:
+        return None
+    return inodes[::-1][-n:], [int(x) for x in nspid[-n:]]
+
+
+def _ns_fields(proc: dict) -> dict:
+    """pidns/nspid of a scenario process: as the dict gives them (None: none), else measured."""
+    if "pidns" in proc or "nspid" in proc:
+        ns, ids = proc.get("pidns"), proc.get("nspid")
+    else:
+        ns, ids = pid_namespaces(proc["pid"]) or (None, None)
+    join = lambda v: None if v is None else ",".join(map(str, v if isinstance(v, (list, tuple)) else [v]))
+    return {"pidns": join(ns), "nspid": join(ids)}
 
 
 def _value(v) -> str:
@@ -69,11 +122,31 @@ def write_scenario(path: str | os.PathLike, scenario: dict) -> pathlib.Path:
     """Write ``scenario`` (a dict) in the fake NVML's text format to ``path``.
 
     Keys: init_error, driver, cuda, nvml, gpus. Each GPU dict may hold index,
-    uuid, name, arch, mig, mig_pending, compute_mode, mem_total, mem_used, bus,
-    minor, pci_id, max_mig, processes and mig_instances; a process dict holds
-    kind (compute/graphics/mps), pid, mem (bytes, or None for "not available"),
-    gi, ci; a MIG instance dict holds gi, ci, uuid, name, mem_total, mem_used.
+    uuid, name, arch, mig, mig_pending, compute_mode, mem_total, mem_used,
+    reserved, bus, minor, pci_id, max_mig, util, mem_util, processes and
+    mig_instances; a process dict holds kind (compute/graphics/mps), pid, mem
+    (bytes, or None for "not available"), gi, ci, sm, pidns, nspid; a MIG
+    instance dict holds gi, ci, uuid, name, mem_total, mem_used, reserved.
     Omitted GPU fields default to an H200 with index = position in the list.
+
+    Memory, as the driver: the v2 call's used is the sum of the device's
+    processes' mem (every process, whatever the caller's namespace) unless
+    mem_used is given, its reserved is reserved (default H200_RESERVED on a
+    GPU, 0 on a MIG instance); the v1 call's used is v2 used + reserved.
+
+    Utilization: util and mem_util (percent, default 0) are the GPU's
+    utilization rates; a process with sm (percent, 0 included) has a sample in
+    nvmlDeviceGetProcessUtilization, under its host pid whatever the caller's
+    namespace, as the driver; without any such process the call answers
+    NVML_ERROR_NOT_FOUND.
+
+    PID namespaces: the fake lists a process only to a caller in its PID
+    namespace (or an ancestor of it, or the initial namespace), as the driver
+    does. For a process that exists now, pidns (its namespaces' inodes,
+    outermost first) and nspid (its pid in each) are measured here (see
+    pid_namespaces); a process dict may give them instead (a number or a
+    list; pidns None: no namespace data, listed to every caller, as a pid
+    that does not exist is).
     """
     lines = ["# fake NVML scenario, written by tests/harness/fakenvml.py"]
     if scenario.get("init_error") is not None:
@@ -94,10 +167,13 @@ def write_scenario(path: str | os.PathLike, scenario: dict) -> pathlib.Path:
             "compute_mode": gpu.get("compute_mode", 0),
             "mem_total": gpu.get("mem_total", H200_MEM_TOTAL),
             "mem_used": gpu.get("mem_used"),
+            "reserved": gpu.get("reserved"),
             "bus": gpu.get("bus", f"00000000:{0x19 + index:02X}:00.0"),
             "minor": gpu.get("minor", index),
             "pci_id": gpu.get("pci_id"),
             "max_mig": gpu.get("max_mig"),
+            "util": gpu.get("util"),
+            "mem_util": gpu.get("mem_util"),
         }))
         for n, mig in enumerate(gpu.get("mig_instances", [])):
             lines.append(_line("mig", {
@@ -108,6 +184,7 @@ def write_scenario(path: str | os.PathLike, scenario: dict) -> pathlib.Path:
                 "name": mig.get("name", f"{gpu.get('name', H200_NAME)} MIG 1g.18gb"),
                 "mem_total": mig.get("mem_total", 18 << 30),
                 "mem_used": mig.get("mem_used"),
+                "reserved": mig.get("reserved"),
             }))
         for proc in gpu.get("processes", []):
             mem = proc.get("mem", 0)
@@ -118,6 +195,8 @@ def write_scenario(path: str | os.PathLike, scenario: dict) -> pathlib.Path:
                 "mem": "na" if mem is None else mem,
                 "gi": proc.get("gi", NO_ID),
                 "ci": proc.get("ci", NO_ID),
+                "sm": proc.get("sm"),
+                **_ns_fields(proc),
             }))
     path = pathlib.Path(path)
     # Write then rename: a process calling nvmlInit meanwhile reads the old or new file, never half.
