@@ -4,7 +4,8 @@ The node computed each report's sha256 when the profiler finished. A copy
 lands as ``NAME.partial`` and enters the store only by rename once its hash
 matches, so a reader never sees half a report. A transfer cut off half-way
 resumes from the bytes already here; a copy whose hash is wrong is fetched
-again once. The node's copy is never removed by a failed transfer.
+again once. An empty file is a file like any other (fetched, and checked against
+the sha256 of nothing). The node's copy is never removed by a failed transfer.
 """
 
 from __future__ import annotations
@@ -56,7 +57,9 @@ async def fetch_verified(fan: "Fanout", host: "Host", report: dict, dest: Path,
                 if progress is not None:
                     progress(len(block))
 
-            if have < report["size"]:
+            # An empty file is fetched too (nsys stats writes empty CSVs): that copies it, or says
+            # the node no longer has it, where skipping would leave no .partial to rename.
+            if have < report["size"] or not partial.exists():
                 await fan.fetch(host, report["path"], str(partial), offset=have, on_block=arrived)
                 entry["resumed_from"] = have or None
             if digest.hexdigest() == report["sha256"]:
