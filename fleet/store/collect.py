@@ -34,6 +34,14 @@ def sha256_of(path: str | os.PathLike) -> str:
     return _sha256_prefix(Path(path), 1).hexdigest()
 
 
+def is_summary(entry) -> bool:
+    """Whether a brought-home entry (a dict or a ReportEntry) is a summary: a CSV the node made
+    of a report (nsys stats, ncu --import), an optional extra. One that did not come home is
+    recorded as such in its entry, and never fails the run; an empty one is as nsys wrote it."""
+    status = entry.get("status") if isinstance(entry, dict) else entry.status
+    return status == "summary"
+
+
 async def fetch_verified(fan: "Fanout", host: "Host", report: dict, dest: Path,
                          progress: Callable[[int], None] | None = None) -> dict:
     """Copy one report (``path``, ``size``, ``sha256`` from the node) to ``dest``;

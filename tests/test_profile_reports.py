@@ -1,0 +1,93 @@
+"""What nsys leaves on a node, brought home as it should be: empty summaries, unfinished
+and empty reports. Over the lab servers of tests/test_profile.py, with the stand-in
+profilers replaying what nsys 2025.3 did on an H200 test machine."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.conftest import REPO, run_fleet
+from tests.test_profile import PARANOID, clean_gpus, held_entries, lab, wait_for  # noqa: F401 (fixtures)
+
+SUMMARIES = {"cuda_gpu_kern_sum", "cuda_api_sum", "nvtx_sum"}
+
+
+def only_run(store_root: Path) -> dict:
+    [manifest] = store_root.glob("lab/*/*/manifest.json")
+    return json.loads(manifest.read_text())
+
+
+def summaries_of(host: dict) -> dict:
+    return {r["summary"]: r for r in host["reports"] if r["status"] == "summary"}
+
+
+def test_a_workload_without_nvtx_ranges_comes_home_with_its_empty_nvtx_summary(lab, tmp_path):
+    store_root = tmp_path / "store"
+    out = run_fleet("profile", "--store", str(store_root), "--hosts", "h02", "--", "true", env=lab["c"].env())
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "h02: ok" in out.stdout and "empty: nothing of its kind was recorded" in out.stdout, out.stdout
+    run = only_run(store_root)
+    [host] = run["hosts"]
+    assert run["status"] == "complete" and host["status"] == "ok"
+    summaries = summaries_of(host)
+    assert set(summaries) == SUMMARIES and all(r["verified"] for r in summaries.values())
+    nvtx = summaries["nvtx_sum"]
+    assert nvtx["size"] == 0 and Path(nvtx["stored"]).read_bytes() == b""
+    assert "stand_in_kernel" in Path(summaries["cuda_gpu_kern_sum"]["stored"]).read_text()
+
+    pulled = run_fleet("reports", "pull", run["run_id"], str(tmp_path / "out"), "--store", str(store_root))
+    assert pulled.returncode == 0, pulled.stdout + pulled.stderr
+    assert (tmp_path / "out" / "h02" / Path(nvtx["stored"]).name).read_bytes() == b""
+    listed = json.loads(run_fleet("reports", "ls", "--store", str(store_root), "--json").stdout)
+    assert sorted(r["status"] for r in listed) == ["complete", "summary", "summary", "summary"]
+
+
+def test_a_trace_without_cuda_has_an_empty_kernel_summary_and_no_kernels_catalogued(lab, tmp_path):
+    store_root = tmp_path / "store"
+    runs = []
+    for args in (("-X", "--trace=nvtx"), ()):
+        out = run_fleet("profile", "--store", str(store_root), "--hosts", "h02", "--json", *args, "--",
+                        "sh", "-c", 'echo step >> "$STANDIN_NVTX_LOG"', env=lab["c"].env())
+        assert out.returncode == 0, out.stderr
+        doc = json.loads(out.stdout)
+        runs.append(doc["run_id"])
+        summaries = summaries_of(doc["hosts"][0])
+        assert all(r["verified"] for r in summaries.values())
+        assert ",PushPop,:step" in Path(summaries["nvtx_sum"]["stored"]).read_text()
+    compared = json.loads(run_fleet("reports", "compare", *runs, "--store", str(store_root), "--json").stdout)
+    [kernel] = compared  # only the second run had kernels
+    assert kernel["kernel"] == "stand_in_kernel" and kernel["a_ns"] == 0 and kernel["b_ns"] > 0
+
+
+def test_a_summary_that_does_not_come_home_fails_nothing_and_is_recorded(lab, tmp_path):
+    store_root = tmp_path / "store"
+    proc = subprocess.Popen([sys.executable, "-m", "fleet", "profile", "--store", str(store_root), "--hosts", "h01",
+                             "--", "sleep", "2"], env={**os.environ, **lab["c"].env()}, cwd=REPO,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    wait_for(lambda: PARANOID.read_text().strip() == "2")
+    proc.kill()  # fleet dies before anything comes home
+    proc.wait()
+    run = only_run(store_root)
+    report_dir = Path(run["hosts"][0]["plan"]["output"]).parent
+    wait_for(lambda: (report_dir / "h01.result.json").exists() and held_entries(lab) == {})
+    [nvtx_csv] = report_dir.glob("*_nvtx_sum.csv")
+    nvtx_csv.unlink()  # gone from the node before it came home
+
+    out = run_fleet("gather", run["run_id"], "--store", str(store_root), env=lab["c"].env())
+    assert out.returncode == 0, out.stdout + out.stderr
+    run = only_run(store_root)
+    [host] = run["hosts"]
+    assert run["status"] == "complete" and host["status"] == "ok" and not host["missing_why"]
+    summaries = summaries_of(host)
+    assert not summaries["nvtx_sum"]["verified"] and "No such file" in summaries["nvtx_sum"]["error"]
+    assert summaries["cuda_gpu_kern_sum"]["verified"] and summaries["cuda_api_sum"]["verified"]
+
+    pulled = run_fleet("reports", "pull", run["run_id"], str(tmp_path / "out"), "--store", str(store_root))
+    assert pulled.returncode == 0, pulled.stdout + pulled.stderr
+    assert f"{nvtx_csv.name} is not in the store" in pulled.stderr
+    assert sorted(p.name for p in (tmp_path / "out" / "h01").iterdir()) == sorted(
+        Path(r["stored"]).name for r in host["reports"] if r["verified"])
