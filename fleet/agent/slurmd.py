@@ -41,10 +41,10 @@ import time
 try:  # as shipped by fleet, every module travels under a flat name
     import fleet_agent_node as node
     import fleet_agent_owned as owned
-    import fleet_agent_run as run
+    import fleet_agent_reports as reports
     import fleet_policy as policy
 except ImportError:  # as part of the installed package
-    from . import node, owned, run
+    from . import node, owned, reports
     from .. import policy
 
 REQUEST_NAME = "fleet-request.json"
@@ -258,7 +258,7 @@ def finish_leftovers(job, nsys):
         notes = []
         for leftover in glob.glob(os.path.join(glob.escape(job["work_dir"]), "*", "*.qdstrm")):
             if not os.path.exists(leftover[: -len(".qdstrm")] + ".nsys-rep"):
-                run.finish_qdstrm(nsys, leftover, notes)
+                reports.finish_qdstrm(nsys, leftover, notes)
         return json.dumps(notes).encode()
 
     out = as_user(job, finish)
