@@ -6,9 +6,12 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import subprocess
 import sys
 from pathlib import Path
+
+import yaml
 
 from tests.conftest import REPO, run_fleet
 from tests.test_profile import PARANOID, clean_gpus, held_entries, lab, wait_for  # noqa: F401 (fixtures)
@@ -23,6 +26,26 @@ def only_run(store_root: Path) -> dict:
 
 def summaries_of(host: dict) -> dict:
     return {r["summary"]: r for r in host["reports"] if r["status"] == "summary"}
+
+
+def report_of(host: dict) -> dict:
+    [rep] = [r for r in host["reports"] if r["status"] != "summary"]
+    return rep
+
+
+def with_nsys(lab, tmp_path: Path, **env: str) -> dict:
+    """fleet's environment, with an inventory whose nsys is the stand-in started with ``env`` (which
+    its importer, its child, inherits), through a wrapper script as module systems install them."""
+    c = lab["c"]
+    wrapper = c.scratch(f"nsys-{tmp_path.name}") / "nsys"
+    exports = "".join(f"export {k}={shlex.quote(v)}\n" for k, v in env.items())
+    wrapper.write_text(f'#!/bin/sh\n{exports}exec {c.standins() / "nsys"} "$@"\n')
+    wrapper.chmod(0o755)
+    doc = yaml.safe_load(c.inventory.read_text())
+    doc["all"]["children"]["cluster"]["vars"]["nsys_path"] = str(wrapper)
+    inv = tmp_path / "inv.yaml"
+    inv.write_text(yaml.safe_dump(doc))
+    return {**c.env(), "FLEET_INVENTORY": str(inv)}
 
 
 def test_a_workload_without_nvtx_ranges_comes_home_with_its_empty_nvtx_summary(lab, tmp_path):
@@ -91,3 +114,21 @@ def test_a_summary_that_does_not_come_home_fails_nothing_and_is_recorded(lab, tm
     assert f"{nvtx_csv.name} is not in the store" in pulled.stderr
     assert sorted(p.name for p in (tmp_path / "out" / "h01").iterdir()) == sorted(
         Path(r["stored"]).name for r in host["reports"] if r["verified"])
+
+
+def test_a_qdstrm_left_at_the_output_name_by_nsys_exiting_0_is_finished(lab, tmp_path):
+    # nsys 2025.3 whose importer cannot start (libdw.so.1 missing) says so, leaves NAME.qdstrm, exits 0.
+    env = with_nsys(lab, tmp_path, STANDIN_MISSING_LIBRARY="libdw.so.1")
+    out = run_fleet("profile", "--store", str(tmp_path / "store"), "--hosts", "h02", "--json", "--", "true", env=env)
+    assert out.returncode == 0, out.stdout + out.stderr
+    [host] = json.loads(out.stdout)["hosts"]
+    assert host["status"] == "ok" and host["result"]["exit_status"] == 0
+    rep = report_of(host)
+    assert rep["status"] == "finished-from-qdstrm" and rep["verified"]
+    assert json.loads(Path(rep["stored"]).read_text())["kernels"]  # all nsys collected
+    notes = host["result"]["notes"]
+    assert any(n.startswith("nsys left its data unfinished at ") and "Unable to retrieve the importer version" in n
+               for n in notes), notes
+    assert any(n.startswith("finished ") for n in notes), notes
+    summaries = summaries_of(host)
+    assert set(summaries) == SUMMARIES and all(r["verified"] for r in summaries.values())

@@ -65,3 +65,13 @@ def test_the_real_kernel_summary_is_catalogued(tmp_path):
     rows = kernel_rows(REAL / "with-nvtx_cuda_gpu_kern_sum.csv")
     assert [(n[:22], t, i) for n, t, i in rows] == [("void cutlass::Kernel2<", 1752856203, 5151),
                                                     ("void at::native::<unna", 12576, 1)]
+
+
+def test_nsys_whose_importer_cannot_start_leaves_the_qdstrm_at_the_output_name_and_exits_0(tmp_path):
+    done = nsys("profile", "-o", "r", "--", "true", cwd=tmp_path, env={"STANDIN_MISSING_LIBRARY": "libdw.so.1"})
+    assert done.returncode == 0 and sorted(p.name for p in tmp_path.iterdir()) == ["r.qdstrm"]
+    real = (REAL / "nsys-profile-importer-missing.txt").read_text().splitlines()
+    ours = (done.stderr + done.stdout).splitlines()
+    shared = [line for line in ours if not line.startswith(("Generating '", "\t"))]
+    assert shared and all(line in real for line in shared), (shared, real)
+    assert ours[-2:] == ["Generated:", "\tr.qdstrm"] and real[-2] == "Generated:" and real[-1].endswith(".qdstrm")

@@ -68,30 +68,51 @@ def collect(plan, tail, notes, strays_before=frozenset(), killed=False):
     ext = ".nsys-rep" if plan.tool == "nsys" else ".ncu-rep"
     stem = glob.escape(plan.output).replace("%p", "*")
     found, finished = [], set()
-    if plan.tool == "nsys" and killed:  # only a killed nsys leaves its data behind in TMPDIR
-        for i, stray in enumerate(sorted(stray_qdstrms() - set(strays_before))):
-            try:
-                if os.stat(stray).st_uid != os.geteuid() or in_use(stray):
-                    continue  # someone else's run, or a concurrent run still collecting
-                target = plan.output.replace("%p", "unfinished%d" % i) + ".qdstrm"
-                os.replace(stray, target)
-                notes.append("nsys ended before writing its report; its data %s was moved to %s" % (stray, target))
-            except OSError:
-                continue
+    if plan.tool == "nsys":
+        if killed:  # only a killed nsys leaves its data in TMPDIR, where other runs' data may be too
+            adopt_strays(plan, notes, strays_before)
+            found_elsewhere(plan, tail, notes, ext)
+        # At the run's own output name the data is this run's: finished whatever nsys's exit status.
         for leftover in sorted(glob.glob(stem + ".qdstrm")):
             if not os.path.exists(leftover[: -len(".qdstrm")] + ext):
+                if not killed:
+                    notes.append(left_unfinished(leftover, tail))
                 finished.add(finish_qdstrm(plan.nsys, leftover, notes))
-        # A taken name makes nsys write to /tmp/nsys-report-*.nsys-rep and still exit 0.
-        for i, elsewhere in enumerate(re.findall(rb"(/tmp/nsys-report-[0-9a-f]+\.nsys-rep)", tail)):
-            path = elsewhere.decode()
-            if os.path.exists(path):
-                target = plan.output.replace("%p", "moved%d" % i) + ext
-                os.replace(path, target)
-                notes.append("nsys wrote %s because the name was taken; moved to %s" % (path, target))
     for path in sorted(glob.glob(stem + ext)):
         found.append({"path": path, "size": os.path.getsize(path), "sha256": sha256(path),
                       "finished_from_qdstrm": path in finished})
     return found
+
+
+def adopt_strays(plan, notes, strays_before):
+    """The data a killed nsys left in TMPDIR, moved beside the reports (NAME-unfinishedN.qdstrm)."""
+    for i, stray in enumerate(sorted(stray_qdstrms() - set(strays_before))):
+        try:
+            if os.stat(stray).st_uid != os.geteuid() or in_use(stray):
+                continue  # someone else's run, or a concurrent run still collecting
+            target = plan.output.replace("%p", "unfinished%d" % i) + ".qdstrm"
+            os.replace(stray, target)
+            notes.append("nsys ended before writing its report; its data %s was moved to %s" % (stray, target))
+        except OSError:
+            continue
+
+
+def found_elsewhere(plan, tail, notes, ext):
+    """A taken name makes nsys write to /tmp/nsys-report-*.nsys-rep and still exit 0."""
+    for i, elsewhere in enumerate(re.findall(rb"(/tmp/nsys-report-[0-9a-f]+\.nsys-rep)", tail)):
+        path = elsewhere.decode()
+        if os.path.exists(path):
+            target = plan.output.replace("%p", "moved%d" % i) + ext
+            os.replace(path, target)
+            notes.append("nsys wrote %s because the name was taken; moved to %s" % (path, target))
+
+
+def left_unfinished(leftover, tail):
+    """What to say of a .qdstrm nsys left at the output name though it was not killed: nsys 2025.3
+    does so, and exits 0, when its importer cannot run (seen on an H200 test machine: libdw.so.1
+    missing), after saying so at its start."""
+    said = [line.strip().decode(errors="replace") for line in tail.splitlines() if b"importer" in line.lower()]
+    return "nsys left its data unfinished at %s%s" % (leftover, "; it said: " + " ".join(said[-2:]) if said else "")
 
 
 def summarize(nsys, reports, notes):
