@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -39,7 +40,9 @@ def with_nsys(lab, tmp_path: Path, **env: str) -> dict:
     c = lab["c"]
     wrapper = c.scratch(f"nsys-{tmp_path.name}") / "nsys"
     exports = "".join(f"export {k}={shlex.quote(v)}\n" for k, v in env.items())
-    wrapper.write_text(f'#!/bin/sh\n{exports}exec {c.standins() / "nsys"} "$@"\n')
+    pid_file = wrapper.with_name("profile.pid")  # `nsys profile` keeps the wrapper's pid (exec)
+    wrapper.write_text(f'#!/bin/sh\n{exports}[ "$1" = profile ] && echo $$ > {pid_file}\n'
+                       f'exec {c.standins() / "nsys"} "$@"\n')
     wrapper.chmod(0o755)
     doc = yaml.safe_load(c.inventory.read_text())
     doc["all"]["children"]["cluster"]["vars"]["nsys_path"] = str(wrapper)
@@ -132,3 +135,59 @@ def test_a_qdstrm_left_at_the_output_name_by_nsys_exiting_0_is_finished(lab, tmp
     assert any(n.startswith("finished ") for n in notes), notes
     summaries = summaries_of(host)
     assert set(summaries) == SUMMARIES and all(r["verified"] for r in summaries.values())
+
+
+def children(pid: int) -> list[int]:
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            if int(stat.read_text().rsplit(")", 1)[1].split()[1]) == pid:
+                found.append(int(stat.parent.name))
+        except (OSError, ValueError, IndexError):
+            continue
+    return found
+
+
+def test_nsys_killed_while_generating_leaves_an_empty_report_its_data_is_finished_instead(lab, tmp_path):
+    # As on an H200 test machine: nsys and the importer generating its report SIGKILLed mid-way
+    # leave a 0-byte NAME.nsys-rep and the data in $TMPDIR/nsys-report-XXXX.qdstrm.
+    env = with_nsys(lab, tmp_path, STANDIN_IMPORT_SECONDS="120")
+    wrapper_dir = lab["c"].scratch(f"nsys-{tmp_path.name}")
+    proc = subprocess.Popen([sys.executable, "-m", "fleet", "profile", "--store", str(tmp_path / "store"), "--hosts",
+                             "h02", "--json", "--", "true"], env={**os.environ, **env}, cwd=REPO,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    importer = None
+    try:
+        def importing():
+            nonlocal importer
+            pid_path = wrapper_dir / "profile.pid"
+            nsys = int(pid_path.read_text()) if pid_path.exists() and pid_path.read_text().strip() else None
+            for child in children(nsys) if nsys else []:
+                argv = Path(f"/proc/{child}/cmdline").read_bytes().split(b"\0")
+                if any(a.endswith(b"QdstrmImporter") for a in argv) and b"--output-file" in argv:
+                    report = Path(argv[argv.index(b"--output-file") + 1].decode())
+                    if report.exists():
+                        importer = (nsys, child, report)
+            return importer is not None
+        wait_for(importing)
+        nsys, child, report = importer
+        assert report.stat().st_size == 0
+        os.kill(nsys, signal.SIGKILL)
+        os.kill(child, signal.SIGKILL)
+        stdout, stderr = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0, stdout + stderr
+    [host] = json.loads(stdout)["hosts"]
+    assert host["status"] == "ok" and host["result"]["exit_status"] == -9
+    rep = report_of(host)  # one report, under the name nsys was writing, finished from its data
+    assert rep["remote"] == str(report) and rep["status"] == "finished-from-qdstrm" and rep["verified"]
+    assert rep["size"] > 0 and json.loads(Path(rep["stored"]).read_text())["kernels"]
+    notes = host["result"]["notes"]
+    assert f"{report.with_suffix('.qdstrm')}" in " ".join(notes)
+    assert any(n.startswith(f"{report} is empty, not a report") for n in notes), notes
+    summaries = summaries_of(host)
+    assert set(summaries) == SUMMARIES and all(r["verified"] and r["size"] > 0 for r in summaries.values()
+                                               if r["summary"] != "nvtx_sum")

@@ -4,9 +4,12 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
+import time
 from pathlib import Path
 
+from fleet.agent.reports import GENERATING
 from fleet.store import kernel_rows
 
 STANDINS = Path(__file__).parent / "standins"
@@ -75,3 +78,25 @@ def test_nsys_whose_importer_cannot_start_leaves_the_qdstrm_at_the_output_name_a
     shared = [line for line in ours if not line.startswith(("Generating '", "\t"))]
     assert shared and all(line in real for line in shared), (shared, real)
     assert ours[-2:] == ["Generated:", "\tr.qdstrm"] and real[-2] == "Generated:" and real[-1].endswith(".qdstrm")
+
+
+def test_nsys_and_its_importer_killed_while_generating_leave_an_empty_report_and_the_data(tmp_path):
+    proc = subprocess.Popen([str(STANDINS / "nsys"), "profile", "-o", "r", "--", "true"], cwd=tmp_path,
+                            stdout=subprocess.PIPE, text=True,
+                            env={**os.environ, "TMPDIR": str(tmp_path), "STANDIN_IMPORT_SECONDS": "60"})
+    try:
+        deadline = time.monotonic() + 30
+        while not (tmp_path / "r.nsys-rep").exists():
+            assert time.monotonic() < deadline and proc.poll() is None
+            time.sleep(0.05)
+        importer = subprocess.run(["pgrep", "-P", str(proc.pid)], capture_output=True, text=True).stdout.split()
+    finally:
+        proc.kill()  # nsys, then the importer it started, as on the H200 test machine
+        for pid in importer:
+            os.kill(int(pid), signal.SIGKILL)
+    output = proc.communicate()[0]
+    assert (tmp_path / "r.nsys-rep").read_bytes() == b"" and len(list(tmp_path.glob("nsys-report-*.qdstrm"))) == 1
+    real = (REAL / "nsys-profile-killed-generating.txt").read_text()
+    assert GENERATING.findall(output.encode()) and GENERATING.findall(real.encode())  # the same shape
+    last = [text.splitlines()[-1] for text in (output, real)]  # the progress line nsys was killed in
+    assert all(line.startswith("[1/1] [0%") and line.endswith(".nsys-rep") for line in last), last

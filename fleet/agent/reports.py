@@ -9,6 +9,7 @@ the CSV summaries fleet keeps (``nsys stats``, ``ncu --import``), hashed like it
 
 from __future__ import annotations
 
+import fnmatch
 import glob
 import hashlib
 import os
@@ -22,6 +23,9 @@ except ImportError:  # as part of the installed package (tests, the local machin
 
 SUMMARIES = ("cuda_gpu_kern_sum", "cuda_api_sum", "nvtx_sum")  # nsys stats reports kept beside each report
 STATS_TIMEOUT = 600.0
+# nsys 2025.3 generating a report: "Generating '/tmp/nsys-report-90af.qdstrm'", then its progress,
+# "\r[1/1] [0%   ] vm-1694.nsys-rep" (the report's base name), as seen on an H200 test machine.
+GENERATING = re.compile(rb"Generating '([^'\n]+\.qdstrm)'\s*\[\d+/\d+\] \[[^\]\n]*\] ([^/\s]+\.nsys-rep)")
 
 
 def importer_for(nsys):
@@ -64,33 +68,50 @@ def in_use(path):
 
 
 def collect(plan, tail, notes, strays_before=frozenset(), killed=False):
-    """Every report this run produced, finished and hashed."""
+    """Every report this run produced, finished and hashed. An empty report file is not a report
+    (an importer killed while writing it leaves one): it is named in a note and not listed, and
+    where its data is left as NAME.qdstrm that is finished instead."""
     ext = ".nsys-rep" if plan.tool == "nsys" else ".ncu-rep"
     stem = glob.escape(plan.output).replace("%p", "*")
     found, finished = [], set()
     if plan.tool == "nsys":
         if killed:  # only a killed nsys leaves its data in TMPDIR, where other runs' data may be too
-            adopt_strays(plan, notes, strays_before)
+            adopt_strays(plan, tail, notes, strays_before)
             found_elsewhere(plan, tail, notes, ext)
         # At the run's own output name the data is this run's: finished whatever nsys's exit status.
         for leftover in sorted(glob.glob(stem + ".qdstrm")):
-            if not os.path.exists(leftover[: -len(".qdstrm")] + ext):
-                if not killed:
-                    notes.append(left_unfinished(leftover, tail))
-                finished.add(finish_qdstrm(plan.nsys, leftover, notes))
+            report = leftover[: -len(".qdstrm")] + ext
+            if os.path.exists(report) and os.path.getsize(report) > 0:
+                continue
+            if os.path.exists(report):
+                notes.append("%s is empty, not a report: its data %s is finished instead" % (report, leftover))
+                os.unlink(report)
+            elif not killed:
+                notes.append(left_unfinished(leftover, tail))
+            finished.add(finish_qdstrm(plan.nsys, leftover, notes))
     for path in sorted(glob.glob(stem + ext)):
-        found.append({"path": path, "size": os.path.getsize(path), "sha256": sha256(path),
-                      "finished_from_qdstrm": path in finished})
+        size = os.path.getsize(path)
+        if size == 0:
+            notes.append("%s is empty, not a report: the profiler was stopped while writing it" % path)
+            continue
+        found.append({"path": path, "size": size, "sha256": sha256(path), "finished_from_qdstrm": path in finished})
     return found
 
 
-def adopt_strays(plan, notes, strays_before):
-    """The data a killed nsys left in TMPDIR, moved beside the reports (NAME-unfinishedN.qdstrm)."""
+def adopt_strays(plan, tail, notes, strays_before):
+    """The data a killed nsys left in TMPDIR, moved beside the reports: as NAME.qdstrm when nsys
+    said it was generating NAME from it (then killed while it did), else as NAME-unfinishedN.qdstrm."""
+    generating = dict(GENERATING.findall(tail))
+    pattern = glob.escape(plan.output).replace("%p", "*") + ".nsys-rep"
     for i, stray in enumerate(sorted(stray_qdstrms() - set(strays_before))):
         try:
             if os.stat(stray).st_uid != os.geteuid() or in_use(stray):
                 continue  # someone else's run, or a concurrent run still collecting
             target = plan.output.replace("%p", "unfinished%d" % i) + ".qdstrm"
+            name = generating.get(stray.encode(), b"").decode(errors="replace")
+            base = os.path.join(os.path.dirname(plan.output), name)[: -len(".nsys-rep")]
+            if name and fnmatch.fnmatchcase(base + ".nsys-rep", pattern) and not os.path.exists(base + ".qdstrm"):
+                target = base + ".qdstrm"
             os.replace(stray, target)
             notes.append("nsys ended before writing its report; its data %s was moved to %s" % (stray, target))
         except OSError:

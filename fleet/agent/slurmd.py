@@ -253,11 +253,15 @@ def epilog(env, config):
 
 
 def finish_leftovers(job, nsys):
-    """Reports nsys left unfinished under the job's directory, finished by the job's user."""
+    """Reports nsys left unfinished under the job's directory, finished by the job's user
+    (also where an importer killed while writing the report left it empty)."""
     def finish():
         notes = []
         for leftover in glob.glob(os.path.join(glob.escape(job["work_dir"]), "*", "*.qdstrm")):
-            if not os.path.exists(leftover[: -len(".qdstrm")] + ".nsys-rep"):
+            report = leftover[: -len(".qdstrm")] + ".nsys-rep"
+            if os.path.exists(report) and os.path.getsize(report) == 0:
+                os.unlink(report)
+            if not os.path.exists(report):
                 reports.finish_qdstrm(nsys, leftover, notes)
         return json.dumps(notes).encode()
 
