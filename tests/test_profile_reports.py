@@ -14,6 +14,7 @@ from pathlib import Path
 
 import yaml
 
+from fleet.agent import reports
 from tests.conftest import REPO, run_fleet
 from tests.test_profile import PARANOID, clean_gpus, held_entries, lab, wait_for  # noqa: F401 (fixtures)
 
@@ -87,6 +88,17 @@ def test_a_trace_without_cuda_has_an_empty_kernel_summary_and_no_kernels_catalog
     compared = json.loads(run_fleet("reports", "compare", *runs, "--store", str(store_root), "--json").stdout)
     [kernel] = compared  # only the second run had kernels
     assert kernel["kernel"] == "stand_in_kernel" and kernel["a_ns"] == 0 and kernel["b_ns"] > 0
+
+
+def test_a_summary_nsys_stats_did_not_write_is_named_in_a_note(tmp_path):
+    nsys = tmp_path / "nsys"  # an nsys whose stats write only the kernel summary
+    nsys.write_text('#!/bin/sh\nfor base; do :; done\n: > "${base%.nsys-rep}_cuda_gpu_kern_sum.csv"\n')
+    nsys.chmod(0o755)
+    (tmp_path / "r.nsys-rep").write_text("{}")
+    notes = []
+    got = reports.summarize(str(nsys), [{"path": str(tmp_path / "r.nsys-rep")}], notes)
+    assert [(s["summary"], s["size"]) for s in got] == [("cuda_gpu_kern_sum", 0)]
+    assert notes == [f"nsys stats wrote no {name} for {tmp_path / 'r.nsys-rep'}" for name in ("cuda_api_sum", "nvtx_sum")]
 
 
 def test_a_summary_that_does_not_come_home_fails_nothing_and_is_recorded(lab, tmp_path):

@@ -137,7 +137,9 @@ def left_unfinished(leftover, tail):
 
 
 def summarize(nsys, reports, notes):
-    """``nsys stats`` of each report, as CSV files beside it (hashed like the reports)."""
+    """``nsys stats`` of each report, as CSV files beside it (hashed like the reports). Each is
+    an extra: one nsys wrote empty (nothing of its kind) is listed as it is, one it did not
+    write is named in a note."""
     out = []
     for rep in reports:
         base = rep["path"][: -len(".nsys-rep")]
@@ -155,6 +157,8 @@ def summarize(nsys, reports, notes):
             if os.path.exists(path):
                 out.append({"path": path, "size": os.path.getsize(path), "sha256": sha256(path), "report": rep["path"],
                             "summary": name})
+            elif done.returncode == 0:
+                notes.append("nsys stats wrote no %s for %s" % (name, rep["path"]))
     return out
 
 
