@@ -56,6 +56,24 @@ def test_a_corrupted_byte_is_detected_and_the_report_fetched_again(cluster, tmp_
     assert entry["verified"] and hashlib.sha256(dest.read_bytes()).hexdigest() == report["sha256"]
 
 
+def test_an_empty_file_comes_home_and_verifies(cluster, tmp_path):
+    # nsys 2025.3's `nsys stats` writes an empty *_nvtx_sum.csv for a workload without NVTX ranges.
+    report = node_file(cluster, "empty_nvtx_sum.csv", 0)
+    assert report["sha256"] == hashlib.sha256(b"").hexdigest()
+    dest = tmp_path / "store" / "empty_nvtx_sum.csv"
+    entry = fetch(cluster, report, dest)
+    assert entry["verified"] and entry["status"] == "complete" and "error" not in entry, entry
+    assert dest.read_bytes() == b"" and not dest.with_name(dest.name + ".partial").exists()
+
+
+def test_an_empty_file_gone_from_the_node_is_missing_not_verified(cluster, tmp_path):
+    report = node_file(cluster, "gone_nvtx_sum.csv", 0)
+    Path(report["path"]).unlink()  # listed by the agent, then removed: nothing here vouches for it
+    dest = tmp_path / "gone_nvtx_sum.csv"
+    entry = fetch(cluster, report, dest)
+    assert not entry["verified"] and entry["status"] == "missing" and not dest.exists(), entry
+
+
 def test_a_report_that_never_matches_is_not_stored_and_the_node_keeps_it(cluster, tmp_path):
     report = node_file(cluster, "changed.nsys-rep", 4096)
     report["sha256"] = "0" * 64  # the node's file no longer matches what was hashed

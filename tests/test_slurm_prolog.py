@@ -141,7 +141,8 @@ def test_fleets_own_directories_must_be_roots(node):
     assert run(node, "prolog") == 0 and "not run by slurmd" in node["log"].read_text()
 
 
-def test_nothing_named_by_the_job_runs_as_root(node):
+@pytest.mark.parametrize("left", ["data", "data and an empty report"])
+def test_nothing_named_by_the_job_runs_as_root(node, left):
     user = node["user"]
     tools = node["root"] / "tools"
     tools.mkdir(mode=0o777)
@@ -154,6 +155,8 @@ def test_nothing_named_by_the_job_runs_as_root(node):
     write_request(node, {"fleet": 1, "sysctls": [], "nsys": str(tools / "nsys")})
     (node["work"] / "node1").mkdir()
     (node["work"] / "node1" / "rank0.qdstrm").write_text("{}")
+    if left == "data and an empty report":  # its importer killed while writing it: not a report
+        (node["work"] / "node1" / "rank0.nsys-rep").write_text("")
     subprocess.run(["chown", "-R", f"{user.pw_uid}:{user.pw_gid}", str(node["work"])], check=True)
     assert run(node, "prolog") == 0 and run(node, "epilog") == 0
     assert witness.read_text().strip() == str(user.pw_uid)  # the importer ran, as the job's user

@@ -5,8 +5,7 @@ plan from ``fleet/plan.py``. In order: put back what dead runs left changed;
 take the GPU counter locks; set owned sysctls; pause DCGM; look at the GPUs
 once more, right before a counter-using profiler starts; run the profiler,
 relaying its output; stop it only with SIGTERM/SIGINT so its report is
-finished; find the report (also where nsys wrote it when the name was taken,
-and a leftover .qdstrm, which it finishes); hash it; put everything back.
+finished; find, finish and hash its reports (:mod:`reports`); put everything back.
 
 The result is one JSON document, framed by ``RESULT_MARK`` (``frame``/``results_in``
 are the one channel: the last line on stdout for fleet over SSH, and the
@@ -18,11 +17,8 @@ result that cannot be written is an error the run reports.
 
 from __future__ import annotations
 
-import glob
-import hashlib
 import json
 import os
-import re
 import selectors
 import signal
 import subprocess
@@ -33,17 +29,16 @@ try:  # as shipped by fleet, every module travels under a flat name
     import fleet_agent_gpus as nvml_gpus
     import fleet_agent_node as node
     import fleet_agent_owned as owned
+    import fleet_agent_reports as reports
     import fleet_plan as planner
     import fleet_policy as policy
 except ImportError:  # as part of the installed package (tests, the local machine)
     from . import gpus as nvml_gpus
-    from . import node, owned
+    from . import node, owned, reports
     from .. import plan as planner
     from .. import policy
 
 RESULT_MARK = "\x1e@@fleet-result@@ "
-SUMMARIES = ("cuda_gpu_kern_sum", "cuda_api_sum", "nvtx_sum")  # nsys stats reports kept beside each report
-STATS_TIMEOUT = 600.0
 REFUSED_EXIT = 5
 STOP_GRACE = 30.0  # seconds between repeated stop signals
 KILL_AFTER = 600.0  # a profiler still alive this long after the first stop is wedged: SIGKILL, finish its .qdstrm
@@ -121,134 +116,6 @@ def stop(proc, tool, kill=False):
         pass
 
 
-def importer_for(nsys):
-    """The QdstrmImporter that finishes a .qdstrm: the one of the same nsys installation,
-    else (nsys reached through a wrapper script, as module systems do) the newest installed."""
-    here = os.path.dirname(os.path.realpath(nsys)) if nsys else "/nonexistent"
-    for pattern in ("QdstrmImporter", "../*/QdstrmImporter", "../../*/QdstrmImporter"):
-        hits = sorted(glob.glob(os.path.join(here, pattern)))
-        if hits:
-            return os.path.normpath(hits[0])
-    installed = glob.glob("/opt/nvidia/nsight-systems/*/host-linux-x64/QdstrmImporter") + \
-        glob.glob("/opt/nvidia/nsight-compute/*/host/*/QdstrmImporter")
-    return sorted(installed, key=node._version_key)[-1] if installed else None
-
-
-def sha256(path):
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
-def stray_qdstrms():
-    """nsys 2025.3 collects into $TMPDIR/nsys-report-XXXX.qdstrm and writes the named report
-    at the end (seen on an H200 test machine): a killed nsys leaves its data there."""
-    dirs = {os.environ.get("TMPDIR") or "/tmp", "/tmp"}
-    return {p for d in dirs for p in glob.glob(os.path.join(d, "nsys-report-*.qdstrm"))}
-
-
-def in_use(path):
-    """Whether any process we can see has the file open (another nsys still collecting into it)."""
-    for fd_dir in glob.glob("/proc/[0-9]*/fd"):
-        try:
-            if any(os.readlink(os.path.join(fd_dir, fd)) == path for fd in os.listdir(fd_dir)):
-                return True
-        except OSError:
-            continue
-    return False
-
-
-def collect(plan, tail, notes, strays_before=frozenset(), killed=False):
-    """Every report this run produced, finished and hashed."""
-    ext = ".nsys-rep" if plan.tool == "nsys" else ".ncu-rep"
-    stem = glob.escape(plan.output).replace("%p", "*")
-    found, finished = [], set()
-    if plan.tool == "nsys" and killed:  # only a killed nsys leaves its data behind in TMPDIR
-        for i, stray in enumerate(sorted(stray_qdstrms() - set(strays_before))):
-            try:
-                if os.stat(stray).st_uid != os.geteuid() or in_use(stray):
-                    continue  # someone else's run, or a concurrent run still collecting
-                target = plan.output.replace("%p", "unfinished%d" % i) + ".qdstrm"
-                os.replace(stray, target)
-                notes.append("nsys ended before writing its report; its data %s was moved to %s" % (stray, target))
-            except OSError:
-                continue
-        for leftover in sorted(glob.glob(stem + ".qdstrm")):
-            if not os.path.exists(leftover[: -len(".qdstrm")] + ext):
-                finished.add(finish_qdstrm(plan.nsys, leftover, notes))
-        # A taken name makes nsys write to /tmp/nsys-report-*.nsys-rep and still exit 0.
-        for i, elsewhere in enumerate(re.findall(rb"(/tmp/nsys-report-[0-9a-f]+\.nsys-rep)", tail)):
-            path = elsewhere.decode()
-            if os.path.exists(path):
-                target = plan.output.replace("%p", "moved%d" % i) + ext
-                os.replace(path, target)
-                notes.append("nsys wrote %s because the name was taken; moved to %s" % (path, target))
-    for path in sorted(glob.glob(stem + ext)):
-        found.append({"path": path, "size": os.path.getsize(path), "sha256": sha256(path),
-                      "finished_from_qdstrm": path in finished})
-    return found
-
-
-def summarize(nsys, reports, notes):
-    """``nsys stats`` of each report, as CSV files beside it (hashed like the reports)."""
-    out = []
-    for rep in reports:
-        base = rep["path"][: -len(".nsys-rep")]
-        try:
-            done = subprocess.run([nsys, "stats", "-q", "--report", ",".join(SUMMARIES), "--format", "csv",
-                                   "--output", base, rep["path"]], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                  timeout=STATS_TIMEOUT)
-        except (OSError, subprocess.TimeoutExpired) as e:
-            notes.append("nsys stats failed on %s: %s" % (rep["path"], e))
-            continue
-        if done.returncode != 0:
-            notes.append("nsys stats failed on %s: %s" % (rep["path"], done.stdout.decode(errors="replace")[-300:]))
-        for name in SUMMARIES:
-            path = "%s_%s.csv" % (base, name)
-            if os.path.exists(path):
-                out.append({"path": path, "size": os.path.getsize(path), "sha256": sha256(path), "report": rep["path"],
-                            "summary": name})
-    return out
-
-
-def ncu_metrics(ncu, reports, notes):
-    """Every metric of each ncu report, per kernel (``ncu --import --page raw --csv``), beside it."""
-    out = []
-    for rep in reports:
-        path = rep["path"][: -len(".ncu-rep")] + "_ncu_raw.csv"
-        try:
-            with open(path, "wb") as f:
-                done = subprocess.run([ncu, "--import", rep["path"], "--page", "raw", "--csv"], stdout=f,
-                                      stderr=subprocess.PIPE, timeout=STATS_TIMEOUT)
-        except (OSError, subprocess.TimeoutExpired) as e:
-            notes.append("ncu --import failed on %s: %s" % (rep["path"], e))
-            continue
-        if done.returncode != 0:
-            notes.append("ncu --import failed on %s: %s" % (rep["path"], done.stderr.decode(errors="replace")[-300:]))
-            continue
-        out.append({"path": path, "size": os.path.getsize(path), "sha256": sha256(path), "report": rep["path"],
-                    "summary": "ncu_raw"})
-    return out
-
-
-def finish_qdstrm(nsys, leftover, notes):
-    """The finished report's path, or None (and a note saying why)."""
-    importer = importer_for(nsys)
-    if importer is None:
-        notes.append("unfinished report %s: no QdstrmImporter next to %s" % (leftover, nsys))
-        return None
-    out = subprocess.run([importer, "-i", leftover], stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-    report = leftover[: -len(".qdstrm")] + ".nsys-rep"
-    if out.returncode == 0 and os.path.exists(report):
-        notes.append("finished %s with %s" % (report, importer))
-        return report
-    notes.append("QdstrmImporter could not finish %s (exit %s): %s" % (
-        leftover, out.returncode, out.stdout.decode(errors="replace").strip()[-300:]))
-    return None
-
-
 def recheck(plan):
     """Tenants on the plan's GPUs now, by the same rule the plan was made with."""
     procs = node.processes()
@@ -322,18 +189,18 @@ def carry_out(plan, result, relay, stops, holder):
             result["status"] = "stopped"
             result["reasons"].append("told to stop (signal %d) before the profiler started" % stops[0])
             return code
-        strays = stray_qdstrms() if plan.tool == "nsys" else set()
+        strays = reports.stray_qdstrms() if plan.tool == "nsys" else set()
         exit_status, stopped, lingering = run_profiler(plan, relay, lambda: bool(stops))
         result["exit_status"], result["stopped"] = exit_status, stopped
         if lingering:
             result["notes"].append("the profiler exited while processes it started still hold its output open; "
                                    "they were left running")
-        result["reports"] = collect(plan, relay.tail, result["notes"], strays,
+        result["reports"] = reports.collect(plan, relay.tail, result["notes"], strays,
                                     killed=exit_status is not None and exit_status < 0)
         if plan.tool == "nsys" and plan.nsys:
-            result["summaries"] = summarize(plan.nsys, result["reports"], result["notes"])
+            result["summaries"] = reports.summarize(plan.nsys, result["reports"], result["notes"])
         elif plan.tool == "ncu" and plan.ncu:
-            result["summaries"] = ncu_metrics(plan.ncu, result["reports"], result["notes"])
+            result["summaries"] = reports.ncu_metrics(plan.ncu, result["reports"], result["notes"])
         if not result["reports"]:
             result["status"] = "no-report"
             result["reasons"].append("the profiler exited %s and left no report under %s" % (exit_status, plan.output))

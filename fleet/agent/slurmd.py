@@ -42,11 +42,11 @@ try:  # as shipped by fleet, every module travels under a flat name
     import fleet_agent_gpus as nvml_gpus
     import fleet_agent_node as node
     import fleet_agent_owned as owned
-    import fleet_agent_run as run
+    import fleet_agent_reports as reports
     import fleet_policy as policy
 except ImportError:  # as part of the installed package
     from . import gpus as nvml_gpus
-    from . import node, owned, run
+    from . import node, owned, reports
     from .. import policy
 
 REQUEST_NAME = "fleet-request.json"
@@ -254,12 +254,16 @@ def epilog(env, config):
 
 
 def finish_leftovers(job, nsys):
-    """Reports nsys left unfinished under the job's directory, finished by the job's user."""
+    """Reports nsys left unfinished under the job's directory, finished by the job's user
+    (also where an importer killed while writing the report left it empty)."""
     def finish():
         notes = []
         for leftover in glob.glob(os.path.join(glob.escape(job["work_dir"]), "*", "*.qdstrm")):
-            if not os.path.exists(leftover[: -len(".qdstrm")] + ".nsys-rep"):
-                run.finish_qdstrm(nsys, leftover, notes)
+            report = leftover[: -len(".qdstrm")] + ".nsys-rep"
+            if os.path.exists(report) and os.path.getsize(report) == 0:
+                os.unlink(report)
+            if not os.path.exists(report):
+                reports.finish_qdstrm(nsys, leftover, notes)
         return json.dumps(notes).encode()
 
     out = as_user(job, finish)

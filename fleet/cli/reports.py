@@ -91,6 +91,9 @@ def reports_pull(run_id, dest, store_root):
         for r in h.reports:
             if r.status == "missing":
                 continue
+            if not r.verified:  # a summary that did not come home: the run's reports are still whole
+                click.echo(f"{h.host}: {Path(r.stored).name} is not in the store ({r.error})", err=True)
+                continue
             target = Path(dest) / h.host / Path(r.stored).name
             target.parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(r.stored, target)

@@ -20,7 +20,7 @@ from . import probe
 from ..agent import node
 from ..agent.bundle import bundle
 from ..agent.run import RESULT_MARK, results_in
-from ..store.collect import fetch_verified
+from ..store.collect import fetch_verified, is_summary
 from ..store.manifest import HostEntry, ReportEntry, RunManifest, run_status
 from ..plan import Plan, ProfileRequest, plan
 from ..policy import NO_SAMPLING_FLAGS, docker_privileges
@@ -162,8 +162,9 @@ async def run_planned(fan: "Fanout", hosts: list["Host"], runs: dict[str, HostRu
         to_fetch = run.result.get("reports", []) + run.result.get("summaries", [])
         run.reports += await bring_home(fan, via, to_fetch, out / host.name, gathering=gathering,
                                         read_through=via is not host)
-        if any(not rep["verified"] for rep in run.reports):
-            run.status, run.error = "failed", "; ".join(rep["error"] for rep in run.reports if not rep["verified"])
+        lost = [rep for rep in run.reports if not rep["verified"] and not is_summary(rep)]
+        if lost:  # a summary that did not come home is recorded in its entry, and fails nothing
+            run.status, run.error = "failed", "; ".join(rep["error"] for rep in lost)
         return r
 
     await fan.each(todo, one)
@@ -220,7 +221,8 @@ async def gather(fan: "Fanout", hosts: dict[str, "Host"], store_root: Path, run_
         have = {rep.remote for rep in entry.reports}
         missing = [rep for rep in result.get("reports", []) + result.get("summaries", []) if rep["path"] not in have]
         entry.reports += reports_of(await bring_home(fan, host, missing, path.parent / host.name))
-        ok = result.get("status") == "ok" and entry.reports and all(r.verified for r in entry.reports)
+        reports = [r for r in entry.reports if not is_summary(r)]
+        ok = result.get("status") == "ok" and reports and all(r.verified for r in reports)
         entry.status = "ok" if ok else entry.status
         entry.missing_why = None if ok else entry.missing_why
     manifest.status = run_status(h.status for h in manifest.hosts)
@@ -271,6 +273,7 @@ def render(entry: HostEntry) -> str:
     for rep in entry.reports:
         state = "verified" if rep.verified else f"NOT brought home: {rep.error}"
         extra = ", finished from .qdstrm" if rep.status == "finished-from-qdstrm" else ""
+        extra += ", empty: nothing of its kind was recorded" if is_summary(rep) and rep.size == 0 else ""
         kind = "summary:" if rep.status == "summary" else "report: "
         lines.append(f"  {kind}  {rep.stored} ({rep.size} bytes, sha256 {(rep.sha256 or '')[:12]}…, {state}{extra})")
     return "\n".join(lines) + "\n"

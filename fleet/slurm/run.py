@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Callable
 
 from .. import store
 from ..agent.bundle import script as agent_script
-from ..store.collect import fetch_verified
+from ..store.collect import fetch_verified, is_summary
 from ..store.manifest import HostEntry, ReportEntry, RunManifest, SlurmInfo, run_status
 from ..plan import ProfileRequest, profiler_args_error
 from . import launchers
@@ -165,9 +165,10 @@ async def gather(fan: "Fanout", client: SlurmClient, manifest: RunManifest, dire
                                                     gathering=gathering))
         if entry.status == "ok" and not res.get("reports"):
             entry.status, entry.missing_why = "failed", "the profiler left no report"
-        if any(not rep.verified for rep in entry.reports):
+        lost = [rep for rep in entry.reports if not rep.verified and not is_summary(rep)]
+        if lost:  # a summary that did not come home is recorded in its entry, and fails nothing
             entry.status = "failed"
-            entry.missing_why = "; ".join(rep.error or "" for rep in entry.reports if not rep.verified)
+            entry.missing_why = "; ".join(rep.error or "" for rep in lost)
         return entry
 
     # Ranks come home side by side (the transport bounds transfers per login connection).

@@ -83,6 +83,7 @@ def render(m: "RunManifest") -> str:
             lines.append(f"    gave up:  {g}")
         for rep in h.reports:
             state = "verified" if rep.verified else f"NOT brought home: {rep.error}"
+            state += ", empty: nothing of its kind was recorded" if rep.status == "summary" and rep.size == 0 else ""
             kind = "summary:" if rep.status == "summary" else "report: "
             lines.append(f"    {kind}  {rep.stored} ({rep.size} bytes, {state})")
     if s.log:

@@ -4,7 +4,8 @@ The node computed each report's sha256 when the profiler finished. A copy
 lands as ``NAME.partial`` and enters the store only by rename once its hash
 matches, so a reader never sees half a report. A transfer cut off half-way
 resumes from the bytes already here; a copy whose hash is wrong is fetched
-again once. The node's copy is never removed by a failed transfer.
+again once. An empty file is a file like any other (fetched, and checked against
+the sha256 of nothing). The node's copy is never removed by a failed transfer.
 """
 
 from __future__ import annotations
@@ -33,6 +34,14 @@ def sha256_of(path: str | os.PathLike) -> str:
     return _sha256_prefix(Path(path), 1).hexdigest()
 
 
+def is_summary(entry) -> bool:
+    """Whether a brought-home entry (a dict or a ReportEntry) is a summary: a CSV the node made
+    of a report (nsys stats, ncu --import), an optional extra. One that did not come home is
+    recorded as such in its entry, and never fails the run; an empty one is as nsys wrote it."""
+    status = entry.get("status") if isinstance(entry, dict) else entry.status
+    return status == "summary"
+
+
 async def fetch_verified(fan: "Fanout", host: "Host", report: dict, dest: Path,
                          progress: Callable[[int], None] | None = None) -> dict:
     """Copy one report (``path``, ``size``, ``sha256`` from the node) to ``dest``;
@@ -56,7 +65,9 @@ async def fetch_verified(fan: "Fanout", host: "Host", report: dict, dest: Path,
                 if progress is not None:
                     progress(len(block))
 
-            if have < report["size"]:
+            # An empty file is fetched too (nsys stats writes empty CSVs): that copies it, or says
+            # the node no longer has it, where skipping would leave no .partial to rename.
+            if have < report["size"] or not partial.exists():
                 await fan.fetch(host, report["path"], str(partial), offset=have, on_block=arrived)
                 entry["resumed_from"] = have or None
             if digest.hexdigest() == report["sha256"]:

@@ -1,0 +1,198 @@
+"""A profiled run's reports on the node: found, finished, hashed and summarized.
+
+Runs ON THE NODE (standard library, Python 3.8), for :mod:`run`. nsys 2025.3
+collects into ``$TMPDIR/nsys-report-XXXX.qdstrm`` and writes the named report at
+the end; what it leaves when it is killed, or when its importer cannot run, is
+finished here with the installation's ``QdstrmImporter``. Next to each report go
+the CSV summaries fleet keeps (``nsys stats``, ``ncu --import``), hashed like it.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import glob
+import hashlib
+import os
+import re
+import subprocess
+
+try:  # as shipped by fleet, every module travels under a flat name
+    import fleet_agent_node as node
+except ImportError:  # as part of the installed package (tests, the local machine)
+    from . import node
+
+SUMMARIES = ("cuda_gpu_kern_sum", "cuda_api_sum", "nvtx_sum")  # nsys stats reports kept beside each report
+STATS_TIMEOUT = 600.0
+# nsys 2025.3 generating a report: "Generating '/tmp/nsys-report-90af.qdstrm'", then its progress,
+# "\r[1/1] [0%   ] vm-1694.nsys-rep" (the report's base name), as seen on an H200 test machine.
+GENERATING = re.compile(rb"Generating '([^'\n]+\.qdstrm)'\s*\[\d+/\d+\] \[[^\]\n]*\] ([^/\s]+\.nsys-rep)")
+
+
+def importer_for(nsys):
+    """The QdstrmImporter that finishes a .qdstrm: the one of the same nsys installation,
+    else (nsys reached through a wrapper script, as module systems do) the newest installed."""
+    here = os.path.dirname(os.path.realpath(nsys)) if nsys else "/nonexistent"
+    for pattern in ("QdstrmImporter", "../*/QdstrmImporter", "../../*/QdstrmImporter"):
+        hits = sorted(glob.glob(os.path.join(here, pattern)))
+        if hits:
+            return os.path.normpath(hits[0])
+    installed = glob.glob("/opt/nvidia/nsight-systems/*/host-linux-x64/QdstrmImporter") + \
+        glob.glob("/opt/nvidia/nsight-compute/*/host/*/QdstrmImporter")
+    return sorted(installed, key=node._version_key)[-1] if installed else None
+
+
+def sha256(path):
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def stray_qdstrms():
+    """nsys 2025.3 collects into $TMPDIR/nsys-report-XXXX.qdstrm and writes the named report
+    at the end (seen on an H200 test machine): a killed nsys leaves its data there."""
+    dirs = {os.environ.get("TMPDIR") or "/tmp", "/tmp"}
+    return {p for d in dirs for p in glob.glob(os.path.join(d, "nsys-report-*.qdstrm"))}
+
+
+def in_use(path):
+    """Whether any process we can see has the file open (another nsys still collecting into it)."""
+    for fd_dir in glob.glob("/proc/[0-9]*/fd"):
+        try:
+            if any(os.readlink(os.path.join(fd_dir, fd)) == path for fd in os.listdir(fd_dir)):
+                return True
+        except OSError:
+            continue
+    return False
+
+
+def collect(plan, tail, notes, strays_before=frozenset(), killed=False):
+    """Every report this run produced, finished and hashed. An empty report file is not a report
+    (an importer killed while writing it leaves one): it is named in a note and not listed, and
+    where its data is left as NAME.qdstrm that is finished instead."""
+    ext = ".nsys-rep" if plan.tool == "nsys" else ".ncu-rep"
+    stem = glob.escape(plan.output).replace("%p", "*")
+    found, finished = [], set()
+    if plan.tool == "nsys":
+        if killed:  # only a killed nsys leaves its data in TMPDIR, where other runs' data may be too
+            adopt_strays(plan, tail, notes, strays_before)
+            found_elsewhere(plan, tail, notes, ext)
+        # At the run's own output name the data is this run's: finished whatever nsys's exit status.
+        for leftover in sorted(glob.glob(stem + ".qdstrm")):
+            report = leftover[: -len(".qdstrm")] + ext
+            if os.path.exists(report) and os.path.getsize(report) > 0:
+                continue
+            if os.path.exists(report):
+                notes.append("%s is empty, not a report: its data %s is finished instead" % (report, leftover))
+                os.unlink(report)
+            elif not killed:
+                notes.append(left_unfinished(leftover, tail))
+            finished.add(finish_qdstrm(plan.nsys, leftover, notes))
+    for path in sorted(glob.glob(stem + ext)):
+        size = os.path.getsize(path)
+        if size == 0:
+            notes.append("%s is empty, not a report: the profiler was stopped while writing it" % path)
+            continue
+        found.append({"path": path, "size": size, "sha256": sha256(path), "finished_from_qdstrm": path in finished})
+    return found
+
+
+def adopt_strays(plan, tail, notes, strays_before):
+    """The data a killed nsys left in TMPDIR, moved beside the reports: as NAME.qdstrm when nsys
+    said it was generating NAME from it (then killed while it did), else as NAME-unfinishedN.qdstrm."""
+    generating = dict(GENERATING.findall(tail))
+    pattern = glob.escape(plan.output).replace("%p", "*") + ".nsys-rep"
+    for i, stray in enumerate(sorted(stray_qdstrms() - set(strays_before))):
+        try:
+            if os.stat(stray).st_uid != os.geteuid() or in_use(stray):
+                continue  # someone else's run, or a concurrent run still collecting
+            target = plan.output.replace("%p", "unfinished%d" % i) + ".qdstrm"
+            name = generating.get(stray.encode(), b"").decode(errors="replace")
+            base = os.path.join(os.path.dirname(plan.output), name)[: -len(".nsys-rep")]
+            if name and fnmatch.fnmatchcase(base + ".nsys-rep", pattern) and not os.path.exists(base + ".qdstrm"):
+                target = base + ".qdstrm"
+            os.replace(stray, target)
+            notes.append("nsys ended before writing its report; its data %s was moved to %s" % (stray, target))
+        except OSError:
+            continue
+
+
+def found_elsewhere(plan, tail, notes, ext):
+    """A taken name makes nsys write to /tmp/nsys-report-*.nsys-rep and still exit 0."""
+    for i, elsewhere in enumerate(re.findall(rb"(/tmp/nsys-report-[0-9a-f]+\.nsys-rep)", tail)):
+        path = elsewhere.decode()
+        if os.path.exists(path):
+            target = plan.output.replace("%p", "moved%d" % i) + ext
+            os.replace(path, target)
+            notes.append("nsys wrote %s because the name was taken; moved to %s" % (path, target))
+
+
+def left_unfinished(leftover, tail):
+    """What to say of a .qdstrm nsys left at the output name though it was not killed: nsys 2025.3
+    does so, and exits 0, when its importer cannot run (seen on an H200 test machine: libdw.so.1
+    missing), after saying so at its start."""
+    said = [line.strip().decode(errors="replace") for line in tail.splitlines() if b"importer" in line.lower()]
+    return "nsys left its data unfinished at %s%s" % (leftover, "; it said: " + " ".join(said[-2:]) if said else "")
+
+
+def summarize(nsys, reports, notes):
+    """``nsys stats`` of each report, as CSV files beside it (hashed like the reports). Each is
+    an extra: one nsys wrote empty (nothing of its kind) is listed as it is, one it did not
+    write is named in a note."""
+    out = []
+    for rep in reports:
+        base = rep["path"][: -len(".nsys-rep")]
+        try:
+            done = subprocess.run([nsys, "stats", "-q", "--report", ",".join(SUMMARIES), "--format", "csv",
+                                   "--output", base, rep["path"]], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                  timeout=STATS_TIMEOUT)
+        except (OSError, subprocess.TimeoutExpired) as e:
+            notes.append("nsys stats failed on %s: %s" % (rep["path"], e))
+            continue
+        if done.returncode != 0:
+            notes.append("nsys stats failed on %s: %s" % (rep["path"], done.stdout.decode(errors="replace")[-300:]))
+        for name in SUMMARIES:
+            path = "%s_%s.csv" % (base, name)
+            if os.path.exists(path):
+                out.append({"path": path, "size": os.path.getsize(path), "sha256": sha256(path), "report": rep["path"],
+                            "summary": name})
+            elif done.returncode == 0:
+                notes.append("nsys stats wrote no %s for %s" % (name, rep["path"]))
+    return out
+
+
+def ncu_metrics(ncu, reports, notes):
+    """Every metric of each ncu report, per kernel (``ncu --import --page raw --csv``), beside it."""
+    out = []
+    for rep in reports:
+        path = rep["path"][: -len(".ncu-rep")] + "_ncu_raw.csv"
+        try:
+            with open(path, "wb") as f:
+                done = subprocess.run([ncu, "--import", rep["path"], "--page", "raw", "--csv"], stdout=f,
+                                      stderr=subprocess.PIPE, timeout=STATS_TIMEOUT)
+        except (OSError, subprocess.TimeoutExpired) as e:
+            notes.append("ncu --import failed on %s: %s" % (rep["path"], e))
+            continue
+        if done.returncode != 0:
+            notes.append("ncu --import failed on %s: %s" % (rep["path"], done.stderr.decode(errors="replace")[-300:]))
+            continue
+        out.append({"path": path, "size": os.path.getsize(path), "sha256": sha256(path), "report": rep["path"],
+                    "summary": "ncu_raw"})
+    return out
+
+
+def finish_qdstrm(nsys, leftover, notes):
+    """The finished report's path, or None (and a note saying why)."""
+    importer = importer_for(nsys)
+    if importer is None:
+        notes.append("unfinished report %s: no QdstrmImporter next to %s" % (leftover, nsys))
+        return None
+    out = subprocess.run([importer, "-i", leftover], stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    report = leftover[: -len(".qdstrm")] + ".nsys-rep"
+    if out.returncode == 0 and os.path.exists(report):
+        notes.append("finished %s with %s" % (report, importer))
+        return report
+    notes.append("QdstrmImporter could not finish %s (exit %s): %s" % (
+        leftover, out.returncode, out.stdout.decode(errors="replace").strip()[-300:]))
+    return None

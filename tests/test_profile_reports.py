@@ -1,0 +1,208 @@
+"""What nsys leaves on a node, brought home as it should be: empty summaries, unfinished
+and empty reports. Over the lab servers of tests/test_profile.py, with the stand-in
+profilers replaying what nsys 2025.3 did on an H200 test machine."""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+
+from fleet.agent import reports
+from tests.conftest import REPO, run_fleet
+from tests.test_profile import PARANOID, clean_gpus, held_entries, lab, wait_for  # noqa: F401 (fixtures)
+
+SUMMARIES = {"cuda_gpu_kern_sum", "cuda_api_sum", "nvtx_sum"}
+
+
+def only_run(store_root: Path) -> dict:
+    [manifest] = store_root.glob("lab/*/*/manifest.json")
+    return json.loads(manifest.read_text())
+
+
+def summaries_of(host: dict) -> dict:
+    return {r["summary"]: r for r in host["reports"] if r["status"] == "summary"}
+
+
+def report_of(host: dict) -> dict:
+    [rep] = [r for r in host["reports"] if r["status"] != "summary"]
+    return rep
+
+
+def with_nsys(lab, tmp_path: Path, **env: str) -> dict:
+    """fleet's environment, with an inventory whose nsys is the stand-in started with ``env`` (which
+    its importer, its child, inherits), through a wrapper script as module systems install them."""
+    c = lab["c"]
+    wrapper = c.scratch(f"nsys-{tmp_path.name}") / "nsys"
+    exports = "".join(f"export {k}={shlex.quote(v)}\n" for k, v in env.items())
+    pid_file = wrapper.with_name("profile.pid")  # `nsys profile` keeps the wrapper's pid (exec)
+    wrapper.write_text(f'#!/bin/sh\n{exports}[ "$1" = profile ] && echo $$ > {pid_file}\n'
+                       f'exec {c.standins() / "nsys"} "$@"\n')
+    wrapper.chmod(0o755)
+    doc = yaml.safe_load(c.inventory.read_text())
+    doc["all"]["children"]["cluster"]["vars"]["nsys_path"] = str(wrapper)
+    inv = tmp_path / "inv.yaml"
+    inv.write_text(yaml.safe_dump(doc))
+    return {**c.env(), "FLEET_INVENTORY": str(inv)}
+
+
+def test_a_workload_without_nvtx_ranges_comes_home_with_its_empty_nvtx_summary(lab, tmp_path):
+    store_root = tmp_path / "store"
+    out = run_fleet("profile", "--store", str(store_root), "--hosts", "h02", "--", "true", env=lab["c"].env())
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "h02: ok" in out.stdout and "empty: nothing of its kind was recorded" in out.stdout, out.stdout
+    run = only_run(store_root)
+    [host] = run["hosts"]
+    assert run["status"] == "complete" and host["status"] == "ok"
+    summaries = summaries_of(host)
+    assert set(summaries) == SUMMARIES and all(r["verified"] for r in summaries.values())
+    nvtx = summaries["nvtx_sum"]
+    assert nvtx["size"] == 0 and Path(nvtx["stored"]).read_bytes() == b""
+    assert "stand_in_kernel" in Path(summaries["cuda_gpu_kern_sum"]["stored"]).read_text()
+
+    pulled = run_fleet("reports", "pull", run["run_id"], str(tmp_path / "out"), "--store", str(store_root))
+    assert pulled.returncode == 0, pulled.stdout + pulled.stderr
+    assert (tmp_path / "out" / "h02" / Path(nvtx["stored"]).name).read_bytes() == b""
+    listed = json.loads(run_fleet("reports", "ls", "--store", str(store_root), "--json").stdout)
+    assert sorted(r["status"] for r in listed) == ["complete", "summary", "summary", "summary"]
+
+
+def test_a_trace_without_cuda_has_an_empty_kernel_summary_and_no_kernels_catalogued(lab, tmp_path):
+    store_root = tmp_path / "store"
+    runs = []
+    for args in (("-X", "--trace=nvtx"), ()):
+        out = run_fleet("profile", "--store", str(store_root), "--hosts", "h02", "--json", *args, "--",
+                        "sh", "-c", 'echo step >> "$STANDIN_NVTX_LOG"', env=lab["c"].env())
+        assert out.returncode == 0, out.stderr
+        doc = json.loads(out.stdout)
+        runs.append(doc["run_id"])
+        summaries = summaries_of(doc["hosts"][0])
+        assert all(r["verified"] for r in summaries.values())
+        assert ",PushPop,:step" in Path(summaries["nvtx_sum"]["stored"]).read_text()
+    compared = json.loads(run_fleet("reports", "compare", *runs, "--store", str(store_root), "--json").stdout)
+    [kernel] = compared  # only the second run had kernels
+    assert kernel["kernel"] == "stand_in_kernel" and kernel["a_ns"] == 0 and kernel["b_ns"] > 0
+
+
+def test_a_summary_nsys_stats_did_not_write_is_named_in_a_note(tmp_path):
+    nsys = tmp_path / "nsys"  # an nsys whose stats write only the kernel summary
+    nsys.write_text('#!/bin/sh\nfor base; do :; done\n: > "${base%.nsys-rep}_cuda_gpu_kern_sum.csv"\n')
+    nsys.chmod(0o755)
+    (tmp_path / "r.nsys-rep").write_text("{}")
+    notes = []
+    got = reports.summarize(str(nsys), [{"path": str(tmp_path / "r.nsys-rep")}], notes)
+    assert [(s["summary"], s["size"]) for s in got] == [("cuda_gpu_kern_sum", 0)]
+    assert notes == [f"nsys stats wrote no {name} for {tmp_path / 'r.nsys-rep'}" for name in ("cuda_api_sum", "nvtx_sum")]
+
+
+def test_a_summary_that_does_not_come_home_fails_nothing_and_is_recorded(lab, tmp_path):
+    store_root = tmp_path / "store"
+    proc = subprocess.Popen([sys.executable, "-m", "fleet", "profile", "--store", str(store_root), "--hosts", "h01",
+                             "--", "sleep", "2"], env={**os.environ, **lab["c"].env()}, cwd=REPO,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    wait_for(lambda: PARANOID.read_text().strip() == "2")
+    proc.kill()  # fleet dies before anything comes home
+    proc.wait()
+    run = only_run(store_root)
+    report_dir = Path(run["hosts"][0]["plan"]["output"]).parent
+    wait_for(lambda: (report_dir / "h01.result.json").exists() and held_entries(lab) == {})
+    [nvtx_csv] = report_dir.glob("*_nvtx_sum.csv")
+    nvtx_csv.unlink()  # gone from the node before it came home
+
+    out = run_fleet("gather", run["run_id"], "--store", str(store_root), env=lab["c"].env())
+    assert out.returncode == 0, out.stdout + out.stderr
+    run = only_run(store_root)
+    [host] = run["hosts"]
+    assert run["status"] == "complete" and host["status"] == "ok" and not host["missing_why"]
+    summaries = summaries_of(host)
+    assert not summaries["nvtx_sum"]["verified"] and "No such file" in summaries["nvtx_sum"]["error"]
+    assert summaries["cuda_gpu_kern_sum"]["verified"] and summaries["cuda_api_sum"]["verified"]
+
+    pulled = run_fleet("reports", "pull", run["run_id"], str(tmp_path / "out"), "--store", str(store_root))
+    assert pulled.returncode == 0, pulled.stdout + pulled.stderr
+    assert f"{nvtx_csv.name} is not in the store" in pulled.stderr
+    assert sorted(p.name for p in (tmp_path / "out" / "h01").iterdir()) == sorted(
+        Path(r["stored"]).name for r in host["reports"] if r["verified"])
+
+
+def test_a_qdstrm_left_at_the_output_name_by_nsys_exiting_0_is_finished(lab, tmp_path):
+    # nsys 2025.3 whose importer cannot start (libdw.so.1 missing) says so, leaves NAME.qdstrm, exits 0.
+    env = with_nsys(lab, tmp_path, STANDIN_MISSING_LIBRARY="libdw.so.1")
+    out = run_fleet("profile", "--store", str(tmp_path / "store"), "--hosts", "h02", "--json", "--", "true", env=env)
+    assert out.returncode == 0, out.stdout + out.stderr
+    [host] = json.loads(out.stdout)["hosts"]
+    assert host["status"] == "ok" and host["result"]["exit_status"] == 0
+    rep = report_of(host)
+    assert rep["status"] == "finished-from-qdstrm" and rep["verified"]
+    assert json.loads(Path(rep["stored"]).read_text())["kernels"]  # all nsys collected
+    notes = host["result"]["notes"]
+    assert any(n.startswith("nsys left its data unfinished at ") and "Unable to retrieve the importer version" in n
+               for n in notes), notes
+    assert any(n.startswith("finished ") for n in notes), notes
+    summaries = summaries_of(host)
+    assert set(summaries) == SUMMARIES and all(r["verified"] for r in summaries.values())
+
+
+def children(pid: int) -> list[int]:
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            if int(stat.read_text().rsplit(")", 1)[1].split()[1]) == pid:
+                found.append(int(stat.parent.name))
+        except (OSError, ValueError, IndexError):
+            continue
+    return found
+
+
+def test_nsys_killed_while_generating_leaves_an_empty_report_its_data_is_finished_instead(lab, tmp_path):
+    # As on an H200 test machine: nsys and the importer generating its report SIGKILLed mid-way
+    # leave a 0-byte NAME.nsys-rep and the data in $TMPDIR/nsys-report-XXXX.qdstrm.
+    env = with_nsys(lab, tmp_path, STANDIN_IMPORT_SECONDS="120")
+    wrapper_dir = lab["c"].scratch(f"nsys-{tmp_path.name}")
+    proc = subprocess.Popen([sys.executable, "-m", "fleet", "profile", "--store", str(tmp_path / "store"), "--hosts",
+                             "h02", "--json", "--", "true"], env={**os.environ, **env}, cwd=REPO,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    importer = None
+    try:
+        def importing():
+            nonlocal importer
+            pid_path = wrapper_dir / "profile.pid"
+            nsys = int(pid_path.read_text()) if pid_path.exists() and pid_path.read_text().strip() else None
+            for child in children(nsys) if nsys else []:
+                try:
+                    argv = Path(f"/proc/{child}/cmdline").read_bytes().split(b"\0")
+                except OSError:  # a child that has just exited
+                    continue
+                if any(a.endswith(b"QdstrmImporter") for a in argv) and b"--output-file" in argv:
+                    report = Path(argv[argv.index(b"--output-file") + 1].decode())
+                    if report.exists():
+                        importer = (nsys, child, report)
+            return importer is not None
+        wait_for(importing)
+        nsys, child, report = importer
+        assert report.stat().st_size == 0
+        os.kill(nsys, signal.SIGKILL)
+        os.kill(child, signal.SIGKILL)
+        stdout, stderr = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0, stdout + stderr
+    [host] = json.loads(stdout)["hosts"]
+    assert host["status"] == "ok" and host["result"]["exit_status"] == -9
+    rep = report_of(host)  # one report, under the name nsys was writing, finished from its data
+    assert rep["remote"] == str(report) and rep["status"] == "finished-from-qdstrm" and rep["verified"]
+    assert rep["size"] > 0 and json.loads(Path(rep["stored"]).read_text())["kernels"]
+    notes = host["result"]["notes"]
+    assert f"{report.with_suffix('.qdstrm')}" in " ".join(notes)
+    assert any(n.startswith(f"{report} is empty, not a report") for n in notes), notes
+    summaries = summaries_of(host)
+    assert set(summaries) == SUMMARIES and all(r["verified"] and r["size"] > 0 for r in summaries.values()
+                                               if r["summary"] != "nvtx_sum")
