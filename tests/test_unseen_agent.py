@@ -74,3 +74,45 @@ def test_the_same_tenant_seen_from_the_hosts_namespace_is_named(tenant_outside):
     assert v["ncu"]["status"] == "refused"
     assert any(f"pid {tenant.pid} ({TENANT_USER}" in r for r in v["ncu"]["reasons"]), v["ncu"]["reasons"]
     assert not any("not visible" in r for r in v["ncu"]["reasons"])
+
+
+def test_own_processes_inside_the_agents_namespace_are_resolved(tmp_path):
+    """Inside a namespace the driver lists that namespace's processes by its own pids (measured
+    on an H200 test machine): they were all counted as foreign, so --allow-own never helped in a
+    container. Now the listed pid is looked up where the agent is."""
+    outer = spawn(None, [*PRIVATE, "sleep", "300"])  # root's sleep, pid 1 of a namespace of its own
+    try:
+        sleeper = wait_for_child(outer.pid)
+        lib = fakenvml.build(tmp_path / "lib")
+        scenario = fakenvml.write_scenario(tmp_path / "gpus.txt", {"gpus": [
+            {"index": 0, "processes": [{"kind": "compute", "pid": sleeper, "mem": 500 << 20}]}]})
+        env = {**{k: v for k, v in os.environ.items() if not k.startswith("FLEET_")},
+               **local_env(fakenvml.env(lib, scenario)), "FLEET_STORE": str(tmp_path / "store")}
+        inside = ["nsenter", "--target", str(sleeper), "--pid", "--mount"]
+
+        def fleet_inside(*args):
+            return subprocess.run([*inside, sys.executable, "-m", "fleet", *args], env=env, cwd=REPO,
+                                  capture_output=True, text=True, timeout=120)
+
+        v = verdicts(fleet_inside("doctor", "--json"))
+        assert any("pid 1 (root" in r and "your own other process" in r for r in v["ncu"]["reasons"]), v["ncu"]
+        ncu = fleet_inside("profile", "--hosts", "localhost", "--tool", "ncu", "--gpu", "0", "--allow-own", "--json",
+                           "--", "true")
+        assert ncu.returncode == 0, ncu.stdout + ncu.stderr
+    finally:
+        stop([outer])
+
+
+def wait_for_child(pid: int) -> int:
+    import time
+    from pathlib import Path
+
+    for _ in range(100):
+        for stat in Path("/proc").glob("[0-9]*/stat"):
+            try:
+                if int(stat.read_text().rsplit(")", 1)[1].split()[1]) == pid:
+                    return int(stat.parent.name)
+            except (OSError, ValueError, IndexError):
+                continue
+        time.sleep(0.05)
+    raise AssertionError(f"no child of {pid}")

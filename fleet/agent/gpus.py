@@ -41,8 +41,7 @@ def gpus(procs, owner_uid):
                 "driver": _s(nv.nvmlSystemGetDriverVersion()),
                 "cuda_driver": _try(nv.nvmlSystemGetCudaDriverVersion),
                 "nvml_version": _try(lambda: _s(nv.nvmlSystemGetNVMLVersion()))}
-        host_ns = node.host_pid_namespace()
-        return info, [gpu(nv, i, procs, owner_uid, host_ns) for i in range(nv.nvmlDeviceGetCount())]
+        return info, [gpu(nv, i, procs, owner_uid) for i in range(nv.nvmlDeviceGetCount())]
     finally:
         nv.nvmlShutdown()
 
@@ -58,7 +57,7 @@ def _try(fn, default=None):
         return default
 
 
-def gpu(nv, index, procs, owner_uid, host_ns):
+def gpu(nv, index, procs, owner_uid):
     h = nv.nvmlDeviceGetHandleByIndex(index)
     arch = _try(lambda: nv.nvmlDeviceGetArchitecture(h))
     mig = _try(lambda: nv.nvmlDeviceGetMigMode(h), [None, None])
@@ -66,7 +65,7 @@ def gpu(nv, index, procs, owner_uid, host_ns):
     by_processes = _try(lambda: nv.nvmlDeviceGetMemoryInfo(h, version=nv.nvmlMemory_v2))
     util = _try(lambda: nv.nvmlDeviceGetUtilizationRates(h))
     mode = _try(lambda: nv.nvmlDeviceGetComputeMode(h))
-    listed, list_error = gpu_processes(nv, h, procs, owner_uid, host_ns)
+    listed, list_error = gpu_processes(nv, h, procs, owner_uid)
     out = {"index": index, "uuid": _s(nv.nvmlDeviceGetUUID(h)), "name": _s(nv.nvmlDeviceGetName(h)),
            "architecture": arch, "architecture_name": ARCHITECTURES.get(arch, "arch %s" % arch),
            "mig_mode": {"current": mig[0], "pending": mig[1]},
@@ -107,7 +106,7 @@ def mig_instances(nv, h):
     return out
 
 
-def gpu_processes(nv, h, procs, owner_uid, host_ns):
+def gpu_processes(nv, h, procs, owner_uid):
     lists = (("compute", nv.nvmlDeviceGetComputeRunningProcesses),
              ("graphics", nv.nvmlDeviceGetGraphicsRunningProcesses),
              ("mps", nv.nvmlDeviceGetMPSComputeRunningProcesses))
@@ -127,11 +126,13 @@ def gpu_processes(nv, h, procs, owner_uid, host_ns):
             for field, name in (("gpuInstanceId", "gpu_instance"), ("computeInstanceId", "compute_instance")):
                 value = getattr(p, field, None)
                 entry[name] = None if value in (None, NO_ID) else value
+    # The driver lists only processes of the caller's PID namespace, under that namespace's pids
+    # (measured on an H200 test machine: inside `unshare --pid`, a CUDA child of pid 2 is listed
+    # as 2): a listed pid names the process our /proc shows, whatever namespace we are in.
     for entry in found.values():
-        comm_uid = procs.get(entry["pid"]) if host_ns else None
-        if comm_uid is None:  # another pid namespace, a container, or gone: cannot be vouched for
-            entry.update(user=None, uid=None, name=None, foreign=True,
-                         why="pid not visible from the agent" if host_ns else "agent is not in the host pid namespace")
+        comm_uid = procs.get(entry["pid"])
+        if comm_uid is None:  # gone meanwhile, or not ours to see: cannot be vouched for
+            entry.update(user=None, uid=None, name=None, foreign=True, why="pid not visible from the agent")
         else:
             entry.update(user=node.user_name(comm_uid[1]), uid=comm_uid[1], name=comm_uid[0],
                          foreign=comm_uid[1] != owner_uid)
