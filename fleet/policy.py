@@ -225,7 +225,8 @@ def unseen_tenants(state: NodeState, request: Request) -> list[str]:
             out.append(f"GPU {g['index']}: {(by_processes - sum(counted)) / 2**30:.1f} GiB in use by processes "
                        f"not visible from here{where}")
         elif other_ns and [p for p in g.get("sampled_pids") or [] if p not in {q.get("pid") for q in listed}]:
-            # Samples carry host pids, the lists this namespace's: any sample is unexplained here.
+            # The samples name every process, ours by our namespace's pids (as the lists do), the
+            # others' by theirs (measured on an H200 test machine): one not listed is not ours.
             out.append(f"GPU {g['index']}: its utilization samples name processes not visible from here{where}")
         elif other_ns and (by_processes is None or None in counted):
             out.append(f"GPU {g['index']}: the agent is {ns}, where NVML lists no process of the others, "

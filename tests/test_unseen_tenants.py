@@ -37,7 +37,7 @@ CASES = [
      "1.6 GiB in use by processes not visible from here (the agent is in another PID namespace)"),
     ("other ns, busy tenant hidden", False, gpu0(used=BUSY_TENANT_USED, samples=[4242]), Request(), REFUSED,
      "0.8 GiB in use by processes not visible from here"),
-    ("other ns, own process explains the memory, but samples carry host pids", False,
+    ("other ns, own process explains the memory, a sample names one not listed", False,
      gpu0(used=(500 << 20), processes=[OWN_IN_NS], samples=[31337]), Request(allow_own=True), REFUSED,
      "utilization samples name processes not visible"),
     ("other ns, own idle process explains the memory", False, gpu0(used=(500 << 20), processes=[OWN_IN_NS]),
