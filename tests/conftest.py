@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.harness import fakenvml
 from tests.harness.sshd import SSHCluster
 
 REPO = Path(__file__).resolve().parents[1]
@@ -46,3 +47,15 @@ def run_fleet(*args: str, env: dict | None = None, input: str | None = None, tim
 
 def json_lines(text: str) -> list[dict]:
     return [json.loads(line) for line in text.splitlines() if line.strip()]
+
+
+# The simulated NVML, built once per test module, and a scenario file for it.
+
+@pytest.fixture(scope="module")
+def lib_dir(tmp_path_factory):
+    return fakenvml.build(tmp_path_factory.mktemp("fakenvml-lib"))
+
+
+@pytest.fixture
+def scenario(tmp_path):
+    return tmp_path / "scenario.txt"

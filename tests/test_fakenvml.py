@@ -36,16 +36,6 @@ def procs(lst):
 """
 
 
-@pytest.fixture(scope="module")
-def lib_dir(tmp_path_factory):
-    return fakenvml.build(tmp_path_factory.mktemp("fakenvml-lib"))
-
-
-@pytest.fixture
-def scenario(tmp_path):
-    return tmp_path / "scenario.txt"
-
-
 def run(lib_dir, scenario_path, body, extra_env=None):
     env = {**os.environ, **fakenvml.env(lib_dir, scenario_path), **(extra_env or {})}
     script = PRELUDE + textwrap.dedent(body)

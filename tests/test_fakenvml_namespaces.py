@@ -43,16 +43,6 @@ def view(i=0):
 """
 
 
-@pytest.fixture(scope="module")
-def lib_dir(tmp_path_factory):
-    return fakenvml.build(tmp_path_factory.mktemp("fakenvml-lib"))
-
-
-@pytest.fixture
-def scenario(tmp_path):
-    return tmp_path / "scenario.txt"
-
-
 @pytest.fixture
 def spawn():
     """Start real processes; at the end kill those (by pid) and only those."""

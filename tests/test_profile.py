@@ -361,14 +361,19 @@ def test_runs_land_in_the_store_with_a_manifest_and_in_the_catalog(lab, tmp_path
     assert not list(store_root.glob(f"lab-a/*/{runs[0]}"))
 
 
-def test_fleet_gather_brings_home_what_a_killed_fleet_left_on_the_node(lab, tmp_path):
-    store_root = tmp_path / "store"
+def kill_fleet_mid_run(lab, store_root) -> None:
+    """`fleet profile` on h01, SIGKILLed once its agent has the node (the sysctl is held)."""
     proc = subprocess.Popen([sys.executable, "-m", "fleet", "profile", "--store", str(store_root), "--hosts", "h01",
                              "--", "sleep", "2"], env={**os.environ, **lab["c"].env()}, cwd=REPO,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     wait_for(lambda: PARANOID.read_text().strip() == "2")
     proc.kill()  # fleet dies before the report comes home
     proc.wait()
+
+
+def test_fleet_gather_brings_home_what_a_killed_fleet_left_on_the_node(lab, tmp_path):
+    store_root = tmp_path / "store"
+    kill_fleet_mid_run(lab, store_root)
     wait_for(lambda: PARANOID.read_text().strip() == "3" and held_entries(lab) == {})
     [manifest_path] = store_root.glob("lab/*/*/manifest.json")
     manifest = json.loads(manifest_path.read_text())

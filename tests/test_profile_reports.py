@@ -16,7 +16,7 @@ import yaml
 
 from fleet.agent import reports
 from tests.conftest import REPO, run_fleet
-from tests.test_profile import PARANOID, clean_gpus, held_entries, lab, wait_for  # noqa: F401 (fixtures)
+from tests.test_profile import clean_gpus, held_entries, kill_fleet_mid_run, lab, wait_for  # noqa: F401 (fixtures)
 
 SUMMARIES = {"cuda_gpu_kern_sum", "cuda_api_sum", "nvtx_sum"}
 
@@ -103,12 +103,7 @@ def test_a_summary_nsys_stats_did_not_write_is_named_in_a_note(tmp_path):
 
 def test_a_summary_that_does_not_come_home_fails_nothing_and_is_recorded(lab, tmp_path):
     store_root = tmp_path / "store"
-    proc = subprocess.Popen([sys.executable, "-m", "fleet", "profile", "--store", str(store_root), "--hosts", "h01",
-                             "--", "sleep", "2"], env={**os.environ, **lab["c"].env()}, cwd=REPO,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    wait_for(lambda: PARANOID.read_text().strip() == "2")
-    proc.kill()  # fleet dies before anything comes home
-    proc.wait()
+    kill_fleet_mid_run(lab, store_root)  # fleet dies before anything comes home
     run = only_run(store_root)
     report_dir = Path(run["hosts"][0]["plan"]["output"]).parent
     wait_for(lambda: (report_dir / "h01.result.json").exists() and held_entries(lab) == {})
