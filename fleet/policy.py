@@ -116,6 +116,18 @@ def guards(request: Request, counters: bool) -> Guards:
                   pin_gpus=request.gpus is not None and not in_job, node_state=not in_job)
 
 
+def job_gpu_indices(slurm_ids: tuple[int, ...] | None, gpus: list[dict]) -> tuple[int, ...] | None:
+    """NVML's indices of the GPUs Slurm gave a job (None: every GPU visible). Slurm names them by
+    its own ids (gres.conf's /dev/nvidiaN), not by NVML's numbering, which in a job with
+    constrained devices counts only the allocated GPUs from 0: matched by the device's minor
+    number. Where an id finds no device, every visible GPU counts as the job's: more GPUs
+    checked for neighbours, never another one than the job's."""
+    by_minor = {g.get("minor"): g["index"] for g in gpus if g.get("minor") is not None}
+    if not slurm_ids or not all(i in by_minor for i in slurm_ids):
+        return None
+    return tuple(sorted(by_minor[i] for i in slurm_ids))
+
+
 def dcgm_running(state: NodeState) -> bool:
     dcgm = state.get("dcgm") or {}
     return bool(dcgm.get("hostengine") or dcgm.get("exporter") or dcgm.get("listening"))

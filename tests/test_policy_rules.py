@@ -226,3 +226,34 @@ def test_the_command_line_refuses_them_in_one_line_touching_nothing(tmp_path):
                     "--", "touch", str(marker))
     assert out.returncode == 2 and out.stderr.count("\n") == 1 and "fleet's" in out.stderr
     assert not marker.exists() and not (tmp_path / "store").exists()
+
+
+def _gpus(*minors):
+    return [{"index": i, "minor": m} for i, m in enumerate(minors)]
+
+
+# (Slurm's GPU ids, the GPUs NVML shows as (index, minor)) -> NVML indices checked (None: all)
+JOB_GPUS = [
+    ((2, 3), _gpus(0, 1, 2, 3), (2, 3)),          # the whole node visible: ids are the minors
+    ((2, 3), _gpus(2, 3), (0, 1)),                # constrained devices: NVML counts from 0
+    ((1,), _gpus(3, 1, 0, 2), (1,)),              # NVML's order is not the devices' order
+    ((5,), _gpus(0, 1), None),                    # no such device: every visible GPU is checked
+    ((0,), [], None),                             # no GPU seen at all: a trace can still run
+    (None, _gpus(0, 1), None),                    # no GRES
+    ((0,), [{"index": 0, "minor": None}], None),  # minors unknown
+]
+
+
+@pytest.mark.parametrize("ids,gpus,expected", JOB_GPUS)
+def test_a_jobs_gpus_are_found_by_device_not_by_index(ids, gpus, expected):
+    """Slurm's ids were taken as NVML indices: in a job with constrained devices the check looked
+    at another GPU than the job's, or refused every rank ("no GPU [0]") where NVML saw none."""
+    assert policy.job_gpu_indices(ids, gpus) == expected
+
+
+def test_a_rank_whose_nvml_sees_no_gpu_still_gets_a_trace():
+    s = state(gpus=[], nvml={"available": False, "error": "no device in this job's cgroup"})
+    req = ProfileRequest(tool="nsys", command=("x",), run_id="r", job="41",
+                         gpus=policy.job_gpu_indices((0,), []))
+    p = plan("rank0", s, req)
+    assert p.status == OK and any(g.startswith("GPU activity") for g in p.given_up)

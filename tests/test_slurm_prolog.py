@@ -358,3 +358,37 @@ def test_a_rank_refuses_ncu_on_what_the_prolog_saw(tmp_path):
     out = subprocess.run(["python3", str(tmp_path / "fleet-agent.py"), json.dumps(dict(args, prolog_expected=True)),
                           "touch", str(tmp_path / "ran")], env=env, capture_output=True, text=True)
     assert out.returncode == 5 and "left no verdict" in out.stderr and not (tmp_path / "ran").exists()
+
+
+def test_a_rank_checks_the_gpus_slurm_gave_it_by_device_not_by_index(tmp_path):
+    """With constrained devices NVML numbers the job's GPUs from 0, while Slurm names them by its
+    own ids (the /dev/nvidiaN minors): the rank looked for GPU "3" and refused ("no GPU [3]"), or
+    looked at another GPU than its own."""
+    from fleet.agent import bundle
+    from tests.harness import fakenvml
+    from tests.test_agent import spawn, stop
+
+    ensure_user(TENANT_USER)
+    tenant = spawn(TENANT_USER, ["sleep", "300"])
+    try:
+        lib = fakenvml.build(tmp_path / "fakenvml")
+        fakenvml.write_scenario(tmp_path / "gpus.txt", {"gpus": [  # the job's two GPUs, as its cgroup shows them
+            {"index": 0, "minor": 2},
+            {"index": 1, "minor": 3, "processes": [{"kind": "compute", "pid": tenant.pid, "mem": 10**9}]}]})
+        (tmp_path / "fleet-agent.py").write_text(bundle.script())
+        standins = Path(__file__).parent / "standins"
+        args = {"mode": "task", "request": {"tool": "ncu", "run_id": "r"}, "report_dir": str(tmp_path / "runs"),
+                "launcher": "srun", "ranks": None, "tools": {"ncu": str(standins / "ncu")}}
+        env = {**os.environ, **fakenvml.env(lib, tmp_path / "gpus.txt"), "SLURM_JOB_ID": "78", "SLURM_PROCID": "0",
+               "SLURMD_NODENAME": "node1"}
+
+        def rank(slurm_gpus):
+            return subprocess.run(["python3", str(tmp_path / "fleet-agent.py"), json.dumps(args), "true"],
+                                  env={**env, "SLURM_STEP_GPUS": slurm_gpus}, capture_output=True, text=True)
+
+        beside = rank("3")  # Slurm's GPU 3 is NVML's 1, where the tenant is
+        assert beside.returncode == 5 and f"pid {tenant.pid} ({TENANT_USER}" in beside.stderr, beside.stderr
+        alone = rank("2")  # Slurm's GPU 2 is NVML's 0: free
+        assert alone.returncode == 0, alone.stderr
+    finally:
+        stop([tenant])

@@ -67,6 +67,7 @@ def gpu(nv, index, procs, owner_uid):
     mode = _try(lambda: nv.nvmlDeviceGetComputeMode(h))
     listed, list_error = gpu_processes(nv, h, procs, owner_uid)
     out = {"index": index, "uuid": _s(nv.nvmlDeviceGetUUID(h)), "name": _s(nv.nvmlDeviceGetName(h)),
+           "minor": _try(lambda: nv.nvmlDeviceGetMinorNumber(h)),  # /dev/nvidiaN: how Slurm's gres names it
            "architecture": arch, "architecture_name": ARCHITECTURES.get(arch, "arch %s" % arch),
            "mig_mode": {"current": mig[0], "pending": mig[1]},
            "compute_mode": COMPUTE_MODES.get(mode, mode),

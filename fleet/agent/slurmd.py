@@ -100,7 +100,7 @@ def job_of(env):
     job_id, uid = env.get("SLURM_JOB_ID", ""), env.get("SLURM_JOB_UID", "")
     if not job_id.isdigit() or not uid.isdigit():
         raise ConfigError("not run by slurmd: SLURM_JOB_ID and SLURM_JOB_UID are missing")
-    gpus = env.get("SLURM_JOB_GPUS") or env.get("CUDA_VISIBLE_DEVICES") or ""  # physical indices here
+    gpus = env.get("SLURM_JOB_GPUS") or env.get("CUDA_VISIBLE_DEVICES") or ""  # Slurm's ids, not NVML's
     return {"id": job_id, "uid": int(uid), "gid": int(env.get("SLURM_JOB_GID") or uid),
             "gpus": tuple(int(g) for g in gpus.split(",") if g.strip().isdigit()) or None,
             "work_dir": env.get("SLURM_JOB_WORK_DIR") or ""}
@@ -214,7 +214,8 @@ def prolog(env, config):
     nvml, gpus = nvml_gpus.gpus(procs, job["uid"])
     mps, dcgm = node.daemons(procs)
     state = {"gpus": gpus, "mps": mps, "dcgm": dcgm, "host_pid_namespace": node.host_pid_namespace()}
-    seen = policy.Request(gpus=job["gpus"], allow_own=request.get("allow_own", False), job=job["id"])
+    indices = policy.job_gpu_indices(job["gpus"], gpus)
+    seen = policy.Request(gpus=indices, allow_own=request.get("allow_own", False), job=job["id"])
     verdict = {"job": job["id"], "gpus": job["gpus"], "nvml": nvml.get("available"), "checked": time.time(),
                "tenants": [str(t) for t in policy.tenants(state, seen)] + policy.unseen_tenants(state, seen),
                "dcgm": None}
@@ -223,7 +224,7 @@ def prolog(env, config):
     done["ignored_sysctls"] = [n for n in request["sysctls"] if n not in config["owned_sysctls"]]
     if wanted:
         done["sysctls"] = owned.acquire_sysctls(wanted, config["owned_sysctls"], holder, config["state_dir"])
-    chosen = [g for g in gpus if job["gpus"] is None or g["index"] in job["gpus"]]
+    chosen = policy.chosen_gpus(state, seen)
     counters = policy.uses_counters(request.get("tool", ""), request.get("gpu_metrics", False))
     if policy.dcgm_pause(state, chosen, request.get("pause_dcgm", False) and config["pause_dcgm"] is True, counters):
         owned.pause_dcgm(holder, config["state_dir"])

@@ -26,9 +26,11 @@ try:  # as shipped by fleet, every module travels under a flat name
     import fleet_agent_owned as owned
     import fleet_agent_run as run
     import fleet_plan as planner
+    import fleet_policy as policy
 except ImportError:  # as part of the installed package
     from . import node, owned, run
     from .. import plan as planner
+    from .. import policy
 
 # Where each launcher puts the worker's global rank.
 RANK_VARS = {"srun": ("SLURM_PROCID",), "torchrun": ("RANK",),
@@ -42,12 +44,12 @@ def rank_of(env, launcher):
     return None
 
 
-def job_gpus(env):
-    """Physical indices of the GPUs Slurm gave this step or job here; None: no GRES, every GPU."""
+def slurm_gpu_ids(env):
+    """Slurm's ids of the GPUs it gave this step or job here (not NVML's indices); None: no GRES."""
     for var in ("SLURM_STEP_GPUS", "SLURM_JOB_GPUS"):
-        indices = [int(x) for x in (env.get(var) or "").split(",") if x.strip().isdigit()]
-        if indices:
-            return tuple(indices)
+        ids = [int(x) for x in (env.get(var) or "").split(",") if x.strip().isdigit()]
+        if ids:
+            return tuple(ids)
     return None
 
 
@@ -73,7 +75,8 @@ def plan_rank(args, env, label, command):
     state = node.probe({"tools": args.get("tools") or {}, "environment_check": False,
                         "report_dir": args["report_dir"]})
     state["prolog_verdict"] = prolog_verdict(env, args.get("prolog_expected", False))
-    req = replace(planner.ProfileRequest.from_json(args["request"]), command=tuple(command), gpus=job_gpus(env),
+    gpus = policy.job_gpu_indices(slurm_gpu_ids(env), state.get("gpus") or [])
+    req = replace(planner.ProfileRequest.from_json(args["request"]), command=tuple(command), gpus=gpus,
                   output_name="%s/%s" % (node_name, label), job=env.get("SLURM_JOB_ID"))
     plan = planner.plan(label, state, req)
     context = dict(node.facts(state, req.gpus, req.tool), slurm_node=node_name, job_id=env.get("SLURM_JOB_ID"),
