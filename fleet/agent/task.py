@@ -5,8 +5,9 @@ Runs ON THE COMPUTE NODE (standard library, Python 3.8), started by the job's
 command, which follows it on the command line untouched. The node is planned
 right here, by the same policy and planner as a lab server, just before the
 profiler starts, with what the node's Slurm prolog saw as root: a tenant on the
-job's GPUs refuses ncu without running anything, and the refusal is written where fleet gathers the results. Ranks
-outside ``--ranks`` exec the workload as it is. The profiled run itself is
+job's GPUs refuses ncu without running anything, and the refusal is written
+where fleet gathers the results. Ranks outside ``--ranks`` exec the workload as
+it is. The profiled run itself is
 :mod:`run`'s: signals stop the profiler so its report is finished, the report
 is found, finished from a leftover ``.qdstrm`` and hashed, and the result is
 left beside it as ``NODE/rankN.result.json``.
