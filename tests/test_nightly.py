@@ -53,13 +53,41 @@ def test_playbook_errors_name_file_and_line(tmp_path):
     with pytest.raises(playbook.PlaybookError, match=r"bad.yaml:4: command must be a list"):
         playbook.load(bad)
     bad.write_text("name: x\ntarget:\n  partition: gpu\n  nodez: 2\ncommand: [a]\n")
-    with pytest.raises(playbook.PlaybookError, match=r"bad.yaml:4: target.nodez: unknown"):
+    with pytest.raises(playbook.PlaybookError, match=r"bad.yaml:4: target: unknown key 'nodez' \(did you mean"):
         playbook.load(bad)
     bad.write_text("target: {hosts: h01}\ncommand: [a]\nmetrics:\n  - kind: kernel\n")
     with pytest.raises(playbook.PlaybookError, match=r"bad.yaml:4: metrics\[0\]: a kernel metric needs name"):
         playbook.load(bad)
     for shipped in sorted((REPO / "playbooks").glob("*.yaml")):
         assert playbook.load(shipped).metrics  # the examples load
+
+
+# Playbooks with a type wrong: each was a traceback, or (a name) went into a schedule unchecked.
+TYPE_ERRORS = [
+    ("metrics:\n  - {kind: top_kernels, count: abc}\n", 4, "metrics[0].count: must be a whole number"),
+    ("metrics:\n  - {kind: top_kernels, count: 0}\n", 4, "metrics[0].count: must be a whole number"),
+    ("metrics:\n  - {kind: ncu, name: m, kernel: [a]}\n", 4, "metrics[0].kernel: must be a glob"),
+    ("metrics:\n  - {kind: kernel, nmae: '*gemm*'}\n", 4, "unknown key 'nmae' (did you mean 'name'?)"),
+    ("metrics: {kind: kernel}\n", 3, "metrics must be a list"),
+    ("thresholds: [1, 2]\n", 3, "thresholds must be a mapping"),
+    ("thresholds:\n  regresion: 0.2\n", 4, "unknown key 'regresion' (did you mean 'regression'?)"),
+    ("thresholds:\n  regression: high\n", 4, "thresholds.regression: must be a number"),
+    ("metric:\n  - {kind: gpu_kernel_total}\n", 3, "unknown key 'metric' (did you mean 'metrics'?)"),
+    ("profiler_args: --trace=cuda\n", 3, "profiler_args must be a list of words"),
+    ("name: 'nightly; touch x #'\n", 3, "must be 1 to 64 letters, digits"),
+    ("name: ../../etc\n", 3, "must be 1 to 64 letters, digits"),
+]
+
+
+@pytest.mark.parametrize("extra,line,message", TYPE_ERRORS, ids=[t[2][:40] for t in TYPE_ERRORS])
+def test_playbook_type_errors_are_one_line_with_file_and_line(tmp_path, extra, line, message):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("target: {hosts: h01}\ncommand: [a]\n" + extra)
+    with pytest.raises(playbook.PlaybookError) as e:
+        playbook.load(bad)
+    assert str(e.value).startswith(f"{bad}:{line}: ") and message in str(e.value)
+    out = run_fleet("run", str(bad), "--dry-run")
+    assert out.returncode == 2 and out.stderr.count("\n") == 1 and message in out.stderr
 
 
 def test_ncu_metrics_are_read_from_ncus_own_csv():

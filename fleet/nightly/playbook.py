@@ -10,7 +10,9 @@ summaries fleet keeps beside each report.
 from __future__ import annotations
 
 import csv
+import difflib
 import fnmatch
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -24,6 +26,9 @@ METRIC_KINDS = ("gpu_kernel_total", "kernel", "top_kernels", "nvtx", "ncu")
 TARGET_KEYS = {"partition": str, "cluster": str, "hosts": str, "nodes": int, "ntasks": int,
                "ntasks_per_node": int, "gpus": str, "gres": str, "time": str, "account": str, "qos": str,
                "ranks": list, "launcher": str}
+PLAYBOOK_KEYS = {"name", "target", "command", "tool", "profiler_args", "metrics", "thresholds", "description"}
+METRIC_KEYS = {"kind", "name", "count", "kernel"}
+NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]{0,63}")
 DEFAULT_THRESHOLDS = {"regression": 0.10, "suspicious": 0.05, "consecutive": 2, "baseline_runs": 7, "min_runs": 3}
 
 
@@ -67,15 +72,45 @@ def _fail(path: Path, doc: Any, key: Any, message: str) -> PlaybookError:
     return PlaybookError(f"{path}:{line}", message)
 
 
+def _unknown(what: str, key: Any, known) -> str:
+    """``unknown key 'metric' (did you mean 'metrics'?)``, or the known keys when nothing is close."""
+    close = difflib.get_close_matches(str(key), sorted(known), n=1)
+    return f"unknown {what} {key!r} " + (f"(did you mean {close[0]!r}?)" if close else
+                                         f"(known: {', '.join(sorted(known))})")
+
+
+def _metric(path: Path, i: int, m: Any, where: Any) -> Metric:
+    if not isinstance(m, dict) or m.get("kind") not in METRIC_KINDS:
+        raise PlaybookError(f"{path}:{getattr(m, 'line', getattr(where, 'line', 1))}",
+                            f"metrics[{i}]: kind must be one of {', '.join(METRIC_KINDS)}")
+    for key in m:
+        if key not in METRIC_KEYS:
+            raise _fail(path, m, key, f"metrics[{i}]: " + _unknown("key", key, METRIC_KEYS))
+    if m["kind"] in ("kernel", "nvtx", "ncu") and not isinstance(m.get("name"), str):
+        raise _fail(path, m, "kind", f"metrics[{i}]: a {m['kind']} metric needs name "
+                                     f"({'an ncu metric' if m['kind'] == 'ncu' else 'a glob'})")
+    count = m.get("count", 5)
+    if not isinstance(count, int) or isinstance(count, bool) or count < 1:
+        raise _fail(path, m, "count", f"metrics[{i}].count: must be a whole number of kernels, 1 or more, "
+                                      f"not {count!r}")
+    if not isinstance(m.get("kernel", "*"), str):
+        raise _fail(path, m, "kernel", f"metrics[{i}].kernel: must be a glob on kernel names, e.g. '*gemm*'")
+    return Metric(m["kind"], m.get("name"), count, m.get("kernel", "*"))
+
+
 def load(path: str | Path) -> Playbook:
     path = Path(path)
     doc = read_yaml(path)
     if not hasattr(doc, "line_of"):
         raise PlaybookError(f"{path}:1", "a playbook is a mapping (name, target, command, metrics, ...)")
-    known = {"name", "target", "command", "tool", "profiler_args", "metrics", "thresholds", "description"}
     for key in doc:
-        if key not in known:
-            raise _fail(path, doc, key, f"unknown key {key!r} (known: {', '.join(sorted(known))})")
+        if key not in PLAYBOOK_KEYS:
+            raise _fail(path, doc, key, _unknown("key", key, PLAYBOOK_KEYS))
+    name = doc.get("name", path.stem)
+    if not isinstance(name, str) or not NAME.fullmatch(name):
+        raise _fail(path, doc, "name" if "name" in doc else None,
+                    f"name: {name!r} must be 1 to 64 letters, digits, '.', '_' or '-', not starting with '.' "
+                    "(it names the playbook's schedule and its history)")
     command = doc.get("command")
     if isinstance(command, str) or not command or not all(isinstance(w, (str, int, float)) for w in command):
         raise _fail(path, doc, "command" if "command" in doc else None,
@@ -85,32 +120,33 @@ def load(path: str | Path) -> Playbook:
         raise _fail(path, doc, "target" if "target" in doc else None,
                     "target must be a mapping with partition (Slurm) or hosts (lab servers)")
     for key, value in target.items():
-        if key not in TARGET_KEYS or not isinstance(value, TARGET_KEYS[key]) or isinstance(value, bool):
-            want = TARGET_KEYS.get(key)
-            raise _fail(path, target, key, f"target.{key}: " + (f"must be a {want.__name__}" if want else
-                        f"unknown (known: {', '.join(sorted(TARGET_KEYS))})"))
+        if key not in TARGET_KEYS:
+            raise _fail(path, target, key, "target: " + _unknown("key", key, TARGET_KEYS))
+        if not isinstance(value, TARGET_KEYS[key]) or isinstance(value, bool):
+            raise _fail(path, target, key, f"target.{key}: must be a {TARGET_KEYS[key].__name__}, not {value!r}")
     tool = doc.get("tool", "nsys")
     if tool not in ("nsys", "ncu"):
         raise _fail(path, doc, "tool", "tool must be nsys or ncu")
-    metrics = []
-    for i, m in enumerate(doc.get("metrics") or [{"kind": "gpu_kernel_total"}]):
-        where = doc.get("metrics")
-        if not isinstance(m, dict) or m.get("kind") not in METRIC_KINDS:
-            raise PlaybookError(f"{path}:{getattr(m, 'line', getattr(where, 'line', 1))}",
-                                f"metrics[{i}]: kind must be one of {', '.join(METRIC_KINDS)}")
-        if m["kind"] in ("kernel", "nvtx", "ncu") and not isinstance(m.get("name"), str):
-            raise _fail(path, m, "kind", f"metrics[{i}]: a {m['kind']} metric needs name "
-                                         f"({'an ncu metric' if m['kind'] == 'ncu' else 'a glob'})")
-        metrics.append(Metric(m["kind"], m.get("name"), int(m.get("count", 5)), str(m.get("kernel", "*"))))
+    args = doc.get("profiler_args") or []
+    if isinstance(args, str) or not isinstance(args, list) or not all(isinstance(a, (str, int, float)) for a in args):
+        raise _fail(path, doc, "profiler_args", "profiler_args must be a list of words, e.g. [--trace=cuda,nvtx]")
+    given = doc.get("metrics") or [{"kind": "gpu_kernel_total"}]
+    if not isinstance(given, list):
+        raise _fail(path, doc, "metrics", "metrics must be a list, e.g. [{kind: gpu_kernel_total}]")
+    metrics = [_metric(path, i, m, doc.get("metrics")) for i, m in enumerate(given)]
     thresholds = dict(DEFAULT_THRESHOLDS)
-    for key, value in (doc.get("thresholds") or {}).items():
-        if key not in DEFAULT_THRESHOLDS or not isinstance(value, (int, float)) or isinstance(value, bool) \
-                or value < 0:
-            raise _fail(path, doc["thresholds"], key, f"thresholds.{key}: unknown or not a positive number "
-                                                      f"(known: {', '.join(DEFAULT_THRESHOLDS)})")
+    given = doc.get("thresholds")
+    if given is not None and not hasattr(given, "line_of"):
+        raise _fail(path, doc, "thresholds", "thresholds must be a mapping, e.g. {regression: 0.1}")
+    given = given or {}
+    for key, value in given.items():
+        if key not in DEFAULT_THRESHOLDS:
+            raise _fail(path, given, key, "thresholds: " + _unknown("key", key, DEFAULT_THRESHOLDS))
+        if not isinstance(value, (int, float)) or isinstance(value, bool) or value < 0:
+            raise _fail(path, given, key, f"thresholds.{key}: must be a number, 0 or more, not {value!r}")
         thresholds[key] = value
-    return Playbook(str(doc.get("name") or path.stem), str(path), tuple(str(w) for w in command), dict(target), tool,
-                    tuple(str(a) for a in doc.get("profiler_args") or ()), tuple(metrics), thresholds)
+    return Playbook(name, str(path), tuple(str(w) for w in command), dict(target), tool,
+                    tuple(str(a) for a in args), tuple(metrics), thresholds)
 
 
 # --- metrics from a run's summaries ---
