@@ -75,8 +75,8 @@ def schedule():
 
 @schedule.command("install")
 @click.argument("playbook", type=click.Path(exists=True, dir_okay=False))
-@click.option("--cron", help="When, as a 5-field cron expression, e.g. '0 2 * * *'.")
-@click.option("--every", help="Or every DURATION (30s, 15m, 6h, 1d).")
+@click.option("--cron", help="When, as crontab takes it: '0 2 * * *', '30 9 * * MON-FRI', '@daily'.")
+@click.option("--every", help="Or every DURATION (30s, 15m, 6h, 1d); crontab and scrontab take only what cron repeats exactly.")
 @click.option("--name", help="The schedule's name (default: the playbook's).")
 @click.option("--backend", type=click.Choice(["scrontab", "resubmit", "crontab"]),
               help="Force a way (default: the best this site has).")
