@@ -75,8 +75,8 @@ def schedule():
 
 @schedule.command("install")
 @click.argument("playbook", type=click.Path(exists=True, dir_okay=False))
-@click.option("--cron", help="When, as a 5-field cron expression, e.g. '0 2 * * *'.")
-@click.option("--every", help="Or every DURATION (30s, 15m, 6h, 1d).")
+@click.option("--cron", help="When, as crontab takes it: '0 2 * * *', '30 9 * * MON-FRI', '@daily'.")
+@click.option("--every", help="Or every DURATION (30s, 15m, 6h, 1d); crontab and scrontab take only what cron repeats exactly.")
 @click.option("--name", help="The schedule's name (default: the playbook's).")
 @click.option("--backend", type=click.Choice(["scrontab", "resubmit", "crontab"]),
               help="Force a way (default: the best this site has).")
@@ -106,8 +106,18 @@ def schedule_install(obj: Context, playbook, cron, every, name, backend, sbatch_
                                sbatch_args=tuple(sbatch_args), backend=backend)
     except sched.ScheduleError as e:
         fail(str(e))
-    click.echo(f"scheduled {record['name']} ({record.get('cron') or 'every %ss' % record['every']}) with "
+    click.echo(f"scheduled {record['name']} ({_when(record)}) with "
                f"{record['backend']}" + (f": job {record['job_id']}" if record.get("job_id") else ""))
+    click.echo("next: " + ", ".join(t.isoformat(" ", "minutes") for t in sched.next_times(record)))
+
+
+def _when(record: dict) -> str:
+    from ..nightly import schedule as sched
+
+    if record.get("cron"):
+        return record["cron"]
+    line = sched.when(record)
+    return f"every {sched.duration(record['every'])}" + (f", cron '{line}'" if line else "")
 
 
 @schedule.command("ls")
@@ -119,12 +129,17 @@ def schedule_ls(store_root, as_json):
     from .. import store
 
     records = [json.loads(p.read_text()) for p in sorted(sched.records_dir(store.root(store_root)).glob("*.json"))]
+    for r in records:
+        try:
+            r["next"] = [t.isoformat(timespec="seconds") for t in sched.next_times(r)]
+        except sched.ScheduleError:  # a record from before --every was checked against cron
+            r["next"] = []
     if as_json:
         click.echo(json.dumps({"schedules": records}, indent=2))
         return
     for r in records:
-        click.echo(f"{r['name']}  {r.get('cron') or 'every %ss' % r['every']}  {r['backend']}  fired {r['fired']}x"
-                   f"  {r['playbook']}")
+        nxt = ", ".join(t.replace("T", " ")[:16] for t in r["next"])
+        click.echo(f"{r['name']}  {_when(r)}  {r['backend']}  fired {r['fired']}x  next {nxt}  {r['playbook']}")
 
 
 @schedule.command("rm")

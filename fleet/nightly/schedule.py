@@ -20,18 +20,48 @@ import json
 import os
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 import time
-from datetime import datetime, timedelta
+from datetime import datetime
 from pathlib import Path
+
+from croniter import croniter
 
 MARK = "# fleet-schedule:"
 UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
 
+NAME_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,63}")
+# What crontab(5) and scrontab take besides the five fields (not @reboot: a schedule fires at times).
+ALIASES = ("@yearly", "@annually", "@monthly", "@weekly", "@daily", "@midnight", "@hourly")
+NAMES = {"SUN", "MON", "TUE", "WED", "THU", "FRI", "SAT",
+         "JAN", "FEB", "MAR", "APR", "MAY", "JUN", "JUL", "AUG", "SEP", "OCT", "NOV", "DEC"}
+# The intervals a crontab line repeats exactly: minutes dividing the hour, hours dividing the day, a day.
+EXACT = [60 * m for m in (1, 2, 3, 4, 5, 6, 10, 12, 15, 20, 30)] + [3600 * h for h in (1, 2, 3, 4, 6, 8, 12)] + [86400]
+TOOLS = {"crontab": ("crontab",), "scrontab": ("scrontab",), "resubmit": ("sbatch",)}
+RM_TOOLS = {"crontab": ("crontab",), "scrontab": ("scrontab",), "resubmit": ("squeue", "scancel")}
+
+
 class ScheduleError(ValueError):
     """A schedule that cannot be made or found."""
+
+
+def check_name(name: str) -> str:
+    """A schedule's name is one safe path component, a job name and a word of a crontab line."""
+    if not NAME_RE.fullmatch(name or ""):
+        raise ScheduleError(f"a schedule name is 1 to 64 letters, digits and ._- not starting with . or -, "
+                            f"not {name!r} (give --name)")
+    return name
+
+
+def quote(value) -> str:
+    """The one way a value reaches a crontab line or a batch script: one shell word, on one line."""
+    text = str(value)
+    if "\n" in text or "\r" in text or "\0" in text:
+        raise ScheduleError(f"a newline cannot go into a crontab line or batch script: {text!r}")
+    return shlex.quote(text)
 
 
 def every_seconds(text: str) -> int:
@@ -41,84 +71,126 @@ def every_seconds(text: str) -> int:
     return int(m.group(1)) * UNITS[m.group(2) or "s"]
 
 
-def _field(spec: str, lo: int, hi: int) -> set[int]:
-    out: set[int] = set()
-    for part in spec.split(","):
-        m = re.fullmatch(r"(\*|\d+(?:-\d+)?)(?:/(\d+))?", part)
-        if not m:
-            raise ScheduleError(f"not a cron field: {spec!r}")
-        a, b = (lo, hi) if m.group(1) == "*" else (map(int, m.group(1).split("-")) if "-" in m.group(1)
-                                                    else (int(m.group(1)), int(m.group(1))))
-        if not lo <= a <= b <= hi:
-            raise ScheduleError(f"cron field {spec!r} is outside {lo}-{hi}")
-        out.update(range(a, b + 1, int(m.group(2) or 1)))
-    return out
+def duration(seconds: int) -> str:
+    for unit, n in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds % n == 0:
+            return f"{seconds // n}{unit}"
+    return f"{seconds}s"
 
 
-def next_cron(expr: str, after: datetime) -> datetime:
-    """The first minute after ``after`` that the 5-field cron expression names."""
-    fields = expr.split()
+def every_cron(seconds: int) -> str:
+    """The cron expression that fires exactly every ``seconds``, or a ScheduleError naming the nearest."""
+    if seconds == 86400:
+        return "0 0 * * *"
+    if seconds % 3600 == 0 and seconds in EXACT:
+        return "0 * * * *" if seconds == 3600 else f"0 */{seconds // 3600} * * *"
+    if seconds in EXACT:
+        return "* * * * *" if seconds == 60 else f"*/{seconds // 60} * * * *"
+    near = min(EXACT, key=lambda e: (abs(e - seconds), -e))
+    raise ScheduleError(f"cron cannot fire exactly every {duration(seconds)} (it counts minutes of the hour and "
+                        f"hours of the day): the nearest it can is --every {duration(near)} "
+                        f"(--cron '{every_cron(near)}'); the resubmit backend takes any interval")
+
+
+def check_cron(expr: str) -> str:
+    """A cron expression as crontab(5) takes it: five fields (names like MON, JAN) or an @alias."""
+    text = " ".join(expr.split())
+    if "\n" in expr or "\r" in expr:
+        raise ScheduleError(f"a cron expression is one line, not {expr!r}")
+    if text.startswith("@"):
+        if text.lower() not in ALIASES:
+            raise ScheduleError(f"{expr!r}: the @ forms are {', '.join(ALIASES)}")
+        return text.lower()
+    fields = text.split(" ")
     if len(fields) != 5:
         raise ScheduleError(f"a cron expression has 5 fields (minute hour day month weekday), not {expr!r}")
-    minute, hour, day, month, weekday = (_field(f, lo, hi) for f, (lo, hi) in
-                                         zip(fields, ((0, 59), (0, 23), (1, 31), (1, 12), (0, 7))))
-    weekday = {d % 7 for d in weekday}
-    t = after.replace(second=0, microsecond=0) + timedelta(minutes=1)
-    for _ in range(366 * 24 * 60):
-        if (t.minute in minute and t.hour in hour and t.month in month and t.day in day
-                and (t.isoweekday() % 7) in weekday):
-            return t
-        t += timedelta(minutes=1)
-    raise ScheduleError(f"{expr!r} names no time in the coming year")
+    for f in fields:  # croniter also knows L, W, #, H and seconds: cron does not
+        if not re.fullmatch(r"[0-9A-Za-z*,/-]+", f) or set(re.findall(r"[A-Za-z]+", f.upper())) - NAMES:
+            raise ScheduleError(f"{expr!r}: {f!r} is not a cron field (numbers, *, ranges, steps, lists, "
+                                f"names like MON or JAN)")
+    if not croniter.is_valid(text):
+        raise ScheduleError(f"{expr!r} is not a valid cron expression")
+    return text
+
+
+def when(record: dict) -> str | None:
+    """The cron expression a crontab or scrontab line carries (None: the resubmitting job's interval)."""
+    if record.get("cron"):
+        return record["cron"]
+    return None if record["backend"] == "resubmit" else every_cron(record["every"])
+
+
+def next_times(record: dict, count: int = 3, now: float | None = None) -> list[datetime]:
+    """The next ``count`` firings, in local time (cron's): by croniter, or by the job's interval."""
+    now = time.time() if now is None else now
+    expr = when(record)
+    if expr:
+        # implement_cron_bug: like cron, day and weekday are ANDed when either starts with '*'
+        it = croniter(expr, datetime.fromtimestamp(now), implement_cron_bug=True)
+        return [it.get_next(datetime) for _ in range(count)]
+    base = record.get("last_fired_ts") or record.get("installed_ts") or now
+    k = max(1, int((now - base) // record["every"]) + 1)
+    return [datetime.fromtimestamp(base + (k + i) * record["every"]).replace(microsecond=0) for i in range(count)]
 
 
 def next_begin(record: dict, now: float | None = None) -> str:
     """sbatch --begin for the next occurrence."""
-    now = time.time() if now is None else now
     if record.get("every"):
         return f"now+{record['every']}"
-    return next_cron(record["cron"], datetime.fromtimestamp(now)).strftime("%Y-%m-%dT%H:%M:%S")
+    return next_times(record, 1, now)[0].strftime("%Y-%m-%dT%H:%M:%S")
 
 
 def fleet_argv(record: dict) -> list[str]:
-    return [record["python"], "-m", "fleet", "schedule", "fire", record["name"]]
+    return [record["python"], "-m", "fleet", "schedule", "fire", check_name(record["name"])]
+
+
+def _env_words(record: dict) -> list[str]:
+    return [f"{k}={quote(v)}" for k, v in sorted(record["env"].items()) if re.fullmatch(r"[A-Za-z_]\w*", k)]
 
 
 def batch_script(record: dict) -> str:
-    """The self-resubmitting job: fleet, on the login node, resubmits it and runs the playbook."""
-    env = "".join(f"export {k}={shlex.quote(v)}\n" for k, v in sorted(record["env"].items()))
+    """The self-resubmitting job: fleet, on the login node, resubmits it and runs the playbook.
+    Its sbatch options go on sbatch's command line (``submit_next``), not into the script."""
+    env = "".join(f"export {w}\n" for w in _env_words(record))
     return ("#!/bin/bash\n"
-            f"#SBATCH --job-name=fleet-schedule-{record['name']}\n"
-            f"#SBATCH --output={record['dir']}/{record['name']}-%j.out\n"
-            "#SBATCH --ntasks=1\n"
-            + "".join(f"#SBATCH {a}\n" for a in record.get("sbatch_args", []))
-            + f"# fleet schedule {record['name']}: {record.get('cron') or 'every %ss' % record['every']}, "
-              f"playbook {record['playbook']}\n" + env + f"exec {shlex.join(fleet_argv(record))}\n")
+            f"# fleet schedule {check_name(record['name'])}: {quote(record.get('cron') or duration(record['every']))}, "
+            f"playbook {quote(record['playbook'])}\n" + env + f"exec {' '.join(map(quote, fleet_argv(record)))}\n")
 
 
 def crontab_line(record: dict) -> str:
-    env = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(record["env"].items()))
-    when = record.get("cron") or f"*/{max(1, record['every'] // 60)} * * * *"
-    return f"{when} {env} {shlex.join(fleet_argv(record))} >> {record['dir']}/{record['name']}.log 2>&1 " \
-           f"{MARK}{record['name']}\n"
+    """One crontab(5) line. cron reads an unescaped % as a newline, so each is written \\%."""
+    log = f"{record['dir']}/{check_name(record['name'])}.log"
+    command = " ".join([*_env_words(record), *map(quote, fleet_argv(record)), ">>", quote(log), "2>&1"])
+    return f"{when(record)} {command.replace('%', chr(92) + '%')} {MARK}{record['name']}\n"
 
 
 def scrontab_lines(record: dict) -> str:
-    return (f"#SCRON --job-name=fleet-schedule-{record['name']} --output={record['dir']}/{record['name']}-%j.out\n"
-            + crontab_line(record))
+    out = quote(f"{record['dir']}/{check_name(record['name'])}-%j.out")
+    return f"#SCRON --job-name=fleet-schedule-{record['name']} --output={out}\n" + crontab_line(record)
 
 
 def _sh(*argv: str, input: str | None = None, env: dict | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run(list(argv), input=input, capture_output=True, text=True,
-                          env={**os.environ, **(env or {})})
+    try:
+        return subprocess.run(list(argv), input=input, capture_output=True, text=True,
+                              env={**os.environ, **(env or {})})
+    except FileNotFoundError:
+        raise ScheduleError(f"{argv[0]} is not installed here (not on PATH)") from None
+
+
+def _need(tools: tuple[str, ...], backend: str, env: dict) -> None:
+    """The tools on the PATH they will run with (Slurm's with the schedule's environment, crontab with ours)."""
+    path = (env.get("PATH") if backend == "resubmit" else None) or os.environ.get("PATH")
+    for tool in tools:
+        if shutil.which(tool, path=path) is None:
+            raise ScheduleError(f"the {backend} backend needs {tool}, which is not installed here (not on PATH); "
+                                f"nothing was changed")
 
 
 def choose_backend(on_slurm_here: bool) -> str:
     """scrontab where Slurm has it enabled, else the resubmitting job on a Slurm login node, else cron."""
     if on_slurm_here:
-        config = _sh("scontrol", "show", "config").stdout
-        if _sh("sh", "-c", "command -v scrontab").returncode == 0 and re.search(r"ScronParameters\s*=.*enable",
-                                                                               config):
+        config = _sh("scontrol", "show", "config").stdout if shutil.which("scontrol") else ""
+        if shutil.which("scrontab") and re.search(r"ScronParameters\s*=.*enable", config):
             return "scrontab"
         return "resubmit"
     return "crontab"
@@ -131,7 +203,7 @@ def records_dir(store_root: Path) -> Path:
 
 
 def load_record(store_root: Path, name: str) -> dict:
-    path = records_dir(store_root) / f"{name}.json"
+    path = records_dir(store_root) / f"{check_name(name)}.json"
     if not path.exists():
         raise ScheduleError(f"no schedule named {name!r} in {path.parent}")
     return json.loads(path.read_text())
@@ -160,29 +232,42 @@ def _edit_table(lister: list[str], writer: list[str], name: str, add: str = "") 
 
 def install(store_root: Path, name: str, playbook: str, *, cron: str | None, every: int | None,
             on_slurm_here: bool, env: dict, sbatch_args: tuple[str, ...] = (), backend: str | None = None) -> dict:
+    """Check everything, then set the schedule up; when that fails, nothing stays recorded."""
     if bool(cron) == bool(every):
         raise ScheduleError("give one of --cron EXPR and --every DURATION")
-    if cron:
-        next_cron(cron, datetime.now())  # checks the expression
+    check_name(name)
+    backend = backend or choose_backend(on_slurm_here)
     d = records_dir(store_root)
-    record = {"name": name, "playbook": str(Path(playbook).resolve()), "cron": cron, "every": every,
-              "backend": backend or choose_backend(on_slurm_here), "python": sys.executable, "env": env,
-              "dir": str(d), "sbatch_args": list(sbatch_args), "job_id": None, "fired": 0}
-    (d / f"{name}.json").write_text(json.dumps(record, indent=1))
-    if record["backend"] == "resubmit":
-        (d / f"{name}.sbatch").write_text(batch_script(record))
-        record["job_id"] = submit_next(record)
-    elif record["backend"] == "scrontab":
-        _edit_table(["scrontab", "-l"], ["scrontab", "-"], name, scrontab_lines(record))
-    else:
-        _edit_table(["crontab", "-l"], ["crontab", "-"], name, crontab_line(record))
-    (d / f"{name}.json").write_text(json.dumps(record, indent=1))
+    record = {"name": name, "playbook": str(Path(playbook).resolve()), "cron": cron and check_cron(cron),
+              "every": every, "backend": backend, "python": sys.executable, "env": env, "dir": str(d),
+              "sbatch_args": list(sbatch_args), "job_id": None, "fired": 0, "installed_ts": time.time()}
+    when(record)  # --every that cron cannot repeat exactly: refused here
+    _need(TOOLS[backend], backend, env)
+    lines = batch_script(record) if backend == "resubmit" else \
+        scrontab_lines(record) if backend == "scrontab" else crontab_line(record)  # quoting refusals here
+    path = d / f"{name}.json"
+    path.write_text(json.dumps(record, indent=1))  # before the job: the job reads it when it starts
+    try:
+        if backend == "resubmit":
+            (d / f"{name}.sbatch").write_text(lines)
+            record["job_id"] = submit_next(record)
+        elif backend == "scrontab":
+            _edit_table(["scrontab", "-l"], ["scrontab", "-"], name, lines)
+        else:
+            _edit_table(["crontab", "-l"], ["crontab", "-"], name, lines)
+    except BaseException:
+        path.unlink(missing_ok=True)
+        (d / f"{name}.sbatch").unlink(missing_ok=True)
+        raise
+    path.write_text(json.dumps(record, indent=1))
     return record
 
 
 def submit_next(record: dict) -> str:
-    out = _sh("sbatch", "--parsable", f"--begin={next_begin(record)}", f"{record['dir']}/{record['name']}.sbatch",
-              env=record["env"])
+    name = check_name(record["name"])
+    out = _sh("sbatch", "--parsable", f"--begin={next_begin(record)}", f"--job-name=fleet-schedule-{name}",
+              f"--output={record['dir']}/{name}-%j.out", "--ntasks=1", *record.get("sbatch_args", []),
+              f"{record['dir']}/{name}.sbatch", env=record["env"])
     if out.returncode != 0:
         raise ScheduleError(f"sbatch of the next occurrence failed: {out.stderr.strip()}")
     return out.stdout.strip().split(";")[0]
@@ -195,6 +280,7 @@ def fire(store_root: Path, name: str) -> dict:
         record["job_id"] = submit_next(record)
     record["fired"] += 1
     record["last_fired"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+    record["last_fired_ts"] = time.time()
     path = records_dir(store_root) / f"{name}.json"
     if path.exists():  # removed meanwhile: leave it removed
         path.write_text(json.dumps(record, indent=1))
@@ -203,6 +289,7 @@ def fire(store_root: Path, name: str) -> dict:
 
 def remove(store_root: Path, name: str) -> dict:
     record = load_record(store_root, name)
+    _need(RM_TOOLS[record["backend"]], record["backend"], record["env"])  # before anything is removed
     (records_dir(store_root) / f"{name}.json").unlink()  # first: a running job will not resubmit
     if record["backend"] == "resubmit":
         jobs = _sh("squeue", "-h", "-n", f"fleet-schedule-{name}", "-o", "%i", env=record["env"]).stdout.split()
