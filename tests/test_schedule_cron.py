@@ -162,6 +162,17 @@ def test_an_unsafe_playbook_name_is_refused_and_nothing_is_installed(tmp_path, n
     env = {"FLEET_STORE": str(tmp_path / "store"), "PATH": f"{bin_dir}:/usr/bin:/bin"}
     r = run_fleet("schedule", "install", str(lab_playbook(tmp_path, name)), "--cron", "@daily",
                   "--backend", "crontab", env=env)
+    # Refused where the playbook is read, before a schedule is made of it (the schedule refuses it too).
+    assert r.returncode == 2 and r.stderr.startswith("fleet: ") and r.stderr.count("\n") == 1, r.stderr
+    assert "must be 1 to 64 letters" in r.stderr or "a schedule name is" in r.stderr
+    assert not table.exists() and not list((tmp_path / "store").rglob("*.json"))
+
+
+def test_an_unsafe_schedule_name_given_with_name_is_refused_too(tmp_path):
+    bin_dir, table = standin_crontab(tmp_path)
+    env = {"FLEET_STORE": str(tmp_path / "store"), "PATH": f"{bin_dir}:/usr/bin:/bin"}
+    r = run_fleet("schedule", "install", str(lab_playbook(tmp_path, "nightly")), "--name", "x; touch y #",
+                  "--cron", "@daily", "--backend", "crontab", env=env)
     assert r.returncode == 2 and r.stderr.startswith("fleet: a schedule name is") and r.stderr.count("\n") == 1
     assert not table.exists() and not list((tmp_path / "store").rglob("*.json"))
 
