@@ -12,11 +12,11 @@ from __future__ import annotations
 import csv
 import difflib
 import fnmatch
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from .. import safenames
 from ..inventory import InventoryError, read_yaml
 
 if TYPE_CHECKING:
@@ -28,7 +28,6 @@ TARGET_KEYS = {"partition": str, "cluster": str, "hosts": str, "nodes": int, "nt
                "ranks": list, "launcher": str}
 PLAYBOOK_KEYS = {"name", "target", "command", "tool", "profiler_args", "metrics", "thresholds", "description"}
 METRIC_KEYS = {"kind", "name", "count", "kernel"}
-NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]{0,63}")
 DEFAULT_THRESHOLDS = {"regression": 0.10, "suspicious": 0.05, "consecutive": 2, "baseline_runs": 7, "min_runs": 3}
 
 
@@ -107,10 +106,9 @@ def load(path: str | Path) -> Playbook:
         if key not in PLAYBOOK_KEYS:
             raise _fail(path, doc, key, _unknown("key", key, PLAYBOOK_KEYS))
     name = doc.get("name", path.stem)
-    if not isinstance(name, str) or not NAME.fullmatch(name):
+    if not safenames.is_safe(name):
         raise _fail(path, doc, "name" if "name" in doc else None,
-                    f"name: {name!r} must be 1 to 64 letters, digits, '.', '_' or '-', not starting with '.' "
-                    "(it names the playbook's schedule and its history)")
+                    f"name: {name!r} must be {safenames.RULE} (it names the playbook's schedule and its history)")
     command = doc.get("command")
     if isinstance(command, str) or not command or not all(isinstance(w, (str, int, float)) for w in command):
         raise _fail(path, doc, "command" if "command" in doc else None,

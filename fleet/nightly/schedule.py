@@ -29,11 +29,12 @@ from pathlib import Path
 
 from croniter import croniter
 
+from .. import safenames
+
 MARK = "# fleet-schedule:"
 UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
 
-NAME_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,63}")
 # What crontab(5) and scrontab take besides the five fields (not @reboot: a schedule fires at times).
 ALIASES = ("@yearly", "@annually", "@monthly", "@weekly", "@daily", "@midnight", "@hourly")
 NAMES = {"SUN", "MON", "TUE", "WED", "THU", "FRI", "SAT",
@@ -50,9 +51,8 @@ class ScheduleError(ValueError):
 
 def check_name(name: str) -> str:
     """A schedule's name is one safe path component, a job name and a word of a crontab line."""
-    if not NAME_RE.fullmatch(name or ""):
-        raise ScheduleError(f"a schedule name is 1 to 64 letters, digits and ._- not starting with . or -, "
-                            f"not {name!r} (give --name)")
+    if not safenames.is_safe(name):
+        raise ScheduleError(f"a schedule name is {safenames.RULE}, not {name!r} (give --name)")
     return name
 
 
