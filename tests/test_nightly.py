@@ -102,14 +102,28 @@ def test_ncu_metrics_are_read_from_ncus_own_csv():
     assert scale("ncu gpu__time_duration.sum (us)") == (1.0, "us") and scale("total GPU kernel time") == (1e6, "ms")
 
 
-def plant_history(root: Path, name: str, values: list[float]) -> list[str]:
-    """Runs of a playbook as the catalog holds them (a manifest each, as fleet run writes it)."""
+def plant_history(root: Path, name: str, values: list[float], drivers: list[str] | None = None) -> list[str]:
+    """Runs of a playbook as the catalog holds them (a manifest each, as fleet run writes it).
+    With ``drivers`` (one a run), each run also has a host with that driver and a verified
+    kernel summary whose kernels add up to the run's value (the gemm carries what moved)."""
     ids = []
     for i, v in enumerate(values):
         run_id = f"202611{i + 1:02d}-020000-{i:04x}"
+        hosts = []
+        if drivers:
+            csv = store.run_dir(root, "hpc", run_id) / "node1" / "train.cuda_gpu_kern_sum.csv"
+            csv.parent.mkdir(parents=True, exist_ok=True)
+            kernels = {"ampere_sgemm_128x64_nn": (v - 40) * 1e6, "vectorized_elementwise_kernel": 25e6,
+                       "reduce_kernel<512>": 15e6}
+            csv.write_text("Time (%),Total Time (ns),Instances,Name\n" + "".join(
+                f'{t / v / 1e4:.1f},{int(t)},100,"{k}"\n' for k, t in kernels.items()))
+            hosts = [{"host": "node1", "status": "ok", "gpu": "NVIDIA H200", "driver": drivers[i],
+                      "tool_version": "2025.3.1", "reports": [
+                          {"remote": "/tmp/x", "stored": str(csv), "status": "summary", "verified": True,
+                           "summary": "cuda_gpu_kern_sum"}]}]
         m = {"run_id": run_id, "site": "hpc", "day": f"2026-11-{i + 1:02d}", "started": f"2026-11-{i + 1:02d}T02:00",
              "user": "ana", "request": {"tool": "nsys", "command": ["python3", "train.py"]}, "status": "complete",
-             "hosts": [], "playbook": {"name": name, "metrics": [
+             "hosts": hosts, "playbook": {"name": name, "metrics": [
                  {"metric": "total GPU kernel time", "device": "NVIDIA H200 on node1 rank 0", "value": v * 1e6,
                   "flags": []}]}}
         store.save(root, RunManifest.from_json(m))
@@ -122,7 +136,7 @@ def screenshot(page: Path, png: Path) -> str:
     flags = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
              "--disable-component-update", "--disable-sync", "--no-first-run", "--hide-scrollbars",
              f"--user-data-dir={png.parent / 'chromium-profile'}"]
-    subprocess.run([CHROMIUM, *flags, f"--screenshot={png}", "--window-size=900,1100", page.as_uri()],
+    subprocess.run([CHROMIUM, *flags, f"--screenshot={png}", "--window-size=1000,1600", page.as_uri()],
                    capture_output=True, timeout=120, check=True)
     return subprocess.run([CHROMIUM, *flags, "--dump-dom", page.as_uri()], capture_output=True, text=True,
                           timeout=120, check=True).stdout
@@ -146,6 +160,42 @@ def test_the_report_calls_the_regression_exits_7_and_notifies(tmp_path):
     dom = screenshot(out, png)
     assert dom.count('class="point"') == len(ids) and 'class="trend"' in dom and 'class="baseline"' in dom
     assert png.stat().st_size > 10_000  # a rendered page, not a blank one
+
+
+def test_the_report_has_dated_axes_band_driver_change_moved_kernels_and_run_links(tmp_path):
+    """The page as a person sees it in Chromium: dates under the plot, the thresholds' band, the
+    driver upgrade mid-history marked, the kernel that slowed named, and every run linked."""
+    pb = tmp_path / "train.yaml"
+    pb.write_text(yaml.safe_dump({"name": "train-step", "target": {"partition": "gpu"}, "command": ["true"]}))
+    drivers = ["550.54.15"] * 5 + ["560.35.03"] * 5
+    ids = plant_history(tmp_path / "store", "train-step", [100, 102, 99, 101, 100, 98, 101, 100, 121, 122],
+                        drivers)
+    out = tmp_path / "site" / "nightly.html"
+    r = run_fleet("nightly", "report", str(pb), "--out", str(out), env={"FLEET_STORE": str(tmp_path / "store")})
+    assert r.returncode == 7, r.stdout + r.stderr
+    assert CHROMIUM, "chromium is not installed: scripts/test installs it (Debian's chromium package)"
+    png = tmp_path / "nightly-full.png"
+    dom = screenshot(out, png)
+    import re
+    dates = re.findall(r'<text class="xtick"[^>]*>([^<]*)</text>', dom)
+    assert "2026-11-01" in dates and "2026-11-10" in dates and all(re.fullmatch(r"\d{4}-\d\d-\d\d", d) for d in dates)
+    yticks = re.findall(r'<text class="ytick"[^>]*>([^<]*)</text>', dom)
+    assert len(yticks) >= 3 and re.search(r'class="yunit"[^>]*>ms<', dom)
+    assert 'class="band suspicious"' in dom and 'class="band regression"' in dom and 'class="baseline"' in dom
+    marker = re.findall(r'<g class="change">.*?</g>', dom)
+    assert len(marker) == 1 and "driver 550.54.15 → 560.35.03" in marker[0]
+    moved = re.search(r'<table class="moved">.*?</table>', dom, re.S).group(0)
+    assert ids[-1] in moved and moved.count('class="moved-kernel') == 3
+    first = re.search(r'<tr class="moved-kernel slower"><td class="kernel">([^<]*)<', moved).group(1)
+    assert first == "ampere_sgemm_128x64_nn" and "+22.000" in moved  # 122 ms against a 100 ms baseline run
+    links = dict(re.findall(r'<a class="run-link" href="([^"]*)/">([^<]*)</a>', dom)[::-1])
+    for run_id in ids:
+        href = next(h for h, text in links.items() if text == run_id)
+        assert not os.path.isabs(href) and (out.parent / href / "manifest.json").exists()
+    reports = re.findall(r'<a class="report" href="([^"]*)"', dom)
+    assert len(reports) == len(ids) and all((out.parent / h).exists() for h in reports)
+    assert "http://" not in dom and "https://" not in dom and "<script" not in dom  # offline, no script
+    assert png.stat().st_size > 10_000
     if os.environ.get("FLEET_UPDATE_DOCS"):
         shutil.copy(png, REPO / "docs" / "nightly-report.png")
 

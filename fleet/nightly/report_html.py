@@ -1,8 +1,11 @@
 """The nightly report as one static HTML page: inline SVG plots, no script, no server.
 
-It opens from disk. Each (metric, device) gets a trend plot: one point per run,
-flagged runs (tenants, flags given up) drawn hollow and grey, the baseline as a
-dashed line; the verdict table links each run to its reports in the store.
+It opens from disk. Each (metric, device) gets a trend plot (:mod:`.report_plot`): one
+point per run on a dated axis, flagged runs (tenants, flags given up) drawn hollow and
+grey, the baseline and the suspicious and regression thresholds around it, and a marker
+where the driver, nsys or the host changed. A Regression or Suspicious verdict lists the
+kernels that moved most between the baseline run and the judged one; each playbook ends
+with its runs, linked (relative to the page) to their folders and reports in the store.
 """
 
 from __future__ import annotations
@@ -11,55 +14,74 @@ import html
 import os
 from pathlib import Path
 
-from .trends import INSUFFICIENT, NO_CHANGE, REGRESSION, SUSPICIOUS, Verdict
+from .report_plot import COLOURS, changes, plot, scale, when
+from .trends import REGRESSION, SUSPICIOUS, Verdict
 
-COLOURS = {REGRESSION: "#c0392b", SUSPICIOUS: "#d68910", NO_CHANGE: "#1e8449", INSUFFICIENT: "#7f8c8d"}
-W, H, PAD = 560, 180, 40
+__all__ = ["render", "scale", "COLOURS"]
+TOP_KERNELS = 8
 
+STYLE = ("body{font-family:sans-serif;margin:2em;color:#222;max-width:1000px}table{border-collapse:collapse;"
+         "margin:.5em 0}td,th{border:1px solid #ccc;padding:3px 8px;text-align:left;font-size:13px}"
+         "th{background:#f3f3f3}section{margin:1.5em 0}td.num{text-align:right;font-variant-numeric:tabular-nums}"
+         ".slower{color:#a93226}.faster{color:#1e8449}.legend{font-size:13px;color:#444}"
+         ".kernel{font-family:monospace;font-size:12px;max-width:520px;overflow-wrap:anywhere}"
+         "caption{text-align:left;font-size:13px;color:#444;padding:2px 0}")
 
-def scale(metric: str) -> tuple[float, str]:
-    """nsys metrics are nanoseconds, shown in ms; an ncu metric carries its unit in its label."""
-    unit = metric.rsplit("(", 1)[1].rstrip(")") if metric.endswith(")") and "(" in metric else None
-    return (1.0, unit) if unit else (1e6, "ms")
-
-
-def _plot(points: list[dict], verdict: Verdict) -> str:
-    div, unit = scale(verdict.metric)
-    values = [p["value"] / div for p in points]
-    lo, hi = min(values), max(values)
-    if verdict.baseline is not None:
-        lo, hi = min(lo, verdict.baseline / div), max(hi, verdict.baseline / div)
-    span = (hi - lo) or max(hi, 1.0) * 0.1
-    lo, hi = lo - span * 0.1, hi + span * 0.1
-    x = lambda i: PAD + (W - 2 * PAD) * (i / max(len(values) - 1, 1))
-    y = lambda v: H - PAD / 2 - (H - PAD) * (v - lo) / (hi - lo)
-    colour = COLOURS[verdict.verdict]
-    parts = [f'<svg class="plot" role="img" width="{W}" height="{H}" viewBox="0 0 {W} {H}" '
-             f'aria-label="{html.escape(verdict.metric)} on {html.escape(verdict.device)}">',
-             f'<rect x="0" y="0" width="{W}" height="{H}" fill="#fbfbfb" stroke="#ddd"/>',
-             f'<text x="4" y="{y(hi) + 12:.1f}" font-size="10" fill="#555">{hi:.3g} {unit}</text>',
-             f'<text x="4" y="{y(lo) - 2:.1f}" font-size="10" fill="#555">{lo:.3g} {unit}</text>']
-    if verdict.baseline is not None:
-        b = y(verdict.baseline / div)
-        parts.append(f'<line class="baseline" x1="{PAD}" x2="{W - PAD}" y1="{b:.1f}" y2="{b:.1f}" '
-                     'stroke="#888" stroke-dasharray="4 3"/>')
-    line = " ".join(f"{x(i):.1f},{y(v):.1f}" for i, v in enumerate(values))
-    parts.append(f'<polyline class="trend" points="{line}" fill="none" stroke="{colour}" stroke-width="2"/>')
-    for i, (p, v) in enumerate(zip(points, values)):
-        fill = "#fff" if p.get("flags") else colour
-        title = html.escape(f"{p['run_id']}: {v:.4g} {unit}" + ("; " + "; ".join(p["flags"]) if p.get("flags") else ""))
-        parts.append(f'<circle class="point" cx="{x(i):.1f}" cy="{y(v):.1f}" r="4" fill="{fill}" '
-                     f'stroke="{colour if not p.get("flags") else "#999"}"><title>{title}</title></circle>')
-    parts.append("</svg>")
-    return "".join(parts)
+LEGEND = ("<p class='legend'>Points: one a run, on the date it started. Hollow grey points: runs with tenants "
+          "on the GPU or profiler flags given up; they are shown but not used for the baseline or the verdict. "
+          "Dashed grey line: the baseline; orange band: suspicious (over the suspicious threshold); red band: "
+          "regression (over the regression threshold). Dotted blue line: the driver, the nsys version or the "
+          "host changed between the two runs either side of it.</p>")
 
 
-def _section(playbook: str, rows: list[dict], verdicts: list[Verdict], link) -> str:
+def _ms(ns: float) -> str:
+    return f"{ns / 1e6:.3f}"
+
+
+def _moved(compared: tuple[str, str, list[dict]] | None, link) -> str:
+    """The kernels that moved most from the baseline run to the judged run."""
+    if compared is None:
+        return ""
+    base, latest, rows = compared
+    head = (f"<caption>Kernels that moved most from the baseline run {link(base)} to {link(latest)} "
+            f"(total time over all hosts)</caption>")
+    if not rows:
+        return (f'<table class="moved">{head}<tr><td>no kernel summaries (cuda_gpu_kern_sum) catalogued for '
+                f"these runs</td></tr></table>")
+    body = ["<tr><th>kernel</th><th>baseline (ms)</th><th>now (ms)</th><th>change (ms)</th><th>change</th></tr>"]
+    for r in rows[:TOP_KERNELS]:
+        cls = "slower" if r["change_ns"] > 0 else "faster" if r["change_ns"] < 0 else "same"
+        rel = "new" if r["change"] is None else f"{r['change']:+.1%}"
+        body.append(f'<tr class="moved-kernel {cls}"><td class="kernel">{html.escape(r["kernel"])}</td>'
+                    f'<td class="num">{_ms(r["a_ns"])}</td><td class="num">{_ms(r["b_ns"])}</td>'
+                    f'<td class="num">{r["change_ns"] / 1e6:+.3f}</td><td class="num">{rel}</td></tr>')
+    return f'<table class="moved">{head}{"".join(body)}</table>'
+
+
+def _runs_table(run_ids: list[str], runs: dict[str, dict], link, out: Path) -> str:
+    head = ("<table class='runs'><caption>Runs, oldest first: each links to its folder in the store, and to "
+            "its reports</caption><tr><th>run</th><th>started</th><th>host</th><th>GPU</th><th>driver</th>"
+            "<th>nsys</th><th>reports</th></tr>")
+    rows = []
+    for run_id in run_ids:
+        info = runs.get(run_id, {})
+        reports = " ".join(f'<a class="report" href="{html.escape(os.path.relpath(p, out))}">'
+                           f"{html.escape(Path(p).name)}</a>" for p in info.get("reports", []))
+        tm = when(info.get("started"))
+        cells = [tm.strftime("%Y-%m-%d %H:%M") if tm else info.get("started", ""), *(
+            info.get(k) or "" for k in ("host", "gpu", "driver", "tool_version"))]
+        rows.append(f'<tr class="run"><td>{link(run_id)}</td>'
+                    + "".join(f"<td>{html.escape(str(c))}</td>" for c in cells) + f"<td>{reports}</td></tr>")
+    return head + "".join(rows) + "</table>"
+
+
+def _section(playbook: str, rows: list[dict], verdicts: list[Verdict], t: dict,
+             compared: dict, runs: dict[str, dict], link, out: Path) -> str:
     series: dict[tuple[str, str], list[dict]] = {}
     for r in rows:
         series.setdefault((r["metric"], r["device"]), []).append(r)
-    table = ["<table><tr><th>metric</th><th>device</th><th>verdict</th><th>latest</th><th>baseline</th>"
-             "<th>change</th><th>runs</th><th>note</th></tr>"]
+    table = ["<table class='verdicts'><tr><th>metric</th><th>device</th><th>verdict</th><th>latest</th>"
+             "<th>baseline</th><th>change</th><th>runs</th><th>note</th></tr>"]
     for v in verdicts:
         div, unit = scale(v.metric)
         fmt = lambda x: "" if x is None else f"{x / div:.4g} {unit}"
@@ -69,27 +91,33 @@ def _section(playbook: str, rows: list[dict], verdicts: list[Verdict], link) -> 
                      f"<td>{'' if v.rel is None else f'{v.rel:+.1%}'}</td><td>{v.points}</td>"
                      f"<td>{html.escape(v.note)}</td></tr>")
     table.append("</table>")
-    plots = [f'<section><h3>{html.escape(v.metric)} — {html.escape(v.device)}: '
-             f'<span style="color:{COLOURS[v.verdict]}">{v.verdict}</span></h3>'
-             f'{_plot(series[(v.metric, v.device)], v)}<p class="runs">runs: '
-             f'{", ".join(link(p["run_id"]) for p in series[(v.metric, v.device)])}</p></section>' for v in verdicts]
-    return f"<h2>{html.escape(playbook)}</h2>" + "".join(table) + "".join(plots)
+    plots = []
+    for v in verdicts:
+        points = series[(v.metric, v.device)]
+        changed = "".join(f'<li class="change-note">{link(points[i - 1]["run_id"])} → {link(points[i]["run_id"])}: '
+                          f"{html.escape(what)}</li>" for i, what in changes(points, runs))
+        plots.append(f'<section class="metric"><h3>{html.escape(v.metric)} — {html.escape(v.device)}: '
+                     f'<span style="color:{COLOURS[v.verdict]}">{v.verdict}</span></h3>{plot(points, v, t, runs)}'
+                     + (f"<ul class='changes'>{changed}</ul>" if changed else "")
+                     + (_moved(compared.get((v.metric, v.device)), link)
+                        if v.verdict in (REGRESSION, SUSPICIOUS) else "") + "</section>")
+    run_ids = list(dict.fromkeys(r["run_id"] for r in rows))
+    return (f"<h2>{html.escape(playbook)}</h2>" + "".join(table) + "".join(plots)
+            + _runs_table(run_ids, runs, link, out))
 
 
-def render(sections: list[tuple[str, list[dict], list[Verdict]]], runs: dict[str, str], out: Path) -> str:
-    """One page for every playbook: (name, metric history, verdicts); ``runs``: run id -> its
-    folder in the store, linked relative to the page's folder ``out``."""
+def render(sections: list[tuple], runs: dict[str, dict], out: Path) -> str:
+    """One page for every playbook: (name, metric history, verdicts, thresholds, kernels
+    compared: (metric, device) -> (baseline run, judged run, ``store.compare`` rows)).
+    ``runs``: run id -> {dir, started, host, gpu, driver, tool_version, reports}; folders
+    and reports are linked relative to the page's folder ``out``."""
     def link(run_id: str) -> str:
-        where = runs.get(run_id)
+        where = runs.get(run_id, {}).get("dir")
         if not where:
             return html.escape(run_id)
-        return f'<a href="{html.escape(os.path.relpath(where, out))}/">{html.escape(run_id)}</a>'
+        return f'<a class="run-link" href="{html.escape(os.path.relpath(where, out))}/">{html.escape(run_id)}</a>'
 
     return ("<!doctype html><html><head><meta charset='utf-8'><title>fleet nightly report</title>"
-            "<style>body{font-family:sans-serif;margin:2em;color:#222}table{border-collapse:collapse}"
-            "td,th{border:1px solid #ccc;padding:4px 8px;text-align:left}section{margin:1.5em 0}"
-            ".runs{font-size:12px;color:#555}</style></head><body><h1>fleet nightly report</h1>"
-            "<p>Hollow grey points: runs with tenants on the GPU or profiler flags given up; they are shown "
-            "but not used for the baseline or the verdict. Dashed line: the baseline.</p>"
-            + "".join(_section(name, rows, verdicts, link) for name, rows, verdicts in sections)
+            f"<style>{STYLE}</style></head><body><h1>fleet nightly report</h1>{LEGEND}"
+            + "".join(_section(*s, runs, link, out) for s in sections)
             + "</body></html>\n")

@@ -65,6 +65,20 @@ async def run_playbook(fan: "Fanout", inventory: "Inventory", pb: Playbook, *, e
     return manifest
 
 
+def run_info(store_root: Path, run_id: str) -> dict:
+    """What the report shows of a run, from its manifest: its folder, when it started, and its
+    hosts' names, GPUs, drivers and profiler versions (each joined when hosts differ)."""
+    try:
+        path = store.manifest_of(store_root, run_id)
+        m = store.read_manifest(path)
+    except (LookupError, store.CatalogError):
+        return {}
+    join = lambda key: ", ".join(dict.fromkeys(str(getattr(h, key)) for h in m.hosts if getattr(h, key))) or None
+    reports = [r.stored for h in m.hosts for r in h.reports if r.stored and Path(r.stored).exists()]
+    return {"dir": str(path.parent), "started": m.started, "host": join("host"), "gpu": join("gpu"),
+            "driver": join("driver"), "tool_version": join("tool_version"), "reports": reports}
+
+
 def report(store_root: Path, playbooks: list[Playbook], out: Path, since: str | None = None) -> dict:
     """Judge every playbook's history; write ``out`` (HTML) and ``out`` with .json. The summary back."""
     sections, runs, summary = [], {}, {"playbooks": []}
@@ -72,11 +86,14 @@ def report(store_root: Path, playbooks: list[Playbook], out: Path, since: str | 
         rows = store.metric_history(store_root, pb.name, since)
         verdicts = trends.judge_history(rows, pb.thresholds)
         for r in rows:
-            try:
-                runs[r["run_id"]] = str(store.manifest_of(store_root, r["run_id"]).parent)
-            except LookupError:
-                pass
-        sections.append((pb.name, rows, verdicts))
+            if r["run_id"] not in runs:
+                runs[r["run_id"]] = run_info(store_root, r["run_id"])
+        compared = {}
+        for v in verdicts:
+            pair = trends.runs_compared([r for r in rows if (r["metric"], r["device"]) == (v.metric, v.device)], v)
+            if v.verdict in (trends.REGRESSION, trends.SUSPICIOUS) and pair:
+                compared[(v.metric, v.device)] = (*pair, store.compare(store_root, *pair))
+        sections.append((pb.name, rows, verdicts, pb.thresholds, compared))
         summary["playbooks"].append({"name": pb.name, "runs": len({r["run_id"] for r in rows}),
                                      "verdicts": [asdict(v) for v in verdicts]})
     out.parent.mkdir(parents=True, exist_ok=True)

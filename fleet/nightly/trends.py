@@ -60,3 +60,15 @@ def judge_history(rows: list[dict], thresholds: dict) -> list[Verdict]:
     for r in rows:
         series.setdefault((r["metric"], r["device"]), []).append(r)
     return [judge(m, d, pts, thresholds) for (m, d), pts in sorted(series.items())]
+
+
+def runs_compared(points: list[dict], verdict: Verdict) -> tuple[str, str] | None:
+    """(baseline run, judged run) of a verdict: the newest clean run, and the earlier clean
+    run whose value is nearest the baseline (the newest of equals): the two runs whose
+    kernels say what moved. ``points`` carry ``run_id``; None without a baseline."""
+    clean = [p for p in points if not p.get("flags") and p.get("run_id")]
+    if verdict.baseline is None or len(clean) < 2:
+        return None
+    latest = clean[-1]
+    best = min(reversed(clean[:-1]), key=lambda p: abs(p["value"] - verdict.baseline))
+    return best["run_id"], latest["run_id"]

@@ -1,0 +1,146 @@
+"""One trend plot of the nightly report as inline SVG: a dated x axis (the runs' start
+times), a y axis with ticks in the metric's unit, the baseline and the thresholds around
+it, and a marker where the driver, the profiler's version or the host changed."""
+
+from __future__ import annotations
+
+import html
+import math
+from datetime import datetime
+
+from .trends import INSUFFICIENT, NO_CHANGE, REGRESSION, SUSPICIOUS, Verdict
+
+COLOURS = {REGRESSION: "#c0392b", SUSPICIOUS: "#d68910", NO_CHANGE: "#1e8449", INSUFFICIENT: "#7f8c8d"}
+W, H = 760, 250
+LEFT, RIGHT, TOP, BOTTOM = 78, 44, 34, 40
+
+
+def scale(metric: str) -> tuple[float, str]:
+    """nsys metrics are nanoseconds, shown in ms; an ncu metric carries its unit in its label."""
+    unit = metric.rsplit("(", 1)[1].rstrip(")") if metric.endswith(")") and "(" in metric else None
+    return (1.0, unit) if unit else (1e6, "ms")
+
+
+def when(started: str | None) -> datetime | None:
+    """A run's ``started`` (as manifests write it: 2026-11-01T02:00:00+0000, or shorter)."""
+    if not started:
+        return None
+    for parse in (datetime.fromisoformat, lambda s: datetime.strptime(s, "%Y-%m-%dT%H:%M:%S%z")):
+        try:
+            t = parse(started)
+            return t.replace(tzinfo=None) if t.tzinfo is None else t
+        except ValueError:
+            continue
+    return None
+
+
+def nice_ticks(lo: float, hi: float, count: int = 5) -> list[float]:
+    """Round values (1, 2, 5 times a power of ten apart) from ``lo`` to ``hi``."""
+    raw = (hi - lo) / max(count, 1) or abs(hi) or 1.0
+    mag = 10 ** math.floor(math.log10(raw))
+    step = next(m * mag for m in (1, 2, 5, 10) if m * mag >= raw)
+    first = math.ceil(lo / step) * step
+    return [first + i * step for i in range(int((hi - first) / step + 1e-9) + 1)]
+
+
+def thresholds_of(verdict: Verdict, t: dict) -> tuple[float, float] | None:
+    """(suspicious, regression) levels above the baseline, in the metric's raw unit."""
+    if verdict.baseline is None:
+        return None
+    return verdict.baseline * (1 + t["suspicious"]), verdict.baseline * (1 + t["regression"])
+
+
+def changes(points: list[dict], runs: dict[str, dict]) -> list[tuple[int, str]]:
+    """(index, what changed) for each point whose run's driver, profiler version or host
+    differs from the run before it in this series."""
+    out, before = [], None
+    for i, p in enumerate(points):
+        info = runs.get(p["run_id"], {})
+        now = {k: info.get(k) for k in ("driver", "tool_version", "host")}
+        if before is not None:
+            what = [f"{label} {before[k]} → {now[k]}" for k, label in
+                    (("driver", "driver"), ("tool_version", "nsys"), ("host", "host"))
+                    if before[k] and now[k] and before[k] != now[k]]
+            if what:
+                out.append((i, "; ".join(what)))
+        before = now
+    return out
+
+
+def plot(points: list[dict], verdict: Verdict, t: dict, runs: dict[str, dict]) -> str:
+    div, unit = scale(verdict.metric)
+    values = [p["value"] / div for p in points]
+    level = thresholds_of(verdict, t)
+    marks = values + ([verdict.baseline / div, level[1] / div] if level else [])
+    lo, hi = min(marks), max(marks)
+    span = (hi - lo) or max(abs(hi), 1.0) * 0.1
+    lo, hi = lo - span * 0.08, hi + span * 0.08
+    ticks = nice_ticks(lo, hi)
+    lo, hi = min(lo, ticks[0]), max(hi, ticks[-1])
+
+    times = [when(runs.get(p["run_id"], {}).get("started") or p.get("started")) for p in points]
+    dated = all(times) and len(set(times)) == len(times)
+    if dated:
+        t0, t1 = min(times), max(times)
+        frac = [((tm - t0).total_seconds() / max((t1 - t0).total_seconds(), 1)) for tm in times]
+    else:
+        frac = [i / max(len(points) - 1, 1) for i in range(len(points))]
+    x = lambda f: LEFT + (W - LEFT - RIGHT) * f
+    y = lambda v: H - BOTTOM - (H - TOP - BOTTOM) * (v - lo) / (hi - lo)
+    colour = COLOURS[verdict.verdict]
+    label = html.escape(f"{verdict.metric} on {verdict.device}")
+    parts = [f'<svg class="plot" role="img" width="{W}" height="{H}" viewBox="0 0 {W} {H}" aria-label="{label}">',
+             f'<rect x="0" y="0" width="{W}" height="{H}" fill="#fbfbfb" stroke="#ddd"/>']
+    if level:  # the band: between the suspicious and the regression level, and above it
+        s, r, b = (y(v / div) for v in (*level, verdict.baseline))
+        parts += [f'<rect class="band suspicious" x="{LEFT}" y="{r:.1f}" width="{W - LEFT - RIGHT}" '
+                  f'height="{max(s - r, 0):.1f}" fill="#f5cba7" fill-opacity="0.5"><title>suspicious: more than '
+                  f'{t["suspicious"]:.0%} over the baseline</title></rect>',
+                  f'<rect class="band regression" x="{LEFT}" y="{TOP}" width="{W - LEFT - RIGHT}" '
+                  f'height="{max(r - TOP, 0):.1f}" fill="#f1948a" fill-opacity="0.25"><title>regression: more than '
+                  f'{t["regression"]:.0%} over the baseline</title></rect>',
+                  f'<text class="band-label" x="{W - RIGHT - 4}" y="{r - 3:.1f}" font-size="10" fill="#a93226" '
+                  f'text-anchor="end">+{t["regression"]:.0%} regression</text>',
+                  f'<text class="band-label" x="{W - RIGHT - 4}" y="{s - 3:.1f}" font-size="10" fill="#9c640c" '
+                  f'text-anchor="end">+{t["suspicious"]:.0%} suspicious</text>',
+                  f'<line class="baseline" x1="{LEFT}" x2="{W - RIGHT}" y1="{b:.1f}" y2="{b:.1f}" stroke="#555" '
+                  f'stroke-dasharray="5 3"/><text class="band-label" x="{W - RIGHT - 4}" y="{b + 12:.1f}" '
+                  f'font-size="10" fill="#555" text-anchor="end">baseline {verdict.baseline / div:.4g} {unit}</text>']
+    # y axis: ticks, grid, unit
+    parts.append(f'<line class="axis" x1="{LEFT}" x2="{LEFT}" y1="{TOP}" y2="{H - BOTTOM}" stroke="#333"/>')
+    for v in ticks:
+        parts.append(f'<line x1="{LEFT - 4}" x2="{W - RIGHT}" y1="{y(v):.1f}" y2="{y(v):.1f}" stroke="#e5e5e5"/>'
+                     f'<text class="ytick" x="{LEFT - 6}" y="{y(v) + 3.5:.1f}" font-size="11" fill="#333" '
+                     f'text-anchor="end">{v:.4g}</text>')
+    parts.append(f'<text class="yunit" x="14" y="{(TOP + H - BOTTOM) / 2:.1f}" font-size="11" fill="#333" '
+                 f'text-anchor="middle" transform="rotate(-90 14 {(TOP + H - BOTTOM) / 2:.1f})">{html.escape(unit)}'
+                 f'</text>')
+    # x axis: a tick at each run, a date label on as many as fit
+    parts.append(f'<line class="axis" x1="{LEFT}" x2="{W - RIGHT}" y1="{H - BOTTOM}" y2="{H - BOTTOM}" '
+                 'stroke="#333"/>')
+    every = max(1, math.ceil(len(points) / ((W - LEFT - RIGHT) // 62)))
+    for i, f in enumerate(frac):
+        parts.append(f'<line x1="{x(f):.1f}" x2="{x(f):.1f}" y1="{H - BOTTOM}" y2="{H - BOTTOM + 4}" stroke="#333"/>')
+        if i % every == 0 or i == len(points) - 1 and (i % every) * 2 >= every:
+            text = times[i].strftime("%Y-%m-%d") if dated else f"run {i + 1}"
+            parts.append(f'<text class="xtick" x="{x(f):.1f}" y="{H - BOTTOM + 16}" font-size="11" fill="#333" '
+                         f'text-anchor="middle">{text}</text>')
+    parts.append(f'<text x="{(LEFT + W - RIGHT) / 2:.1f}" y="{H - 6}" font-size="11" fill="#555" '
+                 f'text-anchor="middle">{"run started (date)" if dated else "run"}</text>')
+    for i, what in changes(points, runs):  # a change of driver, nsys or host: a vertical marker
+        cx = (x(frac[i - 1]) + x(frac[i])) / 2
+        parts.append(f'<g class="change"><line x1="{cx:.1f}" x2="{cx:.1f}" y1="{TOP - 14}" y2="{H - BOTTOM}" '
+                     f'stroke="#2e86c1" stroke-width="1.5" stroke-dasharray="2 2"/>'
+                     f'<text class="change-label" x="{cx + (4 if cx < W * 0.6 else -4):.1f}" y="{TOP - 6:.1f}" '
+                     f'font-size="11" fill="#1b4f72" text-anchor="{"start" if cx < W * 0.6 else "end"}">{html.escape(what)}</text><title>{html.escape(what)}</title></g>')
+    line = " ".join(f"{x(f):.1f},{y(v):.1f}" for f, v in zip(frac, values))
+    parts.append(f'<polyline class="trend" points="{line}" fill="none" stroke="{colour}" stroke-width="2"/>')
+    for f, p, v, tm in zip(frac, points, values, times):
+        flags = p.get("flags") or []
+        title = html.escape(f"{p['run_id']}" + (f" ({tm:%Y-%m-%d %H:%M})" if tm else "") + f": {v:.4g} {unit}"
+                            + ("; " + "; ".join(flags) if flags else ""))
+        parts.append(f'<circle class="point" cx="{x(f):.1f}" cy="{y(v):.1f}" r="4" '
+                     f'fill="{"#fff" if flags else colour}" stroke="{"#999" if flags else colour}">'
+                     f'<title>{title}</title></circle>')
+    parts.append("</svg>")
+    return "".join(parts)
