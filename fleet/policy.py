@@ -174,7 +174,7 @@ def prolog_tenants(verdict: dict | None, job: str | None) -> list[str]:
 class DockerPrivileges:
     cap_sys_admin: bool                 # GPU counters: the one capability they need
     seccomp_profile: str | None         # CPU sampling: a profile that allows perf_event_open
-    given_up: tuple[str, ...] = ()
+    given_up: str | None = None         # why CPU sampling cannot be had in the container
 
 
 def docker_privileges(tool: str, counters: bool, sampling: bool, seccomp_profile: str | None) -> DockerPrivileges:
@@ -182,10 +182,8 @@ def docker_privileges(tool: str, counters: bool, sampling: bool, seccomp_profile
     never SYS_ADMIN for CPU sampling (Docker's default seccomp profile refuses perf_event_open
     without it, so a profile that allows it is used, or sampling is given up)."""
     sampling = tool == "nsys" and sampling
-    given_up = ()
-    if sampling and not seccomp_profile:
-        given_up = (sampling_given_up("Docker refuses perf_event_open without a seccomp profile that allows it "
-                                      "(set docker_seccomp_profile in the inventory)")[1],)
+    given_up = ("Docker refuses perf_event_open without a seccomp profile that allows it "
+                "(set docker_seccomp_profile in the inventory)") if sampling and not seccomp_profile else None
     return DockerPrivileges(counters, seccomp_profile if sampling else None, given_up)
 
 

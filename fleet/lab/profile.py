@@ -42,7 +42,7 @@ class HostRun:
     plan: Plan | None = None
     state: dict | None = None        # what the probe found
     result: dict | None = None       # the agent's document
-    reports: list[dict] = field(default_factory=list)
+    reports: list[ReportEntry] = field(default_factory=list)
     error: str | None = None
 
 
@@ -97,8 +97,8 @@ def in_docker(p: Plan, state: dict, req: ProfileRequest, seccomp_profile: str | 
     the policy grants it (sampling given up where Docker cannot allow it)."""
     sampling = not set(NO_SAMPLING_FLAGS) <= set(p.command.fleet_flags)
     granted = docker_privileges(p.tool, req.uses_counters, sampling, seccomp_profile)
-    for why in granted.given_up:
-        p = p.without_sampling(why.split(": ", 1)[1])
+    if granted.given_up:
+        p = p.without_sampling(granted.given_up)
     uuids = p.env.get("CUDA_VISIBLE_DEVICES")
     tools = {t: (state.get("tools") or {}).get(t, {}).get("path") for t in ("nsys", "ncu")}
     wrapper = containers.docker_run(
@@ -110,7 +110,7 @@ def in_docker(p: Plan, state: dict, req: ProfileRequest, seccomp_profile: str | 
 
 
 async def bring_home(fan: "Fanout", via: "Host", to_fetch: list[dict], dest_dir: Path, *,
-                     gathering=None, read_through: bool = False) -> list[dict]:
+                     gathering=None, read_through: bool = False) -> list[ReportEntry]:
     """Reports and summaries named by an agent's result, fetched through ``via`` into
     ``dest_dir`` and checked against the node's sha256."""
     if gathering is not None:
@@ -123,7 +123,7 @@ async def bring_home(fan: "Fanout", via: "Host", to_fetch: list[dict], dest_dir:
             entry["read_through"] = via.name
         if "summary" in report:
             entry.update(status="summary", summary=report["summary"])
-        entries.append(entry)
+        entries.append(ReportEntry.from_json(entry))
     return entries
 
 
@@ -162,9 +162,9 @@ async def run_planned(fan: "Fanout", hosts: list["Host"], runs: dict[str, HostRu
         to_fetch = run.result.get("reports", []) + run.result.get("summaries", [])
         run.reports += await bring_home(fan, via, to_fetch, out / host.name, gathering=gathering,
                                         read_through=via is not host)
-        lost = [rep for rep in run.reports if not rep["verified"] and not is_summary(rep)]
+        lost = [rep for rep in run.reports if not rep.verified and not is_summary(rep)]
         if lost:  # a summary that did not come home is recorded in its entry, and fails nothing
-            run.status, run.error = "failed", "; ".join(rep["error"] for rep in lost)
+            run.status, run.error = "failed", "; ".join(rep.error or "" for rep in lost)
         return r
 
     await fan.each(todo, one)
@@ -189,10 +189,6 @@ async def profile(fan: "Fanout", hosts: list["Host"], req: ProfileRequest, *, st
     manifest.status = run_status(r.status for r in runs)
     store.save(store_root, manifest)
     return manifest
-
-
-def reports_of(brought: list[dict]) -> list[ReportEntry]:
-    return [ReportEntry.from_json(r) for r in brought]
 
 
 async def gather(fan: "Fanout", hosts: dict[str, "Host"], store_root: Path, run_id: str) -> RunManifest:
@@ -220,13 +216,13 @@ async def gather(fan: "Fanout", hosts: dict[str, "Host"], store_root: Path, run_
         entry.reports = [rep for rep in entry.reports if rep.verified]
         have = {rep.remote for rep in entry.reports}
         missing = [rep for rep in result.get("reports", []) + result.get("summaries", []) if rep["path"] not in have]
-        entry.reports += reports_of(await bring_home(fan, host, missing, path.parent / host.name))
+        entry.reports += await bring_home(fan, host, missing, path.parent / host.name)
         reports = [r for r in entry.reports if not is_summary(r)]
         ok = result.get("status") == "ok" and reports and all(r.verified for r in reports)
         entry.status = "ok" if ok else entry.status
         entry.missing_why = None if ok else entry.missing_why
     manifest.status = run_status(h.status for h in manifest.hosts)
-    store.record(store_root, store.write_manifest(path.parent, manifest))
+    store.save(store_root, manifest)
     return manifest
 
 
@@ -236,7 +232,7 @@ def entry_for(req: ProfileRequest, run: HostRun) -> HostEntry:
         run.host, run.status, node.facts(run.state, req.gpus, req.tool) if run.state else None,
         missing_why=run.error, tenants_seen=[str(t) for t in (run.plan.tenants if run.plan else ())],
         given_up=(run.result or {}).get("given_up") or (run.plan.given_up if run.plan else ()),
-        plan=run.plan.to_json() if run.plan else None, result=run.result, reports=reports_of(run.reports))
+        plan=run.plan.to_json() if run.plan else None, result=run.result, reports=run.reports)
 
 
 def json_doc(manifest: RunManifest) -> dict:

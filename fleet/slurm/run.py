@@ -25,7 +25,7 @@ from ..store.collect import fetch_verified, is_summary
 from ..store.manifest import HostEntry, ReportEntry, RunManifest, SlurmInfo, run_status
 from ..plan import ProfileRequest, profiler_args_error
 from . import launchers
-from ..lab.profile import bring_home, reports_of
+from ..lab.profile import bring_home
 from .cluster import Cluster
 from .jobs import JobState, SlurmClient, SlurmError
 from ..containers import nsight_dirs
@@ -161,8 +161,7 @@ async def gather(fan: "Fanout", client: SlurmClient, manifest: RunManifest, dire
         # Written to node-local scratch, they now are in the run directory, under the same names.
         to_fetch = [dict(r, path=f"{slurm.run_dir}/{entry.host}/{os.path.basename(r['path'])}")
                     for r in (res.get("reports") or []) + (res.get("summaries") or [])]
-        entry.reports = reports_of(await bring_home(fan, client.login, to_fetch, directory / entry.host,
-                                                    gathering=gathering))
+        entry.reports = await bring_home(fan, client.login, to_fetch, directory / entry.host, gathering=gathering)
         if entry.status == "ok" and not res.get("reports"):
             entry.status, entry.missing_why = "failed", "the profiler left no report"
         lost = [rep for rep in entry.reports if not rep.verified and not is_summary(rep)]
@@ -177,8 +176,8 @@ async def gather(fan: "Fanout", client: SlurmClient, manifest: RunManifest, dire
     for line in marks["ray"]:  # Ray's workers, named worker-HOST-PID.nsys-rep (no rank, no agent)
         size, sha, path = line.split(" ", 2)
         node = os.path.basename(path).removesuffix(".nsys-rep")[len("worker-"):].rsplit("-", 1)[0] or "ray"
-        reports = reports_of(await bring_home(fan, client.login, [{"path": path, "size": int(size), "sha256": sha}],
-                                              directory / node))
+        reports = await bring_home(fan, client.login, [{"path": path, "size": int(size), "sha256": sha}],
+                                   directory / node)
         hosts.append(HostEntry(node, "ok" if reports[0].verified else "failed", worker=os.path.basename(path),
                                missing_why=reports[0].error, reports=reports))
     seen = {e.rank for e in hosts}

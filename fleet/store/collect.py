@@ -35,11 +35,10 @@ def sha256_of(path: str | os.PathLike) -> str:
 
 
 def is_summary(entry) -> bool:
-    """Whether a brought-home entry (a dict or a ReportEntry) is a summary: a CSV the node made
-    of a report (nsys stats, ncu --import), an optional extra. One that did not come home is
-    recorded as such in its entry, and never fails the run; an empty one is as nsys wrote it."""
-    status = entry.get("status") if isinstance(entry, dict) else entry.status
-    return status == "summary"
+    """Whether a brought-home ReportEntry is a summary: a CSV the node made of a report (nsys
+    stats, ncu --import), an optional extra. One that did not come home is recorded as such in
+    its entry, and never fails the run; an empty one is as nsys wrote it."""
+    return entry.status == "summary"
 
 
 async def fetch_verified(fan: "Fanout", host: "Host", report: dict, dest: Path,
