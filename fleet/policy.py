@@ -286,13 +286,23 @@ def _with_way(v: Verdict, way: str) -> Verdict:
     return Verdict(way, v.status, v.reasons, v.remedy, v.flags, v.sysctls, v.tenants)
 
 
+def _report_dir_refused(state: NodeState, way: str) -> Verdict | None:
+    """Reports go only where the user alone can write (another account could redirect them)."""
+    rd = state.get("report_dir") or {}
+    if rd.get("unsafe"):
+        return Verdict(way, REFUSED, (f"report directory: {rd['unsafe']}",),
+                       "remove it, or set report_dir in the inventory to a directory of your own")
+    if rd.get("writable") is False:
+        return Verdict(way, REFUSED, (f"report directory {rd.get('path')} is not writable",),
+                       "set report_dir in the inventory to a directory you can write")
+    return None
+
+
 def nsys_trace(state: NodeState, request: Request) -> Verdict:
     if not tool_found(state, "nsys"):
         return _with_way(_missing("nsys"), "nsys-trace")
-    rd = state.get("report_dir") or {}
-    if rd.get("writable") is False:
-        return Verdict("nsys-trace", REFUSED, (f"report directory {rd.get('path')} is not writable",),
-                       "set report_dir in the inventory to a directory you can write")
+    if (refused := _report_dir_refused(state, "nsys-trace")):
+        return refused
     if (why := _nvml_reason(state)):
         return Verdict("nsys-trace", DEGRADED, (why, "only CPU-side activity can be traced"))
     warnings = tuple(f"warning: {u}: the trace shares the GPU with them" for u in unseen_tenants(state, request))
@@ -326,6 +336,8 @@ def counters(state: NodeState, request: Request, way: str, tool: str) -> Verdict
     """ncu and nsys GPU metrics: they program the counters of the whole GPU."""
     if not tool_found(state, tool):
         return _with_way(_missing(tool), way)
+    if (refused := _report_dir_refused(state, way)):
+        return refused
     if (why := _nvml_reason(state)):
         return Verdict(way, REFUSED, (why,), "run on a node with an NVIDIA GPU and driver")
     reasons, remedies = [], []

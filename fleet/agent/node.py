@@ -21,6 +21,11 @@ import subprocess
 import sys
 import time
 
+try:  # as shipped by fleet, every module travels under a flat name
+    import fleet_agent_files as files
+except ImportError:  # as part of the installed package (tests, the local machine)
+    from . import files
+
 AGENT_VERSION = 1
 CAP_SYS_ADMIN, CAP_PERFMON = 21, 38
 PID_NS_INIT = 0xEFFFFFFC  # inode of the initial pid namespace (PROC_PID_INIT_INO)
@@ -230,7 +235,7 @@ def report_dir(path):
     fstype = mount_type(os.path.realpath(probe))
     return {"path": path, "exists": os.path.isdir(path), "writable": os.access(probe, os.W_OK | os.X_OK),
             "free_bytes": st.f_bavail * st.f_frsize, "fstype": fstype,
-            "memory_backed": fstype in ("tmpfs", "ramfs")}
+            "memory_backed": fstype in ("tmpfs", "ramfs"), "unsafe": files.problem(path)}
 
 
 def mount_type(path):

@@ -131,7 +131,15 @@ class State:
             st = os.fstat(f.fileno())
             if st.st_uid != os.geteuid() or st.st_mode & 0o077:
                 raise OwnedError("%s is not private to uid %d: refusing to trust it" % (path, os.geteuid()))
-            return json.load(f)
+            try:
+                doc = json.load(f)
+                why = _malformed(doc)
+            except ValueError as e:
+                why = "not JSON: %s" % e
+        if why:  # what was changed, and from what, is unknown: nothing is put back by guess
+            raise OwnedError("%s is corrupt (%s): fleet cannot tell what to put back; restore the sysctls it "
+                             "names by hand (or `fleet repair` after fixing it), then remove it" % (path, why))
+        return doc
 
     def __exit__(self, *exc):
         try:
@@ -146,17 +154,26 @@ class State:
             os.close(self._lock)
 
 
-def write_text(path, text):
-    """Whole or not at all (by rename: a reader never sees half), never through a planted symlink."""
-    tmp = path + ".tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
-    with os.fdopen(fd, "w") as f:
-        f.write(text)
-    os.replace(tmp, path)
+def _malformed(doc):
+    """What is wrong with a state record's shape, or None."""
+    def holder_ok(h):
+        if not isinstance(h, dict):
+            return False
+        if "job" in h:
+            return isinstance(h["job"], str) and isinstance(h.get("marker"), str)
+        return isinstance(h.get("pid"), int) and not isinstance(h["pid"], bool)
 
-
-def write_json(path, doc):
-    write_text(path, json.dumps(doc))
+    if not isinstance(doc, dict) or not isinstance(doc.get("sysctls"), dict):
+        return "no 'sysctls' mapping"
+    for name, entry in doc["sysctls"].items():
+        if not (isinstance(entry, dict) and isinstance(entry.get("original"), str)
+                and isinstance(entry.get("holders"), list) and all(holder_ok(h) for h in entry["holders"])):
+            return "the entry for %r is not {original, value, holders}" % name
+    dcgm = doc.get("dcgm")
+    if dcgm is not None and not (isinstance(dcgm, dict) and isinstance(dcgm.get("holders"), list)
+                                 and all(holder_ok(h) for h in dcgm["holders"])):
+        return "the 'dcgm' entry is not {holders}"
+    return None
 
 
 def sysctl_path(name):
@@ -251,27 +268,44 @@ def pause_dcgm(holder, state_dir=None):
 
 
 class GPULock:
-    """One counter-using profiler per GPU across all users of the node (flock; dies with us)."""
+    """One counter-using profiler per GPU across all users of the node (flock; dies with us).
+
+    The lock file is shared by every user, so nothing in it is trusted: who holds the lock is
+    read from the kernel (/proc/locks), and the file is opened read-only (flock needs no more),
+    so one another user created cannot be made unusable by its mode."""
 
     def __init__(self, uuid, lock_dir=None):
         self.path = os.path.join(lock_dir or LOCK_DIR, "fleet-gpu-%s.lock" % uuid)
         self.fd = None
 
     def holder(self):
+        """The process the kernel says holds the lock: pid, user and command, or None."""
         try:
-            with open(self.path) as f:
-                return json.load(f)
-        except (OSError, ValueError):
+            st = os.stat(self.path)
+            with open("/proc/locks") as f:
+                lines = f.read().splitlines()
+        except OSError:
             return None
+        for line in lines:
+            fields = line.split()
+            if len(fields) < 6 or fields[1] != "FLOCK" or "->" in fields:
+                continue
+            dev_major, dev_minor, inode = fields[5].split(":")
+            if int(inode) == st.st_ino and (int(dev_major, 16), int(dev_minor, 16)) == (
+                    os.major(st.st_dev), os.minor(st.st_dev)):
+                pid = int(fields[4])
+                return {"pid": pid, "user": _process_user(pid), "command": _process_command(pid)}
+        return None
 
     def acquire(self, wait=0.0):
         """True once held; False if another run holds it after ``wait`` seconds."""
         try:
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o666)
+            fd = os.open(self.path, os.O_RDONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK, 0o644)
         except OSError as e:
-            raise OwnedError("cannot open the GPU lock %s: %s" % (self.path, e))
-        if os.fstat(fd).st_uid == os.geteuid():
-            os.fchmod(fd, 0o666)  # every user of the node must be able to take it after us
+            raise OwnedError("cannot open the GPU lock %s: %s%s" % (self.path, e.strerror, _made_by(self.path)))
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            os.close(fd)
+            raise OwnedError("the GPU lock %s is not a regular file%s" % (self.path, _made_by(self.path)))
         deadline = time.monotonic() + wait
         while True:
             try:
@@ -282,8 +316,6 @@ class GPULock:
                     os.close(fd)
                     return False
                 time.sleep(0.2)
-        os.ftruncate(fd, 0)
-        os.write(fd, json.dumps(me()).encode())
         self.fd = fd
         return True
 
@@ -293,7 +325,34 @@ class GPULock:
             self.fd = None
 
 
+def _made_by(path):
+    try:
+        uid = os.lstat(path).st_uid
+        return " (made by %s; an admin can remove it)" % pwd.getpwuid(uid).pw_name if uid != os.geteuid() else ""
+    except (OSError, KeyError):
+        return ""
+
+
+def _process_user(pid):
+    try:
+        return pwd.getpwuid(os.stat("/proc/%d" % pid).st_uid).pw_name
+    except (OSError, KeyError):
+        return None
+
+
+def _process_command(pid):
+    try:
+        with open("/proc/%d/cmdline" % pid, "rb") as f:
+            return f.read(200).replace(b"\0", b" ").decode(errors="replace").strip() or None
+    except OSError:
+        return None
+
+
 OPS = {"repair": repair, "acquire_sysctls": acquire_sysctls, "release": release, "pause_dcgm": pause_dcgm}
+
+
+NO_ROOT_REMEDY = ("run as root, have an admin allow it without a password (sudoers), "
+                  "or profile through Slurm where fleet's prolog sets it")
 
 
 def privileged(op, **kw):
@@ -303,13 +362,25 @@ def privileged(op, **kw):
     if SHIPPED_AS is None:
         raise OwnedError("changing node state needs root, and this agent cannot re-run itself under sudo")
     bootstrap, bundle = SHIPPED_AS
-    out = subprocess.run(["sudo", "-n", sys.executable, "-c", bootstrap, json.dumps(dict(kw, mode="owned", op=op))],
-                         input=bundle, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        out = subprocess.run(["sudo", "-n", sys.executable, "-c", bootstrap,
+                              json.dumps(dict(kw, mode="owned", op=op))],
+                             input=bundle, stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=120)
+    except FileNotFoundError:
+        raise OwnedError("changing node state needs root, and this node has no sudo: %s" % NO_ROOT_REMEDY)
+    except subprocess.TimeoutExpired:
+        raise OwnedError("as root through sudo -n: no answer within 120 s")
     lines = out.stdout.decode(errors="replace").strip().splitlines()
-    doc = json.loads(lines[-1]) if out.returncode in (0, 1) and lines else {}
-    if out.returncode != 0 or "error" in doc:
-        why = doc.get("error") or out.stderr.decode(errors="replace").strip().splitlines()[-1:] or ["no output"]
-        raise OwnedError("as root through sudo -n: %s" % (why if isinstance(why, str) else why[0]))
+    try:
+        doc = json.loads(lines[-1]) if out.returncode in (0, 1) and lines else {}
+    except ValueError:
+        doc = {"error": "unreadable answer: %s" % lines[-1][:200]}
+    if out.returncode != 0 or not isinstance(doc, dict) or "error" in doc:
+        said = out.stderr.decode(errors="replace").strip().splitlines()[-1:] or ["no output"]
+        why = doc.get("error") if isinstance(doc, dict) and doc.get("error") else said[0]
+        if "password is required" in why or "may not run sudo" in why or "not in the sudoers" in why:
+            why = "%s: %s" % (why, NO_ROOT_REMEDY)
+        raise OwnedError("as root through sudo -n: %s" % why)
     return doc.get("value")
 
 

@@ -14,15 +14,18 @@ import glob
 import hashlib
 import os
 import re
+import signal
 import subprocess
 
 try:  # as shipped by fleet, every module travels under a flat name
+    import fleet_agent_files as files
     import fleet_agent_node as node
 except ImportError:  # as part of the installed package (tests, the local machine)
-    from . import node
+    from . import files, node
 
 SUMMARIES = ("cuda_gpu_kern_sum", "cuda_api_sum", "nvtx_sum")  # nsys stats reports kept beside each report
 STATS_TIMEOUT = 600.0
+IMPORT_TIMEOUT = 600.0  # QdstrmImporter on a large collection takes minutes; one that hangs is stopped
 # nsys 2025.3 generating a report: "Generating '/tmp/nsys-report-90af.qdstrm'", then its progress,
 # "\r[1/1] [0%   ] vm-1694.nsys-rep" (the report's base name), as seen on an H200 test machine.
 GENERATING = re.compile(rb"Generating '([^'\n]+\.qdstrm)'\s*\[\d+/\d+\] \[[^\]\n]*\] ([^/\s]+\.nsys-rep)")
@@ -36,17 +39,25 @@ def importer_for(nsys):
         hits = sorted(glob.glob(os.path.join(here, pattern)))
         if hits:
             return os.path.normpath(hits[0])
+    return installed_importer()
+
+
+def installed_importer():
+    """The newest QdstrmImporter of the Nsight installations under /opt/nvidia, or None."""
     installed = glob.glob("/opt/nvidia/nsight-systems/*/host-linux-x64/QdstrmImporter") + \
         glob.glob("/opt/nvidia/nsight-compute/*/host/*/QdstrmImporter")
     return sorted(installed, key=node._version_key)[-1] if installed else None
 
 
-def sha256(path):
+def hashed(path):
+    """A file the run wrote, as fleet lists it: path, size and sha256, read without following a
+    link and made private (:func:`files.open_report`)."""
     h = hashlib.sha256()
-    with open(path, "rb") as f:
+    with files.open_report(path) as f:
+        size = os.fstat(f.fileno()).st_size
         for block in iter(lambda: f.read(1 << 20), b""):
             h.update(block)
-    return h.hexdigest()
+    return {"path": path, "size": size, "sha256": h.hexdigest()}
 
 
 def stray_qdstrms():
@@ -88,13 +99,17 @@ def collect(plan, tail, notes, strays_before=frozenset(), killed=False):
                 os.unlink(report)
             elif not killed:
                 notes.append(left_unfinished(leftover, tail))
-            finished.add(finish_qdstrm(plan.nsys, leftover, notes))
+            finished.add(finish_qdstrm(importer_for(plan.nsys), leftover, notes))
     for path in sorted(glob.glob(stem + ext)):
-        size = os.path.getsize(path)
-        if size == 0:
+        try:
+            entry = hashed(path)
+        except OSError as e:
+            notes.append("%s not taken: %s" % (path, e))
+            continue
+        if entry["size"] == 0:
             notes.append("%s is empty, not a report: the profiler was stopped while writing it" % path)
             continue
-        found.append({"path": path, "size": size, "sha256": sha256(path), "finished_from_qdstrm": path in finished})
+        found.append(dict(entry, finished_from_qdstrm=path in finished))
     return found
 
 
@@ -155,8 +170,10 @@ def summarize(nsys, reports, notes):
         for name in SUMMARIES:
             path = "%s_%s.csv" % (base, name)
             if os.path.exists(path):
-                out.append({"path": path, "size": os.path.getsize(path), "sha256": sha256(path), "report": rep["path"],
-                            "summary": name})
+                try:
+                    out.append(dict(hashed(path), report=rep["path"], summary=name))
+                except OSError as e:
+                    notes.append("%s not taken: %s" % (path, e))
             elif done.returncode == 0:
                 notes.append("nsys stats wrote no %s for %s" % (name, rep["path"]))
     return out
@@ -168,31 +185,44 @@ def ncu_metrics(ncu, reports, notes):
     for rep in reports:
         path = rep["path"][: -len(".ncu-rep")] + "_ncu_raw.csv"
         try:
-            with open(path, "wb") as f:
+            with os.fdopen(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600), "wb") as f:
                 done = subprocess.run([ncu, "--import", rep["path"], "--page", "raw", "--csv"], stdout=f,
                                       stderr=subprocess.PIPE, timeout=STATS_TIMEOUT)
+            entry = hashed(path)
         except (OSError, subprocess.TimeoutExpired) as e:
             notes.append("ncu --import failed on %s: %s" % (rep["path"], e))
             continue
         if done.returncode != 0:
             notes.append("ncu --import failed on %s: %s" % (rep["path"], done.stderr.decode(errors="replace")[-300:]))
             continue
-        out.append({"path": path, "size": os.path.getsize(path), "sha256": sha256(path), "report": rep["path"],
-                    "summary": "ncu_raw"})
+        out.append(dict(entry, report=rep["path"], summary="ncu_raw"))
     return out
 
 
-def finish_qdstrm(nsys, leftover, notes):
-    """The finished report's path, or None (and a note saying why)."""
-    importer = importer_for(nsys)
+def finish_qdstrm(importer, leftover, notes, timeout=IMPORT_TIMEOUT, own_group=True):
+    """The finished report's path, or None (and a note saying why). The importer runs in a
+    process group of its own (``own_group``; else in the caller's, which the caller kills),
+    killed whole at ``timeout``."""
     if importer is None:
-        notes.append("unfinished report %s: no QdstrmImporter next to %s" % (leftover, nsys))
+        notes.append("unfinished report %s: no QdstrmImporter found" % leftover)
         return None
-    out = subprocess.run([importer, "-i", leftover], stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        proc = subprocess.Popen([importer, "-i", leftover], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, start_new_session=own_group)
+    except OSError as e:
+        notes.append("QdstrmImporter %s cannot run: %s" % (importer, e))
+        return None
+    try:
+        said, _ = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL) if own_group else proc.kill()
+        proc.communicate()
+        notes.append("QdstrmImporter did not finish %s within %d s: stopped" % (leftover, timeout))
+        return None
     report = leftover[: -len(".qdstrm")] + ".nsys-rep"
-    if out.returncode == 0 and os.path.exists(report):
+    if proc.returncode == 0 and os.path.exists(report):
         notes.append("finished %s with %s" % (report, importer))
         return report
     notes.append("QdstrmImporter could not finish %s (exit %s): %s" % (
-        leftover, out.returncode, out.stdout.decode(errors="replace").strip()[-300:]))
+        leftover, proc.returncode, said.decode(errors="replace").strip()[-300:]))
     return None

@@ -26,6 +26,7 @@ import sys
 import time
 
 try:  # as shipped by fleet, every module travels under a flat name
+    import fleet_agent_files as files
     import fleet_agent_gpus as nvml_gpus
     import fleet_agent_node as node
     import fleet_agent_owned as owned
@@ -33,8 +34,8 @@ try:  # as shipped by fleet, every module travels under a flat name
     import fleet_plan as planner
     import fleet_policy as policy
 except ImportError:  # as part of the installed package (tests, the local machine)
+    from . import files, node, owned, reports
     from . import gpus as nvml_gpus
-    from . import node, owned, reports
     from .. import plan as planner
     from .. import policy
 
@@ -162,8 +163,8 @@ def carry_out(plan, result, relay, stops, holder):
             lock = owned.GPULock(uuid)
             if not lock.acquire(plan.lock_wait):
                 h = lock.holder() or {}
-                code = refuse(result, "GPU %s is being profiled by pid %s (user %s)" % (
-                    uuid, h.get("pid", "?"), h.get("user", "?")))
+                code = refuse(result, "GPU %s is being profiled by pid %s (user %s: %s)" % (
+                    uuid, h.get("pid", "?"), h.get("user") or "?", h.get("command") or "?"))
                 return code
             locks.append(lock)
         if plan.sysctls:
@@ -184,7 +185,7 @@ def carry_out(plan, result, relay, stops, holder):
             if tenants:
                 code = refuse(result, *["tenant appeared since the probe: " + t for t in tenants])
                 return code
-        os.makedirs(os.path.dirname(plan.output), exist_ok=True)
+        result["notes"].extend("narrowed %s to 0700" % d for d in report_dirs(plan))
         if stops:  # cancelled, or a time limit near, before anything ran: start nothing
             result["status"] = "stopped"
             result["reasons"].append("told to stop (signal %d) before the profiler started" % stops[0])
@@ -249,6 +250,11 @@ def results_in(text):
     return found
 
 
+def report_dirs(plan):
+    """The run's report directories, the user's own and private, checked right before use."""
+    return files.private_dir(os.path.dirname(plan.output), root=os.path.dirname(plan.report_dir))
+
+
 def result_path(plan):
     return os.path.join(os.path.dirname(plan.output), "%s.result.json" % plan.host)
 
@@ -258,8 +264,8 @@ def emit(result, plan, relay, line=True):
     False when it could not be left where fleet reads it."""
     written = True
     try:
-        os.makedirs(os.path.dirname(plan.output), exist_ok=True)
-        owned.write_text(result_path(plan), frame(result))
+        report_dirs(plan)
+        files.write_private(result_path(plan), frame(result))
     except (OSError, TypeError, ValueError) as e:
         written = False
         result["notes"].append("could not write the result to %s: %s" % (result_path(plan), e))

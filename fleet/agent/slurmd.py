@@ -34,27 +34,31 @@ from __future__ import annotations
 import glob
 import json
 import os
+import select
+import signal
 import stat
 import syslog
 import time
 
 try:  # as shipped by fleet, every module travels under a flat name
+    import fleet_agent_files as files
     import fleet_agent_gpus as nvml_gpus
     import fleet_agent_node as node
     import fleet_agent_owned as owned
     import fleet_agent_reports as reports
     import fleet_policy as policy
 except ImportError:  # as part of the installed package
+    from . import files, node, owned, reports
     from . import gpus as nvml_gpus
-    from . import node, owned, reports
     from .. import policy
 
 REQUEST_NAME = "fleet-request.json"
 REQUEST_MAX = 65536
 REQUEST_KEYS = {"fleet": int, "run_id": str, "tool": str, "sysctls": list, "pause_dcgm": bool, "allow_own": bool,
-                "gpu_metrics": bool, "nsys": str}
+                "gpu_metrics": bool}
 DEFAULTS = {"owned_sysctls": {}, "jobs_dir": "/run/fleet/jobs", "state_dir": "/var/lib/fleet",
-            "log_file": "/var/log/fleet/slurm.log", "fail_closed": False, "pause_dcgm": False}
+            "log_file": "/var/log/fleet/slurm.log", "fail_closed": False, "pause_dcgm": False,
+            "qdstrm_importer": None, "finish_timeout": 120}
 VERDICT_ENV = "FLEET_PROLOG_VERDICT"
 
 
@@ -91,6 +95,12 @@ def load_config(path):
     for key in ("jobs_dir", "state_dir", "log_file"):
         if not isinstance(config[key], str) or not config[key].startswith("/"):
             raise ConfigError("%s: %s must be an absolute path" % (path, key))
+    importer = config["qdstrm_importer"]
+    if importer is not None and not (isinstance(importer, str) and importer.startswith("/")):
+        raise ConfigError("%s: qdstrm_importer must be an absolute path, or null to use the installed one" % path)
+    timeout = config["finish_timeout"]
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout <= 3600:
+        raise ConfigError("%s: finish_timeout must be a number of seconds from 1 to 3600" % path)
     return config
 
 
@@ -108,13 +118,16 @@ def job_of(env):
 
 # --- the job's request (untrusted) ---
 
-def as_user(job, fn):
-    """``fn()`` in a child that has become the job's user; its bytes back, or None."""
+def as_user(job, fn, timeout=30.0):
+    """``fn()`` in a child that has become the job's user; its bytes back, or None. The child
+    leads a process group of its own, which is killed whole at ``timeout`` and when it is done:
+    nothing it started outlives it."""
     read_end, write_end = os.pipe()
     pid = os.fork()
     if pid == 0:  # child: never returns
         code = 1
         try:
+            os.setpgid(0, 0)
             os.close(read_end)
             os.setgroups([])
             os.setgid(job["gid"])
@@ -127,16 +140,31 @@ def as_user(job, fn):
             code = 1
         finally:
             os._exit(code)
+    try:
+        os.setpgid(pid, pid)  # also here: the group exists before anything is killed
+    except OSError:
+        pass
     os.close(write_end)
-    chunks = []
-    while True:
-        chunk = os.read(read_end, 65536)
-        if not chunk:
-            break
-        chunks.append(chunk)
-    os.close(read_end)
-    _, status = os.waitpid(pid, 0)
-    return b"".join(chunks) if os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0 else None
+    chunks, deadline, timed_out = [], time.monotonic() + timeout, False
+    try:
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([read_end], [], [], left)[0]:
+                timed_out = True
+                break
+            chunk = os.read(read_end, 65536)
+            if not chunk:
+                break
+            chunks.append(chunk)
+    finally:
+        os.close(read_end)
+        try:
+            os.killpg(pid, signal.SIGKILL)  # whatever it left behind (or all of it, at the deadline)
+        except (ProcessLookupError, PermissionError):
+            pass
+        _, status = os.waitpid(pid, 0)
+    ok = not timed_out and os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
+    return b"".join(chunks) if ok else None
 
 
 def read_request(job):
@@ -197,7 +225,10 @@ def job_dir(config, job):
 def prolog(env, config):
     job = job_of(env)
     done = {"job": job["id"], "opted_in": False}
-    repaired = owned.repair(config["state_dir"])  # what an earlier job left behind
+    try:
+        repaired = owned.repair(config["state_dir"])  # what an earlier job left behind
+    except (owned.OwnedError, OSError) as e:  # a node whose state is unknown is not given to the next job
+        raise NodeFault("could not put the node back before job %s: %s" % (job["id"], e))
     if repaired["restored"] or repaired["dcgm_resumed"]:
         done["repaired"] = repaired
     request, ignored = read_request(job)
@@ -229,7 +260,8 @@ def prolog(env, config):
     if policy.dcgm_pause(state, chosen, request.get("pause_dcgm", False) and config["pause_dcgm"] is True, counters):
         owned.pause_dcgm(holder, config["state_dir"])
         done["dcgm"] = verdict["dcgm"] = "paused"
-    owned.write_json(os.path.join(marker, "verdict.json"), verdict)  # last: it says what was done
+    # Last: it says what was done. Readable by the job's ranks, which plan with it as the job's user.
+    files.write_private(os.path.join(marker, "verdict.json"), json.dumps(verdict), mode=0o644)
     done["tenants"] = verdict["tenants"]
     return done
 
@@ -240,35 +272,47 @@ def epilog(env, config):
     marker = os.path.join(config["jobs_dir"], job["id"])
     done = {"job": job["id"]}
     try:
-        done.update(owned.release(holder, config["state_dir"]))
-        done.update(owned.repair(config["state_dir"]))
+        done["released"] = owned.release(holder, config["state_dir"])
+        done["repaired"] = owned.repair(config["state_dir"])  # what other jobs that died left
     except (owned.OwnedError, OSError) as e:
         raise NodeFault("could not put the node back after job %s: %s" % (job["id"], e))
     if os.path.isdir(marker) and not os.path.islink(marker):
         request, _ = read_request(job)
-        if request and request.get("nsys"):
-            done["finished"] = finish_leftovers(job, request["nsys"])
+        if request and request.get("tool", "nsys") == "nsys":
+            done["finished"] = finish_leftovers(job, config)
         for name in os.listdir(marker):
             os.unlink(os.path.join(marker, name))
         os.rmdir(marker)
     return done
 
 
-def finish_leftovers(job, nsys):
-    """Reports nsys left unfinished under the job's directory, finished by the job's user
-    (also where an importer killed while writing the report left it empty)."""
+def finish_leftovers(job, config):
+    """Reports nsys left unfinished under the job's directory (also where an importer killed while
+    writing the report left it empty), finished by the job's user with the importer the node's
+    config names, never one the job chose, all of it within the config's ``finish_timeout``."""
+    importer = config["qdstrm_importer"] or reports.installed_importer()
+    why = files.root_owned_problem(importer) if importer else "no QdstrmImporter installed under /opt/nvidia"
+    if why:
+        return ["unfinished reports left as they are: %s" % why]
+    budget = float(config["finish_timeout"])
+    started = time.monotonic()
+
     def finish():
         notes = []
         for leftover in glob.glob(os.path.join(glob.escape(job["work_dir"]), "*", "*.qdstrm")):
             report = leftover[: -len(".qdstrm")] + ".nsys-rep"
+            left = budget - (time.monotonic() - started)
+            if left < 1:
+                notes.append("not finished, out of time: %s" % leftover)
+                continue
             if os.path.exists(report) and os.path.getsize(report) == 0:
                 os.unlink(report)
             if not os.path.exists(report):
-                reports.finish_qdstrm(nsys, leftover, notes)
+                reports.finish_qdstrm(importer, leftover, notes, timeout=left, own_group=False)
         return json.dumps(notes).encode()
 
-    out = as_user(job, finish)
-    return json.loads(out) if out else []
+    out = as_user(job, finish, timeout=budget + 5)
+    return json.loads(out) if out else ["finishing unfinished reports failed or ran out of time (%d s)" % budget]
 
 
 def task_prolog(env, config):

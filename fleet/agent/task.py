@@ -23,13 +23,13 @@ import sys
 from dataclasses import replace
 
 try:  # as shipped by fleet, every module travels under a flat name
+    import fleet_agent_files as files
     import fleet_agent_node as node
-    import fleet_agent_owned as owned
     import fleet_agent_run as run
     import fleet_plan as planner
     import fleet_policy as policy
 except ImportError:  # as part of the installed package
-    from . import node, owned, run
+    from . import files, node, run
     from .. import plan as planner
     from .. import policy
 
@@ -85,15 +85,15 @@ def plan_rank(args, env, label, command):
     return plan, context
 
 
-def refuse(plan, context):
+def refuse(plan, context, report_root):
     """No profiler, no workload: the refusal goes where fleet gathers results, and to the job's log."""
     result = dict(context, status="refused", host=plan.host, reasons=list(plan.reasons), remedy=plan.remedy,
                   tenants=[str(t) for t in plan.tenants], reports=[])
     sys.stderr.write("fleet: %s on %s refused, nothing was run: %s\n" % (
         plan.host, context["slurm_node"], "; ".join(plan.reasons)))
     try:
-        os.makedirs(context["directory"], exist_ok=True)
-        owned.write_text(os.path.join(context["directory"], "%s.result.json" % plan.host), run.frame(result))
+        files.private_dir(context["directory"], root=report_root)
+        files.write_private(os.path.join(context["directory"], "%s.result.json" % plan.host), run.frame(result))
     except OSError as e:
         sys.stderr.write("fleet: %s: could not write the refusal's result: %s\n" % (plan.host, e))
     return run.REFUSED_EXIT
@@ -118,5 +118,5 @@ def main(args, argv=None, env=None):
     plan, context = plan_rank(args, env, label, command)
     context["rank"] = rank
     if plan.status != "ok":
-        return refuse(plan, context)
+        return refuse(plan, context, args["report_dir"])
     return run.main({"plan": plan, "context": context, "result_line": False}, stops)

@@ -221,10 +221,14 @@ def slurm_group():
 @click.option("--log-file", default="/var/log/fleet/slurm.log", show_default=True)
 @click.option("--fail-closed", is_flag=True, help="Drain a node whose owned state cannot be put back.")
 @click.option("--pause-dcgm", is_flag=True, help="Let jobs ask for DCGM profiling to be paused (pre-Hopper).")
+@click.option("--qdstrm-importer", type=click.Path(), metavar="PATH",
+              help="The QdstrmImporter the epilog finishes reports with (root-owned; default: newest under /opt/nvidia).")
+@click.option("--finish-timeout", type=click.IntRange(1, 3600), default=120, show_default=True,
+              help="Seconds the epilog may spend finishing unfinished reports.")
 @click.option("--apply", "do_apply", is_flag=True, help="Write the files on this machine (as root).")
 @click.pass_obj
 def slurm_install(obj: Context, prefix, python_path, owned, cluster, jobs_dir, state_dir, log_file, fail_closed,
-                  pause_dcgm, do_apply):
+                  pause_dcgm, qdstrm_importer, finish_timeout, do_apply):
     """Print (or, with --apply, write) the slurm.conf lines, the wrapper scripts and the node config."""
     from ..slurm.install import NodeSetup, apply
 
@@ -234,7 +238,10 @@ def slurm_install(obj: Context, prefix, python_path, owned, cluster, jobs_dir, s
         if not sep or not name:
             fail(f"--owned-sysctl takes NAME=VALUE, not {item!r}")
         sysctls[name] = int(value) if value.lstrip("-").isdigit() else value
-    setup = NodeSetup(prefix, python_path, sysctls, jobs_dir, state_dir, log_file, fail_closed, pause_dcgm)
+    if qdstrm_importer and not qdstrm_importer.startswith("/"):
+        fail("--qdstrm-importer takes an absolute path (the epilog gets no PATH)")
+    setup = NodeSetup(prefix, python_path, sysctls, jobs_dir, state_dir, log_file, fail_closed, pause_dcgm,
+                      qdstrm_importer, finish_timeout)
     if do_apply:
         try:
             for path in apply(setup):

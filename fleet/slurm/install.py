@@ -29,6 +29,8 @@ class NodeSetup:
     log_file: str = "/var/log/fleet/slurm.log"
     fail_closed: bool = False
     pause_dcgm: bool = False
+    qdstrm_importer: str | None = None      # None: the newest under /opt/nvidia (root's installations)
+    finish_timeout: int = 120               # seconds the epilog may spend finishing reports
 
     @property
     def config_path(self) -> str:
@@ -36,7 +38,8 @@ class NodeSetup:
 
     def config(self) -> dict:
         return {"owned_sysctls": dict(self.owned_sysctls), "jobs_dir": self.jobs_dir, "state_dir": self.state_dir,
-                "log_file": self.log_file, "fail_closed": self.fail_closed, "pause_dcgm": self.pause_dcgm}
+                "log_file": self.log_file, "fail_closed": self.fail_closed, "pause_dcgm": self.pause_dcgm,
+                "qdstrm_importer": self.qdstrm_importer, "finish_timeout": self.finish_timeout}
 
     def wrapper(self, op: str) -> str:
         args = json.dumps({"mode": "slurmd", "op": op, "config": self.config_path}, separators=(",", ":"))

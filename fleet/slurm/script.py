@@ -76,8 +76,7 @@ def request_doc(req, files: JobFiles) -> dict:
     """What the job asks of a node's fleet prolog (``REQUEST_FILE`` in the run's directory): only
     *whether* to hold the owned sysctls and pause DCGM; the values are the node's own."""
     return {"fleet": 1, "run_id": req.run_id, "tool": req.tool, "allow_own": req.allow_own,
-            "sysctls": policy.held_sysctls(req.tool), "pause_dcgm": req.pause_dcgm, "gpu_metrics": req.gpu_metrics,
-            **({"nsys": files.tools["nsys"]} if files.tools.get("nsys") else {})}
+            "sysctls": policy.held_sysctls(req.tool), "pause_dcgm": req.pause_dcgm, "gpu_metrics": req.gpu_metrics}
 
 
 def sbatch_lines(req, spec: JobSpec, files: JobFiles) -> list[str]:

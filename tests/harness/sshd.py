@@ -167,10 +167,11 @@ class SSHCluster:
         shutil.rmtree(self.dir, ignore_errors=True)
 
     def scratch(self, name: str) -> Path:
-        """A directory the remote user can write to (pytest's tmp dirs are root-only)."""
+        """A directory the remote user can write to (pytest's tmp dirs are root-only), shared as
+        /tmp is: sticky, so fleet accepts it above the directories it writes."""
         d = self.dir / "scratch" / name
         d.mkdir(parents=True, exist_ok=True)
-        d.chmod(0o777)
+        d.chmod(0o1777)
         return d
 
     # --- client side ---
