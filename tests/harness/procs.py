@@ -1,5 +1,5 @@
-"""Processes a test started, found and stopped by their pids: never by name or pattern (pkill,
-killall), which reaches every matching process on the machine, other people's included."""
+"""Processes a test started, found and stopped by their pids: never by name or pattern, which
+reaches every matching process on the machine, other people's included."""
 
 from __future__ import annotations
 
