@@ -19,6 +19,7 @@ from typing import Any, Callable, Iterable
 
 import yaml
 
+from . import safenames
 from .hostlist import HostPatternError, expand, split_patterns
 
 __all__ = ["Host", "Inventory", "InventoryError", "TargetError", "load", "local_inventory", "VARIABLES"]
@@ -294,6 +295,11 @@ class _Builder:
             if "ansible_host" not in merged and not _HOSTNAME.match(name):
                 raise InventoryError(self.host_where[name],
                                      f"host {name!r} has no address: its name is not a host name and no ansible_host is set")
+            # Its name becomes folders and files (the store, the node's report and result): refused
+            # here, where the line can be named, also when ansible_host gives it an address.
+            problem = safenames.component_problem(name, "host name")
+            if problem:
+                raise InventoryError(self.host_where[name], problem)
             hosts[name] = Host(name, merged, tuple(g for g in in_groups if g != "all"), self.host_where[name])
         return Inventory(hosts, {g: [h for h in hosts if h in members[g]] for g in self.groups}, sources)
 

@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -14,6 +15,24 @@ from tests.harness import fakenvml
 from tests.harness.sshd import SSHCluster
 
 REPO = Path(__file__).resolve().parents[1]
+PARANOID = Path("/proc/sys/kernel/perf_event_paranoid")
+
+
+@contextmanager
+def perf_event_paranoid(value: str):
+    """kernel.perf_event_paranoid at ``value`` for some tests, and the value found put back
+    however they end (a failure, an error in set-up, Ctrl-C). Why it is changed at all: fleet's
+    owned-sysctl handling is tested against the real one. It is the kernel's, one for the whole
+    machine: no namespace holds a copy of it, so the tests cannot keep it to themselves, only put
+    it back. Two runs of the suite on one machine must therefore not overlap (run them one after
+    the other, e.g. under `flock`); the tests' other state (ports, sshd, files, processes) is
+    their own."""
+    original = PARANOID.read_text().strip()
+    try:
+        PARANOID.write_text(value)
+        yield original
+    finally:
+        PARANOID.write_text(original)
 
 
 def announce(config: pytest.Config, line: str) -> None:
@@ -37,11 +56,12 @@ def cluster(pytestconfig):
     announce(pytestconfig, "stopped the sshd hosts")
 
 
-def run_fleet(*args: str, env: dict | None = None, input: str | None = None, timeout: float = 120):
-    """The real command line, as a user would run it."""
+def run_fleet(*args: str, env: dict | None = None, input: str | None = None, timeout: float = 120,
+              prefix: tuple[str, ...] = ()):
+    """The real command line, as a user would run it (``prefix``: started through it, e.g. nsenter)."""
     full_env = {k: v for k, v in os.environ.items() if not k.startswith("FLEET_")}
     full_env.update(env or {})
-    return subprocess.run([sys.executable, "-m", "fleet", *args], env=full_env, input=input,
+    return subprocess.run([*prefix, sys.executable, "-m", "fleet", *args], env=full_env, input=input,
                           capture_output=True, text=True, timeout=timeout, cwd=REPO)
 
 

@@ -7,8 +7,8 @@ import os
 import pwd
 import shutil
 import signal
-import socket
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -156,6 +156,10 @@ def test_doctor_without_gpu_or_inventory_reports_no_nvml(tmp_path):
     assert {v["way"]: v["status"] for v in node["verdicts"]}["ncu"] == "refused"
 
 
+LISTEN_9400 = ("import socket, time; s = socket.socket(); s.bind(('0.0.0.0', 9400)); s.listen(); "
+               "print('listening', flush=True); time.sleep(600)")
+
+
 def test_local_probe_sees_mps_and_dcgm(tmp_path):
     lib = fakenvml.build(tmp_path / "lib")
     bindir = tmp_path / "bin"
@@ -164,25 +168,28 @@ def test_local_probe_sees_mps_and_dcgm(tmp_path):
         shutil.copy("/bin/sleep", bindir / name)  # real processes with the daemons' names
     procs = [spawn(None, [str(bindir / n), "300"]) for n in ("nvidia-cuda-mps-control", "nvidia-cuda-mps-server",
                                                              "nv-hostengine")]
-    listener = socket.socket()
+    # dcgm-exporter's port, 9400, in a network namespace of the test's own: the machine's port
+    # stays free for whatever else runs here, and fleet, started in that namespace, sees it.
+    listener = subprocess.Popen(["unshare", "--net", "--", sys.executable, "-c", LISTEN_9400],
+                                stdout=subprocess.PIPE, text=True)
+    in_namespace = ("nsenter", f"--net=/proc/{listener.pid}/ns/net", "--")
     try:
-        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        listener.bind(("127.0.0.1", 9400))
-        listener.listen()
+        assert listener.stdout.readline().strip() == "listening", "the namespace's listener did not start"
         scenario = tmp_path / "s.txt"
         fakenvml.write_scenario(scenario, {"gpus": [{"index": 0, "arch": 7, "processes": [
             {"kind": "compute", "pid": procs[1].pid, "mem": 10**8}]}]})
         env = local_env(fakenvml.env(lib, scenario))
-        out = run_fleet("probe", "--json", env=env)
+        out = run_fleet("probe", "--json", env=env, prefix=in_namespace)
         state = json.loads(out.stdout)["nodes"][0]["state"]
         assert state["mps"]["control_daemon"] == [procs[0].pid] and state["mps"]["servers"] == [procs[1].pid]
         assert state["dcgm"]["hostengine"] == [procs[2].pid]
         assert {"port": 9400, "usual_owner": "dcgm-exporter"} in state["dcgm"]["listening"]
-        doctor = json.loads(run_fleet("doctor", "--json", env=env).stdout)["nodes"][0]
+        doctor = json.loads(run_fleet("doctor", "--json", env=env, prefix=in_namespace).stdout)["nodes"][0]
         reasons = " ".join({v["way"]: v for v in doctor["verdicts"]}["ncu"]["reasons"])
         assert "MPS server" in reasons and "MPS control daemon" in reasons and "predate Hopper" in reasons
     finally:
-        listener.close()
+        listener.kill()  # by its pid: the process this test started
+        listener.wait()
         stop(procs)
 
 

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import os
+import signal
 import subprocess
 from pathlib import Path
 
@@ -14,6 +16,7 @@ from fleet.store.collect import fetch_verified
 from fleet.inventory import load
 from fleet.transport import Fanout
 from fleet.transport.settings import SSHSettings
+from tests.harness.procs import descendants
 
 
 def node_file(cluster, name: str, size: int) -> dict:
@@ -112,8 +115,14 @@ def test_the_connection_cut_mid_transfer_then_resumed_and_verified(cluster, tmp_
             while not partial.exists() or partial.stat().st_size < (4 << 20):
                 await asyncio.sleep(0.005)
                 assert not first.done(), first.result()
-            # Cut the connection on the server side: the sshd session serving it dies.
-            subprocess.run(["pkill", "-KILL", "-f", f"sshd: {cluster.user}"], check=False)
+            # Cut the connection on the server side: the sshd session serving it dies. Only the
+            # processes of this test's own sshd (h01's listener, by pid) are killed; other sshd
+            # sessions on the machine, of the same user or not, are left alone.
+            sessions = descendants(h01.pid)
+            assert sessions, "no sshd session below h01's listener"
+            for pid in sessions:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
             cut = await first
             got = partial.stat().st_size if partial.exists() else 0
             second = await fetch_verified(fan, host, report, dest)

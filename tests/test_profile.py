@@ -28,12 +28,15 @@ from fleet.transport import Fanout
 from fleet.transport.settings import SSHSettings
 from tests.conftest import REPO, announce, run_fleet
 from tests.harness import fakenvml
+from tests.harness.procs import kill_recorded
 from tests.harness.sshd import SSHCluster, ensure_user
 from tests.test_agent import TENANT_USER, spawn, stop
 from tests.test_transport import NASTY as NASTY_ARGS
 
 PARANOID = Path("/proc/sys/kernel/perf_event_paranoid")
-SUDOERS = Path("/etc/sudoers.d/fleet-tests")
+# The machine's sudoers gains a rule for this run's test user while the lab is up, in a file of
+# this run's own (sudo skips names with a '.', so the pid is joined with '-').
+SUDOERS = Path(f"/etc/sudoers.d/fleet-tests-{os.getpid()}")
 
 
 def wait_for(predicate, timeout=30.0):
@@ -76,7 +79,8 @@ def lab(pytestconfig):
         SUDOERS.write_text(f'Defaults:{c.user} env_keep += "FLEET_STATE_DIR FLEET_LOCK_DIR"\n'
                            f"{c.user} ALL=(root) NOPASSWD: /usr/bin/python3\n")
         SUDOERS.chmod(0o440)
-        PARANOID.write_text("3")  # as Debian ships it: CPU sampling blocked for users
+        PARANOID.write_text("3")  # as Debian ships it: CPU sampling blocked for users (put back below, as
+        # conftest.perf_event_paranoid does: the sysctl is the machine's, no namespace holds it)
         c.start()
         announce(pytestconfig, f"started {len(c.hosts)} sshd lab servers; perf_event_paranoid set to 3 "
                                f"for the tests (was {original})")
@@ -200,8 +204,10 @@ def test_fleet_killed_mid_run_still_leaves_the_node_as_it_was(lab):
 
 
 def test_an_agent_killed_on_the_node_is_repaired_by_fleet_repair(lab):
+    pidfile = lab["c"].scratch("workloads") / "repaired.pid"  # the workload's pid, written by itself
     proc = subprocess.Popen([sys.executable, "-m", "fleet", "profile", "--store", str(lab["out"]), "--hosts", "h01",
-                             "--", "sleep", "30.25"], env={**os.environ, **lab["c"].env()}, cwd=REPO,
+                             "--", "sh", "-c", 'echo $$ > "$0"; exec sleep 30.25', str(pidfile)],
+                            env={**os.environ, **lab["c"].env()}, cwd=REPO,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         wait_for(lambda: held_entries(lab).get("kernel.perf_event_paranoid"))
@@ -216,7 +222,7 @@ def test_an_agent_killed_on_the_node_is_repaired_by_fleet_repair(lab):
     finally:
         proc.kill()
         proc.wait()
-        subprocess.run(["pkill", "-x", "-f", "sleep 30.25"])  # exactly this test's workload
+        kill_recorded(pidfile, ["sleep", "30.25"])  # this test's workload, by its pid
 
 
 def test_two_concurrent_runs_restore_only_when_the_last_ends(lab):
@@ -258,10 +264,12 @@ def test_timeout_stops_nsys_with_sigterm_and_the_report_is_finished(lab):
 
 def test_an_nsys_killed_mid_run_leaves_a_qdstrm_that_fleet_finishes(lab):
     # SIGKILL to nsys itself; the workload lives on and keeps nsys's output open.
+    pidfile = lab["c"].scratch("workloads") / "outlives-nsys.pid"  # the workload's pid, written by itself
     try:
-        out = fleet(lab, "--hosts", "h01", "--json", "--", "sh", "-c", "kill -KILL $PPID; exec sleep 300.25")
+        out = fleet(lab, "--hosts", "h01", "--json", "--", "sh", "-c",
+                    'echo $$ > "$0"; kill -KILL $PPID; exec sleep 300.25', str(pidfile))
     finally:
-        subprocess.run(["pkill", "-x", "-f", "sleep 300.25"])  # exactly this test's workload
+        kill_recorded(pidfile, ["sleep", "300.25"])  # this test's workload, by its pid
     assert out.returncode == 0, out.stderr
     [run] = json.loads(out.stdout)["hosts"]
     assert any("left running" in n for n in run["result"]["notes"] if isinstance(n, str))

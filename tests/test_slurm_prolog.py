@@ -20,7 +20,7 @@ import pytest
 
 from fleet.agent import slurmd
 from fleet.agent.run import results_in
-from tests.conftest import announce, run_fleet
+from tests.conftest import announce, perf_event_paranoid, run_fleet
 from tests.harness.slurm import SlurmCluster
 from tests.harness.sshd import TEST_USER, ensure_user
 from tests.test_agent import TENANT_USER
@@ -32,10 +32,8 @@ OWNED = {"kernel.perf_event_paranoid": 2}
 
 @pytest.fixture(scope="module", autouse=True)
 def paranoid_3():
-    original = PARANOID.read_text().strip()
-    PARANOID.write_text("3")
-    yield
-    PARANOID.write_text(original)
+    with perf_event_paranoid("3"):  # the machine's value is put back however the tests end
+        yield
 
 
 @pytest.fixture

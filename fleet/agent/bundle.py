@@ -27,6 +27,7 @@ SHIPPED = {
     "pynvml": "pynvml",  # the NVML binding (nvidia-ml-py), third-party and pure Python
     "fleet_policy": "fleet.policy",
     "fleet_plan": "fleet.plan",
+    "fleet_safenames": "fleet.safenames",
     "fleet_agent_files": "fleet.agent.files",
     "fleet_agent_node": "fleet.agent.node",
     "fleet_agent_gpus": "fleet.agent.gpus",

@@ -33,11 +33,12 @@ try:  # as shipped by fleet, every module travels under a flat name
     import fleet_agent_reports as reports
     import fleet_plan as planner
     import fleet_policy as policy
+    import fleet_safenames as safenames
 except ImportError:  # as part of the installed package (tests, the local machine)
     from . import files, node, owned, reports
     from . import gpus as nvml_gpus
     from .. import plan as planner
-    from .. import policy
+    from .. import policy, safenames
 
 RESULT_MARK = "\x1e@@fleet-result@@ "
 REFUSED_EXIT = 5
@@ -140,6 +141,14 @@ def main(args, stops=None):
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, lambda s, f: stops.append(s))
     relay, code = Relay(), 1
+    problem = unsafe_paths(plan)
+    if problem:  # nothing is written: not the reports, not the result file beside them
+        result["reasons"].append(problem)
+        if args.get("result_line", True):
+            relay.write(sys.stdout.buffer, frame(result).encode(), ours=True)
+        else:
+            sys.stderr.write("fleet: %s\n" % problem)
+        return code
     try:
         code = carry_out(plan, result, relay, stops, holder)
     except Exception as e:  # a fault of the agent's own: reported as one, with the node put back
@@ -149,6 +158,21 @@ def main(args, stops=None):
         if not emit(result, plan, relay, line=args.get("result_line", True)) and code == 0:
             code = 1  # a finished run whose result is nowhere to be read has not done its job
     return code
+
+
+def unsafe_paths(plan):
+    """Why the plan would put a file outside its run's directory, or None. fleet checked the
+    names it made the plan of; the node checks again, as it may run as root, and these are the
+    paths it writes (the reports, and the result beside them)."""
+    problem = safenames.component_problem(plan.host, "the plan's host name")
+    if problem or not plan.output:
+        return problem
+    run_dir = os.path.normpath(plan.report_dir)
+    problem = safenames.component_problem(os.path.basename(plan.report_dir.rstrip("/")), "the plan's run id")
+    out_dir = os.path.normpath(os.path.dirname(plan.output))
+    if not problem and out_dir != run_dir and not out_dir.startswith(run_dir + os.sep):
+        problem = "the plan's output %r is not inside its run directory %s" % (plan.output, plan.report_dir)
+    return problem
 
 
 def carry_out(plan, result, relay, stops, holder):

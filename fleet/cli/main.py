@@ -18,14 +18,15 @@ from .slurm import cancel, jobs, slurm_group
 
 
 class _Group(click.Group):
-    """Turns inventory, target and store errors into one clear line and exit status 2."""
+    """Turns inventory, target, store and unsafe-name errors into one clear line and exit status 2."""
 
     def invoke(self, ctx: click.Context):
+        from ..safenames import UnsafeName
         from ..store import CatalogError
 
         try:
             return super().invoke(ctx)
-        except (InventoryError, TargetError, CatalogError) as e:
+        except (InventoryError, TargetError, CatalogError, UnsafeName) as e:
             fail(str(e))
 
 

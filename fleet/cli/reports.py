@@ -80,38 +80,40 @@ def reports_show(run_id, store_root, as_json):
 @store_option
 def reports_pull(run_id, dest, store_root):
     """Copy a run's reports out of the store into DEST/HOST/, checked against their sha256."""
-    import shutil
     from pathlib import Path
 
-    from ..store.collect import sha256_of
+    from .. import store
 
-    manifest = _manifest(store_root, run_id)
+    try:
+        pulled = store.pull(store.root(store_root), run_id, Path(dest))
+    except LookupError as e:
+        click.echo(f"fleet: {e}", err=True)
+        sys.exit(exitcodes.USAGE)
     code = exitcodes.OK
-    for h in manifest.hosts:
-        for r in h.reports:
-            if r.status == "missing":
-                continue
-            if not r.verified:  # a summary that did not come home: the run's reports are still whole
-                click.echo(f"{h.host}: {Path(r.stored).name} is not in the store ({r.error})", err=True)
-                continue
-            target = Path(dest) / h.host / Path(r.stored).name
-            target.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(r.stored, target)
-            ok = sha256_of(target) == r.sha256
-            code = code if ok else exitcodes.FAILED
-            click.echo(f"{target}{'' if ok else '  SHA256 MISMATCH: the stored copy is damaged'}")
+    for p in pulled:
+        if p.target is None:
+            click.echo(f"{p.host}: {p.problem}", err=True)
+        else:
+            click.echo(f"{p.target}" + (f"  {p.problem}" if p.problem else ""))
+        code = code if p.problem is None or p.missing else exitcodes.FAILED
     sys.exit(code)
 
 
 @reports.command("rm")
 @click.argument("run_id")
 @store_option
-def reports_rm(run_id, store_root):
-    """Delete a run's reports and manifest from the store and the catalog."""
+@click.option("--dry-run", is_flag=True, help="Say what would be removed; remove nothing.")
+def reports_rm(run_id, store_root, dry_run):
+    """Delete run RUN_ID (an exact id, never a pattern): its folder and its catalog rows."""
     from .. import store
 
-    _manifest(store_root, run_id)  # says so clearly when there is no such run
-    click.echo(f"removed {store.remove_run(store.root(store_root), run_id)}")
+    try:
+        gone = store.remove_run(store.root(store_root), run_id, dry_run=dry_run)
+    except LookupError as e:
+        click.echo(f"fleet: {e}", err=True)
+        sys.exit(exitcodes.USAGE)
+    click.echo(f"{'would remove' if dry_run else 'removed'} {gone.directory} ({gone.files} files, "
+               f"{gone.catalog_rows} catalog rows)")
 
 
 @reports.command("compare")

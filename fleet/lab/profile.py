@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
-from .. import containers, store
+from .. import containers, safenames, store
 from . import probe
 from ..agent import node
 from ..agent.bundle import bundle
@@ -77,6 +77,12 @@ class LineSink:
 async def plan_all(fan: "Fanout", hosts: list["Host"], req: ProfileRequest) -> dict[str, HostRun]:
     """Round trip 1: probe every node and plan (or refuse) the run there."""
     runs = {h.name: HostRun(h.name) for h in hosts}
+    # The inventory refuses such names when it is read; a host made some other way is kept off
+    # the nodes here, since its name becomes the report's, the result's and the store's paths.
+    unsafe = {h.name: why for h in hosts if (why := safenames.component_problem(h.name, "host name"))}
+    for name, why in unsafe.items():
+        runs[name].status, runs[name].error = "failed", why
+    hosts = [h for h in hosts if h.name not in unsafe]
     for h, r in zip(hosts, await probe.probe(fan, hosts, environment_check=False)):
         run = runs[h.name]
         if r.extra.get("state") is None:
@@ -117,7 +123,12 @@ async def bring_home(fan: "Fanout", via: "Host", to_fetch: list[dict], dest_dir:
         gathering.expect(sum(r["size"] for r in to_fetch))
     entries = []
     for report in to_fetch:
-        dest = dest_dir / os.path.basename(report["path"])
+        name = os.path.basename(str(report.get("path")))
+        problem = safenames.component_problem(name, "the report's file name")
+        if problem:  # named by the node (or, on Slurm, by a file the job could write): kept off the store
+            entries.append(ReportEntry(remote=str(report.get("path")), error=problem))
+            continue
+        dest = dest_dir / name
         entry = await fetch_verified(fan, via, report, dest, gathering.advance if gathering else None)
         if read_through:
             entry["read_through"] = via.name
@@ -160,8 +171,8 @@ async def run_planned(fan: "Fanout", hosts: list["Host"], runs: dict[str, HostRu
             run.status, run.error = "failed", "the agent said ok but named no report"
         via = readers.get(host.vars.get("shared_report_dir"), host)
         to_fetch = run.result.get("reports", []) + run.result.get("summaries", [])
-        run.reports += await bring_home(fan, via, to_fetch, out / host.name, gathering=gathering,
-                                        read_through=via is not host)
+        run.reports += await bring_home(fan, via, to_fetch, safenames.join(out, host.name, what="host name"),
+                                        gathering=gathering, read_through=via is not host)
         lost = [rep for rep in run.reports if not rep.verified and not is_summary(rep)]
         if lost:  # a summary that did not come home is recorded in its entry, and fails nothing
             run.status, run.error = "failed", "; ".join(rep.error or "" for rep in lost)
@@ -175,6 +186,7 @@ async def profile(fan: "Fanout", hosts: list["Host"], req: ProfileRequest, *, st
                   stop: asyncio.Event | None = None, gathering=None) -> RunManifest:
     """Probe, plan, run; the reports and the run's manifest go into the store. The manifest back
     (for ``dry_run``, one with every host's plan, in the store nowhere)."""
+    store.run_dir(store_root, site, req.run_id)  # a site that is no folder name stops here, before any node
     manifest = RunManifest.begin(req, site)
     runs = list((await plan_all(fan, hosts, req)).values())
     manifest.hosts = [entry_for(req, r) for r in runs]
@@ -216,7 +228,8 @@ async def gather(fan: "Fanout", hosts: dict[str, "Host"], store_root: Path, run_
         entry.reports = [rep for rep in entry.reports if rep.verified]
         have = {rep.remote for rep in entry.reports}
         missing = [rep for rep in result.get("reports", []) + result.get("summaries", []) if rep["path"] not in have]
-        entry.reports += await bring_home(fan, host, missing, path.parent / host.name)
+        entry.reports += await bring_home(fan, host, missing,
+                                          safenames.join(path.parent, host.name, what="host name"))
         reports = [r for r in entry.reports if not is_summary(r)]
         ok = result.get("status") == "ok" and reports and all(r.verified for r in reports)
         entry.status = "ok" if ok else entry.status

@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
-from .. import store
+from .. import safenames, store
 from ..agent.bundle import script as agent_script
 from ..store.collect import fetch_verified, is_summary
 from ..store.manifest import HostEntry, ReportEntry, RunManifest, SlurmInfo, run_status
@@ -151,13 +151,19 @@ async def gather(fan: "Fanout", client: SlurmClient, manifest: RunManifest, dire
     slurm.job_exit = int(marks["job.exit"]) if marks.get("job.exit", "").lstrip("-").isdigit() else None
     slurm.stopped_before_time_limit = "job.stopped" in marks
     log = f"slurm-{slurm.job_id}.out"
-    if "slurm" in marks:  # the job's log, slurm-JOBID.out
+    if "slurm" in marks and safenames.is_component(os.path.basename(marks["slurm"])):  # slurm-JOBID.out
         size, sha, path = marks["slurm"].split(" ", 2)
         slurm.log = ReportEntry.from_json(await fetch_verified(
             fan, client.login, {"path": path, "size": int(size), "sha256": sha}, directory / os.path.basename(path)))
 
     async def one(res: dict) -> HostEntry:
         entry = rank_entry(res)
+        # The node's name comes from a result file in the run directory, which the job can write:
+        # one that is not a folder name brings nothing home.
+        problem = safenames.component_problem(entry.host, "the node name in a rank's result")
+        if problem:
+            entry.host, entry.status, entry.missing_why = str(entry.host), "failed", problem
+            return entry
         # Written to node-local scratch, they now are in the run directory, under the same names.
         to_fetch = [dict(r, path=f"{slurm.run_dir}/{entry.host}/{os.path.basename(r['path'])}")
                     for r in (res.get("reports") or []) + (res.get("summaries") or [])]
@@ -176,6 +182,10 @@ async def gather(fan: "Fanout", client: SlurmClient, manifest: RunManifest, dire
     for line in marks["ray"]:  # Ray's workers, named worker-HOST-PID.nsys-rep (no rank, no agent)
         size, sha, path = line.split(" ", 2)
         node = os.path.basename(path).removesuffix(".nsys-rep")[len("worker-"):].rsplit("-", 1)[0] or "ray"
+        if not safenames.is_component(node):  # named by a file the job wrote
+            hosts.append(HostEntry(str(node), "failed", worker=os.path.basename(path),
+                                   missing_why=safenames.component_problem(node, "the Ray worker's node name")))
+            continue
         reports = await bring_home(fan, client.login, [{"path": path, "size": int(size), "sha256": sha}],
                                    directory / node)
         hosts.append(HostEntry(node, "ok" if reports[0].verified else "failed", worker=os.path.basename(path),
@@ -196,6 +206,7 @@ async def profile(fan: "Fanout", cluster: Cluster, req: ProfileRequest, spec: Jo
                   stop: asyncio.Event | None = None, on_state: Callable[[JobState], None] = lambda s: None,
                   gathering=None, client: SlurmClient | None = None) -> RunManifest:
     """The whole run; returns its manifest (for ``--dry-run``, one with the script and no job)."""
+    store.run_dir(store_root, site, req.run_id)  # a site that is no folder name stops here, before the cluster
     client = client or SlurmClient(fan, cluster.login)
     prep = await prepare(client, cluster, req, spec)
     manifest = new_manifest(req, cluster, prep, site)

@@ -17,8 +17,10 @@ import os
 import shutil
 import sqlite3
 from contextlib import closing
+from dataclasses import dataclass
 from pathlib import Path
 
+from .. import safenames
 from .manifest import ManifestError, RunManifest
 
 DEFAULT_ROOT = Path(os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share") / "fleet" / "store"
@@ -52,9 +54,20 @@ def root(explicit: str | os.PathLike | None = None) -> Path:
 
 
 def run_dir(store: Path, site: str, run_id: str) -> Path:
-    """``<site>/<YYYY-MM-DD>/<run-id>``: the day comes from the run id (YYYYMMDD-HHMMSS-xxxx)."""
-    day = f"{run_id[0:4]}-{run_id[4:6]}-{run_id[6:8]}"
+    """``<site>/<YYYY-MM-DD>/<run-id>``: the day comes from the run id (YYYYMMDD-HHMMSS-xxxx).
+    A site or run id that is not one path component is :class:`safenames.UnsafeName`."""
+    safenames.check_component(site, "the site")
+    safenames.check_component(run_id, "the run id")
+    day = f"{run_id[0:4]}-{run_id[4:6]}-{run_id[6:8]}"  # slices of a safe component, joined by '-': one too
     return store / site / day / run_id
+
+
+def check_run_id(run_id: str) -> str:
+    """A run id as a user typed it: exact, one path component, never a pattern (the rule has
+    no '*', '?' or '['), else a LookupError that says so."""
+    if not safenames.is_component(run_id):
+        raise LookupError(f"{safenames.component_problem(run_id, 'the run id')} (run ids are exact, never patterns)")
+    return run_id
 
 
 def write_manifest(directory: Path, manifest: RunManifest) -> Path:
@@ -210,26 +223,101 @@ def metric_history(store: Path, playbook: str, since: str | None = None) -> list
 
 
 def manifest_of(store: Path, run_id: str) -> Path:
-    """The manifest of a run, found through the catalog (or, failing that, on disk)."""
+    """The manifest of run ``run_id`` (exactly that id), found through the catalog (or, failing
+    that, on disk); a LookupError for an id that is not one, or names no run in this store."""
+    check_run_id(run_id)
     row = None
     if (store / "catalog.sqlite").exists():
         with closing(catalog(store)) as db:
             row = db.execute("SELECT manifest FROM runs WHERE run_id = ?", (run_id,)).fetchone()
-    if row and Path(row[0]).exists():
-        return Path(row[0])
-    found = list(store.glob(f"*/*/{run_id}/manifest.json"))
-    if not found:
-        raise LookupError(f"no run {run_id!r} in {store}")
-    return found[0]
+    # A catalog row is only a hint: the manifest must be in this store, in a folder named by the id.
+    # (The id was checked: it holds no glob character, so the pattern below matches it exactly.)
+    candidates = ([Path(row[0])] if row else []) + sorted(store.glob(f"*/*/{run_id}/manifest.json"))
+    for path in candidates:
+        if path.parent.name == run_id and _inside(store, path) and path.is_file():
+            return path
+    raise LookupError(f"no run {run_id!r} in {store}")
 
 
-def remove_run(store: Path, run_id: str) -> Path:
-    """Delete a run's folder and its catalog entries."""
+def _inside(store: Path, path: Path) -> bool:
+    try:
+        return path.resolve().is_relative_to(store.resolve())
+    except OSError:
+        return False
+
+
+@dataclass
+class Removal:
+    """What ``remove_run`` removed (or, for a dry run, would remove)."""
+    run_id: str
+    directory: Path
+    files: int
+    catalog_rows: int
+
+
+def remove_run(store: Path, run_id: str, *, dry_run: bool = False) -> Removal:
+    """Delete run ``run_id``'s folder and every catalog row of it, together: the rows go in a
+    transaction committed only once the folder is gone, so a folder that cannot be removed keeps
+    its rows (CatalogError says so)."""
     directory = manifest_of(store, run_id).parent
-    shutil.rmtree(directory)
-    with closing(catalog(store)) as db, db:
-        _forget(db, run_id)  # its kernels and metrics too: compare and the nightly trends forget it
-    return directory
+    files = sum(1 for p in directory.rglob("*") if not p.is_dir())
+    with closing(catalog(store)) as db:
+        rows = sum(db.execute(f"SELECT COUNT(*) FROM {table} WHERE run_id = ?", (run_id,)).fetchone()[0]
+                   for table in TABLES)
+        if dry_run:
+            return Removal(run_id, directory, files, rows)
+        try:
+            with db:
+                _forget(db, run_id)  # its kernels and metrics too: compare and the nightly trends forget it
+                shutil.rmtree(directory)
+        except OSError as e:
+            raise CatalogError(f"could not remove run {run_id} ({directory}): {e.strerror or e}; "
+                               f"its catalog rows are kept (`fleet reports reindex` matches them to what is left)") \
+                from None
+    return Removal(run_id, directory, files, rows)
+
+
+@dataclass
+class Pulled:
+    """One report of ``pull``: where its copy went (None: not copied), and what went wrong.
+    ``missing``: the run never brought it home (said, and fails nothing)."""
+    host: str
+    name: str
+    target: Path | None
+    problem: str | None = None
+    missing: bool = False
+
+
+def pull(store: Path, run_id: str, dest: Path) -> list[Pulled]:
+    """Copy run ``run_id``'s reports out of the store into ``dest/HOST/``, each checked against
+    its sha256. A host or file name in the manifest that is not one path component is not copied
+    (it would land outside ``dest``)."""
+    from .collect import sha256_of
+
+    done = []
+    for h in load_run(store, run_id).hosts:
+        for r in h.reports:
+            if r.status == "missing":
+                continue
+            name = Path(r.stored).name
+            if not r.verified:  # a summary that did not come home: the run's reports are still whole
+                done.append(Pulled(h.host, name, None, f"{name} is not in the store ({r.error})", missing=True))
+                continue
+            problem = (safenames.component_problem(h.host, "the host name")
+                       or safenames.component_problem(name, "the report's file name"))
+            if problem:
+                done.append(Pulled(h.host, name, None, f"{name!r} not copied: {problem}"))
+                continue
+            target = dest / h.host / name
+            try:
+                target.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(r.stored, target)
+            except OSError as e:
+                done.append(Pulled(h.host, name, None, f"{name} could not be copied: {e.strerror or e}"))
+                continue
+            ok = sha256_of(target) == r.sha256
+            done.append(Pulled(h.host, name, target, None if ok else "SHA256 MISMATCH: the stored copy is damaged"))
+    return done
 
 
 def kernel_rows(csv_path: Path) -> list[tuple[str, int, int]]:

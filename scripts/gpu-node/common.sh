@@ -4,15 +4,32 @@
 # Nsight Compute; NCU. Helpers: step, fleet_log (a fleet command's exact line, output and exit
 # status into a transcript), expect (PASS or FAIL for one transcript, appended to $RESULTS),
 # tenant_up/tenant_down (another user's CUDA process on GPU 0), gpu_idle, write_app, pack.
+# This run's own scratch (root's, 0711): no fixed /tmp path another user could plant or another
+# run could share. matrix.sh makes it once and its checks inherit it.
+if [ -z "${CHECK_TMP:-}" ]; then CHECK_TMP=$(mktemp -d /tmp/fleet-check.XXXXXX) && chmod 711 "$CHECK_TMP"; fi
+export CHECK_TMP
 PY=${PY:-/opt/torch/.venv/bin/python3}  # by full path: another user's python3 may be another one
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}  # wheels fleet needs (WHL, installed by matrix.sh) stay on it
-if [ -n "${DEPS:-}" ] && [ ! -e /tmp/dw/.unpacked ]; then
-  for f in "$DEPS"/*.deb; do dpkg -x "$f" /tmp/dw; done && touch /tmp/dw/.unpacked
+if [ -n "${DEPS:-}" ] && [ ! -e "$CHECK_TMP/dw/.unpacked" ]; then
+  for f in "$DEPS"/*.deb; do dpkg -x "$f" "$CHECK_TMP/dw"; done && touch "$CHECK_TMP/dw/.unpacked"
 fi
-[ -n "${DEPS:-}" ] && export LD_LIBRARY_PATH=/tmp/dw/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+[ -n "${DEPS:-}" ] && export LD_LIBRARY_PATH=$CHECK_TMP/dw/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 NSYS=$(ls /opt/nvidia/nsight-compute/*/host/target-linux-x64/nsys 2>/dev/null | head -1)
 NCU=${NCU:-/usr/local/cuda/bin/ncu}
 RESULTS=${RESULTS:-/dev/null}  # matrix.sh collects every check's PASS/FAIL lines here
+# descendants_named PID REGEX: the pids below PID (children, theirs, ...) whose command name
+# matches REGEX. The checks stop only processes their own commands started, never every nsys on
+# the node by name.
+descendants_named() {
+  local frontier=$1 found="" p
+  while [ -n "$frontier" ]; do
+    local next=""
+    for p in $frontier; do next+=" $(ps -o pid= --ppid "$p" | tr '\n' ' ')"; done
+    frontier=$(echo $next)
+    found+=" $frontier"
+  done
+  for p in $found; do ps -o comm= -p "$p" 2>/dev/null | grep -qxE "$2" && echo "$p"; done
+}
 step() { echo; echo "### $*   [${SECONDS}s into this check]"; }
 
 # q WORD...: the words as a shell would need them typed (quoted only where needed).
@@ -57,20 +74,21 @@ expect() {
   echo "$line"; echo "$line" >> "$RESULTS"
 }
 
-# Another user's CUDA process on GPU 0 (1 GiB), its pid in /tmp/fleet-tenant.pid, until tenant_down.
+# Another user's CUDA process on GPU 0 (1 GiB), its pid in $TENANT_PID, until tenant_down.
+TENANT_PID=$CHECK_TMP/tenant/pid
 tenant_up() {
   id tenant >/dev/null 2>&1 || useradd -m tenant
-  rm -f /tmp/fleet-tenant.pid
+  install -d -o tenant -m 700 "$CHECK_TMP/tenant"; rm -f "$TENANT_PID"
   su tenant -c "env -u PYTHONPATH $PY -c 'import os, time, torch
 x = torch.ones(1 << 28, device=\"cuda\"); torch.cuda.synchronize()
-open(\"/tmp/fleet-tenant.pid\", \"w\").write(str(os.getpid())); print(\"tenant up, pid\", os.getpid(), flush=True)
+open(\"$TENANT_PID\", \"w\").write(str(os.getpid())); print(\"tenant up, pid\", os.getpid(), flush=True)
 time.sleep(600)'" &
-  for _ in $(seq 1 60); do [ -s /tmp/fleet-tenant.pid ] && break; sleep 1; done
+  for _ in $(seq 1 60); do [ -s "$TENANT_PID" ] && break; sleep 1; done
   nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader
 }
 tenant_down() {
-  [ -s /tmp/fleet-tenant.pid ] && kill "$(cat /tmp/fleet-tenant.pid)" && echo "tenant pid $(cat /tmp/fleet-tenant.pid) stopped"
-  rm -f /tmp/fleet-tenant.pid
+  [ -s "$TENANT_PID" ] && kill "$(cat "$TENANT_PID")" && echo "tenant pid $(cat "$TENANT_PID") stopped"
+  rm -f "$TENANT_PID"
   gpu_idle
 }
 # gpu_idle [SECONDS]: wait until no process is on the GPUs (default 40 s); say who is left if not.

@@ -20,11 +20,12 @@ OUT=$(abs "${OUT:-/tmp/fleet-matrix}"); WHL=$(abs "${WHL:-.h200/whl}"); DEPS=$(a
 BUDGET=${BUDGET:-500}; CHECKS=${CHECKS:-probe profile namespace metrics slurm}
 export OUT DEPS PYTHONUNBUFFERED=1 RESULTS=$OUT/summary.txt
 mkdir -p "$OUT"; : > "$RESULTS"
-SITE=/tmp/fleet-site
+CHECK_TMP=$(mktemp -d /tmp/fleet-check.XXXXXX) && chmod 711 "$CHECK_TMP"; export CHECK_TMP  # this run's own
+SITE=$CHECK_TMP/site  # on root's PYTHONPATH: never a fixed /tmp path another user could plant
 export PYTHONPATH=$SITE
 cd "$ROOT"
 . scripts/gpu-node/common.sh  # PY, PYTHONPATH=$ROOT:$SITE, nsys's importer libraries, helpers
-D=/tmp/fleet-matrix-setup; mkdir -p "$D"
+D=$CHECK_TMP/setup; mkdir -p "$D"
 note() { echo "$*"; echo "$*" >> "$RESULTS"; }
 
 run_check() {  # NAME NEED CAP: the check NAME-check.sh, if NEED seconds are left, for at most CAP
@@ -38,7 +39,7 @@ run_check() {  # NAME NEED CAP: the check NAME-check.sh, if NEED seconds are lef
   t=$SECONDS
   timeout -k 10 "$limit" bash "$HERE/$name-check.sh"; rc=$?
   [ "$rc" = 124 ] || [ "$rc" = 137 ] && note "FAIL  $name-check: stopped at its ${limit}s limit"
-  [ -s /tmp/fleet-tenant.pid ] && kill "$(cat /tmp/fleet-tenant.pid)" 2>/dev/null  # a check cut short
+  [ -s "$TENANT_PID" ] && kill "$(cat "$TENANT_PID")" 2>/dev/null  # a check cut short: its tenant, by pid
   pack "$OUT" "$name-check"  # if its own exit did not
   note "TIME  $name-check: $((SECONDS - t))s (exit $rc)"
 }

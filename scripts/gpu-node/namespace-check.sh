@@ -43,12 +43,12 @@ gpu_idle
 
 step "fleet on the host, another user's CUDA process inside a PID namespace"
 id tenant >/dev/null 2>&1 || useradd -m tenant
-rm -f /tmp/fleet-tenant-ns.ready
+install -d -o tenant -m 700 "$CHECK_TMP/tenant"; rm -f "$CHECK_TMP/tenant/ns.ready"
 unshare --pid --fork --kill-child --mount-proc su tenant -c "env -u PYTHONPATH $PY -c 'import time, torch
 x = torch.ones(1 << 28, device=\"cuda\"); torch.cuda.synchronize()
-open(\"/tmp/fleet-tenant-ns.ready\", \"w\").write(\"up\"); time.sleep(120)'" &
+open(\"$CHECK_TMP/tenant/ns.ready\", \"w\").write(\"up\"); time.sleep(120)'" &
 NS_TENANT=$!
-for _ in $(seq 1 60); do [ -s /tmp/fleet-tenant-ns.ready ] && break; sleep 1; done
+for _ in $(seq 1 60); do [ -s "$CHECK_TMP/tenant/ns.ready" ] && break; sleep 1; done
 fleet_log 3-probe-host.txt probe
 fleet_log 3-ncu-host.txt profile --hosts localhost --tool ncu --gpu 0 -- "$PY" "$APP" 1
 expect "namespace: from the host, a tenant inside a namespace is named" "$D/3-probe-host.txt" 0 "FOREIGN" "tenant"
@@ -69,6 +69,6 @@ except nv.NVMLError as e: print("samples:", e)
 print("/proc/%d/status NSpid:" % child.pid, [l for l in open("/proc/%d/status" % child.pid) if l.startswith("NSpid")])
 child.kill()'; echo "(exit status $?)"; } > "$D/4-measured-own-process-in-ns.txt" 2>&1
 cat "$D/4-measured-own-process-in-ns.txt"
-kill "$NS_TENANT" 2>/dev/null; wait "$NS_TENANT" 2>/dev/null; rm -f /tmp/fleet-tenant-ns.ready
+kill "$NS_TENANT" 2>/dev/null; wait "$NS_TENANT" 2>/dev/null; rm -f "$CHECK_TMP/tenant/ns.ready"
 gpu_idle
 } 2>&1 | tee "$D/transcript.txt"

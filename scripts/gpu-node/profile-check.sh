@@ -60,15 +60,13 @@ fi
 if has killed; then
 step "nsys SIGKILLed while it generates the report: fleet finishes the .qdstrm"
 F=$D/5-nsys-killed-generating.txt
-BEFORE=" $(pgrep -x 'nsys|QdstrmImporter' | tr '\n' ' ')"  # an earlier run's nsys may linger: not ours
 ( echo "\$ $(q "$PY" -m fleet profile --hosts localhost --gpu 0 --store "$STORE" -X --trace=cuda,nvtx -- "$PY" "$APP" 10)  (nsys and its importer SIGKILLed once it prints 'Generating')"
   PYTHONUNBUFFERED=1 "$PY" -m fleet profile --hosts localhost --gpu 0 --store "$STORE" -X --trace=cuda,nvtx -- "$PY" "$APP" 10
   echo "(exit status $?)" ) > "$F" 2>&1 &
 RUN=$!
 for _ in $(seq 1 1200); do grep -q "^Generating '" "$F" && break; kill -0 "$RUN" 2>/dev/null || break; sleep 0.05; done
-PIDS=""; for p in $(pgrep -x 'nsys|QdstrmImporter'); do [[ $BEFORE == *" $p "* ]] || PIDS+="$p "; done
-PIDS=${PIDS% }
-{ echo "processes at 'Generating' (nsys before this run: ${BEFORE# })"; [ -n "$PIDS" ] && ps -o pid,ppid,args -p "${PIDS// /,}" | cut -c1-160
+PIDS=$(descendants_named "$RUN" 'nsys|QdstrmImporter' | tr '\n' ' '); PIDS=${PIDS% }  # this run's only
+{ echo "processes at 'Generating' (those below this run's fleet)"; [ -n "$PIDS" ] && ps -o pid,ppid,args -p "${PIDS// /,}" | cut -c1-160
   echo "SIGKILL to ${PIDS:-none}"; } > "$F.kill"
 [ -n "$PIDS" ] && kill -KILL $PIDS
 wait "$RUN"; cat "$F.kill" >> "$F"; rm -f "$F.kill"; cat "$F"
@@ -77,12 +75,12 @@ gpu_idle
 
 step "nsys SIGKILLed while collecting: nsys 2025.3 cannot finish that data, fleet says so"
 F=$D/6-nsys-killed-collecting.txt
-BEFORE=" $(pgrep -x nsys | tr '\n' ' ')"
-( sleep 10; PIDS=""; for p in $(pgrep -x nsys); do [[ $BEFORE == *" $p "* ]] || PIDS+="$p "; done
-  echo "SIGKILL to nsys: ${PIDS:-none} (nsys before this run: ${BEFORE# })" > "$F.kill"; [ -n "$PIDS" ] && kill -KILL $PIDS ) &
+fleet_log 6-nsys-killed-collecting.txt profile --hosts localhost --gpu 0 --store "$STORE" -X --trace=cuda,nvtx -- "$PY" "$APP" 14 &
+RUN=$!
+( sleep 10; PIDS=$(descendants_named "$RUN" nsys | tr '\n' ' '); PIDS=${PIDS% }  # this run's nsys only
+  echo "SIGKILL to nsys: ${PIDS:-none} (those below this run's fleet)" > "$F.kill"; [ -n "$PIDS" ] && kill -KILL $PIDS ) &
 KILLER=$!
-fleet_log 6-nsys-killed-collecting.txt profile --hosts localhost --gpu 0 --store "$STORE" -X --trace=cuda,nvtx -- "$PY" "$APP" 14
-wait "$KILLER"; cat "$F.kill" >> "$F"; cat "$F.kill"; rm -f "$F.kill"
+wait "$RUN"; wait "$KILLER"; cat "$F.kill" >> "$F"; cat "$F.kill"; rm -f "$F.kill"
 expect "profile: nsys killed while collecting: failed, data kept, why said" "$F" 1 "nsys ended before writing its report"
 gpu_idle
 fi

@@ -58,6 +58,24 @@ class SSHHost:
         return self.dir / "sshd.log"
 
 
+def _free_loopback_net(n: int, port: int) -> str:
+    """A random 127.A.B whose first ``n`` addresses nothing listens on at ``port``: another run of
+    the tests on this machine (or anything else) keeps its own addresses."""
+    for _ in range(50):
+        net = f"127.{random.randint(100, 250)}.{random.randint(1, 200)}"
+        a, b = net.split(".")[1:3]
+        taken = False
+        for i in range(1, min(n, 250) + 1):
+            with socket.socket() as s:
+                s.settimeout(0.2)
+                if s.connect_ex((f"127.{a}.{b}.{i}", port)) == 0:
+                    taken = True
+                    break
+        if not taken:
+            return net
+    raise RuntimeError(f"no free loopback /24 for {n} sshd hosts on port {port}")
+
+
 class SSHCluster:
     """``n`` sshd hosts named h01.., started by :meth:`start`, stopped by :meth:`stop`."""
 
@@ -71,7 +89,7 @@ class SSHCluster:
         # Not under pytest's 0700 tmp: sshd reads authorized_keys as the user.
         self.dir = Path(tempfile.mkdtemp(prefix="fleet-sshd-"))
         self.dir.chmod(0o755)
-        net = net or f"127.{random.randint(100, 250)}.{random.randint(1, 200)}"
+        net = net or _free_loopback_net(n, port)
         a, b = net.split(".")[1:3]
         # 250 hosts per /24, then the next one: 127.A.B.1..250, 127.A.B+1.1..
         address = lambda i: f"127.{a}.{int(b) + (i - 1) // 250}.{(i - 1) % 250 + 1}"

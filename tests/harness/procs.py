@@ -1,0 +1,57 @@
+"""Processes a test started, found and stopped by their pids: never by name or pattern, which
+reaches every matching process on the machine, other people's included."""
+
+from __future__ import annotations
+
+import os
+import signal
+from pathlib import Path
+
+
+def children(pid: int) -> list[int]:
+    """The live children of ``pid``, read from /proc (each process's parent is in its stat)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            # The command name in parentheses may hold spaces: the fields after its ')' are fixed.
+            ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue  # gone meanwhile
+        if ppid == pid:
+            found.append(int(entry.name))
+    return found
+
+
+def descendants(pid: int) -> list[int]:
+    """Every live process below ``pid``: its children, theirs, and so on."""
+    found, frontier = [], [pid]
+    while frontier:
+        below = [c for p in frontier for c in children(p)]
+        found += below
+        frontier = below
+    return found
+
+
+def cmdline(pid: int) -> list[str]:
+    try:
+        return (Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0"))[:-1]
+    except OSError:
+        return []
+
+
+def kill_recorded(pidfile: Path, argv: list[str], sig: int = signal.SIGKILL) -> bool:
+    """Kill the process whose pid a test's workload wrote to ``pidfile`` (``echo $$ > FILE; exec
+    ...``), only if it still runs ``argv``: a pid reused since by another process is left alone."""
+    try:
+        pid = int(pidfile.read_text().strip())
+    except (OSError, ValueError):
+        return False
+    if cmdline(pid) != argv:
+        return False
+    try:
+        os.kill(pid, sig)
+    except ProcessLookupError:
+        return False
+    return True
