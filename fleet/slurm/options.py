@@ -136,15 +136,15 @@ def fit_stop_before(spec: "JobSpec") -> tuple["JobSpec", str | None]:
 
 # Each field of a JobSpec (and a playbook's target) that reaches an #SBATCH line, and its check.
 FIELDS = {
-    "partition": lambda v: name(v, "partition", many=True),
-    "account": lambda v: name(v, "account"),
-    "qos": lambda v: name(v, "qos"),
+    "partition": lambda v: name(v, "--partition", many=True),
+    "account": lambda v: name(v, "--account"),
+    "qos": lambda v: name(v, "--qos"),
     "time": time_seconds,
-    "gres": lambda v: resources(v, "gres", GRES_ITEM, "gpu:2 or gpu:h100:4"),
-    "gpus": lambda v: resources(str(v), "gpus", GPUS_ITEM, "4 or h100:4"),
-    "nodes": lambda v: count(v, "nodes"),
-    "ntasks": lambda v: count(v, "ntasks"),
-    "ntasks_per_node": lambda v: count(v, "ntasks-per-node"),
+    "gres": lambda v: resources(v, "--gres", GRES_ITEM, "gpu:2 or gpu:h100:4"),
+    "gpus": lambda v: resources(str(v), "--gpus", GPUS_ITEM, "4 or h100:4"),
+    "nodes": lambda v: count(v, "--nodes"),
+    "ntasks": lambda v: count(v, "--ntasks"),
+    "ntasks_per_node": lambda v: count(v, "--ntasks-per-node"),
 }
 
 
@@ -165,11 +165,11 @@ def checked(spec: "JobSpec") -> "JobSpec":
         sbatch_arg(arg)
     if spec.ranks is not None:
         if not spec.ranks or not all(isinstance(r, int) and not isinstance(r, bool) and r >= 0 for r in spec.ranks):
-            raise UnsafeValue(f"ranks: at least one rank, each 0 or more, not {list(spec.ranks)!r}")
+            raise UnsafeValue(f"--ranks: at least one rank, each 0 or more, not {list(spec.ranks)!r}")
         total = spec.ntasks or (spec.nodes or 1) * (spec.ntasks_per_node or 1)
         shaped_elsewhere = any(a.startswith("--ntasks") for a in spec.sbatch_args)  # --ntasks-per-gpu ...
         if spec.launcher == "srun" and not shaped_elsewhere and max(spec.ranks) >= total:
-            raise UnsafeValue(f"ranks: the job has {total} rank(s), 0 to {total - 1}; rank {max(spec.ranks)} "
+            raise UnsafeValue(f"--ranks: the job has {total} rank(s), 0 to {total - 1}; rank {max(spec.ranks)} "
                               f"would never be profiled")
     if spec.workdir is not None:
         check_text(spec.workdir, "--workdir")

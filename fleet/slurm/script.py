@@ -124,12 +124,13 @@ def render(req, spec: JobSpec, files: JobFiles) -> str:
     """The exact batch script ``fleet profile --partition`` submits (and ``--dry-run`` prints);
     UnsafeValue (fleet.safenames) for a value sbatch or bash would read as something else."""
     spec = options.checked(spec)
+    directives = sbatch_lines(req, spec, files)  # first: a bad value is named as the option it was given as
     agent = [files.python, f"{files.run_dir}/{AGENT_FILE}",
              json.dumps(task_args(req, spec, files), separators=(",", ":"), sort_keys=True)]
     launch = launchers.launch(spec.launcher, list(req.command), agent, files.run_dir, spec.container,
                               tool=req.tool, profiler_args=req.profiler_args)
     who = "every rank" if spec.ranks is None else "ranks " + ",".join(map(str, spec.ranks))
-    lines = ["#!/bin/bash", *sbatch_lines(req, spec, files),
+    lines = ["#!/bin/bash", *directives,
              f"# fleet run {req.run_id}: {req.tool} on {who} ({spec.launcher}); reports and results go to",
              f"# {files.run_dir}/NODE/rankN.*, and the job's exit status to job.exit.",
              "set -u",
