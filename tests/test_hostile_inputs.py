@@ -24,8 +24,11 @@ from fleet.slurm import jobs
 from fleet.slurm.script import JobFiles, JobSpec, render
 from fleet.store.manifest import RunManifest
 from tests.conftest import run_fleet
-from tests.test_slurm import fleet, hpc  # noqa: F401 (the module's own Slurm cluster)
-from tests.test_slurm_prolog import node  # noqa: F401 (a node's fleet files and a job user)
+from tests import test_slurm, test_slurm_prolog
+from tests.test_slurm import fleet
+
+hpc = test_slurm.hpc  # this module's own Slurm cluster, as test_slurm starts it
+node = test_slurm_prolog.node  # a node's fleet files and a job user
 
 FLEETS_OWN = ("--job-name", "--output", "--signal", "--chdir")
 UID0 = "gpu\n#SBATCH --uid=0"
@@ -49,17 +52,17 @@ def one_line_refusal(r: subprocess.CompletedProcess, *needles: str) -> None:
     assert all(n in r.stderr for n in needles), r.stderr
 
 
-def queue(hpc) -> list[str]:  # noqa: F811
+def queue(hpc) -> list[str]:
     return hpc.slurm.run("squeue", "-h", "-t", "all", "-o", "%i").stdout.split()
 
 
-def untouched(hpc, store_dir: Path, before_jobs: list[str], before_runs: set) -> None:  # noqa: F811
+def untouched(hpc, store_dir: Path, before_jobs: list[str], before_runs: set) -> None:
     assert queue(hpc) == before_jobs, "a job was submitted"
     assert set(hpc.runs.iterdir()) == before_runs, "a run directory was left on the login node"
     assert not list(store_dir.rglob("manifest.json*")), "a run was recorded"
 
 
-def inventory_with(hpc, tmp_path: Path, **login_vars) -> dict:  # noqa: F811
+def inventory_with(hpc, tmp_path: Path, **login_vars) -> dict:
     doc = yaml.safe_load(hpc.inventory.read_text())
     doc["all"]["children"]["cluster"]["hosts"]["h01"].update(login_vars)
     path = tmp_path / "inventory.yaml"
@@ -90,14 +93,14 @@ HOSTILE_OPTIONS = [
 
 
 @pytest.mark.parametrize("args,message", HOSTILE_OPTIONS, ids=[m for _, m in HOSTILE_OPTIONS])
-def test_a_hostile_slurm_option_is_refused_and_nothing_is_submitted(hpc, tmp_path, args, message):  # noqa: F811
+def test_a_hostile_slurm_option_is_refused_and_nothing_is_submitted(hpc, tmp_path, args, message):
     before_jobs, before_runs = queue(hpc), set(hpc.runs.iterdir())
     r = fleet(hpc, tmp_path, *args, "--", "true")
     one_line_refusal(r, message)
     untouched(hpc, tmp_path, before_jobs, before_runs)
 
 
-def test_a_hostile_report_dir_in_the_inventory_is_refused(hpc, tmp_path):  # noqa: F811
+def test_a_hostile_report_dir_in_the_inventory_is_refused(hpc, tmp_path):
     before_jobs, before_runs = queue(hpc), set(hpc.runs.iterdir())
     env = inventory_with(hpc, tmp_path, report_dir=f"{hpc.runs}/x\n#SBATCH --uid=0")
     r = run_fleet("profile", "--partition", "gpu", "--", "true", env=env)
@@ -108,7 +111,7 @@ def test_a_hostile_report_dir_in_the_inventory_is_refused(hpc, tmp_path):  # noq
 @pytest.mark.parametrize("key,value", [("partition", UID0), ("account", "a\nb"), ("time", "1\nid"),
                                        ("gres", "gpu:1\n#SBATCH --uid=0"), ("qos", "q;id"), ("gpus", "1\n2"),
                                        ("ranks", [-1]), ("nodes", 0), ("launcher", "bash")])
-def test_a_hostile_playbook_target_is_refused_with_its_line(hpc, tmp_path, key, value):  # noqa: F811
+def test_a_hostile_playbook_target_is_refused_with_its_line(hpc, tmp_path, key, value):
     pb = tmp_path / "pb.yaml"
     target = {"partition": "gpu", key: value}
     pb.write_text(yaml.safe_dump({"name": "pb", "target": target, "command": ["true"]}, default_style=None))
@@ -119,7 +122,7 @@ def test_a_hostile_playbook_target_is_refused_with_its_line(hpc, tmp_path, key, 
     untouched(hpc, tmp_path / "store", before_jobs, before_runs)
 
 
-def test_odd_but_valid_values_reach_sbatch_as_bash_reads_them(hpc, tmp_path):  # noqa: F811
+def test_odd_but_valid_values_reach_sbatch_as_bash_reads_them(hpc, tmp_path):
     """A report_dir with a space and a '#', and a --sbatch-arg value with spaces: quoted once, the
     script is valid bash, fleet's own options come before any command, and the real job's log
     lands where fleet said."""
@@ -166,13 +169,13 @@ def test_fleets_own_directives_come_before_any_command_whatever_the_options():
     (("--ranks", "-1"), "--ranks takes rank numbers"),
     (("--ntasks", "2", "--ranks", "0,5"), "rank 5 would never be profiled"),
 ])
-def test_values_that_mean_nothing_are_refused(hpc, tmp_path, args, message):  # noqa: F811
+def test_values_that_mean_nothing_are_refused(hpc, tmp_path, args, message):
     before_jobs, before_runs = queue(hpc), set(hpc.runs.iterdir())
     one_line_refusal(fleet(hpc, tmp_path, *args, "--", "true"), message)
     untouched(hpc, tmp_path, before_jobs, before_runs)
 
 
-def test_a_short_time_limit_shortens_the_default_stop_and_says_so(hpc, tmp_path):  # noqa: F811
+def test_a_short_time_limit_shortens_the_default_stop_and_says_so(hpc, tmp_path):
     r = fleet(hpc, tmp_path, "-t", "00:01:00", "--dry-run", "--", "true")
     assert r.returncode == 0, r.stderr
     assert "--signal=B:USR1@30" in sbatch_directives(r.stdout)
@@ -181,7 +184,7 @@ def test_a_short_time_limit_shortens_the_default_stop_and_says_so(hpc, tmp_path)
     assert "--signal=B:USR1@120" in sbatch_directives(r.stdout) and not r.stderr
 
 
-def test_a_rejected_sbatch_leaves_nothing_on_the_login_node_and_exits_2(hpc, tmp_path):  # noqa: F811
+def test_a_rejected_sbatch_leaves_nothing_on_the_login_node_and_exits_2(hpc, tmp_path):
     before_jobs, before_runs = queue(hpc), set(hpc.runs.iterdir())
     r = run_fleet("profile", "--partition", "nope", "--", "true", env={**hpc.env(), "FLEET_STORE": str(tmp_path)})
     one_line_refusal(r, "sbatch refused the job on h01", "invalid partition specified: nope")
@@ -190,7 +193,7 @@ def test_a_rejected_sbatch_leaves_nothing_on_the_login_node_and_exits_2(hpc, tmp
     assert json.loads(m.read_text())["slurm"]["state"] == "NOT SUBMITTED"
 
 
-def test_files_staged_for_a_job_are_dated_now(hpc, tmp_path):  # noqa: F811
+def test_files_staged_for_a_job_are_dated_now(hpc, tmp_path):
     start = time.time()
     r = fleet(hpc, tmp_path, "--", "true")
     assert r.returncode == 0, r.stderr + r.stdout
@@ -239,7 +242,7 @@ def test_a_full_store_keeps_the_last_manifest_whole_and_leaves_no_tmp(full_store
     assert not list(directory.glob("*.tmp")) and (directory / "host" / "report.nsys-rep").read_bytes() == b"report"
 
 
-def test_a_full_store_refuses_a_slurm_run_before_submitting_it(hpc, full_store):  # noqa: F811
+def test_a_full_store_refuses_a_slurm_run_before_submitting_it(hpc, full_store):
     fill(full_store)
     before_jobs, before_runs = queue(hpc), set(hpc.runs.iterdir())
     r = run_fleet("profile", "--partition", "gpu", "--", "true", env={**hpc.env(), "FLEET_STORE": str(full_store)})
@@ -275,7 +278,7 @@ def test_a_huge_range_on_the_command_line_is_one_line(cluster):
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and "27,000,000,000 host names" in r.stderr, r.stderr
 
 
-def test_a_deeply_nested_request_is_refused_in_one_line(node):  # noqa: F811
+def test_a_deeply_nested_request_is_refused_in_one_line(node):
     path = node["work"] / slurmd.REQUEST_NAME
     path.write_text("[" * slurmd.REQUEST_MAX)
     os.chown(path, node["user"].pw_uid, node["user"].pw_gid)
