@@ -21,22 +21,26 @@ class HostPatternError(ValueError):
     """A host pattern that cannot be expanded; the message says why."""
 
 
-def _numeric(start: str, end: str, step: int, pattern: str) -> list[str]:
+MAX_NAMES = 100_000  # one pattern's names at most: counted before any is made
+
+
+def _numeric(start: str, end: str, step: int, pattern: str) -> tuple[range, int]:
     lo, hi = int(start), int(end)
     if lo > hi:
         raise HostPatternError(f"range {start}..{end} in {pattern!r} runs backwards")
     width = len(start) if start.startswith("0") and len(start) > 1 else 0
-    return [str(i).zfill(width) for i in range(lo, hi + 1, step)]
+    return range(lo, hi + 1, step), width
 
 
-def _alpha(start: str, end: str, step: int, pattern: str) -> list[str]:
+def _alpha(start: str, end: str, step: int, pattern: str) -> tuple[range, None]:
     if start > end:
         raise HostPatternError(f"range {start}..{end} in {pattern!r} runs backwards")
-    return [chr(c) for c in range(ord(start), ord(end) + 1, step)]
+    return range(ord(start), ord(end) + 1, step), None
 
 
-def _expand_bracket(body: str, pattern: str) -> list[str]:
-    """The values of one bracket: ``01:16[:2]``, ``a:f`` or ``1-3,7``."""
+def _bracket_ranges(body: str, pattern: str) -> list[tuple[range, int | None]]:
+    """The ranges one bracket stands for, not yet expanded: ``01:16[:2]``, ``a:f`` or ``1-3,7``.
+    Each is (numbers, zero-padded width), or (code points, None) for letters."""
     if not body.strip():
         raise HostPatternError(f"empty range [] in {pattern!r}")
     if ":" in body:  # Ansible form: exactly one range, optional stride
@@ -50,37 +54,49 @@ def _expand_bracket(body: str, pattern: str) -> list[str]:
                 raise HostPatternError(f"bad stride {parts[2]!r} in {pattern!r}: a positive integer is needed")
             step = int(parts[2])
         if start.isdigit() and end.isdigit():
-            return _numeric(start, end, step, pattern)
+            return [_numeric(start, end, step, pattern)]
         if len(start) == len(end) == 1 and start.isalpha() and end.isalpha():
-            return _alpha(start, end, step, pattern)
+            return [_alpha(start, end, step, pattern)]
         raise HostPatternError(f"bad range [{body}] in {pattern!r}: both ends must be numbers or single letters")
-    values: list[str] = []  # Slurm form: comma-separated items and lo-hi ranges
+    ranges = []  # Slurm form: comma-separated items and lo-hi ranges
     for item in body.split(","):
         item = item.strip()
         if re.fullmatch(r"\d+", item):
-            values.append(item)
+            ranges.append(_numeric(item, item, 1, pattern))
         elif m := re.fullmatch(r"(\d+)-(\d+)", item):
-            values.extend(_numeric(m[1], m[2], 1, pattern))
+            ranges.append(_numeric(m[1], m[2], 1, pattern))
         else:
             raise HostPatternError(f"bad range item {item!r} in {pattern!r}: expected N or N-M")
-    return values
+    return ranges
+
+
+def _values(ranges: list[tuple[range, int | None]]) -> list[str]:
+    return [chr(i) if width is None else str(i).zfill(width) for r, width in ranges for i in r]
 
 
 def expand(pattern: str) -> list[str]:
-    """All host names a pattern stands for, in order, without duplicates."""
+    """All host names a pattern stands for, in order, without duplicates; at most ``MAX_NAMES``,
+    which is checked by multiplying the ranges' sizes before any name is made."""
     if not pattern or pattern.strip() != pattern:
         raise HostPatternError(f"bad host name {pattern!r}")
-    pieces: list[list[str]] = []
+    pieces: list[list[tuple[range, int | None]] | str] = []
     pos = 0
     for m in _BRACKET.finditer(pattern):
-        pieces.append([pattern[pos:m.start()]])
-        pieces.append(_expand_bracket(m[1], pattern))
+        pieces.append(pattern[pos:m.start()])
+        pieces.append(_bracket_ranges(m[1], pattern))
         pos = m.end()
     rest = pattern[pos:]
-    if "[" in rest or "]" in rest or any("[" in p[0] or "]" in p[0] for p in pieces[::2]):
+    if "[" in rest or "]" in rest or any("[" in p or "]" in p for p in pieces[::2]):
         raise HostPatternError(f"unbalanced bracket in {pattern!r}")
-    pieces.append([rest])
-    return list(dict.fromkeys("".join(p) for p in itertools.product(*pieces)))
+    pieces.append(rest)
+    total = 1
+    for piece in pieces[1::2]:
+        total *= sum(len(r) for r, _ in piece)
+    if total > MAX_NAMES:
+        raise HostPatternError(f"{pattern!r} stands for {total:,} host names, more than fleet expands "
+                               f"({MAX_NAMES:,}); name fewer")
+    words = [[p] if isinstance(p, str) else _values(p) for p in pieces]
+    return list(dict.fromkeys("".join(p) for p in itertools.product(*words)))
 
 
 def split_patterns(text: str) -> list[str]:

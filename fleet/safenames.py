@@ -1,7 +1,5 @@
-"""The one home of the rules for names that come from users, inventories, playbooks and jobs
-and that fleet turns into paths, job names and crontab words.
-
-Two rules, one the other's subset:
+"""The one home of the rules for untrusted strings (from users, inventories, playbooks and jobs)
+that fleet turns into paths, job names, crontab words and words of a batch script.
 
 - a *name* (playbooks, schedules): 1 to 64 letters, digits, '.', '_' or '-', not starting with
   '.' or '-'. It also becomes a job name and a crontab word, so it is kept short and plain.
@@ -10,24 +8,37 @@ Two rules, one the other's subset:
   longest DNS name), so every real inventory's host names pass. No '/', no leading '.' (so
   never '.' or '..'), no leading '-' (never read as an option), no control characters, never
   empty: joined under a directory, such a name stays one entry inside it.
+- every other value that reaches a batch script or a crontab line (a Slurm option, a path
+  from the inventory): no control characters, and written through :func:`quote`, the one
+  quoting function. Its words read the same to bash and to sbatch's ``#SBATCH`` parser, which
+  also takes '' and "" quotes but reads a backslash as an escape even inside them
+  (``sbatch_word``).
 
 Shipped to nodes with the agent (standard library, Python 3.8), where the agent checks the
 names in its plan again before it writes anything.
 """
 
+
 from __future__ import annotations
 
 import os
 import re
+import shlex
 
 SAFE_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,63}")
 RULE = "1 to 64 letters, digits, '.', '_' or '-', not starting with '.' or '-'"
+CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")  # C0 (newline, tab, CR, NUL...), DEL and C1
+
+
+class UnsafeValue(ValueError):
+    """A value that cannot go where it was meant to; the message names it and why."""
+
 
 PATH_COMPONENT = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._:-]{0,252}")
 COMPONENT_RULE = "1 to 253 letters, digits, '.', '_', '-' or ':', not starting with '.' or '-'"
 
 
-class UnsafeName(ValueError):
+class UnsafeName(UnsafeValue):
     """A name that cannot become one entry of a directory; ``str()`` is the one line to show."""
 
 
@@ -68,3 +79,36 @@ def _shown(name: object) -> str:
     """The name quoted, control characters escaped, cut to a length a one-line error can carry."""
     text = repr(name)
     return text if len(text) <= 80 else text[:77] + "..."
+
+
+def check_text(value: object, what: str) -> str:
+    """``value`` as one line of text, or UnsafeValue: a newline would start a new #SBATCH line,
+    shell command or crontab entry."""
+    text = str(value)
+    if m := CONTROL.search(text):
+        kind = "a newline" if m.group() in "\r\n" else f"control character {m.group()!r}"
+        raise UnsafeValue(f"{what}: {kind} in {text!r} (a value is one line of printable text)")
+    return text
+
+
+def quote(value: object, what: str = "a value", *, lines: bool = False) -> str:
+    """The one way a value reaches a batch script or a crontab line: one shell word. Control
+    characters are refused, except newlines and tabs where ``lines`` (the words of the user's
+    command, kept byte for byte inside single quotes, where bash takes them as they are)."""
+    text = str(value)
+    if lines:
+        if "\0" in text:
+            raise UnsafeValue(f"{what}: a NUL byte cannot be passed in {text!r}")
+    else:
+        check_text(text, what)
+    return shlex.quote(text)
+
+
+def sbatch_word(value: object, what: str) -> str:
+    """``quote`` for an ``#SBATCH`` line: sbatch reads a backslash as an escape even inside quotes,
+    and takes ' and " as quotes, so a value holding either is refused rather than read two ways."""
+    text = check_text(value, what)
+    if m := re.search(r"[\\'\"]", text):
+        raise UnsafeValue(f"{what}: {m.group()!r} in {text!r} would be read differently by sbatch's "
+                          f"#SBATCH parser and by bash")
+    return quote(text, what)

@@ -143,7 +143,7 @@ def test_dry_run_prints_the_exact_batch_script_and_submits_nothing(hpc, tmp_path
 def test_unknown_partition_gives_slurms_error(hpc, tmp_path):
     env = {**hpc.env(), "FLEET_STORE": str(tmp_path)}
     r = run_fleet("profile", "--partition", "nope", "--", "true", env=env)
-    assert r.returncode == 1
+    assert r.returncode == 2  # a usage error: Slurm refused the job's options
     assert "invalid partition specified: nope" in r.stderr
     m = manifest(tmp_path)
     assert m["status"] == "failed" and m["slurm"]["state"] == "NOT SUBMITTED"

@@ -269,6 +269,8 @@ def results_in(text):
             doc = json.loads(line)
         except ValueError:
             continue  # cut off: a result being written (files are renamed into place, so rare)
+        except RecursionError:
+            continue  # nested past Python's stack: no result fleet wrote (the job can write these files)
         if isinstance(doc, dict):
             found.append(doc)
     return found

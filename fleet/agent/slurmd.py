@@ -202,6 +202,8 @@ def read_request(job):
         doc = json.loads(raw[len(b"request:"):].decode("utf-8"))
     except ValueError as e:
         return None, "%s refused: not JSON (%s)" % (path, e)
+    except RecursionError:  # 64 KB of [[[[... is a valid size but nests past Python's stack
+        return None, "%s refused: nested too deeply" % path
     if not isinstance(doc, dict):
         return None, "%s refused: not a JSON object" % path
     request = {k: v for k, v in doc.items() if k in REQUEST_KEYS and isinstance(v, REQUEST_KEYS[k])}

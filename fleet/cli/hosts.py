@@ -163,17 +163,17 @@ def repair(obj: Context, targets, exclude, as_json):
             return await fan.each(hosts, lambda h: fan.run(h, probe_mod.agent_argv(h, {"mode": "repair"}),
                                                            input=payload))
 
-    results = asyncio.run(go())
+    results = [probe_mod.read_repair(h, r) for h, r in zip(hosts, asyncio.run(go()))]
     for h, r in zip(hosts, results):
-        doc = json.loads(r.stdout) if r.exit_status is not None and r.stdout.strip() else {"error": r.error}
         if as_json:
-            click.echo(json.dumps({"host": h.name, **doc}))
-        elif doc.get("error"):
-            click.echo(f"{h.name}: {doc['error']}", err=True)
+            click.echo(json.dumps({"host": h.name, **({"error": r.error} if r.error else
+                                                      {"value": r.extra["repair"]})}))
+        elif r.error:
+            click.echo(r.error if r.error.startswith(f"{h.name}:") else f"{h.name}: {r.error}", err=True)
         else:
-            done = doc["value"]
+            done = r.extra["repair"]
             restored = ", ".join(f"{k}={v}" for k, v in done["restored"].items()) or "nothing to put back"
-            click.echo(f"{h.name}: {restored}" + ("; DCGM profiling resumed" if done["dcgm_resumed"] else ""))
+            click.echo(f"{h.name}: {restored}" + ("; DCGM profiling resumed" if done.get("dcgm_resumed") else ""))
     sys.exit(exitcodes.for_results(results))
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import click
 
-from .. import __version__
+from .. import __version__, exitcodes
 from ..inventory import InventoryError, TargetError
 from .context import Context, fail
 from .hosts import doctor, exec_, hosts, inventory, probe, repair
@@ -18,16 +18,19 @@ from .slurm import cancel, jobs, slurm_group
 
 
 class _Group(click.Group):
-    """Turns inventory, target, store and unsafe-name errors into one clear line and exit status 2."""
+    """Turns inventory, target, store and unsafe-value errors into one clear line and exit status 2,
+    and a store that cannot be written into one line and exit status 1."""
 
     def invoke(self, ctx: click.Context):
-        from ..safenames import UnsafeName
-        from ..store import CatalogError
+        from ..safenames import UnsafeValue
+        from ..store import CatalogError, StoreWriteError
 
         try:
             return super().invoke(ctx)
-        except (InventoryError, TargetError, CatalogError, UnsafeName) as e:
+        except (InventoryError, TargetError, CatalogError, UnsafeValue) as e:
             fail(str(e))
+        except StoreWriteError as e:
+            fail(str(e), exitcodes.FAILED)
 
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})

@@ -29,7 +29,7 @@ def run_playbook(obj: Context, path: str, store_root, dry_run: bool, poll: float
     from ..nightly import run as nightly
     from .. import store
     from ..containers import ContainerError
-    from ..slurm.jobs import SlurmError
+    from ..slurm.jobs import SlurmError, SlurmRejected
 
     pb = _playbook(path)
 
@@ -40,6 +40,8 @@ def run_playbook(obj: Context, path: str, store_root, dry_run: bool, poll: float
 
     try:
         return asyncio.run(go())
+    except SlurmRejected as e:
+        fail(str(e), exitcodes.USAGE)
     except (SlurmError, ContainerError) as e:
         fail(str(e), exitcodes.FAILED)
 

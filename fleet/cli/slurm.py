@@ -36,8 +36,8 @@ SLURM_OPTIONS = [
                  show_default=True, help="What starts the ranks; the profiler goes in front of each worker."),
     click.option("--container-image", help="Run each task in this image (pyxis); Nsight is mounted read-only."),
     click.option("--apptainer", "apptainer_image", help="Run each task in this Apptainer image."),
-    click.option("--stop-before", type=int, default=120, show_default=True,
-                 help="Seconds before the time limit at which the profilers are stopped, reports finished."),
+    click.option("--stop-before", type=int, help="Seconds before the time limit at which the profilers are "
+                 "stopped, reports finished. Default: 120, or half a shorter --time."),
     click.option("--workdir", help="The job's working directory (default: here on the login node, else home)."),
     click.option("--no-wait", is_flag=True, help="Submit, print the job id and return; `fleet gather RUN` later."),
     click.option("--poll", type=float, default=5.0, show_default=True, help="Longest seconds between status calls."),
@@ -51,25 +51,24 @@ def slurm_options(f):
 
 
 def spec_from(opts: dict):
+    """The job's shape, every value checked (``UnsafeValue``: one line, exit 2), and a note when
+    the default stop time was shortened to fit ``--time``."""
     from ..containers import Container
+    from ..slurm import options
     from ..slurm.script import JobSpec
 
-    ranks = None
-    if opts.get("ranks"):
-        try:
-            ranks = tuple(sorted({int(r) for r in opts["ranks"].split(",") if r.strip()}))
-        except ValueError:
-            fail(f"--ranks takes rank numbers separated by commas, not {opts['ranks']!r}")
+    ranks = options.parse_ranks(opts["ranks"]) if opts.get("ranks") is not None else None
     if opts.get("container_image") and opts.get("apptainer_image"):
         fail("choose one of --container-image (pyxis) and --apptainer")
     container = (Container("pyxis", opts["container_image"]) if opts.get("container_image") else
                  Container("apptainer", opts["apptainer_image"]) if opts.get("apptainer_image") else None)
-    return JobSpec(partition=opts.get("partition"), nodes=opts.get("nodes"), ntasks=opts.get("ntasks"),
-                   ntasks_per_node=opts.get("ntasks_per_node"), gpus=opts.get("slurm_gpus"), gres=opts.get("gres"),
-                   time=opts.get("time_limit"), account=opts.get("account"), qos=opts.get("qos"),
-                   exclusive=opts.get("exclusive"), sbatch_args=tuple(opts.get("sbatch_args") or ()), ranks=ranks,
-                   launcher=opts.get("launcher") or "srun", stop_before=opts.get("stop_before") or 120,
-                   workdir=opts.get("workdir"), container=container)
+    raw = JobSpec(partition=opts.get("partition"), nodes=opts.get("nodes"), ntasks=opts.get("ntasks"),
+                  ntasks_per_node=opts.get("ntasks_per_node"), gpus=opts.get("slurm_gpus"), gres=opts.get("gres"),
+                  time=opts.get("time_limit"), account=opts.get("account"), qos=opts.get("qos"),
+                  exclusive=opts.get("exclusive"), sbatch_args=tuple(opts.get("sbatch_args") or ()), ranks=ranks,
+                  launcher=opts.get("launcher") or "srun", stop_before=opts.get("stop_before"),
+                  workdir=opts.get("workdir"), container=container)
+    return options.checked(raw), options.fit_stop_before(raw)[1]  # checked before the cluster is asked anything
 
 
 def _cluster(obj: Context, partition: str | None, name: str | None):
@@ -85,10 +84,12 @@ def profile_on_slurm(obj: Context, req: "ProfileRequest", opts: dict, *, store_r
     from ..containers import ContainerError
     from ..slurm import run as slurm_run
     from ..slurm import runs
-    from ..slurm.jobs import SlurmError
+    from ..slurm.jobs import SlurmError, SlurmRejected
 
+    spec, note = spec_from(opts)
     cluster = _cluster(obj, opts.get("partition"), opts.get("cluster"))
-    spec = spec_from(opts)
+    if note:
+        click.echo(f"fleet: {note}", err=True)
 
     def on_state(st):
         if not as_json:
@@ -107,6 +108,8 @@ def profile_on_slurm(obj: Context, req: "ProfileRequest", opts: dict, *, store_r
 
     try:
         manifest = asyncio.run(go())
+    except SlurmRejected as e:
+        fail(str(e), exitcodes.USAGE)
     except (SlurmError, ContainerError) as e:
         fail(str(e), exitcodes.FAILED)
     except KeyboardInterrupt:

@@ -56,6 +56,29 @@ def read_state(host: "Host", r: Result) -> Result:
     return r
 
 
+def read_repair(host: "Host", r: Result) -> Result:
+    """``fleet repair``'s answer from the agent: ``r.extra['repair']`` (what was put back), or one
+    line in ``r.error``; the agent may print its own error, print nothing, or something else."""
+    if r.error and not r.reached:
+        return r
+    text = r.stdout.decode("utf-8", "replace").strip()
+    try:
+        doc = json.loads(text.splitlines()[-1]) if text else None
+    except (ValueError, RecursionError):
+        doc = None
+    done = doc.get("value") if isinstance(doc, dict) else None
+    if isinstance(doc, dict) and isinstance(doc.get("error"), str):
+        r.error, r.error_kind = f"{host.name}: {doc['error']}", "agent"
+    elif not isinstance(done, dict) or not isinstance(done.get("restored"), dict):
+        err = r.stderr.decode("utf-8", "replace").strip().splitlines()
+        why = err[-1] if err else f"it printed {text[:80]!r}" if text else "it printed nothing"
+        r.error, r.error_kind = (f"{host.name}: the agent gave no repair result (exit status "
+                                 f"{r.exit_status}): {why}"), "agent"
+    else:
+        r.extra["repair"] = done
+    return r
+
+
 async def probe(fan: "Fanout", hosts: list["Host"], *, owner_uid: int | None = None, environment_check: bool = True,
                 timeout: float = 120.0, on_result: Callable[[Result], None] | None = None) -> list[Result]:
     """One round trip per host; each Result carries ``extra['state']`` or an error."""

@@ -18,6 +18,9 @@ from typing import TYPE_CHECKING, Any
 
 from .. import safenames
 from ..inventory import InventoryError, read_yaml
+from ..safenames import UnsafeValue
+from ..slurm import options as slurm_options
+from ..slurm.launchers import LAUNCHERS
 
 if TYPE_CHECKING:
     from ..store.manifest import RunManifest
@@ -122,6 +125,15 @@ def load(path: str | Path) -> Playbook:
             raise _fail(path, target, key, "target: " + _unknown("key", key, TARGET_KEYS))
         if not isinstance(value, TARGET_KEYS[key]) or isinstance(value, bool):
             raise _fail(path, target, key, f"target.{key}: must be a {TARGET_KEYS[key].__name__}, not {value!r}")
+        try:  # what sbatch would not take, or would read as more #SBATCH lines or shell
+            slurm_options.check_field(key, value)
+            if key == "ranks":
+                slurm_options.parse_ranks(",".join(map(str, value)))
+        except UnsafeValue as e:
+            raise _fail(path, target, key, f"target.{key}: {e}") from None
+    if target.get("launcher", "srun") not in LAUNCHERS:
+        raise _fail(path, target, "launcher", f"target.launcher: one of {', '.join(LAUNCHERS)}, "
+                                              f"not {target['launcher']!r}")
     tool = doc.get("tool", "nsys")
     if tool not in ("nsys", "ncu"):
         raise _fail(path, doc, "tool", "tool must be nsys or ncu")

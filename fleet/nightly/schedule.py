@@ -19,7 +19,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shlex
 import shutil
 import subprocess
 import sys
@@ -57,11 +56,12 @@ def check_name(name: str) -> str:
 
 
 def quote(value) -> str:
-    """The one way a value reaches a crontab line or a batch script: one shell word, on one line."""
-    text = str(value)
-    if "\n" in text or "\r" in text or "\0" in text:
-        raise ScheduleError(f"a newline cannot go into a crontab line or batch script: {text!r}")
-    return shlex.quote(text)
+    """A value as one word of a crontab line or of the resubmitting job: fleet's one quoting
+    function (``safenames.quote``), its refusal a ScheduleError."""
+    try:
+        return safenames.quote(value, "a crontab line or batch script")
+    except safenames.UnsafeValue as e:
+        raise ScheduleError(str(e)) from None
 
 
 def every_seconds(text: str) -> int:

@@ -17,6 +17,7 @@ import io
 import json
 import re
 import tarfile
+import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -34,6 +35,15 @@ JSON_FILTERS_FROM = (23, 11)
 
 class SlurmError(RuntimeError):
     """A Slurm command failed; the message is Slurm's own."""
+
+
+class SlurmRejected(SlurmError):
+    """sbatch refused the job's options (an unknown partition, account or QOS, a shape no node has):
+    a usage error, nothing was left on the cluster."""
+
+
+# How sbatch says that the request itself is wrong, not that Slurm could not be reached.
+REJECTED = re.compile(r"invalid|unrecognized option|not available|violates|not permitted|denied", re.I)
 
 
 @dataclass
@@ -116,11 +126,12 @@ def parse_scontrol(text: str) -> JobState | None:
 
 
 def tar_of(files: dict[str, bytes]) -> bytes:
-    buf = io.BytesIO()
+    """The run's files, dated now: a scratch purge by age must not take them while the job is queued."""
+    buf, now = io.BytesIO(), time.time()
     with tarfile.open(fileobj=buf, mode="w") as tar:
         for name, data in files.items():
             info = tarfile.TarInfo(name)
-            info.size, info.mode = len(data), 0o644
+            info.size, info.mode, info.mtime = len(data), 0o644, now
             tar.addfile(info, io.BytesIO(data))
     return buf.getvalue()
 
@@ -159,9 +170,15 @@ class SlurmClient:
         return self.info
 
     async def submit(self, run_dir: str, files: dict[str, bytes], script: str) -> str:
-        """Put the run's files in place and sbatch the script, in one round trip; the job id."""
-        r = await self._sh("sbatch", 'set -e; umask 077; mkdir -p -- "$1"; cd -- "$1"; tar -x -f -; '
-                           'sbatch --parsable -- "$2"', run_dir, script, input=tar_of(files))
+        """Put the run's files in place and sbatch the script, in one round trip; the job id. The run
+        directory is made new here (a run id is never reused), so when sbatch refuses the job it goes
+        again, whole: nothing is left on the login node (SlurmRejected when the options were wrong)."""
+        r = await self._sh("sbatch", 'set -e; umask 077; mkdir -p -- "${1%/*}"; mkdir -- "$1"; cd -- "$1"; '
+                           'if tar -x -f - && sbatch --parsable -- "$2"; then exit 0; fi; '
+                           'cd /; rm -rf -- "$1"; exit 1', run_dir, script, input=tar_of(files))
+        if r.reached and r.exit_status not in (0, None) and REJECTED.search(r.stderr.decode(errors="replace")):
+            said = "; ".join(line.strip() for line in r.stderr.decode(errors="replace").splitlines() if line.strip())
+            raise SlurmRejected(f"sbatch refused the job on {self.login.name}: {said}; nothing was left there")
         out = self._check(r, "sbatch").strip()
         job = out.splitlines()[-1].split(";")[0] if out else ""
         if not job.isdigit():

@@ -15,6 +15,7 @@ import shlex
 from dataclasses import dataclass
 
 from ..containers import Container, ContainerError, slurm_words
+from ..safenames import quote
 from ..plan import profiler_args_error
 
 LAUNCHERS = ("srun", "torchrun", "mpirun", "ray")
@@ -63,14 +64,15 @@ def script_index(command: list[str], launcher: str) -> int:
 
 def launch(launcher: str, command: list[str], agent: list[str], run_dir: str, container: Container | None, *,
            tool: str = "nsys", profiler_args=()) -> Launch:
-    task = "FLEET_TASK=(" + " ".join(shlex.quote(w) for w in agent) + ")"
+    task = "FLEET_TASK=(" + " ".join(quote(w, "the agent's command (ansible_python_interpreter)")
+                                     for w in agent) + ")"
     inside = slurm_words(container, run_dir)
     srun_opts = inside if container and container.kind == "pyxis" else []
     prefix = inside if container and container.kind == "apptainer" else []
-    pre = " ".join(shlex.quote(w) for w in prefix)
+    pre = " ".join(quote(w, "the container") for w in prefix)
     pre = pre + " " if pre else ""
     if launcher == "srun":
-        opts = " ".join(shlex.quote(w) for w in srun_opts)
+        opts = " ".join(quote(w, "the container") for w in srun_opts)
         return Launch((task,), f"srun {opts + ' ' if opts else ''}{pre}\"${{FLEET_TASK[@]}}\" \"${{COMMAND[@]}}\"")
     if launcher in ("torchrun", "mpirun"):
         k = script_index(command, launcher)
@@ -84,7 +86,7 @@ def launch(launcher: str, command: list[str], agent: list[str], run_dir: str, co
         no_python = any(w in ("--no-python", "--no_python") for w in command[:k])
         python = "" if no_python else ("python3 -m " if modules else "python3 ")
         injected = f"{_slices(0, k, modules)} --no-python {pre}\"${{FLEET_TASK[@]}}\" {python}{program}"
-        opts = " ".join(shlex.quote(w) for w in srun_opts)
+        opts = " ".join(quote(w, "the container") for w in srun_opts)
         # One torchrun per node; it starts that node's workers.
         return Launch((task, f"LAUNCH=({injected})"),
                       f"srun --ntasks-per-node=1 --nodes=\"$SLURM_JOB_NUM_NODES\" {opts + ' ' if opts else ''}"
@@ -92,7 +94,7 @@ def launch(launcher: str, command: list[str], agent: list[str], run_dir: str, co
     if launcher == "ray":
         block = ray_runtime_env(run_dir, tool, profiler_args)
         return Launch(('mkdir -p -- "$RUN_DIR/ray"',
-                       f"export FLEET_RAY_RUNTIME_ENV={shlex.quote(json.dumps(block, sort_keys=True))}",
+                       f"export FLEET_RAY_RUNTIME_ENV={quote(json.dumps(block, sort_keys=True), 'Ray runtime_env')}",
                        "# Ray starts its own workers: pass this to ray.init(runtime_env=...) or to",
                        "# `ray job submit --runtime-env-json`; each worker's report is named by host and pid."),
                       "\"${COMMAND[@]}\"")

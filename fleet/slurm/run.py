@@ -24,7 +24,7 @@ from ..agent.bundle import script as agent_script
 from ..store.collect import fetch_verified, is_summary
 from ..store.manifest import HostEntry, ReportEntry, RunManifest, SlurmInfo, run_status
 from ..plan import ProfileRequest, profiler_args_error
-from . import launchers
+from . import launchers, options
 from ..lab.profile import bring_home
 from .cluster import Cluster
 from .jobs import JobState, SlurmClient, SlurmError
@@ -48,6 +48,7 @@ class Prepared:
 
 
 async def prepare(client: SlurmClient, cluster: Cluster, req: ProfileRequest, spec: JobSpec) -> Prepared:
+    spec = options.checked(spec)  # UnsafeValue before Slurm is asked anything
     info = await client.cluster_info()
     root = cluster.report_root(info.home)
     tools = {t: cluster.login.vars[f"{t}_path"] for t in ("nsys", "ncu") if cluster.login.vars.get(f"{t}_path")}

@@ -10,18 +10,22 @@ batch shell N seconds before the time limit (it reaches only that shell), and
 the trap sends SIGTERM to the job's steps with ``scancel``: every profiler
 then stops its application and finishes its report before Slurm's SIGTERM and
 SIGKILL at the limit. The job's exit status is left in ``job.exit``.
+
+Every value is checked against what sbatch takes (:mod:`.options`) and written
+through :func:`fleet.safenames.quote` before it reaches the script. fleet's own
+``#SBATCH`` lines come first: sbatch stops reading them at the first command.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import shlex
 from dataclasses import dataclass, field
 
 from ..containers import Container
 from .. import policy
-from . import launchers
+from ..safenames import quote, sbatch_word
+from . import launchers, options
 
 AGENT_FILE = "fleet-agent.py"
 SCRIPT_FILE = "job.sbatch"
@@ -44,7 +48,8 @@ class JobSpec:
     sbatch_args: tuple[str, ...] = ()       # passed through as further #SBATCH lines
     ranks: tuple[int, ...] | None = None    # None: every rank is profiled
     launcher: str = "srun"                  # srun | torchrun | mpirun | ray
-    stop_before: int = 120                  # seconds before the time limit the profilers are stopped
+    stop_before: int | None = None          # seconds before the time limit the profilers are stopped
+                                            # (None: 120, or half a shorter limit; options.fit_stop_before)
     workdir: str | None = None              # the job's working directory (default: the submitter's)
     container: Container | None = None
 
@@ -80,49 +85,56 @@ def request_doc(req, files: JobFiles) -> dict:
 
 
 def sbatch_lines(req, spec: JobSpec, files: JobFiles) -> list[str]:
-    opts: list[str] = [f"--job-name=fleet-{req.run_id}"]
+    """fleet's own options first, then the job's shape, then ``--sbatch-arg``: every value checked
+    (``options.checked``) and quoted, so each is one ``#SBATCH`` line that sbatch reads as bash would."""
+    spec = options.checked(spec)
+    run_dir = "the run directory (report_dir of the login host)"
+    # The job starts in the run's directory, where its request is: that is how a node's prolog
+    # (fleet slurm install) sees that the job opted in. The command runs in the workdir.
+    opts: list[str] = [f"--job-name={sbatch_word(f'fleet-{req.run_id}', 'the run id')}",
+                       f"--output={sbatch_word(f'{files.run_dir}/slurm-%j.out', run_dir)}",
+                       f"--signal=B:USR1@{spec.stop_before}", f"--chdir={sbatch_word(files.run_dir, run_dir)}"]
     for name, value in (("partition", spec.partition), ("nodes", spec.nodes), ("ntasks", spec.ntasks),
                         ("ntasks-per-node", spec.ntasks_per_node), ("gpus", spec.gpus), ("gres", spec.gres),
                         ("time", spec.time), ("account", spec.account), ("qos", spec.qos)):
         if value is not None:
-            opts.append(f"--{name}={value}")
-    # The job starts in the run's directory, where its request is: that is how a node's prolog
-    # (fleet slurm install) sees that the job opted in. The command runs in the workdir.
-    opts += [f"--output={files.run_dir}/slurm-%j.out", f"--signal=B:USR1@{spec.stop_before}",
-             f"--chdir={files.run_dir}"]
+            opts.append(f"--{name}={sbatch_word(value, f'--{name}')}")
     if policy.exclusive_node(spec.exclusive, req.uses_counters):
         opts.append("--exclusive")
-    opts += list(spec.sbatch_args)
+    opts += [sbatch_word(a, "--sbatch-arg") for a in spec.sbatch_args]
     return [f"#SBATCH {o}" for o in opts]
 
 
 def _array(name: str, words) -> str:
-    return f"{name}=(" + " ".join(shlex.quote(w) for w in words) + ")"
+    return f"{name}=(" + " ".join(quote(w, "the command", lines=True) for w in words) + ")"
 
 
 def _copy_back(files: JobFiles) -> list[str]:
     """One step on every node: its ranks' files from node-local scratch to the shared run directory
     (the scratch copy goes only once the copy succeeded)."""
-    scratch = shlex.quote(f"{files.scratch}/{os.path.basename(files.run_dir)}")
+    scratch = quote(f"{files.scratch}/{os.path.basename(files.run_dir)}", "slurm_scratch")
     return ["# Reports were written to node-local scratch: bring each node's to the shared run directory.",
             "srun --ntasks-per-node=1 --nodes=\"$SLURM_JOB_NUM_NODES\" --kill-on-bad-exit=0 sh -c "
-            + shlex.quote(f'd={scratch}/"$SLURMD_NODENAME"; [ ! -d "$d" ] || '
+            + quote(f'd={scratch}/"$SLURMD_NODENAME"; [ ! -d "$d" ] || '
                           f'{{ cp -a "$d" "$1"/ && rm -rf "$d"; }}') + ' sh "$RUN_DIR"']
 
 
 def render(req, spec: JobSpec, files: JobFiles) -> str:
-    """The exact batch script ``fleet profile --partition`` submits (and ``--dry-run`` prints)."""
+    """The exact batch script ``fleet profile --partition`` submits (and ``--dry-run`` prints);
+    UnsafeValue (fleet.safenames) for a value sbatch or bash would read as something else."""
+    spec = options.checked(spec)
+    directives = sbatch_lines(req, spec, files)  # first: a bad value is named as the option it was given as
     agent = [files.python, f"{files.run_dir}/{AGENT_FILE}",
              json.dumps(task_args(req, spec, files), separators=(",", ":"), sort_keys=True)]
     launch = launchers.launch(spec.launcher, list(req.command), agent, files.run_dir, spec.container,
                               tool=req.tool, profiler_args=req.profiler_args)
     who = "every rank" if spec.ranks is None else "ranks " + ",".join(map(str, spec.ranks))
-    lines = ["#!/bin/bash", *sbatch_lines(req, spec, files),
+    lines = ["#!/bin/bash", *directives,
              f"# fleet run {req.run_id}: {req.tool} on {who} ({spec.launcher}); reports and results go to",
              f"# {files.run_dir}/NODE/rankN.*, and the job's exit status to job.exit.",
              "set -u",
-             f"RUN_DIR={shlex.quote(files.run_dir)}",
-             *([f"cd -- {shlex.quote(spec.workdir)} || exit 1"] if spec.workdir else []),
+             f"RUN_DIR={quote(files.run_dir, 'the run directory')}",
+             *([f"cd -- {quote(spec.workdir, '--workdir')} || exit 1"] if spec.workdir else []),
              _array("COMMAND", req.command),
              *launch.setup,
              "",

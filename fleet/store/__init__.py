@@ -49,6 +49,10 @@ class CatalogError(Exception):
     """A catalog this fleet cannot use (written by a newer one), or a manifest in the store it cannot read."""
 
 
+class StoreWriteError(OSError):
+    """The store could not be written (full, read-only); the message names the run and where its reports are."""
+
+
 def root(explicit: str | os.PathLike | None = None) -> Path:
     return Path(explicit or os.environ.get("FLEET_STORE") or DEFAULT_ROOT)
 
@@ -71,12 +75,22 @@ def check_run_id(run_id: str) -> str:
 
 
 def write_manifest(directory: Path, manifest: RunManifest) -> Path:
-    """Atomically, so a reader never sees half a manifest."""
-    directory.mkdir(parents=True, exist_ok=True)
+    """Atomically, so a reader never sees half a manifest: the one before stays whole when the
+    write fails (a full store), and the half-written copy goes."""
     path = directory / "manifest.json"
     tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(manifest.to_json(), indent=1, default=str))
-    os.replace(tmp, path)
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        with open(tmp, "w") as f:
+            f.write(json.dumps(manifest.to_json(), indent=1, default=str))
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except OSError as e:
+        tmp.unlink(missing_ok=True)
+        kept = "its reports so far, and its last manifest, are" if path.exists() else "its reports (if any) are"
+        raise StoreWriteError(f"could not write the manifest of run {manifest.run_id} ({e.strerror or e}); "
+                              f"{kept} in {directory}") from None
     return path
 
 
@@ -90,7 +104,12 @@ def read_manifest(path: Path) -> RunManifest:
 def save(store: Path, manifest: RunManifest) -> Path:
     """Write a run's manifest into its folder and catalogue it; the folder back."""
     directory = run_dir(store, manifest.site, manifest.run_id)
-    record(store, write_manifest(directory, manifest))
+    path = write_manifest(directory, manifest)
+    try:
+        record(store, path)
+    except (OSError, sqlite3.Error) as e:  # the manifest is the truth: `fleet reports reindex` catches up
+        raise StoreWriteError(f"run {manifest.run_id} is saved in {directory}, but the catalog could not be "
+                              f"updated ({e}); run `fleet reports reindex` once there is room") from None
     return directory
 
 
