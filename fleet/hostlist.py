@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import itertools
 import re
+import string
 from typing import Iterable
 
 __all__ = ["HostPatternError", "expand", "fold", "split_patterns"]
@@ -30,9 +31,11 @@ def _numeric(start: str, end: str, step: int, pattern: str) -> list[str]:
 
 
 def _alpha(start: str, end: str, step: int, pattern: str) -> list[str]:
-    if start > end:
+    # Ansible counts letters in string.ascii_letters order: a..z then A..Z, so [y:B] is y z A B.
+    lo, hi = string.ascii_letters.index(start), string.ascii_letters.index(end)
+    if lo > hi:
         raise HostPatternError(f"range {start}..{end} in {pattern!r} runs backwards")
-    return [chr(c) for c in range(ord(start), ord(end) + 1, step)]
+    return list(string.ascii_letters[lo:hi + 1:step])
 
 
 def _expand_bracket(body: str, pattern: str) -> list[str]:
@@ -50,8 +53,11 @@ def _expand_bracket(body: str, pattern: str) -> list[str]:
                 raise HostPatternError(f"bad stride {parts[2]!r} in {pattern!r}: a positive integer is needed")
             step = int(parts[2])
         if start.isdigit() and end.isdigit():
+            if start.startswith("0") and len(start) > 1 and len(start) != len(end):
+                raise HostPatternError(f"bad range [{body}] in {pattern!r}: a zero-padded start needs an end "
+                                       "of the same width (as Ansible requires)")
             return _numeric(start, end, step, pattern)
-        if len(start) == len(end) == 1 and start.isalpha() and end.isalpha():
+        if len(start) == len(end) == 1 and start in string.ascii_letters and end in string.ascii_letters:
             return _alpha(start, end, step, pattern)
         raise HostPatternError(f"bad range [{body}] in {pattern!r}: both ends must be numbers or single letters")
     values: list[str] = []  # Slurm form: comma-separated items and lo-hi ranges
