@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import itertools
 import re
+import string
 from typing import Iterable
 
 __all__ = ["HostPatternError", "expand", "fold", "split_patterns"]
@@ -33,14 +34,16 @@ def _numeric(start: str, end: str, step: int, pattern: str) -> tuple[range, int]
 
 
 def _alpha(start: str, end: str, step: int, pattern: str) -> tuple[range, None]:
-    if start > end:
+    # Ansible counts letters in string.ascii_letters order: a..z then A..Z, so [y:B] is y z A B.
+    lo, hi = string.ascii_letters.index(start), string.ascii_letters.index(end)
+    if lo > hi:
         raise HostPatternError(f"range {start}..{end} in {pattern!r} runs backwards")
-    return range(ord(start), ord(end) + 1, step), None
+    return range(lo, hi + 1, step), None
 
 
 def _bracket_ranges(body: str, pattern: str) -> list[tuple[range, int | None]]:
     """The ranges one bracket stands for, not yet expanded: ``01:16[:2]``, ``a:f`` or ``1-3,7``.
-    Each is (numbers, zero-padded width), or (code points, None) for letters."""
+    Each is (numbers, zero-padded width), or (indices into string.ascii_letters, None) for letters."""
     if not body.strip():
         raise HostPatternError(f"empty range [] in {pattern!r}")
     if ":" in body:  # Ansible form: exactly one range, optional stride
@@ -54,8 +57,11 @@ def _bracket_ranges(body: str, pattern: str) -> list[tuple[range, int | None]]:
                 raise HostPatternError(f"bad stride {parts[2]!r} in {pattern!r}: a positive integer is needed")
             step = int(parts[2])
         if start.isdigit() and end.isdigit():
+            if start.startswith("0") and len(start) > 1 and len(start) != len(end):
+                raise HostPatternError(f"bad range [{body}] in {pattern!r}: a zero-padded start needs an end "
+                                       "of the same width (as Ansible requires)")
             return [_numeric(start, end, step, pattern)]
-        if len(start) == len(end) == 1 and start.isalpha() and end.isalpha():
+        if len(start) == len(end) == 1 and start in string.ascii_letters and end in string.ascii_letters:
             return [_alpha(start, end, step, pattern)]
         raise HostPatternError(f"bad range [{body}] in {pattern!r}: both ends must be numbers or single letters")
     ranges = []  # Slurm form: comma-separated items and lo-hi ranges
@@ -71,7 +77,7 @@ def _bracket_ranges(body: str, pattern: str) -> list[tuple[range, int | None]]:
 
 
 def _values(ranges: list[tuple[range, int | None]]) -> list[str]:
-    return [chr(i) if width is None else str(i).zfill(width) for r, width in ranges for i in r]
+    return [string.ascii_letters[i] if width is None else str(i).zfill(width) for r, width in ranges for i in r]
 
 
 def expand(pattern: str) -> list[str]:

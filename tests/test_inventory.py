@@ -136,7 +136,8 @@ BAD = [
     ("bad range", "all:\n  hosts:\n    ok1:\n    gpu[09:01]:\n", 4, "runs backwards"),
     ("cycle", "all:\n  children:\n    a:\n      children:\n        b:\n    b:\n      children:\n        a:\n",
      8, "cycle: a -> b -> a|cycle: b -> a -> b"),
-    ("no address", "all:\n  hosts:\n    my gpu box:\n      report_dir: /x\n", 3, "has no address"),
+    ("no address", "all:\n  hosts:\n    gpu-:\n      report_dir: /x\n", 3, "has no address"),
+    ("not a name", "all:\n  hosts:\n    my gpu box:\n      report_dir: /x\n", 3, "cannot name a folder or file"),
     ("bad port", "all:\n  hosts:\n    g1:\n      ansible_port: 70000\n", 4, "port number"),
     ("password", "all:\n  vars:\n    ansible_password: hunter2\n", 3, "passwords do not belong"),
     ("bad sysctl", "all:\n  vars:\n    owned_sysctls:\n      perf: 2\n", 3, "not a sysctl name"),
@@ -167,3 +168,97 @@ def test_without_inventory_fleet_means_this_machine(tmp_path):
     out = run_fleet("inventory", "list", "--json")
     doc = json.loads(out.stdout)
     assert len(doc["hosts"]) == 1 and doc["hosts"][0]["connection"] == "local"
+
+
+BAD_INI = [
+    ("unknown section type", "[gpu]\ng1\n[gpu:host]\n", 3, "unknown type 'host'"),
+    ("section with a space", "[gpu a]\n", 1, "invalid section"),
+    ("host word without =", "[gpu]\ng1 ansible_port\n", 2, "expected key=value"),
+    ("unclosed quote", "[gpu]\ng1 x='open\n", 2, "cannot split"),
+    ("vars line without =", "[gpu]\ng1\n[gpu:vars]\nreport_dir\n", 4, "expected key=value"),
+    ("vars for no group", "[gpu:vars]\nx=1\n", 1, "not defined"),
+    ("child never declared", "[gpu]\ng1\n[site:children]\ngpu\ngpuu\n", 5, "'gpuu', a group not declared"),
+    ("bad range", "[gpu]\ng[3:1]\n", 2, "runs backwards"),
+    ("port with nothing after", "[gpu]\ng1:\n", 2, "ends in ':'"),
+    ("typo'd variable", "[gpu]\ng1\n[gpu:vars]\nowned_syctls={}\n", 4, "did you mean 'owned_sysctls'"),
+    ("bad port inline", "[gpu]\ng1 ansible_ssh_port=70000\n", 2, "ansible_ssh_port: a port number"),
+    ("string for a flag", "[gpu]\ng1 remove_gathered_reports=true\n", 2, "write True or False"),
+    ("template", "[all:vars]\nansible_python_interpreter=\"{{ ansible_playbook_python }}\"\n", 2,
+     "does not evaluate Jinja templates"),
+    ("password", "[gpu]\ng1 ansible_become_password=x\n", 2, "passwords do not belong"),
+    ("yaml in ini", "[gpu]\n---\n", 2, "YAML"),
+    ("cycle", "[a:children]\nb\n[b:children]\na\n", 4, "cycle"),
+    ("group priority", "[gpu]\ng1\n[gpu:vars]\nansible_group_priority=high\n", 4, "whole number"),
+    ("path in host name", "[gpu]\n../etc ansible_host=10.0.0.1\n", 2, "cannot name a folder or file"),
+]
+
+
+@pytest.mark.parametrize("what,text,line,message", BAD_INI, ids=[b[0] for b in BAD_INI])
+def test_malformed_ini_inventory_names_file_and_line(tmp_path, what, text, line, message):
+    path = write(tmp_path, text, "hosts")
+    with pytest.raises(InventoryError, match=message) as e:
+        load([path])
+    assert e.value.where == f"{path}:{line}"
+    out = run_fleet("-i", str(path), "inventory", "check")
+    assert out.returncode == 2 and f"{path}:{line}:" in out.stderr and "Traceback" not in out.stderr
+
+
+VAULTED = """\
+all:
+  hosts:
+    g1:
+      secret: !vault |
+        $ANSIBLE_VAULT;1.1;AES256
+        3132
+"""
+
+
+@pytest.mark.parametrize("name,text,line,message", [
+    ("inv.yml", VAULTED, 4, "vault-encrypted value"),
+    ("inv.yml", "$ANSIBLE_VAULT;1.1;AES256\n6162\n", 1, "vault-encrypted file"),
+    ("hosts", "$ANSIBLE_VAULT;1.1;AES256\n6162\n", 1, "vault-encrypted file"),
+    ("inv.yml", "plugin: amazon.aws.aws_ec2\nregions: [x]\n", 1, "inventory plugin 'amazon.aws.aws_ec2'"),
+    ("hosts", "#!/usr/bin/env python3\nprint('{}')\n", 1, "inventory script"),
+    ("inv.json", '{"_meta": {"hostvars": {"g1": {"s": {"__ansible_vault": "$ANSIBLE_VAULT..."}}}},\n'
+                 ' "all": {"hosts": ["g1"]}}\n', 1, "vault-encrypted value"),
+    ("inv.json", '{"_meta": {"hostvars": {}},\n "gpu": {"hosts": "g1"}}\n', 2, "'hosts' of group 'gpu' must be a list"),
+], ids=["!vault", "vaulted yaml file", "vaulted ini file", "plugin config", "script", "vault in a listing",
+        "listing hosts"])
+def test_what_fleet_leaves_out_is_refused_naming_file_and_line(tmp_path, name, text, line, message):
+    path = write(tmp_path, text, name)
+    with pytest.raises(InventoryError, match=message) as e:
+        load([path])
+    assert e.value.where == f"{path}:{line}"
+
+
+def test_errors_in_vars_files_name_that_file_and_line(tmp_path):
+    write(tmp_path, "[gpu]\ng1\n", "hosts")
+    (tmp_path / "group_vars" / "gpu").mkdir(parents=True)
+    bad = write(tmp_path, "report_dir: /r\nansible_port: ssh\n", "group_vars/gpu/20-ports.yml")
+    with pytest.raises(InventoryError, match="ansible_port: a port number") as e:
+        load([tmp_path])
+    assert e.value.where == f"{bad}:2"
+    bad.write_text("- a list\n")
+    with pytest.raises(InventoryError, match="a vars file is a mapping") as e:
+        load([tmp_path])
+    assert e.value.where == f"{bad}:1"
+    bad.write_text("x: !vault |\n  $ANSIBLE_VAULT;1.1;AES256\n")
+    with pytest.raises(InventoryError, match="vault") as e:
+        load([tmp_path])
+    assert e.value.where == f"{bad}:1"
+
+
+def test_aliases_give_address_port_user_and_key_the_alias_winning_as_in_ansible(tmp_path):
+    inv = load([write(tmp_path, "[gpu]\ng1 ansible_host=a ansible_ssh_host=b ansible_ssh_port='2222' "
+                                "ansible_ssh_user=u ansible_private_key_file=~/.ssh/k\n", "hosts")])
+    h = inv.hosts["g1"]
+    assert (h.address, h.port, h.user, h.key_file) == ("b", 2222, "u", "~/.ssh/k")
+
+
+def test_an_ini_file_given_directly_lists_its_hosts(tmp_path):
+    path = write(tmp_path, "gx-07\n[gpu]\ngx-[01:03] ansible_port=2201\n[cluster:children]\ngpu\n", "hosts")
+    out = run_fleet("-i", str(path), "inventory", "list", "cluster,ungrouped", "--json")
+    assert out.returncode == 0, out.stderr
+    doc = json.loads(out.stdout)
+    assert [h["name"] for h in doc["hosts"]] == ["gx-01", "gx-02", "gx-03", "gx-07"]
+    assert doc["hosts"][0]["port"] == 2201 and doc["groups"]["ungrouped"] == ["gx-07"]

@@ -45,7 +45,7 @@ def inventory_list(obj: Context, targets, exclude, as_json):
 def inventory_check(obj: Context):
     """Validate the inventory; exit 2 naming file and line on the first error."""
     inv = obj.inventory
-    groups = [g for g in inv.groups if g != "all"]
+    groups = [g for g, hosts in inv.groups.items() if g != "all" and (hosts or g != "ungrouped")]
     click.echo(f"ok: {len(inv.hosts)} hosts in {len(groups)} groups ({', '.join(inv.sources)})")
 
 

@@ -71,7 +71,7 @@ class SSHTransport(Transport):
             opts["port"] = host.port
         if host.user:
             opts["username"] = host.user
-        if key := host.vars.get("ansible_ssh_private_key_file"):
+        if key := host.key_file:
             opts["client_keys"] = [os.path.expanduser(key)]
         return opts
 

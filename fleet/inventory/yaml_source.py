@@ -1,0 +1,191 @@
+"""YAML inventories (``all:``, ``hosts``, ``children``, ``vars``), and YAML read with line numbers.
+
+``read_yaml`` also serves vars files, the JSON ansible-inventory writes (JSON is YAML) and
+fleet's playbooks: every mapping remembers the line of each key, so an error names it.
+"""
+
+from __future__ import annotations
+
+import difflib
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from .builder import Builder
+from .model import InventoryError
+
+_GROUP_KEYS = ("hosts", "children", "vars")
+VAULT_HEADER = "$ANSIBLE_VAULT"
+
+
+class _Map(dict):
+    """A YAML mapping that remembers the line of itself and of each key."""
+
+    line: int = 0
+    lines: dict
+
+    def line_of(self, key: Any) -> int:
+        return self.lines.get(key, self.line)
+
+
+class _Loader(yaml.SafeLoader):
+    pass
+
+
+def _construct_map(loader: _Loader, node: yaml.MappingNode) -> _Map:
+    loader.flatten_mapping(node)
+    out = _Map()
+    out.line, out.lines = node.start_mark.line + 1, {}
+    for key_node, value_node in node.value:
+        key = loader.construct_object(key_node, deep=True)
+        if key in out:
+            raise InventoryError(f"{loader.name}:{key_node.start_mark.line + 1}",
+                                 f"{key!r} is given twice in one mapping")
+        out[key] = loader.construct_object(value_node, deep=True)
+        out.lines[key] = key_node.start_mark.line + 1
+    return out
+
+
+def _refuse_vault(loader: _Loader, node: yaml.Node) -> None:
+    raise InventoryError(f"{loader.name}:{node.start_mark.line + 1}",
+                         "a vault-encrypted value (!vault): fleet does not decrypt Ansible Vault "
+                         "(see 'What fleet leaves out' in docs/inventory.md)")
+
+
+def _unsafe(loader: _Loader, node: yaml.Node) -> Any:
+    # Ansible's !unsafe only keeps a value from being templated; fleet templates nothing.
+    if isinstance(node, yaml.ScalarNode):
+        return loader.construct_scalar(node)
+    if isinstance(node, yaml.SequenceNode):
+        return loader.construct_sequence(node, deep=True)
+    return _construct_map(loader, node)
+
+
+_Loader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_map)
+_Loader.add_constructor("!vault", _refuse_vault)
+_Loader.add_constructor("!unsafe", _unsafe)
+
+
+def read_text(file: Path) -> str:
+    """A file's text; a vault-encrypted file is refused here, whatever its format."""
+    try:
+        text = file.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise InventoryError(str(file), f"cannot read: {e}") from None
+    if text.startswith(VAULT_HEADER):
+        raise InventoryError(f"{file}:1", "a vault-encrypted file: fleet does not decrypt Ansible Vault "
+                                          "(see 'What fleet leaves out' in docs/inventory.md)")
+    return text
+
+
+def parse_yaml(text: str, file: Path) -> Any:
+    loader = _Loader(text)
+    loader.name = str(file)
+    try:
+        return loader.get_single_data()
+    except yaml.MarkedYAMLError as e:
+        mark = e.problem_mark or e.context_mark
+        line = mark.line + 1 if mark else 0
+        raise InventoryError(f"{file}:{line}", f"not valid YAML: {e.problem or e}") from None
+    except yaml.YAMLError as e:
+        raise InventoryError(str(file), f"not valid YAML: {e}") from None
+    finally:
+        loader.dispose()
+
+
+def read_yaml(file: Path) -> Any:
+    """A YAML file whose mappings remember their lines (``_Map``); errors name file and line."""
+    return parse_yaml(read_text(file), file)
+
+
+def is_mapping(doc: Any) -> bool:
+    return isinstance(doc, _Map)
+
+
+def read_inventory(doc: Any, file: str, builder: Builder) -> None:
+    """A YAML inventory: a mapping of groups."""
+    if doc is None:
+        return
+    if not isinstance(doc, _Map):
+        raise InventoryError(f"{file}:1", "an inventory is a mapping of groups (usually 'all:')")
+    if "plugin" in doc:
+        raise InventoryError(f"{file}:{doc.line_of('plugin')}",
+                             f"the configuration of the inventory plugin {doc['plugin']!r}: fleet does not run "
+                             "inventory plugins; give it what `ansible-inventory -i FILE --list` writes")
+    for name, body in doc.items():
+        _group(builder, name, body, file, doc.line_of(name))
+
+
+def _group(builder: Builder, name: Any, body: Any, file: str, line: int) -> None:
+    where = f"{file}:{line}"
+    builder.group(name, where)
+    if body is None:
+        return
+    if not isinstance(body, _Map):
+        raise InventoryError(where, f"group {name!r} must be a mapping of {', '.join(_GROUP_KEYS)}")
+    for key in body:
+        if key not in _GROUP_KEYS:
+            hint = difflib.get_close_matches(str(key), _GROUP_KEYS, n=1)
+            more = f"; did you mean {hint[0]!r}?" if hint else ""
+            raise InventoryError(f"{file}:{body.line_of(key)}",
+                                 f"unknown key {key!r} in group {name!r} (expected {', '.join(_GROUP_KEYS)}){more}")
+    for key in _GROUP_KEYS:
+        value = body.get(key)
+        if isinstance(value, str) and key != "vars":  # Ansible reads `hosts: h1` as one host
+            body[key] = value = _Map({value: None})
+            value.line, value.lines = body.line_of(key), {}
+        if value is not None and not isinstance(value, _Map):
+            raise InventoryError(f"{file}:{body.line_of(key)}", f"'{key}' of group {name!r} must be a mapping")
+    variables = body.get("vars") or _Map()
+    for key, value in variables.items():
+        builder.group_var(name, key, value, f"{file}:{variables.line_of(key)}")
+    hosts = body.get("hosts") or _Map()
+    for pattern, hvars in hosts.items():
+        hwhere = f"{file}:{hosts.line_of(pattern)}"
+        if hvars is not None and not isinstance(hvars, _Map):
+            raise InventoryError(hwhere, f"host {pattern!r} must map to its variables (or nothing)")
+        for host in builder.hosts(name, pattern, hwhere):
+            for key, value in (hvars or _Map()).items():
+                builder.host_var(host, key, value, f"{file}:{hvars.line_of(key)}")
+    children = body.get("children") or _Map()
+    for child, child_body in children.items():
+        cline = children.line_of(child)
+        _group(builder, child, child_body, file, cline)
+        builder.child(name, child, f"{file}:{cline}")
+
+
+def read_listing(doc: _Map, file: str, builder: Builder) -> None:
+    """What ``ansible-inventory --list`` writes (with or without ``--export``), read as Ansible's
+    script plugin reads it: groups list their hosts and children, ``_meta.hostvars`` the variables."""
+    meta = doc.get("_meta")
+    hostvars = meta.get("hostvars") if isinstance(meta, _Map) else None
+    if hostvars is not None and not isinstance(hostvars, _Map):
+        raise InventoryError(f"{file}:{meta.line_of('hostvars')}", "'_meta.hostvars' must be a mapping")
+    seen: dict[str, None] = {}
+    for name, body in doc.items():
+        if name == "_meta":
+            continue
+        where = f"{file}:{doc.line_of(name)}"
+        builder.group(name, where)
+        if isinstance(body, list):
+            body = {"hosts": body}
+        if not isinstance(body, dict):
+            raise InventoryError(where, f"group {name!r} must be a mapping of hosts, children, vars")
+        for key, kind in (("hosts", list), ("children", list), ("vars", dict)):
+            if body.get(key) is not None and not isinstance(body[key], kind):
+                at = f"{file}:{body.line_of(key)}" if isinstance(body, _Map) else where
+                raise InventoryError(at, f"'{key}' of group {name!r} must be a {kind.__name__}")
+        at = (lambda key: f"{file}:{body.line_of(key)}") if isinstance(body, _Map) else (lambda key: where)
+        for host in body.get("hosts") or []:
+            seen.update(dict.fromkeys(builder.hosts(name, host, at("hosts"), literal=True)))
+        for key, value in (body.get("vars") or _Map()).items():
+            builder.group_var(name, key, value, f"{file}:{body['vars'].line_of(key)}")
+        for child in body.get("children") or []:
+            builder.child(name, child, at("children"))
+    for host in seen:
+        variables = (hostvars or {}).get(host) or _Map()
+        if not isinstance(variables, _Map):
+            raise InventoryError(f"{file}:{hostvars.line_of(host)}", f"the variables of {host!r} must be a mapping")
+        for key, value in variables.items():
+            builder.host_var(host, key, value, f"{file}:{variables.line_of(key)}")
