@@ -12,6 +12,7 @@ DEGRADED = 4        # doctor: some way to profile works only with features given
 REFUSED = 5         # policy refused to run (e.g. ncu beside another tenant); nothing was started
 PARTIAL = 6         # profile: some hosts brought reports home, others were refused or failed
 REGRESSION = 7      # nightly report: some metric is called a Regression
+INTERRUPTED = 130   # a second Ctrl-C left the run to finish on its own (128 + SIGINT, as shells say)
 
 
 def fail(message: str, code: int = USAGE) -> None:

@@ -10,6 +10,7 @@ import click
 
 from .. import exitcodes
 from .context import Context, exclude_option, fail
+from .parsing import WorkloadCommand
 
 # --- inventory ---
 
@@ -51,7 +52,7 @@ def inventory_check(obj: Context):
 
 # --- exec ---
 
-@click.command("exec", context_settings={"ignore_unknown_options": True})
+@click.command("exec", cls=WorkloadCommand, leading=1)
 @click.argument("targets")
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
 @exclude_option

@@ -5,10 +5,13 @@ Each group of commands has its module here; this one holds the top-level group a
 
 from __future__ import annotations
 
+import sys
+
 import click
 
 from .. import __version__
 from ..inventory import InventoryError, TargetError
+from .. import exitcodes
 from .context import Context, fail
 from .hosts import doctor, exec_, hosts, inventory, probe, repair
 from .nightly import nightly, run_cmd, schedule
@@ -18,7 +21,20 @@ from .slurm import cancel, jobs, slurm_group
 
 
 class _Group(click.Group):
-    """Turns inventory, target and store errors into one clear line and exit status 2."""
+    """Turns usage, inventory, target and store errors into one clear line and exit status 2."""
+
+    def main(self, args=None, prog_name=None, **extra):
+        extra.pop("standalone_mode", None)
+        try:
+            returned = super().main(args, prog_name, standalone_mode=False, **extra)
+        except click.UsageError as e:
+            fail(usage_line(self, e))
+        except click.ClickException as e:
+            e.show()
+            sys.exit(e.exit_code)
+        except click.Abort:  # Ctrl-C outside a run (a prompt, a probe)
+            fail("interrupted", exitcodes.INTERRUPTED)
+        sys.exit(returned if isinstance(returned, int) else exitcodes.OK)  # --help, --version: click's Exit(0)
 
     def invoke(self, ctx: click.Context):
         from ..store import CatalogError
@@ -47,6 +63,26 @@ def main(ctx: click.Context, inventories, ssh_config, known_hosts, fanout):
 for command in (inventory, exec_, probe, doctor, profile, gather, repair, hosts, reports, jobs, cancel, slurm_group,
                 run_cmd, schedule, nightly):
     main.add_command(command)
+
+def usage_line(group: click.Group, e: click.UsageError) -> str:
+    """click's message on one line, with what to do: where a global option goes, where help is."""
+    if isinstance(e, click.NoSuchOption) and e.ctx is not None and e.ctx.command is not group:
+        spellings = {name for p in group.params for name in (*p.opts, *p.secondary_opts)}
+        if e.option_name in spellings:
+            where = " ".join(c.info_name for c in _chain(e.ctx)[1:])
+            return (f"{e.option_name} is a global option: put it before the command, "
+                    f"fleet {e.option_name} ... {where} ...")
+    command = " ".join(["fleet", *(c.info_name for c in _chain(e.ctx)[1:])]) if e.ctx else "fleet"
+    return f"{e.format_message()} (see {command} --help)"
+
+
+def _chain(ctx: click.Context) -> list[click.Context]:
+    chain = []
+    while ctx is not None:
+        chain.insert(0, ctx)
+        ctx = ctx.parent
+    return chain
+
 
 if __name__ == "__main__":  # pragma: no cover
     main()

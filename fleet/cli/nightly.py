@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 import click
 
 from .. import exitcodes
+from .parsing import Day
 from .context import Context, fail, store_option
 
 if TYPE_CHECKING:
@@ -181,7 +182,7 @@ def nightly():
 
 @nightly.command("report")
 @click.argument("playbooks", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False))
-@click.option("--since", help="Only runs started on or after this date (YYYY-MM-DD).")
+@click.option("--since", type=Day(), help="Only runs started on or after this date (YYYY-MM-DD).")
 @click.option("--out", default="fleet-nightly.html", show_default=True, type=click.Path(dir_okay=False),
               help="The HTML page (its JSON twin goes beside it).")
 @click.option("--notify", help="Run this shell command with the summary on its stdin (mail, chat webhook).")

@@ -10,9 +10,10 @@ import click
 
 from .. import exitcodes
 from .context import Context, exclude_option, fail, store_option
+from .parsing import WorkloadCommand, refuse_options
 from .slurm import gather_on_slurm, profile_on_slurm, slurm_options
 
-@click.command(context_settings={"ignore_unknown_options": True})
+@click.command(cls=WorkloadCommand)
 @click.option("--hosts", "hosts_", help="Hosts or ranges to profile on.")
 @click.option("--group", "group", help="Inventory group to profile on.")
 @exclude_option
@@ -54,18 +55,19 @@ def profile(obj: Context, hosts_, group, exclude, tool, gpus, gpu_metrics, allow
                          gpus=tuple(gpus) or None, gpu_metrics=gpu_metrics, allow_own=allow_own,
                          pause_dcgm=pause_dcgm, profiler_args=tuple(profiler_args), timeout=timeout,
                          lock_wait=lock_wait, docker_image=docker_image)
+    ctx = click.get_current_context()
     if slurm.get("partition") or slurm.get("cluster"):
         if hosts_ or group:
             fail("--partition/--cluster (a Slurm job) and --hosts/--group (lab servers) do not mix")
-        if docker_image:
-            fail("on Slurm, containers are --container-image (pyxis) or --apptainer")
-        if gpus:
-            fail("on Slurm, ask for GPUs with --gpus or --gres; --gpu picks a GPU on a lab server")
-        if timeout or lock_wait:
-            fail("on Slurm, the job's --time bounds the run (the profilers stop --stop-before seconds ahead); "
-                  "--timeout and --wait are for lab servers")
+        refuse_options(ctx, ["docker_image"], "on Slurm, containers are --container-image (pyxis) or --apptainer")
+        refuse_options(ctx, ["gpus"], "on Slurm, ask for GPUs with --gpus or --gres; --gpu picks a GPU on a lab server")
+        refuse_options(ctx, ["timeout", "lock_wait"], "on Slurm, the job's --time bounds the run (the profilers "
+                       "stop --stop-before seconds ahead); --timeout and --wait are for lab servers")
+        refuse_options(ctx, ["exclude"], "on Slurm, leave nodes out with --sbatch-arg=--exclude=NODES")
         return profile_on_slurm(obj, req, slurm, store_root=store_root, site=None if site == "lab" else site,
                                 dry_run=dry_run, as_json=as_json)
+    refuse_options(ctx, [name for name in slurm if name not in ("partition", "cluster")],
+                   "Slurm options, for a batch job with --partition; on lab servers pick GPUs with --gpu")
     targets = ",".join(t for t in (hosts_, group) if t)
     if not targets:
         fail("name where to profile: --hosts H or --group G (lab servers), or --partition P (Slurm)")
@@ -87,7 +89,7 @@ def profile(obj: Context, hosts_, group, exclude, tool, gpus, gpu_metrics, allow
         manifest = asyncio.run(go())
     except KeyboardInterrupt:  # the second Ctrl-C
         fail(f"left the nodes to finish on their own; bring the reports home later with: fleet gather {req.run_id}",
-              130)
+             exitcodes.INTERRUPTED)
     if as_json:
         click.echo(json.dumps(profile_mod.json_doc(manifest), indent=2, default=str))
     else:

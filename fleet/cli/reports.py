@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 import click
 
 from .. import exitcodes
+from .parsing import Day
 from .context import store_option
 
 if TYPE_CHECKING:
@@ -34,7 +35,7 @@ def reports():
 @reports.command("ls")
 @store_option
 @click.option("--host", help="Only reports from this host.")
-@click.option("--since", help="Only runs started on or after this date (YYYY-MM-DD).")
+@click.option("--since", type=Day(), help="Only runs started on or after this date (YYYY-MM-DD).")
 @click.option("--tool", type=click.Choice(["nsys", "ncu"]))
 @click.option("--status", type=click.Choice(["complete", "finished-from-qdstrm", "missing", "refused", "running"]))
 @click.option("--json", "as_json", is_flag=True)

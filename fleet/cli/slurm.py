@@ -110,7 +110,7 @@ def profile_on_slurm(obj: Context, req: "ProfileRequest", opts: dict, *, store_r
     except (SlurmError, ContainerError) as e:
         fail(str(e), exitcodes.FAILED)
     except KeyboardInterrupt:
-        fail(f"left the job running; bring its reports home later with: fleet gather {req.run_id}", 130)
+        fail(f"left the job running; bring its reports home later with: fleet gather {req.run_id}", exitcodes.INTERRUPTED)
     if dry_run:
         click.echo(json.dumps(manifest.to_json(), indent=2, default=str) if as_json else manifest.slurm.script,
                    nl=False)
