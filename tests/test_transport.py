@@ -59,8 +59,16 @@ def test_exit_statuses_and_folded_output(cluster):
     out = run_fleet("exec", "h01,h02,h03", "--", "sh", "-c", 'test "$(hostname)" && echo same', env=cluster.env())
     assert out.returncode == 0
     assert "h[01-03] (3)\n" in out.stdout and out.stdout.count("same\n") == 1  # identical outputs shown once
-    fail = run_fleet("exec", "h01", "--", "sh", "-c", "exit 7", env=cluster.env())
-    assert fail.returncode == 1  # reached, but the command failed
+    one = run_fleet("exec", "h01", "--", "sh", "-c", "exit 7", env=cluster.env())
+    assert one.returncode == 7  # one host: its own status, as ssh gives it
+    killed = run_fleet("exec", "h01", "--", "sh", "-c", "kill -TERM $$", env=cluster.env())
+    assert killed.returncode == 128 + 15  # killed by SIGTERM, as a shell says it
+    # Several hosts: 1 when some failed; with -S (pdsh -S, clush --maxrc) the largest of their statuses.
+    by_host = 'set -- $SSH_CONNECTION; case $3 in *.1) exit 4;; *.2) exit 9;; esac'  # by the sshd's address
+    several = run_fleet("exec", "h01,h02,h03", "--", "sh", "-c", by_host, env=cluster.env())
+    assert several.returncode == 1
+    largest = run_fleet("exec", "-S", "h01,h02,h03", "--", "sh", "-c", by_host, env=cluster.env())
+    assert largest.returncode == 9, largest.stderr
 
 
 def test_arguments_survive_the_remote_shell_byte_for_byte(cluster):

@@ -58,8 +58,10 @@ def inventory_check(obj: Context):
 @exclude_option
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per host (JSON lines).")
 @click.option("--timeout", type=float, help="Seconds before the command is stopped (SIGTERM) on a host.")
+@click.option("-S", "--maxrc", is_flag=True, help="Exit with the largest of the hosts' statuses (as pdsh -S); "
+              "one host's status is always its own.")
 @click.pass_obj
-def exec_(obj: Context, targets, command, exclude, as_json, timeout):
+def exec_(obj: Context, targets, command, exclude, as_json, timeout, maxrc):
     """Run COMMAND on every host TARGETS names; identical outputs are shown once.
 
     COMMAND's arguments reach the host exactly as given (quoted for its shell):
@@ -81,7 +83,7 @@ def exec_(obj: Context, targets, command, exclude, as_json, timeout):
         print_gathered(results)
         if len(results) > 1 or not results[0].ok:
             click.echo(summary(results), err=True)
-    sys.exit(exitcodes.for_results(results))
+    sys.exit(exitcodes.for_exec(results, maxrc=maxrc))
 
 
 # --- probe and doctor ---

@@ -42,7 +42,7 @@ def run_playbook(obj: Context, path: str, store_root, dry_run: bool, poll: float
     try:
         return asyncio.run(go())
     except (SlurmError, ContainerError) as e:
-        fail(str(e), exitcodes.FAILED)
+        fail(str(e), exitcodes.of_error(e))
 
 
 @click.command("run")

@@ -108,7 +108,7 @@ def profile_on_slurm(obj: Context, req: "ProfileRequest", opts: dict, *, store_r
     try:
         manifest = asyncio.run(go())
     except (SlurmError, ContainerError) as e:
-        fail(str(e), exitcodes.FAILED)
+        fail(str(e), exitcodes.of_error(e))
     except KeyboardInterrupt:
         fail(f"left the job running; bring its reports home later with: fleet gather {req.run_id}", exitcodes.INTERRUPTED)
     if dry_run:
@@ -141,7 +141,7 @@ def gather_on_slurm(obj: Context, run_id: str, store_root) -> None:
     try:
         m = asyncio.run(go())
     except SlurmError as e:
-        fail(str(e), exitcodes.FAILED)
+        fail(str(e), exitcodes.of_error(e))
     if m.status in ("running", "submitted"):
         click.echo(f"run {run_id}: job {m.slurm.job_id} is {m.slurm.state}; gather again once it ends")
     else:
@@ -174,7 +174,12 @@ def jobs(obj: Context, run_ids, store_root, as_json):
         async with obj.fanout_for_run() as fan:
             return await runs.job_rows(fan, groups)
 
-    rows = asyncio.run(go())
+    from ..slurm.jobs import SlurmError
+
+    try:
+        rows = asyncio.run(go())
+    except SlurmError as e:
+        fail(str(e), exitcodes.of_error(e))
     if as_json:
         click.echo(json.dumps({"jobs": rows}, indent=2))
         return
@@ -201,7 +206,7 @@ def cancel(obj: Context, run_ids, store_root):
         for cluster, ids in asyncio.run(go()):
             click.echo(f"{cluster}: cancelled job(s) {', '.join(ids)}")
     except SlurmError as e:
-        fail(str(e), exitcodes.FAILED)
+        fail(str(e), exitcodes.of_error(e))
 
 
 @click.group("slurm")
@@ -240,7 +245,7 @@ def slurm_install(obj: Context, prefix, python_path, owned, cluster, jobs_dir, s
             for path in apply(setup):
                 click.echo(f"wrote {path}")
         except OSError as e:
-            fail(str(e), exitcodes.FAILED)
+            fail(str(e), exitcodes.of_error(e))
     else:
         for path, (content, mode) in setup.files().items():
             if path.endswith("fleet-agent.py"):
