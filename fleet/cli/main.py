@@ -54,10 +54,29 @@ class _Group(click.Group):
 @click.option("--known-hosts", envvar="FLEET_KNOWN_HOSTS", help="known_hosts file (default: as ssh_config says).")
 @click.option("-f", "--fanout", default=64, show_default=True, type=click.IntRange(1, 4096),
               help="Hosts worked on at once.")
+@click.option("--connect-timeout", default=15.0, show_default=True, type=click.FloatRange(0, min_open=True),
+              envvar="FLEET_CONNECT_TIMEOUT", help="Seconds for a host's SSH connection, handshake included.")
+@click.option("-v", "--debug", "verbose", count=True, help="Show asyncssh's log on stderr (authentication, "
+              "key exchange); -vv, -vvv: more of it.")
 @click.pass_context
-def main(ctx: click.Context, inventories, ssh_config, known_hosts, fanout):
+def main(ctx: click.Context, inventories, ssh_config, known_hosts, fanout, connect_timeout, verbose):
     """Profile GPU workloads with Nsight across shared servers and Slurm clusters."""
-    ctx.obj = Context(tuple(inventories), ssh_config, known_hosts, fanout)
+    if verbose:
+        show_ssh_log(verbose)
+    ctx.obj = Context(tuple(inventories), ssh_config, known_hosts, fanout, connect_timeout)
+
+
+def show_ssh_log(verbose: int) -> None:
+    """asyncssh's log on stderr: what was tried to authenticate and why it failed, as ``ssh -v``."""
+    import logging
+
+    import asyncssh
+
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("fleet debug: %(message)s"))
+    logging.getLogger("asyncssh").addHandler(handler)
+    asyncssh.set_log_level(logging.DEBUG)
+    asyncssh.set_debug_level(min(verbose, 3))  # 1: auth and key exchange; 2, 3: packets
 
 
 for command in (inventory, exec_, probe, doctor, profile, gather, repair, hosts, reports, jobs, cancel, slurm_group,
