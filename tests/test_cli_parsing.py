@@ -6,16 +6,14 @@ into the workload. They run on this machine (fleet's embedded inventory), withou
 
 from __future__ import annotations
 
-import json
-
-from tests.conftest import run_fleet
+from tests.conftest import fleet_json, fleet_json_lines, run_fleet
 
 
 def _dry_run_command(*args: str, store) -> list[str]:
     """The workload a lab `profile --dry-run` would run here, as fleet parsed it."""
     out = run_fleet("profile", "--group", "local", "--dry-run", "--json", "--store", str(store), *args)
     assert out.returncode in (0, 5), out.stderr  # 5: refused here (no nsys), which is fine for parsing
-    return json.loads(out.stdout)["request"]["command"]
+    return fleet_json(out.stdout)["request"]["command"]
 
 
 def test_a_misspelt_option_is_refused_with_a_suggestion_not_profiled(tmp_path):
@@ -53,7 +51,7 @@ def test_exec_passes_help_and_short_options_to_the_remote_command():
 def test_exec_reads_its_own_options_on_both_sides_of_targets():
     out = run_fleet("exec", "--json", "local", "--timeout", "30", "echo", "--json")
     assert out.returncode == 0, out.stderr
-    [line] = [json.loads(x) for x in out.stdout.splitlines()]
+    [line] = fleet_json_lines(out.stdout, "exec")
     assert line["stdout"] == "--json\n"
 
 

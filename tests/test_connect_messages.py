@@ -6,7 +6,7 @@ import socket
 
 import yaml
 
-from tests.conftest import json_lines, run_fleet
+from tests.conftest import fleet_json_lines, run_fleet
 
 
 def one_host_inventory(tmp_path, **vars) -> dict[str, str]:
@@ -19,7 +19,7 @@ def one_host_inventory(tmp_path, **vars) -> dict[str, str]:
 def test_a_name_that_does_not_resolve_is_said_in_words(tmp_path):
     out = run_fleet("exec", "--json", "h", "true", env=one_host_inventory(tmp_path, ansible_host="no-such-host.invalid"))
     assert out.returncode == 3
-    [line] = json_lines(out.stdout)
+    [line] = fleet_json_lines(out.stdout)
     assert line["error_kind"] == "unreachable"
     assert "cannot resolve 'no-such-host.invalid'" in line["error"] and "unknown error" not in line["error"]
 
@@ -31,7 +31,7 @@ def test_an_address_that_accepts_tcp_and_never_answers_has_no_ssh_banner(tmp_pat
         env = one_host_inventory(tmp_path, ansible_host="127.0.0.1", ansible_port=silent.getsockname()[1])
         out = run_fleet("--connect-timeout", "1.5", "exec", "--json", "h", "true", env=env)
     assert out.returncode == 3
-    [line] = json_lines(out.stdout)
+    [line] = fleet_json_lines(out.stdout)
     assert line["error_kind"] == "connect-timeout"
     assert "accepted the TCP connection but sent no SSH banner within 1.5 s" in line["error"]
 

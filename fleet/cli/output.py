@@ -11,6 +11,8 @@ import sys
 from contextlib import contextmanager
 from typing import Callable, Iterable, Iterator, TextIO
 
+import click
+
 from ..hostlist import fold
 from ..transport import Result
 
@@ -63,9 +65,37 @@ def summary(results: list[Result]) -> str:
     return ", ".join(parts)
 
 
-def print_json_lines(results: Iterable[Result], out: TextIO = sys.stdout) -> None:
-    for r in results:
-        out.write(json.dumps(r.to_json(), ensure_ascii=False) + "\n")
+# --json: every command prints one envelope, {"fleet_json": 1, "command": "reports ls", "data": ...};
+# a streaming command (exec) prints one per line as its results arrive. The version changes only
+# when a field's meaning does; new fields may appear without it.
+JSON_VERSION = 1
+
+json_option = click.option("--json", "as_json", is_flag=True,
+                           help="Print the result as JSON, in fleet's envelope (docs/user-guide.md).")
+
+
+def command_name() -> str:
+    """The command being run as typed after ``fleet``: ``reports ls``."""
+    names, ctx = [], click.get_current_context(silent=True)
+    while ctx is not None and ctx.parent is not None:
+        names.insert(0, ctx.info_name)
+        ctx = ctx.parent
+    return " ".join(names)
+
+
+def envelope(data) -> dict:
+    return {"fleet_json": JSON_VERSION, "command": command_name(), "data": data}
+
+
+def echo_json(data) -> None:
+    """The command's one JSON document."""
+    click.echo(json.dumps(envelope(data), indent=2, default=str, ensure_ascii=False))
+
+
+def echo_json_line(data) -> None:
+    """One line of a streaming command's output: a whole envelope, flushed at once."""
+    sys.stdout.write(json.dumps(envelope(data), default=str, ensure_ascii=False) + "\n")
+    sys.stdout.flush()
 
 
 @contextmanager

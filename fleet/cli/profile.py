@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import sys
 
 import click
 
 from .. import exitcodes
 from .context import Context, exclude_option, fail, store_option
+from .output import echo_json, json_option
 from .parsing import WorkloadCommand, refuse_options
 from .slurm import gather_on_slurm, profile_on_slurm, slurm_options
 
@@ -31,7 +31,7 @@ from .slurm import gather_on_slurm, profile_on_slurm, slurm_options
 @store_option
 @click.option("--site", default="lab", show_default=True, help="Store folder for this group of machines.")
 @click.option("--dry-run", is_flag=True, help="Print each node's plan (commands, sysctls, locks, refusals); touch nothing.")
-@click.option("--json", "as_json", is_flag=True, help="Every host's plan, result and reports as JSON.")
+@json_option
 @slurm_options
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
 @click.pass_obj
@@ -91,7 +91,7 @@ def profile(obj: Context, hosts_, group, exclude, tool, gpus, gpu_metrics, allow
         fail(f"left the nodes to finish on their own; bring the reports home later with: fleet gather {req.run_id}",
              exitcodes.INTERRUPTED)
     if as_json:
-        click.echo(json.dumps(profile_mod.json_doc(manifest), indent=2, default=str))
+        echo_json(profile_mod.json_doc(manifest))
     else:
         for h in manifest.hosts:
             click.echo(profile_mod.render(h), nl=False, err=h.status not in ("ok", "planned"))
@@ -101,15 +101,16 @@ def profile(obj: Context, hosts_, group, exclude, tool, gpus, gpu_metrics, allow
 @click.command()
 @click.argument("run_id")
 @store_option
+@json_option
 @click.pass_obj
-def gather(obj: Context, run_id, store_root):
+def gather(obj: Context, run_id, store_root, as_json):
     """Bring home what run RUN_ID left on its nodes (after fleet was killed, or a failed transfer)."""
     from ..lab import profile as profile_mod
     from .. import store
 
     try:
         if store.load_run(store.root(store_root), run_id).slurm is not None:
-            return gather_on_slurm(obj, run_id, store_root)
+            return gather_on_slurm(obj, run_id, store_root, as_json)
     except LookupError as e:
         fail(str(e))
 
@@ -118,7 +119,9 @@ def gather(obj: Context, run_id, store_root):
             return await profile_mod.gather(fan, obj.inventory.hosts, store.root(store_root), run_id)
 
     manifest = asyncio.run(go())
-    for h in manifest.hosts:
+    if as_json:
+        echo_json(manifest.to_json())
+    for h in manifest.hosts if not as_json else ():
         click.echo(f"{h.host}: {h.status}" + (f" ({h.missing_why})" if h.missing_why else ""))
         for r in h.reports:
             click.echo(f"  {r.stored} ({'verified' if r.verified else r.error})")

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import sys
 
 from typing import TYPE_CHECKING
@@ -12,6 +11,7 @@ import click
 from .. import exitcodes
 from .parsing import Day
 from .context import store_option
+from .output import echo_json, json_option
 
 if TYPE_CHECKING:
     from ..store.manifest import RunManifest
@@ -38,15 +38,14 @@ def reports():
 @click.option("--since", type=Day(), help="Only runs started on or after this date (YYYY-MM-DD).")
 @click.option("--tool", type=click.Choice(["nsys", "ncu"]))
 @click.option("--status", type=click.Choice(["complete", "finished-from-qdstrm", "missing", "refused", "running"]))
-@click.option("--json", "as_json", is_flag=True)
+@json_option
 def reports_ls(store_root, host, since, tool, status, as_json):
     """List the catalogued reports."""
     from .. import store
 
     rows = store.reports(store.root(store_root), host=host, since=since, tool=tool, status=status)
     if as_json:
-        click.echo(json.dumps(rows, indent=2))
-        return
+        return echo_json(rows)
     for r in rows:
         click.echo(f"{r['run_id']}  {r['host']:<12} {r['tool']:<5} {r['status']:<21} "
                    f"{(r['sha256'] or '')[:12]:<12} {r['path']}")
@@ -55,13 +54,12 @@ def reports_ls(store_root, host, since, tool, status, as_json):
 @reports.command("show")
 @click.argument("run_id")
 @store_option
-@click.option("--json", "as_json", is_flag=True, help="The whole manifest.")
+@json_option
 def reports_show(run_id, store_root, as_json):
     """A run's manifest: request, hosts, reports, what is missing and why."""
     m = _manifest(store_root, run_id)
     if as_json:
-        click.echo(json.dumps(m.to_json(), indent=2))
-        return
+        return echo_json(m.to_json())
     tool = m.request.get("tool")
     click.echo(f"run {m.run_id} ({m.status}), site {m.site}, by {m.user} at {m.started}: "
                f"{tool} -- {' '.join(m.request.get('command') or [])}")
@@ -79,7 +77,8 @@ def reports_show(run_id, store_root, as_json):
 @click.argument("run_id")
 @click.argument("dest", type=click.Path())
 @store_option
-def reports_pull(run_id, dest, store_root):
+@json_option
+def reports_pull(run_id, dest, store_root, as_json):
     """Copy a run's reports out of the store into DEST/HOST/, checked against their sha256."""
     import shutil
     from pathlib import Path
@@ -88,6 +87,7 @@ def reports_pull(run_id, dest, store_root):
 
     manifest = _manifest(store_root, run_id)
     code = exitcodes.OK
+    copied = []
     for h in manifest.hosts:
         for r in h.reports:
             if r.status == "missing":
@@ -100,19 +100,27 @@ def reports_pull(run_id, dest, store_root):
             shutil.copyfile(r.stored, target)
             ok = sha256_of(target) == r.sha256
             code = code if ok else exitcodes.FAILED
-            click.echo(f"{target}{'' if ok else '  SHA256 MISMATCH: the stored copy is damaged'}")
+            copied.append({"host": h.host, "path": str(target), "sha256": r.sha256, "verified": ok})
+            if not as_json:
+                click.echo(f"{target}{'' if ok else '  SHA256 MISMATCH: the stored copy is damaged'}")
+    if as_json:
+        echo_json({"run_id": run_id, "copied": copied})
     sys.exit(code)
 
 
 @reports.command("rm")
 @click.argument("run_id")
 @store_option
-def reports_rm(run_id, store_root):
+@json_option
+def reports_rm(run_id, store_root, as_json):
     """Delete a run's reports and manifest from the store and the catalog."""
     from .. import store
 
     _manifest(store_root, run_id)  # says so clearly when there is no such run
-    click.echo(f"removed {store.remove_run(store.root(store_root), run_id)}")
+    removed = store.remove_run(store.root(store_root), run_id)
+    if as_json:
+        return echo_json({"run_id": run_id, "removed": str(removed)})
+    click.echo(f"removed {removed}")
 
 
 @reports.command("compare")
@@ -120,7 +128,7 @@ def reports_rm(run_id, store_root):
 @click.argument("run_b")
 @store_option
 @click.option("--top", type=int, default=15, show_default=True)
-@click.option("--json", "as_json", is_flag=True)
+@json_option
 def reports_compare(run_a, run_b, store_root, top, as_json):
     """The GPU kernels whose total time changed most from RUN_A to RUN_B (nsys runs)."""
     from .. import store
@@ -129,8 +137,7 @@ def reports_compare(run_a, run_b, store_root, top, as_json):
         _manifest(store_root, run)
     rows = store.compare(store.root(store_root), run_a, run_b)[:top]
     if as_json:
-        click.echo(json.dumps(rows, indent=2))
-        return
+        return echo_json(rows)
     click.echo(f"{'A ms':>10} {'B ms':>10} {'change':>8}  kernel")
     for r in rows:
         change = f"{r['change'] * 100:+.1f}%" if r["change"] is not None else "new"
@@ -139,11 +146,14 @@ def reports_compare(run_a, run_b, store_root, top, as_json):
 
 @reports.command("reindex")
 @store_option
-def reports_reindex(store_root):
+@json_option
+def reports_reindex(store_root, as_json):
     """Rebuild the catalog from the runs' manifests."""
     from .. import store
 
     n, skipped = store.reindex(store.root(store_root))
+    if as_json:
+        return echo_json({"runs": n, "left_out": skipped})
     for why in skipped:
         click.echo(f"fleet: left out {why}", err=True)
     click.echo(f"catalogued {n} runs")

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import sys
 from typing import TYPE_CHECKING
 
@@ -11,6 +10,7 @@ import click
 
 from .. import exitcodes
 from .context import Context, fail, store_option
+from .output import echo_json, json_option
 
 if TYPE_CHECKING:
     from ..store.manifest import RunManifest
@@ -112,17 +112,19 @@ def profile_on_slurm(obj: Context, req: "ProfileRequest", opts: dict, *, store_r
     except KeyboardInterrupt:
         fail(f"left the job running; bring its reports home later with: fleet gather {req.run_id}", exitcodes.INTERRUPTED)
     if dry_run:
-        click.echo(json.dumps(manifest.to_json(), indent=2, default=str) if as_json else manifest.slurm.script,
-                   nl=False)
+        if as_json:
+            echo_json(manifest.to_json())
+        else:
+            click.echo(manifest.slurm.script, nl=False)
         sys.exit(exitcodes.OK)
     if as_json:
-        click.echo(json.dumps(manifest.to_json(), indent=2, default=str))
+        echo_json(manifest.to_json())
     else:
         click.echo(runs.render(manifest), nl=False)
     sys.exit(exitcodes.for_run(manifest, waited=not opts.get("no_wait")))
 
 
-def gather_on_slurm(obj: Context, run_id: str, store_root) -> None:
+def gather_on_slurm(obj: Context, run_id: str, store_root, as_json: bool = False) -> None:
     """``fleet gather RUN`` for a Slurm run: once its job has ended, bring home what the ranks left."""
     from .. import store
     from ..slurm import run as slurm_run
@@ -142,7 +144,9 @@ def gather_on_slurm(obj: Context, run_id: str, store_root) -> None:
         m = asyncio.run(go())
     except SlurmError as e:
         fail(str(e), exitcodes.of_error(e))
-    if m.status in ("running", "submitted"):
+    if as_json:
+        echo_json(m.to_json())
+    elif m.status in ("running", "submitted"):
         click.echo(f"run {run_id}: job {m.slurm.job_id} is {m.slurm.state}; gather again once it ends")
     else:
         click.echo(render(m), nl=False)
@@ -162,7 +166,7 @@ def _stored(store_root, run_ids=()) -> list["RunManifest"]:
 @click.command()
 @click.argument("run_ids", nargs=-1)
 @store_option
-@click.option("--json", "as_json", is_flag=True)
+@json_option
 @click.pass_obj
 def jobs(obj: Context, run_ids, store_root, as_json):
     """Slurm jobs of runs not yet gathered (or of RUN_IDS): one squeue call per cluster."""
@@ -181,7 +185,7 @@ def jobs(obj: Context, run_ids, store_root, as_json):
     except SlurmError as e:
         fail(str(e), exitcodes.of_error(e))
     if as_json:
-        click.echo(json.dumps({"jobs": rows}, indent=2))
+        echo_json({"jobs": rows})
         return
     for r in rows:
         click.echo(runs.row_text(r))
@@ -190,8 +194,9 @@ def jobs(obj: Context, run_ids, store_root, as_json):
 @click.command()
 @click.argument("run_ids", nargs=-1, required=True)
 @store_option
+@json_option
 @click.pass_obj
-def cancel(obj: Context, run_ids, store_root):
+def cancel(obj: Context, run_ids, store_root, as_json):
     """Cancel the Slurm jobs of RUN_IDS (scancel); the profilers get SIGTERM and finish their reports."""
     from ..slurm import runs
     from ..slurm.jobs import SlurmError
@@ -203,10 +208,13 @@ def cancel(obj: Context, run_ids, store_root):
             return await runs.cancel(fan, groups)
 
     try:
-        for cluster, ids in asyncio.run(go()):
-            click.echo(f"{cluster}: cancelled job(s) {', '.join(ids)}")
+        cancelled = asyncio.run(go())
     except SlurmError as e:
         fail(str(e), exitcodes.of_error(e))
+    if as_json:
+        return echo_json({"cancelled": [{"cluster": cluster, "job_ids": ids} for cluster, ids in cancelled]})
+    for cluster, ids in cancelled:
+        click.echo(f"{cluster}: cancelled job(s) {', '.join(ids)}")
 
 
 @click.group("slurm")
@@ -227,9 +235,10 @@ def slurm_group():
 @click.option("--fail-closed", is_flag=True, help="Drain a node whose owned state cannot be put back.")
 @click.option("--pause-dcgm", is_flag=True, help="Let jobs ask for DCGM profiling to be paused (pre-Hopper).")
 @click.option("--apply", "do_apply", is_flag=True, help="Write the files on this machine (as root).")
+@json_option
 @click.pass_obj
 def slurm_install(obj: Context, prefix, python_path, owned, cluster, jobs_dir, state_dir, log_file, fail_closed,
-                  pause_dcgm, do_apply):
+                  pause_dcgm, do_apply, as_json):
     """Print (or, with --apply, write) the slurm.conf lines, the wrapper scripts and the node config."""
     from ..slurm.install import NodeSetup, apply
 
@@ -240,12 +249,18 @@ def slurm_install(obj: Context, prefix, python_path, owned, cluster, jobs_dir, s
             fail(f"--owned-sysctl takes NAME=VALUE, not {item!r}")
         sysctls[name] = int(value) if value.lstrip("-").isdigit() else value
     setup = NodeSetup(prefix, python_path, sysctls, jobs_dir, state_dir, log_file, fail_closed, pause_dcgm)
+    written = []
     if do_apply:
         try:
-            for path in apply(setup):
-                click.echo(f"wrote {path}")
+            written = [str(path) for path in apply(setup)]
         except OSError as e:
-            fail(str(e), exitcodes.of_error(e))
+            fail(str(e), exitcodes.FAILED)
+    if as_json:
+        files = {path: {"mode": f"{mode:o}", "bytes": len(content)} for path, (content, mode) in setup.files().items()}
+        return echo_json({"files": files, "written": written, "slurm_conf": setup.slurm_conf()})
+    if do_apply:
+        for path in written:
+            click.echo(f"wrote {path}")
     else:
         for path, (content, mode) in setup.files().items():
             if path.endswith("fleet-agent.py"):
