@@ -60,6 +60,10 @@ def test_a_workload_without_nvtx_ranges_comes_home_with_its_empty_nvtx_summary(l
     run = only_run(store_root)
     [host] = run["hosts"]
     assert run["status"] == "complete" and host["status"] == "ok"
+    # The last line says which run it was and where its reports are.
+    assert out.stdout.splitlines()[-1] == (f"run {run['run_id']} complete: reports in "
+                                           f"{store_root / 'lab' / run['day'] / run['run_id']} "
+                                           f"(fleet reports show {run['run_id']})")
     summaries = summaries_of(host)
     assert set(summaries) == SUMMARIES and all(r["verified"] for r in summaries.values())
     nvtx = summaries["nvtx_sum"]

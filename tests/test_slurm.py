@@ -192,6 +192,9 @@ def test_cancelled_job_leaves_clean_state_and_says_so(hpc, tmp_path):
             time.sleep(0.2)
         jobs = run_fleet("jobs", "--json", env=env)
         assert [(j["job_id"], j["state"]) for j in fleet_json(jobs.stdout)["jobs"]] == [(job, "RUNNING")]
+        header, row = run_fleet("jobs", env=env).stdout.splitlines()  # for people: a header over the row
+        assert header.split()[:4] == ["RUN", "CLUSTER", "JOB", "STATE"]
+        assert row.split()[:4] == [m["run_id"], m["site"], job, "RUNNING"], row
         c = run_fleet("cancel", m["run_id"], env=env)
         assert c.returncode == 0, c.stderr
         out, err = proc.communicate(timeout=120)

@@ -95,6 +95,10 @@ def profile(obj: Context, hosts_, group, exclude, tool, gpus, gpu_metrics, allow
     else:
         for h in manifest.hosts:
             click.echo(profile_mod.render(h), nl=False, err=h.status not in ("ok", "planned"))
+        if not dry_run:  # where to look next, as the Slurm path says it
+            directory = store.run_dir(store.root(store_root), manifest.site, manifest.run_id)
+            click.echo(f"run {manifest.run_id} {manifest.status}: reports in {directory} "
+                       f"(fleet reports show {manifest.run_id})")
     sys.exit(exitcodes.for_run(manifest))
 
 

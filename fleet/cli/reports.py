@@ -37,7 +37,8 @@ def reports():
 @click.option("--host", help="Only reports from this host.")
 @click.option("--since", type=Day(), help="Only runs started on or after this date (YYYY-MM-DD).")
 @click.option("--tool", type=click.Choice(["nsys", "ncu"]))
-@click.option("--status", type=click.Choice(["complete", "finished-from-qdstrm", "missing", "refused", "running"]))
+@click.option("--status", type=click.Choice(["complete", "finished-from-qdstrm", "summary", "missing", "refused",
+                                            "running"]))
 @json_option
 def reports_ls(store_root, host, since, tool, status, as_json):
     """List the catalogued reports."""
@@ -46,9 +47,11 @@ def reports_ls(store_root, host, since, tool, status, as_json):
     rows = store.reports(store.root(store_root), host=host, since=since, tool=tool, status=status)
     if as_json:
         return echo_json(rows)
-    for r in rows:
-        click.echo(f"{r['run_id']}  {r['host']:<12} {r['tool']:<5} {r['status']:<21} "
-                   f"{(r['sha256'] or '')[:12]:<12} {r['path']}")
+    from .output import print_table
+
+    print_table(["RUN", "HOST", "TOOL", "STATUS", "SHA256", "PATH"],
+                [[r["run_id"], r["host"], r["tool"], r["status"], (r["sha256"] or "")[:12], r["path"]] for r in rows],
+                status_column=3)
 
 
 @reports.command("show")

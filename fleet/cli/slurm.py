@@ -187,8 +187,12 @@ def jobs(obj: Context, run_ids, store_root, as_json):
     if as_json:
         echo_json({"jobs": rows})
         return
-    for r in rows:
-        click.echo(runs.row_text(r))
+    from .output import print_table
+
+    print_table(["RUN", "CLUSTER", "JOB", "STATE", "REASON", "NODES", "TIME"],
+                [[r["run_id"], r["cluster"], r["job_id"] or "", r["state"] or "",
+                  r["reason"] if r["reason"] not in (None, "None") else "", r["nodes"] or "", r["elapsed"] or ""]
+                 for r in rows], status_column=3)
 
 
 @click.command()
