@@ -21,15 +21,15 @@ class WorkloadCommand(click.Command):
         self.leading = leading
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
-        options, positionals, workload = split_workload(self, args, self.leading)
+        options, positionals, workload = split_workload(ctx, args, self.leading)
         # Everything after "--" is positional for click: the leading arguments, then the workload.
         return super().parse_args(ctx, [*options, "--", *positionals, *workload])
 
 
-def _takes_value(command: click.Command) -> dict[str, bool]:
-    """Each option name of ``command`` and whether a separate value follows it."""
+def _takes_value(ctx: click.Context) -> dict[str, bool]:
+    """Each option name of the context's command and whether a separate value follows it."""
     names: dict[str, bool] = {}
-    for p in command.get_params(click.get_current_context(silent=True) or click.Context(command)):
+    for p in ctx.command.get_params(ctx):
         if isinstance(p, click.Option):
             value = not (p.is_flag or p.count)
             for name in (*p.opts, *p.secondary_opts):
@@ -37,11 +37,11 @@ def _takes_value(command: click.Command) -> dict[str, bool]:
     return names
 
 
-def split_workload(command: click.Command, args: list[str], leading: int) -> tuple[list[str], list[str], list[str]]:
+def split_workload(ctx: click.Context, args: list[str], leading: int) -> tuple[list[str], list[str], list[str]]:
     """(fleet's options, the leading positionals, the workload) of ``args``.
 
     An unknown option stays among fleet's options, so that click refuses it by name."""
-    known = _takes_value(command)
+    known = _takes_value(ctx)
     options: list[str] = []
     positionals: list[str] = []
     i = 0
