@@ -12,6 +12,7 @@ DEGRADED = 4        # doctor: some way to profile works only with features given
 REFUSED = 5         # policy refused to run (e.g. ncu beside another tenant); nothing was started
 PARTIAL = 6         # profile: some hosts brought reports home, others were refused or failed
 REGRESSION = 7      # nightly report: some metric is called a Regression
+INTERRUPTED = 130   # a second Ctrl-C left the run to finish on its own (128 + SIGINT, as shells say)
 
 
 def fail(message: str, code: int = USAGE) -> None:
@@ -20,6 +21,35 @@ def fail(message: str, code: int = USAGE) -> None:
 
     sys.stderr.write(f"fleet: {message}\n")
     sys.exit(code)
+
+
+def of_error(e: BaseException) -> int:
+    """The status for an error that ends a command: its own ``exit_status`` (a Slurm login node
+    that cannot be reached is UNREACHABLE), else FAILED."""
+    return getattr(e, "exit_status", FAILED)
+
+
+def remote_status(result) -> int:
+    """A host's status as ssh gives it: the command's own exit status, 128 + N for a command
+    killed by signal N; UNREACHABLE when the host was not reached, FAILED when no status came."""
+    import signal
+
+    if not result.reached:
+        return UNREACHABLE
+    if result.signal:
+        try:
+            return 128 + signal.Signals["SIG" + result.signal.removeprefix("SIG")].value
+        except KeyError:
+            return FAILED
+    return result.exit_status if result.exit_status is not None else FAILED
+
+
+def for_exec(results, *, maxrc: bool = False) -> int:
+    """``fleet exec``: one host's own status, as ssh; for several, ``for_results``, or with
+    ``maxrc`` (pdsh -S, clush --maxrc) the largest of their statuses."""
+    if len(results) == 1 or maxrc and results:
+        return max(remote_status(r) for r in results)
+    return for_results(results)
 
 
 def for_results(results) -> int:

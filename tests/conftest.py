@@ -69,6 +69,19 @@ def json_lines(text: str) -> list[dict]:
     return [json.loads(line) for line in text.splitlines() if line.strip()]
 
 
+def fleet_json(text: str, command: str | None = None):
+    """The data of fleet's --json envelope, checked: its version and, if given, the command."""
+    doc = json.loads(text)
+    assert set(doc) == {"fleet_json", "command", "data"} and doc["fleet_json"] == 1, doc
+    assert command is None or doc["command"] == command, doc["command"]
+    return doc["data"]
+
+
+def fleet_json_lines(text: str, command: str | None = None) -> list:
+    """The data of each line of a streaming command's --json output (one envelope per line)."""
+    return [fleet_json(line, command) for line in text.splitlines() if line.strip()]
+
+
 # The simulated NVML, built once per test module, and a scenario file for it.
 
 @pytest.fixture(scope="module")

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import pwd
 import shutil
@@ -13,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import announce, run_fleet
+from tests.conftest import announce, fleet_json, run_fleet
 from tests.harness import fakenvml
 from tests.harness.sshd import STANDINS, SSHCluster, ensure_user
 
@@ -85,7 +84,7 @@ def gpu_nodes(pytestconfig):
 
 def probe_json(c: SSHCluster, *targets: str) -> dict:
     out = run_fleet("probe", ",".join(targets), "--json", env=c.env())
-    return {n["host"]: n for n in json.loads(out.stdout)["nodes"]}, out
+    return {n["host"]: n for n in fleet_json(out.stdout)["nodes"]}, out
 
 
 def test_tenants_are_listed_with_user_pid_memory_and_foreign(gpu_nodes):
@@ -113,7 +112,7 @@ def test_mig_mode_and_instances_are_reported_and_ncu_refused(gpu_nodes):
     assert g["mig_mode"] == {"current": 1, "pending": 1}
     assert [(m["gpu_instance"], m["compute_instance"]) for m in g["mig_instances"]] == [(1, 0), (2, 0)]
     assert g["processes"][0]["gpu_instance"] == 1
-    doc = json.loads(run_fleet("doctor", "h02", "--json", env=gpu_nodes["cluster"].env()).stdout)
+    doc = fleet_json(run_fleet("doctor", "h02", "--json", env=gpu_nodes["cluster"].env()).stdout)
     ncu = {v["way"]: v for v in doc["nodes"][0]["verdicts"]}["ncu"]
     assert ncu["status"] == "refused" and any("MIG mode" in r for r in ncu["reasons"])
 
@@ -151,7 +150,7 @@ def test_doctor_without_gpu_or_inventory_reports_no_nvml(tmp_path):
     env = {"LD_LIBRARY_PATH": str(tmp_path)}  # an empty directory: no libnvidia-ml here
     out = run_fleet("doctor", "--json", env=env)
     assert out.returncode == 0, out.stderr
-    [node] = json.loads(out.stdout)["nodes"]
+    [node] = fleet_json(out.stdout)["nodes"]
     assert node["nvml"]["available"] is False and "libnvidia-ml.so.1" in node["nvml"]["error"]
     assert {v["way"]: v["status"] for v in node["verdicts"]}["ncu"] == "refused"
 
@@ -180,11 +179,11 @@ def test_local_probe_sees_mps_and_dcgm(tmp_path):
             {"kind": "compute", "pid": procs[1].pid, "mem": 10**8}]}]})
         env = local_env(fakenvml.env(lib, scenario))
         out = run_fleet("probe", "--json", env=env, prefix=in_namespace)
-        state = json.loads(out.stdout)["nodes"][0]["state"]
+        state = fleet_json(out.stdout)["nodes"][0]["state"]
         assert state["mps"]["control_daemon"] == [procs[0].pid] and state["mps"]["servers"] == [procs[1].pid]
         assert state["dcgm"]["hostengine"] == [procs[2].pid]
         assert {"port": 9400, "usual_owner": "dcgm-exporter"} in state["dcgm"]["listening"]
-        doctor = json.loads(run_fleet("doctor", "--json", env=env, prefix=in_namespace).stdout)["nodes"][0]
+        doctor = fleet_json(run_fleet("doctor", "--json", env=env, prefix=in_namespace).stdout)["nodes"][0]
         reasons = " ".join({v["way"]: v for v in doctor["verdicts"]}["ncu"]["reasons"])
         assert "MPS server" in reasons and "MPS control daemon" in reasons and "predate Hopper" in reasons
     finally:

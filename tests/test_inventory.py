@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import json
 import textwrap
 
 import pytest
 
 from fleet.hostlist import HostPatternError, expand, fold, split_patterns
 from fleet.inventory import InventoryError, TargetError, load
-from tests.conftest import run_fleet
+from tests.conftest import fleet_json, run_fleet
 
 NESTED = """\
 all:
@@ -113,7 +112,7 @@ def test_cli_lists_exactly_the_expected_hosts_as_json(tmp_path):
     inv = write(tmp_path, NESTED)
     out = run_fleet("-i", str(inv), "inventory", "list", "lab_h100,dgx", "-x", "dgx1[0-1]", "--json")
     assert out.returncode == 0, out.stderr
-    doc = json.loads(out.stdout)
+    doc = fleet_json(out.stdout)
     assert [h["name"] for h in doc["hosts"]] == ["h100-1", "h100-2", "h100-3", "dgx01", "dgx04", "dgx07"]
     h = doc["hosts"][0]
     assert h["vars"] == {"ansible_user": "profiler", "report_dir": "/scratch/h100", "nsys_path": "/opt/nsys",
@@ -166,7 +165,7 @@ def test_missing_inventory_file_is_an_error(tmp_path):
 
 def test_without_inventory_fleet_means_this_machine(tmp_path):
     out = run_fleet("inventory", "list", "--json")
-    doc = json.loads(out.stdout)
+    doc = fleet_json(out.stdout)
     assert len(doc["hosts"]) == 1 and doc["hosts"][0]["connection"] == "local"
 
 
@@ -259,6 +258,6 @@ def test_an_ini_file_given_directly_lists_its_hosts(tmp_path):
     path = write(tmp_path, "gx-07\n[gpu]\ngx-[01:03] ansible_port=2201\n[cluster:children]\ngpu\n", "hosts")
     out = run_fleet("-i", str(path), "inventory", "list", "cluster,ungrouped", "--json")
     assert out.returncode == 0, out.stderr
-    doc = json.loads(out.stdout)
+    doc = fleet_json(out.stdout)
     assert [h["name"] for h in doc["hosts"]] == ["gx-01", "gx-02", "gx-03", "gx-07"]
     assert doc["hosts"][0]["port"] == 2201 and doc["groups"]["ungrouped"] == ["gx-07"]

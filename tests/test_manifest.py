@@ -14,7 +14,7 @@ from fleet.store.manifest import (SCHEMA_VERSION, HostEntry, ManifestError, Proc
                             SlurmInfo)
 from fleet.plan import ProfileRequest, plan
 from fleet.slurm.run import rank_entry
-from tests.conftest import REPO, run_fleet
+from tests.conftest import REPO, fleet_json, run_fleet
 
 V1 = REPO / "tests" / "fixtures" / "manifests-v1"
 
@@ -109,7 +109,7 @@ def test_manifests_written_before_the_schema_open_with_reports_show(tmp_path):
     assert "  (no result) rank 0: missing (rank 0 left no result: the job was cancelled" in shown["slurm-cancelled"]
     assert shown["slurm-ray"].count(": ok") == 2 and "worker-" in shown["slurm-ray"]
     for doc in docs.values():  # --json: the manifest as this fleet writes it
-        as_json = json.loads(run_fleet("reports", "show", doc["run_id"], "--store", str(tmp_path), "--json").stdout)
+        as_json = fleet_json(run_fleet("reports", "show", doc["run_id"], "--store", str(tmp_path), "--json").stdout)
         assert as_json["schema"] == SCHEMA_VERSION and as_json["run_id"] == doc["run_id"]
 
 

@@ -26,7 +26,7 @@ from fleet.inventory import load
 from fleet.plan import ProfileRequest
 from fleet.transport import Fanout
 from fleet.transport.settings import SSHSettings
-from tests.conftest import REPO, announce, run_fleet
+from tests.conftest import REPO, announce, fleet_json, run_fleet
 from tests.harness import fakenvml
 from tests.harness.procs import kill_recorded
 from tests.harness.sshd import SSHCluster, ensure_user
@@ -140,7 +140,7 @@ def test_ncu_runs_alone_on_its_gpu_and_the_report_comes_home(lab):
     out = fleet(lab, "--hosts", "h02", "--tool", "ncu", "--gpu", "0", "--json", "--",
                 "sh", "-c", 'echo "visible=$CUDA_VISIBLE_DEVICES"')
     assert out.returncode == 0, out.stderr
-    [run] = json.loads(out.stdout)["hosts"]
+    [run] = fleet_json(out.stdout)["hosts"]
     assert run["status"] == "ok" and "visible=GPU-h02-0" in out.stderr
     rep, metrics = run["reports"]  # the report, and its metrics per kernel as CSV (ncu --import)
     assert rep["verified"] and rep["stored"].endswith(".ncu-rep")
@@ -172,7 +172,7 @@ def test_a_tenant_arriving_after_the_probe_stops_ncu_before_it_starts(lab):
 def test_owned_sysctl_is_set_for_the_run_and_restored(lab):
     out = fleet(lab, "--hosts", "h01", "--json", "--", "cat", str(PARANOID))
     assert out.returncode == 0, out.stderr
-    [run] = json.loads(out.stdout)["hosts"]
+    [run] = fleet_json(out.stdout)["hosts"]
     assert run["plan"]["sysctls"] == {"kernel.perf_event_paranoid": 2}
     assert out.stderr.splitlines()[0] == "2"  # what the workload saw
     assert run["result"]["changed"] == {"kernel.perf_event_paranoid": {"from": "3", "to": "2"}}
@@ -187,7 +187,7 @@ def test_a_sysctl_nobody_owns_is_never_touched(lab, tmp_path):
     inv.write_text(yaml.safe_dump(doc))
     out = run_fleet("profile", "--store", str(lab["out"]), "--hosts", "h01", "--json", "--", "cat", str(PARANOID),
                     env={**lab["c"].env(), "FLEET_INVENTORY": str(inv)})
-    [run] = json.loads(out.stdout)["hosts"]
+    [run] = fleet_json(out.stdout)["hosts"]
     assert out.stderr.splitlines()[0] == "3" and run["plan"]["sysctls"] == {}
     assert "--sample=none" in run["plan"]["argv"] and "--cpuctxsw=none" in run["plan"]["argv"]
     assert any("CPU sampling" in g for g in run["result"]["given_up"])
@@ -257,7 +257,7 @@ def test_shell_metacharacters_in_the_command_survive(lab):
 def test_timeout_stops_nsys_with_sigterm_and_the_report_is_finished(lab):
     out = fleet(lab, "--hosts", "h03", "--timeout", "1.5", "--json", "--", "sleep", "60")
     assert out.returncode == 0, out.stderr
-    [run] = json.loads(out.stdout)["hosts"]
+    [run] = fleet_json(out.stdout)["hosts"]
     assert run["result"]["stopped"] is True and run["result"]["exit_status"] == 143
     assert run["reports"][0]["verified"] and json.loads(Path(run["reports"][0]["stored"]).read_text())["kernels"]
 
@@ -271,7 +271,7 @@ def test_an_nsys_killed_mid_run_leaves_a_qdstrm_that_fleet_finishes(lab):
     finally:
         kill_recorded(pidfile, ["sleep", "300.25"])  # this test's workload, by its pid
     assert out.returncode == 0, out.stderr
-    [run] = json.loads(out.stdout)["hosts"]
+    [run] = fleet_json(out.stdout)["hosts"]
     assert any("left running" in n for n in run["result"]["notes"] if isinstance(n, str))
     [rep] = [r for r in run["reports"] if r["status"] != "summary"]
     assert rep["status"] == "finished-from-qdstrm" and rep["verified"]
@@ -314,7 +314,7 @@ def test_dcgm_is_paused_only_when_asked_and_always_resumed(lab, tmp_path):
         assert not lab["dcgm_log"].exists()
         out = fleet(lab, "--hosts", "h02", "--tool", "ncu", "--gpu", "0", "--pause-dcgm", "--json", "--", "true")
         assert out.returncode == 0, out.stderr
-        [run] = json.loads(out.stdout)["hosts"]
+        [run] = fleet_json(out.stdout)["hosts"]
         assert run["plan"]["pause_dcgm"] and run["result"]["restored"]["dcgm_resumed"]
         assert lab["dcgm_log"].read_text() == "pause\nresume\n"
         assert json.loads((lab["state"] / "state.json").read_text())["dcgm"] is None
@@ -332,7 +332,7 @@ def test_runs_land_in_the_store_with_a_manifest_and_in_the_catalog(lab, tmp_path
         out = run_fleet("profile", "--store", str(store_root), "--site", "lab-a", "--hosts", "h02,h03", "--tool",
                         "ncu", "--gpu", "0", "--json", "--", "true", env=lab["c"].env())
         assert out.returncode == 6, out.stderr  # h02 ok, h03 refused: a partial run
-        runs.append(json.loads(out.stdout)["run_id"])
+        runs.append(fleet_json(out.stdout)["run_id"])
     for run_id in runs:
         day = f"{run_id[:4]}-{run_id[4:6]}-{run_id[6:8]}"
         manifest = json.loads((store_root / "lab-a" / day / run_id / "manifest.json").read_text())
@@ -344,13 +344,13 @@ def test_runs_land_in_the_store_with_a_manifest_and_in_the_catalog(lab, tmp_path
         stored = Path(rep["stored"])
         assert stored.parent == store_root / "lab-a" / day / run_id / "h02"
         assert hashlib.sha256(stored.read_bytes()).hexdigest() == rep["sha256"]
-    listed = json.loads(run_fleet("reports", "ls", "--store", str(store_root), "--json").stdout)
+    listed = fleet_json(run_fleet("reports", "ls", "--store", str(store_root), "--json").stdout)
     assert sorted((r["run_id"], r["host"], r["status"]) for r in listed) == sorted(
         [(r, "h02", "complete") for r in runs] + [(r, "h02", "summary") for r in runs]
         + [(r, "h03", "refused") for r in runs])
     paths = [r["path"] for r in listed if r["status"] == "complete"]
     assert len(set(paths)) == 2  # no collision between the two runs
-    only = json.loads(run_fleet("reports", "ls", "--store", str(store_root), "--host", "h02", "--status", "complete",
+    only = fleet_json(run_fleet("reports", "ls", "--store", str(store_root), "--host", "h02", "--status", "complete",
                                 "--json").stdout)
     assert len(only) == 2 and all(r["sha256"] for r in only)
 
@@ -361,10 +361,10 @@ def test_runs_land_in_the_store_with_a_manifest_and_in_the_catalog(lab, tmp_path
 
     (store_root / "catalog.sqlite").unlink()  # the manifests are the truth: rebuild from them
     assert "catalogued 2 runs" in run_fleet("reports", "reindex", "--store", str(store_root)).stdout
-    again = json.loads(run_fleet("reports", "ls", "--store", str(store_root), "--json").stdout)
+    again = fleet_json(run_fleet("reports", "ls", "--store", str(store_root), "--json").stdout)
     assert sorted(map(json.dumps, again)) == sorted(map(json.dumps, listed))
     assert run_fleet("reports", "rm", runs[0], "--store", str(store_root)).returncode == 0
-    left = json.loads(run_fleet("reports", "ls", "--store", str(store_root), "--json").stdout)
+    left = fleet_json(run_fleet("reports", "ls", "--store", str(store_root), "--json").stdout)
     assert {r["run_id"] for r in left} == {runs[1]}
     assert not list(store_root.glob(f"lab-a/*/{runs[0]}"))
 
@@ -403,13 +403,13 @@ def test_nsys_stats_summaries_are_stored_and_runs_compared(lab, tmp_path):
         out = run_fleet("profile", "--store", str(store_root), "--hosts", "h02", "--json", "--", "sleep", seconds,
                         env=lab["c"].env())
         assert out.returncode == 0, out.stderr
-        doc = json.loads(out.stdout)
+        doc = fleet_json(out.stdout)
         runs.append(doc["run_id"])
         summaries = {r["summary"]: r for r in doc["hosts"][0]["reports"] if r["status"] == "summary"}
         assert set(summaries) == {"cuda_gpu_kern_sum", "cuda_api_sum", "nvtx_sum"}
         assert all(r["verified"] for r in summaries.values())
         assert "stand_in_kernel" in Path(summaries["cuda_gpu_kern_sum"]["stored"]).read_text()
-    compared = json.loads(run_fleet("reports", "compare", *runs, "--store", str(store_root), "--json").stdout)
+    compared = fleet_json(run_fleet("reports", "compare", *runs, "--store", str(store_root), "--json").stdout)
     [kernel] = compared
     assert kernel["kernel"] == "stand_in_kernel" and kernel["b_ns"] > kernel["a_ns"] and kernel["change"] > 1
 
@@ -423,7 +423,7 @@ def test_the_node_keeps_its_report_unless_told_to_remove_it_after_verification(l
     out = run_fleet("profile", "--store", str(tmp_path / "store"), "--hosts", "h02,h03", "--json", "--", "true",
                     env=env)
     assert out.returncode == 0, out.stderr
-    for run in json.loads(out.stdout)["hosts"]:
+    for run in fleet_json(out.stdout)["hosts"]:
         for rep in run["reports"]:
             assert rep["verified"] and Path(rep["stored"]).exists()
             assert Path(rep["remote"]).exists() == (run["host"] == "h02")  # h03 asked for removal
@@ -439,7 +439,7 @@ def test_reports_on_a_shared_directory_are_read_through_one_host(lab, tmp_path):
     out = run_fleet("profile", "--store", str(tmp_path / "store"), "--hosts", "h02,h03", "--json", "--", "true",
                     env={**lab["c"].env(), "FLEET_INVENTORY": str(inv)})
     assert out.returncode == 0, out.stderr
-    runs = {r["host"]: r for r in json.loads(out.stdout)["hosts"]}
+    runs = {r["host"]: r for r in fleet_json(out.stdout)["hosts"]}
     assert all(rep["verified"] for r in runs.values() for rep in r["reports"])
     assert {rep.get("read_through") for rep in runs["h03"]["reports"]} == {"h02"}
     after = {n: p.read_text().count("subsystem 'sftp'") for n, p in logs.items()}

@@ -15,7 +15,7 @@ from pathlib import Path
 import yaml
 
 from fleet.agent import reports
-from tests.conftest import REPO, run_fleet
+from tests.conftest import REPO, fleet_json, run_fleet
 from tests.test_profile import clean_gpus, held_entries, kill_fleet_mid_run, lab, wait_for  # noqa: F401 (fixtures)
 
 SUMMARIES = {"cuda_gpu_kern_sum", "cuda_api_sum", "nvtx_sum"}
@@ -60,6 +60,10 @@ def test_a_workload_without_nvtx_ranges_comes_home_with_its_empty_nvtx_summary(l
     run = only_run(store_root)
     [host] = run["hosts"]
     assert run["status"] == "complete" and host["status"] == "ok"
+    # The last line says which run it was and where its reports are.
+    assert out.stdout.splitlines()[-1] == (f"run {run['run_id']} complete: reports in "
+                                           f"{store_root / 'lab' / run['day'] / run['run_id']} "
+                                           f"(fleet reports show {run['run_id']})")
     summaries = summaries_of(host)
     assert set(summaries) == SUMMARIES and all(r["verified"] for r in summaries.values())
     nvtx = summaries["nvtx_sum"]
@@ -69,7 +73,7 @@ def test_a_workload_without_nvtx_ranges_comes_home_with_its_empty_nvtx_summary(l
     pulled = run_fleet("reports", "pull", run["run_id"], str(tmp_path / "out"), "--store", str(store_root))
     assert pulled.returncode == 0, pulled.stdout + pulled.stderr
     assert (tmp_path / "out" / "h02" / Path(nvtx["stored"]).name).read_bytes() == b""
-    listed = json.loads(run_fleet("reports", "ls", "--store", str(store_root), "--json").stdout)
+    listed = fleet_json(run_fleet("reports", "ls", "--store", str(store_root), "--json").stdout)
     assert sorted(r["status"] for r in listed) == ["complete", "summary", "summary", "summary"]
 
 
@@ -80,12 +84,12 @@ def test_a_trace_without_cuda_has_an_empty_kernel_summary_and_no_kernels_catalog
         out = run_fleet("profile", "--store", str(store_root), "--hosts", "h02", "--json", *args, "--",
                         "sh", "-c", 'echo step >> "$STANDIN_NVTX_LOG"', env=lab["c"].env())
         assert out.returncode == 0, out.stderr
-        doc = json.loads(out.stdout)
+        doc = fleet_json(out.stdout)
         runs.append(doc["run_id"])
         summaries = summaries_of(doc["hosts"][0])
         assert all(r["verified"] for r in summaries.values())
         assert ",PushPop,:step" in Path(summaries["nvtx_sum"]["stored"]).read_text()
-    compared = json.loads(run_fleet("reports", "compare", *runs, "--store", str(store_root), "--json").stdout)
+    compared = fleet_json(run_fleet("reports", "compare", *runs, "--store", str(store_root), "--json").stdout)
     [kernel] = compared  # only the second run had kernels
     assert kernel["kernel"] == "stand_in_kernel" and kernel["a_ns"] == 0 and kernel["b_ns"] > 0
 
@@ -131,7 +135,7 @@ def test_a_qdstrm_left_at_the_output_name_by_nsys_exiting_0_is_finished(lab, tmp
     env = with_nsys(lab, tmp_path, STANDIN_MISSING_LIBRARY="libdw.so.1")
     out = run_fleet("profile", "--store", str(tmp_path / "store"), "--hosts", "h02", "--json", "--", "true", env=env)
     assert out.returncode == 0, out.stdout + out.stderr
-    [host] = json.loads(out.stdout)["hosts"]
+    [host] = fleet_json(out.stdout)["hosts"]
     assert host["status"] == "ok" and host["result"]["exit_status"] == 0
     rep = report_of(host)
     assert rep["status"] == "finished-from-qdstrm" and rep["verified"]
@@ -190,7 +194,7 @@ def test_nsys_killed_while_generating_leaves_an_empty_report_its_data_is_finishe
             proc.kill()
             proc.wait()
     assert proc.returncode == 0, stdout + stderr
-    [host] = json.loads(stdout)["hosts"]
+    [host] = fleet_json(stdout)["hosts"]
     assert host["status"] == "ok" and host["result"]["exit_status"] == -9
     rep = report_of(host)  # one report, under the name nsys was writing, finished from its data
     assert rep["remote"] == str(report) and rep["status"] == "finished-from-qdstrm" and rep["verified"]

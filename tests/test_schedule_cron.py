@@ -15,7 +15,7 @@ import yaml
 from croniter import croniter
 
 from fleet.nightly import schedule
-from tests.conftest import run_fleet
+from tests.conftest import fleet_json, run_fleet
 
 T0 = datetime(2026, 11, 29, 13, 5)  # a Sunday
 
@@ -146,7 +146,7 @@ def test_a_crontab_schedule_fires_at_the_asked_times_and_runs_the_asked_command(
     assert words[at:] == [sys.executable, "-m", "fleet", "schedule", "fire", "nightly", ">>",
                           str(store_dir / "schedules" / "nightly.log"), "2>&1"]
     assert f"FLEET_STORE={store_dir}" in words[:at]
-    ls = json.loads(run_fleet("schedule", "ls", "--json", env=env).stdout)["schedules"]
+    ls = fleet_json(run_fleet("schedule", "ls", "--json", env=env).stdout)["schedules"]
     assert len(ls) == 1 and len(ls[0]["next"]) == 3
     assert [datetime.fromisoformat(t).hour % 6 for t in ls[0]["next"]] == [0, 0, 0]
     assert "next " in run_fleet("schedule", "ls", env=env).stdout

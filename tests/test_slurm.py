@@ -19,7 +19,7 @@ from fleet.inventory import load
 from fleet.slurm.jobs import SlurmClient
 from fleet.transport import Fanout
 from fleet.transport.settings import SSHSettings
-from tests.conftest import REPO, announce, run_fleet
+from tests.conftest import REPO, announce, fleet_json, run_fleet
 from tests.harness import fakenvml
 from tests.harness.slurm import SlurmCluster, configure_login
 from tests.harness.sshd import SSHCluster, ensure_user
@@ -88,7 +88,7 @@ def test_four_ranks_on_two_nodes_are_stored_with_distinct_names(hpc, tmp_path):
     log = Path(m["slurm"]["log"]["stored"]).read_text()
     assert all(f"rank {i} " in log for i in range(4))
     ls = run_fleet("reports", "ls", "--json", env={"FLEET_STORE": str(tmp_path)})
-    rows = json.loads(ls.stdout)
+    rows = fleet_json(ls.stdout)
     reports = [row for row in rows if row["path"].endswith(".nsys-rep")]
     assert {row["host"] for row in reports} == {"node1", "node2"} and len(reports) == 4
     assert all(row["status"] == "complete" and len(row["sha256"]) == 64 for row in reports)
@@ -191,7 +191,10 @@ def test_cancelled_job_leaves_clean_state_and_says_so(hpc, tmp_path):
             assert time.monotonic() < deadline, "the job never started"
             time.sleep(0.2)
         jobs = run_fleet("jobs", "--json", env=env)
-        assert [(j["job_id"], j["state"]) for j in json.loads(jobs.stdout)["jobs"]] == [(job, "RUNNING")]
+        assert [(j["job_id"], j["state"]) for j in fleet_json(jobs.stdout)["jobs"]] == [(job, "RUNNING")]
+        header, row = run_fleet("jobs", env=env).stdout.splitlines()  # for people: a header over the row
+        assert header.split()[:4] == ["RUN", "CLUSTER", "JOB", "STATE"]
+        assert row.split()[:4] == [m["run_id"], m["site"], job, "RUNNING"], row
         c = run_fleet("cancel", m["run_id"], env=env)
         assert c.returncode == 0, c.stderr
         out, err = proc.communicate(timeout=120)

@@ -9,7 +9,7 @@ from contextlib import closing
 from pathlib import Path
 
 from fleet import exitcodes, store
-from tests.conftest import run_fleet
+from tests.conftest import fleet_json, run_fleet
 
 # The catalog as fleet created it before it had a version (PRAGMA user_version 0).
 UNVERSIONED_SCHEMA = """
@@ -81,7 +81,7 @@ def test_an_unversioned_catalog_is_rebuilt_from_the_manifests_and_gets_a_version
         db.execute("INSERT INTO metrics VALUES (?, 'bench', 'total GPU kernel time', 'NVIDIA H200 on h02', "
                    "1000000.0, '[]', '2026-11-28T02:00:00+0000')", (gone,))
     assert user_version(tmp_path) == 0
-    listed = json.loads(run_fleet("reports", "ls", "--store", str(tmp_path), "--json").stdout)
+    listed = fleet_json(run_fleet("reports", "ls", "--store", str(tmp_path), "--json").stdout)
     assert [(r["run_id"], r["status"]) for r in listed] == [(kept, "summary")]
     assert rows_of(tmp_path, gone) == {"runs": 0, "reports": 0, "kernels": 0, "metrics": 0}
     assert rows_of(tmp_path, kept) == {"runs": 1, "reports": 1, "kernels": 1, "metrics": 1}

@@ -12,7 +12,7 @@ import pytest
 from fleet.inventory import Host, load
 from fleet.transport import Fanout
 from fleet.transport.settings import SSHSettings
-from tests.conftest import json_lines, run_fleet
+from tests.conftest import fleet_json_lines, run_fleet
 from tests.harness.sshd import SSHCluster
 
 NASTY = ["plain", "", " leading and trailing ", "it's", 'say "hi"', "$(touch /tmp/pwned)", "`id`", "$HOME",
@@ -46,7 +46,7 @@ def test_exec_gives_each_host_its_result_and_a_dead_host_does_not_stop_the_other
     env = {**cluster.env(), "FLEET_INVENTORY": str(inv)}
     out = run_fleet("exec", "all", "--json", "--", "sh", "-c", "echo out-$0; echo err >&2; exit 0", "x", env=env)
     assert out.returncode == 3, out.stderr  # 3: some host unreachable, the others ran
-    by_host = {r["host"]: r for r in json_lines(out.stdout)}
+    by_host = {r["host"]: r for r in fleet_json_lines(out.stdout)}
     assert set(by_host) == {"h01", "h02", "h03", "h04", "dead"}
     for name in ("h01", "h02", "h03", "h04"):
         assert by_host[name]["exit_status"] == 0 and by_host[name]["stdout"] == "out-x\n"
@@ -59,8 +59,16 @@ def test_exit_statuses_and_folded_output(cluster):
     out = run_fleet("exec", "h01,h02,h03", "--", "sh", "-c", 'test "$(hostname)" && echo same', env=cluster.env())
     assert out.returncode == 0
     assert "h[01-03] (3)\n" in out.stdout and out.stdout.count("same\n") == 1  # identical outputs shown once
-    fail = run_fleet("exec", "h01", "--", "sh", "-c", "exit 7", env=cluster.env())
-    assert fail.returncode == 1  # reached, but the command failed
+    one = run_fleet("exec", "h01", "--", "sh", "-c", "exit 7", env=cluster.env())
+    assert one.returncode == 7  # one host: its own status, as ssh gives it
+    killed = run_fleet("exec", "h01", "--", "sh", "-c", "kill -TERM $$", env=cluster.env())
+    assert killed.returncode == 128 + 15  # killed by SIGTERM, as a shell says it
+    # Several hosts: 1 when some failed; with -S (pdsh -S, clush --maxrc) the largest of their statuses.
+    by_host = 'set -- $SSH_CONNECTION; case $3 in *.1) exit 4;; *.2) exit 9;; esac'  # by the sshd's address
+    several = run_fleet("exec", "h01,h02,h03", "--", "sh", "-c", by_host, env=cluster.env())
+    assert several.returncode == 1
+    largest = run_fleet("exec", "-S", "h01,h02,h03", "--", "sh", "-c", by_host, env=cluster.env())
+    assert largest.returncode == 9, largest.stderr
 
 
 def test_arguments_survive_the_remote_shell_byte_for_byte(cluster):
@@ -70,7 +78,7 @@ def test_arguments_survive_the_remote_shell_byte_for_byte(cluster):
     assert remote.stdout.split(b"\0")[:-1] == [a.encode() for a in NASTY]
     assert not os.path.exists("/tmp/pwned")
     out = run_fleet("exec", "h02", "--json", "--", *argv, env=cluster.env())  # through the CLI too
-    assert json_lines(out.stdout)[0]["stdout"].split("\0")[:-1] == NASTY
+    assert fleet_json_lines(out.stdout)[0]["stdout"].split("\0")[:-1] == NASTY
 
 
 def test_local_and_ssh_transports_give_the_same_result(cluster):
@@ -138,7 +146,7 @@ def test_unknown_host_key_is_refused_and_nothing_runs(keys_cluster):
     # Each host leaves a file named after its own address (sshd's SSH_CONNECTION).
     touch = ["sh", "-c", 'set -- "$0" $SSH_CONNECTION; touch "$1-$4"', str(marker)]
     out = run_fleet("exec", "all", "--json", "--", *touch, env=c.env())
-    res = {r["host"]: r for r in json_lines(out.stdout)}
+    res = {r["host"]: r for r in fleet_json_lines(out.stdout)}
     assert out.returncode == 3
     assert res["h02"]["error_kind"] == "host-key-unknown" and "fleet hosts trust h02" in res["h02"]["error"]
     assert res["h01"]["exit_status"] == 0 and res["h03"]["exit_status"] == 0
@@ -161,7 +169,7 @@ def test_changed_host_key_is_refused_and_trust_will_not_overwrite_it(keys_cluste
     c.new_host_key(c.hosts[2])  # known_hosts still holds the old key
     marker = c.scratch("changed") / "ran"
     out = run_fleet("exec", "h03", "--json", "--", "touch", str(marker), env=c.env())
-    [r] = json_lines(out.stdout)
+    [r] = fleet_json_lines(out.stdout)
     assert out.returncode == 3 and r["error_kind"] == "host-key-changed" and "HOST KEY CHANGED" in r["error"]
     assert not marker.exists()  # nothing ran
     trust = run_fleet("hosts", "trust", "h03", "--yes", env=c.env())
@@ -182,7 +190,7 @@ def test_proxyjump_through_a_jump_host(tmp_path):
         inv = tmp_path / "inv.yaml"
         inv.write_text("all:\n  hosts:\n    via-h01:\n    via-h03:\n")
         out = run_fleet("exec", "all", "--json", "--", "echo", "through", env={**c.env(), "FLEET_INVENTORY": str(inv)})
-        res = {r["host"]: r for r in json_lines(out.stdout)}
+        res = {r["host"]: r for r in fleet_json_lines(out.stdout)}
         assert res["via-h01"]["stdout"] == "through\n"
         assert res["via-h03"]["exit_status"] is None and res["via-h03"]["error"]  # the jump was really used
         assert "Accepted publickey" in target.log.read_text()

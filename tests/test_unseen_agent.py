@@ -4,7 +4,6 @@ hide the tenant, its memory does not. Before, the driver-like lists made ncu run
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import subprocess
@@ -12,7 +11,7 @@ import sys
 
 import pytest
 
-from tests.conftest import REPO
+from tests.conftest import REPO, fleet_json
 from tests.harness import fakenvml
 from tests.harness.sshd import ensure_user
 from tests.test_agent import TENANT_USER, local_env, spawn, stop
@@ -46,7 +45,7 @@ def fleet(env, *args, private=True):
 
 
 def verdicts(out):
-    [node] = json.loads(out.stdout)["nodes"]
+    [node] = fleet_json(out.stdout)["nodes"]
     return {v["way"]: v for v in node["verdicts"]}
 
 

@@ -18,9 +18,9 @@ class Context:
     """The global options (inventory, SSH settings, fan-out), read once per command."""
 
     def __init__(self, inventories: tuple[str, ...], ssh_config: str | None, known_hosts: str | None,
-                 fanout: int):
+                 fanout: int, connect_timeout: float | None = None):
         self.inventories, self.fanout = inventories, fanout
-        self._ssh = (ssh_config, known_hosts)
+        self._ssh = (ssh_config, known_hosts, connect_timeout)
         self._inventory: Inventory | None = None
 
     @property

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import sys
 
 import click
 
 from .. import exitcodes
 from .context import Context, exclude_option, fail
+from .output import echo_json, json_option
+from .parsing import WorkloadCommand
 
 # --- inventory ---
 
@@ -21,7 +22,7 @@ def inventory():
 @inventory.command("list")
 @click.argument("targets", required=False)
 @exclude_option
-@click.option("--json", "as_json", is_flag=True, help="One JSON document with every host and its merged variables.")
+@json_option
 @click.pass_obj
 def inventory_list(obj: Context, targets, exclude, as_json):
     """List the hosts that TARGETS name (default: all), with their merged variables."""
@@ -29,8 +30,8 @@ def inventory_list(obj: Context, targets, exclude, as_json):
     if as_json:
         groups = {g: [h for h in members if h in {x.name for x in hosts}]
                   for g, members in obj.inventory.groups.items()}
-        click.echo(json.dumps({"sources": obj.inventory.sources, "hosts": [h.to_json() for h in hosts],
-                               "groups": {g: m for g, m in groups.items() if m}}, indent=2, default=str))
+        echo_json({"sources": obj.inventory.sources, "hosts": [h.to_json() for h in hosts],
+                   "groups": {g: m for g, m in groups.items() if m}})
         return
     rows = [(h.name, h.address + (f":{h.port}" if h.port else ""), h.user or "", ",".join(h.groups), h.connection)
             for h in hosts]
@@ -41,46 +42,51 @@ def inventory_list(obj: Context, targets, exclude, as_json):
 
 
 @inventory.command("check")
+@json_option
 @click.pass_obj
-def inventory_check(obj: Context):
+def inventory_check(obj: Context, as_json):
     """Validate the inventory; exit 2 naming file and line on the first error."""
     inv = obj.inventory
     groups = [g for g, hosts in inv.groups.items() if g != "all" and (hosts or g != "ungrouped")]
+    if as_json:
+        return echo_json({"sources": inv.sources, "hosts": len(inv.hosts), "groups": groups})
     click.echo(f"ok: {len(inv.hosts)} hosts in {len(groups)} groups ({', '.join(inv.sources)})")
 
 
 # --- exec ---
 
-@click.command("exec", context_settings={"ignore_unknown_options": True})
+@click.command("exec", cls=WorkloadCommand, leading=1)
 @click.argument("targets")
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
 @exclude_option
-@click.option("--json", "as_json", is_flag=True, help="One JSON object per host (JSON lines).")
+@click.option("--json", "as_json", is_flag=True, help="One JSON envelope per host as it finishes (JSON lines).")
 @click.option("--timeout", type=float, help="Seconds before the command is stopped (SIGTERM) on a host.")
+@click.option("-S", "--maxrc", is_flag=True, help="Exit with the largest of the hosts' statuses (as pdsh -S); "
+              "one host's status is always its own.")
 @click.pass_obj
-def exec_(obj: Context, targets, command, exclude, as_json, timeout):
+def exec_(obj: Context, targets, command, exclude, as_json, timeout, maxrc):
     """Run COMMAND on every host TARGETS names; identical outputs are shown once.
 
     COMMAND's arguments reach the host exactly as given (quoted for its shell):
     for pipes or redirection run a shell yourself, `fleet exec all -- sh -c 'a | b'`.
     """
-    from .output import print_gathered, print_json_lines, progress, summary
+    from .output import echo_json_line, print_gathered, progress, summary
 
     hosts = obj.select(targets, exclude)
 
     async def go():
         async with obj.fanout_for_run() as fan:
             with progress(len(hosts), "exec", enabled=not as_json) as advance:
-                return await fan.run_all(hosts, list(command), timeout=timeout, on_result=advance)
+                # --json streams: each host's line as soon as it is done, for thousands of hosts
+                on_result = (lambda r: echo_json_line(r.to_json())) if as_json else advance
+                return await fan.run_all(hosts, list(command), timeout=timeout, on_result=on_result)
 
     results = asyncio.run(go())
-    if as_json:
-        print_json_lines(results)
-    else:
+    if not as_json:
         print_gathered(results)
         if len(results) > 1 or not results[0].ok:
             click.echo(summary(results), err=True)
-    sys.exit(exitcodes.for_results(results))
+    sys.exit(exitcodes.for_exec(results, maxrc=maxrc))
 
 
 # --- probe and doctor ---
@@ -102,7 +108,7 @@ def _probe(obj: Context, targets, exclude, as_json, environment_check=False):
 @click.command()
 @click.argument("targets", required=False)
 @exclude_option
-@click.option("--json", "as_json", is_flag=True, help="The agent's document for every node.")
+@json_option
 @click.pass_obj
 def probe(obj: Context, targets, exclude, as_json):
     """The GPUs of each node and who is on them (user, pid, memory); MIG, MPS, DCGM."""
@@ -110,9 +116,8 @@ def probe(obj: Context, targets, exclude, as_json):
 
     hosts, results = _probe(obj, targets, exclude, as_json)
     if as_json:
-        click.echo(json.dumps({"nodes": [{"host": h.name, "error": r.error, "error_kind": r.error_kind,
-                                          "state": r.extra.get("state")} for h, r in zip(hosts, results)]},
-                              indent=2))
+        echo_json({"nodes": [{"host": h.name, "error": r.error, "error_kind": r.error_kind,
+                              "state": r.extra.get("state")} for h, r in zip(hosts, results)]})
     else:
         for h, r in zip(hosts, results):
             click.echo(render_probe(h.name, r), nl=False, err=r.error is not None)
@@ -122,7 +127,7 @@ def probe(obj: Context, targets, exclude, as_json):
 @click.command()
 @click.argument("targets", required=False)
 @exclude_option
-@click.option("--json", "as_json", is_flag=True, help="Findings and verdicts of every node as JSON.")
+@json_option
 @click.option("--strict", is_flag=True, help="Exit 4 when a way to profile is degraded, 5 when one is refused.")
 @click.pass_obj
 def doctor(obj: Context, targets, exclude, as_json, strict):
@@ -136,7 +141,7 @@ def doctor(obj: Context, targets, exclude, as_json, strict):
     hosts, results = _probe(obj, targets, exclude, as_json, environment_check=True)
     diagnoses = [diagnosis(h, r) for h, r in zip(hosts, results)]
     if as_json:
-        click.echo(json.dumps({"nodes": diagnoses}, indent=2))
+        echo_json({"nodes": diagnoses})
     else:
         click.echo("\n".join(render_doctor(d) for d in diagnoses), nl=False)
     code = exitcodes.for_results(results)
@@ -148,7 +153,7 @@ def doctor(obj: Context, targets, exclude, as_json, strict):
 @click.command()
 @click.argument("targets")
 @exclude_option
-@click.option("--json", "as_json", is_flag=True)
+@json_option
 @click.pass_obj
 def repair(obj: Context, targets, exclude, as_json):
     """Put back what killed runs left changed on TARGETS (owned sysctls, DCGM pause)."""
@@ -164,16 +169,18 @@ def repair(obj: Context, targets, exclude, as_json):
                                                            input=payload))
 
     results = [probe_mod.read_repair(h, r) for h, r in zip(hosts, asyncio.run(go()))]
-    for h, r in zip(hosts, results):
-        if as_json:
-            click.echo(json.dumps({"host": h.name, **({"error": r.error} if r.error else
-                                                      {"value": r.extra["repair"]})}))
-        elif r.error:
-            click.echo(r.error if r.error.startswith(f"{h.name}:") else f"{h.name}: {r.error}", err=True)
-        else:
-            done = r.extra["repair"]
-            restored = ", ".join(f"{k}={v}" for k, v in done["restored"].items()) or "nothing to put back"
-            click.echo(f"{h.name}: {restored}" + ("; DCGM profiling resumed" if done.get("dcgm_resumed") else ""))
+    docs = [{"host": h.name, **({"error": r.error} if r.error else {"value": r.extra["repair"]})}
+            for h, r in zip(hosts, results)]
+    if as_json:
+        echo_json({"hosts": docs})
+    for doc in docs if not as_json else ():
+        if doc.get("error"):
+            error = doc["error"]
+            click.echo(error if error.startswith(f"{doc['host']}:") else f"{doc['host']}: {error}", err=True)
+            continue
+        done = doc["value"]
+        restored = ", ".join(f"{k}={v}" for k, v in done["restored"].items()) or "nothing to put back"
+        click.echo(f"{doc['host']}: {restored}" + ("; DCGM profiling resumed" if done.get("dcgm_resumed") else ""))
     sys.exit(exitcodes.for_results(results))
 
 
@@ -188,8 +195,9 @@ def hosts():
 @click.argument("targets")
 @exclude_option
 @click.option("--yes", is_flag=True, help="Accept without asking.")
+@json_option
 @click.pass_obj
-def hosts_trust(obj: Context, targets, exclude, yes):
+def hosts_trust(obj: Context, targets, exclude, yes, as_json):
     """Fetch the host keys of TARGETS, show their fingerprints, record the accepted ones."""
     from ..transport import hostkeys
     from ..transport.ssh import SSHTransport
@@ -200,27 +208,33 @@ def hosts_trust(obj: Context, targets, exclude, yes):
     async def fetch():
         return await asyncio.gather(*(hostkeys.offered_key(ssh, h) for h in chosen))
 
+    def say(line: str, err: bool = False) -> None:  # with --json, stdout holds the document alone
+        click.echo(line, err=err or as_json)
+
     offered = asyncio.run(fetch())
     code = exitcodes.OK
     accept = []
     for k in offered:
         if k.state == "error":
-            click.echo(f"{k.host}: cannot fetch its key: {k.error}", err=True)
+            say(f"{k.host}: cannot fetch its key: {k.error}", err=True)
             code = exitcodes.UNREACHABLE
         elif k.state == "known":
-            click.echo(f"{k.host}: {k.fingerprint} already trusted")
+            say(f"{k.host}: {k.fingerprint} already trusted")
         elif k.state == "changed":  # as ssh does: the old key goes only by hand
-            click.echo(f"{k.host}: {k.fingerprint} DIFFERS from the key recorded in {k.file}; not accepted. "
-                       f"Once checked, remove the old one (ssh-keygen -R '{k.pattern}' -f {k.file}) "
-                       "and trust again.", err=True)
+            say(f"{k.host}: {k.fingerprint} DIFFERS from the key recorded in {k.file}; not accepted. "
+                f"Once checked, remove the old one (ssh-keygen -R '{k.pattern}' -f {k.file}) "
+                "and trust again.", err=True)
             code = exitcodes.FAILED
         else:
-            click.echo(f"{k.host}: {k.fingerprint} -> {k.file}")
+            say(f"{k.host}: {k.fingerprint} -> {k.file}")
             accept.append(k)
     if accept and not yes:
         if not sys.stdin.isatty():
             fail("not accepting keys without a terminal to confirm on; pass --yes")
-        if not click.confirm(f"Trust {len(accept)} host key(s)?", default=False):
+        if not click.confirm(f"Trust {len(accept)} host key(s)?", default=False, err=as_json):
             fail("nothing recorded", exitcodes.FAILED)
     hostkeys.record(accept)
+    if as_json:
+        echo_json({"keys": [{"host": k.host, "state": k.state, "fingerprint": k.fingerprint, "file": k.file,
+                             "recorded": k in accept, "error": k.error} for k in offered]})
     sys.exit(code)

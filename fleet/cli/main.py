@@ -5,6 +5,8 @@ Each group of commands has its module here; this one holds the top-level group a
 
 from __future__ import annotations
 
+import sys
+
 import click
 
 from .. import __version__, exitcodes
@@ -20,6 +22,19 @@ from .slurm import cancel, jobs, slurm_group
 class _Group(click.Group):
     """Turns inventory, target, store and unsafe-value errors into one clear line and exit status 2,
     and a store that cannot be written into one line and exit status 1."""
+
+    def main(self, args=None, prog_name=None, **extra):
+        extra.pop("standalone_mode", None)
+        try:
+            returned = super().main(args, prog_name, standalone_mode=False, **extra)
+        except click.UsageError as e:
+            fail(usage_line(self, e))
+        except click.ClickException as e:
+            e.show()
+            sys.exit(e.exit_code)
+        except click.Abort:  # Ctrl-C outside a run (a prompt, a probe)
+            fail("interrupted", exitcodes.INTERRUPTED)
+        sys.exit(returned if isinstance(returned, int) else exitcodes.OK)  # --help, --version: click's Exit(0)
 
     def invoke(self, ctx: click.Context):
         from ..safenames import UnsafeValue
@@ -42,15 +57,54 @@ class _Group(click.Group):
 @click.option("--known-hosts", envvar="FLEET_KNOWN_HOSTS", help="known_hosts file (default: as ssh_config says).")
 @click.option("-f", "--fanout", default=64, show_default=True, type=click.IntRange(1, 4096),
               help="Hosts worked on at once.")
+@click.option("--connect-timeout", default=15.0, show_default=True, type=click.FloatRange(0, min_open=True),
+              envvar="FLEET_CONNECT_TIMEOUT", help="Seconds for a host's SSH connection, handshake included.")
+@click.option("-v", "--debug", "verbose", count=True, help="Show asyncssh's log on stderr (authentication, "
+              "key exchange); -vv, -vvv: more of it.")
 @click.pass_context
-def main(ctx: click.Context, inventories, ssh_config, known_hosts, fanout):
+def main(ctx: click.Context, inventories, ssh_config, known_hosts, fanout, connect_timeout, verbose):
     """Profile GPU workloads with Nsight across shared servers and Slurm clusters."""
-    ctx.obj = Context(tuple(inventories), ssh_config, known_hosts, fanout)
+    if verbose:
+        show_ssh_log(verbose)
+    ctx.obj = Context(tuple(inventories), ssh_config, known_hosts, fanout, connect_timeout)
+
+
+def show_ssh_log(verbose: int) -> None:
+    """asyncssh's log on stderr: what was tried to authenticate and why it failed, as ``ssh -v``."""
+    import logging
+
+    import asyncssh
+
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("fleet debug: %(message)s"))
+    logging.getLogger("asyncssh").addHandler(handler)
+    asyncssh.set_log_level(logging.DEBUG)
+    asyncssh.set_debug_level(min(verbose, 3))  # 1: auth and key exchange; 2, 3: packets
 
 
 for command in (inventory, exec_, probe, doctor, profile, gather, repair, hosts, reports, jobs, cancel, slurm_group,
                 run_cmd, schedule, nightly):
     main.add_command(command)
+
+def usage_line(group: click.Group, e: click.UsageError) -> str:
+    """click's message on one line, with what to do: where a global option goes, where help is."""
+    if isinstance(e, click.NoSuchOption) and e.ctx is not None and e.ctx.command is not group:
+        spellings = {name for p in group.params for name in (*p.opts, *p.secondary_opts)}
+        if e.option_name in spellings:
+            where = " ".join(c.info_name for c in _chain(e.ctx)[1:])
+            return (f"{e.option_name} is a global option: put it before the command, "
+                    f"fleet {e.option_name} ... {where} ...")
+    command = " ".join(["fleet", *(c.info_name for c in _chain(e.ctx)[1:])]) if e.ctx else "fleet"
+    return f"{e.format_message()} (see {command} --help)"
+
+
+def _chain(ctx: click.Context) -> list[click.Context]:
+    chain = []
+    while ctx is not None:
+        chain.insert(0, ctx)
+        ctx = ctx.parent
+    return chain
+
 
 if __name__ == "__main__":  # pragma: no cover
     main()

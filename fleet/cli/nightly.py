@@ -13,7 +13,9 @@ from typing import TYPE_CHECKING
 import click
 
 from .. import exitcodes
+from .parsing import Day
 from .context import Context, fail, store_option
+from .output import echo_json, json_option
 
 if TYPE_CHECKING:
     from ..store.manifest import RunManifest
@@ -43,20 +45,20 @@ def run_playbook(obj: Context, path: str, store_root, dry_run: bool, poll: float
     except SlurmRejected as e:
         fail(str(e), exitcodes.USAGE)
     except (SlurmError, ContainerError) as e:
-        fail(str(e), exitcodes.FAILED)
+        fail(str(e), exitcodes.of_error(e))
 
 
 @click.command("run")
 @click.argument("playbook", type=click.Path(exists=True, dir_okay=False))
 @store_option
 @click.option("--dry-run", is_flag=True, help="What would run (the batch script on Slurm); nothing is submitted.")
-@click.option("--json", "as_json", is_flag=True)
+@json_option
 @click.pass_obj
 def run_cmd(obj: Context, playbook, store_root, dry_run, as_json):
     """Run PLAYBOOK once, as fleet profile would, and catalogue its metrics."""
     m = run_playbook(obj, playbook, store_root, dry_run)
     if as_json or dry_run and m.slurm is None:
-        click.echo(json.dumps(m.to_json(), indent=2, default=str))
+        echo_json(m.to_json())
     elif dry_run:
         click.echo(m.slurm.script, nl=False)
     else:
@@ -84,8 +86,9 @@ def schedule():
               help="Force a way (default: the best this site has).")
 @click.option("--sbatch-arg", "sbatch_args", multiple=True, help="sbatch option for the scheduling job.")
 @store_option
+@json_option
 @click.pass_obj
-def schedule_install(obj: Context, playbook, cron, every, name, backend, sbatch_args, store_root):
+def schedule_install(obj: Context, playbook, cron, every, name, backend, sbatch_args, store_root, as_json):
     """Schedule PLAYBOOK; each firing is a normal `fleet run`."""
     from ..nightly import schedule as sched
     from .. import store
@@ -108,6 +111,8 @@ def schedule_install(obj: Context, playbook, cron, every, name, backend, sbatch_
                                sbatch_args=tuple(sbatch_args), backend=backend)
     except sched.ScheduleError as e:
         fail(str(e))
+    if as_json:
+        return echo_json({**record, "next": [t.isoformat(timespec="seconds") for t in sched.next_times(record)]})
     click.echo(f"scheduled {record['name']} ({_when(record)}) with "
                f"{record['backend']}" + (f": job {record['job_id']}" if record.get("job_id") else ""))
     click.echo("next: " + ", ".join(t.isoformat(" ", "minutes") for t in sched.next_times(record)))
@@ -124,7 +129,7 @@ def _when(record: dict) -> str:
 
 @schedule.command("ls")
 @store_option
-@click.option("--json", "as_json", is_flag=True)
+@json_option
 def schedule_ls(store_root, as_json):
     """The schedules and how often each has fired."""
     from ..nightly import schedule as sched
@@ -137,7 +142,7 @@ def schedule_ls(store_root, as_json):
         except sched.ScheduleError:  # a record from before --every was checked against cron
             r["next"] = []
     if as_json:
-        click.echo(json.dumps({"schedules": records}, indent=2))
+        echo_json({"schedules": records})
         return
     for r in records:
         nxt = ", ".join(t.replace("T", " ")[:16] for t in r["next"])
@@ -147,7 +152,8 @@ def schedule_ls(store_root, as_json):
 @schedule.command("rm")
 @click.argument("name")
 @store_option
-def schedule_rm(name, store_root):
+@json_option
+def schedule_rm(name, store_root, as_json):
     """Remove a schedule (a pending scheduling job is cancelled)."""
     from ..nightly import schedule as sched
     from .. import store
@@ -156,6 +162,8 @@ def schedule_rm(name, store_root):
         record = sched.remove(store.root(store_root), name)
     except sched.ScheduleError as e:
         fail(str(e))
+    if as_json:
+        return echo_json({"removed": record})
     click.echo(f"removed {name} ({record['backend']})")
 
 
@@ -183,12 +191,12 @@ def nightly():
 
 @nightly.command("report")
 @click.argument("playbooks", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False))
-@click.option("--since", help="Only runs started on or after this date (YYYY-MM-DD).")
+@click.option("--since", type=Day(), help="Only runs started on or after this date (YYYY-MM-DD).")
 @click.option("--out", default="fleet-nightly.html", show_default=True, type=click.Path(dir_okay=False),
               help="The HTML page (its JSON twin goes beside it).")
 @click.option("--notify", help="Run this shell command with the summary on its stdin (mail, chat webhook).")
 @store_option
-@click.option("--json", "as_json", is_flag=True)
+@json_option
 def nightly_report(playbooks, since, out, notify, store_root, as_json):
     """One static HTML page: a trend plot per metric and device, the verdicts, links to the reports.
     Exit 7 when any metric is called a Regression."""
@@ -200,7 +208,10 @@ def nightly_report(playbooks, since, out, notify, store_root, as_json):
              ", ".join(f"{v['verdict']}: {v['metric']} ({v['device']})" for v in p["verdicts"])
              for p in summary["playbooks"]]
     text = "\n".join(lines + [f"REGRESSION {r}" for r in summary["regressions"]] + [f"report: {out}"]) + "\n"
-    click.echo(json.dumps(summary, indent=2) if as_json else text, nl=not as_json)
+    if as_json:
+        echo_json(summary)
+    else:
+        click.echo(text, nl=False)
     if notify:
         subprocess.run(notify, shell=True, input=text, text=True, check=False)
     sys.exit(exitcodes.REGRESSION if summary["regressions"] else exitcodes.OK)

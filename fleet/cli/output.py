@@ -7,9 +7,12 @@ rich is imported only when a terminal is there to draw on, so scripted and
 from __future__ import annotations
 
 import json
+import os
 import sys
 from contextlib import contextmanager
 from typing import Callable, Iterable, Iterator, TextIO
+
+import click
 
 from ..hostlist import fold
 from ..transport import Result
@@ -63,9 +66,37 @@ def summary(results: list[Result]) -> str:
     return ", ".join(parts)
 
 
-def print_json_lines(results: Iterable[Result], out: TextIO = sys.stdout) -> None:
-    for r in results:
-        out.write(json.dumps(r.to_json(), ensure_ascii=False) + "\n")
+# --json: every command prints one envelope, {"fleet_json": 1, "command": "reports ls", "data": ...};
+# a streaming command (exec) prints one per line as its results arrive. The version changes only
+# when a field's meaning does; new fields may appear without it.
+JSON_VERSION = 1
+
+json_option = click.option("--json", "as_json", is_flag=True,
+                           help="Print the result as JSON, in fleet's envelope (docs/user-guide.md).")
+
+
+def command_name() -> str:
+    """The command being run as typed after ``fleet``: ``reports ls``."""
+    names, ctx = [], click.get_current_context(silent=True)
+    while ctx is not None and ctx.parent is not None:
+        names.insert(0, ctx.info_name)
+        ctx = ctx.parent
+    return " ".join(names)
+
+
+def envelope(data) -> dict:
+    return {"fleet_json": JSON_VERSION, "command": command_name(), "data": data}
+
+
+def echo_json(data) -> None:
+    """The command's one JSON document."""
+    click.echo(json.dumps(envelope(data), indent=2, default=str, ensure_ascii=False))
+
+
+def echo_json_line(data) -> None:
+    """One line of a streaming command's output: a whole envelope, flushed at once."""
+    sys.stdout.write(json.dumps(envelope(data), default=str, ensure_ascii=False) + "\n")
+    sys.stdout.flush()
 
 
 @contextmanager
@@ -115,3 +146,33 @@ def byte_progress(enabled: bool) -> Iterator[ByteProgress | None]:
     with Progress(TextColumn("[bold]gathering"), BarColumn(), DownloadColumn(), TransferSpeedColumn(),
                   console=Console(stderr=True), transient=True) as bar:
         yield ByteProgress(bar, bar.add_task("gathering", total=0, visible=False))
+
+
+# Colour of a status word in tables: what worked, what was held back, what broke.
+STATUS_STYLES = {"ok": "green", "complete": "green", "finished-from-qdstrm": "green", "COMPLETED": "green",
+                 "RUNNING": "cyan", "PENDING": "yellow", "summary": "dim", "refused": "yellow",
+                 "partial": "yellow", "running": "cyan", "submitted": "cyan", "missing": "red", "failed": "red",
+                 "unreachable": "red", "FAILED": "red", "CANCELLED": "yellow", "TIMEOUT": "red"}
+
+
+def print_table(headers: list[str], rows: list[list[str]], status_column: int | None = None) -> None:
+    """Rows under a header. On a terminal a rich table, its statuses coloured (never under
+    NO_COLOR); piped, plain columns with whole values, for grep and awk, without importing rich."""
+    if not (sys.stdout.isatty() or os.environ.get("FORCE_COLOR")):
+        widths = [max(len(str(r[i])) for r in [headers, *rows]) for i in range(len(headers))]
+        for row in [headers, *rows]:
+            click.echo("  ".join(str(c).ljust(w) for c, w in zip(row, widths)).rstrip())
+        return
+    from rich import box
+    from rich.console import Console
+    from rich.table import Table
+    from rich.text import Text
+
+    table = Table(box=box.SIMPLE_HEAD, header_style="bold", pad_edge=False, show_edge=False)
+    for header in headers:
+        table.add_column(header, overflow="fold")
+    for row in rows:
+        # Text(), not markup: paths and kernel names may hold brackets
+        table.add_row(*(Text(str(c), style=STATUS_STYLES.get(str(c), "") if i == status_column else "")
+                        for i, c in enumerate(row)))
+    Console().print(table)

@@ -3,16 +3,17 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import sys
 
 import click
 
 from .. import exitcodes
 from .context import Context, exclude_option, fail, store_option
+from .output import echo_json, json_option
+from .parsing import WorkloadCommand, refuse_options
 from .slurm import gather_on_slurm, profile_on_slurm, slurm_options
 
-@click.command(context_settings={"ignore_unknown_options": True})
+@click.command(cls=WorkloadCommand)
 @click.option("--hosts", "hosts_", help="Hosts or ranges to profile on.")
 @click.option("--group", "group", help="Inventory group to profile on.")
 @exclude_option
@@ -30,7 +31,7 @@ from .slurm import gather_on_slurm, profile_on_slurm, slurm_options
 @store_option
 @click.option("--site", default="lab", show_default=True, help="Store folder for this group of machines.")
 @click.option("--dry-run", is_flag=True, help="Print each node's plan (commands, sysctls, locks, refusals); touch nothing.")
-@click.option("--json", "as_json", is_flag=True, help="Every host's plan, result and reports as JSON.")
+@json_option
 @slurm_options
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
 @click.pass_obj
@@ -54,18 +55,19 @@ def profile(obj: Context, hosts_, group, exclude, tool, gpus, gpu_metrics, allow
                          gpus=tuple(gpus) or None, gpu_metrics=gpu_metrics, allow_own=allow_own,
                          pause_dcgm=pause_dcgm, profiler_args=tuple(profiler_args), timeout=timeout,
                          lock_wait=lock_wait, docker_image=docker_image)
+    ctx = click.get_current_context()
     if slurm.get("partition") or slurm.get("cluster"):
         if hosts_ or group:
             fail("--partition/--cluster (a Slurm job) and --hosts/--group (lab servers) do not mix")
-        if docker_image:
-            fail("on Slurm, containers are --container-image (pyxis) or --apptainer")
-        if gpus:
-            fail("on Slurm, ask for GPUs with --gpus or --gres; --gpu picks a GPU on a lab server")
-        if timeout or lock_wait:
-            fail("on Slurm, the job's --time bounds the run (the profilers stop --stop-before seconds ahead); "
-                  "--timeout and --wait are for lab servers")
+        refuse_options(ctx, ["docker_image"], "on Slurm, containers are --container-image (pyxis) or --apptainer")
+        refuse_options(ctx, ["gpus"], "on Slurm, ask for GPUs with --gpus or --gres; --gpu picks a GPU on a lab server")
+        refuse_options(ctx, ["timeout", "lock_wait"], "on Slurm, the job's --time bounds the run (the profilers "
+                       "stop --stop-before seconds ahead); --timeout and --wait are for lab servers")
+        refuse_options(ctx, ["exclude"], "on Slurm, leave nodes out with --sbatch-arg=--exclude=NODES")
         return profile_on_slurm(obj, req, slurm, store_root=store_root, site=None if site == "lab" else site,
                                 dry_run=dry_run, as_json=as_json)
+    refuse_options(ctx, [name for name in slurm if name not in ("partition", "cluster")],
+                   "Slurm options, for a batch job with --partition; on lab servers pick GPUs with --gpu")
     targets = ",".join(t for t in (hosts_, group) if t)
     if not targets:
         fail("name where to profile: --hosts H or --group G (lab servers), or --partition P (Slurm)")
@@ -87,27 +89,32 @@ def profile(obj: Context, hosts_, group, exclude, tool, gpus, gpu_metrics, allow
         manifest = asyncio.run(go())
     except KeyboardInterrupt:  # the second Ctrl-C
         fail(f"left the nodes to finish on their own; bring the reports home later with: fleet gather {req.run_id}",
-              130)
+             exitcodes.INTERRUPTED)
     if as_json:
-        click.echo(json.dumps(profile_mod.json_doc(manifest), indent=2, default=str))
+        echo_json(profile_mod.json_doc(manifest))
     else:
         for h in manifest.hosts:
             click.echo(profile_mod.render(h), nl=False, err=h.status not in ("ok", "planned"))
+        if not dry_run:  # where to look next, as the Slurm path says it
+            directory = store.run_dir(store.root(store_root), manifest.site, manifest.run_id)
+            click.echo(f"run {manifest.run_id} {manifest.status}: reports in {directory} "
+                       f"(fleet reports show {manifest.run_id})")
     sys.exit(exitcodes.for_run(manifest))
 
 
 @click.command()
 @click.argument("run_id")
 @store_option
+@json_option
 @click.pass_obj
-def gather(obj: Context, run_id, store_root):
+def gather(obj: Context, run_id, store_root, as_json):
     """Bring home what run RUN_ID left on its nodes (after fleet was killed, or a failed transfer)."""
     from ..lab import profile as profile_mod
     from .. import store
 
     try:
         if store.load_run(store.root(store_root), run_id).slurm is not None:
-            return gather_on_slurm(obj, run_id, store_root)
+            return gather_on_slurm(obj, run_id, store_root, as_json)
     except LookupError as e:
         fail(str(e))
 
@@ -116,7 +123,9 @@ def gather(obj: Context, run_id, store_root):
             return await profile_mod.gather(fan, obj.inventory.hosts, store.root(store_root), run_id)
 
     manifest = asyncio.run(go())
-    for h in manifest.hosts:
+    if as_json:
+        echo_json(manifest.to_json())
+    for h in manifest.hosts if not as_json else ():
         click.echo(f"{h.host}: {h.status}" + (f" ({h.missing_why})" if h.missing_why else ""))
         for r in h.reports:
             click.echo(f"  {r.stored} ({'verified' if r.verified else r.error})")

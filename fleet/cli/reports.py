@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import sys
 
 from typing import TYPE_CHECKING
@@ -10,7 +9,9 @@ from typing import TYPE_CHECKING
 import click
 
 from .. import exitcodes
+from .parsing import Day
 from .context import store_option
+from .output import echo_json, json_option
 
 if TYPE_CHECKING:
     from ..store.manifest import RunManifest
@@ -34,33 +35,34 @@ def reports():
 @reports.command("ls")
 @store_option
 @click.option("--host", help="Only reports from this host.")
-@click.option("--since", help="Only runs started on or after this date (YYYY-MM-DD).")
+@click.option("--since", type=Day(), help="Only runs started on or after this date (YYYY-MM-DD).")
 @click.option("--tool", type=click.Choice(["nsys", "ncu"]))
-@click.option("--status", type=click.Choice(["complete", "finished-from-qdstrm", "missing", "refused", "running"]))
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--status", type=click.Choice(["complete", "finished-from-qdstrm", "summary", "missing", "refused",
+                                            "running"]))
+@json_option
 def reports_ls(store_root, host, since, tool, status, as_json):
     """List the catalogued reports."""
     from .. import store
 
     rows = store.reports(store.root(store_root), host=host, since=since, tool=tool, status=status)
     if as_json:
-        click.echo(json.dumps(rows, indent=2))
-        return
-    for r in rows:
-        click.echo(f"{r['run_id']}  {r['host']:<12} {r['tool']:<5} {r['status']:<21} "
-                   f"{(r['sha256'] or '')[:12]:<12} {r['path']}")
+        return echo_json(rows)
+    from .output import print_table
+
+    print_table(["RUN", "HOST", "TOOL", "STATUS", "SHA256", "PATH"],
+                [[r["run_id"], r["host"], r["tool"], r["status"], (r["sha256"] or "")[:12], r["path"]] for r in rows],
+                status_column=3)
 
 
 @reports.command("show")
 @click.argument("run_id")
 @store_option
-@click.option("--json", "as_json", is_flag=True, help="The whole manifest.")
+@json_option
 def reports_show(run_id, store_root, as_json):
     """A run's manifest: request, hosts, reports, what is missing and why."""
     m = _manifest(store_root, run_id)
     if as_json:
-        click.echo(json.dumps(m.to_json(), indent=2))
-        return
+        return echo_json(m.to_json())
     tool = m.request.get("tool")
     click.echo(f"run {m.run_id} ({m.status}), site {m.site}, by {m.user} at {m.started}: "
                f"{tool} -- {' '.join(m.request.get('command') or [])}")
@@ -78,7 +80,8 @@ def reports_show(run_id, store_root, as_json):
 @click.argument("run_id")
 @click.argument("dest", type=click.Path())
 @store_option
-def reports_pull(run_id, dest, store_root):
+@json_option
+def reports_pull(run_id, dest, store_root, as_json):
     """Copy a run's reports out of the store into DEST/HOST/, checked against their sha256."""
     from pathlib import Path
 
@@ -93,9 +96,12 @@ def reports_pull(run_id, dest, store_root):
     for p in pulled:
         if p.target is None:
             click.echo(f"{p.host}: {p.problem}", err=True)
-        else:
+        elif not as_json:
             click.echo(f"{p.target}" + (f"  {p.problem}" if p.problem else ""))
         code = code if p.problem is None or p.missing else exitcodes.FAILED
+    if as_json:
+        echo_json({"run_id": run_id, "copied": [{"host": p.host, "path": str(p.target), "verified": p.problem is None}
+                                                for p in pulled if p.target is not None]})
     sys.exit(code)
 
 
@@ -103,7 +109,8 @@ def reports_pull(run_id, dest, store_root):
 @click.argument("run_id")
 @store_option
 @click.option("--dry-run", is_flag=True, help="Say what would be removed; remove nothing.")
-def reports_rm(run_id, store_root, dry_run):
+@json_option
+def reports_rm(run_id, store_root, dry_run, as_json):
     """Delete run RUN_ID (an exact id, never a pattern): its folder and its catalog rows."""
     from .. import store
 
@@ -112,6 +119,9 @@ def reports_rm(run_id, store_root, dry_run):
     except LookupError as e:
         click.echo(f"fleet: {e}", err=True)
         sys.exit(exitcodes.USAGE)
+    if as_json:
+        return echo_json({"run_id": run_id, "removed": str(gone.directory), "dry_run": dry_run,
+                          "files": gone.files, "catalog_rows": gone.catalog_rows})
     click.echo(f"{'would remove' if dry_run else 'removed'} {gone.directory} ({gone.files} files, "
                f"{gone.catalog_rows} catalog rows)")
 
@@ -121,7 +131,7 @@ def reports_rm(run_id, store_root, dry_run):
 @click.argument("run_b")
 @store_option
 @click.option("--top", type=int, default=15, show_default=True)
-@click.option("--json", "as_json", is_flag=True)
+@json_option
 def reports_compare(run_a, run_b, store_root, top, as_json):
     """The GPU kernels whose total time changed most from RUN_A to RUN_B (nsys runs)."""
     from .. import store
@@ -130,8 +140,7 @@ def reports_compare(run_a, run_b, store_root, top, as_json):
         _manifest(store_root, run)
     rows = store.compare(store.root(store_root), run_a, run_b)[:top]
     if as_json:
-        click.echo(json.dumps(rows, indent=2))
-        return
+        return echo_json(rows)
     click.echo(f"{'A ms':>10} {'B ms':>10} {'change':>8}  kernel")
     for r in rows:
         change = f"{r['change'] * 100:+.1f}%" if r["change"] is not None else "new"
@@ -140,11 +149,14 @@ def reports_compare(run_a, run_b, store_root, top, as_json):
 
 @reports.command("reindex")
 @store_option
-def reports_reindex(store_root):
+@json_option
+def reports_reindex(store_root, as_json):
     """Rebuild the catalog from the runs' manifests."""
     from .. import store
 
     n, skipped = store.reindex(store.root(store_root))
+    if as_json:
+        return echo_json({"runs": n, "left_out": skipped})
     for why in skipped:
         click.echo(f"fleet: left out {why}", err=True)
     click.echo(f"catalogued {n} runs")

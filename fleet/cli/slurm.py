@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import sys
 from typing import TYPE_CHECKING
 
@@ -11,6 +10,7 @@ import click
 
 from .. import exitcodes
 from .context import Context, fail, store_option
+from .output import echo_json, json_option
 
 if TYPE_CHECKING:
     from ..store.manifest import RunManifest
@@ -111,21 +111,23 @@ def profile_on_slurm(obj: Context, req: "ProfileRequest", opts: dict, *, store_r
     except SlurmRejected as e:
         fail(str(e), exitcodes.USAGE)
     except (SlurmError, ContainerError) as e:
-        fail(str(e), exitcodes.FAILED)
+        fail(str(e), exitcodes.of_error(e))
     except KeyboardInterrupt:
-        fail(f"left the job running; bring its reports home later with: fleet gather {req.run_id}", 130)
+        fail(f"left the job running; bring its reports home later with: fleet gather {req.run_id}", exitcodes.INTERRUPTED)
     if dry_run:
-        click.echo(json.dumps(manifest.to_json(), indent=2, default=str) if as_json else manifest.slurm.script,
-                   nl=False)
+        if as_json:
+            echo_json(manifest.to_json())
+        else:
+            click.echo(manifest.slurm.script, nl=False)
         sys.exit(exitcodes.OK)
     if as_json:
-        click.echo(json.dumps(manifest.to_json(), indent=2, default=str))
+        echo_json(manifest.to_json())
     else:
         click.echo(runs.render(manifest), nl=False)
     sys.exit(exitcodes.for_run(manifest, waited=not opts.get("no_wait")))
 
 
-def gather_on_slurm(obj: Context, run_id: str, store_root) -> None:
+def gather_on_slurm(obj: Context, run_id: str, store_root, as_json: bool = False) -> None:
     """``fleet gather RUN`` for a Slurm run: once its job has ended, bring home what the ranks left."""
     from .. import store
     from ..slurm import run as slurm_run
@@ -144,8 +146,10 @@ def gather_on_slurm(obj: Context, run_id: str, store_root) -> None:
     try:
         m = asyncio.run(go())
     except SlurmError as e:
-        fail(str(e), exitcodes.FAILED)
-    if m.status in ("running", "submitted"):
+        fail(str(e), exitcodes.of_error(e))
+    if as_json:
+        echo_json(m.to_json())
+    elif m.status in ("running", "submitted"):
         click.echo(f"run {run_id}: job {m.slurm.job_id} is {m.slurm.state}; gather again once it ends")
     else:
         click.echo(render(m), nl=False)
@@ -165,7 +169,7 @@ def _stored(store_root, run_ids=()) -> list["RunManifest"]:
 @click.command()
 @click.argument("run_ids", nargs=-1)
 @store_option
-@click.option("--json", "as_json", is_flag=True)
+@json_option
 @click.pass_obj
 def jobs(obj: Context, run_ids, store_root, as_json):
     """Slurm jobs of runs not yet gathered (or of RUN_IDS): one squeue call per cluster."""
@@ -177,19 +181,29 @@ def jobs(obj: Context, run_ids, store_root, as_json):
         async with obj.fanout_for_run() as fan:
             return await runs.job_rows(fan, groups)
 
-    rows = asyncio.run(go())
+    from ..slurm.jobs import SlurmError
+
+    try:
+        rows = asyncio.run(go())
+    except SlurmError as e:
+        fail(str(e), exitcodes.of_error(e))
     if as_json:
-        click.echo(json.dumps({"jobs": rows}, indent=2))
+        echo_json({"jobs": rows})
         return
-    for r in rows:
-        click.echo(runs.row_text(r))
+    from .output import print_table
+
+    print_table(["RUN", "CLUSTER", "JOB", "STATE", "REASON", "NODES", "TIME"],
+                [[r["run_id"], r["cluster"], r["job_id"] or "", r["state"] or "",
+                  r["reason"] if r["reason"] not in (None, "None") else "", r["nodes"] or "", r["elapsed"] or ""]
+                 for r in rows], status_column=3)
 
 
 @click.command()
 @click.argument("run_ids", nargs=-1, required=True)
 @store_option
+@json_option
 @click.pass_obj
-def cancel(obj: Context, run_ids, store_root):
+def cancel(obj: Context, run_ids, store_root, as_json):
     """Cancel the Slurm jobs of RUN_IDS (scancel); the profilers get SIGTERM and finish their reports."""
     from ..slurm import runs
     from ..slurm.jobs import SlurmError
@@ -201,10 +215,13 @@ def cancel(obj: Context, run_ids, store_root):
             return await runs.cancel(fan, groups)
 
     try:
-        for cluster, ids in asyncio.run(go()):
-            click.echo(f"{cluster}: cancelled job(s) {', '.join(ids)}")
+        cancelled = asyncio.run(go())
     except SlurmError as e:
-        fail(str(e), exitcodes.FAILED)
+        fail(str(e), exitcodes.of_error(e))
+    if as_json:
+        return echo_json({"cancelled": [{"cluster": cluster, "job_ids": ids} for cluster, ids in cancelled]})
+    for cluster, ids in cancelled:
+        click.echo(f"{cluster}: cancelled job(s) {', '.join(ids)}")
 
 
 @click.group("slurm")
@@ -229,9 +246,10 @@ def slurm_group():
 @click.option("--finish-timeout", type=click.IntRange(1, 3600), default=120, show_default=True,
               help="Seconds the epilog may spend finishing unfinished reports.")
 @click.option("--apply", "do_apply", is_flag=True, help="Write the files on this machine (as root).")
+@json_option
 @click.pass_obj
 def slurm_install(obj: Context, prefix, python_path, owned, cluster, jobs_dir, state_dir, log_file, fail_closed,
-                  pause_dcgm, qdstrm_importer, finish_timeout, do_apply):
+                  pause_dcgm, qdstrm_importer, finish_timeout, do_apply, as_json):
     """Print (or, with --apply, write) the slurm.conf lines, the wrapper scripts and the node config."""
     from ..slurm.install import NodeSetup, apply
 
@@ -245,12 +263,18 @@ def slurm_install(obj: Context, prefix, python_path, owned, cluster, jobs_dir, s
         fail("--qdstrm-importer takes an absolute path (the epilog gets no PATH)")
     setup = NodeSetup(prefix, python_path, sysctls, jobs_dir, state_dir, log_file, fail_closed, pause_dcgm,
                       qdstrm_importer, finish_timeout)
+    written = []
     if do_apply:
         try:
-            for path in apply(setup):
-                click.echo(f"wrote {path}")
+            written = [str(path) for path in apply(setup)]
         except OSError as e:
             fail(str(e), exitcodes.FAILED)
+    if as_json:
+        files = {path: {"mode": f"{mode:o}", "bytes": len(content)} for path, (content, mode) in setup.files().items()}
+        return echo_json({"files": files, "written": written, "slurm_conf": setup.slurm_conf()})
+    if do_apply:
+        for path in written:
+            click.echo(f"wrote {path}")
     else:
         for path, (content, mode) in setup.files().items():
             if path.endswith("fleet-agent.py"):

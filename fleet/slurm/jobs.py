@@ -21,6 +21,7 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from .. import exitcodes
 from ..agent.run import results_in
 
 if TYPE_CHECKING:
@@ -35,6 +36,14 @@ JSON_FILTERS_FROM = (23, 11)
 
 class SlurmError(RuntimeError):
     """A Slurm command failed; the message is Slurm's own."""
+
+    exit_status = exitcodes.FAILED
+
+
+class LoginUnreachable(SlurmError):
+    """The cluster's login node could not be reached: nothing was asked of Slurm."""
+
+    exit_status = exitcodes.UNREACHABLE
 
 
 class SlurmRejected(SlurmError):
@@ -151,7 +160,7 @@ class SlurmClient:
 
     def _check(self, r: "Result", what: str) -> str:
         if r.error and not r.reached:
-            raise SlurmError(f"{self.login.name} (login node) unreachable: {r.error}")
+            raise LoginUnreachable(f"{self.login.name} (login node) unreachable: {r.error}")
         if r.exit_status != 0:
             err = (r.stderr.decode(errors="replace").strip() or r.stdout.decode(errors="replace").strip()
                    or r.error or f"exit status {r.exit_status}")

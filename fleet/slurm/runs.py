@@ -62,12 +62,6 @@ async def cancel(fan: "Fanout", groups: list[tuple[Cluster, list["RunManifest"]]
     return done
 
 
-def row_text(r: dict) -> str:
-    return (f"{r['run_id']}  {r['cluster']}  job {r['job_id']}  {r['state']}"
-            + (f"  {r['reason']}" if r["reason"] and r["reason"] != "None" else "")
-            + (f"  {r['nodes']}" if r["nodes"] else "") + (f"  {r['elapsed']}" if r["elapsed"] else ""))
-
-
 def render(m: "RunManifest") -> str:
     """One Slurm run for people: the job, each rank's outcome and reports."""
     s = m.slurm

@@ -18,6 +18,8 @@ class SSHSettings:
     retries: int = 4                 # for handshakes dropped by MaxStartups
 
     @classmethod
-    def from_env(cls, config: str | None = None, known_hosts: str | None = None) -> "SSHSettings":
+    def from_env(cls, config: str | None = None, known_hosts: str | None = None,
+                 connect_timeout: float | None = None) -> "SSHSettings":
         return cls(config=config or os.environ.get("FLEET_SSH_CONFIG") or None,
-                   known_hosts=known_hosts or os.environ.get("FLEET_KNOWN_HOSTS") or None)
+                   known_hosts=known_hosts or os.environ.get("FLEET_KNOWN_HOSTS") or None,
+                   connect_timeout=connect_timeout or cls.connect_timeout)

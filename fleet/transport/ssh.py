@@ -24,14 +24,12 @@ import asyncssh
 from asyncssh.config import SSHClientConfig
 
 from . import TERM_GRACE, Result, Sink, Transport, drive
+from .connect_errors import DROPPED, SilentServer, Watched, connect_error
 from .settings import SSHSettings
 
 if TYPE_CHECKING:
     from ..inventory import Host
 
-# Connection failures that mean "the server dropped us before auth", which is
-# what MaxStartups does; worth a retry. Everything else is reported at once.
-_DROPPED = (asyncssh.ConnectionLost, ConnectionResetError, BrokenPipeError, asyncio.IncompleteReadError)
 
 
 def _preferred_ciphers() -> list[str] | tuple:
@@ -131,12 +129,17 @@ class SSHTransport(Transport):
         delay = 0.1
         for attempt in range(self.settings.retries + 1):
             async with gate:
+                watched = Watched()
                 try:
                     return await asyncssh.connect(host.address, known_hosts=self.known_hosts(host),
-                                                  **self.options(host))
-                except _DROPPED:
+                                                  client_factory=lambda: watched, **self.options(host))
+                except DROPPED:
                     if attempt == self.settings.retries:
                         raise
+                except (asyncio.TimeoutError, TimeoutError) as e:
+                    if watched.conn is not None:  # TCP was accepted: the SSH server is what stayed silent
+                        raise SilentServer(watched.conn.get_extra_info("server_version")) from e
+                    raise
             await asyncio.sleep(delay * (1 + random.random()))
             delay *= 2
         raise AssertionError("unreachable")
@@ -200,29 +203,7 @@ class SSHTransport(Transport):
             raise OSError(f"{host.name}:{remote}: {e}") from e
 
     def connect_error(self, host: "Host", e: BaseException) -> Result:
-        where = f"{host.address}:{host.port}" if host.port else host.address
-        if isinstance(e, asyncssh.HostKeyNotVerifiable):
-            if self.has_known_key(host):
-                return Result(host.name, error_kind="host-key-changed", error=(
-                    f"HOST KEY CHANGED for {host.name} ({where}): the key it offered is not the one in known_hosts. "
-                    "Nothing was run. If the change is expected, remove the old key and run "
-                    f"`fleet hosts trust {host.name}`."))
-            return Result(host.name, error_kind="host-key-unknown", error=(
-                f"host key of {host.name} ({where}) is not in known_hosts; nothing was run. "
-                f"Check its fingerprint, then accept it with `fleet hosts trust {host.name}`."))
-        if isinstance(e, asyncssh.PermissionDenied):
-            return Result(host.name, error_kind="auth", error=f"{host.name} ({where}) refused our keys: {e.reason}")
-        if isinstance(e, (asyncio.TimeoutError, TimeoutError)):
-            return Result(host.name, error_kind="connect-timeout",
-                          error=f"{host.name} ({where}): no SSH connection within {self.settings.connect_timeout:g} s")
-        if isinstance(e, _DROPPED):
-            return Result(host.name, error_kind="unreachable",
-                          error=f"{host.name} ({where}) dropped the connection {self.settings.retries + 1} times "
-                                "(sshd MaxStartups?)")
-        if isinstance(e, OSError):
-            why = os.strerror(e.errno).lower() if e.errno else str(e)
-            return Result(host.name, error_kind="unreachable", error=f"{host.name} ({where}) is unreachable: {why}")
-        return Result(host.name, error_kind="unreachable", error=f"{host.name} ({where}): {type(e).__name__}: {e}")
+        return connect_error(host, e, self.settings, self.has_known_key)
 
     def has_known_key(self, host: "Host") -> bool:
         return bool(self.known_hosts(host).match(host.address, host.address, host.port)[0])

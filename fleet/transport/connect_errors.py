@@ -1,0 +1,77 @@
+"""Why a connection failed, in words: the message and error_kind of each way an SSH connection
+fails (host keys, authentication, DNS, a silent server, timeouts, sshd's MaxStartups)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+from typing import TYPE_CHECKING, Callable
+
+import asyncssh
+
+from . import Result
+from .settings import SSHSettings
+
+if TYPE_CHECKING:
+    from ..inventory import Host
+
+# Connection failures that mean "the server dropped us before auth", which is
+# what MaxStartups does; worth a retry. Everything else is reported at once.
+DROPPED = (asyncssh.ConnectionLost, ConnectionResetError, BrokenPipeError, asyncio.IncompleteReadError)
+
+
+class Watched(asyncssh.SSHClient):
+    """Notes the connection once TCP is up, so that a timeout can tell a silent SSH server from
+    an address that never answered (ssh_config's HostName and ProxyJump still apply)."""
+
+    conn: asyncssh.SSHClientConnection | None = None
+
+    def connection_made(self, conn: asyncssh.SSHClientConnection) -> None:
+        self.conn = conn
+
+
+class SilentServer(TimeoutError):
+    """TCP was accepted, then no SSH handshake within the connect timeout."""
+
+    def __init__(self, banner: str | None):
+        super().__init__(banner)
+        self.banner = banner
+
+
+def connect_error(host: "Host", e: BaseException, settings: SSHSettings,
+                  has_known_key: Callable[["Host"], bool]) -> Result:
+    """The Result of a host whose connection failed with ``e``."""
+    where = f"{host.address}:{host.port}" if host.port else host.address
+    if isinstance(e, asyncssh.HostKeyNotVerifiable):
+        if has_known_key(host):
+            return Result(host.name, error_kind="host-key-changed", error=(
+                f"HOST KEY CHANGED for {host.name} ({where}): the key it offered is not the one in known_hosts. "
+                "Nothing was run. If the change is expected, remove the old key and run "
+                f"`fleet hosts trust {host.name}`."))
+        return Result(host.name, error_kind="host-key-unknown", error=(
+            f"host key of {host.name} ({where}) is not in known_hosts; nothing was run. "
+            f"Check its fingerprint, then accept it with `fleet hosts trust {host.name}`."))
+    if isinstance(e, asyncssh.PermissionDenied):
+        return Result(host.name, error_kind="auth", error=f"{host.name} ({where}) refused our keys: {e.reason}")
+    if isinstance(e, SilentServer):
+        within = f"within {settings.connect_timeout:g} s"
+        return Result(host.name, error_kind="connect-timeout", error=(
+            f"{host.name} ({where}) accepted the TCP connection but sent no SSH banner {within} "
+            "(not an SSH server, or one too busy to answer)" if not e.banner else
+            f"{host.name} ({where}) answered as {e.banner} but did not finish the SSH handshake {within}"))
+    if isinstance(e, socket.gaierror):  # its errno is getaddrinfo's (-2), which os.strerror does not know
+        return Result(host.name, error_kind="unreachable",
+                      error=f"{host.name}: cannot resolve {host.address!r}: {e.strerror}")
+    if isinstance(e, (asyncio.TimeoutError, TimeoutError)):
+        return Result(host.name, error_kind="connect-timeout",
+                      error=f"{host.name} ({where}): no TCP connection within {settings.connect_timeout:g} s "
+                            "(the host is down, or a firewall drops the packets)")
+    if isinstance(e, DROPPED):
+        return Result(host.name, error_kind="unreachable",
+                      error=f"{host.name} ({where}) dropped the connection {settings.retries + 1} times "
+                            "(sshd MaxStartups?)")
+    if isinstance(e, OSError):
+        why = os.strerror(e.errno).lower() if e.errno else str(e)
+        return Result(host.name, error_kind="unreachable", error=f"{host.name} ({where}) is unreachable: {why}")
+    return Result(host.name, error_kind="unreachable", error=f"{host.name} ({where}): {type(e).__name__}: {e}")
