@@ -123,11 +123,11 @@ def test_ansibles_own_connection_and_become_variables_are_not_taken_for_typos():
 def test_the_lab_site_of_the_issue_is_found_whole(tmp_path):
     site = tmp_path / "site"
     shutil.copytree(FIXTURES / "ini_site", site)
-    from tests.conftest import run_fleet
+    from tests.conftest import fleet_json, run_fleet
 
     out = run_fleet("-i", str(site), "inventory", "list", "--json")
     assert out.returncode == 0, out.stderr
-    doc = json.loads(out.stdout)
+    doc = fleet_json(out.stdout)
     assert [h["name"] for h in doc["hosts"]] == ["gx-01", "gx-02", "gx-03", "gx-07", "login1"]
     gx01 = doc["hosts"][0]  # group_vars/all.yml beats the inline [gpu:vars], as in Ansible
     assert gx01["port"] == 2201 and gx01["user"] == "profiler" and gx01["vars"]["report_dir"] == "/var/tmp/all"

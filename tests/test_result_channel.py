@@ -41,7 +41,7 @@ def test_the_result_is_framed_alike_on_stdout_and_in_its_file(tmp_path):
 def test_a_result_that_cannot_be_written_is_an_error(tmp_path):
     p = _plan(tmp_path)
     (tmp_path / "r").mkdir()
-    (tmp_path / "r" / "h01.result.json.tmp").mkdir()  # the file cannot be written
+    (tmp_path / "r" / "h01.result.json").mkdir()  # the file cannot be put in place
     slurm = _agent(p, result_line=False)  # on Slurm the file is the only channel
     assert slurm.returncode == 1 and "could not be written" in slurm.stderr
     lab = _agent(p, result_line=True)  # over SSH the line still says what happened
