@@ -37,7 +37,7 @@ fleet_log probe-after.txt probe
 expect "probe: tenant gone" "$D/probe-after.txt" 0 "no processes"
 
 step "MPS"
-export CUDA_MPS_PIPE_DIRECTORY=/tmp/mps-pipe CUDA_MPS_LOG_DIRECTORY=/tmp/mps-log
+export CUDA_MPS_PIPE_DIRECTORY=$CHECK_TMP/mps-pipe CUDA_MPS_LOG_DIRECTORY=$CHECK_TMP/mps-log
 mkdir -p $CUDA_MPS_PIPE_DIRECTORY $CUDA_MPS_LOG_DIRECTORY
 nvidia-cuda-mps-control -d && echo "mps daemon started"
 "$PY" -c 'import torch,time; x=torch.ones(1<<20,device="cuda"); torch.cuda.synchronize(); print("mps client up", flush=True); time.sleep(120)' &
@@ -56,6 +56,6 @@ TIMEFORMAT="%R s wall, %U+%S s cpu"
 echo "python3 -c pass:"; for _ in 1 2 3; do time "$PY" -c pass; done
 echo "fleet probe --json (whole command: interpreter, fleet, agent):"
 for _ in 1 2 3; do time "$PY" -m fleet probe --json >/dev/null; done
-"$PY" -m fleet probe --json | "$PY" -c 'import json,sys; print("agent elapsed_ms:", json.load(sys.stdin)["nodes"][0]["state"]["elapsed_ms"])'
+"$PY" -m fleet probe --json | "$PY" -c 'import json,sys; print("agent elapsed_ms:", json.load(sys.stdin)["data"]["nodes"][0]["state"]["elapsed_ms"])'
 wait
 } 2>&1 | tee "$D/transcript.txt"

@@ -15,7 +15,8 @@ set -u
 cd "$(dirname "$0")/../.."
 . scripts/gpu-node/common.sh
 TOP=${OUT:-/tmp}; D=$TOP/slurm-check; mkdir -p "$D"
-RUNS=/tmp/fleet-runs; rm -rf "$RUNS"; mkdir -p "$RUNS"; chmod 1777 "$RUNS"
+RUNS=$CHECK_TMP/runs; mkdir -p "$RUNS"; chmod 1777 "$RUNS"  # shared by root and jobuser, as a scratch is
+ETC=$CHECK_TMP/fleet-etc; WORK=$CHECK_TMP/jobwork; NODE=$CHECK_TMP/node  # root's config, the job's directory
 keep_results() { mkdir -p "$D/runs"; (cd "$RUNS" && find . \( -name '*.json' -o -name '*.csv' \) -exec cp --parents {} "$D/runs/" \;); }
 trap 'keep_results; pack "$TOP" slurm-check' EXIT
 AGENT=$RUNS/fleet-agent.py
@@ -89,23 +90,23 @@ expect "slurm: ncu task refused beside a tenant" "$D/3-task-ncu-refused.txt" 5 '
 
 step "4. the Slurm prolog as root beside the tenant (job 104 of user jobuser opted in)"
 id jobuser >/dev/null 2>&1 || useradd -m jobuser
-mkdir -p /tmp/fleet-etc /tmp/jobwork; chmod 755 /tmp/fleet-etc
-printf '{"owned_sysctls": {"kernel.perf_event_paranoid": 1}, "jobs_dir": "/tmp/fleet-run/jobs", "state_dir": "/tmp/fleet-state", "log_file": "/tmp/fleet-log/slurm.log"}\n' > /tmp/fleet-etc/node.json
-echo '{"fleet": 1, "tool": "ncu", "sysctls": ["kernel.perf_event_paranoid"]}' > /tmp/jobwork/fleet-request.json
-chown -R jobuser: /tmp/jobwork
-JOBENV="SLURM_JOB_ID=104 SLURM_JOB_UID=$(id -u jobuser) SLURM_JOB_GID=$(id -g jobuser) SLURM_JOB_WORK_DIR=/tmp/jobwork SLURM_JOB_GPUS=0"
+mkdir -p "$ETC" "$WORK"; chmod 755 "$ETC"
+printf '{"owned_sysctls": {"kernel.perf_event_paranoid": 1}, "jobs_dir": "%s/jobs", "state_dir": "%s/state", "log_file": "%s/log/slurm.log"}\n' "$NODE" "$NODE" "$NODE" > "$ETC/node.json"
+echo '{"fleet": 1, "tool": "ncu", "sysctls": ["kernel.perf_event_paranoid"]}' > "$WORK/fleet-request.json"
+chown -R jobuser: "$WORK"
+JOBENV="SLURM_JOB_ID=104 SLURM_JOB_UID=$(id -u jobuser) SLURM_JOB_GID=$(id -g jobuser) SLURM_JOB_WORK_DIR=$WORK SLURM_JOB_GPUS=0"
 {
 before=$(cat /proc/sys/kernel/perf_event_paranoid); echo "perf_event_paranoid before: $before"
-echo "\$ env $JOBENV $PY fleet-agent.py '{\"mode\":\"slurmd\",\"op\":\"prolog\",\"config\":\"/tmp/fleet-etc/node.json\"}'"
-env $JOBENV "$PY" "$AGENT" '{"mode":"slurmd","op":"prolog","config":"/tmp/fleet-etc/node.json"}'; echo "(prolog exit $?)"
+echo "\$ env $JOBENV $PY fleet-agent.py '{\"mode\":\"slurmd\",\"op\":\"prolog\",\"config\":\"$ETC/node.json\"}'"
+env $JOBENV "$PY" "$AGENT" '{"mode":"slurmd","op":"prolog","config":"'"$ETC"'/node.json"}'; echo "(prolog exit $?)"
 echo "perf_event_paranoid in the job: $(cat /proc/sys/kernel/perf_event_paranoid)"
-echo "verdict:"; cat /tmp/fleet-run/jobs/104/verdict.json; echo
+echo "verdict:"; cat "$NODE/jobs/104/verdict.json"; echo
 echo "\$ env $JOBENV $PY fleet-agent.py '{\"mode\":\"slurmd\",\"op\":\"task-prolog\",...}'"
-env $JOBENV "$PY" "$AGENT" '{"mode":"slurmd","op":"task-prolog","config":"/tmp/fleet-etc/node.json"}'; echo "(task-prolog exit $?)"
+env $JOBENV "$PY" "$AGENT" '{"mode":"slurmd","op":"task-prolog","config":"'"$ETC"'/node.json"}'; echo "(task-prolog exit $?)"
 echo "\$ env $JOBENV $PY fleet-agent.py '{\"mode\":\"slurmd\",\"op\":\"epilog\",...}'"
-env $JOBENV "$PY" "$AGENT" '{"mode":"slurmd","op":"epilog","config":"/tmp/fleet-etc/node.json"}'; echo "(epilog exit $?)"
+env $JOBENV "$PY" "$AGENT" '{"mode":"slurmd","op":"epilog","config":"'"$ETC"'/node.json"}'; echo "(epilog exit $?)"
 after=$(cat /proc/sys/kernel/perf_event_paranoid); echo "perf_event_paranoid after: $after"
-cat /tmp/fleet-log/slurm.log
+cat "$NODE/log/slurm.log"
 [ "$before" = "$after" ]; echo "(exit status $?: 0 = put back as it was)"
 } > "$D/4-prolog-epilog.txt" 2>&1
 cat "$D/4-prolog-epilog.txt"
