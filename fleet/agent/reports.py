@@ -16,6 +16,7 @@ import os
 import re
 import signal
 import subprocess
+import time
 
 try:  # as shipped by fleet, every module travels under a flat name
     import fleet_agent_files as files
@@ -25,6 +26,7 @@ except ImportError:  # as part of the installed package (tests, the local machin
 
 SUMMARIES = ("cuda_gpu_kern_sum", "cuda_api_sum", "nvtx_sum")  # nsys stats reports kept beside each report
 STATS_TIMEOUT = 600.0
+LINGER_WAIT = 120.0  # seconds a killed nsys's helpers may go on writing its data before fleet takes it
 IMPORT_TIMEOUT = 600.0  # QdstrmImporter on a large collection takes minutes; one that hangs is stopped
 # nsys 2025.3 generating a report: "Generating '/tmp/nsys-report-90af.qdstrm'", then its progress,
 # "\r[1/1] [0%   ] vm-1694.nsys-rep" (the report's base name), as seen on an H200 test machine.
@@ -67,15 +69,36 @@ def stray_qdstrms():
     return {p for d in dirs for p in glob.glob(os.path.join(d, "nsys-report-*.qdstrm"))}
 
 
-def in_use(path):
-    """Whether any process we can see has the file open (another nsys still collecting into it)."""
+def holders(paths):
+    """The pids of the processes we can see that have any of ``paths`` open."""
+    wanted, found = set(paths), set()
     for fd_dir in glob.glob("/proc/[0-9]*/fd"):
         try:
-            if any(os.readlink(os.path.join(fd_dir, fd)) == path for fd in os.listdir(fd_dir)):
-                return True
-        except OSError:
+            if any(os.readlink(os.path.join(fd_dir, fd)) in wanted for fd in os.listdir(fd_dir)):
+                found.add(int(fd_dir.split("/")[2]))
+        except (OSError, ValueError):
             continue
-    return False
+    return found
+
+
+def in_use(path):
+    """Whether any process we can see has the file open (another nsys still collecting into it)."""
+    return bool(holders([path]))
+
+
+def wait_for_writers(paths, notes, limit=LINGER_WAIT):
+    """A killed nsys leaves helpers that outlive it (seen on an H200 test machine: its importer,
+    started apart from nsys's own process tree, goes on writing the report): the run's new data
+    and reports are taken once nobody writes them any more, or after ``limit`` seconds."""
+    started = time.monotonic()
+    busy = holders(paths)
+    while busy and time.monotonic() - started < limit:
+        time.sleep(0.5)
+        busy = holders(paths)
+    waited = time.monotonic() - started
+    if waited >= 1:
+        notes.append("waited %.0f s for processes the profiler left (%s) to finish writing%s" % (
+            waited, ", ".join(map(str, sorted(busy))) or "gone now", "; they still are" if busy else ""))
 
 
 def collect(plan, tail, notes, strays_before=frozenset(), killed=False):
@@ -87,6 +110,7 @@ def collect(plan, tail, notes, strays_before=frozenset(), killed=False):
     found, finished = [], set()
     if plan.tool == "nsys":
         if killed:  # only a killed nsys leaves its data in TMPDIR, where other runs' data may be too
+            wait_for_writers(sorted(stray_qdstrms() - set(strays_before)) + glob.glob(stem + ".*"), notes)
             adopt_strays(plan, tail, notes, strays_before)
             found_elsewhere(plan, tail, notes, ext)
         # At the run's own output name the data is this run's: finished whatever nsys's exit status.

@@ -30,6 +30,23 @@ descendants_named() {
   done
   for p in $found; do ps -o comm= -p "$p" 2>/dev/null | grep -qxE "$2" && echo "$p"; done
 }
+# holding PATH|DIR/...: pids of the processes that have PATH, or a file below DIR/, open: the
+# helpers a profiler started apart from its own process tree, found by this run's own files.
+holding() {
+  local p f l want
+  for p in /proc/[0-9]*; do
+    for f in "$p"/fd/*; do
+      l=$(readlink "$f" 2>/dev/null) || continue
+      for want in "$@"; do
+        if [ "$l" = "$want" ] || { [ "${want%/}" != "$want" ] && [ "${l#"$want"}" != "$l" ]; }; then
+          echo "${p#/proc/}"; continue 3
+        fi
+      done
+    done
+  done | sort -un
+}
+# output_dir_of PID: the directory of nsys's --output= (this run's report directory).
+output_dir_of() { tr '\0' '\n' < "/proc/$1/cmdline" 2>/dev/null | sed -n 's/^--output=\(.*\)\/[^/]*$/\1/p' | head -1; }
 step() { echo; echo "### $*   [${SECONDS}s into this check]"; }
 
 # q WORD...: the words as a shell would need them typed (quoted only where needed).

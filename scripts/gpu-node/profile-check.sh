@@ -65,8 +65,12 @@ F=$D/5-nsys-killed-generating.txt
   echo "(exit status $?)" ) > "$F" 2>&1 &
 RUN=$!
 for _ in $(seq 1 1200); do grep -q "^Generating '" "$F" && break; kill -0 "$RUN" 2>/dev/null || break; sleep 0.05; done
-PIDS=$(descendants_named "$RUN" 'nsys|QdstrmImporter' | tr '\n' ' '); PIDS=${PIDS% }  # this run's only
-{ echo "processes at 'Generating' (those below this run's fleet)"; [ -n "$PIDS" ] && ps -o pid,ppid,args -p "${PIDS// /,}" | cut -c1-160
+NSYS_PIDS=$(descendants_named "$RUN" 'nsys|QdstrmImporter' | tr '\n' ' ')  # this run's only
+GEN=$(sed -n "s/^Generating '\([^']*\)'.*/\1/p" "$F" | head -1)
+OUTDIR=$(for p in $NSYS_PIDS; do output_dir_of "$p"; done | head -1)
+# nsys's importer runs apart from its process tree: found by the files of this run it holds open.
+PIDS=$(echo $NSYS_PIDS $(holding ${GEN:+"$GEN"} ${OUTDIR:+"$OUTDIR/"}) | tr ' ' '\n' | sort -un | tr '\n' ' '); PIDS=${PIDS% }
+{ echo "processes at 'Generating' (below this run's fleet, or holding $GEN or files in $OUTDIR/)"; [ -n "$PIDS" ] && ps -o pid,ppid,args -p "${PIDS// /,}" | cut -c1-160
   echo "SIGKILL to ${PIDS:-none}"; } > "$F.kill"
 [ -n "$PIDS" ] && kill -KILL $PIDS
 wait "$RUN"; cat "$F.kill" >> "$F"; rm -f "$F.kill"; cat "$F"
@@ -75,10 +79,14 @@ gpu_idle
 
 step "nsys SIGKILLed while collecting: nsys 2025.3 cannot finish that data, fleet says so"
 F=$D/6-nsys-killed-collecting.txt
+BEFORE=$(ls /tmp/nsys-report-*.qdstrm 2>/dev/null)
 fleet_log 6-nsys-killed-collecting.txt profile --hosts localhost --gpu 0 --store "$STORE" -X --trace=cuda,nvtx -- "$PY" "$APP" 14 &
 RUN=$!
-( sleep 10; PIDS=$(descendants_named "$RUN" nsys | tr '\n' ' '); PIDS=${PIDS% }  # this run's nsys only
-  echo "SIGKILL to nsys: ${PIDS:-none} (those below this run's fleet)" > "$F.kill"; [ -n "$PIDS" ] && kill -KILL $PIDS ) &
+( sleep 10; NSYS_PIDS=$(descendants_named "$RUN" nsys | tr '\n' ' ')  # this run's nsys only
+  NEW=$(comm -13 <(echo "$BEFORE") <(ls /tmp/nsys-report-*.qdstrm 2>/dev/null))  # the data this run collects
+  PIDS=$(echo $NSYS_PIDS $(holding $NEW) | tr ' ' '\n' | sort -un | tr '\n' ' '); PIDS=${PIDS% }
+  { echo "SIGKILL to nsys: ${PIDS:-none} (below this run's fleet, or holding its data $NEW)"
+    [ -n "$PIDS" ] && ps -o pid,ppid,args -p "${PIDS// /,}" | cut -c1-160; } > "$F.kill"; [ -n "$PIDS" ] && kill -KILL $PIDS ) &
 KILLER=$!
 wait "$RUN"; wait "$KILLER"; cat "$F.kill" >> "$F"; cat "$F.kill"; rm -f "$F.kill"
 expect "profile: nsys killed while collecting: failed, data kept, why said" "$F" 1 "nsys ended before writing its report"
