@@ -27,7 +27,8 @@ class OfferedKey:
 async def offered_key(ssh: "SSHTransport", host: "Host") -> OfferedKey:
     """Fetch the key the host offers and compare it with known_hosts."""
     file = (ssh.known_hosts_files(host) or [os.path.expanduser("~/.ssh/known_hosts")])[0]
-    pattern = f"[{host.address}]:{host.port}" if host.port and host.port != 22 else host.address
+    name, port = ssh.key_name(host)  # ssh_config's HostName and Port, as ssh records them
+    pattern = f"[{name}]:{port}" if port != 22 else name
     opts = {k: v for k, v in ssh.options(host).items() if k in ("config", "port")}
     try:
         key = await asyncssh.get_server_host_key(host.address, **opts)
@@ -37,7 +38,7 @@ async def offered_key(ssh: "SSHTransport", host: "Host") -> OfferedKey:
         return OfferedKey(host.name, file, pattern, None, None, "error", "the server offered no host key")
     fingerprint = key.get_fingerprint("sha256")
     line = f"{pattern} {key.export_public_key('openssh').decode().strip()}"
-    known = ssh.known_hosts(host).match(host.address, host.address, host.port)[0]  # the transport's own view
+    known = ssh.known_keys(host)  # the transport's own view
     if any(k.public_data == key.public_data for k in known):
         return OfferedKey(host.name, file, pattern, None, fingerprint, "known")
     return OfferedKey(host.name, file, pattern, line, fingerprint, "changed" if known else "new")

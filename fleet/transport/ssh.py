@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import getpass
+import ipaddress
 import os
 import random
 import shlex
@@ -205,8 +206,28 @@ class SSHTransport(Transport):
     def connect_error(self, host: "Host", e: BaseException) -> Result:
         return connect_error(host, e, self.settings, self.has_known_key)
 
+    def key_name(self, host: "Host") -> tuple[str, int]:
+        """The name and port under which known_hosts holds the host's key, as ssh and asyncssh
+        look it up: ssh_config's HostKeyAlias or HostName (else the address), and its Port."""
+        opts = {k: v for k, v in self.options(host).items() if k in ("config", "port")}
+        if "config" not in opts:  # what asyncssh.connect reads by default
+            default = Path("~/.ssh/config").expanduser()
+            opts["config"] = [str(default)] if os.access(default, os.R_OK) else None
+        resolved = asyncssh.SSHClientConnectionOptions(host=host.address, **opts)
+        return resolved.host_key_alias or resolved.host, resolved.port or 22
+
+    def known_keys(self, host: "Host") -> list:
+        """The keys known_hosts records for the host (its name, address and port resolved)."""
+        name, port = self.key_name(host)
+        try:
+            ipaddress.ip_address(name)
+            addr = name
+        except ValueError:  # a name: asyncssh takes only an IP literal as the address
+            addr = ""
+        return self.known_hosts(host).match(name, addr, port if port != 22 else None)[0]
+
     def has_known_key(self, host: "Host") -> bool:
-        return bool(self.known_hosts(host).match(host.address, host.address, host.port)[0])
+        return bool(self.known_keys(host))
 
     async def close(self) -> None:
         conns = []
