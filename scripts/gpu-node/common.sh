@@ -91,12 +91,12 @@ expect() {
   echo "$line"; echo "$line" >> "$RESULTS"
 }
 
-# Another user's CUDA process on GPU 0 (1 GiB), its pid in $TENANT_PID, until tenant_down.
+# Another user's CUDA process on GPU ${TENANT_GPU:-0} (1 GiB), its pid in $TENANT_PID, until tenant_down.
 TENANT_PID=$CHECK_TMP/tenant/pid
 tenant_up() {
   id tenant >/dev/null 2>&1 || useradd -m tenant
   install -d -o tenant -m 700 "$CHECK_TMP/tenant"; rm -f "$TENANT_PID"
-  su tenant -c "env -u PYTHONPATH $PY -c 'import os, time, torch
+  su tenant -c "env -u PYTHONPATH CUDA_VISIBLE_DEVICES=${TENANT_GPU:-0} $PY -c 'import os, time, torch
 x = torch.ones(1 << 28, device=\"cuda\"); torch.cuda.synchronize()
 open(\"$TENANT_PID\", \"w\").write(str(os.getpid())); print(\"tenant up, pid\", os.getpid(), flush=True)
 time.sleep(600)'" &
