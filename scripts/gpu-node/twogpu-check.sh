@@ -20,8 +20,8 @@ fleet_log probe.txt probe
 fleet_log probe.json probe --json
 { echo "\$ the GPUs another user's process is on, from probe --json"
   "$PY" -c 'import json, sys
-line = next(l for l in open(sys.argv[1]) if l.startswith("{"))  # after the logged command line
-doc = json.loads(line)["data"]["nodes"][0]["state"]
+text = open(sys.argv[1]).read()  # the logged command line, the JSON, "(exit status ...)"
+doc = json.loads(text[text.index("\n{") + 1:text.rindex("\n(exit status")])["data"]["nodes"][0]["state"]
 on = sorted(g["index"] for g in doc["gpus"] for p in g.get("processes") or [] if p.get("foreign"))
 print("tenant on GPUs:", on)
 sys.exit(0 if on == [1] else 1)' "$D/probe.json"; echo "(exit status $?)"; } > "$D/tenant-gpus.txt" 2>&1
