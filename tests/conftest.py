@@ -15,6 +15,14 @@ from tests.harness import fakenvml
 from tests.harness.sshd import SSHCluster
 
 REPO = Path(__file__).resolve().parents[1]
+RECORDED = REPO / "tests" / "fixtures" / "nsys-2025.3-h200"  # what the real nsys wrote on an H200
+
+
+def recorded_kernels() -> list[str]:
+    """The kernel names of the recorded ``nsys stats`` kernel summary, most time first: the
+    kernels the stand-in nsys replays."""
+    from fleet.store import kernel_rows
+    return [name for name, _, _ in kernel_rows(RECORDED / "with-nvtx_cuda_gpu_kern_sum.csv")]
 PARANOID = Path("/proc/sys/kernel/perf_event_paranoid")
 
 

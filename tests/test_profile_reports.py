@@ -6,16 +6,19 @@ from __future__ import annotations
 
 import json
 import os
+import pwd
 import shlex
 import signal
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import yaml
 
 from fleet.agent import reports
-from tests.conftest import REPO, fleet_json, run_fleet
+from fleet.store import kernel_rows
+from tests.conftest import REPO, fleet_json, recorded_kernels, run_fleet
 from tests.test_profile import clean_gpus, held_entries, kill_fleet_mid_run, lab, wait_for  # noqa: F401 (fixtures)
 
 SUMMARIES = {"cuda_gpu_kern_sum", "cuda_api_sum", "nvtx_sum"}
@@ -68,7 +71,7 @@ def test_a_workload_without_nvtx_ranges_comes_home_with_its_empty_nvtx_summary(l
     assert set(summaries) == SUMMARIES and all(r["verified"] for r in summaries.values())
     nvtx = summaries["nvtx_sum"]
     assert nvtx["size"] == 0 and Path(nvtx["stored"]).read_bytes() == b""
-    assert "stand_in_kernel" in Path(summaries["cuda_gpu_kern_sum"]["stored"]).read_text()
+    assert [k for k, _, _ in kernel_rows(Path(summaries["cuda_gpu_kern_sum"]["stored"]))] == recorded_kernels()
 
     pulled = run_fleet("reports", "pull", run["run_id"], str(tmp_path / "out"), "--store", str(store_root))
     assert pulled.returncode == 0, pulled.stdout + pulled.stderr
@@ -90,8 +93,8 @@ def test_a_trace_without_cuda_has_an_empty_kernel_summary_and_no_kernels_catalog
         assert all(r["verified"] for r in summaries.values())
         assert ",PushPop,:step" in Path(summaries["nvtx_sum"]["stored"]).read_text()
     compared = fleet_json(run_fleet("reports", "compare", *runs, "--store", str(store_root), "--json").stdout)
-    [kernel] = compared  # only the second run had kernels
-    assert kernel["kernel"] == "stand_in_kernel" and kernel["a_ns"] == 0 and kernel["b_ns"] > 0
+    assert sorted(k["kernel"] for k in compared) == sorted(recorded_kernels())  # only the second run had kernels
+    assert all(k["a_ns"] == 0 and k["b_ns"] > 0 for k in compared)
 
 
 def test_a_summary_nsys_stats_did_not_write_is_named_in_a_note(tmp_path):
@@ -205,3 +208,41 @@ def test_nsys_killed_while_generating_leaves_an_empty_report_its_data_is_finishe
     summaries = summaries_of(host)
     assert set(summaries) == SUMMARIES and all(r["verified"] and r["size"] > 0 for r in summaries.values()
                                                if r["summary"] != "nvtx_sum")
+
+
+def taken_name_run(tmp_path, made) -> tuple[list, list, Path]:
+    """collect() after nsys exited 0 having said it wrote /tmp/nsys-report-XXXX.nsys-rep, as nsys 2025.3
+    does when the output name is taken; ``made(path)`` puts there what the test wants."""
+    elsewhere = Path(f"/tmp/nsys-report-{os.getpid():x}{os.urandom(2).hex()}.nsys-rep")
+    plan = SimpleNamespace(tool="nsys", output=str(tmp_path / "h01-%p"), nsys=None)
+    tail = (f"Failed to create '{tmp_path}/h01-7.qdstrm': File exists.\nUse `--force-overwrite true` to overwrite "
+            f"existing files.\nCollecting data...\nGenerated:\n\t{elsewhere}\n").encode()
+    try:
+        made(elsewhere)
+        notes: list = []
+        return reports.collect(plan, tail, notes, killed=False), notes, elsewhere
+    finally:
+        if elsewhere.is_symlink() or elsewhere.exists():
+            elsewhere.unlink()
+
+
+def test_a_report_nsys_wrote_to_tmp_because_the_name_was_taken_is_moved_home_on_exit_0(tmp_path):
+    [rep], notes, elsewhere = taken_name_run(tmp_path, lambda p: p.write_text('{"tool": "nsys"}'))
+    assert rep["path"] == str(tmp_path / "h01-moved0.nsys-rep") and rep["size"] == len('{"tool": "nsys"}')
+    assert not elsewhere.exists() and f"nsys wrote {elsewhere} because the name was taken" in " ".join(notes)
+
+
+def test_a_link_or_another_users_file_at_that_tmp_name_is_left_alone(tmp_path):
+    victim = tmp_path / "victim"
+    victim.write_text("not a report")
+    found, notes, _ = taken_name_run(tmp_path, lambda p: p.symlink_to(victim))
+    assert found == [] and victim.read_text() == "not a report" and not list(tmp_path.glob("*.nsys-rep"))
+    assert any("not a regular file of ours: left there" in n for n in notes), notes
+
+    nobody = pwd.getpwnam("nobody").pw_uid
+
+    def planted(p: Path) -> None:
+        p.write_text('{"tool": "nsys"}')
+        os.chown(p, nobody, nobody)
+    found, notes, _ = taken_name_run(tmp_path, planted)
+    assert found == [] and any("not a regular file of ours" in n for n in notes), notes

@@ -3,6 +3,9 @@
 
 from __future__ import annotations
 
+import csv
+import io
+import json
 import os
 import signal
 import subprocess
@@ -35,13 +38,16 @@ def test_stats_write_the_real_headers_and_rows_shaped_as_nsys_writes_them(tmp_pa
     assert nsys("profile", "--trace=cuda,nvtx", "-o", "r", "--", "sh", "-c", app, cwd=tmp_path).returncode == 0
     ours = stats(tmp_path / "r.nsys-rep")
     for name in SUMMARIES:
-        real = (REAL / f"with-nvtx_{name}.csv").read_text().splitlines()
-        mine = ours[name].splitlines()
+        real = list(csv.reader(open(REAL / f"with-nvtx_{name}.csv", newline="")))
+        mine = list(csv.reader(io.StringIO(ours[name])))
         assert mine[0] == real[0] and len(mine) > 1, name  # the header, and rows
-        assert all(len(r.split(",")) == len(real[0].split(",")) for r in mine[1:]), name
+        assert all(len(r) == len(real[0]) for r in mine[1:]), name
     real_range = (REAL / "with-nvtx_nvtx_sum.csv").read_text().splitlines()[1].split(",")[-2:]
     assert ours["nvtx_sum"].splitlines()[1].split(",")[-2:] == real_range == ["PushPop", ":fleet-check"]
-    assert [k[0] for k in kernel_rows(tmp_path / "r_cuda_gpu_kern_sum.csv")] == ["stand_in_kernel"]
+    real_kernels = [(name, n) for name, _, n in kernel_rows(REAL / "with-nvtx_cuda_gpu_kern_sum.csv")]
+    assert [(name, n) for name, _, n in kernel_rows(tmp_path / "r_cuda_gpu_kern_sum.csv")] == real_kernels
+    real_api = [r[-1] for r in csv.reader(open(REAL / "with-nvtx_cuda_api_sum.csv", newline=""))]
+    assert [r[-1] for r in csv.reader(io.StringIO(ours["cuda_api_sum"]))] == real_api
 
 
 def test_a_workload_without_nvtx_ranges_gets_an_empty_nvtx_summary(tmp_path):
@@ -50,7 +56,7 @@ def test_a_workload_without_nvtx_ranges_gets_an_empty_nvtx_summary(tmp_path):
     assert nsys("profile", "-o", "b", "--", "true", cwd=tmp_path).returncode == 0  # nvtx traced, no range opened
     for report in ("a", "b"):
         ours = stats(tmp_path / f"{report}.nsys-rep")
-        assert ours["nvtx_sum"] == "" and "stand_in_kernel" in ours["cuda_gpu_kern_sum"], report
+        assert ours["nvtx_sum"] == "" and ours["cuda_gpu_kern_sum"], report
 
 
 def test_a_workload_without_kernels_gets_an_empty_kernel_summary_the_catalog_reads_as_none(tmp_path):
@@ -100,3 +106,33 @@ def test_nsys_and_its_importer_killed_while_generating_leave_an_empty_report_and
     assert GENERATING.findall(output.encode()) and GENERATING.findall(real.encode())  # the same shape
     last = [text.splitlines()[-1] for text in (output, real)]  # the progress line nsys was killed in
     assert all(line.startswith("[1/1] [0%") and line.endswith(".nsys-rep") for line in last), last
+
+
+def test_the_importer_refuses_data_whose_collection_never_ended_as_the_real_one_did(tmp_path):
+    said = "Qdstrm file is incomplete or invalid. Please ensure that the CLI ran to completion and provide a valid " \
+           "qdstrm file."
+    real = Path(__file__).parent.parent / "docs/examples/h200-acceptance/killed-rerun/6-nsys-killed-collecting.txt"
+    assert f"(exit 2): {said}" in real.read_text()  # what QdstrmImporter said of nsys killed while collecting
+    (tmp_path / "empty.qdstrm").write_bytes(b"")
+    (tmp_path / "cut.qdstrm").write_text('{"tool": "nsys", "app": ["sle')
+    (tmp_path / "collecting.qdstrm").write_text(json.dumps({"tool": "nsys", "app": ["sleep", "9"]}))
+    for name in ("empty", "cut", "collecting"):
+        done = subprocess.run([str(STANDINS / "QdstrmImporter"), "-i", str(tmp_path / f"{name}.qdstrm")],
+                              capture_output=True, text=True)
+        assert (done.returncode, done.stderr.strip()) == (2, said), name
+        assert not (tmp_path / f"{name}.nsys-rep").exists() and (tmp_path / f"{name}.qdstrm").exists()
+
+
+def test_ncu_runs_without_clock_control_locking_to_base_as_the_real_one_does(tmp_path):
+    # ncu 2025.3.1 --help: "--clock-control arg (=base)"; fleet always passes it, ncu does not insist.
+    done = subprocess.run([str(STANDINS / "ncu"), "-o", "r", "--", "true"], cwd=tmp_path, capture_output=True,
+                          text=True)
+    assert done.returncode == 0, done.stderr
+    assert json.loads((tmp_path / "r.ncu-rep").read_text())["clock_control"] == "base"
+
+
+def test_ncu_import_replays_what_ncu_printed_on_an_h200(tmp_path):
+    assert subprocess.run([str(STANDINS / "ncu"), "-o", "r", "--", "true"], cwd=tmp_path).returncode == 0
+    done = subprocess.run([str(STANDINS / "ncu"), "--import", "r.ncu-rep", "--page", "raw", "--csv"], cwd=tmp_path,
+                          capture_output=True, text=True)
+    assert done.returncode == 0 and done.stdout == (Path(__file__).parent / "fixtures/ncu-raw-h200.csv").read_text()

@@ -15,6 +15,7 @@ import hashlib
 import os
 import re
 import signal
+import stat
 import subprocess
 import time
 
@@ -112,7 +113,7 @@ def collect(plan, tail, notes, strays_before=frozenset(), killed=False):
         if killed:  # only a killed nsys leaves its data in TMPDIR, where other runs' data may be too
             wait_for_writers(sorted(stray_qdstrms() - set(strays_before)) + glob.glob(stem + ".*"), notes)
             adopt_strays(plan, tail, notes, strays_before)
-            found_elsewhere(plan, tail, notes, ext)
+        found_elsewhere(plan, tail, notes, ext)  # nsys exits 0 then: whatever its exit status
         # At the run's own output name the data is this run's: finished whatever nsys's exit status.
         for leftover in sorted(glob.glob(stem + ".qdstrm")):
             report = leftover[: -len(".qdstrm")] + ext
@@ -158,13 +159,30 @@ def adopt_strays(plan, tail, notes, strays_before):
 
 
 def found_elsewhere(plan, tail, notes, ext):
-    """A taken name makes nsys write to /tmp/nsys-report-*.nsys-rep and still exit 0."""
+    """A taken name makes nsys write to /tmp/nsys-report-*.nsys-rep and still exit 0 (nsys 2025.3:
+    "Failed to create '/tmp/r1.qdstrm': File exists." and its data in /tmp/nsys-report-e0dd.*;
+    also seen as "Generated: /tmp/nsys-report-d073.nsys-rep"). The file named in its output is
+    moved beside the reports only if it is a regular file of ours: /tmp is everyone's, and a link
+    or a file another user planted under that name is never followed nor taken."""
     for i, elsewhere in enumerate(re.findall(rb"(/tmp/nsys-report-[0-9a-f]+\.nsys-rep)", tail)):
         path = elsewhere.decode()
-        if os.path.exists(path):
-            target = plan.output.replace("%p", "moved%d" % i) + ext
-            os.replace(path, target)
-            notes.append("nsys wrote %s because the name was taken; moved to %s" % (path, target))
+        target = plan.output.replace("%p", "moved%d" % i) + ext
+        try:
+            st = os.lstat(path)
+        except OSError:
+            continue
+        if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid():
+            notes.append("nsys named %s as its report, which is not a regular file of ours: left there" % path)
+            continue
+        if target == plan.output + ext or os.path.lexists(target):
+            notes.append("nsys wrote %s because the name was taken; left there (%s exists)" % (path, target))
+            continue
+        try:
+            os.replace(path, target)  # /tmp is sticky: a file of ours there is renamed only by us
+        except OSError as e:
+            notes.append("nsys wrote %s because the name was taken; it could not be moved: %s" % (path, e))
+            continue
+        notes.append("nsys wrote %s because the name was taken; moved to %s" % (path, target))
 
 
 def left_unfinished(leftover, tail):

@@ -9,6 +9,14 @@
 #  killed   nsys SIGKILLed while generating its report (fleet finishes the .qdstrm), and while
 #           collecting (nsys 2025.3 cannot finish that data: fleet says so)
 #  importer nsys whose importer lacks libdw leaves a .qdstrm: fleet finishes it
+#  fork     a workload whose parent forks a child running the app: ok, report home
+#  timeout  --timeout 5 on a 30 s workload: the stop said, the report finished and home
+#  nonroot  a non-root user with kernel.perf_event_paranoid owned in the inventory: without sudo
+#           (said in words with the remedy, CPU sampling given up, run ok), then with a sudoers
+#           line for it (the sysctl held for the run and restored)
+#  gather   the fleet client SIGKILLed mid-run (by its pid): fleet gather brings the report home,
+#           fleet repair finds nothing left changed
+#  store    (always, at the end) every catalogued report's sha256 matches its file
 # Transcripts go to $OUT/profile-check/ (one file per command, transcript.txt for all), with the
 # store's manifests and summaries, packed as $OUT/profile-check.tgz (the reports themselves are
 # listed in reports.txt and left out).
@@ -19,7 +27,7 @@ cd "$(dirname "$0")/../.."
 TOP=${OUT:-/tmp}; D=$TOP/profile-check; mkdir -p "$D"
 trap 'pack "$TOP" profile-check' EXIT
 STORE=$D/store; export FLEET_STORE=$STORE
-STEPS=${ONLY:-${STEPS:-tenant nonvtx flags killed importer}}
+STEPS=${ONLY:-${STEPS:-tenant nonvtx flags killed importer fork timeout nonroot gather}}
 APP=$D/app.py
 write_app "$APP"
 has() { case " $STEPS " in *" $1 "*) return 0;; esac; return 1; }
@@ -100,6 +108,8 @@ printf 'all:\n  hosts:\n    h200:\n      ansible_connection: local\n      nsys_p
 fleet_log 7-qdstrm-finished.txt -i "$D/inventory.yaml" profile --hosts h200 --gpu 0 --store "$STORE" -X --trace=cuda,nvtx -- "$PY" "$APP" 3
 expect "profile: .qdstrm left by nsys finished by fleet" "$D/7-qdstrm-finished.txt" 0 "finished from .qdstrm"
 fi
+
+. scripts/gpu-node/profile-more.sh
 
 step "node state afterwards"
 fleet_log 8-repair.txt repair localhost
