@@ -69,7 +69,7 @@ fleet_log version.txt --version
 for check in $CHECKS; do
   case $check in
     probe) run_check probe 60 150 ;;
-    profile) run_check profile 150 270 ;;
+    profile) run_check profile 150 360 ;;
     namespace) run_check namespace 60 150 ;;
     metrics) run_check metrics 40 100 ;;
     slurm)
