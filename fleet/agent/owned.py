@@ -43,6 +43,10 @@ class OwnedError(Exception):
     """The node's state cannot be changed safely; nothing was changed."""
 
 
+class NoRoot(OwnedError):
+    """Root could not be reached at all (no sudo, sudo wants a password): nothing ran as root."""
+
+
 def start_time(pid):
     """The process's start time in clock ticks, or None when it is gone."""
     try:
@@ -360,14 +364,14 @@ def privileged(op, **kw):
     if os.geteuid() == 0:
         return OPS[op](**kw)
     if SHIPPED_AS is None:
-        raise OwnedError("changing node state needs root, and this agent cannot re-run itself under sudo")
+        raise NoRoot("changing node state needs root, and this agent cannot re-run itself under sudo")
     bootstrap, bundle = SHIPPED_AS
     try:
         out = subprocess.run(["sudo", "-n", sys.executable, "-c", bootstrap,
                               json.dumps(dict(kw, mode="owned", op=op))],
                              input=bundle, stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=120)
     except FileNotFoundError:
-        raise OwnedError("changing node state needs root, and this node has no sudo: %s" % NO_ROOT_REMEDY)
+        raise NoRoot("changing node state needs root, and this node has no sudo: %s" % NO_ROOT_REMEDY)
     except subprocess.TimeoutExpired:
         raise OwnedError("as root through sudo -n: no answer within 120 s")
     lines = out.stdout.decode(errors="replace").strip().splitlines()
@@ -379,7 +383,7 @@ def privileged(op, **kw):
         said = out.stderr.decode(errors="replace").strip().splitlines()[-1:] or ["no output"]
         why = doc.get("error") if isinstance(doc, dict) and doc.get("error") else said[0]
         if "password is required" in why or "may not run sudo" in why or "not in the sudoers" in why:
-            why = "%s: %s" % (why, NO_ROOT_REMEDY)
+            raise NoRoot("as root through sudo -n: %s: %s" % (why, NO_ROOT_REMEDY))
         raise OwnedError("as root through sudo -n: %s" % why)
     return doc.get("value")
 

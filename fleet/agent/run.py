@@ -192,11 +192,13 @@ def carry_out(plan, result, relay, stops, holder):
                 return code
             locks.append(lock)
         if plan.sysctls:
-            changed_state = True
             try:
+                changed_state = True
                 result["changed"] = owned.privileged("acquire_sysctls", wanted=plan.sysctls,
                                                      owned=plan.owned_sysctls, holder=holder)
             except (owned.OwnedError, OSError) as e:
+                # Root never answered: nothing was changed, so there is nothing to put back.
+                changed_state = not isinstance(e, owned.NoRoot)
                 # Trace without CPU sampling rather than not at all.
                 plan = plan.without_sampling("could not set %s (%s)" % (", ".join(plan.sysctls), e))
                 result["given_up"] = list(plan.given_up)
