@@ -52,7 +52,8 @@ class _Group(click.Group):
 @click.version_option(__version__, prog_name="fleet")
 @click.option("-i", "--inventory", "inventories", multiple=True, envvar="FLEET_INVENTORY",
               type=click.Path(), help="Ansible-style YAML inventory file or directory (repeatable). "
-              "Without one, fleet works on this machine alone.")
+              "Without one, targets are this machine (localhost) or hosts "
+              "named [user@]host[:port], reached by SSH.")
 @click.option("--ssh-config", envvar="FLEET_SSH_CONFIG", help="ssh_config file (default ~/.ssh/config).")
 @click.option("--known-hosts", envvar="FLEET_KNOWN_HOSTS", help="known_hosts file (default: as ssh_config says).")
 @click.option("-f", "--fanout", default=64, show_default=True, type=click.IntRange(1, 4096),

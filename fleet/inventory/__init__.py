@@ -80,7 +80,9 @@ def load(paths: Iterable[str | os.PathLike]) -> Inventory:
 
 
 def local_inventory() -> Inventory:
-    """The embedded default: this machine alone, reached without SSH."""
+    """The embedded default: this machine, reached without SSH, as ``localhost``, ``local``, ``all``
+    or its host name; any other target is an ad-hoc SSH host (see ``adhoc``)."""
     name = socket.gethostname() or "localhost"
     host = Host(name, {"ansible_connection": "local"}, (), "(this machine)")
-    return Inventory({name: host}, {"all": [name], "local": [name], "localhost": [name]}, ["(this machine)"])
+    return Inventory({name: host}, {"all": [name], "local": [name], "localhost": [name]}, ["(this machine)"],
+                     bare_names_are_hosts=True)
