@@ -266,7 +266,7 @@ def test_timeout_stops_nsys_with_sigterm_and_the_report_is_finished(lab):
 def test_an_nsys_killed_while_collecting_fails_keeping_its_data_and_saying_why(lab):
     # SIGKILL to nsys itself while it collects; the workload lives on and keeps nsys's output open.
     # On an H200 test machine the data such an nsys left was refused by QdstrmImporter (exit 2,
-    # docs/examples/h200-acceptance/killed-rerun/6-nsys-killed-collecting.txt): the run failed.
+    # docs/examples/h200-acceptance/profile-check/6-nsys-killed-collecting.txt): the run failed.
     pidfile = lab["c"].scratch("workloads") / "outlives-nsys.pid"  # the workload's pid, written by itself
     try:
         out = fleet(lab, "--hosts", "h01", "--json", "--", "sh", "-c",

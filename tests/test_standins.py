@@ -111,7 +111,7 @@ def test_nsys_and_its_importer_killed_while_generating_leave_an_empty_report_and
 def test_the_importer_refuses_data_whose_collection_never_ended_as_the_real_one_did(tmp_path):
     said = "Qdstrm file is incomplete or invalid. Please ensure that the CLI ran to completion and provide a valid " \
            "qdstrm file."
-    real = Path(__file__).parent.parent / "docs/examples/h200-acceptance/killed-rerun/6-nsys-killed-collecting.txt"
+    real = Path(__file__).parent.parent / "docs/examples/h200-acceptance/profile-check/6-nsys-killed-collecting.txt"
     assert f"(exit 2): {said}" in real.read_text()  # what QdstrmImporter said of nsys killed while collecting
     (tmp_path / "empty.qdstrm").write_bytes(b"")
     (tmp_path / "cut.qdstrm").write_text('{"tool": "nsys", "app": ["sle')
