@@ -147,6 +147,31 @@ def reports_compare(run_a, run_b, store_root, top, as_json):
         click.echo(f"{r['a_ns'] / 1e6:10.3f} {r['b_ns'] / 1e6:10.3f} {change:>8}  {r['kernel']}")
 
 
+@reports.command("stats")
+@click.argument("run_id")
+@click.argument("which", metavar="[HOST|RANK]", required=False)
+@store_option
+@click.option("--top", type=click.IntRange(1), default=10, show_default=True, help="Rows of each table.")
+@json_option
+def reports_stats(run_id, which, store_root, top, as_json):
+    """A run's top GPU kernels, CUDA API calls and NVTX ranges by total time, from the summaries
+    in the store; one column per host or rank (or only HOST, or RANK)."""
+    from .. import store
+    from ..store import stats
+
+    m = _manifest(store_root, run_id)
+    try:
+        found = stats.run_stats(store.root(store_root), m, which)
+    except stats.StatsError as e:
+        click.echo(f"fleet: {e}", err=True)
+        sys.exit(exitcodes.USAGE)
+    if as_json:
+        return echo_json(found.to_json(top))
+    from .output import print_stats
+
+    print_stats(found, top)
+
+
 @reports.command("reindex")
 @store_option
 @json_option
