@@ -172,6 +172,41 @@ def reports_stats(run_id, which, store_root, top, as_json):
     print_stats(found, top)
 
 
+@reports.command("open")
+@click.argument("run_id")
+@click.argument("which", metavar="[HOST|RANK]", required=False)
+@store_option
+@json_option
+def reports_open(run_id, which, store_root, as_json):
+    """Open a run's reports (or HOST's, or RANK's) in nsys-ui or ncu-ui when it is on PATH;
+    otherwise print the command that would, with the reports' paths."""
+    from .. import store
+    from ..store import viewer
+
+    m = _manifest(store_root, run_id)
+    try:
+        opening = viewer.open_reports(store.root(store_root), m, which)
+    except viewer.StatsError as e:
+        click.echo(f"fleet: {e}", err=True)
+        sys.exit(exitcodes.USAGE)
+    except OSError as e:  # found on PATH but would not start
+        click.echo(f"fleet: {opening_failed(e)}", err=True)
+        sys.exit(exitcodes.FAILED)
+    if as_json:
+        return echo_json({"run_id": run_id, "viewer": opening.viewer, "opened": opening.pid is not None,
+                          "pid": opening.pid, "command": opening.command, "reports": opening.reports})
+    if opening.pid is not None:
+        click.echo(f"opened {len(opening.reports)} report(s) in {opening.viewer} (pid {opening.pid})")
+    else:
+        click.echo(f"{opening.viewer} is not on PATH; open the report(s) with:\n  {opening.shell_line()}")
+    for path in opening.reports:
+        click.echo(f"  {path}")
+
+
+def opening_failed(e: OSError) -> str:
+    return f"the viewer would not start: {e.strerror or e}" + (f" ({e.filename})" if e.filename else "")
+
+
 @reports.command("reindex")
 @store_option
 @json_option
