@@ -195,6 +195,12 @@ def test_cancelled_job_leaves_clean_state_and_says_so(hpc, tmp_path):
         header, row = run_fleet("jobs", env=env).stdout.splitlines()  # for people: a header over the row
         assert header.split()[:4] == ["RUN", "CLUSTER", "JOB", "STATE"]
         assert row.split()[:4] == [m["run_id"], m["site"], job, "RUNNING"], row
+        would = run_fleet("cancel", m["run_id"], "--dry-run", env=env)
+        assert (would.returncode, would.stdout) == (0, f"h01: would cancel job(s) {job}\n"), would.stderr
+        doc = fleet_json(run_fleet("cancel", m["run_id"], "--dry-run", "--json", env=env).stdout, "cancel")
+        assert doc == {"dry_run": True, "cancelled": [{"cluster": "h01", "job_ids": [job]}]}
+        time.sleep(2)  # time for a cancellation to show, had there been one
+        assert hpc.slurm.run("squeue", "-h", "-j", job, "-o", "%T").stdout.strip() == "RUNNING"
         c = run_fleet("cancel", m["run_id"], env=env)
         assert c.returncode == 0, c.stderr
         out, err = proc.communicate(timeout=120)

@@ -105,8 +105,9 @@ def _safe_dir(path):
 class State:
     """The state file, under its lock, as a context manager: ``with State() as s: ...``."""
 
-    def __init__(self, directory=None):
+    def __init__(self, directory=None, read_only=False):
         self.dir = directory or STATE_DIR
+        self.read_only = read_only  # `fleet repair --dry-run`: looked at under the lock, never written
 
     def __enter__(self):
         if os.geteuid() != 0:
@@ -143,6 +144,8 @@ class State:
 
     def __exit__(self, *exc):
         try:
+            if self.read_only:
+                return
             tmp = os.path.join(self.dir, "state.json.tmp")
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
             with os.fdopen(fd, "w") as f:
@@ -220,13 +223,14 @@ def release(holder, state_dir=None):
         return _settle(s)
 
 
-def repair(state_dir=None):
-    """Put back whatever only dead holders were keeping changed."""
+def repair(state_dir=None, dry_run=False):
+    """Put back whatever only dead holders were keeping changed (with ``dry_run``: say what that
+    would be, and change nothing: no sysctl, no DCGM call, no state record)."""
     if not os.path.exists(os.path.join(state_dir or STATE_DIR, "state.json")):
         return {"restored": {}, "dcgm_resumed": False, "held": {}}
-    with State(state_dir) as s:
+    with State(state_dir, read_only=dry_run) as s:
         _drop_dead(s)
-        done = _settle(s)
+        done = _would_settle(s) if dry_run else _settle(s)
         done["held"] = {n: [h.get("pid") or "job %s" % h.get("job") for h in e["holders"]]
                         for n, e in s.data["sysctls"].items()}
         return done
@@ -248,6 +252,14 @@ def _settle(s):
         dcgmi(["profile", "--resume"])
         s.data["dcgm"], resumed = None, True
     return {"restored": restored, "dcgm_resumed": resumed}
+
+
+def _would_settle(s):
+    """What _settle would put back, leaving it (and the record, which is not written) as it is."""
+    restored = {name: e["original"] for name, e in s.data["sysctls"].items() if not e["holders"]}
+    for name in restored:
+        del s.data["sysctls"][name]  # only in this reading: `held` below lists what stays held
+    return {"restored": restored, "dcgm_resumed": bool(s.data.get("dcgm") and not s.data["dcgm"]["holders"])}
 
 
 def dcgmi(args):

@@ -153,9 +153,10 @@ def doctor(obj: Context, targets, exclude, as_json, strict):
 @click.command()
 @click.argument("targets")
 @exclude_option
+@click.option("--dry-run", is_flag=True, help="Say what would be put back; change nothing.")
 @json_option
 @click.pass_obj
-def repair(obj: Context, targets, exclude, as_json):
+def repair(obj: Context, targets, exclude, dry_run, as_json):
     """Put back what killed runs left changed on TARGETS (owned sysctls, DCGM pause)."""
     from ..lab import probe as probe_mod
     from ..agent.bundle import bundle
@@ -165,14 +166,14 @@ def repair(obj: Context, targets, exclude, as_json):
     async def go():
         async with obj.fanout_for_run() as fan:
             payload = bundle()
-            return await fan.each(hosts, lambda h: fan.run(h, probe_mod.agent_argv(h, {"mode": "repair"}),
+            return await fan.each(hosts, lambda h: fan.run(h, probe_mod.agent_argv(h, {"mode": "repair", **({"dry_run": True} if dry_run else {})}),
                                                            input=payload))
 
     results = [probe_mod.read_repair(h, r) for h, r in zip(hosts, asyncio.run(go()))]
     docs = [{"host": h.name, **({"error": r.error} if r.error else {"value": r.extra["repair"]})}
             for h, r in zip(hosts, results)]
     if as_json:
-        echo_json({"hosts": docs})
+        echo_json({"dry_run": dry_run, "hosts": docs})
     for doc in docs if not as_json else ():
         if doc.get("error"):
             error = doc["error"]
@@ -180,7 +181,9 @@ def repair(obj: Context, targets, exclude, as_json):
             continue
         done = doc["value"]
         restored = ", ".join(f"{k}={v}" for k, v in done["restored"].items()) or "nothing to put back"
-        click.echo(f"{doc['host']}: {restored}" + ("; DCGM profiling resumed" if done.get("dcgm_resumed") else ""))
+        resumed = "; DCGM profiling " + ("would be " if dry_run else "") + "resumed"
+        click.echo(f"{doc['host']}: " + ("would put back " if dry_run and done["restored"] else "") + restored
+                   + (resumed if done.get("dcgm_resumed") else ""))
     sys.exit(exitcodes.for_results(results))
 
 

@@ -51,14 +51,18 @@ async def job_rows(fan: "Fanout", groups: list[tuple[Cluster, list["RunManifest"
     return rows
 
 
+def jobs_of(groups: list[tuple[Cluster, list["RunManifest"]]]) -> list[tuple[Cluster, list[str]]]:
+    """Each cluster's job ids among the runs (a run refused before sbatch has none)."""
+    found = [(cluster, [m.slurm.job_id for m in ms if m.slurm.job_id]) for cluster, ms in groups]
+    return [(cluster, ids) for cluster, ids in found if ids]
+
+
 async def cancel(fan: "Fanout", groups: list[tuple[Cluster, list["RunManifest"]]]) -> list[tuple[str, list[str]]]:
     """scancel each cluster's jobs (the profilers get SIGTERM and finish their reports)."""
     done = []
-    for cluster, ms in groups:
-        ids = [m.slurm.job_id for m in ms if m.slurm.job_id]
-        if ids:
-            await SlurmClient(fan, cluster.login).cancel(ids)
-            done.append((cluster.name, ids))
+    for cluster, ids in jobs_of(groups):
+        await SlurmClient(fan, cluster.login).cancel(ids)
+        done.append((cluster.name, ids))
     return done
 
 
