@@ -102,7 +102,7 @@ def profile_on_slurm(obj: Context, req: "ProfileRequest", opts: dict, *, store_r
         async with obj.fanout_for_run() as fan:
             with byte_progress(enabled=not as_json and not dry_run) as gathering:
                 return await slurm_run.profile(fan, cluster, req, spec, store_root=store.root(store_root),
-                                               site=site or cluster.name, dry_run=dry_run,
+                                               site=site, dry_run=dry_run,
                                                wait=not opts.get("no_wait"), poll=opts.get("poll") or 5.0,
                                                stop=stop, on_state=on_state, gathering=gathering)
 
@@ -211,7 +211,7 @@ def cancel(obj: Context, run_ids, store_root, dry_run, as_json):
 
     groups = runs.by_cluster(obj.inventory, _stored(store_root, run_ids))
     if dry_run:  # from the manifests alone: the jobs fleet would scancel, whatever state they are in now
-        would = [(cluster.name, ids) for cluster, ids in runs.jobs_of(groups)]
+        would = [(name, ids) for name, _, ids in runs.jobs_of(groups)]
         if as_json:
             return echo_json({"dry_run": True, "cancelled": [{"cluster": c, "job_ids": ids} for c, ids in would]})
         for cluster, ids in would:
