@@ -367,3 +367,25 @@ def test_reports_written_to_node_local_scratch_come_home_through_the_run_directo
     assert [(h["host"], h["rank"], h["status"]) for h in m["hosts"]] == [("node1", 0, "ok"), ("node2", 1, "ok")]
     assert all(rep["verified"] for h in m["hosts"] for rep in h["reports"])
     assert not any(scratch.rglob("*.nsys-rep"))  # moved off the nodes once copied
+
+
+def test_probe_and_doctor_reach_a_partitions_compute_nodes_as_a_short_job(hpc, tmp_path):
+    env = hpc.env()
+    out = run_fleet("probe", "--partition", "gpu", "--json", env=env)
+    assert out.returncode == 0, out.stderr
+    nodes = fleet_json(out.stdout, "probe")["nodes"]
+    assert [(n["host"], n["error"]) for n in nodes] == [("node1", None), ("node2", None)]
+    assert all(len(n["state"]["gpus"]) == 2 for n in nodes), nodes  # each node's own (simulated) GPUs
+    text = run_fleet("probe", "--partition", "gpu", "--nodes", "1", env=env)
+    assert text.returncode == 0 and text.stdout.startswith("node1") and "node2" not in text.stdout, text
+    doctor = run_fleet("doctor", "--partition", "gpu", "--nodes", "1", "--json", env=env)
+    assert doctor.returncode == 0, doctor.stderr
+    [node] = fleet_json(doctor.stdout, "doctor")["nodes"]
+    # As for a lab server, examined where the agent ran: inside the probe's job, on node1
+    assert node["host"] == "node1" and "inside Slurm job" in node["problems"]["wrapping"]["text"]
+    assert [v["way"] for v in node["verdicts"]] == ["nsys-trace", "nsys-cpu-sampling", "nsys-gpu-metrics", "ncu"]
+    for args, said in ((("--partition", "gpu", "h01"), "not both"), (("--nodes", "2"), "give --partition too"),
+                       (("--partition", "gpu;id"), "is not a Slurm name")):
+        bad = run_fleet("probe", *args, env=env)
+        assert bad.returncode == 2 and said in bad.stderr and bad.stderr.count("\n") == 1, bad
+    no_drained_nodes(hpc)
