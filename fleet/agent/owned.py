@@ -106,8 +106,7 @@ class State:
     """The state file, under its lock, as a context manager: ``with State() as s: ...``."""
 
     def __init__(self, directory=None, read_only=False):
-        self.dir = directory or STATE_DIR
-        self.read_only = read_only  # `fleet repair --dry-run`: looked at under the lock, never written
+        self.dir, self.read_only = directory or STATE_DIR, read_only  # read_only: `repair --dry-run`
 
     def __enter__(self):
         if os.geteuid() != 0:
@@ -224,13 +223,12 @@ def release(holder, state_dir=None):
 
 
 def repair(state_dir=None, dry_run=False):
-    """Put back whatever only dead holders were keeping changed (with ``dry_run``: say what that
-    would be, and change nothing: no sysctl, no DCGM call, no state record)."""
+    """Put back whatever only dead holders were keeping changed (``dry_run``: only say what)."""
     if not os.path.exists(os.path.join(state_dir or STATE_DIR, "state.json")):
         return {"restored": {}, "dcgm_resumed": False, "held": {}}
     with State(state_dir, read_only=dry_run) as s:
         _drop_dead(s)
-        done = _would_settle(s) if dry_run else _settle(s)
+        done = _settle(s, dry_run)
         done["held"] = {n: [h.get("pid") or "job %s" % h.get("job") for h in e["holders"]]
                         for n, e in s.data["sysctls"].items()}
         return done
@@ -241,25 +239,20 @@ def _drop_dead(s):
         entry["holders"] = [h for h in entry["holders"] if alive(h)]
 
 
-def _settle(s):
+def _settle(s, dry_run=False):
+    """Put back what nobody holds; with ``dry_run`` only say so (its record is not written)."""
     restored, resumed = {}, False
     for name, entry in list(s.data["sysctls"].items()):
         if not entry["holders"]:
-            write_sysctl(name, entry["original"])
+            if not dry_run:
+                write_sysctl(name, entry["original"])
             restored[name] = entry["original"]
             del s.data["sysctls"][name]
     if s.data.get("dcgm") and not s.data["dcgm"]["holders"]:
-        dcgmi(["profile", "--resume"])
+        if not dry_run:
+            dcgmi(["profile", "--resume"])
         s.data["dcgm"], resumed = None, True
     return {"restored": restored, "dcgm_resumed": resumed}
-
-
-def _would_settle(s):
-    """What _settle would put back, leaving it (and the record, which is not written) as it is."""
-    restored = {name: e["original"] for name, e in s.data["sysctls"].items() if not e["holders"]}
-    for name in restored:
-        del s.data["sysctls"][name]  # only in this reading: `held` below lists what stays held
-    return {"restored": restored, "dcgm_resumed": bool(s.data.get("dcgm") and not s.data["dcgm"]["holders"])}
 
 
 def dcgmi(args):
