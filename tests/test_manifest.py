@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from fleet import exitcodes
+from fleet import exitcodes, store
 from fleet.lab import profile
 from fleet.agent import node, task
 from fleet.store.manifest import (SCHEMA_VERSION, HostEntry, ManifestError, ProcessSeen, ReportEntry, RunManifest,
@@ -168,3 +168,23 @@ def test_a_rank_entry_is_built_as_main_built_it():
     again = rank_entry(written.result)
     again.reports = written.reports
     assert again == written
+
+
+def test_a_store_with_slurm_runs_filed_under_the_login_host_still_reads_beside_those_under_the_cluster(tmp_path):
+    """Before runs were filed under Slurm's ClusterName they went under the login host's name
+    (h01): nothing moves, and both are found by their ids."""
+    old = json.loads((V1 / "slurm-missing-rank.json").read_text())
+    old_dir = tmp_path / "h01" / old["day"] / old["run_id"]
+    old_dir.mkdir(parents=True)
+    (old_dir / "manifest.json").write_text(json.dumps(old))
+    new = RunManifest(run_id="20261201-090000-beef", site="fleetci", day="2026-12-01", status="complete",
+                      hosts=[HostEntry("node1", "ok", rank=0)], slurm=SlurmInfo(cluster="h01", cluster_name="fleetci"))
+    store.save(tmp_path, new)
+    env = {"FLEET_STORE": str(tmp_path)}
+    assert run_fleet("reports", "reindex", env=env).stdout == "catalogued 2 runs\n"
+    rows = fleet_json(run_fleet("reports", "ls", "--json", env=env).stdout)
+    assert {r["run_id"] for r in rows} == {old["run_id"], new.run_id}
+    for run_id, site in ((old["run_id"], "h01"), (new.run_id, "fleetci")):
+        shown = fleet_json(run_fleet("reports", "show", run_id, "--json", env=env).stdout)
+        assert shown["site"] == site
+    assert fleet_json(run_fleet("reports", "show", old["run_id"], "--json", env=env).stdout)["slurm"]["cluster_name"] is None

@@ -216,6 +216,13 @@ def test_an_agent_killed_on_the_node_is_repaired_by_fleet_repair(lab):
         os.kill(agent["pid"], signal.SIGKILL)  # the agent dies without putting anything back
         assert PARANOID.read_text().strip() == "2"
         wait_for(lambda: owned.start_time(agent["pid"]) is None)  # gone (reaped by sshd)
+        held = held_entries(lab)
+        out = run_fleet("repair", "h01", "--dry-run", env=lab["c"].env())
+        assert (out.returncode, out.stdout) == (0, "h01: would put back kernel.perf_event_paranoid=3\n"), out.stderr
+        assert PARANOID.read_text().strip() == "2" and held_entries(lab) == held  # nothing changed, nothing written
+        doc = fleet_json(run_fleet("repair", "h01", "--dry-run", "--json", env=lab["c"].env()).stdout, "repair")
+        assert doc["dry_run"] and doc["hosts"][0]["value"]["restored"] == {"kernel.perf_event_paranoid": "3"}
+        assert PARANOID.read_text().strip() == "2" and held_entries(lab) == held
         out = run_fleet("repair", "h01", env=lab["c"].env())
         assert out.returncode == 0 and "kernel.perf_event_paranoid=3" in out.stdout, (out.stdout, out.stderr,
                                                                                      held_entries(lab))

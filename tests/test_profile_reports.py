@@ -4,6 +4,7 @@ profilers replaying what nsys 2025.3 did on an H200 test machine."""
 
 from __future__ import annotations
 
+import csv
 import json
 import os
 import pwd
@@ -246,3 +247,21 @@ def test_a_link_or_another_users_file_at_that_tmp_name_is_left_alone(tmp_path):
         os.chown(p, nobody, nobody)
     found, notes, _ = taken_name_run(tmp_path, planted)
     assert found == [] and any("not a regular file of ours" in n for n in notes), notes
+
+
+def test_reports_stats_reads_what_the_run_brought_home(lab, tmp_path):
+    store_root = tmp_path / "store"
+    out = run_fleet("profile", "--store", str(store_root), "--hosts", "h02", "--", "sh", "-c",
+                    'echo step >> "$STANDIN_NVTX_LOG"', env=lab["c"].env())
+    assert out.returncode == 0, out.stdout + out.stderr
+    run = only_run(store_root)
+    [host] = run["hosts"]
+    doc = fleet_json(run_fleet("reports", "stats", run["run_id"], "h02", "--json", "--store", str(store_root)).stdout,
+                     "reports stats")
+    assert [c["label"] for c in doc["columns"]] == ["h02"]
+    # Each table holds the rows of the CSV file in the store, whatever the profiler named them.
+    for name, key, column in (("cuda_gpu_kern_sum", "kernels", "Name"), ("cuda_api_sum", "api_calls", "Name"),
+                              ("nvtx_sum", "nvtx_ranges", "Range")):
+        with open(summaries_of(host)[name]["stored"], newline="") as f:
+            rows = {r[column]: float(r["Total Time (ns)"]) for r in csv.DictReader(f)}
+        assert rows and {r["name"]: r["total_ns"] for r in doc[key]["rows"]} == rows, key

@@ -198,3 +198,26 @@ def test_without_crontab_install_and_rm_say_so_in_one_line_and_record_nothing(tm
     assert (tmp_path / "store" / "schedules" / "nightly.json").exists()
     refused = run_fleet("schedule", "install", str(pb), "--every", "90s", "--backend", "crontab", env=env)
     assert refused.returncode == 2 and "nearest it can is --every 2m" in refused.stderr
+
+
+def test_dry_run_says_the_line_it_would_add_and_installs_nothing(tmp_path):
+    bin_dir, table = standin_crontab(tmp_path)
+    store_dir = tmp_path / "store"
+    env = {"FLEET_STORE": str(store_dir), "PATH": f"{bin_dir}:/usr/bin:/bin"}
+    pb = lab_playbook(tmp_path, "nightly")
+    r = run_fleet("schedule", "install", str(pb), "--every", "6h", "--backend", "crontab", "--dry-run", env=env)
+    assert r.returncode == 0, r.stderr
+    said, line, nxt = r.stdout.splitlines()
+    assert said == "would schedule nightly (every 6h, cron '0 */6 * * *') with crontab, adding to your crontab:"
+    assert line.startswith("0 */6 * * * ") and line.endswith("# fleet-schedule:nightly") and nxt.startswith("next: ")
+    doc = fleet_json(run_fleet("schedule", "install", str(pb), "--cron", "@daily", "--backend", "crontab",
+                               "--dry-run", "--json", env=env).stdout, "schedule install")
+    assert doc["dry_run"] and doc["would_install"].startswith("@daily ") and len(doc["next"]) == 3
+    assert not table.exists() and not store_dir.exists()  # no crontab edited, no record, no folder
+    # What a real install would refuse, a dry run refuses the same way.
+    refused = run_fleet("schedule", "install", str(pb), "--every", "90s", "--backend", "crontab", "--dry-run", env=env)
+    assert refused.returncode == 2 and refused.stderr.count("\n") == 1 and not store_dir.exists()
+    # Then installed for real, the line is the one the dry run showed.
+    assert run_fleet("schedule", "install", str(pb), "--every", "6h", "--backend", "crontab", env=env).returncode == 0
+    assert table.read_text().splitlines() == [line]
+    assert run_fleet("schedule", "rm", "nightly", env=env).returncode == 0

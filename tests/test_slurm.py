@@ -5,6 +5,7 @@ the fake NVML (loaded by the real pynvml in every task) and GRES backed by devic
 from __future__ import annotations
 
 import asyncio
+import csv
 import json
 import socket
 import subprocess
@@ -78,6 +79,9 @@ def test_four_ranks_on_two_nodes_are_stored_with_distinct_names(hpc, tmp_path):
     assert r.returncode == 0, r.stderr + r.stdout
     m = manifest(tmp_path)
     assert m["status"] == "complete" and m["slurm"]["state"] == "COMPLETED"
+    # Filed under the cluster's name (slurm.conf's ClusterName), not the login host's
+    assert (m["site"], m["slurm"]["cluster_name"], m["slurm"]["cluster"]) == ("fleetci", "fleetci", "h01")
+    assert (tmp_path / "fleetci" / m["day"] / m["run_id"] / "manifest.json").is_file()
     assert [(h["host"], h["rank"], h["status"]) for h in m["hosts"]] == [
         ("node1", 0, "ok"), ("node1", 1, "ok"), ("node2", 2, "ok"), ("node2", 3, "ok")]
     stored = [Path(rep["stored"]) for h in m["hosts"] for rep in h["reports"] if rep["status"] == "complete"]
@@ -92,6 +96,14 @@ def test_four_ranks_on_two_nodes_are_stored_with_distinct_names(hpc, tmp_path):
     reports = [row for row in rows if row["path"].endswith(".nsys-rep")]
     assert {row["host"] for row in reports} == {"node1", "node2"} and len(reports) == 4
     assert all(row["status"] == "complete" and len(row["sha256"]) == 64 for row in reports)
+    # reports stats: a column per rank, each holding what that rank's kernel summary says
+    stats = fleet_json(run_fleet("reports", "stats", m["run_id"], "--json", env={"FLEET_STORE": str(tmp_path)}).stdout)
+    assert [c["label"] for c in stats["columns"]] == ["rank 0", "rank 1", "rank 2", "rank 3"]
+    for h in m["hosts"]:
+        [kern] = [r["stored"] for r in h["reports"] if r.get("summary") == "cuda_gpu_kern_sum"]
+        with open(kern, newline="") as f:
+            rows = {r["Name"]: float(r["Total Time (ns)"]) for r in csv.DictReader(f)}
+        assert rows and {r["name"]: r["by"][f"rank {h['rank']}"]["total_ns"] for r in stats["kernels"]["rows"]} == rows
     no_drained_nodes(hpc)
 
 
@@ -191,10 +203,18 @@ def test_cancelled_job_leaves_clean_state_and_says_so(hpc, tmp_path):
             assert time.monotonic() < deadline, "the job never started"
             time.sleep(0.2)
         jobs = run_fleet("jobs", "--json", env=env)
-        assert [(j["job_id"], j["state"]) for j in fleet_json(jobs.stdout)["jobs"]] == [(job, "RUNNING")]
+        # A running job has no reason: squeue's "None" is null, never the string
+        assert [(j["job_id"], j["state"], j["reason"], j["cluster"]) for j in fleet_json(jobs.stdout)["jobs"]] == [
+            (job, "RUNNING", None, "fleetci")]
         header, row = run_fleet("jobs", env=env).stdout.splitlines()  # for people: a header over the row
         assert header.split()[:4] == ["RUN", "CLUSTER", "JOB", "STATE"]
         assert row.split()[:4] == [m["run_id"], m["site"], job, "RUNNING"], row
+        would = run_fleet("cancel", m["run_id"], "--dry-run", env=env)
+        assert (would.returncode, would.stdout) == (0, f"fleetci: would cancel job(s) {job}\n"), would.stderr
+        doc = fleet_json(run_fleet("cancel", m["run_id"], "--dry-run", "--json", env=env).stdout, "cancel")
+        assert doc == {"dry_run": True, "cancelled": [{"cluster": "fleetci", "job_ids": [job]}]}
+        time.sleep(2)  # time for a cancellation to show, had there been one
+        assert hpc.slurm.run("squeue", "-h", "-j", job, "-o", "%T").stdout.strip() == "RUNNING"
         c = run_fleet("cancel", m["run_id"], env=env)
         assert c.returncode == 0, c.stderr
         out, err = proc.communicate(timeout=120)
@@ -348,3 +368,25 @@ def test_reports_written_to_node_local_scratch_come_home_through_the_run_directo
     assert [(h["host"], h["rank"], h["status"]) for h in m["hosts"]] == [("node1", 0, "ok"), ("node2", 1, "ok")]
     assert all(rep["verified"] for h in m["hosts"] for rep in h["reports"])
     assert not any(scratch.rglob("*.nsys-rep"))  # moved off the nodes once copied
+
+
+def test_probe_and_doctor_reach_a_partitions_compute_nodes_as_a_short_job(hpc, tmp_path):
+    env = hpc.env()
+    out = run_fleet("probe", "--partition", "gpu", "--json", env=env)
+    assert out.returncode == 0, out.stderr
+    nodes = fleet_json(out.stdout, "probe")["nodes"]
+    assert [(n["host"], n["error"]) for n in nodes] == [("node1", None), ("node2", None)]
+    assert all(len(n["state"]["gpus"]) == 2 for n in nodes), nodes  # each node's own (simulated) GPUs
+    text = run_fleet("probe", "--partition", "gpu", "--nodes", "1", env=env)
+    assert text.returncode == 0 and text.stdout.startswith("node1") and "node2" not in text.stdout, text
+    doctor = run_fleet("doctor", "--partition", "gpu", "--nodes", "1", "--json", env=env)
+    assert doctor.returncode == 0, doctor.stderr
+    [node] = fleet_json(doctor.stdout, "doctor")["nodes"]
+    # As for a lab server, examined where the agent ran: inside the probe's job, on node1
+    assert node["host"] == "node1" and "inside Slurm job" in node["problems"]["wrapping"]["text"]
+    assert [v["way"] for v in node["verdicts"]] == ["nsys-trace", "nsys-cpu-sampling", "nsys-gpu-metrics", "ncu"]
+    for args, said in ((("--partition", "gpu", "h01"), "not both"), (("--nodes", "2"), "give --partition too"),
+                       (("--partition", "gpu;id"), "is not a Slurm name")):
+        bad = run_fleet("probe", *args, env=env)
+        assert bad.returncode == 2 and said in bad.stderr and bad.stderr.count("\n") == 1, bad
+    no_drained_nodes(hpc)

@@ -193,6 +193,14 @@ def test_squeue_json_of_newer_slurm_parses():
                     {"job_id": {"set": True, "number": 8}, "job_state": ["PENDING", "REQUEUED"]}]}
     states = jobs.parse_squeue_json(json.dumps(doc))
     assert (states["7"].state, states["7"].nodes, states["8"].state) == ("RUNNING", "node[1-2]", "PENDING")
+    assert states["7"].reason is None  # squeue's "None": no reason
+
+
+def test_squeue_and_scontrol_saying_reason_none_give_no_reason():
+    text = jobs.parse_squeue_text("7|RUNNING|None|node1|0:05\n8|PENDING|Resources||0:00\n9|PENDING|||0:00\n")
+    assert [text[j].reason for j in ("7", "8", "9")] == [None, "Resources", None]
+    st = jobs.parse_scontrol("JobId=14 JobState=RUNNING Reason=None ExitCode=0:0 RunTime=00:00:02 NodeList=node2")
+    assert st.reason is None
 
 
 def test_sacct_and_scontrol_answers_parse():

@@ -109,8 +109,8 @@ def _safe_dir(path):
 class State:
     """The state file, under its lock, as a context manager: ``with State() as s: ...``."""
 
-    def __init__(self, directory=None):
-        self.dir = directory or STATE_DIR
+    def __init__(self, directory=None, read_only=False):
+        self.dir, self.read_only = directory or STATE_DIR, read_only  # read_only: `repair --dry-run`
 
     def __enter__(self):
         if os.geteuid() != 0:
@@ -147,6 +147,8 @@ class State:
 
     def __exit__(self, *exc):
         try:
+            if self.read_only:
+                return
             tmp = os.path.join(self.dir, "state.json.tmp")
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
             with os.fdopen(fd, "w") as f:
@@ -224,13 +226,13 @@ def release(holder, state_dir=None):
         return _settle(s)
 
 
-def repair(state_dir=None):
-    """Put back whatever only dead holders were keeping changed."""
+def repair(state_dir=None, dry_run=False):
+    """Put back whatever only dead holders were keeping changed (``dry_run``: only say what)."""
     if not os.path.exists(os.path.join(state_dir or STATE_DIR, "state.json")):
         return {"restored": {}, "dcgm_resumed": False, "held": {}}
-    with State(state_dir) as s:
+    with State(state_dir, read_only=dry_run) as s:
         _drop_dead(s)
-        done = _settle(s)
+        done = _settle(s, dry_run)
         done["held"] = {n: [h.get("pid") or "job %s" % h.get("job") for h in e["holders"]]
                         for n, e in s.data["sysctls"].items()}
         return done
@@ -241,15 +243,18 @@ def _drop_dead(s):
         entry["holders"] = [h for h in entry["holders"] if alive(h)]
 
 
-def _settle(s):
+def _settle(s, dry_run=False):
+    """Put back what nobody holds; with ``dry_run`` only say so (its record is not written)."""
     restored, resumed = {}, False
     for name, entry in list(s.data["sysctls"].items()):
         if not entry["holders"]:
-            write_sysctl(name, entry["original"])
+            if not dry_run:
+                write_sysctl(name, entry["original"])
             restored[name] = entry["original"]
             del s.data["sysctls"][name]
     if s.data.get("dcgm") and not s.data["dcgm"]["holders"]:
-        dcgmi(["profile", "--resume"])
+        if not dry_run:
+            dcgmi(["profile", "--resume"])
         s.data["dcgm"], resumed = None, True
     return {"restored": restored, "dcgm_resumed": resumed}
 

@@ -91,10 +91,30 @@ def exec_(obj: Context, targets, command, exclude, as_json, timeout, maxrc):
 
 # --- probe and doctor ---
 
-def _probe(obj: Context, targets, exclude, as_json, environment_check=False):
+partition_options = [
+    click.option("--partition", "-p", help="Probe this Slurm partition's compute nodes, as a short job (one step a node)."),
+    click.option("--nodes", "-N", type=click.IntRange(1), help="With --partition: this many of its nodes (default all)."),
+    click.option("--cluster", help="With --partition: which cluster, when the inventory describes several."),
+]
+
+
+def with_partition_options(command):
+    for option in reversed(partition_options):
+        command = option(command)
+    return command
+
+
+def _probe(obj: Context, targets, exclude, as_json, environment_check=False, partition=None, nodes=None,
+           cluster=None):
     from ..lab import probe as probe_mod
     from .output import progress
 
+    if partition is None and (nodes is not None or cluster is not None):
+        fail("--nodes and --cluster choose compute nodes of a Slurm partition: give --partition too")
+    if partition is not None:
+        if targets or exclude:
+            fail("give TARGETS (inventory hosts) or --partition (a Slurm partition's compute nodes), not both")
+        return _probe_partition(obj, partition, nodes, cluster, environment_check)
     hosts = obj.select(targets, exclude)
 
     async def go():
@@ -105,16 +125,36 @@ def _probe(obj: Context, targets, exclude, as_json, environment_check=False):
     return hosts, asyncio.run(go())
 
 
+def _probe_partition(obj: Context, partition, nodes, cluster_name, environment_check):
+    from ..slurm.cluster import choose
+    from ..slurm.jobs import SlurmError
+    from ..slurm.probe import probe_partition
+
+    cluster = choose(obj.inventory, partition, cluster_name, embedded=not obj.inventories)
+
+    async def go():
+        async with obj.fanout_for_run() as fan:
+            return await probe_partition(fan, cluster, partition, nodes, environment_check=environment_check)
+
+    try:
+        found = asyncio.run(go())
+    except SlurmError as e:
+        fail(str(e), exitcodes.of_error(e))
+    return [h for h, _ in found], [r for _, r in found]
+
+
 @click.command()
 @click.argument("targets", required=False)
 @exclude_option
+@with_partition_options
 @json_option
 @click.pass_obj
-def probe(obj: Context, targets, exclude, as_json):
-    """The GPUs of each node and who is on them (user, pid, memory); MIG, MPS, DCGM."""
+def probe(obj: Context, targets, exclude, partition, nodes, cluster, as_json):
+    """The GPUs of each node and who is on them (user, pid, memory); MIG, MPS, DCGM.
+    With --partition, the compute nodes of a Slurm partition."""
     from ..lab.doctor import render_probe
 
-    hosts, results = _probe(obj, targets, exclude, as_json)
+    hosts, results = _probe(obj, targets, exclude, as_json, partition=partition, nodes=nodes, cluster=cluster)
     if as_json:
         echo_json({"nodes": [{"host": h.name, "error": r.error, "error_kind": r.error_kind,
                               "state": r.extra.get("state")} for h, r in zip(hosts, results)]})
@@ -127,10 +167,11 @@ def probe(obj: Context, targets, exclude, as_json):
 @click.command()
 @click.argument("targets", required=False)
 @exclude_option
+@with_partition_options
 @json_option
 @click.option("--strict", is_flag=True, help="Exit 4 when a way to profile is degraded, 5 when one is refused.")
 @click.pass_obj
-def doctor(obj: Context, targets, exclude, as_json, strict):
+def doctor(obj: Context, targets, exclude, partition, nodes, cluster, as_json, strict):
     """Per node: the five problems (placement, wrapping, collection, permissions,
     neighbours) and, for each way to profile, ok, degraded or refused, with why and what to do.
 
@@ -138,7 +179,8 @@ def doctor(obj: Context, targets, exclude, as_json, strict):
     """
     from ..lab.doctor import diagnosis, render_doctor, worst
 
-    hosts, results = _probe(obj, targets, exclude, as_json, environment_check=True)
+    hosts, results = _probe(obj, targets, exclude, as_json, environment_check=True, partition=partition, nodes=nodes,
+                            cluster=cluster)
     diagnoses = [diagnosis(h, r) for h, r in zip(hosts, results)]
     if as_json:
         echo_json({"nodes": diagnoses})
@@ -153,9 +195,10 @@ def doctor(obj: Context, targets, exclude, as_json, strict):
 @click.command()
 @click.argument("targets")
 @exclude_option
+@click.option("--dry-run", is_flag=True, help="Say what would be put back; change nothing.")
 @json_option
 @click.pass_obj
-def repair(obj: Context, targets, exclude, as_json):
+def repair(obj: Context, targets, exclude, dry_run, as_json):
     """Put back what killed runs left changed on TARGETS (owned sysctls, DCGM pause)."""
     from ..lab import probe as probe_mod
     from ..agent.bundle import bundle
@@ -165,14 +208,14 @@ def repair(obj: Context, targets, exclude, as_json):
     async def go():
         async with obj.fanout_for_run() as fan:
             payload = bundle()
-            return await fan.each(hosts, lambda h: fan.run(h, probe_mod.agent_argv(h, {"mode": "repair"}),
+            return await fan.each(hosts, lambda h: fan.run(h, probe_mod.agent_argv(h, {"mode": "repair", **({"dry_run": True} if dry_run else {})}),
                                                            input=payload))
 
     results = [probe_mod.read_repair(h, r) for h, r in zip(hosts, asyncio.run(go()))]
     docs = [{"host": h.name, **({"error": r.error} if r.error else {"value": r.extra["repair"]})}
             for h, r in zip(hosts, results)]
     if as_json:
-        echo_json({"hosts": docs})
+        echo_json({"dry_run": dry_run, "hosts": docs})
     for doc in docs if not as_json else ():
         if doc.get("error"):
             error = doc["error"]
@@ -180,7 +223,9 @@ def repair(obj: Context, targets, exclude, as_json):
             continue
         done = doc["value"]
         restored = ", ".join(f"{k}={v}" for k, v in done["restored"].items()) or "nothing to put back"
-        click.echo(f"{doc['host']}: {restored}" + ("; DCGM profiling resumed" if done.get("dcgm_resumed") else ""))
+        resumed = "; DCGM profiling " + ("would be " if dry_run else "") + "resumed"
+        click.echo(f"{doc['host']}: " + ("would put back " if dry_run and done["restored"] else "") + restored
+                   + (resumed if done.get("dcgm_resumed") else ""))
     sys.exit(exitcodes.for_results(results))
 
 

@@ -86,9 +86,10 @@ def schedule():
               help="Force a way (default: the best this site has).")
 @click.option("--sbatch-arg", "sbatch_args", multiple=True, help="sbatch option for the scheduling job.")
 @store_option
+@click.option("--dry-run", is_flag=True, help="Say what would be installed (the table lines or the job); install nothing.")
 @json_option
 @click.pass_obj
-def schedule_install(obj: Context, playbook, cron, every, name, backend, sbatch_args, store_root, as_json):
+def schedule_install(obj: Context, playbook, cron, every, name, backend, sbatch_args, store_root, dry_run, as_json):
     """Schedule PLAYBOOK; each firing is a normal `fleet run`."""
     from ..nightly import schedule as sched
     from .. import store
@@ -108,13 +109,21 @@ def schedule_install(obj: Context, playbook, cron, every, name, backend, sbatch_
     try:
         record = sched.install(root, name or pb.name, playbook, cron=cron,
                                every=sched.every_seconds(every) if every else None, on_slurm_here=here, env=env,
-                               sbatch_args=tuple(sbatch_args), backend=backend)
+                               sbatch_args=tuple(sbatch_args), backend=backend, dry_run=dry_run)
     except sched.ScheduleError as e:
         fail(str(e))
     if as_json:
-        return echo_json({**record, "next": [t.isoformat(timespec="seconds") for t in sched.next_times(record)]})
-    click.echo(f"scheduled {record['name']} ({_when(record)}) with "
-               f"{record['backend']}" + (f": job {record['job_id']}" if record.get("job_id") else ""))
+        return echo_json({**record, "dry_run": dry_run,
+                          "next": [t.isoformat(timespec="seconds") for t in sched.next_times(record)]})
+    if dry_run:
+        where = {"crontab": "your crontab", "scrontab": "your scrontab",
+                 "resubmit": f"{record['dir']}/{record['name']}.sbatch, submitted with sbatch --begin"}
+        click.echo(f"would schedule {record['name']} ({_when(record)}) with {record['backend']}, "
+                   f"adding to {where[record['backend']]}:")
+        click.echo(record["would_install"], nl=False)
+    else:
+        click.echo(f"scheduled {record['name']} ({_when(record)}) with "
+                   f"{record['backend']}" + (f": job {record['job_id']}" if record.get("job_id") else ""))
     click.echo("next: " + ", ".join(t.isoformat(" ", "minutes") for t in sched.next_times(record)))
 
 

@@ -147,6 +147,66 @@ def reports_compare(run_a, run_b, store_root, top, as_json):
         click.echo(f"{r['a_ns'] / 1e6:10.3f} {r['b_ns'] / 1e6:10.3f} {change:>8}  {r['kernel']}")
 
 
+@reports.command("stats")
+@click.argument("run_id")
+@click.argument("which", metavar="[HOST|RANK]", required=False)
+@store_option
+@click.option("--top", type=click.IntRange(1), default=10, show_default=True, help="Rows of each table.")
+@json_option
+def reports_stats(run_id, which, store_root, top, as_json):
+    """A run's top GPU kernels, CUDA API calls and NVTX ranges by total time, from the summaries
+    in the store; one column per host or rank (or only HOST, or RANK)."""
+    from .. import store
+    from ..store import stats
+
+    m = _manifest(store_root, run_id)
+    try:
+        found = stats.run_stats(store.root(store_root), m, which)
+    except stats.StatsError as e:
+        click.echo(f"fleet: {e}", err=True)
+        sys.exit(exitcodes.USAGE)
+    if as_json:
+        return echo_json(found.to_json(top))
+    from .output import print_stats
+
+    print_stats(found, top)
+
+
+@reports.command("open")
+@click.argument("run_id")
+@click.argument("which", metavar="[HOST|RANK]", required=False)
+@store_option
+@json_option
+def reports_open(run_id, which, store_root, as_json):
+    """Open a run's reports (or HOST's, or RANK's) in nsys-ui or ncu-ui when it is on PATH;
+    otherwise print the command that would, with the reports' paths."""
+    from .. import store
+    from ..store import viewer
+
+    m = _manifest(store_root, run_id)
+    try:
+        opening = viewer.open_reports(store.root(store_root), m, which)
+    except viewer.StatsError as e:
+        click.echo(f"fleet: {e}", err=True)
+        sys.exit(exitcodes.USAGE)
+    except OSError as e:  # found on PATH but would not start
+        click.echo(f"fleet: {opening_failed(e)}", err=True)
+        sys.exit(exitcodes.FAILED)
+    if as_json:
+        return echo_json({"run_id": run_id, "viewer": opening.viewer, "opened": opening.pid is not None,
+                          "pid": opening.pid, "command": opening.command, "reports": opening.reports})
+    if opening.pid is not None:
+        click.echo(f"opened {len(opening.reports)} report(s) in {opening.viewer} (pid {opening.pid})")
+    else:
+        click.echo(f"{opening.viewer} is not on PATH; open the report(s) with:\n  {opening.shell_line()}")
+    for path in opening.reports:
+        click.echo(f"  {path}")
+
+
+def opening_failed(e: OSError) -> str:
+    return f"the viewer would not start: {e.strerror or e}" + (f" ({e.filename})" if e.filename else "")
+
+
 @reports.command("reindex")
 @store_option
 @json_option

@@ -102,7 +102,7 @@ def profile_on_slurm(obj: Context, req: "ProfileRequest", opts: dict, *, store_r
         async with obj.fanout_for_run() as fan:
             with byte_progress(enabled=not as_json and not dry_run) as gathering:
                 return await slurm_run.profile(fan, cluster, req, spec, store_root=store.root(store_root),
-                                               site=site or cluster.name, dry_run=dry_run,
+                                               site=site, dry_run=dry_run,
                                                wait=not opts.get("no_wait"), poll=opts.get("poll") or 5.0,
                                                stop=stop, on_state=on_state, gathering=gathering)
 
@@ -201,14 +201,22 @@ def jobs(obj: Context, run_ids, store_root, as_json):
 @click.command()
 @click.argument("run_ids", nargs=-1, required=True)
 @store_option
+@click.option("--dry-run", is_flag=True, help="Say which jobs would be cancelled; cancel nothing, reach no cluster.")
 @json_option
 @click.pass_obj
-def cancel(obj: Context, run_ids, store_root, as_json):
+def cancel(obj: Context, run_ids, store_root, dry_run, as_json):
     """Cancel the Slurm jobs of RUN_IDS (scancel); the profilers get SIGTERM and finish their reports."""
     from ..slurm import runs
     from ..slurm.jobs import SlurmError
 
     groups = runs.by_cluster(obj.inventory, _stored(store_root, run_ids))
+    if dry_run:  # from the manifests alone: the jobs fleet would scancel, whatever state they are in now
+        would = [(name, ids) for name, _, ids in runs.jobs_of(groups)]
+        if as_json:
+            return echo_json({"dry_run": True, "cancelled": [{"cluster": c, "job_ids": ids} for c, ids in would]})
+        for cluster, ids in would:
+            click.echo(f"{cluster}: would cancel job(s) {', '.join(ids)}")
+        return
 
     async def go():
         async with obj.fanout_for_run() as fan:
@@ -219,7 +227,8 @@ def cancel(obj: Context, run_ids, store_root, as_json):
     except SlurmError as e:
         fail(str(e), exitcodes.of_error(e))
     if as_json:
-        return echo_json({"cancelled": [{"cluster": cluster, "job_ids": ids} for cluster, ids in cancelled]})
+        return echo_json({"dry_run": False,
+                          "cancelled": [{"cluster": cluster, "job_ids": ids} for cluster, ids in cancelled]})
     for cluster, ids in cancelled:
         click.echo(f"{cluster}: cancelled job(s) {', '.join(ids)}")
 

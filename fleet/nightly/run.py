@@ -53,7 +53,7 @@ async def run_playbook(fan: "Fanout", inventory: "Inventory", pb: Playbook, *, e
 
         cluster = choose(inventory, pb.target.get("partition"), pb.target.get("cluster"), embedded=embedded)
         manifest = await slurm_run.profile(fan, cluster, req, job_spec(pb), store_root=store_root,
-                                           site=cluster.name, dry_run=dry_run, poll=poll)
+                                           dry_run=dry_run, poll=poll)
     else:
         hosts = inventory.select([pb.target["hosts"]])
         manifest = await profile.profile(fan, hosts, req, store_root=store_root, site="lab", dry_run=dry_run)

@@ -196,9 +196,10 @@ def choose_backend(on_slurm_here: bool) -> str:
     return "crontab"
 
 
-def records_dir(store_root: Path) -> Path:
+def records_dir(store_root: Path, make: bool = True) -> Path:
     d = store_root / "schedules"
-    d.mkdir(parents=True, exist_ok=True)
+    if make:
+        d.mkdir(parents=True, exist_ok=True)
     return d
 
 
@@ -231,13 +232,16 @@ def _edit_table(lister: list[str], writer: list[str], name: str, add: str = "") 
 
 
 def install(store_root: Path, name: str, playbook: str, *, cron: str | None, every: int | None,
-            on_slurm_here: bool, env: dict, sbatch_args: tuple[str, ...] = (), backend: str | None = None) -> dict:
-    """Check everything, then set the schedule up; when that fails, nothing stays recorded."""
+            on_slurm_here: bool, env: dict, sbatch_args: tuple[str, ...] = (), backend: str | None = None,
+            dry_run: bool = False) -> dict:
+    """Check everything, then set the schedule up; when that fails, nothing stays recorded. With
+    ``dry_run``, every check, and the record with what would be installed (``would_install``)
+    back; nothing written, submitted or edited."""
     if bool(cron) == bool(every):
         raise ScheduleError("give one of --cron EXPR and --every DURATION")
     check_name(name)
     backend = backend or choose_backend(on_slurm_here)
-    d = records_dir(store_root)
+    d = records_dir(store_root, make=not dry_run)
     record = {"name": name, "playbook": str(Path(playbook).resolve()), "cron": cron and check_cron(cron),
               "every": every, "backend": backend, "python": sys.executable, "env": env, "dir": str(d),
               "sbatch_args": list(sbatch_args), "job_id": None, "fired": 0, "installed_ts": time.time()}
@@ -245,6 +249,9 @@ def install(store_root: Path, name: str, playbook: str, *, cron: str | None, eve
     _need(TOOLS[backend], backend, env)
     lines = batch_script(record) if backend == "resubmit" else \
         scrontab_lines(record) if backend == "scrontab" else crontab_line(record)  # quoting refusals here
+    if dry_run:
+        record["would_install"] = lines
+        return record
     path = d / f"{name}.json"
     path.write_text(json.dumps(record, indent=1))  # before the job: the job reads it when it starts
     try:

@@ -75,6 +75,7 @@ class ClusterInfo:
     version_text: str
     home: str
     accounting: bool
+    name: str | None = None         # ClusterName from slurm.conf, as the cluster's own scontrol says it
 
 
 def parse_version(text: str) -> tuple[int, int]:
@@ -84,13 +85,19 @@ def parse_version(text: str) -> tuple[int, int]:
     return int(m.group(1)), int(m.group(2))
 
 
+def no_reason(reason) -> str | None:
+    """Slurm's reason for a job's state, or None where Slurm says there is none (squeue and
+    scontrol write the word "None", or "(null)")."""
+    return None if reason in (None, "", "None", "(null)") else str(reason)
+
+
 def parse_squeue_text(text: str) -> dict[str, JobState]:
     out = {}
     for line in text.splitlines():
         parts = line.strip().split("|")
         if len(parts) >= 2 and parts[0]:
             job, state, reason, nodes, elapsed = (parts + [None] * 5)[:5]
-            out[job] = JobState(job, state.split()[0] if state else "UNKNOWN", reason or None,
+            out[job] = JobState(job, state.split()[0] if state else "UNKNOWN", no_reason(reason),
                                 nodes or None, elapsed or None)
     return out
 
@@ -110,7 +117,7 @@ def parse_squeue_json(text: str) -> dict[str, JobState]:
     for job in doc.get("jobs") or []:
         job_id = str(_first(job.get("job_id")))
         state = _first(job.get("job_state")) or "UNKNOWN"
-        out[job_id] = JobState(job_id, str(state), job.get("state_reason"), job.get("nodes") or None)
+        out[job_id] = JobState(job_id, str(state), no_reason(job.get("state_reason")), job.get("nodes") or None)
     return out
 
 
@@ -130,7 +137,7 @@ def parse_scontrol(text: str) -> JobState | None:
     fields = dict(re.findall(r"(\w+)=(\S*)", text))
     if "JobId" not in fields:
         return None
-    return JobState(fields["JobId"], fields.get("JobState", "UNKNOWN"), fields.get("Reason"),
+    return JobState(fields["JobId"], fields.get("JobState", "UNKNOWN"), no_reason(fields.get("Reason")),
                     fields.get("NodeList") or None, fields.get("RunTime"), fields.get("ExitCode"))
 
 
@@ -168,14 +175,17 @@ class SlurmClient:
         return r.stdout.decode(errors="replace")
 
     async def cluster_info(self) -> ClusterInfo:
-        """One round trip: the Slurm version, the login user's home, whether accounting exists."""
-        r = await self._sh("sinfo", 'sinfo --version && echo "$HOME" && '
-                           '(scontrol show config 2>/dev/null | grep -i "^AccountingStorageType" || true)')
+        """One round trip: the Slurm version, the login user's home, whether accounting exists,
+        and the cluster's name."""
+        r = await self._sh("sinfo", 'sinfo --version && echo "$HOME" && (scontrol show config 2>/dev/null | '
+                           'grep -i -e "^AccountingStorageType" -e "^ClusterName" || true)')
         lines = self._check(r, "sinfo --version").splitlines()
         if len(lines) < 2:
             raise SlurmError(f"unexpected answer from {self.login.name}: {lines}")
-        accounting = len(lines) > 2 and "none" not in lines[2].lower() and "=" in lines[2]
-        self.info = ClusterInfo(parse_version(lines[0]), lines[0].strip(), lines[1].strip(), accounting)
+        config = {key.strip().lower(): value.strip() for key, _, value in (line.partition("=") for line in lines[2:])}
+        accounting = "accountingstoragetype" in config and "none" not in config["accountingstoragetype"].lower()
+        self.info = ClusterInfo(parse_version(lines[0]), lines[0].strip(), lines[1].strip(), accounting,
+                                config.get("clustername") or None)
         return self.info
 
     async def submit(self, run_dir: str, files: dict[str, bytes], script: str) -> str:

@@ -45,6 +45,7 @@ class Prepared:
     script: str
     version: str
     request: dict
+    cluster_name: str | None = None       # Slurm's ClusterName, as the login node said it
 
 
 async def prepare(client: SlurmClient, cluster: Cluster, req: ProfileRequest, spec: JobSpec) -> Prepared:
@@ -61,7 +62,8 @@ async def prepare(client: SlurmClient, cluster: Cluster, req: ProfileRequest, sp
     spec = replace(spec, workdir=spec.workdir or (os.getcwd() if cluster.local else info.home))
     if spec.container and not spec.container.nsight_dirs:
         spec = replace(spec, container=replace(spec.container, nsight_dirs=nsight_dirs(tools)))
-    return Prepared(spec, files, render(req, spec, files), info.version_text, request_doc(req, files))
+    return Prepared(spec, files, render(req, spec, files), info.version_text, request_doc(req, files),
+                    info.name if safenames.is_component(info.name) else None)  # the cluster's word: checked
 
 
 def expected_ranks(spec: dict) -> list[int] | None:
@@ -76,10 +78,18 @@ def expected_ranks(spec: dict) -> list[int] | None:
 
 def new_manifest(req: ProfileRequest, cluster: Cluster, prep: Prepared, site: str) -> RunManifest:
     manifest = RunManifest.begin(req, site)
-    manifest.slurm = SlurmInfo(cluster=cluster.name, login=cluster.login.name, version=prep.version,
+    manifest.slurm = SlurmInfo(cluster=cluster.name, cluster_name=prep.cluster_name, login=cluster.login.name,
+                               version=prep.version,
                                run_dir=prep.files.run_dir, state="SUBMITTING", spec=asdict(prep.spec),
                                script=prep.script)
     return manifest
+
+
+def filing_name(cluster: Cluster, cluster_name: str | None) -> str:
+    """The store folder of a cluster's runs: Slurm's ClusterName, which every user's inventory
+    agrees on, or the inventory's name for the cluster where Slurm did not say (or said
+    something that cannot name a folder: it comes from the cluster, and is not trusted)."""
+    return cluster_name if safenames.is_component(cluster_name) else cluster.name
 
 
 async def submit(client: SlurmClient, prep: Prepared) -> str:
@@ -203,14 +213,16 @@ async def gather(fan: "Fanout", client: SlurmClient, manifest: RunManifest, dire
 
 
 async def profile(fan: "Fanout", cluster: Cluster, req: ProfileRequest, spec: JobSpec, *, store_root: Path,
-                  site: str, dry_run: bool = False, wait: bool = True, poll: float = 5.0,
+                  site: str | None = None, dry_run: bool = False, wait: bool = True, poll: float = 5.0,
                   stop: asyncio.Event | None = None, on_state: Callable[[JobState], None] = lambda s: None,
                   gathering=None, client: SlurmClient | None = None) -> RunManifest:
-    """The whole run; returns its manifest (for ``--dry-run``, one with the script and no job)."""
-    store.run_dir(store_root, site, req.run_id)  # a site that is no folder name stops here, before the cluster
+    """The whole run; returns its manifest (for ``--dry-run``, one with the script and no job).
+    It is filed under ``site``, by default the cluster's name (:func:`filing_name`)."""
+    if site is not None:
+        store.run_dir(store_root, site, req.run_id)  # a site that is no folder name stops here, before the cluster
     client = client or SlurmClient(fan, cluster.login)
     prep = await prepare(client, cluster, req, spec)
-    manifest = new_manifest(req, cluster, prep, site)
+    manifest = new_manifest(req, cluster, prep, site or filing_name(cluster, prep.cluster_name))
     if dry_run:
         manifest.status = "dry-run"
         return manifest

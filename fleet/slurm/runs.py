@@ -45,27 +45,38 @@ async def job_rows(fan: "Fanout", groups: list[tuple[Cluster, list["RunManifest"
         states = await client.states(ids) if ids else {}
         for m in ms:
             st = states.get(m.slurm.job_id)
-            rows.append({"run_id": m.run_id, "cluster": cluster.name, "job_id": m.slurm.job_id,
+            rows.append({"run_id": m.run_id, "cluster": m.slurm.cluster_name or cluster.name, "job_id": m.slurm.job_id,
                          "state": st.state if st else m.slurm.state, "reason": st and st.reason,
                          "nodes": st and st.nodes, "elapsed": st and st.elapsed, "run_status": m.status})
     return rows
 
 
+def jobs_of(groups: list[tuple[Cluster, list["RunManifest"]]]) -> list[tuple[str, Cluster, list[str]]]:
+    """Each cluster's name (:func:`shown_name`) and job ids among the runs (a run refused before
+    sbatch has none)."""
+    found = [(shown_name(cluster, ms), cluster, [m.slurm.job_id for m in ms if m.slurm.job_id])
+             for cluster, ms in groups]
+    return [(name, cluster, ids) for name, cluster, ids in found if ids]
+
+
 async def cancel(fan: "Fanout", groups: list[tuple[Cluster, list["RunManifest"]]]) -> list[tuple[str, list[str]]]:
     """scancel each cluster's jobs (the profilers get SIGTERM and finish their reports)."""
     done = []
-    for cluster, ms in groups:
-        ids = [m.slurm.job_id for m in ms if m.slurm.job_id]
-        if ids:
-            await SlurmClient(fan, cluster.login).cancel(ids)
-            done.append((cluster.name, ids))
+    for name, cluster, ids in jobs_of(groups):
+        await SlurmClient(fan, cluster.login).cancel(ids)
+        done.append((name, ids))
     return done
+
+
+def shown_name(cluster: Cluster, manifests: list["RunManifest"]) -> str:
+    """A cluster as people know it: Slurm's ClusterName, as its runs recorded it; else the inventory's name."""
+    return next((m.slurm.cluster_name for m in manifests if m.slurm.cluster_name), cluster.name)
 
 
 def render(m: "RunManifest") -> str:
     """One Slurm run for people: the job, each rank's outcome and reports."""
     s = m.slurm
-    lines = [f"run {m.run_id}: job {s.job_id} on {s.cluster} {s.state or ''} -> {m.status}"]
+    lines = [f"run {m.run_id}: job {s.job_id} on {s.cluster_name or s.cluster} {s.state or ''} -> {m.status}"]
     if m.status == "submitted":
         lines.append(f"  reports will be under {s.run_dir}; bring them home with: fleet gather {m.run_id}")
     if s.stopped_before_time_limit:

@@ -124,7 +124,8 @@ class HostEntry(_Record):
 @dataclass
 class SlurmInfo(_Record):
     """The batch job of a Slurm run."""
-    cluster: str = ""
+    cluster: str = ""                     # the inventory's name for it (the login host; --cluster takes it)
+    cluster_name: str | None = None       # Slurm's ClusterName: the store folder the run is filed under
     login: str = ""
     version: str | None = None            # Slurm's, as the login node said
     run_dir: str = ""                     # the run's directory on the cluster

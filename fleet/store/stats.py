@@ -1,0 +1,168 @@
+"""``fleet reports stats``: one run's top kernels, CUDA API calls and NVTX ranges, read from the
+summaries its nodes wrote and the store keeps (the CSV files of ``nsys stats`` and
+``ncu --import --page raw --csv``), one column per host or rank.
+
+The column names are those nsys 2025.3 and ncu 2025.3 write (tests/fixtures/nsys-2025.3-h200,
+tests/fixtures/ncu-raw-h200.csv). A summary may be empty (nsys writes a 0-byte file where a
+workload had nothing of its kind, e.g. no NVTX range), may not have come home, or may not be
+what fleet expects: each is said in the column's note, and never stops the others being shown.
+"""
+
+from __future__ import annotations
+
+import csv
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from . import _inside
+from .manifest import HostEntry, RunManifest
+
+# One section of the output per summary: (summary, section, what its rows are, name column, count column).
+NSYS_SECTIONS = (("cuda_gpu_kern_sum", "kernels", "GPU kernels", "Name", "Instances"),
+                 ("cuda_api_sum", "api_calls", "CUDA API calls", "Name", "Num Calls"),
+                 ("nvtx_sum", "nvtx_ranges", "NVTX ranges", "Range", "Instances"))
+NSYS_TOTAL = "Total Time (ns)"
+# ncu's raw page: a header row, a units row, one row per profiled kernel launch.
+NCU_SECTION = ("ncu_raw", "kernels", "GPU kernels", "Kernel Name", None)
+NCU_DURATION = "gpu__time_duration.sum"
+NS_PER = {"ns": 1, "nsecond": 1, "us": 1e3, "usecond": 1e3, "ms": 1e6, "msecond": 1e6, "s": 1e9, "second": 1e9}
+
+
+class StatsError(LookupError):
+    """A run or a host/rank of it that cannot be shown; the message is the one line to print."""
+
+
+@dataclass
+class Column:
+    """One host, rank or Ray worker of the run, as a column of the tables."""
+    label: str                    # "h02", "rank 3", "worker-node1-123"
+    host: str
+    rank: int | None
+    worker: str | None
+
+
+@dataclass
+class Section:
+    key: str                      # kernels | api_calls | nvtx_ranges (the --json key)
+    title: str
+    # name -> label -> (total ns, count); rows the top N by their total over the columns
+    totals: dict[str, dict[str, tuple[float, int]]] = field(default_factory=dict)
+    notes: dict[str, str] = field(default_factory=dict)   # label -> why this column has no rows
+
+    def top(self, n: int) -> list[tuple[str, dict[str, tuple[float, int]]]]:
+        return sorted(self.totals.items(), key=lambda kv: (-sum(t for t, _ in kv[1].values()), kv[0]))[:n]
+
+
+@dataclass
+class RunStats:
+    run_id: str
+    tool: str
+    status: str
+    columns: list[Column]
+    sections: list[Section]
+
+    def to_json(self, top: int) -> dict:
+        return {"run_id": self.run_id, "tool": self.tool, "status": self.status, "top": top,
+                "columns": [vars(c) for c in self.columns],
+                **{s.key: {"rows": [{"name": name, "total_ns": sum(t for t, _ in by.values()),
+                                     "by": {label: {"total_ns": t, "count": n} for label, (t, n) in by.items()}}
+                                    for name, by in s.top(top)],
+                           "notes": s.notes} for s in self.sections}}
+
+
+def _label(h: HostEntry) -> str:
+    return f"rank {h.rank}" if h.rank is not None else (h.worker or h.host)
+
+
+def choose_columns(manifest: RunManifest, which: str | None) -> list[HostEntry]:
+    """The run's hosts (ranks, workers) that left results, or those ``which`` names: a rank
+    number, a host (for Slurm, the node: all its ranks), or a Ray worker."""
+    hosts = [h for h in manifest.hosts if h.reports]
+    if which is None:
+        return hosts
+    chosen = [h for h in hosts if (which.isdigit() and h.rank == int(which)) or which in (h.host, h.worker)]
+    if not chosen:
+        known = sorted({_label(h) for h in hosts} | {h.host for h in hosts})
+        raise StatsError(f"run {manifest.run_id} has no host or rank {which!r} with reports"
+                         + (f"; it has: {', '.join(known)}" if known else "; no host of it left any"))
+    return chosen
+
+
+def run_stats(store: Path, manifest: RunManifest, which: str | None = None) -> RunStats:
+    tool = manifest.request.get("tool") or "nsys"
+    specs = (NCU_SECTION,) if tool == "ncu" else NSYS_SECTIONS
+    hosts = choose_columns(manifest, which)
+    sections = [Section(key, title) for _, key, title, _, _ in specs]
+    for h in hosts:
+        label = _label(h)
+        stored = {r.summary: r for r in h.reports if r.status == "summary" and r.summary}
+        for (summary, _, title, name_col, count_col), section in zip(specs, sections):
+            rep = stored.get(summary)
+            if rep is None:
+                section.notes[label] = f"no {summary} summary was made"
+            elif not rep.verified:
+                section.notes[label] = f"its {summary} summary is not in the store ({rep.error or 'not brought home'})"
+            elif not _inside(store, Path(rep.stored)):  # the manifest names a file, the store decides
+                section.notes[label] = f"its {summary} summary is named outside the store: not read"
+            else:
+                try:
+                    rows = (_ncu_rows(Path(rep.stored)) if summary == "ncu_raw"
+                            else _nsys_rows(Path(rep.stored), name_col, count_col))
+                except (OSError, ValueError, csv.Error) as e:
+                    section.notes[label] = f"{Path(rep.stored).name} cannot be read: {e}"
+                    continue
+                if not rows:
+                    section.notes[label] = f"no {title}"
+                for name, (total, count) in rows.items():
+                    section.totals.setdefault(name, {})[label] = (total, count)
+    columns = [Column(_label(h), h.host, h.rank, h.worker) for h in hosts]
+    return RunStats(manifest.run_id, tool, manifest.status, columns, sections)
+
+
+def _number(text: str, column: str) -> float:
+    try:
+        return float(text.replace(",", ""))  # ncu writes thousands separators in some locales
+    except ValueError:
+        raise ValueError(f"{column} is {text!r}, not a number") from None
+
+
+def _nsys_rows(path: Path, name_col: str, count_col: str) -> dict[str, tuple[float, int]]:
+    """name -> (total ns, count) of one ``nsys stats --format csv`` report; {} for an empty file."""
+    with open(path, newline="") as f:
+        reader = csv.DictReader(f)
+        if reader.fieldnames is None:  # 0 bytes: nothing of its kind was recorded
+            return {}
+        missing = [c for c in (NSYS_TOTAL, name_col, count_col) if c not in reader.fieldnames]
+        if missing:
+            raise ValueError(f"no column {', '.join(map(repr, missing))} (it has {', '.join(reader.fieldnames)})")
+        out: dict[str, tuple[float, int]] = {}
+        for row in reader:
+            total, count = out.get(row[name_col], (0.0, 0))
+            out[row[name_col]] = (total + _number(row[NSYS_TOTAL], NSYS_TOTAL),
+                                  count + int(_number(row[count_col], count_col)))
+        return out
+
+
+def _ncu_rows(path: Path) -> dict[str, tuple[float, int]]:
+    """Kernel name -> (total ns, launches) from ncu's raw page, its duration converted by the
+    unit its second row gives."""
+    name_col = NCU_SECTION[3]
+    with open(path, newline="") as f:
+        reader = csv.DictReader(f)
+        if reader.fieldnames is None:
+            return {}
+        missing = [c for c in (name_col, NCU_DURATION) if c not in reader.fieldnames]
+        if missing:
+            raise ValueError(f"no column {', '.join(map(repr, missing))} (run ncu with the section that "
+                             f"collects {NCU_DURATION})")
+        units = next(reader, None)
+        unit = (units or {}).get(NCU_DURATION, "")
+        if unit not in NS_PER:
+            raise ValueError(f"{NCU_DURATION} is in {unit!r}, not a unit of time fleet knows")
+        out: dict[str, tuple[float, int]] = {}
+        for row in reader:
+            if not (row.get(NCU_DURATION) or "").strip():
+                continue
+            total, count = out.get(row[name_col], (0.0, 0))
+            out[row[name_col]] = (total + _number(row[NCU_DURATION], NCU_DURATION) * NS_PER[unit], count + 1)
+        return out
