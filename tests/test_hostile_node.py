@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from fleet.agent import owned
+from fleet.agent import locks
 from tests.conftest import run_fleet
 from tests.test_agent import TENANT_USER, spawn, stop
 from tests import test_profile
@@ -168,7 +168,7 @@ def in_child_as(user: str, fn) -> dict:
 
 def take(lock_dir: Path, uuid: str):
     def fn():
-        lock = owned.GPULock(uuid, str(lock_dir))
+        lock = locks.GPULock(uuid, str(lock_dir))
         got = lock.acquire()
         lock.release()
         return got
@@ -190,7 +190,7 @@ def test_a_lock_file_another_user_made_readable_still_works_and_its_contents_are
     path.write_text(json.dumps({"pid": 1, "user": "root"}))  # a fake holder: not believed
     as_account(TENANT_USER, path, 0o644)
     assert in_child_as(lab["c"].user, take(lab["locks"], uuid)) == {"value": True}
-    assert owned.GPULock(uuid, str(lab["locks"])).holder() is None
+    assert locks.GPULock(uuid, str(lab["locks"])).holder() is None
 
 
 def test_the_holder_of_a_lock_is_who_the_kernel_says(lab):
@@ -201,7 +201,7 @@ def test_the_holder_of_a_lock_is_who_the_kernel_says(lab):
     holder = spawn(TENANT_USER, ["flock", str(path), "sleep", "60"])
     try:
         deadline = time.monotonic() + 10
-        while (found := owned.GPULock(uuid, str(lab["locks"])).holder()) is None:
+        while (found := locks.GPULock(uuid, str(lab["locks"])).holder()) is None:
             assert time.monotonic() < deadline, "flock never took the lock"
             time.sleep(0.05)
         assert found["pid"] == holder.pid and found["user"] == TENANT_USER and "flock" in found["command"]

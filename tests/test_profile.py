@@ -21,7 +21,7 @@ import pytest
 import yaml
 
 from fleet.lab import profile
-from fleet.agent import owned
+from fleet.agent import locks, owned
 from fleet.inventory import load
 from fleet.plan import ProfileRequest
 from fleet.store import kernel_rows
@@ -119,7 +119,7 @@ def held_entries(lab) -> dict:
 
 
 def lock_is_free(lab, uuid) -> bool:
-    lock = owned.GPULock(uuid, str(lab["locks"]))
+    lock = locks.GPULock(uuid, str(lab["locks"]))
     if lock.acquire():
         lock.release()
         return True
@@ -292,7 +292,7 @@ def test_an_nsys_killed_while_collecting_fails_keeping_its_data_and_saying_why(l
 
 
 def test_a_held_gpu_lock_refuses_naming_the_holder_or_waits(lab):
-    lock = owned.GPULock("GPU-h02-1", str(lab["locks"]))
+    lock = locks.GPULock("GPU-h02-1", str(lab["locks"]))
     assert lock.acquire()
     try:
         out = fleet(lab, "--hosts", "h02", "--tool", "ncu", "--gpu", "1", "--", "true")

@@ -34,6 +34,7 @@ SHIPPED = {
     "fleet_agent_run": "fleet.agent.run",
     "fleet_agent_reports": "fleet.agent.reports",
     "fleet_agent_owned": "fleet.agent.owned",
+    "fleet_agent_locks": "fleet.agent.locks",
     "fleet_agent_task": "fleet.agent.task",
     "fleet_agent_slurmd": "fleet.agent.slurmd",
 }

@@ -28,6 +28,7 @@ import time
 try:  # as shipped by fleet, every module travels under a flat name
     import fleet_agent_files as files
     import fleet_agent_gpus as nvml_gpus
+    import fleet_agent_locks as gpu_locks
     import fleet_agent_node as node
     import fleet_agent_owned as owned
     import fleet_agent_reports as reports
@@ -36,6 +37,7 @@ try:  # as shipped by fleet, every module travels under a flat name
     import fleet_safenames as safenames
 except ImportError:  # as part of the installed package (tests, the local machine)
     from . import files, node, owned, reports
+    from . import locks as gpu_locks
     from . import gpus as nvml_gpus
     from .. import plan as planner
     from .. import policy, safenames
@@ -184,7 +186,7 @@ def carry_out(plan, result, relay, stops, holder):
             if repaired["restored"] or repaired["dcgm_resumed"]:
                 result["notes"].append("put back what an earlier run left: %s" % repaired)
         for uuid in plan.gpu_locks:
-            lock = owned.GPULock(uuid)
+            lock = gpu_locks.GPULock(uuid)
             if not lock.acquire(plan.lock_wait):
                 h = lock.holder() or {}
                 code = refuse(result, "GPU %s is being profiled by pid %s (user %s: %s)" % (
