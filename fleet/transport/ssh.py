@@ -208,6 +208,17 @@ class SSHTransport(Transport):
     def has_known_key(self, host: "Host") -> bool:
         return bool(self.known_hosts(host).match(host.address, host.address, host.port)[0])
 
+    async def release(self, host: "Host") -> None:
+        task = self._conns.pop(host.name, None)
+        if task is None:
+            return
+        if not task.done():
+            task.cancel()
+        elif not task.cancelled() and task.exception() is None:
+            conn = task.result()
+            conn.close()
+            await conn.wait_closed()
+
     async def close(self) -> None:
         conns = []
         for task in self._conns.values():
