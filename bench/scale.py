@@ -77,8 +77,9 @@ def proc_cpu(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def run_client(paths: dict, env: dict, fanout: int) -> dict:
-    argv = [str(PY), "-m", "fleet", "-i", str(paths["inventory"]), "--ssh-config", str(paths["ssh_config"]),
+def run_client(paths: dict, env: dict, fanout: int, profile: tuple[str, Path] | None = None) -> dict:
+    wrapper = [str(REPO / "bench" / "scale_profile.py"), *profile, "--"] if profile else ["-m", "fleet"]
+    argv = [str(PY), *wrapper, "-i", str(paths["inventory"]), "--ssh-config", str(paths["ssh_config"]),
             "-f", str(fanout), "probe", "--json"]
     out = tempfile.TemporaryFile()
     start = time.monotonic()
@@ -98,7 +99,7 @@ def run_client(paths: dict, env: dict, fanout: int) -> dict:
             "ok": sum(1 for n in nodes if n.get("state")), "errors": errors, "stderr": err.decode()[-400:]}
 
 
-def bench(n: int, runs: int, env: dict, fanout: int) -> dict:
+def bench(n: int, runs: int, env: dict, fanout: int, profile: str | None = None) -> dict:
     d = Path(tempfile.mkdtemp(prefix=f"fleet-scale-{n}-"))
     port = free_port()
     paths = files(d, n, port)
@@ -118,6 +119,10 @@ def bench(n: int, runs: int, env: dict, fanout: int) -> dict:
             r["cpu_ms_per_host"] = round(1000 * r["cpu_s"] / n, 2)
             results.append(r)
             print(f"{n} hosts: {json.dumps({k: v for k, v in r.items() if k != 'stderr'})}", flush=True)
+        if profile:  # one more run, under the profiler, not counted
+            report = Path(f"/tmp/fleet-scale-{profile}-{n}.txt")
+            run_client(paths, env, fanout, (profile, report))
+            print(f"{n} hosts: {profile} profile in {report}", flush=True)
     finally:
         farm.terminate()  # the farm this benchmark started, by its pid
         counts = farm.communicate(timeout=60)[0].decode().strip().splitlines()
@@ -132,6 +137,8 @@ def main() -> None:
     ap.add_argument("--fanout", type=int, default=64)
     ap.add_argument("--fleet-ref")
     ap.add_argument("--out", type=Path)
+    ap.add_argument("--profile", choices=("cpu", "memory"), help="one more run per count under cProfile or "
+                    "tracemalloc (bench/scale_profile.py), its report in /tmp")
     a = ap.parse_args()
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)  # this process and its children only
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
@@ -145,11 +152,11 @@ def main() -> None:
         fleet = {"source": "working tree", "head": git("rev-parse", "HEAD"),
                  "uncommitted_fleet_files": git("status", "--porcelain", "--", "fleet").splitlines()}
     doc = {"bench": "scale", "fleet": fleet, "machine": versions(), "nofile_limit": hard,
-           "counts": [bench(int(n), a.runs, env, a.fanout) for n in a.hosts.split(",")]}
+           "counts": [bench(int(n), a.runs, env, a.fanout, a.profile) for n in a.hosts.split(",")]}
     out = a.out or REPO / "bench" / "results" / f"scale-{(fleet.get('commit') or 'worktree')[:7]}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(doc, indent=1) + "\n")
-    print(f"| hosts | wall s | client CPU s | CPU ms/host | peak RSS MB | ok | farm CPU s |\n|---|---|---|---|---|---|---|")
+    print("| hosts | wall s | client CPU s | CPU ms/host | peak RSS MB | ok | farm CPU s |\n|---|---|---|---|---|---|---|")
     for c in doc["counts"]:
         for r in c["runs"]:
             print(f"| {c['hosts']} | {r['wall_s']} | {r['cpu_s']} | {r['cpu_ms_per_host']} | {r['peak_rss_mb']} | "
