@@ -137,7 +137,7 @@ def main() -> None:
     ap.add_argument("--fanout", type=int, default=64)
     ap.add_argument("--fleet-ref")
     ap.add_argument("--out", type=Path)
-    ap.add_argument("--profile", choices=("cpu", "memory"), help="one more run per count under cProfile or "
+    ap.add_argument("--profile", choices=("cpu", "memory", "objects"), help="one more run per count under cProfile or "
                     "tracemalloc (bench/scale_profile.py), its report in /tmp")
     a = ap.parse_args()
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)  # this process and its children only

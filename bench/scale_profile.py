@@ -1,6 +1,6 @@
 """Runs the fleet command line under cProfile or tracemalloc, for bench/scale.py --profile.
 
-    python bench/scale_profile.py cpu|memory REPORT -- FLEET-ARGS...
+    python bench/scale_profile.py cpu|memory|objects REPORT -- FLEET-ARGS...
 
 cpu: the 40 functions with the most cumulative and own time. memory: what is allocated, by line,
 when the run's asyncio loop returns (every result held, nothing printed yet), and the peak.
@@ -21,7 +21,27 @@ def main() -> None:
     from fleet.cli.main import main as fleet
 
     out = open(report, "w")
-    if mode == "memory":
+    if mode == "objects":  # what is still alive when the loop returns, and what a full collection frees
+        import collections
+        import gc
+        import resource
+
+        real_run = asyncio.run
+
+        def run_and_count(coro, **kw):
+            result = real_run(coro, **kw)
+            kinds = collections.Counter(type(o).__name__ for o in gc.get_objects())
+            print("peak RSS MiB", resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, file=out)
+            print("gc counts", gc.get_count(), "live:", kinds.most_common(25), file=out)
+            print("collected", gc.collect(), file=out)
+            return result
+
+        asyncio.run = run_and_count
+        try:
+            fleet(args)
+        except SystemExit:
+            pass
+    elif mode == "memory":
         tracemalloc.start(4)
         real_run = asyncio.run
 
