@@ -57,11 +57,13 @@ def canned_reply(env: dict) -> bytes:
     return json.dumps(doc["data"]["nodes"][0]["state"]).encode() + b"\n"
 
 
-def files(d: Path, n: int, port: int) -> dict:
+def files(d: Path, n: int, port: int, hashed: bool = False) -> dict:
     host_key = keygen(d / "hostkey")
     keygen(d / "userkey")
     (d / "addresses").write_text("".join(address(i) + "\n" for i in range(n)))
     (d / "known_hosts").write_text("".join(f"[{address(i)}]:{port} {host_key}\n" for i in range(n)))
+    if hashed:  # as with HashKnownHosts yes (Debian's default): every name an HMAC-SHA1 with its own salt
+        subprocess.run(["ssh-keygen", "-q", "-H", "-f", str(d / "known_hosts")], check=True, capture_output=True)
     (d / "ssh_config").write_text(
         f"Host *\n  User {os.environ.get('USER', 'root')}\n  IdentityFile {d / 'userkey'}\n  IdentitiesOnly yes\n"
         f"  UserKnownHostsFile {d / 'known_hosts'}\n  GlobalKnownHostsFile /dev/null\n"
@@ -99,10 +101,10 @@ def run_client(paths: dict, env: dict, fanout: int, profile: tuple[str, Path] | 
             "ok": sum(1 for n in nodes if n.get("state")), "errors": errors, "stderr": err.decode()[-400:]}
 
 
-def bench(n: int, runs: int, env: dict, fanout: int, profile: str | None = None) -> dict:
+def bench(n: int, runs: int, env: dict, fanout: int, profile: str | None = None, hashed: bool = False) -> dict:
     d = Path(tempfile.mkdtemp(prefix=f"fleet-scale-{n}-"))
     port = free_port()
-    paths = files(d, n, port)
+    paths = files(d, n, port, hashed)
     (d / "reply.json").write_bytes(canned_reply(env))
     farm = subprocess.Popen([str(PY), str(REPO / "bench" / "ssh_farm.py"), "--addresses", str(d / "addresses"),
                              "--port", str(port), "--host-key", str(d / "hostkey"),
@@ -127,7 +129,7 @@ def bench(n: int, runs: int, env: dict, fanout: int, profile: str | None = None)
         farm.terminate()  # the farm this benchmark started, by its pid
         counts = farm.communicate(timeout=60)[0].decode().strip().splitlines()
         subprocess.run(["rm", "-rf", str(d)])
-    return {"hosts": n, "fanout": fanout, "runs": results, "farm_counts": counts[-1] if counts else None}
+    return {"hosts": n, "fanout": fanout, "hashed_known_hosts": hashed, "runs": results, "farm_counts": counts[-1] if counts else None}
 
 
 def main() -> None:
@@ -137,6 +139,7 @@ def main() -> None:
     ap.add_argument("--fanout", type=int, default=64)
     ap.add_argument("--fleet-ref")
     ap.add_argument("--out", type=Path)
+    ap.add_argument("--hashed-known-hosts", action="store_true", help="known_hosts hashed (ssh-keygen -H)")
     ap.add_argument("--profile", choices=("cpu", "memory", "objects"), help="one more run per count under cProfile or "
                     "tracemalloc (bench/scale_profile.py), its report in /tmp")
     a = ap.parse_args()
@@ -152,7 +155,7 @@ def main() -> None:
         fleet = {"source": "working tree", "head": git("rev-parse", "HEAD"),
                  "uncommitted_fleet_files": git("status", "--porcelain", "--", "fleet").splitlines()}
     doc = {"bench": "scale", "fleet": fleet, "machine": versions(), "nofile_limit": hard,
-           "counts": [bench(int(n), a.runs, env, a.fanout, a.profile) for n in a.hosts.split(",")]}
+           "counts": [bench(int(n), a.runs, env, a.fanout, a.profile, a.hashed_known_hosts) for n in a.hosts.split(",")]}
     out = a.out or REPO / "bench" / "results" / f"scale-{(fleet.get('commit') or 'worktree')[:7]}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(doc, indent=1) + "\n")
