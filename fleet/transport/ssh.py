@@ -25,6 +25,7 @@ from asyncssh.config import SSHClientConfig
 
 from . import TERM_GRACE, Result, Sink, Transport, drive
 from .connect_errors import DROPPED, SilentServer, Watched, connect_error
+from .known_hosts import RunKnownHosts
 from .settings import SSHSettings
 from .ssh_fetch import SFTP_SESSIONS, STREAM_MIN, _ordered_copy, _stream_copy
 
@@ -55,7 +56,7 @@ class SSHTransport(Transport):
         self._conns: dict[str, asyncio.Task] = {}
         self._per_address: dict[tuple[str, int | None], asyncio.Semaphore] = {}
         self._ciphers = _preferred_ciphers()
-        self._known_hosts: dict[tuple[str, ...], asyncssh.SSHKnownHosts] = {}
+        self._known_hosts: dict[tuple[str, ...], RunKnownHosts] = {}
         self._local_user = getpass.getuser()
         self._sftp_gates: dict[str, asyncio.Semaphore] = {}  # sshd's MaxSessions (10) bounds channels
         self._same_for_all: bool | None = None  # known_hosts files do not depend on the host
@@ -74,7 +75,7 @@ class SSHTransport(Transport):
             opts["client_keys"] = [os.path.expanduser(key)]
         return opts
 
-    def known_hosts(self, host: "Host") -> asyncssh.SSHKnownHosts:
+    def known_hosts(self, host: "Host") -> RunKnownHosts:
         """The host's known_hosts, loaded once per run.
 
         Left to itself asyncssh re-reads known_hosts on every connection: with
@@ -83,7 +84,7 @@ class SSHTransport(Transport):
         files = tuple(self.known_hosts_files(host))
         if files not in self._known_hosts:
             existing = [f for f in files if os.path.isfile(f)]
-            self._known_hosts[files] = asyncssh.import_known_hosts(
+            self._known_hosts[files] = RunKnownHosts(
                 "".join(Path(f).read_text(encoding="utf-8", errors="replace") + "\n" for f in existing))
         return self._known_hosts[files]
 
