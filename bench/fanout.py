@@ -206,6 +206,8 @@ def count_ok(kind: str, out: str, c: SSHCluster) -> int:
                 r = json.loads(line)
             except ValueError:
                 continue
+            if isinstance(r, dict) and "fleet_json" in r:  # --json wraps each host's result in an envelope
+                r = r.get("data") or {}
             if r.get("exit_status") == 0 and not r.get("error") and _payload_ok(r.get("stdout", "").strip()):
                 hosts.add(r["host"])
         return len(hosts & {h.name for h in c.hosts})

@@ -105,7 +105,13 @@ def main() -> None:
         print(f"\nfleet / {peer} throughput: {statistics.median(results['fleet']) / statistics.median(results[peer]):.2f}"
               f" (paired {paired:.2f})")
     out = REPO / "bench" / "results" / f"transfer-{args.size_mib}.json"
-    out.write_text(json.dumps({"size_mib": args.size_mib, "mb_per_s": results}, indent=1))
+    commit = subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
+    dirty = subprocess.run(["git", "-C", str(REPO), "status", "--porcelain", "--", "fleet"], capture_output=True,
+                           text=True).stdout.splitlines()
+    paired = {peer: [f / p for f, p in zip(results["fleet"], results[peer])] for peer in ("scp", "sftp")}
+    out.write_text(json.dumps({"size_mib": args.size_mib, "runs": args.runs, "fleet_commit": commit,
+                               "uncommitted_fleet_files": dirty, "mb_per_s": results,
+                               "fleet_over_peer_by_round": paired}, indent=1))
 
 
 if __name__ == "__main__":

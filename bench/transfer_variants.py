@@ -31,6 +31,7 @@ from fleet.store.collect import fetch_verified  # noqa: E402
 from fleet.inventory import load  # noqa: E402
 from fleet.transport import Fanout  # noqa: E402
 from fleet.transport import ssh as fleet_ssh  # noqa: E402
+from fleet.transport import ssh_fetch as fleet_ssh_fetch  # noqa: E402
 from fleet.transport.settings import SSHSettings  # noqa: E402
 from bench.transfer import random_report  # noqa: E402
 from tests.harness.sshd import SSHCluster  # noqa: E402
@@ -148,7 +149,7 @@ async def exec_copy(conn, remote: str, local: str, window: int, pktsize: int, di
 async def sftp_copy(conn, remote, local, digest, **open_kw):
     async with conn.start_sftp_client() as sftp, sftp.open(remote, "rb", **open_kw) as src:
         with open(local, "wb") as dst:
-            await fleet_ssh._ordered_copy(src, dst, 0, digest.update)
+            await fleet_ssh_fetch._ordered_copy(src, dst, 0, digest.update)
 
 
 async def sftp_multi(conn, remote, local, digest, n: int, size: int):

@@ -13,7 +13,8 @@ NOT_FOR_PEOPLE = {"slurm prolog", "slurm epilog", "slurm task-prolog", "schedule
 
 def leaf_commands(group: click.Group, prefix: str = "") -> dict[str, click.Command]:
     found = {}
-    for name, command in group.commands.items():
+    for name in group.list_commands(None):  # fleet's top group loads its commands on demand
+        command = group.get_command(None, name)
         path = f"{prefix}{name}"
         if isinstance(command, click.Group):
             found.update(leaf_commands(command, path + " "))

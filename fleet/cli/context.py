@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import click
 
 from .. import exitcodes
-from ..inventory import Inventory, load, local_inventory
+
+if TYPE_CHECKING:
+    from ..inventory import Inventory
 
 fail = exitcodes.fail  # one line on stderr, ``fleet: ...``, and the exit status
 
@@ -21,11 +25,13 @@ class Context:
                  fanout: int, connect_timeout: float | None = None):
         self.inventories, self.fanout = inventories, fanout
         self._ssh = (ssh_config, known_hosts, connect_timeout)
-        self._inventory: Inventory | None = None
+        self._inventory: "Inventory | None" = None
 
     @property
-    def inventory(self) -> Inventory:
+    def inventory(self) -> "Inventory":
         if self._inventory is None:
+            from ..inventory import load, local_inventory
+
             self._inventory = load(self.inventories) if self.inventories else local_inventory()
         return self._inventory
 

@@ -79,7 +79,8 @@ def exec_(obj: Context, targets, command, exclude, as_json, timeout, maxrc):
             with progress(len(hosts), "exec", enabled=not as_json) as advance:
                 # --json streams: each host's line as soon as it is done, for thousands of hosts
                 on_result = (lambda r: echo_json_line(r.to_json())) if as_json else advance
-                return await fan.run_all(hosts, list(command), timeout=timeout, on_result=on_result)
+                return await fan.run_all(hosts, list(command), timeout=timeout, on_result=on_result,
+                                        last_use=True)
 
     results = asyncio.run(go())
     if not as_json:
@@ -120,7 +121,8 @@ def _probe(obj: Context, targets, exclude, as_json, environment_check=False, par
     async def go():
         async with obj.fanout_for_run() as fan:
             with progress(len(hosts), "probe", enabled=not as_json) as advance:
-                return await probe_mod.probe(fan, hosts, environment_check=environment_check, on_result=advance)
+                return await probe_mod.probe(fan, hosts, environment_check=environment_check, on_result=advance,
+                                             last_use=True)
 
     return hosts, asyncio.run(go())
 
@@ -208,8 +210,9 @@ def repair(obj: Context, targets, exclude, dry_run, as_json):
     async def go():
         async with obj.fanout_for_run() as fan:
             payload = bundle()
-            return await fan.each(hosts, lambda h: fan.run(h, probe_mod.agent_argv(h, {"mode": "repair", **({"dry_run": True} if dry_run else {})}),
-                                                           input=payload))
+            args = {"mode": "repair", **({"dry_run": True} if dry_run else {})}
+            return await fan.each(hosts, lambda h: fan.run(h, probe_mod.agent_argv(h, args), input=payload),
+                                  last_use=True)
 
     results = [probe_mod.read_repair(h, r) for h, r in zip(hosts, asyncio.run(go()))]
     docs = [{"host": h.name, **({"error": r.error} if r.error else {"value": r.extra["repair"]})}

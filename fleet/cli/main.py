@@ -10,18 +10,43 @@ import sys
 import click
 
 from .. import __version__, exitcodes
-from ..inventory import InventoryError, TargetError
 from .context import Context, fail
-from .hosts import doctor, exec_, hosts, inventory, probe, repair
-from .nightly import nightly, run_cmd, schedule
-from .profile import gather, profile
-from .reports import reports
-from .slurm import cancel, jobs, slurm_group
+
+# Command name -> (module under fleet.cli, attribute). A command's module, and what it imports
+# (asyncio, the inventory readers, asyncssh), loads only when that command runs or --help lists it.
+COMMANDS = {
+    "inventory": ("hosts", "inventory"),
+    "exec": ("hosts", "exec_"),
+    "probe": ("hosts", "probe"),
+    "doctor": ("hosts", "doctor"),
+    "profile": ("profile", "profile"),
+    "gather": ("profile", "gather"),
+    "repair": ("hosts", "repair"),
+    "hosts": ("hosts", "hosts"),
+    "reports": ("reports", "reports"),
+    "jobs": ("slurm", "jobs"),
+    "cancel": ("slurm", "cancel"),
+    "slurm": ("slurm", "slurm_group"),
+    "run": ("nightly", "run_cmd"),
+    "schedule": ("nightly", "schedule"),
+    "nightly": ("nightly", "nightly"),
+}
 
 
 class _Group(click.Group):
     """Turns inventory, target, store and unsafe-value errors into one clear line and exit status 2,
     and a store that cannot be written into one line and exit status 1."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(COMMANDS)
+
+    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
+        if name not in COMMANDS:
+            return None
+        import importlib
+
+        module, attribute = COMMANDS[name]
+        return getattr(importlib.import_module(f"{__package__}.{module}"), attribute)
 
     def main(self, args=None, prog_name=None, **extra):
         extra.pop("standalone_mode", None)
@@ -37,15 +62,19 @@ class _Group(click.Group):
         sys.exit(returned if isinstance(returned, int) else exitcodes.OK)  # --help, --version: click's Exit(0)
 
     def invoke(self, ctx: click.Context):
-        from ..safenames import UnsafeValue
-        from ..store import CatalogError, StoreWriteError
-
         try:
             return super().invoke(ctx)
-        except (InventoryError, TargetError, CatalogError, UnsafeValue) as e:
-            fail(str(e))
-        except StoreWriteError as e:
-            fail(str(e), exitcodes.FAILED)
+        except Exception as e:
+            # Imported only when something failed: the store's module is a cost every command would pay.
+            from ..inventory import InventoryError, TargetError
+            from ..safenames import UnsafeValue
+            from ..store import CatalogError, StoreWriteError
+
+            if isinstance(e, (InventoryError, TargetError, CatalogError, UnsafeValue)):
+                fail(str(e))
+            if isinstance(e, StoreWriteError):
+                fail(str(e), exitcodes.FAILED)
+            raise
 
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
@@ -83,9 +112,6 @@ def show_ssh_log(verbose: int) -> None:
     asyncssh.set_debug_level(min(verbose, 3))  # 1: auth and key exchange; 2, 3: packets
 
 
-for command in (inventory, exec_, probe, doctor, profile, gather, repair, hosts, reports, jobs, cancel, slurm_group,
-                run_cmd, schedule, nightly):
-    main.add_command(command)
 
 def usage_line(group: click.Group, e: click.UsageError) -> str:
     """click's message on one line, with what to do: where a global option goes, where help is."""

@@ -89,8 +89,19 @@ def envelope(data) -> dict:
 
 
 def echo_json(data) -> None:
-    """The command's one JSON document."""
-    click.echo(json.dumps(envelope(data), indent=2, default=str, ensure_ascii=False))
+    """The command's one JSON document, written as it is encoded: for thousands of hosts the
+    whole indented text at once (and the list of pieces it is joined from) would be the run's
+    largest allocation."""
+    encoder = json.JSONEncoder(indent=2, default=str, ensure_ascii=False)
+    pieces: list[str] = []
+    for piece in encoder.iterencode(envelope(data)):
+        pieces.append(piece)
+        if len(pieces) >= 4096:
+            sys.stdout.write("".join(pieces))
+            pieces.clear()
+    pieces.append("\n")
+    sys.stdout.write("".join(pieces))
+    sys.stdout.flush()
 
 
 def echo_json_line(data) -> None:

@@ -16,15 +16,20 @@ import socket
 from pathlib import Path
 from typing import Iterable
 
-from . import ini_source, yaml_source
-from .builder import Builder
 from .model import Host, Inventory, InventoryError, TargetError
 from .variables import VARIABLES
-from .vars_dirs import VarsDirs
-from .yaml_source import read_yaml
 
 __all__ = ["Host", "Inventory", "InventoryError", "TargetError", "load", "local_inventory", "read_yaml",
            "VARIABLES"]
+
+
+def __getattr__(name: str):
+    # The readers (PyYAML above all) load on first use: a command without an inventory never needs them.
+    if name == "read_yaml":
+        from .yaml_source import read_yaml
+
+        return read_yaml
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 # What Ansible skips in a directory given as the inventory: hidden files, the vars directories,
 # and its INVENTORY_IGNORE_EXTS (REJECT_EXTS and .orig, .cfg, .retry).
@@ -45,7 +50,9 @@ def _files(path: Path) -> list[Path]:
     return [path]
 
 
-def _read_source(file: Path, builder: Builder) -> None:
+def _read_source(file: Path, builder) -> None:
+    from . import ini_source, yaml_source
+
     text = yaml_source.read_text(file)
     if text.startswith("#!"):
         raise InventoryError(f"{file}:1", "an inventory script: fleet does not run it; give fleet what "
@@ -66,6 +73,9 @@ def _read_source(file: Path, builder: Builder) -> None:
 
 def load(paths: Iterable[str | os.PathLike]) -> Inventory:
     """Load one or more inventory files or directories, as ``ansible-inventory -i P -i Q`` would."""
+    from .builder import Builder
+    from .vars_dirs import VarsDirs
+
     builder = Builder()
     given = [Path(p) for p in paths]
     sources: list[str] = []

@@ -51,6 +51,7 @@ def read_state(host: "Host", r: Result) -> Result:
         return r
     try:
         r.extra["state"] = json.loads(r.stdout)
+        r.stdout = b""  # kept parsed: with thousands of hosts, not twice
     except ValueError as e:
         r.error, r.error_kind = f"agent on {host.name} printed no JSON document: {e}", "agent"
     return r
@@ -80,8 +81,10 @@ def read_repair(host: "Host", r: Result) -> Result:
 
 
 async def probe(fan: "Fanout", hosts: list["Host"], *, owner_uid: int | None = None, environment_check: bool = True,
-                timeout: float = 120.0, on_result: Callable[[Result], None] | None = None) -> list[Result]:
-    """One round trip per host; each Result carries ``extra['state']`` or an error."""
+                timeout: float = 120.0, on_result: Callable[[Result], None] | None = None,
+                last_use: bool = False) -> list[Result]:
+    """One round trip per host; each Result carries ``extra['state']`` or an error. ``last_use``:
+    nothing follows on these hosts in this run (their connections close as each one answers)."""
     payload = bundle()
 
     async def one(host: "Host") -> Result:
@@ -89,4 +92,4 @@ async def probe(fan: "Fanout", hosts: list["Host"], *, owner_uid: int | None = N
         r = await fan.run(host, agent_argv(host, args), input=payload, timeout=timeout)
         return read_state(host, r)
 
-    return await fan.each(hosts, one, on_result)
+    return await fan.each(hosts, one, on_result, last_use=last_use)

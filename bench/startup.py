@@ -1,0 +1,153 @@
+"""Start-up benchmark: `fleet --version`, a local `fleet probe` and one host over SSH, against
+`ssh host true` with the same key exchange, fleet before and after a change, in paired rounds.
+
+One real sshd on loopback (tests/harness/sshd.py). Every round runs every command once, in the
+same order, after one uncounted warm-up round; the ratios are medians of run-by-run ratios.
+fleet is measured from `git archive` snapshots of two refs (--before, --after), so edits to the
+working tree change nothing while it runs. Also records `python -X importtime` of
+`fleet --version` for both refs, and the floors: `python -c pass` and `import asyncssh`.
+
+    sudo .venv/bin/python bench/startup.py --runs 15 --before main --after HEAD
+
+Raw results go to bench/results/startup.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from tests.harness.sshd import SSHCluster  # noqa: E402
+from bench.fanout import CURVE, base_env, git, versions  # noqa: E402
+
+PY = REPO / ".venv" / "bin" / "python"
+
+
+def snapshot(ref: str, scratch: Path) -> tuple[str, str]:
+    """fleet/ as committed at ``ref``, extracted under ``scratch``; (commit, path for PYTHONPATH)."""
+    commit = git("rev-parse", "--verify", f"{ref}^{{commit}}")
+    snap = scratch / f"fleet-{commit[:12]}"
+    snap.mkdir(parents=True, exist_ok=True)
+    archive = subprocess.run(["git", "-C", str(REPO), "archive", commit, "fleet"], capture_output=True, check=True)
+    subprocess.run(["tar", "-x", "-C", str(snap)], input=archive.stdout, check=True)
+    return commit, str(snap)
+
+
+def import_time_ms(path: str, runs: int = 7) -> dict:
+    """`python -X importtime -m fleet --version`: fleet.cli.main's cumulative import time and the
+    sum of every top-level import, medians in ms."""
+    mains, totals = [], []
+    for _ in range(runs):
+        r = subprocess.run([str(PY), "-X", "importtime", "-m", "fleet", "--version"], capture_output=True,
+                           text=True, env={**base_env(), "PYTHONPATH": path}, cwd="/", check=True)
+        rows = [re.match(r"import time:\s+(\d+) \|\s+(\d+) \|( *)(\S+)", line) for line in r.stderr.splitlines()]
+        rows = [m for m in rows if m]
+        mains += [int(m.group(2)) / 1000 for m in rows if m.group(4) == "fleet.cli.main"]
+        totals.append(sum(int(m.group(2)) for m in rows if len(m.group(3)) == 1) / 1000)
+    return {"fleet.cli.main_ms": statistics.median(mains), "all_imports_ms": statistics.median(totals)}
+
+
+def commands(c: SSHCluster, curve: Path, snaps: dict[str, str]) -> dict[str, dict]:
+    h = c.hosts[0]
+    cmds = {"python -c pass": {"argv": [str(PY), "-c", "pass"]},
+            "python -c 'import asyncssh'": {"argv": [str(PY), "-c", "import asyncssh"]},
+            "ssh host true": {"argv": ["ssh", "-F", str(curve), "-n", h.address, "true"]}}
+    for label, path in snaps.items():
+        env = {"PYTHONPATH": path}
+        cmds[f"fleet --version ({label})"] = {"argv": [str(PY), "-m", "fleet", "--version"], "env": env}
+        cmds[f"fleet probe, local ({label})"] = {"argv": [str(PY), "-m", "fleet", "probe", "--json"], "env": env}
+        cmds[f"fleet exec, one host over SSH ({label})"] = {
+            "argv": [str(PY), "-m", "fleet", "exec", h.name, "--", "true"], "env": {**env, **c.env()}}
+    return cmds
+
+
+def run_once(cmd: dict) -> dict:
+    env = {**base_env(), **cmd.get("env", {})}
+    before = os.times()
+    start = time.monotonic()
+    r = subprocess.run(cmd["argv"], env=env, cwd="/", capture_output=True, stdin=subprocess.DEVNULL, timeout=120)
+    wall = time.monotonic() - start
+    after = os.times()
+    cpu = (after.children_user - before.children_user) + (after.children_system - before.children_system)
+    return {"wall_s": round(wall, 4), "cpu_s": round(cpu, 3), "rc": r.returncode,
+            "stderr": r.stderr.decode(errors="replace")[-300:] if r.returncode else ""}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--runs", type=int, default=15)
+    ap.add_argument("--before", default="main")
+    ap.add_argument("--after", default="HEAD")
+    ap.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "startup.json")
+    a = ap.parse_args()
+    scratch = Path(tempfile.mkdtemp(prefix="fleet-startup-"))
+    refs = {}
+    snaps = {}
+    for label, ref in (("before", a.before), ("after", a.after)):
+        commit, path = snapshot(ref, scratch)
+        refs[label] = {"ref": ref, "commit": commit, "subject": git("log", "-1", "--format=%s", commit)}
+        snaps[label] = path
+    with SSHCluster(1) as c:
+        curve = c.dir / "ssh_config.curve25519"
+        curve.write_text(c.ssh_config.read_text() + f"  Port {c.hosts[0].port}\n  KexAlgorithms {CURVE}\n")
+        kex = subprocess.run(["ssh", "-v", "-F", str(curve), "-n", c.hosts[0].address, "true"], capture_output=True,
+                             text=True, env=base_env()).stderr
+        kex_ssh = (re.search(r"kex: algorithm: (\S+)", kex) or [None, "?"])[1]
+        code = ("import logging, sys, asyncssh; logging.basicConfig(level=logging.DEBUG, format='%(message)s'); "
+                "asyncssh.set_debug_level(2); from fleet.cli.main import main; "
+                f"sys.argv = ['fleet', 'exec', {c.hosts[0].name!r}, '--', 'true']; main()")
+        r = subprocess.run([str(PY), "-c", code], capture_output=True, text=True, cwd="/",
+                           env={**base_env(), "PYTHONPATH": snaps["after"], **c.env()})
+        kex_fleet = (re.search(r"Key exchange alg: (\S+)", r.stderr) or [None, "?"])[1]
+        cmds = commands(c, curve, snaps)
+        rounds: dict[str, list[dict]] = {name: [] for name in cmds}
+        for i in range(a.runs + 1):
+            for name, cmd in cmds.items():
+                result = run_once(cmd)
+                if result["rc"] != 0:
+                    raise SystemExit(f"{name} failed: {result}")
+                if i:  # the first round warms caches and is not counted
+                    rounds[name].append(result)
+    importtime = {label: import_time_ms(path) for label, path in snaps.items()}
+    walls = {name: [r["wall_s"] for r in rs] for name, rs in rounds.items()}
+
+    def paired(num: str, den: str) -> float:
+        return round(statistics.median(x / y for x, y in zip(walls[num], walls[den])), 3)
+
+    summary = {name: {"wall_s_median": round(statistics.median(w), 4), "wall_s_min": min(w), "wall_s_max": max(w),
+                      "cpu_s_median": round(statistics.median(r["cpu_s"] for r in rounds[name]), 3)}
+               for name, w in walls.items()}
+    ratios = {}
+    for label in snaps:
+        ratios[f"fleet exec one host ({label}) / ssh host true"] = paired(
+            f"fleet exec, one host over SSH ({label})", "ssh host true")
+    for what in ("fleet --version", "fleet probe, local", "fleet exec, one host over SSH"):
+        ratios[f"{what}: after / before"] = paired(f"{what} (after)", f"{what} (before)")
+    doc = {"bench": "startup", "runs": a.runs, "refs": refs, "machine": versions(),
+           "key_exchange": {"ssh": kex_ssh, "fleet": kex_fleet}, "importtime_fleet_version": importtime,
+           "summary": summary, "paired_ratios": ratios, "rounds": rounds,
+           "commands": {n: " ".join(cmd["argv"]) for n, cmd in cmds.items()}}
+    a.out.parent.mkdir(parents=True, exist_ok=True)
+    a.out.write_text(json.dumps(doc, indent=1) + "\n")
+    print(f"key exchange: ssh {kex_ssh}, fleet {kex_fleet}; importtime {json.dumps(importtime)}")
+    print("| command | wall s, median (min–max) | CPU s |\n|---|---|---|")
+    for name, s in summary.items():
+        print(f"| {name} | {s['wall_s_median']:.3f} ({s['wall_s_min']:.3f}–{s['wall_s_max']:.3f}) | "
+              f"{s['cpu_s_median']:.3f} |")
+    for name, v in ratios.items():
+        print(f"{name}: {v}")
+
+
+if __name__ == "__main__":
+    main()
