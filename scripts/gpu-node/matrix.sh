@@ -9,7 +9,8 @@
 #   BUDGET  seconds the whole matrix may take (default 500); a check that no longer fits is
 #           skipped with a line saying so
 #   CHECKS  the checks to run (default: probe profile namespace metrics slurm; twogpu on a node
-#           with two GPUs)
+#           with two GPUs; nightly, the reference playbook's runs and report, and record, the
+#           real tools' behaviour recorded for the stand-ins, only when named)
 # What is left under $OUT, seven files: summary.txt (one PASS, FAIL or SKIP line per step),
 # matrix.txt (everything printed), probe-check.tgz, profile-check.tgz, namespace-check.tgz,
 # metrics-check.tgz and slurm-check.tgz (each check's transcripts, the store's manifests and summaries, not the reports).
@@ -82,6 +83,8 @@ for check in $CHECKS; do
       command -v srun >/dev/null && echo "slurm-check: srun is here, but the check runs the agent as slurmd and srun would" \
         || echo "slurm-check: no Slurm on this node; the check gives fleet's agent the environment slurmd and srun would"
       if [ -n "$why" ]; then note "SKIP  slurm-check: this node cannot run it: $why"; else run_check slurm 90 180; fi ;;
+    nightly) run_check nightly 150 330 ;;
+    record) run_check record 100 260 ;;
     twogpu)
       if [ "$(nvidia-smi -L | grep -c '^GPU')" -ge 2 ]; then run_check twogpu 60 150
       else note "SKIP  twogpu-check: this node has one GPU"; fi ;;
