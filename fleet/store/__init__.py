@@ -171,6 +171,21 @@ def _forget(db: sqlite3.Connection, run_id: str) -> None:
         db.execute(f"DELETE FROM {table} WHERE run_id = ?", (run_id,))
 
 
+def here(manifest_path: Path, stored: str | None) -> str | None:
+    """A stored file's path in the store as it is now. A manifest records where its files were
+    written; a store that was copied or mounted elsewhere since has them at the same place below
+    the run's folder, the manifest's own."""
+    if not stored or os.path.exists(stored):
+        return stored
+    run_id = manifest_path.parent.name
+    parts = Path(stored).parts
+    if run_id in parts:
+        moved = manifest_path.parent.joinpath(*parts[len(parts) - parts[::-1].index(run_id):])
+        if moved.exists():
+            return str(moved)
+    return stored
+
+
 def index_manifest(db: sqlite3.Connection, path: Path) -> None:
     """Put one run's manifest into the catalog (replacing what was there for that run)."""
     m = read_manifest(path)
@@ -185,11 +200,12 @@ def index_manifest(db: sqlite3.Connection, path: Path) -> None:
                 str(path)))
     for host in m.hosts:
         for rep in host.reports:
+            stored = here(path, rep.stored)
             if rep.summary == "cuda_gpu_kern_sum" and rep.verified:
                 db.executemany("INSERT INTO kernels VALUES (?,?,?,?,?)",
-                               [(m.run_id, host.host, *k) for k in kernel_rows(Path(rep.stored))])
+                               [(m.run_id, host.host, *k) for k in kernel_rows(Path(stored))])
             db.execute("INSERT OR REPLACE INTO reports VALUES (?,?,?,?,?,?,?,?,?,?,?)",
-                       (m.run_id, host.host, rep.stored or rep.remote, tool, rep.status, rep.sha256, rep.size,
+                       (m.run_id, host.host, stored or rep.remote, tool, rep.status, rep.sha256, rep.size,
                         host.gpu, host.driver, host.tool_version, m.started))
         if not host.reports:
             status = ("running" if m.status in ("running", "submitted") else
