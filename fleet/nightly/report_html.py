@@ -25,7 +25,9 @@ STYLE = ("body{font-family:sans-serif;margin:2em;color:#222;max-width:1000px}tab
          "th{background:#f3f3f3}section{margin:1.5em 0}td.num{text-align:right;font-variant-numeric:tabular-nums}"
          ".slower{color:#a93226}.faster{color:#1e8449}.legend{font-size:13px;color:#444}"
          ".kernel{font-family:monospace;font-size:12px;max-width:520px;overflow-wrap:anywhere}"
-         "caption{text-align:left;font-size:13px;color:#444;padding:2px 0}")
+         "caption{text-align:left;font-size:13px;color:#444;padding:2px 0}"
+         # kernel names run to 150 characters without a space (cuBLAS, CUTLASS templates)
+         "h3,.verdicts td:first-child{overflow-wrap:anywhere}.verdicts td:first-child{max-width:440px}")
 
 LEGEND = ("<p class='legend'>Points: one a run, on the date it started. Hollow grey points: runs with tenants "
           "on the GPU or profiler flags given up; they are shown but not used for the baseline or the verdict. "

@@ -16,9 +16,23 @@ LEFT, RIGHT, TOP, BOTTOM = 78, 44, 34, 40
 
 
 def scale(metric: str) -> tuple[float, str]:
-    """nsys metrics are nanoseconds, shown in ms; an ncu metric carries its unit in its label."""
-    unit = metric.rsplit("(", 1)[1].rstrip(")") if metric.endswith(")") and "(" in metric else None
+    """nsys metrics are nanoseconds, shown in ms; an ncu metric carries its unit in its label
+    ("ncu NAME (unit)"). Only an ncu label: a kernel's name ends in "(...)" too, as in
+    "void cutlass::Kernel2<...>(T1::Params)"."""
+    unit = metric.rsplit("(", 1)[1].rstrip(")") if metric.startswith("ncu ") and metric.endswith(")") else None
     return (1.0, unit) if unit else (1e6, "ms")
+
+
+def time_labels(times: list[datetime]) -> tuple[str, str]:
+    """(strftime format of the x ticks, the axis caption): dates for a history of days, the time
+    of day for runs within a day (seconds within an hour), so that no two ticks read alike."""
+    span = (max(times) - min(times)).total_seconds()
+    zone = min(times).strftime("%Z") or "local time"
+    if span >= 2 * 86400:
+        return "%Y-%m-%d", "run started (date)"
+    if min(times).date() != max(times).date():
+        return "%m-%d %H:%M", f"run started (month-day time, {zone})"
+    return ("%H:%M:%S" if span < 3600 else "%H:%M"), f"run started on {min(times):%Y-%m-%d} ({zone})"
 
 
 def when(started: str | None) -> datetime | None:
@@ -118,15 +132,16 @@ def plot(points: list[dict], verdict: Verdict, t: dict, runs: dict[str, dict]) -
     # x axis: a tick at each run, a date label on as many as fit
     parts.append(f'<line class="axis" x1="{LEFT}" x2="{W - RIGHT}" y1="{H - BOTTOM}" y2="{H - BOTTOM}" '
                  'stroke="#333"/>')
+    fmt, caption = time_labels(times) if dated else ("", "run")
     every = max(1, math.ceil(len(points) / ((W - LEFT - RIGHT) // 62)))
     for i, f in enumerate(frac):
         parts.append(f'<line x1="{x(f):.1f}" x2="{x(f):.1f}" y1="{H - BOTTOM}" y2="{H - BOTTOM + 4}" stroke="#333"/>')
         if i % every == 0 or i == len(points) - 1 and (i % every) * 2 >= every:
-            text = times[i].strftime("%Y-%m-%d") if dated else f"run {i + 1}"
+            text = times[i].strftime(fmt) if dated else f"run {i + 1}"
             parts.append(f'<text class="xtick" x="{x(f):.1f}" y="{H - BOTTOM + 16}" font-size="11" fill="#333" '
                          f'text-anchor="middle">{text}</text>')
     parts.append(f'<text x="{(LEFT + W - RIGHT) / 2:.1f}" y="{H - 6}" font-size="11" fill="#555" '
-                 f'text-anchor="middle">{"run started (date)" if dated else "run"}</text>')
+                 f'text-anchor="middle">{html.escape(caption)}</text>')
     for i, what in changes(points, runs):  # a change of driver, nsys or host: a vertical marker
         cx = (x(frac[i - 1]) + x(frac[i])) / 2
         parts.append(f'<g class="change"><line x1="{cx:.1f}" x2="{cx:.1f}" y1="{TOP - 14}" y2="{H - BOTTOM}" '

@@ -1,0 +1,54 @@
+"""The nightly report of a real history: the reference playbook run seven times on an H200
+test machine, the last two with its planted slowdown (tests/fixtures/nightly-h200/). The store
+is copied to another place, catalogued again there, judged, and the page opened in headless
+Chromium as a person would look at it."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+
+from tests.conftest import REPO, run_fleet
+from tests.test_nightly import CHROMIUM, screenshot
+
+FIXTURE = REPO / "tests" / "fixtures" / "nightly-h200"
+RUNS = ["20261130-221624-9aa0", "20261130-221639-6cb5", "20261130-221655-4d61", "20261130-221709-ccc0",
+        "20261130-221723-ea81", "20261130-221738-3236", "20261130-221754-b4d4"]
+GEMM = "sm80_xmma_gemm_f32f32_f32f32_f32_tn_n_tilesize128x128x8_stage3_warpsize2x2x1_ffma_aligna4_alignc4_execute_kernel__5x_cublas"
+
+
+def test_the_h200_history_is_judged_a_regression_and_drawn_with_its_times_band_and_kernels(tmp_path):
+    st = tmp_path / "moved store"
+    shutil.copytree(FIXTURE / "lab", st / "lab")
+    env = {"FLEET_STORE": str(st)}
+    assert run_fleet("reports", "reindex", env=env).stdout.strip() == "catalogued 7 runs"
+    out = tmp_path / "site" / "nightly.html"
+    r = run_fleet("nightly", "report", str(REPO / "playbooks" / "reference.yaml"), "--out", str(out), env=env)
+    assert r.returncode == 7, r.stdout + r.stderr
+    verdicts = {v["metric"]: v for v in json.loads(out.with_suffix(".json").read_text())["playbooks"][0]["verdicts"]}
+    assert verdicts["kernel *gemm*"]["verdict"] == "Regression" and verdicts["kernel *gemm*"]["points"] == 7
+    assert "REGRESSION reference: kernel *gemm* on NVIDIA H200 on vm +49.9%" in r.stdout
+    assert CHROMIUM, "chromium is not installed: scripts/test installs it (Debian's chromium package)"
+    png = tmp_path / "nightly-h200.png"
+    dom = screenshot(out, png)
+    # Runs a quarter of a minute apart: the ticks are times of day, each its own, the day in the caption.
+    ticks = re.findall(r'<text class="xtick"[^>]*>([^<]*)</text>', dom)
+    assert "22:16:24" in ticks and "22:17:54" in ticks and all(re.fullmatch(r"\d\d:\d\d:\d\d", t) for t in ticks)
+    assert "run started on 2026-11-30 (UTC)" in dom
+    # Every plot in ms: a kernel's name ending in "(T1::Params)" is not a unit.
+    units = re.findall(r'class="yunit"[^>]*>([^<]*)<', dom)
+    assert len(units) == len(verdicts) and set(units) == {"ms"}
+    assert "T1::Params</td>" not in dom and ">2.119e+08" not in dom
+    assert dom.count('class="band regression"') == len(verdicts) and 'class="baseline"' in dom
+    # The kernels that moved, read from the summaries at the store's new place.
+    moved = re.search(r'<table class="moved">.*?</table>', dom, re.S).group(0)
+    assert RUNS[3] in moved and RUNS[-1] in moved  # the baseline run (the median's) and the judged one
+    first = re.search(r'<tr class="moved-kernel slower"><td class="kernel">([^<]*)<', moved).group(1)
+    assert first == GEMM and "+50.2%" in moved
+    links = re.findall(r'<a class="run-link" href="([^"]*)/">', dom)
+    assert links and all((out.parent / h / "manifest.json").exists() for h in links)
+    assert png.stat().st_size > 10_000
+    if os.environ.get("FLEET_UPDATE_DOCS"):
+        shutil.copy(png, REPO / "docs" / "nightly-report.png")
