@@ -26,14 +26,16 @@ record() {
   echo "== $(basename "$c"): exit $(cat "$c/status.txt")"; cut -c1-300 "$c/output.txt" | tail -15
 }
 # record_signal CASE SIGNAL AFTER WHAT CMD...: CMD started, SIGNAL sent after AFTER seconds to WHAT
-# (nsys: nsys alone, by its pid; tree: nsys and everything below it, by pid).
+# (nsys: nsys alone, by its pid; tree: nsys and everything below it, by pid; app: the workload alone).
 record_signal() {
   local c=$D/$1 sig=$2 after=$3 what=$4; shift 4; mkdir -p "$c"
   q "$@" > "$c/cmd.txt"
   "$@" > "$c/output.txt" 2>&1 &
   local pid=$! victims
   sleep "$after"
-  victims=$pid; [ "$what" = tree ] && victims="$pid $(descendants_named "$pid" '.*' | tr '\n' ' ')"
+  victims=$pid
+  [ "$what" = tree ] && victims="$pid $(descendants_named "$pid" '.*' | tr '\n' ' ')"
+  [ "$what" = app ] && victims=$(descendants_named "$pid" 'python3.*' | head -1)
   echo "kill -$sig $victims (at ${after}s; nsys is $pid)" > "$c/signal.txt"
   ps -o pid,ppid,comm -p "$(echo $victims | tr ' ' ',')" >> "$c/signal.txt" 2>&1
   kill -"$sig" $victims
@@ -76,6 +78,18 @@ gpu_idle
 
 step "nsys: SIGINT to nsys alone while the workload runs"
 record_signal nsys-sigint INT 8 nsys "$NSYS" profile --trace=cuda,nvtx --sample=none --cpuctxsw=none --output="$W/sigint" "$PY" "$APP" 20; left nsys-sigint "$W"
+[ -f "$W/sigint.nsys-rep" ] && stats nsys-sigint-stats "$W/sigint.nsys-rep"
+gpu_idle
+
+# Which way of stopping a workload early keeps its kernels: nsys's own --duration (with its
+# default --kill sigterm, and with --kill none), and SIGTERM to the application alone.
+step "nsys: --duration=5 on a 20 s workload"
+record nsys-duration "$NSYS" profile --trace=cuda,nvtx --sample=none --cpuctxsw=none --duration=5 --output="$W/duration" "$PY" "$APP" 20; left nsys-duration "$W"
+[ -f "$W/duration.nsys-rep" ] && stats nsys-duration-stats "$W/duration.nsys-rep"
+gpu_idle
+step "nsys: SIGTERM to the application alone, not to nsys"
+record_signal nsys-app-sigterm TERM 8 app "$NSYS" profile --trace=cuda,nvtx --sample=none --cpuctxsw=none --output="$W/appterm" "$PY" "$APP" 20; left nsys-app-sigterm "$W"
+[ -f "$W/appterm.nsys-rep" ] && stats nsys-app-sigterm-stats "$W/appterm.nsys-rep"
 gpu_idle
 
 step "nsys: SIGKILL to nsys and all below it while collecting"
