@@ -136,3 +136,64 @@ def test_ncu_import_replays_what_ncu_printed_on_an_h200(tmp_path):
     done = subprocess.run([str(STANDINS / "ncu"), "--import", "r.ncu-rep", "--page", "raw", "--csv"], cwd=tmp_path,
                           capture_output=True, text=True)
     assert done.returncode == 0 and done.stdout == (Path(__file__).parent / "fixtures/ncu-raw-h200.csv").read_text()
+
+
+# --- held to the raw recordings of tests/fixtures/tools-2025.3-h200 ---
+
+TOOLS = Path(__file__).parent / "fixtures" / "tools-2025.3-h200"
+
+
+def recorded(case: str, name: str = "output.txt") -> str:
+    return (TOOLS / case / name).read_text()
+
+
+def test_versions_are_what_the_real_tools_printed(tmp_path):
+    for tool, case in (("nsys", "nsys-version"), ("ncu", "ncu-version"), ("QdstrmImporter", "importer-version")):
+        done = subprocess.run([str(STANDINS / tool), "--version"], capture_output=True, text=True)
+        assert (done.returncode, done.stdout) == (int(recorded(case, "status.txt")), recorded(case)), tool
+
+
+def test_nsys_status_is_the_recorded_text_at_this_machines_paranoid_level(tmp_path):
+    level = Path("/proc/sys/kernel/perf_event_paranoid").read_text().strip()
+    done = nsys("status", "-e", cwd=tmp_path)
+    real = recorded("nsys-status-root" if os.geteuid() == 0 else "nsys-status-user").splitlines()
+    ours = done.stdout.splitlines()
+    assert len(ours) == len(real) and f"Linux Kernel Paranoid Level = {level}" in ours
+    differ = [(a, b) for a, b in zip(ours, real) if a != b]  # only the level and what follows from it
+    assert all(a.startswith(("Linux Kernel Paranoid Level", "CPU Profiling Environment (")) for a, _ in differ), differ
+
+
+def test_a_taken_output_name_is_said_after_the_workload_as_nsys_said_it(tmp_path):
+    name = str(tmp_path / "taken")  # as the recording gave it: a full path
+    assert nsys("profile", "-o", name, "--", "true", cwd=tmp_path).returncode == 0
+    done = nsys("profile", "-o", name, "--", "sh", "-c", "echo app done", cwd=tmp_path)
+    real = recorded("nsys-taken-name")
+    assert done.returncode == int(recorded("nsys-taken-name", "status.txt")) == 0
+    said = f"Failed to create '{tmp_path / 'taken.nsys-rep'}': File exists."
+    assert "Failed to create '" in real and "taken.nsys-rep': File exists." in real and said in done.stderr
+    assert real.index("app done") < real.index("Failed to create")  # after the workload's own output
+    assert "Use `--force-overwrite true` to overwrite existing files." in real and said in done.stderr
+
+
+def test_a_signal_to_nsys_finishes_the_report_without_kernels_and_its_duration_keeps_them(tmp_path):
+    for sig, case in ((signal.SIGTERM, "nsys-sigterm"), (signal.SIGINT, "nsys-sigint")):
+        proc = subprocess.Popen([str(STANDINS / "nsys"), "profile", "-o", f"s{sig}", "--", "sleep", "30"],
+                                cwd=tmp_path, env={**os.environ, "TMPDIR": str(tmp_path)}, stdout=subprocess.DEVNULL)
+        time.sleep(1)  # collecting
+        proc.send_signal(sig)
+        assert proc.wait(timeout=30) == int(recorded(case, "status.txt")), case  # 143, 130
+        ours = stats(tmp_path / f"s{sig}.nsys-rep")
+        assert ours["cuda_gpu_kern_sum"] == recorded(f"{case}-stats", "s_cuda_gpu_kern_sum.csv") == "", case
+        calls = [(r[-1], r[2]) for r in csv.reader(io.StringIO(ours["cuda_api_sum"]))]  # names and counts
+        assert calls == [(r[-1], r[2]) for r in csv.reader(io.StringIO(recorded(f"{case}-stats", "s_cuda_api_sum.csv")))]
+    done = nsys("profile", "--duration=1", "-o", "d", "--", "sleep", "30", cwd=tmp_path)
+    assert done.returncode == int(recorded("nsys-duration", "status.txt")) == 143
+    assert stats(tmp_path / "d.nsys-rep")["cuda_gpu_kern_sum"] and recorded("nsys-duration-stats", "s_cuda_gpu_kern_sum.csv")
+
+
+def test_ncu_refuses_a_taken_name_with_its_own_words_before_the_workload_runs(tmp_path):
+    assert subprocess.run([str(STANDINS / "ncu"), "-o", "ncu", "--", "true"], cwd=tmp_path).returncode == 0
+    done = subprocess.run([str(STANDINS / "ncu"), "-o", str(tmp_path / "ncu"), "--", "touch", "ran"], cwd=tmp_path,
+                          capture_output=True, text=True)
+    assert (done.returncode, done.stderr) == (int(recorded("ncu-taken-name", "status.txt")), recorded("ncu-taken-name"))
+    assert not (tmp_path / "ran").exists()
