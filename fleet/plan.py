@@ -25,7 +25,8 @@ DEGRADED, OK, REFUSED, NodeState = policy.DEGRADED, policy.OK, policy.REFUSED, p
 # home the report by them. Elsewhere the user's explicit choice wins and fleet drops its own
 # flag (nsys refuses an option given twice). Spellings as nsys and ncu 2025.3 take them.
 OUTPUT_OPTIONS = {"nsys": ("-o", "--output"), "ncu": ("-o", "--export")}
-USER_WINS = {"nsys": ("-s", "--sample", "--cpuctxsw"), "ncu": ("--clock-control",)}
+USER_WINS = {"nsys": ("-s", "--sample", "--cpuctxsw", "-d", "--duration"), "ncu": ("--clock-control",)}
+SHORT = {"-s": "--sample", "-d": "--duration"}
 
 
 def _names(word: str, name: str) -> bool:
@@ -67,7 +68,7 @@ def profiler_args_error(tool: str, args: tuple[str, ...]) -> str | None:
 def _without_overridden(tool: str, flags: list[str], user: tuple[str, ...]) -> list[str]:
     """Fleet's flags less those the user chose a value for (a flag and its value go together)."""
     chosen = {name for name in USER_WINS.get(tool, ()) if _option_values(user, (name,))}
-    aliases = {"-s": "--sample", "--sample": "-s"}
+    aliases = {**SHORT, **{long: short for short, long in SHORT.items()}}
     chosen |= {aliases[c] for c in chosen if c in aliases}
     kept, skip = [], False
     for i, f in enumerate(flags):
@@ -94,7 +95,7 @@ class ProfileRequest:
     allow_own: bool = False
     pause_dcgm: bool = False
     profiler_args: tuple[str, ...] = ()         # passed through to nsys/ncu
-    timeout: float | None = None                # seconds, then SIGTERM to the profiler
+    timeout: float | None = None                # seconds the workload may run (nsys: --duration)
     lock_wait: float = 0.0                      # seconds to wait for another run's GPU lock
     clock_control: str = "base"                 # ncu; always explicit
     output_name: str | None = None              # under the run's directory; default HOST-%p
@@ -232,6 +233,9 @@ def plan(host: str, state: NodeState, req: ProfileRequest, owned_sysctls: dict[s
             given_up.append("GPU activity: " + base.reasons[0])
         if req.gpu_metrics:
             flags.append("--gpu-metrics-devices=" + ",".join(str(g["index"]) for g in chosen))
+        if req.timeout:  # nsys's own stop keeps the kernels; SIGTERM or SIGINT to nsys or to the
+            # workload lost every one of them on an H200 (tests/fixtures/tools-2025.3-h200)
+            flags.append(f"--duration={-int(-req.timeout // 1)}")
         flags = _without_overridden("nsys", flags, req.profiler_args)
         command = Command((tools["nsys"]["path"], "profile"), tuple(flags), req.profiler_args, req.command)
     else:

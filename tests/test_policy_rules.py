@@ -192,6 +192,19 @@ def test_the_users_sampling_choice_wins_and_no_option_is_given_twice():
     assert "--sample=none" not in given_up and "--cpuctxsw=none" in given_up
 
 
+def test_a_timeout_is_nsys_own_duration_unless_the_user_gave_one():
+    """A signal lost every kernel on an H200 (tests/fixtures/tools-2025.3-h200); --duration kept them."""
+    def argv(*user, timeout=2.5, tool="nsys"):
+        return plan("h", state(), ProfileRequest(tool=tool, command=("app",), run_id="r", timeout=timeout,
+                                                 profiler_args=tuple(user))).command.argv()
+    assert "--duration=3" in argv() and "--duration=7" in argv(timeout=7)
+    assert not [w for w in argv(timeout=None) if w.startswith("--duration")]
+    for user in (("--duration=9",), ("--duration", "9"), ("-d", "9"), ("-d9",), ("--dur=9",)):
+        words = argv(*user)
+        assert "--duration=3" not in words and words[words.index("--") - len(user):words.index("--")] == user
+    assert not [w for w in argv(tool="ncu") if w.startswith("--duration")]  # ncu: SIGINT at the timeout
+
+
 def test_ncus_clock_control_is_the_users_when_given():
     for user in (("--clock-control", "none"), ("--clock-c", "none"), ("--clock-control=none",)):
         argv = _nsys_plan(*user, tool="ncu", paranoid=2).command.argv()

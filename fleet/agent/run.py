@@ -5,7 +5,7 @@ plan from ``fleet/plan.py``. In order: put back what dead runs left changed;
 take the GPU counter locks; set owned sysctls; pause DCGM; look at the GPUs
 once more, right before a counter-using profiler starts; run the profiler,
 relaying its output; stop it only with SIGTERM/SIGINT so its report is
-finished; find, finish and hash its reports (:mod:`reports`); put everything back.
+finished (a --timeout on nsys is nsys's own --duration, which keeps the kernels); find, finish and hash its reports (:mod:`reports`); put everything back.
 
 The result is one JSON document, framed by ``RESULT_MARK`` (``frame``/``results_in``
 are the one channel: the last line on stdout for fleet over SSH, and the
@@ -47,6 +47,7 @@ REFUSED_EXIT = 5
 STOP_GRACE = 30.0  # seconds between repeated stop signals
 KILL_AFTER = 600.0  # a profiler still alive this long after the first stop is wedged: SIGKILL, finish its .qdstrm
 PIPE_GRACE = 3.0   # seconds the profiler's output is still read after it exited
+NSYS_BACKSTOP = 300.0  # nsys stopping the workload itself (--duration) then writes its report: stop it only this late
 
 
 class Relay:
@@ -75,20 +76,25 @@ class Relay:
 
 
 def run_profiler(plan, relay, stop_requested):
+    """(exit status, how the workload was stopped or None, whether helpers still held its output)."""
     env = dict(os.environ, **plan.env)
     proc = subprocess.Popen(list(plan.command.argv()), env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, start_new_session=True)
     sel = selectors.DefaultSelector()
     sel.register(proc.stdout, selectors.EVENT_READ, sys.stdout.buffer)
     sel.register(proc.stderr, selectors.EVENT_READ, sys.stderr.buffer)
-    deadline = time.monotonic() + plan.timeout if plan.timeout else None
+    started = time.monotonic()
+    by_nsys = plan.tool == "nsys" and any(f.startswith("--duration=") for f in plan.command.fleet_flags)
+    deadline = started + plan.timeout + (NSYS_BACKSTOP if by_nsys else 0) if plan.timeout else None
     last_stop = exited = first_stop = None
+    timed_out = False
     open_streams = 2
     while open_streams and (exited is None or time.monotonic() - exited < PIPE_GRACE) or proc.poll() is None:
         now = time.monotonic()
         if exited is None and proc.poll() is not None:
             exited = now  # helpers of a killed profiler may hold its pipes open: drain a little, then go
-        wants_stop = stop_requested() or (deadline is not None and now >= deadline)
+        timed_out = timed_out or (deadline is not None and now >= deadline)
+        wants_stop = stop_requested() or timed_out
         if wants_stop and (last_stop is None or now - last_stop >= STOP_GRACE) and proc.poll() is None:
             first_stop = first_stop or now
             stop(proc, plan.tool, kill=now - first_stop >= KILL_AFTER)
@@ -102,7 +108,13 @@ def run_profiler(plan, relay, stop_requested):
                 relay.write(key.data, data)
         if not open_streams:
             time.sleep(0.05)
-    return proc.returncode, last_stop is not None, open_streams > 0
+    if last_stop is not None:
+        stopped = "at its --timeout of %gs, with a signal" % plan.timeout if timed_out else "when told to stop"
+    elif by_nsys and time.monotonic() - started >= plan.timeout:
+        stopped = "at its --timeout of %gs, by nsys (--duration), its kernels until then kept" % plan.timeout
+    else:
+        stopped = None
+    return proc.returncode, stopped, open_streams > 0
 
 
 def stop(proc, tool, kill=False):
@@ -220,7 +232,9 @@ def carry_out(plan, result, relay, stops, holder):
             return code
         strays = reports.stray_qdstrms() if plan.tool == "nsys" else set()
         exit_status, stopped, lingering = run_profiler(plan, relay, lambda: bool(stops))
-        result["exit_status"], result["stopped"] = exit_status, stopped
+        result["exit_status"], result["stopped"] = exit_status, stopped is not None
+        if stopped:
+            result["notes"].append("the workload was stopped " + stopped)
         if lingering:
             result["notes"].append("the profiler exited while processes it started still hold its output open; "
                                    "they were left running")

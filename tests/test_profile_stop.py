@@ -1,0 +1,63 @@
+"""Stopping a workload early without losing what it did. On an H200 test machine, SIGTERM or
+SIGINT to nsys, or SIGTERM to the workload, finished the report with no kernel in it; nsys's own
+--duration kept them (tests/fixtures/tools-2025.3-h200/). So a --timeout on nsys is --duration,
+with the agent's signal only as a late backstop; the user's own --duration wins. Over the lab
+servers of tests/test_profile.py, with the stand-in nsys replaying those recordings."""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+from tests.conftest import REPO, fleet_json
+from tests import test_profile
+from tests.test_profile import fleet
+
+lab, clean_gpus = test_profile.lab, test_profile.clean_gpus  # the lab servers, started for this module
+RECORDED = REPO / "tests" / "fixtures" / "tools-2025.3-h200"
+
+
+def kernels_of(run: dict) -> list[str]:
+    [kern] = [r for r in run["reports"] if r["stored"].endswith("_cuda_gpu_kern_sum.csv")]
+    return [row["Name"] for row in csv.DictReader(open(kern["stored"], newline=""))]
+
+
+def test_the_recordings_say_only_nsys_own_stop_keeps_the_kernels():
+    for case in ("nsys-sigterm", "nsys-sigint", "nsys-app-sigterm"):
+        assert (RECORDED / f"{case}-stats" / "s_cuda_gpu_kern_sum.csv").read_bytes() == b"", case
+        assert (RECORDED / f"{case}-stats" / "s_nvtx_sum.csv").read_text().count(":fleet-check") == 1, case
+    assert "--duration=5" in (RECORDED / "nsys-duration" / "cmd.txt").read_text()
+    assert len((RECORDED / "nsys-duration-stats" / "s_cuda_gpu_kern_sum.csv").read_text().splitlines()) > 1
+    assert (RECORDED / "nsys-duration" / "status.txt").read_text().strip() == "143"
+
+
+def test_a_timeout_is_nsys_own_duration_the_kernels_are_kept_and_the_stop_is_said(lab):
+    out = fleet(lab, "--hosts", "h03", "--timeout", "1.5", "--json", "--", "sleep", "60")
+    assert out.returncode == 0, out.stderr
+    [run] = fleet_json(out.stdout)["hosts"]
+    assert "--duration=2" in run["plan"]["command"]["fleet_flags"]
+    assert run["result"]["stopped"] is True and run["result"]["exit_status"] == 143
+    assert run["reports"][0]["verified"] and kernels_of(run)  # a signal would have left none
+    assert any("by nsys (--duration), its kernels until then kept" in n for n in run["result"]["notes"])
+    text = fleet(lab, "--hosts", "h03", "--timeout", "1", "--", "sleep", "60")
+    assert text.returncode == 0, text.stderr
+    assert "note:     the workload was stopped at its --timeout of 1s, by nsys (--duration)" in text.stdout
+
+
+def test_the_users_own_duration_wins_and_a_signal_then_stops_at_the_timeout(lab):
+    out = fleet(lab, "--hosts", "h03", "--timeout", "1.5", "-X", "-d", "-X", "30", "--json", "--", "sleep", "60")
+    assert out.returncode == 0, out.stderr
+    [run] = fleet_json(out.stdout)["hosts"]
+    command = run["plan"]["command"]
+    assert not [f for f in command["fleet_flags"] if f.startswith("--duration")] and command["user_flags"] == ["-d", "30"]
+    # nsys was signalled at the timeout: finished, stopped, and, as the real one did, no kernels.
+    assert run["result"]["stopped"] is True and run["reports"][0]["verified"] and kernels_of(run) == []
+    assert any("at its --timeout of 1.5s, with a signal" in n for n in run["result"]["notes"])
+
+
+def test_a_workload_that_ends_before_its_timeout_is_not_called_stopped(lab):
+    out = fleet(lab, "--hosts", "h03", "--timeout", "30", "--json", "--", "true")
+    assert out.returncode == 0, out.stderr
+    [run] = fleet_json(out.stdout)["hosts"]
+    assert run["result"]["stopped"] is False and not any("stopped" in n for n in run["result"]["notes"])
+    assert Path(run["reports"][0]["stored"]).exists()
