@@ -41,7 +41,7 @@ def test_a_timeout_is_nsys_own_duration_the_kernels_are_kept_and_the_stop_is_sai
     assert any("by nsys (--duration), its kernels until then kept" in n for n in run["result"]["notes"])
     text = fleet(lab, "--hosts", "h03", "--timeout", "1", "--", "sleep", "60")
     assert text.returncode == 0, text.stderr
-    assert "note:     the workload was stopped at its --timeout of 1s, by nsys (--duration)" in text.stdout
+    assert "note:     the workload was stopped at its time limit of 1s, by nsys (--duration)" in text.stdout
 
 
 def test_the_users_own_duration_wins_and_a_signal_then_stops_at_the_timeout(lab):
@@ -52,7 +52,7 @@ def test_the_users_own_duration_wins_and_a_signal_then_stops_at_the_timeout(lab)
     assert not [f for f in command["fleet_flags"] if f.startswith("--duration")] and command["user_flags"] == ["-d", "30"]
     # nsys was signalled at the timeout: finished, stopped, and, as the real one did, no kernels.
     assert run["result"]["stopped"] is True and run["reports"][0]["verified"] and kernels_of(run) == []
-    assert any("at its --timeout of 1.5s, with a signal" in n for n in run["result"]["notes"])
+    assert any("at its time limit of 1.5s, with a signal" in n for n in run["result"]["notes"])
 
 
 def test_a_workload_that_ends_before_its_timeout_is_not_called_stopped(lab):

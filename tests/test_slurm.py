@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import csv
 import json
+import re
 import socket
 import subprocess
 import sys
@@ -175,6 +176,21 @@ def test_job_at_its_time_limit_still_yields_finished_reports(hpc, tmp_path):
     [rep] = [rep for rep in rank["reports"] if rep["status"] == "complete"]
     assert rep["verified"] and json.loads(Path(rep["stored"]).read_text())["app"] == ["sleep", "300"]
     assert "time limit near" in Path(m["slurm"]["log"]["stored"]).read_text()
+
+
+def test_nsys_stops_a_long_job_itself_before_the_trap_and_keeps_its_kernels(hpc, tmp_path):
+    # A 2-minute job with --stop-before 20: each rank's nsys gets --duration for the time left
+    # less 20 s and Slurm's 60 s of slack, about 38 s, so it stops the workload itself before the
+    # USR1 trap's signal would (which, on an H200, left a report with no kernels in it).
+    r = fleet(hpc, tmp_path, "--time", "2", "--stop-before", "20", "--", "sleep", "300", timeout=200)
+    assert r.returncode == 0, r.stderr + r.stdout
+    m = manifest(tmp_path)
+    [rank] = m["hosts"]
+    assert rank["status"] == "ok" and rank["result"]["stopped"] and not m["slurm"]["stopped_before_time_limit"]
+    [said] = [n for n in rank["result"]["notes"] if "by nsys (--duration), its kernels until then kept" in n]
+    assert 20 <= int(re.search(r"time limit of (\d+)s", said).group(1)) <= 40, said
+    [kern] = [rep for rep in rank["reports"] if rep["stored"].endswith("_cuda_gpu_kern_sum.csv")]
+    assert Path(kern["stored"]).read_text().count("\n") > 1  # kernels, where the trap's SIGTERM would leave none
 
 
 def _wait_running(store: Path, timeout: float = 60) -> dict:

@@ -250,3 +250,14 @@ def test_ray_gets_no_counters_nor_fleets_options_through_its_dashless_form():
     assert "gpu-metrics" in unsupported("ray", "nsys", ("gpu-metrics-devices=all",))
     assert "fleet's" in unsupported("ray", "nsys", ("o=/tmp/elsewhere",))
     assert unsupported("ray", "nsys", ("t=cuda,nvtx",)) is None and unsupported("srun", "ncu") is None
+
+
+def test_an_nsys_rank_runs_until_the_jobs_end_less_stop_before_and_slurms_slack():
+    from fleet.agent.task import time_to_run
+
+    env = {"FLEET_JOB_END": "10000"}
+    assert time_to_run(env, 120, "nsys", now=8000) == 10000 - 8000 - 120 - 60
+    assert time_to_run(env, 120, "ncu", now=8000) is None  # ncu: SIGINT from the trap, as before
+    assert time_to_run(env, 120, "nsys", now=9821) is None  # too near: the trap stops it
+    assert time_to_run({"FLEET_JOB_END": ""}, 120, "nsys", now=0) is None  # squeue did not say
+    assert time_to_run({}, 120, "nsys", now=0) is None

@@ -109,9 +109,9 @@ def run_profiler(plan, relay, stop_requested):
         if not open_streams:
             time.sleep(0.05)
     if last_stop is not None:
-        stopped = "at its --timeout of %gs, with a signal" % plan.timeout if timed_out else "when told to stop"
+        stopped = "at its time limit of %gs, with a signal" % plan.timeout if timed_out else "when told to stop"
     elif by_nsys and time.monotonic() - started >= plan.timeout:
-        stopped = "at its --timeout of %gs, by nsys (--duration), its kernels until then kept" % plan.timeout
+        stopped = "at its time limit of %gs, by nsys (--duration), its kernels until then kept" % plan.timeout
     else:
         stopped = None
     return proc.returncode, stopped, open_streams > 0

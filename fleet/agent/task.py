@@ -20,6 +20,7 @@ import os
 import signal
 import socket
 import sys
+import time
 from dataclasses import replace
 
 try:  # as shipped by fleet, every module travels under a flat name
@@ -32,6 +33,8 @@ except ImportError:  # as part of the installed package
     from . import files, node, run
     from .. import plan as planner
     from .. import policy
+
+SIGNAL_SLACK = 60  # seconds: Slurm may send --signal's USR1 up to this much before the time asked
 
 # Where each launcher puts the worker's global rank.
 RANK_VARS = {"srun": ("SLURM_PROCID",), "torchrun": ("RANK",),
@@ -70,6 +73,18 @@ def prolog_verdict(env, expected):
         return {"error": "%s: %s" % (path, e)}
 
 
+def time_to_run(env, stop_before, tool, now=None):
+    """Seconds an nsys rank's workload may still run for nsys to stop it itself (--duration,
+    which keeps its kernels) before the batch script's USR1 trap signals it (a signal loses
+    them): the job's end, as the script read it from Slurm, less --stop-before and Slurm's
+    slack. None for ncu, where the end is unknown, or too near: then the trap stops it."""
+    end = env.get("FLEET_JOB_END") or ""
+    if tool != "nsys" or not end.isdigit() or not stop_before:
+        return None
+    left = int(end) - (time.time() if now is None else now) - stop_before - SIGNAL_SLACK
+    return int(left) if left >= 1 else None
+
+
 def plan_rank(args, env, label, command):
     """The rank's plan, made from this node's state as it is now, and what the manifest needs of it."""
     node_name = env.get("SLURMD_NODENAME") or socket.gethostname()
@@ -77,8 +92,9 @@ def plan_rank(args, env, label, command):
                         "report_dir": args["report_dir"]})
     state["prolog_verdict"] = prolog_verdict(env, args.get("prolog_expected", False))
     gpus = policy.job_gpu_indices(slurm_gpu_ids(env), state.get("gpus") or [])
-    req = replace(planner.ProfileRequest.from_json(args["request"]), command=tuple(command), gpus=gpus,
-                  output_name="%s/%s" % (node_name, label), job=env.get("SLURM_JOB_ID"))
+    req = planner.ProfileRequest.from_json(args["request"])
+    req = replace(req, command=tuple(command), gpus=gpus, output_name="%s/%s" % (node_name, label),
+                  job=env.get("SLURM_JOB_ID"), timeout=time_to_run(env, args.get("stop_before"), req.tool))
     plan = planner.plan(label, state, req)
     context = dict(node.facts(state, req.gpus, req.tool), slurm_node=node_name, job_id=env.get("SLURM_JOB_ID"),
                    directory=os.path.join(args["report_dir"], req.run_id, node_name))

@@ -74,7 +74,7 @@ def task_args(req, spec: JobSpec, files: JobFiles) -> dict:
     # The command is the script's own array, after the agent's arguments: not repeated here.
     return {"mode": "task", "request": dict(req.to_json(), command=[]), "report_dir": files.task_root,
             "launcher": spec.launcher, "ranks": list(spec.ranks) if spec.ranks is not None else None,
-            "tools": dict(files.tools), "prolog_expected": files.prolog}
+            "tools": dict(files.tools), "prolog_expected": files.prolog, "stop_before": spec.stop_before}
 
 
 def request_doc(req, files: JobFiles) -> dict:
@@ -144,6 +144,12 @@ def render(req, spec: JobSpec, files: JobFiles) -> str:
              "    scancel --signal=TERM \"$SLURM_JOB_ID\"",
              "}",
              "trap stop_profilers USR1",
+             "# The job's end, for each rank's nsys to stop its workload itself before that trap would",
+             "# (--duration keeps the kernels that a signal loses).",
+             "end=$(squeue -h -j \"$SLURM_JOB_ID\" -o %e 2>/dev/null)",
+             "case $end in [0-9][0-9][0-9][0-9]-[0-9][0-9]-[0-9][0-9]T*) FLEET_JOB_END=$(date -d \"$end\" +%s) ;; "
+             "*) FLEET_JOB_END= ;; esac",
+             "export FLEET_JOB_END",
              "",
              f"{launch.line} &",
              "step=$!",

@@ -14,7 +14,7 @@ step "--timeout 5 on a 30 s workload: nsys stops it (--duration), the report fin
 # A signal to nsys or to the workload loses every kernel (record-check); nsys's own --duration keeps them.
 fleet_log 10-timeout.txt profile --hosts localhost --gpu 0 --store "$STORE" --timeout 5 -X --trace=cuda,nvtx -- "$PY" "$APP" 30
 expect "profile: --timeout 5 stops a 30 s workload, said, report home with its kernels" "$D/10-timeout.txt" 0 \
-  "the workload was stopped at its --timeout of 5s, by nsys (--duration)" "verified" ".nsys-rep (" \
+  "the workload was stopped at its time limit of 5s, by nsys (--duration)" "verified" ".nsys-rep (" \
   "_cuda_gpu_kern_sum.csv (" "!_cuda_gpu_kern_sum.csv (0 bytes" "!app done"
 gpu_idle
 fi
