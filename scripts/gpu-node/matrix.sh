@@ -6,6 +6,8 @@
 #           pycparser), installed with pip --no-index --target (default .h200/whl)
 #   DEPS    libdw1 and libelf1 .debs for nsys's importer (default .h200/deps)
 #   OUT     where the transcripts go (default /tmp/fleet-matrix)
+#   SUDO_DEB  a sudo .deb to install first where the node has no sudo (a disposable test machine
+#           only), for profile-check's non-root step with a sudoers line
 #   BUDGET  seconds the whole matrix may take (default 500); a check that no longer fits is
 #           skipped with a line saying so
 #   CHECKS  the checks to run (default: probe profile namespace metrics slurm; twogpu on a node
@@ -66,6 +68,10 @@ IMPORTER=$(ls /opt/nvidia/nsight-compute/*/host/linux-desktop-glibc_2_11_3-x64/Q
 cat "$D/ldd.txt"
 expect "set-up: nsys's importer finds its libraries (libdw, libelf)" "$D/ldd.txt" 0
 fleet_log version.txt --version
+if [ -n "${SUDO_DEB:-}" ] && ! command -v sudo >/dev/null; then
+  echo "\$ dpkg -i $SUDO_DEB"; dpkg -i "$SUDO_DEB" > "$D/sudo.txt" 2>&1; echo "(exit status $?)" >> "$D/sudo.txt"
+  tail -3 "$D/sudo.txt"
+fi
 
 for check in $CHECKS; do
   case $check in
