@@ -1,10 +1,14 @@
 """Schedules' times and lines: cron expressions and --every against croniter's next firings, names
-and values that must not become shell, and a schedule installed into a stand-in crontab."""
+and values that must not become shell, a schedule installed into a stand-in crontab, and one that
+the real cron fires."""
 
 from __future__ import annotations
 
 import json
+import os
+import re
 import shlex
+import shutil
 import subprocess
 import sys
 from datetime import datetime, timedelta
@@ -15,7 +19,7 @@ import yaml
 from croniter import croniter
 
 from fleet.nightly import schedule
-from tests.conftest import fleet_json, run_fleet
+from tests.conftest import REPO, fleet_json, run_fleet
 
 T0 = datetime(2026, 11, 29, 13, 5)  # a Sunday
 
@@ -221,3 +225,51 @@ def test_dry_run_says_the_line_it_would_add_and_installs_nothing(tmp_path):
     assert run_fleet("schedule", "install", str(pb), "--every", "6h", "--backend", "crontab", env=env).returncode == 0
     assert table.read_text().splitlines() == [line]
     assert run_fleet("schedule", "rm", "nightly", env=env).returncode == 0
+
+
+CRON = shutil.which("cron") or "/usr/sbin/cron"
+
+
+def test_real_cron_takes_the_line_and_fires_it_into_a_run(tmp_path):
+    """Debian's own crontab(1) checks the line as cron reads it, and cron itself fires it: a whole
+    `fleet run` of the playbook, catalogued. Inside a private mount namespace whose crontab spool,
+    /etc/cron.d, /etc/crontab and /run are empty tmpfs: the machine's tables and any cron of its
+    own are neither seen nor touched, and the namespace ends with the script."""
+    assert Path(CRON).exists() and shutil.which("crontab"), "cron is not installed: scripts/test installs it"
+    store_dir = tmp_path / "st ore 50%"
+    inventory = tmp_path / "inventory.yaml"
+    inventory.write_text(yaml.safe_dump({"all": {"hosts": {"here": {
+        "ansible_connection": "local", "report_dir": str(tmp_path / "runs"),
+        "nsys_path": str(REPO / "tests" / "standins" / "nsys")}}}}))
+    pb = tmp_path / "pb.yaml"
+    pb.write_text(yaml.safe_dump({"name": "every-minute", "target": {"hosts": "here"}, "command": ["true"],
+                                  "metrics": [{"kind": "gpu_kernel_total"}]}))
+    (tmp_path / "empty").write_text("")
+    fleet = f"{shlex.quote(sys.executable)} -m fleet -i {shlex.quote(str(inventory))}"
+    script = f"""set -u
+cd {shlex.quote(str(tmp_path))}
+mount -t tmpfs -o mode=1730,gid=$(getent group crontab | cut -d: -f3) tmpfs /var/spool/cron/crontabs
+mount -t tmpfs tmpfs /etc/cron.d && mount --bind empty /etc/crontab && mount -t tmpfs tmpfs /run
+echo '5 4 * * * /usr/bin/backup  # someone else' | crontab - || exit 10
+{fleet} schedule install {shlex.quote(str(pb))} --every 1m --backend crontab > install.txt 2>&1 || exit 11
+crontab -l > installed.txt
+{CRON} -f -L 15 > cron.log 2>&1 & cron=$!
+for _ in $(seq 1 150); do grep -qs 'run .* complete' {shlex.quote(str(store_dir))}/schedules/every-minute.log && break; sleep 1; done
+kill $cron; wait $cron
+{fleet} schedule rm every-minute > rm.txt 2>&1 || exit 12
+crontab -l > after.txt
+"""
+    env = {**os.environ, "FLEET_STORE": str(store_dir)}
+    done = subprocess.run(["unshare", "--mount", "--propagation", "private", "bash", "-c", script], env=env,
+                          capture_output=True, text=True, timeout=240)
+    said = {f: (tmp_path / f).read_text() for f in ("install.txt", "installed.txt", "cron.log", "rm.txt", "after.txt")
+            if (tmp_path / f).exists()}
+    assert done.returncode == 0, (done.returncode, done.stderr, said)
+    assert "every 1m, cron '* * * * *'" in said["install.txt"]
+    lines = said["installed.txt"].splitlines()
+    assert lines[0] == "5 4 * * * /usr/bin/backup  # someone else" and lines[1].startswith("* * * * * ")
+    log = (store_dir / "schedules" / "every-minute.log").read_text()
+    assert re.search(r"schedule every-minute: run \d{8}-\d{6}-\w{4} complete", log), (log, said["cron.log"])
+    [run_id] = re.findall(r"run (\d{8}-\d{6}-\w{4}) complete", log)[:1]
+    assert run_id in run_fleet("reports", "ls", env={"FLEET_STORE": str(store_dir)}).stdout
+    assert said["after.txt"] == "5 4 * * * /usr/bin/backup  # someone else\n"
