@@ -9,6 +9,7 @@ import json
 import os
 import re
 import shutil
+from pathlib import Path
 
 from tests.conftest import REPO, run_fleet
 from tests.test_nightly import CHROMIUM, screenshot
@@ -52,3 +53,31 @@ def test_the_h200_history_is_judged_a_regression_and_drawn_with_its_times_band_a
     assert png.stat().st_size > 10_000
     if os.environ.get("FLEET_UPDATE_DOCS"):
         shutil.copy(png, REPO / "docs" / "nightly-report.png")
+
+
+def test_a_copied_store_reads_its_own_files_and_no_manifest_leads_out_of_its_run(tmp_path):
+    from fleet import store
+
+    a, b = tmp_path / "a", tmp_path / "b"
+    shutil.copytree(FIXTURE / "lab", a / "lab")
+    shutil.copytree(a, b)  # the copy, its original still there
+    manifest = next(b.glob(f"lab/*/{RUNS[0]}/manifest.json"))
+    doc = json.loads(manifest.read_text())
+    outside = tmp_path / "outside.csv"  # kernel rows a hostile manifest or link would bring in
+    outside.write_text((FIXTURE / "lab" / "2026-11-30" / RUNS[0] / "vm" / "vm-1449_cuda_gpu_kern_sum.csv").read_text())
+    reports = doc["hosts"][0]["reports"]
+    [kern] = [r for r in reports if r["stored"].endswith("_cuda_gpu_kern_sum.csv")]
+    kern["stored"] = f"/gone/{RUNS[0]}/vm/../../../../{outside}"
+    [nvtx] = [r for r in reports if r["stored"].endswith("_nvtx_sum.csv")]
+    link = manifest.parent / "vm" / "link.csv"
+    link.symlink_to(outside)
+    nvtx["stored"] = f"/gone/{RUNS[0]}/vm/link.csv"
+    manifest.write_text(json.dumps(doc))
+    assert store.reindex(b)[0] == 7
+    rows = store.reports(b)
+    paths = [Path(r["path"]) for r in rows if r["status"] == "summary"]
+    # each in the copy (none in the original), or, where the manifest's path led nowhere, the node's path
+    assert paths and all(p.is_relative_to(b) or not p.is_relative_to(tmp_path) for p in paths), paths
+    assert str(outside) not in {r["path"] for r in rows} and str(link) not in {r["path"] for r in rows}
+    first = store.read_manifest(manifest).hosts[0].reports
+    assert not [r for r in first if str(outside) in r.stored or r.stored == str(link)]

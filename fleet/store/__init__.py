@@ -95,10 +95,16 @@ def write_manifest(directory: Path, manifest: RunManifest) -> Path:
 
 
 def read_manifest(path: Path) -> RunManifest:
+    """A run's manifest, each stored file's path as it is now (``here``): every reader of the
+    store (catalog, stats, open, pull, nightly) reads the files where they are."""
     try:
-        return RunManifest.from_json(json.loads(path.read_text()))
+        m = RunManifest.from_json(json.loads(path.read_text()))
     except (ManifestError, json.JSONDecodeError) as e:
         raise CatalogError(f"{path}: {e}") from None
+    entries = [rep for h in m.hosts for rep in h.reports] + ([m.slurm.log] if m.slurm and m.slurm.log else [])
+    for rep in entries:
+        rep.stored = here(path, rep.stored) or ""
+    return m
 
 
 def save(store: Path, manifest: RunManifest) -> Path:
@@ -172,18 +178,21 @@ def _forget(db: sqlite3.Connection, run_id: str) -> None:
 
 
 def here(manifest_path: Path, stored: str | None) -> str | None:
-    """A stored file's path in the store as it is now. A manifest records where its files were
-    written; a store that was copied or mounted elsewhere since has them at the same place below
-    the run's folder, the manifest's own."""
-    if not stored or os.path.exists(stored):
+    """A stored file's path as the store is now: below its run's folder (the manifest's), where
+    fleet put it. A manifest records the absolute path the file had, so a store copied, moved or
+    mounted elsewhere since finds it again at the same place below the run's folder. None for a
+    path that does not lead there (``..``, or a link out of the run's folder)."""
+    if not stored:
         return stored
-    run_id = manifest_path.parent.name
+    run = manifest_path.parent
     parts = Path(stored).parts
-    if run_id in parts:
-        moved = manifest_path.parent.joinpath(*parts[len(parts) - parts[::-1].index(run_id):])
-        if moved.exists():
-            return str(moved)
-    return stored
+    if run.name not in parts:
+        return None
+    below = parts[len(parts) - parts[::-1].index(run.name):]
+    path = run.joinpath(*below)
+    if not below or ".." in below or not (not path.exists() or path.resolve().is_relative_to(run.resolve())):
+        return None
+    return str(path)
 
 
 def index_manifest(db: sqlite3.Connection, path: Path) -> None:
@@ -200,12 +209,11 @@ def index_manifest(db: sqlite3.Connection, path: Path) -> None:
                 str(path)))
     for host in m.hosts:
         for rep in host.reports:
-            stored = here(path, rep.stored)
             if rep.summary == "cuda_gpu_kern_sum" and rep.verified:
                 db.executemany("INSERT INTO kernels VALUES (?,?,?,?,?)",
-                               [(m.run_id, host.host, *k) for k in kernel_rows(Path(stored))])
+                               [(m.run_id, host.host, *k) for k in kernel_rows(Path(rep.stored))])
             db.execute("INSERT OR REPLACE INTO reports VALUES (?,?,?,?,?,?,?,?,?,?,?)",
-                       (m.run_id, host.host, stored or rep.remote, tool, rep.status, rep.sha256, rep.size,
+                       (m.run_id, host.host, rep.stored or rep.remote, tool, rep.status, rep.sha256, rep.size,
                         host.gpu, host.driver, host.tool_version, m.started))
         if not host.reports:
             status = ("running" if m.status in ("running", "submitted") else
