@@ -27,6 +27,10 @@ DEGRADED, OK, REFUSED, NodeState = policy.DEGRADED, policy.OK, policy.REFUSED, p
 OUTPUT_OPTIONS = {"nsys": ("-o", "--output"), "ncu": ("-o", "--export")}
 USER_WINS = {"nsys": ("-s", "--sample", "--cpuctxsw", "-d", "--duration"), "ncu": ("--clock-control",)}
 SHORT = {"-s": "--sample", "-d": "--duration"}
+# nsys options under which its --duration no longer counts from the workload's start: fleet's
+# --timeout is then the agent's signal at the time, not --duration.
+DURATION_MOVED_BY = ("-y", "--delay", "-c", "--capture-range", "--kill")
+MAX_TIMEOUT = 30 * 86400  # seconds: a month
 
 
 def _names(word: str, name: str) -> bool:
@@ -176,6 +180,10 @@ class Plan:
                               else policy.Tenant(-1, -1, None, None, str(t)) for t in kw.get("tenants") or ())
         return cls(**kw)
 
+    def stopped_by_nsys(self) -> bool:
+        """Whether nsys stops the workload at the timeout itself (fleet's --duration)."""
+        return self.tool == "nsys" and any(f.startswith("--duration=") for f in self.command.fleet_flags)
+
     def shell(self) -> str:
         env = " ".join(f"{k}={shlex.quote(v)}" for k, v in self.env.items())
         return (env + " " if env else "") + shlex.join(self.command.argv())
@@ -206,6 +214,9 @@ def plan(host: str, state: NodeState, req: ProfileRequest, owned_sysctls: dict[s
         return Plan(host, REFUSED, (f"no GPU {missing} on this node",), "choose a GPU that `fleet probe` lists")
     if (why := profiler_args_error(req.tool, req.profiler_args)):
         return Plan(host, REFUSED, (why,), "leave the option out")
+    if req.timeout is not None and not 0 < req.timeout <= MAX_TIMEOUT:  # NaN too
+        return Plan(host, REFUSED, (f"--timeout {req.timeout!r}: must be more than 0 and at most {MAX_TIMEOUT} "
+                                    "seconds",), "give the seconds the workload may run")
     counters = verdicts["ncu" if req.tool == "ncu" else "nsys-gpu-metrics"]
     base = verdicts["nsys-trace"] if req.tool == "nsys" else counters
     if base.status == REFUSED:
@@ -233,8 +244,9 @@ def plan(host: str, state: NodeState, req: ProfileRequest, owned_sysctls: dict[s
             given_up.append("GPU activity: " + base.reasons[0])
         if req.gpu_metrics:
             flags.append("--gpu-metrics-devices=" + ",".join(str(g["index"]) for g in chosen))
-        if req.timeout:  # nsys's own stop keeps the kernels; SIGTERM or SIGINT to nsys or to the
-            # workload lost every one of them on an H200 (tests/fixtures/tools-2025.3-h200)
+        if req.timeout and not _option_values(req.profiler_args, DURATION_MOVED_BY):
+            # nsys's own stop keeps the kernels; SIGTERM or SIGINT to nsys or to the workload
+            # lost every one of them on an H200 (tests/fixtures/tools-2025.3-h200)
             flags.append(f"--duration={-int(-req.timeout // 1)}")
         flags = _without_overridden("nsys", flags, req.profiler_args)
         command = Command((tools["nsys"]["path"], "profile"), tuple(flags), req.profiler_args, req.command)

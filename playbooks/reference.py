@@ -6,9 +6,9 @@ optimizer) so that nsys's nvtx_sum has something to trend.
 
 Deterministic work: the same kernels, the same number of times, every run, so that a change in
 GPU time means the GPU, the driver or the software got slower, not the workload. `--slowdown`
-recomputes the up-projection once more every step (one extra GEMM forward and its gradient
-backward): a deliberate regression of the GEMM kernels, about a third more GEMM time, for
-checking that the nightly report catches one.
+recomputes the LayerNorm and the up-projection once more every step (one extra GEMM forward
+and its gradients backward): a deliberate regression of the GEMM kernels, about half again as
+much GEMM time on an H200, for checking that the nightly report catches one.
 """
 import argparse
 import time

@@ -61,3 +61,24 @@ def test_a_workload_that_ends_before_its_timeout_is_not_called_stopped(lab):
     [run] = fleet_json(out.stdout)["hosts"]
     assert run["result"]["stopped"] is False and not any("stopped" in n for n in run["result"]["notes"])
     assert Path(run["reports"][0]["stored"]).exists()
+
+
+def test_a_workload_that_ends_just_before_its_timeout_is_not_called_stopped(lab):
+    out = fleet(lab, "--hosts", "h03", "--timeout", "3", "--json", "--", "sleep", "2.8")
+    assert out.returncode == 0, out.stderr
+    [run] = fleet_json(out.stdout)["hosts"]
+    assert run["result"]["exit_status"] == 0 and run["result"]["stopped"] is False, run["result"]
+
+
+def test_with_a_delay_nsys_duration_would_not_be_the_timeout_so_the_agent_stops_it(lab):
+    out = fleet(lab, "--hosts", "h03", "--timeout", "1.5", "-X", "--delay=1", "--json", "--", "sleep", "60")
+    assert out.returncode == 0, out.stderr
+    [run] = fleet_json(out.stdout)["hosts"]
+    assert not [f for f in run["plan"]["command"]["fleet_flags"] if f.startswith("--duration")]
+    assert any("at its time limit of 1.5s, with a signal" in n for n in run["result"]["notes"])
+
+
+def test_a_timeout_that_is_no_number_of_seconds_is_a_usage_error(lab):
+    for bad in ("0", "-5", "inf", "nan", "1e300"):
+        out = fleet(lab, "--hosts", "h03", "--timeout", bad, "--", "true")
+        assert out.returncode == 2 and "--timeout" in out.stderr and "Traceback" not in out.stderr, (bad, out.stderr)

@@ -84,19 +84,23 @@ def run_profiler(plan, relay, stop_requested):
     sel.register(proc.stdout, selectors.EVENT_READ, sys.stdout.buffer)
     sel.register(proc.stderr, selectors.EVENT_READ, sys.stderr.buffer)
     started = time.monotonic()
-    by_nsys = plan.tool == "nsys" and any(f.startswith("--duration=") for f in plan.command.fleet_flags)
+    by_nsys = plan.stopped_by_nsys()
     deadline = started + plan.timeout + (NSYS_BACKSTOP if by_nsys else 0) if plan.timeout else None
-    last_stop = exited = first_stop = None
-    timed_out = False
+    last_stop = exited = first_stop = why_stopped = None
     open_streams = 2
     while open_streams and (exited is None or time.monotonic() - exited < PIPE_GRACE) or proc.poll() is None:
         now = time.monotonic()
         if exited is None and proc.poll() is not None:
             exited = now  # helpers of a killed profiler may hold its pipes open: drain a little, then go
-        timed_out = timed_out or (deadline is not None and now >= deadline)
-        wants_stop = stop_requested() or timed_out
-        if wants_stop and (last_stop is None or now - last_stop >= STOP_GRACE) and proc.poll() is None:
-            first_stop = first_stop or now
+        timed_out = deadline is not None and now >= deadline
+        # Once nsys is stopping the workload itself (its --duration is up) a stop request
+        # (Slurm's trap) would only reach it while it writes the report: let it finish.
+        told = stop_requested() and not (by_nsys and now - started >= plan.timeout)
+        if (told or timed_out) and (last_stop is None or now - last_stop >= STOP_GRACE) and proc.poll() is None:
+            if first_stop is None:
+                first_stop = now
+                why_stopped = ("at its time limit of %gs, with a signal" % plan.timeout if timed_out
+                               else "when told to stop")
             stop(proc, plan.tool, kill=now - first_stop >= KILL_AFTER)
             last_stop = now
         for key, _ in sel.select(timeout=0.2) if open_streams else []:
@@ -108,13 +112,10 @@ def run_profiler(plan, relay, stop_requested):
                 relay.write(key.data, data)
         if not open_streams:
             time.sleep(0.05)
-    if last_stop is not None:
-        stopped = "at its time limit of %gs, with a signal" % plan.timeout if timed_out else "when told to stop"
-    elif by_nsys and time.monotonic() - started >= plan.timeout:
-        stopped = "at its time limit of %gs, by nsys (--duration), its kernels until then kept" % plan.timeout
-    else:
-        stopped = None
-    return proc.returncode, stopped, open_streams > 0
+    if why_stopped is None and by_nsys and proc.returncode == 128 + signal.SIGTERM \
+            and time.monotonic() - started >= plan.timeout:  # nsys --duration's --kill sigterm, not an end of its own
+        why_stopped = "at its time limit of %gs, by nsys (--duration), its kernels until then kept" % plan.timeout
+    return proc.returncode, why_stopped, open_streams > 0
 
 
 def stop(proc, tool, kill=False):

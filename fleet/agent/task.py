@@ -79,7 +79,7 @@ def time_to_run(env, stop_before, tool, now=None):
     them): the job's end, as the script read it from Slurm, less --stop-before and Slurm's
     slack. None for ncu, where the end is unknown, or too near: then the trap stops it."""
     end = env.get("FLEET_JOB_END") or ""
-    if tool != "nsys" or not end.isdigit() or not stop_before:
+    if tool != "nsys" or not (end.isascii() and end.isdigit()) or not stop_before:
         return None
     left = int(end) - (time.time() if now is None else now) - stop_before - SIGNAL_SLACK
     return int(left) if left >= 1 else None

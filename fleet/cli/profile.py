@@ -13,6 +13,14 @@ from .output import echo_json, json_option
 from .parsing import WorkloadCommand, refuse_options
 from .slurm import gather_on_slurm, profile_on_slurm, slurm_options
 
+
+def seconds(ctx, param, value):
+    """A number of seconds: FloatRange lets NaN through."""
+    if value is not None and value != value:
+        raise click.BadParameter(f"{value} is not a number of seconds")
+    return value
+
+
 @click.command(cls=WorkloadCommand)
 @click.option("--hosts", "hosts_", help="Hosts or ranges to profile on.")
 @click.option("--group", "group", help="Inventory group to profile on.")
@@ -24,7 +32,8 @@ from .slurm import gather_on_slurm, profile_on_slurm, slurm_options
 @click.option("--allow-own", is_flag=True, help="Your own other processes on the GPU are not tenants.")
 @click.option("--pause-dcgm", is_flag=True, help="Pause DCGM profiling for the run on pre-Hopper GPUs (owned nodes).")
 @click.option("--wait", "lock_wait", type=float, default=0.0, help="Seconds to wait for another run's GPU lock.")
-@click.option("--timeout", type=float, help="Seconds the workload may run; then nsys stops it (its --duration, kernels kept) or ncu gets SIGINT; the report is kept.")
+@click.option("--timeout", type=click.FloatRange(0, 30 * 86400, min_open=True), callback=seconds,
+              help="Seconds the workload may run; then nsys stops it (its --duration, kernels kept) or ncu gets SIGINT; the report is kept.")
 @click.option("-X", "--profiler-arg", "profiler_args", multiple=True, help="Extra argument for nsys/ncu (repeatable).")
 @click.option("--docker", "docker_image", help="Lab servers: run the workload and the node's profiler in this "
               "Docker image, with the least privilege the plan needs.")

@@ -25,7 +25,8 @@ def scale(metric: str) -> tuple[float, str]:
 
 def time_labels(times: list[datetime]) -> tuple[str, str]:
     """(strftime format of the x ticks, the axis caption): dates for a history of days, the time
-    of day for runs within a day (seconds within an hour), so that no two ticks read alike."""
+    of day for runs within a day (with seconds within an hour): runs nights apart and runs
+    minutes apart both read as what they are."""
     span = (max(times) - min(times)).total_seconds()
     zone = min(times).strftime("%Z") or "local time"
     if span >= 2 * 86400:
@@ -93,7 +94,9 @@ def plot(points: list[dict], verdict: Verdict, t: dict, runs: dict[str, dict]) -
     lo, hi = min(lo, ticks[0]), max(hi, ticks[-1])
 
     times = [when(runs.get(p["run_id"], {}).get("started") or p.get("started")) for p in points]
-    dated = all(times) and len(set(times)) == len(times)
+    dated = all(times) and len(set(times)) == len(times) and len({t.tzinfo is None for t in times}) == 1
+    if dated and times[0].tzinfo is not None:  # one zone on one axis (sites, daylight saving)
+        times = [t.astimezone(times[0].tzinfo) for t in times]
     if dated:
         t0, t1 = min(times), max(times)
         frac = [((tm - t0).total_seconds() / max((t1 - t0).total_seconds(), 1)) for tm in times]

@@ -146,8 +146,8 @@ def render(req, spec: JobSpec, files: JobFiles) -> str:
              "trap stop_profilers USR1",
              "# The job's end, for each rank's nsys to stop its workload itself before that trap would",
              "# (--duration keeps the kernels that a signal loses).",
-             "end=$(squeue -h -j \"$SLURM_JOB_ID\" -o %e 2>/dev/null)",
-             "case $end in [0-9][0-9][0-9][0-9]-[0-9][0-9]-[0-9][0-9]T*) FLEET_JOB_END=$(date -d \"$end\" +%s) ;; "
+             "end=$(TZ=UTC SLURM_TIME_FORMAT=standard squeue -h -j \"$SLURM_JOB_ID\" -o %e 2>/dev/null | head -1)",
+             "case $end in [0-9][0-9][0-9][0-9]-[0-9][0-9]-[0-9][0-9]T*) FLEET_JOB_END=$(TZ=UTC date -d \"$end\" +%s) ;; "
              "*) FLEET_JOB_END= ;; esac",
              "export FLEET_JOB_END",
              "",

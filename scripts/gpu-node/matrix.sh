@@ -13,9 +13,9 @@
 #   CHECKS  the checks to run (default: probe profile namespace metrics slurm; twogpu on a node
 #           with two GPUs; nightly, the reference playbook's runs and report, and record, the
 #           real tools' behaviour recorded for the stand-ins, only when named)
-# What is left under $OUT, seven files: summary.txt (one PASS, FAIL or SKIP line per step),
-# matrix.txt (everything printed), probe-check.tgz, profile-check.tgz, namespace-check.tgz,
-# metrics-check.tgz and slurm-check.tgz (each check's transcripts, the store's manifests and summaries, not the reports).
+# What is left under $OUT, at most eight files: summary.txt (one PASS, FAIL or SKIP line per step),
+# matrix.txt (everything printed), and a NAME-check.tgz for each check run (its transcripts, the
+# store's manifests and summaries, not the reports).
 set -u
 START=$SECONDS
 HERE=$(cd "$(dirname "$0")" && pwd); ROOT=$(cd "$HERE/../.." && pwd)

@@ -37,8 +37,10 @@ record_signal() {
   [ "$what" = tree ] && victims="$pid $(descendants_named "$pid" '.*' | tr '\n' ' ')"
   [ "$what" = app ] && victims=$(descendants_named "$pid" 'python3.*' | head -1)
   echo "kill -$sig $victims (at ${after}s; nsys is $pid)" > "$c/signal.txt"
-  ps -o pid,ppid,comm -p "$(echo $victims | tr ' ' ',')" >> "$c/signal.txt" 2>&1
-  kill -"$sig" $victims
+  if [ -z "$victims" ]; then echo "nothing to signal: $what not found" >> "$c/signal.txt"; else
+    ps -o pid,ppid,comm -p "$(echo $victims | tr ' ' ',')" >> "$c/signal.txt" 2>&1
+    kill -"$sig" $victims
+  fi
   wait "$pid"; echo $? > "$c/status.txt"
   echo "== $(basename "$c"): $(head -1 "$c/signal.txt"), exit $(cat "$c/status.txt")"; cut -c1-300 "$c/output.txt" | tail -15
 }
@@ -82,7 +84,7 @@ record_signal nsys-sigint INT 8 nsys "$NSYS" profile --trace=cuda,nvtx --sample=
 gpu_idle
 
 # Which way of stopping a workload early keeps its kernels: nsys's own --duration (with its
-# default --kill sigterm, and with --kill none), and SIGTERM to the application alone.
+# default --kill sigterm), and SIGTERM to the application alone.
 step "nsys: --duration=5 on a 20 s workload"
 record nsys-duration "$NSYS" profile --trace=cuda,nvtx --sample=none --cpuctxsw=none --duration=5 --output="$W/duration" "$PY" "$APP" 20; left nsys-duration "$W"
 [ -f "$W/duration.nsys-rep" ] && stats nsys-duration-stats "$W/duration.nsys-rep"
