@@ -3,6 +3,8 @@
 #  1. another user's CUDA process on GPU 1 only: probe lists it on GPU 1 and nowhere else
 #  2. ncu on GPU 0 runs beside it (a report); ncu on GPU 1 is refused, nothing started
 #  3. an nsys trace on GPU 1 runs beside it
+#  4. (the tenant gone) torchrun with two workers, one a GPU, in the agent's task mode as a
+#     Slurm job's batch script runs it (SLURM_JOB_GPUS=0,1): a report per rank, each on its GPU
 # Transcripts go to $OUT/twogpu-check/, packed as $OUT/twogpu-check.tgz.
 set -u
 cd "$(dirname "$0")/../.."
@@ -38,4 +40,46 @@ step "3. an nsys trace on GPU 1 beside it"
 fleet_log nsys-gpu1.txt profile --hosts localhost --gpu 1 --store "$STORE" -X --trace=cuda,nvtx -- "$PY" "$APP" 1
 expect "twogpu: nsys trace on GPU 1 beside the tenant" "$D/nsys-gpu1.txt" 0 ".nsys-rep" "verified"
 tenant_down
+
+step "4. torchrun, two workers on two GPUs, in the agent's task mode"
+RUNS=$CHECK_TMP/runs; mkdir -p "$RUNS"
+AGENT=$RUNS/fleet-agent.py
+"$PY" -c "from fleet.agent import bundle; open('$AGENT', 'w').write(bundle.script())"
+cat > "$RUNS/worker.py" <<'PYEOF'
+import os, torch
+torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
+a = torch.randn(2048, 2048, device="cuda")
+for _ in range(200):
+    b = a @ a
+torch.cuda.synchronize()
+print("worker", os.environ["RANK"], "on", torch.cuda.get_device_name(), "device", torch.cuda.current_device(), flush=True)
+PYEOF
+"$PY" - "$AGENT" "$NSYS" "$RUNS" "$RUNS/worker.py" > "$RUNS/launch.sh" <<'PYEOF'
+import json, shlex, sys
+from fleet.plan import ProfileRequest
+from fleet.slurm.launchers import launch
+from fleet.slurm.script import JobFiles, JobSpec, task_args
+agent_file, nsys, root, worker = sys.argv[1:5]
+req = ProfileRequest(tool="nsys", command=(), run_id="run2gpu", profiler_args=("--trace=cuda,nvtx",))
+args = json.dumps(task_args(req, JobSpec(launcher="torchrun"), JobFiles(root + "/run2gpu", root, tools={"nsys": nsys})))
+cmd = ["/opt/torch/.venv/bin/torchrun", "--standalone", "--nproc-per-node", "2", worker]
+la = launch("torchrun", cmd, ["/opt/torch/.venv/bin/python3", agent_file, args], "/unused", None)
+print("COMMAND=(" + " ".join(shlex.quote(w) for w in cmd) + ")")
+print("\n".join(la.setup))
+print('"${LAUNCH[@]}"  # in a job: ' + la.line)
+PYEOF
+F=$D/torchrun-2gpu.txt
+{ echo "\$ env SLURM_JOB_ID=202 SLURM_JOB_GPUS=0,1 SLURMD_NODENAME=h200x2 bash launch.sh"; cat "$RUNS/launch.sh" | cut -c1-300
+  env SLURM_JOB_ID=202 SLURM_JOB_GPUS=0,1 SLURMD_NODENAME=h200x2 PATH=/opt/torch/.venv/bin:$PATH bash "$RUNS/launch.sh"
+  echo "(exit status $?)"
+  for r in "$RUNS"/run2gpu/h200x2/rank*.result.json; do
+    "$PY" -c 'import json, sys
+sys.path[:0] = ["."]
+from fleet.agent.run import results_in
+doc = results_in(open(sys.argv[1]).read())[-1]
+print(sys.argv[1].rsplit("/", 1)[1], doc["status"], [r["path"].rsplit("/", 1)[1] for r in doc["reports"]])' "$r"
+  done; } > "$F" 2>&1
+grep -v '^\[' "$F" | cut -c1-400
+expect "twogpu: torchrun on two GPUs, one report per rank" "$F" 0 "worker 0 on NVIDIA H200 device 0" \
+  "worker 1 on NVIDIA H200 device 1" "rank0.result.json ok" "rank1.result.json ok" "rank0.nsys-rep" "rank1.nsys-rep"
 } 2>&1 | tee "$D/transcript.txt" | cut -c1-600
