@@ -22,7 +22,13 @@ STREAM_WINDOW = 16 << 20   # channel window: sshd may read this far ahead of us.
 STREAM_PKTSIZE = 256 << 10  # our max packet size: when its socket is backed up sshd joins what it
 #                             has read into one bigger packet (~48 KiB on average instead of 32),
 #                             fewer packets for asyncssh to handle in Python (OpenSSH's limit: 256 KiB).
-STREAM_QUEUED = 2          # chunks waiting for the writer before the channel is paused
+STREAM_BATCH = 1 << 20     # bytes joined and handed to the writer thread at once. 8 MiB batches
+#                            cost 1.38x the wall time (paired, 9 of 9 rounds slower), 1.5 s more
+#                            client CPU per GiB and 0.9 s more of sshd's on the same two cores:
+#                            each byte then goes join -> write -> hash through memory larger than
+#                            the caches, and sshd's work beside it slows too (bench/transfer_modes.py;
+#                            the client's page faults were counted and are not the cause).
+STREAM_QUEUED = 16         # batches waiting for the writer before the channel is paused (16 MiB)
 STREAM_RECV = 64 << 10     # bytes per socket read: see _smaller_reads
 
 
@@ -53,7 +59,7 @@ async def _stream_copy(conn: asyncssh.SSHClientConnection, remote: str, dst, off
     """The file from ``offset`` on as the stdout of ``cat`` (``tail -c +N`` to resume), raw bytes.
 
     Packets are taken as asyncssh's channel hands them over (no stream reader in between),
-    joined into SFTP_CHUNK blocks and written and hashed in a thread, in order: what a cut
+    joined into STREAM_BATCH blocks and written and hashed in a thread, in order: what a cut
     connection leaves on disk is a clean prefix, as with SFTP. While the writer is behind, the
     channel is paused (asyncssh then sends no window adjust and sshd stops at the window)."""
     chunks: asyncio.Queue[list[bytes] | None] = asyncio.Queue()
@@ -72,7 +78,7 @@ async def _stream_copy(conn: asyncssh.SSHClientConnection, remote: str, dst, off
                 return
             state["parts"].append(data)
             state["have"] += len(data)
-            if state["have"] >= SFTP_CHUNK:
+            if state["have"] >= STREAM_BATCH:
                 chunks.put_nowait(state["parts"])
                 state["parts"], state["have"] = [], 0
                 if chunks.qsize() >= STREAM_QUEUED and not state["paused"]:
@@ -87,7 +93,8 @@ async def _stream_copy(conn: asyncssh.SSHClientConnection, remote: str, dst, off
             if not ended.done():
                 ended.set_result(exc)
 
-    def consume(block: bytes) -> None:
+    def consume(parts: list[bytes]) -> None:
+        block = b"".join(parts)
         dst.write(block)
         if on_block is not None:
             on_block(block)  # hashlib releases the GIL: this overlaps with the transfer
@@ -99,9 +106,8 @@ async def _stream_copy(conn: asyncssh.SSHClientConnection, remote: str, dst, off
     try:
         got = 0
         while (parts := await chunks.get()) is not None:
-            block = b"".join(parts)
-            await asyncio.to_thread(consume, block)
-            got += len(block)
+            await asyncio.to_thread(consume, parts)
+            got += sum(map(len, parts))
             if state["paused"] and chunks.qsize() < STREAM_QUEUED:
                 state["paused"] = False
                 chan.resume_reading()
