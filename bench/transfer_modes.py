@@ -10,7 +10,7 @@ whole machine's busy and steal seconds (steal: time the hypervisor gave to other
 fleet the SSH packets received, their average payload (sshd packs more than 32 KiB into one
 packet only when its socket is backed up), and the CPU per command name. ``--variants`` names
 fleet's path with some of ``fleet.transport.ssh_fetch``'s constants changed. Raw results go to
-``bench/results/transfer-modes-<commit>.json``.
+``bench/results/transfer-modes-<commit>-<label>.json``.
 """
 
 from __future__ import annotations
@@ -122,6 +122,7 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=7)
     ap.add_argument("--variants", default="fleet:",
                     help="NAME:KNOB=VALUE,...;... ssh_fetch's knobs per variant, e.g. 'rcv1m:STREAM_RCVBUF=1048576'")
+    ap.add_argument("--label", default="run", help="names the raw file: transfer-modes-<commit>-<label>.json")
     ap.add_argument("--floors", action="store_true",
                     help="also fleet's stream with its bytes dropped, and only hashed: no write")
     args = ap.parse_args()
@@ -198,7 +199,7 @@ def main() -> None:
                             text=True).stdout.strip()
     dirty = subprocess.run(["git", "-C", str(REPO), "status", "--porcelain", "--", "fleet"], capture_output=True,
                            text=True).stdout.splitlines()
-    out = REPO / "bench" / "results" / f"transfer-modes-{commit}.json"
+    out = REPO / "bench" / "results" / f"transfer-modes-{commit}-{args.label}.json"
     out.write_text(json.dumps({"size_mib": args.size_mib, "runs": args.runs, "fleet_commit": commit,
                                "variants": variants,
                                "uncommitted_fleet_files": dirty, "rounds": rows, "over_scp_by_round": paired},
