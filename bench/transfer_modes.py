@@ -123,6 +123,8 @@ def main() -> None:
     ap.add_argument("--variants", default="fleet:",
                     help="NAME:KNOB=VALUE,...;... ssh_fetch's knobs per variant, e.g. 'rcv1m:STREAM_RCVBUF=1048576'")
     ap.add_argument("--label", default="run", help="names the raw file: transfer-modes-<commit>-<label>.json")
+    ap.add_argument("--no-by-command", dest="by_command", action="store_false",
+                    help="no sampling of /proc during the runs (it takes some CPU of its own)")
     ap.add_argument("--floors", action="store_true",
                     help="also fleet's stream with its bytes dropped, and only hashed: no write")
     args = ap.parse_args()
@@ -151,7 +153,7 @@ def main() -> None:
                 (b0, s0), d0 = cpu_stat(), sshd_cpu(c)
                 k0 = resource.getrusage(resource.RUSAGE_CHILDREN)
                 m0 = resource.getrusage(resource.RUSAGE_SELF).ru_minflt + k0.ru_minflt
-                procs = ProcessCPU()
+                procs = ProcessCPU() if args.by_command else None
                 c0, t0 = time.process_time(), time.monotonic()
                 if knobs is None:
                     subprocess.run(["scp", "-q", "-F", str(cfg), f"{h.address}:{report['path']}", str(dest / name)],
@@ -160,7 +162,7 @@ def main() -> None:
                 else:
                     packets = fleet_get(c, report, dest / name, {**defaults, **knobs}, floors.get(name))
                 wall = time.monotonic() - t0
-                by_command = procs.result()
+                by_command = procs.result() if procs else {}
                 k1 = resource.getrusage(resource.RUSAGE_CHILDREN)
                 cpu = time.process_time() - c0 + (k1.ru_utime + k1.ru_stime - k0.ru_utime - k0.ru_stime)
                 faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt + k1.ru_minflt - m0
