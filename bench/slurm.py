@@ -79,7 +79,8 @@ def main() -> None:
 
         for _ in range(IN_FLIGHT):
             fleet(c, store, "profile", "--partition", "gpu", "--no-wait", "--", "sleep", "120")
-        ids = [j["job_id"] for j in json.loads(fleet(c, store, "jobs", "--json").stdout)["jobs"]]
+        listing = json.loads(fleet(c, store, "jobs", "--json").stdout)
+        ids = [j["job_id"] for j in listing.get("data", listing)["jobs"]]  # --json's envelope
         assert len(ids) == IN_FLIGHT, ids
         rpcs = {}
         for name, poll in (("fleet jobs", lambda: fleet(c, store, "jobs")),
