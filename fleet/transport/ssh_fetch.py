@@ -13,21 +13,22 @@ import asyncssh
 SFTP_SESSIONS = 4      # transfers at once over one connection (sshd's MaxSessions is 10)
 SFTP_CHUNK = 8 << 20  # bytes per read call; asyncssh keeps several requests in flight within each
 
-# The exec-channel stream for large files (bench/transfer_variants.py, 1 GiB, 2-core loopback
-# test bed, paired medians against OpenSSH scp: the SFTP path 0.64-0.80x, this stream 0.87-1.01x;
-# client CPU 2.2 s/GiB against 3.3-4.7 s/GiB for SFTP).
+# The exec-channel stream for large files: asyncssh's SFTP client spends more client CPU per
+# byte than a plain channel (its SFTP packet parsing and reassembly), and on a busy client that
+# decides the rate (bench/transfer_variants.py compares the paths; docs/performance-gathering.md).
 STREAM_MIN = 8 << 20       # below one chunk the stream gains nothing over SFTP
 STREAM_WINDOW = 16 << 20   # channel window: sshd may read this far ahead of us. With asyncssh's
 #                            2 MiB, sshd stalls on window adjusts; 16 MiB measured best (4 MiB: -10%).
 STREAM_PKTSIZE = 256 << 10  # our max packet size: when its socket is backed up sshd joins what it
 #                             has read into one bigger packet (~48 KiB on average instead of 32),
 #                             fewer packets for asyncssh to handle in Python (OpenSSH's limit: 256 KiB).
-STREAM_BATCH = 1 << 20     # bytes joined and handed to the writer thread at once. 8 MiB batches
-#                            cost 1.38x the wall time (paired, 9 of 9 rounds slower), 1.5 s more
-#                            client CPU per GiB and 0.9 s more of sshd's on the same two cores:
-#                            each byte then goes join -> write -> hash through memory larger than
-#                            the caches, and sshd's work beside it slows too (bench/transfer_modes.py;
-#                            the client's page faults were counted and are not the cause).
+STREAM_BATCH = 1 << 20     # bytes joined and handed to the writer thread at once. With 8 MiB
+#                            batches a 1 GiB copy took 1.56x as long (paired, slower in 9 of 9
+#                            rounds), with 2 s more client CPU and 0.7 s more of sshd's on the
+#                            same two cores; likely because each byte then goes join -> write ->
+#                            hash through memory larger than the caches (the client's page faults
+#                            were counted: not the cause). 256 KiB-2 MiB measured alike.
+#                            (docs/performance-gathering.md, bench/transfer_modes.py)
 STREAM_QUEUED = 16         # batches waiting for the writer before the channel is paused (16 MiB)
 STREAM_RECV = 64 << 10     # bytes per socket read: see _smaller_reads
 
