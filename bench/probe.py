@@ -55,7 +55,8 @@ def main() -> None:
         tools = c.standins()
         c.inventory_vars = {"nsys_path": str(tools / "nsys"), "ncu_path": str(tools / "ncu")}
         c.start()
-        env = {**os.environ, **c.env()}
+        # This checkout's fleet, whatever the venv's editable install points at.
+        env = {**os.environ, **c.env(), "PYTHONPATH": str(REPO)}
         rows: dict[str, list[tuple[float, float]]] = {"exec true": [], "probe": []}
         per_host: list[int] = []
         for round_ in range(args.runs + 1):
@@ -66,7 +67,8 @@ def main() -> None:
             before = sessions(c)
             (wall, out, err, rc), cpu = children_cpu(lambda: timed(FLEET + ["probe", "--json"], env))
             after = sessions(c)
-            nodes = json.loads(out)["nodes"]
+            doc = json.loads(out)
+            nodes = doc.get("data", doc)["nodes"]  # --json wraps the document in an envelope
             assert rc == 0 and all(n["state"] and len(n["state"]["gpus"]) == 2 for n in nodes), err[-500:]
             per_host += [a - b for a, b in zip(after, before)]
             if round_:
@@ -110,11 +112,16 @@ def main() -> None:
         print(f"| {name} | {w['median']:.1f} ({w['min']:.1f}-{w['max']:.1f}) | "
               f"{cp['median']:.1f} ({cp['min']:.1f}-{cp['max']:.1f}) |")
     print(f"\nagents' own elapsed_ms (last run): {elapsed}; bundle {len(bundle)} bytes")
+    commit = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True,
+                            text=True).stdout.strip()
+    dirty = subprocess.run(["git", "-C", str(REPO), "status", "--porcelain", "--", "fleet"], capture_output=True,
+                           text=True).stdout.splitlines()
     results = REPO / "bench" / "results"
     results.mkdir(parents=True, exist_ok=True)
     (results / f"probe-{args.hosts}.json").write_text(json.dumps(
         {"hosts": args.hosts, "runs": rows, "sessions_per_host": per_host, "node": node,
-         "agent_elapsed_ms": elapsed, "bundle_bytes": len(bundle)}, indent=1))
+         "agent_elapsed_ms": elapsed, "bundle_bytes": len(bundle), "fleet_commit": commit,
+         "uncommitted_fleet_files": dirty}, indent=1))
 
 
 class _Host:

@@ -35,7 +35,7 @@ IN_FLIGHT = 20
 
 
 def fleet(c: SSHCluster, store: str, *args: str) -> subprocess.CompletedProcess:
-    env = {"PATH": "/usr/bin:/bin", **c.env(), "FLEET_STORE": store}
+    env = {"PATH": "/usr/bin:/bin", **c.env(), "FLEET_STORE": store, "PYTHONPATH": str(REPO)}  # this checkout's fleet
     return subprocess.run([sys.executable, "-m", "fleet", *args], env=env, cwd=REPO, capture_output=True, text=True,
                           check=True)
 
@@ -79,7 +79,8 @@ def main() -> None:
 
         for _ in range(IN_FLIGHT):
             fleet(c, store, "profile", "--partition", "gpu", "--no-wait", "--", "sleep", "120")
-        ids = [j["job_id"] for j in json.loads(fleet(c, store, "jobs", "--json").stdout)["jobs"]]
+        listing = json.loads(fleet(c, store, "jobs", "--json").stdout)
+        ids = [j["job_id"] for j in listing.get("data", listing)["jobs"]]  # --json's envelope
         assert len(ids) == IN_FLIGHT, ids
         rpcs = {}
         for name, poll in (("fleet jobs", lambda: fleet(c, store, "jobs")),
@@ -107,8 +108,13 @@ def main() -> None:
     for name, n in rpcs.items():
         print(f"| {name} | {n} | {n / INTERVALS:.1f} |")
     out = REPO / "bench" / "results" / "slurm.json"
+    commit = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True,
+                            text=True).stdout.strip()
+    dirty = subprocess.run(["git", "-C", str(REPO), "status", "--porcelain", "--", "fleet"], capture_output=True,
+                           text=True).stdout.splitlines()
     out.write_text(json.dumps({"runs": args.runs, "wall_s": walls, "job_info_rpcs": rpcs,
-                               "intervals": INTERVALS, "in_flight": IN_FLIGHT}, indent=1))
+                               "intervals": INTERVALS, "in_flight": IN_FLIGHT, "fleet_commit": commit,
+                               "uncommitted_fleet_files": dirty}, indent=1))
 
 
 if __name__ == "__main__":

@@ -1,13 +1,14 @@
 """Bringing one large report home: fleet against OpenSSH's scp and sftp, same sshd, same run.
 
-    sudo .venv/bin/python bench/transfer.py --size-mib 1024 --runs 5
+    sudo .venv/bin/python bench/transfer.py --size-mib 1024 --runs 9
 
 One real sshd on loopback holds a file of random bytes. Interleaved after a
 warm-up round: fleet's gathering path (the file opened and sized over asyncssh
 SFTP, a large one then streamed as ``cat``'s stdout on an exec channel, written
 in order, the sha256 computed as it arrives and checked against the node's,
 then the atomic rename), ``scp`` and ``sftp -b`` as OpenSSH ships them. Each destination is
-deleted and ``sync`` called before every run.
+deleted and ``sync`` called before every run. Raw results, with the per-round ratios, go to
+``bench/results/transfer-<MiB>-<commit>.json``.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import os
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -62,6 +64,7 @@ def main() -> None:
     args = ap.parse_args()
     size = args.size_mib << 20
     c = SSHCluster(1)
+    dest = None
     results: dict[str, list[float]] = {"fleet": [], "scp": [], "sftp": []}
     try:
         c.start()
@@ -70,8 +73,7 @@ def main() -> None:
         src = report["path"]
         cfg = c.dir / "ssh_config.openssh"
         cfg.write_text(c.ssh_config.read_text() + f"  Port {h.port}\n")
-        dest = Path("/var/tmp/fleet-transfer-bench")
-        dest.mkdir(exist_ok=True)
+        dest = Path(tempfile.mkdtemp(prefix="fleet-transfer-bench-", dir="/var/tmp"))
         batch = c.dir / "sftp.batch"
         batch.write_text(f"get {src} {dest / 'sftp.out'}\n")
         tools = {
@@ -95,7 +97,8 @@ def main() -> None:
                     results[name].append(size / wall / 1e6)
     finally:
         c.stop()
-        subprocess.run(["rm", "-rf", "/var/tmp/fleet-transfer-bench"])
+        if dest is not None:
+            subprocess.run(["rm", "-rf", str(dest)])
     print(f"\n## transfer of {args.size_mib} MiB over one loopback sshd, {args.runs} runs (MB/s, median (min-max))\n")
     print("| tool | MB/s |\n|---|---|")
     for name, v in results.items():
@@ -104,14 +107,16 @@ def main() -> None:
         paired = statistics.median(f / p for f, p in zip(results["fleet"], results[peer]))
         print(f"\nfleet / {peer} throughput: {statistics.median(results['fleet']) / statistics.median(results[peer]):.2f}"
               f" (paired {paired:.2f})")
-    out = REPO / "bench" / "results" / f"transfer-{args.size_mib}.json"
-    commit = subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
+    commit = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True,
+                            text=True).stdout.strip()
+    out = REPO / "bench" / "results" / f"transfer-{args.size_mib}-{commit}.json"
     dirty = subprocess.run(["git", "-C", str(REPO), "status", "--porcelain", "--", "fleet"], capture_output=True,
                            text=True).stdout.splitlines()
     paired = {peer: [f / p for f, p in zip(results["fleet"], results[peer])] for peer in ("scp", "sftp")}
     out.write_text(json.dumps({"size_mib": args.size_mib, "runs": args.runs, "fleet_commit": commit,
                                "uncommitted_fleet_files": dirty, "mb_per_s": results,
                                "fleet_over_peer_by_round": paired}, indent=1))
+    print(f"raw: {out}")
 
 
 if __name__ == "__main__":

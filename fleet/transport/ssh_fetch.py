@@ -13,16 +13,23 @@ import asyncssh
 SFTP_SESSIONS = 4      # transfers at once over one connection (sshd's MaxSessions is 10)
 SFTP_CHUNK = 8 << 20  # bytes per read call; asyncssh keeps several requests in flight within each
 
-# The exec-channel stream for large files (bench/transfer_variants.py, 1 GiB, 2-core loopback
-# test bed, paired medians against OpenSSH scp: the SFTP path 0.64-0.80x, this stream 0.87-1.01x;
-# client CPU 2.2 s/GiB against 3.3-4.7 s/GiB for SFTP).
+# The exec-channel stream for large files: asyncssh's SFTP client spends more client CPU per
+# byte than a plain channel (its SFTP packet parsing and reassembly), and on a busy client that
+# decides the rate (bench/transfer_variants.py compares the paths; docs/performance-gathering.md).
 STREAM_MIN = 8 << 20       # below one chunk the stream gains nothing over SFTP
 STREAM_WINDOW = 16 << 20   # channel window: sshd may read this far ahead of us. With asyncssh's
 #                            2 MiB, sshd stalls on window adjusts; 16 MiB measured best (4 MiB: -10%).
 STREAM_PKTSIZE = 256 << 10  # our max packet size: when its socket is backed up sshd joins what it
 #                             has read into one bigger packet (~48 KiB on average instead of 32),
 #                             fewer packets for asyncssh to handle in Python (OpenSSH's limit: 256 KiB).
-STREAM_QUEUED = 2          # chunks waiting for the writer before the channel is paused
+STREAM_BATCH = 1 << 20     # bytes joined and handed to the writer thread at once. With 8 MiB
+#                            batches a 1 GiB copy took 1.56x as long (paired, slower in 9 of 9
+#                            rounds), with 2 s more client CPU and 0.7 s more of sshd's on the
+#                            same two cores; likely because each byte then goes join -> write ->
+#                            hash through memory larger than the caches (the client's page faults
+#                            were counted: not the cause). 256 KiB-2 MiB measured alike.
+#                            (docs/performance-gathering.md, bench/transfer_modes.py)
+STREAM_QUEUED = 16         # batches waiting for the writer before the channel is paused (16 MiB)
 STREAM_RECV = 64 << 10     # bytes per socket read: see _smaller_reads
 
 
@@ -53,7 +60,7 @@ async def _stream_copy(conn: asyncssh.SSHClientConnection, remote: str, dst, off
     """The file from ``offset`` on as the stdout of ``cat`` (``tail -c +N`` to resume), raw bytes.
 
     Packets are taken as asyncssh's channel hands them over (no stream reader in between),
-    joined into SFTP_CHUNK blocks and written and hashed in a thread, in order: what a cut
+    joined into STREAM_BATCH blocks and written and hashed in a thread, in order: what a cut
     connection leaves on disk is a clean prefix, as with SFTP. While the writer is behind, the
     channel is paused (asyncssh then sends no window adjust and sshd stops at the window)."""
     chunks: asyncio.Queue[list[bytes] | None] = asyncio.Queue()
@@ -72,7 +79,7 @@ async def _stream_copy(conn: asyncssh.SSHClientConnection, remote: str, dst, off
                 return
             state["parts"].append(data)
             state["have"] += len(data)
-            if state["have"] >= SFTP_CHUNK:
+            if state["have"] >= STREAM_BATCH:
                 chunks.put_nowait(state["parts"])
                 state["parts"], state["have"] = [], 0
                 if chunks.qsize() >= STREAM_QUEUED and not state["paused"]:
@@ -87,7 +94,8 @@ async def _stream_copy(conn: asyncssh.SSHClientConnection, remote: str, dst, off
             if not ended.done():
                 ended.set_result(exc)
 
-    def consume(block: bytes) -> None:
+    def consume(parts: list[bytes]) -> None:
+        block = b"".join(parts)
         dst.write(block)
         if on_block is not None:
             on_block(block)  # hashlib releases the GIL: this overlaps with the transfer
@@ -99,9 +107,8 @@ async def _stream_copy(conn: asyncssh.SSHClientConnection, remote: str, dst, off
     try:
         got = 0
         while (parts := await chunks.get()) is not None:
-            block = b"".join(parts)
-            await asyncio.to_thread(consume, block)
-            got += len(block)
+            await asyncio.to_thread(consume, parts)
+            got += sum(map(len, parts))
             if state["paused"] and chunks.qsize() < STREAM_QUEUED:
                 state["paused"] = False
                 chan.resume_reading()
