@@ -30,7 +30,7 @@ SHORT = {"-s": "--sample", "-d": "--duration"}
 # nsys options under which its --duration no longer counts from the workload's start: fleet's
 # --timeout is then the agent's signal at the time, not --duration.
 DURATION_MOVED_BY = ("-y", "--delay", "-c", "--capture-range", "--kill")
-MAX_TIMEOUT = 30 * 86400  # seconds: a month
+MAX_TIMEOUT = 10 * 366 * 86400  # seconds: past any job's limit (Slurm's INFINITE reads as a year)
 
 
 def _names(word: str, name: str) -> bool:

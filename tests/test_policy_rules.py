@@ -205,6 +205,7 @@ def test_a_timeout_is_nsys_own_duration_unless_the_user_gave_one():
     assert not [w for w in argv(tool="ncu") if w.startswith("--duration")]  # ncu: SIGINT at the timeout
     for moved in (("--delay=5",), ("-y", "5"), ("-c", "cudaProfilerApi"), ("--kill", "none")):
         assert not [w for w in argv(*moved) if w.startswith("--duration")], moved  # the agent's signal then
+    assert "--duration=31535820" in argv(timeout=365 * 86400 - 180)  # a Slurm job without a limit: a year
     for bad in (0, -5, float("inf"), float("nan"), 1e300):
         p = plan("h", state(), ProfileRequest(tool="nsys", command=("app",), run_id="r", timeout=bad))
         assert p.status == REFUSED and "--timeout" in p.reasons[0], bad

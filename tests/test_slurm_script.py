@@ -261,3 +261,6 @@ def test_an_nsys_rank_runs_until_the_jobs_end_less_stop_before_and_slurms_slack(
     assert time_to_run(env, 120, "nsys", now=9821) is None  # too near: the trap stops it
     assert time_to_run({"FLEET_JOB_END": ""}, 120, "nsys", now=0) is None  # squeue did not say
     assert time_to_run({}, 120, "nsys", now=0) is None
+    # Slurm's INFINITE limit reads as a year from the start: a duration that long, not a refusal
+    year = time_to_run({"FLEET_JOB_END": str(365 * 86400)}, 120, "nsys", now=0)
+    assert year == 365 * 86400 - 180

@@ -82,7 +82,7 @@ def time_to_run(env, stop_before, tool, now=None):
     if tool != "nsys" or not (end.isascii() and end.isdigit()) or not stop_before:
         return None
     left = int(end) - (time.time() if now is None else now) - stop_before - SIGNAL_SLACK
-    return int(left) if left >= 1 else None
+    return int(left) if 1 <= left <= planner.MAX_TIMEOUT else None
 
 
 def plan_rank(args, env, label, command):
