@@ -5,7 +5,8 @@ plan from ``fleet/plan.py``. In order: put back what dead runs left changed;
 take the GPU counter locks; set owned sysctls; pause DCGM; look at the GPUs
 once more, right before a counter-using profiler starts; run the profiler,
 relaying its output; stop it only with SIGTERM/SIGINT so its report is
-finished (a --timeout on nsys is nsys's own --duration, which keeps the kernels); find, finish and hash its reports (:mod:`reports`); put everything back.
+finished (a --timeout on nsys is nsys's own --duration, which keeps the kernels);
+find, finish and hash its reports (:mod:`reports`); put everything back.
 
 The result is one JSON document, framed by ``RESULT_MARK`` (``frame``/``results_in``
 are the one channel: the last line on stdout for fleet over SSH, and the
@@ -87,15 +88,17 @@ def run_profiler(plan, relay, stop_requested):
     by_nsys = plan.stopped_by_nsys()
     deadline = started + plan.timeout + (NSYS_BACKSTOP if by_nsys else 0) if plan.timeout else None
     last_stop = exited = first_stop = why_stopped = None
+    duration_up = False
     open_streams = 2
     while open_streams and (exited is None or time.monotonic() - exited < PIPE_GRACE) or proc.poll() is None:
         now = time.monotonic()
         if exited is None and proc.poll() is not None:
             exited = now  # helpers of a killed profiler may hold its pipes open: drain a little, then go
         timed_out = deadline is not None and now >= deadline
+        duration_up = by_nsys and now - started >= plan.timeout
         # Once nsys is stopping the workload itself (its --duration is up) a stop request
         # (Slurm's trap) would only reach it while it writes the report: let it finish.
-        told = stop_requested() and not (by_nsys and now - started >= plan.timeout)
+        told = stop_requested() and not duration_up
         if (told or timed_out) and (last_stop is None or now - last_stop >= STOP_GRACE) and proc.poll() is None:
             if first_stop is None:
                 first_stop = now
@@ -112,8 +115,8 @@ def run_profiler(plan, relay, stop_requested):
                 relay.write(key.data, data)
         if not open_streams:
             time.sleep(0.05)
-    if why_stopped is None and by_nsys and proc.returncode == 128 + signal.SIGTERM \
-            and time.monotonic() - started >= plan.timeout:  # nsys --duration's --kill sigterm, not an end of its own
+    if why_stopped is None and duration_up and proc.returncode == 128 + signal.SIGTERM:
+        # nsys --duration's --kill sigterm, not an end of the workload's own
         why_stopped = "at its time limit of %gs, by nsys (--duration), its kernels until then kept" % plan.timeout
     return proc.returncode, why_stopped, open_streams > 0
 

@@ -8,6 +8,7 @@ import sys
 import click
 
 from .. import exitcodes
+from ..plan import MAX_TIMEOUT
 from .context import Context, exclude_option, fail, store_option
 from .output import echo_json, json_option
 from .parsing import WorkloadCommand, refuse_options
@@ -32,7 +33,7 @@ def seconds(ctx, param, value):
 @click.option("--allow-own", is_flag=True, help="Your own other processes on the GPU are not tenants.")
 @click.option("--pause-dcgm", is_flag=True, help="Pause DCGM profiling for the run on pre-Hopper GPUs (owned nodes).")
 @click.option("--wait", "lock_wait", type=float, default=0.0, help="Seconds to wait for another run's GPU lock.")
-@click.option("--timeout", type=click.FloatRange(0, 10 * 366 * 86400, min_open=True), callback=seconds,
+@click.option("--timeout", type=click.FloatRange(0, MAX_TIMEOUT, min_open=True), callback=seconds,
               help="Seconds the workload may run; then nsys stops it (its --duration, kernels kept) or ncu gets SIGINT; the report is kept.")
 @click.option("-X", "--profiler-arg", "profiler_args", multiple=True, help="Extra argument for nsys/ncu (repeatable).")
 @click.option("--docker", "docker_image", help="Lab servers: run the workload and the node's profiler in this "

@@ -10,7 +10,7 @@ import click
 
 from .. import exitcodes
 from .parsing import Day
-from .context import store_option
+from .context import fail, store_option
 from .output import echo_json, json_option
 
 if TYPE_CHECKING:
@@ -23,8 +23,7 @@ def _manifest(store_root: str | None, run_id: str) -> "RunManifest":
     try:
         return store.load_run(store.root(store_root), run_id)
     except LookupError as e:
-        click.echo(f"fleet: {e}", err=True)
-        sys.exit(exitcodes.USAGE)
+        fail(str(e))
 
 
 @click.group()
@@ -90,8 +89,7 @@ def reports_pull(run_id, dest, store_root, as_json):
     try:
         pulled = store.pull(store.root(store_root), run_id, Path(dest))
     except LookupError as e:
-        click.echo(f"fleet: {e}", err=True)
-        sys.exit(exitcodes.USAGE)
+        fail(str(e))
     code = exitcodes.OK
     for p in pulled:
         if p.target is None:
@@ -117,8 +115,7 @@ def reports_rm(run_id, store_root, dry_run, as_json):
     try:
         gone = store.remove_run(store.root(store_root), run_id, dry_run=dry_run)
     except LookupError as e:
-        click.echo(f"fleet: {e}", err=True)
-        sys.exit(exitcodes.USAGE)
+        fail(str(e))
     if as_json:
         return echo_json({"run_id": run_id, "removed": str(gone.directory), "dry_run": dry_run,
                           "files": gone.files, "catalog_rows": gone.catalog_rows})
@@ -163,8 +160,7 @@ def reports_stats(run_id, which, store_root, top, as_json):
     try:
         found = stats.run_stats(store.root(store_root), m, which)
     except stats.StatsError as e:
-        click.echo(f"fleet: {e}", err=True)
-        sys.exit(exitcodes.USAGE)
+        fail(str(e))
     if as_json:
         return echo_json(found.to_json(top))
     from .output import print_stats
@@ -187,8 +183,7 @@ def reports_open(run_id, which, store_root, as_json):
     try:
         opening = viewer.open_reports(store.root(store_root), m, which)
     except viewer.StatsError as e:
-        click.echo(f"fleet: {e}", err=True)
-        sys.exit(exitcodes.USAGE)
+        fail(str(e))
     except OSError as e:  # found on PATH but would not start
         click.echo(f"fleet: {opening_failed(e)}", err=True)
         sys.exit(exitcodes.FAILED)

@@ -190,7 +190,7 @@ def here(manifest_path: Path, stored: str | None) -> str | None:
         return None
     below = parts[len(parts) - parts[::-1].index(run.name):]
     path = run.joinpath(*below)
-    if not below or ".." in below or not (not path.exists() or path.resolve().is_relative_to(run.resolve())):
+    if not below or ".." in below or (path.exists() and not path.resolve().is_relative_to(run.resolve())):
         return None
     return str(path)
 
