@@ -24,7 +24,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from fleet.lab import probe as probe_mod  # noqa: E402
+from fleet import agentcall as probe_mod  # noqa: E402
 from fleet.agent.bundle import bundle as agent_bundle  # noqa: E402
 from tests.harness import fakenvml  # noqa: E402
 from tests.harness.sshd import SSHCluster  # noqa: E402

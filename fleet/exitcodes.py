@@ -12,6 +12,8 @@ DEGRADED = 4        # doctor: some way to profile works only with features given
 REFUSED = 5         # policy refused to run (e.g. ncu beside another tenant); nothing was started
 PARTIAL = 6         # profile: some hosts brought reports home, others were refused or failed
 REGRESSION = 7      # nightly report: some metric is called a Regression
+YIELDED = 8         # profile: the profiler gave the GPU's counters back to a newcomer mid-run (report kept)
+WORKLOAD_FAILED = 9  # profile: the workload exited non-zero or died by a signal (report kept)
 INTERRUPTED = 130   # a second Ctrl-C left the run to finish on its own (128 + SIGINT, as shells say)
 
 
@@ -63,22 +65,34 @@ def for_results(results) -> int:
     return code
 
 
+# A host's (or rank's) status (fleet/outcome.py's HostStatus) -> its exit status; any other is FAILED.
+FOR_HOST = {"ok": OK, "planned": OK, "refused": REFUSED, "unreachable": UNREACHABLE, "yielded": YIELDED,
+            "workload-failed": WORKLOAD_FAILED}
+
+
+def for_hosts(statuses) -> int:
+    """The exit status of a run that ended, from its hosts' statuses: OK when all are ok; PARTIAL
+    when some are; REFUSED when every one was refused; else the highest of the others' (a failed
+    workload, a newcomer, an unreachable host say more than a refusal beside them)."""
+    codes = [FOR_HOST.get(str(s), FAILED) for s in statuses]
+    done = [c for c in codes if c != OK]
+    if not done:
+        return OK
+    if len(done) < len(codes):
+        return PARTIAL
+    if all(c == REFUSED for c in done):
+        return REFUSED
+    return max(c for c in done if c != REFUSED)
+
+
 def for_run(manifest, *, waited: bool = True) -> int:
     """The status for a profiling run, from its manifest (a ``manifest.RunManifest``): lab
     servers, Slurm, ``gather``, nightly. ``waited``: the caller waited for the run to end;
     ``--no-wait`` did not, so a submitted run is then what was asked."""
-    from .store.manifest import run_status
-
     if manifest.status in ("running", "submitted"):
         return PARTIAL if waited else OK  # gather: the job has not ended yet
-    statuses = ["ok" if h.status == "planned" else h.status for h in manifest.hosts]
-    status = manifest.status
-    if status == "dry-run":  # what would happen: planned hosts count as done
-        status = run_status(statuses) if statuses else "complete"
-    if status == "complete":
-        return OK
-    if statuses and all(s == "refused" for s in statuses):
-        return REFUSED
-    if status == "partial":
-        return PARTIAL
-    return UNREACHABLE if "unreachable" in statuses else FAILED
+    if manifest.status == "cancelled":  # a cancelled job did not do its job, whatever its ranks did
+        return FAILED
+    if not manifest.hosts:  # a job that was never submitted, or left nothing at all
+        return OK if manifest.status in ("complete", "dry-run") else FAILED
+    return for_hosts(h.status for h in manifest.hosts)

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from fleet.agent import bundle, owned
+from fleet.agent import bundle, owned, wire
 
 SOURCES = {name: bundle.source_path(name) for name in bundle.SHIPPED}
 FLEETS_OWN = {name: path for name, path in SOURCES.items() if bundle.SHIPPED[name].startswith("fleet.")}
@@ -138,10 +138,12 @@ def test_fleets_shipped_modules_evaluate_no_type_unions_or_builtin_generics(name
 
 # --- the agent's own bytes, handed to the sudo re-run by the loader (owned.SHIPPED_AS) ---
 
+# It answers as the agent it was asked to run would: one "repair" answer of the wire.
 SUDO_STAND_IN = """#!/usr/bin/python3
 import hashlib, json, sys
-print(json.dumps({"value": {"argv": sys.argv[1:], "stdin_sha256": hashlib.sha256(sys.stdin.buffer.read()).hexdigest()}}))
-"""
+body = {"value": {"argv": sys.argv[1:], "stdin_sha256": hashlib.sha256(sys.stdin.buffer.read()).hexdigest()}}
+print(MARK + json.dumps({"wire": 1, "kind": "repair", "body": body}))
+""".replace("MARK", repr(wire.MARK))
 
 
 @pytest.fixture
@@ -159,7 +161,7 @@ def as_nobody():
         def run(argv, **kw):
             out = subprocess.run(argv, env=env, cwd="/", capture_output=True, timeout=60, user=nobody.pw_uid,
                                  group=nobody.pw_gid, extra_groups=[], **kw)
-            return json.loads(out.stdout.decode().splitlines()[-1]), out
+            return wire.read(out.stdout.decode(), "repair"), out
 
         yield directory, run
     finally:

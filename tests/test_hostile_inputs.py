@@ -17,7 +17,7 @@ import yaml
 
 from fleet import hostlist, store
 from fleet.agent import slurmd
-from fleet.agent.run import RESULT_MARK, results_in
+from fleet.agent import wire
 from fleet.plan import ProfileRequest
 from fleet.safenames import UnsafeValue
 from fleet.slurm import jobs
@@ -285,7 +285,7 @@ def test_a_deeply_nested_request_is_refused_in_one_line(node):
     assert slurmd.main({"op": "prolog", "config": node["config_path"]}, node["env"]) == 0
     log = node["log"].read_text()
     assert "ignored_request" in log and "nested too deeply" in log and "failed" not in log
-    assert results_in(RESULT_MARK + "[" * 100_000 + "\n" + RESULT_MARK + '{"ok": 1}\n') == [{"ok": 1}]
+    assert wire.answers(wire.MARK + "[" * 100_000 + "\n" + wire.MARK + '{"ok": 1}\n', "profile") == [{"ok": 1}]
 
 
 def test_staged_tar_members_carry_the_time_of_submission():

@@ -20,11 +20,12 @@ from pathlib import Path
 import pytest
 
 from fleet import exitcodes, safenames, store
-from fleet.agent import node, run
+from fleet.agent import node, run, wire
 from fleet.agent.bundle import BOOTSTRAP, bundle
 from fleet.inventory import Host, InventoryError, load
 from fleet.lab import profile
 from fleet.plan import ProfileRequest, plan
+from fleet.store.bring import bring_home
 from fleet.store.manifest import RunManifest, SlurmInfo
 from fleet.transport import Fanout
 from fleet.transport.settings import SSHSettings
@@ -128,8 +129,8 @@ def test_a_host_made_without_an_inventory_is_kept_off_the_nodes():
 
 
 def test_a_report_name_from_the_node_that_is_no_file_name_is_not_fetched(tmp_path):
-    entries = asyncio.run(profile.bring_home(None, None, [{"path": "/r/..", "size": 1, "sha256": "0" * 64}],
-                                             tmp_path / "h01"))
+    entries = asyncio.run(bring_home(None, None, [{"path": "/r/..", "size": 1, "sha256": "0" * 64}],
+                                     tmp_path / "h01", node_dir="/r"))
     assert not entries[0].verified and "cannot name a folder" in entries[0].error
     assert tree(tmp_path) == []
 
@@ -152,7 +153,7 @@ def test_the_agent_on_the_node_refuses_a_plan_that_writes_outside_its_run(tmp_pa
     run_dir, before = str(reports / "r"), tree(tmp_path)
     doc = {k: v.replace("RUNROOT", str(reports)).replace("RUN", run_dir) for k, v in change.items()}
     out = shipped_agent(replace(p, **doc).to_json())
-    [result] = run.results_in(out.stdout.decode())
+    [result] = wire.answers(out.stdout.decode(), "profile")
     assert out.returncode == 1 and result["status"] == "error", out.stderr
     assert "plan's" in result["reasons"][0], result
     assert not (tmp_path / "ran").exists() and tree(tmp_path) == before

@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from fleet.agent import node, run
+from fleet.agent import node, run, wire
 from fleet.plan import ProfileRequest, plan
 
 STANDINS = Path(__file__).parent / "standins"
@@ -33,8 +33,8 @@ def _agent(p, result_line: bool):
 def test_the_result_is_framed_alike_on_stdout_and_in_its_file(tmp_path):
     out = _agent(_plan(tmp_path), result_line=True)
     assert out.returncode == 0, out.stderr
-    [on_stdout] = run.results_in(out.stdout)
-    [in_file] = run.results_in((tmp_path / "r" / "h01.result.json").read_text())
+    [on_stdout] = wire.answers(out.stdout, "profile")
+    [in_file] = wire.answers((tmp_path / "r" / "h01.result.json").read_text(), "profile")
     assert on_stdout == in_file and in_file["status"] == "ok" and in_file["reports"]
 
 
@@ -45,14 +45,14 @@ def test_a_result_that_cannot_be_written_is_an_error(tmp_path):
     slurm = _agent(p, result_line=False)  # on Slurm the file is the only channel
     assert slurm.returncode == 1 and "could not be written" in slurm.stderr
     lab = _agent(p, result_line=True)  # over SSH the line still says what happened
-    [result] = run.results_in(lab.stdout)
+    [result] = wire.answers(lab.stdout, "profile")
     assert result["status"] == "error" and any("could not be written" in r for r in result["reasons"])
 
 
 def test_results_in_skips_other_lines_and_reads_earlier_bare_files():
     framed = run.frame({"status": "ok"})
-    text = "app output\n@@job.exit 0\n" + framed + '{"status": "refused"}\n' + run.RESULT_MARK + '{"cut'
-    assert run.results_in(text) == [{"status": "ok"}, {"status": "refused"}]
+    text = "app output\n@@job.exit 0\n" + framed + '{"status": "refused"}\n' + wire.MARK + '{"cut'
+    assert wire.answers(text, "profile") == [{"status": "ok"}, {"status": "refused"}]
 
 
 FORGER = """#!/usr/bin/env python3
@@ -71,12 +71,12 @@ def test_a_workload_cannot_forge_the_result_nor_hide_the_real_one(tmp_path):
     """A profiled program printed a framed line and ended stdout mid-line: the forged result was
     taken and the real one, glued to the program's last line, lost."""
     fake = tmp_path / "nsys"
-    fake.write_text(FORGER.replace("MARK", repr(run.RESULT_MARK)))
+    fake.write_text(FORGER.replace("MARK", repr(wire.MARK)))
     fake.chmod(0o755)
     state = node.probe({"tools": {"nsys": str(fake)}, "report_dir": str(tmp_path), "environment_check": False})
     p = plan("h01", state, ProfileRequest(tool="nsys", command=("true",), run_id="r"))
     out = _agent(p, result_line=True)
-    [result] = run.results_in(out.stdout)
+    [result] = wire.answers(out.stdout, "profile")
     assert result["status"] == "ok" and result["reports"] and result["node"]  # the agent's own
     assert "\\x1e@@fleet-result@@" in out.stdout  # the program's line, escaped, still shown
 
@@ -91,10 +91,10 @@ def test_an_unexpected_fault_is_an_error_not_ok(tmp_path):
     p = replace(p, recheck={"gpus": [0], "allow_own": False})
     out = subprocess.run([sys.executable, "-c", code, json.dumps(p.to_json())], capture_output=True, text=True,
                          timeout=60)
-    [result] = run.results_in(out.stdout)
+    [result] = wire.answers(out.stdout, "profile")
     assert out.returncode == 1 and result["status"] == "error"
     assert "RuntimeError: NVML went away" in result["reasons"][0]
 
 
 def test_results_that_are_not_objects_are_skipped():
-    assert run.results_in(run.RESULT_MARK + "5\n" + run.RESULT_MARK + "[1]\n" + run.frame({"a": 1})) == [{"a": 1}]
+    assert wire.answers(wire.MARK + "5\n" + wire.MARK + "[1]\n" + run.frame({"a": 1}), "profile") == [{"a": 1}]

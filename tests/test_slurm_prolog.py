@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from fleet.agent import slurmd
-from fleet.agent.run import results_in
+from fleet.agent.wire import answers
 from tests.conftest import announce, perf_event_paranoid, run_fleet
 from tests.harness.slurm import SlurmCluster
 from tests.harness.sshd import TEST_USER, ensure_user
@@ -304,7 +304,7 @@ def test_a_rank_refuses_ncu_on_what_the_prolog_saw(tmp_path):
     out = subprocess.run(["python3", str(tmp_path / "fleet-agent.py"), json.dumps(args), "touch", str(tmp_path / "ran")],
                          env=env, capture_output=True, text=True)
     assert out.returncode == 5, out.stderr
-    [result] = results_in((tmp_path / "runs" / "r" / "node1" / "rank0.result.json").read_text())
+    [result] = answers((tmp_path / "runs" / "r" / "node1" / "rank0.result.json").read_text(), "profile")
     assert result["status"] == "refused" and "tenant seen by the node's prolog: GPU 0: pid 4242" in result["reasons"][0]
     assert not (tmp_path / "ran").exists()
     # A verdict that cannot be read says nothing about the GPU: it counts as shared (it counted as free).

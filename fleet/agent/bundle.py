@@ -37,6 +37,7 @@ SHIPPED = {
     "fleet_agent_locks": "fleet.agent.locks",
     "fleet_agent_task": "fleet.agent.task",
     "fleet_agent_slurmd": "fleet.agent.slurmd",
+    "fleet_agent_wire": "fleet.agent.wire",
 }
 
 # The agent's modes (the "mode" of its JSON argument) -> the shipped module whose main() serves it.

@@ -10,7 +10,6 @@ crash the whole probe: each failure becomes a value in the document.
 from __future__ import annotations
 
 import glob
-import json
 import os
 import platform
 import pwd
@@ -286,22 +285,10 @@ def probe(args):
     }
 
 
-def facts(state, gpus, tool):
-    """What a run's manifest records of the node it ran on, from its state: the same keys
-    whether fleet read the state over SSH (lab servers) or the rank made it on the node (Slurm).
-    ``gpus``: the indices the run was given, None for every GPU."""
-    chosen = [g for g in state.get("gpus") or [] if gpus is None or g.get("index") in gpus]
-    found = (state.get("tools") or {}).get(tool)
-    return {"node": state.get("host"),
-            "gpu": ", ".join(sorted(set(g.get("name") or "?" for g in chosen))) or None,
-            "driver": (state.get("nvml") or {}).get("driver"),
-            "tool_version": found.get("version") if isinstance(found, dict) else None,
-            "processes_seen": [{"gpu": g["index"], "pid": p.get("pid"), "user": p.get("user"),
-                                "used_memory": p.get("used_memory"), "foreign": p.get("foreign"),
-                                "slurm_job": p.get("slurm_job")}
-                               for g in chosen for p in g.get("processes") or []]}
-
-
 def main(args):
-    sys.stdout.write(json.dumps(probe(args)))
+    try:  # shipped under a flat name
+        import fleet_agent_wire as wire
+    except ImportError:  # as part of the installed package
+        from . import wire
+    sys.stdout.write(wire.frame("probe", probe(args)))
     return 0

@@ -30,6 +30,11 @@ import subprocess
 import sys
 import time
 
+try:  # as shipped by fleet, every module travels under a flat name
+    import fleet_agent_wire as wire
+except ImportError:  # as part of the installed package (tests, the local machine)
+    from . import wire
+
 # How this agent was shipped, so a step that needs root can run the same agent again under `sudo -n`:
 # (the bootstrap one-liner, the compressed agent it read from stdin). Set by the bundle's loader
 # (fleet/agent/bundle.py) right after it loads this module. None when the agent runs from a file
@@ -297,11 +302,11 @@ def privileged(op, **kw):
         raise NoRoot("changing node state needs root, and this node has no sudo: %s" % NO_ROOT_REMEDY)
     except subprocess.TimeoutExpired:
         raise OwnedError("as root through sudo -n: no answer within 120 s")
-    lines = out.stdout.decode(errors="replace").strip().splitlines()
+    text = out.stdout.decode(errors="replace")
     try:
-        doc = json.loads(lines[-1]) if out.returncode in (0, 1) and lines else {}
-    except ValueError:
-        doc = {"error": "unreadable answer: %s" % lines[-1][:200]}
+        doc = wire.read(text, "repair") if out.returncode in (0, 1) else {}
+    except wire.WireError as e:
+        doc = {"error": "%s: %.200r" % (e, text.strip()[-200:])} if text.strip() else {}
     if out.returncode != 0 or not isinstance(doc, dict) or "error" in doc:
         said = out.stderr.decode(errors="replace").strip().splitlines()[-1:] or ["no output"]
         why = doc.get("error") if isinstance(doc, dict) and doc.get("error") else said[0]
@@ -320,5 +325,5 @@ def main(args):
         result["value"] = OPS[op](**kw) if os.geteuid() == 0 else privileged(op, **kw)
     except (OwnedError, OSError) as e:
         result["error"] = str(e)
-    print(json.dumps(result))
+    sys.stdout.write(wire.frame("repair", result))
     return 1 if "error" in result else 0

@@ -8,10 +8,9 @@ relaying its output; stop it only with SIGTERM/SIGINT so its report is
 finished (a --timeout on nsys is nsys's own --duration, which keeps the kernels);
 find, finish and hash its reports (:mod:`reports`); put everything back.
 
-The result is one JSON document, framed by ``RESULT_MARK`` (``frame``/``results_in``
-are the one channel: the last line on stdout for fleet over SSH, and the
-``HOST.result.json`` file beside the reports that a Slurm run's gather reads
-with the same framing). If fleet went away meanwhile (its connection closed),
+The result is one JSON document, a "profile" answer of the one wire (:mod:`wire`):
+the last line on stdout for fleet over SSH, and the ``HOST.result.json`` file
+beside the reports that a Slurm run's gather reads with the same framing. If fleet went away meanwhile (its connection closed),
 the run goes on, the node is still put back, and the file is still written; a
 result that cannot be written is an error the run reports.
 """
@@ -33,17 +32,17 @@ try:  # as shipped by fleet, every module travels under a flat name
     import fleet_agent_node as node
     import fleet_agent_owned as owned
     import fleet_agent_reports as reports
+    import fleet_agent_wire as wire
     import fleet_plan as planner
     import fleet_policy as policy
     import fleet_safenames as safenames
 except ImportError:  # as part of the installed package (tests, the local machine)
-    from . import files, node, owned, reports
+    from . import files, node, owned, reports, wire
     from . import locks as gpu_locks
     from . import gpus as nvml_gpus
     from .. import plan as planner
     from .. import policy, safenames
 
-RESULT_MARK = "\x1e@@fleet-result@@ "
 REFUSED_EXIT = 5
 STOP_GRACE = 30.0  # seconds between repeated stop signals
 KILL_AFTER = 600.0  # a profiler still alive this long after the first stop is wedged: SIGKILL, finish its .qdstrm
@@ -65,7 +64,7 @@ class Relay:
         self.tail = (self.tail + data)[-65536:]
         if stream is sys.stdout.buffer and data:
             if not ours:
-                data = data.replace(RESULT_MARK[:1].encode(), b"\\x1e")
+                data = data.replace(wire.MARK[:1].encode(), b"\\x1e")
             self.ends_line = data.endswith(b"\n")
         if self.dead:
             return
@@ -275,27 +274,8 @@ def refuse(result, *reasons):
 
 
 def frame(result):
-    """The one framing of an agent's result, on stdout and in the result file alike."""
-    return RESULT_MARK + json.dumps(result) + "\n"
-
-
-def results_in(text):
-    """Every framed result in ``text`` (lines that do not carry one are skipped)."""
-    found = []
-    for line in text.split("\n"):  # not splitlines(): it also splits at RESULT_MARK's \x1e
-        if line.startswith(RESULT_MARK):
-            line = line[len(RESULT_MARK):]
-        elif not line.startswith("{"):  # result files of earlier agents hold the bare document
-            continue
-        try:
-            doc = json.loads(line)
-        except ValueError:
-            continue  # cut off: a result being written (files are renamed into place, so rare)
-        except RecursionError:
-            continue  # nested past Python's stack: no result fleet wrote (the job can write these files)
-        if isinstance(doc, dict):
-            found.append(doc)
-    return found
+    """The result as the one wire frames it, on stdout and in the result file alike."""
+    return wire.frame("profile", result)
 
 
 def report_dirs(plan):

@@ -27,10 +27,11 @@ try:  # as shipped by fleet, every module travels under a flat name
     import fleet_agent_files as files
     import fleet_agent_node as node
     import fleet_agent_run as run
+    import fleet_agent_wire as wire
     import fleet_plan as planner
     import fleet_policy as policy
 except ImportError:  # as part of the installed package
-    from . import files, node, run
+    from . import files, node, run, wire
     from .. import plan as planner
     from .. import policy
 
@@ -96,7 +97,7 @@ def plan_rank(args, env, label, command):
     req = replace(req, command=tuple(command), gpus=gpus, output_name="%s/%s" % (node_name, label),
                   job=env.get("SLURM_JOB_ID"), timeout=time_to_run(env, args.get("stop_before"), req.tool))
     plan = planner.plan(label, state, req)
-    context = dict(node.facts(state, req.gpus, req.tool), slurm_node=node_name, job_id=env.get("SLURM_JOB_ID"),
+    context = dict(wire.facts(state, req.gpus, req.tool), slurm_node=node_name, job_id=env.get("SLURM_JOB_ID"),
                    directory=os.path.join(args["report_dir"], req.run_id, node_name))
     return plan, context
 

@@ -107,7 +107,7 @@ def with_partition_options(command):
 
 def _probe(obj: Context, targets, exclude, as_json, environment_check=False, partition=None, nodes=None,
            cluster=None):
-    from ..lab import probe as probe_mod
+    from .. import agentcall
     from .output import progress
 
     if partition is None and (nodes is not None or cluster is not None):
@@ -121,7 +121,7 @@ def _probe(obj: Context, targets, exclude, as_json, environment_check=False, par
     async def go():
         async with obj.fanout_for_run() as fan:
             with progress(len(hosts), "probe", enabled=not as_json) as advance:
-                return await probe_mod.probe(fan, hosts, environment_check=environment_check, on_result=advance,
+                return await agentcall.probe(fan, hosts, environment_check=environment_check, on_result=advance,
                                              last_use=True)
 
     return hosts, asyncio.run(go())
@@ -202,7 +202,7 @@ def doctor(obj: Context, targets, exclude, partition, nodes, cluster, as_json, s
 @click.pass_obj
 def repair(obj: Context, targets, exclude, dry_run, as_json):
     """Put back what killed runs left changed on TARGETS (owned sysctls, DCGM pause)."""
-    from ..lab import probe as probe_mod
+    from .. import agentcall
     from ..agent.bundle import bundle
 
     hosts = obj.select(targets, exclude)
@@ -211,10 +211,10 @@ def repair(obj: Context, targets, exclude, dry_run, as_json):
         async with obj.fanout_for_run() as fan:
             payload = bundle()
             args = {"mode": "repair", **({"dry_run": True} if dry_run else {})}
-            return await fan.each(hosts, lambda h: fan.run(h, probe_mod.agent_argv(h, args), input=payload),
+            return await fan.each(hosts, lambda h: fan.run(h, agentcall.agent_argv(h, args), input=payload),
                                   last_use=True)
 
-    results = [probe_mod.read_repair(h, r) for h, r in zip(hosts, asyncio.run(go()))]
+    results = [agentcall.read_repair(h, r) for h, r in zip(hosts, asyncio.run(go()))]
     docs = [{"host": h.name, **({"error": r.error} if r.error else {"value": r.extra["repair"]})}
             for h, r in zip(hosts, results)]
     if as_json:

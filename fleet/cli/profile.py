@@ -58,10 +58,11 @@ def profile(obj: Context, hosts_, group, exclude, tool, gpus, gpu_metrics, allow
     from .. import store
     from .interrupt import stop_on_signals
     from ..plan import ProfileRequest, profiler_args_error
+    from ..store.manifest import new_run_id
 
     if (why := profiler_args_error(tool, tuple(profiler_args))):
         fail(why)
-    req = ProfileRequest(tool=tool, command=tuple(command), run_id=profile_mod.new_run_id(),
+    req = ProfileRequest(tool=tool, command=tuple(command), run_id=new_run_id(),
                          gpus=tuple(gpus) or None, gpu_metrics=gpu_metrics, allow_own=allow_own,
                          pause_dcgm=pause_dcgm, profiler_args=tuple(profiler_args), timeout=timeout,
                          lock_wait=lock_wait, docker_image=docker_image)

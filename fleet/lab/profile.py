@@ -9,19 +9,16 @@ from __future__ import annotations
 
 import asyncio
 import os
-import secrets
-import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
-from .. import containers, safenames, store
-from . import probe
-from ..agent import node
+from .. import agentcall, containers, outcome, safenames, store
+from ..agent import wire
 from ..agent.bundle import bundle
-from ..agent.run import RESULT_MARK, results_in
-from ..store.collect import fetch_verified, is_summary
-from ..store.manifest import HostEntry, ReportEntry, RunManifest, run_status
+from ..outcome import HostStatus
+from ..store.bring import bring_home
+from ..store.manifest import HostEntry, ReportEntry, RunManifest
 from ..plan import Plan, ProfileRequest, plan
 from ..policy import NO_SAMPLING_FLAGS, docker_privileges
 from ..transport import Result
@@ -30,15 +27,18 @@ if TYPE_CHECKING:
     from ..inventory import Host
     from ..transport import Fanout
 
-
-def new_run_id() -> str:
-    return time.strftime("%Y%m%d-%H%M%S") + "-" + secrets.token_hex(2)
+LINE_LIMIT = 1 << 16     # bytes of output without a newline relayed as one piece (no quadratic joins)
+RESULT_LIMIT = 64 << 20  # bytes of the agent's result line; a node sending more is not believed
+# The agent's own bounds past --timeout (nsys's backstop, a wedged profiler's kill, the importer,
+# nsys stats) add up to well under this: a node that has not answered by then has gone silent.
+ROUND_TRIP_MARGIN = 3600.0
+GATHER_TIMEOUT = 60.0  # reading one small result file
 
 
 @dataclass
 class HostRun:
     host: str
-    status: str = "pending"          # ok | refused | failed | unreachable | planned
+    status: str = HostStatus.PENDING
     plan: Plan | None = None
     state: dict | None = None        # what the probe found
     result: dict | None = None       # the agent's document
@@ -47,31 +47,53 @@ class HostRun:
 
 
 class LineSink:
-    """A host's output, line by line, prefixed when several hosts run; the agent's result line kept apart."""
+    """A host's output, line by line, prefixed when several hosts run; the agent's result line kept
+    apart. Output is taken in chunks: a line is joined once, and one longer than LINE_LIMIT is
+    relayed in pieces, so a workload that never prints a newline costs no more than one that does."""
+
+    MARK = wire.MARK.encode()
 
     def __init__(self, host: str, prefix: bool, write: Callable[[str, str], None]):
         self.host, self.prefix, self.write = host, prefix, write
-        self.partial = {"stdout": b"", "stderr": b""}
+        self.partial = {"stdout": bytearray(), "stderr": bytearray()}
         self.result: dict | None = None
+        self.malformed: str | None = None  # why the agent's result could not be used
 
     def __call__(self, stream: str, chunk: bytes) -> None:
-        data = self.partial[stream] + chunk
-        *lines, self.partial[stream] = data.split(b"\n")
-        for line in lines:
-            self.line(stream, line)
+        buf, start = self.partial[stream], 0
+        while (end := chunk.find(b"\n", start)) >= 0:
+            buf += chunk[start:end]
+            self.line(stream, bytes(buf))
+            buf.clear()
+            start = end + 1
+        buf += chunk[start:]
+        ours = stream == "stdout" and buf[:len(self.MARK)] == self.MARK[:len(buf)]
+        if len(buf) > (RESULT_LIMIT if ours else LINE_LIMIT):
+            if ours:
+                self.malformed = f"the agent's result is over {RESULT_LIMIT >> 20} MiB"
+                buf.clear()
+            else:
+                self.piece(stream, bytes(buf))
+                buf.clear()
 
     def line(self, stream: str, raw: bytes) -> None:
-        text = raw.decode("utf-8", "replace")
-        if stream == "stdout" and text.startswith(RESULT_MARK):
-            self.result = (results_in(text) or [None])[0]
+        if stream == "stdout" and raw.startswith(self.MARK):
+            try:
+                self.result, self.malformed = wire.read(raw.decode("utf-8", "replace"), "profile"), None
+            except wire.WireError as e:
+                self.malformed = str(e)
             return
+        self.piece(stream, raw)
+
+    def piece(self, stream: str, raw: bytes) -> None:
+        text = raw.decode("utf-8", "replace")
         self.write(stream, f"{self.host}: {text}\n" if self.prefix else text + "\n")
 
     def flush(self) -> None:
         for stream, rest in self.partial.items():
             if rest:
-                self.line(stream, rest)
-        self.partial = {"stdout": b"", "stderr": b""}
+                self.line(stream, bytes(rest))
+            rest.clear()
 
 
 async def plan_all(fan: "Fanout", hosts: list["Host"], req: ProfileRequest) -> dict[str, HostRun]:
@@ -81,19 +103,27 @@ async def plan_all(fan: "Fanout", hosts: list["Host"], req: ProfileRequest) -> d
     # the nodes here, since its name becomes the report's, the result's and the store's paths.
     unsafe = {h.name: why for h in hosts if (why := safenames.component_problem(h.name, "host name"))}
     for name, why in unsafe.items():
-        runs[name].status, runs[name].error = "failed", why
+        runs[name].status, runs[name].error = HostStatus.FAILED, why
     hosts = [h for h in hosts if h.name not in unsafe]
-    for h, r in zip(hosts, await probe.probe(fan, hosts, environment_check=False)):
+    for h, r in zip(hosts, await agentcall.probe(fan, hosts, environment_check=False)):
         run = runs[h.name]
         if r.extra.get("state") is None:
-            run.status, run.error = ("unreachable" if not r.reached else "failed"), r.error
+            run.status, run.error = (HostStatus.UNREACHABLE if not r.reached else HostStatus.FAILED), r.error
             continue
         run.state = r.extra["state"]
-        run.plan = plan(h.name, run.state, req, h.vars.get("owned_sysctls"))
-        if req.docker_image and run.plan.status == "ok":
-            run.plan = in_docker(run.plan, run.state, req, h.vars.get("docker_seccomp_profile"))
-        run.status = "planned" if run.plan.status == "ok" else "refused"
-        if run.status == "refused":
+        try:
+            run.plan = plan(h.name, run.state, req, h.vars.get("owned_sysctls"))
+            if req.docker_image and run.plan.status == "ok":
+                run.plan = in_docker(run.plan, run.state, req, h.vars.get("docker_seccomp_profile"))
+        except (TypeError, KeyError, AttributeError, ValueError) as e:
+            # The probe's answer had its shape, yet a value in it the planner cannot use: this
+            # node's answer is not believed, and the other hosts go on.
+            run.status, run.error = HostStatus.FAILED, f"{h.name}'s probe answer cannot be planned on: " \
+                                                       f"{type(e).__name__}: {e}"
+            run.state = None
+            continue
+        run.status = HostStatus.PLANNED if run.plan.status == "ok" else HostStatus.REFUSED
+        if run.status == HostStatus.REFUSED:
             run.error = "; ".join(run.plan.reasons)
     return runs
 
@@ -115,34 +145,11 @@ def in_docker(p: Plan, state: dict, req: ProfileRequest, seccomp_profile: str | 
     return replace(p, command=replace(p.command, wrapper=tuple(wrapper)), env=env)
 
 
-async def bring_home(fan: "Fanout", via: "Host", to_fetch: list[dict], dest_dir: Path, *,
-                     gathering=None, read_through: bool = False) -> list[ReportEntry]:
-    """Reports and summaries named by an agent's result, fetched through ``via`` into
-    ``dest_dir`` and checked against the node's sha256."""
-    if gathering is not None:
-        gathering.expect(sum(r["size"] for r in to_fetch))
-    entries = []
-    for report in to_fetch:
-        name = os.path.basename(str(report.get("path")))
-        problem = safenames.component_problem(name, "the report's file name")
-        if problem:  # named by the node (or, on Slurm, by a file the job could write): kept off the store
-            entries.append(ReportEntry(remote=str(report.get("path")), error=problem))
-            continue
-        dest = dest_dir / name
-        entry = await fetch_verified(fan, via, report, dest, gathering.advance if gathering else None)
-        if read_through:
-            entry["read_through"] = via.name
-        if "summary" in report:
-            entry.update(status="summary", summary=report["summary"])
-        entries.append(ReportEntry.from_json(entry))
-    return entries
-
-
 async def run_planned(fan: "Fanout", hosts: list["Host"], runs: dict[str, HostRun], req: ProfileRequest, *,
                       out: Path, write: Callable[[str, str], None] = lambda s, t: None,
                       stop: asyncio.Event | None = None, gathering=None) -> None:
     """Round trip 2: the agent carries out each planned run; the reports come home."""
-    todo = [h for h in hosts if runs[h.name].status == "planned"]
+    todo = [h for h in hosts if runs[h.name].status == HostStatus.PLANNED]
     payload = bundle()
     # Nodes that share a report directory (inventory: shared_report_dir: LABEL) are read
     # through one of them, once, instead of each over its own connection.
@@ -152,30 +159,29 @@ async def run_planned(fan: "Fanout", hosts: list["Host"], runs: dict[str, HostRu
         if label:
             readers.setdefault(label, h)
 
+    bound = req.timeout + ROUND_TRIP_MARGIN if req.timeout else None  # else SSH keepalives decide
+
     async def one(host: "Host") -> Result:
         run = runs[host.name]
         sink = LineSink(host.name, len(todo) > 1, write)
-        r = await fan.run(host, probe.agent_argv(host, {"mode": "profile", "plan": run.plan.to_json()}),
-                          input=payload, sink=sink, stop=stop)
+        r = await fan.run(host, agentcall.agent_argv(host, {"mode": "profile", "plan": run.plan.to_json()}),
+                          input=payload, sink=sink, stop=stop, timeout=bound)
         sink.flush()
         run.result = sink.result
         if run.result is None:
-            run.status = "unreachable" if not r.reached else "failed"
-            run.error = r.error or f"the agent ended (exit {r.exit_status}) without a result: " \
-                                   f"{r.stderr.decode(errors='replace').strip()[-300:]}"
+            run.status = HostStatus.UNREACHABLE if not r.reached or r.error_kind == "timeout" else HostStatus.FAILED
+            run.error = sink.malformed or r.error or f"the agent ended (exit {r.exit_status}) without a result: " \
+                                                     f"{r.stderr.decode(errors='replace').strip()[-300:]}"
+            if r.error_kind == "timeout":
+                run.error += f"; bring home what it finished later with: fleet gather {req.run_id}"
             return r
-        run.status = {"ok": "ok", "refused": "refused"}.get(run.result.get("status"), "failed")
-        if run.status != "ok":
-            run.error = "; ".join(run.result.get("reasons") or []) or str(run.result.get("status"))
-        elif not run.result.get("reports"):  # "ok" with nothing to bring home has not done its job
-            run.status, run.error = "failed", "the agent said ok but named no report"
-        via = readers.get(host.vars.get("shared_report_dir"), host)
-        to_fetch = run.result.get("reports", []) + run.result.get("summaries", [])
-        run.reports += await bring_home(fan, via, to_fetch, safenames.join(out, host.name, what="host name"),
-                                        gathering=gathering, read_through=via is not host)
-        lost = [rep for rep in run.reports if not rep.verified and not is_summary(rep)]
-        if lost:  # a summary that did not come home is recorded in its entry, and fails nothing
-            run.status, run.error = "failed", "; ".join(rep.error or "" for rep in lost)
+        if run.result.get("status") in ("ok", "yielded"):
+            via = readers.get(host.vars.get("shared_report_dir"), host)
+            run.reports += await bring_home(fan, via, run.result.get("reports", []) + run.result.get("summaries", []),
+                                            safenames.join(out, host.name, what="host name"),
+                                            node_dir=os.path.dirname(run.plan.output), gathering=gathering,
+                                            read_through=via is not host)
+        run.status, run.error = outcome.of_result(run.result, run.reports, tool=run.plan.tool)
         return r
 
     await fan.each(todo, one)
@@ -198,7 +204,7 @@ async def profile(fan: "Fanout", hosts: list["Host"], req: ProfileRequest, *, st
     await run_planned(fan, hosts, {r.host: r for r in runs}, req, out=directory, write=write, stop=stop,
                       gathering=gathering)
     manifest.hosts = [entry_for(req, r) for r in runs]
-    manifest.status = run_status(r.status for r in runs)
+    manifest.status = outcome.run_status(r.status for r in runs)
     store.save(store_root, manifest)
     return manifest
 
@@ -214,27 +220,25 @@ async def gather(fan: "Fanout", hosts: dict[str, "Host"], store_root: Path, run_
         if host is None or plan_doc.get("status") != "ok" or (
                 entry.reports and all(r.verified for r in entry.reports)):
             continue
+        node_dir = os.path.dirname(Plan.from_json(plan_doc).output)
         result = entry.result
         if result is None:  # fleet went away before the agent's last word: it is on the node
-            r = await fan.run(host, ["cat", f"{os.path.dirname(plan_doc['output'])}/{host.name}.result.json"])
+            r = await fan.run(host, ["cat", "--", f"{node_dir}/{host.name}.result.json"], timeout=GATHER_TIMEOUT)
             if r.exit_status != 0:
-                entry.missing_why = f"no result on the node yet: {r.stderr.decode(errors='replace').strip()}"
+                entry.missing_why = f"no result on the node yet: {r.error or r.stderr.decode(errors='replace').strip()}"
                 continue
-            found = results_in(r.stdout.decode(errors="replace"))
-            if not found:
-                entry.missing_why = "the result on the node is not readable yet"
+            try:
+                result = entry.result = wire.read(r.stdout.decode(errors="replace"), "profile")
+            except wire.WireError as e:
+                entry.missing_why = f"the result on the node is not readable yet: {e}"
                 continue
-            result = entry.result = found[-1]
         entry.reports = [rep for rep in entry.reports if rep.verified]
         have = {rep.remote for rep in entry.reports}
         missing = [rep for rep in result.get("reports", []) + result.get("summaries", []) if rep["path"] not in have]
-        entry.reports += await bring_home(fan, host, missing,
-                                          safenames.join(path.parent, host.name, what="host name"))
-        reports = [r for r in entry.reports if not is_summary(r)]
-        ok = result.get("status") == "ok" and reports and all(r.verified for r in reports)
-        entry.status = "ok" if ok else entry.status
-        entry.missing_why = None if ok else entry.missing_why
-    manifest.status = run_status(h.status for h in manifest.hosts)
+        entry.reports += await bring_home(fan, host, missing, safenames.join(path.parent, host.name, what="host name"),
+                                          node_dir=node_dir)
+        entry.status, entry.missing_why = outcome.of_result(result, entry.reports, tool=plan_doc.get("tool"))
+    manifest.status = outcome.run_status(h.status for h in manifest.hosts)
     store.save(store_root, manifest)
     return manifest
 
@@ -242,7 +246,7 @@ async def gather(fan: "Fanout", hosts: dict[str, "Host"], store_root: Path, run_
 def entry_for(req: ProfileRequest, run: HostRun) -> HostEntry:
     """A lab host's manifest entry: its node's facts from the state the probe found."""
     return HostEntry.from_facts(
-        run.host, run.status, node.facts(run.state, req.gpus, req.tool) if run.state else None,
+        run.host, run.status, wire.facts(run.state, req.gpus, req.tool) if run.state else None,
         missing_why=run.error, tenants_seen=[str(t) for t in (run.plan.tenants if run.plan else ())],
         given_up=(run.result or {}).get("given_up") or (run.plan.given_up if run.plan else ()),
         plan=run.plan.to_json() if run.plan else None, result=run.result, reports=run.reports)
@@ -262,7 +266,7 @@ def render(entry: HostEntry) -> str:
     refused_by_plan = p is not None and p.status == "refused"
     lines = [f"{entry.host}: {entry.status}" + (f": {entry.missing_why}" if entry.missing_why and not refused_by_plan
                                                 else "")]
-    if p and p.status == "ok" and entry.status == "planned":
+    if p and p.status == "ok" and entry.status == HostStatus.PLANNED:
         lines.append(f"  run:      {p.shell()}")
         for name, value in p.sysctls.items():
             lines.append(f"  sysctl:   {name} -> {value} for the run, then restored (owned)")
@@ -276,13 +280,5 @@ def render(entry: HostEntry) -> str:
         lines += [f"  because:  {r}" for r in p.reasons]
         if p.remedy:
             lines.append(f"  remedy:   {p.remedy}")
-    lines += [f"  gave up:  {g}" for g in entry.given_up]
-    for note in (entry.result or {}).get("notes", []):
-        lines.append(f"  note:     {note}")
-    for rep in entry.reports:
-        state = "verified" if rep.verified else f"NOT brought home: {rep.error}"
-        extra = ", finished from .qdstrm" if rep.status == "finished-from-qdstrm" else ""
-        extra += ", empty: nothing of its kind was recorded" if is_summary(rep) and rep.size == 0 else ""
-        kind = "summary:" if rep.status == "summary" else "report: "
-        lines.append(f"  {kind}  {rep.stored} ({rep.size} bytes, sha256 {(rep.sha256 or '')[:12]}…, {state}{extra})")
+    lines += outcome.detail_lines(entry)
     return "\n".join(lines) + "\n"

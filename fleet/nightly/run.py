@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 from ..lab import profile
 from .. import store
 from . import trends
-from ..store.manifest import RunManifest
+from ..store.manifest import RunManifest, new_run_id
 from .playbook import Playbook, run_metrics
 from ..plan import ProfileRequest
 from .report_html import render
@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 
 
 def request_for(pb: Playbook) -> ProfileRequest:
-    return ProfileRequest(tool=pb.tool, command=pb.command, run_id=profile.new_run_id(),
+    return ProfileRequest(tool=pb.tool, command=pb.command, run_id=new_run_id(),
                           profiler_args=pb.profiler_args)
 
 

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from .. import exitcodes
-from ..agent.run import results_in
+from ..agent import wire
 
 if TYPE_CHECKING:
     from ..inventory import Host
@@ -260,7 +260,7 @@ class SlurmClient:
                            '$(stat -c %s "$f") $(sha256sum < "$f" | cut -d" " -f1) $PWD/$f"; done; true',
                            run_dir)
         text = self._check(r, "reading the run's results")
-        results, marks = results_in(text), {"ray": []}
+        results, marks = wire.answers(text, "profile"), {"ray": []}
         for line in text.split("\n"):  # not splitlines(): results carry a \x1e
             if line.startswith("@@ray "):  # reports Ray's own nsys wrote (size, sha256, path)
                 marks["ray"].append(line[len("@@ray "):].strip())

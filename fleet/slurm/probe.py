@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 from ..agent.bundle import bundle
 from ..inventory import Host
-from ..lab.probe import agent_args, agent_argv, read_state
+from ..agentcall import agent_args, agent_argv, read_state
 from ..transport import Result
 from .cluster import Cluster
 from .jobs import LoginUnreachable, SlurmClient, SlurmError

@@ -19,13 +19,15 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
-from .. import safenames, store
+from .. import outcome, safenames, store
+from ..agent import wire
 from ..agent.bundle import script as agent_script
-from ..store.collect import fetch_verified, is_summary
-from ..store.manifest import HostEntry, ReportEntry, RunManifest, SlurmInfo, run_status
+from ..outcome import HostStatus
+from ..store.bring import bring_home, file_problem
+from ..store.collect import fetch_verified
+from ..store.manifest import HostEntry, ReportEntry, RunManifest, SlurmInfo
 from ..plan import ProfileRequest, profiler_args_error
 from . import launchers, options
-from ..lab.profile import bring_home
 from .cluster import Cluster
 from .jobs import JobState, SlurmClient, SlurmError
 from ..containers import nsight_dirs
@@ -137,14 +139,14 @@ def _why_missing(rank: int, st: JobState | None, log: str) -> str:
     return f"rank {rank} left no result (job {state}; see {log})"
 
 
-def rank_entry(res: dict) -> HostEntry:
-    """A rank's entry from the result it left: its node facts are in it (``agent.node.facts``'s keys)."""
-    status = {"ok": "ok", "refused": "refused", "stopped": "stopped"}.get(res.get("status"), "failed")
+def rank_entry(res: dict, reports: list[ReportEntry] = (), tool: str | None = None) -> HostEntry:
+    """A rank's entry from the result it left (its node facts are in it: ``wire.facts``'s keys)
+    and what came home of it."""
+    status, why = outcome.of_result(res, list(reports), tool=tool)
     return HostEntry.from_facts(
-        res.get("slurm_node") or res.get("node"), status, res, rank=res.get("rank"),
-        missing_why="; ".join(res.get("reasons") or []) or res.get("status"),
+        res.get("slurm_node") or res.get("node"), status, res, rank=res.get("rank"), missing_why=why,
         tenants_seen=[t if isinstance(t, str) else _tenant_text(t) for t in res.get("tenants") or []],
-        given_up=res.get("given_up") or [], result=res)
+        given_up=res.get("given_up") or [], result=res, reports=reports)
 
 
 def _tenant_text(t: dict) -> str:
@@ -162,53 +164,58 @@ async def gather(fan: "Fanout", client: SlurmClient, manifest: RunManifest, dire
     slurm.job_exit = int(marks["job.exit"]) if marks.get("job.exit", "").lstrip("-").isdigit() else None
     slurm.stopped_before_time_limit = "job.stopped" in marks
     log = f"slurm-{slurm.job_id}.out"
-    if "slurm" in marks and safenames.is_component(os.path.basename(marks["slurm"])):  # slurm-JOBID.out
-        size, sha, path = marks["slurm"].split(" ", 2)
-        slurm.log = ReportEntry.from_json(await fetch_verified(
-            fan, client.login, {"path": path, "size": int(size), "sha256": sha}, directory / os.path.basename(path)))
+    if "slurm" in marks:  # slurm-JOBID.out: its size, sha256 and path, from a line the job could write too
+        size, sha, path = (marks["slurm"].split(" ", 2) + ["", ""])[:3]
+        job_log = {"path": path, "size": int(size) if size.isdigit() else size, "sha256": sha}
+        if file_problem(job_log, slurm.run_dir) is None:
+            slurm.log = ReportEntry.from_json(await fetch_verified(
+                fan, client.login, job_log, directory / os.path.basename(path)))
+
+    tool = (manifest.request or {}).get("tool")
 
     async def one(res: dict) -> HostEntry:
-        entry = rank_entry(res)
+        wrong = wire.problems(res, "profile")
+        node = res.get("slurm_node") or res.get("node")
         # The node's name comes from a result file in the run directory, which the job can write:
-        # one that is not a folder name brings nothing home.
-        problem = safenames.component_problem(entry.host, "the node name in a rank's result")
+        # one that is not a folder name, or a result not of its shape, brings nothing home.
+        problem = "; ".join(wrong[:3]) if wrong else safenames.component_problem(node, "the node name in a rank's result")
         if problem:
-            entry.host, entry.status, entry.missing_why = str(entry.host), "failed", problem
-            return entry
-        # Written to node-local scratch, they now are in the run directory, under the same names.
-        to_fetch = [dict(r, path=f"{slurm.run_dir}/{entry.host}/{os.path.basename(r['path'])}")
-                    for r in (res.get("reports") or []) + (res.get("summaries") or [])]
-        entry.reports = await bring_home(fan, client.login, to_fetch, directory / entry.host, gathering=gathering)
-        if entry.status == "ok" and not res.get("reports"):
-            entry.status, entry.missing_why = "failed", "the profiler left no report"
-        lost = [rep for rep in entry.reports if not rep.verified and not is_summary(rep)]
-        if lost:  # a summary that did not come home is recorded in its entry, and fails nothing
-            entry.status = "failed"
-            entry.missing_why = "; ".join(rep.error or "" for rep in lost)
-        return entry
+            rank = res.get("rank") if isinstance(res.get("rank"), int) else None
+            return HostEntry(str(node), HostStatus.FAILED, rank=rank, missing_why=f"a malformed result: {problem}")
+        reports = []
+        if res.get("status") in ("ok", "yielded"):
+            # Written to node-local scratch, they now are in the run directory, under the same names.
+            to_fetch = [dict(r, path=f"{slurm.run_dir}/{node}/{os.path.basename(r['path'])}")
+                        for r in (res.get("reports") or []) + (res.get("summaries") or [])]
+            reports = await bring_home(fan, client.login, to_fetch, directory / node,
+                                       node_dir=f"{slurm.run_dir}/{node}", gathering=gathering)
+        return rank_entry(res, reports, tool)
 
     # Ranks come home side by side (the transport bounds transfers per login connection).
-    ordered = sorted(results, key=lambda r: (r.get("rank") is None, r.get("rank") or 0, r.get("host") or ""))
+    ordered = sorted(results, key=lambda r: (not isinstance(r.get("rank"), int), r.get("rank") if isinstance(
+        r.get("rank"), int) else 0, str(r.get("host") or "")))
     hosts = list(await asyncio.gather(*(one(res) for res in ordered)))
     for line in marks["ray"]:  # Ray's workers, named worker-HOST-PID.nsys-rep (no rank, no agent)
-        size, sha, path = line.split(" ", 2)
+        size, sha, path = (line.split(" ", 2) + ["", ""])[:3]
         node = os.path.basename(path).removesuffix(".nsys-rep")[len("worker-"):].rsplit("-", 1)[0] or "ray"
         if not safenames.is_component(node):  # named by a file the job wrote
-            hosts.append(HostEntry(str(node), "failed", worker=os.path.basename(path),
+            hosts.append(HostEntry(str(node), HostStatus.FAILED, worker=os.path.basename(path),
                                    missing_why=safenames.component_problem(node, "the Ray worker's node name")))
             continue
-        reports = await bring_home(fan, client.login, [{"path": path, "size": int(size), "sha256": sha}],
-                                   directory / node)
-        hosts.append(HostEntry(node, "ok" if reports[0].verified else "failed", worker=os.path.basename(path),
-                               missing_why=reports[0].error, reports=reports))
+        report = {"path": path, "size": int(size) if size.isdigit() else size, "sha256": sha}
+        reports = await bring_home(fan, client.login, [report], directory / node, node_dir=f"{slurm.run_dir}/ray")
+        gone = outcome.lost(reports)
+        hosts.append(HostEntry(node, HostStatus.FAILED if gone else HostStatus.OK, worker=os.path.basename(path),
+                               missing_why=gone[0].error if gone else None, reports=reports))
     seen = {e.rank for e in hosts}
     ranks = expected_ranks(slurm.spec)
     for rank in ranks if ranks is not None else ([] if hosts else [0]):
         if rank not in seen:
-            hosts.append(HostEntry("(no result)", "missing", rank=rank, missing_why=_why_missing(rank, state, log)))
+            hosts.append(HostEntry("(no result)", HostStatus.MISSING, rank=rank,
+                                   missing_why=_why_missing(rank, state, log)))
     manifest.hosts = hosts
     manifest.status = "cancelled" if state is not None and state.state == "CANCELLED" else \
-        run_status(h.status for h in hosts)
+        outcome.run_status(h.status for h in hosts)
     return manifest
 
 

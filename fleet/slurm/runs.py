@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .. import store
+from .. import outcome, store
 from .cluster import Cluster, choose
 from .jobs import SlurmClient
 
@@ -84,13 +84,7 @@ def render(m: "RunManifest") -> str:
     for h in m.hosts:
         rank = f"rank {h.rank}" if h.rank is not None else "?"
         lines.append(f"  {h.host} {rank}: {h.status}" + (f": {h.missing_why}" if h.missing_why else ""))
-        for g in h.given_up:
-            lines.append(f"    gave up:  {g}")
-        for rep in h.reports:
-            state = "verified" if rep.verified else f"NOT brought home: {rep.error}"
-            state += ", empty: nothing of its kind was recorded" if rep.status == "summary" and rep.size == 0 else ""
-            kind = "summary:" if rep.status == "summary" else "report: "
-            lines.append(f"    {kind}  {rep.stored} ({rep.size} bytes, {state})")
+        lines += outcome.detail_lines(h, indent="    ", hashes=False)
     if s.log:
         lines.append(f"  job log:  {s.log.stored}")
     return "\n".join(lines) + "\n"

@@ -2,7 +2,7 @@
 
 One shape on every path: each lab host, Slurm rank, Ray worker and rank that left
 nothing is a :class:`HostEntry` with the same keys, its node facts built by one
-function (:meth:`HostEntry.from_facts`) from the keys of ``agent.node.facts``.
+function (:meth:`HostEntry.from_facts`) from the keys of ``agent.wire.facts``.
 
 ``schema`` is written into every manifest. Version 1 is what fleet wrote before
 it had one (no ``schema`` key, and keys an entry did not use left out): it is
@@ -12,6 +12,7 @@ read with defaults for what is missing. A newer version is refused, not guessed 
 from __future__ import annotations
 
 import getpass
+import secrets
 import time
 from dataclasses import asdict, dataclass, field, fields
 from typing import TYPE_CHECKING, Any, Iterable
@@ -20,6 +21,11 @@ if TYPE_CHECKING:
     from ..plan import ProfileRequest
 
 SCHEMA_VERSION = 2
+
+
+def new_run_id() -> str:
+    """A run's id: when it began, and four hex digits against two runs in one second."""
+    return time.strftime("%Y%m%d-%H%M%S") + "-" + secrets.token_hex(2)
 
 
 class ManifestError(ValueError):
@@ -100,7 +106,7 @@ class HostEntry(_Record):
                    plan: dict | None = None, result: dict | None = None,
                    reports: Iterable[ReportEntry] = ()) -> "HostEntry":
         """The entry of a host or rank whose node was looked at. ``facts`` has the keys of
-        ``agent.node.facts`` (node, gpu, driver, tool_version, processes_seen): fleet makes
+        ``agent.wire.facts`` (node, gpu, driver, tool_version, processes_seen): fleet makes
         them from the probed state on lab servers; on Slurm the rank's result carries them."""
         facts = facts or {}
         return cls(host=host, status=status, rank=rank, node=facts.get("node"),
@@ -202,11 +208,3 @@ class RunManifest:
         if known.get("slurm") is not None:
             known["slurm"] = SlurmInfo.from_json(known["slurm"])
         return cls(**known)
-
-
-def run_status(host_statuses: Iterable[str]) -> str:
-    """A run's status from its hosts' (or ranks'): complete, partial or failed."""
-    statuses = list(host_statuses)
-    if statuses and all(s == "ok" for s in statuses):
-        return "complete"
-    return "partial" if any(s == "ok" for s in statuses) else "failed"

@@ -33,8 +33,8 @@ files = JobFiles(root + "/" + r, root, tools={"nsys": sys.argv[5], "ncu": sys.ar
 print(json.dumps(task_args(req, JobSpec(launcher=l), files)))' \
     "$1" "$2" "$3" "$RUNS" "$NSYS" "$NCU" "${@:4}"; }
 show() { echo "--- $1"; "$PY" -c 'import json, sys
-from fleet.agent.run import results_in
-[d] = results_in(open(sys.argv[1]).read())
+from fleet.agent.wire import answers
+[d] = answers(open(sys.argv[1]).read(), "profile")
 keep = ("host", "status", "rank", "slurm_node", "job_id", "gpu", "driver", "tool_version", "reasons", "tenants",
         "exit_status", "stopped", "given_up", "notes", "processes_seen")
 print(json.dumps({k: d.get(k) for k in keep if k in d}, indent=1))

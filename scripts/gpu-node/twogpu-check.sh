@@ -75,7 +75,7 @@ F=$D/torchrun-2gpu.txt
   for r in "$RUNS"/run2gpu/h200x2/rank*.result.json; do
     "$PY" -c 'import json, sys
 sys.path[:0] = ["."]
-from fleet.agent.run import results_in
+from fleet.agent.wire import answers
 doc = results_in(open(sys.argv[1]).read())[-1]
 print(sys.argv[1].rsplit("/", 1)[1], doc["status"], [r["path"].rsplit("/", 1)[1] for r in doc["reports"]])' "$r"
   done; } > "$F" 2>&1

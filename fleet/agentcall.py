@@ -1,7 +1,9 @@
-"""Run the node agent in one round trip per node, and read its JSON back.
+"""The controller's side of the node agent, for lab servers and Slurm alike: how it is started
+on a node, and its answers read back, through the one wire (``fleet/agent/wire.py``).
 
-What travels and how (the bootstrap, the loader, the bundle) is
-``fleet/agent/bundle.py``; this module is the controller's side of it.
+What travels and how (the bootstrap, the loader, the bundle) is ``fleet/agent/bundle.py``.
+An answer is checked against its shape before anything uses it: a node that sends a malformed
+one fails alone, with the reason, and the other hosts go on.
 """
 
 from __future__ import annotations
@@ -9,12 +11,13 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Callable
 
-from ..agent.bundle import BOOTSTRAP, bundle
-from ..transport import Result
+from .agent import wire
+from .agent.bundle import BOOTSTRAP, bundle
+from .transport import Result
 
 if TYPE_CHECKING:
-    from ..inventory import Host
-    from ..transport import Fanout
+    from .inventory import Host
+    from .transport import Fanout
 
 
 def agent_argv(host: "Host", args: dict) -> list[str]:
@@ -50,10 +53,10 @@ def read_state(host: "Host", r: Result) -> Result:
         r.error, r.error_kind = f"agent failed on {host.name}: {last}", r.error_kind or "agent"
         return r
     try:
-        r.extra["state"] = json.loads(r.stdout)
+        r.extra["state"] = wire.read(r.stdout.decode("utf-8", "replace"), "probe")
         r.stdout = b""  # kept parsed: with thousands of hosts, not twice
-    except ValueError as e:
-        r.error, r.error_kind = f"agent on {host.name} printed no JSON document: {e}", "agent"
+    except wire.WireError as e:
+        r.error, r.error_kind = f"{host.name}: {e}", "agent"
     return r
 
 
@@ -62,17 +65,17 @@ def read_repair(host: "Host", r: Result) -> Result:
     line in ``r.error``; the agent may print its own error, print nothing, or something else."""
     if r.error and not r.reached:
         return r
-    text = r.stdout.decode("utf-8", "replace").strip()
+    text = r.stdout.decode("utf-8", "replace")
     try:
-        doc = json.loads(text.splitlines()[-1]) if text else None
-    except (ValueError, RecursionError):
+        doc = wire.read(text, "repair")
+    except wire.WireError:
         doc = None
     done = doc.get("value") if isinstance(doc, dict) else None
     if isinstance(doc, dict) and isinstance(doc.get("error"), str):
         r.error, r.error_kind = f"{host.name}: {doc['error']}", "agent"
     elif not isinstance(done, dict) or not isinstance(done.get("restored"), dict):
         err = r.stderr.decode("utf-8", "replace").strip().splitlines()
-        why = err[-1] if err else f"it printed {text[:80]!r}" if text else "it printed nothing"
+        why = err[-1] if err else f"it printed {text.strip()[:80]!r}" if text.strip() else "it printed nothing"
         r.error, r.error_kind = (f"{host.name}: the agent gave no repair result (exit status "
                                  f"{r.exit_status}): {why}"), "agent"
     else:

@@ -1,0 +1,186 @@
+"""The one wire between fleet and its agent: how every answer is framed, and the shape it must have.
+
+Shipped to the nodes (standard library, Python 3.8) and imported by the controller, which
+imports nothing else of the agent. An answer is one line: ``MARK`` then a JSON object
+``{"wire": 1, "kind": KIND, "body": {...}}``; it is the last line on stdout over SSH, and the
+content of a rank's ``HOST.result.json`` on Slurm. Whatever else the workload or the profiler
+prints cannot pass for one (the agent's relay escapes the mark's first byte).
+
+An answer is data from a node that may be anyone's: :func:`read` takes the last well-formed
+one of its kind, and :func:`problems` holds its body to its shape (types, the status
+vocabulary, sizes, hashes, plain file names), so that a malformed answer fails that host alone,
+with the reason, and never reaches code that would trust it.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+MARK = "\x1e@@fleet-result@@ "
+VERSION = 1
+KINDS = ("probe", "profile", "repair")
+
+# What an agent says of one run (the body of a "profile" answer, and of a rank's result file).
+RESULT_STATUSES = ("ok", "refused", "stopped", "no-report", "error", "yielded")
+SHA256 = re.compile(r"^[0-9a-f]{64}$")
+MAX_ITEMS = 10000  # reports, notes, reasons: more than any run makes; a node sending more is not believed
+
+
+class WireError(ValueError):
+    """No answer of the asked kind could be read, or it is not of its shape."""
+
+
+def frame(kind, body):
+    """The one framing of an agent's answer, as a line."""
+    return MARK + json.dumps({"wire": VERSION, "kind": kind, "body": body}, separators=(",", ":")) + "\n"
+
+
+def answers(text, kind):
+    """The bodies of every answer of ``kind`` in ``text``, in order; lines that carry none are
+    skipped. Result files of earlier agents hold the bare result document (or it after MARK):
+    they read as "profile" answers."""
+    found = []
+    for line in text.split("\n"):  # not splitlines(): it also splits at MARK's \x1e
+        framed = line.startswith(MARK)
+        if framed:
+            line = line[len(MARK):]
+        elif not (kind == "profile" and line.startswith("{")):
+            continue
+        try:
+            doc = json.loads(line)
+        except (ValueError, RecursionError):  # cut off, or nested past the stack: no answer fleet wrote
+            continue
+        if not isinstance(doc, dict):
+            continue
+        if "wire" in doc:
+            if doc.get("kind") == kind and isinstance(doc.get("body"), dict):
+                found.append(doc["body"])
+        elif kind == "profile":  # an earlier agent's result document
+            found.append(doc)
+    return found
+
+
+def read(text, kind):
+    """The last answer of ``kind`` in ``text``, held to its shape; WireError says why there is none."""
+    found = answers(text, kind)
+    if not found:
+        raise WireError("no %s answer from the agent" % kind)
+    wrong = problems(found[-1], kind)
+    if wrong:
+        raise WireError("the agent's %s answer is malformed: %s" % (kind, "; ".join(wrong[:3])))
+    return found[-1]
+
+
+# -- shapes ----------------------------------------------------------------------------------
+# A shape is a type (or tuple of types), a list [shape], a dict {key: shape} (every key optional,
+# REQUIRED lists those that are not), or a function returning a problem or None.
+
+def _is_int(v):
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def non_negative(v):
+    return None if _is_int(v) and 0 <= v < 1 << 62 else "not a size"
+
+
+def int_or_none(v):
+    return None if v is None or _is_int(v) else "not an integer"
+
+
+def number_or_none(v):
+    ok = v is None or (isinstance(v, (int, float)) and not isinstance(v, bool) and v == v and abs(v) < 1e15)
+    return None if ok else "not a number"
+
+
+def str_or_none(v):
+    return None if v is None or isinstance(v, str) else "not a string"
+
+
+def sha256(v):
+    return None if isinstance(v, str) and SHA256.match(v) else "not a sha256"
+
+
+def one_of(*allowed):
+    return lambda v: None if v in allowed else "not one of %s" % ", ".join(allowed)
+
+
+def check(value, shape, where="", required=()):
+    """Every way ``value`` is not of ``shape``, as 'where: what' lines."""
+    if callable(shape) and not isinstance(shape, type):
+        why = shape(value)
+        return ["%s: %s (%.60r)" % (where or "answer", why, value)] if why else []
+    if isinstance(shape, list):
+        if not isinstance(value, list) or len(value) > MAX_ITEMS:
+            return ["%s: not a list" % where]
+        return [p for i, item in enumerate(value) for p in check(item, shape[0], "%s[%d]" % (where, i))]
+    if isinstance(shape, dict):
+        if not isinstance(value, dict):
+            return ["%s: not an object" % (where or "answer")]
+        wrong = ["%s: missing" % (where + "." + k if where else k) for k in required if k not in value]
+        for key, sub in shape.items():
+            if key in value:
+                wrong += check(value[key], sub, where + "." + key if where else key)
+        return wrong
+    if not isinstance(value, shape) or (isinstance(value, bool) and shape in (int, (int, float))):
+        return ["%s: not %s (%.60r)" % (where or "answer", getattr(shape, "__name__", shape), value)]
+    return []
+
+
+FILE = {"path": str, "size": non_negative, "sha256": sha256, "status": str_or_none, "summary": str_or_none}
+FILE_REQUIRED = ("path", "size", "sha256")
+NEWCOMER = {"gpu": int_or_none, "pid": int_or_none, "user": str_or_none, "used_memory": int_or_none,
+            "unseen": bool, "appeared_s": number_or_none, "overlap_s": number_or_none, "action": str_or_none}
+WORKLOAD = {"exit_status": int_or_none, "signal": str_or_none}
+RESULT = {
+    "status": one_of(*RESULT_STATUSES), "host": str_or_none, "node": str_or_none, "reasons": [str], "notes": [str],
+    "given_up": [str], "reports": [FILE], "summaries": [FILE], "changed": dict, "restored": (dict, type(None)),
+    "exit_status": int_or_none, "stopped": bool, "rank": int_or_none, "profiler_errors": [str],
+    "workload": (dict, type(None)), "newcomer": (dict, type(None)), "conditions": (dict, type(None)),
+    "tenants": list, "processes_seen": list, "gpu": str_or_none, "driver": str_or_none,
+    "tool_version": str_or_none, "slurm_node": str_or_none,
+}
+PROBE = {"host": str_or_none, "uid": int_or_none, "gid": int_or_none, "user": str_or_none,
+         "nvml": dict, "gpus": [dict], "mps": dict, "dcgm": dict, "tools": dict, "report_dir": dict,
+         "nvidia": dict, "perf_event_paranoid": int_or_none}
+GPU = {"index": int, "name": str_or_none, "uuid": str_or_none, "processes": [dict], "architecture": int_or_none}
+PROCESS = {"pid": int_or_none, "user": str_or_none, "uid": int_or_none, "used_memory": int_or_none}
+REPAIR = {"value": (dict, type(None)), "error": str_or_none, "host": str_or_none}
+
+
+def problems(body, kind):
+    """Every way an answer's body is not of its kind's shape (empty: it may be used)."""
+    if kind == "profile":
+        wrong = check(body, RESULT, required=("status",))
+        if not wrong:
+            wrong += [p for f in body.get("reports", []) for p in check(f, FILE, "reports", FILE_REQUIRED)]
+            wrong += [p for f in body.get("summaries", []) for p in check(f, FILE, "summaries", FILE_REQUIRED)]
+            wrong += check(body.get("newcomer") or {}, NEWCOMER, "newcomer")
+            wrong += check(body.get("workload") or {}, WORKLOAD, "workload")
+        return wrong
+    if kind == "probe":
+        wrong = check(body, PROBE)
+        for i, gpu in enumerate(body.get("gpus") or [] if not wrong else []):
+            wrong += check(gpu, GPU, "gpus[%d]" % i, required=("index",))
+            for j, proc in enumerate(gpu.get("processes") or [] if isinstance(gpu, dict) else []):
+                wrong += check(proc, PROCESS, "gpus[%d].processes[%d]" % (i, j))
+        return wrong
+    if kind == "repair":
+        return check(body, REPAIR)
+    return ["%s: no such kind of answer" % kind]
+
+
+def facts(state, gpus, tool):
+    """What a run's manifest records of the node it ran on, from its probed state: the same keys
+    whether fleet read the state over SSH (lab servers) or the rank made it on the node (Slurm).
+    ``gpus``: the indices the run was given, None for every GPU."""
+    chosen = [g for g in state.get("gpus") or [] if gpus is None or g.get("index") in gpus]
+    found = (state.get("tools") or {}).get(tool)
+    return {"node": state.get("host"),
+            "gpu": ", ".join(sorted(set(g.get("name") or "?" for g in chosen))) or None,
+            "driver": (state.get("nvml") or {}).get("driver"),
+            "tool_version": found.get("version") if isinstance(found, dict) else None,
+            "processes_seen": [{"gpu": g["index"], "pid": p.get("pid"), "user": p.get("user"),
+                                "used_memory": p.get("used_memory"), "foreign": p.get("foreign"),
+                                "slurm_job": p.get("slurm_job")}
+                               for g in chosen for p in g.get("processes") or []]}

@@ -1,0 +1,149 @@
+"""One outcome: what a host, a Slurm rank or a Ray worker did, decided in one place for every path.
+
+A run's verdict covers the whole run: the agent's word, the workload's own exit, the
+profiler's error lines, a newcomer the profiler yielded to, and whether every report came home
+whole. Lab servers (:mod:`fleet.lab.profile`), Slurm ranks and Ray workers
+(:mod:`fleet.slurm.run`), ``fleet gather`` and nightly all ask :func:`of_result`, and print
+with :func:`detail_lines`; ``exitcodes.for_run`` turns these statuses into the run's exit status.
+"""
+
+from __future__ import annotations
+
+import signal
+from enum import StrEnum
+from typing import TYPE_CHECKING, Iterable
+
+from .store.collect import is_summary
+
+if TYPE_CHECKING:
+    from .store.manifest import HostEntry, ReportEntry
+
+
+class HostStatus(StrEnum):
+    """One host's or rank's outcome, as the manifest, the host line and ``--json`` spell it."""
+    PLANNED = "planned"                  # --dry-run: what would run
+    PENDING = "pending"                  # not yet run
+    OK = "ok"                            # the job was done and nothing went wrong while it ran
+    REFUSED = "refused"                  # the policy refused: nothing was started
+    YIELDED = "yielded"                  # counters given back to a newcomer mid-run; what was profiled kept
+    WORKLOAD_FAILED = "workload-failed"  # the workload exited non-zero or died by a signal; report kept
+    PROFILER_ERROR = "profiler-error"    # the profiler said it failed at something; report kept
+    STOPPED = "stopped"                  # told to stop before the profiler started
+    FAILED = "failed"                    # the agent failed, or a report did not come home
+    UNREACHABLE = "unreachable"          # the node could not be reached, or went silent
+    MISSING = "missing"                  # a Slurm rank that left no result
+
+
+def lost(reports: Iterable["ReportEntry"]) -> list["ReportEntry"]:
+    """The one lost-report rule: a report (not a summary) that did not come home verified."""
+    return [rep for rep in reports if not rep.verified and not is_summary(rep)]
+
+
+def workload_said(result: dict) -> str | None:
+    """'the workload exited 3' or 'the workload was killed by SIGSEGV', or None when it ended well
+    or fleet itself stopped it (its time limit, Ctrl-C, Slurm's end)."""
+    if result.get("stopped"):
+        return None
+    workload = result.get("workload")
+    if isinstance(workload, dict):
+        code, sig = workload.get("exit_status"), workload.get("signal")
+    else:  # an agent older than the workload record: the profiler passes the workload's status on
+        code, sig = result.get("exit_status"), None
+        if isinstance(code, int) and code > 128 and code - 128 in signal.Signals._value2member_map_:
+            code, sig = None, signal.Signals(code - 128).name
+        elif isinstance(code, int) and code < 0:  # the profiler itself died by a signal, not the workload
+            code = None
+    if sig:
+        return f"the workload was killed by {sig}"
+    if isinstance(code, int) and code != 0:
+        return f"the workload exited {code}"
+    return None
+
+
+def newcomer_said(newcomer: dict) -> str:
+    """Who arrived on the GPU mid-run, when, and what fleet did about it, in one phrase."""
+    who = "an unseen tenant (GPU memory no listed process holds)" if newcomer.get("unseen") else \
+        f"pid {newcomer.get('pid')} ({newcomer.get('user') or 'unknown user'})"
+    memory = newcomer.get("used_memory")
+    if isinstance(memory, int) and memory > 0:
+        who += f", {memory / 2**30:.1f} GiB"
+    when = newcomer.get("appeared_s")
+    text = f"{who} on GPU {newcomer.get('gpu')}"
+    if isinstance(when, (int, float)):
+        text += f", {when:.1f} s after the profiler started"
+    overlap = newcomer.get("overlap_s")
+    if isinstance(overlap, (int, float)):
+        text += f"; overlapped {overlap:.1f} s"
+    if newcomer.get("action"):
+        text += f"; {newcomer['action']}"
+    return text
+
+
+def of_result(result: dict | None, reports: list["ReportEntry"], *, tool: str | None = None) -> tuple[str, str | None]:
+    """(status, why) of a host or rank from its agent's result and what came home of it. A missing
+    result is the caller's to name (unreachable, missing, failed): this decides the rest."""
+    if result is None:
+        return HostStatus.FAILED, "the agent gave no result"
+    said = result.get("status")
+    reasons = "; ".join(result.get("reasons") or []) or None
+    if said == "refused":
+        return HostStatus.REFUSED, reasons
+    if said == "stopped":
+        return HostStatus.STOPPED, reasons or "told to stop before the profiler started"
+    if said not in ("ok", "yielded"):  # no-report, error, or an agent's word this fleet does not know
+        return HostStatus.FAILED, reasons or str(said)
+    if not result.get("reports"):  # "ok" with nothing to bring home has not done its job
+        return HostStatus.FAILED, "the agent said ok but named no report"
+    gone = lost(reports)
+    if gone:  # a summary that did not come home is recorded in its entry, and fails nothing
+        return HostStatus.FAILED, "; ".join(rep.error or "not brought home" for rep in gone)
+    if said == "yielded":
+        return HostStatus.YIELDED, "gave the GPU's counters back to " + newcomer_said(result.get("newcomer") or {})
+    if (why := workload_said(result)):
+        return HostStatus.WORKLOAD_FAILED, why
+    errors = result.get("profiler_errors") or []
+    if errors:
+        more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+        return HostStatus.PROFILER_ERROR, f"{tool or 'the profiler'} reported an error: {errors[0]}{more}"
+    return HostStatus.OK, None
+
+
+def run_status(host_statuses: Iterable[str]) -> str:
+    """A run's status from its hosts' (or ranks'): complete when every one is ok; partial when some
+    are; a word of its own when every host yielded or every workload failed; else failed."""
+    statuses = list(host_statuses)
+    if statuses and all(s == HostStatus.OK for s in statuses):
+        return "complete"
+    if any(s == HostStatus.OK for s in statuses):
+        return "partial"
+    if statuses and len(set(statuses)) == 1 and statuses[0] in (HostStatus.YIELDED, HostStatus.WORKLOAD_FAILED):
+        return str(statuses[0])
+    return "failed"
+
+
+def report_line(rep: "ReportEntry", *, hashes: bool = True) -> str:
+    """One brought-home file, as every path prints it."""
+    state = "verified" if rep.verified else f"NOT brought home: {rep.error}"
+    if rep.status == "finished-from-qdstrm":
+        state += ", finished from .qdstrm"
+    if is_summary(rep) and rep.size == 0:
+        state += ", empty: nothing of its kind was recorded"
+    kind = "summary:" if is_summary(rep) else "report: "
+    digest = f", sha256 {(rep.sha256 or '')[:12]}…" if hashes else ""
+    return f"{kind}  {rep.stored} ({rep.size} bytes{digest}, {state})"
+
+
+def detail_lines(entry: "HostEntry", *, indent: str = "  ", hashes: bool = True) -> list[str]:
+    """What a host's or rank's outcome says below its status line: given up, notes, the workload,
+    a newcomer, the profiler's errors, and every file brought home."""
+    result = entry.result or {}
+    lines = [f"gave up:  {g}" for g in entry.given_up]
+    lines += [f"note:     {n}" for n in result.get("notes") or []]
+    newcomer = result.get("newcomer")
+    if isinstance(newcomer, dict) and entry.status != HostStatus.YIELDED:
+        lines.append(f"newcomer: {newcomer_said(newcomer)}")
+    if (why := workload_said(result)) and entry.status != HostStatus.WORKLOAD_FAILED:
+        lines.append(f"workload: {why}")
+    lines += [f"error:    {e}" for e in (result.get("profiler_errors") or [])[:5]]
+    lines += [report_line(rep, hashes=hashes) for rep in entry.reports]
+    return [indent + line for line in lines]
