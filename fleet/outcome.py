@@ -62,11 +62,12 @@ def workload_said(result: dict) -> str | None:
 
 def newcomer_said(newcomer: dict) -> str:
     """Who arrived on the GPU mid-run, when, and what fleet did about it, in one phrase."""
-    who = "an unseen tenant (GPU memory no listed process holds)" if newcomer.get("unseen") else \
-        f"pid {newcomer.get('pid')} ({newcomer.get('user') or 'unknown user'})"
     memory = newcomer.get("used_memory")
-    if isinstance(memory, int) and memory > 0:
-        who += f", {memory / 2**30:.1f} GiB"
+    held = f"{memory / 2**30:.1f} GiB" if isinstance(memory, int) and memory > 0 else None
+    if newcomer.get("unseen"):
+        who = f"an unseen tenant ({held or 'GPU memory'} that no listed process holds)"
+    else:
+        who = f"pid {newcomer.get('pid')} ({', '.join(filter(None, [newcomer.get('user') or 'unknown user', held]))})"
     when = newcomer.get("appeared_s")
     text = f"{who} on GPU {newcomer.get('gpu')}"
     if isinstance(when, (int, float)):

@@ -153,8 +153,9 @@ def problems(body, kind):
     if kind == "profile":
         wrong = check(body, RESULT, required=("status",))
         if not wrong:
-            wrong += [p for f in body.get("reports", []) for p in check(f, FILE, "reports", FILE_REQUIRED)]
-            wrong += [p for f in body.get("summaries", []) for p in check(f, FILE, "summaries", FILE_REQUIRED)]
+            for key in ("reports", "summaries"):
+                wrong += [p for i, f in enumerate(body.get(key, []))
+                          for p in check(f, FILE, "%s[%d]" % (key, i), FILE_REQUIRED)]
             wrong += check(body.get("newcomer") or {}, NEWCOMER, "newcomer")
             wrong += check(body.get("workload") or {}, WORKLOAD, "workload")
         return wrong

@@ -35,6 +35,9 @@ def seconds(ctx, param, value):
 @click.option("--wait", "lock_wait", type=float, default=0.0, help="Seconds to wait for another run's GPU lock.")
 @click.option("--timeout", type=click.FloatRange(0, MAX_TIMEOUT, min_open=True), callback=seconds,
               help="Seconds the workload may run; then nsys stops it (its --duration, kernels kept) or ncu gets SIGINT; the report is kept.")
+@click.option("--finish-timeout", type=click.FloatRange(0, MAX_TIMEOUT, min_open=True), callback=seconds,
+              help="With --timeout: seconds past it a node may take to stop the profiler, finish the report and "
+                   "answer, before fleet calls it silent (default 3600).")
 @click.option("-X", "--profiler-arg", "profiler_args", multiple=True, help="Extra argument for nsys/ncu (repeatable).")
 @click.option("--docker", "docker_image", help="Lab servers: run the workload and the node's profiler in this "
               "Docker image, with the least privilege the plan needs.")
@@ -46,7 +49,7 @@ def seconds(ctx, param, value):
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
 @click.pass_obj
 def profile(obj: Context, hosts_, group, exclude, tool, gpus, gpu_metrics, allow_own, pause_dcgm, lock_wait,
-            timeout, profiler_args, docker_image, store_root, site, dry_run, as_json, command, **slurm):
+            timeout, finish_timeout, profiler_args, docker_image, store_root, site, dry_run, as_json, command, **slurm):
     """Profile COMMAND with nsys or ncu on lab servers (--hosts, --group) or in a Slurm
     batch job (--partition), leaving every node as it was.
 
@@ -72,13 +75,15 @@ def profile(obj: Context, hosts_, group, exclude, tool, gpus, gpu_metrics, allow
             fail("--partition/--cluster (a Slurm job) and --hosts/--group (lab servers) do not mix")
         refuse_options(ctx, ["docker_image"], "on Slurm, containers are --container-image (pyxis) or --apptainer")
         refuse_options(ctx, ["gpus"], "on Slurm, ask for GPUs with --gpus or --gres; --gpu picks a GPU on a lab server")
-        refuse_options(ctx, ["timeout", "lock_wait"], "on Slurm, the job's --time bounds the run (the profilers "
+        refuse_options(ctx, ["timeout", "lock_wait", "finish_timeout"], "on Slurm, the job's --time bounds the run (the profilers "
                        "stop --stop-before seconds ahead); --timeout and --wait are for lab servers")
         refuse_options(ctx, ["exclude"], "on Slurm, leave nodes out with --sbatch-arg=--exclude=NODES")
         return profile_on_slurm(obj, req, slurm, store_root=store_root, site=None if site == "lab" else site,
                                 dry_run=dry_run, as_json=as_json)
     refuse_options(ctx, [name for name in slurm if name not in ("partition", "cluster")],
                    "Slurm options, for a batch job with --partition; on lab servers pick GPUs with --gpu")
+    if finish_timeout is not None and timeout is None:
+        fail("--finish-timeout bounds what follows --timeout: give --timeout too")
     targets = ",".join(t for t in (hosts_, group) if t)
     if not targets:
         fail("name where to profile: --hosts H or --group G (lab servers), or --partition P (Slurm)")
@@ -94,7 +99,8 @@ def profile(obj: Context, hosts_, group, exclude, tool, gpus, gpu_metrics, allow
         async with obj.fanout_for_run() as fan:
             with byte_progress(enabled=not as_json and not dry_run) as gathering:
                 return await profile_mod.profile(fan, hosts, req, store_root=store.root(store_root), site=site,
-                                                 dry_run=dry_run, write=write, stop=stop, gathering=gathering)
+                                                 dry_run=dry_run, write=write, stop=stop, gathering=gathering,
+                                                 finish_timeout=finish_timeout)
 
     try:
         manifest = asyncio.run(go())

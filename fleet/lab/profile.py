@@ -31,7 +31,7 @@ LINE_LIMIT = 1 << 16     # bytes of output without a newline relayed as one piec
 RESULT_LIMIT = 64 << 20  # bytes of the agent's result line; a node sending more is not believed
 # The agent's own bounds past --timeout (nsys's backstop, a wedged profiler's kill, the importer,
 # nsys stats) add up to well under this: a node that has not answered by then has gone silent.
-ROUND_TRIP_MARGIN = 3600.0
+FINISH_TIMEOUT = 3600.0
 GATHER_TIMEOUT = 60.0  # reading one small result file
 
 
@@ -147,8 +147,10 @@ def in_docker(p: Plan, state: dict, req: ProfileRequest, seccomp_profile: str | 
 
 async def run_planned(fan: "Fanout", hosts: list["Host"], runs: dict[str, HostRun], req: ProfileRequest, *,
                       out: Path, write: Callable[[str, str], None] = lambda s, t: None,
-                      stop: asyncio.Event | None = None, gathering=None) -> None:
-    """Round trip 2: the agent carries out each planned run; the reports come home."""
+                      stop: asyncio.Event | None = None, gathering=None, finish_timeout: float | None = None) -> None:
+    """Round trip 2: the agent carries out each planned run; the reports come home. With a
+    --timeout the round trip is bounded (the workload's time, then ``finish_timeout``); without
+    one, SSH keepalives decide when a node has gone silent."""
     todo = [h for h in hosts if runs[h.name].status == HostStatus.PLANNED]
     payload = bundle()
     # Nodes that share a report directory (inventory: shared_report_dir: LABEL) are read
@@ -159,7 +161,7 @@ async def run_planned(fan: "Fanout", hosts: list["Host"], runs: dict[str, HostRu
         if label:
             readers.setdefault(label, h)
 
-    bound = req.timeout + ROUND_TRIP_MARGIN if req.timeout else None  # else SSH keepalives decide
+    bound = req.timeout + (finish_timeout or FINISH_TIMEOUT) if req.timeout else None
 
     async def one(host: "Host") -> Result:
         run = runs[host.name]
@@ -189,7 +191,7 @@ async def run_planned(fan: "Fanout", hosts: list["Host"], runs: dict[str, HostRu
 
 async def profile(fan: "Fanout", hosts: list["Host"], req: ProfileRequest, *, store_root: Path, site: str,
                   dry_run: bool = False, write: Callable[[str, str], None] = lambda s, t: None,
-                  stop: asyncio.Event | None = None, gathering=None) -> RunManifest:
+                  stop: asyncio.Event | None = None, gathering=None, finish_timeout: float | None = None) -> RunManifest:
     """Probe, plan, run; the reports and the run's manifest go into the store. The manifest back
     (for ``dry_run``, one with every host's plan, in the store nowhere)."""
     store.run_dir(store_root, site, req.run_id)  # a site that is no folder name stops here, before any node
@@ -202,7 +204,7 @@ async def profile(fan: "Fanout", hosts: list["Host"], req: ProfileRequest, *, st
     # Written before anything runs, so that `fleet gather` can finish the run if fleet dies.
     directory = store.save(store_root, manifest)
     await run_planned(fan, hosts, {r.host: r for r in runs}, req, out=directory, write=write, stop=stop,
-                      gathering=gathering)
+                      gathering=gathering, finish_timeout=finish_timeout)
     manifest.hosts = [entry_for(req, r) for r in runs]
     manifest.status = outcome.run_status(r.status for r in runs)
     store.save(store_root, manifest)

@@ -1,0 +1,142 @@
+"""What comes back from a node is data: a node that lies about its reports, sends a malformed
+answer, or goes silent fails alone, with the reason, and takes nothing of the controller's.
+
+Real sshd hosts; each hostile node's ``ansible_python_interpreter`` is a script on that node that
+runs the real agent for the probe and answers the profile round trip with what a hostile (or
+broken) node would send, framed as the agent frames it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import signal
+from pathlib import Path
+
+import pytest
+
+from fleet import exitcodes
+from fleet.agent import wire
+from tests.conftest import fleet_json, run_fleet
+from tests.harness.sshd import SSHCluster
+
+# On the node: the probe is the real agent's; the profile round trip answers with the file
+# beside this script (after reading the agent from stdin, as the real one does).
+HOSTILE_PYTHON = """#!/bin/sh
+here=$(dirname "$0")
+case "$3" in
+  *'"mode":"profile"'*) cat >/dev/null; echo $$ > "$here/profile.pid"
+                        [ -f "$here/silent" ] && exec sleep 600
+                        cat "$here/answer" ;;
+  *'"mode":'*) exec /usr/bin/python3 "$@" ;;
+  *) [ -f "$here/probe" ] && { cat >/dev/null; cat "$here/probe"; exit 0; }  # the probe: no mode named
+     exec /usr/bin/python3 "$@" ;;
+esac
+"""
+
+
+@pytest.fixture(scope="module")
+def lab():
+    """h01 answers as told (hostile), h02 is an honest node with the stand-in nsys."""
+    with SSHCluster(2) as c:
+        node = c.scratch("hostile")
+        (node / "python3").write_text(HOSTILE_PYTHON)
+        (node / "python3").chmod(0o755)
+        c.hosts[0].vars["ansible_python_interpreter"] = str(node / "python3")
+        c.hosts[1].vars["ansible_python_interpreter"] = "/usr/bin/python3"
+        c.inventory_vars = {"nsys_path": str(c.standins() / "nsys")}
+        c.write_client_files()
+        yield {"c": c, "node": node, "store": c.scratch("store")}
+
+
+@pytest.fixture(autouse=True)
+def fresh(lab):
+    for name in ("answer", "probe", "silent", "profile.pid"):
+        (lab["node"] / name).unlink(missing_ok=True)
+    yield
+    pid_file = lab["node"] / "profile.pid"
+    if pid_file.exists() and pid_file.read_text().strip():
+        try:  # the silent node's sleep, started by this test
+            os.kill(int(pid_file.read_text()), signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def answer(lab, body: dict, kind: str = "profile", name: str = "answer") -> None:
+    (lab["node"] / name).write_text(wire.frame(kind, body))
+    (lab["node"] / name).chmod(0o644)
+
+
+def profile(lab, *args: str):
+    out = run_fleet("profile", "--store", str(lab["store"]), "--json", *args, env=lab["c"].env(), timeout=180)
+    return out, fleet_json(out.stdout)
+
+
+def host(doc: dict, name: str) -> dict:
+    return next(h for h in doc["hosts"] if h["host"] == name)
+
+
+def file_entry(path: Path) -> dict:
+    data = path.read_bytes()
+    return {"path": str(path), "size": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+
+
+def test_a_node_naming_a_file_outside_its_run_folder_gets_nothing_fetched(lab):
+    """A node's result named /etc/passwd (with its true size and sha256): fleet fetched it as a
+    "verified" report."""
+    answer(lab, {"status": "ok", "reports": [file_entry(Path("/etc/passwd"))]})
+    out, doc = profile(lab, "--hosts", "h01", "--", "true")
+    h01 = host(doc, "h01")
+    assert out.returncode == exitcodes.FAILED and h01["status"] == "failed", out.stderr
+    assert "'/etc/passwd' is not in the run's folder on the node" in h01["error"]
+    assert not h01["reports"][0]["verified"] and not h01["reports"][0]["stored"]
+    assert not list(Path(lab["store"]).rglob("passwd")), "nothing of it reached the store"
+
+
+def test_a_malformed_result_fails_that_host_alone_and_the_run_ends(lab):
+    """notes as a number gave a traceback at the end, and the manifest stayed "running"."""
+    answer(lab, {"status": "ok", "notes": 5, "reports": []})
+    out, doc = profile(lab, "--hosts", "h01,h02", "--", "true")
+    h01, h02 = host(doc, "h01"), host(doc, "h02")
+    assert "Traceback" not in out.stderr
+    assert h01["status"] == "failed" and "malformed" in h01["error"] and "notes" in h01["error"]
+    assert h02["status"] == "ok" and h02["reports"][0]["verified"]
+    assert doc["status"] == "partial" and out.returncode == exitcodes.PARTIAL
+    shown = fleet_json(run_fleet("reports", "show", doc["run_id"], "--json", "--store", str(lab["store"]),
+                                 env=lab["c"].env()).stdout)
+    assert shown["status"] == "partial", "the stored manifest is not left running"
+
+
+def test_a_report_entry_without_its_size_is_not_ok(lab):
+    """A report entry without its size or type gave "ok", run complete, exit 0, with no report."""
+    entry = {"path": "/var/tmp/x.nsys-rep", "sha256": "0" * 64}
+    answer(lab, {"status": "ok", "reports": [entry]})
+    out, doc = profile(lab, "--hosts", "h01", "--", "true")
+    assert host(doc, "h01")["status"] == "failed" and "reports[0].size: missing" in host(doc, "h01")["error"]
+    assert out.returncode != exitcodes.OK
+
+
+def test_a_wrong_typed_probe_answer_fails_that_host_and_the_healthy_one_is_profiled(lab):
+    """One wrong-typed field in one node's probe answer gave a traceback, and no host was profiled."""
+    answer(lab, {"host": "h01", "gpus": [{"index": "zero"}], "tools": {}}, kind="probe", name="probe")
+    out, doc = profile(lab, "--hosts", "h01,h02", "--", "true")
+    assert "Traceback" not in out.stderr
+    h01 = host(doc, "h01")
+    assert h01["status"] == "failed" and "gpus[0].index" in h01["error"]
+    assert host(doc, "h02")["status"] == "ok" and out.returncode == exitcodes.PARTIAL
+    probed = run_fleet("probe", "h01,h02", env=lab["c"].env())
+    assert "Traceback" not in probed.stderr and "h01: the agent's probe answer is malformed" in probed.stderr
+
+
+def test_a_silent_node_ends_unreachable_within_the_runs_bound(lab):
+    """A node whose agent never answers hung the client forever, even with --timeout."""
+    (lab["node"] / "silent").touch()
+    out, doc = profile(lab, "--hosts", "h01", "--timeout", "1", "--finish-timeout", "2", "--", "true")
+    h01 = host(doc, "h01")
+    assert h01["status"] == "unreachable" and out.returncode == exitcodes.UNREACHABLE, out.stderr
+    assert f"fleet gather {doc['run_id']}" in h01["error"]
+
+
+def test_finish_timeout_needs_timeout(lab):
+    out = run_fleet("profile", "--hosts", "h01", "--finish-timeout", "5", "--", "true", env=lab["c"].env())
+    assert out.returncode == exitcodes.USAGE and "give --timeout too" in out.stderr
