@@ -33,16 +33,10 @@ def of_error(e: BaseException) -> int:
 
 def remote_status(result) -> int:
     """A host's status as ssh gives it: the command's own exit status, 128 + N for a command
-    killed by signal N; UNREACHABLE when the host was not reached, FAILED when no status came."""
-    import signal
-
+    killed by signal N (the transports say it so); UNREACHABLE when the host was not reached,
+    FAILED when no status came."""
     if not result.reached:
         return UNREACHABLE
-    if result.signal:
-        try:
-            return 128 + signal.Signals["SIG" + result.signal.removeprefix("SIG")].value
-        except KeyError:
-            return FAILED
     return result.exit_status if result.exit_status is not None else FAILED
 
 

@@ -89,6 +89,13 @@ def test_local_and_ssh_transports_give_the_same_result(cluster):
         assert (r.exit_status, r.stdout, r.stderr, r.error) == (3, "|".join(NASTY[:8]).encode() + b"|", b"oops\n", None)
 
 
+def test_a_command_killed_by_a_signal_is_said_the_same_on_both_transports(cluster):
+    """SSH said None and "KILL", the local transport 137 and "SIGKILL"."""
+    local = Host("me", {"ansible_connection": "local"}, (), "test")
+    results = run(fan_run(cluster, hosts(cluster, "h01") + [local], ["sh", "-c", "kill -9 $$"]))
+    assert [(r.exit_status, r.signal) for r in results] == [(137, "SIGKILL")] * 2
+
+
 def test_stdin_reaches_the_command(cluster):
     data = bytes(range(256)) * 1000
     [r] = run(fan_run(cluster, hosts(cluster, "h03"), ["sha256sum"], input=data))

@@ -39,6 +39,15 @@ class Result:
     signal: str | None = None
     extra: dict = field(default_factory=dict)
 
+    def killed_by(self, name: str) -> None:
+        """The command died of signal ``name`` ("KILL" as SSH says it, "SIGKILL" as Python does):
+        said the same on every transport, as a shell says it: SIGKILL, exit status 128 + 9."""
+        import signal
+
+        self.signal = "SIG" + name.removeprefix("SIG")
+        number = signal.Signals.__members__.get(self.signal)
+        self.exit_status = 128 + number.value if number is not None else None
+
     @property
     def ok(self) -> bool:
         return self.error is None and self.exit_status == 0

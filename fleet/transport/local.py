@@ -49,8 +49,8 @@ class LocalTransport(Transport):
             raise
         status = proc.returncode
         result = Result(host.name, exit_status=status, stdout=out, stderr=err)
-        if status is not None and status < 0:  # killed by a signal, as a shell would say it
-            result.exit_status, result.signal = 128 - status, signal.Signals(-status).name
+        if status is not None and status < 0:
+            result.killed_by(signal.Signals(-status).name)
         if why and why != "stop requested":
             result.error, result.error_kind = f"{why}; the command was stopped", "timeout"
         return result

@@ -175,8 +175,7 @@ class SSHTransport(Transport):
             return Result(host.name, error=f"connection lost while running: {e}", error_kind="unreachable")
         result = Result(host.name, exit_status=proc.exit_status, stdout=out, stderr=err)
         if proc.exit_signal:  # the remote command died of a signal
-            result.signal = proc.exit_signal[0]
-            result.exit_status = proc.exit_status if proc.exit_status is not None and proc.exit_status >= 0 else None
+            result.killed_by(proc.exit_signal[0])
         if why and why != "stop requested":
             result.error, result.error_kind = f"{why}; the command was stopped", "timeout"
         return result
