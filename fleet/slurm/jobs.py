@@ -51,6 +51,13 @@ class SlurmRejected(SlurmError):
     a usage error, nothing was left on the cluster."""
 
 
+class UsageError(SlurmError):
+    """The request cannot be a job at all (options the launcher cannot take, say), found before
+    the login node is asked anything: exit status 2, nothing was touched."""
+
+    exit_status = exitcodes.USAGE
+
+
 # How sbatch says that the request itself is wrong, not that Slurm could not be reached.
 REJECTED = re.compile(r"invalid|unrecognized option|not available|violates|not permitted|denied", re.I)
 

@@ -59,7 +59,18 @@ def script_index(command: list[str], launcher: str) -> int:
             i += 3 if word in MPIRUN_TWO_VALUES else 2 if word in MPIRUN_VALUE else 1
         else:
             i += 2
-    raise LauncherError(f"no program found after the {launcher} options in {shlex.join(command)}")
+    raise LauncherError(f"with --launcher {launcher} the command is {launcher}, its options, then the program: "
+                        f"no program found after the {launcher} options in {shlex.join(command)}")
+
+
+def command_problem(launcher: str, command) -> str | None:
+    """Why ``command`` cannot be started by ``launcher`` (no program after its options), or None."""
+    if launcher in ("torchrun", "mpirun"):
+        try:
+            script_index(list(command), launcher)
+        except LauncherError as e:
+            return str(e)
+    return None
 
 
 def launch(launcher: str, command: list[str], agent: list[str], run_dir: str, container: Container | None, *,

@@ -29,7 +29,7 @@ from ..store.manifest import HostEntry, ReportEntry, RunManifest, SlurmInfo
 from ..plan import ProfileRequest, profiler_args_error
 from . import launchers, options
 from .cluster import Cluster
-from .jobs import JobState, SlurmClient, SlurmError
+from .jobs import JobState, SlurmClient, SlurmError, UsageError
 from ..containers import nsight_dirs
 from .script import AGENT_FILE, REQUEST_FILE, SCRIPT_FILE, JobFiles, JobSpec, render, request_doc
 
@@ -52,12 +52,13 @@ class Prepared:
 
 async def prepare(client: SlurmClient, cluster: Cluster, req: ProfileRequest, spec: JobSpec) -> Prepared:
     spec = options.checked(spec)  # UnsafeValue before Slurm is asked anything
+    if (why := profiler_args_error(req.tool, req.profiler_args)) or (
+            why := launchers.unsupported(spec.launcher, req.tool, req.profiler_args, req.gpu_metrics)) or (
+            why := launchers.command_problem(spec.launcher, req.command)):
+        raise UsageError(why)  # playbooks too: a usage error, found before the login node is asked anything
     info = await client.cluster_info()
     root = cluster.report_root(info.home)
     tools = {t: cluster.login.vars[f"{t}_path"] for t in ("nsys", "ncu") if cluster.login.vars.get(f"{t}_path")}
-    if (why := profiler_args_error(req.tool, req.profiler_args)) or (
-            why := launchers.unsupported(spec.launcher, req.tool, req.profiler_args, req.gpu_metrics)):
-        raise SlurmError(why)  # playbooks too: checked before anything is submitted
     files = JobFiles(f"{root}/{req.run_id}", root, cluster.login.vars.get("ansible_python_interpreter", "python3"),
                      tools, cluster.login.vars.get("slurm_scratch"), bool(cluster.login.vars.get("fleet_slurm_prolog")))
     # The job runs where the user is: here when fleet runs on the login node, else the login home.
