@@ -100,3 +100,38 @@ def lib_dir(tmp_path_factory):
 @pytest.fixture
 def scenario(tmp_path):
     return tmp_path / "scenario.txt"
+
+
+# --- markers: `pytest -m "not services"` runs the pure checks alone, in under a minute ---
+
+# What a test needs of the machine beyond Python: servers it starts (OpenSSH, a Slurm cluster,
+# Chromium, cron), or programs it runs (fleet's own command line, the agent as a process, the
+# profilers' stand-ins, ansible-inventory, gcc for the simulated NVML).
+SERVICE_WORDS = ("SSHCluster(", "SlurmCluster(", "screenshot(", "CHROMIUM", "subprocess", "Popen", "run_fleet",
+                 "unshare", "fakenvml.build", "lib_dir", "spawn(", "_agent(", "asyncio.run(", "ansible_list(",
+                 "importer(")
+
+
+def _source(obj) -> str:
+    import inspect
+
+    try:
+        return inspect.getsource(obj)
+    except (OSError, TypeError):
+        return ""
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "services: starts servers or runs programs (sshd, Slurm, Chromium, cron, "
+                                       "the fleet command, the agent, the stand-ins); most need root")
+
+
+def pytest_collection_modifyitems(config, items):
+    """A test needs services when it, or a fixture it uses (however deep), starts one."""
+    seen: dict = {}
+    for item in items:
+        defs = [d for name in getattr(item, "fixturenames", ()) for d in
+                (item._fixtureinfo.name2fixturedefs.get(name) or ())]
+        sources = [_source(getattr(item, "function", None))] + [_source(d.func) for d in defs]
+        if any(w in s for s in sources for w in SERVICE_WORDS):
+            item.add_marker(pytest.mark.services)
