@@ -20,6 +20,9 @@ if TYPE_CHECKING:
     from .transport import Fanout
 
 
+PROBE_LIMIT = 16 << 20  # a probe answer is a few KB a GPU: a node sending more is not believed
+
+
 def agent_argv(host: "Host", args: dict) -> list[str]:
     python = host.vars.get("ansible_python_interpreter", "python3")
     return [python, "-c", BOOTSTRAP, json.dumps(args, separators=(",", ":"))]
@@ -38,7 +41,7 @@ def agent_args(host: "Host", owner_uid: int | None = None, environment_check: bo
 
 def read_state(host: "Host", r: Result) -> Result:
     """Turn the agent's output into ``r.extra['state']``, or a clear per-host error."""
-    if r.error and not r.reached:
+    if r.error and (not r.reached or r.error_kind == "agent"):  # unreachable, or an answer past its bound
         return r
     python = host.vars.get("ansible_python_interpreter", "python3")
     err = r.stderr.decode("utf-8", "replace").strip()
@@ -92,7 +95,7 @@ async def probe(fan: "Fanout", hosts: list["Host"], *, owner_uid: int | None = N
 
     async def one(host: "Host") -> Result:
         args = agent_args(host, owner_uid, environment_check)
-        r = await fan.run(host, agent_argv(host, args), input=payload, timeout=timeout)
+        r = await fan.run(host, agent_argv(host, args), input=payload, timeout=timeout, limit=PROBE_LIMIT)
         return read_state(host, r)
 
     return await fan.each(hosts, one, on_result, last_use=last_use)

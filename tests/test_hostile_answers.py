@@ -140,3 +140,16 @@ def test_a_silent_node_ends_unreachable_within_the_runs_bound(lab):
 def test_finish_timeout_needs_timeout(lab):
     out = run_fleet("profile", "--hosts", "h01", "--finish-timeout", "5", "--", "true", env=lab["c"].env())
     assert out.returncode == exitcodes.USAGE and "give --timeout too" in out.stderr
+
+
+def test_a_probe_answer_past_its_bound_is_not_believed_and_the_healthy_host_goes_on(lab):
+    """A 1 GB probe answer from one node took 2.1-3.2 GB of client memory."""
+    (lab["node"] / "probe").write_text("")  # the forged probe streams instead: a file of 64 MiB of zeros
+    big = lab["node"] / "probe"
+    with open(big, "wb") as f:
+        f.truncate(64 << 20)
+    big.chmod(0o644)
+    out, doc = profile(lab, "--hosts", "h01,h02", "--", "true")
+    h01 = host(doc, "h01")
+    assert h01["status"] == "failed" and "sent more than 16 MiB on stdout" in h01["error"], h01["error"]
+    assert host(doc, "h02")["status"] == "ok" and out.returncode == exitcodes.PARTIAL

@@ -176,13 +176,45 @@ class Fanout:
 
     async def run(self, host: "Host", argv: Sequence[str], *, input: bytes | None = None,
                   timeout: float | None = None, sink: Sink | None = None,
-                  stop: asyncio.Event | None = None) -> Result:
-        """Run on one host, outside the bound (callers inside :meth:`each` use this)."""
+                  stop: asyncio.Event | None = None, limit: int | None = None) -> Result:
+        """Run on one host, outside the bound (callers inside :meth:`each` use this). ``limit``:
+        the bytes of each stream a command that is not streamed may send; past them it is
+        stopped and its answer not believed (a node's answer is data, and bounded)."""
         try:
+            if limit is not None and sink is None:
+                return await self._bounded(host, argv, input, timeout, stop, limit)
             return await self.transport_for(host).run(host, argv, input=input, timeout=timeout, sink=sink,
                                                       stop=stop)
         except Exception as e:  # a bug or an unforeseen failure stays this host's problem
             return Result(host.name, error=f"{type(e).__name__}: {e}", error_kind="internal")
+
+    async def _bounded(self, host: "Host", argv: Sequence[str], input: bytes | None, timeout: float | None,
+                       stop: asyncio.Event | None, limit: int) -> Result:
+        bufs = {"stdout": bytearray(), "stderr": bytearray()}
+        over, halt = [], asyncio.Event()
+
+        def collect(stream: str, chunk: bytes) -> None:
+            if over:
+                return
+            bufs[stream] += chunk
+            if len(bufs[stream]) > limit:
+                over.append(stream)
+                del bufs[stream][limit:]
+                halt.set()
+
+        relay = asyncio.ensure_future(stop.wait()) if stop is not None else None
+        if relay is not None:
+            relay.add_done_callback(lambda _: halt.set())
+        try:
+            r = await self.transport_for(host).run(host, argv, input=input, timeout=timeout, sink=collect, stop=halt)
+        finally:
+            if relay is not None:
+                relay.cancel()
+        r.stdout, r.stderr = bytes(bufs["stdout"]), bytes(bufs["stderr"])
+        if over:
+            r.error, r.error_kind = (f"{host.name} sent more than {limit >> 20} MiB on {over[0]}: its answer is not "
+                                     "believed, and the command was stopped"), "agent"
+        return r
 
     async def fetch(self, host: "Host", remote: str, local: str, offset: int = 0,
                     on_block: Callable[[bytes], None] | None = None) -> None:
