@@ -249,6 +249,19 @@ def tool_found(state: NodeState, name: str) -> dict | None:
     return tool if isinstance(tool, dict) else None
 
 
+def _tool_refused(state: NodeState, name: str, way: str) -> Verdict | None:
+    """The tool is missing, or root would run a program another account can change."""
+    tool = tool_found(state, name)
+    if tool is None:
+        return _with_way(_missing(name), way)
+    if _privileged(state) and tool.get("writable_by_others"):
+        return Verdict(way, REFUSED, (f"{name} at {tool.get('path')}: {tool['writable_by_others']}, so another "
+                                      "account could change what fleet would run as root",),
+                       f"make it root's and not writable by others (chown root, chmod go-w), or set {name}_path "
+                       "to a copy that is")
+    return None
+
+
 def _missing(name: str) -> Verdict:
     var = f"{name}_path"
     where = ("PATH, /opt/nvidia/nsight-systems/*/bin, /usr/local/cuda/bin, Nsight Compute's copy" if name == "nsys"
@@ -299,8 +312,8 @@ def _report_dir_refused(state: NodeState, way: str) -> Verdict | None:
 
 
 def nsys_trace(state: NodeState, request: Request) -> Verdict:
-    if not tool_found(state, "nsys"):
-        return _with_way(_missing("nsys"), "nsys-trace")
+    if (refused := _tool_refused(state, "nsys", "nsys-trace")):
+        return refused
     if (refused := _report_dir_refused(state, "nsys-trace")):
         return refused
     if (why := _nvml_reason(state)):
@@ -311,8 +324,8 @@ def nsys_trace(state: NodeState, request: Request) -> Verdict:
 
 
 def nsys_cpu_sampling(state: NodeState, request: Request) -> Verdict:
-    if not tool_found(state, "nsys"):
-        return _with_way(_missing("nsys"), "nsys-cpu-sampling")
+    if (refused := _tool_refused(state, "nsys", "nsys-cpu-sampling")):
+        return refused
     level = state.get("perf_event_paranoid")
     if _privileged(state):
         return Verdict("nsys-cpu-sampling", OK, ("running as root: process-tree and system-wide sampling",))
@@ -334,8 +347,8 @@ def nsys_cpu_sampling(state: NodeState, request: Request) -> Verdict:
 
 def counters(state: NodeState, request: Request, way: str, tool: str) -> Verdict:
     """ncu and nsys GPU metrics: they program the counters of the whole GPU."""
-    if not tool_found(state, tool):
-        return _with_way(_missing(tool), way)
+    if (refused := _tool_refused(state, tool, way)):
+        return refused
     if (refused := _report_dir_refused(state, way)):
         return refused
     if (why := _nvml_reason(state)):

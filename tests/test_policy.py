@@ -142,6 +142,10 @@ TRACE_RULES = [
     ("nsys missing", {"tools__nsys": None}, REFUSED),
     ("report dir not writable", {"report_dir__writable": False}, REFUSED),
     ("no GPU", {"nvml": {"available": False, "error": "x"}, "gpus": []}, DEGRADED),
+    ("as root, nsys another account can change", {"euid": 0, "tools__nsys__writable_by_others": "/opt/x is "
+                                                  "writable by every account"}, REFUSED),
+    ("as a user, nsys of their own folder", {"euid": 1000, "tools__nsys__writable_by_others": "/home/a is "
+                                             "writable by group 100"}, OK),
 ]
 
 

@@ -16,6 +16,7 @@ import pwd
 import re
 import shutil
 import socket
+import stat
 import subprocess
 import sys
 import time
@@ -172,17 +173,48 @@ def _version_key(path):
 def find_tool(tool, override):
     for path, source in candidates(tool, override):
         if os.path.isfile(path) and os.access(path, os.X_OK):
-            return {"path": os.path.realpath(path), "found_by": source}
+            found = {"path": os.path.realpath(path), "found_by": source}
+            changeable = changeable_by_others(found["path"])
+            if changeable:
+                found["writable_by_others"] = changeable
+            return found
     return None
+
+
+def changeable_by_others(path):
+    """Why an account other than root and this one could change the program at ``path`` (it, or a
+    folder above it, is theirs or writable by them), or None. As root, such a program is code
+    another user chose."""
+    me = os.geteuid()
+    while True:
+        try:
+            st = os.stat(path)
+        except OSError:
+            return None
+        sticky = stat.S_ISDIR(st.st_mode) and st.st_mode & stat.S_ISVTX
+        if st.st_uid not in (0, me):
+            return "%s belongs to uid %d" % (path, st.st_uid)
+        if st.st_mode & 0o002 and not sticky:
+            return "%s is writable by every account" % path
+        if st.st_mode & 0o020 and st.st_gid != 0 and not sticky:
+            return "%s is writable by group %d" % (path, st.st_gid)
+        parent = os.path.dirname(path)
+        if parent == path:
+            return None
+        path = parent
 
 
 def tools(overrides, environment_check=True):
     found = {t: find_tool(t, overrides.get(t)) for t in ("nsys", "ncu")}
     runs = {}
+    if os.geteuid() == 0:  # as root, a program another account can change is not run, not even for --version
+        unsafe = {t for t, info in found.items() if info and info.get("writable_by_others")}
+    else:
+        unsafe = set()
     for t, info in found.items():  # ask every binary at once: nsys status -e takes a while
-        if info:
+        if info and t not in unsafe:
             runs[(t, "version")] = _start([info["path"], "--version"])
-    if found["nsys"] and environment_check:
+    if found["nsys"] and environment_check and "nsys" not in unsafe:
         runs[("nsys", "status")] = _start([found["nsys"]["path"], "status", "-e"])
     for (t, what), proc in runs.items():
         out = _finish(proc)

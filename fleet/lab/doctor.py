@@ -43,6 +43,10 @@ def problems(state: dict) -> dict[str, policy.Finding]:
              else f"{t} missing" for t in ("nsys", "ncu")]
     found = [policy.tool_found(state, t) for t in ("nsys", "ncu")]
     placement = policy.Finding(policy.OK if all(found) else ("warn" if any(found) else "bad"), "; ".join(tools))
+    changeable = [f"{t} at {f['path']}: {f['writable_by_others']}" for t, f in zip(("nsys", "ncu"), found)
+                  if f and f.get("writable_by_others") and state.get("euid") == 0]
+    if changeable:  # root would run code another account chose: never "placement ok"
+        placement = policy.Finding("bad", "; ".join(changeable) + ": as root fleet will not run it")
     where = f"in a {state['container']} container" if state.get("container") else "on the host"
     wrapping = policy.Finding("n/a", f"chosen per command (srun, torchrun, mpirun); agent ran {where}"
                                      + (f" inside Slurm job {state['slurm_job']}" if state.get("slurm_job") else ""))
