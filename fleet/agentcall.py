@@ -28,6 +28,13 @@ def agent_argv(host: "Host", args: dict) -> list[str]:
     return [python, "-c", BOOTSTRAP, json.dumps(args, separators=(",", ":"))]
 
 
+def agent_call(host: "Host", args: dict) -> tuple[list[str], bytes]:
+    """The command line and stdin of an agent call whose arguments may be long (a plan holds the
+    workload's command): they follow the agent on stdin, where no argv limit applies."""
+    python = host.vars.get("ansible_python_interpreter", "python3")
+    return [python, "-c", BOOTSTRAP, "-"], bundle() + json.dumps(args, separators=(",", ":")).encode()
+
+
 def agent_args(host: "Host", owner_uid: int | None = None, environment_check: bool = True) -> dict:
     """What the agent needs from the inventory; ``nsys status -e`` only when asked (doctor)."""
     args: dict = {"tools": {t: host.vars[f"{t}_path"] for t in ("nsys", "ncu") if host.vars.get(f"{t}_path")},

@@ -25,7 +25,7 @@ from tests.harness.sshd import SSHCluster
 HOSTILE_PYTHON = """#!/bin/sh
 here=$(dirname "$0")
 case "$3" in
-  *'"mode":"profile"'*) cat >/dev/null; echo $$ > "$here/profile.pid"
+  -) cat >/dev/null;  # the profile round trip: its plan follows the agent on stdin echo $$ > "$here/profile.pid"
                         [ -f "$here/silent" ] && exec sleep 600
                         cat "$here/answer" ;;
   *'"mode":'*) exec /usr/bin/python3 "$@" ;;
@@ -153,3 +153,10 @@ def test_a_probe_answer_past_its_bound_is_not_believed_and_the_healthy_host_goes
     h01 = host(doc, "h01")
     assert h01["status"] == "failed" and "sent more than 16 MiB on stdout" in h01["error"], h01["error"]
     assert host(doc, "h02")["status"] == "ok" and out.returncode == exitcodes.PARTIAL
+
+
+def test_a_command_longer_than_argv_takes_is_profiled(lab):
+    """A 70k-character argument worked with exec and failed with profile ("Argument list too long")."""
+    word = "x" * 70_000
+    out, doc = profile(lab, "--hosts", "h02", "--", "sh", "-c", 'test "${#1}" = 70000', "sh", word)
+    assert out.returncode == exitcodes.OK and host(doc, "h02")["status"] == "ok", out.stderr[-2000:]

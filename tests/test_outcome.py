@@ -33,9 +33,10 @@ STANDINS = Path(__file__).parent / "standins"
 # A node's interpreter that answers the profile round trip with ANSWER, after writing the report
 # it names into the plan's own output folder (as the agent does), with its true size and sha256.
 ANSWERING_PYTHON = """#!{python}
-import hashlib, json, os, sys
-sys.stdin.buffer.read()
-plan = json.loads(sys.argv[3])["plan"]
+import hashlib, json, os, sys, zlib
+rest = zlib.decompressobj()
+rest.decompress(sys.stdin.buffer.read())
+plan = json.loads(rest.unused_data)["plan"]  # the arguments follow the agent on stdin
 body = json.load(open({answer!r}))
 for entry in body.get("reports", []):
     entry["path"] = os.path.join(os.path.dirname(plan["output"]), entry["path"])

@@ -76,7 +76,12 @@ class _Shipped(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         if module.__name__ == {hand_over_module!r}:
             module.{hand_over_attribute} = _SHIPPED_AS
 sys.meta_path.insert(0, _Shipped())
-_args = __import__("json").loads(sys.argv[1]) if len(sys.argv) > 1 else {{}}
+_args = sys.argv[1] if len(sys.argv) > 1 else "{{}}"
+if _args == "-" and "b" in globals():  # the arguments follow the compressed agent on stdin (no argv limit)
+    _rest = __import__("zlib").decompressobj()
+    _rest.decompress(b)
+    _args = _rest.unused_data.decode()
+_args = __import__("json").loads(_args)
 sys.exit(__import__(_MODES[_args.get("mode", "probe")]).main(_args))
 '''
 

@@ -15,7 +15,6 @@ from typing import TYPE_CHECKING, Callable
 
 from .. import agentcall, containers, outcome, safenames, store
 from ..agent import wire
-from ..agent.bundle import bundle
 from ..outcome import HostStatus
 from ..store.bring import bring_home
 from ..store.manifest import HostEntry, ReportEntry, RunManifest
@@ -152,7 +151,6 @@ async def run_planned(fan: "Fanout", hosts: list["Host"], runs: dict[str, HostRu
     --timeout the round trip is bounded (the workload's time, then ``finish_timeout``); without
     one, SSH keepalives decide when a node has gone silent."""
     todo = [h for h in hosts if runs[h.name].status == HostStatus.PLANNED]
-    payload = bundle()
     # Nodes that share a report directory (inventory: shared_report_dir: LABEL) are read
     # through one of them, once, instead of each over its own connection.
     readers: dict[str, "Host"] = {}
@@ -166,8 +164,8 @@ async def run_planned(fan: "Fanout", hosts: list["Host"], runs: dict[str, HostRu
     async def one(host: "Host") -> Result:
         run = runs[host.name]
         sink = LineSink(host.name, len(todo) > 1, write)
-        r = await fan.run(host, agentcall.agent_argv(host, {"mode": "profile", "plan": run.plan.to_json()}),
-                          input=payload, sink=sink, stop=stop, timeout=bound)
+        argv, stdin = agentcall.agent_call(host, {"mode": "profile", "plan": run.plan.to_json()})
+        r = await fan.run(host, argv, input=stdin, sink=sink, stop=stop, timeout=bound)
         sink.flush()
         run.result = sink.result
         if run.result is None:
