@@ -22,6 +22,16 @@ class ContainerError(ValueError):
     """A container that cannot be rendered as asked."""
 
 
+def image_problem(image: str, option: str) -> str | None:
+    """Why ``image`` cannot name a container image: an option (``--privileged``) would be read as
+    one by docker, apptainer or srun; a control character or a blank is no image reference."""
+    if not image or image.startswith("-"):
+        return f"{option} {image!r}: an image name, not an option (it would reach docker as one)"
+    if any(c.isspace() or ord(c) < 32 or ord(c) == 127 for c in image):
+        return f"{option} {image!r}: an image name has no blanks or control characters"
+    return None
+
+
 @dataclass(frozen=True)
 class Container:
     kind: str                           # pyxis | apptainer | docker

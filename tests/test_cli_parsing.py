@@ -101,3 +101,12 @@ def test_a_slurm_usage_error_exits_2_before_the_login_node_is_asked(tmp_path, ar
     command = ["mpirun", "-np"] if "mpirun" in args else ["true"]
     out = run_fleet("-i", str(inventory), "profile", "--partition", "gpu", *args, "--", *command)
     assert out.returncode == 2 and said in out.stderr and "unreachable" not in out.stderr, out.stderr
+
+
+@pytest.mark.parametrize("args", [["--hosts", "localhost", "--docker=--privileged"],
+                                  ["--partition", "gpu", "--apptainer", "--writable"],
+                                  ["--partition", "gpu", "--container-image=-v/:/host"]])
+def test_an_image_that_is_an_option_is_refused_before_anything(args):
+    """--docker=--privileged was planned as a docker option."""
+    out = run_fleet("profile", *args, "--", "true")
+    assert out.returncode == 2 and "an image name, not an option" in out.stderr, out.stderr

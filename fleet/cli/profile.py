@@ -15,6 +15,15 @@ from .parsing import WorkloadCommand, refuse_options
 from .slurm import gather_on_slurm, profile_on_slurm, slurm_options
 
 
+def image(ctx, param, value):
+    """An image name, never an option: ``--docker=--privileged`` is refused here, before anything."""
+    from ..containers import image_problem
+
+    if value is not None and (why := image_problem(value, "--" + param.name.replace("_image", ""))):
+        raise click.BadParameter(why)
+    return value
+
+
 def seconds(ctx, param, value):
     """A number of seconds: FloatRange lets NaN through."""
     if value is not None and value != value:
@@ -39,7 +48,7 @@ def seconds(ctx, param, value):
               help="With --timeout: seconds past it a node may take to stop the profiler, finish the report and "
                    "answer, before fleet calls it silent (default 3600).")
 @click.option("-X", "--profiler-arg", "profiler_args", multiple=True, help="Extra argument for nsys/ncu (repeatable).")
-@click.option("--docker", "docker_image", help="Lab servers: run the workload and the node's profiler in this "
+@click.option("--docker", "docker_image", callback=image, help="Lab servers: run the workload and the node's profiler in this "
               "Docker image, with the least privilege the plan needs.")
 @store_option
 @click.option("--site", default="lab", show_default=True, help="Store folder for this group of machines.")

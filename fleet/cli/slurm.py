@@ -53,13 +53,16 @@ def slurm_options(f):
 def spec_from(opts: dict):
     """The job's shape, every value checked (``UnsafeValue``: one line, exit 2), and a note when
     the default stop time was shortened to fit ``--time``."""
-    from ..containers import Container
+    from ..containers import Container, image_problem
     from ..slurm import options
     from ..slurm.script import JobSpec
 
     ranks = options.parse_ranks(opts["ranks"]) if opts.get("ranks") is not None else None
     if opts.get("container_image") and opts.get("apptainer_image"):
         fail("choose one of --container-image (pyxis) and --apptainer")
+    for key, option in (("container_image", "--container-image"), ("apptainer_image", "--apptainer")):
+        if opts.get(key) is not None and (why := image_problem(opts[key], option)):
+            fail(why)
     container = (Container("pyxis", opts["container_image"]) if opts.get("container_image") else
                  Container("apptainer", opts["apptainer_image"]) if opts.get("apptainer_image") else None)
     raw = JobSpec(partition=opts.get("partition"), nodes=opts.get("nodes"), ntasks=opts.get("ntasks"),
