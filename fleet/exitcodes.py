@@ -12,6 +12,7 @@ DEGRADED = 4        # doctor: some way to profile works only with features given
 REFUSED = 5         # policy refused to run (e.g. ncu beside another tenant); nothing was started
 PARTIAL = 6         # profile: some hosts brought reports home, others were refused or failed
 REGRESSION = 7      # nightly report: some metric is called a Regression
+NO_REPORTS = 10     # reports stats/compare: the run left nothing to read (refused, failed, none came home)
 INTERRUPTED = 130   # a second Ctrl-C left the run to finish on its own (128 + SIGINT, as shells say)
 
 
