@@ -29,6 +29,7 @@ from typing import Iterable
 
 WIDTH = 100  # characters of a short name, its tag included: a table row stays on one screen line
 ELLIPSIS = "…"
+MAX_LEVELS = 16  # bracket levels emptied one at a time; deeper ones go at once
 OPEN, CLOSE = "<([", ">)]"
 
 # Text whose brackets are not brackets, hidden (same length) before the name's structure is read:
@@ -40,9 +41,11 @@ _ATOMS = re.compile(r"<unnamed>|\(anonymous namespace\)|\[lambda\]")
 _CAST = re.compile(r"\((?:(?:unsigned|signed) )?(?:char|short|int|long|long long|__int128|unsigned|"
                    r"(?:unsigned )?(?:short|int|long|long long)|size_t)\)(-?\d+)")
 _BOOL = re.compile(r"\(bool\)([01])\b")
+# A name's namespaces (``at::native::``), with the ``void`` of a function type before them.
+_QUALIFIER = re.compile(r"(?<![\w:])(?:void (?=[A-Za-z_]))?(?:[A-Za-z_]\w*::)+(?=[A-Za-z_~])"
+                        r"|(?<![\w:])void (?=[A-Za-z_])")
 # A lambda, and the lambdas and call operators it holds: ``::[lambda() (instance 1)]::operator ()()
 # const::[lambda(float) (instance 1)]`` is one lambda of the function before it.
-_QUALIFIER = re.compile(r"(?<![\w:])(?:void (?=[A-Za-z_]))?(?:[A-Za-z_]\w*::)+(?=[A-Za-z_~])|(?<![\w:])void (?=[A-Za-z_])")
 _LAMBDAS = re.compile(r"::\[lambda\b[^\]]*\](?:::operator \(\)\([^()]*\)(?: const)?::\[lambda\b[^\]]*\])*")
 
 
@@ -155,7 +158,8 @@ def short_name(name: str, width: int = WIDTH) -> str:
     depths = _depths(_masked(short))
     if depths is None:  # not C++ (or cut short by the tool): only its length is bounded
         return short if len(short) <= width else short[:width - 1] + ELLIPSIS
-    for level in range(max(depths, default=0), 1, -1):
+    # from the deepest level up (a hostile name's thousand levels: the first pass empties all below 16)
+    for level in range(min(max(depths, default=0), MAX_LEVELS), 1, -1):
         if len(short) <= width:
             return short
         short = _collapse(short, level)

@@ -9,7 +9,7 @@ import csv
 
 import pytest
 
-from fleet.kernelnames import WIDTH, base_name, short_name, short_names, tag
+from fleet.kernelnames import ELLIPSIS, WIDTH, base_name, short_name, short_names, tag
 from tests.conftest import REPO
 
 FIXTURES = REPO / "tests" / "fixtures"
@@ -139,3 +139,16 @@ def test_names_whose_short_names_collide_carry_a_tag_of_their_full_name():
     tagged = short_names([a, b])
     assert len(set(tagged.values())) == 2 and all(len(s) <= WIDTH for s in tagged.values())
     assert tagged[a].endswith(f" #{tag(a)}") and tagged[a] == short_names([b, a])[a]  # stable
+
+
+def test_a_hostile_name_is_shortened_in_bounded_time():
+    import time
+
+    deep = "void k" + "<a" * 20_000 + ">" * 20_000 + "(int)"
+    wide = "void k<" + ", ".join(f"T{i}" for i in range(50_000)) + ">(int)"
+    started = time.monotonic()
+    assert short_name(deep) == "k" + "<a" * 15 + "<…" + ">" * 16  # 16 levels, the deeper ones emptied at once
+    assert short_name(wide).startswith("k<T0, T1, ") and short_name(wide).endswith("…>")
+    assert len(short_name(wide)) <= WIDTH
+    assert short_name("\x1b]0;x\x07" * 10_000).endswith(ELLIPSIS)  # not C++: cut (the terminal replaces controls)
+    assert time.monotonic() - started < 2
