@@ -334,3 +334,29 @@ def test_two_ncu_runs_are_compared_from_their_raw_pages(tmp_path):
     with open(NCU_RAW, newline="") as f:
         kernels = {r["Kernel Name"] for r in list(csv.DictReader(f))[1:]}
     assert {r["kernel"] for r in rows} == kernels and all(r["change"] == 0 for r in rows)
+
+
+def test_a_real_history_from_an_h200_reads_short_and_compares_its_planted_slowdown(tmp_path):
+    """The store the nightly reference playbook left on an H200 (tests/fixtures/nightly-h200):
+    seven runs, the last two with the workload's planted slowdown."""
+    from fleet.kernelnames import short_name
+
+    shutil.copytree(REPO / "tests" / "fixtures" / "nightly-h200" / "lab", tmp_path / "lab")
+    assert run_fleet("reports", "reindex", "--store", str(tmp_path)).stdout.strip() == "catalogued 7 runs"
+    base, slow = "20261130-221709-ccc0", "20261130-221754-b4d4"
+    out = stats(tmp_path, slow, "--top", "30")
+    assert out.returncode == 0 and not out.stderr, out.stderr
+    kernels = section(out.stdout, "GPU kernels")
+    doc = fleet_json(stats(tmp_path, slow, "--top", "30", "--json").stdout)
+    assert len(kernels) == 1 + len(doc["kernels"]["rows"]) == 1 + 17  # every kernel of the run, one line each
+    assert max(map(len, kernels)) <= 40 + 100  # numbers, then a name of at most 100 characters
+    longest = max(doc["kernels"]["rows"], key=lambda r: len(r["name"]))
+    assert len(longest["name"]) > 1_300 and longest["short_name"] == short_name(longest["name"])
+    assert longest["short_name"] in out.stdout and longest["name"] not in out.stdout
+    assert longest["name"] in stats(tmp_path, slow, "--top", "30", "--full-names").stdout
+
+    moved = compare(tmp_path, base, slow, "--top", "1")
+    gemm = ("sm80_xmma_gemm_f32f32_f32f32_f32_tn_n_tilesize128x128x8_stage3_warpsize2x2x1_ffma_aligna4_alignc4_"
+            "execute_kernel__5x_cublas")
+    assert moved.returncode == 0, moved.stderr
+    assert moved.stdout.splitlines()[1].split() == ["216.985", "325.871", "+50.2%", short_name(gemm)]
