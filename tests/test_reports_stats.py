@@ -360,3 +360,9 @@ def test_a_real_history_from_an_h200_reads_short_and_compares_its_planted_slowdo
             "execute_kernel__5x_cublas")
     assert moved.returncode == 0, moved.stderr
     assert moved.stdout.splitlines()[1].split() == ["216.985", "325.871", "+50.2%", short_name(gemm)]
+
+
+def test_a_reason_from_a_node_reaches_the_terminal_without_control_characters(tmp_path):
+    file_run(tmp_path, [HostEntry("h03", "failed", missing_why="agent said \x1b]0;owned\x07")])
+    out = stats(tmp_path, RUN)
+    assert out.returncode == 10 and "\x1b" not in out.stderr and "h03 failed (agent said ?]0;owned?)" in out.stderr

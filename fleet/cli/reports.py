@@ -128,7 +128,10 @@ full_names_option = click.option("--full-names", is_flag=True,
 
 
 def _stats_failed(e) -> None:
-    fail(str(e), e.exit_status)
+    """The line of a run that cannot be shown; its reasons come from nodes: no escape sequence passes."""
+    from ..safenames import CONTROL
+
+    fail(CONTROL.sub("?", str(e)), e.exit_status)
 
 
 @reports.command("compare")
