@@ -186,7 +186,8 @@ def test_the_report_has_dated_axes_band_driver_change_moved_kernels_and_run_link
     assert len(marker) == 1 and "driver 550.54.15 → 560.35.03" in marker[0]
     moved = re.search(r'<table class="moved">.*?</table>', dom, re.S).group(0)
     assert ids[-1] in moved and moved.count('class="moved-kernel') == 3
-    first = re.search(r'<tr class="moved-kernel slower"><td class="kernel">([^<]*)<', moved).group(1)
+    first = re.search(r'<tr class="moved-kernel slower"><td class="kernel" title="ampere_sgemm_128x64_nn">([^<]*)<',
+                      moved).group(1)
     assert first == "ampere_sgemm_128x64_nn" and "+22.000" in moved  # 122 ms against a 100 ms baseline run
     links = dict(re.findall(r'<a class="run-link" href="([^"]*)/">([^<]*)</a>', dom)[::-1])
     for run_id in ids:

@@ -5,12 +5,14 @@ Chromium as a person would look at it."""
 
 from __future__ import annotations
 
+import html
 import json
 import os
 import re
 import shutil
 from pathlib import Path
 
+from fleet.kernelnames import WIDTH, short_name
 from tests.conftest import REPO, run_fleet
 from tests.test_nightly import CHROMIUM, screenshot
 
@@ -46,8 +48,21 @@ def test_the_h200_history_is_judged_a_regression_and_drawn_with_its_times_band_a
     # The kernels that moved, read from the summaries at the store's new place.
     moved = re.search(r'<table class="moved">.*?</table>', dom, re.S).group(0)
     assert RUNS[3] in moved and RUNS[-1] in moved  # the baseline run (the median's) and the judged one
-    first = re.search(r'<tr class="moved-kernel slower"><td class="kernel">([^<]*)<', moved).group(1)
-    assert first == GEMM and "+50.2%" in moved
+    # each kernel by its short name, its full name the cell's tooltip
+    title, first = re.search(r'<tr class="moved-kernel slower"><td class="kernel" title="([^"]*)">([^<]*)<',
+                             moved).groups()
+    assert html.unescape(title) == GEMM and html.unescape(first) == short_name(GEMM) != GEMM and "+50.2%" in moved
+    cells = [tuple(map(html.unescape, c)) for c in re.findall(r'<td class="kernel" title="([^"]*)">([^<]*)<', moved)]
+    assert len(cells) > 3 and all(len(shown) <= WIDTH and shown == short_name(full) for full, shown in cells)
+    assert sum(len(full) > WIDTH for full, _ in cells) >= 3  # cuBLAS's and PyTorch's longer names, within it
+    # a top_kernels metric is named after its kernel: short in the verdicts and the headings, full in the tooltip
+    cutlass = "kernel void cutlass::Kernel2<cutlass_80_simt_sgemm_128x256_8x4_nt_align1>(T1::Params)"
+    spans = [tuple(map(html.unescape, s)) for s in re.findall(r'<span class="short-name" title="([^"]*)">([^<]*)<', dom)]
+    assert spans.count((cutlass, "kernel cutlass::Kernel2<cutlass_80_simt_sgemm_128x256_8x4_nt_align1>")) == 2
+    assert f"kernel {GEMM}" in verdicts and (f"kernel {GEMM}", f"kernel {short_name(GEMM)}") in spans
+    titles = [html.unescape(t) for t in re.findall(r"<svg[^>]*><title>([^<]*)</title>", dom)]
+    assert f"{cutlass} on NVIDIA H200 on vm" in titles  # the plot's own tooltip
+    assert "(T1::Params)" not in re.sub(r'title="[^"]*"|<title>[^<]*</title>', "", dom)  # nowhere as text
     links = re.findall(r'<a class="run-link" href="([^"]*)/">', dom)
     assert links and all((out.parent / h / "manifest.json").exists() for h in links)
     assert png.stat().st_size > 10_000

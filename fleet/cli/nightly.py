@@ -213,8 +213,10 @@ def nightly_report(playbooks, since, out, notify, store_root, as_json):
     from .. import store
 
     summary = nightly_mod.report(store.root(store_root), [_playbook(p) for p in playbooks], Path(out), since)
+    from ..nightly.report_plot import shown_metric
+
     lines = [f"{p['name']}: {len(p['verdicts'])} metric(s) over {p['runs']} run(s); " +
-             ", ".join(f"{v['verdict']}: {v['metric']} ({v['device']})" for v in p["verdicts"])
+             ", ".join(f"{v['verdict']}: {shown_metric(v['metric'])} ({v['device']})" for v in p["verdicts"])
              for p in summary["playbooks"]]
     text = "\n".join(lines + [f"REGRESSION {r}" for r in summary["regressions"]] + [f"report: {out}"]) + "\n"
     if as_json:

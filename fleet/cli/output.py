@@ -189,26 +189,33 @@ def print_table(headers: list[str], rows: list[list[str]], status_column: int | 
     Console().print(table)
 
 
-def print_stats(found, top: int) -> None:
+def print_stats(found, top: int, full_names: bool = False) -> None:
     """``reports stats``: each section's table (one column of milliseconds per host or rank, or
-    for one, its total, count and mean), then what each column lacks."""
+    for one, its total, count and mean), then what each column lacks. The hosts not in the
+    tables, and those in them whose status is not ok, are said under the title line."""
     from ..safenames import CONTROL
+    from ..store.stats import said
 
     def shown(name: str) -> str:  # a kernel or range name is the workload's: no escape sequence reaches the terminal
         return CONTROL.sub("?", name)
 
     labels = [shown(c.label) for c in found.columns]
     click.echo(f"run {found.run_id} ({found.tool}, {found.status}): top {top} by total time")
+    if found.left_out:
+        click.echo(shown(f"not in these tables: {said(found.left_out)}"))
+    not_ok = [c for c in found.columns if c.status != "ok"]
+    if not_ok:
+        click.echo(shown(f"in them, though not ok: {said(not_ok)}"))
     for section in found.sections:
         click.echo(f"\n{section.title}")
         rows = section.top(top)
         if rows and len(labels) == 1:
             print_table(["TOTAL ms", "COUNT", "MEAN ms", "NAME"],
-                        [[f"{t / 1e6:.3f}", str(n), f"{t / 1e6 / n:.3f}" if n else "-", shown(name)]
-                         for name, by in rows for t, n in by.values()])
+                        [[f"{t / 1e6:.3f}", str(n), f"{t / 1e6 / n:.3f}" if n else "-",
+                          shown(section.shown(name, full_names))] for name, by in rows for t, n in by.values()])
         elif rows:
             print_table([f"{label} ms" for label in labels] + ["NAME"],
                         [[f"{by[c.label][0] / 1e6:.3f}" if c.label in by else "-" for c in found.columns]
-                        + [shown(name)] for name, by in rows])
+                        + [shown(section.shown(name, full_names))] for name, by in rows])
         for label, why in section.notes.items():
             click.echo(f"{shown(label)}: {shown(why)}")

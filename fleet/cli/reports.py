@@ -123,25 +123,46 @@ def reports_rm(run_id, store_root, dry_run, as_json):
                f"{gone.catalog_rows} catalog rows)")
 
 
+full_names_option = click.option("--full-names", is_flag=True,
+                                 help="Kernel names in full, as the profiler wrote them (shortened by default).")
+
+
+def _stats_failed(e) -> None:
+    """The line of a run that cannot be shown; its reasons come from nodes: no escape sequence passes."""
+    from ..safenames import CONTROL
+
+    fail(CONTROL.sub("?", str(e)), e.exit_status)
+
+
 @reports.command("compare")
 @click.argument("run_a")
 @click.argument("run_b")
 @store_option
-@click.option("--top", type=int, default=15, show_default=True)
+@click.option("--top", type=click.IntRange(1), default=15, show_default=True, help="Rows of the table.")
+@full_names_option
 @json_option
-def reports_compare(run_a, run_b, store_root, top, as_json):
-    """The GPU kernels whose total time changed most from RUN_A to RUN_B (nsys runs)."""
+def reports_compare(run_a, run_b, store_root, top, full_names, as_json):
+    """The GPU kernels whose total time changed most from RUN_A to RUN_B (two runs of one tool).
+    A run that left no reports, or runs of different tools, are refused with the reason."""
     from .. import store
+    from ..safenames import CONTROL
+    from ..store import stats
 
-    for run in (run_a, run_b):
-        _manifest(store_root, run)
-    rows = store.compare(store.root(store_root), run_a, run_b)[:top]
+    a, b = (_manifest(store_root, run) for run in (run_a, run_b))
+    try:
+        found = stats.compare_runs(store.root(store_root), a, b)
+    except stats.StatsError as e:
+        _stats_failed(e)
+    rows = found.rows[:top]
     if as_json:
         return echo_json(rows)
+    for note in found.notes():
+        click.echo(CONTROL.sub("?", note))
     click.echo(f"{'A ms':>10} {'B ms':>10} {'change':>8}  kernel")
     for r in rows:
         change = f"{r['change'] * 100:+.1f}%" if r["change"] is not None else "new"
-        click.echo(f"{r['a_ns'] / 1e6:10.3f} {r['b_ns'] / 1e6:10.3f} {change:>8}  {r['kernel']}")
+        name = r["kernel"] if full_names else r["short_name"]
+        click.echo(f"{r['a_ns'] / 1e6:10.3f} {r['b_ns'] / 1e6:10.3f} {change:>8}  {CONTROL.sub('?', name)}")
 
 
 @reports.command("stats")
@@ -149,10 +170,12 @@ def reports_compare(run_a, run_b, store_root, top, as_json):
 @click.argument("which", metavar="[HOST|RANK]", required=False)
 @store_option
 @click.option("--top", type=click.IntRange(1), default=10, show_default=True, help="Rows of each table.")
+@full_names_option
 @json_option
-def reports_stats(run_id, which, store_root, top, as_json):
+def reports_stats(run_id, which, store_root, top, full_names, as_json):
     """A run's top GPU kernels, CUDA API calls and NVTX ranges by total time, from the summaries
-    in the store; one column per host or rank (or only HOST, or RANK)."""
+    in the store; one column per host or rank (or only HOST, or RANK). A run that left none
+    says why in one line, and exits 10."""
     from .. import store
     from ..store import stats
 
@@ -160,12 +183,12 @@ def reports_stats(run_id, which, store_root, top, as_json):
     try:
         found = stats.run_stats(store.root(store_root), m, which)
     except stats.StatsError as e:
-        fail(str(e))
+        _stats_failed(e)
     if as_json:
         return echo_json(found.to_json(top))
     from .output import print_stats
 
-    print_stats(found, top)
+    print_stats(found, top, full_names)
 
 
 @reports.command("open")

@@ -6,6 +6,7 @@ grey, the baseline and the suspicious and regression thresholds around it, and a
 where the driver, nsys or the host changed. A Regression or Suspicious verdict lists the
 kernels that moved most between the baseline run and the judged one; each playbook ends
 with its runs, linked (relative to the page) to their folders and reports in the store.
+Kernel names are shown short (:mod:`fleet.kernelnames`), each with its full name as its tooltip.
 """
 
 from __future__ import annotations
@@ -14,7 +15,8 @@ import html
 import os
 from pathlib import Path
 
-from .report_plot import COLOURS, changes, plot, scale, when
+from ..kernelnames import short_names
+from .report_plot import COLOURS, changes, plot, scale, shown_metrics, when, with_tooltip
 from .trends import REGRESSION, SUSPICIOUS, Verdict
 
 __all__ = ["render", "scale", "COLOURS"]
@@ -51,10 +53,12 @@ def _moved(compared: tuple[str, str, list[dict]] | None, link) -> str:
         return (f'<table class="moved">{head}<tr><td>no kernel summaries (cuda_gpu_kern_sum) catalogued for '
                 f"these runs</td></tr></table>")
     body = ["<tr><th>kernel</th><th>baseline (ms)</th><th>now (ms)</th><th>change (ms)</th><th>change</th></tr>"]
+    short = short_names(r["kernel"] for r in rows)
     for r in rows[:TOP_KERNELS]:
         cls = "slower" if r["change_ns"] > 0 else "faster" if r["change_ns"] < 0 else "same"
         rel = "new" if r["change"] is None else f"{r['change']:+.1%}"
-        body.append(f'<tr class="moved-kernel {cls}"><td class="kernel">{html.escape(r["kernel"])}</td>'
+        body.append(f'<tr class="moved-kernel {cls}"><td class="kernel" title="{html.escape(r["kernel"])}">'
+                    f'{html.escape(short[r["kernel"]])}</td>'
                     f'<td class="num">{_ms(r["a_ns"])}</td><td class="num">{_ms(r["b_ns"])}</td>'
                     f'<td class="num">{r["change_ns"] / 1e6:+.3f}</td><td class="num">{rel}</td></tr>')
     return f'<table class="moved">{head}{"".join(body)}</table>'
@@ -84,10 +88,15 @@ def _section(playbook: str, rows: list[dict], verdicts: list[Verdict], t: dict,
         series.setdefault((r["metric"], r["device"]), []).append(r)
     table = ["<table class='verdicts'><tr><th>metric</th><th>device</th><th>verdict</th><th>latest</th>"
              "<th>baseline</th><th>change</th><th>runs</th><th>note</th></tr>"]
+    shown = shown_metrics(v.metric for v in verdicts)
+
+    def metric(v: Verdict) -> str:
+        return with_tooltip(shown[v.metric], v.metric)
+
     for v in verdicts:
         div, unit = scale(v.metric)
         fmt = lambda x: "" if x is None else f"{x / div:.4g} {unit}"
-        table.append(f'<tr class="verdict"><td>{html.escape(v.metric)}</td><td>{html.escape(v.device)}</td>'
+        table.append(f'<tr class="verdict"><td>{metric(v)}</td><td>{html.escape(v.device)}</td>'
                      f'<td style="color:{COLOURS[v.verdict]};font-weight:bold">{v.verdict}</td>'
                      f"<td>{fmt(v.value)}</td><td>{fmt(v.baseline)}</td>"
                      f"<td>{'' if v.rel is None else f'{v.rel:+.1%}'}</td><td>{v.points}</td>"
@@ -98,7 +107,7 @@ def _section(playbook: str, rows: list[dict], verdicts: list[Verdict], t: dict,
         points = series[(v.metric, v.device)]
         changed = "".join(f'<li class="change-note">{link(points[i - 1]["run_id"])} → {link(points[i]["run_id"])}: '
                           f"{html.escape(what)}</li>" for i, what in changes(points, runs))
-        plots.append(f'<section class="metric"><h3>{html.escape(v.metric)} — {html.escape(v.device)}: '
+        plots.append(f'<section class="metric"><h3>{metric(v)} — {html.escape(v.device)}: '
                      f'<span style="color:{COLOURS[v.verdict]}">{v.verdict}</span></h3>{plot(points, v, t, runs)}'
                      + (f"<ul class='changes'>{changed}</ul>" if changed else "")
                      + (_moved(compared.get((v.metric, v.device)), link)

@@ -8,6 +8,7 @@ import html
 import math
 from datetime import datetime
 
+from ..kernelnames import short_names
 from .trends import INSUFFICIENT, NO_CHANGE, REGRESSION, SUSPICIOUS, Verdict
 
 COLOURS = {REGRESSION: "#c0392b", SUSPICIOUS: "#d68910", NO_CHANGE: "#1e8449", INSUFFICIENT: "#7f8c8d"}
@@ -21,6 +22,29 @@ def scale(metric: str) -> tuple[float, str]:
     "void cutlass::Kernel2<...>(T1::Params)"."""
     unit = metric.rsplit("(", 1)[1].rstrip(")") if metric.startswith("ncu ") and metric.endswith(")") else None
     return (1.0, unit) if unit else (1e6, "ms")
+
+
+KERNEL = "kernel "  # a kernel or top_kernels metric's label: "kernel " and the glob, or the kernel's name
+
+
+def shown_metrics(metrics) -> dict[str, str]:
+    """Each metric's label as a person reads it: a ``top_kernels`` metric, labelled ``kernel NAME``
+    after its kernel's full name, with the kernel's short name (tagged where two would read
+    alike). A glob (``kernel *gemm*``) and every other label are kept."""
+    metrics = list(metrics)
+    short = short_names(m[len(KERNEL):] for m in metrics if m.startswith(KERNEL))
+    return {m: KERNEL + short[m[len(KERNEL):]] if m.startswith(KERNEL) else m for m in metrics}
+
+
+def shown_metric(metric: str) -> str:
+    return shown_metrics([metric])[metric]
+
+
+def with_tooltip(shown: str, full: str) -> str:
+    """``shown``, escaped; where it is not ``full``, in a span whose tooltip is ``full``."""
+    if shown == full:
+        return html.escape(shown)
+    return f'<span class="short-name" title="{html.escape(full)}">{html.escape(shown)}</span>'
 
 
 def time_labels(times: list[datetime]) -> tuple[str, str]:
@@ -105,8 +129,9 @@ def plot(points: list[dict], verdict: Verdict, t: dict, runs: dict[str, dict]) -
     x = lambda f: LEFT + (W - LEFT - RIGHT) * f
     y = lambda v: H - BOTTOM - (H - TOP - BOTTOM) * (v - lo) / (hi - lo)
     colour = COLOURS[verdict.verdict]
-    label = html.escape(f"{verdict.metric} on {verdict.device}")
+    label = html.escape(f"{shown_metric(verdict.metric)} on {verdict.device}")
     parts = [f'<svg class="plot" role="img" width="{W}" height="{H}" viewBox="0 0 {W} {H}" aria-label="{label}">',
+             f'<title>{html.escape(f"{verdict.metric} on {verdict.device}")}</title>',  # the kernel's full name
              f'<rect x="0" y="0" width="{W}" height="{H}" fill="#fbfbfb" stroke="#ddd"/>']
     if level:  # the band: between the suspicious and the regression level, and above it
         s, r, b = (y(v / div) for v in (*level, verdict.baseline))

@@ -21,6 +21,7 @@ from ..store.manifest import RunManifest, new_run_id
 from .playbook import Playbook, run_metrics
 from ..plan import ProfileRequest
 from .report_html import render
+from .report_plot import shown_metric
 
 if TYPE_CHECKING:
     from ..inventory import Inventory
@@ -99,6 +100,6 @@ def report(store_root: Path, playbooks: list[Playbook], out: Path, since: str | 
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(render(sections, runs, out.parent))
     out.with_suffix(".json").write_text(json.dumps(summary, indent=1))
-    summary["regressions"] = [f"{p['name']}: {v['metric']} on {v['device']} {v['rel']:+.1%}"
+    summary["regressions"] = [f"{p['name']}: {shown_metric(v['metric'])} on {v['device']} {v['rel']:+.1%}"
                               for p in summary["playbooks"] for v in p["verdicts"] if v["verdict"] == trends.REGRESSION]
     return summary

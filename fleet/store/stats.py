@@ -6,6 +6,11 @@ The column names are those nsys 2025.3 and ncu 2025.3 write (tests/fixtures/nsys
 tests/fixtures/ncu-raw-h200.csv). A summary may be empty (nsys writes a 0-byte file where a
 workload had nothing of its kind, e.g. no NVTX range), may not have come home, or may not be
 what fleet expects: each is said in the column's note, and never stops the others being shown.
+
+What is not shown is said too: the hosts or ranks a run has that left nothing to read (refused,
+failed, unreachable, missing), with their status and the manifest's reason. A run that left
+nothing at all is :class:`NoReports`, whose exit status says so. Kernel names are shown short
+(:mod:`fleet.kernelnames`); the full ones stay in ``--json``.
 """
 
 from __future__ import annotations
@@ -14,6 +19,8 @@ import csv
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .. import exitcodes, kernelnames
+from ..hostlist import fold
 from . import _inside
 from .manifest import HostEntry, RunManifest
 
@@ -30,6 +37,13 @@ NS_PER = {"ns": 1, "nsecond": 1, "us": 1e3, "usecond": 1e3, "ms": 1e6, "msecond"
 
 class StatsError(LookupError):
     """A run or a host/rank of it that cannot be shown; the message is the one line to print."""
+    exit_status = exitcodes.USAGE
+
+
+class NoReports(StatsError):
+    """A run (or the host/rank asked for) that left nothing to read: the line says each host's
+    status and why, from the manifest."""
+    exit_status = exitcodes.NO_REPORTS
 
 
 @dataclass
@@ -39,6 +53,46 @@ class Column:
     host: str
     rank: int | None
     worker: str | None
+    status: str = "ok"            # the host's status in the manifest (its tables are what it kept)
+    why: str | None = None        # and the manifest's reason, where it is not ok
+
+
+@dataclass
+class Absent:
+    """A host, rank or worker of the run that is not in the tables, and why (the manifest's words)."""
+    label: str
+    host: str
+    rank: int | None
+    worker: str | None
+    status: str
+    why: str | None
+
+
+def absent(h: HostEntry, why: str | None = None) -> Absent:
+    return Absent(_label(h), h.host, h.rank, h.worker, h.status,
+                  why or h.missing_why or ("no report came home" if h.status == "ok" else None))
+
+
+def said(entries: list) -> str:
+    """``h[03-04] refused (tenant: ...); rank 2 missing (killed)``: one clause for each status
+    and reason, its hosts or ranks folded (of Absent entries, or Columns)."""
+    groups: dict[tuple[str, str | None], list[str]] = {}
+    for e in entries:
+        groups.setdefault((e.status, e.why), []).append(e.label)
+    return "; ".join(f"{fold(labels)} {status}" + (f" ({why})" if why else "")
+                     for (status, why), labels in groups.items())
+
+
+def run_line(manifest: RunManifest) -> str:
+    return f"run {manifest.run_id} ({manifest.request.get('tool') or 'nsys'}, {manifest.status})"
+
+
+def nothing_to(manifest: RunManifest, purpose: str, entries: list[Absent]) -> NoReports:
+    """The one line for a run that left nothing to ``purpose`` (show, compare)."""
+    why = said(entries) if entries else "it has no hosts or ranks"
+    if manifest.error:
+        why += f"; {manifest.error}"
+    return NoReports(f"{run_line(manifest)} has no reports to {purpose}: {why}")
 
 
 @dataclass
@@ -48,6 +102,11 @@ class Section:
     # name -> label -> (total ns, count); rows the top N by their total over the columns
     totals: dict[str, dict[str, tuple[float, int]]] = field(default_factory=dict)
     notes: dict[str, str] = field(default_factory=dict)   # label -> why this column has no rows
+    read: set[str] = field(default_factory=set)           # labels whose summary was read (maybe empty)
+    short: dict[str, str] = field(default_factory=dict)   # kernels: full name -> the name shown
+
+    def shown(self, name: str, full: bool = False) -> str:
+        return name if full else self.short.get(name, name)
 
     def top(self, n: int) -> list[tuple[str, dict[str, tuple[float, int]]]]:
         return sorted(self.totals.items(), key=lambda kv: (-sum(t for t, _ in kv[1].values()), kv[0]))[:n]
@@ -60,39 +119,68 @@ class RunStats:
     status: str
     columns: list[Column]
     sections: list[Section]
+    left_out: list[Absent] = field(default_factory=list)  # the run's hosts not in the tables
+
+    def section(self, key: str) -> Section:
+        return next(s for s in self.sections if s.key == key)
 
     def to_json(self, top: int) -> dict:
+        def row(s: Section, name: str, by: dict) -> dict:
+            return {"name": name, **({"short_name": s.short[name]} if name in s.short else {}),
+                    "total_ns": sum(t for t, _ in by.values()),
+                    "by": {label: {"total_ns": t, "count": n} for label, (t, n) in by.items()}}
+
         return {"run_id": self.run_id, "tool": self.tool, "status": self.status, "top": top,
-                "columns": [vars(c) for c in self.columns],
-                **{s.key: {"rows": [{"name": name, "total_ns": sum(t for t, _ in by.values()),
-                                     "by": {label: {"total_ns": t, "count": n} for label, (t, n) in by.items()}}
-                                    for name, by in s.top(top)],
-                           "notes": s.notes} for s in self.sections}}
+                "columns": [vars(c) for c in self.columns], "left_out": [vars(a) for a in self.left_out],
+                **{s.key: {"rows": [row(s, name, by) for name, by in s.top(top)], "notes": s.notes}
+                   for s in self.sections}}
 
 
 def _label(h: HostEntry) -> str:
     return f"rank {h.rank}" if h.rank is not None else (h.worker or h.host)
 
 
-def choose_columns(manifest: RunManifest, which: str | None) -> list[HostEntry]:
+def _named(manifest: RunManifest, which: str | None) -> list[HostEntry]:
+    return [h for h in manifest.hosts
+            if which is None or (which.isdigit() and h.rank == int(which)) or which in (h.host, h.worker)]
+
+
+def choose_columns(manifest: RunManifest, which: str | None, purpose: str = "show") -> list[HostEntry]:
     """The run's hosts (ranks, workers) that left results, or those ``which`` names: a rank
-    number, a host (for Slurm, the node: all its ranks), or a Ray worker."""
-    hosts = [h for h in manifest.hosts if h.reports]
-    if which is None:
-        return hosts
-    chosen = [h for h in hosts if (which.isdigit() and h.rank == int(which)) or which in (h.host, h.worker)]
-    if not chosen:
-        known = sorted({_label(h) for h in hosts} | {h.host for h in hosts})
+    number, a host (for Slurm, the node: all its ranks), or a Ray worker. None of them with
+    results is :class:`NoReports`, saying what each was."""
+    named = _named(manifest, which)
+    hosts = [h for h in named if h.reports]
+    if which is not None and not named:
+        with_reports = [h for h in manifest.hosts if h.reports]
+        known = sorted({_label(h) for h in with_reports} | {h.host for h in with_reports})
         raise StatsError(f"run {manifest.run_id} has no host or rank {which!r} with reports"
                          + (f"; it has: {', '.join(known)}" if known else "; no host of it left any"))
-    return chosen
+    if not hosts:
+        raise nothing_to(manifest, purpose, [absent(h) for h in named])
+    return hosts
 
 
-def run_stats(store: Path, manifest: RunManifest, which: str | None = None) -> RunStats:
+def run_stats(store: Path, manifest: RunManifest, which: str | None = None, purpose: str = "show") -> RunStats:
+    """The run's tables, one column per host or rank that left reports; NoReports when none did,
+    or when not one of its summaries could be read."""
     tool = manifest.request.get("tool") or "nsys"
     specs = (NCU_SECTION,) if tool == "ncu" else NSYS_SECTIONS
-    hosts = choose_columns(manifest, which)
+    hosts = choose_columns(manifest, which, purpose)
     sections = [Section(key, title) for _, key, title, _, _ in specs]
+    _read_columns(store, hosts, specs, sections)
+    if not any(s.read for s in sections):  # reports, but not one summary to read: say each host's first note
+        raise nothing_to(manifest, purpose, [absent(h, next(s.notes[_label(h)] for s in sections))
+                                             for h in hosts])
+    columns = [Column(_label(h), h.host, h.rank, h.worker, h.status, h.missing_why) for h in hosts]
+    left_out = [absent(h) for h in _named(manifest, which) if not h.reports]
+    found = RunStats(manifest.run_id, tool, manifest.status, columns, sections, left_out)
+    found.section("kernels").short = kernelnames.short_names(found.section("kernels").totals)
+    return found
+
+
+def _read_columns(store: Path, hosts: list[HostEntry], specs, sections: list[Section]) -> None:
+    """Each host's summaries into the sections' totals, or a note of why they are not there."""
     for h in hosts:
         label = _label(h)
         stored = {r.summary: r for r in h.reports if r.status == "summary" and r.summary}
@@ -111,12 +199,11 @@ def run_stats(store: Path, manifest: RunManifest, which: str | None = None) -> R
                 except (OSError, ValueError, csv.Error) as e:
                     section.notes[label] = f"{Path(rep.stored).name} cannot be read: {e}"
                     continue
+                section.read.add(label)
                 if not rows:
                     section.notes[label] = f"no {title}"
                 for name, (total, count) in rows.items():
                     section.totals.setdefault(name, {})[label] = (total, count)
-    columns = [Column(_label(h), h.host, h.rank, h.worker) for h in hosts]
-    return RunStats(manifest.run_id, tool, manifest.status, columns, sections)
 
 
 def _number(text: str, column: str) -> float:
@@ -166,3 +253,45 @@ def _ncu_rows(path: Path) -> dict[str, tuple[float, int]]:
             total, count = out.get(row[name_col], (0.0, 0))
             out[row[name_col]] = (total + _number(row[NCU_DURATION], NCU_DURATION) * NS_PER[unit], count + 1)
         return out
+
+
+@dataclass
+class Comparison:
+    """``reports compare``: each kernel's total time (over the hosts or ranks) in run A and run
+    B, those that changed most first; and what each run's totals leave out."""
+    a: RunStats
+    b: RunStats
+    rows: list[dict]
+
+    def notes(self) -> list[str]:
+        """What makes the totals not alike: hosts a run left out, or a different number of columns."""
+        out = [f"run {s.run_id}: not in its totals: {said(s.left_out)}" for s in (self.a, self.b) if s.left_out]
+        if len(self.a.columns) != len(self.b.columns):
+            out.append(f"run {self.a.run_id} sums {len(self.a.columns)} host(s) or rank(s), "
+                       f"run {self.b.run_id} {len(self.b.columns)}")
+        return out
+
+
+def compare_runs(store: Path, a: RunManifest, b: RunManifest) -> Comparison:
+    """Runs of one tool only (nsys traces kernels as they run; ncu replays each one with clocks
+    locked and caches flushed: their times are not alike), each with kernel summaries to read."""
+    tools = [m.request.get("tool") or "nsys" for m in (a, b)]
+    if tools[0] != tools[1]:
+        raise StatsError(f"run {a.run_id} is an {tools[0]} run and run {b.run_id} an {tools[1]} run: they measure "
+                         f"kernels differently (nsys as they run, ncu replayed with clocks locked), so fleet "
+                         f"compares runs of one tool")
+    found = []
+    for m in (a, b):
+        s = run_stats(store, m, purpose="compare")
+        if not s.section("kernels").read:
+            raise nothing_to(m, "compare", [absent(h, s.section("kernels").notes.get(_label(h)))
+                                            for h in m.hosts if h.reports] + s.left_out)
+        found.append(s)
+    totals: dict[str, list[float]] = {}
+    for i, s in enumerate(found):
+        for name, by in s.section("kernels").totals.items():
+            totals.setdefault(name, [0.0, 0.0])[i] += sum(t for t, _ in by.values())
+    short = kernelnames.short_names(totals)
+    rows = [{"kernel": name, "short_name": short[name], "a_ns": ta, "b_ns": tb, "change_ns": tb - ta,
+             "change": (tb - ta) / ta if ta else None} for name, (ta, tb) in totals.items()]
+    return Comparison(found[0], found[1], sorted(rows, key=lambda r: (-abs(r["change_ns"]), r["kernel"])))
