@@ -107,13 +107,16 @@ def reports_pull(run_id, dest, store_root, as_json):
 @click.argument("run_id")
 @store_option
 @click.option("--dry-run", is_flag=True, help="Say what would be removed; remove nothing.")
+@click.option("--force", is_flag=True, help="Remove a run whose manifest says it is still running (its fleet "
+              "was stopped and will not save it again).")
 @json_option
-def reports_rm(run_id, store_root, dry_run, as_json):
-    """Delete run RUN_ID (an exact id, never a pattern): its folder and its catalog rows."""
+def reports_rm(run_id, store_root, dry_run, force, as_json):
+    """Delete run RUN_ID (an exact id, never a pattern): its folder and its catalog rows. A run
+    still running is refused, unless --force."""
     from .. import store
 
     try:
-        gone = store.remove_run(store.root(store_root), run_id, dry_run=dry_run)
+        gone = store.remove_run(store.root(store_root), run_id, dry_run=dry_run, force=force)
     except LookupError as e:
         fail(str(e))
     if as_json:

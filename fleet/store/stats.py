@@ -14,7 +14,7 @@ import csv
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import _inside
+from . import _inside, numbers
 from .manifest import HostEntry, RunManifest
 
 # One section of the output per summary: (summary, section, what its rows are, name column, count column).
@@ -120,10 +120,7 @@ def run_stats(store: Path, manifest: RunManifest, which: str | None = None) -> R
 
 
 def _number(text: str, column: str) -> float:
-    try:
-        return float(text.replace(",", ""))  # ncu writes thousands separators in some locales
-    except ValueError:
-        raise ValueError(f"{column} is {text!r}, not a number") from None
+    return numbers.real(text, column)  # bounded: a total of 1e400 is a ValueError, not infinity
 
 
 def _nsys_rows(path: Path, name_col: str, count_col: str) -> dict[str, tuple[float, int]]:
