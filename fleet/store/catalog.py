@@ -25,7 +25,7 @@ from .manifest_io import read_manifest
 # PRAGMA user_version of the catalog. 0: written before the catalog had a version (its
 # rows may include the kernels and metrics of removed runs); it is rebuilt from the manifests.
 CATALOG_VERSION = 1
-LOCK_WAIT_S = 10.0  # how long a writer waits for another fleet's transaction (8 clients on one store hold)
+LOCK_WAIT_S = 5.0  # how long one waits for another fleet's transaction (SQLite's default; 8 clients on one store hold)
 
 SCHEMA = [
     """CREATE TABLE IF NOT EXISTS runs (

@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import os
+import stat
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
@@ -36,6 +37,19 @@ def _sha256_prefix(path: Path, size: int) -> "hashlib._Hash":
             for block in iter(lambda: f.read(1 << 20), b""):
                 h.update(block)
     return h
+
+
+def _resumable(partial: Path) -> int:
+    """The bytes of an earlier copy to resume from: 0 when there is none, or when what is there is
+    not a regular file of the user's (a link: it goes, never read or appended to)."""
+    try:
+        st = os.lstat(partial)
+    except FileNotFoundError:
+        return 0
+    if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid():
+        partial.unlink()
+        return 0
+    return st.st_size
 
 
 def sha256_of(path: str | os.PathLike) -> str:
@@ -60,7 +74,7 @@ async def fetch_verified(fan: "Fanout", host: "Host", report: dict, dest: Path,
     try:
         private.check_folder(dest.parent, dest.parent.parent)
         for _ in range(2):  # a wrong hash earns one fresh copy
-            have = partial.stat().st_size if partial.exists() else 0
+            have = _resumable(partial)
             if have > report["size"]:
                 partial.unlink()
                 have = 0

@@ -43,8 +43,11 @@ def read_manifest(path: Path) -> RunManifest:
     store (catalog, stats, open, pull, nightly) reads the files where they are. One that cannot
     be read, or whose fields are not of their types, is a CatalogError naming it."""
     try:
-        m = RunManifest.from_json(json.loads(private.read_text(path)))
-        problem = shape_problem(m) or _request_problem(m.request)
+        doc = json.loads(private.read_text(path))
+        problem = _container_problem(doc)
+        if not problem:
+            m = RunManifest.from_json(doc)
+            problem = shape_problem(m) or _request_problem(m.request)
     except UnsafeStore:
         raise
     except (ManifestError, ValueError, TypeError, AttributeError, RecursionError) as e:
@@ -76,6 +79,21 @@ def shape_problem(record: object, where: str = "") -> str | None:
     return None
 
 
+def _container_problem(doc: object) -> str | None:
+    """The lists and objects the manifest's classes walk through, checked before they do (a host
+    list that is a number would be a TypeError there, naming no field)."""
+    if not isinstance(doc, dict):
+        return None  # from_json says so
+    for key, kind in (("hosts", list), ("request", dict), ("slurm", dict), ("playbook", dict)):
+        if doc.get(key) is not None and not isinstance(doc[key], kind):
+            return f"{key} is {doc[key]!r:.60}, not {'a list' if kind is list else 'an object'}"
+    for i, host in enumerate(doc.get("hosts") or []):
+        for key in ("reports", "processes_seen", "tenants_seen", "given_up"):
+            if isinstance(host, dict) and host.get(key) is not None and not isinstance(host[key], list):
+                return f"hosts[{i}].{key} is {host[key]!r:.60}, not a list"
+    return None
+
+
 def _request_problem(request: dict) -> str | None:
     """The request's fields the store shows: its tool (a name) and command (a list of words)."""
     tool, command = request.get("tool"), request.get("command")
@@ -88,8 +106,10 @@ def _request_problem(request: dict) -> str | None:
 
 def _type_problem(value: object, declared: str, name: str) -> str | None:
     for option in (o.strip() for o in declared.split("|")):
-        if option == "None" and value is None:
-            return None
+        if option == "None":
+            if value is None:
+                return None
+            continue
         base, _, inner = option.partition("[")
         if base not in _TYPES:
             return None  # a type the manifest's classes build themselves (a record): checked above

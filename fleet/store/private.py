@@ -36,7 +36,24 @@ def check_store(store: Path) -> None:
     if st is not None and stat.S_ISDIR(st.st_mode) and st.st_mode & stat.S_ISVTX and st.st_mode & 0o002:
         raise UnsafeStore(f"refusing the store {store}: every account can create files in it (mode "
                           f"{stat.S_IMODE(st.st_mode):o}); give a folder of your own below it")
+    if st is None:
+        _make_parents(store)
     check_folder(store, store)
+
+
+def _make_parents(store: Path) -> None:
+    """The missing folders above a new store, made 0700 (``os.makedirs`` would make them with the
+    umask: 0777 under umask 000, and the check above would then refuse the store it made)."""
+    missing = []
+    for parent in store.absolute().parents:
+        if os.path.lexists(parent):
+            break
+        missing.append(parent)
+    for parent in reversed(missing):
+        try:
+            os.mkdir(parent, 0o700)
+        except FileExistsError:
+            pass  # made meanwhile: checked with the rest
 
 
 def check_folder(folder: Path, store: Path) -> None:

@@ -8,7 +8,7 @@ import sqlite3
 from pathlib import Path
 
 from . import private
-from .catalog import opened, record
+from .catalog import index_manifest, opened
 from .errors import CatalogDamaged, CatalogError, CatalogLocked, StoreWriteError
 from .layout import MANIFEST, _inside, check_run_id, run_dir
 from .manifest import RunManifest
@@ -16,18 +16,22 @@ from .manifest_io import read_manifest, write_manifest
 
 
 def save(store: Path, manifest: RunManifest) -> Path:
-    """Write a run's manifest into its folder and catalogue it; the folder back. The store is
-    checked first: one fleet will not use is UnsafeStore, before anything is written."""
-    private.check_store(store)
+    """Write a run's manifest into its folder and catalogue it; the folder back. The store and its
+    catalog are checked first: one fleet will not use (UnsafeStore), or a catalog damaged or
+    locked (StoreWriteError), stops it before anything is written."""
     directory = run_dir(store, manifest.site, manifest.run_id)
-    path = write_manifest(directory, manifest, store)
     try:
-        record(store, path)
-    except (OSError, CatalogError) as e:  # the manifest is the truth: `fleet reports reindex` catches up
-        why = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
-        after = "once there is room" if isinstance(e, OSError) else "once that is put right"
-        raise StoreWriteError(f"run {manifest.run_id} is saved in {directory}, but the catalog could not be "
-                              f"updated ({why}); run `fleet reports reindex` {after}") from None
+        with opened(store) as db:
+            path = write_manifest(directory, manifest, store)
+            try:
+                with db:
+                    index_manifest(db, path)
+            except (sqlite3.Error, CatalogError) as e:  # the manifest is the truth: `reindex` catches up
+                raise StoreWriteError(f"run {manifest.run_id} is saved in {directory}, but the catalog could not be "
+                                      f"updated ({e}); run `fleet reports reindex` once "
+                                      + ("there is room" if "full" in str(e) else "that is put right")) from None
+    except (CatalogDamaged, CatalogLocked) as e:
+        raise StoreWriteError(f"run {manifest.run_id} could not be saved: {e}") from None
     return directory
 
 
