@@ -190,9 +190,9 @@ def test_another_account_cannot_swap_the_run_folder_while_it_runs(node, shared, 
     root = shared / "store"
     workload = ["runuser", "-u", attacker, "--", SYSTEM_PYTHON, "-c", SWAP, str(root), str(victim)]
     out = profile(node, root, *workload, umask=0o000)
+    assert victim.read_text() == "precious\n"
     assert out.returncode == 0, out.stdout + out.stderr
     assert "swapped" not in out.stdout, out.stdout
-    assert victim.read_text() == "precious\n"
     run = only_run(root)
     assert json.loads((run / "manifest.json").read_text())["status"] == "complete"
     assert modes(root) == {}

@@ -8,7 +8,7 @@ import sqlite3
 from pathlib import Path
 
 from . import private
-from .catalog import index_manifest, opened
+from .catalog import catalog, index_manifest, opened, sqlite_problem
 from .errors import CatalogDamaged, CatalogError, CatalogLocked, StoreWriteError
 from .layout import MANIFEST, _inside, check_run_id, run_dir
 from .manifest import RunManifest
@@ -17,22 +17,37 @@ from .manifest_io import read_manifest, write_manifest
 
 def save(store: Path, manifest: RunManifest) -> Path:
     """Write a run's manifest into its folder and catalogue it; the folder back. The store and its
-    catalog are checked first: one fleet will not use (UnsafeStore), or a catalog damaged or
+    catalog are checked first: a store fleet will not use (UnsafeStore), or a catalog damaged or
     locked (StoreWriteError), stops it before anything is written."""
     directory = run_dir(store, manifest.site, manifest.run_id)
+    db, problem = _catalog_to_save_in(store, manifest.run_id)
     try:
-        with opened(store) as db:
-            path = write_manifest(directory, manifest, store)
-            try:
-                with db:
-                    index_manifest(db, path)
-            except (sqlite3.Error, CatalogError) as e:  # the manifest is the truth: `reindex` catches up
-                raise StoreWriteError(f"run {manifest.run_id} is saved in {directory}, but the catalog could not be "
-                                      f"updated ({e}); run `fleet reports reindex` once "
-                                      + ("there is room" if "full" in str(e) else "that is put right")) from None
-    except (CatalogDamaged, CatalogLocked) as e:
-        raise StoreWriteError(f"run {manifest.run_id} could not be saved: {e}") from None
+        path = write_manifest(directory, manifest, store)
+        try:
+            if problem is not None:
+                raise problem
+            with db:
+                index_manifest(db, path)
+        except (sqlite3.Error, CatalogError) as e:  # the manifest is the truth: `reindex` catches up
+            raise StoreWriteError(f"run {manifest.run_id} is saved in {directory}, but the catalog could not be "
+                                  f"updated ({e}); run `fleet reports reindex` once "
+                                  + ("there is room" if "full" in str(e) else "that is put right")) from None
+    finally:
+        if db is not None:
+            db.close()
     return directory
+
+
+def _catalog_to_save_in(store: Path, run_id: str) -> tuple[sqlite3.Connection | None, CatalogError | None]:
+    """The catalog, open; or why not, when the manifest may still be written (a full disk: its
+    write then says so). A damaged or locked catalog stops the save before anything is written."""
+    try:
+        return catalog(store), None
+    except sqlite3.Error as e:
+        problem = sqlite_problem(store / private.CATALOG_NAME, e)
+        if isinstance(problem, (CatalogDamaged, CatalogLocked)):
+            raise StoreWriteError(f"run {run_id} could not be saved: {problem}") from None
+        return None, problem
 
 
 def load_run(store: Path, run_id: str) -> RunManifest:
