@@ -269,7 +269,8 @@ def test_a_partial_copy_planted_as_a_link_is_not_written_through(cluster, tmp_pa
 # --- one bad file ---
 
 def planted_run(root: Path, run_id: str, total: str = "1500000", **changes) -> Path:
-    """A run as the store keeps it: a manifest, a kernel summary, a nightly metric."""
+    """A run as the store keeps it: a manifest, a kernel summary, a nightly metric; ``changes``
+    replace keys of its manifest (``manifest_run_id``: the run id written in it)."""
     directory = store.run_dir(root, "lab", run_id)
     (directory / "h02").mkdir(parents=True)
     csv = directory / "h02" / "h02-1_cuda_gpu_kern_sum.csv"
@@ -285,6 +286,8 @@ def planted_run(root: Path, run_id: str, total: str = "1500000", **changes) -> P
            "playbook": {"name": "bench", "metrics": [{"metric": "total GPU kernel time",
                                                       "device": "NVIDIA H200 on h02", "value": f"@{total}@",
                                                       "flags": []}]}}
+    if "manifest_run_id" in changes:
+        changes["run_id"] = changes.pop("manifest_run_id")
     doc.update(changes)
     text = json.dumps(doc).replace(f'"@{total}@"', total)  # the number as the summary had it: 1e400 too
     (directory / "manifest.json").write_text(text)
@@ -327,7 +330,7 @@ def test_a_damaged_catalog_is_one_line_and_reindex_rebuilds_it(node, tmp_path):
     assert shown.returncode == 0 and run_id in shown.stdout, shown.stderr
     out = run_fleet("reports", "reindex", "--store", str(root))
     assert out.returncode == 0 and "catalogued 1 runs" in out.stdout, out.stdout + out.stderr
-    assert "replaced by a new one" in out.stderr
+    assert "left out the damaged catalog" in out.stderr and "a new one was built from the manifests" in out.stderr
     listed = fleet_json(run_fleet("reports", "ls", "--store", str(root), "--json").stdout)
     assert {r["run_id"] for r in listed} == {run_id}
     assert stat.S_IMODE((root / "catalog.sqlite").stat().st_mode) == 0o600
@@ -371,7 +374,8 @@ def test_a_bad_manifest_is_skipped_and_named_and_blocks_no_other_run_nor_a_new_p
            "20261129-020000-cccc": {"hosts": [{"host": "h02", "status": "ok",
                                                "reports": [{"stored": "x", "size": "12", "status": "summary"}]}]},
            "20261129-020000-dddd": {"request": {"tool": "nsys", "command": "rm -rf /"}},
-           "20261129-020000-eeee": {"status": 7}}
+           "20261129-020000-eeee": {"status": 7},
+           "20261129-020000-gggg": {"manifest_run_id": "../../x"}}  # it would be catalogued as another run
     for run_id, change in bad.items():
         planted_run(root, run_id, **change)
     cut = planted_run(root, "20261130-020000-ffff")

@@ -109,7 +109,7 @@ def _rebuild(db: sqlite3.Connection, store: Path) -> tuple[int, list[str]]:
         db.execute(f"DELETE FROM {table}")
     for path in manifests(store):
         try:
-            skipped += [f"from {path}: {note}" for note in index_manifest(db, path)]
+            skipped += [f"part of {path}: {note}" for note in index_manifest(db, path)]
             indexed += 1
         except CatalogError as e:
             skipped.append(str(e))
@@ -136,7 +136,7 @@ def index_manifest(db: sqlite3.Connection, path: Path) -> list[str]:
         for rep in host.reports:
             if rep.summary == "cuda_gpu_kern_sum" and rep.verified:
                 rows, bad = _kernel_rows(Path(rep.stored))
-                notes += [f"{Path(rep.stored).name}: {why}" for why in bad]
+                notes += [f"{Path(rep.stored).name}: {why}" for why in bad]  # the kernels of one summary
                 db.executemany("INSERT INTO kernels VALUES (?,?,?,?,?)", [(m.run_id, host.host, *k) for k in rows])
             db.execute("INSERT OR REPLACE INTO reports VALUES (?,?,?,?,?,?,?,?,?,?,?)",
                        (m.run_id, host.host, rep.stored or rep.remote, tool, rep.status, rep.sha256, rep.size,
@@ -161,11 +161,11 @@ def _metric_rows(m) -> tuple[list[tuple], list[str]]:
         try:
             if not isinstance(r, dict) or not isinstance(r.get("metric"), str) or not isinstance(r.get("device"), str):
                 raise ValueError("not a metric with a name and a device")
-            value = numbers.real(r.get("value"), f"its value")
+            value = numbers.real(r.get("value"), "its value")
             rows.append((m.run_id, pb.get("name") if isinstance(pb.get("name"), str) else None, r["metric"],
                          r["device"], value, json.dumps(r.get("flags") or [], default=str), m.started))
         except ValueError as e:
-            notes.append(f"playbook metric {i} left out: {e}")
+            notes.append(f"playbook metric {i} ({e})")
     return rows, notes
 
 
@@ -180,11 +180,11 @@ def reindex(store: Path) -> tuple[int, list[str]]:
     try:
         with opened(store) as db, db:
             return _rebuild(db, store)
-    except CatalogDamaged:
-        return _rebuild_afresh(store)
+    except CatalogDamaged as e:
+        return _rebuild_afresh(store, str(e))
 
 
-def _rebuild_afresh(store: Path) -> tuple[int, list[str]]:
+def _rebuild_afresh(store: Path, why: str) -> tuple[int, list[str]]:
     """A new catalog built beside the damaged one, then renamed over it (with the damaged one's
     journal gone: SQLite would replay it into the new file)."""
     path = store / private.CATALOG_NAME
@@ -203,7 +203,8 @@ def _rebuild_afresh(store: Path) -> tuple[int, list[str]]:
         raise sqlite_problem(fresh, e) from None
     finally:
         fresh.unlink(missing_ok=True)
-    return found[0], [f"the damaged catalog {path} was replaced by a new one", *found[1]]
+    damage = why.split(" (", 1)[-1].split(")", 1)[0]
+    return found[0], [f"the damaged catalog {path} ({damage}): a new one was built from the manifests", *found[1]]
 
 
 def kernel_rows(csv_path: Path) -> list[tuple[str, int, int]]:
@@ -224,7 +225,7 @@ def _kernel_rows(csv_path: Path) -> tuple[list[tuple[str, int, int]], list[str]]
                     rows.append((r["Name"], numbers.count(r["Total Time (ns)"], "Total Time (ns)"),
                                  numbers.count(r["Instances"], "Instances")))
                 except (KeyError, ValueError) as e:
-                    bad.append(f"kernel {r['Name'][:60]!r} left out: {e}")
+                    bad.append(f"kernel {r['Name'][:60]!r} ({e})")
     except (OSError, csv.Error, UnicodeDecodeError):
         return [], []
     return rows, bad

@@ -47,7 +47,11 @@ def read_manifest(path: Path) -> RunManifest:
         problem = _container_problem(doc)
         if not problem:
             m = RunManifest.from_json(doc)
-            problem = shape_problem(m) or _request_problem(m.request)
+            problem = shape_problem(m) or _request_problem(m.request) or _folder_problem(m, path)
+        if not problem:
+            entries = [rep for h in m.hosts for rep in h.reports] + ([m.slurm.log] if m.slurm and m.slurm.log else [])
+            for rep in entries:
+                rep.stored = here(path, rep.stored) or ""
     except UnsafeStore:
         raise
     except (ManifestError, ValueError, TypeError, AttributeError, RecursionError) as e:
@@ -56,9 +60,6 @@ def read_manifest(path: Path) -> RunManifest:
         problem = e.strerror or str(e)
     if problem:
         raise CatalogError(f"{path}: {problem}") from None
-    entries = [rep for h in m.hosts for rep in h.reports] + ([m.slurm.log] if m.slurm and m.slurm.log else [])
-    for rep in entries:
-        rep.stored = here(path, rep.stored) or ""
     return m
 
 
@@ -91,6 +92,14 @@ def _container_problem(doc: object) -> str | None:
         for key in ("reports", "processes_seen", "tenants_seen", "given_up"):
             if isinstance(host, dict) and host.get(key) is not None and not isinstance(host[key], list):
                 return f"hosts[{i}].{key} is {host[key]!r:.60}, not a list"
+    return None
+
+
+def _folder_problem(m: RunManifest, path: Path) -> str | None:
+    """A manifest speaks for the run whose folder it is in: its run id is that folder's name (one
+    copied or edited into another run's folder would have the catalog file it under another id)."""
+    if m.run_id != path.parent.name:
+        return f"its run_id {m.run_id!r:.60} is not the name of its folder ({path.parent.name})"
     return None
 
 

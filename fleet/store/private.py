@@ -71,8 +71,10 @@ def write_file(path: Path, text: str) -> None:
 
 def _checked(fd: int, path: Path) -> os.stat_result:
     st = os.fstat(fd)
-    if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid():
-        raise UnsafeStore(f"refusing {path}: not a regular file of yours (it belongs to {files.account(st.st_uid)})")
+    if not stat.S_ISREG(st.st_mode):
+        raise UnsafeStore(f"refusing {path}: it is not a regular file")
+    if st.st_uid != os.geteuid():
+        raise UnsafeStore(f"refusing {path}: it belongs to {files.account(st.st_uid)}, not to you")
     return st
 
 
