@@ -19,7 +19,7 @@ import stat
 from pathlib import Path
 
 from ..agent import files
-from .errors import UnsafeStore
+from .errors import StoreWriteError, UnsafeStore
 
 WHAT = "the store"
 CATALOG_NAME = "catalog.sqlite"
@@ -36,8 +36,14 @@ def check_store(store: Path) -> None:
     if st is not None and stat.S_ISDIR(st.st_mode) and st.st_mode & stat.S_ISVTX and st.st_mode & 0o002:
         raise UnsafeStore(f"refusing the store {store}: every account can create files in it (mode "
                           f"{stat.S_IMODE(st.st_mode):o}); give a folder of your own below it")
+    why = files.problem(str(store))  # changes nothing: checked before any folder is made
+    if why:
+        raise UnsafeStore(f"refusing the store {store}: {why}")
     if st is None:
-        _make_parents(store)
+        try:
+            _make_parents(store)
+        except OSError as e:
+            raise StoreWriteError(f"cannot make the store {store}: {e.strerror or e}") from None
     check_folder(store, store)
 
 
@@ -62,6 +68,8 @@ def check_folder(folder: Path, store: Path) -> None:
         files.private_dir(str(folder), str(store), what=WHAT)
     except files.UnsafePath as e:
         raise UnsafeStore(str(e)) from None
+    except OSError as e:  # a read-only or full store, a folder fleet may not enter: said, not a traceback
+        raise StoreWriteError(f"cannot use the store's folder {folder}: {e.strerror or e}") from None
 
 
 def write_file(path: Path, text: str) -> None:
