@@ -46,7 +46,7 @@ def lab():
         c.hosts[1].vars["ansible_python_interpreter"] = "/usr/bin/python3"
         c.inventory_vars = {"nsys_path": str(c.standins() / "nsys")}
         c.write_client_files()
-        yield {"c": c, "node": node, "store": c.scratch("store")}
+        yield {"c": c, "node": node, "store": c.dir / "store"}  # the store is the user's own: not a shared folder
 
 
 @pytest.fixture(autouse=True)

@@ -85,8 +85,10 @@ def lab(pytestconfig):
         c.start()
         announce(pytestconfig, f"started {len(c.hosts)} sshd lab servers; perf_event_paranoid set to 3 "
                                f"for the tests (was {original})")
+        # The store is the controller's (root's here), in a folder of its own: a shared, sticky one
+        # as the scratch folders are is refused (every account could plant its catalog).
         yield {"c": c, "tenant": tenant.pid, "state": state_dir, "locks": lock_dir,
-               "out": c.scratch("reports"), "dcgm_log": c.dir / "dcgm.log"}
+               "out": c.dir / "store", "dcgm_log": c.dir / "dcgm.log"}
     finally:
         stop([tenant])
         c.stop()

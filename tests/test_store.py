@@ -118,3 +118,32 @@ def test_one_unreadable_manifest_keeps_no_other_run_out_of_the_catalog(tmp_path)
     assert out.returncode == 0 and "catalogued 1 runs" in out.stdout
     assert "left out" in out.stderr and "20261130-020000-cccc" in out.stderr
     assert [r["run_id"] for r in store.reports(tmp_path)] == ["20261129-020000-bbbb"]
+
+
+def test_the_store_is_modules_of_one_concern_with_no_import_circle():
+    """store/ was one module of layout, manifest I/O, catalog, queries, removal, pull and CSV; now
+    each concern is a module under ~250 lines, importing only those before it (no circle)."""
+    import ast
+
+    from tests.conftest import REPO
+
+    package = REPO / "fleet" / "store"
+    imports: dict[str, set[str]] = {}
+    for path in package.glob("*.py"):
+        assert len(path.read_text().splitlines()) <= 250, path
+        edges = imports.setdefault(path.stem, set())
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.level == 1:
+                edges |= {node.module.split(".")[0]} if node.module else \
+                    {a.name if (package / f"{a.name}.py").exists() else "__init__" for a in node.names}
+    seen: dict[str, str] = {}
+
+    def visit(module: str, path: tuple[str, ...]) -> None:
+        assert module not in path, f"import circle: {' -> '.join(path + (module,))}"
+        if seen.get(module) != "done":
+            for other in sorted(imports.get(module, ())):
+                visit(other, path + (module,))
+            seen[module] = "done"
+
+    for module in sorted(imports):
+        visit(module, ())

@@ -103,20 +103,21 @@ def problem(path, uid=None):
     return why or _ancestor_problem(path, uid)
 
 
-def private_dir(path, root):
+def private_dir(path, root, what="the report directory"):
     """Make sure ``root`` and every directory from it down to ``path`` are real directories of
     the user's, 0700: created so, narrowed when ours and open, refused otherwise (UnsafePath).
     ``root`` may also be a shared parent (root's, sticky, as /var/tmp). Returns the directories
-    that were narrowed, for a note."""
+    that were narrowed, for a note. ``what`` names ``root`` in the messages (the controller's
+    store is checked by the same rule)."""
     path, root = os.path.normpath(path), os.path.normpath(root)
     if path != root and not path.startswith(root.rstrip("/") + "/"):
-        raise UnsafePath("%s is not under the report directory %s" % (path, root))
+        raise UnsafePath("%s is not under %s %s" % (path, what, root))
     uid = os.getuid()
     real = _followed(root, uid)
     path, root = real + path[len(root):], real
     why = _ancestor_problem(root, uid)
     if why:
-        raise UnsafePath("refusing the report directory %s: %s" % (root, why))
+        raise UnsafePath("refusing %s %s: %s" % (what, root, why))
     narrowed = []
     parts = [p for p in os.path.relpath(path, root).split("/") if p not in ("", ".")]
     current = root
@@ -133,15 +134,14 @@ def private_dir(path, root):
         try:
             fd = os.open(current, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
         except OSError as e:
-            raise UnsafePath("refusing the report directory %s: %s" % (
-                current, _lstat_problem(current, uid) or e.strerror))
+            raise UnsafePath("refusing %s %s: %s" % (what, current, _lstat_problem(current, uid) or e.strerror))
         try:
             st = os.fstat(fd)
             if level == 0 and parts and _shared_parent(st):
                 continue
             why = _own_dir_problem(current, st, uid)
             if why:
-                raise UnsafePath("refusing the report directory %s" % why)
+                raise UnsafePath("refusing %s %s" % (what, why))
             if stat.S_IMODE(st.st_mode) & 0o077:
                 os.fchmod(fd, 0o700)
                 narrowed.append("%s (was %o)" % (current, stat.S_IMODE(st.st_mode)))
@@ -158,13 +158,16 @@ def _lstat_problem(path, uid):
 
 
 def write_private(path, text, mode=0o600):
-    """Whole or not at all (renamed into place: a reader never sees half), under a name nobody
-    else made (O_EXCL) and never through a planted link (O_NOFOLLOW)."""
+    """Whole or not at all (renamed into place: a reader never sees half; synced first, so a
+    crash leaves the one before, not an empty file), under a name nobody else made (O_EXCL) and
+    never through a planted link (O_NOFOLLOW)."""
     tmp = "%s.%d.tmp" % (path, os.getpid())
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, mode)
     try:
         with os.fdopen(fd, "w") as f:
             f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:
         try:
@@ -204,3 +207,43 @@ def root_owned_problem(path):
             path, account(st.st_uid), stat.S_IMODE(st.st_mode))
     why = _ancestor_problem(path, 0)
     return "%s: %s" % (path, why) if why else None
+
+
+def open_partial(path, offset):
+    """The file a transfer writes into, from ``offset`` on (a resumed copy appends to it). A new
+    one is made afresh under its name (O_EXCL: never a file or link someone planted there), 0600;
+    one resumed must be a regular file of the user's, not a link, exactly ``offset`` bytes long."""
+    if not offset:
+        try:
+            os.unlink(path)  # a stale copy, or something planted: unlinking never follows a link
+        except FileNotFoundError:
+            pass
+        return os.fdopen(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600), "wb")
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid() or st.st_size != offset:
+            raise UnsafePath("%s is not the partial copy fleet left there (a regular file of yours, %d bytes): "
+                             "not resumed" % (path, offset))
+    except BaseException:
+        os.close(fd)
+        raise
+    return os.fdopen(fd, "wb")
+
+
+def rename_private(src, dst):
+    """Rename ``src`` onto ``dst``, both in one directory, checked on the open directory to be a
+    real one of the user's that no other account can write (so nobody can swap it between the
+    check and the rename)."""
+    folder = os.path.dirname(dst) or "."
+    if (os.path.dirname(src) or ".") != folder:
+        raise ValueError("%s and %s are not in one directory" % (src, dst))
+    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    try:
+        st = os.fstat(fd)
+        if st.st_uid != os.geteuid() or st.st_mode & 0o022:
+            raise UnsafePath("refusing to rename into %s: it belongs to %s, mode %o (not a directory of yours "
+                             "closed to others)" % (folder, account(st.st_uid), stat.S_IMODE(st.st_mode)))
+        os.replace(os.path.basename(src), os.path.basename(dst), src_dir_fd=fd, dst_dir_fd=fd)
+    finally:
+        os.close(fd)

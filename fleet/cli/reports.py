@@ -107,13 +107,16 @@ def reports_pull(run_id, dest, store_root, as_json):
 @click.argument("run_id")
 @store_option
 @click.option("--dry-run", is_flag=True, help="Say what would be removed; remove nothing.")
+@click.option("--force", is_flag=True, help="Remove a run whose manifest says it is still running (its fleet "
+              "was stopped and will not save it again).")
 @json_option
-def reports_rm(run_id, store_root, dry_run, as_json):
-    """Delete run RUN_ID (an exact id, never a pattern): its folder and its catalog rows."""
+def reports_rm(run_id, store_root, dry_run, force, as_json):
+    """Delete run RUN_ID (an exact id, never a pattern): its folder and its catalog rows. A run
+    still running is refused, unless --force."""
     from .. import store
 
     try:
-        gone = store.remove_run(store.root(store_root), run_id, dry_run=dry_run)
+        gone = store.remove_run(store.root(store_root), run_id, dry_run=dry_run, force=force)
     except LookupError as e:
         fail(str(e))
     if as_json:
@@ -146,11 +149,11 @@ def reports_compare(run_a, run_b, store_root, top, full_names, as_json):
     A run that left no reports, or runs of different tools, are refused with the reason."""
     from .. import store
     from ..safenames import CONTROL
-    from ..store import stats
+    from ..store import comparison, stats
 
     a, b = (_manifest(store_root, run) for run in (run_a, run_b))
     try:
-        found = stats.compare_runs(store.root(store_root), a, b)
+        found = comparison.compare_runs(store.root(store_root), a, b)
     except stats.StatsError as e:
         _stats_failed(e)
     rows = found.rows[:top]

@@ -6,6 +6,11 @@ matches, so a reader never sees half a report. A transfer cut off half-way
 resumes from the bytes already here; a copy whose hash is wrong is fetched
 again once. An empty file is a file like any other (fetched, and checked against
 the sha256 of nothing). The node's copy is never removed by a failed transfer.
+
+The folder a copy lands in, and the one above it (the run's), are checked to be the user's,
+0700, before each report (:mod:`fleet.store.private`); the transports write the ``.partial``
+through :func:`fleet.agent.files.open_partial` (a new file made afresh, or the one resumed,
+never a link), and the rename checks the folder again on its open handle.
 """
 
 from __future__ import annotations
@@ -13,8 +18,12 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import os
+import stat
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
+
+from . import private
+from .errors import UnsafeStore
 
 if TYPE_CHECKING:
     from ..inventory import Host
@@ -28,6 +37,19 @@ def _sha256_prefix(path: Path, size: int) -> "hashlib._Hash":
             for block in iter(lambda: f.read(1 << 20), b""):
                 h.update(block)
     return h
+
+
+def _resumable(partial: Path) -> int:
+    """The bytes of an earlier copy to resume from: 0 when there is none, or when what is there is
+    not a regular file of the user's (a link: it goes, never read or appended to)."""
+    try:
+        st = os.lstat(partial)
+    except FileNotFoundError:
+        return 0
+    if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid():
+        partial.unlink()
+        return 0
+    return st.st_size
 
 
 def sha256_of(path: str | os.PathLike) -> str:
@@ -45,14 +67,14 @@ async def fetch_verified(fan: "Fanout", host: "Host", report: dict, dest: Path,
                          progress: Callable[[int], None] | None = None) -> dict:
     """Copy one report (``path``, ``size``, ``sha256`` from the node) to ``dest``;
     ``progress`` hears of every block that arrives (a byte progress bar)."""
-    dest.parent.mkdir(parents=True, exist_ok=True)
     partial = dest.with_name(dest.name + ".partial")
     entry = {"remote": report["path"], "stored": str(dest), "size": report["size"], "sha256": report["sha256"],
              "status": "finished-from-qdstrm" if report.get("finished_from_qdstrm") else "complete",
              "verified": False}
     try:
+        private.check_folder(dest.parent, dest.parent.parent)
         for _ in range(2):  # a wrong hash earns one fresh copy
-            have = partial.stat().st_size if partial.exists() else 0
+            have = _resumable(partial)
             if have > report["size"]:
                 partial.unlink()
                 have = 0
@@ -70,7 +92,7 @@ async def fetch_verified(fan: "Fanout", host: "Host", report: dict, dest: Path,
                 await fan.fetch(host, report["path"], str(partial), offset=have, on_block=arrived)
                 entry["resumed_from"] = have or None
             if digest.hexdigest() == report["sha256"]:
-                os.replace(partial, dest)
+                private.rename_into_place(partial, dest)
                 entry["verified"] = True
                 if host.vars.get("remove_gathered_reports"):  # only now, and only when asked to
                     gone = await fan.run(host, ["rm", "-f", "--", report["path"]])
@@ -78,7 +100,8 @@ async def fetch_verified(fan: "Fanout", host: "Host", report: dict, dest: Path,
                 return entry
             partial.unlink()
         entry["error"] = "sha256 differs from the node's twice; the node's copy is kept"
-    except OSError as e:
-        entry["error"] = f"could not bring it home: {e.strerror or e}; the node's copy is kept"
+    except (OSError, UnsafeStore) as e:
+        why = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
+        entry["error"] = f"could not bring it home: {why}; the node's copy is kept"
     entry["status"] = "missing"
     return entry

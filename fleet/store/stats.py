@@ -21,7 +21,7 @@ from pathlib import Path
 
 from .. import exitcodes, kernelnames
 from ..hostlist import fold
-from . import _inside
+from . import _inside, numbers
 from .manifest import HostEntry, RunManifest
 
 # One section of the output per summary: (summary, section, what its rows are, name column, count column).
@@ -83,16 +83,13 @@ def said(entries: list) -> str:
                      for (status, why), labels in groups.items())
 
 
-def run_line(manifest: RunManifest) -> str:
-    return f"run {manifest.run_id} ({manifest.request.get('tool') or 'nsys'}, {manifest.status})"
-
-
 def nothing_to(manifest: RunManifest, purpose: str, entries: list[Absent]) -> NoReports:
     """The one line for a run that left nothing to ``purpose`` (show, compare)."""
     why = said(entries) if entries else "it has no hosts or ranks"
     if manifest.error:
         why += f"; {manifest.error}"
-    return NoReports(f"{run_line(manifest)} has no reports to {purpose}: {why}")
+    tool = manifest.request.get("tool") or "nsys"
+    return NoReports(f"run {manifest.run_id} ({tool}, {manifest.status}) has no reports to {purpose}: {why}")
 
 
 @dataclass
@@ -207,10 +204,7 @@ def _read_columns(store: Path, hosts: list[HostEntry], specs, sections: list[Sec
 
 
 def _number(text: str, column: str) -> float:
-    try:
-        return float(text.replace(",", ""))  # ncu writes thousands separators in some locales
-    except ValueError:
-        raise ValueError(f"{column} is {text!r}, not a number") from None
+    return numbers.real(text, column)  # bounded: a total of 1e400 is a ValueError, not infinity
 
 
 def _nsys_rows(path: Path, name_col: str, count_col: str) -> dict[str, tuple[float, int]]:
@@ -253,45 +247,3 @@ def _ncu_rows(path: Path) -> dict[str, tuple[float, int]]:
             total, count = out.get(row[name_col], (0.0, 0))
             out[row[name_col]] = (total + _number(row[NCU_DURATION], NCU_DURATION) * NS_PER[unit], count + 1)
         return out
-
-
-@dataclass
-class Comparison:
-    """``reports compare``: each kernel's total time (over the hosts or ranks) in run A and run
-    B, those that changed most first; and what each run's totals leave out."""
-    a: RunStats
-    b: RunStats
-    rows: list[dict]
-
-    def notes(self) -> list[str]:
-        """What makes the totals not alike: hosts a run left out, or a different number of columns."""
-        out = [f"run {s.run_id}: not in its totals: {said(s.left_out)}" for s in (self.a, self.b) if s.left_out]
-        if len(self.a.columns) != len(self.b.columns):
-            out.append(f"run {self.a.run_id} sums {len(self.a.columns)} host(s) or rank(s), "
-                       f"run {self.b.run_id} {len(self.b.columns)}")
-        return out
-
-
-def compare_runs(store: Path, a: RunManifest, b: RunManifest) -> Comparison:
-    """Runs of one tool only (nsys traces kernels as they run; ncu replays each one with clocks
-    locked and caches flushed: their times are not alike), each with kernel summaries to read."""
-    tools = [m.request.get("tool") or "nsys" for m in (a, b)]
-    if tools[0] != tools[1]:
-        raise StatsError(f"run {a.run_id} is an {tools[0]} run and run {b.run_id} an {tools[1]} run: they measure "
-                         f"kernels differently (nsys as they run, ncu replayed with clocks locked), so fleet "
-                         f"compares runs of one tool")
-    found = []
-    for m in (a, b):
-        s = run_stats(store, m, purpose="compare")
-        if not s.section("kernels").read:
-            raise nothing_to(m, "compare", [absent(h, s.section("kernels").notes.get(_label(h)))
-                                            for h in m.hosts if h.reports] + s.left_out)
-        found.append(s)
-    totals: dict[str, list[float]] = {}
-    for i, s in enumerate(found):
-        for name, by in s.section("kernels").totals.items():
-            totals.setdefault(name, [0.0, 0.0])[i] += sum(t for t, _ in by.values())
-    short = kernelnames.short_names(totals)
-    rows = [{"kernel": name, "short_name": short[name], "a_ns": ta, "b_ns": tb, "change_ns": tb - ta,
-             "change": (tb - ta) / ta if ta else None} for name, (ta, tb) in totals.items()]
-    return Comparison(found[0], found[1], sorted(rows, key=lambda r: (-abs(r["change_ns"]), r["kernel"])))

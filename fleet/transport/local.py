@@ -57,8 +57,12 @@ class LocalTransport(Transport):
 
     async def fetch(self, host: "Host", remote: str, local: str, offset: int = 0,
                     on_block: Callable[[bytes], None] | None = None) -> None:
+        """From ``offset`` on, appended, to resume; ``local`` made afresh (O_EXCL, 0600) or the copy
+        resumed, never written through a link (``open_partial``)."""
+        from ..agent.files import open_partial
+
         def copy() -> None:
-            with open(remote, "rb") as src, open(local, "ab" if offset else "wb") as dst:
+            with open(remote, "rb") as src, open_partial(local, offset) as dst:
                 src.seek(offset)
                 while block := src.read(1 << 20):
                     dst.write(block)

@@ -188,7 +188,11 @@ class SSHTransport(Transport):
         size. A small rest is read over SFTP; a large one (>= STREAM_MIN) comes as the raw
         stdout of ``cat`` on an exec channel instead: asyncssh's SFTP client costs about
         half again as much client CPU per byte as a plain channel (its SFTP packet parsing
-        and reassembly), and on a busy client that decides the transfer rate."""
+        and reassembly), and on a busy client that decides the transfer rate. ``local`` is
+        written through ``open_partial``: made afresh (O_EXCL, 0600) or the copy resumed, never
+        through a link."""
+        from ..agent.files import open_partial
+
         gate = self._sftp_gates.setdefault(host.name, asyncio.Semaphore(SFTP_SESSIONS))
         try:
             conn = await self.connection(host)
@@ -196,10 +200,10 @@ class SSHTransport(Transport):
                 async with conn.start_sftp_client() as sftp, sftp.open(remote, "rb") as src:
                     size = (await src.stat()).size
                     if size is None or size - offset < STREAM_MIN:
-                        with open(local, "ab" if offset else "wb") as dst:
+                        with open_partial(local, offset) as dst:
                             await _ordered_copy(src, dst, offset, on_block)
                         return
-                with open(local, "ab" if offset else "wb") as dst:
+                with open_partial(local, offset) as dst:
                     await _stream_copy(conn, remote, dst, offset, size, on_block)
         except asyncssh.Error as e:
             raise OSError(f"{host.name}:{remote}: {e}") from e
