@@ -33,11 +33,15 @@ try:  # as shipped by fleet, every module travels under a flat name
     import fleet_agent_node as node
     import fleet_agent_owned as owned
     import fleet_agent_reports as reports
+    import fleet_agent_watch as watching
+    import fleet_agent_workload as workload
     import fleet_plan as planner
     import fleet_policy as policy
     import fleet_safenames as safenames
 except ImportError:  # as part of the installed package (tests, the local machine)
     from . import files, node, owned, reports
+    from . import watch as watching
+    from . import workload
     from . import locks as gpu_locks
     from . import gpus as nvml_gpus
     from .. import plan as planner
@@ -49,6 +53,16 @@ STOP_GRACE = 30.0  # seconds between repeated stop signals
 KILL_AFTER = 600.0  # a profiler still alive this long after the first stop is wedged: SIGKILL, finish its .qdstrm
 PIPE_GRACE = 3.0   # seconds the profiler's output is still read after it exited
 NSYS_BACKSTOP = 300.0  # nsys stopping the workload itself (--duration) then writes its report: stop it only this late
+YIELD_KILL_AFTER = 10.0  # a profiler still programming counters this long after yielding to a newcomer: SIGKILL
+# What yielding does, by profiler (as measured on an H200 test machine, tests/fixtures/tools-2025.3-h200):
+# SIGINT to ncu's group ends it in under half a second with its report kept, and ends the workload,
+# whose process holds ncu's injection (SIGINT to ncu alone is ignored), so it cannot go on unprofiled.
+YIELD_ACTION = {
+    "ncu": "ncu stopped with SIGINT (as Ctrl-C), its report kept with the kernels profiled until then; the "
+           "workload was stopped with it: it carries ncu's injection and cannot go on unprofiled",
+    "nsys": "nsys stopped with SIGTERM, which ends the workload and writes the report: its GPU metrics sampling "
+            "cannot be stopped alone",
+}
 
 
 class Relay:
@@ -56,13 +70,16 @@ class Relay:
     workload's stdout is where fleet reads our result from: a record separator in it is
     escaped, so no output of the workload can pass for a result (or hide ours)."""
 
-    def __init__(self):
+    def __init__(self, tool=""):
         self.dead = False
         self.tail = b""
         self.ends_line = True  # whether what went to our stdout ends with a newline
+        self.errors = workload.ErrorLines(tool)  # the profiler's own error lines, wherever in its output
 
     def write(self, stream, data, ours=False):
         self.tail = (self.tail + data)[-65536:]
+        if not ours:
+            self.errors.feed(id(stream), data)
         if stream is sys.stdout.buffer and data:
             if not ours:
                 data = data.replace(RESULT_MARK[:1].encode(), b"\\x1e")
@@ -76,37 +93,46 @@ class Relay:
             self.dead = True  # fleet is gone; the run is not
 
 
-def run_profiler(plan, relay, stop_requested):
-    """(exit status, how the workload was stopped or None, whether helpers still held its output)."""
+class Ran:
+    """What became of the profiler: its exit status, when it exited, why fleet stopped it (None:
+    it was not), and whether helpers it started still held its output."""
+    exit_status = exited_at = why_stopped = None
+    lingering = yielded = False
+
+
+def run_profiler(plan, relay, stop_requested, watch=None):
+    """Runs the profiler to its end, relaying its output. ``watch`` (started here, once the
+    profiler runs) names a newcomer, to whom a counter-using run yields: stopped at once."""
     env = dict(os.environ, **plan.env)
     proc = subprocess.Popen(list(plan.command.argv()), env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, start_new_session=True)
+    started = time.monotonic()
+    if watch is not None:
+        watch.begin(proc.pid, started)
     sel = selectors.DefaultSelector()
     sel.register(proc.stdout, selectors.EVENT_READ, sys.stdout.buffer)
     sel.register(proc.stderr, selectors.EVENT_READ, sys.stderr.buffer)
-    started = time.monotonic()
     by_nsys = plan.stopped_by_nsys()
     deadline = started + plan.timeout + (NSYS_BACKSTOP if by_nsys else 0) if plan.timeout else None
-    last_stop = exited = first_stop = why_stopped = None
+    ran, stops = Ran(), Stops(plan.tool)
     duration_up = False
     open_streams = 2
-    while open_streams and (exited is None or time.monotonic() - exited < PIPE_GRACE) or proc.poll() is None:
+    while open_streams and (ran.exited_at is None or time.monotonic() - ran.exited_at < PIPE_GRACE) or proc.poll() is None:
         now = time.monotonic()
-        if exited is None and proc.poll() is not None:
-            exited = now  # helpers of a killed profiler may hold its pipes open: drain a little, then go
+        if ran.exited_at is None and proc.poll() is not None:
+            ran.exited_at = now  # helpers of a killed profiler may hold its pipes open: drain a little, then go
         timed_out = deadline is not None and now >= deadline
         duration_up = by_nsys and now - started >= plan.timeout
         # Once nsys is stopping the workload itself (its --duration is up) a stop request
         # (Slurm's trap) would only reach it while it writes the report: let it finish.
         told = stop_requested() and not duration_up
-        if (told or timed_out) and (last_stop is None or now - last_stop >= STOP_GRACE) and proc.poll() is None:
-            if first_stop is None:
-                first_stop = now
-                why_stopped = ("at its time limit of %gs, with a signal" % plan.timeout if timed_out
-                               else "when told to stop")
-            stop(proc, plan.tool, kill=now - first_stop >= KILL_AFTER)
-            last_stop = now
-        for key, _ in sel.select(timeout=0.2) if open_streams else []:
+        if proc.poll() is None:
+            if watch is not None and watch.arrived.is_set():
+                stops.yield_to_newcomer(proc, now)
+            elif told or timed_out:
+                stops.request(proc, now, "at its time limit of %gs, with a signal" % plan.timeout if timed_out
+                              else "when told to stop")
+        for key, _ in sel.select(timeout=0.1) if open_streams else []:
             data = os.read(key.fileobj.fileno(), 65536)
             if not data:
                 sel.unregister(key.fileobj)
@@ -115,10 +141,39 @@ def run_profiler(plan, relay, stop_requested):
                 relay.write(key.data, data)
         if not open_streams:
             time.sleep(0.05)
-    if why_stopped is None and duration_up and proc.returncode == 128 + signal.SIGTERM:
+    ran.exit_status, ran.why_stopped, ran.lingering = proc.returncode, stops.why, open_streams > 0
+    ran.yielded = stops.yielded is not None
+    if ran.why_stopped is None and duration_up and proc.returncode == 128 + signal.SIGTERM:
         # nsys --duration's --kill sigterm, not an end of the workload's own
-        why_stopped = "at its time limit of %gs, by nsys (--duration), its kernels until then kept" % plan.timeout
-    return proc.returncode, why_stopped, open_streams > 0
+        ran.why_stopped = "at its time limit of %gs, by nsys (--duration), its kernels until then kept" % plan.timeout
+    return ran
+
+
+class Stops:
+    """The stop signals fleet sends a profiler: repeated every STOP_GRACE seconds, SIGKILL only
+    for one wedged KILL_AFTER seconds; yielding to a newcomer comes first and escalates sooner,
+    since each second the counters stay programmed is one the newcomer pays for."""
+
+    def __init__(self, tool):
+        self.tool, self.why = tool, None
+        self.first = self.last = self.yielded = None
+
+    def request(self, proc, now, why):
+        if self.last is not None and now - self.last < STOP_GRACE:
+            return
+        if self.first is None:
+            self.first, self.why = now, why
+        stop(proc, self.tool, kill=now - self.first >= KILL_AFTER)
+        self.last = now
+
+    def yield_to_newcomer(self, proc, now):
+        if self.yielded is None:
+            self.yielded = self.first = self.last = now
+            self.why = "to yield the GPU to a newcomer"
+            stop(proc, self.tool)
+        elif now - self.yielded >= YIELD_KILL_AFTER and now - self.last >= 1.0:
+            stop(proc, self.tool, kill=True)
+            self.last = now
 
 
 def stop(proc, tool, kill=False):
@@ -134,6 +189,41 @@ def stop(proc, tool, kill=False):
             os.killpg(proc.pid, signal.SIGINT)
     except ProcessLookupError:
         pass
+
+
+def watch_for(plan):
+    """The run's watch (:mod:`watch`), from the plan's ``watch`` (its GPUs, --allow-own, the
+    Slurm job, whether it programs counters), or, in a plan from a fleet without it, from the
+    last-moment check's. None where neither is there."""
+    spec = dict(getattr(plan, "watch", None) or {})
+    if not spec and plan.recheck:
+        spec = dict(plan.recheck, counters=True)
+    if not spec:
+        return None
+    gpus = tuple(spec["gpus"]) if spec.get("gpus") is not None else None
+    request = policy.Request(gpus=gpus, allow_own=bool(spec.get("allow_own")), job=spec.get("job"))
+    return watching.Watch(gpus, request, bool(spec.get("counters")), contained=bool(plan.command.wrapper))
+
+
+def yield_action(tool, ran):
+    """What yielding did, in words, for the result (None when the run did not yield)."""
+    if not ran.yielded:
+        return None
+    action = YIELD_ACTION.get(tool, "%s stopped" % tool)
+    if ran.exit_status is not None and ran.exit_status < 0:
+        action += "; it had not stopped %gs later and was killed (SIGKILL)" % YIELD_KILL_AFTER
+    return action
+
+
+def lost_to_signal(outcome, summaries):
+    """Why an nsys report of a workload killed by a signal has no kernels: nsys keeps CUDA
+    activity only of a workload that ends or that its --duration stops (on an H200 test machine
+    a SIGSEGV after 2,000 kernels left an empty kernel summary, tests/fixtures/tools-2025.3-h200)."""
+    empty = [s for s in summaries if s.get("summary") == "cuda_gpu_kern_sum" and not s.get("size")]
+    if not outcome.get("signal") or not empty:
+        return []
+    return ["the kernel summary is empty although the workload ran: it was killed by %s, and the CUDA activity nsys "
+            "had not yet saved died with the process" % outcome["signal"]]
 
 
 def recheck(plan):
@@ -158,7 +248,7 @@ def main(args, stops=None):
     stops = [] if stops is None else stops
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, lambda s, f: stops.append(s))
-    relay, code = Relay(), 1
+    relay, code = Relay(plan.tool), 1
     problem = unsafe_paths(plan)
     if problem:  # nothing is written: not the reports, not the result file beside them
         result["reasons"].append(problem)
@@ -235,19 +325,38 @@ def carry_out(plan, result, relay, stops, holder):
             result["reasons"].append("told to stop (signal %d) before the profiler started" % stops[0])
             return code
         strays = reports.stray_qdstrms() if plan.tool == "nsys" else set()
-        exit_status, stopped, lingering = run_profiler(plan, relay, lambda: bool(stops))
-        result["exit_status"], result["stopped"] = exit_status, stopped is not None
-        if stopped:
-            result["notes"].append("the workload was stopped " + stopped)
-        if lingering:
+        watch = watch_for(plan)
+        try:
+            ran = run_profiler(plan, relay, lambda: bool(stops), watch)
+        except BaseException:
+            if watch is not None:
+                watch.finish()
+            raise
+        if watch is not None:
+            seen = watch.finish(ran.exited_at, yield_action(plan.tool, ran))
+            result.update(newcomer=seen["newcomer"], conditions=seen["conditions"])
+            result["notes"].extend(seen["notes"])
+        exit_status = ran.exit_status
+        result["exit_status"], result["stopped"] = exit_status, ran.why_stopped is not None
+        result["profiler_errors"] = relay.errors.close()
+        result["workload"] = workload.outcome(plan.tool, exit_status, result["profiler_errors"])
+        if ran.why_stopped:
+            result["notes"].append("the workload was stopped " + ran.why_stopped)
+        if ran.lingering:
             result["notes"].append("the profiler exited while processes it started still hold its output open; "
                                    "they were left running")
         result["reports"] = reports.collect(plan, relay.tail, result["notes"], strays,
                                     killed=exit_status is not None and exit_status < 0)
         if plan.tool == "nsys" and plan.nsys:
             result["summaries"] = reports.summarize(plan.nsys, result["reports"], result["notes"])
+            result["notes"].extend(lost_to_signal(result["workload"], result["summaries"]))
         elif plan.tool == "ncu" and plan.ncu:
             result["summaries"] = reports.ncu_metrics(plan.ncu, result["reports"], result["notes"])
+        if (result.get("newcomer") or {}).get("action"):
+            result["status"], code = "yielded", 0
+            if not result["reports"]:
+                result["reasons"].append("the profiler exited %s and left no report under %s" % (exit_status, plan.output))
+            return code
         if not result["reports"]:
             result["status"] = "no-report"
             result["reasons"].append("the profiler exited %s and left no report under %s" % (exit_status, plan.output))
