@@ -141,6 +141,8 @@ def run_profiler(plan, relay, stop_requested, watch=None):
                 relay.write(key.data, data)
         if not open_streams:
             time.sleep(0.05)
+    if ran.exited_at is None:  # it exited as its output ended, between two looks
+        ran.exited_at = time.monotonic()
     ran.exit_status, ran.why_stopped, ran.lingering = proc.returncode, stops.why, open_streams > 0
     ran.yielded = stops.yielded is not None
     if ran.why_stopped is None and duration_up and proc.returncode == 128 + signal.SIGTERM:

@@ -45,11 +45,15 @@ class Processes:
     def __init__(self, root):
         self.root = root
         self._seen = {}  # pid -> (start time, (name, uid), in the workload's tree)
+        self._gone = {}  # workload pids gone from /proc, which NVML may list a moment longer -> (name, uid)
 
     def _entry(self, pid):
         lineage = node.lineage(pid)
         if lineage is None:
-            return None
+            hit = self._seen.pop(pid, None)
+            if hit is not None and hit[2]:
+                self._gone[pid] = hit[1]
+            return (None, self._gone[pid], True) if pid in self._gone else None
         hit = self._seen.get(pid)
         if hit is None or hit[0] != lineage[2]:  # new, or the pid was reused
             hit = self._seen[pid] = (lineage[2], node.process(pid), self._below_root(pid, lineage))
@@ -127,7 +131,8 @@ class Watch:
                 stopping = self._stop.is_set()
                 now = time.monotonic()
                 looks = [nvml_gpus.look(nv, h, i, self.procs, self.owner_uid) for i, h in handles]
-                self._judge(looks, now, first)
+                if not stopping:  # the last look, after the profiler exited, is a sample only
+                    self._judge(looks, now, first)
                 if first or stopping or now >= next_sample:
                     self._sample(nv, handles, looks, now)
                     next_sample = now + self.interval
