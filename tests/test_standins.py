@@ -231,19 +231,31 @@ def test_nsys_passes_the_workloads_end_on_and_loses_the_kernels_of_one_killed_by
     assert stats(tmp_path / "exit3.nsys-rep")["cuda_gpu_kern_sum"]  # an exit, even non-zero, keeps them
 
 
-def test_sigint_to_ncus_group_shuts_the_application_down_and_to_ncu_alone_is_ignored(tmp_path):
-    for case, group in (("ncu-sigint-group", True), ("ncu-sigint-alone", False)):
+def test_sigint_to_ncus_group_ends_it_with_the_report_kept_as_the_real_one_did(tmp_path):
+    """Through fleet's agent (SIGINT's default disposition, ncu-sigint-by-agent): ncu ends by the
+    signal at once, the report kept. Started with SIGINT ignored, as the background of a shell
+    does (ncu-sigint-group, ncu-sigint-alone): the group's shuts the application down, exit 9;
+    ncu's alone does nothing."""
+    ignored = lambda: signal.signal(signal.SIGINT, signal.SIG_IGN)  # noqa: E731
+    for case, group, start in (("ncu-sigint-by-agent", True, None), ("ncu-sigint-group", True, ignored),
+                               ("ncu-sigint-alone", False, ignored)):
         proc = subprocess.Popen([str(STANDINS / "ncu"), "-o", case, "--", "sleep", "3"], cwd=tmp_path,
-                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
+                                preexec_fn=start)
         time.sleep(0.5)
         started = time.monotonic()
         os.killpg(proc.pid, signal.SIGINT) if group else proc.send_signal(signal.SIGINT)
         out, _ = proc.communicate(timeout=30)
         took = time.monotonic() - started
-        assert proc.returncode == int(recorded(case, "status.txt")), case  # 9; 0
-        assert errors(out) == [re.sub(r"process \d+", f"process {pid_of(out)}", e) for e in errors(recorded(case))]
-        assert (took < 1.0) if group else (took > 2.0), (case, took)  # real: 0.44 s; to the workload's end
-        assert (tmp_path / f"{case}.ncu-rep").exists(), case
+        real = recorded(case)
+        if start is None:
+            assert proc.returncode < 0 and "ended by a signal" in recorded(case, "status.txt"), case
+        else:
+            assert proc.returncode == int(recorded(case, "status.txt")), case  # 9; 0
+            assert errors(out) == [re.sub(r"process \d+", f"process {pid_of(out)}", e) for e in errors(real)]
+        assert ("Trying to shutdown target application" in out) == ("Trying to shutdown target application" in real)
+        assert (took < 1.0) if group else (took > 2.0), (case, took)  # real: 0.16 s and 0.44 s; the workload's end
+        assert (tmp_path / f"{case}.ncu-rep").exists() and "==PROF== Report:" in real, case
 
 
 def pid_of(out: str) -> str:

@@ -109,10 +109,11 @@ def test_ncu_yields_to_another_users_process_arriving_mid_run(node, tenant):
     assert n["overlap_s"] == pytest.approx(n["released_s"] - n["appeared_s"], abs=0.01) and n["overlap_s"] < 2.0
     assert ended - arrived < 10  # not the workload's 60 s: ncu was stopped
     assert "SIGINT" in n["action"] and "report kept" in n["action"]
-    # ncu's group SIGINT, as recorded: the application shut down (error code 9), what was profiled kept
+    assert "SIGKILL" not in n["action"]
+    # ncu's group SIGINT, as recorded through the agent: ncu ends by it, what was profiled kept;
+    # of the workload nothing is known then (ncu, not the workload, ended by the signal)
     assert result["reports"] and result["reports"][0]["path"].endswith(".ncu-rep")
-    assert result["workload"] == {"exit_status": 9, "signal": None}
-    assert any(line.startswith("==ERROR== Failed to profile") for line in result["profiler_errors"])
+    assert result["workload"] == {"exit_status": None, "signal": None} and result["exit_status"] < 0
     assert result["stopped"] is True
     seen = {p["pid"]: p for s in result["conditions"]["samples"] for p in s["processes"]}
     assert workload in seen, (workload, result["conditions"])

@@ -54,9 +54,9 @@ KILL_AFTER = 600.0  # a profiler still alive this long after the first stop is w
 PIPE_GRACE = 3.0   # seconds the profiler's output is still read after it exited
 NSYS_BACKSTOP = 300.0  # nsys stopping the workload itself (--duration) then writes its report: stop it only this late
 YIELD_KILL_AFTER = 10.0  # a profiler still programming counters this long after yielding to a newcomer: SIGKILL
-# What yielding does, by profiler (as measured on an H200 test machine, tests/fixtures/tools-2025.3-h200):
-# SIGINT to ncu's group ends it in under half a second with its report kept, and ends the workload,
-# whose process holds ncu's injection (SIGINT to ncu alone is ignored), so it cannot go on unprofiled.
+# What yielding does, by profiler (as measured on an H200 test machine, tests/fixtures/tools-2025.3-h200,
+# ncu-sigint-by-agent): SIGINT to ncu's group ends it within 0.25 s with its report kept, and shuts the
+# workload down, whose process holds ncu's injection, so it cannot go on unprofiled.
 YIELD_ACTION = {
     "ncu": "ncu stopped with SIGINT (as Ctrl-C), its report kept with the kernels profiled until then; the "
            "workload was stopped with it: it carries ncu's injection and cannot go on unprofiled",
@@ -97,7 +97,7 @@ class Ran:
     """What became of the profiler: its exit status, when it exited, why fleet stopped it (None:
     it was not), and whether helpers it started still held its output."""
     exit_status = exited_at = why_stopped = None
-    lingering = yielded = False
+    lingering = yielded = killed = False
 
 
 def run_profiler(plan, relay, stop_requested, watch=None):
@@ -144,7 +144,7 @@ def run_profiler(plan, relay, stop_requested, watch=None):
     if ran.exited_at is None:  # it exited as its output ended, between two looks
         ran.exited_at = time.monotonic()
     ran.exit_status, ran.why_stopped, ran.lingering = proc.returncode, stops.why, open_streams > 0
-    ran.yielded = stops.yielded is not None
+    ran.yielded, ran.killed = stops.yielded is not None, stops.killed
     if ran.why_stopped is None and duration_up and proc.returncode == 128 + signal.SIGTERM:
         # nsys --duration's --kill sigterm, not an end of the workload's own
         ran.why_stopped = "at its time limit of %gs, by nsys (--duration), its kernels until then kept" % plan.timeout
@@ -159,6 +159,7 @@ class Stops:
     def __init__(self, tool):
         self.tool, self.why = tool, None
         self.first = self.last = self.yielded = None
+        self.killed = False
 
     def request(self, proc, now, why):
         if self.last is not None and now - self.last < STOP_GRACE:
@@ -175,7 +176,7 @@ class Stops:
             stop(proc, self.tool)
         elif now - self.yielded >= YIELD_KILL_AFTER and now - self.last >= 1.0:
             stop(proc, self.tool, kill=True)
-            self.last = now
+            self.last, self.killed = now, True
 
 
 def stop(proc, tool, kill=False):
@@ -212,7 +213,7 @@ def yield_action(tool, ran):
     if not ran.yielded:
         return None
     action = YIELD_ACTION.get(tool, "%s stopped" % tool)
-    if ran.exit_status is not None and ran.exit_status < 0:
+    if ran.killed:
         action += "; it had not stopped %gs later and was killed (SIGKILL)" % YIELD_KILL_AFTER
     return action
 
