@@ -4,7 +4,9 @@ Runs ON THE NODE (standard library, Python 3.8), started by fleet with the
 plan from ``fleet/plan.py``. In order: put back what dead runs left changed;
 take the GPU counter locks; set owned sysctls; pause DCGM; look at the GPUs
 once more, right before a counter-using profiler starts; run the profiler,
-relaying its output; stop it only with SIGTERM/SIGINT so its report is
+relaying its output, with the run's GPUs watched throughout (:mod:`watch`: a
+counter-using profiler yields to a newcomer, stopped at once); stop it only
+with SIGTERM/SIGINT so its report is
 finished (a --timeout on nsys is nsys's own --duration, which keeps the kernels);
 find, finish and hash its reports (:mod:`reports`); put everything back.
 
@@ -194,20 +196,6 @@ def stop(proc, tool, kill=False):
         pass
 
 
-def watch_for(plan):
-    """The run's watch (:mod:`watch`), from the plan's ``watch`` (its GPUs, --allow-own, the
-    Slurm job, whether it programs counters), or, in a plan from a fleet without it, from the
-    last-moment check's. None where neither is there."""
-    spec = dict(getattr(plan, "watch", None) or {})
-    if not spec and plan.recheck:
-        spec = dict(plan.recheck, counters=True)
-    if not spec:
-        return None
-    gpus = tuple(spec["gpus"]) if spec.get("gpus") is not None else None
-    request = policy.Request(gpus=gpus, allow_own=bool(spec.get("allow_own")), job=spec.get("job"))
-    return watching.Watch(gpus, request, bool(spec.get("counters")), contained=bool(plan.command.wrapper))
-
-
 def yield_action(tool, ran):
     """What yielding did, in words, for the result (None when the run did not yield)."""
     if not ran.yielded:
@@ -216,17 +204,6 @@ def yield_action(tool, ran):
     if ran.killed:
         action += "; it had not stopped %gs later and was killed (SIGKILL)" % YIELD_KILL_AFTER
     return action
-
-
-def lost_to_signal(outcome, summaries):
-    """Why an nsys report of a workload killed by a signal has no kernels: nsys keeps CUDA
-    activity only of a workload that ends or that its --duration stops (on an H200 test machine
-    a SIGSEGV after 2,000 kernels left an empty kernel summary, tests/fixtures/tools-2025.3-h200)."""
-    empty = [s for s in summaries if s.get("summary") == "cuda_gpu_kern_sum" and not s.get("size")]
-    if not outcome.get("signal") or not empty:
-        return []
-    return ["the kernel summary is empty although the workload ran: it was killed by %s, and the CUDA activity nsys "
-            "had not yet saved died with the process" % outcome["signal"]]
 
 
 def recheck(plan):
@@ -328,31 +305,20 @@ def carry_out(plan, result, relay, stops, holder):
             result["reasons"].append("told to stop (signal %d) before the profiler started" % stops[0])
             return code
         strays = reports.stray_qdstrms() if plan.tool == "nsys" else set()
-        watch = watch_for(plan)
+        watch = watching.for_plan(plan)
         try:
             ran = run_profiler(plan, relay, lambda: bool(stops), watch)
         except BaseException:
             if watch is not None:
                 watch.finish()
             raise
-        if watch is not None:
-            seen = watch.finish(ran.exited_at, yield_action(plan.tool, ran))
-            result.update(newcomer=seen["newcomer"], conditions=seen["conditions"])
-            result["notes"].extend(seen["notes"])
+        record_run(plan, result, ran, watch, relay)
         exit_status = ran.exit_status
-        result["exit_status"], result["stopped"] = exit_status, ran.why_stopped is not None
-        result["profiler_errors"] = relay.errors.close()
-        result["workload"] = workload.outcome(plan.tool, exit_status, result["profiler_errors"])
-        if ran.why_stopped:
-            result["notes"].append("the workload was stopped " + ran.why_stopped)
-        if ran.lingering:
-            result["notes"].append("the profiler exited while processes it started still hold its output open; "
-                                   "they were left running")
         result["reports"] = reports.collect(plan, relay.tail, result["notes"], strays,
                                     killed=exit_status is not None and exit_status < 0)
         if plan.tool == "nsys" and plan.nsys:
             result["summaries"] = reports.summarize(plan.nsys, result["reports"], result["notes"])
-            result["notes"].extend(lost_to_signal(result["workload"], result["summaries"]))
+            result["notes"].extend(workload.lost_to_signal(result["workload"], result["summaries"]))
         elif plan.tool == "ncu" and plan.ncu:
             result["summaries"] = reports.ncu_metrics(plan.ncu, result["reports"], result["notes"])
         if (result.get("newcomer") or {}).get("action"):
@@ -378,6 +344,22 @@ def carry_out(plan, result, relay, stops, holder):
                 result["notes"].append("could not put back node state now (%s); `fleet repair` will" % e)
         for lock in locks:
             lock.release()
+
+
+def record_run(plan, result, ran, watch, relay):
+    """What the run, its watch and the profiler's output say, into the result."""
+    if watch is not None:
+        seen = watch.finish(ran.exited_at, yield_action(plan.tool, ran))
+        result.update(newcomer=seen["newcomer"], conditions=seen["conditions"])
+        result["notes"].extend(seen["notes"])
+    result["exit_status"], result["stopped"] = ran.exit_status, ran.why_stopped is not None
+    result["profiler_errors"] = relay.errors.close()
+    result["workload"] = workload.outcome(plan.tool, ran.exit_status, result["profiler_errors"])
+    if ran.why_stopped:
+        result["notes"].append("the workload was stopped " + ran.why_stopped)
+    if ran.lingering:
+        result["notes"].append("the profiler exited while processes it started still hold its output open; "
+                               "they were left running")
 
 
 def refuse(result, *reasons):

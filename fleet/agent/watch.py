@@ -197,3 +197,17 @@ class Watch:
             # Thinned, never cut: the whole run stays covered, at half the rate.
             self.samples = self.samples[:len(handles)] + self.samples[len(handles)::2]
             self.interval *= 2
+
+
+def for_plan(plan):
+    """The run's watch, from the plan's ``watch`` (its GPUs, --allow-own, the
+    Slurm job, whether it programs counters), or, in a plan from a fleet without it, from the
+    last-moment check's. None where neither is there."""
+    spec = dict(getattr(plan, "watch", None) or {})
+    if not spec and plan.recheck:
+        spec = dict(plan.recheck, counters=True)
+    if not spec:
+        return None
+    gpus = tuple(spec["gpus"]) if spec.get("gpus") is not None else None
+    request = policy.Request(gpus=gpus, allow_own=bool(spec.get("allow_own")), job=spec.get("job"))
+    return Watch(gpus, request, bool(spec.get("counters")), contained=bool(plan.command.wrapper))

@@ -79,3 +79,14 @@ class ErrorLines:
             self.lines.append(line.strip()[:MAX_LINE])
         else:
             self.left_out += 1
+
+
+def lost_to_signal(outcome, summaries):
+    """Why an nsys report of a workload killed by a signal has no kernels: nsys keeps CUDA
+    activity only of a workload that ends or that its --duration stops (on an H200 test machine
+    a SIGSEGV after 2,000 kernels left an empty kernel summary, tests/fixtures/tools-2025.3-h200)."""
+    empty = [s for s in summaries if s.get("summary") == "cuda_gpu_kern_sum" and not s.get("size")]
+    if not outcome.get("signal") or not empty:
+        return []
+    return ["the kernel summary is empty although the workload ran: it was killed by %s, and the CUDA activity nsys "
+            "had not yet saved died with the process" % outcome["signal"]]
