@@ -94,7 +94,7 @@ def of_result(result: dict | None, reports: list["ReportEntry"], *, tool: str | 
     if said not in ("ok", "yielded"):  # no-report, error, or an agent's word this fleet does not know
         return HostStatus.FAILED, reasons or str(said)
     if not result.get("reports"):  # "ok" with nothing to bring home has not done its job
-        return HostStatus.FAILED, "the agent said ok but named no report"
+        return HostStatus.FAILED, reasons or "the agent said ok but named no report"
     gone = lost(reports)
     if gone:  # a summary that did not come home is recorded in its entry, and fails nothing
         return HostStatus.FAILED, "; ".join(rep.error or "not brought home" for rep in gone)

@@ -163,6 +163,7 @@ class Plan:
     tool: str = ""
     nsys: str | None = None                     # for finishing a leftover .qdstrm
     ncu: str | None = None                      # for reading an ncu report's metrics on the node
+    watch: dict[str, Any] = field(default_factory=dict)     # the run watch: GPUs, allow_own, job, counters
 
     def to_json(self) -> dict:
         doc = asdict(self)
@@ -260,4 +261,6 @@ def plan(host: str, state: NodeState, req: ProfileRequest, owned_sysctls: dict[s
     return Plan(host, OK, tuple(notes), None, command, env, output, f"{rd}/{req.run_id}", sysctls, owned,
                 tuple(g["uuid"] for g in chosen) if guard.gpu_locks else (), recheck, pause, tuple(given_up),
                 timeout=req.timeout, lock_wait=req.lock_wait, tool=req.tool,
-                nsys=(tools.get("nsys") or {}).get("path"), ncu=(tools.get("ncu") or {}).get("path"))
+                nsys=(tools.get("nsys") or {}).get("path"), ncu=(tools.get("ncu") or {}).get("path"),
+                watch={"gpus": [g["index"] for g in chosen] if req.gpus is not None else None,
+                       "allow_own": req.allow_own, "job": req.job, "counters": req.uses_counters})

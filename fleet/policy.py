@@ -8,7 +8,7 @@ every verdict carries its reasons and a remedy a person can act on.
 
 Besides the verdicts of ``assess`` and the doctor's ``findings``, the smaller rules the other
 parts only apply live here too: ``uses_counters``, ``unseen_tenants``, ``dcgm_pause``,
-``prolog_tenants``, ``guards`` (GPU locks, the last-moment check, pinning GPUs, who changes
+``prolog_tenants``, ``newcomers`` (who joined a run's GPUs), ``guards`` (GPU locks, the last-moment check, pinning GPUs, who changes
 node state), ``held_sysctls``, ``exclusive_node``, ``docker_privileges``, ``sampling_given_up``
 and ``COUNTER_OPTIONS`` (the profiler options only fleet may set).
 
@@ -20,7 +20,7 @@ whole GPU. When unsure whether a GPU is shared, it is treated as shared.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Dict
 
 NodeState = Dict[str, Any]  # typing.Dict: this module also runs on nodes with Python 3.8
@@ -215,11 +215,10 @@ def tenants(state: NodeState, request: Request) -> list[Tenant]:
 UNSEEN_SLACK = 64 << 20  # bytes: a listed process's count may trail the device's; a CUDA context is ~500 MiB
 
 
-def unseen_tenants(state: NodeState, request: Request) -> list[str]:
-    """What shows processes on the chosen GPUs that the process lists hide. The driver lists only
-    the caller's PID namespace, but its memory in use (v2, reservation left out) and its
-    utilization samples count every process (measured on an H200 test machine). Where the lists
-    cannot be checked against those, a GPU seen from another namespace counts as shared."""
+def _unseen(state: NodeState, request: Request) -> list[tuple[int, int | None, str]]:
+    """(GPU, bytes the lists do not explain or None, why) for each chosen GPU that shows
+    processes the process lists hide: the one reading of the signals behind ``unseen_tenants``
+    and ``newcomers``."""
     out = []
     other_ns = state.get("host_pid_namespace") is not True
     ns = "in another PID namespace" if state.get("host_pid_namespace") is False else "perhaps in another PID namespace"
@@ -227,20 +226,80 @@ def unseen_tenants(state: NodeState, request: Request) -> list[str]:
     for g in chosen_gpus(state, request):
         listed = g.get("processes") or []
         if g.get("process_list_error"):
-            out.append(f"GPU {g['index']}: NVML does not list its processes ({g['process_list_error']})")
+            out.append((g["index"], None, f"GPU {g['index']}: NVML does not list its processes ({g['process_list_error']})"))
             continue
         by_processes = g.get("memory_used_by_processes")
         counted = [p.get("used_memory") for p in listed]
-        if by_processes is not None and None not in counted and by_processes - sum(counted) > UNSEEN_SLACK:
-            out.append(f"GPU {g['index']}: {(by_processes - sum(counted)) / 2**30:.1f} GiB in use by processes "
-                       f"not visible from here{where}")
+        unexplained = by_processes - sum(counted) if by_processes is not None and None not in counted else None
+        if unexplained is not None and unexplained > UNSEEN_SLACK:
+            out.append((g["index"], unexplained, f"GPU {g['index']}: {unexplained / 2**30:.1f} GiB in use by processes "
+                        f"not visible from here{where}"))
         elif other_ns and [p for p in g.get("sampled_pids") or [] if p not in {q.get("pid") for q in listed}]:
             # The samples name every process, ours by our namespace's pids (as the lists do), the
             # others' by theirs (measured on an H200 test machine): one not listed is not ours.
-            out.append(f"GPU {g['index']}: its utilization samples name processes not visible from here{where}")
-        elif other_ns and (by_processes is None or None in counted):
-            out.append(f"GPU {g['index']}: the agent is {ns}, where NVML lists no process of the others, "
-                       "and this driver gives no memory figure to check that against")
+            out.append((g["index"], None, f"GPU {g['index']}: its utilization samples name processes not visible "
+                        f"from here{where}"))
+        elif other_ns and unexplained is None:
+            out.append((g["index"], None, f"GPU {g['index']}: the agent is {ns}, where NVML lists no process of the "
+                        "others, and this driver gives no memory figure to check that against"))
+    return out
+
+
+def unseen_tenants(state: NodeState, request: Request) -> list[str]:
+    """What shows processes on the chosen GPUs that the process lists hide. The driver lists only
+    the caller's PID namespace, but its memory in use (v2, reservation left out) and its
+    utilization samples count every process (measured on an H200 test machine). Where the lists
+    cannot be checked against those, a GPU seen from another namespace counts as shared."""
+    return [why for _, _, why in _unseen(state, request)]
+
+
+# Memory no listed process explains may grow by this much during a run before it counts as a
+# newcomer: under ncu about 140 MiB of the workload's GPU memory is not in its process entry
+# (an H200 test machine), while a CUDA context alone, of anyone, holds about 500 MiB.
+NEWCOMER_UNSEEN_BYTES = 256 << 20
+
+
+@dataclass(frozen=True)
+class Newcomer:
+    gpu: int
+    pid: int | None
+    user: str | None
+    used_memory: int | None
+    unseen: bool
+    why: str
+
+    @property
+    def key(self) -> tuple:
+        return (self.gpu, "unseen") if self.unseen else (self.gpu, self.pid)
+
+
+def newcomers(state: NodeState, request: Request, workload: frozenset = frozenset(), contained: bool = False,
+              unexplained_floor: dict | None = None, known: frozenset = frozenset()) -> list[Newcomer]:
+    """Who, during a run, is on its GPUs besides the workload: the start check's rule
+    (``tenants``, ``unseen_tenants``) less the workload's own processes. ``workload``: the pids
+    of the profiler's process tree; ``contained``: the workload runs in a container, whose
+    processes are not below the profiler on the host, so the user's own processes count as
+    its. Memory no listed process explains is a newcomer once it has grown past
+    ``NEWCOMER_UNSEEN_BYTES`` over the least seen this run (``unexplained_floor``: GPU ->
+    bytes). ``known``: the keys of those already there when a run that programs no counters
+    began (they were allowed then; a counter-using run's start check let nobody stay)."""
+    out = [Newcomer(t.gpu, t.pid, t.user, t.used_memory, False, t.why)
+           for t in tenants(state, replace(request, allow_own=True) if contained else request) if t.pid not in workload]
+    floor = unexplained_floor or {}
+    for gpu, unexplained, why in _unseen(state, request):
+        if unexplained is not None and unexplained - floor.get(gpu, 0) <= NEWCOMER_UNSEEN_BYTES:
+            continue
+        out.append(Newcomer(gpu, None, None, unexplained, True, why))
+    return [n for n in out if n.key not in known]
+
+
+def unexplained_memory(state: NodeState, request: Request) -> dict:
+    """GPU -> bytes in use that no listed process explains (where the driver gives both figures)."""
+    out = {}
+    for g in chosen_gpus(state, request):
+        counted = [p.get("used_memory") for p in g.get("processes") or []]
+        if g.get("memory_used_by_processes") is not None and None not in counted:
+            out[g["index"]] = g["memory_used_by_processes"] - sum(counted)
     return out
 
 

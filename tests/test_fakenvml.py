@@ -367,7 +367,7 @@ def test_scenario_reread_on_every_init(lib_dir, scenario, tmp_path):
 
 
 @pytest.mark.parametrize("call", [
-    "N.nvmlDeviceGetTemperature(h, 0)",
+    "N.nvmlDeviceGetEnforcedPowerLimit(h)",
     # Answered "Argument Version Mismatch" by driver 580.159.04 with this binding: not simulated.
     "N.nvmlDeviceGetRunningProcessDetailList(h, N.nvmlProcessDetailList_v1, 0)",
 ])

@@ -98,3 +98,21 @@ def test_an_unexpected_fault_is_an_error_not_ok(tmp_path):
 
 def test_results_that_are_not_objects_are_skipped():
     assert wire.answers(wire.MARK + "5\n" + wire.MARK + "[1]\n" + run.frame({"a": 1}), "profile") == [{"a": 1}]
+
+
+def test_the_profilers_temporary_files_are_the_runs_own_and_private(tmp_path):
+    """nsys collects into $TMPDIR, and its .qdstrm there is 0664 under any umask: in /tmp other
+    users read a run in progress, the workload's command line in it."""
+    import stat as st
+    p = _plan(tmp_path)
+    from dataclasses import replace
+    seen = tmp_path / "tmpdir-seen"
+    p = replace(p, command=replace(p.command, workload=("sh", "-c", f'echo "$TMPDIR" > {seen}; '
+                                                         f'stat -c %a "$TMPDIR" >> {seen}')))
+    out = _agent(p, result_line=True)
+    [result] = wire.answers(out.stdout, "profile")
+    assert result["status"] == "ok", result
+    where, mode = seen.read_text().split()
+    assert Path(where).parent == Path(p.output).parent and mode == "700"
+    assert not Path(where).exists(), "an empty temporary folder is removed after the run"
+    assert st.S_IMODE(Path(where).parent.stat().st_mode) == 0o700

@@ -7,6 +7,7 @@ import csv
 import io
 import json
 import os
+import re
 import signal
 import subprocess
 import time
@@ -197,3 +198,65 @@ def test_ncu_refuses_a_taken_name_with_its_own_words_before_the_workload_runs(tm
                           capture_output=True, text=True)
     assert (done.returncode, done.stderr) == (int(recorded("ncu-taken-name", "status.txt")), recorded("ncu-taken-name"))
     assert not (tmp_path / "ran").exists()
+
+
+def errors(text: str) -> list[str]:
+    return [line[line.index("==ERROR== "):] for line in text.splitlines() if "==ERROR== " in line]
+
+
+def ends(how: str) -> list[str]:
+    return ["sh", "-c", "exit 3" if how == "exit3" else "kill -SEGV $$"]
+
+
+def test_ncu_says_the_applications_code_and_exits_with_it_as_the_real_one_did(tmp_path):
+    for how in ("exit3", "segv"):
+        case = f"ncu-app-{how}"
+        done = subprocess.run([str(STANDINS / "ncu"), "-o", f"r{how}", "--", *ends(how)], cwd=tmp_path,
+                              capture_output=True, text=True)
+        assert done.returncode == int(recorded(case, "status.txt")), case  # 3; 11, the signal's number
+        assert errors(done.stdout + done.stderr) == errors(recorded(case)), case
+        assert ("Disconnected from process" in done.stdout) == ("Disconnected from process" in recorded(case)), case
+        assert (tmp_path / f"r{how}.ncu-rep").exists(), case  # the report kept, as the real one's was
+
+
+def test_nsys_passes_the_workloads_end_on_and_loses_the_kernels_of_one_killed_by_a_signal(tmp_path):
+    for how in ("exit3", "segv"):
+        case = f"nsys-app-{how}"
+        done = nsys("profile", "-o", how, "--", *ends(how), cwd=tmp_path)
+        assert done.returncode == int(recorded(case, "status.txt")), case  # 3, 139
+        said = (done.stdout + done.stderr).lower()
+        assert "error" not in said and "error" not in recorded(case).lower(), case  # nothing said of it
+    ours = stats(tmp_path / "segv.nsys-rep")
+    assert ours["cuda_gpu_kern_sum"] == recorded("nsys-app-segv-stats", "s_cuda_gpu_kern_sum.csv") == ""
+    assert stats(tmp_path / "exit3.nsys-rep")["cuda_gpu_kern_sum"]  # an exit, even non-zero, keeps them
+
+
+def test_sigint_to_ncus_group_ends_it_with_the_report_kept_as_the_real_one_did(tmp_path):
+    """Through fleet's agent (SIGINT's default disposition, ncu-sigint-by-agent): ncu ends by the
+    signal at once, the report kept. Started with SIGINT ignored, as the background of a shell
+    does (ncu-sigint-group, ncu-sigint-alone): the group's shuts the application down, exit 9;
+    ncu's alone does nothing."""
+    ignored = lambda: signal.signal(signal.SIGINT, signal.SIG_IGN)  # noqa: E731
+    for case, group, start in (("ncu-sigint-by-agent", True, None), ("ncu-sigint-group", True, ignored),
+                               ("ncu-sigint-alone", False, ignored)):
+        proc = subprocess.Popen([str(STANDINS / "ncu"), "-o", case, "--", "sleep", "3"], cwd=tmp_path,
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
+                                preexec_fn=start)
+        time.sleep(0.5)
+        started = time.monotonic()
+        os.killpg(proc.pid, signal.SIGINT) if group else proc.send_signal(signal.SIGINT)
+        out, _ = proc.communicate(timeout=30)
+        took = time.monotonic() - started
+        real = recorded(case)
+        if start is None:
+            assert proc.returncode < 0 and "ended by a signal" in recorded(case, "status.txt"), case
+        else:
+            assert proc.returncode == int(recorded(case, "status.txt")), case  # 9; 0
+            assert errors(out) == [re.sub(r"process \d+", f"process {pid_of(out)}", e) for e in errors(real)]
+        assert ("Trying to shutdown target application" in out) == ("Trying to shutdown target application" in real)
+        assert (took < 1.0) if group else (took > 2.0), (case, took)  # real: 0.16 s and 0.44 s; the workload's end
+        assert (tmp_path / f"{case}.ncu-rep").exists() and "==PROF== Report:" in real, case
+
+
+def pid_of(out: str) -> str:
+    return re.search(r"Connected to process (\d+)", out).group(1)

@@ -149,3 +149,55 @@ def slurm_job_of(pid):
         if item.startswith("SLURM_JOB_ID="):
             return item[len("SLURM_JOB_ID="):]
     return None
+
+
+# --- what the run watch reads (fleet/agent/watch.py) ---
+
+# Clock event reasons (nvml.h's nvmlClocksEventReason*, formerly ...ThrottleReason*): bit -> name.
+CLOCK_REASONS = {0x1: "gpu_idle", 0x2: "applications_clocks_setting", 0x4: "sw_power_cap", 0x8: "hw_slowdown",
+                 0x10: "sync_boost", 0x20: "sw_thermal_slowdown", 0x40: "hw_thermal_slowdown",
+                 0x80: "hw_power_brake_slowdown", 0x100: "display_clock_setting"}
+
+
+def identity(nv, h, index):
+    """The GPU a run's conditions are of: index, UUID, model and PCI bus id."""
+    pci = _try(lambda: nv.nvmlDeviceGetPciInfo(h))
+    return {"index": index, "uuid": _s(_try(lambda: nv.nvmlDeviceGetUUID(h))),
+            "name": _s(_try(lambda: nv.nvmlDeviceGetName(h))), "pci_bus_id": _s(pci.busId) if pci else None}
+
+
+def clock_reasons(nv, h):
+    """The reasons the clocks are held where they are, by name; None where the driver gives none."""
+    for name in ("nvmlDeviceGetCurrentClocksEventReasons", "nvmlDeviceGetCurrentClocksThrottleReasons"):
+        fn = getattr(nv, name, None)
+        bits = _try(lambda: fn(h)) if fn else None
+        if bits is not None:
+            return [why for bit, why in sorted(CLOCK_REASONS.items()) if bits & bit] + (
+                ["other (0x%x)" % (bits & ~0x1FF)] if bits & ~0x1FF else [])
+    return None
+
+
+def conditions(nv, h):
+    """Clocks, their reasons, temperature and power now: each call that fails is left out."""
+    out = {"sm_clock_mhz": _try(lambda: nv.nvmlDeviceGetClockInfo(h, nv.NVML_CLOCK_SM)),
+           "mem_clock_mhz": _try(lambda: nv.nvmlDeviceGetClockInfo(h, nv.NVML_CLOCK_MEM)),
+           "throttle": clock_reasons(nv, h),
+           "temperature_c": _try(lambda: nv.nvmlDeviceGetTemperature(h, nv.NVML_TEMPERATURE_GPU))}
+    milliwatts = _try(lambda: nv.nvmlDeviceGetPowerUsage(h))
+    if milliwatts is not None:
+        out["power_w"] = round(milliwatts / 1000.0, 1)
+    return {k: v for k, v in out.items() if v is not None}
+
+
+def look(nv, h, index, procs, owner_uid):
+    """Who is on one GPU now, in the shape ``gpu`` gives and the policy reads: its process lists,
+    the memory processes hold and the utilization samples. The memory is read before and after
+    the lists and the lesser kept, so a workload allocating meanwhile is not taken for memory
+    nobody explains."""
+    used = lambda: _try(lambda: nv.nvmlDeviceGetMemoryInfo(h, version=nv.nvmlMemory_v2).used)
+    before = used()
+    listed, list_error = gpu_processes(nv, h, procs, owner_uid)
+    after = used()
+    by_processes = min(before, after) if before is not None and after is not None else None
+    return {"index": index, "processes": listed, "process_list_error": list_error,
+            "memory_used_by_processes": by_processes, "sampled_pids": sampled_pids(nv, h)}

@@ -54,26 +54,45 @@ def section(fn, *args):
 # --- the machine ---
 
 def processes():
-    """pid -> (name, uid) for every process this agent can see.
+    """pid -> (name, uid) for every process this agent can see (see ``process``)."""
+    out = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            found = process(int(entry))
+            if found is not None:
+                out[int(entry)] = found
+    return out
+
+
+def process(pid):
+    """(name, uid) of one process, or None when it is gone or hidden.
 
     The kernel cuts ``comm`` to 15 characters, so nvidia-cuda-mps-control and
     nvidia-cuda-mps-server both read "nvidia-cuda-mps" (seen on an H200 test
     machine); for names that are cut, argv[0] from cmdline tells them apart.
     """
-    out = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            comm = (read("/proc/%s/comm" % entry) or "").strip()
-            try:
-                uid = os.stat("/proc/" + entry).st_uid
-            except OSError:
-                continue
-            if len(comm) == 15:
-                argv0 = (read("/proc/%s/cmdline" % entry) or "").split("\0")[0]
-                if os.path.basename(argv0).startswith(comm):
-                    comm = os.path.basename(argv0)
-            out[int(entry)] = (comm, uid)
-    return out
+    comm = (read("/proc/%d/comm" % pid) or "").strip()
+    try:
+        uid = os.stat("/proc/%d" % pid).st_uid
+    except OSError:
+        return None
+    if len(comm) == 15:
+        argv0 = (read("/proc/%d/cmdline" % pid) or "").split("\0")[0]
+        if os.path.basename(argv0).startswith(comm):
+            comm = os.path.basename(argv0)
+    return comm, uid
+
+
+def lineage(pid):
+    """(parent pid, session id, start time in ticks) of one process, or None when it is gone."""
+    text = read("/proc/%d/stat" % pid)
+    if not text or ")" not in text:
+        return None
+    fields = text.rsplit(")", 1)[1].split()
+    try:
+        return int(fields[1]), int(fields[3]), int(fields[19])
+    except (IndexError, ValueError):
+        return None
 
 
 def host_pid_namespace():

@@ -76,7 +76,7 @@ F=$D/torchrun-2gpu.txt
     "$PY" -c 'import json, sys
 sys.path[:0] = ["."]
 from fleet.agent.wire import answers
-doc = results_in(open(sys.argv[1]).read())[-1]
+doc = answers(open(sys.argv[1]).read(), "profile")[-1]
 print(sys.argv[1].rsplit("/", 1)[1], doc["status"], [r["path"].rsplit("/", 1)[1] for r in doc["reports"]])' "$r"
   done; } > "$F" 2>&1
 grep -v '^\[' "$F" | cut -c1-400

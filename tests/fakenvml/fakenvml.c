@@ -14,6 +14,7 @@
  *   driver 580.159.04     cuda 13000     nvml 13.580.159.04
  *   gpu  index= uuid= name= arch= mig= mig_pending= compute_mode= mem_total=
  *        mem_used= reserved= bus= pci_id= minor= max_mig= util= mem_util=
+ *        sm_clock= mem_clock= video_clock= reasons= temp= power=   (each: a number, or na)
  *   mig  gpu= gi= ci= uuid= name= mem_total= mem_used= reserved=
  *   proc gpu= kind=compute|graphics|mps pid= mem=<bytes>|na gi= ci=
  *        pidns=<inode>[,<inode>...] nspid=<pid>[,<pid>...] sm=<percent>
@@ -37,6 +38,12 @@
  * are not filtered by namespace, as measured), and NVML_ERROR_NOT_FOUND when
  * no process has one. Both are NOT_SUPPORTED in MIG mode (nvidia-smi shows
  * N/A there; not measured on the H200).
+ * Clocks, temperature and power (conditions.c), as an idle H200 answered (driver 580.159.04,
+ * tests/fixtures/tools-2025.3-h200/nvml-conditions): SM and graphics clock 345 MHz, memory
+ * 3201, video 765, clock event reasons 0x1 (GPU idle), 36 C, 78798 mW; a field given as na
+ * answers NOT_SUPPORTED, and the fan speed always does (an H200 has no fan of its own).
+ * Live state: the calls that answer for "now" re-read the scenario when its file has been
+ * replaced (write then rename), so a process can appear while NVML is held open.
  * Not thread-safe around nvmlInit; a test harness does not need that.
  *
  * Memory, process lists and utilization are in processes.c, the types in fakenvml.h.
@@ -147,10 +154,18 @@ static int field(char *kv, device_t *d, proc_t *p)
         u32 = IS("index") ? &d->index : IS("arch") ? &d->arch : IS("mig") ? &d->mig :
               IS("mig_pending") ? &d->mig_pending : IS("compute_mode") ? &d->compute_mode :
               IS("minor") ? &d->minor : IS("max_mig") ? &d->max_mig : IS("pci_id") ? &d->pci_id :
-              IS("util") ? &d->util : IS("mem_util") ? &d->mem_util : NULL;
+              IS("util") ? &d->util : IS("mem_util") ? &d->mem_util : IS("sm_clock") ? &d->sm_clock :
+              IS("mem_clock") ? &d->mem_clock : IS("video_clock") ? &d->video_clock : IS("temp") ? &d->temp :
+              IS("power") ? &d->power : NULL;
+        int condition = u32 == &d->sm_clock || u32 == &d->mem_clock || u32 == &d->video_clock ||
+                        u32 == &d->temp || u32 == &d->power || IS("reasons");
+        if (condition && !strcmp(v, "na")) {   /* the driver would say NOT_SUPPORTED */
+            if (u32) *u32 = NO_ID; else d->reasons = NA;
+            return 0;
+        }
     }
     if (d && !u32) u64 = IS("mem_total") ? &d->mem_total : IS("mem_used") ? &d->mem_used :
-                         IS("reserved") ? &d->reserved : NULL;
+                         IS("reserved") ? &d->reserved : (IS("reasons") && !d->is_mig) ? &d->reasons : NULL;
     if (!u32 && !u64) return bad(p ? "unknown proc field" : d->is_mig ? "unknown mig field" : "unknown gpu field", kv);
     int percent = (d && (u32 == &d->util || u32 == &d->mem_util)) || (p && u32 == &p->sm);
     if (num(v, percent ? 100 : u32 ? 0xFFFFFFFFULL : NA - 1, &n)) return -1;
@@ -184,7 +199,10 @@ static int parse_line(scenario_t *s, char *line)
         if ((mig ? s->nmigs : s->ngpus) == (mig ? MAX_MIGS : MAX_GPUS)) return bad("too many records", rec);
         device_t d = { .is_mig = mig, .defined = 1, .line = g_line, .index = s->ngpus, .arch = 9,
                      .mem_total = 150754820096ULL, .mem_used = NA, .max_mig = 7, .pci_id = 0x233510DE,
-                     .minor = NO_ID, .reserved = mig ? 0 : H200_RESERVED };
+                     .minor = NO_ID, .reserved = mig ? 0 : H200_RESERVED,
+                     /* an idle H200, as recorded (tests/fixtures/tools-2025.3-h200/nvml-conditions) */
+                     .sm_clock = 345, .mem_clock = 3201, .video_clock = 765, .reasons = 0x1, .temp = 36,
+                     .power = 78798 };
         strcpy(d.name, "NVIDIA H200");
         while ((kv = token(&line))) if (field(kv, &d, NULL)) return -1;
         if (mig) {
@@ -204,6 +222,8 @@ static int parse_line(scenario_t *s, char *line)
     return 0;
 }
 
+static struct stat loaded;    /* the scenario file as it was when last read */
+
 static nvmlReturn_t load(scenario_t *s)
 {
     char buf[2048];
@@ -217,6 +237,7 @@ static nvmlReturn_t load(scenario_t *s)
     FILE *f = fopen(g_file, "r");
     g_line = 0;
     if (!f) { bad("cannot open scenario file", NULL); return E_UNKNOWN; }
+    if (fstat(fileno(f), &loaded)) memset(&loaded, 0, sizeof loaded);
     int err = 0;
     while (!err && fgets(buf, sizeof buf, f)) {
         g_line++;
@@ -252,6 +273,17 @@ nvmlReturn_t API nvmlInitWithFlags(unsigned int flags)
     return OK;
 }
 nvmlReturn_t API nvmlInit_v2(void) { return nvmlInitWithFlags(0); }
+
+void refresh(void)
+{
+    struct stat now;
+    const char *file = getenv("FAKE_NVML_SCENARIO");
+    if (!refcount || !file || stat(file, &now)) return;
+    if (now.st_ino == loaded.st_ino && now.st_mtim.tv_sec == loaded.st_mtim.tv_sec &&
+        now.st_mtim.tv_nsec == loaded.st_mtim.tv_nsec && now.st_size == loaded.st_size) return;
+    /* Only the same GPUs, with new processes, memory and conditions: handles stay valid. */
+    if (load(&tmp) == OK && tmp.ngpus == cur.ngpus && tmp.nmigs == cur.nmigs) cur = tmp;
+}
 
 nvmlReturn_t API nvmlShutdown(void)
 {

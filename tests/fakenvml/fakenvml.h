@@ -42,6 +42,8 @@ typedef struct dev {
     unsigned long long mem_total, mem_used; /* mem_used NA: sum of processes */
     unsigned long long reserved;            /* the driver's own share (v2 reserved) */
     unsigned int util, mem_util;            /* utilization rates, percent */
+    unsigned int sm_clock, mem_clock, video_clock, temp, power; /* MHz, MHz, MHz, C, mW; NO_ID: not supported */
+    unsigned long long reasons;             /* clock event reasons (bits); NA: not supported */
 } device_t;
 typedef device_t *nvmlDevice_t;
 typedef struct {
@@ -75,5 +77,10 @@ extern int refcount SHARED;     /* nvmlInit/nvmlShutdown nest, as in real NVML *
 device_t *any_dev(nvmlDevice_t h) SHARED;
 device_t *gpu_dev(nvmlDevice_t h) SHARED;
 device_t *mig_dev(nvmlDevice_t h) SHARED;
+
+/* Re-read the scenario if its file was replaced since it was read: the live calls (memory,
+ * processes, utilization, clocks, power) answer for "now", as the driver does, so a test can
+ * let a process appear while an agent holds NVML open. The device tables keep their places. */
+void refresh(void) SHARED;
 
 #endif

@@ -33,6 +33,7 @@ static unsigned long long used_of(const device_t *d)
 nvmlReturn_t API nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t h, nvmlMemory_v2_t *m)
 {
     NEED_INIT();
+    refresh();
     device_t *d = any_dev(h);
     if (!d || !m) return E_INVALID;
     if (m->version != nvmlMemory_v2) return E_VERSION;
@@ -71,6 +72,7 @@ static int visible(const proc_t *p, unsigned int *pid)
 static nvmlReturn_t procs(nvmlDevice_t h, unsigned int kind, unsigned int *count, nvmlProcessInfo_t *out)
 {
     NEED_INIT();
+    refresh();
     device_t *d = any_dev(h);
     unsigned int n = 0, cap, pid;
     if (!d || !count) return E_INVALID;
@@ -122,6 +124,7 @@ nvmlReturn_t API nvmlDeviceGetProcessUtilization(nvmlDevice_t h, nvmlProcessUtil
                                                  unsigned int *count, unsigned long long lastSeen)
 {
     NEED_INIT();
+    refresh();
     nvmlReturn_t r;
     device_t *d = util_dev(h, &r);
     struct timespec ts;

@@ -31,6 +31,15 @@ PROC_PID_INIT_INO = 0xEFFFFFFC  # inode of the initial PID namespace
 NS_GET_PARENT = 0xB702  # ioctl _IO(0xb7, 0x2) of linux/nsfs.h: the parent of a namespace
 
 
+# Per-GPU clocks, clock event reasons (bits), temperature (C) and power (mW); None: the driver
+# answers NOT_SUPPORTED. Omitted: an idle H200's (the fake's defaults, see fakenvml.c).
+CONDITIONS = ("sm_clock", "mem_clock", "video_clock", "reasons", "temp", "power")
+
+
+def _na(value):
+    return "na" if value is None else value
+
+
 class BuildError(RuntimeError):
     """The fake NVML library could not be compiled."""
 
@@ -123,8 +132,9 @@ def write_scenario(path: str | os.PathLike, scenario: dict) -> pathlib.Path:
 
     Keys: init_error, driver, cuda, nvml, gpus. Each GPU dict may hold index,
     uuid, name, arch, mig, mig_pending, compute_mode, mem_total, mem_used,
-    reserved, bus, minor, pci_id, max_mig, util, mem_util, processes and
-    mig_instances; a process dict holds kind (compute/graphics/mps), pid, mem
+    reserved, bus, minor, pci_id, max_mig, util, mem_util, the conditions
+    (sm_clock, mem_clock, video_clock, reasons, temp, power: None for
+    NOT_SUPPORTED), processes and mig_instances; a process dict holds kind (compute/graphics/mps), pid, mem
     (bytes, or None for "not available"), gi, ci, sm, pidns, nspid; a MIG
     instance dict holds gi, ci, uuid, name, mem_total, mem_used, reserved.
     Omitted GPU fields default to an H200 with index = position in the list.
@@ -147,6 +157,10 @@ def write_scenario(path: str | os.PathLike, scenario: dict) -> pathlib.Path:
     pid_namespaces); a process dict may give them instead (a number or a
     list; pidns None: no namespace data, listed to every caller, as a pid
     that does not exist is).
+
+    Live state: rewriting the file (this function writes then renames) changes what the
+    memory, process, utilization and conditions calls answer from the next call on, also in
+    a process that holds NVML open, as a process arriving on a real GPU would.
     """
     lines = ["# fake NVML scenario, written by tests/harness/fakenvml.py"]
     if scenario.get("init_error") is not None:
@@ -174,6 +188,7 @@ def write_scenario(path: str | os.PathLike, scenario: dict) -> pathlib.Path:
             "max_mig": gpu.get("max_mig"),
             "util": gpu.get("util"),
             "mem_util": gpu.get("mem_util"),
+            **{k: _na(gpu[k]) for k in CONDITIONS if k in gpu},
         }))
         for n, mig in enumerate(gpu.get("mig_instances", [])):
             lines.append(_line("mig", {
