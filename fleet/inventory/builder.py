@@ -116,6 +116,9 @@ class Builder:
         """The inventory; ``vars_of(kind, names)`` merges the vars files of groups or of a host
         (``kind`` is 'group_vars' or 'host_vars') in the order Ansible reads them."""
         self._check_cycles()
+        # 'ungrouped' is the first child of 'all' in Ansible (it is made with the inventory)
+        children = self.groups["all"].children
+        self.groups["all"].children = {"ungrouped": children.pop("ungrouped", ""), **children}
         for group in self.groups.values():  # top-level groups are children of all
             if group.name != "all" and not any(group.name in g.children for g in self.groups.values()):
                 self.groups["all"].children.setdefault(group.name, group.where)
@@ -150,7 +153,21 @@ class Builder:
                 raise InventoryError(self.host_where[name],
                                      f"host {name!r} has no address: its name is not a host name and no ansible_host is set")
             hosts[name] = Host(name, merged, tuple(in_groups), self.host_where[name])
-        return Inventory(hosts, {g: [h for h in hosts if h in members[g]] for g in self.groups}, sources)
+        return Inventory(hosts, {g: self._ansible_order(g) for g in self.groups}, sources)
+
+    def _ansible_order(self, name: str) -> list[str]:
+        """A group's hosts in the order Ansible's Group.get_hosts gives them (the order its
+        subscripts count in): its own, then its children's, breadth first, each host once.
+        Past the children Ansible walks a set, so its order of grandchildren from several parents
+        is not fixed; fleet takes them parent by parent."""
+        order, seen, level = [name], {name}, [name]
+        while level:
+            nxt = [c for g in level for c in self.groups[g].children if c not in seen]
+            nxt = list(dict.fromkeys(nxt))
+            seen.update(nxt)
+            order += nxt
+            level = nxt
+        return list(dict.fromkeys(h for g in order for h in self.groups[g].hosts))
 
     def _members(self, name: str) -> set[str]:
         group = self.groups[name]
