@@ -49,7 +49,10 @@ def inventory_check(obj: Context, as_json):
     inv = obj.inventory
     groups = [g for g, hosts in inv.groups.items() if g != "all" and (hosts or g != "ungrouped")]
     if as_json:
-        return echo_json({"sources": inv.sources, "hosts": len(inv.hosts), "groups": groups})
+        return echo_json({"sources": inv.sources, "hosts": len(inv.hosts), "groups": groups,
+                          "warnings": inv.warnings})
+    for warning in inv.warnings:  # variables kept as the site's, which fleet will not use
+        click.echo(f"fleet: warning: {warning}", err=True)
     click.echo(f"ok: {len(inv.hosts)} hosts in {len(groups)} groups ({', '.join(inv.sources)})")
 
 

@@ -6,7 +6,7 @@ This module knows nothing of file formats; ``load`` (in ``__init__``) builds an
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Iterable
 
 from ..hostlist import split_patterns
@@ -40,6 +40,8 @@ class Host:
     vars: dict[str, Any]
     groups: tuple[str, ...]
     where: str  # file:line of the (first) definition
+    # fleet's own names holding another role's shape: the site's, shown with the rest, never used
+    unused: dict[str, Any] = field(default_factory=dict)
 
     @property
     def address(self) -> str:
@@ -64,7 +66,12 @@ class Host:
 
     def to_json(self) -> dict[str, Any]:
         return {"name": self.name, "address": self.address, "port": self.port, "user": self.user,
-                "connection": self.connection, "groups": list(self.groups), "vars": self.vars}
+                "connection": self.connection, "groups": list(self.groups), "vars": self.all_vars}
+
+    @property
+    def all_vars(self) -> dict[str, Any]:
+        """Every variable of the host, as ansible-inventory shows them, those fleet does not use too."""
+        return {**self.vars, **self.unused}
 
 
 @dataclass
@@ -75,6 +82,7 @@ class Inventory:
     # Without an inventory every name that is not this machine is an SSH host (as for ssh and
     # clush -w); with one, a bare name must be in it and only user@host or host:port reach past it.
     bare_names_are_hosts: bool = False
+    warnings: list[str] = field(default_factory=list)  # file:line: kept, shown, not used by fleet
 
     def select(self, targets: Iterable[str] = (), exclude: Iterable[str] = ()) -> list[Host]:
         """Hosts named by targets (Ansible's host patterns, and hosts named with a user or a port),
