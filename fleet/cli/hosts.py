@@ -53,7 +53,30 @@ def inventory_check(obj: Context, as_json):
                           "warnings": inv.warnings})
     for warning in inv.warnings:  # variables kept as the site's, which fleet will not use
         click.echo(f"fleet: warning: {warning}", err=True)
+    lines, refused = _routes(obj, list(inv.hosts.values()))
+    for line in lines:
+        click.echo(line)
+    if refused:
+        for line in refused[:-1]:
+            click.echo(f"fleet: {line}", err=True)
+        fail(refused[-1])
     click.echo(f"ok: {len(inv.hosts)} hosts in {len(groups)} groups ({', '.join(inv.sources)})")
+
+
+def _routes(obj: Context, hosts) -> tuple[list[str], list[str]]:
+    """Per host, how fleet will connect (user, port, key, jump hosts); and the hosts whose ssh
+    arguments hold an option fleet cannot honour."""
+    from ..inventory.connection import ConnectionOptionError, describe
+    from ..transport.ssh import SSHTransport
+
+    transport = SSHTransport(obj.ssh_settings())
+    lines, refused = [], []
+    for h in hosts:
+        try:
+            lines.append(describe(h, transport.route(h) if h.connection == "ssh" else {}))
+        except ConnectionOptionError as e:
+            refused.append(str(e))
+    return lines, refused
 
 
 # --- exec ---

@@ -129,6 +129,20 @@ class SSHTransport(Transport):
         return {k: v for k, v in defaults.items()
                 if config.get({"keepalive_interval": "ServerAliveInterval"}.get(k, "ServerAliveCountMax")) is None}
 
+    def route(self, host: "Host") -> dict:
+        """How the host will be reached, the inventory's ssh arguments over ssh_config's: user,
+        port, keys, jump hosts, proxy command (for ``inventory check``); raises as ``options``."""
+        args, given = ssh_args(host), ssh_args(host).options
+        port = number(given["Port"], "Port", host) if "Port" in given else None
+        config = SSHClientConfig.load(None, self._config_paths(), False, False, False, self._local_user,
+                                      given.get("User") or (), host.address, port or ())
+        jumps = args.jumps or [j for j in str(config.get("ProxyJump") or "none").split(",") if j.lower() != "none"]
+        proxy = args.proxy_command or config.get("ProxyCommand")
+        return {"user": given.get("User") or config.get("User") or self._local_user,
+                "port": port or config.get("Port") or 22,
+                "keys": list(args.identity_files) or [str(k) for k in config.get("IdentityFile", ())],
+                "jumps": jumps, "proxy_command": " ".join(proxy) if isinstance(proxy, (list, tuple)) else proxy}
+
     def known_hosts(self, host: "Host") -> RunKnownHosts:
         """The host's known_hosts, loaded once per run.
 
