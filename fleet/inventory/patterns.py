@@ -27,7 +27,7 @@ import fnmatch
 import re
 from typing import Callable, Sequence
 
-from ..hostlist import HostPatternError, expand, split_patterns
+from ..hostlist import HostPatternError, TooManyNames, expand, split_patterns
 from .model import TargetError
 
 # ansible-core's PATTERN_WITH_SUBSCRIPT, as it is.
@@ -193,7 +193,9 @@ def range_reading(text: str, matcher: Matcher) -> None:
             continue
         try:
             names = expand(part)
-        except HostPatternError:
+        except TooManyNames as e:  # refused before anything is made, whichever reading was meant
+            raise TargetError(str(e)) from None
+        except HostPatternError:  # not one of fleet's ranges: Ansible's words alone
             continue
         known = [n for n in names if n in matcher._known]
         if not known:  # no host has such a name: the words are Ansible's alone (gpu[0], gpu[1:3])
