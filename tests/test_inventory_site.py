@@ -64,7 +64,7 @@ g: &g [*f,*f,*f,*f,*f,*f,*f,*f,*f]
 """
 
 
-def _site(tmp_path, group_vars_all=None):
+def _site(tmp_path):
     site = tmp_path / "site"
     (site / "group_vars").mkdir(parents=True)
     (site / "hosts").write_text("[gpu]\ngpu01\n")

@@ -8,10 +8,10 @@ OpenSSH client as the proxy), and through ``ansible_ssh_extra_args`` with ``-J``
 
 from __future__ import annotations
 
-import asyncio
 import os
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -22,7 +22,7 @@ from fleet.inventory import load
 from fleet.transport.settings import SSHSettings
 from fleet.transport.ssh import SSHTransport
 from tests.conftest import run_fleet
-from tests.harness.sshd import Bastion, HiddenCluster, HiddenNetwork, SSHCluster, keygen
+from tests.harness.sshd import Bastion, HiddenCluster, HiddenNetwork, SSHCluster
 
 
 @pytest.fixture(scope="module")
@@ -170,7 +170,7 @@ def test_a_node_whose_sshd_stops_mid_command_ends_unreachable_not_hung(lab, tmp_
     args = {"ansible_ssh_common_args": "-o ServerAliveInterval=1 -o ServerAliveCountMax=2"} if not alive else {}
     inv = inventory(c, tmp_path / "inv.yaml", **args)
     env = {k: v for k, v in os.environ.items() if not k.startswith("FLEET_")}
-    proc = subprocess.Popen([os.sys.executable, "-m", "fleet", "-i", str(inv), "exec", "lab01", "--", "sleep", "120"],
+    proc = subprocess.Popen([sys.executable, "-m", "fleet", "-i", str(inv), "exec", "lab01", "--", "sleep", "120"],
                             env={**env, "FLEET_SSH_CONFIG": str(config)}, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, cwd=Path(__file__).parent.parent)
     stopped: list[int] = []

@@ -48,13 +48,13 @@ def inventory_check(obj: Context, as_json):
     """Validate the inventory; exit 2 naming file and line on the first error."""
     inv = obj.inventory
     groups = [g for g, hosts in inv.groups.items() if g != "all" and (hosts or g != "ungrouped")]
-    if as_json:
+    lines, refused = _routes(obj, list(inv.hosts.values()))
+    if as_json and not refused:
         return echo_json({"sources": inv.sources, "hosts": len(inv.hosts), "groups": groups,
-                          "warnings": inv.warnings})
+                          "warnings": inv.warnings, "connections": lines})
     for warning in inv.warnings:  # variables kept as the site's, which fleet will not use
         click.echo(f"fleet: warning: {warning}", err=True)
-    lines, refused = _routes(obj, list(inv.hosts.values()))
-    for line in lines:
+    for line in lines if not as_json else ():
         click.echo(line)
     if refused:
         for line in refused[:-1]:

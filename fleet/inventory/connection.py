@@ -10,6 +10,7 @@ table in docs/inventory.md lists each.
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
 from dataclasses import dataclass, field
@@ -198,3 +199,29 @@ def expand_proxy_command(command: str, host: "Host", opts: dict[str, Any], local
         return values[m[1]] if m[1] in "%p" else shlex.quote(values[m[1]])
 
     return re.sub(r"%(.)", one, command)
+
+
+def agent_for_keys(given: dict):
+    """The ssh-agent that may hold an encrypted key named for the host: IdentityAgent's, else
+    SSH_AUTH_SOCK's (``()``); IdentitiesOnly limits which keys are offered, not where they are."""
+    agent = given.get("IdentityAgent")
+    if agent is None:
+        return ()
+    return None if agent.lower() == "none" else os.path.expanduser(agent)
+
+
+def route(host: "Host", config_paths: list[str], local_user: str) -> dict[str, Any]:
+    """How the host will be reached, the inventory's ssh arguments over ssh_config's: user, port,
+    keys, jump hosts, proxy command; raises :class:`ConnectionOptionError` as ``ssh_args`` does."""
+    from asyncssh.config import SSHClientConfig
+
+    args = ssh_args(host)
+    given = args.options
+    port = number(given["Port"], "Port", host) if "Port" in given else None
+    config = SSHClientConfig.load(None, config_paths, False, False, False, local_user,
+                                  given.get("User") or (), host.address, port or ())
+    jumps = args.jumps or [j for j in str(config.get("ProxyJump") or "none").split(",") if j.lower() != "none"]
+    proxy = args.proxy_command or config.get("ProxyCommand")
+    return {"user": given.get("User") or config.get("User") or local_user, "port": port or config.get("Port") or 22,
+            "keys": list(args.identity_files) or [str(k) for k in config.get("IdentityFile", ())],
+            "jumps": jumps, "proxy_command": " ".join(proxy) if isinstance(proxy, (list, tuple)) else proxy}

@@ -25,8 +25,8 @@ import asyncssh
 from asyncssh.config import SSHClientConfig
 
 from . import TERM_GRACE, Result, Sink, Transport, drive
-from ..inventory.connection import (ConnectionOptionError, expand_proxy_command, host_port, number, ssh_args,
-                                    yes_no)
+from ..inventory.connection import (ConnectionOptionError, agent_for_keys, expand_proxy_command, host_port,
+                                    number, route, ssh_args, yes_no)
 from .connect_errors import DROPPED, JumpFailed, SilentServer, Watched, client_keys, connect_error
 from .known_hosts import RunKnownHosts
 from .settings import SSHSettings
@@ -130,18 +130,8 @@ class SSHTransport(Transport):
                 if config.get({"keepalive_interval": "ServerAliveInterval"}.get(k, "ServerAliveCountMax")) is None}
 
     def route(self, host: "Host") -> dict:
-        """How the host will be reached, the inventory's ssh arguments over ssh_config's: user,
-        port, keys, jump hosts, proxy command (for ``inventory check``); raises as ``options``."""
-        args, given = ssh_args(host), ssh_args(host).options
-        port = number(given["Port"], "Port", host) if "Port" in given else None
-        config = SSHClientConfig.load(None, self._config_paths(), False, False, False, self._local_user,
-                                      given.get("User") or (), host.address, port or ())
-        jumps = args.jumps or [j for j in str(config.get("ProxyJump") or "none").split(",") if j.lower() != "none"]
-        proxy = args.proxy_command or config.get("ProxyCommand")
-        return {"user": given.get("User") or config.get("User") or self._local_user,
-                "port": port or config.get("Port") or 22,
-                "keys": list(args.identity_files) or [str(k) for k in config.get("IdentityFile", ())],
-                "jumps": jumps, "proxy_command": " ".join(proxy) if isinstance(proxy, (list, tuple)) else proxy}
+        """How the host will be reached (for ``inventory check``): see ``connection.route``."""
+        return route(host, self._config_paths(), self._local_user)
 
     def known_hosts(self, host: "Host") -> RunKnownHosts:
         """The host's known_hosts, loaded once per run.
@@ -198,7 +188,7 @@ class SSHTransport(Transport):
         for attempt in range(self.settings.retries + 1):
             async with gate:
                 watched = Watched()
-                keys, agent = await client_keys(args.identity_files, opts.get("agent_path", ()))
+                keys, agent = await client_keys(args.identity_files, agent_for_keys(args.options))
                 if keys:
                     opts["client_keys"] = keys
                 tunnel = None
