@@ -23,7 +23,9 @@ ROLES_SITE = REPO / "tests" / "fixtures" / "inventories" / "site_roles"
 def test_a_site_full_of_other_roles_variables_reads_with_warnings_only():
     out = run_fleet("-i", str(ROLES_SITE), "inventory", "check")
     assert out.returncode == 0, out.stderr
-    assert out.stdout.startswith("ok: 7 hosts")
+    lines = out.stdout.splitlines()
+    assert lines[-1].startswith("ok: 7 hosts") and len(lines) == 8  # how each host connects, then ok
+    assert any(line.startswith("lease-b: ssh ubuntu@lease-b:22, ") for line in lines), lines
     warnings = out.stderr.splitlines()
     assert all(w.startswith("fleet: warning: ") for w in warnings) and len(warnings) == 4, out.stderr
     for name in ("openhpc_slurm_partitions", "report_dir_mode", "slurm_login_host"):
