@@ -13,13 +13,17 @@ import re
 import string
 from typing import Iterable
 
-__all__ = ["HostPatternError", "expand", "fold", "split_patterns"]
+__all__ = ["HostPatternError", "TooManyNames", "expand", "fold", "split_patterns"]
 
 _BRACKET = re.compile(r"\[([^\[\]]*)\]")
 
 
 class HostPatternError(ValueError):
     """A host pattern that cannot be expanded; the message says why."""
+
+
+class TooManyNames(HostPatternError):
+    """A pattern whose ranges stand for more names than fleet expands."""
 
 
 MAX_NAMES = 100_000  # one pattern's names at most: counted before any is made
@@ -99,7 +103,7 @@ def expand(pattern: str) -> list[str]:
     for piece in pieces[1::2]:
         total *= sum(len(r) for r, _ in piece)
     if total > MAX_NAMES:
-        raise HostPatternError(f"{pattern!r} stands for {total:,} host names, more than fleet expands "
+        raise TooManyNames(f"{pattern!r} stands for {total:,} host names, more than fleet expands "
                                f"({MAX_NAMES:,}); name fewer")
     words = [[p] if isinstance(p, str) else _values(p) for p in pieces]
     return list(dict.fromkeys("".join(p) for p in itertools.product(*words)))

@@ -57,7 +57,7 @@ def assert_same(inventory, listing: dict) -> None:
     hostvars = listing["_meta"]["hostvars"]
     assert set(inventory.hosts) == expected_groups["all"]
     for name, host in inventory.hosts.items():  # every merged variable, and its type (JSON's view)
-        assert json.loads(json.dumps(host.vars)) == hostvars.get(name, {}), name
+        assert json.loads(json.dumps(host.all_vars)) == hostvars.get(name, {}), name
     fleet_groups = {g: set(m) for g, m in inventory.groups.items() if m}
     assert fleet_groups == {g: m for g, m in expected_groups.items() if m}
 

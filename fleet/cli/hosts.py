@@ -48,9 +48,35 @@ def inventory_check(obj: Context, as_json):
     """Validate the inventory; exit 2 naming file and line on the first error."""
     inv = obj.inventory
     groups = [g for g, hosts in inv.groups.items() if g != "all" and (hosts or g != "ungrouped")]
-    if as_json:
-        return echo_json({"sources": inv.sources, "hosts": len(inv.hosts), "groups": groups})
+    lines, refused = _routes(obj, list(inv.hosts.values()))
+    if as_json and not refused:
+        return echo_json({"sources": inv.sources, "hosts": len(inv.hosts), "groups": groups,
+                          "warnings": inv.warnings, "connections": lines})
+    for warning in inv.warnings:  # variables kept as the site's, which fleet will not use
+        click.echo(f"fleet: warning: {warning}", err=True)
+    for line in lines if not as_json else ():
+        click.echo(line)
+    if refused:
+        for line in refused[:-1]:
+            click.echo(f"fleet: {line}", err=True)
+        fail(refused[-1])
     click.echo(f"ok: {len(inv.hosts)} hosts in {len(groups)} groups ({', '.join(inv.sources)})")
+
+
+def _routes(obj: Context, hosts) -> tuple[list[str], list[str]]:
+    """Per host, how fleet will connect (user, port, key, jump hosts); and the hosts whose ssh
+    arguments hold an option fleet cannot honour."""
+    from ..inventory.connection import ConnectionOptionError, describe
+    from ..transport.ssh import SSHTransport
+
+    transport = SSHTransport(obj.ssh_settings())
+    lines, refused = [], []
+    for h in hosts:
+        try:
+            lines.append(describe(h, transport.route(h) if h.connection == "ssh" else {}))
+        except ConnectionOptionError as e:
+            refused.append(str(e))
+    return lines, refused
 
 
 # --- exec ---

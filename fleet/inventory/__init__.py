@@ -84,6 +84,7 @@ def load(paths: Iterable[str | os.PathLike]) -> Inventory:
             sources.append(str(file))
             _read_source(file, builder)
     vars_dirs = VarsDirs(given)
+    vars_dirs.warnings = builder.warnings  # one list, in the order the files are read
     for group in builder.groups:  # read and check every vars file now, not only those a host uses
         vars_dirs.vars_of("group_vars", [group])
     return builder.build(sources, vars_dirs.vars_of)

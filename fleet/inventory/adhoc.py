@@ -38,11 +38,16 @@ class Target:
     port: int | None
 
 
-def says_how_to_connect(pattern: str) -> bool:
-    """Whether a target carries a user or a port (or is an IPv6 address): with an inventory, only
-    such a target reaches a host the inventory lacks; a bare name must be in it, so that a typo
-    is an error rather than a connection to some other machine."""
-    return "@" in pattern or ":" in _outside_ranges(pattern) or _BRACKETED_IPV6.fullmatch(pattern) is not None
+def is_connect_target(word: str) -> bool:
+    """Whether one word of a target (no commas outside brackets) names a host to connect to:
+    it has a user (``alice@gpu01``), a port (``gpu01:2222``, ``gpu[01-04]:2222``) or is an IPv6
+    address. Ansible's reading of such a word matches no host, so no pattern is lost."""
+    if word[:1] in "!&~":
+        return False
+    if "@" in word or _BRACKETED_IPV6.fullmatch(word) or _is_ipv6(word):
+        return True
+    outside = _outside_ranges(word)
+    return outside.count(":") == 1 and outside.rpartition(":")[2].isdigit() and word.rpartition(":")[2].isdigit()
 
 
 def _outside_ranges(pattern: str) -> str:
@@ -121,5 +126,5 @@ def hosts(target: Target, known: dict[str, Host]) -> list[Host]:
             vars["ansible_user"] = target.user
         if target.port:
             vars["ansible_port"] = target.port
-        out.append(Host(name, vars, base.groups if base else (), base.where if base else WHERE))
+        out.append(Host(name, vars, base.groups if base else (), base.where if base else WHERE, base.unused if base else {}))
     return out

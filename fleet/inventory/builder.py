@@ -14,7 +14,7 @@ from typing import Any, Callable
 from .. import safenames
 from ..hostlist import HostPatternError, expand
 from .model import Host, Inventory, InventoryError
-from .variables import check_variable, group_priority
+from .variables import check_variable, group_priority, usable
 
 # A name fleet may connect to when no ansible_host is set.
 _HOSTNAME = re.compile(r"^[A-Za-z0-9_]([A-Za-z0-9._:-]*[A-Za-z0-9_])?$")
@@ -59,6 +59,7 @@ class Builder:
         self.groups: dict[str, _Group] = {"all": _Group("all", ""), "ungrouped": _Group("ungrouped", "")}
         self.host_vars: dict[str, dict[str, Any]] = {}
         self.host_where: dict[str, str] = {}
+        self.warnings: list[str] = []  # file:line: what fleet keeps but will not use
 
     # --- what the readers call ---
 
@@ -103,12 +104,16 @@ class Builder:
         if key == "ansible_group_priority":  # Ansible keeps it as the group's priority, not a variable
             self.groups[group].priority = group_priority(value, where)
             return
-        check_variable(key, value, where)
+        self.warn(where, check_variable(key, value, where))
         self.groups[group].vars[key] = value
 
     def host_var(self, host: str, key: Any, value: Any, where: str) -> None:
-        check_variable(key, value, where)
+        self.warn(where, check_variable(key, value, where))
         self.host_vars[host][key] = value
+
+    def warn(self, where: str, warning: str | None) -> None:
+        if warning and (line := f"{where}: {warning}") not in self.warnings:
+            self.warnings.append(line)
 
     # --- the merge ---
 
@@ -116,6 +121,9 @@ class Builder:
         """The inventory; ``vars_of(kind, names)`` merges the vars files of groups or of a host
         (``kind`` is 'group_vars' or 'host_vars') in the order Ansible reads them."""
         self._check_cycles()
+        # 'ungrouped' is the first child of 'all' in Ansible (it is made with the inventory)
+        children = self.groups["all"].children
+        self.groups["all"].children = {"ungrouped": children.pop("ungrouped", ""), **children}
         for group in self.groups.values():  # top-level groups are children of all
             if group.name != "all" and not any(group.name in g.children for g in self.groups.values()):
                 self.groups["all"].children.setdefault(group.name, group.where)
@@ -149,8 +157,24 @@ class Builder:
             if not address and not _HOSTNAME.match(name):
                 raise InventoryError(self.host_where[name],
                                      f"host {name!r} has no address: its name is not a host name and no ansible_host is set")
-            hosts[name] = Host(name, merged, tuple(in_groups), self.host_where[name])
-        return Inventory(hosts, {g: [h for h in hosts if h in members[g]] for g in self.groups}, sources)
+            unused = {k: v for k, v in merged.items() if not usable(k, v)}  # warned where they were set
+            used = {k: v for k, v in merged.items() if k not in unused}
+            hosts[name] = Host(name, used, tuple(in_groups), self.host_where[name], unused)
+        return Inventory(hosts, {g: self._ansible_order(g) for g in self.groups}, sources, warnings=self.warnings)
+
+    def _ansible_order(self, name: str) -> list[str]:
+        """A group's hosts in the order Ansible's Group.get_hosts gives them (the order its
+        subscripts count in): its own, then its children's, breadth first, each host once.
+        Past the children Ansible walks a set, so its order of grandchildren from several parents
+        is not fixed; fleet takes them parent by parent."""
+        order, seen, level = [name], {name}, [name]
+        while level:
+            nxt = [c for g in level for c in self.groups[g].children if c not in seen]
+            nxt = list(dict.fromkeys(nxt))
+            seen.update(nxt)
+            order += nxt
+            level = nxt
+        return list(dict.fromkeys(h for g in order for h in self.groups[g].hosts))
 
     def _members(self, name: str) -> set[str]:
         group = self.groups[name]

@@ -39,6 +39,20 @@ def parse_value(text: str, where: str) -> Any:
         return text
     except (TypeError, MemoryError, RecursionError) as e:  # `{[1]: 2}`, or nested past what Python parses
         raise InventoryError(where, f"cannot read the value {text[:60]!r}: {e}") from None
+    return _as_ansible(value)
+
+
+def _as_ansible(value: Any) -> Any:
+    """The literal as Ansible's ini plugin keeps it: tuples and sets become lists, bytes text,
+    ``...`` and complex numbers their text (``_parse_recursive_coerce_types_and_tag``)."""
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return [_as_ansible(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _as_ansible(v) for k, v in value.items()}
+    if value is ...:
+        return "..."
+    if isinstance(value, complex):
+        return str(value)
     if isinstance(value, bytes):
         return value.decode("utf-8", "replace")
     return value

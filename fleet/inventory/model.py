@@ -6,12 +6,10 @@ This module knows nothing of file formats; ``load`` (in ``__init__``) builds an
 
 from __future__ import annotations
 
-import difflib
-from dataclasses import dataclass
-from fnmatch import fnmatchcase
+from dataclasses import dataclass, field
 from typing import Any, Iterable
 
-from ..hostlist import HostPatternError, expand, split_patterns
+from ..hostlist import split_patterns
 
 
 class InventoryError(ValueError):
@@ -42,6 +40,8 @@ class Host:
     vars: dict[str, Any]
     groups: tuple[str, ...]
     where: str  # file:line of the (first) definition
+    # fleet's own names holding another role's shape: the site's, shown with the rest, never used
+    unused: dict[str, Any] = field(default_factory=dict)
 
     @property
     def address(self) -> str:
@@ -66,7 +66,12 @@ class Host:
 
     def to_json(self) -> dict[str, Any]:
         return {"name": self.name, "address": self.address, "port": self.port, "user": self.user,
-                "connection": self.connection, "groups": list(self.groups), "vars": self.vars}
+                "connection": self.connection, "groups": list(self.groups), "vars": self.all_vars}
+
+    @property
+    def all_vars(self) -> dict[str, Any]:
+        """Every variable of the host, as ansible-inventory shows them, those fleet does not use too."""
+        return {**self.vars, **self.unused}
 
 
 @dataclass
@@ -77,12 +82,14 @@ class Inventory:
     # Without an inventory every name that is not this machine is an SSH host (as for ssh and
     # clush -w); with one, a bare name must be in it and only user@host or host:port reach past it.
     bare_names_are_hosts: bool = False
+    warnings: list[str] = field(default_factory=list)  # file:line: kept, shown, not used by fleet
 
     def select(self, targets: Iterable[str] = (), exclude: Iterable[str] = ()) -> list[Host]:
-        """Hosts named by targets (hosts, groups, ranges, globs, ad-hoc hosts), minus ``exclude``.
+        """Hosts named by targets (Ansible's host patterns, and hosts named with a user or a port),
+        minus ``exclude``, in Ansible's order.
 
-        No targets means every host. A target that names nothing is an error:
-        a typo must not silently shrink the set of hosts a command reaches.
+        No targets means every host. A pattern that names nothing is an error: a typo must not
+        silently shrink the set of hosts a command reaches (Ansible warns and goes on).
         """
         chosen = self._resolve(list(targets) or ["all"], {})
         dropped = self._resolve(list(exclude), chosen)
@@ -90,19 +97,42 @@ class Inventory:
 
     def _resolve(self, targets: list[str], chosen: dict[str, Host]) -> dict[str, Host]:
         """Each target's hosts by name; ``chosen``: hosts already picked, which an exclusion may
-        name although the inventory lacks them (``-x gpu03`` after ``gpu[01-04]:2222``)."""
+        name although the inventory lacks them (``-x gpu03`` after ``alice@gpu[01-04]``)."""
         found: dict[str, Host] = {}
         for target in targets:
-            for pattern in split_patterns(target):
-                for host in self._resolve_one(pattern, chosen):
-                    if (seen := found.get(host.name)) is not None and seen != host:
-                        raise TargetError(f"{host.name!r} is named twice with different users or ports; "
-                                          "its reports would share one folder: name it once")
-                    found[host.name] = host
+            for host in self._resolve_target(target, chosen):
+                if (seen := found.get(host.name)) is not None and seen != host:
+                    raise TargetError(f"{host.name!r} is named twice with different users or ports; "
+                                      "its reports would share one folder: name it once")
+                found[host.name] = host
         return found
 
-    def _resolve_one(self, pattern: str, chosen: dict[str, Host]) -> list[Host]:
-        from . import adhoc  # it builds Hosts: imported here, where model is complete
+    def _resolve_target(self, target: str, chosen: dict[str, Host]) -> list[Host]:
+        from . import adhoc, patterns  # they build Hosts: imported here, where model is complete
+
+        if self.bare_names_are_hosts:
+            return [h for p in split_patterns(target) for h in self._without_inventory(p, chosen)]
+        extra = {n: h for n, h in chosen.items() if n not in self.hosts}
+        known = {**self.hosts, **extra}
+        out: list[Host] = []
+        words = []
+        for word in split_patterns(target):  # on the commas outside brackets: alice@gpu[01-04,07]
+            if adhoc.is_connect_target(word):
+                out += adhoc.hosts(adhoc.parse(word), self.hosts)
+            else:
+                words.append(word)
+        if words:
+            # Ansible splits on every comma when there is one (gpu[1,2] is two patterns there)
+            split = [p.strip() for w in words for p in w.split(",")] if "," in target else None
+            groups = {**self.groups, "all": self.groups.get("all", []) + list(extra)}
+            matcher = patterns.Matcher(list(known), groups, ", ".join(self.sources) or "the inventory")
+            patterns.range_reading(",".join(words), matcher)
+            out += [known[n] for n in matcher.select(",".join(words), split)]
+        return out
+
+    def _without_inventory(self, pattern: str, chosen: dict[str, Host]) -> list[Host]:
+        """Without an inventory every name is a host to reach, as for ssh and clush -w."""
+        from . import adhoc
 
         if pattern in self.groups:
             return [self.hosts[n] for n in self.groups[pattern]]
@@ -111,27 +141,6 @@ class Inventory:
         if pattern in chosen:
             return [chosen[pattern]]
         if any(c in pattern for c in "*?"):
-            hits = [h for h in self.hosts if fnmatchcase(h, pattern)]
-            for g in self.groups:
-                if fnmatchcase(g, pattern):
-                    hits.extend(self.groups[g])
-            if hits:
-                return [self.hosts[n] for n in hits]
-            if self.bare_names_are_hosts:
-                raise TargetError(f"{pattern!r}: without an inventory, patterns match nothing; name the hosts "
-                                  "(user@host:port, gpu[01-04]) or give one with -i")
-            raise TargetError(f"{pattern!r} matches no host or group")
-        if self.bare_names_are_hosts or adhoc.says_how_to_connect(pattern):
-            return adhoc.hosts(adhoc.parse(pattern), self.hosts)
-        try:
-            names = expand(pattern)
-        except HostPatternError as e:
-            raise TargetError(str(e)) from None
-        unknown = [n for n in names if n not in self.hosts and n not in chosen]
-        if unknown:
-            hint = difflib.get_close_matches(unknown[0], list(self.hosts) + list(self.groups), n=1)
-            more = (f" (did you mean {hint[0]!r}?)" if hint
-                    else f" (a host outside it is named with its user or port: user@{unknown[0]})")
-            src = ", ".join(self.sources) or "the inventory"
-            raise TargetError(f"{unknown[0]!r} is not a host or group in {src}{more}")
-        return [self.hosts[n] if n in self.hosts else chosen[n] for n in names]
+            raise TargetError(f"{pattern!r}: without an inventory, patterns match nothing; name the hosts "
+                              "(user@host:port, gpu[01-04]) or give one with -i")
+        return adhoc.hosts(adhoc.parse(pattern), self.hosts)

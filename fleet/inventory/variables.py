@@ -134,8 +134,39 @@ def _vaulted(value: Any) -> bool:
     return False
 
 
-def check_variable(key: Any, value: Any, where: str) -> None:
-    """Raise :class:`InventoryError` at ``where`` for a bad name or a bad value of fleet's own."""
+# fleet's own variables that are not Ansible's: another role of a site may use the same name for
+# something else (galaxyproject.slurm's slurm_partitions is a list of hashes). A value of another
+# shape is the site's, kept and shown, but not used by fleet, with a warning.
+_SHAPES: dict[str, Callable[[Any], bool]] = {
+    **dict.fromkeys(("nsys_path", "ncu_path", "report_dir", "shared_report_dir", "docker_seccomp_profile",
+                     "slurm_login", "slurm_scratch"), lambda v: isinstance(v, str)),
+    "owned_sysctls": lambda v: isinstance(v, dict),
+    "slurm_partitions": lambda v: isinstance(v, list) and all(isinstance(x, str) for x in v),
+    # a string of true or false is evidently meant for fleet: its error says how to write it
+    "remove_gathered_reports": lambda v: isinstance(v, bool) or str(v).lower() in ("true", "false", "yes", "no"),
+}
+
+
+def usable(key: str, value: Any) -> bool:
+    """Whether fleet uses this value: not when one of its own names holds another role's shape."""
+    return key not in _SHAPES or _SHAPES[key](value)
+
+
+def _one_edit(a: str, b: str) -> bool:
+    """One insertion, deletion, substitution or swap of neighbours apart."""
+    if a == b or abs(len(a) - len(b)) > 1:
+        return False
+    if len(a) == len(b):
+        diff = [i for i in range(len(a)) if a[i] != b[i]]
+        return len(diff) == 1 or (len(diff) == 2 and diff[1] == diff[0] + 1
+                                  and a[diff[0]] == b[diff[1]] and a[diff[1]] == b[diff[0]])
+    short, long = sorted((a, b), key=len)
+    return any(long[:i] + long[i + 1:] == short for i in range(len(long)))
+
+
+def check_variable(key: Any, value: Any, where: str) -> str | None:
+    """Raise :class:`InventoryError` at ``where`` for a bad name or a bad value of fleet's own;
+    return a warning for a value fleet will not use, or a name that looks like a typo of one."""
     if not isinstance(key, str) or not key:
         raise InventoryError(where, f"bad variable name {key!r}")
     if _vaulted(value):
@@ -143,14 +174,20 @@ def check_variable(key: Any, value: Any, where: str) -> None:
                                     "(see 'What fleet leaves out' in docs/inventory.md)")
     if key in VARIABLES:
         problem = VARIABLES[key][0](value)
+        if problem and not usable(key, value):
+            return (f"{key}: {problem}; fleet will not use this value (another role's variable of the "
+                    "same name?)")
         if problem is None and isinstance(value, str) and _TEMPLATE.search(value):
             problem = "fleet does not evaluate Jinja templates: give the value itself"
         if problem:
             raise InventoryError(where, f"{key}: {problem}")
     elif key not in ANSIBLE_VARIABLES:
         hint = difflib.get_close_matches(key, VARIABLES, n=1, cutoff=0.8)
-        if hint:
+        if hint and _one_edit(key, hint[0]) and VARIABLES[hint[0]][0](value) is None:
             raise InventoryError(where, f"unknown variable {key!r}; did you mean {hint[0]!r}?")
+        if hint:
+            return f"{key!r} is not fleet's, and is kept (did you mean {hint[0]!r}?)"
+    return None
 
 
 def group_priority(value: Any, where: str) -> int:

@@ -50,6 +50,7 @@ class VarsDirs:
     def __init__(self, sources: list[Path]):
         self.bases = list(dict.fromkeys(p if p.is_dir() else p.parent for p in sources))
         self._read: dict[Path, dict[str, Any]] = {}
+        self.warnings: list[str] = []
 
     def vars_of(self, kind: str, names: list[str]) -> dict[str, Any]:
         """The merged variables of the vars files for ``names`` (groups from weakest to strongest,
@@ -76,6 +77,8 @@ class VarsDirs:
             elif not is_mapping(doc):
                 raise InventoryError(f"{file}:1", "a vars file is a mapping of variable names to values")
             for key, value in doc.items():
-                check_variable(key, value, f"{file}:{doc.line_of(key)}")
+                where = f"{file}:{doc.line_of(key)}"
+                if warning := check_variable(key, value, where):
+                    self.warnings.append(f"{where}: {warning}")
             self._read[file] = dict(doc)
         return self._read[file]

@@ -7,6 +7,8 @@ fleet's playbooks: every mapping remembers the line of each key, so an error nam
 from __future__ import annotations
 
 import difflib
+import os
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -34,17 +36,27 @@ class _Loader(yaml.SafeLoader):
 
 
 def _construct_map(loader: _Loader, node: yaml.MappingNode) -> _Map:
-    loader.flatten_mapping(node)
+    explicit = sum(1 for key, _ in node.value if key.tag != "tag:yaml.org,2002:merge")
+    loader.flatten_mapping(node)  # the pairs of `<<: *anchor` come first, the mapping's own after them
+    merged = len(node.value) - explicit
     out = _Map()
     out.line, out.lines = node.start_mark.line + 1, {}
-    for key_node, value_node in node.value:
+    own: set = set()
+    for i, (key_node, value_node) in enumerate(node.value):
         key = loader.construct_object(key_node, deep=True)
-        if key in out:
-            raise InventoryError(f"{loader.name}:{key_node.start_mark.line + 1}",
-                                 f"{key!r} is given twice in one mapping")
+        if i >= merged:  # a key of the mapping's own overrides a merged one, as in Ansible
+            if key in own:
+                raise InventoryError(f"{loader.name}:{key_node.start_mark.line + 1}",
+                                     f"{key!r} is given twice in one mapping")
+            own.add(key)
         out[key] = loader.construct_object(value_node, deep=True)
         out.lines[key] = key_node.start_mark.line + 1
     return out
+
+
+def _timestamp(loader: _Loader, node: yaml.ScalarNode) -> str:
+    # Ansible writes a YAML date or time as ISO 8601 (isoformat), and fleet uses none as a date
+    return loader.construct_yaml_timestamp(node).isoformat()
 
 
 def _refuse_vault(loader: _Loader, node: yaml.Node) -> None:
@@ -65,31 +77,71 @@ def _unsafe(loader: _Loader, node: yaml.Node) -> Any:
 _Loader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_map)
 _Loader.add_constructor("!vault", _refuse_vault)
 _Loader.add_constructor("!unsafe", _unsafe)
+_Loader.add_constructor("tag:yaml.org,2002:timestamp", _timestamp)
+
+MAX_BYTES = 16 << 20   # one inventory or vars file; a real site's largest is far smaller
+MAX_VALUES = 100_000   # values of one file once its aliases are expanded: a YAML bomb is refused
 
 
 def read_text(file: Path) -> str:
-    """A file's text; a vault-encrypted file is refused here, whatever its format."""
+    """A file's text; a vault-encrypted file, a NUL byte and anything but a regular file (a FIFO,
+    /dev/zero) are refused here, whatever its format, before more than MAX_BYTES are read."""
     try:
-        text = file.read_text(encoding="utf-8")
+        fd = os.open(file, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise InventoryError(str(file), "not a regular file (a FIFO, a device?): fleet reads only files")
+            with os.fdopen(fd, "rb", closefd=False) as f:
+                data = f.read(MAX_BYTES + 1)
+        finally:
+            os.close(fd)
+        if len(data) > MAX_BYTES:
+            raise InventoryError(str(file), f"larger than {MAX_BYTES >> 20} MiB: not an inventory fleet reads")
+        text = data.decode("utf-8")
     except (OSError, UnicodeDecodeError) as e:
         raise InventoryError(str(file), f"cannot read: {e}") from None
+    if "\0" in text:
+        line = text.count("\n", 0, text.index("\0")) + 1
+        raise InventoryError(f"{file}:{line}", "a NUL byte: this is not a text file")
     if text.startswith(VAULT_HEADER):
         raise InventoryError(f"{file}:1", "a vault-encrypted file: fleet does not decrypt Ansible Vault "
                                           "(see 'What fleet leaves out' in docs/inventory.md)")
     return text
 
 
+def _expanded_size(node: yaml.Node, sizes: dict[int, int]) -> int:
+    """How many values a node stands for with its aliases expanded (each alias counts whole)."""
+    if id(node) in sizes:
+        return sizes[id(node)]
+    sizes[id(node)] = 1  # a recursive alias counts once: PyYAML refuses it when constructing
+    size = 1
+    if isinstance(node, yaml.SequenceNode):
+        size += sum(_expanded_size(n, sizes) for n in node.value)
+    elif isinstance(node, yaml.MappingNode):
+        size += sum(_expanded_size(k, sizes) + _expanded_size(v, sizes) for k, v in node.value)
+    sizes[id(node)] = min(size, MAX_VALUES + 1)
+    return sizes[id(node)]
+
+
 def parse_yaml(text: str, file: Path) -> Any:
     loader = _Loader(text)
     loader.name = str(file)
     try:
-        return loader.get_single_data()
+        node = loader.get_single_node()
+        if node is None:
+            return None
+        if _expanded_size(node, {}) > MAX_VALUES:
+            raise InventoryError(str(file), f"its YAML aliases expand to more than {MAX_VALUES:,} values "
+                                            "(a YAML bomb?): fleet refuses it")
+        return loader.construct_document(node)
     except yaml.MarkedYAMLError as e:
         mark = e.problem_mark or e.context_mark
         line = mark.line + 1 if mark else 0
         raise InventoryError(f"{file}:{line}", f"not valid YAML: {e.problem or e}") from None
     except yaml.YAMLError as e:
         raise InventoryError(str(file), f"not valid YAML: {e}") from None
+    except RecursionError:
+        raise InventoryError(str(file), "nested too deeply to read") from None
     finally:
         loader.dispose()
 

@@ -39,10 +39,67 @@ class SilentServer(TimeoutError):
         self.banner = banner
 
 
+class KeyProblem(Exception):
+    """A key named for the host that fleet cannot use; the message says why in one line."""
+
+
+class JumpFailed(Exception):
+    """A jump host of ProxyJump could not be reached; ``why`` is its own connect error."""
+
+    def __init__(self, spec: str, why: str | None):
+        super().__init__(why)
+        self.spec, self.why = spec, why
+
+
+async def client_keys(files: tuple[str, ...], agent_path) -> tuple[list, object | None]:
+    """The keys named for a host, as ssh uses them: a key file without a passphrase is read; an
+    encrypted one is used through ssh-agent when the agent holds it (found by its public half,
+    FILE.pub, as ssh finds it). Returns the keys and the agent connection to close after use."""
+    keys: list = []
+    agent = None
+    for name in files:
+        path = os.path.expanduser(name)
+        try:
+            keys.append(asyncssh.read_private_key(path))
+            continue
+        except asyncssh.KeyImportError as e:
+            if "passphrase" not in str(e).lower():
+                raise KeyProblem(f"key {name} cannot be used: {e}") from None
+        except OSError as e:
+            raise KeyProblem(f"key {name} cannot be read: {e.strerror or e}") from None
+        try:
+            public = asyncssh.read_public_key(path + ".pub")
+        except (OSError, asyncssh.KeyImportError):
+            raise KeyProblem(f"key {name} is encrypted, and without {name}.pub beside it fleet cannot find it "
+                             "in ssh-agent: add it with `ssh-add` and keep its .pub") from None
+        if agent is None and agent_path is not None and (agent_path != () or os.environ.get("SSH_AUTH_SOCK")):
+            try:
+                agent = await asyncssh.connect_agent(agent_path)
+            except (OSError, asyncssh.Error):
+                agent = None
+        held = await agent.get_keys() if agent is not None else []
+        match = [k for k in held if k.public_data == public.public_data]
+        if not match:
+            if agent is not None:
+                agent.close()
+            raise KeyProblem(f"key {name} is encrypted and ssh-agent does not hold it: add it with `ssh-add {name}`")
+        keys.append(match[0])
+    return keys, agent
+
+
 def connect_error(host: "Host", e: BaseException, settings: SSHSettings,
                   has_known_key: Callable[["Host"], bool]) -> Result:
     """The Result of a host whose connection failed with ``e``."""
+    from ..inventory.connection import ConnectionOptionError
+
     where = f"{host.address}:{host.port}" if host.port else host.address
+    if isinstance(e, ConnectionOptionError):
+        return Result(host.name, error_kind="unreachable", error=str(e))
+    if isinstance(e, KeyProblem):
+        return Result(host.name, error_kind="auth", error=f"{host.name} ({where}): {e}; nothing was run")
+    if isinstance(e, JumpFailed):
+        return Result(host.name, error_kind="unreachable",
+                      error=f"{host.name} ({where}): its jump host {e.spec} failed: {e.why}")
     if isinstance(e, asyncssh.HostKeyNotVerifiable):
         if has_known_key(host):
             return Result(host.name, error_kind="host-key-changed", error=(

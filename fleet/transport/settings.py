@@ -16,6 +16,12 @@ class SSHSettings:
     # stay a little under.
     per_address: int = 8
     retries: int = 4                 # for handshakes dropped by MaxStartups
+    # Keepalives where ssh_config sets none (ServerAliveInterval, ServerAliveCountMax): a node
+    # that goes silent (a crash, a partition, a stopped sshd) is given up after about 90 s of
+    # silence instead of hanging the run. sshd answers keepalives from its own process, so a
+    # loaded node still answers within seconds; three missed in a row is no busy moment.
+    keepalive_interval: float = 30.0
+    keepalive_count_max: int = 3
 
     @classmethod
     def from_env(cls, config: str | None = None, known_hosts: str | None = None,

@@ -25,7 +25,9 @@ import asyncssh
 from asyncssh.config import SSHClientConfig
 
 from . import TERM_GRACE, Result, Sink, Transport, drive
-from .connect_errors import DROPPED, SilentServer, Watched, connect_error
+from ..inventory.connection import (ConnectionOptionError, agent_for_keys, expand_proxy_command, host_port,
+                                    number, route, ssh_args, yes_no)
+from .connect_errors import DROPPED, JumpFailed, SilentServer, Watched, client_keys, connect_error
 from .known_hosts import RunKnownHosts
 from .settings import SSHSettings
 from .ssh_fetch import SFTP_SESSIONS, STREAM_MIN, _ordered_copy, _stream_copy
@@ -62,19 +64,74 @@ class SSHTransport(Transport):
         self._sftp_gates: dict[str, asyncio.Semaphore] = {}  # sshd's MaxSessions (10) bounds channels
         self._same_for_all: bool | None = None  # known_hosts files do not depend on the host
         self._files_for_all: list[str] | None = None
+        self._keepalive_in_config: bool | None = None
+        self._tunnels: dict[str, asyncssh.SSHClientConnection | None] = {}  # each host's jump hosts
 
     def options(self, host: "Host") -> dict:
-        """asyncssh keyword arguments from the inventory; ssh_config fills the rest."""
+        """asyncssh keyword arguments from the inventory (its ssh arguments included, checked by
+        ``ssh_args``, which raises on an option fleet cannot honour); ssh_config fills the rest.
+        Keys and jump hosts are not here: ``_connect`` loads and opens them."""
+        args = ssh_args(host)
+        opts = self._base_options(host)
+        given = args.options
+        if "Port" in given:
+            opts["port"] = number(given["Port"], "Port", host)
+        if "User" in given:
+            opts["username"] = given["User"]
+        if "ConnectTimeout" in given:
+            opts["connect_timeout"] = number(given["ConnectTimeout"], "ConnectTimeout", host)
+        if "ServerAliveInterval" in given:
+            opts["keepalive_interval"] = number(given["ServerAliveInterval"], "ServerAliveInterval", host)
+        if "ServerAliveCountMax" in given:
+            opts["keepalive_count_max"] = number(given["ServerAliveCountMax"], "ServerAliveCountMax", host)
+        for name, keyword in (("ForwardAgent", "agent_forwarding"), ("TCPKeepAlive", "tcp_keepalive")):
+            if name in given:
+                opts[keyword] = yes_no(given[name], name, host)
+        if "Compression" in given:
+            opts["compression_algs"] = ["zlib@openssh.com", "zlib", "none"] if yes_no(given["Compression"], "Compression",
+                                                                                     host) else ["none"]
+        if "IdentityAgent" in given:
+            agent = given["IdentityAgent"]
+            opts["agent_path"] = None if agent.lower() == "none" else os.path.expanduser(agent)
+        if "IdentitiesOnly" in given and yes_no(given["IdentitiesOnly"], "IdentitiesOnly", host) and args.identity_files:
+            opts["agent_path"] = None  # only the keys named; those ssh-agent holds are found by _client_keys
+        if args.proxy_command:
+            opts["proxy_command"] = ["/bin/sh", "-c", expand_proxy_command(args.proxy_command, host, opts, self._local_user)]
+        return opts
+
+    def _base_options(self, host: "Host") -> dict:
+        """What every connection gets, a jump host's too: ssh_config, timeouts, keepalives, ciphers."""
         opts: dict = {"connect_timeout": self.settings.connect_timeout, "encryption_algs": self._ciphers}
         if self.settings.config is not None:
             opts["config"] = [self.settings.config] if self.settings.config else None
-        if host.port:
-            opts["port"] = host.port
-        if host.user:
-            opts["username"] = host.user
-        if key := host.key_file:
-            opts["client_keys"] = [os.path.expanduser(key)]
+        opts.update(self._keepalive(host))
         return opts
+
+    def _config_paths(self) -> list[str]:
+        if self.settings.config is None:
+            default = Path("~/.ssh/config").expanduser()
+            return [str(default)] if os.access(default, os.R_OK) else []
+        return [self.settings.config] if self.settings.config else []
+
+    def _keepalive(self, host: "Host") -> dict:
+        """fleet's keepalives where ssh_config sets none for the host (ServerAliveInterval,
+        ServerAliveCountMax): a node that goes silent is given up, never waited on for ever."""
+        defaults = {"keepalive_interval": self.settings.keepalive_interval,
+                    "keepalive_count_max": self.settings.keepalive_count_max}
+        paths = self._config_paths()
+        if self._keepalive_in_config is None:
+            self._keepalive_in_config = _config_mentions(paths, ("serveraliveinterval", "serveralivecountmax",
+                                                                 "include"))
+        if not self._keepalive_in_config:
+            return defaults
+        config = SSHClientConfig.load(None, paths, False, False, False, self._local_user,
+                                      host.user or (), host.address, host.port or ())
+        return {k: v for k, v in defaults.items()
+                if config.get({"keepalive_interval": "ServerAliveInterval"}.get(k, "ServerAliveCountMax")) is None}
+
+    def route(self, host: "Host") -> dict:
+        """How the host will be reached (for ``inventory check``): see ``connection.route``."""
+        return route(host, self._config_paths(), self._local_user)
 
     def known_hosts(self, host: "Host") -> RunKnownHosts:
         """The host's known_hosts, loaded once per run.
@@ -97,11 +154,7 @@ class SSHTransport(Transport):
         """
         if self.settings.known_hosts:
             return [self.settings.known_hosts]
-        if self.settings.config is None:
-            default = Path("~/.ssh/config").expanduser()
-            paths = [str(default)] if os.access(default, os.R_OK) else []
-        else:
-            paths = [self.settings.config] if self.settings.config else []
+        paths = self._config_paths()
         if self._same_for_all is None:
             self._same_for_all = _known_hosts_same_for_every_host(paths)
         if self._same_for_all and self._files_for_all is not None:
@@ -127,25 +180,67 @@ class SSHTransport(Transport):
         return await asyncio.shield(task)
 
     async def _connect(self, host: "Host") -> asyncssh.SSHClientConnection:
+        opts = self.options(host)  # raises ConnectionOptionError: nothing is tried
+        args = ssh_args(host)
         key = (host.address, host.port)
         gate = self._per_address.setdefault(key, asyncio.Semaphore(self.settings.per_address))
         delay = 0.1
         for attempt in range(self.settings.retries + 1):
             async with gate:
                 watched = Watched()
+                keys, agent = await client_keys(args.identity_files, agent_for_keys(args.options))
+                if keys:
+                    opts["client_keys"] = keys
+                tunnel = None
                 try:
-                    return await asyncssh.connect(host.address, known_hosts=self.known_hosts(host),
-                                                  client_factory=lambda: watched, **self.options(host))
+                    tunnel = await self._jumps(host, args.jumps)
+                    conn = await asyncssh.connect(host.address, known_hosts=self.known_hosts(host),
+                                                  client_factory=lambda: watched, tunnel=tunnel or (), **opts)
+                    self._tunnels[host.name] = tunnel
+                    return conn
                 except DROPPED:
+                    _close(tunnel)
                     if attempt == self.settings.retries:
                         raise
                 except (asyncio.TimeoutError, TimeoutError) as e:
+                    _close(tunnel)
                     if watched.conn is not None:  # TCP was accepted: the SSH server is what stayed silent
                         raise SilentServer(watched.conn.get_extra_info("server_version")) from e
                     raise
+                except BaseException:
+                    _close(tunnel)
+                    raise
+                finally:
+                    if agent is not None:
+                        agent.close()
             await asyncio.sleep(delay * (1 + random.random()))
             delay *= 2
         raise AssertionError("unreachable")
+
+    async def _jumps(self, host: "Host", jumps: list[str]) -> asyncssh.SSHClientConnection | None:
+        """The jump hosts of ProxyJump, each reached through the one before, as ssh does: each
+        with ssh_config's settings for it and its host key checked like any host's."""
+        from ..inventory.model import Host
+
+        tunnel = None
+        for spec in jumps:
+            user, _, rest = spec.rpartition("@")
+            name, port = host_port(rest)
+            hop = Host(name, {"ansible_host": name, **({"ansible_port": port} if port else {}),
+                              **({"ansible_user": user} if user else {})}, (), f"(jump host of {host.name})")
+            opts = self._base_options(hop)
+            if port:
+                opts["port"] = port
+            if user:
+                opts["username"] = user
+            try:
+                tunnel = await asyncssh.connect(name, known_hosts=self.known_hosts(hop), tunnel=tunnel or (), **opts)
+            except BaseException as e:
+                _close(tunnel)
+                if isinstance(e, Exception):
+                    raise JumpFailed(spec, connect_error(hop, e, self.settings, self.has_known_key).error) from e
+                raise
+        return tunnel
 
     async def run(self, host: "Host", argv: Sequence[str], *, input: bytes | None = None,
                   timeout: float | None = None, sink: Sink | None = None,
@@ -214,7 +309,13 @@ class SSHTransport(Transport):
     def key_name(self, host: "Host") -> tuple[str, int]:
         """The name and port under which known_hosts holds the host's key, as ssh and asyncssh
         look it up: ssh_config's HostKeyAlias or HostName (else the address), and its Port."""
-        opts = {k: v for k, v in self.options(host).items() if k in ("config", "port")}
+        opts = {k: v for k, v in self._base_options(host).items() if k == "config"}
+        try:
+            given = ssh_args(host).options.get("Port")
+        except ConnectionOptionError:
+            given = None
+        if given and given.isdigit():
+            opts["port"] = int(given)
         if "config" not in opts:  # what asyncssh.connect reads by default
             default = Path("~/.ssh/config").expanduser()
             opts["config"] = [str(default)] if os.access(default, os.R_OK) else None
@@ -235,6 +336,7 @@ class SSHTransport(Transport):
         return bool(self.known_keys(host))
 
     async def release(self, host: "Host") -> None:
+        _close(self._tunnels.pop(host.name, None))
         task = self._conns.pop(host.name, None)
         if task is None:
             return
@@ -256,6 +358,27 @@ class SSHTransport(Transport):
                 task.cancel()
         await asyncio.gather(*conns, return_exceptions=True)
         self._conns.clear()
+        for tunnel in self._tunnels.values():
+            _close(tunnel)
+        self._tunnels.clear()
+
+
+def _close(conn: asyncssh.SSHClientConnection | None) -> None:
+    if conn is not None:
+        conn.close()
+
+
+def _config_mentions(paths: list[str], words: tuple[str, ...]) -> bool:
+    """Whether any of the ssh_config files has a line starting with one of ``words``."""
+    for path in paths:
+        try:
+            lines = Path(path).read_text(encoding="utf-8", errors="replace").splitlines()
+        except OSError:
+            continue
+        if any(line.strip().replace("=", " ").split()[:1] and
+               line.strip().replace("=", " ").split()[0].lower() in words for line in lines):
+            return True
+    return False
 
 
 def _known_hosts_same_for_every_host(paths: list[str]) -> bool:

@@ -228,3 +228,91 @@ class SSHCluster:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+class HiddenNetwork:
+    """A network namespace of its own (nothing but its loopback), where sshd hosts are out of the
+    client's reach, as hosts behind a bastion are. Its holder process is the test's, stopped by pid."""
+
+    def __init__(self) -> None:
+        self.holder = subprocess.Popen(["unshare", "-n", "sleep", "infinity"])
+        mine = os.readlink("/proc/self/ns/net")
+        deadline = time.monotonic() + 10
+        while os.readlink(f"/proc/{self.holder.pid}/ns/net") == mine:  # unshare has not run yet
+            if time.monotonic() > deadline:
+                raise RuntimeError("unshare -n did not make a network namespace")
+            time.sleep(0.01)
+        subprocess.run([*self.prefix, "ip", "link", "set", "lo", "up"], check=True)
+
+    @property
+    def prefix(self) -> list[str]:
+        """A command line prefix that runs a program inside the hidden network."""
+        return ["nsenter", "-t", str(self.holder.pid), "-n"]
+
+    def stop(self) -> None:
+        self.holder.kill()
+        self.holder.wait()
+
+
+class HiddenCluster(SSHCluster):
+    """sshd hosts inside a :class:`HiddenNetwork`: the client cannot reach them directly."""
+
+    def __init__(self, n: int, hidden: HiddenNetwork, **kwargs):
+        super().__init__(n, **kwargs)
+        self.hidden = hidden
+
+    def _start_one(self, h: SSHHost) -> None:
+        (h.dir / "sshd_config").write_text(self._config(h))
+        subprocess.run([*self.hidden.prefix, SSHD, "-f", str(h.dir / "sshd_config"), "-E", str(h.log)], check=True)
+
+    def wait_ready(self, hosts: list[SSHHost], timeout: float = 20.0) -> None:
+        deadline = time.monotonic() + timeout
+        for h in hosts:  # sshd writes its pid file once it listens; the client cannot connect to see
+            pidfile = h.dir / "sshd.pid"
+            while not (pidfile.exists() and pidfile.read_text().strip()):
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"sshd {h.name} did not start: {h.log.read_text() if h.log.exists() else ''}")
+                time.sleep(0.02)
+            h.pid = int(pidfile.read_text())
+
+
+class Bastion:
+    """A jump host between the client's network and a :class:`HiddenNetwork`: it listens here and
+    serves each connection with ``sshd -i`` inside the hidden network, so what it forwards to
+    reaches the hidden hosts, as a real bastion's forwarding does."""
+
+    def __init__(self, cluster: SSHCluster, hidden: HiddenNetwork, port: int = 2222):
+        import threading
+
+        net = _free_loopback_net(1, port)
+        self.host = SSHHost("bastion", f"{net}.1", port, cluster.dir / "bastion")
+        self.host.dir.mkdir()
+        self.host.host_key = keygen(self.host.dir / "hostkey")
+        (self.host.dir / "sshd_config").write_text(cluster._config(self.host) + "AllowTcpForwarding yes\n")
+        self.hidden, self.procs = hidden, []
+        self.sock = socket.create_server((self.host.address, port))
+        self.sessions = 0
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+        self._thread.start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            with conn:
+                self.sessions += 1
+                self.procs.append(subprocess.Popen(
+                    [*self.hidden.prefix, SSHD, "-i", "-f", str(self.host.dir / "sshd_config"),
+                     "-E", str(self.host.log)], stdin=conn.fileno(), stdout=conn.fileno(), stderr=subprocess.DEVNULL))
+
+    def known_hosts_line(self) -> str:
+        return f"[{self.host.address}]:{self.host.port} {self.host.host_key}"
+
+    def stop(self) -> None:
+        self.sock.close()
+        for p in self.procs:
+            if p.poll() is None:
+                p.kill()
+            p.wait()
