@@ -346,6 +346,10 @@ def main(args, env=None):
     """One JSON line for the log; exit 0 unless fail_closed and the node could not be put back."""
     env = os.environ if env is None else env
     op = args.get("op")
+    if op == "check":  # `fleet slurm install`: this Python runs the hooks' code (it got this far)
+        import sys
+        print(json.dumps({"python": "%d.%d.%d" % tuple(sys.version_info[:3])}))
+        return 0 if sys.version_info >= (3, 8) else 3
     config = dict(DEFAULTS)
     try:
         config = load_config(args.get("config", "/etc/fleet/node.json"))

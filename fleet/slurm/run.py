@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import time
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
@@ -27,7 +28,8 @@ from ..plan import ProfileRequest, profiler_args_error
 from . import launchers, options
 from ..lab.profile import bring_home
 from .cluster import Cluster
-from .jobs import JobState, SlurmClient, SlurmError
+from .jobs import JobState, SlurmClient, SlurmctldSilent, SlurmError
+from .states import job_end_verdict, never_starts
 from ..containers import nsight_dirs
 from .script import AGENT_FILE, REQUEST_FILE, SCRIPT_FILE, JobFiles, JobSpec, render, request_doc
 
@@ -36,6 +38,13 @@ if TYPE_CHECKING:
 
 POLL_FIRST = 0.5    # seconds; then each wait 1.5x longer, up to the poll interval
 WATCH_FAILURES = 10  # status calls failing in a row before fleet gives up watching (the job goes on)
+SILENT_POLL = 30    # seconds: the longest wait between asks while slurmctld does not answer
+REQUEUED = {"REQUEUED", "REQUEUE_FED", "REQUEUE_HOLD", "PENDING", "CONFIGURING"}  # a job that ran, back in line
+
+
+class NeverStarts(SlurmError):
+    """The job pends for a reason Slurm never clears by itself: it was cancelled (or kept, with
+    --keep-pending), and the run ends."""
 
 
 @dataclass
@@ -46,6 +55,7 @@ class Prepared:
     version: str
     request: dict
     cluster_name: str | None = None       # Slurm's ClusterName, as the login node said it
+    python_note: str = ""                 # which Python the agent runs with on the compute nodes, and why
 
 
 async def prepare(client: SlurmClient, cluster: Cluster, req: ProfileRequest, spec: JobSpec) -> Prepared:
@@ -56,14 +66,30 @@ async def prepare(client: SlurmClient, cluster: Cluster, req: ProfileRequest, sp
     if (why := profiler_args_error(req.tool, req.profiler_args)) or (
             why := launchers.unsupported(spec.launcher, req.tool, req.profiler_args, req.gpu_metrics)):
         raise SlurmError(why)  # playbooks too: checked before anything is submitted
-    files = JobFiles(f"{root}/{req.run_id}", root, cluster.login.vars.get("ansible_python_interpreter", "python3"),
+    python, python_note = agent_python(cluster, info.python)
+    files = JobFiles(f"{root}/{req.run_id}", root, python, python_note,
                      tools, cluster.login.vars.get("slurm_scratch"), bool(cluster.login.vars.get("fleet_slurm_prolog")))
     # The job runs where the user is: here when fleet runs on the login node, else the login home.
     spec = replace(spec, workdir=spec.workdir or (os.getcwd() if cluster.local else info.home))
     if spec.container and not spec.container.nsight_dirs:
         spec = replace(spec, container=replace(spec.container, nsight_dirs=nsight_dirs(tools)))
     return Prepared(spec, files, render(req, spec, files), info.version_text, request_doc(req, files),
-                    info.name if safenames.is_component(info.name) else None)  # the cluster's word: checked
+                    info.name if safenames.is_component(info.name) else None,  # the cluster's word: checked
+                    python_note)
+
+
+def agent_python(cluster: Cluster, probed: str | None) -> tuple[str, str]:
+    """The Python the agent is started with on the compute nodes, by absolute path (a job under
+    --export=NONE or Apptainer's --cleanenv has no PATH to find a bare ``python3`` on), and
+    where it came from: the inventory's ``ansible_python_interpreter``, else the login node's
+    ``command -v python3`` (the batch script checks it exists on the node before any rank)."""
+    named = cluster.login.vars.get("ansible_python_interpreter")
+    if named:
+        return str(named), f"{named} (the inventory's ansible_python_interpreter)"
+    if probed:
+        return probed, f"{probed} (the login node's python3; set ansible_python_interpreter to choose)"
+    return "python3", ("python3 from the job's PATH (the login node has none on its PATH: a job under "
+                       "--export=NONE will not find it; set ansible_python_interpreter)")
 
 
 def expected_ranks(spec: dict) -> list[int] | None:
@@ -79,7 +105,7 @@ def expected_ranks(spec: dict) -> list[int] | None:
 def new_manifest(req: ProfileRequest, cluster: Cluster, prep: Prepared, site: str) -> RunManifest:
     manifest = RunManifest.begin(req, site)
     manifest.slurm = SlurmInfo(cluster=cluster.name, cluster_name=prep.cluster_name, login=cluster.login.name,
-                               version=prep.version,
+                               version=prep.version, python=prep.python_note or None,
                                run_dir=prep.files.run_dir, state="SUBMITTING", spec=asdict(prep.spec),
                                script=prep.script)
     return manifest
@@ -99,33 +125,54 @@ async def submit(client: SlurmClient, prep: Prepared) -> str:
 
 
 async def watch(client: SlurmClient, job_id: str, *, poll: float = 5.0, stop: asyncio.Event | None = None,
-                on_state: Callable[[JobState], None] = lambda s: None) -> JobState:
-    """Until the job ends. A stop request (Ctrl-C) sends SIGTERM to the job's steps once:
-    the profilers stop their applications and finish their reports, and the job ends."""
-    interval, last, stopping, failures = POLL_FIRST, None, False, 0
+                on_state: Callable[[JobState], None] = lambda s: None, submitted: float | None = None,
+                keep_pending: bool = False) -> JobState:
+    """Until the job ends. A stop request (Ctrl-C) cancels a job that has not started, and sends
+    SIGTERM to a running job's steps once: the profilers stop their applications and finish
+    their reports, and the job ends. While slurmctld does not answer, the job's state is
+    unknown: fleet keeps asking, less often, and says since when. A job pending for a reason
+    Slurm never clears is cancelled (kept with ``keep_pending``): NeverStarts. The state
+    returned carries ``requeues``, the times the job went back in line after it ran."""
+    interval, last, stopping, failures, silent_since, ran, requeues = POLL_FIRST, None, False, 0, None, False, 0
     while True:
         try:
-            st = (await client.states([job_id]))[job_id]
-            failures = 0
-        except SlurmError as e:  # the login node or slurmctld busy for a moment: keep watching
+            st = (await client.states([job_id], {job_id: submitted} if submitted else None))[job_id]
+            failures, silent_since = 0, None
+        except SlurmctldSilent:
+            silent_since = silent_since or time.time()
+            st = JobState(job_id, "UNKNOWN", "slurmctld not answering since "
+                          + time.strftime("%H:%M:%S", time.localtime(silent_since)))
+        except SlurmError as e:  # the login node busy or unreachable for a moment: keep watching
             failures += 1
             if failures >= WATCH_FAILURES:
                 raise
             st = JobState(job_id, "UNKNOWN", f"status call failed ({e}); asking again")
+        if st.state == "RUNNING":
+            ran = True
+        elif ran and st.state in REQUEUED:
+            ran, requeues = False, requeues + 1
         if (st.state, st.reason) != last:
             on_state(st)
             last = (st.state, st.reason)
         if st.terminal:
+            st.requeues = requeues
             return st
+        if st.state == "PENDING" and (why := never_starts(st.reason)):
+            if not keep_pending:
+                await client.cancel([job_id])
+            raise NeverStarts(f"job {job_id} can never start: {st.reason} ({why}); "
+                              + ("kept in the queue (--keep-pending)" if keep_pending else
+                                 "cancelled it (--keep-pending keeps such a job)"))
         if stop is not None and stop.is_set() and not stopping:
-            await client.cancel([job_id], signal="TERM")
+            # A job that has not started has no profilers to stop: it goes from the queue.
+            await client.cancel([job_id], signal=None if st.state == "PENDING" else "TERM")
             stopping = True
         try:
             await asyncio.wait_for(stop.wait() if stop is not None and not stopping else asyncio.sleep(interval),
                                    interval)
         except asyncio.TimeoutError:
             pass
-        interval = min(interval * 1.5, poll)
+        interval = min(interval * 1.5, max(poll, SILENT_POLL) if silent_since else poll)
 
 
 def _why_missing(rank: int, st: JobState | None, log: str) -> str:
@@ -206,6 +253,11 @@ async def gather(fan: "Fanout", client: SlurmClient, manifest: RunManifest, dire
     for rank in ranks if ranks is not None else ([] if hosts else [0]):
         if rank not in seen:
             hosts.append(HostEntry("(no result)", "missing", rank=rank, missing_why=_why_missing(rank, state, log)))
+    if state is not None:
+        slurm.requeues = max(slurm.requeues, state.requeues)
+    end = job_end_verdict(slurm.state, hosts, requeues=slurm.requeues,
+                          stopped_before_time_limit=slurm.stopped_before_time_limit)
+    slurm.end, hosts = end.note, end.hosts
     manifest.hosts = hosts
     manifest.status = "cancelled" if state is not None and state.state == "CANCELLED" else \
         run_status(h.status for h in hosts)
@@ -215,7 +267,8 @@ async def gather(fan: "Fanout", client: SlurmClient, manifest: RunManifest, dire
 async def profile(fan: "Fanout", cluster: Cluster, req: ProfileRequest, spec: JobSpec, *, store_root: Path,
                   site: str | None = None, dry_run: bool = False, wait: bool = True, poll: float = 5.0,
                   stop: asyncio.Event | None = None, on_state: Callable[[JobState], None] = lambda s: None,
-                  gathering=None, client: SlurmClient | None = None) -> RunManifest:
+                  gathering=None, client: SlurmClient | None = None, keep_pending: bool = False,
+                  on_python: Callable[[str], None] = lambda s: None) -> RunManifest:
     """The whole run; returns its manifest (for ``--dry-run``, one with the script and no job).
     It is filed under ``site``, by default the cluster's name (:func:`filing_name`)."""
     if site is not None:
@@ -223,6 +276,7 @@ async def profile(fan: "Fanout", cluster: Cluster, req: ProfileRequest, spec: Jo
     client = client or SlurmClient(fan, cluster.login)
     prep = await prepare(client, cluster, req, spec)
     manifest = new_manifest(req, cluster, prep, site or filing_name(cluster, prep.cluster_name))
+    on_python(prep.python_note)
     if dry_run:
         manifest.status = "dry-run"
         return manifest
@@ -234,10 +288,18 @@ async def profile(fan: "Fanout", cluster: Cluster, req: ProfileRequest, spec: Jo
         store.save(store_root, manifest)
         raise
     manifest.status, manifest.slurm.state = "submitted", "PENDING"
+    submitted = time.time()
     store.save(store_root, manifest)
     if not wait:
         return manifest
-    state = await watch(client, manifest.slurm.job_id, poll=poll, stop=stop, on_state=on_state)
+    try:
+        state = await watch(client, manifest.slurm.job_id, poll=poll, stop=stop, on_state=on_state,
+                            submitted=submitted, keep_pending=keep_pending)
+    except NeverStarts as e:
+        manifest.status, manifest.error = "failed", str(e)
+        manifest.slurm.state = "PENDING" if keep_pending else "CANCELLED"
+        store.save(store_root, manifest)
+        raise
     manifest = await gather(fan, client, manifest, directory, state, gathering)
     store.save(store_root, manifest)
     return manifest
