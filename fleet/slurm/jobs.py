@@ -16,6 +16,7 @@ from __future__ import annotations
 import io
 import json
 import re
+import secrets
 import tarfile
 import time
 from dataclasses import dataclass, field
@@ -290,21 +291,36 @@ class SlurmClient:
         r = await self._sh("scancel", 'exec "$@"', *args)
         self._check(r, "scancel")
 
-    async def read_results(self, run_dir: str) -> tuple[list[dict], dict[str, str]]:
+    async def read_results(self, run_dir: str) -> tuple[list[dict], dict]:
         """Every rank's result document and the job's own files (exit status, stop time, the job's
-        log and the reports Ray's nsys wrote, each with its size and sha256), in one call."""
-        r = await self._sh("results", 'cd -- "$1" 2>/dev/null || exit 0; '
+        log, the reports Ray's nsys wrote, and the reports of ranks killed before they wrote a
+        result, each with its size and sha256), in one call. fleet's own lines carry a nonce made
+        for this call, so no line a job wrote into a file of its run reads as one of them."""
+        nonce = secrets.token_hex(16)
+        r = await self._sh("results", 'cd -- "$1" 2>/dev/null || exit 0; m="@@$2"; '
                            'for f in */*.result.json; do [ -f "$f" ] && { cat "$f"; echo; }; done; '
-                           'for f in job.exit job.stopped; do [ -f "$f" ] && echo "@@$f $(cat "$f")"; done; '
-                           'for f in slurm-*.out ray/*.nsys-rep; do [ -f "$f" ] && echo "@@${f%%[-/]*} '
-                           '$(stat -c %s "$f") $(sha256sum < "$f" | cut -d" " -f1) $PWD/$f"; done; true',
-                           run_dir)
+                           'for f in job.exit job.stopped; do [ -f "$f" ] && echo "$m $f $(head -c 64 "$f")"; done; '
+                           'for f in slurm-*.out ray/*.nsys-rep */rank*.nsys-rep */rank*.ncu-rep; do [ -f "$f" ] || '
+                           'continue; case $f in */rank*) [ ! -e "${f%.*}.result.json" ] || continue; k=orphan ;; '
+                           '*) k=${f%%[-/]*} ;; esac; echo "$m $k $(stat -c %s "$f") '
+                           '$(sha256sum < "$f" | cut -d" " -f1) $PWD/$f"; done; true', run_dir, nonce)
         text = self._check(r, "reading the run's results")
-        results, marks = results_in(text), {"ray": []}
+        results, marks = results_in(text), {"ray": [], "orphan": []}
+        mark = f"@@{nonce} "
         for line in text.split("\n"):  # not splitlines(): results carry a \x1e
-            if line.startswith("@@ray "):  # reports Ray's own nsys wrote (size, sha256, path)
-                marks["ray"].append(line[len("@@ray "):].strip())
-            elif line.startswith("@@"):  # the job's own files: not the agent's results
-                name, _, value = line[2:].partition(" ")
-                marks[name] = value.strip()
+            if line.startswith(mark):  # the job's own files, as this call's shell found them
+                name, _, value = line[len(mark):].partition(" ")
+                if name in ("ray", "orphan"):
+                    marks[name].append(value.strip())
+                else:
+                    marks[name] = value.strip()
         return results, marks
+
+
+FILE_MARK = re.compile(r"(\d{1,15}) ([0-9a-f]{64}) (/.+)")
+
+
+def file_mark(value: str) -> dict | None:
+    """A file as :meth:`SlurmClient.read_results` listed it (size, sha256, path), or None."""
+    m = FILE_MARK.fullmatch(value or "")
+    return {"size": int(m.group(1)), "sha256": m.group(2), "path": m.group(3)} if m else None

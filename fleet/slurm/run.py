@@ -28,7 +28,7 @@ from ..plan import ProfileRequest, profiler_args_error
 from . import launchers, options
 from ..lab.profile import bring_home
 from .cluster import Cluster
-from .jobs import JobState, SlurmClient, SlurmctldSilent, SlurmError
+from .jobs import JobState, SlurmClient, SlurmctldSilent, SlurmError, file_mark
 from .states import job_end_verdict, never_starts
 from ..containers import nsight_dirs
 from .script import AGENT_FILE, REQUEST_FILE, SCRIPT_FILE, JobFiles, JobSpec, render, request_doc
@@ -67,8 +67,8 @@ async def prepare(client: SlurmClient, cluster: Cluster, req: ProfileRequest, sp
             why := launchers.unsupported(spec.launcher, req.tool, req.profiler_args, req.gpu_metrics)):
         raise SlurmError(why)  # playbooks too: checked before anything is submitted
     python, python_note = agent_python(cluster, info.python)
-    files = JobFiles(f"{root}/{req.run_id}", root, python, python_note,
-                     tools, cluster.login.vars.get("slurm_scratch"), bool(cluster.login.vars.get("fleet_slurm_prolog")))
+    files = JobFiles(f"{root}/{req.run_id}", root, python, tools, cluster.login.vars.get("slurm_scratch"),
+                     bool(cluster.login.vars.get("fleet_slurm_prolog")), python_note)
     # The job runs where the user is: here when fleet runs on the login node, else the login home.
     spec = replace(spec, workdir=spec.workdir or (os.getcwd() if cluster.local else info.home))
     if spec.container and not spec.container.nsight_dirs:
@@ -200,7 +200,8 @@ def _tenant_text(t: dict) -> str:
 
 async def gather(fan: "Fanout", client: SlurmClient, manifest: RunManifest, directory: Path,
                  state: JobState | None, gathering=None) -> RunManifest:
-    """Bring every rank's reports home into ``directory/NODE/``; say which ranks left nothing and why."""
+    """Bring every rank's reports home into ``directory/NODE/``; say which ranks left nothing and
+    why; then the job's end state is applied to the ranks (:func:`states.job_end_verdict`)."""
     slurm = manifest.slurm
     results, marks = await client.read_results(slurm.run_dir)
     if state is not None:
@@ -209,59 +210,102 @@ async def gather(fan: "Fanout", client: SlurmClient, manifest: RunManifest, dire
     slurm.job_exit = int(marks["job.exit"]) if marks.get("job.exit", "").lstrip("-").isdigit() else None
     slurm.stopped_before_time_limit = "job.stopped" in marks
     log = f"slurm-{slurm.job_id}.out"
-    if "slurm" in marks and safenames.is_component(os.path.basename(marks["slurm"])):  # slurm-JOBID.out
-        size, sha, path = marks["slurm"].split(" ", 2)
+    found = file_mark(marks.get("slurm", ""))
+    if found and safenames.is_component(os.path.basename(found["path"])):  # slurm-JOBID.out
         slurm.log = ReportEntry.from_json(await fetch_verified(
-            fan, client.login, {"path": path, "size": int(size), "sha256": sha}, directory / os.path.basename(path)))
+            fan, client.login, found, directory / os.path.basename(found["path"])))
 
     async def one(res: dict) -> HostEntry:
-        entry = rank_entry(res)
-        # The node's name comes from a result file in the run directory, which the job can write:
-        # one that is not a folder name brings nothing home.
-        problem = safenames.component_problem(entry.host, "the node name in a rank's result")
-        if problem:
-            entry.host, entry.status, entry.missing_why = str(entry.host), "failed", problem
-            return entry
-        # Written to node-local scratch, they now are in the run directory, under the same names.
-        to_fetch = [dict(r, path=f"{slurm.run_dir}/{entry.host}/{os.path.basename(r['path'])}")
-                    for r in (res.get("reports") or []) + (res.get("summaries") or [])]
-        entry.reports = await bring_home(fan, client.login, to_fetch, directory / entry.host, gathering=gathering)
-        if entry.status == "ok" and not res.get("reports"):
-            entry.status, entry.missing_why = "failed", "the profiler left no report"
-        lost = [rep for rep in entry.reports if not rep.verified and not is_summary(rep)]
-        if lost:  # a summary that did not come home is recorded in its entry, and fails nothing
-            entry.status = "failed"
-            entry.missing_why = "; ".join(rep.error or "" for rep in lost)
-        return entry
+        try:
+            return await _rank_home(fan, client, slurm.run_dir, res, directory, gathering)
+        except (KeyError, TypeError, ValueError, AttributeError) as e:  # a result the job could have written
+            return HostEntry(str(res.get("slurm_node") or "(malformed result)"), "failed",
+                             rank=res.get("rank") if isinstance(res.get("rank"), int) else None,
+                             missing_why=f"the rank's result is malformed ({type(e).__name__}: {e}); nothing of it "
+                                         "was brought home")
 
     # Ranks come home side by side (the transport bounds transfers per login connection).
-    ordered = sorted(results, key=lambda r: (r.get("rank") is None, r.get("rank") or 0, r.get("host") or ""))
+    ordered = sorted(results, key=lambda r: (not isinstance(r.get("rank"), int), r.get("rank") if
+                                             isinstance(r.get("rank"), int) else 0, str(r.get("host") or "")))
     hosts = list(await asyncio.gather(*(one(res) for res in ordered)))
-    for line in marks["ray"]:  # Ray's workers, named worker-HOST-PID.nsys-rep (no rank, no agent)
-        size, sha, path = line.split(" ", 2)
-        node = os.path.basename(path).removesuffix(".nsys-rep")[len("worker-"):].rsplit("-", 1)[0] or "ray"
-        if not safenames.is_component(node):  # named by a file the job wrote
-            hosts.append(HostEntry(str(node), "failed", worker=os.path.basename(path),
-                                   missing_why=safenames.component_problem(node, "the Ray worker's node name")))
-            continue
-        reports = await bring_home(fan, client.login, [{"path": path, "size": int(size), "sha256": sha}],
-                                   directory / node)
-        hosts.append(HostEntry(node, "ok" if reports[0].verified else "failed", worker=os.path.basename(path),
-                               missing_why=reports[0].error, reports=reports))
+    hosts += await _ray_home(fan, client, marks["ray"], directory)
     seen = {e.rank for e in hosts}
     ranks = expected_ranks(slurm.spec)
+    orphans = _orphans(marks["orphan"])
     for rank in ranks if ranks is not None else ([] if hosts else [0]):
-        if rank not in seen:
+        if rank in seen:
+            continue
+        if rank in orphans:  # killed before it wrote its result: the report it finished comes home
+            node, found = orphans[rank]
+            reports = await bring_home(fan, client.login, [found], directory / node, gathering=gathering)
+            hosts.append(HostEntry(node, "missing", rank=rank, reports=reports, missing_why=(
+                f"rank {rank} on {node} left no result (it was killed first; job {state.state if state else 'unknown'}"
+                f", see {log}); the report it left was brought home, unchecked by its agent")))
+        else:
             hosts.append(HostEntry("(no result)", "missing", rank=rank, missing_why=_why_missing(rank, state, log)))
     if state is not None:
         slurm.requeues = max(slurm.requeues, state.requeues)
     end = job_end_verdict(slurm.state, hosts, requeues=slurm.requeues,
                           stopped_before_time_limit=slurm.stopped_before_time_limit)
-    slurm.end, hosts = end.note, end.hosts
-    manifest.hosts = hosts
+    slurm.end, manifest.hosts = end.note, end.hosts
     manifest.status = "cancelled" if state is not None and state.state == "CANCELLED" else \
-        run_status(h.status for h in hosts)
+        run_status(h.status for h in manifest.hosts)
     return manifest
+
+
+async def _rank_home(fan: "Fanout", client: SlurmClient, run_dir: str, res: dict, directory: Path,
+                     gathering) -> HostEntry:
+    entry = rank_entry(res)
+    # The node's name comes from a result file in the run directory, which the job can write:
+    # one that is not a folder name brings nothing home.
+    problem = safenames.component_problem(entry.host, "the node name in a rank's result")
+    if problem:
+        entry.host, entry.status, entry.missing_why = str(entry.host), "failed", problem
+        return entry
+    # Written to node-local scratch, they now are in the run directory, under the same names.
+    to_fetch = [dict(r, path=f"{run_dir}/{entry.host}/{os.path.basename(r['path'])}")
+                for r in (res.get("reports") or []) + (res.get("summaries") or [])]
+    entry.reports = await bring_home(fan, client.login, to_fetch, directory / entry.host, gathering=gathering)
+    if entry.status == "ok" and not res.get("reports"):
+        entry.status, entry.missing_why = "failed", "the profiler left no report"
+    lost = [rep for rep in entry.reports if not rep.verified and not is_summary(rep)]
+    if lost:  # a summary that did not come home is recorded in its entry, and fails nothing
+        entry.status = "failed"
+        entry.missing_why = "; ".join(rep.error or "" for rep in lost)
+    return entry
+
+
+async def _ray_home(fan: "Fanout", client: SlurmClient, lines: list[str], directory: Path) -> list[HostEntry]:
+    """Ray's workers, named worker-HOST-PID.nsys-rep (no rank, no agent)."""
+    hosts = []
+    for line in lines:
+        found = file_mark(line)
+        if found is None:
+            continue
+        path = found["path"]
+        node = os.path.basename(path).removesuffix(".nsys-rep")[len("worker-"):].rsplit("-", 1)[0] or "ray"
+        if not safenames.is_component(node):  # named by a file the job wrote
+            hosts.append(HostEntry(str(node), "failed", worker=os.path.basename(path),
+                                   missing_why=safenames.component_problem(node, "the Ray worker's node name")))
+            continue
+        reports = await bring_home(fan, client.login, [found], directory / node)
+        hosts.append(HostEntry(node, "ok" if reports[0].verified else "failed", worker=os.path.basename(path),
+                               missing_why=reports[0].error, reports=reports))
+    return hosts
+
+
+def _orphans(lines: list[str]) -> dict[int, tuple[str, dict]]:
+    """Reports of ranks that left no result (NODE/rankN.nsys-rep or .ncu-rep), by rank."""
+    out = {}
+    for line in lines:
+        found = file_mark(line)
+        if found is None:
+            continue
+        node, name = found["path"].split("/")[-2:]
+        rank = name.split(".")[0][len("rank"):]
+        if name.startswith("rank") and rank.isdigit() and safenames.is_component(node):
+            out.setdefault(int(rank), (node, found))
+    return out
 
 
 async def profile(fan: "Fanout", cluster: Cluster, req: ProfileRequest, spec: JobSpec, *, store_root: Path,

@@ -60,10 +60,10 @@ class JobFiles:
     run_dir: str                            # absolute; the agent, the script, the reports
     report_root: str                        # run_dir's parent: the task's report_dir
     python: str = "python3"                 # on the compute nodes, by absolute path where fleet found one
-    python_note: str = ""                   # where that Python came from, said in the job's log
     tools: dict = field(default_factory=dict)  # nsys_path / ncu_path from the inventory
     scratch: str | None = None              # node-local directory the ranks write to, copied over at the end
     prolog: bool = False                    # the nodes run fleet's prolog: a rank without its verdict refuses counters
+    python_note: str = ""                   # where ``python`` came from, said in the job's log
 
     @property
     def task_root(self) -> str:
@@ -123,10 +123,10 @@ def _copy_back(files: JobFiles) -> list[str]:
 def _python_check(files: JobFiles) -> list[str]:
     """The agent's Python, checked on the first compute node before any rank starts, and said in
     the job's log: a job under --export=NONE has no PATH, so it is named by absolute path."""
-    said = f" ({files.python_note})" if files.python_note else ""
+    said = quote(f" ({files.python_note})", "the agent Python's origin") if files.python_note else ""
     return [f"FLEET_PYTHON={quote(files.python, 'the agent Python (ansible_python_interpreter)')}",
             "if command -v -- \"$FLEET_PYTHON\" >/dev/null 2>&1; then",
-            f"    echo \"fleet: the agent runs with $FLEET_PYTHON on ${{SLURMD_NODENAME:-this node}}\"{quote(said, 'the note')} >&2",
+            f"    echo \"fleet: the agent runs with $FLEET_PYTHON on ${{SLURMD_NODENAME:-this node}}\"{said} >&2",
             "else",
             "    echo \"fleet: $FLEET_PYTHON, the agent's Python, is not on compute node ${SLURMD_NODENAME:-?}: "
             "set ansible_python_interpreter to the nodes' python3\" >&2",
