@@ -272,7 +272,7 @@ class SlurmClient:
     async def _after_squeue(self, jobs: list[str]) -> dict[str, JobState]:
         """Jobs no longer in squeue: once, from accounting, or from scontrol while it remembers them."""
         if self.info is not None and self.info.accounting:
-            r = await self._sh("sacct", 'sacct --noheader --parsable2 --allocations --jobs="$1" '
+            r = await self._sh("sacct", BOUNDED + 'bounded sacct --noheader --parsable2 --allocations --jobs="$1" '
                                '--format=JobID,State,ExitCode,NodeList,Elapsed', ",".join(jobs))
             if r.exit_status == 0:
                 found = parse_sacct(r.stdout.decode(errors="replace"))
