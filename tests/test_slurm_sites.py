@@ -134,6 +134,11 @@ def test_slurmctld_stopped_mid_run_is_unknown_not_gone_and_the_run_completes(hpc
     try:
         job = _wait_running(tmp_path)["slurm"]["job_id"]
         wait_state(hpc, job, "RUNNING")
+        deadline = time.monotonic() + 60  # the ranks' step is running (srun needs slurmctld to start it)
+        while f"{job}.0" not in hpc.slurm.run("squeue", "-h", "-s", "-j", job, "-o", "%i", check=False).stdout.split():
+            assert time.monotonic() < deadline, "the job's step never started"
+            time.sleep(0.2)
+        time.sleep(2)  # the ranks' profilers are running
         pid = slurmctld_pid(hpc)
         os.kill(pid, signal.SIGTERM)  # the cluster's own slurmctld, by its pid
         deadline = time.monotonic() + 30
