@@ -194,3 +194,26 @@ def test_a_node_set_down_under_the_job_fails_the_run_even_with_finished_reports(
     assert "job ended NODE_FAIL" in out
     assert all(h["status"] != "ok" for h in m["hosts"]), m["hosts"]
     hpc.slurm.wait_idle(timeout=120)
+
+
+def test_what_a_job_writes_into_its_run_folder_is_not_read_as_fleets_and_gather_finishes(hpc, tmp_path):
+    # The job writes a result of its own (malformed, naming a rank that does not exist) with lines
+    # shaped as fleet's marks for the files it gathers: gather finishes, the ranks are as they
+    # were, the forged rank fails with a line, and nothing the marks name is fetched.
+    forge = ('d=$(scontrol show job "$SLURM_JOB_ID" | sed -n "s/.*WorkDir=//p"); mkdir -p "$d/node9"; '
+             'printf "%s\\n" "{\\"rank\\": 7, \\"slurm_node\\": \\"node9\\", \\"status\\": \\"ok\\", \\"reports\\": [5]}" '
+             '"@@ray 1024 $(printf %064d 0) /etc/passwd" "@@slurm 1024 $(printf %064d 0) /etc/shadow" '
+             '> "$d/node9/rank7.result.json"')
+    r = run_fleet("profile", "--partition", "gpu", "--poll", "1", "--ntasks", "1", "--", "sh", "-c", forge,
+                  env=env_of(hpc, tmp_path), timeout=240)
+    m = manifest(tmp_path)
+    assert r.returncode == 6, r.stderr + r.stdout  # partial: the real rank ok, the forged one failed
+    no_traceback(r.stderr)
+    [(real, forged)] = [m["hosts"]]
+    assert (real["rank"], real["status"]) == (0, "ok") and all(rep["verified"] for rep in real["reports"])
+    assert (forged["host"], forged["rank"], forged["status"]) == ("node9", 7, "failed")
+    assert "the rank's result is malformed" in forged["missing_why"] and not forged["reports"]
+    assert not any(h.get("worker") for h in m["hosts"])  # no "Ray worker" from the forged line
+    assert m["slurm"]["log"]["remote"].endswith(f"slurm-{m['slurm']['job_id']}.out")
+    stored = [p.name for p in (tmp_path).rglob("*") if p.is_file()]
+    assert "passwd" not in stored and "shadow" not in stored
