@@ -217,3 +217,21 @@ def test_what_a_job_writes_into_its_run_folder_is_not_read_as_fleets_and_gather_
     assert m["slurm"]["log"]["remote"].endswith(f"slurm-{m['slurm']['job_id']}.out")
     stored = [p.name for p in (tmp_path).rglob("*") if p.is_file()]
     assert "passwd" not in stored and "shadow" not in stored
+
+
+def test_a_killed_ranks_finished_report_is_gathered_and_named(hpc, tmp_path):
+    # Rank 1's agent is SIGKILLed; its nsys lives on and finishes the report (rank 0 keeps the step
+    # alive meanwhile), but no result is written: the report comes home under its rank and node.
+    die = ('if [ "$SLURM_PROCID" = 1 ]; then kill -KILL $(ps -o ppid= -p $PPID); sleep 0.5; '
+           'else sleep 6; fi')
+    r = run_fleet("profile", "--partition", "gpu", "--poll", "1", "--ntasks", "2", "--nodes", "1", "--",
+                  "sh", "-c", die, env=env_of(hpc, tmp_path), timeout=240)
+    assert r.returncode == 6, r.stderr + r.stdout  # partial
+    m = manifest(tmp_path)
+    [first, killed] = m["hosts"]
+    assert (first["rank"], first["status"]) == (0, "ok")
+    assert (killed["host"], killed["rank"], killed["status"]) == (first["host"], 1, "missing"), killed
+    assert f"rank 1 on {first['host']} left no result (it was killed first" in killed["missing_why"]
+    [rep] = killed["reports"]
+    assert rep["verified"] and Path(rep["stored"]).name == "rank1.nsys-rep" and Path(rep["stored"]).is_file()
+    assert f"{first['host']} rank 1: missing: rank 1 on {first['host']}" in r.stdout

@@ -164,9 +164,12 @@ async def watch(client: SlurmClient, job_id: str, *, poll: float = 5.0, stop: as
                               + ("kept in the queue (--keep-pending)" if keep_pending else
                                  "cancelled it (--keep-pending keeps such a job)"))
         if stop is not None and stop.is_set() and not stopping:
-            # A job that has not started has no profilers to stop: it goes from the queue.
-            await client.cancel([job_id], signal=None if st.state == "PENDING" else "TERM")
-            stopping = True
+            try:  # a job that has not started has no profilers to stop: it goes from the queue
+                await client.cancel([job_id], signal=None if st.state == "PENDING" else "TERM")
+                stopping = True
+            except SlurmError as e:  # slurmctld silent: asked again at the next poll
+                on_state(JobState(job_id, st.state, f"could not stop the job yet ({e}); trying again"))
+                await asyncio.sleep(interval)
         try:
             await asyncio.wait_for(stop.wait() if stop is not None and not stopping else asyncio.sleep(interval),
                                    interval)
