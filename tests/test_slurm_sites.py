@@ -220,10 +220,12 @@ def test_what_a_job_writes_into_its_run_folder_is_not_read_as_fleets_and_gather_
 
 
 def test_a_killed_ranks_finished_report_is_gathered_and_named(hpc, tmp_path):
-    # Rank 1's agent is SIGKILLed; its nsys lives on and finishes the report (rank 0 keeps the step
-    # alive meanwhile), but no result is written: the report comes home under its rank and node.
-    die = ('if [ "$SLURM_PROCID" = 1 ]; then kill -KILL $(ps -o ppid= -p $PPID); sleep 0.5; '
-           'else sleep 6; fi')
+    # Rank 1's agent is SIGKILLed right after its nsys finished the report, before it wrote the
+    # rank's result (as the OOM killer or Slurm's SIGKILL after KillWait would): the report comes
+    # home under its rank and node, and the rank is not ok.
+    die = ('if [ "$SLURM_PROCID" = 1 ]; then nsys=$PPID; agent=$(ps -o ppid= -p $PPID); '
+           '(while kill -0 $nsys 2>/dev/null; do sleep 0.05; done; kill -KILL $agent) </dev/null >/dev/null 2>&1 & '
+           'fi; sleep 1')
     r = run_fleet("profile", "--partition", "gpu", "--poll", "1", "--ntasks", "2", "--nodes", "1", "--",
                   "sh", "-c", die, env=env_of(hpc, tmp_path), timeout=240)
     assert r.returncode == 6, r.stderr + r.stdout  # partial

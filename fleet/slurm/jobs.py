@@ -261,9 +261,10 @@ class SlurmClient:
             age = self.info.min_job_age if self.info is not None else DEFAULT_MIN_JOB_AGE
             for job, st in list(found.items()):
                 since = (submitted or {}).get(job)
-                if st.state == "GONE" and since is not None and time.time() - since < age:
-                    found[job] = JobState(job, "UNKNOWN", f"not in slurmctld's records yet {int(time.time() - since)} s "
-                                          f"after submission (it keeps a job {age} s, MinJobAge)")
+                waited = time.time() - since if since is not None else None
+                if st.state == "GONE" and waited is not None and waited < age:
+                    found[job] = JobState(job, "UNKNOWN", f"not in slurmctld's records {int(waited)} s after "
+                                          f"submission (it keeps a job {age} s, MinJobAge)")
         for job, st in found.items():
             if st.terminal:
                 self._terminal[job] = st
