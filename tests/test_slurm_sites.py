@@ -223,8 +223,11 @@ def test_a_killed_ranks_finished_report_is_gathered_and_named(hpc, tmp_path):
     # Rank 1's agent is SIGKILLed right after its nsys finished the report, before it wrote the
     # rank's result (as the OOM killer or Slurm's SIGKILL after KillWait would): the report comes
     # home under its rank and node, and the rank is not ok.
-    die = ('if [ "$SLURM_PROCID" = 1 ]; then nsys=$PPID; agent=$(ps -o ppid= -p $PPID); '
-           '(while kill -0 $nsys 2>/dev/null; do sleep 0.05; done; kill -KILL $agent) </dev/null >/dev/null 2>&1 & '
+    # The report is renamed into place as nsys ends; the agent then still drains, hashes and runs
+    # nsys stats before it writes the result: the watcher kills it in that window.
+    die = ('if [ "$SLURM_PROCID" = 1 ]; then agent=$(ps -o ppid= -p $PPID); '
+           'rep="$(scontrol show job "$SLURM_JOB_ID" | sed -n "s/.*WorkDir=//p")/$SLURMD_NODENAME/rank1.nsys-rep"; '
+           '(while [ ! -s "$rep" ]; do sleep 0.01; done; kill -KILL $agent) </dev/null >/dev/null 2>&1 & '
            'fi; sleep 1')
     r = run_fleet("profile", "--partition", "gpu", "--poll", "1", "--ntasks", "2", "--nodes", "1", "--",
                   "sh", "-c", die, env=env_of(hpc, tmp_path), timeout=240)
