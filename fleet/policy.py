@@ -151,11 +151,12 @@ def dcgm_pause(state: NodeState, gpus: list[dict], asked: bool, counters: bool) 
     return bool(counters and asked and dcgm_running(state) and _dcgm_pausable(state) and pre_hopper(gpus))
 
 
-def prolog_tenants(verdict: dict | None, job: str | None) -> list[str]:
-    """Tenants that fleet's Slurm prolog, as root, saw on job ``job``'s GPUs. ``verdict`` is None
-    where no prolog is installed, else the prolog's document, or ``{"error": ...}`` when none can
-    be read. Anything but a whole verdict of this job that saw the GPUs says nothing of them:
-    then they count as shared."""
+def prolog_tenants(verdict: dict | None, job: str | None, uuids: list | None = None) -> list[str]:
+    """Tenants that fleet's Slurm prolog, as root, saw on job ``job``'s GPUs, or on the rank's
+    own (``uuids``: its GPUs' UUIDs) where the verdict has them GPU by GPU (``by_gpu``). ``verdict``
+    is None where no prolog is installed, else the prolog's document, or ``{"error": ...}`` when
+    none can be read. Anything but a whole verdict of this job that saw the GPUs says nothing of
+    them: then they count as shared, and so does a GPU of the rank the verdict does not name."""
     if verdict is None:
         return []
     why = verdict.get("error")
@@ -167,6 +168,14 @@ def prolog_tenants(verdict: dict | None, job: str | None) -> list[str]:
         why = "it names no tenants list"
     if why:
         return [f"the node's prolog verdict says nothing of the GPUs ({why}): they count as shared"]
+    by_gpu = verdict.get("by_gpu")
+    if uuids and isinstance(by_gpu, dict) and all(isinstance(u, str) and u for u in uuids):
+        out = []
+        for uuid in uuids:
+            seen = by_gpu.get(uuid)
+            out += ([str(t) for t in seen] if isinstance(seen, list) else
+                    [f"the node's prolog verdict says nothing of GPU {uuid}: it counts as shared"])
+        return out
     return [str(t) for t in verdict["tenants"]]
 
 
@@ -434,7 +443,8 @@ def counters(state: NodeState, request: Request, way: str, tool: str) -> Verdict
             reasons.append(f"GPU {g['index']} is in MIG mode: its other instances may belong to others, "
                            "and counters and clocks are shared")
             remedies.append("profile on a GPU with MIG disabled")
-    seen_by_prolog = prolog_tenants(state.get("prolog_verdict"), request.job)
+    seen_by_prolog = prolog_tenants(state.get("prolog_verdict"), request.job,
+                                    [g.get("uuid") for g in chosen_gpus(state, request)] if request.gpus else None)
     if seen_by_prolog:  # the node's Slurm prolog, as root, saw someone on the job's GPUs
         reasons += [f"tenant seen by the node's prolog: {t}" for t in seen_by_prolog]
         remedies.append("run where the job's GPUs are free")

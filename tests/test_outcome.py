@@ -109,7 +109,7 @@ class ResultsOnly:
         self.text, self.login = text, local_host()
 
     async def read_results(self, run_dir: str):
-        return wire.answers(self.text, "profile"), {"ray": []}
+        return wire.answers(self.text, "profile"), {"ray": [], "orphan": []}
 
 
 def on_slurm(tmp_path: Path, answer: dict):

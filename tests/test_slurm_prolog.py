@@ -157,7 +157,12 @@ def cluster(pytestconfig):
     prefix.chmod(0o755)
     state = Path(tempfile.mkdtemp(prefix="fleet-slurm-state-"))
     state.chmod(0o755)  # as /run is: the job's user reads its verdict below it
-    install = run_fleet("slurm", "install", "--apply", "--prefix", str(prefix), "--owned-sysctl",
+    # The nodes' Python through a link a test can break after the install.
+    pybin = Path(tempfile.mkdtemp(prefix="fleet-slurm-py-"))
+    pybin.chmod(0o755)
+    (pybin / "python3").symlink_to(os.path.realpath("/usr/bin/python3"))
+    install = run_fleet("slurm", "install", "--apply", "--prefix", str(prefix), "--python", str(pybin / "python3"),
+                        "--owned-sysctl",
                         "kernel.perf_event_paranoid=2", "--jobs-dir", str(state / "jobs"), "--state-dir",
                         str(state / "owned"), "--log-file", str(state / "slurm.log"))
     assert install.returncode == 0, install.stderr
@@ -166,14 +171,14 @@ def cluster(pytestconfig):
     s = SlurmCluster(1, extra_conf=conf)
     try:
         s.start()
-        s.user, s.prefix, s.state = user, prefix, state
+        s.user, s.prefix, s.state, s.pybin = user, prefix, state, pybin
         s.work = Path(tempfile.mkdtemp(prefix="fleet-slurm-work-"))
         s.work.chmod(0o777)
         announce(pytestconfig, f"started Slurm with fleet's Prolog/Epilog/TaskProlog from {prefix}")
         yield s
     finally:
         s.stop()
-        for d in (prefix, state, getattr(s, "work", None)):
+        for d in (prefix, state, pybin, getattr(s, "work", None)):
             if d:
                 shutil.rmtree(d, ignore_errors=True)
 
@@ -353,5 +358,103 @@ def test_a_rank_checks_the_gpus_slurm_gave_it_by_device_not_by_index(tmp_path):
         assert beside.returncode == 5 and f"pid {tenant.pid} ({TENANT_USER}" in beside.stderr, beside.stderr
         alone = rank("2")  # Slurm's GPU 2 is NVML's 0: free
         assert alone.returncode == 0, alone.stderr
+    finally:
+        stop([tenant])
+
+
+def python36(where: Path) -> Path:
+    """Stands in for RHEL 8's /usr/bin/python3 (3.6): it starts and says its version, and fails
+    on the agent as 3.6 did on a node (the message the issue recorded)."""
+    path = where / "python3.6"
+    path.write_text('#!/bin/sh\ncase "$*" in *"print("*) echo 3.6.8; exit 0 ;; esac\n'
+                    'echo "SyntaxError: future feature annotations is not defined" >&2\nexit 1\n')
+    path.chmod(0o755)
+    return path
+
+
+def test_slurm_install_refuses_a_python_that_cannot_run_the_hooks_and_writes_nothing(tmp_path):
+    old = python36(tmp_path)
+    for python, said in (("/usr/local/bin/no-such-python3", "cannot run the hooks: No such file or directory"),
+                         (str(old), "(Python 3.6.8) cannot run fleet's agent: SyntaxError: future feature annotations "
+                                    "is not defined; the hooks need Python 3.8 or newer")):
+        prefix = tmp_path / "etc"
+        r = run_fleet("slurm", "install", "--apply", "--prefix", str(prefix), "--python", python,
+                      "--log-file", str(tmp_path / "slurm.log"))
+        assert r.returncode == 2 and r.stdout == "", r
+        assert r.stderr == f"fleet: --python {python} {said}; nothing written\n", r.stderr
+        assert not prefix.exists() and not (tmp_path / "slurm.log").exists()
+        shown = run_fleet("slurm", "install", "--python", python)  # printing the files refuses it too
+        assert shown.returncode == 2 and said in shown.stderr and shown.stdout == ""
+
+
+def test_a_hook_whose_python_breaks_after_install_leaves_the_node_idle(cluster, tmp_path):
+    link, log = cluster.pybin / "python3", cluster.state / "slurm.log"
+    good = os.readlink(link)
+    try:
+        for name, broken in (("gone", None), ("old", python36(tmp_path))):
+            link.unlink(missing_ok=True)
+            if broken:
+                link.symlink_to(broken)
+            before = log.read_text() if log.exists() else ""
+            d = job_dir(cluster, f"python-{name}", True)
+            job = sbatch(cluster, d, "cat /proc/sys/kernel/perf_event_paranoid\n")
+            wait_gone(cluster, job)
+            assert (d / "out.txt").read_text().strip() == "3"  # the job ran; nothing was held for it
+            cluster.wait_idle()
+            assert cluster.run("sinfo", "-R", "-h").stdout.strip() == ""  # no node drained
+            said = log.read_text()[len(before):]
+            assert f"fleet slurm: prolog: {link} cannot run fleet's agent" in said, said
+            assert "node left in service" in said
+            assert (broken is None) or "future feature annotations" in said
+    finally:
+        link.unlink(missing_ok=True)
+        link.symlink_to(good)
+    no_drain(cluster)
+
+
+def test_the_prologs_verdict_is_per_gpu_and_a_rank_is_refused_only_for_its_own(node, tmp_path):
+    """ncu on a job with one GPU per task, a tenant on GPU 1 only: the prolog (root, the fake NVML)
+    records who is on each GPU by UUID; rank 0 (GPU 0) is profiled, rank 1 (GPU 1) refused."""
+    from fleet.agent import bundle
+    from tests.harness import fakenvml
+    from tests.test_agent import spawn, stop
+
+    tenant = spawn(TENANT_USER, ["sleep", "300"])
+    try:
+        lib = fakenvml.build(tmp_path / "fakenvml")
+        fakenvml.write_scenario(tmp_path / "gpus.txt", {"gpus": [
+            {"index": 0, "minor": 0},
+            {"index": 1, "minor": 1, "processes": [{"kind": "compute", "pid": tenant.pid, "mem": 10**9}]}]})
+        (tmp_path / "gpus.txt").chmod(0o644)
+        agent = tmp_path / "fleet-agent.py"
+        agent.write_text(bundle.script())
+        write_request(node, {"fleet": 1, "tool": "ncu", "sysctls": []})
+        gpu_env = fakenvml.env(lib, tmp_path / "gpus.txt")
+        prolog = subprocess.run(["python3", str(agent), json.dumps({"mode": "slurmd", "op": "prolog",
+                                                                    "config": node["config_path"]})],
+                                env={**node["env"], **gpu_env, "SLURM_JOB_GPUS": "0,1"}, capture_output=True, text=True)
+        assert prolog.returncode == 0, prolog.stderr
+        verdict_path = Path(node["config"]["jobs_dir"]) / "4242" / "verdict.json"
+        verdict = json.loads(verdict_path.read_text())
+        free, taken = sorted(verdict["by_gpu"].values(), key=len)  # one entry per GPU, by its UUID
+        assert len(verdict["by_gpu"]) == 2 and all(u.startswith("GPU-") for u in verdict["by_gpu"]), verdict
+        assert free == [] and len(taken) == 1 and f"GPU 1: pid {tenant.pid}" in taken[0], verdict
+        assert verdict["tenants"] == taken  # the job-wide list, as before, names it too
+        standins = Path(__file__).parent / "standins"
+        args = {"mode": "task", "request": {"tool": "ncu", "run_id": "r"}, "report_dir": str(tmp_path / "runs"),
+                "launcher": "srun", "ranks": None, "tools": {"ncu": str(standins / "ncu")}, "prolog_expected": True}
+
+        def rank(i):
+            return subprocess.run(["python3", str(agent), json.dumps(args), "true"], capture_output=True, text=True,
+                                  env={**os.environ, **gpu_env, "SLURM_JOB_ID": "4242", "SLURM_PROCID": str(i),
+                                       "SLURM_STEP_GPUS": str(i), "SLURMD_NODENAME": "node1",
+                                       "FLEET_PROLOG_VERDICT": str(verdict_path)})
+
+        first, second = rank(0), rank(1)
+        assert first.returncode == 0, first.stderr  # its GPU is free: profiled with ncu
+        assert (tmp_path / "runs" / "r" / "node1" / "rank0.ncu-rep").exists()
+        assert second.returncode == 5 and f"pid {tenant.pid}" in second.stderr, second.stderr
+        [result] = results_in((tmp_path / "runs" / "r" / "node1" / "rank1.result.json").read_text())
+        assert result["status"] == "refused"
     finally:
         stop([tenant])

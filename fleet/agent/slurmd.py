@@ -251,7 +251,7 @@ def prolog(env, config):
     seen = policy.Request(gpus=indices, allow_own=request.get("allow_own", False), job=job["id"])
     verdict = {"job": job["id"], "gpus": job["gpus"], "nvml": nvml.get("available"), "checked": time.time(),
                "tenants": [str(t) for t in policy.tenants(state, seen)] + policy.unseen_tenants(state, seen),
-               "dcgm": None}
+               "by_gpu": tenants_by_gpu(state, seen), "dcgm": None}
     holder = owned.job_holder(job["id"], config["jobs_dir"])
     wanted = {n: config["owned_sysctls"][n] for n in request["sysctls"] if n in config["owned_sysctls"]}
     done["ignored_sysctls"] = [n for n in request["sysctls"] if n not in config["owned_sysctls"]]
@@ -266,6 +266,17 @@ def prolog(env, config):
     files.write_private(os.path.join(marker, "verdict.json"), json.dumps(verdict), mode=0o644)
     done["tenants"] = verdict["tenants"]
     return done
+
+
+def tenants_by_gpu(state, seen):
+    """Each of the job's GPUs (by UUID, as a rank finds its own) and who else is on it: a rank
+    of a job with one GPU per task is refused only for tenants on its own GPU."""
+    out = {}
+    for g in policy.chosen_gpus(state, seen):
+        if g.get("uuid"):
+            one = policy.Request(gpus=(g["index"],), allow_own=seen.allow_own, job=seen.job)
+            out[g["uuid"]] = [str(t) for t in policy.tenants(state, one)] + policy.unseen_tenants(state, one)
+    return out
 
 
 def epilog(env, config):
@@ -346,6 +357,10 @@ def main(args, env=None):
     """One JSON line for the log; exit 0 unless fail_closed and the node could not be put back."""
     env = os.environ if env is None else env
     op = args.get("op")
+    if op == "check":  # `fleet slurm install`: this Python runs the hooks' code (it got this far)
+        import sys
+        print(json.dumps({"python": "%d.%d.%d" % tuple(sys.version_info[:3])}))
+        return 0 if sys.version_info >= (3, 8) else 3
     config = dict(DEFAULTS)
     try:
         config = load_config(args.get("config", "/etc/fleet/node.json"))

@@ -68,7 +68,7 @@ def profile(obj: Context, hosts_, group, exclude, tool, gpus, gpu_metrics, allow
     """
     from ..lab import profile as profile_mod
     from .. import store
-    from .interrupt import stop_on_signals
+    from .interrupt import run as run_interruptible, stop_on_signals
     from ..plan import ProfileRequest, profiler_args_error
     from ..store.manifest import new_run_id
 
@@ -112,7 +112,7 @@ def profile(obj: Context, hosts_, group, exclude, tool, gpus, gpu_metrics, allow
                                                  finish_timeout=finish_timeout)
 
     try:
-        manifest = asyncio.run(go())
+        manifest = run_interruptible(go())
     except KeyboardInterrupt:  # the second Ctrl-C
         fail(f"left the nodes to finish on their own; bring the reports home later with: fleet gather {req.run_id}",
              exitcodes.INTERRUPTED)

@@ -40,6 +40,8 @@ SLURM_OPTIONS = [
                  "stopped, reports finished. Default: 120, or half a shorter --time."),
     click.option("--workdir", help="The job's working directory (default: here on the login node, else home)."),
     click.option("--no-wait", is_flag=True, help="Submit, print the job id and return; `fleet gather RUN` later."),
+    click.option("--keep-pending", is_flag=True, help="A job pending for a reason Slurm never clears by itself "
+                 "(e.g. PartitionTimeLimit) is left in the queue, not cancelled; fleet still ends the run."),
     click.option("--poll", type=float, default=5.0, show_default=True, help="Longest seconds between status calls."),
 ]
 
@@ -82,7 +84,7 @@ def _cluster(obj: Context, partition: str | None, name: str | None):
 
 def profile_on_slurm(obj: Context, req: "ProfileRequest", opts: dict, *, store_root, site, dry_run, as_json):
     from .. import store
-    from .interrupt import stop_on_signals
+    from .interrupt import run as run_interruptible, stop_on_signals
     from .output import byte_progress
     from ..containers import ContainerError
     from ..slurm import run as slurm_run
@@ -100,6 +102,10 @@ def profile_on_slurm(obj: Context, req: "ProfileRequest", opts: dict, *, store_r
                             if v and v not in ("None", "(null)"))
             click.echo(f"fleet: job {st.job_id} {st.state}{extra}", err=True)
 
+    def on_python(note):
+        if not as_json and not dry_run:
+            click.echo(f"fleet: the agent's Python on the compute nodes: {note}", err=True)
+
     async def go():
         stop = stop_on_signals("stopping the job's profilers (SIGTERM to its steps), waiting for their reports")
         async with obj.fanout_for_run() as fan:
@@ -107,10 +113,11 @@ def profile_on_slurm(obj: Context, req: "ProfileRequest", opts: dict, *, store_r
                 return await slurm_run.profile(fan, cluster, req, spec, store_root=store.root(store_root),
                                                site=site, dry_run=dry_run,
                                                wait=not opts.get("no_wait"), poll=opts.get("poll") or 5.0,
-                                               stop=stop, on_state=on_state, gathering=gathering)
+                                               stop=stop, on_state=on_state, gathering=gathering,
+                                               keep_pending=bool(opts.get("keep_pending")), on_python=on_python)
 
     try:
-        manifest = asyncio.run(go())
+        manifest = run_interruptible(go())
     except SlurmRejected as e:
         fail(str(e), exitcodes.USAGE)
     except (SlurmError, ContainerError) as e:
@@ -263,7 +270,7 @@ def slurm_group():
 def slurm_install(obj: Context, prefix, python_path, owned, cluster, jobs_dir, state_dir, log_file, fail_closed,
                   pause_dcgm, qdstrm_importer, finish_timeout, do_apply, as_json):
     """Print (or, with --apply, write) the slurm.conf lines, the wrapper scripts and the node config."""
-    from ..slurm.install import NodeSetup, apply
+    from ..slurm.install import NodeSetup, apply, interpreter_problem
 
     sysctls = dict(_cluster(obj, None, cluster).login.vars.get("owned_sysctls") or {}) if cluster else {}
     for item in owned:
@@ -273,6 +280,8 @@ def slurm_install(obj: Context, prefix, python_path, owned, cluster, jobs_dir, s
         sysctls[name] = int(value) if value.lstrip("-").isdigit() else value
     if qdstrm_importer and not qdstrm_importer.startswith("/"):
         fail("--qdstrm-importer takes an absolute path (the epilog gets no PATH)")
+    if (why := interpreter_problem(python_path)):  # before anything is written: it would drain every node
+        fail(f"{why}; nothing written" if do_apply else why)
     setup = NodeSetup(prefix, python_path, sysctls, jobs_dir, state_dir, log_file, fail_closed, pause_dcgm,
                       qdstrm_importer, finish_timeout)
     written = []

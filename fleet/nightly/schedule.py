@@ -141,7 +141,10 @@ def next_begin(record: dict, now: float | None = None) -> str:
 
 
 def fleet_argv(record: dict) -> list[str]:
-    return [record["python"], "-m", "fleet", "schedule", "fire", check_name(record["name"])]
+    # The resubmitting job runs in the folder it was submitted from, which Python's -m would put
+    # first on sys.path: -P (Python 3.11, the controller's) keeps fleet's own modules the installed ones.
+    safe = ["-P"] if record.get("backend") == "resubmit" else []
+    return [record["python"], *safe, "-m", "fleet", "schedule", "fire", check_name(record["name"])]
 
 
 def _env_words(record: dict) -> list[str]:

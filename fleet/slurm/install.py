@@ -3,7 +3,15 @@
 Everything lives under one prefix (default /etc/fleet), owned by root: the
 agent as one Python file, the node config (owned sysctls and the failure
 policy), and three tiny wrapper scripts that slurm.conf names. The wrappers
-start the node's Python by absolute path: slurmd gives prologs no useful PATH.
+start the node's Python by absolute path (slurmd gives prologs no useful PATH),
+isolated (``-I``: no PYTHONPATH, no user site, nothing from the job's folder).
+
+A Python that cannot run the hooks would fail every job's prolog, and Slurm
+drains a node whose prolog fails: so the install first runs the chosen
+interpreter with the bundled agent and refuses it in one line, writing nothing
+(:func:`interpreter_problem`), and each wrapper checks again before it starts
+the agent: an interpreter that cannot start (removed, replaced by an older one)
+is logged and the hook exits 0, leaving the node in service.
 """
 
 from __future__ import annotations
@@ -11,12 +19,19 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import subprocess
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..agent.bundle import script as agent_script
 
 OPS = {"prolog": "Prolog", "epilog": "Epilog", "task-prolog": "TaskProlog"}
+NEEDS = (3, 8)  # the agent's oldest Python (tests/test_bundle.py holds it to that)
+VERSION = "import sys; print('%d.%d.%d' % sys.version_info[:3])"
+# The wrappers' last guard: the interpreter starts and is new enough, or the hook says why and exits 0.
+GUARD = ("import sys; sys.exit(0 if sys.version_info >= %r else 'it is Python %%d.%%d; the agent needs %d.%d or newer'"
+         " %% sys.version_info[:2])" % (NEEDS, *NEEDS))
 
 
 @dataclass(frozen=True)
@@ -43,9 +58,22 @@ class NodeSetup:
 
     def wrapper(self, op: str) -> str:
         args = json.dumps({"mode": "slurmd", "op": op, "config": self.config_path}, separators=(",", ":"))
+        log = shlex.quote(self.log_file)
         return (f"#!/bin/sh\n# fleet's Slurm {OPS[op]} (written by `fleet slurm install`; see docs/slurm-admin.md).\n"
                 f"# It exits 0 on fleet's own errors (logged to syslog and {self.log_file}).\n"
-                f"exec {shlex.quote(self.python)} {shlex.quote(self.prefix + '/fleet-agent.py')} {shlex.quote(args)}\n")
+                "PATH=/usr/sbin:/usr/bin:/sbin:/bin\n"
+                f"py={shlex.quote(self.python)}\n"
+                "# The last guard: an interpreter that cannot start must not fail the hook (Slurm would drain\n"
+                "# the node). Nothing is printed: a TaskProlog's output becomes the job's environment.\n"
+                f"if ! why=$(\"$py\" -I -c {shlex.quote(GUARD)} 2>&1 </dev/null); then\n"
+                f"    msg=\"fleet slurm: {op}: $py cannot run fleet's agent ($(printf '%s' \"$why\" | tail -n 1)): "
+                "nothing done, node left in service\"\n"
+                "    logger -t fleet -p daemon.err -- \"$msg\" 2>/dev/null\n"
+                f"    {{ mkdir -p -- \"$(dirname -- {log})\" && printf '%s %s\\n' \"$(date +%Y-%m-%dT%H:%M:%S)\" "
+                f"\"$msg\" >> {log}; }} 2>/dev/null\n"
+                "    exit 0\n"
+                "fi\n"
+                f"exec \"$py\" -I {shlex.quote(self.prefix + '/fleet-agent.py')} {shlex.quote(args)}\n")
 
     def slurm_conf(self) -> str:
         return "".join(f"{OPS[op]}={self.prefix}/slurm-{op}\n" for op in OPS) + \
@@ -58,6 +86,34 @@ class NodeSetup:
         for op in OPS:
             out[f"{self.prefix}/slurm-{op}"] = (self.wrapper(op).encode(), 0o755)
         return out
+
+
+def interpreter_problem(python: str) -> str | None:
+    """Why ``python`` cannot run the hooks, in one line naming it and its version, or None: it is
+    run here with the bundled agent (its hooks' modules compiled and imported, as on a node)."""
+    if not python.startswith("/"):
+        return f"--python {python}: give an absolute path (slurmd runs the hooks with no PATH)"
+    try:
+        said = subprocess.run([python, "-I", "-c", VERSION], capture_output=True, text=True, timeout=30)
+        version = said.stdout.strip() if said.returncode == 0 and said.stdout.strip() else None
+    except (OSError, subprocess.SubprocessError) as e:
+        return f"--python {python} cannot run the hooks: {getattr(e, 'strerror', None) or e}"
+    named = f"--python {python} (Python {version})" if version else f"--python {python} (no version: it did not start)"
+    fd, agent = tempfile.mkstemp(prefix="fleet-agent-check-", suffix=".py")
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(agent_script())
+        ran = subprocess.run([python, "-I", agent, json.dumps({"mode": "slurmd", "op": "check"})],
+                             capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.SubprocessError) as e:
+        return f"{named} cannot run fleet's agent: {e}"
+    finally:
+        os.unlink(agent)
+    if ran.returncode != 0:
+        lines = [line.strip() for line in (ran.stderr or ran.stdout).splitlines() if line.strip()]
+        needs = "; the hooks need Python %d.%d or newer" % NEEDS
+        return f"{named} cannot run fleet's agent: {lines[-1] if lines else f'exit status {ran.returncode}'}{needs}"
+    return None
 
 
 def apply(setup: NodeSetup) -> list[str]:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import io
 import json
 import re
+import secrets
 import tarfile
 import time
 from dataclasses import dataclass, field
@@ -32,6 +33,13 @@ TERMINAL = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "PREEMPT
             "DEADLINE", "REVOKED", "SPECIAL_EXIT", "GONE"}
 SQUEUE_FORMAT = "%i|%T|%r|%N|%M"  # id, state, reason, nodes, time used
 JSON_FILTERS_FROM = (23, 11)
+SLURMCTLD_BOUND = 10  # seconds a command that asks slurmctld may take (it retries for far longer)
+DEFAULT_MIN_JOB_AGE = 300  # Slurm's default MinJobAge: how long slurmctld keeps an ended job
+# Bounds a command that asks slurmctld, where coreutils' timeout exists (exit 124 past it).
+BOUNDED = ('bounded() { if command -v timeout >/dev/null 2>&1; then timeout %d "$@"; else "$@"; fi; }; '
+           % SLURMCTLD_BOUND)
+# How squeue and scontrol say that a job id is not theirs (the job left, or never was).
+INVALID_JOB = re.compile(r"Invalid job id", re.I)
 
 
 class SlurmError(RuntimeError):
@@ -44,6 +52,11 @@ class LoginUnreachable(SlurmError):
     """The cluster's login node could not be reached: nothing was asked of Slurm."""
 
     exit_status = exitcodes.UNREACHABLE
+
+
+class SlurmctldSilent(SlurmError):
+    """The login node answered, but slurmctld did not (down, restarting, or too busy within the
+    bound): a job's state is unknown, never "gone"."""
 
 
 class SlurmRejected(SlurmError):
@@ -70,6 +83,7 @@ class JobState:
     nodes: str | None = None
     elapsed: str | None = None
     exit_code: str | None = None
+    requeues: int = 0               # times the job went back in line after it ran (as fleet watched it)
 
     @property
     def terminal(self) -> bool:
@@ -83,6 +97,8 @@ class ClusterInfo:
     home: str
     accounting: bool
     name: str | None = None         # ClusterName from slurm.conf, as the cluster's own scontrol says it
+    min_job_age: int = DEFAULT_MIN_JOB_AGE  # seconds slurmctld remembers an ended job
+    python: str | None = None       # the login node's `command -v python3`, when absolute
 
 
 def parse_version(text: str) -> tuple[int, int]:
@@ -183,16 +199,21 @@ class SlurmClient:
 
     async def cluster_info(self) -> ClusterInfo:
         """One round trip: the Slurm version, the login user's home, whether accounting exists,
-        and the cluster's name."""
-        r = await self._sh("sinfo", 'sinfo --version && echo "$HOME" && (scontrol show config 2>/dev/null | '
-                           'grep -i -e "^AccountingStorageType" -e "^ClusterName" || true)')
+        the cluster's name, how long slurmctld keeps ended jobs, and the login node's python3
+        (slurmctld's part bounded: with slurmctld down the rest still comes back)."""
+        r = await self._sh("sinfo", BOUNDED + 'sinfo --version && echo "$HOME" && '
+                           'echo "FleetPython3 = $(command -v python3)" && (bounded scontrol show config 2>/dev/null | '
+                           'grep -i -e "^AccountingStorageType" -e "^ClusterName" -e "^MinJobAge" || true)')
         lines = self._check(r, "sinfo --version").splitlines()
         if len(lines) < 2:
             raise SlurmError(f"unexpected answer from {self.login.name}: {lines}")
         config = {key.strip().lower(): value.strip() for key, _, value in (line.partition("=") for line in lines[2:])}
         accounting = "accountingstoragetype" in config and "none" not in config["accountingstoragetype"].lower()
+        age = re.match(r"\d+", config.get("minjobage", ""))
+        python = config.get("fleetpython3") or ""
         self.info = ClusterInfo(parse_version(lines[0]), lines[0].strip(), lines[1].strip(), accounting,
-                                config.get("clustername") or None)
+                                config.get("clustername") or None, int(age.group()) if age else DEFAULT_MIN_JOB_AGE,
+                                python if python.startswith("/") else None)
         return self.info
 
     async def submit(self, run_dir: str, files: dict[str, bytes], script: str) -> str:
@@ -211,26 +232,46 @@ class SlurmClient:
             raise SlurmError(f"sbatch gave no job id: {out!r}")
         return job
 
-    async def states(self, job_ids: list[str]) -> dict[str, JobState]:
-        """The state of every job: cached terminal ones free, the rest in one ``squeue`` call."""
+    def _silent(self, r: "Result", what: str) -> None:
+        """SlurmctldSilent when a command that asks slurmctld got no answer from it: it failed
+        otherwise than by saying a job id is not its own (or the login node was not reached)."""
+        if r.error and not r.reached:
+            self._check(r, what)
+        if r.exit_status not in (0, None) and not INVALID_JOB.search(r.stderr.decode(errors="replace")):
+            said = r.stderr.decode(errors="replace").strip().splitlines()
+            why = "no answer within %d s" % SLURMCTLD_BOUND if r.exit_status == 124 else (
+                said[-1] if said else f"exit status {r.exit_status}")
+            raise SlurmctldSilent(f"slurmctld not answering ({what} on {self.login.name}: {why})")
+
+    async def states(self, job_ids: list[str], submitted: dict[str, float] | None = None) -> dict[str, JobState]:
+        """The state of every job: cached terminal ones free, the rest in one ``squeue`` call.
+        SlurmctldSilent when slurmctld does not answer. A job no record knows any more is GONE,
+        unless it was submitted (``submitted``: job id -> time.time()) within MinJobAge: then
+        slurmctld has not yet let it go, and its state is UNKNOWN."""
         ask = [j for j in job_ids if j not in self._terminal]
         found: dict[str, JobState] = {}
         if ask:
             use_json = self.info is not None and self.info.version >= JSON_FILTERS_FROM
             if use_json:
-                r = await self._sh("squeue", 'squeue --json --states=all --jobs="$1"', ",".join(ask))
+                r = await self._sh("squeue", BOUNDED + 'bounded squeue --json --states=all --jobs="$1"', ",".join(ask))
             else:
-                r = await self._sh("squeue", 'squeue --noheader --states=all --jobs="$1" --format="$2"', ",".join(ask),
-                                   SQUEUE_FORMAT)
+                r = await self._sh("squeue", BOUNDED + 'bounded squeue --noheader --states=all --jobs="$1" '
+                                   '--format="$2"', ",".join(ask), SQUEUE_FORMAT)
             # squeue exits 1 ("Invalid job id") when every job asked for has left it.
-            if r.exit_status not in (0, 1) or (r.error and not r.reached):
-                self._check(r, "squeue")
+            self._silent(r, "squeue")
             text = r.stdout.decode(errors="replace")
             found = (parse_squeue_json(text) if use_json and text.strip().startswith("{")
                      else parse_squeue_text(text))
             gone = [j for j in ask if j not in found]
             if gone:
                 found.update(await self._after_squeue(gone))
+            age = self.info.min_job_age if self.info is not None else DEFAULT_MIN_JOB_AGE
+            for job, st in list(found.items()):
+                since = (submitted or {}).get(job)
+                waited = time.time() - since if since is not None else None
+                if st.state == "GONE" and waited is not None and waited < age:
+                    found[job] = JobState(job, "UNKNOWN", f"not in slurmctld's records {int(waited)} s after "
+                                          f"submission (it keeps a job {age} s, MinJobAge)")
         for job, st in found.items():
             if st.terminal:
                 self._terminal[job] = st
@@ -239,7 +280,7 @@ class SlurmClient:
     async def _after_squeue(self, jobs: list[str]) -> dict[str, JobState]:
         """Jobs no longer in squeue: once, from accounting, or from scontrol while it remembers them."""
         if self.info is not None and self.info.accounting:
-            r = await self._sh("sacct", 'sacct --noheader --parsable2 --allocations --jobs="$1" '
+            r = await self._sh("sacct", BOUNDED + 'bounded sacct --noheader --parsable2 --allocations --jobs="$1" '
                                '--format=JobID,State,ExitCode,NodeList,Elapsed', ",".join(jobs))
             if r.exit_status == 0:
                 found = parse_sacct(r.stdout.decode(errors="replace"))
@@ -247,7 +288,8 @@ class SlurmClient:
                     return found
         out = {}
         for job in jobs:  # rare: only a job that left squeue, once
-            r = await self._sh("scontrol", 'scontrol -o show job "$1"', job)
+            r = await self._sh("scontrol", BOUNDED + 'bounded scontrol -o show job "$1"', job)
+            self._silent(r, "scontrol show job")
             st = parse_scontrol(r.stdout.decode(errors="replace")) if r.exit_status == 0 else None
             out[job] = st or JobState(job, "GONE", "no longer known to slurmctld (MinJobAge passed)")
         return out
@@ -257,21 +299,36 @@ class SlurmClient:
         r = await self._sh("scancel", 'exec "$@"', *args)
         self._check(r, "scancel")
 
-    async def read_results(self, run_dir: str) -> tuple[list[dict], dict[str, str]]:
+    async def read_results(self, run_dir: str) -> tuple[list[dict], dict]:
         """Every rank's result document and the job's own files (exit status, stop time, the job's
-        log and the reports Ray's nsys wrote, each with its size and sha256), in one call."""
-        r = await self._sh("results", 'cd -- "$1" 2>/dev/null || exit 0; '
+        log, the reports Ray's nsys wrote, and the reports of ranks killed before they wrote a
+        result, each with its size and sha256), in one call. fleet's own lines carry a nonce made
+        for this call, so no line a job wrote into a file of its run reads as one of them."""
+        nonce = secrets.token_hex(16)
+        r = await self._sh("results", 'cd -- "$1" 2>/dev/null || exit 0; m="@@$2"; '
                            'for f in */*.result.json; do [ -f "$f" ] && { cat "$f"; echo; }; done; '
-                           'for f in job.exit job.stopped; do [ -f "$f" ] && echo "@@$f $(cat "$f")"; done; '
-                           'for f in slurm-*.out ray/*.nsys-rep; do [ -f "$f" ] && echo "@@${f%%[-/]*} '
-                           '$(stat -c %s "$f") $(sha256sum < "$f" | cut -d" " -f1) $PWD/$f"; done; true',
-                           run_dir)
+                           'for f in job.exit job.stopped; do [ -f "$f" ] && echo "$m $f $(head -c 64 "$f")"; done; '
+                           'for f in slurm-*.out ray/*.nsys-rep */rank*.nsys-rep */rank*.ncu-rep; do [ -f "$f" ] || '
+                           'continue; case $f in */rank*) [ ! -e "${f%.*}.result.json" ] || continue; k=orphan ;; '
+                           '*) k=${f%%[-/]*} ;; esac; echo "$m $k $(stat -c %s "$f") '
+                           '$(sha256sum < "$f" | cut -d" " -f1) $PWD/$f"; done; true', run_dir, nonce)
         text = self._check(r, "reading the run's results")
-        results, marks = wire.answers(text, "profile"), {"ray": []}
+        results, marks = wire.answers(text, "profile"), {"ray": [], "orphan": []}
+        mark = f"@@{nonce} "
         for line in text.split("\n"):  # not splitlines(): results carry a \x1e
-            if line.startswith("@@ray "):  # reports Ray's own nsys wrote (size, sha256, path)
-                marks["ray"].append(line[len("@@ray "):].strip())
-            elif line.startswith("@@"):  # the job's own files: not the agent's results
-                name, _, value = line[2:].partition(" ")
-                marks[name] = value.strip()
+            if line.startswith(mark):  # the job's own files, as this call's shell found them
+                name, _, value = line[len(mark):].partition(" ")
+                if name in ("ray", "orphan"):
+                    marks[name].append(value.strip())
+                else:
+                    marks[name] = value.strip()
         return results, marks
+
+
+FILE_MARK = re.compile(r"(\d{1,15}) ([0-9a-f]{64}) (/.+)")
+
+
+def file_mark(value: str) -> dict | None:
+    """A file as :meth:`SlurmClient.read_results` listed it (size, sha256, path), or None."""
+    m = FILE_MARK.fullmatch(value or "")
+    return {"size": int(m.group(1)), "sha256": m.group(2), "path": m.group(3)} if m else None

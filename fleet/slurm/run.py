@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import time
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
@@ -29,7 +30,8 @@ from ..store.manifest import HostEntry, ReportEntry, RunManifest, SlurmInfo
 from ..plan import ProfileRequest, profiler_args_error
 from . import launchers, options
 from .cluster import Cluster
-from .jobs import JobState, SlurmClient, SlurmError, UsageError
+from .jobs import JobState, SlurmClient, SlurmctldSilent, SlurmError, UsageError, file_mark
+from .states import job_end_verdict, never_starts
 from ..containers import nsight_dirs
 from .script import AGENT_FILE, REQUEST_FILE, SCRIPT_FILE, JobFiles, JobSpec, render, request_doc
 
@@ -38,6 +40,13 @@ if TYPE_CHECKING:
 
 POLL_FIRST = 0.5    # seconds; then each wait 1.5x longer, up to the poll interval
 WATCH_FAILURES = 10  # status calls failing in a row before fleet gives up watching (the job goes on)
+SILENT_POLL = 30    # seconds: the longest wait between asks while slurmctld does not answer
+REQUEUED = {"REQUEUED", "REQUEUE_FED", "REQUEUE_HOLD", "PENDING", "CONFIGURING"}  # a job that ran, back in line
+
+
+class NeverStarts(SlurmError):
+    """The job pends for a reason Slurm never clears by itself: it was cancelled (or kept, with
+    --keep-pending), and the run ends."""
 
 
 @dataclass
@@ -48,6 +57,7 @@ class Prepared:
     version: str
     request: dict
     cluster_name: str | None = None       # Slurm's ClusterName, as the login node said it
+    python_note: str = ""                 # which Python the agent runs with on the compute nodes, and why
 
 
 async def prepare(client: SlurmClient, cluster: Cluster, req: ProfileRequest, spec: JobSpec) -> Prepared:
@@ -59,14 +69,30 @@ async def prepare(client: SlurmClient, cluster: Cluster, req: ProfileRequest, sp
     info = await client.cluster_info()
     root = cluster.report_root(info.home)
     tools = {t: cluster.login.vars[f"{t}_path"] for t in ("nsys", "ncu") if cluster.login.vars.get(f"{t}_path")}
-    files = JobFiles(f"{root}/{req.run_id}", root, cluster.login.vars.get("ansible_python_interpreter", "python3"),
-                     tools, cluster.login.vars.get("slurm_scratch"), bool(cluster.login.vars.get("fleet_slurm_prolog")))
+    python, python_note = agent_python(cluster, info.python)
+    files = JobFiles(f"{root}/{req.run_id}", root, python, tools, cluster.login.vars.get("slurm_scratch"),
+                     bool(cluster.login.vars.get("fleet_slurm_prolog")), python_note)
     # The job runs where the user is: here when fleet runs on the login node, else the login home.
     spec = replace(spec, workdir=spec.workdir or (os.getcwd() if cluster.local else info.home))
     if spec.container and not spec.container.nsight_dirs:
         spec = replace(spec, container=replace(spec.container, nsight_dirs=nsight_dirs(tools)))
     return Prepared(spec, files, render(req, spec, files), info.version_text, request_doc(req, files),
-                    info.name if safenames.is_component(info.name) else None)  # the cluster's word: checked
+                    info.name if safenames.is_component(info.name) else None,  # the cluster's word: checked
+                    python_note)
+
+
+def agent_python(cluster: Cluster, probed: str | None) -> tuple[str, str]:
+    """The Python the agent is started with on the compute nodes, by absolute path (a job under
+    --export=NONE or Apptainer's --cleanenv has no PATH to find a bare ``python3`` on), and
+    where it came from: the inventory's ``ansible_python_interpreter``, else the login node's
+    ``command -v python3`` (the batch script checks it exists on the node before any rank)."""
+    named = cluster.login.vars.get("ansible_python_interpreter")
+    if named:
+        return str(named), f"{named} (the inventory's ansible_python_interpreter)"
+    if probed:
+        return probed, f"{probed} (the login node's python3; set ansible_python_interpreter to choose)"
+    return "python3", ("python3 from the job's PATH (the login node has none on its PATH: a job under "
+                       "--export=NONE will not find it; set ansible_python_interpreter)")
 
 
 def expected_ranks(spec: dict) -> list[int] | None:
@@ -82,7 +108,7 @@ def expected_ranks(spec: dict) -> list[int] | None:
 def new_manifest(req: ProfileRequest, cluster: Cluster, prep: Prepared, site: str) -> RunManifest:
     manifest = RunManifest.begin(req, site)
     manifest.slurm = SlurmInfo(cluster=cluster.name, cluster_name=prep.cluster_name, login=cluster.login.name,
-                               version=prep.version,
+                               version=prep.version, python=prep.python_note or None,
                                run_dir=prep.files.run_dir, state="SUBMITTING", spec=asdict(prep.spec),
                                script=prep.script)
     return manifest
@@ -102,33 +128,57 @@ async def submit(client: SlurmClient, prep: Prepared) -> str:
 
 
 async def watch(client: SlurmClient, job_id: str, *, poll: float = 5.0, stop: asyncio.Event | None = None,
-                on_state: Callable[[JobState], None] = lambda s: None) -> JobState:
-    """Until the job ends. A stop request (Ctrl-C) sends SIGTERM to the job's steps once:
-    the profilers stop their applications and finish their reports, and the job ends."""
-    interval, last, stopping, failures = POLL_FIRST, None, False, 0
+                on_state: Callable[[JobState], None] = lambda s: None, submitted: float | None = None,
+                keep_pending: bool = False) -> JobState:
+    """Until the job ends. A stop request (Ctrl-C) cancels a job that has not started, and sends
+    SIGTERM to a running job's steps once: the profilers stop their applications and finish
+    their reports, and the job ends. While slurmctld does not answer, the job's state is
+    unknown: fleet keeps asking, less often, and says since when. A job pending for a reason
+    Slurm never clears is cancelled (kept with ``keep_pending``): NeverStarts. The state
+    returned carries ``requeues``, the times the job went back in line after it ran."""
+    interval, last, stopping, failures, silent_since, ran, requeues = POLL_FIRST, None, False, 0, None, False, 0
     while True:
         try:
-            st = (await client.states([job_id]))[job_id]
-            failures = 0
-        except SlurmError as e:  # the login node or slurmctld busy for a moment: keep watching
+            st = (await client.states([job_id], {job_id: submitted} if submitted else None))[job_id]
+            failures, silent_since = 0, None
+        except SlurmctldSilent:
+            silent_since = silent_since or time.time()
+            st = JobState(job_id, "UNKNOWN", "slurmctld not answering since "
+                          + time.strftime("%H:%M:%S", time.localtime(silent_since)))
+        except SlurmError as e:  # the login node busy or unreachable for a moment: keep watching
             failures += 1
             if failures >= WATCH_FAILURES:
                 raise
             st = JobState(job_id, "UNKNOWN", f"status call failed ({e}); asking again")
+        if st.state == "RUNNING":
+            ran = True
+        elif ran and st.state in REQUEUED:
+            ran, requeues = False, requeues + 1
         if (st.state, st.reason) != last:
             on_state(st)
             last = (st.state, st.reason)
         if st.terminal:
+            st.requeues = requeues
             return st
+        if st.state == "PENDING" and (why := never_starts(st.reason)):
+            if not keep_pending:
+                await client.cancel([job_id])
+            raise NeverStarts(f"job {job_id} can never start: {st.reason} ({why}); "
+                              + ("kept in the queue (--keep-pending)" if keep_pending else
+                                 "cancelled it (--keep-pending keeps such a job)"))
         if stop is not None and stop.is_set() and not stopping:
-            await client.cancel([job_id], signal="TERM")
-            stopping = True
+            try:  # a job that has not started has no profilers to stop: it goes from the queue
+                await client.cancel([job_id], signal=None if st.state == "PENDING" else "TERM")
+                stopping = True
+            except SlurmError as e:  # slurmctld silent: asked again at the next poll
+                on_state(JobState(job_id, st.state, f"could not stop the job yet ({e}); trying again"))
+                await asyncio.sleep(interval)
         try:
             await asyncio.wait_for(stop.wait() if stop is not None and not stopping else asyncio.sleep(interval),
                                    interval)
         except asyncio.TimeoutError:
             pass
-        interval = min(interval * 1.5, poll)
+        interval = min(interval * 1.5, max(poll, SILENT_POLL) if silent_since else poll)
 
 
 def _why_missing(rank: int, st: JobState | None, log: str) -> str:
@@ -156,7 +206,8 @@ def _tenant_text(t: dict) -> str:
 
 async def gather(fan: "Fanout", client: SlurmClient, manifest: RunManifest, directory: Path,
                  state: JobState | None, gathering=None) -> RunManifest:
-    """Bring every rank's reports home into ``directory/NODE/``; say which ranks left nothing and why."""
+    """Bring every rank's reports home into ``directory/NODE/``; say which ranks left nothing and
+    why; then the job's end state is applied to the ranks (:func:`states.job_end_verdict`)."""
     slurm = manifest.slurm
     results, marks = await client.read_results(slurm.run_dir)
     if state is not None:
@@ -165,65 +216,108 @@ async def gather(fan: "Fanout", client: SlurmClient, manifest: RunManifest, dire
     slurm.job_exit = int(marks["job.exit"]) if marks.get("job.exit", "").lstrip("-").isdigit() else None
     slurm.stopped_before_time_limit = "job.stopped" in marks
     log = f"slurm-{slurm.job_id}.out"
-    if "slurm" in marks:  # slurm-JOBID.out: its size, sha256 and path, from a line the job could write too
-        size, sha, path = (marks["slurm"].split(" ", 2) + ["", ""])[:3]
-        job_log = {"path": path, "size": int(size) if size.isdigit() else size, "sha256": sha}
-        if file_problem(job_log, slurm.run_dir) is None:
-            slurm.log = ReportEntry.from_json(await fetch_verified(
-                fan, client.login, job_log, directory / os.path.basename(path)))
-
+    found = file_mark(marks.get("slurm", ""))  # slurm-JOBID.out
+    if found and file_problem(found, slurm.run_dir) is None:
+        slurm.log = ReportEntry.from_json(await fetch_verified(
+            fan, client.login, found, directory / os.path.basename(found["path"])))
     tool = (manifest.request or {}).get("tool")
 
     async def one(res: dict) -> HostEntry:
-        wrong = wire.problems(res, "profile")
-        node = res.get("slurm_node") or res.get("node")
-        # The node's name comes from a result file in the run directory, which the job can write:
-        # one that is not a folder name, or a result not of its shape, brings nothing home.
-        problem = "; ".join(wrong[:3]) if wrong else safenames.component_problem(node, "the node name in a rank's result")
-        if problem:
-            rank = res.get("rank") if isinstance(res.get("rank"), int) else None
-            return HostEntry(str(node), HostStatus.FAILED, rank=rank, missing_why=f"a malformed result: {problem}")
-        reports = []
-        if res.get("status") in ("ok", "yielded"):
-            # Written to node-local scratch, they now are in the run directory, under the same names.
-            to_fetch = [dict(r, path=f"{slurm.run_dir}/{node}/{os.path.basename(r['path'])}")
-                        for r in (res.get("reports") or []) + (res.get("summaries") or [])]
-            reports = await bring_home(fan, client.login, to_fetch, directory / node,
-                                       node_dir=f"{slurm.run_dir}/{node}", gathering=gathering)
-        return rank_entry(res, reports, tool)
+        return await _rank_home(fan, client, slurm.run_dir, res, directory, gathering, tool)
 
     # Ranks come home side by side (the transport bounds transfers per login connection).
-    ordered = sorted(results, key=lambda r: (not isinstance(r.get("rank"), int), r.get("rank") if isinstance(
-        r.get("rank"), int) else 0, str(r.get("host") or "")))
+    ordered = sorted(results, key=lambda r: (not isinstance(r.get("rank"), int), r.get("rank") if
+                                             isinstance(r.get("rank"), int) else 0, str(r.get("host") or "")))
     hosts = list(await asyncio.gather(*(one(res) for res in ordered)))
-    for line in marks["ray"]:  # Ray's workers, named worker-HOST-PID.nsys-rep (no rank, no agent)
-        size, sha, path = (line.split(" ", 2) + ["", ""])[:3]
+    hosts += await _ray_home(fan, client, slurm.run_dir, marks["ray"], directory)
+    seen = {e.rank for e in hosts}
+    ranks = expected_ranks(slurm.spec)
+    orphans = _orphans(marks["orphan"])
+    for rank in ranks if ranks is not None else ([] if hosts else [0]):
+        if rank in seen:
+            continue
+        if rank in orphans:  # killed before it wrote its result: the report it finished comes home
+            node, found = orphans[rank]
+            reports = await bring_home(fan, client.login, [found], directory / node, node_dir=f"{slurm.run_dir}/{node}",
+                                       gathering=gathering)
+            hosts.append(HostEntry(node, HostStatus.MISSING, rank=rank, reports=reports, missing_why=(
+                f"rank {rank} on {node} left no result (it was killed first; job {state.state if state else 'unknown'}"
+                f", see {log}); the report it left was brought home, unchecked by its agent")))
+        else:
+            hosts.append(HostEntry("(no result)", HostStatus.MISSING, rank=rank,
+                                   missing_why=_why_missing(rank, state, log)))
+    if state is not None:
+        slurm.requeues = max(slurm.requeues, state.requeues)
+    end = job_end_verdict(slurm.state, hosts, requeues=slurm.requeues,
+                          stopped_before_time_limit=slurm.stopped_before_time_limit)
+    slurm.end, manifest.hosts = end.note, end.hosts
+    manifest.status = "cancelled" if state is not None and state.state == "CANCELLED" else \
+        outcome.run_status(h.status for h in manifest.hosts)
+    return manifest
+
+
+async def _rank_home(fan: "Fanout", client: SlurmClient, run_dir: str, res: dict, directory: Path,
+                     gathering, tool: str | None) -> HostEntry:
+    """One rank's result, held to its shape, and what it names brought home from its node's folder."""
+    wrong = wire.problems(res, "profile")
+    node = res.get("slurm_node") or res.get("node")
+    # The node's name comes from a result file in the run directory, which the job can write:
+    # one that is not a folder name, or a result not of its shape, brings nothing home.
+    problem = "; ".join(wrong[:3]) if wrong else safenames.component_problem(node, "the node name in a rank's result")
+    if problem:
+        rank = res.get("rank") if isinstance(res.get("rank"), int) else None
+        return HostEntry(str(node or "(malformed result)"), HostStatus.FAILED, rank=rank,
+                         missing_why=f"the rank's result is malformed ({problem}); nothing of it was brought home")
+    reports = []
+    if res.get("status") in ("ok", "yielded"):
+        # Written to node-local scratch, they now are in the run directory, under the same names.
+        to_fetch = [dict(r, path=f"{run_dir}/{node}/{os.path.basename(r['path'])}")
+                    for r in (res.get("reports") or []) + (res.get("summaries") or [])]
+        reports = await bring_home(fan, client.login, to_fetch, directory / node, node_dir=f"{run_dir}/{node}",
+                                   gathering=gathering)
+    return rank_entry(res, reports, tool)
+
+
+async def _ray_home(fan: "Fanout", client: SlurmClient, run_dir: str, lines: list[str],
+                    directory: Path) -> list[HostEntry]:
+    """Ray's workers, named worker-HOST-PID.nsys-rep (no rank, no agent)."""
+    hosts = []
+    for line in lines:
+        found = file_mark(line)
+        if found is None:
+            continue
+        path = found["path"]
         node = os.path.basename(path).removesuffix(".nsys-rep")[len("worker-"):].rsplit("-", 1)[0] or "ray"
         if not safenames.is_component(node):  # named by a file the job wrote
             hosts.append(HostEntry(str(node), HostStatus.FAILED, worker=os.path.basename(path),
                                    missing_why=safenames.component_problem(node, "the Ray worker's node name")))
             continue
-        report = {"path": path, "size": int(size) if size.isdigit() else size, "sha256": sha}
-        reports = await bring_home(fan, client.login, [report], directory / node, node_dir=f"{slurm.run_dir}/ray")
+        reports = await bring_home(fan, client.login, [found], directory / node, node_dir=f"{run_dir}/ray")
         gone = outcome.lost(reports)
         hosts.append(HostEntry(node, HostStatus.FAILED if gone else HostStatus.OK, worker=os.path.basename(path),
                                missing_why=gone[0].error if gone else None, reports=reports))
-    seen = {e.rank for e in hosts}
-    ranks = expected_ranks(slurm.spec)
-    for rank in ranks if ranks is not None else ([] if hosts else [0]):
-        if rank not in seen:
-            hosts.append(HostEntry("(no result)", HostStatus.MISSING, rank=rank,
-                                   missing_why=_why_missing(rank, state, log)))
-    manifest.hosts = hosts
-    manifest.status = "cancelled" if state is not None and state.state == "CANCELLED" else \
-        outcome.run_status(h.status for h in hosts)
-    return manifest
+    return hosts
+
+
+def _orphans(lines: list[str]) -> dict[int, tuple[str, dict]]:
+    """Reports of ranks that left no result (NODE/rankN.nsys-rep or .ncu-rep), by rank."""
+    out = {}
+    for line in lines:
+        found = file_mark(line)
+        if found is None:
+            continue
+        node, name = found["path"].split("/")[-2:]
+        rank = name.split(".")[0][len("rank"):]
+        if name.startswith("rank") and rank.isdigit() and safenames.is_component(node):
+            out.setdefault(int(rank), (node, found))
+    return out
 
 
 async def profile(fan: "Fanout", cluster: Cluster, req: ProfileRequest, spec: JobSpec, *, store_root: Path,
                   site: str | None = None, dry_run: bool = False, wait: bool = True, poll: float = 5.0,
                   stop: asyncio.Event | None = None, on_state: Callable[[JobState], None] = lambda s: None,
-                  gathering=None, client: SlurmClient | None = None) -> RunManifest:
+                  gathering=None, client: SlurmClient | None = None, keep_pending: bool = False,
+                  on_python: Callable[[str], None] = lambda s: None) -> RunManifest:
     """The whole run; returns its manifest (for ``--dry-run``, one with the script and no job).
     It is filed under ``site``, by default the cluster's name (:func:`filing_name`)."""
     if site is not None:
@@ -231,6 +325,7 @@ async def profile(fan: "Fanout", cluster: Cluster, req: ProfileRequest, spec: Jo
     client = client or SlurmClient(fan, cluster.login)
     prep = await prepare(client, cluster, req, spec)
     manifest = new_manifest(req, cluster, prep, site or filing_name(cluster, prep.cluster_name))
+    on_python(prep.python_note)
     if dry_run:
         manifest.status = "dry-run"
         return manifest
@@ -242,10 +337,18 @@ async def profile(fan: "Fanout", cluster: Cluster, req: ProfileRequest, spec: Jo
         store.save(store_root, manifest)
         raise
     manifest.status, manifest.slurm.state = "submitted", "PENDING"
+    submitted = time.time()
     store.save(store_root, manifest)
     if not wait:
         return manifest
-    state = await watch(client, manifest.slurm.job_id, poll=poll, stop=stop, on_state=on_state)
+    try:
+        state = await watch(client, manifest.slurm.job_id, poll=poll, stop=stop, on_state=on_state,
+                            submitted=submitted, keep_pending=keep_pending)
+    except NeverStarts as e:
+        manifest.status, manifest.error = "failed", str(e)
+        manifest.slurm.state = "PENDING" if keep_pending else "CANCELLED"
+        store.save(store_root, manifest)
+        raise
     manifest = await gather(fan, client, manifest, directory, state, gathering)
     store.save(store_root, manifest)
     return manifest

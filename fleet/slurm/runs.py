@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 from .. import outcome, store
 from .cluster import Cluster, choose
-from .jobs import SlurmClient
+from .jobs import JobState, SlurmClient, SlurmctldSilent
 
 if TYPE_CHECKING:
     from ..inventory import Inventory
@@ -36,13 +36,17 @@ def by_cluster(inventory: "Inventory", manifests: list["RunManifest"]) -> list[t
 
 
 async def job_rows(fan: "Fanout", groups: list[tuple[Cluster, list["RunManifest"]]]) -> list[dict]:
-    """Each run's job as Slurm sees it now: one squeue call per cluster."""
+    """Each run's job as Slurm sees it now: one squeue call per cluster. Where slurmctld does not
+    answer (within its bound), every job of that cluster is UNKNOWN, never gone."""
     rows = []
     for cluster, ms in groups:
         client = SlurmClient(fan, cluster.login)
         await client.cluster_info()
         ids = [m.slurm.job_id for m in ms if m.slurm.job_id]
-        states = await client.states(ids) if ids else {}
+        try:
+            states = await client.states(ids) if ids else {}
+        except SlurmctldSilent:
+            states = {j: JobState(j, "UNKNOWN", "slurmctld not answering") for j in ids}
         for m in ms:
             st = states.get(m.slurm.job_id)
             rows.append({"run_id": m.run_id, "cluster": m.slurm.cluster_name or cluster.name, "job_id": m.slurm.job_id,
@@ -79,6 +83,8 @@ def render(m: "RunManifest") -> str:
     lines = [f"run {m.run_id}: job {s.job_id} on {s.cluster_name or s.cluster} {s.state or ''} -> {m.status}"]
     if m.status == "submitted":
         lines.append(f"  reports will be under {s.run_dir}; bring them home with: fleet gather {m.run_id}")
+    if s.end:
+        lines.append(f"  {s.end}")
     if s.stopped_before_time_limit:
         lines.append("  the profilers were stopped ahead of the time limit, so their reports could be finished")
     for h in m.hosts:

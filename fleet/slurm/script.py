@@ -59,10 +59,11 @@ class JobFiles:
     """Where the job's files are on the cluster's shared filesystem."""
     run_dir: str                            # absolute; the agent, the script, the reports
     report_root: str                        # run_dir's parent: the task's report_dir
-    python: str = "python3"                 # on the compute nodes
+    python: str = "python3"                 # on the compute nodes, by absolute path where fleet found one
     tools: dict = field(default_factory=dict)  # nsys_path / ncu_path from the inventory
     scratch: str | None = None              # node-local directory the ranks write to, copied over at the end
     prolog: bool = False                    # the nodes run fleet's prolog: a rank without its verdict refuses counters
+    python_note: str = ""                   # where ``python`` came from, said in the job's log
 
     @property
     def task_root(self) -> str:
@@ -119,6 +120,21 @@ def _copy_back(files: JobFiles) -> list[str]:
                           f'{{ cp -a "$d" "$1"/ && rm -rf "$d"; }}') + ' sh "$RUN_DIR"']
 
 
+def _python_check(files: JobFiles) -> list[str]:
+    """The agent's Python, checked on the first compute node before any rank starts, and said in
+    the job's log: a job under --export=NONE has no PATH, so it is named by absolute path."""
+    said = quote(f" ({files.python_note})", "the agent Python's origin") if files.python_note else ""
+    return [f"FLEET_PYTHON={quote(files.python, 'the agent Python (ansible_python_interpreter)')}",
+            "if command -v -- \"$FLEET_PYTHON\" >/dev/null 2>&1; then",
+            f"    echo \"fleet: the agent runs with $FLEET_PYTHON on ${{SLURMD_NODENAME:-this node}}\"{said} >&2",
+            "else",
+            "    echo \"fleet: $FLEET_PYTHON, the agent's Python, is not on compute node ${SLURMD_NODENAME:-?}: "
+            "set ansible_python_interpreter to the nodes' python3\" >&2",
+            "    echo 127 > \"$RUN_DIR/job.exit\"",
+            "    exit 127",
+            "fi"]
+
+
 def render(req, spec: JobSpec, files: JobFiles) -> str:
     """The exact batch script ``fleet profile --partition`` submits (and ``--dry-run`` prints);
     UnsafeValue (fleet.safenames) for a value sbatch or bash would read as something else."""
@@ -134,6 +150,7 @@ def render(req, spec: JobSpec, files: JobFiles) -> str:
              f"# {files.run_dir}/NODE/rankN.*, and the job's exit status to job.exit.",
              "set -u",
              f"RUN_DIR={quote(files.run_dir, 'the run directory')}",
+             *_python_check(files),
              *([f"cd -- {quote(spec.workdir, '--workdir')} || exit 1"] if spec.workdir else []),
              _array("COMMAND", req.command),
              *launch.setup,

@@ -145,6 +145,9 @@ class SlurmInfo(_Record):
     job_exit: int | None = None           # the batch script's own exit status
     stopped_before_time_limit: bool = False
     log: ReportEntry | None = None        # slurm-JOBID.out, brought home
+    python: str | None = None             # the agent's Python on the compute nodes, and where fleet found it
+    end: str | None = None                # what the job's end state meant for the run (fleet.slurm.states)
+    requeues: int = 0                     # times Slurm requeued the job while fleet watched it
 
     @classmethod
     def from_json(cls, doc: dict) -> "SlurmInfo":

@@ -1,0 +1,106 @@
+"""What a job's Slurm state means for a run: pure rules, no I/O.
+
+Two questions, each answered from Slurm's own words (its job reason codes,
+doc/html/job_reason_codes.shtml, and its job states):
+
+* a PENDING job's reason: one Slurm clears by itself (Priority, Resources, a
+  group limit other jobs free), so fleet waits; or one it never clears, so the
+  job can never start as submitted (:func:`never_starts`);
+* how the job ended: a state that killed the ranks (NODE_FAIL, PREEMPTED,
+  OUT_OF_MEMORY, TIMEOUT, BOOT_FAIL) makes a rank it killed not ``ok``, whatever
+  its report says, and a requeue is said (:func:`job_end_verdict`).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ..store.manifest import HostEntry
+
+# Reasons Slurm never clears by itself: the request exceeds a limit that applies to each job
+# alone (not a sum other jobs free), names what it may not use, or waits on what will never be.
+# Under EnforcePartLimits=NO (Slurm's default) sbatch accepts such a job and it pends forever.
+NEVER_STARTS = (
+    (re.compile(r"AccountNotAllowed"), "the partition does not allow the job's account"),
+    (re.compile(r"QOSNotAllowed"), "the partition or association does not allow the job's QOS"),
+    (re.compile(r"InvalidAccount|Job's account not known.*"), "the job's account is not known to Slurm"),
+    (re.compile(r"InvalidQOS"), "the job's QOS is not known to Slurm"),
+    (re.compile(r"PartitionTimeLimit"), "the job's time limit is above its partition's MaxTime"),
+    (re.compile(r"(Assoc|QOS)Max\w*PerJob\w*"), "the job asks for more than one job may have"),
+    (re.compile(r"(Assoc|QOS)Max\w*PerNode"), "the job asks for more on a node than one job may have"),
+    (re.compile(r"QOSMin\w+"), "the job asks for less than its QOS requires of a job"),
+    (re.compile(r"MaxMemPerLimit"), "the job asks for more memory per CPU or node than allowed"),
+    (re.compile(r"BadConstraints"), "no node can satisfy the job's requirements"),
+    (re.compile(r"DependencyNeverSatisfied"), "the job depends on a job that will never satisfy it"),
+    (re.compile(r"ReservationDeleted"), "the job's reservation no longer exists"),
+    (re.compile(r"DeadLine"), "the job can no longer meet its deadline"),
+    (re.compile(r"JobHoldMaxRequeue"), "the job was requeued too often and is held"),
+    (re.compile(r"JobHeldAdmin|launch failed requeued held"),
+     "the job is held (its launch failed, or an admin held it); only `scontrol release` starts it"),
+    (re.compile(r"ReqNodeNotAvail, UnavailableNodes:"),
+     "the nodes the job asks for are not available, and Slurm names none that could come back"),
+)
+
+# Job states that ended the ranks from outside: a rank they stopped is not a complete profile.
+KILLING = {
+    "NODE_FAIL": "a node of the job failed",
+    "PREEMPTED": "the job was preempted",
+    "OUT_OF_MEMORY": "the job ran out of memory",
+    "TIMEOUT": "the job was killed at its time limit",
+    "BOOT_FAIL": "a node of the job failed to boot",
+    "DEADLINE": "the job was killed at its deadline",
+}
+
+
+def never_starts(reason: str | None) -> str | None:
+    """Why a PENDING job with this reason can never start as submitted, or None: Slurm may yet
+    start it (Priority, Resources, a limit that other jobs' ending frees, a dependency, a begin
+    time, a user's hold). "ReqNodeNotAvail" counts only with an empty list of unavailable nodes
+    (a named node that is down, busy or reserved may come back)."""
+    text = (reason or "").strip()
+    for pattern, why in NEVER_STARTS:
+        if pattern.fullmatch(text):
+            return why
+    return None
+
+
+@dataclass(frozen=True)
+class JobEnd:
+    note: str | None                    # said on the run line and kept in the manifest
+    hosts: list                         # the ranks' entries, those the job's end killed no longer ok
+
+
+def _killed(entry: "HostEntry", stopped_by_fleet: bool) -> bool:
+    """Whether the job's end stopped this rank: no result, or one that says it was stopped or
+    that its workload did not exit 0 (a rank that had finished first is left as it is)."""
+    res = entry.result or {}
+    if not res:
+        return True
+    workload = res.get("workload") if isinstance(res.get("workload"), dict) else {}
+    if workload.get("signal") or workload.get("exit_status") not in (None, 0):
+        return True
+    return bool(res.get("stopped")) and not stopped_by_fleet
+
+
+def job_end_verdict(state: str | None, hosts: list, *, requeues: int = 0,
+                    stopped_before_time_limit: bool = False) -> JobEnd:
+    """The ranks' entries under the job's end state. NODE_FAIL, PREEMPTED, OUT_OF_MEMORY,
+    TIMEOUT, BOOT_FAIL (and DEADLINE) are said; a rank they stopped is ``failed`` with the
+    reason, its reports kept. At TIMEOUT a rank fleet's own USR1 trap stopped ahead of the limit
+    (``stopped_before_time_limit``) finished its report and stays as it was."""
+    notes = []
+    if requeues:
+        notes.append(f"Slurm requeued the job {requeues} time(s): what was gathered is from its last start")
+    why = KILLING.get(state or "")
+    out = list(hosts)
+    if why:
+        notes.insert(0, f"job ended {state}: {why}")
+        fleet_stop = state == "TIMEOUT" and stopped_before_time_limit
+        for i, entry in enumerate(out):
+            if entry.status == "ok" and _killed(entry, fleet_stop):
+                out[i] = replace(entry, status="failed", missing_why=f"killed by the job's end: {state} ({why}); "
+                                 "its report is kept but does not cover the whole workload")
+    return JobEnd("; ".join(notes) or None, out)

@@ -1,0 +1,242 @@
+"""fleet profile --partition as real sites configure Slurm, on the test cluster (munge,
+slurmctld, two slurmd) reached through a real sshd as its login node: --export=NONE, a job
+that can never start, Ctrl-C on a pending job, slurmctld stopped and started mid-run, a node
+that goes down under a job."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.conftest import REPO, fleet_json, run_fleet
+from tests.test_slurm import _wait_running, hpc, manifest  # noqa: F401 (the module's cluster)
+
+
+def env_of(hpc, store: Path, **extra) -> dict:
+    return {**hpc.env(), "FLEET_STORE": str(store), **extra}
+
+
+def start_fleet(hpc, store: Path, *args: str, inventory: Path | None = None) -> subprocess.Popen:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FLEET_")}
+    env.update(env_of(hpc, store))
+    if inventory:
+        env["FLEET_INVENTORY"] = str(inventory)
+    return subprocess.Popen([sys.executable, "-m", "fleet", "profile", "--poll", "1", *args], env=env, cwd=REPO,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def job_state(hpc, job: str) -> str:
+    return hpc.slurm.run("squeue", "-h", "-t", "all", "-j", job, "-o", "%T", check=False).stdout.strip()
+
+
+def wait_state(hpc, job: str, want: str, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while job_state(hpc, job) != want:
+        assert time.monotonic() < deadline, f"job {job} never {want}: {job_state(hpc, job)}"
+        time.sleep(0.2)
+
+
+def no_traceback(err: str) -> None:
+    for junk in ("Traceback", "never retrieved", "CancelledError", "Task exception"):
+        assert junk not in err, err
+
+
+def test_under_export_none_every_rank_finds_its_python_and_is_profiled(hpc, tmp_path):
+    # No ansible_python_interpreter: the login node's python3 is probed, by absolute path, and the
+    # job's ranks, started with no PATH at all (--export=NONE), run the agent with it.
+    inventory = tmp_path / "inventory.yaml"
+    doc = yaml.safe_load(hpc.inventory.read_text())
+    del doc["all"]["children"]["cluster"]["hosts"]["h01"]["ansible_python_interpreter"]
+    inventory.write_text(yaml.safe_dump(doc))
+    r = run_fleet("profile", "--partition", "gpu", "--poll", "1", "--ntasks", "2", "--sbatch-arg=--export=NONE",
+                  "--", "true", env=env_of(hpc, tmp_path / "store", FLEET_INVENTORY=str(inventory)), timeout=240)
+    assert r.returncode == 0, r.stderr + r.stdout
+    python = subprocess.run(["sh", "-c", "command -v python3"], capture_output=True, text=True,
+                            env={"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}).stdout.strip()
+    assert f"the agent's Python on the compute nodes: {python} (the login node's python3" in r.stderr, r.stderr
+    m = manifest(tmp_path / "store")
+    assert "#SBATCH --export=NONE" in m["slurm"]["script"] and f"FLEET_PYTHON={python}" in m["slurm"]["script"]
+    assert [(h["rank"], h["status"]) for h in m["hosts"]] == [(0, "ok"), (1, "ok")]
+    assert all(rep["verified"] for h in m["hosts"] for rep in h["reports"])
+    assert f"fleet: the agent runs with {python} on node1" in Path(m["slurm"]["log"]["stored"]).read_text()
+
+
+def test_a_job_pending_on_a_limit_slurm_never_clears_is_said_cancelled_and_fails(hpc, tmp_path):
+    # EnforcePartLimits=NO (Slurm's default): sbatch takes a --time above the partition's MaxTime
+    # (debug: 30 minutes), and the job would pend forever.
+    env = env_of(hpc, tmp_path)
+    start = time.monotonic()
+    r = run_fleet("profile", "--partition", "debug", "--time", "60", "--poll", "1", "--", "true", env=env)
+    assert r.returncode == 1 and time.monotonic() - start < 60, r.stderr + r.stdout
+    [said] = [line for line in r.stderr.splitlines() if "can never start" in line]
+    assert "PartitionTimeLimit (the job's time limit is above its partition's MaxTime); cancelled it" in said
+    no_traceback(r.stderr)
+    m = manifest(tmp_path)
+    assert m["status"] == "failed" and "PartitionTimeLimit" in m["error"]
+    assert job_state(hpc, m["slurm"]["job_id"]) == "CANCELLED"
+    # --keep-pending: said, and the job is left in the queue.
+    kept = run_fleet("profile", "--partition", "debug", "--time", "60", "--poll", "1", "--keep-pending", "--", "true",
+                     env=env_of(hpc, tmp_path / "kept"))
+    job = manifest(tmp_path / "kept")["slurm"]["job_id"]
+    try:
+        assert kept.returncode == 1 and "kept in the queue (--keep-pending)" in kept.stderr, kept.stderr
+        assert job_state(hpc, job) == "PENDING"
+    finally:
+        hpc.slurm.run("scancel", job)
+
+
+def test_ctrl_c_cancels_a_pending_job_and_no_ctrl_c_gives_a_traceback(hpc, tmp_path):
+    # A reason that clears (a begin time): fleet waits, saying it; Ctrl-C then cancels the job.
+    proc = start_fleet(hpc, tmp_path, "--partition", "gpu", "--sbatch-arg=--begin=now+1hour", "--", "true")
+    try:
+        job = _wait_running(tmp_path)["slurm"]["job_id"]
+        wait_state(hpc, job, "PENDING")
+        time.sleep(3)  # several polls: still waiting
+        assert proc.poll() is None
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert f"job {job} PENDING reason=BeginTime" in err, err
+    assert job_state(hpc, job) == "CANCELLED" and proc.returncode != 0, err
+    no_traceback(err)
+    # Twice on a running job: the second leaves at once, cleanly, and says how to gather later.
+    proc = start_fleet(hpc, tmp_path / "twice", "--partition", "gpu", "--", "sleep", "30")
+    try:
+        job = _wait_running(tmp_path / "twice")["slurm"]["job_id"]
+        wait_state(hpc, job, "RUNNING")
+        proc.send_signal(signal.SIGINT)
+        time.sleep(0.3)  # the first is being handled: the job's steps are being stopped
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+        hpc.slurm.run("scancel", job, check=False)
+    assert proc.returncode == 130 and "fleet gather" in err, err
+    no_traceback(err)
+
+
+def slurmctld_pid(hpc) -> int:
+    return int((hpc.slurm.dir / "run" / "slurmctld.pid").read_text())
+
+
+def test_slurmctld_stopped_mid_run_is_unknown_not_gone_and_the_run_completes(hpc, tmp_path):
+    proc = start_fleet(hpc, tmp_path, "--partition", "gpu", "--ntasks", "2", "--", "sleep", "25")
+    restarted = False
+    try:
+        job = _wait_running(tmp_path)["slurm"]["job_id"]
+        wait_state(hpc, job, "RUNNING")
+        deadline = time.monotonic() + 60  # the ranks' step is running (srun needs slurmctld to start it)
+        while f"{job}.0" not in hpc.slurm.run("squeue", "-h", "-s", "-j", job, "-o", "%i", check=False).stdout.split():
+            assert time.monotonic() < deadline, "the job's step never started"
+            time.sleep(0.2)
+        time.sleep(2)  # the ranks' profilers are running
+        pid = slurmctld_pid(hpc)
+        os.kill(pid, signal.SIGTERM)  # the cluster's own slurmctld, by its pid
+        deadline = time.monotonic() + 30
+        while Path(f"/proc/{pid}").exists():
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+        start = time.monotonic()
+        jobs = run_fleet("jobs", "--json", env=env_of(hpc, tmp_path), timeout=120)
+        took = time.monotonic() - start
+        assert jobs.returncode == 0, jobs.stderr
+        [row] = fleet_json(jobs.stdout)["jobs"]
+        assert (row["job_id"], row["state"], row["reason"]) == (job, "UNKNOWN", "slurmctld not answering"), row
+        assert took < 45, took  # bounded: not slurm's own minutes of retries
+        table = run_fleet("jobs", env=env_of(hpc, tmp_path), timeout=120)
+        assert "UNKNOWN" in table.stdout and "slurmctld not answering" in table.stdout, table.stdout
+        time.sleep(5)
+        assert proc.poll() is None  # still waiting: the job was never called gone
+        hpc.slurm.run("slurmctld", "-i")
+        restarted = True
+        out, err = proc.communicate(timeout=180)
+    finally:
+        if not restarted and not Path(f"/proc/{slurmctld_pid(hpc)}").exists():
+            hpc.slurm.run("slurmctld", "-i", check=False)
+        proc.kill()
+    assert "slurmctld not answering since " in err, err
+    assert proc.returncode == 0, out + err
+    m = manifest(tmp_path)
+    assert m["status"] == "complete" and m["slurm"]["state"] == "COMPLETED"
+    assert [(h["rank"], h["status"]) for h in m["hosts"]] == [(0, "ok"), (1, "ok")]
+    hpc.slurm.wait_idle(timeout=120)
+
+
+def test_a_node_set_down_under_the_job_fails_the_run_even_with_finished_reports(hpc, tmp_path):
+    proc = start_fleet(hpc, tmp_path, "--partition", "gpu", "--nodes", "1", "--sbatch-arg=--no-requeue", "--",
+                       "sleep", "40")
+    node = None
+    try:
+        m = _wait_running(tmp_path)
+        job = m["slurm"]["job_id"]
+        wait_state(hpc, job, "RUNNING")
+        node = hpc.slurm.run("squeue", "-h", "-j", job, "-o", "%N").stdout.strip()
+        time.sleep(3)  # the rank's profiler is running
+        hpc.slurm.run("scontrol", "update", f"nodename={node}", "state=down", "reason=fleet-test")
+        out, err = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+        if node:
+            hpc.slurm.run("scontrol", "update", f"nodename={node}", "state=resume", check=False)
+    assert proc.returncode != 0, out + err
+    m = manifest(tmp_path)
+    assert m["slurm"]["state"] == "NODE_FAIL" and m["status"] != "complete", m["status"]
+    assert "job ended NODE_FAIL: a node of the job failed" in (m["slurm"]["end"] or "")
+    assert "job ended NODE_FAIL" in out
+    assert all(h["status"] != "ok" for h in m["hosts"]), m["hosts"]
+    hpc.slurm.wait_idle(timeout=120)
+
+
+def test_what_a_job_writes_into_its_run_folder_is_not_read_as_fleets_and_gather_finishes(hpc, tmp_path):
+    # The job writes a result of its own (malformed, naming a rank that does not exist) with lines
+    # shaped as fleet's marks for the files it gathers: gather finishes, the ranks are as they
+    # were, the forged rank fails with a line, and nothing the marks name is fetched.
+    forge = ('d=$(scontrol show job "$SLURM_JOB_ID" | sed -n "s/.*WorkDir=//p"); mkdir -p "$d/node9"; '
+             'printf "%s\\n" "{\\"rank\\": 7, \\"slurm_node\\": \\"node9\\", \\"status\\": \\"ok\\", \\"reports\\": [5]}" '
+             '"@@ray 1024 $(printf %064d 0) /etc/passwd" "@@slurm 1024 $(printf %064d 0) /etc/shadow" '
+             '> "$d/node9/rank7.result.json"')
+    r = run_fleet("profile", "--partition", "gpu", "--poll", "1", "--ntasks", "1", "--", "sh", "-c", forge,
+                  env=env_of(hpc, tmp_path), timeout=240)
+    m = manifest(tmp_path)
+    assert r.returncode == 6, r.stderr + r.stdout  # partial: the real rank ok, the forged one failed
+    no_traceback(r.stderr)
+    [(real, forged)] = [m["hosts"]]
+    assert (real["rank"], real["status"]) == (0, "ok") and all(rep["verified"] for rep in real["reports"])
+    assert (forged["host"], forged["rank"], forged["status"]) == ("node9", 7, "failed")
+    assert "the rank's result is malformed" in forged["missing_why"] and not forged["reports"]
+    assert not any(h.get("worker") for h in m["hosts"])  # no "Ray worker" from the forged line
+    assert m["slurm"]["log"]["remote"].endswith(f"slurm-{m['slurm']['job_id']}.out")
+    stored = [p.name for p in (tmp_path).rglob("*") if p.is_file()]
+    assert "passwd" not in stored and "shadow" not in stored
+
+
+def test_a_killed_ranks_finished_report_is_gathered_and_named(hpc, tmp_path):
+    # Rank 1's agent is SIGKILLed right after its nsys finished the report, before it wrote the
+    # rank's result (as the OOM killer or Slurm's SIGKILL after KillWait would): the report comes
+    # home under its rank and node, and the rank is not ok.
+    # The report is renamed into place as nsys ends; the agent then still drains, hashes and runs
+    # nsys stats before it writes the result: the watcher kills it in that window.
+    die = ('if [ "$SLURM_PROCID" = 1 ]; then agent=$(ps -o ppid= -p $PPID); '
+           'rep="$(scontrol show job "$SLURM_JOB_ID" | sed -n "s/.*WorkDir=//p")/$SLURMD_NODENAME/rank1.nsys-rep"; '
+           '(while [ ! -s "$rep" ]; do sleep 0.01; done; kill -KILL $agent) </dev/null >/dev/null 2>&1 & '
+           'fi; sleep 1')
+    r = run_fleet("profile", "--partition", "gpu", "--poll", "1", "--ntasks", "2", "--nodes", "1", "--",
+                  "sh", "-c", die, env=env_of(hpc, tmp_path), timeout=240)
+    assert r.returncode == 6, r.stderr + r.stdout  # partial
+    m = manifest(tmp_path)
+    [first, killed] = m["hosts"]
+    assert (first["rank"], first["status"]) == (0, "ok")
+    assert (killed["host"], killed["rank"], killed["status"]) == (first["host"], 1, "missing"), killed
+    assert f"rank 1 on {first['host']} left no result (it was killed first" in killed["missing_why"]
+    [rep] = killed["reports"]
+    assert rep["verified"] and Path(rep["stored"]).name == "rank1.nsys-rep" and Path(rep["stored"]).is_file()
+    assert f"{first['host']} rank 1: missing: rank 1 on {first['host']}" in r.stdout

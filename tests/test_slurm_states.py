@@ -1,0 +1,77 @@
+"""What a job's Slurm state means for the run (fleet/slurm/states.py) and the prolog's verdict
+per GPU (fleet/policy.py): pure rules, checked on the words Slurm uses (its job reason codes and
+job states, as squeue and scontrol print them)."""
+
+from __future__ import annotations
+
+import pytest
+
+from fleet import policy
+from fleet.slurm.states import job_end_verdict, never_starts
+from fleet.store.manifest import HostEntry
+
+
+@pytest.mark.parametrize("reason", [
+    "AccountNotAllowed", "PartitionTimeLimit", "QOSMaxWallDurationPerJobLimit", "AssocMaxWallDurationPerJobLimit",
+    "QOSMaxCpuPerJobLimit", "AssocMaxNodePerJobLimit", "QOSMaxGRESPerNode", "QOSMinCpuNotSatisfied",
+    "InvalidAccount", "InvalidQOS", "QOSNotAllowed", "BadConstraints", "DependencyNeverSatisfied",
+    "ReservationDeleted", "JobHoldMaxRequeue", "JobHeldAdmin", "launch failed requeued held", "MaxMemPerLimit",
+    "ReqNodeNotAvail, UnavailableNodes:"])
+def test_reasons_slurm_never_clears_end_the_wait(reason):
+    assert never_starts(reason)
+
+
+@pytest.mark.parametrize("reason", [
+    None, "None", "Priority", "Resources", "BeginTime", "Dependency", "JobHeldUser", "AssocGrpCpuLimit",
+    "QOSGrpGRES", "MaxCpuPerAccount", "QOSMaxJobsPerUserLimit", "AssocMaxJobsLimit", "AssocMaxSubmitJobLimit",
+    "ReqNodeNotAvail", "ReqNodeNotAvail, UnavailableNodes:node3", "PartitionDown", "NodeDown", "Reservation",
+    "Licenses", "Prolog", "Cleaning"])
+def test_reasons_that_clear_keep_the_wait(reason):
+    assert never_starts(reason) is None
+
+
+def rank(rank: int, result: dict | None, status: str = "ok") -> HostEntry:
+    return HostEntry("node1", status, rank=rank, result=result)
+
+
+def test_a_node_failure_fails_the_ranks_it_stopped_and_keeps_those_that_had_finished():
+    stopped = rank(0, {"status": "ok", "stopped": True})
+    finished = rank(1, {"status": "ok", "stopped": False, "workload": {"exit_status": 0, "signal": None}})
+    killed = rank(2, {"status": "ok", "workload": {"exit_status": 143, "signal": None}})
+    missing = HostEntry("(no result)", "missing", rank=3)
+    end = job_end_verdict("NODE_FAIL", [stopped, finished, killed, missing])
+    assert [h.status for h in end.hosts] == ["failed", "ok", "failed", "missing"]
+    assert "killed by the job's end: NODE_FAIL" in end.hosts[0].missing_why
+    assert end.note == "job ended NODE_FAIL: a node of the job failed"
+    assert stopped.status == "ok"  # pure: the entries it was given are unchanged
+
+
+@pytest.mark.parametrize("state", ["PREEMPTED", "OUT_OF_MEMORY", "BOOT_FAIL", "TIMEOUT", "DEADLINE"])
+def test_every_killing_end_state_is_said_and_fails_a_stopped_rank(state):
+    end = job_end_verdict(state, [rank(0, {"status": "ok", "stopped": True})])
+    assert end.hosts[0].status == "failed" and end.note.startswith(f"job ended {state}: ")
+
+
+def test_at_timeout_a_rank_fleet_stopped_ahead_of_the_limit_stays_ok_and_completed_changes_nothing():
+    ahead = job_end_verdict("TIMEOUT", [rank(0, {"status": "ok", "stopped": True})], stopped_before_time_limit=True)
+    assert ahead.hosts[0].status == "ok"
+    done = job_end_verdict("COMPLETED", [rank(0, {"status": "ok", "stopped": True})])
+    assert done.hosts[0].status == "ok" and done.note is None
+
+
+def test_a_requeue_is_said():
+    end = job_end_verdict("COMPLETED", [rank(0, {"status": "ok"})], requeues=1)
+    assert end.note == "Slurm requeued the job 1 time(s): what was gathered is from its last start"
+    assert end.hosts[0].status == "ok"
+
+
+def test_the_prologs_verdict_narrows_to_the_ranks_own_gpus_by_uuid():
+    verdict = {"job": "7", "nvml": True, "tenants": ["GPU 1: pid 9 (bob) belongs to another user"],
+               "by_gpu": {"GPU-a": [], "GPU-b": ["GPU 1: pid 9 (bob) belongs to another user"]}}
+    assert policy.prolog_tenants(verdict, "7", ["GPU-a"]) == []
+    assert policy.prolog_tenants(verdict, "7", ["GPU-b"]) == ["GPU 1: pid 9 (bob) belongs to another user"]
+    assert policy.prolog_tenants(verdict, "7") == verdict["tenants"]  # the rank's GPUs unknown: the whole job's
+    [unnamed] = policy.prolog_tenants(verdict, "7", ["GPU-c"])  # a GPU the prolog did not look at
+    assert "says nothing of GPU GPU-c" in unnamed
+    older = {k: v for k, v in verdict.items() if k != "by_gpu"}  # a prolog from before: job-wide
+    assert policy.prolog_tenants(older, "7", ["GPU-a"]) == verdict["tenants"]
