@@ -132,8 +132,9 @@ async def bring_home(fan: "Fanout", via: "Host", to_fetch: list[dict], dest_dir:
         entry = await fetch_verified(fan, via, report, dest, gathering.advance if gathering else None)
         if read_through:
             entry["read_through"] = via.name
-        if "summary" in report:
-            entry.update(status="summary", summary=report["summary"])
+        if "summary" in report:  # an extra made of a report: a CSV summary, or its SQLite export
+            entry.update(status="export" if report.get("kind") == "export" else "summary",
+                         summary=report["summary"])
         entries.append(ReportEntry.from_json(entry))
     return entries
 
@@ -283,6 +284,6 @@ def render(entry: HostEntry) -> str:
         state = "verified" if rep.verified else f"NOT brought home: {rep.error}"
         extra = ", finished from .qdstrm" if rep.status == "finished-from-qdstrm" else ""
         extra += ", empty: nothing of its kind was recorded" if is_summary(rep) and rep.size == 0 else ""
-        kind = "summary:" if rep.status == "summary" else "report: "
+        kind = {"summary": "summary:", "export": "export: "}.get(rep.status, "report: ")
         lines.append(f"  {kind}  {rep.stored} ({rep.size} bytes, sha256 {(rep.sha256 or '')[:12]}…, {state}{extra})")
     return "\n".join(lines) + "\n"

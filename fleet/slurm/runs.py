@@ -89,7 +89,7 @@ def render(m: "RunManifest") -> str:
         for rep in h.reports:
             state = "verified" if rep.verified else f"NOT brought home: {rep.error}"
             state += ", empty: nothing of its kind was recorded" if rep.status == "summary" and rep.size == 0 else ""
-            kind = "summary:" if rep.status == "summary" else "report: "
+            kind = {"summary": "summary:", "export": "export: "}.get(rep.status, "report: ")
             lines.append(f"    {kind}  {rep.stored} ({rep.size} bytes, {state})")
     if s.log:
         lines.append(f"  job log:  {s.log.stored}")
