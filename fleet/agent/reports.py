@@ -232,13 +232,15 @@ def export_of(nsys, report, path, notes):
     ``nsys export`` (stats failed before exporting); None, and a note, when there is none."""
     if not os.path.exists(path):
         try:
-            done = subprocess.run([nsys, "export", "-q", "--type", "sqlite", "--output", path, report],
-                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=STATS_TIMEOUT)
+            done = subprocess.run([nsys, "export", "--type", "sqlite", "--force-overwrite", "true", "--output", path,
+                                   report], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=STATS_TIMEOUT)
         except (OSError, subprocess.TimeoutExpired) as e:
             notes.append("nsys export failed on %s: %s" % (report, e))
             return None
         if done.returncode != 0 or not os.path.exists(path):
-            notes.append("nsys export failed on %s: %s" % (report, done.stdout.decode(errors="replace")[-300:]))
+            said = done.stdout.decode(errors="replace").strip()[-300:]
+            notes.append("nsys export wrote no SQLite export of %s (exit %d)%s" % (report, done.returncode,
+                                                                               ": " + said if said else ""))
             return None
     try:
         return hashed(path)

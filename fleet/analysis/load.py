@@ -67,16 +67,19 @@ def same_uuid(a: str | None, b: str | None) -> bool:
 
 
 def _gpu_index(h: HostEntry, p: export.Process, m: RunManifest, conditions: dict) -> int | None:
-    """NVML's index of the process's GPU: by its UUID in the conditions fleet recorded, else the
-    CUDA device among the GPUs the run asked for (fleet pins them in that order), else CUDA's id."""
+    """NVML's index of the process's GPU: by its UUID in the conditions fleet recorded; else, on a
+    lab server, the CUDA device among the GPUs the run asked for (fleet pins them in that order),
+    or CUDA's id; else (a Slurm rank) unknown."""
     gpu = p.gpus[0] if p.gpus else None
     if gpu is None:
         return None
     for g in conditions.get("gpus") or []:
         if isinstance(g, dict) and gpu.uuid and same_uuid(g.get("uuid"), gpu.uuid):
             return g.get("index")
+    if h.rank is not None:  # a Slurm rank sees only the GPUs Slurm gave it: CUDA's 0 may be any of the node's
+        return None
     asked = m.request.get("gpus") or []
-    if isinstance(gpu.cuda_id, int) and 0 <= gpu.cuda_id < len(asked) and h.rank is None:
+    if isinstance(gpu.cuda_id, int) and 0 <= gpu.cuda_id < len(asked):
         return asked[gpu.cuda_id]
     return gpu.cuda_id
 

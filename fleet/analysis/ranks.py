@@ -124,10 +124,10 @@ def rank_stats(r: RankInput, syncs: list[tuple[int, int]], step_range: str | Non
 
 
 def gpu_of(r: RankInput) -> dict:
-    """The rank's GPU as the report names it: NVML's index where fleet recorded it, else CUDA's."""
+    """The rank's GPU: NVML's index where it is known (:func:`load.node_record`), and the export's
+    UUID, model and bus id."""
     g = r.process.gpus[0] if r.process.gpus else Gpu(None, None, None, None)
-    index = r.node.gpu_index if r.node.gpu_index is not None else g.cuda_id
-    return {"index": index, "uuid": g.uuid, "name": g.name, "bus": g.bus}
+    return {"index": r.node.gpu_index, "uuid": g.uuid, "name": g.name, "bus": g.bus}
 
 
 @dataclass

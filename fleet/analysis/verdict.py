@@ -12,6 +12,7 @@ from __future__ import annotations
 import statistics
 
 from .ranks import MORE, VERDICT_SHARE, RankInput, Source, windows
+from .ranks import gpu_of as gpus_of
 
 EVEN = 0.5      # a straggler that waited at least half as long as the others is no clear straggler
 
@@ -96,7 +97,9 @@ def _even(s: RankInput, wait: float, other_wait: float, missing: list[dict]) -> 
 
 
 def _gpu_words(g: dict) -> str:
-    return f"GPU {g['index']}" if g.get("index") is not None else f"GPU {g.get('uuid') or '?'}"
+    if g.get("index") is not None:
+        return f"GPU {g['index']}"
+    return f"the GPU at {g['bus']}" if g.get("bus") else f"GPU {g.get('uuid') or '?'}"
 
 
 def _shared(s: RankInput, others: list[RankInput], gpus: dict) -> list[dict]:
@@ -145,5 +148,5 @@ def _clocks(s: RankInput, others: list[RankInput]) -> list[dict]:
     if clock is not None:
         words.append(f"SM clock {clock:.0f} MHz" + (f" against {o_clock:.0f} MHz on the other ranks' GPUs"
                                                       if o_clock else ""))
-    gpu = f"GPU {s.node.gpu_index}" if s.node.gpu_index is not None else "its GPU"
+    gpu = _gpu_words(gpus_of(s)) if s.process.gpus or s.node.gpu_index is not None else "its GPU"
     return [{"cause": "clocks or throttling", "evidence": f"{gpu}: " + ", ".join(words)}]

@@ -214,6 +214,11 @@ def print_stats(found, top: int) -> None:
             click.echo(f"{shown(label)}: {shown(why)}")
 
 
+def gpu_words(gpu: dict) -> str:
+    """A rank's GPU in a table: NVML's index where fleet knows it, else its bus id."""
+    return str(gpu["index"]) if gpu.get("index") is not None else str(gpu.get("bus") or "?")
+
+
 def print_ranks(run_id: str, found) -> None:
     """``reports ranks``: one line for the run, a row per rank, then each straggler's verdict
     with the evidence of each cause."""
@@ -224,7 +229,7 @@ def print_ranks(run_id: str, found) -> None:
                f"{found.lost_s:.3f} rank-seconds lost waiting")
     print_table(["RANK", "HOST", "GPU", "KERNEL s", "KERNELS", "COLLECTIVE s", "IDLE s", "STEP ms", "LOST rank-s",
                  "LAST"],
-                [[shown(r.label), shown(r.host), str(r.gpu.get("index")), f"{r.kernel_s:.3f}", str(r.kernels),
+                [[shown(r.label), shown(r.host), gpu_words(r.gpu), f"{r.kernel_s:.3f}", str(r.kernels),
                   f"{r.collective_s:.3f}", f"{r.idle_s:.3f}",
                   f"{r.step_median_s * 1e3:.1f}" if r.step_median_s is not None else "-", f"{r.lost_s:.3f}",
                   f"{r.last} of {found.collectives}"] for r in found.ranks])

@@ -1,11 +1,12 @@
 """Synthetic nsys exports of a multi-rank run with a planted cause, in nsys's own schema.
 
-The schema is nsys's (tests/fixtures/ranks-h200/schema.sql: the tables fleet reads, as nsys 2025.3
-documents them; fleet's reader ran on the real exports of an H200 test machine, see that folder's
-README) and the GEMM's name is one nsys recorded there; only the rows are made here, by playing a planted scenario out in time: each step every rank runs its
-kernels (after a CPU gap, if planted), then enters a blocking collective that every rank leaves
-when the last one has arrived. Each rank writes its times on its own clock (``skew_ns``), with
-its own session start, as unsynchronized nodes would.
+The schema is nsys's (tests/fixtures/ranks-h200/schema.sql: the tables fleet reads, as nsys
+2025.3 documents them; fleet's reader ran on real exports of an H200 test machine, see that
+folder's README), and the GEMM's name is one nsys recorded there. Only the rows are made here,
+by playing a planted scenario out in time: each step every rank runs its kernels (after a CPU
+gap, if planted), then enters a blocking collective that every rank leaves when the last one
+has arrived. Each rank writes its times on its own clock (``skew_ns``), with its own session
+start, as unsynchronized nodes would.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ SCHEMA = FIXTURES / "ranks-h200" / "schema.sql"     # the CREATE statements of t
 KERNELS = FIXTURES / "nsys-2025.3-h200" / "with-nvtx_cuda_gpu_kern_sum.csv"  # nsys stats on an H200
 PUSH_POP, MARK = 59, 34                   # NVTX_EVENTS.eventType of a pushed/popped range, of a mark
 EXCHANGE_NS = 40_000                      # what the collective itself takes once all have arrived
+BLOCKING = "pthread_cond_wait"  # where gloo's all-reduce blocked the main thread (OSRT_API, on the H200)
 NCCL = "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)"
 
 
@@ -52,6 +54,7 @@ class Scenario:
     plants: list[Plant]
     steps: int = 12
     sync: str = "nvtx"                    # nvtx (a range "sync" around the wait) | nccl (NCCL kernels)
+                                          # | osrt (a blocking pthread_cond_wait on the main thread)
     epoch_ns: int = 1_764_000_000_000_000_000
     jitter: list[int] = field(default_factory=list)
 
@@ -86,14 +89,17 @@ def write(path: Path, scenario: Scenario, ranks: int | list[int], schema: dict[s
         for sql in schema.values():
             db.execute(sql)
         put = lambda table, rows: insert(db, table, rows)  # noqa: E731
-        put("StringIds", [{"id": 1, "value": names[0]}, {"id": 2, "value": names[1]}])
+        put("StringIds", [{"id": 1, "value": names[0]}, {"id": 2, "value": names[1]},
+                          {"id": 3, "value": BLOCKING}])
         first = scenario.plants[ranks if isinstance(ranks, int) else ranks[0]]
         put("TARGET_INFO_SESSION_START_TIME", [{"utcEpochNs": scenario.epoch_ns + first.skew_ns}])
         gpus = sorted({scenario.plants[r].gpu for r in ([ranks] if isinstance(ranks, int) else ranks)})
         put("TARGET_INFO_GPU", [{"vmId": 0, "id": i, "name": "NVIDIA H200", "busLocation": f"0000:{0x18 + g:02x}:00.0",
                                  "uuid": gpu_uuids[g]} for i, g in enumerate(gpus)])
-        if launcher is not None:
+        if launcher is not None:  # it waits for its workers, as torchrun did on the H200: one blocking call
             put("PROCESSES", [{"globalPid": launcher << 24, "pid": launcher, "name": "torchrun"}])
+            put("OSRT_API", [{"start": 1_000, "end": 2_000_000_000, "eventClass": 27, "nameId": 3,
+                              "globalTid": (launcher << 24) | launcher, "returnValue": 0}])
         for rank in [ranks] if isinstance(ranks, int) else ranks:
             _rank_rows(put, scenario.plants[rank], played[rank], rank, scenario.sync, gpus, mark_rank)
     return path
@@ -115,6 +121,9 @@ def _rank_rows(put, p: Plant, events: dict, rank: int, sync: str, gpus: list[int
     put("NVTX_EVENTS", [nvtx(s, e, PUSH_POP, "step") for s, e in events["steps"]])
     if sync == "nvtx":
         put("NVTX_EVENTS", [nvtx(s, e, PUSH_POP, "sync") for s, e in events["syncs"]])
+    elif sync == "osrt":  # gloo's all-reduce as the OS runtime trace sees it: the main thread blocked
+        put("OSRT_API", [{"start": shift(s), "end": shift(e), "eventClass": 27, "nameId": 3, "globalTid": gtid,
+                          "returnValue": 0} for s, e in events["syncs"]])
     else:
         put("CUPTI_ACTIVITY_KIND_KERNEL", [kernel(s, e, 2) for s, e in events["syncs"]])
 
