@@ -19,6 +19,7 @@ from types import SimpleNamespace
 import yaml
 
 from fleet.agent import reports
+from fleet.analysis import export
 from fleet.store import kernel_rows
 from tests.conftest import REPO, fleet_json, recorded_kernels, run_fleet
 from tests import test_profile
@@ -77,6 +78,13 @@ def test_a_workload_without_nvtx_ranges_comes_home_with_its_empty_nvtx_summary(l
     nvtx = summaries["nvtx_sum"]
     assert nvtx["size"] == 0 and Path(nvtx["stored"]).read_bytes() == b""
     assert [k for k, _, _ in kernel_rows(Path(summaries["cuda_gpu_kern_sum"]["stored"]))] == recorded_kernels()
+    # The report's SQLite export came home too, verified, and said with its size in the host's lines.
+    [exported] = [r for r in host["reports"] if r["status"] == "export"]
+    assert exported["verified"] and exported["summary"] == "sqlite" and exported["stored"].endswith(".sqlite")
+    assert f"  export:   {exported['stored']} ({exported['size']} bytes, sha256 {exported['sha256'][:12]}…, verified)" \
+        in out.stdout.splitlines()
+    [traced] = [p for p in export.read(exported["stored"]) if p.kernels]
+    assert sorted({name for _, _, name in traced.kernels}) == sorted(recorded_kernels())
 
     pulled = run_fleet("reports", "pull", run["run_id"], str(tmp_path / "out"), "--store", str(store_root))
     assert pulled.returncode == 0, pulled.stdout + pulled.stderr
