@@ -221,7 +221,7 @@ def test_the_command_prints_the_table_the_verdict_and_json_in_fleets_envelope(tm
     assert data["verdicts"][0]["causes"][0]["cause"] == "more work"
     assert [r["last_share"] for r in data["ranks"] if r["label"] == "rank 5"] == [1.0]
     none = run_fleet("reports", "ranks", RUN, "--store", str(root))  # no NCCL kernels and no range named
-    assert none.returncode != 0 and none.stderr.startswith("fleet: no NCCL kernels on two ranks or more: name")
+    assert none.returncode == 2 and none.stderr.startswith("fleet: no NCCL kernels on two ranks or more: name")
     assert "Traceback" not in none.stderr
     both = run_fleet("reports", "ranks", RUN, "--sync-range", "a", "--sync-call", "b", "--store", str(root))
     assert both.returncode != 0 and "give one" in both.stderr
