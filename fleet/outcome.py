@@ -127,9 +127,9 @@ def report_line(rep: "ReportEntry", *, hashes: bool = True) -> str:
     state = "verified" if rep.verified else f"NOT brought home: {rep.error}"
     if rep.status == "finished-from-qdstrm":
         state += ", finished from .qdstrm"
-    if is_summary(rep) and rep.size == 0:
+    if is_summary(rep) and rep.status != "export" and rep.size == 0:
         state += ", empty: nothing of its kind was recorded"
-    kind = "summary:" if is_summary(rep) else "report: "
+    kind = "export: " if rep.status == "export" else "summary:" if is_summary(rep) else "report: "
     digest = f", sha256 {(rep.sha256 or '')[:12]}…" if hashes else ""
     return f"{kind}  {rep.stored} ({rep.size} bytes{digest}, {state})"
 

@@ -5,6 +5,7 @@ profilers replaying what nsys 2025.3 did on an H200 test machine."""
 from __future__ import annotations
 
 import csv
+import hashlib
 import json
 import os
 import pwd
@@ -18,6 +19,7 @@ from types import SimpleNamespace
 import yaml
 
 from fleet.agent import reports
+from fleet.analysis import export
 from fleet.store import kernel_rows
 from tests.conftest import REPO, fleet_json, recorded_kernels, run_fleet
 from tests import test_profile
@@ -38,7 +40,7 @@ def summaries_of(host: dict) -> dict:
 
 
 def report_of(host: dict) -> dict:
-    [rep] = [r for r in host["reports"] if r["status"] != "summary"]
+    [rep] = [r for r in host["reports"] if r["status"] not in ("summary", "export")]
     return rep
 
 
@@ -76,12 +78,19 @@ def test_a_workload_without_nvtx_ranges_comes_home_with_its_empty_nvtx_summary(l
     nvtx = summaries["nvtx_sum"]
     assert nvtx["size"] == 0 and Path(nvtx["stored"]).read_bytes() == b""
     assert [k for k, _, _ in kernel_rows(Path(summaries["cuda_gpu_kern_sum"]["stored"]))] == recorded_kernels()
+    # The report's SQLite export came home too, verified, and said with its size in the host's lines.
+    [exported] = [r for r in host["reports"] if r["status"] == "export"]
+    assert exported["verified"] and exported["summary"] == "sqlite" and exported["stored"].endswith(".sqlite")
+    assert f"  export:   {exported['stored']} ({exported['size']} bytes, sha256 {exported['sha256'][:12]}…, verified)" \
+        in out.stdout.splitlines()
+    [traced] = [p for p in export.read(exported["stored"]) if p.kernels]
+    assert sorted({name for _, _, name in traced.kernels}) == sorted(recorded_kernels())
 
     pulled = run_fleet("reports", "pull", run["run_id"], str(tmp_path / "out"), "--store", str(store_root))
     assert pulled.returncode == 0, pulled.stdout + pulled.stderr
     assert (tmp_path / "out" / "h02" / Path(nvtx["stored"]).name).read_bytes() == b""
     listed = fleet_json(run_fleet("reports", "ls", "--store", str(store_root), "--json").stdout)
-    assert sorted(r["status"] for r in listed) == ["complete", "summary", "summary", "summary"]
+    assert sorted(r["status"] for r in listed) == ["complete", "export", "summary", "summary", "summary"]
 
 
 def test_a_trace_without_cuda_has_an_empty_kernel_summary_and_no_kernels_catalogued(lab, tmp_path):
@@ -109,7 +118,28 @@ def test_a_summary_nsys_stats_did_not_write_is_named_in_a_note(tmp_path):
     notes = []
     got = reports.summarize(str(nsys), [{"path": str(tmp_path / "r.nsys-rep")}], notes)
     assert [(s["summary"], s["size"]) for s in got] == [("cuda_gpu_kern_sum", 0)]
-    assert notes == [f"nsys stats wrote no {name} for {tmp_path / 'r.nsys-rep'}" for name in ("cuda_api_sum", "nvtx_sum")]
+    assert notes == [f"nsys stats wrote no {name} for {tmp_path / 'r.nsys-rep'}" for name in ("cuda_api_sum", "nvtx_sum")
+                     ] + [f"nsys export wrote no SQLite export of {tmp_path / 'r.nsys-rep'} (exit 0)"]
+
+
+def test_the_sqlite_export_nsys_stats_left_is_kept_and_one_it_did_not_is_made_with_nsys_export(tmp_path):
+    """nsys stats exports a report to NAME.sqlite before summarizing it: that export is kept, hashed,
+    as a report of its own kind; where stats left none, ``nsys export`` makes it."""
+    log = tmp_path / "calls"
+    nsys = tmp_path / "nsys"  # stats leaves the export for a.nsys-rep only; export writes its --output
+    nsys.write_text(f'#!/bin/sh\necho "$1" >> {log}\nfor last; do :; done\n'
+                    'if [ "$1" = stats ] && [ "${last##*/}" = a.nsys-rep ]; then echo SQLITE-a > "${last%.nsys-rep}.sqlite"; fi\n'
+                    'if [ "$1" = export ]; then while [ "$1" != --output ]; do shift; done; echo SQLITE-b > "$2"; fi\n')
+    nsys.chmod(0o755)
+    for name in ("a", "b"):
+        (tmp_path / f"{name}.nsys-rep").write_text("{}")
+    notes = []
+    got = reports.summarize(str(nsys), [{"path": str(tmp_path / f"{n}.nsys-rep")} for n in ("a", "b")], notes)
+    exports = [s for s in got if s.get("kind") == "export"]
+    assert [(Path(s["path"]).name, s["summary"], s["size"]) for s in exports] == [("a.sqlite", "sqlite", 9),
+                                                                                 ("b.sqlite", "sqlite", 9)]
+    assert exports[0]["sha256"] == hashlib.sha256(b"SQLITE-a\n").hexdigest()
+    assert log.read_text().split() == ["stats", "stats", "export"]  # only b's export was made apart
 
 
 def test_a_summary_that_does_not_come_home_fails_nothing_and_is_recorded(lab, tmp_path):

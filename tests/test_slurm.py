@@ -97,6 +97,9 @@ def test_four_ranks_on_two_nodes_are_stored_with_distinct_names(hpc, tmp_path):
     reports = [row for row in rows if row["path"].endswith(".nsys-rep")]
     assert {row["host"] for row in reports} == {"node1", "node2"} and len(reports) == 4
     assert all(row["status"] == "complete" and len(row["sha256"]) == 64 for row in reports)
+    exports = sorted(Path(row["path"]).relative_to(Path(row["path"]).parents[1]).as_posix()
+                     for row in rows if row["status"] == "export")  # each rank's SQLite export, gathered too
+    assert exports == ["node1/rank0.sqlite", "node1/rank1.sqlite", "node2/rank2.sqlite", "node2/rank3.sqlite"]
     # reports stats: a column per rank, each holding what that rank's kernel summary says
     stats = fleet_json(run_fleet("reports", "stats", m["run_id"], "--json", env={"FLEET_STORE": str(tmp_path)}).stdout)
     assert [c["label"] for c in stats["columns"]] == ["rank 0", "rank 1", "rank 2", "rank 3"]

@@ -26,6 +26,9 @@ except ImportError:  # as part of the installed package (tests, the local machin
     from . import files, node
 
 SUMMARIES = ("cuda_gpu_kern_sum", "cuda_api_sum", "nvtx_sum")  # nsys stats reports kept beside each report
+# nsys stats exports the report to NAME.sqlite before it summarizes it: that export is kept too, as
+# a report of its own kind, for the cross-rank analysis at home (fleet.analysis.ranks).
+EXPORT = "sqlite"
 STATS_TIMEOUT = 600.0
 LINGER_WAIT = 120.0  # seconds a killed nsys's helpers may go on writing its data before fleet takes it
 IMPORT_TIMEOUT = 600.0  # QdstrmImporter on a large collection takes minutes; one that hangs is stopped
@@ -194,9 +197,9 @@ def left_unfinished(leftover, tail):
 
 
 def summarize(nsys, reports, notes):
-    """``nsys stats`` of each report, as CSV files beside it (hashed like the reports). Each is
-    an extra: one nsys wrote empty (nothing of its kind) is listed as it is, one it did not
-    write is named in a note."""
+    """``nsys stats`` of each report, as CSV files beside it, and its SQLite export (hashed like
+    the reports). Each is an extra: one nsys wrote empty (nothing of its kind) is listed as it
+    is, one it did not write is named in a note."""
     out = []
     for rep in reports:
         base = rep["path"][: -len(".nsys-rep")]
@@ -218,7 +221,32 @@ def summarize(nsys, reports, notes):
                     notes.append("%s not taken: %s" % (path, e))
             elif done.returncode == 0:
                 notes.append("nsys stats wrote no %s for %s" % (name, rep["path"]))
+        exported = export_of(nsys, rep["path"], base + ".sqlite", notes)
+        if exported is not None:
+            out.append(dict(exported, report=rep["path"], summary=EXPORT, kind="export"))
     return out
+
+
+def export_of(nsys, report, path, notes):
+    """The SQLite export of ``report``, hashed: the one ``nsys stats`` left, else one made with
+    ``nsys export`` (stats failed before exporting); None, and a note, when there is none."""
+    if not os.path.exists(path):
+        try:
+            done = subprocess.run([nsys, "export", "--type", "sqlite", "--force-overwrite", "true", "--output", path,
+                                   report], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=STATS_TIMEOUT)
+        except (OSError, subprocess.TimeoutExpired) as e:
+            notes.append("nsys export failed on %s: %s" % (report, e))
+            return None
+        if done.returncode != 0 or not os.path.exists(path):
+            said = done.stdout.decode(errors="replace").strip()[-300:]
+            notes.append("nsys export wrote no SQLite export of %s (exit %d)%s" % (report, done.returncode,
+                                                                               ": " + said if said else ""))
+            return None
+    try:
+        return hashed(path)
+    except OSError as e:
+        notes.append("%s not taken: %s" % (path, e))
+        return None
 
 
 def ncu_metrics(ncu, reports, notes):

@@ -19,7 +19,6 @@ result that cannot be written is an error the run reports.
 
 from __future__ import annotations
 
-import json
 import os
 import selectors
 import signal

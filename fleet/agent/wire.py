@@ -127,7 +127,8 @@ def check(value, shape, where="", required=()):
     return []
 
 
-FILE = {"path": str, "size": non_negative, "sha256": sha256, "status": str_or_none, "summary": str_or_none}
+FILE = {"path": str, "size": non_negative, "sha256": sha256, "status": str_or_none, "summary": str_or_none,
+        "kind": str_or_none}
 FILE_REQUIRED = ("path", "size", "sha256")
 NEWCOMER = {"gpu": int_or_none, "pid": int_or_none, "user": str_or_none, "used_memory": int_or_none,
             "unseen": bool, "appeared_s": number_or_none, "overlap_s": number_or_none, "action": str_or_none}

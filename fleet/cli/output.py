@@ -219,3 +219,34 @@ def print_stats(found, top: int, full_names: bool = False) -> None:
                         + [shown(section.shown(name, full_names))] for name, by in rows])
         for label, why in section.notes.items():
             click.echo(f"{shown(label)}: {shown(why)}")
+
+
+def gpu_words(gpu: dict) -> str:
+    """A rank's GPU in a table: NVML's index where fleet knows it, else its bus id."""
+    return str(gpu["index"]) if gpu.get("index") is not None else str(gpu.get("bus") or "?")
+
+
+def print_ranks(run_id: str, found) -> None:
+    """``reports ranks``: one line for the run, a row per rank, then each straggler's verdict
+    with the evidence of each cause."""
+    from ..safenames import CONTROL
+
+    shown = lambda text: CONTROL.sub("?", str(text))  # noqa: E731 (labels hold host names from the manifest)
+    click.echo(f"run {run_id}: {len(found.ranks)} ranks, {found.collectives} collectives from {found.source}; "
+               f"{found.lost_s:.3f} rank-seconds lost waiting")
+    print_table(["RANK", "HOST", "GPU", "KERNEL s", "KERNELS", "COLLECTIVE s", "IDLE s", "STEP ms", "LOST rank-s",
+                 "LAST"],
+                [[shown(r.label), shown(r.host), gpu_words(r.gpu), f"{r.kernel_s:.3f}", str(r.kernels),
+                  f"{r.collective_s:.3f}", f"{r.idle_s:.3f}",
+                  f"{r.step_median_s * 1e3:.1f}" if r.step_median_s is not None else "-", f"{r.lost_s:.3f}",
+                  f"{r.last} of {found.collectives}"] for r in found.ranks])
+    for v in found.verdicts:
+        click.echo(f"straggler: {shown(v['rank'])}, last in {v['last']} of {v['of']} collectives (waited "
+                   f"{v['wait_ms']:.1f} ms, the others {v['others_wait_ms']:.1f} ms; {v['lost_s']:.3f} "
+                   f"rank-seconds lost to it)")
+        for c in v["causes"]:
+            click.echo(f"  {c['cause']}: {shown(c['evidence'])}")
+    for m in found.missing:
+        click.echo(f"no export: {shown(m['label'])} ({shown(m['why'])})")
+    for note in found.notes:
+        click.echo(f"note: {shown(note)}")

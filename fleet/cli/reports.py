@@ -36,8 +36,8 @@ def reports():
 @click.option("--host", help="Only reports from this host.")
 @click.option("--since", type=Day(), help="Only runs started on or after this date (YYYY-MM-DD).")
 @click.option("--tool", type=click.Choice(["nsys", "ncu"]))
-@click.option("--status", type=click.Choice(["complete", "finished-from-qdstrm", "summary", "missing", "refused",
-                                            "running"]))
+@click.option("--status", type=click.Choice(["complete", "finished-from-qdstrm", "summary", "export", "missing",
+                                            "refused", "running"]))
 @json_option
 def reports_ls(store_root, host, since, tool, status, as_json):
     """List the catalogued reports."""
@@ -192,6 +192,56 @@ def reports_stats(run_id, which, store_root, top, full_names, as_json):
     from .output import print_stats
 
     print_stats(found, top, full_names)
+
+
+@reports.command("ranks")
+@click.argument("run_id")
+@store_option
+@click.option("--sync-range", metavar="NAME", help="The NVTX range around the workload's blocking sync "
+              "(e.g. a gloo all-reduce); default: the NCCL kernels.")
+@click.option("--sync-call", metavar="NAME", help="A blocking call that is the sync, from the OS or CUDA runtime "
+              "trace (e.g. pthread_cond_wait, cudaStreamSynchronize).")
+@click.option("--step-range", metavar="NAME", default="step", show_default=True,
+              help="The NVTX range the workload marks each step with.")
+@click.option("--html", "html_out", type=click.Path(dir_okay=False), help="Also write the picture as one HTML page.")
+@json_option
+def reports_ranks(run_id, store_root, sync_range, sync_call, step_range, html_out, as_json):
+    """Which rank was slow, and why: per rank GPU kernel, collective and idle time, NVTX steps,
+    rank-seconds lost waiting, how often it arrived last; a verdict on each straggler."""
+    from .. import store
+    from ..analysis import export, load, ranks
+
+    if sync_range and sync_call:
+        fail("--sync-range and --sync-call name the sync two ways: give one")
+    m = _manifest(store_root, run_id)
+    try:
+        found = load.analyze_run(store.root(store_root), m, ranks.Source(sync_range, sync_call), step_range)
+    except (LookupError, export.ExportError) as e:
+        fail(str(e))
+    if html_out:
+        from ..analysis import page
+
+        try:
+            _write_page(html_out, page.render(run_id, found))
+        except OSError as e:
+            fail(f"could not write {html_out}: {e.strerror or e}")
+    if as_json:
+        return echo_json(dict(found.to_json(), run_id=run_id, html=html_out))
+    from .output import print_ranks
+
+    print_ranks(run_id, found)
+    if html_out:
+        click.echo(f"page: {html_out}")
+
+
+def _write_page(path: str, text: str) -> None:
+    """A page written beside its final name (never through a link) and renamed into place."""
+    import os
+
+    tmp = f"{path}.{os.getpid()}.tmp"
+    with os.fdopen(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644), "w") as f:
+        f.write(text)
+    os.replace(tmp, path)
 
 
 @reports.command("open")

@@ -29,7 +29,9 @@ METRIC_KINDS = ("gpu_kernel_total", "kernel", "top_kernels", "nvtx", "ncu")
 TARGET_KEYS = {"partition": str, "cluster": str, "hosts": str, "nodes": int, "ntasks": int,
                "ntasks_per_node": int, "gpus": str, "gres": str, "time": str, "account": str, "qos": str,
                "ranks": list, "launcher": str}
-PLAYBOOK_KEYS = {"name", "target", "command", "tool", "profiler_args", "metrics", "thresholds", "description"}
+PLAYBOOK_KEYS = {"name", "target", "command", "tool", "profiler_args", "metrics", "thresholds", "description",
+                 "ranks"}
+RANKS_KEYS = ("sync_range", "sync_call", "step_range")  # how `fleet reports ranks` finds the syncs and steps
 METRIC_KEYS = {"kind", "name", "count", "kernel"}
 DEFAULT_THRESHOLDS = {"regression": 0.10, "suspicious": 0.05, "consecutive": 2, "baseline_runs": 7, "min_runs": 3}
 
@@ -63,6 +65,7 @@ class Playbook:
     profiler_args: tuple[str, ...] = ()
     metrics: tuple[Metric, ...] = (Metric("gpu_kernel_total"),)
     thresholds: dict[str, float] = field(default_factory=lambda: dict(DEFAULT_THRESHOLDS))
+    ranks: dict[str, str] = field(default_factory=dict)   # the straggler share's sync_range, sync_call, step_range
 
     @property
     def on_slurm(self) -> bool:
@@ -156,7 +159,24 @@ def load(path: str | Path) -> Playbook:
             raise _fail(path, given, key, f"thresholds.{key}: must be a number, 0 or more, not {value!r}")
         thresholds[key] = value
     return Playbook(name, str(path), tuple(str(w) for w in command), dict(target), tool,
-                    tuple(str(a) for a in args), tuple(metrics), thresholds)
+                    tuple(str(a) for a in args), tuple(metrics), thresholds, _ranks(path, doc))
+
+
+def _ranks(path: Path, doc: Any) -> dict[str, str]:
+    """``ranks: {sync_range: NAME}``: where the straggler share finds the workload's syncs."""
+    given = doc.get("ranks")
+    if given is None:
+        return {}
+    if not hasattr(given, "line_of"):
+        raise _fail(path, doc, "ranks", "ranks must be a mapping, e.g. {sync_range: allreduce}")
+    for key, value in given.items():
+        if key not in RANKS_KEYS:
+            raise _fail(path, given, key, "ranks: " + _unknown("key", key, RANKS_KEYS))
+        if not isinstance(value, str) or not value:
+            raise _fail(path, given, key, f"ranks.{key}: must be a name (an NVTX range or a function), not {value!r}")
+    if "sync_range" in given and "sync_call" in given:
+        raise _fail(path, given, "sync_call", "ranks: sync_range and sync_call name the sync two ways: give one")
+    return dict(given)
 
 
 # --- metrics from a run's summaries ---

@@ -4,7 +4,8 @@ It opens from disk. Each (metric, device) gets a trend plot (:mod:`.report_plot`
 point per run on a dated axis, flagged runs (tenants, flags given up) drawn hollow and
 grey, the baseline and the suspicious and regression thresholds around it, and a marker
 where the driver, nsys or the host changed. A Regression or Suspicious verdict lists the
-kernels that moved most between the baseline run and the judged one; each playbook ends
+kernels that moved most between the baseline run and the judged one; a playbook with several
+ranks has its runs' straggler shares (:mod:`.stragglers`); each playbook ends
 with its runs, linked (relative to the page) to their folders and reports in the store.
 Kernel names are shown short (:mod:`fleet.kernelnames`), each with its full name as its tooltip.
 """
@@ -15,6 +16,7 @@ import html
 import os
 from pathlib import Path
 
+from . import stragglers
 from ..kernelnames import short_names
 from .report_plot import COLOURS, changes, plot, scale, shown_metrics, when, with_tooltip
 from .trends import REGRESSION, SUSPICIOUS, Verdict
@@ -25,7 +27,7 @@ TOP_KERNELS = 8
 STYLE = ("body{font-family:sans-serif;margin:2em;color:#222;max-width:1000px}table{border-collapse:collapse;"
          "margin:.5em 0}td,th{border:1px solid #ccc;padding:3px 8px;text-align:left;font-size:13px}"
          "th{background:#f3f3f3}section{margin:1.5em 0}td.num{text-align:right;font-variant-numeric:tabular-nums}"
-         ".slower{color:#a93226}.faster{color:#1e8449}.legend{font-size:13px;color:#444}"
+         "tr.flagged td{color:#888}.slower{color:#a93226}.faster{color:#1e8449}.legend{font-size:13px;color:#444}"
          ".kernel{font-family:monospace;font-size:12px;max-width:520px;overflow-wrap:anywhere}"
          "caption{text-align:left;font-size:13px;color:#444;padding:2px 0}"
          # kernel names run to 150 characters without a space (cuBLAS, CUTLASS templates)
@@ -82,7 +84,7 @@ def _runs_table(run_ids: list[str], runs: dict[str, dict], link, out: Path) -> s
 
 
 def _section(playbook: str, rows: list[dict], verdicts: list[Verdict], t: dict,
-             compared: dict, runs: dict[str, dict], link, out: Path) -> str:
+             compared: dict, shares: list[dict], runs: dict[str, dict], link, out: Path) -> str:
     series: dict[tuple[str, str], list[dict]] = {}
     for r in rows:
         series.setdefault((r["metric"], r["device"]), []).append(r)
@@ -114,12 +116,13 @@ def _section(playbook: str, rows: list[dict], verdicts: list[Verdict], t: dict,
                         if v.verdict in (REGRESSION, SUSPICIOUS) else "") + "</section>")
     run_ids = list(dict.fromkeys(r["run_id"] for r in rows))
     return (f"<h2>{html.escape(playbook)}</h2>" + "".join(table) + "".join(plots)
-            + _runs_table(run_ids, runs, link, out))
+            + stragglers.table(shares, link) + _runs_table(run_ids, runs, link, out))
 
 
 def render(sections: list[tuple], runs: dict[str, dict], out: Path) -> str:
     """One page for every playbook: (name, metric history, verdicts, thresholds, kernels
-    compared: (metric, device) -> (baseline run, judged run, ``store.compare`` rows)).
+    compared: (metric, device) -> (baseline run, judged run, ``store.compare`` rows), straggler
+    shares of its runs with several ranks (``stragglers.judged``)).
     ``runs``: run id -> {dir, started, host, gpu, driver, tool_version, reports}; folders
     and reports are linked relative to the page's folder ``out``."""
     def link(run_id: str) -> str:

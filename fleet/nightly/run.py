@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from ..lab import profile
 from .. import store
-from . import trends
+from . import stragglers, trends
 from ..store.manifest import RunManifest, new_run_id
 from .playbook import Playbook, run_metrics
 from ..plan import ProfileRequest
@@ -62,6 +62,9 @@ async def run_playbook(fan: "Fanout", inventory: "Inventory", pb: Playbook, *, e
         return manifest
     manifest.playbook = {"name": pb.name, "path": pb.path, "metrics": run_metrics(pb, manifest),
                          "thresholds": pb.thresholds}
+    found = stragglers.of_run(store_root, manifest, pb.ranks)
+    if found is not None:
+        manifest.playbook["stragglers"] = found
     store.save(store_root, manifest)
     return manifest
 
@@ -77,7 +80,8 @@ def run_info(store_root: Path, run_id: str) -> dict:
     join = lambda key: ", ".join(dict.fromkeys(str(getattr(h, key)) for h in m.hosts if getattr(h, key))) or None
     reports = [r.stored for h in m.hosts for r in h.reports if r.stored and Path(r.stored).exists()]
     return {"dir": str(path.parent), "started": m.started, "host": join("host"), "gpu": join("gpu"),
-            "driver": join("driver"), "tool_version": join("tool_version"), "reports": reports}
+            "driver": join("driver"), "tool_version": join("tool_version"), "reports": reports,
+            "stragglers": (m.playbook or {}).get("stragglers")}
 
 
 def report(store_root: Path, playbooks: list[Playbook], out: Path, since: str | None = None) -> dict:
@@ -94,9 +98,11 @@ def report(store_root: Path, playbooks: list[Playbook], out: Path, since: str | 
             pair = trends.runs_compared([r for r in rows if (r["metric"], r["device"]) == (v.metric, v.device)], v)
             if v.verdict in (trends.REGRESSION, trends.SUSPICIOUS) and pair:
                 compared[(v.metric, v.device)] = (*pair, store.compare(store_root, *pair))
-        sections.append((pb.name, rows, verdicts, pb.thresholds, compared))
+        shares = stragglers.judged([(run_id, runs[run_id]["stragglers"]) for run_id in dict.fromkeys(
+            r["run_id"] for r in rows) if (runs[run_id] or {}).get("stragglers")])
+        sections.append((pb.name, rows, verdicts, pb.thresholds, compared, shares))
         summary["playbooks"].append({"name": pb.name, "runs": len({r["run_id"] for r in rows}),
-                                     "verdicts": [asdict(v) for v in verdicts]})
+                                     "verdicts": [asdict(v) for v in verdicts], "stragglers": shares})
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(render(sections, runs, out.parent))
     out.with_suffix(".json").write_text(json.dumps(summary, indent=1))

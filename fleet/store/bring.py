@@ -55,7 +55,7 @@ async def bring_home(fan: "Fanout", via: "Host", to_fetch: list, dest_dir: Path,
         entry = await fetch_verified(fan, via, report, dest, gathering.advance if gathering else None)
         if read_through:
             entry["read_through"] = via.name
-        if report.get("summary") is not None:
-            entry.update(status="summary", summary=report["summary"])
+        if report.get("summary") is not None:  # an extra made of a report: a CSV summary, or its SQLite export
+            entry.update(status="export" if report.get("kind") == "export" else "summary", summary=report["summary"])
         entries.append(ReportEntry.from_json(entry))
     return entries

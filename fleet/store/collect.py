@@ -57,10 +57,11 @@ def sha256_of(path: str | os.PathLike) -> str:
 
 
 def is_summary(entry) -> bool:
-    """Whether a brought-home ReportEntry is a summary: a CSV the node made of a report (nsys
-    stats, ncu --import), an optional extra. One that did not come home is recorded as such in
-    its entry, and never fails the run; an empty one is as nsys wrote it."""
-    return entry.status == "summary"
+    """Whether a brought-home ReportEntry is an optional extra the node made of a report: a CSV
+    summary (nsys stats, ncu --import) or a report's SQLite export (status ``export``). One that
+    did not come home is recorded as such in its entry, and never fails the run; an empty one is
+    as nsys wrote it."""
+    return entry.status in ("summary", "export")
 
 
 async def fetch_verified(fan: "Fanout", host: "Host", report: dict, dest: Path,

@@ -1,0 +1,120 @@
+"""A run's ranks, as the analysis takes them: each rank's traced process from the SQLite exports
+in the store, and what fleet recorded on its node, from the run's manifest.
+
+A rank is one traced process that did GPU work or reached a collective. On Slurm each rank has
+its own report, so the manifest names its rank. Where one report traced several ranks (a
+launcher such as torchrun under one nsys on a lab server) a process names its rank with an
+NVTX mark ``rank N``; one that does not is named by its host and pid.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from .. import store
+from ..store.manifest import HostEntry, RunManifest
+from . import export
+from .ranks import NodeRecord, RankInput, Source
+
+
+def _stored(manifest_path: Path, h: HostEntry) -> list[str]:
+    found = []
+    for rep in h.reports:
+        path = store.here(manifest_path, rep.stored) if rep.status == "export" and rep.verified else None
+        if path and Path(path).is_file():
+            found.append(path)
+    return found
+
+
+def inputs(manifest_path: Path, m: RunManifest, source: Source) -> tuple[list[RankInput], list[dict], list[str]]:
+    """The ranks with exports, the ranks without (label and why), and notes on what was read."""
+    ranks, missing, notes = [], [], []
+    calls = (source.sync_call,) if source.sync_call else ()
+    for h in m.hosts:
+        who = f"rank {h.rank}" if h.rank is not None else h.host
+        paths = _stored(manifest_path, h)
+        if not paths:
+            why = h.missing_why or ("its export did not come home" if h.reports else f"status {h.status}")
+            missing.append({"label": who, "why": why})
+            continue
+        for path in paths:
+            try:
+                procs = export.read(path, calls)
+            except export.ExportError as e:
+                missing.append({"label": who, "why": str(e)})
+                continue
+            # A launcher (torchrun) is traced too, and makes blocking calls of its own: a rank is a
+            # process that did GPU work or marked NVTX ranges.
+            active = [p for p in procs if p.kernels or p.ranges]
+            for p in active:
+                rank = h.rank if h.rank is not None and len(active) == 1 else p.rank_mark
+                label = f"rank {rank}" if rank is not None else f"{h.host} pid {p.pid}"
+                ranks.append(RankInput(label, rank, h.host, p, node_record(h, p, m)))
+    seen: dict[str, int] = {}
+    for r in ranks:  # two processes claiming one rank (marks, or a rank's children) stay apart
+        seen[r.label] = seen.get(r.label, 0) + 1
+        if seen[r.label] > 1:
+            notes.append(f"{r.label} named twice: the second is {r.host} pid {r.process.pid}")
+            r.label = f"{r.label} ({r.host} pid {r.process.pid})"
+    ranks.sort(key=lambda r: (r.rank is None, r.rank if r.rank is not None else 0, r.label))
+    return ranks, missing, notes
+
+
+def same_uuid(a: str | None, b: str | None) -> bool:
+    """NVML names a GPU ``GPU-c6f60d55-...``; nsys's TARGET_INFO_GPU, ``c6f60d55-...`` (H200, nsys 2025.3)."""
+    bare = lambda u: str(u).lower().removeprefix("gpu-")  # noqa: E731
+    return bool(a and b) and bare(a) == bare(b)
+
+
+def _gpu_index(h: HostEntry, p: export.Process, m: RunManifest, conditions: dict) -> int | None:
+    """NVML's index of the process's GPU: by its UUID in the conditions fleet recorded; else, on a
+    lab server, the CUDA device among the GPUs the run asked for (fleet pins them in that order),
+    or CUDA's id; else (a Slurm rank) unknown."""
+    gpu = p.gpus[0] if p.gpus else None
+    if gpu is None:
+        return None
+    for g in conditions.get("gpus") or []:
+        if isinstance(g, dict) and gpu.uuid and same_uuid(g.get("uuid"), gpu.uuid):
+            return g.get("index")
+    if h.rank is not None:  # a Slurm rank sees only the GPUs Slurm gave it: CUDA's 0 may be any of the node's
+        return None
+    asked = m.request.get("gpus") or []
+    if isinstance(gpu.cuda_id, int) and 0 <= gpu.cuda_id < len(asked):
+        return asked[gpu.cuda_id]
+    return gpu.cuda_id
+
+
+def node_record(h: HostEntry, p: export.Process, m: RunManifest) -> NodeRecord:
+    """The tenants and the sampled conditions of the process's GPU, as fleet recorded them
+    (the result's ``conditions`` may be absent: results older than it lack it)."""
+    conditions = (h.result or {}).get("conditions")
+    conditions = conditions if isinstance(conditions, dict) else {}
+    index = _gpu_index(h, p, m, conditions)
+    samples = [s for s in conditions.get("samples") or [] if isinstance(s, dict) and s.get("gpu") == index]
+    tenants: dict[str, None] = {}
+    for seen in h.processes_seen:
+        if seen.foreign and (index is None or seen.gpu == index):
+            tenants[f"pid {seen.pid} ({seen.user or 'unknown user'})"] = None
+    for s in samples:
+        for q in s.get("processes") or []:
+            if isinstance(q, dict) and q.get("own") is False:
+                tenants[f"pid {q.get('pid')} ({q.get('user') or 'unknown user'})"] = None
+    if not tenants:
+        for t in h.tenants_seen:
+            if index is None or t.startswith(f"GPU {index}:") or not t.startswith("GPU "):
+                tenants[t] = None
+    return NodeRecord(index, list(tenants), samples)
+
+
+def analyze_run(store_root: Path, m: RunManifest, source: Source, step_range: str | None):
+    """The analysis of run ``m`` from the exports in the store (raises ``ranks.NoCollectives``,
+    or LookupError when the run has no export to read)."""
+    from .ranks import analyze
+
+    ranks, missing, notes = inputs(store.manifest_of(store_root, m.run_id), m, source)
+    if not ranks:
+        raise LookupError(f"run {m.run_id} has no SQLite export in the store to read (runs profiled with nsys "
+                          f"by this fleet keep one beside each report)")
+    found = analyze(ranks, source, step_range, missing)
+    found.notes[:0] = notes
+    return found
