@@ -325,8 +325,8 @@ async def profile(fan: "Fanout", cluster: Cluster, req: ProfileRequest, spec: Jo
     client = client or SlurmClient(fan, cluster.login)
     prep = await prepare(client, cluster, req, spec)
     manifest = new_manifest(req, cluster, prep, site or filing_name(cluster, prep.cluster_name))
-    on_python(prep.python_note)
     if dry_run:
+        on_python(prep.python_note)
         manifest.status = "dry-run"
         return manifest
     directory = store.save(store_root, manifest)  # before sbatch: a run is never untracked
@@ -336,6 +336,7 @@ async def profile(fan: "Fanout", cluster: Cluster, req: ProfileRequest, spec: Jo
         manifest.status, manifest.error, manifest.slurm.state = "failed", str(e), "NOT SUBMITTED"
         store.save(store_root, manifest)
         raise
+    on_python(prep.python_note)  # said once a job will run with it (a refused one gets its one line alone)
     manifest.status, manifest.slurm.state = "submitted", "PENDING"
     submitted = time.time()
     store.save(store_root, manifest)

@@ -87,11 +87,13 @@ gpu_idle
 
 step "nsys SIGKILLed while collecting: nsys 2025.3 cannot finish that data, fleet says so"
 F=$D/6-nsys-killed-collecting.txt
-BEFORE=$(ls /tmp/nsys-report-*.qdstrm 2>/dev/null)
+# nsys collects into its TMPDIR: the run's own private folder (.tmp-HOST beside the reports), /tmp before.
+QDSTRMS="/tmp/nsys-report-*.qdstrm /var/tmp/fleet-*/*/.tmp-*/nsys-report-*.qdstrm"
+BEFORE=$(ls $QDSTRMS 2>/dev/null)
 fleet_log 6-nsys-killed-collecting.txt profile --hosts localhost --gpu 0 --store "$STORE" -X --trace=cuda,nvtx -- "$PY" "$APP" 14 &
 RUN=$!
 ( sleep 10; NSYS_PIDS=$(descendants_named "$RUN" nsys | tr '\n' ' ')  # this run's nsys only
-  NEW=$(comm -13 <(echo "$BEFORE") <(ls /tmp/nsys-report-*.qdstrm 2>/dev/null))  # the data this run collects
+  NEW=$(comm -13 <(echo "$BEFORE") <(ls $QDSTRMS 2>/dev/null))  # the data this run collects
   PIDS=$(echo $NSYS_PIDS $(holding $NEW) | tr ' ' '\n' | sort -un | tr '\n' ' '); PIDS=${PIDS% }
   { echo "SIGKILL to nsys: ${PIDS:-none} (below this run's fleet, or holding its data $NEW)"
     [ -n "$PIDS" ] && ps -o pid,ppid,args -p "${PIDS// /,}" | cut -c1-160; } > "$F.kill"; [ -n "$PIDS" ] && kill -KILL $PIDS ) &
