@@ -273,3 +273,29 @@ def test_the_page_shows_each_ranks_timeline_the_straggler_highlighted_and_its_wa
     assert re.search(r'<tr class="rank straggler"><td>rank 5</td>', dom)
     assert "<script" not in dom and "http" not in dom
     assert png.stat().st_size > 10_000
+
+
+def test_the_real_exports_of_two_ranks_recorded_on_an_h200_name_rank_1_with_more_work(tmp_path):
+    """tests/fixtures/ranks-h200/recorded/: the two SQLite exports nsys 2025.3.1 wrote on an H200
+    (scripts/gpu-node/ranks-check.sh; rank 1 does 3x the matrix products, a gloo all-reduce in an
+    NVTX range `sync`, both ranks on GPU 0), read as they are."""
+    recorded = REPO / "tests" / "fixtures" / "ranks-h200" / "recorded"
+    root = tmp_path / "store"
+    m = RunManifest(run_id=RUN, site="lab", day="2026-12-01", started="2026-12-01T13:18:50", user="root",
+                    request={"tool": "nsys"}, status="complete")
+    directory = store.save(root, m)
+    (directory / "vm").mkdir()
+    gpu = {"gpus": [{"index": 0, "uuid": "GPU-7ad7e474-b7a2-3fd1-a48b-45288deae15e"}], "samples": []}
+    for r in (0, 1):
+        path = directory / "vm" / f"rank{r}.sqlite"
+        shutil.copy(recorded / f"rank{r}.sqlite", path)
+        rep = ReportEntry(remote=f"/r/vm/rank{r}.sqlite", stored=str(path), size=path.stat().st_size,
+                          sha256=sha256_of(path), status="export", verified=True, summary="sqlite")
+        m.hosts.append(HostEntry("vm", "ok", rank=r, node="vm", gpu="NVIDIA H200", reports=[rep],
+                                 result={"conditions": gpu}))
+    store.save(root, m)
+    a = analysis(root)
+    [v] = a.verdicts
+    assert v["rank"] == "rank 1" and v["last"] == v["of"] == 12 and causes(v) == ["shared GPU", "more work"], v
+    assert "shared GPU 0" in v["causes"][0]["evidence"]
+    assert 1.0 < a.lost_s < 1.5  # 1.232 rank-seconds on the H200 itself
