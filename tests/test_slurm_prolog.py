@@ -454,7 +454,7 @@ def test_the_prologs_verdict_is_per_gpu_and_a_rank_is_refused_only_for_its_own(n
         assert first.returncode == 0, first.stderr  # its GPU is free: profiled with ncu
         assert (tmp_path / "runs" / "r" / "node1" / "rank0.ncu-rep").exists()
         assert second.returncode == 5 and f"pid {tenant.pid}" in second.stderr, second.stderr
-        [result] = results_in((tmp_path / "runs" / "r" / "node1" / "rank1.result.json").read_text())
+        [result] = answers((tmp_path / "runs" / "r" / "node1" / "rank1.result.json").read_text(), "profile")
         assert result["status"] == "refused"
     finally:
         stop([tenant])
