@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import subprocess
 import time
 from pathlib import Path
 
@@ -17,11 +15,11 @@ import yaml
 from fleet.nightly import playbook, trends
 from fleet import store
 from fleet.store.manifest import RunManifest
+from tests.harness.browser import CHROMIUM, screenshot
 from tests.conftest import REPO, announce, run_fleet
 from tests.harness.slurm import SlurmCluster
 
 T = dict(playbook.DEFAULT_THRESHOLDS)
-CHROMIUM = shutil.which("chromium")
 
 
 def history(values, flagged=()):
@@ -130,16 +128,6 @@ def plant_history(root: Path, name: str, values: list[float], drivers: list[str]
         ids.append(run_id)
     return ids
 
-
-def screenshot(page: Path, png: Path) -> str:
-    """Headless Chromium: the page as a picture, and the DOM it rendered."""
-    flags = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-             "--disable-component-update", "--disable-sync", "--no-first-run", "--hide-scrollbars",
-             f"--user-data-dir={png.parent / 'chromium-profile'}"]
-    subprocess.run([CHROMIUM, *flags, f"--screenshot={png}", "--window-size=1000,1600", page.as_uri()],
-                   capture_output=True, timeout=120, check=True)
-    return subprocess.run([CHROMIUM, *flags, "--dump-dom", page.as_uri()], capture_output=True, text=True,
-                          timeout=120, check=True).stdout
 
 
 def test_the_report_calls_the_regression_exits_7_and_notifies(tmp_path):

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from fleet.kernelnames import WIDTH, short_name
 from tests.conftest import REPO, run_fleet
-from tests.test_nightly import CHROMIUM, screenshot
+from tests.harness.browser import CHROMIUM, screenshot
 
 FIXTURE = REPO / "tests" / "fixtures" / "nightly-h200"
 RUNS = ["20261130-221624-9aa0", "20261130-221639-6cb5", "20261130-221655-4d61", "20261130-221709-ccc0",

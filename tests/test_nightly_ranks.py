@@ -13,7 +13,8 @@ from fleet import store
 from fleet.nightly import playbook, stragglers
 from tests.conftest import run_fleet
 from tests.harness import nsys_export as nx
-from tests.test_ranks import CHROMIUM, UUIDS, eight, screenshot
+from tests.harness.browser import CHROMIUM, screenshot
+from tests.test_ranks import UUIDS, eight
 
 NAME = "train-8"
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import re
 import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -19,10 +18,10 @@ from fleet.analysis import export, ranks
 from fleet.analysis.load import analyze_run
 from fleet.store.collect import sha256_of
 from fleet.store.manifest import HostEntry, ProcessSeen, ReportEntry, RunManifest
+from tests.harness.browser import CHROMIUM, screenshot
 from tests.conftest import REPO, fleet_json, run_fleet
 from tests.harness import nsys_export as nx
 
-CHROMIUM = shutil.which("chromium")
 RUN = "20261201-120000-ab01"
 UUIDS = [f"{i:08x}-5ce6-c18b-76d2-d40138606229" for i in range(8)]
 H200 = json.loads((REPO / "tests" / "fixtures" / "ranks-h200" / "h200-analysis.json").read_text())["data"]
@@ -243,15 +242,6 @@ def test_a_run_without_exports_and_a_file_that_is_no_export_get_one_line(tmp_pat
     assert out.returncode != 0 and "Traceback" not in out.stderr and out.stderr.count("\n") == 1, out.stderr
 
 
-def screenshot(page: Path, png: Path) -> str:
-    flags = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-             "--disable-component-update", "--disable-sync", "--no-first-run", "--hide-scrollbars",
-             f"--user-data-dir={png.parent / 'chromium-profile'}"]
-    subprocess.run([CHROMIUM, *flags, f"--screenshot={png}", "--window-size=1100,1200", page.as_uri()],
-                   capture_output=True, timeout=120, check=True)
-    return subprocess.run([CHROMIUM, *flags, "--dump-dom", page.as_uri()], capture_output=True, text=True,
-                          timeout=120, check=True).stdout
-
 
 def test_the_page_shows_each_ranks_timeline_the_straggler_highlighted_and_its_waits(tmp_path):
     root = file_run(tmp_path, nx.Scenario(eight()))
@@ -261,7 +251,7 @@ def test_the_page_shows_each_ranks_timeline_the_straggler_highlighted_and_its_wa
     assert out.returncode == 0 and f"page: {page}" in out.stdout, out.stderr
     assert CHROMIUM, "chromium is not installed: scripts/test installs it (Debian's chromium package)"
     png = tmp_path / "ranks.png"
-    dom = screenshot(page, png)
+    dom = screenshot(page, png, "1100,1200")
     rows = re.findall(r'<g class="rank-row( straggler)?" data-rank="([^"]*)"', dom)
     assert [label for _, label in rows] == [f"rank {r}" for r in range(8)]
     assert [label for late, label in rows if late] == ["rank 5"]
