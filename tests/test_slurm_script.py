@@ -224,7 +224,7 @@ def test_the_jobs_own_processes_are_not_tenants_but_another_jobs_are():
 
 def test_modules_shipped_to_nodes_parse_as_python_3_8():
     root = Path(__file__).resolve().parents[1] / "fleet"
-    for path in [root / "policy.py", root / "plan.py", *sorted((root / "agent").glob("*.py"))]:
+    for path in [*sorted((root / "policy").glob("*.py")), root / "plan.py", *sorted((root / "agent").glob("*.py"))]:
         ast.parse(path.read_text(), str(path), feature_version=(3, 8))
 
 

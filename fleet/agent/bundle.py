@@ -26,6 +26,10 @@ from pathlib import Path
 SHIPPED = {
     "pynvml": "pynvml",  # the NVML binding (nvidia-ml-py), third-party and pure Python
     "fleet_policy": "fleet.policy",
+    "fleet_policy_vocabulary": "fleet.policy.vocabulary",
+    "fleet_policy_permissions": "fleet.policy.permissions",
+    "fleet_policy_neighbours": "fleet.policy.neighbours",
+    "fleet_policy_verdicts": "fleet.policy.verdicts",
     "fleet_plan": "fleet.plan",
     "fleet_safenames": "fleet.safenames",
     "fleet_agent_files": "fleet.agent.files",
