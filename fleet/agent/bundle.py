@@ -36,6 +36,7 @@ SHIPPED = {
     "fleet_agent_node": "fleet.agent.node",
     "fleet_agent_gpus": "fleet.agent.gpus",
     "fleet_agent_run": "fleet.agent.run",
+    "fleet_agent_profiler": "fleet.agent.profiler",
     "fleet_agent_watch": "fleet.agent.watch",
     "fleet_agent_workload": "fleet.agent.workload",
     "fleet_agent_reports": "fleet.agent.reports",

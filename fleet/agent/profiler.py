@@ -1,0 +1,180 @@
+"""Run the profiler to its end on the node: relay its output, stop it only as it can finish its
+report, and yield to a newcomer on a counter-using run's GPUs.
+
+Runs ON THE NODE (standard library, Python 3.8), for :mod:`run`. fleet stops a profiler only
+with SIGTERM (nsys) or SIGINT (ncu's process group), repeated, and SIGKILL only for one wedged
+for minutes (its .qdstrm is finished after); yielding escalates sooner, since each second the
+counters stay programmed is one the newcomer pays for. What the profiler wrote is copied to the
+agent's own output, a record separator escaped, so that no output of the workload can pass
+for the agent's answer.
+"""
+
+from __future__ import annotations
+
+import os
+import selectors
+import signal
+import subprocess
+import sys
+import time
+
+try:  # as shipped by fleet, every module travels under a flat name
+    import fleet_agent_wire as wire
+    import fleet_agent_workload as workload
+except ImportError:  # as part of the installed package (tests, the local machine)
+    from . import wire, workload
+
+STOP_GRACE = 30.0  # seconds between repeated stop signals
+KILL_AFTER = 600.0  # a profiler still alive this long after the first stop is wedged: SIGKILL, finish its .qdstrm
+PIPE_GRACE = 3.0   # seconds the profiler's output is still read after it exited
+NSYS_BACKSTOP = 300.0  # nsys stopping the workload itself (--duration) then writes its report: stop it only this late
+YIELD_KILL_AFTER = 10.0  # a profiler still programming counters this long after yielding to a newcomer: SIGKILL
+# What yielding does, by profiler (as measured on an H200 test machine, tests/fixtures/tools-2025.3-h200,
+# ncu-sigint-by-agent): SIGINT to ncu's group ends it within 0.25 s with its report kept, and shuts the
+# workload down, whose process holds ncu's injection, so it cannot go on unprofiled.
+YIELD_ACTION = {
+    "ncu": "ncu stopped with SIGINT (as Ctrl-C), its report kept with the kernels profiled until then; the "
+           "workload was stopped with it: it carries ncu's injection and cannot go on unprofiled",
+    "nsys": "nsys stopped with SIGTERM, which ends the workload and writes the report: its GPU metrics sampling "
+            "cannot be stopped alone",
+}
+
+
+
+class Relay:
+    """Copies the profiler's output to ours; keeps a tail to read nsys's own messages. The
+    workload's stdout is where fleet reads our result from: a record separator in it is
+    escaped, so no output of the workload can pass for a result (or hide ours)."""
+
+    def __init__(self, tool=""):
+        self.dead = False
+        self.tail = b""
+        self.ends_line = True  # whether what went to our stdout ends with a newline
+        self.errors = workload.ErrorLines(tool)  # the profiler's own error lines, wherever in its output
+
+    def write(self, stream, data, ours=False):
+        self.tail = (self.tail + data)[-65536:]
+        if not ours:
+            self.errors.feed(id(stream), data)
+        if stream is sys.stdout.buffer and data:
+            if not ours:
+                data = data.replace(wire.MARK[:1].encode(), b"\\x1e")
+            self.ends_line = data.endswith(b"\n")
+        if self.dead:
+            return
+        try:
+            stream.write(data)
+            stream.flush()
+        except (BrokenPipeError, OSError, ValueError):
+            self.dead = True  # fleet is gone; the run is not
+
+
+class Ran:
+    """What became of the profiler: its exit status, when it exited, why fleet stopped it (None:
+    it was not), and whether helpers it started still held its output."""
+    exit_status = exited_at = why_stopped = None
+    lingering = yielded = killed = False
+
+
+def run_profiler(plan, relay, stop_requested, watch=None):
+    """Runs the profiler to its end, relaying its output. ``watch`` (started here, once the
+    profiler runs) names a newcomer, to whom a counter-using run yields: stopped at once."""
+    env = dict(os.environ, **plan.env)
+    proc = subprocess.Popen(list(plan.command.argv()), env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, start_new_session=True)
+    started = time.monotonic()
+    if watch is not None:
+        watch.begin(proc.pid, started)
+    sel = selectors.DefaultSelector()
+    sel.register(proc.stdout, selectors.EVENT_READ, sys.stdout.buffer)
+    sel.register(proc.stderr, selectors.EVENT_READ, sys.stderr.buffer)
+    by_nsys = plan.stopped_by_nsys()
+    deadline = started + plan.timeout + (NSYS_BACKSTOP if by_nsys else 0) if plan.timeout else None
+    ran, stops = Ran(), Stops(plan.tool)
+    duration_up = False
+    open_streams = 2
+    while open_streams and (ran.exited_at is None or time.monotonic() - ran.exited_at < PIPE_GRACE) or proc.poll() is None:
+        now = time.monotonic()
+        if ran.exited_at is None and proc.poll() is not None:
+            ran.exited_at = now  # helpers of a killed profiler may hold its pipes open: drain a little, then go
+        timed_out = deadline is not None and now >= deadline
+        duration_up = by_nsys and now - started >= plan.timeout
+        # Once nsys is stopping the workload itself (its --duration is up) a stop request
+        # (Slurm's trap) would only reach it while it writes the report: let it finish.
+        told = stop_requested() and not duration_up
+        if proc.poll() is None:
+            if watch is not None and watch.arrived.is_set():
+                stops.yield_to_newcomer(proc, now)
+            elif told or timed_out:
+                stops.request(proc, now, "at its time limit of %gs, with a signal" % plan.timeout if timed_out
+                              else "when told to stop")
+        for key, _ in sel.select(timeout=0.1) if open_streams else []:
+            data = os.read(key.fileobj.fileno(), 65536)
+            if not data:
+                sel.unregister(key.fileobj)
+                open_streams -= 1
+            else:
+                relay.write(key.data, data)
+        if not open_streams:
+            time.sleep(0.05)
+    if ran.exited_at is None:  # it exited as its output ended, between two looks
+        ran.exited_at = time.monotonic()
+    ran.exit_status, ran.why_stopped, ran.lingering = proc.returncode, stops.why, open_streams > 0
+    ran.yielded, ran.killed = stops.yielded is not None, stops.killed
+    if ran.why_stopped is None and duration_up and proc.returncode == 128 + signal.SIGTERM:
+        # nsys --duration's --kill sigterm, not an end of the workload's own
+        ran.why_stopped = "at its time limit of %gs, by nsys (--duration), its kernels until then kept" % plan.timeout
+    return ran
+
+
+class Stops:
+    """The stop signals fleet sends a profiler: repeated every STOP_GRACE seconds, SIGKILL only
+    for one wedged KILL_AFTER seconds; yielding to a newcomer comes first and escalates sooner,
+    since each second the counters stay programmed is one the newcomer pays for."""
+
+    def __init__(self, tool):
+        self.tool, self.why = tool, None
+        self.first = self.last = self.yielded = None
+        self.killed = False
+
+    def request(self, proc, now, why):
+        if self.last is not None and now - self.last < STOP_GRACE:
+            return
+        if self.first is None:
+            self.first, self.why = now, why
+        stop(proc, self.tool, kill=now - self.first >= KILL_AFTER)
+        self.last = now
+
+    def yield_to_newcomer(self, proc, now):
+        if self.yielded is None:
+            self.yielded = self.first = self.last = now
+            self.why = "to yield the GPU to a newcomer"
+            stop(proc, self.tool)
+        elif now - self.yielded >= YIELD_KILL_AFTER and now - self.last >= 1.0:
+            stop(proc, self.tool, kill=True)
+            self.last, self.killed = now, True
+
+
+def stop(proc, tool, kill=False):
+    """nsys: SIGTERM to nsys alone, which stops the application and writes the report.
+    ncu: SIGINT to its process group, as Ctrl-C in a terminal would. Only a profiler
+    that ignored that for KILL_AFTER seconds gets SIGKILL (its .qdstrm is finished after)."""
+    try:
+        if kill:
+            os.killpg(proc.pid, signal.SIGKILL)
+        elif tool == "nsys":
+            os.kill(proc.pid, signal.SIGTERM)
+        else:
+            os.killpg(proc.pid, signal.SIGINT)
+    except ProcessLookupError:
+        pass
+
+
+def yield_action(tool, ran):
+    """What yielding did, in words, for the result (None when the run did not yield)."""
+    if not ran.yielded:
+        return None
+    action = YIELD_ACTION.get(tool, "%s stopped" % tool)
+    if ran.killed:
+        action += "; it had not stopped %gs later and was killed (SIGKILL)" % YIELD_KILL_AFTER
+    return action
