@@ -35,6 +35,7 @@ SHIPPED = {
     "fleet_agent_files": "fleet.agent.files",
     "fleet_agent_node": "fleet.agent.node",
     "fleet_agent_gpus": "fleet.agent.gpus",
+    "fleet_agent_procs": "fleet.agent.procs",
     "fleet_agent_run": "fleet.agent.run",
     "fleet_agent_profiler": "fleet.agent.profiler",
     "fleet_agent_watch": "fleet.agent.watch",

@@ -15,9 +15,9 @@ from __future__ import annotations
 import ctypes
 
 try:  # as shipped by fleet, every module travels under a flat name
-    import fleet_agent_node as node
+    import fleet_agent_procs as procfs
 except ImportError:  # as part of the installed package
-    from . import node
+    from . import procs as procfs
 
 ARCHITECTURES = {2: "Kepler", 3: "Maxwell", 4: "Pascal", 5: "Volta", 6: "Turing", 7: "Ampere",
                  8: "Ada", 9: "Hopper", 10: "Blackwell"}
@@ -135,7 +135,7 @@ def gpu_processes(nv, h, procs, owner_uid):
         if comm_uid is None:  # gone meanwhile, or not ours to see: cannot be vouched for
             entry.update(user=None, uid=None, name=None, foreign=True, why="pid not visible from the agent")
         else:
-            entry.update(user=node.user_name(comm_uid[1]), uid=comm_uid[1], name=comm_uid[0],
+            entry.update(user=procfs.user_name(comm_uid[1]), uid=comm_uid[1], name=comm_uid[0],
                          foreign=comm_uid[1] != owner_uid)
             if not entry["foreign"]:
                 entry["slurm_job"] = slurm_job_of(entry["pid"])
@@ -144,7 +144,7 @@ def gpu_processes(nv, h, procs, owner_uid):
 
 def slurm_job_of(pid):
     """The Slurm job an own process belongs to (its environment is readable to its owner)."""
-    env = node.read("/proc/%d/environ" % pid) or ""
+    env = procfs.read("/proc/%d/environ" % pid) or ""
     for item in env.split("\0"):
         if item.startswith("SLURM_JOB_ID="):
             return item[len("SLURM_JOB_ID="):]

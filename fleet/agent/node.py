@@ -12,7 +12,6 @@ from __future__ import annotations
 import glob
 import os
 import platform
-import pwd
 import re
 import shutil
 import socket
@@ -23,24 +22,19 @@ import time
 
 try:  # as shipped by fleet, every module travels under a flat name
     import fleet_agent_files as files
+    import fleet_agent_gpus as nvml_gpus
+    from fleet_agent_procs import host_pid_namespace, processes, read, user_name
 except ImportError:  # as part of the installed package (tests, the local machine)
     from . import files
+    from . import gpus as nvml_gpus
+    from .procs import host_pid_namespace, processes, read, user_name
 
 AGENT_VERSION = 1
 CAP_SYS_ADMIN, CAP_PERFMON = 21, 38
-PID_NS_INIT = 0xEFFFFFFC  # inode of the initial pid namespace (PROC_PID_INIT_INO)
 DCGM_PORTS = {5555: "nv-hostengine", 9400: "dcgm-exporter"}
 MPS_NAMES = ("nvidia-cuda-mps-control", "nvidia-cuda-mps-server")
 DCGM_NAMES = ("nv-hostengine", "dcgm-exporter")
 TOOL_TIMEOUT = 20.0
-
-
-def read(path, default=None):
-    try:
-        with open(path, encoding="utf-8", errors="replace") as f:
-            return f.read()
-    except OSError:
-        return default
 
 
 def section(fn, *args):
@@ -53,100 +47,6 @@ def section(fn, *args):
 
 # --- the machine ---
 
-def processes():
-    """pid -> (name, uid) for every process this agent can see (see ``process``)."""
-    out = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            found = process(int(entry))
-            if found is not None:
-                out[int(entry)] = found
-    return out
-
-
-def process(pid):
-    """(name, uid) of one process, or None when it is gone or hidden.
-
-    The kernel cuts ``comm`` to 15 characters, so nvidia-cuda-mps-control and
-    nvidia-cuda-mps-server both read "nvidia-cuda-mps" (seen on an H200 test
-    machine); for names that are cut, argv[0] from cmdline tells them apart.
-    """
-    comm = (read("/proc/%d/comm" % pid) or "").strip()
-    try:
-        uid = os.stat("/proc/%d" % pid).st_uid
-    except OSError:
-        return None
-    if len(comm) == 15:
-        argv0 = (read("/proc/%d/cmdline" % pid) or "").split("\0")[0]
-        if os.path.basename(argv0).startswith(comm):
-            comm = os.path.basename(argv0)
-    return comm, uid
-
-
-def lineage(pid):
-    """(parent pid, session id, start time in ticks) of one process, or None when it is gone."""
-    text = read("/proc/%d/stat" % pid)
-    if not text or ")" not in text:
-        return None
-    fields = text.rsplit(")", 1)[1].split()
-    try:
-        return int(fields[1]), int(fields[3]), int(fields[19])
-    except (IndexError, ValueError):
-        return None
-
-
-def host_pid_namespace():
-    """NVML reports host pids: they only mean something in the host's namespace."""
-    try:
-        return os.stat("/proc/self/ns/pid").st_ino == PID_NS_INIT
-    except OSError:
-        return None
-
-
-def container():
-    if os.path.exists("/.dockerenv"):
-        return "docker"
-    if os.path.exists("/run/.containerenv"):
-        return "podman"
-    if os.environ.get("container"):
-        return os.environ["container"]
-    cgroup = read("/proc/1/cgroup", "")
-    for word in ("kubepods", "docker", "containerd", "lxc", "libpod"):
-        if word in cgroup:
-            return word
-    if os.environ.get("SINGULARITY_CONTAINER") or os.environ.get("APPTAINER_CONTAINER"):
-        return "apptainer"
-    return None
-
-
-def capabilities():
-    status = read("/proc/self/status", "")
-    m = re.search(r"^CapEff:\s*([0-9a-f]+)", status, re.M)
-    eff = int(m.group(1), 16) if m else 0
-    return {"effective": "%016x" % eff, "sys_admin": bool(eff >> CAP_SYS_ADMIN & 1),
-            "perfmon": bool(eff >> CAP_PERFMON & 1)}
-
-
-def nvidia_params():
-    text = read("/proc/driver/nvidia/params")
-    if text is None:
-        return {"driver_loaded": os.path.exists("/proc/driver/nvidia"), "profiling_admin_only": None}
-    m = re.search(r"^RmProfilingAdminOnly:\s*(\d+)", text, re.M)
-    return {"driver_loaded": True, "profiling_admin_only": int(m.group(1)) if m else None}
-
-
-def listeners(ports):
-    found = set()
-    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-        for line in (read(table, "") or "").splitlines()[1:]:
-            fields = line.split()
-            if len(fields) > 3 and fields[3] == "0A":  # LISTEN
-                port = int(fields[1].rsplit(":", 1)[1], 16)
-                if port in ports:
-                    found.add(port)
-    return sorted(found)
-
-
 def daemons(procs):
     named = lambda names: sorted(pid for pid, (comm, _) in procs.items() if comm in names)
     mps = named(MPS_NAMES)
@@ -156,17 +56,6 @@ def daemons(procs):
             {"hostengine": [p for p in named(DCGM_NAMES) if procs[p][0] == DCGM_NAMES[0]],
              "exporter": [p for p in named(DCGM_NAMES) if procs[p][0] == DCGM_NAMES[1]],
              "listening": [{"port": p, "usual_owner": DCGM_PORTS[p]} for p in listeners(set(DCGM_PORTS))]})
-
-
-def user_name(uid):
-    try:
-        return pwd.getpwuid(uid).pw_name
-    except KeyError:
-        return str(uid)
-
-
-# --- GPUs through NVML ---
-
 
 
 # --- profilers ---
@@ -303,10 +192,6 @@ def mount_type(path):
 # --- the document ---
 
 def probe(args):
-    try:  # imported here, since it imports this module; shipped under a flat name
-        import fleet_agent_gpus as nvml_gpus
-    except ImportError:  # as part of the installed package
-        from . import gpus as nvml_gpus
     started = time.monotonic()
     owner_uid = args.get("owner_uid", os.getuid())
     procs = processes()

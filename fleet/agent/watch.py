@@ -24,11 +24,11 @@ import time
 
 try:  # as shipped by fleet, every module travels under a flat name
     import fleet_agent_gpus as nvml_gpus
-    import fleet_agent_node as node
+    import fleet_agent_procs as procfs
     import fleet_policy as policy
 except ImportError:  # as part of the installed package
     from . import gpus as nvml_gpus
-    from . import node
+    from . import procs as procfs
     from .. import policy
 
 LOOK_EVERY = 0.25    # seconds between looks for a newcomer: the counters are to be free within 2 s
@@ -48,7 +48,7 @@ class Processes:
         self._gone = {}  # workload pids gone from /proc, which NVML may list a moment longer -> (name, uid)
 
     def _entry(self, pid):
-        lineage = node.lineage(pid)
+        lineage = procfs.lineage(pid)
         if lineage is None:
             hit = self._seen.pop(pid, None)
             if hit is not None and hit[2]:
@@ -56,7 +56,7 @@ class Processes:
             return (None, self._gone[pid], True) if pid in self._gone else None
         hit = self._seen.get(pid)
         if hit is None or hit[0] != lineage[2]:  # new, or the pid was reused
-            hit = self._seen[pid] = (lineage[2], node.process(pid), self._below_root(pid, lineage))
+            hit = self._seen[pid] = (lineage[2], procfs.process(pid), self._below_root(pid, lineage))
         return hit
 
     def get(self, pid):
@@ -73,7 +73,7 @@ class Processes:
                 return True
             if lineage[0] <= 1:
                 return False
-            pid, lineage = lineage[0], node.lineage(lineage[0])
+            pid, lineage = lineage[0], procfs.lineage(lineage[0])
             if lineage is None:
                 return False
         return False
@@ -97,7 +97,7 @@ class Watch:
         self._thread = threading.Thread(target=self._run, name="fleet-watch", daemon=True)
         self._floor, self._known, self._noted = {}, frozenset(), set()
         self._last_look = None
-        self._host_ns = node.host_pid_namespace()
+        self._host_ns = procfs.host_pid_namespace()
 
     def begin(self, root_pid, started):
         self.procs, self.started = Processes(root_pid), started

@@ -14,7 +14,7 @@ from pathlib import Path
 from .. import store
 from ..store.manifest import HostEntry, RunManifest
 from . import export
-from .ranks import NodeRecord, RankInput, Source
+from .inputs import NodeRecord, RankInput, Source
 
 
 def _stored(manifest_path: Path, h: HostEntry) -> list[str]:

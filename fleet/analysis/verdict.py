@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import statistics
 
-from .ranks import MORE, VERDICT_SHARE, RankInput, Source, windows
-from .ranks import gpu_of as gpus_of
+from .inputs import MORE, VERDICT_SHARE, RankInput, Source, windows
+from .inputs import gpu_of as gpus_of
 
 EVEN = 0.5      # a straggler that waited at least half as long as the others is no clear straggler
 

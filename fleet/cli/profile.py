@@ -66,9 +66,6 @@ def profile(obj: Context, hosts_, group, exclude, tool, gpus, gpu_metrics, allow
     profiler with SIGTERM so the report is finished; a second Ctrl-C leaves the
     nodes (or the job) to finish on their own.
     """
-    from ..lab import profile as profile_mod
-    from .. import store
-    from .interrupt import run as run_interruptible, stop_on_signals
     from ..plan import ProfileRequest, profiler_args_error
     from ..store.manifest import new_run_id
 
@@ -82,11 +79,7 @@ def profile(obj: Context, hosts_, group, exclude, tool, gpus, gpu_metrics, allow
     if slurm.get("partition") or slurm.get("cluster"):
         if hosts_ or group:
             fail("--partition/--cluster (a Slurm job) and --hosts/--group (lab servers) do not mix")
-        refuse_options(ctx, ["docker_image"], "on Slurm, containers are --container-image (pyxis) or --apptainer")
-        refuse_options(ctx, ["gpus"], "on Slurm, ask for GPUs with --gpus or --gres; --gpu picks a GPU on a lab server")
-        refuse_options(ctx, ["timeout", "lock_wait", "finish_timeout"], "on Slurm, the job's --time bounds the run (the profilers "
-                       "stop --stop-before seconds ahead); --timeout and --wait are for lab servers")
-        refuse_options(ctx, ["exclude"], "on Slurm, leave nodes out with --sbatch-arg=--exclude=NODES")
+        refuse_lab_options(ctx)
         return profile_on_slurm(obj, req, slurm, store_root=store_root, site=None if site == "lab" else site,
                                 dry_run=dry_run, as_json=as_json)
     refuse_options(ctx, [name for name in slurm if name not in ("partition", "cluster")],
@@ -96,7 +89,26 @@ def profile(obj: Context, hosts_, group, exclude, tool, gpus, gpu_metrics, allow
     targets = ",".join(t for t in (hosts_, group) if t)
     if not targets:
         fail("name where to profile: --hosts H or --group G (lab servers), or --partition P (Slurm)")
-    hosts = obj.select(targets, exclude)
+    manifest = profile_lab_servers(obj, obj.select(targets, exclude), req, store_root=store_root, site=site,
+                                   dry_run=dry_run, as_json=as_json, finish_timeout=finish_timeout)
+    show_lab_run(manifest, store_root, dry_run, as_json)
+    sys.exit(exitcodes.for_run(manifest))
+
+
+def refuse_lab_options(ctx: click.Context) -> None:
+    """The lab servers' options, refused on Slurm, each with what to use there instead."""
+    refuse_options(ctx, ["docker_image"], "on Slurm, containers are --container-image (pyxis) or --apptainer")
+    refuse_options(ctx, ["gpus"], "on Slurm, ask for GPUs with --gpus or --gres; --gpu picks a GPU on a lab server")
+    refuse_options(ctx, ["timeout", "lock_wait", "finish_timeout"], "on Slurm, the job's --time bounds the run (the profilers "
+                   "stop --stop-before seconds ahead); --timeout and --wait are for lab servers")
+    refuse_options(ctx, ["exclude"], "on Slurm, leave nodes out with --sbatch-arg=--exclude=NODES")
+
+
+def profile_lab_servers(obj: Context, hosts, req, *, store_root, site, dry_run, as_json, finish_timeout):
+    """The lab run, Ctrl-C stopping the profilers (a second one leaves the nodes to finish): its manifest."""
+    from ..lab import profile as profile_mod
+    from .. import store
+    from .interrupt import run as run_interruptible, stop_on_signals
 
     def write(stream: str, text: str) -> None:
         (sys.stderr if stream == "stderr" or as_json else sys.stdout).write(text)
@@ -112,20 +124,25 @@ def profile(obj: Context, hosts_, group, exclude, tool, gpus, gpu_metrics, allow
                                                  finish_timeout=finish_timeout)
 
     try:
-        manifest = run_interruptible(go())
+        return run_interruptible(go())
     except KeyboardInterrupt:  # the second Ctrl-C
         fail(f"left the nodes to finish on their own; bring the reports home later with: fleet gather {req.run_id}",
              exitcodes.INTERRUPTED)
+
+
+def show_lab_run(manifest, store_root, dry_run: bool, as_json: bool) -> None:
+    from ..lab import profile as profile_mod
+    from .. import store
+
     if as_json:
         echo_json(profile_mod.json_doc(manifest))
-    else:
-        for h in manifest.hosts:
-            click.echo(profile_mod.render(h), nl=False, err=h.status not in ("ok", "planned"))
-        if not dry_run:  # where to look next, as the Slurm path says it
-            directory = store.run_dir(store.root(store_root), manifest.site, manifest.run_id)
-            click.echo(f"run {manifest.run_id} {manifest.status}: reports in {directory} "
-                       f"(fleet reports show {manifest.run_id})")
-    sys.exit(exitcodes.for_run(manifest))
+        return
+    for h in manifest.hosts:
+        click.echo(profile_mod.render(h), nl=False, err=h.status not in ("ok", "planned"))
+    if not dry_run:  # where to look next, as the Slurm path says it
+        directory = store.run_dir(store.root(store_root), manifest.site, manifest.run_id)
+        click.echo(f"run {manifest.run_id} {manifest.status}: reports in {directory} "
+                   f"(fleet reports show {manifest.run_id})")
 
 
 @click.command()

@@ -20,7 +20,7 @@ from typing import Any
 
 from .. import safenames
 from ..hostlist import HostPatternError, expand
-from .model import Host, TargetError
+from .host import Host, TargetError
 
 WHERE = "(command line)"
 

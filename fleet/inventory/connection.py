@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from .model import Host
+    from .host import Host
 
 ARG_VARIABLES = ("ansible_ssh_args", "ansible_ssh_common_args", "ansible_ssh_extra_args")
 

@@ -22,7 +22,7 @@ import warnings
 from typing import Any
 
 from .builder import Builder
-from .model import InventoryError
+from .host import InventoryError
 
 # The same expressions as Ansible's: a group name is anything but ':', ']' and spaces.
 _SECTION = re.compile(r"^\[([^:\]\s]+)(?::(\w+))?\]\s*(?:#.*)?$")

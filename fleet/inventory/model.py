@@ -1,4 +1,4 @@
-"""What an inventory is once read: hosts with their merged variables, groups, and the errors.
+"""What an inventory is once read: hosts with their merged variables and groups, and how targets select them.
 
 This module knows nothing of file formats; ``load`` (in ``__init__``) builds an
 :class:`Inventory` from whatever sources it was given.
@@ -7,71 +7,13 @@ This module knows nothing of file formats; ``load`` (in ``__init__``) builds an
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Iterable
 
 from ..hostlist import split_patterns
+from . import adhoc, patterns
+from .host import Host, InventoryError, TargetError
 
-
-class InventoryError(ValueError):
-    """A malformed inventory; ``str()`` reads ``file:line: what is wrong``."""
-
-    def __init__(self, where: str, message: str):
-        super().__init__(f"{where}: {message}")
-        self.where, self.message = where, message
-
-
-class TargetError(ValueError):
-    """Targets on the command line that name nothing in the inventory."""
-
-
-def _last_set(vars: dict[str, Any], *names: str) -> Any:
-    """The value of the last of ``names`` that is set, as Ansible's ssh plugin picks among a
-    variable and its aliases (``ansible_host`` then ``ansible_ssh_host``: the alias wins)."""
-    value = None
-    for name in names:
-        if vars.get(name) is not None:
-            value = vars[name]
-    return value
-
-
-@dataclass(frozen=True)
-class Host:
-    name: str
-    vars: dict[str, Any]
-    groups: tuple[str, ...]
-    where: str  # file:line of the (first) definition
-    # fleet's own names holding another role's shape: the site's, shown with the rest, never used
-    unused: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def address(self) -> str:
-        return _last_set(self.vars, "ansible_host", "ansible_ssh_host") or self.name
-
-    @property
-    def port(self) -> int | None:
-        port = _last_set(self.vars, "ansible_port", "ansible_ssh_port")
-        return None if port is None else int(port)  # checked on loading: a number or a string of digits
-
-    @property
-    def user(self) -> str | None:
-        return _last_set(self.vars, "ansible_user", "ansible_ssh_user")
-
-    @property
-    def key_file(self) -> str | None:
-        return _last_set(self.vars, "ansible_private_key_file", "ansible_ssh_private_key_file")
-
-    @property
-    def connection(self) -> str:
-        return self.vars.get("ansible_connection") or "ssh"
-
-    def to_json(self) -> dict[str, Any]:
-        return {"name": self.name, "address": self.address, "port": self.port, "user": self.user,
-                "connection": self.connection, "groups": list(self.groups), "vars": self.all_vars}
-
-    @property
-    def all_vars(self) -> dict[str, Any]:
-        """Every variable of the host, as ansible-inventory shows them, those fleet does not use too."""
-        return {**self.vars, **self.unused}
+__all__ = ["Host", "Inventory", "InventoryError", "TargetError"]  # Host and the errors live in host.py
 
 
 @dataclass
@@ -108,8 +50,6 @@ class Inventory:
         return found
 
     def _resolve_target(self, target: str, chosen: dict[str, Host]) -> list[Host]:
-        from . import adhoc, patterns  # they build Hosts: imported here, where model is complete
-
         if self.bare_names_are_hosts:
             return [h for p in split_patterns(target) for h in self._without_inventory(p, chosen)]
         extra = {n: h for n, h in chosen.items() if n not in self.hosts}
@@ -132,8 +72,6 @@ class Inventory:
 
     def _without_inventory(self, pattern: str, chosen: dict[str, Host]) -> list[Host]:
         """Without an inventory every name is a host to reach, as for ssh and clush -w."""
-        from . import adhoc
-
         if pattern in self.groups:
             return [self.hosts[n] for n in self.groups[pattern]]
         if pattern in self.hosts:

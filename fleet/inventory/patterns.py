@@ -28,7 +28,7 @@ import re
 from typing import Callable, Sequence
 
 from ..hostlist import HostPatternError, TooManyNames, expand, split_patterns
-from .model import TargetError
+from .host import TargetError
 
 # ansible-core's PATTERN_WITH_SUBSCRIPT, as it is.
 _SUBSCRIPT = re.compile(r"^(.+)\[(?:(-?[0-9]+)|([0-9]+)([:-])([0-9]*))\]$")

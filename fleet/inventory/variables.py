@@ -11,7 +11,7 @@ import difflib
 import re
 from typing import Any, Callable
 
-from .model import InventoryError
+from .host import InventoryError
 
 
 def _str(v: Any) -> str | None:

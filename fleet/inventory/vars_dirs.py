@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from .model import InventoryError
+from .host import InventoryError
 from .variables import check_variable
 from .yaml_source import is_mapping, read_yaml
 

@@ -15,7 +15,7 @@ from typing import Any
 import yaml
 
 from .builder import Builder
-from .model import InventoryError
+from .host import InventoryError
 
 _GROUP_KEYS = ("hosts", "children", "vars")
 VAULT_HEADER = "$ANSIBLE_VAULT"

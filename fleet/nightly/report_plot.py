@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import html
 import math
+from dataclasses import dataclass
 from datetime import datetime
 
 from ..kernelnames import short_names
@@ -106,17 +107,36 @@ def changes(points: list[dict], runs: dict[str, dict]) -> list[tuple[int, str]]:
     return out
 
 
-def plot(points: list[dict], verdict: Verdict, t: dict, runs: dict[str, dict]) -> str:
+@dataclass
+class Axes:
+    """Where each run's point goes: its value in the shown unit, its place along the x axis
+    (0 to 1: by start time where every run has a distinct one, else by order), the y range."""
+    values: list[float]
+    div: float
+    unit: str
+    lo: float
+    hi: float
+    ticks: list[float]
+    times: list[datetime | None]
+    dated: bool
+    frac: list[float]
+
+    def x(self, f: float) -> float:
+        return LEFT + (W - LEFT - RIGHT) * f
+
+    def y(self, v: float) -> float:
+        return H - BOTTOM - (H - TOP - BOTTOM) * (v - self.lo) / (self.hi - self.lo)
+
+
+def axes(points: list[dict], verdict: Verdict, level: tuple[float, float] | None, runs: dict[str, dict]) -> Axes:
     div, unit = scale(verdict.metric)
     values = [p["value"] / div for p in points]
-    level = thresholds_of(verdict, t)
     marks = values + ([verdict.baseline / div, level[1] / div] if level else [])
     lo, hi = min(marks), max(marks)
     span = (hi - lo) or max(abs(hi), 1.0) * 0.1
     lo, hi = lo - span * 0.08, hi + span * 0.08
     ticks = nice_ticks(lo, hi)
     lo, hi = min(lo, ticks[0]), max(hi, ticks[-1])
-
     times = [when(runs.get(p["run_id"], {}).get("started") or p.get("started")) for p in points]
     dated = all(times) and len(set(times)) == len(times) and len({t.tzinfo is None for t in times}) == 1
     if dated and times[0].tzinfo is not None:  # one zone on one axis (sites, daylight saving)
@@ -126,64 +146,94 @@ def plot(points: list[dict], verdict: Verdict, t: dict, runs: dict[str, dict]) -
         frac = [((tm - t0).total_seconds() / max((t1 - t0).total_seconds(), 1)) for tm in times]
     else:
         frac = [i / max(len(points) - 1, 1) for i in range(len(points))]
-    x = lambda f: LEFT + (W - LEFT - RIGHT) * f
-    y = lambda v: H - BOTTOM - (H - TOP - BOTTOM) * (v - lo) / (hi - lo)
-    colour = COLOURS[verdict.verdict]
+    return Axes(values, div, unit, lo, hi, ticks, times, dated, frac)
+
+
+def plot(points: list[dict], verdict: Verdict, t: dict, runs: dict[str, dict]) -> str:
+    level = thresholds_of(verdict, t)
+    a = axes(points, verdict, level, runs)
     label = html.escape(f"{shown_metric(verdict.metric)} on {verdict.device}")
     parts = [f'<svg class="plot" role="img" width="{W}" height="{H}" viewBox="0 0 {W} {H}" aria-label="{label}">',
              f'<title>{html.escape(f"{verdict.metric} on {verdict.device}")}</title>',  # the kernel's full name
              f'<rect x="0" y="0" width="{W}" height="{H}" fill="#fbfbfb" stroke="#ddd"/>']
-    if level:  # the band: between the suspicious and the regression level, and above it
-        s, r, b = (y(v / div) for v in (*level, verdict.baseline))
-        parts += [f'<rect class="band suspicious" x="{LEFT}" y="{r:.1f}" width="{W - LEFT - RIGHT}" '
-                  f'height="{max(s - r, 0):.1f}" fill="#f5cba7" fill-opacity="0.5"><title>suspicious: more than '
-                  f'{t["suspicious"]:.0%} over the baseline</title></rect>',
-                  f'<rect class="band regression" x="{LEFT}" y="{TOP}" width="{W - LEFT - RIGHT}" '
-                  f'height="{max(r - TOP, 0):.1f}" fill="#f1948a" fill-opacity="0.25"><title>regression: more than '
-                  f'{t["regression"]:.0%} over the baseline</title></rect>',
-                  f'<text class="band-label" x="{W - RIGHT - 4}" y="{r - 3:.1f}" font-size="10" fill="#a93226" '
-                  f'text-anchor="end">+{t["regression"]:.0%} regression</text>',
-                  f'<text class="band-label" x="{W - RIGHT - 4}" y="{s - 3:.1f}" font-size="10" fill="#9c640c" '
-                  f'text-anchor="end">+{t["suspicious"]:.0%} suspicious</text>',
-                  f'<line class="baseline" x1="{LEFT}" x2="{W - RIGHT}" y1="{b:.1f}" y2="{b:.1f}" stroke="#555" '
-                  f'stroke-dasharray="5 3"/><text class="band-label" x="{W - RIGHT - 4}" y="{b + 12:.1f}" '
-                  f'font-size="10" fill="#555" text-anchor="end">baseline {verdict.baseline / div:.4g} {unit}</text>']
-    # y axis: ticks, grid, unit
-    parts.append(f'<line class="axis" x1="{LEFT}" x2="{LEFT}" y1="{TOP}" y2="{H - BOTTOM}" stroke="#333"/>')
-    for v in ticks:
-        parts.append(f'<line x1="{LEFT - 4}" x2="{W - RIGHT}" y1="{y(v):.1f}" y2="{y(v):.1f}" stroke="#e5e5e5"/>'
-                     f'<text class="ytick" x="{LEFT - 6}" y="{y(v) + 3.5:.1f}" font-size="11" fill="#333" '
+    if level:
+        parts += bands(a, verdict, t, level)
+    parts += y_axis(a) + x_axis(a) + change_markers(a, changes(points, runs))
+    parts += trend(a, points, COLOURS[verdict.verdict])
+    parts.append("</svg>")
+    return "".join(parts)
+
+
+def bands(a: Axes, verdict: Verdict, t: dict, level: tuple[float, float]) -> list[str]:
+    """Between the suspicious and the regression level, and above it; the baseline dashed."""
+    s, r, b = (a.y(v / a.div) for v in (*level, verdict.baseline))
+    return [f'<rect class="band suspicious" x="{LEFT}" y="{r:.1f}" width="{W - LEFT - RIGHT}" '
+            f'height="{max(s - r, 0):.1f}" fill="#f5cba7" fill-opacity="0.5"><title>suspicious: more than '
+            f'{t["suspicious"]:.0%} over the baseline</title></rect>',
+            f'<rect class="band regression" x="{LEFT}" y="{TOP}" width="{W - LEFT - RIGHT}" '
+            f'height="{max(r - TOP, 0):.1f}" fill="#f1948a" fill-opacity="0.25"><title>regression: more than '
+            f'{t["regression"]:.0%} over the baseline</title></rect>',
+            f'<text class="band-label" x="{W - RIGHT - 4}" y="{r - 3:.1f}" font-size="10" fill="#a93226" '
+            f'text-anchor="end">+{t["regression"]:.0%} regression</text>',
+            f'<text class="band-label" x="{W - RIGHT - 4}" y="{s - 3:.1f}" font-size="10" fill="#9c640c" '
+            f'text-anchor="end">+{t["suspicious"]:.0%} suspicious</text>',
+            f'<line class="baseline" x1="{LEFT}" x2="{W - RIGHT}" y1="{b:.1f}" y2="{b:.1f}" stroke="#555" '
+            f'stroke-dasharray="5 3"/><text class="band-label" x="{W - RIGHT - 4}" y="{b + 12:.1f}" '
+            f'font-size="10" fill="#555" text-anchor="end">baseline {verdict.baseline / a.div:.4g} {a.unit}</text>']
+
+
+def y_axis(a: Axes) -> list[str]:
+    """Ticks, grid and the unit."""
+    parts = [f'<line class="axis" x1="{LEFT}" x2="{LEFT}" y1="{TOP}" y2="{H - BOTTOM}" stroke="#333"/>']
+    for v in a.ticks:
+        parts.append(f'<line x1="{LEFT - 4}" x2="{W - RIGHT}" y1="{a.y(v):.1f}" y2="{a.y(v):.1f}" stroke="#e5e5e5"/>'
+                     f'<text class="ytick" x="{LEFT - 6}" y="{a.y(v) + 3.5:.1f}" font-size="11" fill="#333" '
                      f'text-anchor="end">{v:.4g}</text>')
     parts.append(f'<text class="yunit" x="14" y="{(TOP + H - BOTTOM) / 2:.1f}" font-size="11" fill="#333" '
-                 f'text-anchor="middle" transform="rotate(-90 14 {(TOP + H - BOTTOM) / 2:.1f})">{html.escape(unit)}'
+                 f'text-anchor="middle" transform="rotate(-90 14 {(TOP + H - BOTTOM) / 2:.1f})">{html.escape(a.unit)}'
                  f'</text>')
-    # x axis: a tick at each run, a date label on as many as fit
-    parts.append(f'<line class="axis" x1="{LEFT}" x2="{W - RIGHT}" y1="{H - BOTTOM}" y2="{H - BOTTOM}" '
-                 'stroke="#333"/>')
-    fmt, caption = time_labels(times) if dated else ("", "run")
-    every = max(1, math.ceil(len(points) / ((W - LEFT - RIGHT) // 62)))
-    for i, f in enumerate(frac):
-        parts.append(f'<line x1="{x(f):.1f}" x2="{x(f):.1f}" y1="{H - BOTTOM}" y2="{H - BOTTOM + 4}" stroke="#333"/>')
-        if i % every == 0 or i == len(points) - 1 and (i % every) * 2 >= every:
-            text = times[i].strftime(fmt) if dated else f"run {i + 1}"
-            parts.append(f'<text class="xtick" x="{x(f):.1f}" y="{H - BOTTOM + 16}" font-size="11" fill="#333" '
+    return parts
+
+
+def x_axis(a: Axes) -> list[str]:
+    """A tick at each run, a date label on as many as fit."""
+    parts = [f'<line class="axis" x1="{LEFT}" x2="{W - RIGHT}" y1="{H - BOTTOM}" y2="{H - BOTTOM}" '
+             'stroke="#333"/>']
+    fmt, caption = time_labels(a.times) if a.dated else ("", "run")
+    count = len(a.frac)
+    every = max(1, math.ceil(count / ((W - LEFT - RIGHT) // 62)))
+    for i, f in enumerate(a.frac):
+        parts.append(f'<line x1="{a.x(f):.1f}" x2="{a.x(f):.1f}" y1="{H - BOTTOM}" y2="{H - BOTTOM + 4}" stroke="#333"/>')
+        if i % every == 0 or i == count - 1 and (i % every) * 2 >= every:
+            text = a.times[i].strftime(fmt) if a.dated else f"run {i + 1}"
+            parts.append(f'<text class="xtick" x="{a.x(f):.1f}" y="{H - BOTTOM + 16}" font-size="11" fill="#333" '
                          f'text-anchor="middle">{text}</text>')
     parts.append(f'<text x="{(LEFT + W - RIGHT) / 2:.1f}" y="{H - 6}" font-size="11" fill="#555" '
                  f'text-anchor="middle">{html.escape(caption)}</text>')
-    for i, what in changes(points, runs):  # a change of driver, nsys or host: a vertical marker
-        cx = (x(frac[i - 1]) + x(frac[i])) / 2
+    return parts
+
+
+def change_markers(a: Axes, found: list[tuple[int, str]]) -> list[str]:
+    """A change of driver, nsys or host: a vertical marker between the two runs."""
+    parts = []
+    for i, what in found:
+        cx = (a.x(a.frac[i - 1]) + a.x(a.frac[i])) / 2
         parts.append(f'<g class="change"><line x1="{cx:.1f}" x2="{cx:.1f}" y1="{TOP - 14}" y2="{H - BOTTOM}" '
                      f'stroke="#2e86c1" stroke-width="1.5" stroke-dasharray="2 2"/>'
                      f'<text class="change-label" x="{cx + (4 if cx < W * 0.6 else -4):.1f}" y="{TOP - 6:.1f}" '
                      f'font-size="11" fill="#1b4f72" text-anchor="{"start" if cx < W * 0.6 else "end"}">{html.escape(what)}</text><title>{html.escape(what)}</title></g>')
-    line = " ".join(f"{x(f):.1f},{y(v):.1f}" for f, v in zip(frac, values))
-    parts.append(f'<polyline class="trend" points="{line}" fill="none" stroke="{colour}" stroke-width="2"/>')
-    for f, p, v, tm in zip(frac, points, values, times):
+    return parts
+
+
+def trend(a: Axes, points: list[dict], colour: str) -> list[str]:
+    """The line through the runs, and a point for each (hollow where the run gave flags up)."""
+    line = " ".join(f"{a.x(f):.1f},{a.y(v):.1f}" for f, v in zip(a.frac, a.values))
+    parts = [f'<polyline class="trend" points="{line}" fill="none" stroke="{colour}" stroke-width="2"/>']
+    for f, p, v, tm in zip(a.frac, points, a.values, a.times):
         flags = p.get("flags") or []
-        title = html.escape(f"{p['run_id']}" + (f" ({tm:%Y-%m-%d %H:%M})" if tm else "") + f": {v:.4g} {unit}"
+        title = html.escape(f"{p['run_id']}" + (f" ({tm:%Y-%m-%d %H:%M})" if tm else "") + f": {v:.4g} {a.unit}"
                             + ("; " + "; ".join(flags) if flags else ""))
-        parts.append(f'<circle class="point" cx="{x(f):.1f}" cy="{y(v):.1f}" r="4" '
+        parts.append(f'<circle class="point" cx="{a.x(f):.1f}" cy="{a.y(v):.1f}" r="4" '
                      f'fill="{"#fff" if flags else colour}" stroke="{"#999" if flags else colour}">'
                      f'<title>{title}</title></circle>')
-    parts.append("</svg>")
-    return "".join(parts)
+    return parts
