@@ -47,6 +47,50 @@ def section(fn, *args):
 
 # --- the machine ---
 
+def container():
+    if os.path.exists("/.dockerenv"):
+        return "docker"
+    if os.path.exists("/run/.containerenv"):
+        return "podman"
+    if os.environ.get("container"):
+        return os.environ["container"]
+    cgroup = read("/proc/1/cgroup", "")
+    for word in ("kubepods", "docker", "containerd", "lxc", "libpod"):
+        if word in cgroup:
+            return word
+    if os.environ.get("SINGULARITY_CONTAINER") or os.environ.get("APPTAINER_CONTAINER"):
+        return "apptainer"
+    return None
+
+
+def capabilities():
+    status = read("/proc/self/status", "")
+    m = re.search(r"^CapEff:\s*([0-9a-f]+)", status, re.M)
+    eff = int(m.group(1), 16) if m else 0
+    return {"effective": "%016x" % eff, "sys_admin": bool(eff >> CAP_SYS_ADMIN & 1),
+            "perfmon": bool(eff >> CAP_PERFMON & 1)}
+
+
+def nvidia_params():
+    text = read("/proc/driver/nvidia/params")
+    if text is None:
+        return {"driver_loaded": os.path.exists("/proc/driver/nvidia"), "profiling_admin_only": None}
+    m = re.search(r"^RmProfilingAdminOnly:\s*(\d+)", text, re.M)
+    return {"driver_loaded": True, "profiling_admin_only": int(m.group(1)) if m else None}
+
+
+def listeners(ports):
+    found = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in (read(table, "") or "").splitlines()[1:]:
+            fields = line.split()
+            if len(fields) > 3 and fields[3] == "0A":  # LISTEN
+                port = int(fields[1].rsplit(":", 1)[1], 16)
+                if port in ports:
+                    found.add(port)
+    return sorted(found)
+
+
 def daemons(procs):
     named = lambda names: sorted(pid for pid, (comm, _) in procs.items() if comm in names)
     mps = named(MPS_NAMES)

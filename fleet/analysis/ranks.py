@@ -94,7 +94,6 @@ def analyze(inputs: list[RankInput], source: Source, step_range: str | None = "s
         counts = ", ".join(f"{r.label} {len(syncs[r.label])}" for r in present)
         notes.append(f"the ranks reached different numbers of collectives ({counts}): the first {n} compared")
     matched = {r.label: syncs[r.label][:n] for r in present}
-    nodes = {r.label: r for r in present}
     gpus = {r.label: gpu_of(r) for r in present}
     stats = {r.label: rank_stats(r, matched[r.label], step_range, gpus[r.label]) for r in present}
     per = []
