@@ -15,11 +15,15 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
+from . import exitcodes
+from .errors import FleetError
 from .policy import DockerPrivileges
 
 
-class ContainerError(ValueError):
+class ContainerError(FleetError, ValueError):
     """A container that cannot be rendered as asked."""
+
+    exit_status = exitcodes.FAILED  # as the Slurm and nightly paths have ended on it (exitcodes.of_error)
 
 
 def image_problem(image: str, option: str) -> str | None:

@@ -16,11 +16,13 @@ import sqlite3
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..errors import FleetError
+
 NVTX_MARK = 34                            # NVTX_EVENTS.eventType of nvtxMark
 RANK_MARK = re.compile(r"rank[ _=:]?(\d+)$", re.IGNORECASE)   # an NVTX mark "rank 3": the process's rank
 
 
-class ExportError(ValueError):
+class ExportError(FleetError, ValueError):
     """A file that is not an nsys export fleet can read; the message is one line."""
 
 

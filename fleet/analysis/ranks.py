@@ -12,6 +12,8 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass
 
+from ..errors import FleetError
+
 from .inputs import NodeRecord, RankInput, Source, busy, gpu_of
 from .verdict import verdicts
 
@@ -74,7 +76,7 @@ class Analysis:
                 "per_collective": self.per_collective, "notes": self.notes, "missing": self.missing}
 
 
-class NoCollectives(LookupError):
+class NoCollectives(FleetError, LookupError):
     """No collective in the exports: the message says what to name."""
 
 

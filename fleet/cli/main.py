@@ -34,8 +34,10 @@ COMMANDS = {
 
 
 class _Group(click.Group):
-    """Turns inventory, target, store and unsafe-value errors into one clear line and exit status 2,
-    and a store that cannot be written into one line and exit status 1."""
+    """The one place an error a user can act on becomes its line, ``fleet: ...``, and exit status:
+    a ``FleetError`` (fleet/errors.py) with its own status; the store's errors and an unsafe value
+    (which the agent's safenames raises, without fleet's base) with 2, a store that cannot be
+    written with 1."""
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted(COMMANDS)
@@ -66,11 +68,13 @@ class _Group(click.Group):
             return super().invoke(ctx)
         except Exception as e:
             # Imported only when something failed: the store's module is a cost every command would pay.
-            from ..inventory import InventoryError, TargetError
+            from ..errors import FleetError
             from ..safenames import UnsafeValue
             from ..store import CatalogError, StoreWriteError
 
-            if isinstance(e, (InventoryError, TargetError, CatalogError, UnsafeValue)):
+            if isinstance(e, FleetError):
+                fail(str(e), e.exit_status)
+            if isinstance(e, (CatalogError, UnsafeValue)):
                 fail(str(e))
             if isinstance(e, StoreWriteError):
                 fail(str(e), exitcodes.FAILED)

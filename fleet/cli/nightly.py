@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 def _playbook(path: str):
     from ..nightly.playbook import load
 
-    return load(path)  # PlaybookError is an InventoryError: the CLI prints file:line and exits 2
+    return load(path)  # a PlaybookError is a FleetError: the CLI prints file:line and exits 2
 
 
 def run_playbook(obj: Context, path: str, store_root, dry_run: bool, poll: float = 5.0) -> "RunManifest":
@@ -106,12 +106,9 @@ def schedule_install(obj: Context, playbook, cron, every, name, backend, sbatch_
 
         here = choose(obj.inventory, pb.target.get("partition"), pb.target.get("cluster"),
                       embedded=not obj.inventories).local
-    try:
-        record = sched.install(root, name or pb.name, playbook, cron=cron,
-                               every=sched.every_seconds(every) if every else None, on_slurm_here=here, env=env,
-                               sbatch_args=tuple(sbatch_args), backend=backend, dry_run=dry_run)
-    except sched.ScheduleError as e:
-        fail(str(e))
+    record = sched.install(root, name or pb.name, playbook, cron=cron,
+                           every=sched.every_seconds(every) if every else None, on_slurm_here=here, env=env,
+                           sbatch_args=tuple(sbatch_args), backend=backend, dry_run=dry_run)
     if as_json:
         return echo_json({**record, "dry_run": dry_run,
                           "next": [t.isoformat(timespec="seconds") for t in sched.next_times(record)]})
@@ -167,10 +164,7 @@ def schedule_rm(name, store_root, as_json):
     from ..nightly import schedule as sched
     from .. import store
 
-    try:
-        record = sched.remove(store.root(store_root), name)
-    except sched.ScheduleError as e:
-        fail(str(e))
+    record = sched.remove(store.root(store_root), name)
     if as_json:
         return echo_json({"removed": record})
     click.echo(f"removed {name} ({record['backend']})")
@@ -185,10 +179,7 @@ def schedule_fire(obj: Context, name, store_root):
     from ..nightly import schedule as sched
     from .. import store
 
-    try:
-        record = sched.fire(store.root(store_root), name)
-    except sched.ScheduleError as e:
-        fail(str(e))
+    record = sched.fire(store.root(store_root), name)
     m = run_playbook(obj, record["playbook"], store_root, False)
     click.echo(f"schedule {name}: run {m.run_id} {m.status}")
 

@@ -209,14 +209,14 @@ def reports_ranks(run_id, store_root, sync_range, sync_call, step_range, html_ou
     """Which rank was slow, and why: per rank GPU kernel, collective and idle time, NVTX steps,
     rank-seconds lost waiting, how often it arrived last; a verdict on each straggler."""
     from .. import store
-    from ..analysis import export, load, ranks
+    from ..analysis import load, ranks
 
     if sync_range and sync_call:
         fail("--sync-range and --sync-call name the sync two ways: give one")
     m = _manifest(store_root, run_id)
     try:
         found = load.analyze_run(store.root(store_root), m, ranks.Source(sync_range, sync_call), step_range)
-    except (LookupError, export.ExportError) as e:
+    except LookupError as e:  # the run, or an export in it, not in the store (an unreadable export: a FleetError)
         fail(str(e))
     if html_out:
         from ..analysis import page

@@ -16,6 +16,8 @@ import shlex
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from ..errors import FleetError
+
 if TYPE_CHECKING:
     from .host import Host
 
@@ -43,7 +45,7 @@ _WITH_VALUE = {"p": "Port", "l": "User", "i": "IdentityFile", "J": "ProxyJump", 
 _OTHER_WITH_VALUE = set("bcDEeFIiLmOQRSWwB") - set(_WITH_VALUE)
 
 
-class ConnectionOptionError(ValueError):
+class ConnectionOptionError(FleetError, ValueError):
     """An ssh argument of the inventory that fleet cannot honour; the message names all."""
 
 

@@ -9,8 +9,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..errors import FleetError
 
-class InventoryError(ValueError):
+
+class InventoryError(FleetError, ValueError):
     """A malformed inventory; ``str()`` reads ``file:line: what is wrong``."""
 
     def __init__(self, where: str, message: str):
@@ -18,7 +20,7 @@ class InventoryError(ValueError):
         self.where, self.message = where, message
 
 
-class TargetError(ValueError):
+class TargetError(FleetError, ValueError):
     """Targets on the command line that name nothing in the inventory."""
 
 

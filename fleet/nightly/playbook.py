@@ -17,7 +17,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .. import safenames
-from ..inventory import InventoryError, read_yaml
+from ..errors import FleetError
+from ..inventory import read_yaml
 from ..safenames import UnsafeValue
 from ..slurm import options as slurm_options
 from ..slurm.launchers import LAUNCHERS
@@ -36,8 +37,12 @@ METRIC_KEYS = {"kind", "name", "count", "kernel"}
 DEFAULT_THRESHOLDS = {"regression": 0.10, "suspicious": 0.05, "consecutive": 2, "baseline_runs": 7, "min_runs": 3}
 
 
-class PlaybookError(InventoryError):
+class PlaybookError(FleetError, ValueError):
     """A malformed playbook; ``str()`` reads ``file:line: what is wrong``."""
+
+    def __init__(self, where: str, message: str):
+        super().__init__(f"{where}: {message}")
+        self.where, self.message = where, message
 
 
 @dataclass(frozen=True)

@@ -28,6 +28,8 @@ from pathlib import Path
 
 from croniter import croniter
 
+from ..errors import FleetError
+
 from .. import safenames
 
 MARK = "# fleet-schedule:"
@@ -44,7 +46,7 @@ TOOLS = {"crontab": ("crontab",), "scrontab": ("scrontab",), "resubmit": ("sbatc
 RM_TOOLS = {"crontab": ("crontab",), "scrontab": ("scrontab",), "resubmit": ("squeue", "scancel")}
 
 
-class ScheduleError(ValueError):
+class ScheduleError(FleetError, ValueError):
     """A schedule that cannot be made or found."""
 
 
