@@ -260,3 +260,44 @@ def test_sigint_to_ncus_group_ends_it_with_the_report_kept_as_the_real_one_did(t
 
 def pid_of(out: str) -> str:
     return re.search(r"Connected to process (\d+)", out).group(1)
+
+
+TOOLS = Path(__file__).parent / "fixtures" / "tools-2025.3-h200"
+
+
+def test_nsys_takes_a_long_options_unique_prefix_and_a_short_ones_attached_value(tmp_path):
+    """What plan.py is built on: --dur is --duration (nsys stops the workload itself, exit 143, as
+    nsys-duration recorded), -scpu is -s cpu."""
+    done = nsys("profile", "--dur=1", "-scpu", "--out=r", "--", "sleep", "5", cwd=tmp_path)
+    assert done.returncode == int((TOOLS / "nsys-duration" / "status.txt").read_text()), done.stderr
+    assert (tmp_path / "r.nsys-rep").exists()
+
+
+def refused_as_recorded(done: subprocess.CompletedProcess, case: str, option: str) -> None:
+    """Where the real nsys's refusal is recorded, its words and status; else the stand-in only
+    refuses (its own line is no nsys behaviour to hold anything to)."""
+    folder = TOOLS / case
+    if (folder / "output.txt").exists():
+        recorded = (folder / "option.txt").read_text().strip()
+        assert done.stdout + done.stderr == (folder / "output.txt").read_text().replace(recorded, option)
+        assert done.returncode == int((folder / "status.txt").read_text())
+    else:
+        assert done.returncode != 0 and case in done.stderr
+
+
+def test_nsys_refuses_an_option_given_twice_before_the_workload_runs(tmp_path):
+    """nsys refuses an option given twice (plan.py drops fleet's own flag where the user gave it),
+    -s and --sample being one option."""
+    for given, option in ((("--sample=none", "-s", "cpu"), "--sample"), (("--duration=3", "--dur=9"), "--duration"),
+                          (("-o", "a", "--output=b"), "--output")):
+        marker = tmp_path / "ran"
+        done = nsys("profile", *given, "--", "touch", str(marker), cwd=tmp_path)
+        assert not marker.exists(), given
+        refused_as_recorded(done, "nsys-option-twice", option)
+
+
+def test_nsys_refuses_an_ambiguous_prefix_before_the_workload_runs(tmp_path):
+    marker = tmp_path / "ran"
+    done = nsys("profile", "--capture=cudaProfilerApi", "--", "touch", str(marker), cwd=tmp_path)
+    assert not marker.exists()
+    refused_as_recorded(done, "nsys-option-ambiguous", "--capture")
