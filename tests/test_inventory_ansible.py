@@ -20,6 +20,7 @@ import pytest
 
 from fleet.inventory import load
 from fleet.inventory.variables import ANSIBLE_VARIABLES, VARIABLES
+from tests.harness.ansible_oracle import asked_once
 
 FIXTURES = Path(__file__).parent / "fixtures" / "inventories"
 CORPUS = sorted(p.name for p in FIXTURES.iterdir() if p.is_dir())
@@ -29,16 +30,20 @@ ANSIBLE_INVENTORY = Path(sys.executable).parent / "ansible-inventory"
 
 def ansible_list(source: Path, workdir: Path, *options: str) -> dict:
     """What ``ansible-inventory -i SOURCE --list`` writes, run where no ansible.cfg, group_vars or
-    host_vars could be found but the inventory's own."""
-    home = workdir / "home"
-    home.mkdir(exist_ok=True)
-    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(home), "ANSIBLE_HOME": str(home),
-           "ANSIBLE_CONFIG": str(home / "none.cfg"), "ANSIBLE_LOCAL_TEMP": str(home),
-           "ANSIBLE_INVENTORY_UNPARSED_FAILED": "true", "ANSIBLE_NOCOLOR": "1", "LC_ALL": "C.UTF-8"}
-    out = subprocess.run([str(ANSIBLE_INVENTORY), "-i", str(source), "--list", *options], cwd=home, env=env,
-                         capture_output=True, text=True, timeout=120)
-    assert out.returncode == 0, out.stderr
-    return json.loads(out.stdout)
+    host_vars could be found but the inventory's own; asked once a session for a source with the
+    same contents (tests/harness/ansible_oracle.py)."""
+    def ask() -> str:
+        home = workdir / "home"
+        home.mkdir(exist_ok=True)
+        env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(home), "ANSIBLE_HOME": str(home),
+               "ANSIBLE_CONFIG": str(home / "none.cfg"), "ANSIBLE_LOCAL_TEMP": str(home),
+               "ANSIBLE_INVENTORY_UNPARSED_FAILED": "true", "ANSIBLE_NOCOLOR": "1", "LC_ALL": "C.UTF-8"}
+        out = subprocess.run([str(ANSIBLE_INVENTORY), "-i", str(source), "--list", *options], cwd=home, env=env,
+                             capture_output=True, text=True, timeout=120)
+        assert out.returncode == 0, out.stderr
+        return out.stdout
+
+    return json.loads(asked_once(ANSIBLE_INVENTORY, source, ("--list", *options), ask))
 
 
 def members(listing: dict) -> dict[str, set[str]]:
@@ -63,11 +68,13 @@ def assert_same(inventory, listing: dict) -> None:
 
 
 def as_script(listing: dict, where: Path) -> Path:
-    """An inventory script that writes ``listing``: how Ansible itself reads such JSON."""
-    data = where / "listing.json"
-    data.write_text(json.dumps(listing))
-    script = where / "listing.sh"
-    script.write_text(f"#!/bin/sh\ncat '{data}'\n")
+    """An inventory script that writes ``listing``: how Ansible itself reads such JSON. In a folder
+    of its own, naming the data beside it: the same listing is the same source wherever it is."""
+    folder = where / "script"
+    folder.mkdir()
+    (folder / "listing.json").write_text(json.dumps(listing))
+    script = folder / "listing.sh"
+    script.write_text('#!/bin/sh\ncat "$(dirname "$0")/listing.json"\n')
     script.chmod(0o755)
     return script
 
@@ -87,6 +94,20 @@ def test_the_json_ansible_inventory_writes_is_read_as_ansible_reads_it(fixture, 
     site.mkdir()
     (site / "inventory.json").write_text(json.dumps(listing, indent=4))
     assert_same(load([site / "inventory.json"]), ansible_list(as_script(listing, tmp_path), tmp_path))
+
+
+def test_the_oracle_is_asked_again_when_the_source_changes(tmp_path):
+    """An answer kept for the session is never one of another source: a changed file, or a change
+    in the vars directories beside it, is asked anew."""
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "hosts").write_text("[gpu]\ng1\n")
+    assert set(ansible_list(site / "hosts", tmp_path)["_meta"]["hostvars"]) <= {"g1"}
+    (site / "hosts").write_text("[gpu]\ng1\ng2 port=2\n")
+    assert ansible_list(site / "hosts", tmp_path)["_meta"]["hostvars"]["g2"] == {"port": 2}
+    (site / "host_vars").mkdir()
+    (site / "host_vars" / "g1.yml").write_text("report_dir: /data/g1\n")
+    assert ansible_list(site / "hosts", tmp_path)["_meta"]["hostvars"]["g1"] == {"report_dir": "/data/g1"}
 
 
 def test_a_file_given_alone_has_the_vars_directories_beside_it(tmp_path):

@@ -19,6 +19,7 @@ import pytest
 
 from fleet.inventory import TargetError, load
 from tests.conftest import REPO, run_fleet
+from tests.harness.ansible_oracle import asked_once
 
 ANSIBLE = Path(sys.executable).parent / "ansible"
 
@@ -89,14 +90,19 @@ def ini_site(where: Path) -> Path:
 
 
 def ansible_hosts(source: Path, pattern: str, home: Path) -> list[str]:
-    """What ``ansible -i SOURCE PATTERN --list-hosts`` lists, in its order."""
-    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(home), "ANSIBLE_HOME": str(home),
-           "ANSIBLE_CONFIG": str(home / "none.cfg"), "ANSIBLE_LOCAL_TEMP": str(home), "LC_ALL": "C.UTF-8"}
-    out = subprocess.run([str(ANSIBLE), "-i", str(source), pattern, "--list-hosts"], cwd=home, env=env,
-                         capture_output=True, text=True, timeout=120)
-    assert out.returncode == 0, out.stderr
-    lines = out.stdout.splitlines()
-    assert lines and re.fullmatch(r"\s*hosts \(\d+\):", lines[0]), out.stdout
+    """What ``ansible -i SOURCE PATTERN --list-hosts`` lists, in its order (asked once a session for a
+    source with the same contents: tests/harness/ansible_oracle.py)."""
+    def ask() -> str:
+        env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(home), "ANSIBLE_HOME": str(home),
+               "ANSIBLE_CONFIG": str(home / "none.cfg"), "ANSIBLE_LOCAL_TEMP": str(home), "LC_ALL": "C.UTF-8"}
+        out = subprocess.run([str(ANSIBLE), "-i", str(source), pattern, "--list-hosts"], cwd=home, env=env,
+                             capture_output=True, text=True, timeout=120)
+        assert out.returncode == 0, out.stderr
+        return out.stdout
+
+    text = asked_once(ANSIBLE, source, (pattern, "--list-hosts"), ask)
+    lines = text.splitlines()
+    assert lines and re.fullmatch(r"\s*hosts \(\d+\):", lines[0]), text
     return [line.strip() for line in lines[1:] if line.strip()]
 
 
