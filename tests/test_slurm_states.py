@@ -1,5 +1,5 @@
 """What a job's Slurm state means for the run (fleet/slurm/states.py) and the prolog's verdict
-per GPU (fleet/policy.py): pure rules, checked on the words Slurm uses (its job reason codes and
+per GPU (fleet/policy/): pure rules, checked on the words Slurm uses (its job reason codes and
 job states, as squeue and scontrol print them)."""
 
 from __future__ import annotations
