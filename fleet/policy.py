@@ -496,3 +496,19 @@ def findings(state: NodeState) -> dict[str, Finding]:
     return {"permissions": permissions,
             "neighbours": Finding("warn" if parts else OK, "; ".join(parts) if parts else
                                   f"no other process on {len(state['gpus'])} GPU(s)")}
+
+
+def sudo_sysctls(wanted: Dict[str, Any], node_owned: "Dict[str, Any] | None", node_problem: "str | None"):
+    """Which of ``wanted`` (name -> value) fleet's agent may set as root reached through sudo:
+    only those the node's root-owned config lists (``owned_sysctls`` in /etc/fleet/node.json), at
+    its value. The caller's own list is no allow-list there: whoever may run the agent under sudo
+    chose it. Returns (allowed, why none is set); a missing or unsafe config allows none."""
+    if node_problem:
+        return {}, f"no sysctl is set as root through sudo: {node_problem}"
+    owned = node_owned or {}
+    unlisted = [f"{name}={value}" for name, value in wanted.items()
+                if name not in owned or str(owned[name]) != str(value)]
+    if unlisted:
+        return {}, (f"no sysctl is set as root through sudo: {', '.join(unlisted)} is not among the owned_sysctls "
+                    "of the node's root-owned config")
+    return dict(wanted), None
