@@ -80,3 +80,21 @@ def test_a_known_hosts_that_is_another_accounts_link_is_not_written_through(tmp_
     with pytest.raises(hostkeys.KnownHostsError, match="Too many levels of symbolic links"):
         hostkeys.record([offered(link)])
     assert victim.read_text() == "untouched\n" and link.is_symlink()
+
+
+def test_the_transports_import_their_shared_types_from_base_never_the_package():
+    """fleet/transport/__init__.py picks a transport; ssh.py and local.py used to import the package
+    back (an import cycle). Now the shared types are in base.py, and no transport module imports
+    the package."""
+    import ast
+
+    from tests.conftest import REPO
+
+    for path in sorted((REPO / "fleet" / "transport").glob("*.py")):
+        if path.name == "__init__.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom):
+                assert not (node.level == 1 and node.module is None), f"{path.name}:{node.lineno}: from . import"
+                assert node.module != "fleet.transport", f"{path.name}:{node.lineno}"
+        assert len(path.read_text().splitlines()) <= 400, path.name
