@@ -160,3 +160,43 @@ def test_a_command_longer_than_argv_takes_is_profiled(lab):
     word = "x" * 70_000
     out, doc = profile(lab, "--hosts", "h02", "--", "sh", "-c", 'test "${#1}" = 70000', "sh", word)
     assert out.returncode == exitcodes.OK and host(doc, "h02")["status"] == "ok", out.stderr[-2000:]
+
+
+def test_given_up_as_a_number_fails_that_host_alone_and_the_run_ends(lab):
+    """`given_up` as a number gave a traceback at the end, and the manifest stayed "running"."""
+    answer(lab, {"status": "ok", "given_up": 5, "reports": []})
+    out, doc = profile(lab, "--hosts", "h01,h02", "--", "true")
+    assert "Traceback" not in out.stderr
+    h01 = host(doc, "h01")
+    assert h01["status"] == "failed" and "given_up" in h01["error"], h01["error"]
+    assert host(doc, "h02")["status"] == "ok" and out.returncode == exitcodes.PARTIAL
+
+
+def test_doctor_names_a_wrong_typed_probe_answer_and_checks_the_healthy_host(lab):
+    """The wrong-typed probe answer gave a traceback in doctor too."""
+    answer(lab, {"host": "h01", "gpus": [{"index": "zero"}], "tools": {}}, kind="probe", name="probe")
+    out = run_fleet("doctor", "h01,h02", env=lab["c"].env())
+    assert "Traceback" not in out.stderr, out.stderr
+    assert "h01: the agent's probe answer is malformed" in out.stdout + out.stderr, out.stdout + out.stderr
+    assert "h02" in out.stdout
+
+
+def test_output_without_newlines_is_relayed_as_it_comes_and_an_endless_result_is_not_believed(monkeypatch):
+    """Workload output with no newlines grew quadratically (128 MB: 134 s, 692 MB of client
+    memory): it was held whole until a newline came. Now it is relayed in pieces of at most
+    LINE_LIMIT (and a chunk) as it arrives, and the agent's result line has its own bound."""
+    from fleet.lab import profile as lab_profile
+
+    written = []
+    sink = lab_profile.LineSink("h01", False, lambda stream, text: written.append(len(text)))
+    chunk = b"x" * 65536
+    for _ in range(64):  # 4 MiB, no newline
+        sink("stderr", chunk)
+        assert len(sink.partial["stderr"]) <= lab_profile.LINE_LIMIT
+    assert sum(written) >= 63 * 65536 and max(written) <= lab_profile.LINE_LIMIT + len(chunk) + 1  # a piece a chunk
+    monkeypatch.setattr(lab_profile, "RESULT_LIMIT", 1 << 20)
+    sink("stdout", wire.MARK.encode())
+    for _ in range(20):  # a result line past its bound
+        sink("stdout", chunk)
+    assert sink.result is None and "the agent's result is over 1 MiB" in sink.malformed
+    assert len(sink.partial["stdout"]) <= 1 << 20

@@ -432,10 +432,8 @@ UNCHECKED = [(re.compile(r"""\bopen\([^)]*,\s*["'](w|wb|ab|w\+|r\+)["']"""), 'op
              (re.compile(r"\.write_(text|bytes)\("), "Path.write_text")]
 
 
-# The checked helpers themselves (with fleet/agent/files.py, outside these folders); and the user's
-# own ~/.ssh/known_hosts, appended to as ssh does (and, like ssh, through a link the user made:
-# dotfile managers link it), which is no file of the store.
-NOT_THE_STORES = {"fleet/store/private.py", "fleet/transport/hostkeys.py"}
+# The checked helpers themselves (with fleet/agent/files.py, outside these folders).
+NOT_THE_STORES = {"fleet/store/private.py"}
 
 
 def test_the_store_and_transports_write_only_through_the_checked_helpers():

@@ -60,6 +60,10 @@ def lab(pytestconfig):
     try:
         lib = fakenvml.build(c.dir / "fakenvml")
         state_dir, lock_dir = c.dir / "state", c.dir / "locks"
+        # The node's root-owned config, which alone says what root reached through sudo may set.
+        node_config = c.dir / "node.json"
+        node_config.write_text(json.dumps({"owned_sysctls": {"kernel.perf_event_paranoid": 2}}))
+        node_config.chmod(0o644)
         lock_dir.mkdir(mode=0o777)
         lock_dir.chmod(0o1777)
         for h in c.hosts:
@@ -68,6 +72,7 @@ def lab(pytestconfig):
                                                         {"index": 1, "uuid": f"GPU-{h.name}-1"}]})
             scenario.chmod(0o644)
             env = {**fakenvml.env(lib, scenario), "FLEET_STATE_DIR": state_dir, "FLEET_LOCK_DIR": lock_dir,
+                   "FLEET_NODE_CONFIG": node_config,
                    "FAKE_DCGM_LOG": c.dir / "dcgm.log",
                    "PATH": f"{c.dir / 'standins'}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
             h.options["SetEnv"] = " ".join(f"{k}={v}" for k, v in env.items())
@@ -77,7 +82,7 @@ def lab(pytestconfig):
         c.inventory_vars = {"nsys_path": str(tools / "nsys"), "ncu_path": str(tools / "ncu"),
                             "ansible_python_interpreter": "/usr/bin/python3",
                             "owned_sysctls": {"kernel.perf_event_paranoid": 2}}
-        SUDOERS.write_text(f'Defaults:{c.user} env_keep += "FLEET_STATE_DIR FLEET_LOCK_DIR"\n'
+        SUDOERS.write_text(f'Defaults:{c.user} env_keep += "FLEET_STATE_DIR FLEET_LOCK_DIR FLEET_NODE_CONFIG"\n'
                            f"{c.user} ALL=(root) NOPASSWD: /usr/bin/python3\n")
         SUDOERS.chmod(0o440)
         PARANOID.write_text("3")  # as Debian ships it: CPU sampling blocked for users (put back below, as
@@ -87,7 +92,7 @@ def lab(pytestconfig):
                                f"for the tests (was {original})")
         # The store is the controller's (root's here), in a folder of its own: a shared, sticky one
         # as the scratch folders are is refused (every account could plant its catalog).
-        yield {"c": c, "tenant": tenant.pid, "state": state_dir, "locks": lock_dir,
+        yield {"c": c, "tenant": tenant.pid, "state": state_dir, "locks": lock_dir, "node_config": node_config,
                "out": c.dir / "store", "dcgm_log": c.dir / "dcgm.log"}
     finally:
         stop([tenant])

@@ -31,9 +31,12 @@ import sys
 import time
 
 try:  # as shipped by fleet, every module travels under a flat name
+    import fleet_agent_files as files
     import fleet_agent_wire as wire
+    import fleet_policy as policy
 except ImportError:  # as part of the installed package (tests, the local machine)
-    from . import wire
+    from . import files, wire
+    from .. import policy
 
 # How this agent was shipped, so a step that needs root can run the same agent again under `sudo -n`:
 # (the bootstrap one-liner, the compressed agent it read from stdin). Set by the bundle's loader
@@ -41,6 +44,12 @@ except ImportError:  # as part of the installed package (tests, the local machin
 # (Slurm) or from the installed package: there is nothing to hand to sudo then.
 SHIPPED_AS = None
 STATE_DIR = os.environ.get("FLEET_STATE_DIR", "/var/lib/fleet")
+# The node's root-owned config (as `fleet slurm install` writes it): its owned_sysctls are all the
+# agent sets as root reached through sudo. FLEET_NODE_CONFIG names another for tests: sudo's
+# env_reset drops it unless root's sudoers keeps it, and the file it names must pass the same
+# checks (root's, writable by root alone, in folders no other account controls).
+NODE_CONFIG = os.environ.get("FLEET_NODE_CONFIG", "/etc/fleet/node.json")
+NODE_CONFIG_LIMIT = 1 << 20
 
 
 class OwnedError(Exception):
@@ -48,7 +57,8 @@ class OwnedError(Exception):
 
 
 class NoRoot(OwnedError):
-    """Root could not be reached at all (no sudo, sudo wants a password): nothing ran as root."""
+    """Root could not be reached at all (no sudo, sudo wants a password), or root reached through
+    sudo would set none of what was asked (the node's config does not list it): nothing changed."""
 
 
 def start_time(pid):
@@ -312,8 +322,53 @@ def privileged(op, **kw):
         why = doc.get("error") if isinstance(doc, dict) and doc.get("error") else said[0]
         if "password is required" in why or "may not run sudo" in why or "not in the sudoers" in why:
             raise NoRoot("as root through sudo -n: %s: %s" % (why, NO_ROOT_REMEDY))
+        if isinstance(doc, dict) and doc.get("nothing_changed") is True:
+            raise NoRoot("as root through sudo -n: %s" % why)
         raise OwnedError("as root through sudo -n: %s" % why)
     return doc.get("value")
+
+
+def node_config_sysctls(path=None):
+    """(the owned_sysctls of the node's root-owned config, None) or (None, why it is not used): a
+    regular file of root's, writable by root alone, in folders no other account controls, never
+    read through a link; a JSON object whose owned_sysctls maps names to values."""
+    path = path or NODE_CONFIG
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError as e:
+        return None, "the node's config %s cannot be read (%s)" % (path, e.strerror)
+    with os.fdopen(fd, "rb") as f:
+        st = os.fstat(f.fileno())
+        if not stat.S_ISREG(st.st_mode) or st.st_uid != 0 or st.st_mode & 0o022:
+            return None, "the node's config %s is not a regular file of root's that only root can write" % path
+        why = files.root_owned_problem(path)
+        if why:
+            return None, "the node's config %s" % why
+        data = f.read(NODE_CONFIG_LIMIT + 1)
+    try:
+        doc = json.loads(data.decode("utf-8")) if len(data) <= NODE_CONFIG_LIMIT else None
+    except ValueError:
+        doc = None
+    sysctls = doc.get("owned_sysctls", {}) if isinstance(doc, dict) else None
+    if not isinstance(sysctls, dict) or not all(isinstance(k, str) and isinstance(v, (int, str))
+                                                and not isinstance(v, bool) for k, v in sysctls.items()):
+        return None, "the node's config %s is not a JSON object whose owned_sysctls maps names to values" % path
+    return sysctls, None
+
+
+def through_sudo(mode):
+    """Whether this agent is root reached through sudo (``owned.privileged`` re-runs it as mode
+    "owned"; sudo sets SUDO_UID): then the caller is not who decides what root changes."""
+    return os.geteuid() == 0 and (mode == "owned" or "SUDO_UID" in os.environ)
+
+
+def _as_root(op, kw, mode):
+    if op == "acquire_sysctls" and through_sudo(mode):
+        allowed, why = policy.sudo_sysctls(kw.get("wanted") or {}, *node_config_sysctls())
+        if why:
+            raise NoRoot(why)
+        kw = dict(kw, owned=allowed)
+    return OPS[op](**kw)
 
 
 def main(args):
@@ -322,7 +377,9 @@ def main(args):
     kw = {k: v for k, v in args.items() if k not in ("mode", "op")}
     result = {"host": os.uname()[1]}
     try:
-        result["value"] = OPS[op](**kw) if os.geteuid() == 0 else privileged(op, **kw)
+        result["value"] = _as_root(op, kw, args.get("mode")) if os.geteuid() == 0 else privileged(op, **kw)
+    except NoRoot as e:
+        result["error"], result["nothing_changed"] = str(e), True
     except (OwnedError, OSError) as e:
         result["error"] = str(e)
     sys.stdout.write(wire.frame("repair", result))

@@ -180,7 +180,8 @@ async def run_planned(fan: "Fanout", hosts: list["Host"], runs: dict[str, HostRu
             run.reports += await bring_home(fan, via, run.result.get("reports", []) + run.result.get("summaries", []),
                                             safenames.join(out, host.name, what="host name"),
                                             node_dir=os.path.dirname(run.plan.output), gathering=gathering,
-                                            read_through=via is not host)
+                                            read_through=via is not host, remove_for=removing(host),
+                                            output=run.plan.output)
         run.status, run.error = outcome.of_result(run.result, run.reports, tool=run.plan.tool)
         return r
 
@@ -236,11 +237,17 @@ async def gather(fan: "Fanout", hosts: dict[str, "Host"], store_root: Path, run_
         have = {rep.remote for rep in entry.reports}
         missing = [rep for rep in result.get("reports", []) + result.get("summaries", []) if rep["path"] not in have]
         entry.reports += await bring_home(fan, host, missing, safenames.join(path.parent, host.name, what="host name"),
-                                          node_dir=node_dir)
+                                          node_dir=node_dir, remove_for=removing(host),
+                                          output=Plan.from_json(plan_doc).output)
         entry.status, entry.missing_why = outcome.of_result(result, entry.reports, tool=plan_doc.get("tool"))
     manifest.status = outcome.run_status(h.status for h in manifest.hosts)
     store.save(store_root, manifest)
     return manifest
+
+
+def removing(host: "Host") -> "Host | None":
+    """The host, when it asks for its reports to be removed from the node once verified home."""
+    return host if host.vars.get("remove_gathered_reports") else None
 
 
 def entry_for(req: ProfileRequest, run: HostRun) -> HostEntry:

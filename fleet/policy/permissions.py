@@ -9,6 +9,7 @@ profiled container gets. Pure and Python 3.8: it travels to the nodes.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any, Dict
 
 try:  # as shipped, the policy's parts travel under flat names (fleet/agent/bundle.py)
     from fleet_policy_vocabulary import DEGRADED, NO_SAMPLING_FLAGS, OK, PARANOID_SYSCTL, REFUSED, Finding, NodeState, \
@@ -18,7 +19,7 @@ except ImportError:
         Verdict
 
 __all__ = ["tool_found", "sampling_given_up", "held_sysctls", "DockerPrivileges", "docker_privileges",
-           "nsys_cpu_sampling"]
+           "nsys_cpu_sampling", "sudo_sysctls"]
 
 
 def sampling_given_up(why: str) -> tuple[tuple[str, ...], str]:
@@ -144,3 +145,19 @@ def permissions_finding(state: NodeState) -> Finding:
     level = state.get("perf_event_paranoid")
     return Finding(OK if allowed and (level is not None and level <= 2 or privileged(state)) else "warn",
                    f"perf_event_paranoid={level}; GPU counters: {'yes, ' if allowed else 'no: '}{how}")
+
+
+def sudo_sysctls(wanted: Dict[str, Any], node_owned: "Dict[str, Any] | None", node_problem: "str | None"):
+    """Which of ``wanted`` (name -> value) fleet's agent may set as root reached through sudo:
+    only those the node's root-owned config lists (``owned_sysctls`` in /etc/fleet/node.json), at
+    its value. The caller's own list is no allow-list there: whoever may run the agent under sudo
+    chose it. Returns (allowed, why none is set); a missing or unsafe config allows none."""
+    if node_problem:
+        return {}, f"no sysctl is set as root through sudo: {node_problem}"
+    owned = node_owned or {}
+    unlisted = [f"{name}={value}" for name, value in wanted.items()
+                if name not in owned or str(owned[name]) != str(value)]
+    if unlisted:
+        return {}, (f"no sysctl is set as root through sudo: {', '.join(unlisted)} is not among the owned_sysctls "
+                    "of the node's root-owned config")
+    return dict(wanted), None

@@ -4,10 +4,18 @@ What a node names is data, never a path to follow: each file must be a plain nam
 the run's own folder on that node (``node_dir``), with a size and a sha256 of their shape. Only
 such files are fetched (``collect.fetch_verified``: resumable, checked, renamed into place);
 any other entry is recorded as not brought home, with the reason, and nothing is read for it.
+
+Removing the node's copy (``remove_gathered_reports``) deletes less still: only a file of the
+agent's result, verified here, in the run's folder, whose name is one fleet's agent gives that
+host's files this run (the plan's output name: ``HOST-PID.nsys-rep``, ``HOST-PID_cuda_api_sum.csv``
+...), and through that host's own login, never through a host that reads a shared folder for it.
+Anything else is left on the node, and the entry says why.
 """
 
 from __future__ import annotations
 
+import fnmatch
+import glob
 import os
 import posixpath
 from pathlib import Path
@@ -38,10 +46,33 @@ def file_problem(report: object, node_dir: str) -> str | None:
     return None
 
 
+def agents_name(path: str, output: str) -> bool:
+    """Whether ``path`` is named as fleet's agent names the files of the run whose plan writes to
+    ``output`` (``DIR/HOST-%p``): that name, ``%p`` any process id, then its own suffix."""
+    stem = glob.escape(posixpath.basename(output)).replace("%p", "*")
+    return fnmatch.fnmatchcase(posixpath.basename(path), stem + "[._]*")
+
+
+async def _remove(fan: "Fanout", owner: "Host", output: str, entry: dict) -> None:
+    """The node's copy of a verified file deleted through ``owner`` (the host whose agent wrote it),
+    when it is named as that agent names its files; else kept, and the entry says why."""
+    if not agents_name(entry["remote"], output):
+        entry["kept_on_node"] = (f"not removed: {posixpath.basename(entry['remote'])!r} is not a name fleet's agent "
+                                 f"gives {owner.name}'s files in this run ({posixpath.basename(output)}...)")
+        return
+    gone = await fan.run(owner, ["rm", "-f", "--", entry["remote"]])
+    entry["removed_from_node"] = gone.ok
+    if not gone.ok:
+        entry["kept_on_node"] = f"rm failed: {gone.error or gone.stderr.decode(errors='replace').strip()[-200:]}"
+
+
 async def bring_home(fan: "Fanout", via: "Host", to_fetch: list, dest_dir: Path, *, node_dir: str,
-                     gathering=None, read_through: bool = False) -> list[ReportEntry]:
+                     gathering=None, read_through: bool = False, remove_for: "Host | None" = None,
+                     output: str | None = None) -> list[ReportEntry]:
     """The reports and summaries an agent's result names, fetched through ``via`` from
-    ``node_dir`` into ``dest_dir`` and checked against the node's sha256."""
+    ``node_dir`` into ``dest_dir`` and checked against the node's sha256. ``remove_for``: the host
+    whose agent wrote them asked for its copies to go (``remove_gathered_reports``), and the plan's
+    ``output`` says which names are its agent's (see the module)."""
     checked = [(report, file_problem(report, node_dir)) for report in to_fetch]
     if gathering is not None:
         gathering.expect(sum(r["size"] for r, problem in checked if problem is None))
@@ -55,6 +86,8 @@ async def bring_home(fan: "Fanout", via: "Host", to_fetch: list, dest_dir: Path,
         entry = await fetch_verified(fan, via, report, dest, gathering.advance if gathering else None)
         if read_through:
             entry["read_through"] = via.name
+        if remove_for is not None and output and entry["verified"]:
+            await _remove(fan, remove_for, output, entry)
         if report.get("summary") is not None:  # an extra made of a report: a CSV summary, or its SQLite export
             entry.update(status="export" if report.get("kind") == "export" else "summary", summary=report["summary"])
         entries.append(ReportEntry.from_json(entry))

@@ -95,9 +95,6 @@ async def fetch_verified(fan: "Fanout", host: "Host", report: dict, dest: Path,
             if digest.hexdigest() == report["sha256"]:
                 private.rename_into_place(partial, dest)
                 entry["verified"] = True
-                if host.vars.get("remove_gathered_reports"):  # only now, and only when asked to
-                    gone = await fan.run(host, ["rm", "-f", "--", report["path"]])
-                    entry["removed_from_node"] = gone.ok
                 return entry
             partial.unlink()
         entry["error"] = "sha256 differs from the node's twice; the node's copy is kept"

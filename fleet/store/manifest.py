@@ -65,6 +65,7 @@ class ReportEntry(_Record):
     summary: str | None = None            # an nsys stats / ncu CSV: which one (cuda_gpu_kern_sum, ncu_raw, ...)
     read_through: str | None = None       # fetched through this host (a shared report directory)
     removed_from_node: bool | None = None
+    kept_on_node: str | None = None        # why removal was asked for and not done (remove_gathered_reports)
     error: str | None = None
     WHAT = "a report entry"
 

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Callable
 
 import asyncssh
 
-from . import Result
+from .base import Result
 from .settings import SSHSettings
 
 if TYPE_CHECKING:

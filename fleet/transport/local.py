@@ -12,7 +12,7 @@ import os
 import signal
 from typing import TYPE_CHECKING, Callable, Sequence
 
-from . import TERM_GRACE, Result, Sink, Transport, drive
+from .base import TERM_GRACE, Result, Sink, Transport, drive
 
 if TYPE_CHECKING:
     from ..inventory import Host

@@ -24,33 +24,17 @@ from typing import TYPE_CHECKING, Callable, Sequence
 import asyncssh
 from asyncssh.config import SSHClientConfig
 
-from . import TERM_GRACE, Result, Sink, Transport, drive
+from .base import TERM_GRACE, Result, Sink, Transport, drive
 from ..inventory.connection import (ConnectionOptionError, agent_for_keys, expand_proxy_command, host_port,
                                     number, route, ssh_args, yes_no)
 from .connect_errors import DROPPED, JumpFailed, SilentServer, Watched, client_keys, connect_error
 from .known_hosts import RunKnownHosts
 from .settings import SSHSettings
+from .ssh_config import config_mentions, known_hosts_same_for_every_host, preferred_ciphers
 from .ssh_fetch import SFTP_SESSIONS, STREAM_MIN, _ordered_copy, _stream_copy
 
 if TYPE_CHECKING:
     from ..inventory import Host
-
-
-
-def _preferred_ciphers() -> list[str] | tuple:
-    """AES-GCM first where the CPU has AES instructions: about 1.5x the
-    throughput of asyncssh's default chacha20 for report transfers."""
-    try:
-        has_aes = " aes " in Path("/proc/cpuinfo").read_text()
-    except OSError:
-        has_aes = False
-    if not has_aes:
-        return ()
-    from asyncssh.encryption import get_encryption_algs
-
-    algs = [a.decode() for a in get_encryption_algs()]
-    first = [a for a in ("aes128-gcm@openssh.com", "aes256-gcm@openssh.com") if a in algs]
-    return first + [a for a in algs if a not in first]
 
 
 class SSHTransport(Transport):
@@ -58,7 +42,7 @@ class SSHTransport(Transport):
         self.settings = settings
         self._conns: dict[str, asyncio.Task] = {}
         self._per_address: dict[tuple[str, int | None], asyncio.Semaphore] = {}
-        self._ciphers = _preferred_ciphers()
+        self._ciphers = preferred_ciphers()
         self._known_hosts: dict[tuple[str, ...], RunKnownHosts] = {}
         self._local_user = getpass.getuser()
         self._sftp_gates: dict[str, asyncio.Semaphore] = {}  # sshd's MaxSessions (10) bounds channels
@@ -120,7 +104,7 @@ class SSHTransport(Transport):
                     "keepalive_count_max": self.settings.keepalive_count_max}
         paths = self._config_paths()
         if self._keepalive_in_config is None:
-            self._keepalive_in_config = _config_mentions(paths, ("serveraliveinterval", "serveralivecountmax",
+            self._keepalive_in_config = config_mentions(paths, ("serveraliveinterval", "serveralivecountmax",
                                                                  "include"))
         if not self._keepalive_in_config:
             return defaults
@@ -156,7 +140,7 @@ class SSHTransport(Transport):
             return [self.settings.known_hosts]
         paths = self._config_paths()
         if self._same_for_all is None:
-            self._same_for_all = _known_hosts_same_for_every_host(paths)
+            self._same_for_all = known_hosts_same_for_every_host(paths)
         if self._same_for_all and self._files_for_all is not None:
             return self._files_for_all
         config = SSHClientConfig.load(None, paths, False, False, False, self._local_user,
@@ -366,42 +350,6 @@ class SSHTransport(Transport):
 def _close(conn: asyncssh.SSHClientConnection | None) -> None:
     if conn is not None:
         conn.close()
-
-
-def _config_mentions(paths: list[str], words: tuple[str, ...]) -> bool:
-    """Whether any of the ssh_config files has a line starting with one of ``words``."""
-    for path in paths:
-        try:
-            lines = Path(path).read_text(encoding="utf-8", errors="replace").splitlines()
-        except OSError:
-            continue
-        if any(line.strip().replace("=", " ").split()[:1] and
-               line.strip().replace("=", " ").split()[0].lower() in words for line in lines):
-            return True
-    return False
-
-
-def _known_hosts_same_for_every_host(paths: list[str]) -> bool:
-    """True when no Host/Match block (other than `Host *`) sets known_hosts files and nothing is
-    included: then one evaluation of ssh_config serves every host of the run."""
-    for path in paths:
-        try:
-            lines = Path(path).read_text(encoding="utf-8", errors="replace").splitlines()
-        except OSError:
-            continue
-        specific = False
-        for line in lines:
-            words = line.strip().replace("=", " ").split()
-            if not words or words[0].startswith("#"):
-                continue
-            key = words[0].lower()
-            if key == "include":
-                return False
-            if key in ("host", "match"):
-                specific = key == "match" or words[1:] != ["*"]
-            elif key in ("userknownhostsfile", "globalknownhostsfile") and (specific or "%" in line):
-                return False
-    return True
 
 
 def _signal(proc: asyncssh.SSHClientProcess, name: str) -> None:

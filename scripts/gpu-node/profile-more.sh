@@ -35,7 +35,7 @@ as_user() {  # as_user FILE ARG...: fleet_log, run as fleetuser with its own sto
   local f=$1; shift
   local t=$SECONDS
   { echo "\$ (as fleetuser) $(q "$PY" -m fleet -i "$U/inventory.yaml" "$@")"
-    su fleetuser -s /bin/sh -c "cd $(q "$U/home") && HOME=$(q "$U/home") PYTHONPATH=$(q "$U/py") LD_LIBRARY_PATH=$(q "${LD_LIBRARY_PATH:-}") FLEET_STORE=$(q "$U/home/store") exec $(q "$PY" -m fleet -i "$U/inventory.yaml" "$@")"
+    su fleetuser -s /bin/sh -c "cd $(q "$U/home") && HOME=$(q "$U/home") PYTHONPATH=$(q "$U/py") LD_LIBRARY_PATH=$(q "${LD_LIBRARY_PATH:-}") FLEET_STORE=$(q "$U/home/store") FLEET_NODE_CONFIG=$(q "$U/node.json") exec $(q "$PY" -m fleet -i "$U/inventory.yaml" "$@")"
     echo "(exit status $? after $((SECONDS - t))s)"; } > "$D/$f" 2>&1
   cat "$D/$f"
 }
@@ -50,7 +50,10 @@ if ! command -v sudo >/dev/null; then
 else
 SUDOERS=/etc/sudoers.d/fleet-matrix-$$
 trap 'rm -f "$SUDOERS"; sysctl -qw kernel.perf_event_paranoid="$ORIG"; pack "$TOP" profile-check' EXIT
-echo "fleetuser ALL=(root) NOPASSWD: $PY" > "$SUDOERS"  # the agent re-runs itself as root: sudo -n $PY -c ...; chmod 440 "$SUDOERS"
+# Root through sudo sets only what the node's root-owned config lists: this run's own, let through sudo.
+printf '{"owned_sysctls": {"kernel.perf_event_paranoid": 2}}\n' > "$U/node.json"; chmod 644 "$U/node.json"
+printf 'Defaults:fleetuser env_keep += "FLEET_NODE_CONFIG"\nfleetuser ALL=(root) NOPASSWD: %s\n' "$PY" > "$SUDOERS"  # the agent re-runs itself as root: sudo -n $PY -c ...
+chmod 440 "$SUDOERS"
 visudo -cf "$SUDOERS" || echo "sudoers line rejected"
 ( while sleep 0.5; do cat /proc/sys/kernel/perf_event_paranoid; done ) > "$D/11b-paranoid-seen.txt" &
 WATCH=$!

@@ -1,0 +1,147 @@
+"""What every transport shares: a host's :class:`Result`, the :class:`Transport` interface, and
+:func:`drive`, which pumps a running command's output and stops it the same way on each.
+
+Its own module so that the transports (``ssh``, ``local``) and the package's :class:`Fanout`,
+which picks one, import it and never each other.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Awaitable, Callable, Sequence
+
+if TYPE_CHECKING:
+    from ..inventory import Host
+
+__all__ = ["Result", "Sink", "TAIL", "TERM_GRACE", "Transport", "drive"]
+
+
+@dataclass
+class Result:
+    """What happened on one host.
+
+    ``exit_status`` is the command's status when it ran to the end; ``error``
+    says why it did not (unreachable, host key, timeout, ...), with
+    ``error_kind`` a short stable word for scripts.
+    """
+
+    host: str
+    exit_status: int | None = None
+    stdout: bytes = b""
+    stderr: bytes = b""
+    error: str | None = None
+    error_kind: str | None = None
+    signal: str | None = None
+    extra: dict = field(default_factory=dict)
+
+    def killed_by(self, name: str) -> None:
+        """The command died of signal ``name`` ("KILL" as SSH says it, "SIGKILL" as Python does):
+        said the same on every transport, as a shell says it: SIGKILL, exit status 128 + 9."""
+        import signal
+
+        self.signal = "SIG" + name.removeprefix("SIG")
+        number = signal.Signals.__members__.get(self.signal)
+        self.exit_status = 128 + number.value if number is not None else None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None and self.exit_status == 0
+
+    @property
+    def reached(self) -> bool:
+        return self.error_kind not in ("unreachable", "host-key-unknown", "host-key-changed", "auth", "connect-timeout")
+
+    def to_json(self) -> dict:
+        return {
+            "host": self.host,
+            "exit_status": self.exit_status,
+            "stdout": self.stdout.decode("utf-8", "surrogateescape"),
+            "stderr": self.stderr.decode("utf-8", "surrogateescape"),
+            "error": self.error,
+            "error_kind": self.error_kind,
+            "signal": self.signal,
+            **self.extra,
+        }
+
+
+Sink = Callable[[str, bytes], None]  # ("stdout" | "stderr", chunk), as output arrives
+TAIL = 1 << 20  # bytes of each stream a streamed Result keeps
+# How long a stopped command gets after SIGTERM before it is killed (local) or its channel
+# closed (ssh): profilers need this time to write their report.
+TERM_GRACE = 10.0
+
+
+class Transport:
+    """Runs an argument vector on one host. Implementations: ssh, local.
+
+    ``sink`` receives output as it arrives (the Result then keeps only the
+    last ``TAIL`` bytes of each stream). When ``stop`` is set or ``timeout``
+    passes, the command gets SIGTERM once; with a timeout it is killed
+    ``grace`` seconds later, without one it is waited for (a profiler needs
+    that time to write its report).
+    """
+
+    async def run(self, host: "Host", argv: Sequence[str], *, input: bytes | None = None,
+                  timeout: float | None = None, sink: Sink | None = None,
+                  stop: asyncio.Event | None = None) -> Result:
+        raise NotImplementedError
+
+    async def fetch(self, host: "Host", remote: str, local: str, offset: int = 0,
+                    on_block: Callable[[bytes], None] | None = None) -> None:
+        """Copy a file from the host to this machine, appending from ``offset`` when it is
+        not 0 (a resumed transfer); ``on_block`` sees every block written, in order (to hash
+        while copying). Raises OSError on failure."""
+        raise NotImplementedError
+
+    async def release(self, host: "Host") -> None:
+        """The run is done with this host: let go of what it holds open (its connection)."""
+
+    async def close(self) -> None:
+        pass
+
+
+async def drive(read_out: Callable[[int], Awaitable[bytes]], read_err: Callable[[int], Awaitable[bytes]],
+                wait: Awaitable, terminate: Callable[[], None], kill: Callable[[], None], *,
+                timeout: float | None, grace: float, sink: Sink | None,
+                stop: asyncio.Event | None) -> tuple[bytes, bytes, str | None]:
+    """Pump a running command's output until it exits; stop it when asked or when time is up.
+
+    Returns (stdout, stderr, why it was stopped or None). Shared by the transports
+    so that they stop commands the same way.
+    """
+    bufs = {"stdout": bytearray(), "stderr": bytearray()}
+
+    async def pump(name: str, read: Callable[[int], Awaitable[bytes]]) -> None:
+        while chunk := await read(65536):
+            bufs[name] += chunk
+            if sink is not None:
+                sink(name, chunk)
+                del bufs[name][:-TAIL]
+
+    pumps = asyncio.gather(pump("stdout", read_out), pump("stderr", read_err), wait)
+    waiters = [asyncio.ensure_future(asyncio.sleep(timeout))] if timeout is not None else []
+    if stop is not None:
+        waiters.append(asyncio.ensure_future(stop.wait()))
+    why = None
+    try:
+        done, _ = await asyncio.wait([pumps, *waiters], return_when=asyncio.FIRST_COMPLETED)
+        if pumps not in done:
+            why = "stop requested" if stop is not None and stop.is_set() else f"timed out after {timeout:g} s"
+            terminate()
+            if timeout is None:
+                await pumps
+            else:
+                try:
+                    await asyncio.wait_for(asyncio.shield(pumps), grace)
+                except asyncio.TimeoutError:
+                    kill()
+                    await pumps
+        else:
+            pumps.result()
+    finally:
+        for w in waiters:
+            w.cancel()
+        if not pumps.done():
+            pumps.cancel()
+    return bytes(bufs["stdout"]), bytes(bufs["stderr"]), why
