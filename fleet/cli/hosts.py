@@ -307,10 +307,7 @@ def hosts_trust(obj: Context, targets, exclude, yes, as_json):
             fail("not accepting keys without a terminal to confirm on; pass --yes")
         if not click.confirm(f"Trust {len(accept)} host key(s)?", default=False, err=as_json):
             fail("nothing recorded", exitcodes.FAILED)
-    try:
-        hostkeys.record(accept)
-    except hostkeys.KnownHostsError as e:
-        fail(str(e), exitcodes.FAILED)
+    hostkeys.record(accept)  # a KnownHostsError is a FleetError: one line, exit FAILED
     if as_json:
         echo_json({"keys": [{"host": k.host, "state": k.state, "fingerprint": k.fingerprint, "file": k.file,
                              "recorded": k in accept, "error": k.error} for k in offered]})

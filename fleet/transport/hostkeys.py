@@ -10,6 +10,8 @@ from typing import TYPE_CHECKING
 import asyncssh
 
 from ..agent import files
+from .. import exitcodes
+from ..errors import FleetError
 
 if TYPE_CHECKING:
     from ..inventory import Host
@@ -47,8 +49,10 @@ async def offered_key(ssh: "SSHTransport", host: "Host") -> OfferedKey:
     return OfferedKey(host.name, file, pattern, line, fingerprint, "changed" if known else "new")
 
 
-class KnownHostsError(OSError):
+class KnownHostsError(FleetError, OSError):
     """A known_hosts file fleet will not write; ``str()`` is one line naming it."""
+
+    exit_status = exitcodes.FAILED
 
     def __str__(self):
         return self.args[0]
