@@ -46,7 +46,7 @@ run() {
   local label=$1 t; shift
   echo; echo "\$ $*"; t=$(now)
   "$@" > "$T/$label.log" 2>&1; local rc=$?
-  LAST=$(since "$t"); tail -n 12 "$T/$label.log"; echo "(exit status $rc after ${LAST}s)"
+  LAST=$(since "$t"); RC=$rc; tail -n 12 "$T/$label.log"; echo "(exit status $rc after ${LAST}s)"
 }
 
 cat > "$T/small_kernels.py" <<'PYEOF'
@@ -145,14 +145,16 @@ workload() {  # LABEL SECONDS(for the budget) CMD...
   fi
   run "$label-fleet" "$PY" -m fleet profile --hosts localhost --gpu 0 --store "$STORE" -X --trace="$TRACE" -- "$@"
   local f=$LAST
-  "$PY" - "$label" "$p" "$e" "$f" >> "$OUT/table.txt" <<'PYEOF'
+  "$PY" - "$label" "$RC" "$p" "$e" "$f" >> "$OUT/table.txt" <<'PYEOF'
 import sys
-label, p, e, f = sys.argv[1], *map(float, sys.argv[2:])
+label, rc, (p, e, f) = sys.argv[1], sys.argv[2], map(float, sys.argv[3:])
 if label == "true":
     goal, limit = "<= nsys profile + 0.5 s", p + 0.5
 else:
     goal, limit = "<= profile + export + 1 s", p + e + 1
 met = "yes" if f <= limit else "no (%+.1f s)" % (f - limit)
+if rc != "0":
+    met = "no (fleet exit %s)" % rc
 print("| %s | %.1f s | %.1f s | %.1f s | %.1f s | %s (%.1f s) | %s |" % (label, p, e, p + e, f, goal, limit, met))
 PYEOF
 }
