@@ -4,14 +4,15 @@ Runs ON THE NODE (standard library, Python 3.8), for :mod:`reports`. ``nsys stat
 the report to SQLite again and read it once per summary; fleet exports it once (the export comes
 home anyway, for the cross-rank analysis) and computes the summaries here, written as
 ``nsys stats --format csv`` writes them (nsys 2025.3, tests/fixtures/nsys-2025.3-h200): the same
-columns, rows in the same order, numbers rounded by SQLite's ``round(x, 1)`` as nsys's own report
-queries round them, and an empty file where the report has nothing of that kind.
+columns, rows in the same order, numbers rounded as nsys's own report queries round them
+(:func:`tenths`), and an empty file where the report has nothing of that kind.
 tests/test_summaries.py compares them with what ``nsys stats`` wrote on an H200 test machine.
 """
 
 from __future__ import annotations
 
 import csv
+import decimal
 import io
 import math
 import sqlite3
@@ -113,6 +114,19 @@ def names(db, summary, grps):
     return found
 
 
+def tenths(x):
+    """``x`` rounded to one decimal as nsys's report queries round it, with SQLite's ``round(x, 1)``
+    since SQLite 3.43: from the exact value of the double, a half away from zero. 256095 / 300 is
+    853.6 (the double is just under 853.65; SQLite 3.40 said 853.7, nsys 2025.3 on an H200 853.6),
+    and an exact half, as 0.25, goes to 0.3 (SQLite's printf rounds its digits half up; Python's
+    round says 0.2). The node's own SQLite may be older: it is not asked."""
+    if x is None:
+        return None
+    with decimal.localcontext() as context:
+        context.prec = 40
+        return float(decimal.Decimal(x).quantize(decimal.Decimal("0.1"), rounding=decimal.ROUND_HALF_UP))
+
+
 def rows_of(db, summary):
     """The summary's rows as nsys stats writes them, in its order: total time down, then count up,
     then name; an empty list where the export has nothing of this kind."""
@@ -125,9 +139,7 @@ def rows_of(db, summary):
     out = []
     for g, (total, n, mean, median, low, high, stdev) in zip(found, stats):
         share = total * 100.0 / everything if everything else None
-        # rounded by SQLite, as nsys's report queries round: its rounding of a half is not Python's
-        rounded = db.execute("SELECT round(?, 1), round(?, 1), round(?, 1), round(?, 1)",
-                             (share, mean, median, stdev)).fetchone()
+        rounded = [tenths(x) for x in (share, mean, median, stdev)]
         out.append([rounded[0], total, n, rounded[1], rounded[2], low, high, rounded[3]] +
                    ([g.style] if summary == "nvtx_sum" else []) + [called.get(g.grp)])
     out.sort(key=lambda r: (-r[1], r[2], r[-1] or ""))
