@@ -101,3 +101,16 @@ def test_an_export_without_a_kind_of_data_has_an_empty_summary_of_it(tmp_path):
         db.execute("CREATE TABLE StringIds (id INTEGER PRIMARY KEY, value TEXT NOT NULL)")
     failed = summaries.write(str(export), reports.SUMMARIES, lambda n: str(tmp_path / f"{n}.csv"))
     assert failed == {} and [(tmp_path / f"{n}.csv").read_bytes() for n in reports.SUMMARIES] == [b"", b"", b""]
+
+
+def test_an_export_is_read_where_its_path_has_uri_characters_and_is_never_changed(tmp_path):
+    """The export is opened as a read-only SQLite URI: a folder named with %, ? or # is still
+    that folder, and the file nsys wrote stays byte for byte as it was."""
+    recorded = FIXTURES / "ranks-h200" / "recorded" / "rank0.sqlite"
+    folder = tmp_path / "run %41?mode=rw#x"
+    folder.mkdir()
+    export = folder / "rank0.sqlite"
+    export.write_bytes(recorded.read_bytes())
+    failed = summaries.write(str(export), ["nvtx_sum"], lambda n: str(folder / f"{n}.csv"))
+    assert failed == {} and (folder / "nvtx_sum.csv").read_bytes() == recorded.with_name("rank0_nvtx_sum.csv").read_bytes()
+    assert export.read_bytes() == recorded.read_bytes()

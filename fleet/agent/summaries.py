@@ -15,8 +15,10 @@ import csv
 import decimal
 import io
 import math
+import os
 import sqlite3
 import threading
+import urllib.parse
 
 try:  # as shipped by fleet, every module travels under a flat name
     import fleet_agent_files as files
@@ -58,7 +60,7 @@ DISTINCT = "SELECT grp, style, dur, count(*) FROM ({source}) GROUP BY grp, style
 
 def open_export(path):
     """The export, read only: fleet never changes what nsys wrote."""
-    return sqlite3.connect("file:%s?mode=ro" % path.replace("?", "%3f").replace("#", "%23"), uri=True)
+    return sqlite3.connect("file:%s?mode=ro" % urllib.parse.quote(os.path.abspath(path)), uri=True)
 
 
 class Group:
