@@ -6,6 +6,7 @@ namespaces as c++filt writes them, and names that are not C++ at all."""
 from __future__ import annotations
 
 import csv
+from collections import Counter
 
 import pytest
 
@@ -113,10 +114,14 @@ def test_every_recorded_name_is_short_unique_and_of_the_name_itself():
     names = recorded_names()
     assert len(names) >= 20 and max(map(len, names)) > 1_300  # the fixtures hold what the issue saw
     shown = short_names(names)
-    assert len(set(shown.values())) == len(names)  # no two alike, here even without tags
+    assert len(set(shown.values())) == len(names)  # no two alike
+    # tagged only where two short forms collide: two cuBLAS GEMMs of tests/fixtures/summaries-h200
+    # differ only after 95 characters (..._execute_kernel__5x_cublas, ..._execute_split_k_kernel__5x_cublas)
+    untagged = Counter(short_name(n) for n in names)
     for name, short in shown.items():
-        assert len(short) <= WIDTH and not short.startswith("void ") and "#" not in short
-        core = short.split("<")[0].rstrip("…")
+        assert len(short) <= WIDTH and not short.startswith("void ")
+        assert ("#" in short) == (untagged[short_name(name)] > 1), short
+        core = short.split(" #")[0].split("<")[0].rstrip("…")
         assert core in name  # the kernel's own qualified name, never something made up
     assert all(short_name(n) == short_name(n) for n in names)  # pure
 

@@ -5,7 +5,6 @@ profilers replaying what nsys 2025.3 did on an H200 test machine."""
 from __future__ import annotations
 
 import csv
-import hashlib
 import json
 import os
 import pwd
@@ -108,38 +107,6 @@ def test_a_trace_without_cuda_has_an_empty_kernel_summary_and_no_kernels_catalog
     compared = fleet_json(run_fleet("reports", "compare", *runs, "--store", str(store_root), "--json").stdout)
     assert sorted(k["kernel"] for k in compared) == sorted(recorded_kernels())  # only the second run had kernels
     assert all(k["a_ns"] == 0 and k["b_ns"] > 0 for k in compared)
-
-
-def test_a_summary_nsys_stats_did_not_write_is_named_in_a_note(tmp_path):
-    nsys = tmp_path / "nsys"  # an nsys whose stats write only the kernel summary
-    nsys.write_text('#!/bin/sh\nfor base; do :; done\n: > "${base%.nsys-rep}_cuda_gpu_kern_sum.csv"\n')
-    nsys.chmod(0o755)
-    (tmp_path / "r.nsys-rep").write_text("{}")
-    notes = []
-    got = reports.summarize(str(nsys), [{"path": str(tmp_path / "r.nsys-rep")}], notes)
-    assert [(s["summary"], s["size"]) for s in got] == [("cuda_gpu_kern_sum", 0)]
-    assert notes == [f"nsys stats wrote no {name} for {tmp_path / 'r.nsys-rep'}" for name in ("cuda_api_sum", "nvtx_sum")
-                     ] + [f"nsys export wrote no SQLite export of {tmp_path / 'r.nsys-rep'} (exit 0)"]
-
-
-def test_the_sqlite_export_nsys_stats_left_is_kept_and_one_it_did_not_is_made_with_nsys_export(tmp_path):
-    """nsys stats exports a report to NAME.sqlite before summarizing it: that export is kept, hashed,
-    as a report of its own kind; where stats left none, ``nsys export`` makes it."""
-    log = tmp_path / "calls"
-    nsys = tmp_path / "nsys"  # stats leaves the export for a.nsys-rep only; export writes its --output
-    nsys.write_text(f'#!/bin/sh\necho "$1" >> {log}\nfor last; do :; done\n'
-                    'if [ "$1" = stats ] && [ "${last##*/}" = a.nsys-rep ]; then echo SQLITE-a > "${last%.nsys-rep}.sqlite"; fi\n'
-                    'if [ "$1" = export ]; then while [ "$1" != --output ]; do shift; done; echo SQLITE-b > "$2"; fi\n')
-    nsys.chmod(0o755)
-    for name in ("a", "b"):
-        (tmp_path / f"{name}.nsys-rep").write_text("{}")
-    notes = []
-    got = reports.summarize(str(nsys), [{"path": str(tmp_path / f"{n}.nsys-rep")} for n in ("a", "b")], notes)
-    exports = [s for s in got if s.get("kind") == "export"]
-    assert [(Path(s["path"]).name, s["summary"], s["size"]) for s in exports] == [("a.sqlite", "sqlite", 9),
-                                                                                 ("b.sqlite", "sqlite", 9)]
-    assert exports[0]["sha256"] == hashlib.sha256(b"SQLITE-a\n").hexdigest()
-    assert log.read_text().split() == ["stats", "stats", "export"]  # only b's export was made apart
 
 
 def test_a_summary_that_does_not_come_home_fails_nothing_and_is_recorded(lab, tmp_path):

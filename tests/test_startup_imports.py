@@ -51,3 +51,19 @@ def test_help_still_lists_every_command():
 
     out = CliRunner().invoke(main, ["--help"]).output
     assert all(f"  {name} " in out for name in COMMANDS)
+
+
+def test_inventory_commands_import_no_ssh_stack():
+    """Reading and checking an inventory connects to nothing: asyncssh and cryptography stay unloaded."""
+    inventory = str(REPO / "tests" / "fixtures" / "inventories" / "mixed" / "10-lab.ini")
+    for command in (("inventory", "list", "-i", inventory), ("inventory", "check", "-i", inventory)):
+        loaded = modules_after(run_main(*command))
+        assert "fleet" in loaded and not loaded & {"asyncssh", "cryptography"}, (command, loaded & {"asyncssh", "cryptography"})
+
+
+def test_reports_commands_import_no_ssh_stack(tmp_path):
+    """The store is local: listing it, or a run's stats, loads no SSH stack."""
+    for command in (("reports", "ls", "--store", str(tmp_path / "store")),
+                    ("reports", "stats", "20260101-000000-0000", "--store", str(tmp_path / "store"))):
+        loaded = modules_after(run_main(*command))
+        assert "sqlite3" in loaded and not loaded & {"asyncssh", "cryptography"}, (command, loaded & {"asyncssh", "cryptography"})

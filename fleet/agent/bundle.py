@@ -41,6 +41,7 @@ SHIPPED = {
     "fleet_agent_watch": "fleet.agent.watch",
     "fleet_agent_workload": "fleet.agent.workload",
     "fleet_agent_reports": "fleet.agent.reports",
+    "fleet_agent_summaries": "fleet.agent.summaries",
     "fleet_agent_owned": "fleet.agent.owned",
     "fleet_agent_locks": "fleet.agent.locks",
     "fleet_agent_task": "fleet.agent.task",

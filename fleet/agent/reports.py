@@ -4,7 +4,8 @@ Runs ON THE NODE (standard library, Python 3.8), for :mod:`run`. nsys 2025.3
 collects into ``$TMPDIR/nsys-report-XXXX.qdstrm`` and writes the named report at
 the end; what it leaves when it is killed, or when its importer cannot run, is
 finished here with the installation's ``QdstrmImporter``. Next to each report go
-the CSV summaries fleet keeps (``nsys stats``, ``ncu --import``), hashed like it.
+its SQLite export and the CSV summaries fleet keeps (made from that export by
+:mod:`summaries` as ``nsys stats`` writes them; ``ncu --import``), hashed like it.
 """
 
 from __future__ import annotations
@@ -22,14 +23,15 @@ import time
 try:  # as shipped by fleet, every module travels under a flat name
     import fleet_agent_files as files
     import fleet_agent_node as node
+    import fleet_agent_summaries as summaries
 except ImportError:  # as part of the installed package (tests, the local machine)
-    from . import files, node
+    from . import files, node, summaries
 
 SUMMARIES = ("cuda_gpu_kern_sum", "cuda_api_sum", "nvtx_sum")  # nsys stats reports kept beside each report
-# nsys stats exports the report to NAME.sqlite before it summarizes it: that export is kept too, as
-# a report of its own kind, for the cross-rank analysis at home (fleet.analysis.ranks).
+# Each report is exported to NAME.sqlite once; the summaries are made from that export, which is kept
+# too, as a report of its own kind, for the cross-rank analysis at home (fleet.analysis.ranks).
 EXPORT = "sqlite"
-STATS_TIMEOUT = 600.0
+STATS_TIMEOUT = 600.0  # nsys export of a large report takes minutes; one that hangs is given up
 LINGER_WAIT = 120.0  # seconds a killed nsys's helpers may go on writing its data before fleet takes it
 IMPORT_TIMEOUT = 600.0  # QdstrmImporter on a large collection takes minutes; one that hangs is stopped
 # nsys 2025.3 generating a report: "Generating '/tmp/nsys-report-90af.qdstrm'", then its progress,
@@ -197,51 +199,44 @@ def left_unfinished(leftover, tail):
 
 
 def summarize(nsys, reports, notes):
-    """``nsys stats`` of each report, as CSV files beside it, and its SQLite export (hashed like
-    the reports). Each is an extra: one nsys wrote empty (nothing of its kind) is listed as it
-    is, one it did not write is named in a note."""
+    """Each report's SQLite export (``nsys export``, once), hashed like the reports, and the
+    summaries fleet keeps made from it (:mod:`summaries`) as CSV files beside the report. Each is
+    an extra: one that could not be made is named in a note, and never costs the report."""
     out = []
     for rep in reports:
         base = rep["path"][: -len(".nsys-rep")]
-        try:
-            done = subprocess.run([nsys, "stats", "-q", "--report", ",".join(SUMMARIES), "--format", "csv",
-                                   "--output", base, rep["path"]], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                  timeout=STATS_TIMEOUT)
-        except (OSError, subprocess.TimeoutExpired) as e:
-            notes.append("nsys stats failed on %s: %s" % (rep["path"], e))
+        exported = export_of(nsys, rep["path"], base + ".sqlite", notes)
+        if exported is None:
             continue
-        if done.returncode != 0:
-            notes.append("nsys stats failed on %s: %s" % (rep["path"], done.stdout.decode(errors="replace")[-300:]))
+        failed = summaries.write(exported["path"], SUMMARIES, lambda name: "%s_%s.csv" % (base, name))
         for name in SUMMARIES:
             path = "%s_%s.csv" % (base, name)
-            if os.path.exists(path):
-                try:
-                    out.append(dict(hashed(path), report=rep["path"], summary=name))
-                except OSError as e:
-                    notes.append("%s not taken: %s" % (path, e))
-            elif done.returncode == 0:
-                notes.append("nsys stats wrote no %s for %s" % (name, rep["path"]))
-        exported = export_of(nsys, rep["path"], base + ".sqlite", notes)
-        if exported is not None:
-            out.append(dict(exported, report=rep["path"], summary=EXPORT, kind="export"))
+            if name in failed:
+                notes.append("the %s summary of %s could not be made from its export: %s" % (name, rep["path"],
+                                                                                              failed[name]))
+                continue
+            try:
+                out.append(dict(hashed(path), report=rep["path"], summary=name))
+            except OSError as e:
+                notes.append("%s not taken: %s" % (path, e))
+        out.append(dict(exported, report=rep["path"], summary=EXPORT, kind="export"))
     return out
 
 
 def export_of(nsys, report, path, notes):
-    """The SQLite export of ``report``, hashed: the one ``nsys stats`` left, else one made with
-    ``nsys export`` (stats failed before exporting); None, and a note, when there is none."""
-    if not os.path.exists(path):
-        try:
-            done = subprocess.run([nsys, "export", "--type", "sqlite", "--force-overwrite", "true", "--output", path,
-                                   report], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=STATS_TIMEOUT)
-        except (OSError, subprocess.TimeoutExpired) as e:
-            notes.append("nsys export failed on %s: %s" % (report, e))
-            return None
-        if done.returncode != 0 or not os.path.exists(path):
-            said = done.stdout.decode(errors="replace").strip()[-300:]
-            notes.append("nsys export wrote no SQLite export of %s (exit %d)%s" % (report, done.returncode,
-                                                                               ": " + said if said else ""))
-            return None
+    """The SQLite export of ``report`` (made anew: one left by an earlier run of the same name is
+    not this report's), hashed; None, and a note, when nsys made none."""
+    try:
+        done = subprocess.run([nsys, "export", "--type", "sqlite", "--force-overwrite", "true", "--output", path,
+                               report], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=STATS_TIMEOUT)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        notes.append("nsys export failed on %s: %s" % (report, e))
+        return None
+    if done.returncode != 0 or not os.path.exists(path):
+        said = done.stdout.decode(errors="replace").strip()[-300:]
+        notes.append("nsys export wrote no SQLite export of %s (exit %d)%s" % (report, done.returncode,
+                                                                           ": " + said if said else ""))
+        return None
     try:
         return hashed(path)
     except OSError as e:

@@ -1,0 +1,182 @@
+"""The kernel, CUDA API and NVTX summaries of an nsys report, made from its SQLite export.
+
+Runs ON THE NODE (standard library, Python 3.8), for :mod:`reports`. ``nsys stats`` would export
+the report to SQLite again and read it once per summary; fleet exports it once (the export comes
+home anyway, for the cross-rank analysis) and computes the summaries here, written as
+``nsys stats --format csv`` writes them (nsys 2025.3, tests/fixtures/nsys-2025.3-h200): the same
+columns, rows in the same order, numbers rounded as nsys's own report queries round them
+(:func:`tenths`), and an empty file where the report has nothing of that kind.
+tests/test_summaries.py compares them with what ``nsys stats`` wrote on an H200 test machine.
+"""
+
+from __future__ import annotations
+
+import csv
+import decimal
+import io
+import math
+import os
+import sqlite3
+import threading
+import urllib.parse
+
+try:  # as shipped by fleet, every module travels under a flat name
+    import fleet_agent_files as files
+except ImportError:  # as part of the installed package (tests, the local machine)
+    from . import files
+
+TIMES = "Time (%),Total Time (ns),{count},Avg (ns),Med (ns),Min (ns),Max (ns),StdDev (ns)"
+HEADERS = {
+    "cuda_gpu_kern_sum": TIMES.format(count="Instances") + ",Name",
+    "cuda_api_sum": TIMES.format(count="Num Calls") + ",Name",
+    "nvtx_sum": TIMES.format(count="Instances") + ",Style,Range",
+}
+# The table each summary needs: a report without it (CUDA or NVTX not traced) has nothing of that kind.
+TABLES = {"cuda_gpu_kern_sum": "CUPTI_ACTIVITY_KIND_KERNEL", "cuda_api_sum": "CUPTI_ACTIVITY_KIND_RUNTIME",
+          "nvtx_sum": "NVTX_EVENTS"}
+
+# Each summary's rows as (grp, style, dur): one summary row per (grp, style).
+SOURCES = {
+    # A kernel by its demangled name (a StringIds id), as nsys stats names it by default.
+    "cuda_gpu_kern_sum": "SELECT demangledName AS grp, NULL AS style, end - start AS dur FROM CUPTI_ACTIVITY_KIND_KERNEL",
+    # An API call by its name (a StringIds id).
+    "cuda_api_sum": "SELECT nameId AS grp, NULL AS style, end - start AS dur FROM CUPTI_ACTIVITY_KIND_RUNTIME",
+    # A push/pop (59, 70) or start/end (60, 71) range as DOMAIN:TEXT (":step" in the default domain),
+    # its text inline or registered (textId); one never ended lasts until the last event.
+    "nvtx_sum": "WITH domains AS (SELECT domainId AS id, globalTid AS tid, text AS name, min(start) "
+                "FROM NVTX_EVENTS WHERE eventType = 75 GROUP BY 1, 2), "
+                "last AS (SELECT max(max(start), max(coalesce(end, start))) AS ts FROM NVTX_EVENTS) "
+                "SELECT coalesce(d.name, '') || ':' || coalesce(s.value, e.text) AS grp, "
+                "CASE WHEN e.eventType IN (59, 70) THEN 'PushPop' ELSE 'StartEnd' END AS style, "
+                "coalesce(e.end, (SELECT ts FROM last)) - e.start AS dur "
+                "FROM NVTX_EVENTS AS e LEFT JOIN domains AS d ON e.domainId = d.id "
+                "AND (e.globalTid & 0x0000FFFFFF000000) = (d.tid & 0x0000FFFFFF000000) "
+                "LEFT JOIN StringIds AS s ON s.id = e.textId WHERE e.eventType IN (59, 60, 70, 71)",
+}
+# Each distinct duration of a group once, with how often it occurs: one sort in SQLite (a run of
+# small kernels has millions of rows, and far fewer distinct durations), the rest exact, in Python.
+DISTINCT = "SELECT grp, style, dur, count(*) FROM ({source}) GROUP BY grp, style, dur ORDER BY grp, style, dur"
+
+
+def open_export(path):
+    """The export, read only: fleet never changes what nsys wrote."""
+    return sqlite3.connect("file:%s?mode=ro" % urllib.parse.quote(os.path.abspath(path)), uri=True)
+
+
+class Group:
+    """One summary row in the making: a group's distinct durations, in order, and their counts."""
+
+    def __init__(self, grp, style):
+        self.grp, self.style, self.durations = grp, style, []
+
+    def nth(self, k):
+        """The k-th shortest duration, from 1."""
+        seen = 0
+        for d, c in self.durations:
+            seen += c
+            if seen >= k:
+                return d
+        raise IndexError(k)
+
+    def stats(self):
+        """(total, count, mean, median, min, max, sample standard deviation), the sums exact."""
+        n = sum(c for _, c in self.durations)
+        total = sum(d * c for d, c in self.durations)
+        squares = sum(d * d * c for d, c in self.durations)
+        median = (self.nth((n + 1) // 2) + self.nth((n + 2) // 2)) / 2  # the middle one, or the middle two's mean
+        stdev = math.sqrt((n * squares - total * total) / (n * (n - 1))) if n > 1 else 0.0
+        return total, n, total / n, median, self.durations[0][0], self.durations[-1][0], stdev
+
+
+def groups(db, summary):
+    """The summary's groups, each with its durations."""
+    out, current = [], None
+    for grp, style, dur, count in db.execute(DISTINCT.format(source=SOURCES[summary])):
+        if current is None or (grp, style) != (current.grp, current.style):
+            current = Group(grp, style)
+            out.append(current)
+        current.durations.append((dur, count))
+    return out
+
+
+def names(db, summary, grps):
+    """What each group is called in the summary: kernels by their demangled name, API calls by
+    theirs without a six-character version suffix (cudaMalloc_v3020 is cudaMalloc,
+    cuGetProcAddress_v2 and cudaOccupancyAvailableDynamicSMemPerBlock_v10200 stay whole, as nsys
+    2025.3 writes them), NVTX ranges by their DOMAIN:TEXT."""
+    if summary == "nvtx_sum":
+        return {g: g for g in grps}
+    ids = [g for g in grps if g is not None]
+    found = {}
+    for i in range(0, len(ids), 500):  # SQLite's limit on the number of parameters, kept well under
+        chunk = ids[i:i + 500]
+        found.update(db.execute("SELECT id, value FROM StringIds WHERE id IN (%s)" % ",".join("?" * len(chunk)), chunk))
+    if summary == "cuda_api_sum":
+        found = {k: v[:-6] if v[-6:-4] == "_v" else v for k, v in found.items()}
+    return found
+
+
+def tenths(x):
+    """``x`` rounded to one decimal as nsys's report queries round it, with SQLite's ``round(x, 1)``
+    since SQLite 3.43: from the exact value of the double, a half away from zero. 256095 / 300 is
+    853.6 (the double is just under 853.65; SQLite 3.40 said 853.7, nsys 2025.3 on an H200 853.6),
+    and an exact half, as 0.25, goes to 0.3 (SQLite's printf rounds its digits half up; Python's
+    round says 0.2). The node's own SQLite may be older: it is not asked."""
+    if x is None:
+        return None
+    with decimal.localcontext() as context:
+        context.prec = 40
+        return float(decimal.Decimal(x).quantize(decimal.Decimal("0.1"), rounding=decimal.ROUND_HALF_UP))
+
+
+def rows_of(db, summary):
+    """The summary's rows as nsys stats writes them, in its order: total time down, then count up,
+    then name; an empty list where the export has nothing of this kind."""
+    if not db.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (TABLES[summary],)).fetchone():
+        return []
+    found = groups(db, summary)
+    called = names(db, summary, [g.grp for g in found])
+    stats = [g.stats() for g in found]
+    everything = sum(s[0] for s in stats)
+    out = []
+    for g, (total, n, mean, median, low, high, stdev) in zip(found, stats):
+        share = total * 100.0 / everything if everything else None
+        rounded = [tenths(x) for x in (share, mean, median, stdev)]
+        out.append([rounded[0], total, n, rounded[1], rounded[2], low, high, rounded[3]] +
+                   ([g.style] if summary == "nvtx_sum" else []) + [called.get(g.grp)])
+    out.sort(key=lambda r: (-r[1], r[2], r[-1] or ""))
+    return out
+
+
+def csv_text(summary, rows):
+    """The CSV nsys stats writes: its header and rows, or nothing at all for no rows."""
+    if not rows:
+        return ""
+    text = io.StringIO()
+    text.write(HEADERS[summary] + "\n")
+    csv.writer(text, lineterminator="\n").writerows(rows)
+    return text.getvalue()
+
+
+def write(export, summaries, path_of):
+    """Each of ``summaries`` of the SQLite file ``export``, written (privately, whole) to
+    ``path_of(summary)``, each in a thread of its own (SQLite works without the interpreter's
+    lock). Returns {summary: the error that kept it from being made}."""
+    failed = {}
+
+    def one(name):
+        try:
+            db = open_export(export)
+            try:
+                text = csv_text(name, rows_of(db, name))
+            finally:
+                db.close()
+            files.write_private(path_of(name), text)
+        except (sqlite3.Error, OSError, ValueError, TypeError, ArithmeticError) as e:
+            failed[name] = e
+    workers = [threading.Thread(target=one, args=(name,)) for name in summaries]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    return failed

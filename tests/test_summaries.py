@@ -1,0 +1,116 @@
+"""The kernel, CUDA API and NVTX summaries fleet makes from a report's SQLite export, against what
+``nsys stats --format csv`` wrote from the same export on an H200 test machine; and how the agent
+makes them, once per report, without a failing summary costing the report."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import stat
+import sys
+from pathlib import Path
+
+import pytest
+
+from fleet.agent import reports, summaries
+
+FIXTURES = Path(__file__).parent / "fixtures"
+STANDIN = Path(__file__).parent / "standins" / "nsys"
+
+
+def recorded_pairs():
+    """Every recorded export that has the three CSV files nsys stats wrote from it beside it
+    (EXPORT.sqlite and EXPORT_<summary>.csv)."""
+    return sorted(p for p in FIXTURES.rglob("*.sqlite")
+                  if all(p.with_name(f"{p.stem}_{name}.csv").exists() for name in reports.SUMMARIES))
+
+
+def test_the_recorded_exports_with_nsys_stats_output_are_there():
+    """Without them the comparison below would pass on nothing."""
+    names = {p.relative_to(FIXTURES).as_posix() for p in recorded_pairs()}
+    assert {"ranks-h200/recorded/rank0.sqlite", "ranks-h200/recorded/rank1.sqlite"} <= names
+    assert any(n.startswith("summaries-h200/") for n in names)
+
+
+@pytest.mark.parametrize("export", recorded_pairs(), ids=lambda p: p.relative_to(FIXTURES).as_posix())
+@pytest.mark.parametrize("name", reports.SUMMARIES)
+def test_a_summary_is_what_nsys_stats_wrote_from_the_same_export_byte_for_byte(export, name, tmp_path):
+    failed = summaries.write(str(export), [name], lambda n: str(tmp_path / f"{n}.csv"))
+    assert failed == {}
+    assert (tmp_path / f"{name}.csv").read_bytes() == export.with_name(f"{export.stem}_{name}.csv").read_bytes()
+
+
+def logged_nsys(tmp_path: Path, body: str) -> tuple[Path, Path]:
+    """An nsys that logs each subcommand it is given, then runs ``body`` (sh) with "$@"."""
+    log, nsys = tmp_path / "calls", tmp_path / "nsys"
+    nsys.write_text(f'#!/bin/sh\necho "$1" >> {log}\n{body}\n')
+    nsys.chmod(0o755)
+    return nsys, log
+
+
+def test_each_report_is_exported_once_and_its_summaries_are_made_from_that_export(tmp_path):
+    """No nsys stats (which would export the report again): nsys export alone, once per report,
+    over an export an earlier run of the same name left; the summaries beside it, private."""
+    nsys, log = logged_nsys(tmp_path, f'exec {sys.executable} {STANDIN} "$@"')
+    report = tmp_path / "r.nsys-rep"
+    report.write_text('{"pid": 42, "kernels": [{"name": "k", "instances": 3, "time_ns": 300}], '
+                      '"nvtx": [{"name": "step", "time_ns": 50}]}')
+    (tmp_path / "r.sqlite").write_text("an earlier run's export")
+    notes = []
+    got = reports.summarize(str(nsys), [{"path": str(report)}], notes)
+    assert notes == [] and log.read_text().split() == ["export"]
+    assert [(g["summary"], g.get("kind")) for g in got] == [(n, None) for n in reports.SUMMARIES] + [("sqlite", "export")]
+    for entry in got:
+        data = Path(entry["path"]).read_bytes()
+        assert entry["sha256"] == hashlib.sha256(data).hexdigest() and entry["report"] == str(report)
+        assert stat.S_IMODE(os.stat(entry["path"]).st_mode) == 0o600
+    kernels = Path(got[0]["path"]).read_text().splitlines()
+    assert kernels[0] == summaries.HEADERS["cuda_gpu_kern_sum"] and kernels[1].endswith(",300,3,100.0,100.0,100,100,0.0,k")
+    assert Path(got[2]["path"]).read_text().splitlines()[1].endswith(",PushPop,:step")
+
+
+def test_a_report_nsys_cannot_export_has_no_summaries_and_a_note(tmp_path):
+    nsys, log = logged_nsys(tmp_path, "echo 'cannot read the report'; exit 1")
+    report = tmp_path / "r.nsys-rep"
+    report.write_text("{}")
+    notes = []
+    assert reports.summarize(str(nsys), [{"path": str(report)}], notes) == []
+    assert notes == [f"nsys export wrote no SQLite export of {report} (exit 1): cannot read the report"]
+    assert report.read_text() == "{}"
+
+
+def test_an_export_fleet_cannot_read_costs_its_summaries_and_nothing_else(tmp_path):
+    """A summary that fails is a note: the export is still listed, hashed, for the trip home."""
+    nsys, _ = logged_nsys(tmp_path, 'while [ "$1" != --output ]; do shift; done; echo not-sqlite > "$2"')
+    report = tmp_path / "r.nsys-rep"
+    report.write_text("{}")
+    notes = []
+    got = reports.summarize(str(nsys), [{"path": str(report)}], notes)
+    assert [(g["summary"], g["size"]) for g in got] == [("sqlite", 11)]
+    assert len(notes) == 3 and all(f"summary of {report} could not be made from its export" in n for n in notes)
+    assert not list(tmp_path.glob("*.csv"))
+
+
+def test_an_export_without_a_kind_of_data_has_an_empty_summary_of_it(tmp_path):
+    """nsys stats writes an empty file, not a header alone, where there is nothing of a kind
+    (tests/fixtures/tools-2025.3-h200/nsys-no-kernels-stats); a report made without CUDA traced
+    has no kernel table at all."""
+    import sqlite3
+    export = tmp_path / "r.sqlite"
+    with sqlite3.connect(export) as db:
+        db.execute("CREATE TABLE StringIds (id INTEGER PRIMARY KEY, value TEXT NOT NULL)")
+    failed = summaries.write(str(export), reports.SUMMARIES, lambda n: str(tmp_path / f"{n}.csv"))
+    assert failed == {} and [(tmp_path / f"{n}.csv").read_bytes() for n in reports.SUMMARIES] == [b"", b"", b""]
+
+
+def test_an_export_is_read_where_its_path_has_uri_characters_and_is_never_changed(tmp_path):
+    """The export is opened as a read-only SQLite URI: a folder named with %, ? or # is still
+    that folder, and the file nsys wrote stays byte for byte as it was."""
+    recorded = FIXTURES / "ranks-h200" / "recorded" / "rank0.sqlite"
+    folder = tmp_path / "run %41?mode=rw#x"
+    folder.mkdir()
+    export = folder / "rank0.sqlite"
+    export.write_bytes(recorded.read_bytes())
+    failed = summaries.write(str(export), ["nvtx_sum"], lambda n: str(folder / f"{n}.csv"))
+    assert failed == {} and (folder / "nvtx_sum.csv").read_bytes() == recorded.with_name("rank0_nvtx_sum.csv").read_bytes()
+    assert export.read_bytes() == recorded.read_bytes()
