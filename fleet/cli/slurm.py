@@ -255,6 +255,8 @@ def slurm_group():
 @click.option("--owned-sysctl", "owned", multiple=True, metavar="NAME=VALUE",
               help="A sysctl jobs may have set for them, with its value (repeatable).")
 @click.option("--cluster", help="Take owned_sysctls from this inventory cluster's login host.")
+@click.option("--baseline-sysctl", "baseline", multiple=True, metavar="NAME=VALUE",
+              help="An owned sysctl's value on the nodes outside jobs (default: this machine's now).")
 @click.option("--jobs-dir", default="/run/fleet/jobs", show_default=True)
 @click.option("--state-dir", default="/var/lib/fleet", show_default=True)
 @click.option("--log-file", default="/var/log/fleet/slurm.log", show_default=True)
@@ -267,23 +269,27 @@ def slurm_group():
 @click.option("--apply", "do_apply", is_flag=True, help="Write the files on this machine (as root).")
 @json_option
 @click.pass_obj
-def slurm_install(obj: Context, prefix, python_path, owned, cluster, jobs_dir, state_dir, log_file, fail_closed,
+def slurm_install(obj: Context, prefix, python_path, owned, cluster, baseline, jobs_dir, state_dir, log_file, fail_closed,
                   pause_dcgm, qdstrm_importer, finish_timeout, do_apply, as_json):
     """Print (or, with --apply, write) the slurm.conf lines, the wrapper scripts and the node config."""
-    from ..slurm.install import NodeSetup, apply, interpreter_problem
+    from ..slurm.install import NodeSetup, apply, baselines, interpreter_problem
 
     sysctls = dict(_cluster(obj, None, cluster).login.vars.get("owned_sysctls") or {}) if cluster else {}
-    for item in owned:
-        name, sep, value = item.partition("=")
-        if not sep or not name:
-            fail(f"--owned-sysctl takes NAME=VALUE, not {item!r}")
-        sysctls[name] = int(value) if value.lstrip("-").isdigit() else value
+    given: dict = {}
+    for option, items, into in (("--owned-sysctl", owned, sysctls), ("--baseline-sysctl", baseline, given)):
+        for item in items:
+            name, sep, value = item.partition("=")
+            if not sep or not name:
+                fail(f"{option} takes NAME=VALUE, not {item!r}")
+            into[name] = int(value) if value.lstrip("-").isdigit() else value
+    if (stray := sorted(set(given) - set(sysctls))):
+        fail(f"--baseline-sysctl {stray[0]}: not an owned sysctl (--owned-sysctl)")
     if qdstrm_importer and not qdstrm_importer.startswith("/"):
         fail("--qdstrm-importer takes an absolute path (the epilog gets no PATH)")
     if (why := interpreter_problem(python_path)):  # before anything is written: it would drain every node
         fail(f"{why}; nothing written" if do_apply else why)
     setup = NodeSetup(prefix, python_path, sysctls, jobs_dir, state_dir, log_file, fail_closed, pause_dcgm,
-                      qdstrm_importer, finish_timeout)
+                      qdstrm_importer, finish_timeout, baselines(sysctls, given))
     written = []
     if do_apply:
         try:

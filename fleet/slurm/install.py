@@ -46,6 +46,7 @@ class NodeSetup:
     pause_dcgm: bool = False
     qdstrm_importer: str | None = None      # None: the newest under /opt/nvidia (root's installations)
     finish_timeout: int = 120               # seconds the epilog may spend finishing reports
+    baseline_sysctls: dict = field(default_factory=dict)  # the node's own value of each owned sysctl
 
     @property
     def config_path(self) -> str:
@@ -54,7 +55,8 @@ class NodeSetup:
     def config(self) -> dict:
         return {"owned_sysctls": dict(self.owned_sysctls), "jobs_dir": self.jobs_dir, "state_dir": self.state_dir,
                 "log_file": self.log_file, "fail_closed": self.fail_closed, "pause_dcgm": self.pause_dcgm,
-                "qdstrm_importer": self.qdstrm_importer, "finish_timeout": self.finish_timeout}
+                "qdstrm_importer": self.qdstrm_importer, "finish_timeout": self.finish_timeout,
+                "baseline_sysctls": dict(self.baseline_sysctls)}
 
     def wrapper(self, op: str) -> str:
         args = json.dumps({"mode": "slurmd", "op": op, "config": self.config_path}, separators=(",", ":"))
@@ -86,6 +88,22 @@ class NodeSetup:
         for op in OPS:
             out[f"{self.prefix}/slurm-{op}"] = (self.wrapper(op).encode(), 0o755)
         return out
+
+
+def baselines(owned: dict, given: dict) -> dict:
+    """The node's own value of each owned sysctl, outside fleet's jobs: as given, else as this
+    machine has it now (the install is run on the nodes). The prolog and epilog hold the node to
+    it when the state record of a change is lost (a NODE FAULT, never adopted as the original)."""
+    out = {}
+    for name in owned:
+        if name in given:
+            out[name] = given[name]
+            continue
+        try:
+            out[name] = Path("/proc/sys", *name.split(".")).read_text().strip()
+        except OSError:
+            continue  # not readable here: no baseline, the record alone says what to put back
+    return out
 
 
 def interpreter_problem(python: str) -> str | None:
