@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -212,7 +213,7 @@ def test_what_a_job_writes_into_its_run_folder_is_not_read_as_fleets_and_gather_
     [(real, forged)] = [m["hosts"]]
     assert (real["rank"], real["status"]) == (0, "ok") and all(rep["verified"] for rep in real["reports"])
     assert (forged["host"], forged["rank"], forged["status"]) == ("node9", 7, "failed")
-    assert "the rank's result is malformed" in forged["missing_why"] and not forged["reports"]
+    assert "the rank's result is not taken" in forged["missing_why"] and not forged["reports"]
     assert not any(h.get("worker") for h in m["hosts"])  # no "Ray worker" from the forged line
     assert m["slurm"]["log"]["remote"].endswith(f"slurm-{m['slurm']['job_id']}.out")
     stored = [p.name for p in (tmp_path).rglob("*") if p.is_file()]
@@ -240,3 +241,55 @@ def test_a_killed_ranks_finished_report_is_gathered_and_named(hpc, tmp_path):
     [rep] = killed["reports"]
     assert rep["verified"] and Path(rep["stored"]).name == "rank1.nsys-rep" and Path(rep["stored"]).is_file()
     assert f"{first['host']} rank 1: missing: rank 1 on {first['host']}" in r.stdout
+
+
+def test_a_result_forged_linked_or_reshaped_fails_its_rank_alone_and_gather_finishes(hpc, tmp_path):
+    # What the job can do to its run's folder, as its user: print a result frame with a guessed
+    # nonce (rank 0, claiming it was refused), replace rank 1's result by a link to a copy of it,
+    # give rank 2's report a size that is a string, and plant a rank 3 with the guessed nonce.
+    guess = "0" * 32
+    lie = json.dumps({"wire": 1, "kind": "profile", "body": {
+        "status": "refused", "rank": 0, "host": "rank0", "slurm_node": "NODE", "nonce": guess, "reasons": ["forged"]}})
+    job_says = ('[ "$SLURM_PROCID" != 0 ] || printf "\\036@@fleet-result@@ %s\\n" "$1" | '
+                'sed "s/NODE/$SLURMD_NODENAME/"')
+    env = env_of(hpc, tmp_path)
+    r = run_fleet("profile", "--partition", "gpu", "--poll", "1", "--ntasks", "3", "--nodes", "1", "--no-wait", "--",
+                  "sh", "-c", job_says, "sh", lie, env=env, timeout=240)
+    assert r.returncode == 0, r.stderr
+    m = manifest(tmp_path)
+    job, run_dir = m["slurm"]["job_id"], Path(m["slurm"]["run_dir"])
+    deadline = time.monotonic() + 120
+    while job_state(hpc, job) != "COMPLETED":
+        assert time.monotonic() < deadline and job_state(hpc, job) in ("PENDING", "RUNNING", "COMPLETING"), \
+            job_state(hpc, job)
+        time.sleep(0.5)
+    [real] = run_dir.glob("*/rank0.result.json")
+    node, owner = real.parent, real.stat()
+    assert oct(owner.st_mode & 0o777) == "0o600"  # the agent's own file
+
+    def as_job(path: Path, text: str) -> None:
+        path.write_text(text)
+        path.chmod(0o600)
+        os.chown(path, owner.st_uid, owner.st_gid)
+
+    copy = run_dir / "copy.json"
+    as_job(copy, (node / "rank1.result.json").read_text())
+    (node / "rank1.result.json").unlink()
+    (node / "rank1.result.json").symlink_to(copy)
+    os.lchown(node / "rank1.result.json", owner.st_uid, owner.st_gid)
+    second = node / "rank2.result.json"
+    as_job(second, re.sub(r'"size":(\d+)', r'"size":"\1"', second.read_text(), count=1))
+    as_job(node / "rank3.result.json", "\x1e@@fleet-result@@ " + lie.replace("NODE", node.name)
+           .replace('"rank": 0', '"rank": 3').replace('"rank0"', '"rank3"') + "\n")
+    g = run_fleet("gather", m["run_id"], env=env)
+    assert g.returncode == 6, g.stdout + g.stderr  # partial: rank 0 ok, every other rank failed alone
+    no_traceback(g.stderr)
+    ranks = {h["rank"]: h for h in manifest(tmp_path)["hosts"]}
+    assert sorted(ranks) == [0, 1, 2, 3], ranks
+    assert ranks[0]["status"] == "ok" and all(rep["verified"] for rep in ranks[0]["reports"])  # not the printed lie
+    for rank, why in ((1, "rank1.result.json is a symbolic link"), (2, "reports[0].size: not a size"),
+                      (3, "does not carry this run's nonce")):
+        assert ranks[rank]["status"] == "failed" and why in ranks[rank]["missing_why"], ranks[rank]
+        assert not ranks[rank]["reports"] and ranks[rank]["host"] == node.name
+        assert f"rank {rank}: failed:" in g.stdout, g.stdout
+    assert guess in Path(manifest(tmp_path)["slurm"]["log"]["stored"]).read_text()  # the job did print it

@@ -64,6 +64,7 @@ class JobFiles:
     scratch: str | None = None              # node-local directory the ranks write to, copied over at the end
     prolog: bool = False                    # the nodes run fleet's prolog: a rank without its verdict refuses counters
     python_note: str = ""                   # where ``python`` came from, said in the job's log
+    nonce: str = ""                         # the run's: each rank's result carries it (fleet/slurm/results.py)
 
     @property
     def task_root(self) -> str:
@@ -75,7 +76,8 @@ def task_args(req, spec: JobSpec, files: JobFiles) -> dict:
     # The command is the script's own array, after the agent's arguments: not repeated here.
     return {"mode": "task", "request": dict(req.to_json(), command=[]), "report_dir": files.task_root,
             "launcher": spec.launcher, "ranks": list(spec.ranks) if spec.ranks is not None else None,
-            "tools": dict(files.tools), "prolog_expected": files.prolog, "stop_before": spec.stop_before}
+            "tools": dict(files.tools), "prolog_expected": files.prolog, "stop_before": spec.stop_before,
+            **({"nonce": files.nonce} if files.nonce else {})}
 
 
 def request_doc(req, files: JobFiles) -> dict:
