@@ -293,3 +293,32 @@ def test_a_result_forged_linked_or_reshaped_fails_its_rank_alone_and_gather_fini
         assert not ranks[rank]["reports"] and ranks[rank]["host"] == node.name
         assert f"rank {rank}: failed:" in g.stdout, g.stdout
     assert guess in Path(manifest(tmp_path)["slurm"]["log"]["stored"]).read_text()  # the job did print it
+
+
+def test_one_bad_manifest_is_skipped_and_named_and_fleet_jobs_lists_the_others(hpc, tmp_path):
+    store = tmp_path / "store"
+    r = run_fleet("profile", "--partition", "gpu", "--no-wait", "--sbatch-arg=--hold", "--", "true",
+                  env=env_of(hpc, store))
+    assert r.returncode == 0, r.stderr
+    [good] = store.glob("*/*/*/manifest.json")
+    job = json.loads(good.read_text())["slurm"]["job_id"]
+    try:
+        bad = {}
+        for name, text in (("20261201-000000-bad1", '{"run_id": "x", "status": "submitted", "hosts": 5}'),
+                           ("20261201-000000-bad2", good.read_text()[:40])):  # a wrong type; cut off
+            folder = good.parent.parent / name
+            folder.mkdir(mode=0o700)
+            bad[name] = folder / "manifest.json"
+            bad[name].write_text(text)
+            bad[name].chmod(0o600)
+        listed = run_fleet("jobs", "--json", env=env_of(hpc, store))
+        assert listed.returncode == 0, listed.stderr
+        assert [(row["job_id"], row["state"]) for row in fleet_json(listed.stdout)["jobs"]] == [(job, "PENDING")]
+        for path in bad.values():
+            assert f"fleet: skipped a run whose manifest cannot be read: {path}: " in listed.stderr, listed.stderr
+        no_traceback(listed.stderr)
+        named = run_fleet("jobs", "20261201-000000-bad1", env=env_of(hpc, store))  # asked for by name: said
+        assert named.returncode != 0 and named.stderr.startswith(f"fleet: {bad['20261201-000000-bad1']}: "), named
+        no_traceback(named.stderr)
+    finally:
+        hpc.slurm.run("scancel", job, check=False)

@@ -171,7 +171,8 @@ def _stored(store_root, run_ids=()) -> list["RunManifest"]:
     from ..slurm import runs
 
     try:
-        return runs.stored(store.root(store_root), tuple(run_ids))
+        return runs.stored(store.root(store_root), tuple(run_ids), on_skipped=lambda why: click.echo(
+            f"fleet: {why}", err=True))
     except LookupError as e:
         fail(str(e))
 
