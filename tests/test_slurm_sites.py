@@ -19,6 +19,7 @@ import yaml
 
 from tests.conftest import REPO, fleet_json, run_fleet
 from tests.test_slurm import _wait_running, hpc, manifest  # noqa: F401 (the module's cluster)
+from tests.test_slurm_prolog import python36
 
 
 def env_of(hpc, store: Path, **extra) -> dict:
@@ -322,3 +323,35 @@ def test_one_bad_manifest_is_skipped_and_named_and_fleet_jobs_lists_the_others(h
         no_traceback(named.stderr)
     finally:
         hpc.slurm.run("scancel", job, check=False)
+
+
+def test_slurm_install_apply_checks_the_python_on_each_node_through_a_step_and_writes_nothing(hpc, tmp_path):
+    # Both test nodes share this machine's files: the interpreter below runs as a path missing on
+    # node2 alone would (sh's own words, status 127), and as the real python3 on node1.
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    python = bin_dir / "python3"
+    python.write_text('#!/bin/sh\nif [ "$SLURMD_NODENAME" = node2 ]; then echo "sh: 1: $0: not found" >&2; exit 127; fi\n'
+                      f'exec {os.path.realpath("/usr/bin/python3")} "$@"\n')
+    python.chmod(0o755)
+    prefix, log = tmp_path / "etc", tmp_path / "slurm.log"
+    r = run_fleet("slurm", "install", "--apply", "--prefix", str(prefix), "--python", str(python), "--log-file",
+                  str(log), env=hpc.slurm.env, timeout=180)
+    assert r.returncode == 2 and r.stdout == "", r
+    assert r.stderr == f"fleet: --python {python} does not start on node2: sh: 1: {python}: not found; nothing written\n", \
+        r.stderr
+    assert not prefix.exists() and not log.exists()
+    # node2's is RHEL 8's 3.6 (the stand-in of tests/test_slurm_prolog.py): named with its version.
+    old = python36(tmp_path)
+    python.write_text(f'#!/bin/sh\nif [ "$SLURMD_NODENAME" = node2 ]; then exec {old} "$@"; fi\n'
+                      f'exec {os.path.realpath("/usr/bin/python3")} "$@"\n')
+    r = run_fleet("slurm", "install", "--apply", "--prefix", str(prefix), "--python", str(python), "--log-file",
+                  str(log), env=hpc.slurm.env, timeout=180)
+    assert r.returncode == 2 and not prefix.exists(), r
+    assert r.stderr == (f"fleet: --python {python} on node2 (Python 3.6.8) cannot run fleet's agent: SyntaxError: "
+                        "future feature annotations is not defined; the hooks need Python 3.8 or newer; nothing "
+                        "written\n"), r.stderr
+    good = run_fleet("slurm", "install", "--apply", "--prefix", str(prefix), "--python",
+                     os.path.realpath("/usr/bin/python3"), "--log-file", str(log), env=hpc.slurm.env, timeout=180)
+    assert good.returncode == 0 and f"wrote {prefix}/node.json" in good.stdout, good.stderr
+    hpc.slurm.wait_idle()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import sys
 from typing import TYPE_CHECKING
 
@@ -268,12 +269,14 @@ def slurm_group():
 @click.option("--finish-timeout", type=click.IntRange(1, 3600), default=120, show_default=True,
               help="Seconds the epilog may spend finishing unfinished reports.")
 @click.option("--apply", "do_apply", is_flag=True, help="Write the files on this machine (as root).")
+@click.option("--no-node-check", is_flag=True,
+              help="With --apply: do not check --python on each node through a step (Slurm not running yet).")
 @json_option
 @click.pass_obj
-def slurm_install(obj: Context, prefix, python_path, owned, cluster, baseline, jobs_dir, state_dir, log_file, fail_closed,
-                  pause_dcgm, qdstrm_importer, finish_timeout, do_apply, as_json):
+def slurm_install(obj: Context, prefix, python_path, owned, cluster, baseline, jobs_dir, state_dir, log_file,
+                  fail_closed, pause_dcgm, qdstrm_importer, finish_timeout, do_apply, no_node_check, as_json):
     """Print (or, with --apply, write) the slurm.conf lines, the wrapper scripts and the node config."""
-    from ..slurm.install import NodeSetup, apply, baselines, interpreter_problem
+    from ..slurm.install import NodeSetup, apply, baselines, interpreter_problem, nodes_problem
 
     sysctls = dict(_cluster(obj, None, cluster).login.vars.get("owned_sysctls") or {}) if cluster else {}
     given: dict = {}
@@ -289,6 +292,10 @@ def slurm_install(obj: Context, prefix, python_path, owned, cluster, baseline, j
         fail("--qdstrm-importer takes an absolute path (the epilog gets no PATH)")
     if (why := interpreter_problem(python_path)):  # before anything is written: it would drain every node
         fail(f"{why}; nothing written" if do_apply else why)
+    if do_apply and os.geteuid() != 0:
+        fail("fleet slurm install --apply writes files slurmd runs as root: run it as root", exitcodes.FAILED)
+    if do_apply and not no_node_check and (why := nodes_problem(python_path)):  # and on each node, as slurmd will
+        fail(f"{why}; nothing written")
     setup = NodeSetup(prefix, python_path, sysctls, jobs_dir, state_dir, log_file, fail_closed, pause_dcgm,
                       qdstrm_importer, finish_timeout, baselines(sysctls, given))
     written = []
