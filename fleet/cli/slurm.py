@@ -58,7 +58,7 @@ def spec_from(opts: dict):
     the default stop time was shortened to fit ``--time``."""
     from ..containers import Container, image_problem
     from ..slurm import options
-    from ..slurm.script import JobSpec
+    from ..slurm.spec import JobSpec
 
     ranks = options.parse_ranks(opts["ranks"]) if opts.get("ranks") is not None else None
     if opts.get("container_image") and opts.get("apptainer_image"):

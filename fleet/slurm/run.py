@@ -35,7 +35,8 @@ from .jobs import JobState, SlurmClient, SlurmctldSilent, SlurmError, UsageError
 from .results import not_this_runs, refused_entry
 from .states import job_end_verdict, never_starts
 from ..containers import nsight_dirs
-from .script import AGENT_FILE, REQUEST_FILE, SCRIPT_FILE, JobFiles, JobSpec, render, request_doc
+from .script import AGENT_FILE, REQUEST_FILE, SCRIPT_FILE, JobFiles, render, request_doc
+from .spec import JobSpec
 
 if TYPE_CHECKING:
     from ..transport import Fanout
