@@ -74,6 +74,8 @@ def test_under_export_none_every_rank_finds_its_python_and_is_profiled(hpc, tmp_
 def test_a_job_pending_on_a_limit_slurm_never_clears_is_said_cancelled_and_fails(hpc, tmp_path):
     # EnforcePartLimits=NO (Slurm's default): sbatch takes a --time above the partition's MaxTime
     # (debug: 30 minutes), and the job would pend forever.
+    config = hpc.slurm.run("scontrol", "show", "config").stdout
+    assert re.search(r"^EnforcePartLimits\s*=\s*NO$", config, re.M), "the test cluster must run Slurm's default"
     env = env_of(hpc, tmp_path)
     start = time.monotonic()
     r = run_fleet("profile", "--partition", "debug", "--time", "60", "--poll", "1", "--", "true", env=env)
