@@ -314,11 +314,18 @@ def test_one_bad_manifest_is_skipped_and_named_and_fleet_jobs_lists_the_others(h
             bad[name] = folder / "manifest.json"
             bad[name].write_text(text)
             bad[name].chmod(0o600)
+        elsewhere = json.loads(good.read_text())  # whole, but its cluster is no longer in the inventory
+        elsewhere["run_id"], elsewhere["slurm"]["cluster"] = "20261201-000000-else", "retired"
+        (good.parent.parent / elsewhere["run_id"]).mkdir(mode=0o700)
+        moved = good.parent.parent / elsewhere["run_id"] / "manifest.json"
+        moved.write_text(json.dumps(elsewhere))
+        moved.chmod(0o600)
         listed = run_fleet("jobs", "--json", env=env_of(hpc, store))
         assert listed.returncode == 0, listed.stderr
         assert [(row["job_id"], row["state"]) for row in fleet_json(listed.stdout)["jobs"]] == [(job, "PENDING")]
         for path in bad.values():
             assert f"fleet: skipped a run whose manifest cannot be read: {path}: " in listed.stderr, listed.stderr
+        assert "fleet: skipped run 20261201-000000-else: no Slurm cluster named 'retired'" in listed.stderr
         no_traceback(listed.stderr)
         named = run_fleet("jobs", "20261201-000000-bad1", env=env_of(hpc, store))  # asked for by name: said
         assert named.returncode != 0 and named.stderr.startswith(f"fleet: {bad['20261201-000000-bad1']}: "), named

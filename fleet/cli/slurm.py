@@ -187,7 +187,8 @@ def jobs(obj: Context, run_ids, store_root, as_json):
     """Slurm jobs of runs not yet gathered (or of RUN_IDS): one squeue call per cluster."""
     from ..slurm import runs
 
-    groups = runs.by_cluster(obj.inventory, _stored(store_root, run_ids))
+    groups = runs.by_cluster(obj.inventory, _stored(store_root, run_ids), on_skipped=None if run_ids else (
+        lambda why: click.echo(f"fleet: {why}", err=True)))
 
     async def go():
         async with obj.fanout_for_run() as fan:

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
 from .. import outcome, store
+from ..inventory import TargetError
 from ..store.errors import CatalogError, UnsafeStore
 from .cluster import Cluster, choose
 from .jobs import JobState, SlurmClient, SlurmctldSilent
@@ -37,12 +38,21 @@ def stored(store_root: Path, run_ids: tuple[str, ...] = (),
     return [m for m in manifests if m.slurm and (run_ids or m.status in ("running", "submitted"))]
 
 
-def by_cluster(inventory: "Inventory", manifests: list["RunManifest"]) -> list[tuple[Cluster, list["RunManifest"]]]:
-    """The runs grouped by the cluster (from the inventory) their job went to."""
+def by_cluster(inventory: "Inventory", manifests: list["RunManifest"],
+               on_skipped: Callable[[str], None] | None = None) -> list[tuple[Cluster, list["RunManifest"]]]:
+    """The runs grouped by the cluster (from the inventory) their job went to. A run whose
+    cluster the inventory no longer has is a TargetError, or, listing (``on_skipped``), skipped
+    and named."""
     groups: dict[str, tuple[Cluster, list]] = {}
     for m in manifests:
         name = m.slurm.cluster
-        cluster = choose(inventory, None, None if name == "local" else name, embedded=name == "local")
+        try:
+            cluster = choose(inventory, None, None if name == "local" else name, embedded=name == "local")
+        except TargetError as e:
+            if on_skipped is None:
+                raise
+            on_skipped(f"skipped run {m.run_id}: {e}")
+            continue
         groups.setdefault(cluster.name, (cluster, []))[1].append(m)
     return list(groups.values())
 
