@@ -212,12 +212,14 @@ async def gather(fan: "Fanout", client: SlurmClient, manifest: RunManifest, dire
     """Bring every rank's reports home into ``directory/NODE/``; say which ranks left nothing and
     why; then the job's end state is applied to the ranks (:func:`states.job_end_verdict`)."""
     slurm = manifest.slurm
-    results, marks = await client.read_results(slurm.run_dir)
+    found, marks = await client.read_results(slurm.run_dir)
     refused = [refused_entry(path, why) for path, why in marks.get("refused", [])]
-    for res in list(results):  # a result without the run's nonce is not this run's agent's
+    results = []
+    for res in found:  # a result without the run's nonce is not this run's agent's
         if (why := not_this_runs(res, slurm.result_nonce)):
-            results.remove(res)
             refused.append(refused_entry(f"{res.get('slurm_node')}/{res.get('host')}.result.json", why))
+        else:
+            results.append(res)
     if state is not None:
         slurm.state, slurm.exit_code, slurm.nodes, slurm.reason = state.state, state.exit_code, state.nodes, \
             state.reason
