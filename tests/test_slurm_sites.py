@@ -364,3 +364,21 @@ def test_slurm_install_apply_checks_the_python_on_each_node_through_a_step_and_w
                      os.path.realpath("/usr/bin/python3"), "--log-file", str(log), env=hpc.slurm.env, timeout=180)
     assert good.returncode == 0 and f"wrote {prefix}/node.json" in good.stdout, good.stderr
     hpc.slurm.wait_idle()
+
+
+def test_a_job_requeued_under_the_run_is_said_and_its_last_start_is_gathered(hpc, tmp_path):
+    proc = start_fleet(hpc, tmp_path, "--partition", "gpu", "--ntasks", "1", "--", "sleep", "8")
+    try:
+        job = _wait_running(tmp_path)["slurm"]["job_id"]
+        wait_state(hpc, job, "RUNNING")
+        time.sleep(3)  # fleet has seen it running
+        hpc.slurm.run("scontrol", "requeue", job)  # as Slurm does for a node lost with requeue allowed
+        wait_state(hpc, job, "PENDING")
+        hpc.slurm.run("scontrol", "update", f"jobid={job}", "StartTime=now")  # not Slurm's wait before a requeued job starts
+        out, err = proc.communicate(timeout=240)
+    finally:
+        proc.kill()
+    m = manifest(tmp_path)
+    assert m["slurm"]["requeues"] == 1 and m["slurm"]["state"] == "COMPLETED", (m["slurm"], err)
+    assert "Slurm requeued the job 1 time(s): what was gathered is from its last start" in out, out
+    assert [(h["rank"], h["status"]) for h in m["hosts"]] == [(0, "ok")], m["hosts"]
