@@ -167,6 +167,7 @@ def test_a_node_name_a_job_wrote_into_its_result_brings_nothing_home(tmp_path):
     (run_dir / "node1" / "x.nsys-rep").write_text("stolen")
     forged.write_text(json.dumps({"status": "ok", "rank": 9, "slurm_node": "../../../../escaped",
                                   "reports": [{"path": "/x/x.nsys-rep", "size": 6, "sha256": "0" * 64}]}))
+    forged.chmod(0o600)  # as the agent's own result file is: the name it holds is what is refused
     directory = tmp_path / "a" / "b" / "store" / "run"  # the forged name points at tmp_path/a/escaped
     directory.mkdir(parents=True)
     manifest = RunManifest(run_id="20261130-000000-abcd",
@@ -182,7 +183,8 @@ def test_a_node_name_a_job_wrote_into_its_result_brings_nothing_home(tmp_path):
 
     m = asyncio.run(go())
     [forged_entry] = [h for h in m.hosts if h.rank == 9]
-    assert forged_entry.status == "failed" and "cannot name a folder" in forged_entry.missing_why
+    assert forged_entry.status == "failed" and "'../../../../escaped', not of its own place" in \
+        forged_entry.missing_why, forged_entry.missing_why
     assert tree(directory) == [] and not (tmp_path / "a" / "escaped").exists()
 
 

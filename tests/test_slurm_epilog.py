@@ -129,3 +129,53 @@ def test_fail_closed_drains_only_for_a_node_fault(node):
     assert run(node, "epilog") == 1  # fail-closed: slurmd drains the node
     state.chmod(0o600)
     assert run(node, "epilog") == 0 and PARANOID.read_text().strip() == "3"
+
+
+@pytest.mark.parametrize("fail_closed", [True, False])
+def test_a_lost_state_record_with_a_changed_value_is_a_node_fault_never_the_new_original(node, fail_closed):
+    """The record of the job's change is gone (a wiped /var/lib, a tmpfs state dir) and the node's
+    value is still the job's: the epilog used to find nothing to put back and exit 0, and the next
+    prolog took the changed value as the "original", so it was never put back."""
+    config = dict(node["config"], fail_closed=fail_closed, baseline_sysctls={"kernel.perf_event_paranoid": 3})
+    Path(node["config_path"]).write_text(json.dumps(config))
+    write_request(node, {"fleet": 1, "tool": "nsys", "sysctls": ["kernel.perf_event_paranoid"]})
+    assert run(node, "prolog") == 0 and PARANOID.read_text().strip() == "2"
+    state = Path(node["config"]["state_dir"]) / "state.json"
+    state.unlink()  # the job's record, lost; the value it set stays
+    assert run(node, "epilog") == (1 if fail_closed else 0)  # fail-closed: slurmd drains the node
+    said = node["log"].read_text()
+    assert "epilog: NODE FAULT: after job 4242: kernel.perf_event_paranoid is 2 on this node, not its baseline 3" in said
+    assert "the state record was lost" in said and PARANOID.read_text().strip() == "2"  # nothing done on a guess
+    # The next job's prolog does not adopt 2 as the original (it would "restore" 2 after that job).
+    assert run(node, "prolog") == (1 if fail_closed else 0)
+    assert said.count("NODE FAULT") < node["log"].read_text().count("NODE FAULT")
+    record = json.loads(state.read_text()) if state.exists() else {"sysctls": {}}
+    assert "kernel.perf_event_paranoid" not in record["sysctls"], record
+    PARANOID.write_text("3")  # the admin puts the node back: it is in service again
+    assert run(node, "prolog") == 0 and PARANOID.read_text().strip() == "2"
+    assert run(node, "epilog") == 0 and PARANOID.read_text().strip() == "3"
+
+
+def test_a_node_at_its_baseline_with_no_record_is_no_fault(node):
+    config = dict(node["config"], fail_closed=True, baseline_sysctls={"kernel.perf_event_paranoid": 3})
+    Path(node["config_path"]).write_text(json.dumps(config))
+    write_request(node, {"fleet": 1, "tool": "nsys", "sysctls": []})  # opted in, holding nothing
+    assert run(node, "prolog") == 0 and run(node, "epilog") == 0
+    assert "NODE FAULT" not in (node["log"].read_text() if node["log"].exists() else "")
+
+
+def test_slurm_install_writes_each_owned_sysctls_baseline_into_the_node_config(tmp_path):
+    from tests.conftest import run_fleet
+
+    def node_json(*args):
+        r = run_fleet("slurm", "install", "--prefix", str(tmp_path), "--owned-sysctl", "kernel.perf_event_paranoid=2",
+                      *args)
+        assert r.returncode == 0, r.stderr
+        text = r.stdout.split(f"# {tmp_path}/node.json (644)\n", 1)[1]
+        return json.JSONDecoder().raw_decode(text)[0]
+
+    assert node_json()["baseline_sysctls"] == {"kernel.perf_event_paranoid": "3"}  # this machine's, now
+    assert node_json("--baseline-sysctl", "kernel.perf_event_paranoid=4")["baseline_sysctls"] == {
+        "kernel.perf_event_paranoid": 4}
+    stray = run_fleet("slurm", "install", "--baseline-sysctl", "kernel.kptr_restrict=1")
+    assert stray.returncode == 2 and "not an owned sysctl" in stray.stderr

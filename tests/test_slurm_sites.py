@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -18,6 +19,7 @@ import yaml
 
 from tests.conftest import REPO, fleet_json, run_fleet
 from tests.test_slurm import _wait_running, hpc, manifest  # noqa: F401 (the module's cluster)
+from tests.test_slurm_prolog import python36
 
 
 def env_of(hpc, store: Path, **extra) -> dict:
@@ -72,6 +74,8 @@ def test_under_export_none_every_rank_finds_its_python_and_is_profiled(hpc, tmp_
 def test_a_job_pending_on_a_limit_slurm_never_clears_is_said_cancelled_and_fails(hpc, tmp_path):
     # EnforcePartLimits=NO (Slurm's default): sbatch takes a --time above the partition's MaxTime
     # (debug: 30 minutes), and the job would pend forever.
+    config = hpc.slurm.run("scontrol", "show", "config").stdout
+    assert re.search(r"^EnforcePartLimits\s*=\s*NO$", config, re.M), "the test cluster must run Slurm's default"
     env = env_of(hpc, tmp_path)
     start = time.monotonic()
     r = run_fleet("profile", "--partition", "debug", "--time", "60", "--poll", "1", "--", "true", env=env)
@@ -212,7 +216,7 @@ def test_what_a_job_writes_into_its_run_folder_is_not_read_as_fleets_and_gather_
     [(real, forged)] = [m["hosts"]]
     assert (real["rank"], real["status"]) == (0, "ok") and all(rep["verified"] for rep in real["reports"])
     assert (forged["host"], forged["rank"], forged["status"]) == ("node9", 7, "failed")
-    assert "the rank's result is malformed" in forged["missing_why"] and not forged["reports"]
+    assert "the rank's result is not taken" in forged["missing_why"] and not forged["reports"]
     assert not any(h.get("worker") for h in m["hosts"])  # no "Ray worker" from the forged line
     assert m["slurm"]["log"]["remote"].endswith(f"slurm-{m['slurm']['job_id']}.out")
     stored = [p.name for p in (tmp_path).rglob("*") if p.is_file()]
@@ -240,3 +244,141 @@ def test_a_killed_ranks_finished_report_is_gathered_and_named(hpc, tmp_path):
     [rep] = killed["reports"]
     assert rep["verified"] and Path(rep["stored"]).name == "rank1.nsys-rep" and Path(rep["stored"]).is_file()
     assert f"{first['host']} rank 1: missing: rank 1 on {first['host']}" in r.stdout
+
+
+def test_a_result_forged_linked_or_reshaped_fails_its_rank_alone_and_gather_finishes(hpc, tmp_path):
+    # What the job can do to its run's folder, as its user: print a result frame with a guessed
+    # nonce (rank 0, claiming it was refused), replace rank 1's result by a link to a copy of it,
+    # give rank 2's report a size that is a string, and plant a rank 3 with the guessed nonce.
+    guess = "0" * 32
+    lie = json.dumps({"wire": 1, "kind": "profile", "body": {
+        "status": "refused", "rank": 0, "host": "rank0", "slurm_node": "NODE", "nonce": guess, "reasons": ["forged"]}})
+    job_says = ('[ "$SLURM_PROCID" != 0 ] || printf "\\036@@fleet-result@@ %s\\n" "$1" | '
+                'sed "s/NODE/$SLURMD_NODENAME/"')
+    env = env_of(hpc, tmp_path)
+    r = run_fleet("profile", "--partition", "gpu", "--poll", "1", "--ntasks", "3", "--nodes", "1", "--no-wait", "--",
+                  "sh", "-c", job_says, "sh", lie, env=env, timeout=240)
+    assert r.returncode == 0, r.stderr
+    m = manifest(tmp_path)
+    job, run_dir = m["slurm"]["job_id"], Path(m["slurm"]["run_dir"])
+    deadline = time.monotonic() + 120
+    while job_state(hpc, job) != "COMPLETED":
+        assert time.monotonic() < deadline and job_state(hpc, job) in ("PENDING", "RUNNING", "COMPLETING"), \
+            job_state(hpc, job)
+        time.sleep(0.5)
+    [real] = run_dir.glob("*/rank0.result.json")
+    node, owner = real.parent, real.stat()
+    assert oct(owner.st_mode & 0o777) == "0o600"  # the agent's own file
+
+    def as_job(path: Path, text: str) -> None:
+        path.write_text(text)
+        path.chmod(0o600)
+        os.chown(path, owner.st_uid, owner.st_gid)
+
+    copy = run_dir / "copy.json"
+    as_job(copy, (node / "rank1.result.json").read_text())
+    (node / "rank1.result.json").unlink()
+    (node / "rank1.result.json").symlink_to(copy)
+    os.lchown(node / "rank1.result.json", owner.st_uid, owner.st_gid)
+    second = node / "rank2.result.json"
+    as_job(second, re.sub(r'"size":(\d+)', r'"size":"\1"', second.read_text(), count=1))
+    as_job(node / "rank3.result.json", "\x1e@@fleet-result@@ " + lie.replace("NODE", node.name)
+           .replace('"rank": 0', '"rank": 3').replace('"rank0"', '"rank3"') + "\n")
+    g = run_fleet("gather", m["run_id"], env=env)
+    assert g.returncode == 6, g.stdout + g.stderr  # partial: rank 0 ok, every other rank failed alone
+    no_traceback(g.stderr)
+    ranks = {h["rank"]: h for h in manifest(tmp_path)["hosts"]}
+    assert sorted(ranks) == [0, 1, 2, 3], ranks
+    assert ranks[0]["status"] == "ok" and all(rep["verified"] for rep in ranks[0]["reports"])  # not the printed lie
+    for rank, why in ((1, "rank1.result.json is a symbolic link"), (2, "reports[0].size: not a size"),
+                      (3, "does not carry this run's nonce")):
+        assert ranks[rank]["status"] == "failed" and why in ranks[rank]["missing_why"], ranks[rank]
+        assert not ranks[rank]["reports"] and ranks[rank]["host"] == node.name
+        assert f"rank {rank}: failed:" in g.stdout, g.stdout
+    assert guess in Path(manifest(tmp_path)["slurm"]["log"]["stored"]).read_text()  # the job did print it
+
+
+def test_one_bad_manifest_is_skipped_and_named_and_fleet_jobs_lists_the_others(hpc, tmp_path):
+    store = tmp_path / "store"
+    r = run_fleet("profile", "--partition", "gpu", "--no-wait", "--sbatch-arg=--hold", "--", "true",
+                  env=env_of(hpc, store))
+    assert r.returncode == 0, r.stderr
+    [good] = store.glob("*/*/*/manifest.json")
+    job = json.loads(good.read_text())["slurm"]["job_id"]
+    try:
+        bad = {}
+        for name, text in (("20261201-000000-bad1", '{"run_id": "x", "status": "submitted", "hosts": 5}'),
+                           ("20261201-000000-bad2", good.read_text()[:40])):  # a wrong type; cut off
+            folder = good.parent.parent / name
+            folder.mkdir(mode=0o700)
+            bad[name] = folder / "manifest.json"
+            bad[name].write_text(text)
+            bad[name].chmod(0o600)
+        elsewhere = json.loads(good.read_text())  # whole, but its cluster is no longer in the inventory
+        elsewhere["run_id"], elsewhere["slurm"]["cluster"] = "20261201-000000-else", "retired"
+        (good.parent.parent / elsewhere["run_id"]).mkdir(mode=0o700)
+        moved = good.parent.parent / elsewhere["run_id"] / "manifest.json"
+        moved.write_text(json.dumps(elsewhere))
+        moved.chmod(0o600)
+        listed = run_fleet("jobs", "--json", env=env_of(hpc, store))
+        assert listed.returncode == 0, listed.stderr
+        assert [(row["job_id"], row["state"]) for row in fleet_json(listed.stdout)["jobs"]] == [(job, "PENDING")]
+        for path in bad.values():
+            assert f"fleet: skipped a run whose manifest cannot be read: {path}: " in listed.stderr, listed.stderr
+        assert "fleet: skipped run 20261201-000000-else: no Slurm cluster named 'retired'" in listed.stderr
+        no_traceback(listed.stderr)
+        named = run_fleet("jobs", "20261201-000000-bad1", env=env_of(hpc, store))  # asked for by name: said
+        assert named.returncode != 0 and named.stderr.startswith(f"fleet: {bad['20261201-000000-bad1']}: "), named
+        no_traceback(named.stderr)
+    finally:
+        hpc.slurm.run("scancel", job, check=False)
+
+
+def test_slurm_install_apply_checks_the_python_on_each_node_through_a_step_and_writes_nothing(hpc, tmp_path):
+    # Both test nodes share this machine's files: the interpreter below runs as a path missing on
+    # node2 alone would (sh's own words, status 127), and as the real python3 on node1.
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    python = bin_dir / "python3"
+    python.write_text('#!/bin/sh\nif [ "$SLURMD_NODENAME" = node2 ]; then echo "sh: 1: $0: not found" >&2; exit 127; fi\n'
+                      f'exec {os.path.realpath("/usr/bin/python3")} "$@"\n')
+    python.chmod(0o755)
+    prefix, log = tmp_path / "etc", tmp_path / "slurm.log"
+    r = run_fleet("slurm", "install", "--apply", "--prefix", str(prefix), "--python", str(python), "--log-file",
+                  str(log), env=hpc.slurm.env, timeout=180)
+    assert r.returncode == 2 and r.stdout == "", r
+    assert r.stderr == f"fleet: --python {python} does not start on node2: sh: 1: {python}: not found; nothing written\n", \
+        r.stderr
+    assert not prefix.exists() and not log.exists()
+    # node2's is RHEL 8's 3.6 (the stand-in of tests/test_slurm_prolog.py): named with its version.
+    old = python36(tmp_path)
+    python.write_text(f'#!/bin/sh\nif [ "$SLURMD_NODENAME" = node2 ]; then exec {old} "$@"; fi\n'
+                      f'exec {os.path.realpath("/usr/bin/python3")} "$@"\n')
+    r = run_fleet("slurm", "install", "--apply", "--prefix", str(prefix), "--python", str(python), "--log-file",
+                  str(log), env=hpc.slurm.env, timeout=180)
+    assert r.returncode == 2 and not prefix.exists(), r
+    assert r.stderr == (f"fleet: --python {python} on node2 (Python 3.6.8) cannot run fleet's agent: SyntaxError: "
+                        "future feature annotations is not defined; the hooks need Python 3.8 or newer; nothing "
+                        "written\n"), r.stderr
+    good = run_fleet("slurm", "install", "--apply", "--prefix", str(prefix), "--python",
+                     os.path.realpath("/usr/bin/python3"), "--log-file", str(log), env=hpc.slurm.env, timeout=180)
+    assert good.returncode == 0 and f"wrote {prefix}/node.json" in good.stdout, good.stderr
+    hpc.slurm.wait_idle()
+
+
+def test_a_job_requeued_under_the_run_is_said_and_its_last_start_is_gathered(hpc, tmp_path):
+    proc = start_fleet(hpc, tmp_path, "--partition", "gpu", "--ntasks", "1", "--", "sleep", "8")
+    try:
+        job = _wait_running(tmp_path)["slurm"]["job_id"]
+        wait_state(hpc, job, "RUNNING")
+        time.sleep(3)  # fleet has seen it running
+        hpc.slurm.run("scontrol", "requeue", job)  # as Slurm does for a node lost with requeue allowed
+        wait_state(hpc, job, "PENDING")
+        hpc.slurm.run("scontrol", "update", f"jobid={job}", "StartTime=now")  # not Slurm's wait before a requeued job starts
+        out, err = proc.communicate(timeout=240)
+    finally:
+        proc.kill()
+    m = manifest(tmp_path)
+    assert m["slurm"]["requeues"] == 1 and m["slurm"]["state"] == "COMPLETED", (m["slurm"], err)
+    assert "Slurm requeued the job 1 time(s): what was gathered is from its last start" in out, out
+    assert [(h["rank"], h["status"]) for h in m["hosts"]] == [(0, "ok")], m["hosts"]

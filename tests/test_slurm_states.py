@@ -75,3 +75,29 @@ def test_the_prologs_verdict_narrows_to_the_ranks_own_gpus_by_uuid():
     assert "says nothing of GPU GPU-c" in unnamed
     older = {k: v for k, v in verdict.items() if k != "by_gpu"}  # a prolog from before: job-wide
     assert policy.prolog_tenants(older, "7", ["GPU-a"]) == verdict["tenants"]
+
+
+def test_the_user_guides_table_of_states_and_reasons_says_what_fleet_does():
+    import re
+    from pathlib import Path
+
+    from fleet.slurm.states import KILLING
+    guide = (Path(__file__).parent.parent / "docs" / "user-guide.md").read_text()
+    rows = [line for line in guide.splitlines() if line.startswith("| `")]
+
+    def row(start: str) -> tuple[list[str], str]:
+        [found] = [r for r in rows if r.startswith(start)]
+        said, does = found.split(" | ", 1)
+        return [c for c in re.findall(r"`([^`]+)`", said) if "*" not in c and "..." not in c], does
+
+    never, does = row("| `PENDING` for a reason Slurm never clears")
+    assert "cancels the job" in does and len(never) > 10
+    for code in never[1:]:
+        assert never_starts(code if code != "ReqNodeNotAvail" else "ReqNodeNotAvail, UnavailableNodes:"), code
+    clears, does = row("| `PENDING` for a reason Slurm clears")
+    assert does.startswith("waits") and len(clears) > 4
+    for code in clears[1:]:
+        assert never_starts(code) is None, code
+    killing, does = row("| `NODE_FAIL`")
+    assert set(killing) | {"TIMEOUT"} == set(KILLING) and "`failed`" in does
+    assert row("| `TIMEOUT`")[0] == ["TIMEOUT"]

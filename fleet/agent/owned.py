@@ -56,6 +56,12 @@ class OwnedError(Exception):
     """The node's state cannot be changed safely; nothing was changed."""
 
 
+class LostRecord(OwnedError):
+    """An owned sysctl is off the node's baseline (its config's word for the value outside
+    fleet's jobs) and no state record says fleet changed it: the record was lost. Its value
+    now is neither put back on a guess nor taken as the original to put back later."""
+
+
 class NoRoot(OwnedError):
     """Root could not be reached at all (no sudo, sudo wants a password), or root reached through
     sudo would set none of what was asked (the node's config does not list it): nothing changed."""
@@ -212,8 +218,10 @@ def write_sysctl(name, value):
         f.write(str(value))
 
 
-def acquire_sysctls(wanted, owned, holder, state_dir=None):
-    """Set each wanted sysctl (name -> value) that ``owned`` allows; return what was changed."""
+def acquire_sysctls(wanted, owned, holder, state_dir=None, baselines=None):
+    """Set each wanted sysctl (name -> value) that ``owned`` allows; return what was changed.
+    ``baselines`` (name -> the node's own value): a sysctl off it with no record of who changed
+    it is LostRecord, and is not recorded with its changed value as the original."""
     for name, value in wanted.items():
         if name not in owned or str(owned[name]) != str(value):
             raise OwnedError("%s=%s is not owned by fleet on this node (owned_sysctls)" % (name, value))
@@ -223,13 +231,36 @@ def acquire_sysctls(wanted, owned, holder, state_dir=None):
         for name, value in wanted.items():
             entry = s.data["sysctls"].get(name)
             if entry is None:
-                entry = s.data["sysctls"][name] = {"original": read_sysctl(name), "value": str(value), "holders": []}
+                original = read_sysctl(name)
+                _check_baseline(name, original, baselines, s.dir)
+                entry = s.data["sysctls"][name] = {"original": original, "value": str(value), "holders": []}
                 write_sysctl(name, value)
             if not any(_same(h, holder) for h in entry["holders"]):  # a prolog run twice holds once
                 entry["holders"].append(holder)
             changes[name] = {"from": entry["original"], "to": str(value)}
         _settle(s)  # what only dead runs held goes back now
     return changes
+
+
+def _check_baseline(name, now, baselines, state_dir):
+    base = (baselines or {}).get(name)
+    if base is not None and now != str(base):
+        raise LostRecord("%s is %s on this node, not its baseline %s, and no record in %s says who changed it "
+                         "(the state record was lost): not put back on a guess, nor taken as its original"
+                         % (name, now, base, os.path.join(state_dir, "state.json")))
+
+
+def off_baseline(baselines, state_dir=None):
+    """LostRecord for the first sysctl of ``baselines`` that is off its baseline here while no
+    entry of the state record holds it (nobody is keeping it changed); None when all are."""
+    with State(state_dir, read_only=True) as s:
+        for name in sorted(baselines):
+            if name not in s.data["sysctls"]:
+                try:
+                    _check_baseline(name, read_sysctl(name), baselines, s.dir)
+                except LostRecord as e:
+                    return e
+    return None
 
 
 def release(holder, state_dir=None):

@@ -25,7 +25,8 @@ Failure policy: a fleet error is logged (syslog and the config's log file)
 and the script exits 0, because a non-zero Prolog or Epilog drains the node
 and fleet's own fault must not take a node from everyone. With
 ``fail_closed: true`` a real node fault (an owned sysctl or DCGM that cannot be
-put back) exits 1, so Slurm drains the node instead of running the next job on
+put back, or one off the config's ``baseline_sysctls`` with its state record
+lost) exits 1, so Slurm drains the node instead of running the next job on
 a changed node.
 """
 
@@ -56,7 +57,7 @@ REQUEST_NAME = "fleet-request.json"
 REQUEST_MAX = 65536
 REQUEST_KEYS = {"fleet": int, "run_id": str, "tool": str, "sysctls": list, "pause_dcgm": bool, "allow_own": bool,
                 "gpu_metrics": bool}
-DEFAULTS = {"owned_sysctls": {}, "jobs_dir": "/run/fleet/jobs", "state_dir": "/var/lib/fleet",
+DEFAULTS = {"owned_sysctls": {}, "baseline_sysctls": {}, "jobs_dir": "/run/fleet/jobs", "state_dir": "/var/lib/fleet",
             "log_file": "/var/log/fleet/slurm.log", "fail_closed": False, "pause_dcgm": False,
             "qdstrm_importer": None, "finish_timeout": 120}
 VERDICT_ENV = "FLEET_PROLOG_VERDICT"
@@ -92,6 +93,10 @@ def load_config(path):
     if not isinstance(sysctls, dict) or not all(isinstance(k, str) and isinstance(v, (int, str))
                                                 for k, v in sysctls.items()):
         raise ConfigError("%s: owned_sysctls must map sysctl names to values" % path)
+    baselines = config["baseline_sysctls"]
+    if not isinstance(baselines, dict) or not all(isinstance(k, str) and isinstance(v, (int, str))
+                                                  for k, v in baselines.items()):
+        raise ConfigError("%s: baseline_sysctls must map sysctl names to the node's own values" % path)
     for key in ("jobs_dir", "state_dir", "log_file"):
         if not isinstance(config[key], str) or not config[key].startswith("/"):
             raise ConfigError("%s: %s must be an absolute path" % (path, key))
@@ -256,7 +261,11 @@ def prolog(env, config):
     wanted = {n: config["owned_sysctls"][n] for n in request["sysctls"] if n in config["owned_sysctls"]}
     done["ignored_sysctls"] = [n for n in request["sysctls"] if n not in config["owned_sysctls"]]
     if wanted:
-        done["sysctls"] = owned.acquire_sysctls(wanted, config["owned_sysctls"], holder, config["state_dir"])
+        try:
+            done["sysctls"] = owned.acquire_sysctls(wanted, config["owned_sysctls"], holder, config["state_dir"],
+                                                    baselines=config["baseline_sysctls"])
+        except owned.LostRecord as e:
+            raise NodeFault("job %s: %s" % (job["id"], e))
     chosen = policy.chosen_gpus(state, seen)
     counters = policy.uses_counters(request.get("tool", ""), request.get("gpu_metrics", False))
     if policy.dcgm_pause(state, chosen, request.get("pause_dcgm", False) and config["pause_dcgm"] is True, counters):
@@ -296,6 +305,10 @@ def epilog(env, config):
         for name in os.listdir(marker):
             os.unlink(os.path.join(marker, name))
         os.rmdir(marker)
+        # The job's record gone with a changed value left on the node: the next job would get it.
+        lost = owned.off_baseline(config["baseline_sysctls"], config["state_dir"])
+        if lost:
+            raise NodeFault("after job %s: %s" % (job["id"], lost))
     return done
 
 

@@ -134,6 +134,8 @@ def main(args, argv=None, env=None):
     label = "rank%d" % rank if rank is not None else "pid%d" % os.getpid()
     plan, context = plan_rank(args, env, label, command)
     context["rank"] = rank
+    if isinstance(args.get("nonce"), str):  # the run's: gather takes only results that carry it
+        context["nonce"] = args["nonce"]
     if plan.status != "ok":
         return refuse(plan, context, args["report_dir"])
     return run.main({"plan": plan, "context": context, "result_line": False}, stops)

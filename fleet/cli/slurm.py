@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import sys
 from typing import TYPE_CHECKING
 
@@ -57,7 +58,7 @@ def spec_from(opts: dict):
     the default stop time was shortened to fit ``--time``."""
     from ..containers import Container, image_problem
     from ..slurm import options
-    from ..slurm.script import JobSpec
+    from ..slurm.spec import JobSpec
 
     ranks = options.parse_ranks(opts["ranks"]) if opts.get("ranks") is not None else None
     if opts.get("container_image") and opts.get("apptainer_image"):
@@ -171,7 +172,8 @@ def _stored(store_root, run_ids=()) -> list["RunManifest"]:
     from ..slurm import runs
 
     try:
-        return runs.stored(store.root(store_root), tuple(run_ids))
+        return runs.stored(store.root(store_root), tuple(run_ids), on_skipped=lambda why: click.echo(
+            f"fleet: {why}", err=True))
     except LookupError as e:
         fail(str(e))
 
@@ -185,7 +187,8 @@ def jobs(obj: Context, run_ids, store_root, as_json):
     """Slurm jobs of runs not yet gathered (or of RUN_IDS): one squeue call per cluster."""
     from ..slurm import runs
 
-    groups = runs.by_cluster(obj.inventory, _stored(store_root, run_ids))
+    groups = runs.by_cluster(obj.inventory, _stored(store_root, run_ids), on_skipped=None if run_ids else (
+        lambda why: click.echo(f"fleet: {why}", err=True)))
 
     async def go():
         async with obj.fanout_for_run() as fan:
@@ -255,6 +258,8 @@ def slurm_group():
 @click.option("--owned-sysctl", "owned", multiple=True, metavar="NAME=VALUE",
               help="A sysctl jobs may have set for them, with its value (repeatable).")
 @click.option("--cluster", help="Take owned_sysctls from this inventory cluster's login host.")
+@click.option("--baseline-sysctl", "baseline", multiple=True, metavar="NAME=VALUE",
+              help="An owned sysctl's value on the nodes outside jobs (default: this machine's now).")
 @click.option("--jobs-dir", default="/run/fleet/jobs", show_default=True)
 @click.option("--state-dir", default="/var/lib/fleet", show_default=True)
 @click.option("--log-file", default="/var/log/fleet/slurm.log", show_default=True)
@@ -265,25 +270,35 @@ def slurm_group():
 @click.option("--finish-timeout", type=click.IntRange(1, 3600), default=120, show_default=True,
               help="Seconds the epilog may spend finishing unfinished reports.")
 @click.option("--apply", "do_apply", is_flag=True, help="Write the files on this machine (as root).")
+@click.option("--no-node-check", is_flag=True,
+              help="With --apply: do not check --python on each node through a step (Slurm not running yet).")
 @json_option
 @click.pass_obj
-def slurm_install(obj: Context, prefix, python_path, owned, cluster, jobs_dir, state_dir, log_file, fail_closed,
-                  pause_dcgm, qdstrm_importer, finish_timeout, do_apply, as_json):
+def slurm_install(obj: Context, prefix, python_path, owned, cluster, baseline, jobs_dir, state_dir, log_file,
+                  fail_closed, pause_dcgm, qdstrm_importer, finish_timeout, do_apply, no_node_check, as_json):
     """Print (or, with --apply, write) the slurm.conf lines, the wrapper scripts and the node config."""
-    from ..slurm.install import NodeSetup, apply, interpreter_problem
+    from ..slurm.install import NodeSetup, apply, baselines, interpreter_problem, nodes_problem
 
     sysctls = dict(_cluster(obj, None, cluster).login.vars.get("owned_sysctls") or {}) if cluster else {}
-    for item in owned:
-        name, sep, value = item.partition("=")
-        if not sep or not name:
-            fail(f"--owned-sysctl takes NAME=VALUE, not {item!r}")
-        sysctls[name] = int(value) if value.lstrip("-").isdigit() else value
+    given: dict = {}
+    for option, items, into in (("--owned-sysctl", owned, sysctls), ("--baseline-sysctl", baseline, given)):
+        for item in items:
+            name, sep, value = item.partition("=")
+            if not sep or not name:
+                fail(f"{option} takes NAME=VALUE, not {item!r}")
+            into[name] = int(value) if value.lstrip("-").isdigit() else value
+    if (stray := sorted(set(given) - set(sysctls))):
+        fail(f"--baseline-sysctl {stray[0]}: not an owned sysctl (--owned-sysctl)")
     if qdstrm_importer and not qdstrm_importer.startswith("/"):
         fail("--qdstrm-importer takes an absolute path (the epilog gets no PATH)")
     if (why := interpreter_problem(python_path)):  # before anything is written: it would drain every node
         fail(f"{why}; nothing written" if do_apply else why)
+    if do_apply and os.geteuid() != 0:
+        fail("fleet slurm install --apply writes files slurmd runs as root: run it as root", exitcodes.FAILED)
+    if do_apply and not no_node_check and (why := nodes_problem(python_path)):  # and on each node, as slurmd will
+        fail(f"{why}; nothing written")
     setup = NodeSetup(prefix, python_path, sysctls, jobs_dir, state_dir, log_file, fail_closed, pause_dcgm,
-                      qdstrm_importer, finish_timeout)
+                      qdstrm_importer, finish_timeout, baselines(sysctls, given))
     written = []
     if do_apply:
         try:

@@ -46,6 +46,7 @@ class NodeSetup:
     pause_dcgm: bool = False
     qdstrm_importer: str | None = None      # None: the newest under /opt/nvidia (root's installations)
     finish_timeout: int = 120               # seconds the epilog may spend finishing reports
+    baseline_sysctls: dict = field(default_factory=dict)  # the node's own value of each owned sysctl
 
     @property
     def config_path(self) -> str:
@@ -54,7 +55,8 @@ class NodeSetup:
     def config(self) -> dict:
         return {"owned_sysctls": dict(self.owned_sysctls), "jobs_dir": self.jobs_dir, "state_dir": self.state_dir,
                 "log_file": self.log_file, "fail_closed": self.fail_closed, "pause_dcgm": self.pause_dcgm,
-                "qdstrm_importer": self.qdstrm_importer, "finish_timeout": self.finish_timeout}
+                "qdstrm_importer": self.qdstrm_importer, "finish_timeout": self.finish_timeout,
+                "baseline_sysctls": dict(self.baseline_sysctls)}
 
     def wrapper(self, op: str) -> str:
         args = json.dumps({"mode": "slurmd", "op": op, "config": self.config_path}, separators=(",", ":"))
@@ -88,6 +90,22 @@ class NodeSetup:
         return out
 
 
+def baselines(owned: dict, given: dict) -> dict:
+    """The node's own value of each owned sysctl, outside fleet's jobs: as given, else as this
+    machine has it now (the install is run on the nodes). The prolog and epilog hold the node to
+    it when the state record of a change is lost (a NODE FAULT, never adopted as the original)."""
+    out = {}
+    for name in owned:
+        if name in given:
+            out[name] = given[name]
+            continue
+        try:
+            out[name] = Path("/proc/sys", *name.split(".")).read_text().strip()
+        except OSError:
+            continue  # not readable here: no baseline, the record alone says what to put back
+    return out
+
+
 def interpreter_problem(python: str) -> str | None:
     """Why ``python`` cannot run the hooks, in one line naming it and its version, or None: it is
     run here with the bundled agent (its hooks' modules compiled and imported, as on a node)."""
@@ -113,6 +131,54 @@ def interpreter_problem(python: str) -> str | None:
         lines = [line.strip() for line in (ran.stderr or ran.stdout).splitlines() if line.strip()]
         needs = "; the hooks need Python %d.%d or newer" % NEEDS
         return f"{named} cannot run fleet's agent: {lines[-1] if lines else f'exit status {ran.returncode}'}{needs}"
+    return None
+
+
+# One task per node: the interpreter's version, then the bundled agent's own check (read from
+# stdin, as on a lab server), and the node's name: "@@check NODE STATUS VERSION LAST-LINE".
+NODE_CHECK = ('v=$("$0" -I -c "$1" 2>/dev/null </dev/null); out=$("$0" -I -c "$2" "$3" 2>&1); rc=$?; '
+              'echo "@@check ${SLURMD_NODENAME:-?} $rc ${v:--} $(printf %s "$out" | tail -n 1)"')
+STEP_BOUND = 120  # seconds the checking step may take, from submission (it waits for free nodes)
+
+
+def nodes_problem(python: str, env: dict | None = None) -> str | None:
+    """Why ``python`` cannot run the hooks on some node of the cluster, in one line naming the
+    node, the path and its version; None when every node that can take a step ran the agent's
+    check with it. One step, a task on each node, through the cluster's own srun."""
+    try:
+        listed = subprocess.run(["sinfo", "-h", "-N", "-o", "%N %t"], capture_output=True, text=True, timeout=30,
+                                env=env)
+    except (OSError, subprocess.SubprocessError) as e:
+        return f"cannot check --python {python} on the nodes: sinfo: {getattr(e, 'strerror', None) or e}"
+    if listed.returncode != 0:
+        return f"cannot check --python {python} on the nodes: sinfo: {listed.stderr.strip() or listed.returncode}"
+    nodes = sorted({n for n, state in (line.split()[:2] for line in listed.stdout.splitlines() if len(line.split()) > 1)
+                    if state.rstrip("*~#!%$@^-") in ("idle", "mix", "alloc", "comp")})
+    if not nodes:
+        return f"cannot check --python {python} on the nodes: sinfo lists none in service"
+    from ..agent.bundle import BOOTSTRAP, bundle
+    cmd = ["srun", f"--nodelist={','.join(nodes)}", f"--nodes={len(nodes)}", f"--ntasks={len(nodes)}",
+           "--ntasks-per-node=1", "--input=all", "--time=2", "--immediate=60", "--job-name=fleet-install-check", "--quiet",
+           "sh", "-c", NODE_CHECK, python, VERSION, BOOTSTRAP, json.dumps({"mode": "slurmd", "op": "check"})]
+    try:
+        ran = subprocess.run(cmd, input=bundle(), capture_output=True, timeout=STEP_BOUND, env=env)
+    except (OSError, subprocess.SubprocessError) as e:
+        return f"cannot check --python {python} on the nodes: srun: {getattr(e, 'strerror', None) or e}"
+    said = {}
+    for line in ran.stdout.decode(errors="replace").splitlines():
+        parts = line.split(" ", 4)
+        if len(parts) >= 4 and parts[0] == "@@check":
+            said[parts[1]] = (parts[2], parts[3], parts[4] if len(parts) > 4 else "")
+    for node in nodes:
+        if node not in said:
+            why = ran.stderr.decode(errors="replace").strip().splitlines()[-1:] or [f"exit status {ran.returncode}"]
+            return f"cannot check --python {python} on {node}: the step did not run there: {why[0]}"
+        status, version, last = said[node]
+        if status != "0" and version == "-":
+            return f"--python {python} does not start on {node}: {last or f'exit status {status}'}"
+        if status != "0":
+            return f"--python {python} on {node} (Python {version}) cannot run fleet's agent: {last}; the hooks " \
+                   "need Python %d.%d or newer" % NEEDS
     return None
 
 

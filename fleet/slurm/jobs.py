@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from .. import exitcodes
-from ..agent import wire
+from . import results
 
 if TYPE_CHECKING:
     from ..inventory import Host
@@ -303,26 +303,33 @@ class SlurmClient:
         """Every rank's result document and the job's own files (exit status, stop time, the job's
         log, the reports Ray's nsys wrote, and the reports of ranks killed before they wrote a
         result, each with its size and sha256), in one call. fleet's own lines carry a nonce made
-        for this call, so no line a job wrote into a file of its run reads as one of them."""
+        for this call, so no line a job wrote into a file of its run reads as one of them. A
+        result file that is not the agent's own (:mod:`.results`) is in ``marks["refused"]``,
+        as (its path, why)."""
         nonce = secrets.token_hex(16)
-        r = await self._sh("results", 'cd -- "$1" 2>/dev/null || exit 0; m="@@$2"; '
-                           'for f in */*.result.json; do [ -f "$f" ] && { cat "$f"; echo; }; done; '
+        r = await self._sh("results", 'cd -- "$1" 2>/dev/null || exit 0; m="@@$2"; ' + results.READ +
                            'for f in job.exit job.stopped; do [ -f "$f" ] && echo "$m $f $(head -c 64 "$f")"; done; '
                            'for f in slurm-*.out ray/*.nsys-rep */rank*.nsys-rep */rank*.ncu-rep; do [ -f "$f" ] || '
                            'continue; case $f in */rank*) [ ! -e "${f%.*}.result.json" ] || continue; k=orphan ;; '
                            '*) k=${f%%[-/]*} ;; esac; echo "$m $k $(stat -c %s "$f") '
-                           '$(sha256sum < "$f" | cut -d" " -f1) $PWD/$f"; done; true', run_dir, nonce)
+                           '$(sha256sum < "$f" | cut -d" " -f1) $PWD/$f"; done; true',
+                           run_dir, nonce, str(results.RESULT_MAX))
         text = self._check(r, "reading the run's results")
-        results, marks = wire.answers(text, "profile"), {"ray": [], "orphan": []}
-        mark = f"@@{nonce} "
-        for line in text.split("\n"):  # not splitlines(): results carry a \x1e
-            if line.startswith(mark):  # the job's own files, as this call's shell found them
-                name, _, value = line[len(mark):].partition(" ")
-                if name in ("ray", "orphan"):
-                    marks[name].append(value.strip())
-                else:
-                    marks[name] = value.strip()
-        return results, marks
+        files, refused, other = results.split(text, f"@@{nonce} ")
+        marks: dict = {"ray": [], "orphan": [], "refused": refused}
+        found = []
+        for path, content in files:
+            body, why = results.from_file(path, content)
+            if body is None:
+                refused.append((path, why))
+            else:
+                found.append(body)
+        for name, value in other:  # the job's own files, as this call's shell found them
+            if name in ("ray", "orphan"):
+                marks[name].append(value)
+            else:
+                marks[name] = value
+        return found, marks
 
 
 FILE_MARK = re.compile(r"(\d{1,15}) ([0-9a-f]{64}) (/.+)")

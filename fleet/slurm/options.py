@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 from ..safenames import UnsafeValue, check_text, sbatch_word
 
 if TYPE_CHECKING:
-    from .script import JobSpec
+    from .spec import JobSpec
 
 DEFAULT_STOP_BEFORE = 120  # seconds; less when the time limit is short (``fit_stop_before``)
 

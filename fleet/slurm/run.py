@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import secrets
 import time
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
@@ -31,9 +32,11 @@ from ..plan import ProfileRequest, profiler_args_error
 from . import launchers, options
 from .cluster import Cluster
 from .jobs import JobState, SlurmClient, SlurmctldSilent, SlurmError, UsageError, file_mark
+from .results import not_this_runs, refused_entry
 from .states import job_end_verdict, never_starts
 from ..containers import nsight_dirs
-from .script import AGENT_FILE, REQUEST_FILE, SCRIPT_FILE, JobFiles, JobSpec, render, request_doc
+from .script import AGENT_FILE, REQUEST_FILE, SCRIPT_FILE, JobFiles, render, request_doc
+from .spec import JobSpec
 
 if TYPE_CHECKING:
     from ..transport import Fanout
@@ -71,7 +74,7 @@ async def prepare(client: SlurmClient, cluster: Cluster, req: ProfileRequest, sp
     tools = {t: cluster.login.vars[f"{t}_path"] for t in ("nsys", "ncu") if cluster.login.vars.get(f"{t}_path")}
     python, python_note = agent_python(cluster, info.python)
     files = JobFiles(f"{root}/{req.run_id}", root, python, tools, cluster.login.vars.get("slurm_scratch"),
-                     bool(cluster.login.vars.get("fleet_slurm_prolog")), python_note)
+                     bool(cluster.login.vars.get("fleet_slurm_prolog")), python_note, secrets.token_hex(16))
     # The job runs where the user is: here when fleet runs on the login node, else the login home.
     spec = replace(spec, workdir=spec.workdir or (os.getcwd() if cluster.local else info.home))
     if spec.container and not spec.container.nsight_dirs:
@@ -110,7 +113,7 @@ def new_manifest(req: ProfileRequest, cluster: Cluster, prep: Prepared, site: st
     manifest.slurm = SlurmInfo(cluster=cluster.name, cluster_name=prep.cluster_name, login=cluster.login.name,
                                version=prep.version, python=prep.python_note or None,
                                run_dir=prep.files.run_dir, state="SUBMITTING", spec=asdict(prep.spec),
-                               script=prep.script)
+                               script=prep.script, result_nonce=prep.files.nonce or None)
     return manifest
 
 
@@ -209,7 +212,14 @@ async def gather(fan: "Fanout", client: SlurmClient, manifest: RunManifest, dire
     """Bring every rank's reports home into ``directory/NODE/``; say which ranks left nothing and
     why; then the job's end state is applied to the ranks (:func:`states.job_end_verdict`)."""
     slurm = manifest.slurm
-    results, marks = await client.read_results(slurm.run_dir)
+    found, marks = await client.read_results(slurm.run_dir)
+    refused = [refused_entry(path, why) for path, why in marks.get("refused", [])]
+    results = []
+    for res in found:  # a result without the run's nonce is not this run's agent's
+        if (why := not_this_runs(res, slurm.result_nonce)):
+            refused.append(refused_entry(f"{res.get('slurm_node')}/{res.get('host')}.result.json", why))
+        else:
+            results.append(res)
     if state is not None:
         slurm.state, slurm.exit_code, slurm.nodes, slurm.reason = state.state, state.exit_code, state.nodes, \
             state.reason
@@ -226,9 +236,8 @@ async def gather(fan: "Fanout", client: SlurmClient, manifest: RunManifest, dire
         return await _rank_home(fan, client, slurm.run_dir, res, directory, gathering, tool)
 
     # Ranks come home side by side (the transport bounds transfers per login connection).
-    ordered = sorted(results, key=lambda r: (not isinstance(r.get("rank"), int), r.get("rank") if
-                                             isinstance(r.get("rank"), int) else 0, str(r.get("host") or "")))
-    hosts = list(await asyncio.gather(*(one(res) for res in ordered)))
+    hosts = sorted(await asyncio.gather(*(one(res) for res in results)) + refused, key=lambda e: (
+        not isinstance(e.rank, int), e.rank if isinstance(e.rank, int) else 0, e.host))
     hosts += await _ray_home(fan, client, slurm.run_dir, marks["ray"], directory)
     seen = {e.rank for e in hosts}
     ranks = expected_ranks(slurm.spec)

@@ -4,9 +4,11 @@ their jobs' states now, cancelling them, and one run shown to a person."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 from .. import outcome, store
+from ..inventory import TargetError
+from ..store.errors import CatalogError, UnsafeStore
 from .cluster import Cluster, choose
 from .jobs import JobState, SlurmClient, SlurmctldSilent
 
@@ -16,21 +18,41 @@ if TYPE_CHECKING:
     from ..transport import Fanout
 
 
-def stored(store_root: Path, run_ids: tuple[str, ...] = ()) -> list["RunManifest"]:
-    """The manifests of Slurm runs: those named (LookupError for one not in the store), else
-    every run not yet gathered."""
-    paths = ([store.manifest_of(store_root, r) for r in run_ids] if run_ids
-             else sorted(store_root.glob("*/*/*/manifest.json")))
-    manifests = [store.read_manifest(p) for p in paths]
+def stored(store_root: Path, run_ids: tuple[str, ...] = (),
+           on_skipped: Callable[[str], None] = lambda why: None) -> list["RunManifest"]:
+    """The manifests of Slurm runs: those named (LookupError for one not in the store,
+    CatalogError for one that cannot be read), else every run not yet gathered. Listing them,
+    a manifest that cannot be read (hand-edited, cut off, of the wrong types) is skipped and
+    named through ``on_skipped``: one bad file never hides every other run's job."""
+    if run_ids:
+        manifests = [store.read_manifest(store.manifest_of(store_root, r)) for r in run_ids]
+    else:
+        manifests = []
+        for path in sorted(store_root.glob("*/*/*/manifest.json")):
+            try:
+                manifests.append(store.read_manifest(path))
+            except UnsafeStore:
+                raise  # the store itself is not the user's: nothing of it is read
+            except CatalogError as e:
+                on_skipped(f"skipped a run whose manifest cannot be read: {e}")
     return [m for m in manifests if m.slurm and (run_ids or m.status in ("running", "submitted"))]
 
 
-def by_cluster(inventory: "Inventory", manifests: list["RunManifest"]) -> list[tuple[Cluster, list["RunManifest"]]]:
-    """The runs grouped by the cluster (from the inventory) their job went to."""
+def by_cluster(inventory: "Inventory", manifests: list["RunManifest"],
+               on_skipped: Callable[[str], None] | None = None) -> list[tuple[Cluster, list["RunManifest"]]]:
+    """The runs grouped by the cluster (from the inventory) their job went to. A run whose
+    cluster the inventory no longer has is a TargetError, or, listing (``on_skipped``), skipped
+    and named."""
     groups: dict[str, tuple[Cluster, list]] = {}
     for m in manifests:
         name = m.slurm.cluster
-        cluster = choose(inventory, None, None if name == "local" else name, embedded=name == "local")
+        try:
+            cluster = choose(inventory, None, None if name == "local" else name, embedded=name == "local")
+        except TargetError as e:
+            if on_skipped is None:
+                raise
+            on_skipped(f"skipped run {m.run_id}: {e}")
+            continue
         groups.setdefault(cluster.name, (cluster, []))[1].append(m)
     return list(groups.values())
 

@@ -22,36 +22,14 @@ import json
 import os
 from dataclasses import dataclass, field
 
-from ..containers import Container
 from .. import policy
 from ..safenames import quote, sbatch_word
 from . import launchers, options
+from .spec import JobSpec  # noqa: F401 (where callers have always found it)
 
 AGENT_FILE = "fleet-agent.py"
 SCRIPT_FILE = "job.sbatch"
 REQUEST_FILE = "fleet-request.json"  # read by fleet's Slurm prolog (fleet/agent/slurmd.py)
-
-
-@dataclass(frozen=True)
-class JobSpec:
-    """How the job is shaped; None leaves an option to Slurm's defaults."""
-    partition: str | None = None
-    nodes: int | None = None
-    ntasks: int | None = None
-    ntasks_per_node: int | None = None
-    gpus: str | None = None                 # --gpus, e.g. "4" or "h100:4"
-    gres: str | None = None                 # --gres, e.g. "gpu:2"
-    time: str | None = None                 # --time, Slurm's formats
-    account: str | None = None
-    qos: str | None = None
-    exclusive: bool | None = None           # None: for ncu and GPU metrics, yes
-    sbatch_args: tuple[str, ...] = ()       # passed through as further #SBATCH lines
-    ranks: tuple[int, ...] | None = None    # None: every rank is profiled
-    launcher: str = "srun"                  # srun | torchrun | mpirun | ray
-    stop_before: int | None = None          # seconds before the time limit the profilers are stopped
-                                            # (None: 120, or half a shorter limit; options.fit_stop_before)
-    workdir: str | None = None              # the job's working directory (default: the submitter's)
-    container: Container | None = None
 
 
 @dataclass(frozen=True)
@@ -64,6 +42,7 @@ class JobFiles:
     scratch: str | None = None              # node-local directory the ranks write to, copied over at the end
     prolog: bool = False                    # the nodes run fleet's prolog: a rank without its verdict refuses counters
     python_note: str = ""                   # where ``python`` came from, said in the job's log
+    nonce: str = ""                         # the run's: each rank's result carries it (fleet/slurm/results.py)
 
     @property
     def task_root(self) -> str:
@@ -75,7 +54,8 @@ def task_args(req, spec: JobSpec, files: JobFiles) -> dict:
     # The command is the script's own array, after the agent's arguments: not repeated here.
     return {"mode": "task", "request": dict(req.to_json(), command=[]), "report_dir": files.task_root,
             "launcher": spec.launcher, "ranks": list(spec.ranks) if spec.ranks is not None else None,
-            "tools": dict(files.tools), "prolog_expected": files.prolog, "stop_before": spec.stop_before}
+            "tools": dict(files.tools), "prolog_expected": files.prolog, "stop_before": spec.stop_before,
+            **({"nonce": files.nonce} if files.nonce else {})}
 
 
 def request_doc(req, files: JobFiles) -> dict:

@@ -149,6 +149,7 @@ class SlurmInfo(_Record):
     python: str | None = None             # the agent's Python on the compute nodes, and where fleet found it
     end: str | None = None                # what the job's end state meant for the run (fleet.slurm.states)
     requeues: int = 0                     # times Slurm requeued the job while fleet watched it
+    result_nonce: str | None = None       # every rank's result carries it (fleet/slurm/results.py)
 
     @classmethod
     def from_json(cls, doc: dict) -> "SlurmInfo":

@@ -1,0 +1,96 @@
+"""A rank's result file, held to what only fleet's agent writes, before gather believes it.
+
+The job runs as the user in the run's directory, so anything in it may be the job's: a
+file named like a result, a link in place of one, a frame the job printed. A result is taken
+only when it is the agent's own file (a regular file, not a link, 0600, of the user, within a
+size), holds exactly one answer, carries the run's nonce (made at submission, kept in the
+manifest, given to each rank's agent), and sits where its own rank and node say it was
+written. Anything else fails that rank alone, with a line; gather goes on.
+"""
+
+from __future__ import annotations
+
+import hmac
+
+from .. import safenames
+from ..agent import wire
+from ..outcome import HostStatus
+from ..store.manifest import HostEntry
+
+RESULT_MAX = 4 << 20  # bytes: far more than any rank's result holds
+
+# Each result file, as the login node finds it ($1 the run directory, $2 the call's nonce, $3
+# RESULT_MAX): a mark line naming it, then its content; or a mark saying why it is not read.
+READ = ('me=$(id -u); for f in */*.result.json; do '
+        'if [ -L "$f" ]; then echo "$m refused $f is a symbolic link"; continue; fi; '
+        '[ -f "$f" ] || { [ ! -e "$f" ] || echo "$m refused $f is not a regular file"; continue; }; '
+        's=$(stat -c "%a %u %s" -- "$f"); '
+        'case $s in "600 $me "*) ;; *) echo "$m refused $f has mode, owner and size $s (the agent writes 600, '
+        'uid $me)"; continue ;; esac; '
+        '[ "${s##* }" -le "$3" ] || { echo "$m refused $f is larger than $3 bytes"; continue; }; '
+        'echo "$m result $f"; cat -- "$f"; echo; done; ')
+
+
+def where(path: str) -> tuple[str | None, int | None]:
+    """The node and rank a result file's place says (NODE/rankN.result.json); None where not."""
+    node, _, name = path.rpartition("/")
+    label = name[: -len(".result.json")] if name.endswith(".result.json") else ""
+    rank = label[len("rank"):]
+    return (node if safenames.is_component(node) else None,
+            int(rank) if label.startswith("rank") and rank.isdigit() and len(rank) < 10 else None)
+
+
+def from_file(path: str, text: str) -> tuple[dict | None, str | None]:
+    """The one answer in a result file, or why the file is not taken as one."""
+    found = wire.answers(text, "profile")
+    if len(found) != 1:
+        return None, f"{path} holds {len(found) or 'no'} answer{'s' if len(found) != 1 else ''} of fleet's agent, " \
+                     "not one"
+    body = found[0]
+    node, label = path.rpartition("/")[0], path.rpartition("/")[2][: -len(".result.json")]
+    if body.get("slurm_node") != node or body.get("host") != label:
+        return None, (f"{path} holds the result of {str(body.get('host'))[:40]!r} on {str(body.get('slurm_node'))[:40]!r}"
+                      ", not of its own place")
+    return body, None
+
+
+def not_this_runs(body: dict, nonce: str | None) -> str | None:
+    """Why a result was not written by this run's agent, or None. Runs submitted before results
+    carried a nonce (``nonce`` None) are read as they were."""
+    if nonce is None:
+        return None
+    said = body.get("nonce")
+    if isinstance(said, str) and hmac.compare_digest(said.encode(), nonce.encode()):
+        return None
+    return "it does not carry this run's nonce: not written by this run's agent"
+
+
+def refused_entry(path: str, why: str) -> HostEntry:
+    """The rank a refused result file stood for, failed with the reason; nothing of it comes home."""
+    node, rank = where(path)
+    return HostEntry(node or "(malformed result)", HostStatus.FAILED, rank=rank,
+                     missing_why=f"the rank's result is not taken ({why}); nothing of it was brought home")
+
+
+def split(text: str, mark: str) -> tuple[list[tuple[str, str]], list[tuple[str, str]], list[tuple[str, str]]]:
+    """The call's answer, cut at its marks: (result files with their text, refused files with why,
+    every other mark as (name, value))."""
+    files: list[tuple[str, list[str]]] = []
+    refused, other = [], []
+    current: list[str] | None = None
+    for line in text.split("\n"):  # not splitlines(): results carry a \x1e
+        if not line.startswith(mark):
+            if current is not None:
+                current.append(line)
+            continue
+        name, _, value = line[len(mark):].partition(" ")
+        current = None
+        if name == "result":
+            files.append((value, []))
+            current = files[-1][1]
+        elif name == "refused":
+            path, _, why = value.partition(" ")
+            refused.append((path, f"{path} {why}"))
+        else:
+            other.append((name, value.strip()))
+    return [(path, "\n".join(lines)) for path, lines in files], refused, other
