@@ -70,14 +70,11 @@ class _Group(click.Group):
             # Imported only when something failed: the store's module is a cost every command would pay.
             from ..errors import FleetError
             from ..safenames import UnsafeValue
-            from ..store import CatalogError, StoreWriteError
 
             if isinstance(e, FleetError):
                 fail(str(e), e.exit_status)
-            if isinstance(e, (CatalogError, UnsafeValue)):
+            if isinstance(e, UnsafeValue):  # safenames travels to the nodes: it keeps its own base
                 fail(str(e))
-            if isinstance(e, StoreWriteError):
-                fail(str(e), exitcodes.FAILED)
             raise
 
 

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from .. import exitcodes
+from ..errors import FleetError
 from . import results
 
 if TYPE_CHECKING:
@@ -42,7 +43,7 @@ BOUNDED = ('bounded() { if command -v timeout >/dev/null 2>&1; then timeout %d "
 INVALID_JOB = re.compile(r"Invalid job id", re.I)
 
 
-class SlurmError(RuntimeError):
+class SlurmError(FleetError, RuntimeError):
     """A Slurm command failed; the message is Slurm's own."""
 
     exit_status = exitcodes.FAILED

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from .. import exitcodes
+from ..errors import FleetError
 
-class CatalogError(Exception):
+
+class CatalogError(FleetError):
     """A catalog this fleet cannot use (written by a newer one, damaged, locked), or a manifest in
     the store it cannot read."""
 
@@ -21,8 +24,10 @@ class UnsafeStore(CatalogError):
     message names it and why; nothing was written."""
 
 
-class StoreWriteError(OSError):
+class StoreWriteError(FleetError, OSError):
     """The store could not be written (full, read-only); the message names the run and where its reports are."""
+
+    exit_status = exitcodes.FAILED
 
     def __str__(self):
         return self.args[0] if self.args else super().__str__()

@@ -17,6 +17,8 @@ import time
 from dataclasses import asdict, dataclass, field, fields
 from typing import TYPE_CHECKING, Any, Iterable
 
+from ..errors import FleetError
+
 if TYPE_CHECKING:
     from ..plan import ProfileRequest
 
@@ -28,7 +30,7 @@ def new_run_id() -> str:
     return time.strftime("%Y%m%d-%H%M%S") + "-" + secrets.token_hex(2)
 
 
-class ManifestError(ValueError):
+class ManifestError(FleetError, ValueError):
     """A manifest fleet cannot read: not one, or written by a newer fleet."""
 
 

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .. import exitcodes, kernelnames
+from ..errors import FleetError
 from ..hostlist import fold
 from . import _inside, numbers
 from .manifest import HostEntry, RunManifest
@@ -35,7 +36,7 @@ NCU_DURATION = "gpu__time_duration.sum"
 NS_PER = {"ns": 1, "nsecond": 1, "us": 1e3, "usecond": 1e3, "ms": 1e6, "msecond": 1e6, "s": 1e9, "second": 1e9}
 
 
-class StatsError(LookupError):
+class StatsError(FleetError, LookupError):
     """A run or a host/rank of it that cannot be shown; the message is the one line to print."""
     exit_status = exitcodes.USAGE
 
