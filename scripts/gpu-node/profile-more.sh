@@ -76,9 +76,16 @@ F=$D/12-client-killed.txt
 ( echo "\$ $(q "$PY" -m fleet profile --hosts localhost --gpu 0 --store "$STORE" -X --trace=cuda,nvtx -- "$PY" "$APP" 8)  (fleet SIGKILLed once nsys runs)"
   exec "$PY" -m fleet profile --hosts localhost --gpu 0 --store "$STORE" -X --trace=cuda,nvtx -- "$PY" "$APP" 8 ) > "$F" 2>&1 &
 CLIENT=$!
-NSYS_PID=""
-for _ in $(seq 1 600); do NSYS_PID=$(descendants_named "$CLIENT" nsys | head -1); [ -n "$NSYS_PID" ] && break; sleep 0.1; done
-RUN_ID=$(basename "$(output_dir_of "$NSYS_PID")")
+NSYS_PID="" RUN_DIR=""
+# The first nsys below the client may be the probe's short `nsys --version`: wait for the one that
+# profiles, whose --output= names the run's folder.
+for _ in $(seq 1 600); do
+  for p in $(descendants_named "$CLIENT" nsys); do
+    RUN_DIR=$(output_dir_of "$p"); [ -n "$RUN_DIR" ] && { NSYS_PID=$p; break 2; }
+  done
+  sleep 0.1
+done
+RUN_ID=$(basename "${RUN_DIR:-none}")
 sleep 2; echo "SIGKILL to the fleet client: $CLIENT (run ${RUN_ID:-unknown}, its nsys $NSYS_PID)" >> "$F"
 kill -KILL "$CLIENT"; wait "$CLIENT" 2>/dev/null
 for _ in $(seq 1 600); do kill -0 "$NSYS_PID" 2>/dev/null || break; sleep 0.5; done  # the node's run ends
