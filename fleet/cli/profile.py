@@ -7,7 +7,7 @@ import sys
 
 import click
 
-from .. import exitcodes
+from .. import completeness, exitcodes
 from ..plan import MAX_TIMEOUT
 from .context import Context, exclude_option, fail, store_option
 from .output import echo_json, json_option
@@ -125,6 +125,8 @@ def profile(obj: Context, hosts_, group, exclude, tool, gpus, gpu_metrics, allow
             directory = store.run_dir(store.root(store_root), manifest.site, manifest.run_id)
             click.echo(f"run {manifest.run_id} {manifest.status}: reports in {directory} "
                        f"(fleet reports show {manifest.run_id})")
+            for line in completeness.run_lines(manifest.hosts):
+                click.echo(line)
     sys.exit(exitcodes.for_run(manifest))
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .. import outcome, store
+from .. import completeness, outcome, store
 from .cluster import Cluster, choose
 from .jobs import JobState, SlurmClient, SlurmctldSilent
 
@@ -93,4 +93,5 @@ def render(m: "RunManifest") -> str:
         lines += outcome.detail_lines(h, indent="    ", hashes=False)
     if s.log:
         lines.append(f"  job log:  {s.log.stored}")
+    lines += ["  " + line for line in completeness.run_lines(m.hosts)]
     return "\n".join(lines) + "\n"
