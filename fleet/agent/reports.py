@@ -32,6 +32,9 @@ SUMMARIES = ("cuda_gpu_kern_sum", "cuda_api_sum", "nvtx_sum")  # nsys stats repo
 EXPORT = "sqlite"
 STATS_TIMEOUT = 600.0
 LINGER_WAIT = 120.0  # seconds a killed nsys's helpers may go on writing its data before fleet takes it
+# What a profiler says when the disk filled under it: the C library's words (ENOSPC), and nsys
+# 2025.3's, which then throws WriteStreamException (tests/fixtures/launchers-h200/3-disk-full.txt).
+DISK_FULL = (os.strerror(errno.ENOSPC).encode(), b"Is the disk full?")
 FULL_MARGIN = 1 << 20  # bytes: a report's folder with less free when it is taken is full, and the report cut
 IMPORT_TIMEOUT = 600.0  # QdstrmImporter on a large collection takes minutes; one that hangs is stopped
 # nsys 2025.3 generating a report: "Generating '/tmp/nsys-report-90af.qdstrm'", then its progress,
@@ -158,8 +161,7 @@ def cut_short(path, tail):
     if st is not None and st.f_bavail * st.f_frsize < FULL_MARGIN:
         return "its folder %s had %d bytes free when it was taken: the disk filled while it was written" % (
             os.path.dirname(path), st.f_bavail * st.f_frsize)
-    full = os.strerror(errno.ENOSPC).encode()
-    said = [line for line in tail.splitlines() if full in line and b"rror" in line]
+    said = [line for line in tail.splitlines() if any(words in line for words in DISK_FULL)]
     if said:
         return "the profiler said: %s" % said[-1].strip().decode(errors="replace")[-200:]
     return None

@@ -23,12 +23,26 @@ LAUNCHERS = ("srun", "torchrun", "mpirun", "ray")
 # torchrun's options that take no value; every other option before the script takes one.
 TORCHRUN_FLAGS = {"--standalone", "--no-python", "--no_python", "-m", "--module", "--run-path", "--run_path",
                   "--virtual-local-rank", "--virtual_local_rank"}
-# mpirun's (Open MPI, MPICH/Hydra) options that take one value, and Open MPI's that take two.
-MPIRUN_VALUE = {"-n", "-np", "--np", "-c", "-N", "-npernode", "--npernode", "-ppn", "--map-by", "-map-by",
-                "--bind-to", "-bind-to", "--rank-by", "-rank-by", "-x", "-H", "--host", "-host", "-hosts",
-                "--hostfile", "-hostfile", "-machinefile", "--machinefile", "-f", "-wdir", "--wdir", "-env",
-                "-genv", "--prefix", "-launcher", "-bootstrap", "-iface", "--cpus-per-proc", "--cpus-per-rank"}
-MPIRUN_TWO_VALUES = {"--mca", "-mca", "--gmca", "-gmca", "-genv", "-env"}
+# mpirun's options that take one value, and those that take two. Open MPI 4.1's, as its own
+# `mpirun --help all` lists them (tests/fixtures/openmpi-4.1/help-all.txt, which
+# tests/test_launchers_mpirun.py holds these to), then MPICH/Hydra's (mpiexec.hydra's -help).
+OPENMPI_VALUE = {
+    "--app", "--bind-to", "--cartofile", "--cpu-list", "--cpu-set", "--cpus-per-proc", "--cpus-per-rank",
+    "--debugger", "--default-hostfile", "--hnp", "--host", "--hostfile", "--launch-agent", "--machinefile",
+    "--map-by", "--max-restarts", "--max-vm-size", "--n", "--np", "--npernode", "--npersocket", "--ompi-server",
+    "--output-filename", "--path", "--personality", "--ppr", "--prefix", "--preload-files", "--rank-by",
+    "--rankfile", "--report-events", "--report-pid", "--report-uri", "--stdin", "--timeout", "--wd", "--wdir",
+    "--xml-file", "--xterm", "-H", "-N", "-am", "-c", "-cf", "-cpu-list", "-cpu-set", "-cpus-per-proc",
+    "-cpus-per-rank", "-debugger", "-default-hostfile", "-hnp", "-host", "-hostfile", "-launch-agent",
+    "-machinefile", "-max-restarts", "-max-vm-size", "-n", "-np", "-npernode", "-npersocket", "-ompi-server",
+    "-output-filename", "-path", "-personality", "-report-events", "-report-pid", "-report-uri", "-rf", "-stdin",
+    "-timeout", "-tune", "-wd", "-wdir", "-x", "-xml-file", "-xterm"}
+OPENMPI_TWO_VALUES = {"--gmca", "--mca", "-gmca", "-mca"}
+HYDRA_VALUE = {"-ppn", "-map-by", "-bind-to", "-rank-by", "-hosts", "-f", "-launcher", "-bootstrap", "-iface",
+               "-genvlist", "-envlist", "-configfile"}
+HYDRA_TWO_VALUES = {"-genv", "-env"}
+MPIRUN_VALUE = OPENMPI_VALUE | HYDRA_VALUE
+MPIRUN_TWO_VALUES = OPENMPI_TWO_VALUES | HYDRA_TWO_VALUES
 
 
 class LauncherError(ContainerError):
