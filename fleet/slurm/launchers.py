@@ -20,7 +20,8 @@ from ..plan import profiler_args_error
 
 LAUNCHERS = ("srun", "torchrun", "mpirun", "ray")
 
-# torchrun's options that take no value; every other option before the script takes one.
+# torchrun's options that take no value (as its --help lists them: tests/fixtures/launchers-h200/
+# torchrun-help.txt, which tests/test_launchers_torchrun.py holds this to); every other takes one.
 TORCHRUN_FLAGS = {"--standalone", "--no-python", "--no_python", "-m", "--module", "--run-path", "--run_path",
                   "--virtual-local-rank", "--virtual_local_rank"}
 # mpirun's options that take one value, and those that take two. Open MPI 4.1's, as its own
@@ -81,9 +82,14 @@ def command_problem(launcher: str, command) -> str | None:
     """Why ``command`` cannot be started by ``launcher`` (no program after its options), or None."""
     if launcher in ("torchrun", "mpirun"):
         try:
-            script_index(list(command), launcher)
+            k = script_index(list(command), launcher)
         except LauncherError as e:
             return str(e)
+        if launcher == "torchrun" and any(w in ("--run-path", "--run_path") for w in command[:k]):
+            # torchrun's help: it runs the script with runpy in its own worker Python, and that "takes
+            # precedence over --no-python", by which fleet puts its agent in front of each worker.
+            return ("with --launcher torchrun, --run-path runs the script inside torchrun's own worker Python, "
+                    "where fleet cannot put the profiler in front of it: leave --run-path out")
     return None
 
 
