@@ -13,12 +13,25 @@ import json
 import os
 import shlex
 from dataclasses import dataclass
+from pathlib import Path
 
 from ..containers import Container, ContainerError, slurm_words
 from ..safenames import quote
 from ..plan import profiler_args_error
 
 LAUNCHERS = ("srun", "torchrun", "mpirun", "ray")
+RAY_HOOK = Path(__file__).with_name("ray_hook.py")  # written into the job's run folder as fleet_ray_hook.py
+RAY_HOOK_END = "FLEET_RAY_HOOK_PY"
+# Ray's nsight plugin runs `nsys profile` from PATH for each worker; without it Ray 2.60 fails the job
+# at the first worker (RuntimeEnvSetupError: "nsight is not installed"), the program already started.
+RAY_NEEDS_NSYS = (
+    "if ! command -v nsys >/dev/null 2>&1; then",
+    "    echo \"fleet: nsys is not on PATH on ${SLURMD_NODENAME:-this node}: Ray's nsight plugin runs nsys from PATH "
+    "for every worker (else RuntimeEnvSetupError: nsight is not installed); nothing was started: put nsys's folder "
+    "on the job's PATH\" >&2",
+    "    echo 127 > \"$RUN_DIR/job.exit\"",
+    "    exit 127",
+    "fi")
 
 # torchrun's options that take no value (as its --help lists them: tests/fixtures/launchers-h200/
 # torchrun-help.txt, which tests/test_launchers_torchrun.py holds this to); every other takes one.
@@ -124,10 +137,19 @@ def launch(launcher: str, command: list[str], agent: list[str], run_dir: str, co
                       "\"${LAUNCH[@]}\"")
     if launcher == "ray":
         block = ray_runtime_env(run_dir, tool, profiler_args)
+        hook = RAY_HOOK.read_text()
+        if RAY_HOOK_END in hook:  # the heredoc would end early
+            raise LauncherError(f"{RAY_HOOK} holds {RAY_HOOK_END}")
+        # Ray starts its own workers: its runtime_env hook (fleet_ray_hook, fleet/slurm/ray_hook.py)
+        # adds this _nsight block to the program's ray.init, with no change to the program.
         return Launch(('mkdir -p -- "$RUN_DIR/ray"',
                        f"export FLEET_RAY_RUNTIME_ENV={quote(json.dumps(block, sort_keys=True), 'Ray runtime_env')}",
-                       "# Ray starts its own workers: pass this to ray.init(runtime_env=...) or to",
-                       "# `ray job submit --runtime-env-json`; each worker's report is named by host and pid."),
+                       *RAY_NEEDS_NSYS,
+                       'printf \'%s\\n\' "$FLEET_RAY_RUNTIME_ENV" > "$RUN_DIR/ray/fleet_ray_hook.json"',
+                       f"cat > \"$RUN_DIR/ray/fleet_ray_hook.py\" <<'{RAY_HOOK_END}'", *hook.splitlines(), RAY_HOOK_END,
+                       "export RAY_RUNTIME_ENV_HOOK=fleet_ray_hook.runtime_env_hook",
+                       'export PYTHONPATH="$RUN_DIR/ray${PYTHONPATH:+:$PYTHONPATH}"',
+                       "# Each worker's report is worker-HOST-PID; whose it is (actor or task) is beside it."),
                       "\"${COMMAND[@]}\"")
     raise LauncherError(f"unknown launcher {launcher!r}: one of {', '.join(LAUNCHERS)}")
 
