@@ -123,10 +123,10 @@ def profile(obj: Context, hosts_, group, exclude, tool, gpus, gpu_metrics, allow
             click.echo(profile_mod.render(h), nl=False, err=h.status not in ("ok", "planned"))
         if not dry_run:  # where to look next, as the Slurm path says it
             directory = store.run_dir(store.root(store_root), manifest.site, manifest.run_id)
+            for line in completeness.run_lines(manifest.hosts):  # how many reports are whole, the run line last
+                click.echo(line)
             click.echo(f"run {manifest.run_id} {manifest.status}: reports in {directory} "
                        f"(fleet reports show {manifest.run_id})")
-            for line in completeness.run_lines(manifest.hosts):
-                click.echo(line)
     sys.exit(exitcodes.for_run(manifest))
 
 
