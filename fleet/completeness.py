@@ -101,7 +101,7 @@ def gpu_processes(result: dict) -> tuple[list[str], list[str]]:
 
 
 def line(entry: "HostEntry") -> str | None:
-    """The host's class below its status, as `report class: launcher-only: ...`; None for complete."""
+    """The host's class below its status, as ``whole:    launcher-only: ...``; None for complete."""
     verdict = classify(entry)
     if verdict is None or verdict.cls == COMPLETE:
         return None

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from fleet import completeness, outcome
-from fleet.agent import wire
+from fleet.agent import reports, wire
 from fleet.store.manifest import HostEntry, ReportEntry
 from tests.harness import fakenvml
 from tests.test_agent import spawn, stop
@@ -174,3 +174,13 @@ def test_a_rank_that_left_nothing_is_missing_and_counted_with_the_others(node, t
     refused = HostEntry(host="h02", status="refused")
     assert completeness.classify(refused) is None  # nothing ran there: no report to judge
     assert completeness.run_lines([whole, gone, refused]) == ["reports: 1 complete, 1 missing"]
+
+
+def test_the_real_nsys_saying_the_disk_is_full_marks_its_report_truncated(tmp_path):
+    # nsys 2025.3 on an H200, its run folder on a tmpfs that filled mid-run (it threw WriteStreamException)
+    said = (Path(__file__).parent / "fixtures" / "launchers-h200" / "3-disk-full.txt").read_bytes()
+    report = tmp_path / "h01-1.nsys-rep"
+    report.write_bytes(b"x" * 100)
+    assert reports.cut_short(str(report), b"Generating ...\n") is None  # room left, and nothing said
+    cut = reports.cut_short(str(report), said)
+    assert cut.startswith("the profiler said: ") and "Is the disk full?" in cut
