@@ -13,6 +13,7 @@ import signal
 from enum import StrEnum
 from typing import TYPE_CHECKING, Iterable
 
+from . import completeness
 from .store.collect import is_summary
 
 if TYPE_CHECKING:
@@ -98,6 +99,9 @@ def of_result(result: dict | None, reports: list["ReportEntry"], *, tool: str | 
     gone = lost(reports)
     if gone:  # a summary that did not come home is recorded in its entry, and fails nothing
         return HostStatus.FAILED, "; ".join(rep.error or "not brought home" for rep in gone)
+    cut = [r["truncated"] for r in result["reports"] if isinstance(r, dict) and isinstance(r.get("truncated"), str)]
+    if cut:  # there and hashed, but not whole: never a complete run
+        return HostStatus.PROFILER_ERROR, f"the report is truncated: {cut[0]}"
     if said == "yielded":
         return HostStatus.YIELDED, "gave the GPU's counters back to " + newcomer_said(result.get("newcomer") or {})
     if (why := workload_said(result)):
@@ -127,6 +131,8 @@ def report_line(rep: "ReportEntry", *, hashes: bool = True) -> str:
     state = "verified" if rep.verified else f"NOT brought home: {rep.error}"
     if rep.status == "finished-from-qdstrm":
         state += ", finished from .qdstrm"
+    if rep.status == "truncated":
+        state += ", TRUNCATED: the disk filled while it was written"
     if is_summary(rep) and rep.status != "export" and rep.size == 0:
         state += ", empty: nothing of its kind was recorded"
     kind = "export: " if rep.status == "export" else "summary:" if is_summary(rep) else "report: "
@@ -146,5 +152,6 @@ def detail_lines(entry: "HostEntry", *, indent: str = "  ", hashes: bool = True)
     if (why := workload_said(result)) and entry.status != HostStatus.WORKLOAD_FAILED:
         lines.append(f"workload: {why}")
     lines += [f"error:    {e}" for e in (result.get("profiler_errors") or [])[:5]]
+    lines += [whole] if (whole := completeness.line(entry)) else []
     lines += [report_line(rep, hashes=hashes) for rep in entry.reports]
     return [indent + line for line in lines]

@@ -10,6 +10,7 @@ its SQLite export and the CSV summaries fleet keeps (made from that export by
 
 from __future__ import annotations
 
+import errno
 import fnmatch
 import glob
 import hashlib
@@ -33,6 +34,10 @@ SUMMARIES = ("cuda_gpu_kern_sum", "cuda_api_sum", "nvtx_sum")  # nsys stats repo
 EXPORT = "sqlite"
 STATS_TIMEOUT = 600.0  # nsys export of a large report takes minutes; one that hangs is given up
 LINGER_WAIT = 120.0  # seconds a killed nsys's helpers may go on writing its data before fleet takes it
+# What a profiler says when the disk filled under it: the C library's words (ENOSPC), and nsys
+# 2025.3's, which then throws WriteStreamException (tests/fixtures/launchers-h200/3-disk-full.txt).
+DISK_FULL = (os.strerror(errno.ENOSPC).encode(), b"Is the disk full?")
+FULL_MARGIN = 1 << 20  # bytes: a report's folder with less free when it is taken is full, and the report cut
 IMPORT_TIMEOUT = 600.0  # QdstrmImporter on a large collection takes minutes; one that hangs is stopped
 # nsys 2025.3 generating a report: "Generating '/tmp/nsys-report-90af.qdstrm'", then its progress,
 # "\r[1/1] [0%   ] vm-1694.nsys-rep" (the report's base name), as seen on an H200 test machine.
@@ -139,8 +144,29 @@ def collect(plan, tail, notes, strays_before=frozenset(), killed=False):
         if entry["size"] == 0:
             notes.append("%s is empty, not a report: the profiler was stopped while writing it" % path)
             continue
+        cut = cut_short(path, tail)
+        if cut:
+            entry["truncated"] = cut
+            notes.append("%s is truncated: %s" % (path, cut))
         found.append(dict(entry, finished_from_qdstrm=path in finished))
     return found
+
+
+def cut_short(path, tail):
+    """Why the report may be cut short though it is there and not empty, or None: its folder is full
+    (the disk filled while it was written: what was written then is all there is), or the
+    profiler's own error lines say the disk was full."""
+    try:
+        st = os.statvfs(os.path.dirname(path) or ".")
+    except OSError:
+        st = None
+    if st is not None and st.f_bavail * st.f_frsize < FULL_MARGIN:
+        return "its folder %s had %d bytes free when it was taken: the disk filled while it was written" % (
+            os.path.dirname(path), st.f_bavail * st.f_frsize)
+    said = [line for line in tail.splitlines() if any(words in line for words in DISK_FULL)]
+    if said:
+        return "the profiler said: %s" % said[-1].strip().decode(errors="replace")[-200:]
+    return None
 
 
 def adopt_strays(plan, tail, notes, strays_before):

@@ -67,6 +67,9 @@ def main(args, stops=None):
     result = {"status": "error", "host": plan.host, "node": os.uname()[1], "reasons": [], "notes": [],
               "reports": [], "given_up": list(plan.given_up), "changed": {}, "exit_status": None}
     result.update(args.get("context") or {})
+    # Whose the report is (a Slurm task says more: its job, step, rank, launcher): the user, to tell
+    # the workload's own processes on the GPU from those of others (fleet.completeness).
+    result["whose"] = dict({"host": plan.host, "user": node.user_name(os.getuid())}, **(result.get("whose") or {}))
     stops = [] if stops is None else stops
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, lambda s, f: stops.append(s))

@@ -42,11 +42,25 @@ RANK_VARS = {"srun": ("SLURM_PROCID",), "torchrun": ("RANK",),
              "mpirun": ("OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "SLURM_PROCID")}
 
 
-def rank_of(env, launcher):
-    for var in RANK_VARS.get(launcher, RANK_VARS["srun"]):
+# ... and its rank on this node. Open MPI's names as its mpirun gives them to each rank
+# (tests/fixtures/openmpi-env/), torchrun's as its documentation and its workers' environment say.
+LOCAL_RANK_VARS = {"srun": ("SLURM_LOCALID",), "torchrun": ("LOCAL_RANK",),
+                   "mpirun": ("OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "PMIX_LOCAL_RANK", "SLURM_LOCALID")}
+
+
+def rank_of(env, launcher, table=None):
+    for var in (table or RANK_VARS).get(launcher, (table or RANK_VARS)["srun"]):
         if (env.get(var) or "").isdigit():
             return int(env[var])
     return None
+
+
+def whose(env, launcher, rank, node_name, gpu_uuids):
+    """Whose this rank's report is, as the launcher told the worker at its exec point: kept in its
+    result, so that every report says which job, step, rank and GPUs it is of, whatever its name."""
+    return {"job": env.get("SLURM_JOB_ID"), "step": env.get("SLURM_STEP_ID"), "rank": rank,
+            "local_rank": rank_of(env, launcher, LOCAL_RANK_VARS), "host": node_name, "gpu_uuids": list(gpu_uuids),
+            "launcher": launcher, "pid": os.getpid()}
 
 
 def slurm_gpu_ids(env):
@@ -99,6 +113,9 @@ def plan_rank(args, env, label, command):
     plan = planner.plan(label, state, req)
     context = dict(wire.facts(state, req.gpus, req.tool), slurm_node=node_name, job_id=env.get("SLURM_JOB_ID"),
                    directory=os.path.join(args["report_dir"], req.run_id, node_name))
+    launcher = args.get("launcher", "srun")
+    uuids = [g.get("uuid") for g in state.get("gpus") or [] if gpus is None or g.get("index") in gpus]
+    context["whose"] = whose(env, launcher, rank_of(env, launcher), node_name, uuids)
     return plan, context
 
 

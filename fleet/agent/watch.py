@@ -190,8 +190,9 @@ class Watch:
         t = round(now - self.started, 3)
         for (i, h), g in zip(handles, looks):
             sample = dict({"t": t, "gpu": i}, **nvml_gpus.conditions(nv, h))
-            sample["processes"] = [{"pid": p["pid"], "user": p.get("user"), "used_memory": p.get("used_memory"),
-                                    "own": self.procs.workload(p["pid"])} for p in g["processes"]]
+            sample["processes"] = [{"pid": p["pid"], "user": p.get("user"), "name": p.get("name"),
+                                    "used_memory": p.get("used_memory"), "own": self.procs.workload(p["pid"])}
+                                   for p in g["processes"]]
             self.samples.append(sample)
         if len(self.samples) > MAX_SAMPLES * max(1, len(handles)):
             # Thinned, never cut: the whole run stays covered, at half the rate.

@@ -128,7 +128,7 @@ def check(value, shape, where="", required=()):
 
 
 FILE = {"path": str, "size": non_negative, "sha256": sha256, "status": str_or_none, "summary": str_or_none,
-        "kind": str_or_none}
+        "kind": str_or_none, "truncated": str_or_none}
 FILE_REQUIRED = ("path", "size", "sha256")
 NEWCOMER = {"gpu": int_or_none, "pid": int_or_none, "user": str_or_none, "used_memory": int_or_none,
             "unseen": bool, "appeared_s": number_or_none, "overlap_s": number_or_none, "action": str_or_none}
@@ -139,7 +139,7 @@ RESULT = {
     "exit_status": int_or_none, "stopped": bool, "rank": int_or_none, "profiler_errors": [str],
     "workload": (dict, type(None)), "newcomer": (dict, type(None)), "conditions": (dict, type(None)),
     "tenants": list, "processes_seen": list, "gpu": str_or_none, "driver": str_or_none,
-    "tool_version": str_or_none, "slurm_node": str_or_none,
+    "tool_version": str_or_none, "slurm_node": str_or_none, "whose": (dict, type(None)),
 }
 PROBE = {"host": str_or_none, "uid": int_or_none, "gid": int_or_none, "user": str_or_none,
          "nvml": dict, "gpus": [dict], "mps": dict, "dcgm": dict, "tools": dict, "report_dir": dict,

@@ -7,7 +7,7 @@ import sys
 
 import click
 
-from .. import exitcodes
+from .. import completeness, exitcodes
 from ..plan import MAX_TIMEOUT
 from .context import Context, exclude_option, fail, store_option
 from .output import echo_json, json_option
@@ -141,6 +141,8 @@ def show_lab_run(manifest, store_root, dry_run: bool, as_json: bool) -> None:
         click.echo(profile_mod.render(h), nl=False, err=h.status not in ("ok", "planned"))
     if not dry_run:  # where to look next, as the Slurm path says it
         directory = store.run_dir(store.root(store_root), manifest.site, manifest.run_id)
+        for line in completeness.run_lines(manifest.hosts):  # how many reports are whole, the run line last
+            click.echo(line)
         click.echo(f"run {manifest.run_id} {manifest.status}: reports in {directory} "
                    f"(fleet reports show {manifest.run_id})")
 

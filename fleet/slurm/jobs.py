@@ -310,7 +310,7 @@ class SlurmClient:
         nonce = secrets.token_hex(16)
         r = await self._sh("results", 'cd -- "$1" 2>/dev/null || exit 0; m="@@$2"; ' + results.READ +
                            'for f in job.exit job.stopped; do [ -f "$f" ] && echo "$m $f $(head -c 64 "$f")"; done; '
-                           'for f in slurm-*.out ray/*.nsys-rep */rank*.nsys-rep */rank*.ncu-rep; do [ -f "$f" ] || '
+                           'for f in slurm-*.out ray/*.nsys-rep ray/*.whose.json */rank*.nsys-rep */rank*.ncu-rep; do [ -f "$f" ] || '
                            'continue; case $f in */rank*) [ ! -e "${f%.*}.result.json" ] || continue; k=orphan ;; '
                            '*) k=${f%%[-/]*} ;; esac; echo "$m $k $(stat -c %s "$f") '
                            '$(sha256sum < "$f" | cut -d" " -f1) $PWD/$f"; done; true',

@@ -13,22 +13,50 @@ import json
 import os
 import shlex
 from dataclasses import dataclass
+from pathlib import Path
 
 from ..containers import Container, ContainerError, slurm_words
 from ..safenames import quote
 from ..plan import profiler_args_error
 
 LAUNCHERS = ("srun", "torchrun", "mpirun", "ray")
+RAY_HOOK = Path(__file__).with_name("ray_hook.py")  # written into the job's run folder as fleet_ray_hook.py
+RAY_HOOK_END = "FLEET_RAY_HOOK_PY"
+# Ray's nsight plugin runs `nsys profile` from PATH for each worker; without it Ray 2.60 fails the job
+# at the first worker (RuntimeEnvSetupError: "nsight is not installed"), the program already started.
+RAY_NEEDS_NSYS = (
+    "if ! command -v nsys >/dev/null 2>&1; then",
+    "    echo \"fleet: nsys is not on PATH on ${SLURMD_NODENAME:-this node}: Ray's nsight plugin runs nsys from PATH "
+    "for every worker (else RuntimeEnvSetupError: nsight is not installed); nothing was started: put nsys's folder "
+    "on the job's PATH\" >&2",
+    "    echo 127 > \"$RUN_DIR/job.exit\"",
+    "    exit 127",
+    "fi")
 
-# torchrun's options that take no value; every other option before the script takes one.
+# torchrun's options that take no value (as its --help lists them: tests/fixtures/launchers-h200/
+# torchrun-help.txt, which tests/test_launchers_torchrun.py holds this to); every other takes one.
 TORCHRUN_FLAGS = {"--standalone", "--no-python", "--no_python", "-m", "--module", "--run-path", "--run_path",
                   "--virtual-local-rank", "--virtual_local_rank"}
-# mpirun's (Open MPI, MPICH/Hydra) options that take one value, and Open MPI's that take two.
-MPIRUN_VALUE = {"-n", "-np", "--np", "-c", "-N", "-npernode", "--npernode", "-ppn", "--map-by", "-map-by",
-                "--bind-to", "-bind-to", "--rank-by", "-rank-by", "-x", "-H", "--host", "-host", "-hosts",
-                "--hostfile", "-hostfile", "-machinefile", "--machinefile", "-f", "-wdir", "--wdir", "-env",
-                "-genv", "--prefix", "-launcher", "-bootstrap", "-iface", "--cpus-per-proc", "--cpus-per-rank"}
-MPIRUN_TWO_VALUES = {"--mca", "-mca", "--gmca", "-gmca", "-genv", "-env"}
+# mpirun's options that take one value, and those that take two. Open MPI 4.1's, as its own
+# `mpirun --help all` lists them (tests/fixtures/openmpi-4.1/help-all.txt, which
+# tests/test_launchers_mpirun.py holds these to), then MPICH/Hydra's (mpiexec.hydra's -help).
+OPENMPI_VALUE = {
+    "--app", "--bind-to", "--cartofile", "--cpu-list", "--cpu-set", "--cpus-per-proc", "--cpus-per-rank",
+    "--debugger", "--default-hostfile", "--hnp", "--host", "--hostfile", "--launch-agent", "--machinefile",
+    "--map-by", "--max-restarts", "--max-vm-size", "--n", "--np", "--npernode", "--npersocket", "--ompi-server",
+    "--output-filename", "--path", "--personality", "--ppr", "--prefix", "--preload-files", "--rank-by",
+    "--rankfile", "--report-events", "--report-pid", "--report-uri", "--stdin", "--timeout", "--wd", "--wdir",
+    "--xml-file", "--xterm", "-H", "-N", "-am", "-c", "-cf", "-cpu-list", "-cpu-set", "-cpus-per-proc",
+    "-cpus-per-rank", "-debugger", "-default-hostfile", "-hnp", "-host", "-hostfile", "-launch-agent",
+    "-machinefile", "-max-restarts", "-max-vm-size", "-n", "-np", "-npernode", "-npersocket", "-ompi-server",
+    "-output-filename", "-path", "-personality", "-report-events", "-report-pid", "-report-uri", "-rf", "-stdin",
+    "-timeout", "-tune", "-wd", "-wdir", "-x", "-xml-file", "-xterm"}
+OPENMPI_TWO_VALUES = {"--gmca", "--mca", "-gmca", "-mca"}
+HYDRA_VALUE = {"-ppn", "-map-by", "-bind-to", "-rank-by", "-hosts", "-f", "-launcher", "-bootstrap", "-iface",
+               "-genvlist", "-envlist", "-configfile"}
+HYDRA_TWO_VALUES = {"-genv", "-env"}
+MPIRUN_VALUE = OPENMPI_VALUE | HYDRA_VALUE
+MPIRUN_TWO_VALUES = OPENMPI_TWO_VALUES | HYDRA_TWO_VALUES
 
 
 class LauncherError(ContainerError):
@@ -67,9 +95,14 @@ def command_problem(launcher: str, command) -> str | None:
     """Why ``command`` cannot be started by ``launcher`` (no program after its options), or None."""
     if launcher in ("torchrun", "mpirun"):
         try:
-            script_index(list(command), launcher)
+            k = script_index(list(command), launcher)
         except LauncherError as e:
             return str(e)
+        if launcher == "torchrun" and any(w in ("--run-path", "--run_path") for w in command[:k]):
+            # torchrun's help: it runs the script with runpy in its own worker Python, and that "takes
+            # precedence over --no-python", by which fleet puts its agent in front of each worker.
+            return ("with --launcher torchrun, --run-path runs the script inside torchrun's own worker Python, "
+                    "where fleet cannot put the profiler in front of it: leave --run-path out")
     return None
 
 
@@ -104,10 +137,19 @@ def launch(launcher: str, command: list[str], agent: list[str], run_dir: str, co
                       "\"${LAUNCH[@]}\"")
     if launcher == "ray":
         block = ray_runtime_env(run_dir, tool, profiler_args)
+        hook = RAY_HOOK.read_text()
+        if RAY_HOOK_END in hook:  # the heredoc would end early
+            raise LauncherError(f"{RAY_HOOK} holds {RAY_HOOK_END}")
+        # Ray starts its own workers: its runtime_env hook (fleet_ray_hook, fleet/slurm/ray_hook.py)
+        # adds this _nsight block to the program's ray.init, with no change to the program.
         return Launch(('mkdir -p -- "$RUN_DIR/ray"',
                        f"export FLEET_RAY_RUNTIME_ENV={quote(json.dumps(block, sort_keys=True), 'Ray runtime_env')}",
-                       "# Ray starts its own workers: pass this to ray.init(runtime_env=...) or to",
-                       "# `ray job submit --runtime-env-json`; each worker's report is named by host and pid."),
+                       *RAY_NEEDS_NSYS,
+                       'printf \'%s\\n\' "$FLEET_RAY_RUNTIME_ENV" > "$RUN_DIR/ray/fleet_ray_hook.json"',
+                       f"cat > \"$RUN_DIR/ray/fleet_ray_hook.py\" <<'{RAY_HOOK_END}'", *hook.splitlines(), RAY_HOOK_END,
+                       "export RAY_RUNTIME_ENV_HOOK=fleet_ray_hook.runtime_env_hook",
+                       'export PYTHONPATH="$RUN_DIR/ray${PYTHONPATH:+:$PYTHONPATH}"',
+                       "# Each worker's report is worker-HOST-PID; whose it is (actor or task) is beside it."),
                       "\"${COMMAND[@]}\"")
     raise LauncherError(f"unknown launcher {launcher!r}: one of {', '.join(LAUNCHERS)}")
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
-from .. import outcome, store
+from .. import completeness, outcome, store
 from ..inventory import TargetError
 from ..store.errors import CatalogError, UnsafeStore
 from .cluster import Cluster, choose
@@ -115,4 +115,5 @@ def render(m: "RunManifest") -> str:
         lines += outcome.detail_lines(h, indent="    ", hashes=False)
     if s.log:
         lines.append(f"  job log:  {s.log.stored}")
+    lines += ["  " + line for line in completeness.run_lines(m.hosts)]
     return "\n".join(lines) + "\n"

@@ -70,7 +70,8 @@ async def fetch_verified(fan: "Fanout", host: "Host", report: dict, dest: Path,
     ``progress`` hears of every block that arrives (a byte progress bar)."""
     partial = dest.with_name(dest.name + ".partial")
     entry = {"remote": report["path"], "stored": str(dest), "size": report["size"], "sha256": report["sha256"],
-             "status": "finished-from-qdstrm" if report.get("finished_from_qdstrm") else "complete",
+             "status": "truncated" if report.get("truncated") else
+                       "finished-from-qdstrm" if report.get("finished_from_qdstrm") else "complete",
              "verified": False}
     try:
         private.check_folder(dest.parent, dest.parent.parent)

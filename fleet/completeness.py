@@ -1,0 +1,121 @@
+"""Whether each report is whole, and whose: one class per host or rank, after gather.
+
+A report can be verified (its bytes came home, its hash matches) and still not be what the user
+meant to profile. The classes, decided here from what the node's agent recorded in its result
+(its reports and summaries, the run watch's per-sample process lists with ``own`` for the
+wrapped command's own processes, and ``whose``: the user, and on Slurm the job, step, rank and
+launcher) and from what came home:
+
+* ``complete``: a whole report of a process that used the GPU (or of a run nobody saw on one);
+* ``empty``: no GPU activity in the report, while the node saw the wrapped process on a GPU (a
+  workload killed by a signal loses its CUDA activity: seen with nsys 2025.3 on an H200);
+* ``truncated``: the report was cut (the disk filled while it was written), its session was cut
+  (the profiler killed, the report finished from what it had collected), or its data was left
+  unfinished;
+* ``launcher-only``: the wrapped process never touched the GPU, while another process of the
+  same user did (a worker that a launcher or a daemon started): the driver was wrapped;
+* ``missing``: a host or rank that left no report.
+
+Refused and stopped hosts ran nothing and have no class. Pure: the controller's, never shipped.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Iterable
+
+if TYPE_CHECKING:
+    from .store.manifest import HostEntry
+
+COMPLETE, EMPTY, TRUNCATED, LAUNCHER_ONLY, MISSING = "complete", "empty", "truncated", "launcher-only", "missing"
+CLASSES = (COMPLETE, EMPTY, TRUNCATED, LAUNCHER_ONLY, MISSING)
+NO_REPORT_EXPECTED = ("refused", "stopped", "planned", "pending")
+KERNELS = "cuda_gpu_kern_sum"  # the summary that is empty when a report holds no GPU kernel
+MAX_NAMED = 3
+
+# What to do instead, said once a run has reports of the class.
+ADVICE = {
+    LAUNCHER_ONLY: "the profiled process never used the GPU, while the process named used it: profile the worker, "
+                   "not its driver or launcher (with torchrun, mpirun or Ray pass --launcher, and fleet wraps each "
+                   "worker; a worker started beforehand by a daemon is profiled where it is started)",
+    EMPTY: "the process was on the GPU but its report holds no GPU activity: a workload killed by a signal loses "
+           "it; let it end on its own, or give --timeout, which nsys stops it at with its kernels kept",
+    TRUNCATED: "the report is cut: give its node's report folder room (report_dir in the inventory) and run again",
+}
+
+
+@dataclass(frozen=True)
+class Verdict:
+    cls: str
+    why: str | None = None
+
+
+def classify(entry: "HostEntry") -> Verdict | None:
+    """The class of one host's or rank's report; None where none was to be made."""
+    if entry.status in NO_REPORT_EXPECTED:
+        return None
+    result = entry.result
+    if not isinstance(result, dict):
+        return Verdict(MISSING, entry.missing_why or "it left no result")
+    if result.get("status") in NO_REPORT_EXPECTED:
+        return None
+    reports = [r for r in result.get("reports") or [] if isinstance(r, dict)]
+    if not reports:
+        unfinished = [n for n in result.get("notes") or [] if "unfinished" in n or "could not finish" in n]
+        if unfinished:
+            return Verdict(TRUNCATED, unfinished[-1])
+        return Verdict(MISSING, "; ".join(result.get("reasons") or []) or "it left no report")
+    cut = [r["truncated"] for r in reports if isinstance(r.get("truncated"), str)]
+    if cut:
+        return Verdict(TRUNCATED, cut[0])
+    killed = isinstance(result.get("exit_status"), int) and result["exit_status"] < 0
+    if killed and any(r.get("finished_from_qdstrm") for r in reports):
+        return Verdict(TRUNCATED, f"the profiler was killed (signal {-result['exit_status']}): the report was "
+                                  "finished from the data it had collected until then")
+    own, others = gpu_processes(result)
+    if not own and others:
+        return Verdict(LAUNCHER_ONLY, "used the GPU instead: " + ", ".join(others[:MAX_NAMED]))
+    kernels = [s for s in result.get("summaries") or [] if isinstance(s, dict) and s.get("summary") == KERNELS]
+    if own and kernels and all(s.get("size") == 0 for s in kernels):
+        return Verdict(EMPTY, f"no GPU kernel in the report, while {own[0]} was on the GPU")
+    return Verdict(COMPLETE)
+
+
+def gpu_processes(result: dict) -> tuple[list[str], list[str]]:
+    """The processes the run watch saw on the run's GPUs: the wrapped command's own, and the other
+    processes of the same user (another user's are neighbours, not the workload's), named."""
+    user = (result.get("whose") or {}).get("user") if isinstance(result.get("whose"), dict) else None
+    samples = (result.get("conditions") or {}).get("samples") if isinstance(result.get("conditions"), dict) else None
+    own: dict[int, str] = {}
+    others: dict[int, str] = {}
+    for sample in samples or []:
+        for p in (sample.get("processes") or []) if isinstance(sample, dict) else []:
+            if not isinstance(p, dict) or not isinstance(p.get("pid"), int):
+                continue
+            named = f"pid {p['pid']} ({p.get('name') or '?'}, GPU {sample.get('gpu')})"
+            if p.get("own") is True:
+                own.setdefault(p["pid"], named)
+            elif user is not None and p.get("user") == user:
+                others.setdefault(p["pid"], named)
+    return list(own.values()), [v for k, v in others.items() if k not in own]
+
+
+def line(entry: "HostEntry") -> str | None:
+    """The host's class below its status, as ``whole:    launcher-only: ...``; None for complete."""
+    verdict = classify(entry)
+    if verdict is None or verdict.cls == COMPLETE:
+        return None
+    return f"whole:    {verdict.cls}" + (f": {verdict.why}" if verdict.why else "")
+
+
+def run_lines(hosts: Iterable["HostEntry"]) -> list[str]:
+    """The run's count of each class, and what to do instead where a class needs it."""
+    counts: dict[str, int] = {}
+    for entry in hosts:
+        verdict = classify(entry)
+        if verdict is not None:
+            counts[verdict.cls] = counts.get(verdict.cls, 0) + 1
+    if not counts:
+        return []
+    lines = ["reports: " + ", ".join(f"{counts[c]} {c}" for c in CLASSES if c in counts)]
+    return lines + [f"  {c}: {ADVICE[c]}" for c in (LAUNCHER_ONLY, EMPTY, TRUNCATED) if c in counts]

@@ -1,0 +1,186 @@
+"""Every report says whether it is whole, from real processes through the agent: the stand-in nsys
+replaying what nsys 2025.3 did on an H200, the simulated NVML naming who is on the GPU while the
+agent runs. Before, a report of a driver whose GPU work ran in a worker it did not start, one of a
+workload killed by a signal (no kernels), and one cut by a full disk were all "verified", and the
+run "complete"."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from fleet import completeness, outcome
+from fleet.agent import reports, wire
+from fleet.store.manifest import HostEntry, ReportEntry
+from tests.harness import fakenvml
+from tests.test_agent import spawn, stop
+
+STANDINS = Path(__file__).parent / "standins"
+MEM = 900 << 20
+
+AGENT = """
+import json, sys
+from fleet.agent import node, run
+from fleet.plan import ProfileRequest, plan
+a = json.loads(sys.argv[1])
+state = node.probe({"tools": a["tools"], "report_dir": a["report_dir"], "environment_check": False})
+p = plan("h01", state, ProfileRequest(tool="nsys", command=tuple(a["command"]), run_id="r", gpus=(0,)))
+if p.status != "ok":
+    print("PLAN REFUSED", p.reasons); sys.exit(2)
+sys.exit(run.main({"plan": p.to_json()}))
+"""
+
+# Fills the disk once the report is being written (the stand-in importer creates it, then writes it
+# $STANDIN_IMPORT_SECONDS later), leaving one page free, as a disk filled by someone else would.
+FILLER = """
+import glob, os, sys, time
+run_dir = sys.argv[1]
+while not glob.glob(os.path.join(run_dir, "*.nsys-rep")):
+    time.sleep(0.02)
+fd = os.open(os.path.join(os.path.dirname(run_dir), "filler"), os.O_WRONLY | os.O_CREAT, 0o600)
+for block in (1 << 16, 4096):
+    try:
+        while True:
+            os.write(fd, b"\\0" * block)
+    except OSError:
+        pass
+os.ftruncate(fd, os.fstat(fd).st_size - 4096)
+"""
+
+
+class Node:
+    """One simulated H200; the test says who is on it while the agent runs."""
+
+    def __init__(self, tmp_path: Path):
+        self.dir = tmp_path
+        self.scenario = tmp_path / "gpus.txt"
+        fakenvml.write_scenario(self.scenario, {"gpus": [{"index": 0}]})
+        self.env = {**os.environ, **fakenvml.env(fakenvml.build(tmp_path / "lib"), self.scenario),
+                    "PATH": f"{STANDINS}:{os.environ['PATH']}"}
+
+    def on_gpu(self, *pids: int) -> None:
+        fakenvml.write_scenario(self.scenario, {"gpus": [{"index": 0, "processes": [
+            {"pid": pid, "mem": MEM, "sm": 0} for pid in pids]}]})
+
+    def start(self, script: str, report_dir: Path, prefix=(), env=None) -> tuple[subprocess.Popen, int]:
+        """The agent profiling ``sh -c script`` (which writes its pid first); the workload's pid once it runs."""
+        pidfile = self.dir / "workload.pid"
+        args = {"report_dir": str(report_dir), "tools": {"nsys": str(STANDINS / "nsys")},
+                "command": ["sh", "-c", f"echo $$ > {pidfile}; {script}"]}
+        agent = subprocess.Popen([*prefix, sys.executable, "-c", AGENT, json.dumps(args)], env={**self.env, **(env or {})},
+                                 cwd=self.dir, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                 start_new_session=True)
+        for _ in range(400):
+            if pidfile.exists() and pidfile.read_text().strip():
+                return agent, int(pidfile.read_text())
+            assert agent.poll() is None, agent.communicate()
+            time.sleep(0.05)
+        raise AssertionError("the workload never started")
+
+    @staticmethod
+    def entry(agent: subprocess.Popen) -> tuple[HostEntry, str]:
+        """The host's entry as gather makes it: the result, and each report brought home verified."""
+        out, err = agent.communicate(timeout=90)
+        [result] = wire.answers(out, "profile")
+        assert not wire.problems(result, "profile"), wire.problems(result, "profile")
+        reports = [ReportEntry(remote=r["path"], size=r["size"], sha256=r["sha256"], verified=True,
+                               status="truncated" if r.get("truncated") else "complete") for r in result["reports"]]
+        status, why = outcome.of_result(result, reports, tool="nsys")
+        return HostEntry(host="h01", status=status, missing_why=why, result=result, reports=reports), out + err
+
+
+@pytest.fixture
+def node(tmp_path):
+    return Node(tmp_path)
+
+
+def test_a_driver_whose_gpu_work_runs_in_a_worker_it_did_not_start_is_launcher_only(node, tmp_path):
+    worker = spawn(None, ["sleep", "300"])  # started beforehand, by someone else: as raylet starts Ray's workers
+    try:
+        agent, driver = node.start("exec sleep 4", tmp_path / "reports")
+        time.sleep(1.0)
+        node.on_gpu(worker.pid)  # the driver asks it for work: the worker, not the driver, is on the GPU
+        entry, said = node.entry(agent)
+    finally:
+        stop([worker])
+    verdict = completeness.classify(entry)
+    assert entry.status == "ok" and entry.reports, said  # verified, and "ok": only the class says what is wrong
+    assert verdict.cls == "launcher-only", (verdict, entry.result["conditions"])
+    assert f"pid {worker.pid} (sleep, GPU 0)" in verdict.why and str(driver) not in verdict.why
+    lines = completeness.run_lines([entry])
+    assert lines[0] == "reports: 1 launcher-only"
+    assert "profile the worker, not its driver" in lines[1]
+    assert any(line.strip().startswith("whole:    launcher-only") for line in outcome.detail_lines(entry))
+    assert entry.result["whose"]["user"] == "root" and entry.result["whose"]["host"] == "h01"
+
+
+def test_the_worker_itself_wrapped_is_complete(node, tmp_path):
+    agent, worker = node.start("exec sleep 3", tmp_path / "reports")
+    node.on_gpu(worker)
+    entry, said = node.entry(agent)
+    assert completeness.classify(entry) == completeness.Verdict("complete"), said
+    assert completeness.run_lines([entry]) == ["reports: 1 complete"]
+    assert not any("whole:" in line for line in outcome.detail_lines(entry))
+
+
+def test_a_workload_killed_by_a_signal_on_the_gpu_leaves_an_empty_report(node, tmp_path):
+    agent, workload = node.start("sleep 2; kill -SEGV $$", tmp_path / "reports")
+    node.on_gpu(workload)
+    entry, said = node.entry(agent)
+    assert entry.status == "workload-failed" and "SIGSEGV" in entry.missing_why, said
+    kernels = [s for s in entry.result["summaries"] if s["summary"] == "cuda_gpu_kern_sum"]
+    assert kernels and kernels[0]["size"] == 0  # nsys keeps no kernel of a workload killed by a signal
+    verdict = completeness.classify(entry)
+    assert verdict.cls == "empty" and f"pid {workload} (sh, GPU 0)" in verdict.why
+    lines = completeness.run_lines([entry])
+    assert lines[0] == "reports: 1 empty" and "--timeout" in lines[1]
+
+
+@pytest.mark.skipif(not shutil.which("unshare"), reason="needs unshare (util-linux)")
+def test_a_report_cut_by_a_full_disk_is_truncated_and_never_complete(node, tmp_path):
+    small = tmp_path / "small"  # a 4 MiB tmpfs, mounted in a mount namespace of the agent's own
+    small.mkdir(mode=0o700)
+    mount = ["unshare", "-m", "--propagation", "private", "sh", "-c",
+             'mount -t tmpfs -o size=4m,mode=0700 fleet-test "$0" && exec "$@"', str(small)]
+    filler = tmp_path / "filler.py"
+    filler.write_text(FILLER)
+    pad = "x" * 9000  # the workload's command line is in the report: more than the page left free
+    agent, _ = node.start(f"{sys.executable} {filler} {small}/r </dev/null >/dev/null 2>&1 & : {pad}",
+                          small, prefix=mount, env={"STANDIN_IMPORT_SECONDS": "1"})
+    entry, said = node.entry(agent)
+    [report] = entry.result["reports"]
+    assert 0 < report["size"] and "the disk filled" in report["truncated"], said
+    assert entry.status not in ("ok", "workload-failed"), (entry.status, said)
+    verdict = completeness.classify(entry)
+    assert verdict.cls == "truncated" and "disk filled" in verdict.why
+    assert outcome.run_status([entry.status]) != "complete"
+    assert "TRUNCATED" in outcome.report_line(entry.reports[0])
+    assert completeness.run_lines([entry])[0] == "reports: 1 truncated"
+
+
+def test_a_rank_that_left_nothing_is_missing_and_counted_with_the_others(node, tmp_path):
+    agent, worker = node.start("exec sleep 2", tmp_path / "reports")
+    node.on_gpu(worker)
+    whole, _ = node.entry(agent)
+    gone = HostEntry(host="(no result)", status="missing", rank=3, missing_why="rank 3 left no result")
+    assert completeness.classify(gone) == completeness.Verdict("missing", "rank 3 left no result")
+    refused = HostEntry(host="h02", status="refused")
+    assert completeness.classify(refused) is None  # nothing ran there: no report to judge
+    assert completeness.run_lines([whole, gone, refused]) == ["reports: 1 complete, 1 missing"]
+
+
+def test_the_real_nsys_saying_the_disk_is_full_marks_its_report_truncated(tmp_path):
+    # nsys 2025.3 on an H200, its run folder on a tmpfs that filled mid-run (it threw WriteStreamException)
+    said = (Path(__file__).parent / "fixtures" / "launchers-h200" / "3-disk-full.txt").read_bytes()
+    report = tmp_path / "h01-1.nsys-rep"
+    report.write_bytes(b"x" * 100)
+    assert reports.cut_short(str(report), b"Generating ...\n") is None  # room left, and nothing said
+    cut = reports.cut_short(str(report), said)
+    assert cut.startswith("the profiler said: ") and "Is the disk full?" in cut
