@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from fleet.slurm.launchers import launch
-from fleet.slurm.run import ray_worker_name
+from fleet.slurm.raygather import ray_worker_name
 from fleet.store.manifest import ReportEntry
 
 ray = pytest.importorskip("ray")

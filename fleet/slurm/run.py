@@ -32,6 +32,7 @@ from ..plan import ProfileRequest, profiler_args_error
 from . import launchers, options
 from .cluster import Cluster
 from .jobs import JobState, SlurmClient, SlurmctldSilent, SlurmError, UsageError, file_mark
+from .raygather import ray_home
 from .results import not_this_runs, refused_entry
 from .states import job_end_verdict, never_starts
 from ..containers import nsight_dirs
@@ -238,7 +239,7 @@ async def gather(fan: "Fanout", client: SlurmClient, manifest: RunManifest, dire
     # Ranks come home side by side (the transport bounds transfers per login connection).
     hosts = sorted(await asyncio.gather(*(one(res) for res in results)) + refused, key=lambda e: (
         not isinstance(e.rank, int), e.rank if isinstance(e.rank, int) else 0, e.host))
-    hosts += await _ray_home(fan, client, slurm.run_dir, marks["ray"], directory)
+    hosts += await ray_home(fan, client, slurm.run_dir, marks["ray"], directory)
     seen = {e.rank for e in hosts}
     ranks = expected_ranks(slurm.spec)
     orphans = _orphans(marks["orphan"])
@@ -285,57 +286,6 @@ async def _rank_home(fan: "Fanout", client: SlurmClient, run_dir: str, res: dict
         reports = await bring_home(fan, client.login, to_fetch, directory / node, node_dir=f"{run_dir}/{node}",
                                    gathering=gathering)
     return rank_entry(res, reports, tool)
-
-
-async def _ray_home(fan: "Fanout", client: SlurmClient, run_dir: str, lines: list[str],
-                    directory: Path) -> list[HostEntry]:
-    """Ray's workers, named worker-HOST-PID.nsys-rep (no rank, no agent), and whose each is, as
-    fleet's Ray hook wrote it beside the report (worker-HOST-PID.whose.json: the actor or task)."""
-    hosts = []
-    marks = [found for found in map(file_mark, lines) if found is not None]
-    whose = {found["path"][: -len(".whose.json")]: found for found in marks if found["path"].endswith(".whose.json")}
-    for found in marks:
-        path = found["path"]
-        if path.endswith(".whose.json"):
-            continue
-        node = os.path.basename(path).removesuffix(".nsys-rep")[len("worker-"):].rsplit("-", 1)[0] or "ray"
-        if not safenames.is_component(node):  # named by a file the job wrote
-            hosts.append(HostEntry(str(node), HostStatus.FAILED, worker=os.path.basename(path),
-                                   missing_why=safenames.component_problem(node, "the Ray worker's node name")))
-            continue
-        said = whose.get(path.removesuffix(".nsys-rep"))
-        reports = await bring_home(fan, client.login, [found] + ([said] if said else []), directory / node,
-                                   node_dir=f"{run_dir}/ray")
-        for rep in reports:  # whose the report is: an extra beside it, as a summary is
-            if rep.stored.endswith(".whose.json") or rep.remote.endswith(".whose.json"):
-                rep.status, rep.summary = "summary", "whose"
-        gone = outcome.lost(reports)
-        worker = ray_worker_name(reports) or os.path.basename(path)
-        hosts.append(HostEntry(node, HostStatus.FAILED if gone else HostStatus.OK, worker=worker,
-                               missing_why=gone[0].error if gone else None, reports=reports))
-    return hosts
-
-
-def ray_worker_name(reports: list) -> str | None:
-    """A Ray worker as people know it, from the whose file it wrote (the job's, so read bounded and
-    checked): ``Trainer trainer-a on node1, GPU 0, pid 123``, or the task's function; None without one."""
-    for rep in reports:
-        if not (rep.verified and rep.stored.endswith(".whose.json")) or (rep.size or 0) > 65536:
-            continue
-        try:
-            doc = json.loads(Path(rep.stored).read_text())
-        except (OSError, ValueError):
-            return None
-        if not isinstance(doc, dict):
-            return None
-        words = [doc.get(k) for k in ("actor_class", "actor_name", "task")]
-        who = " ".join(w for w in words if isinstance(w, str) and w) or "worker"
-        gpus = [g for g in doc.get("gpu_ids") or [] if isinstance(g, str)] if isinstance(doc.get("gpu_ids"), list) else []
-        where = [f"on {doc['host']}" if isinstance(doc.get("host"), str) else None,
-                 f"GPU {','.join(gpus)}" if gpus else None,
-                 f"pid {doc['pid']}" if isinstance(doc.get("pid"), int) else None]
-        return (who + " " + ", ".join(w for w in where if w)).strip()[:200]
-    return None
 
 
 def _orphans(lines: list[str]) -> dict[int, tuple[str, dict]]:
