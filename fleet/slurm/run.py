@@ -141,6 +141,7 @@ async def watch(client: SlurmClient, job_id: str, *, poll: float = 5.0, stop: as
     Slurm never clears is cancelled (kept with ``keep_pending``): NeverStarts. The state
     returned carries ``requeues``, the times the job went back in line after it ran."""
     interval, last, stopping, failures, silent_since, ran, requeues = POLL_FIRST, None, False, 0, None, False, 0
+    completing = False  # a job that ran, seen COMPLETING: RUNNING again next means requeued between two asks
     while True:
         try:
             st = (await client.states([job_id], {job_id: submitted} if submitted else None))[job_id]
@@ -155,9 +156,12 @@ async def watch(client: SlurmClient, job_id: str, *, poll: float = 5.0, stop: as
                 raise
             st = JobState(job_id, "UNKNOWN", f"status call failed ({e}); asking again")
         if st.state == "RUNNING":
-            ran = True
+            requeues += completing
+            ran, completing = True, False
         elif ran and st.state in REQUEUED:
-            ran, requeues = False, requeues + 1
+            ran, completing, requeues = False, False, requeues + 1
+        elif ran and st.state == "COMPLETING":
+            completing = True
         if (st.state, st.reason) != last:
             on_state(st)
             last = (st.state, st.reason)
