@@ -194,15 +194,19 @@ def _run_fleets_line(command: list[str], tmp_path: Path, path: str) -> list[dict
 
 
 def test_fleets_launch_line_run_by_the_stand_in_gives_each_worker_torchruns_variables(tmp_path):
-    """Options in both spellings and with values; torchrun found on PATH, as an entry point."""
+    """Options in both spellings and with values; torchrun found on PATH, as an entry point whose
+    #! line names a python that PATH's python3 is not: the worker runs under torchrun's python."""
     torchrun, _ = entry_points(tmp_path)
     command = ["torchrun", "--nproc_per_node=2", "--rdzv-backend", "c10d", "--rdzv_endpoint", "127.0.0.1:0",
                "--max-restarts", "0", "--start-method", "spawn", "--role", "trainer", "--local-ranks-filter", "0",
                "train.py", "--lr", "1"]
-    seen = _run_fleets_line(command, tmp_path, f"{torchrun.parent}:{os.environ['PATH']}")
+    other = tmp_path / "other"  # a python3 first on PATH that is not torchrun's
+    other.mkdir()
+    (other / "python3").symlink_to("/bin/false")
+    seen = _run_fleets_line(command, tmp_path, f"{other}:{torchrun.parent}:{os.environ['PATH']}")
     names = set(recorded("nopython")[0]["added_or_changed"]) - SHELLS_OWN  # fleet adds --no-python
     for rank, given in enumerate(seen):
-        assert given["argv"][2:] == ["python3", "train.py", "--lr", "1"]
+        assert given["argv"][2:] == [sys.executable, "train.py", "--lr", "1"]
         env = given["env"]
         assert names <= set(env), names - set(env)
         assert (env["RANK"], env["LOCAL_RANK"], env["WORLD_SIZE"], env["ROLE_NAME"]) == (str(rank), str(rank), "2",
@@ -210,3 +214,49 @@ def test_fleets_launch_line_run_by_the_stand_in_gives_each_worker_torchruns_vari
         assert env["OMP_NUM_THREADS"] == "1"  # torch.distributed.run's, for more than one worker a node
         assert task.rank_of(env, "torchrun") == rank
         assert task.whose(env, "torchrun", rank, "node1", [])["local_rank"] == rank
+
+
+def test_python_m_torch_distributed_run_keeps_its_own_m_and_its_python(tmp_path):
+    """The recorded `python3 -m torch.distributed.run ...`: python's -m is not torchrun's -m, and the
+    workers run under that python (the recording's `executable`), with the script's own -m moved."""
+    entry_points(tmp_path)
+    for script, moved in ((["train.py", "--lr", "1"], []), (["-m", "pkg.train", "--x"], ["-m"])):
+        command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", *script]
+        here = tmp_path / script[0].strip("-")
+        here.mkdir()
+        (here / "site").symlink_to(tmp_path / "site")
+        seen = _run_fleets_line(command, here, os.environ["PATH"])
+        for rank, given in enumerate(seen):
+            assert given["argv"][2:] == [sys.executable, *moved, *[w for w in script if w != "-m"]]
+            assert task.rank_of(given["env"], "torchrun") == rank
+
+
+@pytest.mark.parametrize("flag", ["--virtual-local-rank", "--virtual_local_rank"])
+def test_virtual_local_rank_gives_each_worker_local_rank_zero_and_its_own_gpu(tmp_path, flag):
+    recorder = tmp_path / "record.py"
+    recorder.write_text(RECORD)
+    done = subprocess.run([sys.executable, str(STANDIN), "--nproc-per-node", "2", flag, str(recorder), str(tmp_path)],
+                          env={**os.environ, "CUDA_VISIBLE_DEVICES": "3,5"}, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    seen = [json.loads((tmp_path / f"rank{r}.json").read_text())["env"] for r in (0, 1)]
+    assert [(e["LOCAL_RANK"], e["CUDA_VISIBLE_DEVICES"]) for e in seen] == [("0", "3"), ("0", "5")]
+
+
+@pytest.mark.parametrize("shebang, python_exec, want", [
+    ("#!/opt/torch/.venv/bin/python", None, "/opt/torch/.venv/bin/python"),
+    ("#!/usr/bin/env python3.12", None, "python3.12"),
+    ("#!/bin/sh", None, "python3"),  # not read: PATH's python3, as before
+    ("#!/opt/torch/.venv/bin/python", "/opt/other/bin/python", "/opt/other/bin/python"),
+])
+def test_the_workers_python_is_the_one_torchrun_would_run(tmp_path, shebang, python_exec, want):
+    """torch/distributed/run.py runs PYTHON_EXEC, else its own sys.executable: the #! line's."""
+    (tmp_path / "torchrun").write_text(shebang + "\n")
+    (tmp_path / "torchrun").chmod(0o755)
+    command = ["torchrun", "--nproc-per-node", "2", "train.py"]
+    la = launch("torchrun", command, ["agent"], "/r", None)
+    script = "\n".join(["set -u", "COMMAND=(" + shlex.join(command) + ")", *la.setup, 'printf "%s\\0" "${LAUNCH[@]}"'])
+    env = {k: v for k, v in os.environ.items() if k != "PYTHON_EXEC"}
+    env.update(PATH=f"{tmp_path}:{os.environ['PATH']}", **({"PYTHON_EXEC": python_exec} if python_exec else {}))
+    words = subprocess.run(["bash", "-c", script], env=env, capture_output=True, check=True).stdout.split(b"\0")
+    assert [w.decode() for w in words[:-1]] == ["torchrun", "--nproc-per-node", "2", "--no-python", "agent", want,
+                                                "train.py"]
