@@ -71,10 +71,7 @@ class Launch:
 
 def script_index(command: list[str], launcher: str) -> int:
     """Where the launcher's own arguments end and the worker's program begins."""
-    i = 1
-    if launcher == "torchrun" and len(command) > 2 and command[1] == "-m" and os.path.basename(
-            command[0]).startswith("python"):
-        i = 3  # python -m torch.distributed.run ...
+    i = 3 if launcher == "torchrun" and _python_m(command) else 1  # python -m torch.distributed.run ...
     while i < len(command):
         word = command[i]
         if word == "--":
@@ -124,15 +121,19 @@ def launch(launcher: str, command: list[str], agent: list[str], run_dir: str, co
         if launcher == "mpirun":  # mpirun runs in the batch shell and starts every rank itself
             return Launch((task, f"LAUNCH=({_slices(0, k, [])} {pre}\"${{FLEET_TASK[@]}}\" {program})"),
                           "\"${LAUNCH[@]}\"")
-        # --no-python: torchrun execs the wrapper, which runs python on the script itself
-        # (python -m for a module: torchrun's own -m cannot go with --no-python, so it moves).
-        modules = [i for i in range(1, k) if command[i] in ("-m", "--module")]
+        # --no-python: torchrun execs the wrapper, which runs python on the script itself, the
+        # python torchrun would have run (python -m for a module: torchrun's own -m cannot go
+        # with --no-python, so it moves).
+        # In a container, the container's python3: the node's torchrun may not be the one inside.
+        modules = [i for i in range(3 if _python_m(command) else 1, k) if command[i] in ("-m", "--module")]
         no_python = any(w in ("--no-python", "--no_python") for w in command[:k])
-        python = "" if no_python else ("python3 -m " if modules else "python3 ")
+        python = "\"$FLEET_PYTHON\"" if not container else "python3"
+        python = "" if no_python else (f"{python} -m " if modules else f"{python} ")
         injected = f"{_slices(0, k, modules)} --no-python {pre}\"${{FLEET_TASK[@]}}\" {python}{program}"
         opts = " ".join(quote(w, "the container") for w in srun_opts)
         # One torchrun per node; it starts that node's workers.
-        return Launch((task, f"LAUNCH=({injected})"),
+        setup = () if no_python or container else torchrun_python(command)
+        return Launch((task, *setup, f"LAUNCH=({injected})"),
                       f"srun --ntasks-per-node=1 --nodes=\"$SLURM_JOB_NUM_NODES\" {opts + ' ' if opts else ''}"
                       "\"${LAUNCH[@]}\"")
     if launcher == "ray":
@@ -152,6 +153,31 @@ def launch(launcher: str, command: list[str], agent: list[str], run_dir: str, co
                        "# Each worker's report is worker-HOST-PID; whose it is (actor or task) is beside it."),
                       "\"${COMMAND[@]}\"")
     raise LauncherError(f"unknown launcher {launcher!r}: one of {', '.join(LAUNCHERS)}")
+
+
+def torchrun_python(command: list[str]) -> tuple[str, ...]:
+    """Bash setting FLEET_PYTHON to the interpreter torchrun runs a script with: PYTHON_EXEC, else
+    its own (torch/distributed/run.py: sys.executable), which is the python of `python -m
+    torch.distributed.run`, or the one on the `torchrun` entry point's #! line (the H200's
+    workers ran /opt/torch/.venv/bin/python, not PATH's python3:
+    tests/fixtures/launchers-h200/torchrun-workers/); python3 where that cannot be read."""
+    if _python_m(command):
+        return ('FLEET_PYTHON=${PYTHON_EXEC:-${COMMAND[0]}}',)
+    return ('FLEET_PYTHON=${PYTHON_EXEC:-python3}',
+            'if [ -z "${PYTHON_EXEC:-}" ] && FLEET_LAUNCHER=$(command -v -- "${COMMAND[0]}") && '
+            '[ -f "$FLEET_LAUNCHER" ] && IFS= read -r FLEET_SHEBANG < "$FLEET_LAUNCHER" && '
+            '[[ $FLEET_SHEBANG == "#!"* ]]; then',
+            '    read -r -a FLEET_SHEBANG <<< "${FLEET_SHEBANG:2}"',
+            '    case "${FLEET_SHEBANG[0]##*/}" in',
+            '        python*) FLEET_PYTHON=${FLEET_SHEBANG[0]} ;;',
+            '        env) [[ "${FLEET_SHEBANG[1]:-}" == python* ]] && FLEET_PYTHON=${FLEET_SHEBANG[1]} ;;',
+            '    esac',
+            'fi')
+
+
+def _python_m(command: list[str]) -> bool:
+    """torchrun started as ``python -m torch.distributed.run``: python's -m is not torchrun's."""
+    return len(command) > 2 and command[1] == "-m" and os.path.basename(command[0]).startswith("python")
 
 
 def _slices(start: int, end: int, drop: list[int]) -> str:
