@@ -79,6 +79,16 @@ def test_torchrun_runs_each_worker_through_the_wrapper_with_no_python():
         "torchrun", "--nproc-per-node", "2", "--no-python", *AGENT, "python3", "-m", "pkg.train", "--x"]
 
 
+def test_torchrun_as_python_module_keeps_the_interpreters_m_and_moves_only_torchruns():
+    cmd = ["python3", "-m", "torch.distributed.run", "--nproc_per_node", "4", "-m", "pkg.train", "--x"]
+    assert _bash_words(launch("torchrun", cmd, AGENT, "/r", None).setup, "LAUNCH", cmd) == [
+        "python3", "-m", "torch.distributed.run", "--nproc_per_node", "4", "--no-python", *AGENT,
+        "python3", "-m", "pkg.train", "--x"]
+    script = ["python", "-m", "torch.distributed.run", "--standalone", "train.py"]
+    assert _bash_words(launch("torchrun", script, AGENT, "/r", None).setup, "LAUNCH", script) == [
+        "python", "-m", "torch.distributed.run", "--standalone", "--no-python", *AGENT, "python3", "train.py"]
+
+
 def test_mpirun_wraps_each_rank():
     cmd = ["mpirun", "-np", "4", "--mca", "btl", "self", "./app", "-v"]
     la = launch("mpirun", cmd, AGENT, "/r", None)

@@ -71,10 +71,7 @@ class Launch:
 
 def script_index(command: list[str], launcher: str) -> int:
     """Where the launcher's own arguments end and the worker's program begins."""
-    i = 1
-    if launcher == "torchrun" and len(command) > 2 and command[1] == "-m" and os.path.basename(
-            command[0]).startswith("python"):
-        i = 3  # python -m torch.distributed.run ...
+    i = _options_start(command, launcher)
     while i < len(command):
         word = command[i]
         if word == "--":
@@ -89,6 +86,14 @@ def script_index(command: list[str], launcher: str) -> int:
             i += 2
     raise LauncherError(f"with --launcher {launcher} the command is {launcher}, its options, then the program: "
                         f"no program found after the {launcher} options in {shlex.join(command)}")
+
+
+def _options_start(command: list[str], launcher: str) -> int:
+    """Where the launcher's own options begin: after ``python -m torch.distributed.run``, else after argv[0]."""
+    if launcher == "torchrun" and len(command) > 2 and command[1] == "-m" and os.path.basename(
+            command[0]).startswith("python"):
+        return 3
+    return 1
 
 
 def command_problem(launcher: str, command) -> str | None:
@@ -126,7 +131,8 @@ def launch(launcher: str, command: list[str], agent: list[str], run_dir: str, co
                           "\"${LAUNCH[@]}\"")
         # --no-python: torchrun execs the wrapper, which runs python on the script itself
         # (python -m for a module: torchrun's own -m cannot go with --no-python, so it moves).
-        modules = [i for i in range(1, k) if command[i] in ("-m", "--module")]
+        # (Only torchrun's own -m: the interpreter's, in python -m torch.distributed.run, stays.)
+        modules = [i for i in range(_options_start(command, launcher), k) if command[i] in ("-m", "--module")]
         no_python = any(w in ("--no-python", "--no_python") for w in command[:k])
         python = "" if no_python else ("python3 -m " if modules else "python3 ")
         injected = f"{_slices(0, k, modules)} --no-python {pre}\"${{FLEET_TASK[@]}}\" {python}{program}"
