@@ -89,6 +89,26 @@ def test_torchrun_as_python_module_keeps_the_interpreters_m_and_moves_only_torch
         "python", "-m", "torch.distributed.run", "--standalone", "--no-python", *AGENT, "python3", "train.py"]
 
 
+def test_torchrun_in_apptainer_is_the_images_torchrun_as_in_pyxis():
+    cmd = ["torchrun", "--nproc-per-node", "2", "train.py"]
+    la = launch("torchrun", cmd, AGENT, "/r", Container("apptainer", "img.sif", ("/opt/nsys",)))
+    assert _bash_words(la.setup, "LAUNCH", cmd) == [
+        "apptainer", "exec", "--nv", "--bind", "/r", "--bind", "/opt/nsys:/opt/nsys:ro", "img.sif",
+        "torchrun", "--nproc-per-node", "2", "--no-python", *AGENT, "python3", "train.py"]
+
+
+@pytest.mark.parametrize("launcher, command, kind", [
+    ("mpirun", ["mpirun", "-np", "2", "./app"], "pyxis"),
+    ("ray", ["python3", "app.py"], "pyxis"),
+    ("ray", ["python3", "app.py"], "apptainer"),
+])
+def test_a_container_the_launchers_workers_would_not_run_in_is_refused(launcher, command, kind):
+    # mpirun starts its ranks outside srun, where pyxis works; Ray starts its workers itself.
+    with pytest.raises(LauncherError, match=f"--launcher {launcher}"):
+        render(ProfileRequest(tool="nsys", command=tuple(command), run_id="r"),
+               JobSpec(launcher=launcher, container=Container(kind, "img")), FILES)
+
+
 def test_mpirun_wraps_each_rank():
     cmd = ["mpirun", "-np", "4", "--mca", "btl", "self", "./app", "-v"]
     la = launch("mpirun", cmd, AGENT, "/r", None)

@@ -111,8 +111,24 @@ def command_problem(launcher: str, command) -> str | None:
     return None
 
 
+def container_problem(launcher: str, container: Container | None) -> str | None:
+    """Why ``launcher`` cannot start its workers in ``container``, or None. pyxis is srun's: it puts
+    only srun's tasks in the image. Ray's workers are started by Ray from the batch shell."""
+    if container is None:
+        return None
+    if launcher == "ray":
+        return ("with --launcher ray, the program runs in the batch shell and Ray starts its workers itself: "
+                "no container of fleet's would reach them; leave out --container-image and --apptainer")
+    if launcher == "mpirun" and container.kind == "pyxis":
+        return ("with --launcher mpirun, mpirun starts the ranks itself, not srun, so pyxis cannot put them in "
+                "the image: use --apptainer (mpirun starts each rank in it), or --launcher srun")
+    return None
+
+
 def launch(launcher: str, command: list[str], agent: list[str], run_dir: str, container: Container | None, *,
            tool: str = "nsys", profiler_args=()) -> Launch:
+    if why := container_problem(launcher, container):
+        raise LauncherError(why)  # else the workload would run outside the container it was asked into
     task = "FLEET_TASK=(" + " ".join(quote(w, "the agent's command (ansible_python_interpreter)")
                                      for w in agent) + ")"
     inside = slurm_words(container, run_dir)
@@ -135,7 +151,8 @@ def launch(launcher: str, command: list[str], agent: list[str], run_dir: str, co
         modules = [i for i in range(_options_start(command, launcher), k) if command[i] in ("-m", "--module")]
         no_python = any(w in ("--no-python", "--no_python") for w in command[:k])
         python = "" if no_python else ("python3 -m " if modules else "python3 ")
-        injected = f"{_slices(0, k, modules)} --no-python {pre}\"${{FLEET_TASK[@]}}\" {python}{program}"
+        # torchrun itself in the container (Apptainer's prefix, or pyxis's srun options), as the image's.
+        injected = f"{pre}{_slices(0, k, modules)} --no-python \"${{FLEET_TASK[@]}}\" {python}{program}"
         opts = " ".join(quote(w, "the container") for w in srun_opts)
         # One torchrun per node; it starts that node's workers.
         return Launch((task, f"LAUNCH=({injected})"),
