@@ -44,10 +44,14 @@ class Container:
 
 
 def nsight_dirs(tools: dict) -> tuple[str, ...]:
-    """The install folder of each profiler path (…/nsight-systems-2025.3/bin/nsys → …/nsight-systems-2025.3)."""
+    """The install folder of each profiler path (…/nsight-systems-2025.3/bin/nsys → …/nsight-systems-2025.3).
+    Nsight Compute's own installer puts ``ncu`` at the top of its folder (…/nsight-compute/2025.3.1/ncu),
+    the CUDA toolkit in ``bin/`` (/usr/local/cuda/bin/ncu → /usr/local/cuda)."""
     dirs = []
-    for path in tools.values():
-        parent = os.path.dirname(os.path.dirname(path))
+    for name, path in tools.items():
+        parent = os.path.dirname(path)
+        if name != "ncu" or os.path.basename(parent) == "bin":
+            parent = os.path.dirname(parent)
         if parent not in ("", "/", "/usr", "/usr/local") and parent not in dirs:
             dirs.append(parent)
     return tuple(dirs)

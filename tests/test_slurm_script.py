@@ -142,6 +142,15 @@ def test_containers_mount_nsight_read_only_and_ask_for_no_privilege():
         launch("srun", ["x"], AGENT, "/r", Container("docker", "img"))
 
 
+def test_ncu_is_mounted_from_its_own_install_folder():
+    # Nsight Compute's installer puts ncu at the top of its folder; the CUDA toolkit in bin/.
+    assert containers.nsight_dirs({"ncu": "/usr/local/NVIDIA-Nsight-Compute-2025.3/ncu"}) == (
+        "/usr/local/NVIDIA-Nsight-Compute-2025.3",)
+    assert containers.nsight_dirs({"ncu": "/opt/nvidia/nsight-compute/2025.3.1/ncu"}) == (
+        "/opt/nvidia/nsight-compute/2025.3.1",)
+    assert containers.nsight_dirs({"ncu": "/usr/local/cuda/bin/ncu"}) == ("/usr/local/cuda",)
+
+
 def _lab_state(euid: int, paranoid: int) -> dict:
     return {"uid": 1001, "gid": 1001, "euid": euid, "perf_event_paranoid": paranoid, "host_pid_namespace": True,
             "nvml": {"available": True}, "report_dir": {"path": "/var/tmp/fleet-ana", "writable": True},
@@ -168,7 +177,7 @@ def test_docker_on_a_lab_server_gets_only_the_privilege_the_plan_needs():
     assert argv[:5] == ("docker", "run", "--rm", "--init", "--user") and argv[5] == "1001:1001"
     assert "-v" in argv and "/var/tmp/fleet-ana/r:/var/tmp/fleet-ana/r" in argv
     assert ("/opt/nvidia/nsight-systems/2025.3.1:/opt/nvidia/nsight-systems/2025.3.1:ro" in argv and
-            "/opt/nvidia/nsight-compute:/opt/nvidia/nsight-compute:ro" in argv)
+            "/opt/nvidia/nsight-compute/2025.3.1:/opt/nvidia/nsight-compute/2025.3.1:ro" in argv)
     image = argv.index("nvcr.io/nvidia/pytorch:25.01-py3")
     assert argv[image + 1:image + 3] == ("/opt/nvidia/nsight-systems/2025.3.1/bin/nsys", "profile")
     sampling = _docker_plan("nsys", seccomp="/etc/docker/seccomp-perf.json").command.argv()
