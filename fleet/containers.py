@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from . import exitcodes
 from .errors import FleetError
 from .policy import DockerPrivileges
+from .safenames import UnsafeValue
 
 
 class ContainerError(FleetError, ValueError):
@@ -57,10 +58,21 @@ def nsight_dirs(tools: dict) -> tuple[str, ...]:
     return tuple(dirs)
 
 
+def mount_path(path: str, what: str) -> str:
+    """``path`` for a mount list: pyxis's --container-mounts and Apptainer's --bind split on commas and
+    colons, so a path holding one would be read as another mount (a host folder mounted elsewhere)."""
+    if "," in path or ":" in path:
+        raise UnsafeValue(f"{what} {path!r}: a comma or colon would split it into other mounts in the container")
+    return path
+
+
 def slurm_words(c: Container | None, run_dir: str) -> list[str]:
     """srun options (pyxis) or a command prefix (apptainer) that put a Slurm task in the container."""
     if c is None:
         return []
+    run_dir = mount_path(run_dir, "the run directory")
+    for d in c.nsight_dirs:
+        mount_path(d, "the Nsight install (nsys_path / ncu_path)")
     if c.kind == "pyxis":
         mounts = [f"{run_dir}:{run_dir}"] + [f"{d}:{d}:ro" for d in c.nsight_dirs]
         return [f"--container-image={c.image}", "--container-mounts=" + ",".join(mounts)]

@@ -20,6 +20,7 @@ from fleet.slurm import jobs
 from fleet.containers import Container, ContainerError
 from fleet.slurm.launchers import LauncherError, launch, script_index
 from fleet.slurm.script import JobFiles, JobSpec, render
+from fleet.safenames import UnsafeValue
 
 FILES = JobFiles("/scratch/ana/fleet-reports/20261129-120000-abcd", "/scratch/ana/fleet-reports", "python3",
                  {"nsys": "/opt/nvidia/nsight-systems/2025.3.1/bin/nsys"})
@@ -140,6 +141,15 @@ def test_containers_mount_nsight_read_only_and_ask_for_no_privilege():
         == nsight
     with pytest.raises(ContainerError):
         launch("srun", ["x"], AGENT, "/r", Container("docker", "img"))
+
+
+@pytest.mark.parametrize("kind", ["pyxis", "apptainer"])
+@pytest.mark.parametrize("run_dir, nsight", [("/home/a,/:/hostroot/r", ()), ("/r", ("/opt/ns,/etc",)),
+                                              ("/home/a:b/r", ())])
+def test_a_path_that_would_split_a_mount_list_is_refused(kind, run_dir, nsight):
+    # --container-mounts and --bind split on , and : (the first would mount / read-write at /hostroot)
+    with pytest.raises(UnsafeValue, match="comma or colon"):
+        launch("srun", ["x"], AGENT, run_dir, Container(kind, "img", nsight))
 
 
 def test_ncu_is_mounted_from_its_own_install_folder():
