@@ -60,7 +60,7 @@ def nsight_dirs(tools: dict) -> tuple[str, ...]:
 
 def mount_path(path: str, what: str) -> str:
     """``path`` for a mount list: pyxis's --container-mounts and Apptainer's --bind split on commas and
-    colons, so a path holding one would be read as another mount (a host folder mounted elsewhere)."""
+    colons, docker's -v on colons, so a path holding one would be read as another mount (a host folder mounted elsewhere)."""
     if "," in path or ":" in path:
         raise UnsafeValue(f"{what} {path!r}: a comma or colon would split it into other mounts in the container")
     return path
@@ -92,9 +92,9 @@ def docker_run(c: Container, report_dir: str, *, user: str, gpus: tuple[str, ...
     # --gpus takes a CSV list: several devices need the value itself in double quotes.
     words = ["docker", "run", "--rm", "--init", "--user", user,
              "--gpus", "all" if gpus is None else '"device=' + ",".join(gpus) + '"',
-             "-v", f"{report_dir}:{report_dir}"]
-    for d in c.nsight_dirs:
-        words += ["-v", f"{d}:{d}:ro"]
+             "-v", f"{mount_path(report_dir, 'the report directory')}:{report_dir}"]
+    for d in c.nsight_dirs:  # docker's -v splits on colons
+        words += ["-v", f"{mount_path(d, 'the Nsight install (nsys_path / ncu_path)')}:{d}:ro"]
     if privileges.seccomp_profile:
         words += ["--security-opt", f"seccomp={privileges.seccomp_profile}"]
     if privileges.cap_sys_admin:

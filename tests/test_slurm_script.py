@@ -152,6 +152,12 @@ def test_a_path_that_would_split_a_mount_list_is_refused(kind, run_dir, nsight):
         launch("srun", ["x"], AGENT, run_dir, Container(kind, "img", nsight))
 
 
+def test_docker_refuses_a_report_directory_that_would_split_its_volume():
+    with pytest.raises(UnsafeValue, match="comma or colon"):
+        containers.docker_run(Container("docker", "img"), "/var/tmp/a:/etc", user="1:1", gpus=None,
+                              privileges=policy.docker_privileges("nsys", False, False, None))
+
+
 def test_ncu_is_mounted_from_its_own_install_folder():
     # Nsight Compute's installer puts ncu at the top of its folder; the CUDA toolkit in bin/.
     assert containers.nsight_dirs({"ncu": "/usr/local/NVIDIA-Nsight-Compute-2025.3/ncu"}) == (
