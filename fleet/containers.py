@@ -66,19 +66,21 @@ def mount_path(path: str, what: str) -> str:
     return path
 
 
-def slurm_words(c: Container | None, run_dir: str) -> list[str]:
-    """srun options (pyxis) or a command prefix (apptainer) that put a Slurm task in the container."""
+def slurm_words(c: Container | None, run_dir: str, scratch: str | None = None) -> list[str]:
+    """srun options (pyxis) or a command prefix (apptainer) that put a Slurm task in the container,
+    with the run directory (and the node-local scratch the ranks write to, if any) mounted read-write."""
     if c is None:
         return []
-    run_dir = mount_path(run_dir, "the run directory")
+    written = [mount_path(run_dir, "the run directory")] + ([mount_path(scratch, "slurm_scratch")] if scratch else [])
     for d in c.nsight_dirs:
         mount_path(d, "the Nsight install (nsys_path / ncu_path)")
     if c.kind == "pyxis":
-        mounts = [f"{run_dir}:{run_dir}"] + [f"{d}:{d}:ro" for d in c.nsight_dirs]
+        mounts = [f"{d}:{d}" for d in written] + [f"{d}:{d}:ro" for d in c.nsight_dirs]
         return [f"--container-image={c.image}", "--container-mounts=" + ",".join(mounts)]
     if c.kind == "apptainer":
-        binds = [w for d in c.nsight_dirs for w in ("--bind", f"{d}:{d}:ro")]
-        return ["apptainer", "exec", "--nv", "--bind", run_dir, *binds, c.image]
+        binds = [w for d in written for w in ("--bind", d)] + [
+            w for d in c.nsight_dirs for w in ("--bind", f"{d}:{d}:ro")]
+        return ["apptainer", "exec", "--nv", *binds, c.image]
     raise ContainerError(f"a Slurm task runs in a pyxis or Apptainer container, not {c.kind!r}")
 
 

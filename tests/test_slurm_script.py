@@ -158,6 +158,18 @@ def test_docker_refuses_a_report_directory_that_would_split_its_volume():
                               privileges=policy.docker_privileges("nsys", False, False, None))
 
 
+@pytest.mark.parametrize("kind", ["pyxis", "apptainer"])
+def test_a_container_mounts_the_node_local_scratch_its_ranks_write_to(kind):
+    files = JobFiles("/shared/runs/r", "/shared/runs", scratch="/local/scratch")
+    script = render(ProfileRequest(tool="nsys", command=("x",), run_id="r"),
+                    JobSpec(container=Container(kind, "img")), files)
+    args = json.loads(shlex.split(script[script.index("\nFLEET_TASK=(") + 12:script.index(")\n", script.index(
+        "\nFLEET_TASK=("))])[2])
+    assert args["report_dir"] == "/local/scratch"  # where each rank writes, inside the container
+    step = next(line for line in script.splitlines() if line.startswith("srun ") and "FLEET_TASK" in line)
+    assert ("/local/scratch:/local/scratch" if kind == "pyxis" else "--bind /local/scratch ") in step
+
+
 def test_ncu_is_mounted_from_its_own_install_folder():
     # Nsight Compute's installer puts ncu at the top of its folder; the CUDA toolkit in bin/.
     assert containers.nsight_dirs({"ncu": "/usr/local/NVIDIA-Nsight-Compute-2025.3/ncu"}) == (

@@ -126,12 +126,12 @@ def container_problem(launcher: str, container: Container | None) -> str | None:
 
 
 def launch(launcher: str, command: list[str], agent: list[str], run_dir: str, container: Container | None, *,
-           tool: str = "nsys", profiler_args=()) -> Launch:
+           tool: str = "nsys", profiler_args=(), scratch: str | None = None) -> Launch:
     if why := container_problem(launcher, container):
         raise LauncherError(why)  # else the workload would run outside the container it was asked into
     task = "FLEET_TASK=(" + " ".join(quote(w, "the agent's command (ansible_python_interpreter)")
                                      for w in agent) + ")"
-    inside = slurm_words(container, run_dir)
+    inside = slurm_words(container, run_dir, scratch)
     srun_opts = inside if container and container.kind == "pyxis" else []
     prefix = inside if container and container.kind == "apptainer" else []
     pre = " ".join(quote(w, "the container") for w in prefix)
