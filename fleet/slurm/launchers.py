@@ -71,7 +71,7 @@ class Launch:
 
 def script_index(command: list[str], launcher: str) -> int:
     """Where the launcher's own arguments end and the worker's program begins."""
-    i = 3 if launcher == "torchrun" and _python_m(command) else 1  # python -m torch.distributed.run ...
+    i = _options_start(command, launcher)
     while i < len(command):
         word = command[i]
         if word == "--":
@@ -86,6 +86,14 @@ def script_index(command: list[str], launcher: str) -> int:
             i += 2
     raise LauncherError(f"with --launcher {launcher} the command is {launcher}, its options, then the program: "
                         f"no program found after the {launcher} options in {shlex.join(command)}")
+
+
+def _options_start(command: list[str], launcher: str) -> int:
+    """Where the launcher's own options begin: after ``python -m torch.distributed.run``, else after argv[0]."""
+    if launcher == "torchrun" and len(command) > 2 and command[1] == "-m" and os.path.basename(
+            command[0]).startswith("python"):
+        return 3
+    return 1
 
 
 def command_problem(launcher: str, command) -> str | None:
@@ -103,11 +111,27 @@ def command_problem(launcher: str, command) -> str | None:
     return None
 
 
+def container_problem(launcher: str, container: Container | None) -> str | None:
+    """Why ``launcher`` cannot start its workers in ``container``, or None. pyxis is srun's: it puts
+    only srun's tasks in the image. Ray's workers are started by Ray from the batch shell."""
+    if container is None:
+        return None
+    if launcher == "ray":
+        return ("with --launcher ray, the program runs in the batch shell and Ray starts its workers itself: "
+                "no container of fleet's would reach them; leave out --container-image and --apptainer")
+    if launcher == "mpirun" and container.kind == "pyxis":
+        return ("with --launcher mpirun, mpirun starts the ranks itself, not srun, so pyxis cannot put them in "
+                "the image: use --apptainer (mpirun starts each rank in it), or --launcher srun")
+    return None
+
+
 def launch(launcher: str, command: list[str], agent: list[str], run_dir: str, container: Container | None, *,
-           tool: str = "nsys", profiler_args=()) -> Launch:
+           tool: str = "nsys", profiler_args=(), scratch: str | None = None) -> Launch:
+    if why := container_problem(launcher, container):
+        raise LauncherError(why)  # else the workload would run outside the container it was asked into
     task = "FLEET_TASK=(" + " ".join(quote(w, "the agent's command (ansible_python_interpreter)")
                                      for w in agent) + ")"
-    inside = slurm_words(container, run_dir)
+    inside = slurm_words(container, run_dir, scratch)
     srun_opts = inside if container and container.kind == "pyxis" else []
     prefix = inside if container and container.kind == "apptainer" else []
     pre = " ".join(quote(w, "the container") for w in prefix)
@@ -123,13 +147,14 @@ def launch(launcher: str, command: list[str], agent: list[str], run_dir: str, co
                           "\"${LAUNCH[@]}\"")
         # --no-python: torchrun execs the wrapper, which runs python on the script itself, the
         # python torchrun would have run (python -m for a module: torchrun's own -m cannot go
-        # with --no-python, so it moves).
+        # with --no-python, so it moves; the interpreter's, in python -m torch.distributed.run, stays).
         # In a container, the container's python3: the node's torchrun may not be the one inside.
-        modules = [i for i in range(3 if _python_m(command) else 1, k) if command[i] in ("-m", "--module")]
+        modules = [i for i in range(_options_start(command, launcher), k) if command[i] in ("-m", "--module")]
         no_python = any(w in ("--no-python", "--no_python") for w in command[:k])
         python = "\"$FLEET_PYTHON\"" if not container else "python3"
         python = "" if no_python else (f"{python} -m " if modules else f"{python} ")
-        injected = f"{_slices(0, k, modules)} --no-python {pre}\"${{FLEET_TASK[@]}}\" {python}{program}"
+        # torchrun itself in the container (Apptainer's prefix, or pyxis's srun options), as the image's.
+        injected = f"{pre}{_slices(0, k, modules)} --no-python \"${{FLEET_TASK[@]}}\" {python}{program}"
         opts = " ".join(quote(w, "the container") for w in srun_opts)
         # One torchrun per node; it starts that node's workers.
         setup = () if no_python or container else torchrun_python(command)
