@@ -87,7 +87,7 @@ def test_torchrun_as_python_module_keeps_the_interpreters_m_and_moves_only_torch
         "python3", "-m", "pkg.train", "--x"]
     script = ["python", "-m", "torch.distributed.run", "--standalone", "train.py"]
     assert _bash_words(launch("torchrun", script, AGENT, "/r", None).setup, "LAUNCH", script) == [
-        "python", "-m", "torch.distributed.run", "--standalone", "--no-python", *AGENT, "python3", "train.py"]
+        "python", "-m", "torch.distributed.run", "--standalone", "--no-python", *AGENT, "python", "train.py"]  # the python typed
 
 
 def test_torchrun_in_apptainer_is_the_images_torchrun_as_in_pyxis():
