@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from . import exitcodes
 from .errors import FleetError
 from .policy import DockerPrivileges
+from .safenames import UnsafeValue
 
 
 class ContainerError(FleetError, ValueError):
@@ -44,25 +45,42 @@ class Container:
 
 
 def nsight_dirs(tools: dict) -> tuple[str, ...]:
-    """The install folder of each profiler path (…/nsight-systems-2025.3/bin/nsys → …/nsight-systems-2025.3)."""
+    """The install folder of each profiler path (…/nsight-systems-2025.3/bin/nsys → …/nsight-systems-2025.3).
+    Nsight Compute's own installer puts ``ncu`` at the top of its folder (…/nsight-compute/2025.3.1/ncu),
+    the CUDA toolkit in ``bin/`` (/usr/local/cuda/bin/ncu → /usr/local/cuda)."""
     dirs = []
-    for path in tools.values():
-        parent = os.path.dirname(os.path.dirname(path))
+    for name, path in tools.items():
+        parent = os.path.dirname(path)
+        if name != "ncu" or os.path.basename(parent) == "bin":
+            parent = os.path.dirname(parent)
         if parent not in ("", "/", "/usr", "/usr/local") and parent not in dirs:
             dirs.append(parent)
     return tuple(dirs)
 
 
-def slurm_words(c: Container | None, run_dir: str) -> list[str]:
-    """srun options (pyxis) or a command prefix (apptainer) that put a Slurm task in the container."""
+def mount_path(path: str, what: str) -> str:
+    """``path`` for a mount list: pyxis's --container-mounts and Apptainer's --bind split on commas and
+    colons, docker's -v on colons, so a path holding one would be read as another mount (a host folder mounted elsewhere)."""
+    if "," in path or ":" in path:
+        raise UnsafeValue(f"{what} {path!r}: a comma or colon would split it into other mounts in the container")
+    return path
+
+
+def slurm_words(c: Container | None, run_dir: str, scratch: str | None = None) -> list[str]:
+    """srun options (pyxis) or a command prefix (apptainer) that put a Slurm task in the container,
+    with the run directory (and the node-local scratch the ranks write to, if any) mounted read-write."""
     if c is None:
         return []
+    written = [mount_path(run_dir, "the run directory")] + ([mount_path(scratch, "slurm_scratch")] if scratch else [])
+    for d in c.nsight_dirs:
+        mount_path(d, "the Nsight install (nsys_path / ncu_path)")
     if c.kind == "pyxis":
-        mounts = [f"{run_dir}:{run_dir}"] + [f"{d}:{d}:ro" for d in c.nsight_dirs]
+        mounts = [f"{d}:{d}" for d in written] + [f"{d}:{d}:ro" for d in c.nsight_dirs]
         return [f"--container-image={c.image}", "--container-mounts=" + ",".join(mounts)]
     if c.kind == "apptainer":
-        binds = [w for d in c.nsight_dirs for w in ("--bind", f"{d}:{d}:ro")]
-        return ["apptainer", "exec", "--nv", "--bind", run_dir, *binds, c.image]
+        binds = [w for d in written for w in ("--bind", d)] + [
+            w for d in c.nsight_dirs for w in ("--bind", f"{d}:{d}:ro")]
+        return ["apptainer", "exec", "--nv", *binds, c.image]
     raise ContainerError(f"a Slurm task runs in a pyxis or Apptainer container, not {c.kind!r}")
 
 
@@ -76,9 +94,9 @@ def docker_run(c: Container, report_dir: str, *, user: str, gpus: tuple[str, ...
     # --gpus takes a CSV list: several devices need the value itself in double quotes.
     words = ["docker", "run", "--rm", "--init", "--user", user,
              "--gpus", "all" if gpus is None else '"device=' + ",".join(gpus) + '"',
-             "-v", f"{report_dir}:{report_dir}"]
-    for d in c.nsight_dirs:
-        words += ["-v", f"{d}:{d}:ro"]
+             "-v", f"{mount_path(report_dir, 'the report directory')}:{report_dir}"]
+    for d in c.nsight_dirs:  # docker's -v splits on colons
+        words += ["-v", f"{mount_path(d, 'the Nsight install (nsys_path / ncu_path)')}:{d}:ro"]
     if privileges.seccomp_profile:
         words += ["--security-opt", f"seccomp={privileges.seccomp_profile}"]
     if privileges.cap_sys_admin:

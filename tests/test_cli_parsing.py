@@ -92,13 +92,16 @@ def test_since_takes_a_date_and_refuses_what_it_cannot_read(tmp_path):
     (["--launcher", "ray", "--tool", "ncu", "--dry-run"], "only an nsys trace"),
     (["--launcher", "torchrun"], "no program found after the torchrun options"),
     (["--launcher", "mpirun", "--dry-run"], "no program found after the mpirun options"),
+    (["--launcher", "ray", "--container-image", "nvcr.io/x"], "Ray starts its workers itself"),
+    (["--launcher", "mpirun", "--container-image", "nvcr.io/x"], "pyxis cannot put them in the image"),
 ])
 def test_a_slurm_usage_error_exits_2_before_the_login_node_is_asked(tmp_path, args, said):
     """These exited 1 after a round trip to the login node; here no login node listens at all."""
     inventory = tmp_path / "inv.yaml"
     inventory.write_text("all:\n  children:\n    hpc:\n      hosts:\n        hpc-login: {ansible_host: 127.0.0.9, "
                          "ansible_port: 1}\n      vars:\n        slurm_login: hpc-login\n")
-    command = ["mpirun", "-np"] if "mpirun" in args else ["true"]
+    command = (["mpirun", "-np"] if "--dry-run" in args else ["mpirun", "-np", "2", "app"]) if "mpirun" in args \
+        else ["true"]
     out = run_fleet("-i", str(inventory), "profile", "--partition", "gpu", *args, "--", *command)
     assert out.returncode == 2 and said in out.stderr and "unreachable" not in out.stderr, out.stderr
 

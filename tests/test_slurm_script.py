@@ -1,15 +1,13 @@
 """The batch script and the launchers, as text (pure: no Slurm needed).
 
-The full script is compared with a golden file, so that a change to what fleet
-submits shows up as a readable diff; regenerate it with
-``FLEET_UPDATE_GOLDEN=1 pytest tests/test_slurm_script.py`` and review the diff.
+The full script of every variant is compared with its golden file in
+tests/test_golden_scripts.py; these are the checks of its parts.
 """
 
 from __future__ import annotations
 
 import ast
 import json
-import os
 import shlex
 import subprocess
 from pathlib import Path
@@ -22,26 +20,11 @@ from fleet.slurm import jobs
 from fleet.containers import Container, ContainerError
 from fleet.slurm.launchers import LauncherError, launch, script_index
 from fleet.slurm.script import JobFiles, JobSpec, render
+from fleet.safenames import UnsafeValue
 
-GOLDEN = Path(__file__).parent / "golden"
-REQ = ProfileRequest(tool="nsys", command=("python3", "train.py", "--lr", "1e-3", "it's \"quoted\" $HOME"),
-                     run_id="20261129-120000-abcd", profiler_args=("--trace=cuda,nvtx",))
 FILES = JobFiles("/scratch/ana/fleet-reports/20261129-120000-abcd", "/scratch/ana/fleet-reports", "python3",
                  {"nsys": "/opt/nvidia/nsight-systems/2025.3.1/bin/nsys"})
 AGENT = ["python3", "/r/fleet-agent.py", '{"mode":"task"}']
-
-
-def check_golden(name: str, text: str) -> None:
-    path = GOLDEN / name
-    if os.environ.get("FLEET_UPDATE_GOLDEN"):
-        path.write_text(text)
-    assert text == path.read_text(), f"{name} changed; if on purpose, regenerate (see this file's docstring)"
-
-
-def test_batch_script_matches_the_golden_file():
-    spec = JobSpec(partition="gpu", nodes=2, ntasks_per_node=2, gpus="h100:4", time="00:30:00", account="proj",
-                   qos="high", sbatch_args=("--constraint=h100",), ranks=(0, 3), workdir="/home/ana/work")
-    check_golden("job.sbatch", render(REQ, spec, FILES))
 
 
 def test_batch_script_is_valid_bash_and_keeps_the_command_exactly(tmp_path):
@@ -97,6 +80,36 @@ def test_torchrun_runs_each_worker_through_the_wrapper_with_no_python():
         "torchrun", "--nproc-per-node", "2", "--no-python", *AGENT, "python3", "-m", "pkg.train", "--x"]
 
 
+def test_torchrun_as_python_module_keeps_the_interpreters_m_and_moves_only_torchruns():
+    cmd = ["python3", "-m", "torch.distributed.run", "--nproc_per_node", "4", "-m", "pkg.train", "--x"]
+    assert _bash_words(launch("torchrun", cmd, AGENT, "/r", None).setup, "LAUNCH", cmd) == [
+        "python3", "-m", "torch.distributed.run", "--nproc_per_node", "4", "--no-python", *AGENT,
+        "python3", "-m", "pkg.train", "--x"]
+    script = ["python", "-m", "torch.distributed.run", "--standalone", "train.py"]
+    assert _bash_words(launch("torchrun", script, AGENT, "/r", None).setup, "LAUNCH", script) == [
+        "python", "-m", "torch.distributed.run", "--standalone", "--no-python", *AGENT, "python", "train.py"]  # the python typed
+
+
+def test_torchrun_in_apptainer_is_the_images_torchrun_as_in_pyxis():
+    cmd = ["torchrun", "--nproc-per-node", "2", "train.py"]
+    la = launch("torchrun", cmd, AGENT, "/r", Container("apptainer", "img.sif", ("/opt/nsys",)))
+    assert _bash_words(la.setup, "LAUNCH", cmd) == [
+        "apptainer", "exec", "--nv", "--bind", "/r", "--bind", "/opt/nsys:/opt/nsys:ro", "img.sif",
+        "torchrun", "--nproc-per-node", "2", "--no-python", *AGENT, "python3", "train.py"]
+
+
+@pytest.mark.parametrize("launcher, command, kind", [
+    ("mpirun", ["mpirun", "-np", "2", "./app"], "pyxis"),
+    ("ray", ["python3", "app.py"], "pyxis"),
+    ("ray", ["python3", "app.py"], "apptainer"),
+])
+def test_a_container_the_launchers_workers_would_not_run_in_is_refused(launcher, command, kind):
+    # mpirun starts its ranks outside srun, where pyxis works; Ray starts its workers itself.
+    with pytest.raises(LauncherError, match=f"--launcher {launcher}"):
+        render(ProfileRequest(tool="nsys", command=tuple(command), run_id="r"),
+               JobSpec(launcher=launcher, container=Container(kind, "img")), FILES)
+
+
 def test_mpirun_wraps_each_rank():
     cmd = ["mpirun", "-np", "4", "--mca", "btl", "self", "./app", "-v"]
     la = launch("mpirun", cmd, AGENT, "/r", None)
@@ -130,6 +143,42 @@ def test_containers_mount_nsight_read_only_and_ask_for_no_privilege():
         launch("srun", ["x"], AGENT, "/r", Container("docker", "img"))
 
 
+@pytest.mark.parametrize("kind", ["pyxis", "apptainer"])
+@pytest.mark.parametrize("run_dir, nsight", [("/home/a,/:/hostroot/r", ()), ("/r", ("/opt/ns,/etc",)),
+                                              ("/home/a:b/r", ())])
+def test_a_path_that_would_split_a_mount_list_is_refused(kind, run_dir, nsight):
+    # --container-mounts and --bind split on , and : (the first would mount / read-write at /hostroot)
+    with pytest.raises(UnsafeValue, match="comma or colon"):
+        launch("srun", ["x"], AGENT, run_dir, Container(kind, "img", nsight))
+
+
+def test_docker_refuses_a_report_directory_that_would_split_its_volume():
+    with pytest.raises(UnsafeValue, match="comma or colon"):
+        containers.docker_run(Container("docker", "img"), "/var/tmp/a:/etc", user="1:1", gpus=None,
+                              privileges=policy.docker_privileges("nsys", False, False, None))
+
+
+@pytest.mark.parametrize("kind", ["pyxis", "apptainer"])
+def test_a_container_mounts_the_node_local_scratch_its_ranks_write_to(kind):
+    files = JobFiles("/shared/runs/r", "/shared/runs", scratch="/local/scratch")
+    script = render(ProfileRequest(tool="nsys", command=("x",), run_id="r"),
+                    JobSpec(container=Container(kind, "img")), files)
+    args = json.loads(shlex.split(script[script.index("\nFLEET_TASK=(") + 12:script.index(")\n", script.index(
+        "\nFLEET_TASK=("))])[2])
+    assert args["report_dir"] == "/local/scratch"  # where each rank writes, inside the container
+    step = next(line for line in script.splitlines() if line.startswith("srun ") and "FLEET_TASK" in line)
+    assert ("/local/scratch:/local/scratch" if kind == "pyxis" else "--bind /local/scratch ") in step
+
+
+def test_ncu_is_mounted_from_its_own_install_folder():
+    # Nsight Compute's installer puts ncu at the top of its folder; the CUDA toolkit in bin/.
+    assert containers.nsight_dirs({"ncu": "/usr/local/NVIDIA-Nsight-Compute-2025.3/ncu"}) == (
+        "/usr/local/NVIDIA-Nsight-Compute-2025.3",)
+    assert containers.nsight_dirs({"ncu": "/opt/nvidia/nsight-compute/2025.3.1/ncu"}) == (
+        "/opt/nvidia/nsight-compute/2025.3.1",)
+    assert containers.nsight_dirs({"ncu": "/usr/local/cuda/bin/ncu"}) == ("/usr/local/cuda",)
+
+
 def _lab_state(euid: int, paranoid: int) -> dict:
     return {"uid": 1001, "gid": 1001, "euid": euid, "perf_event_paranoid": paranoid, "host_pid_namespace": True,
             "nvml": {"available": True}, "report_dir": {"path": "/var/tmp/fleet-ana", "writable": True},
@@ -156,7 +205,7 @@ def test_docker_on_a_lab_server_gets_only_the_privilege_the_plan_needs():
     assert argv[:5] == ("docker", "run", "--rm", "--init", "--user") and argv[5] == "1001:1001"
     assert "-v" in argv and "/var/tmp/fleet-ana/r:/var/tmp/fleet-ana/r" in argv
     assert ("/opt/nvidia/nsight-systems/2025.3.1:/opt/nvidia/nsight-systems/2025.3.1:ro" in argv and
-            "/opt/nvidia/nsight-compute:/opt/nvidia/nsight-compute:ro" in argv)
+            "/opt/nvidia/nsight-compute/2025.3.1:/opt/nvidia/nsight-compute/2025.3.1:ro" in argv)
     image = argv.index("nvcr.io/nvidia/pytorch:25.01-py3")
     assert argv[image + 1:image + 3] == ("/opt/nvidia/nsight-systems/2025.3.1/bin/nsys", "profile")
     sampling = _docker_plan("nsys", seccomp="/etc/docker/seccomp-perf.json").command.argv()

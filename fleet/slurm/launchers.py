@@ -71,10 +71,7 @@ class Launch:
 
 def script_index(command: list[str], launcher: str) -> int:
     """Where the launcher's own arguments end and the worker's program begins."""
-    i = 1
-    if launcher == "torchrun" and len(command) > 2 and command[1] == "-m" and os.path.basename(
-            command[0]).startswith("python"):
-        i = 3  # python -m torch.distributed.run ...
+    i = _options_start(command, launcher)
     while i < len(command):
         word = command[i]
         if word == "--":
@@ -89,6 +86,14 @@ def script_index(command: list[str], launcher: str) -> int:
             i += 2
     raise LauncherError(f"with --launcher {launcher} the command is {launcher}, its options, then the program: "
                         f"no program found after the {launcher} options in {shlex.join(command)}")
+
+
+def _options_start(command: list[str], launcher: str) -> int:
+    """Where the launcher's own options begin: after ``python -m torch.distributed.run``, else after argv[0]."""
+    if launcher == "torchrun" and len(command) > 2 and command[1] == "-m" and os.path.basename(
+            command[0]).startswith("python"):
+        return 3
+    return 1
 
 
 def command_problem(launcher: str, command) -> str | None:
@@ -106,11 +111,27 @@ def command_problem(launcher: str, command) -> str | None:
     return None
 
 
+def container_problem(launcher: str, container: Container | None) -> str | None:
+    """Why ``launcher`` cannot start its workers in ``container``, or None. pyxis is srun's: it puts
+    only srun's tasks in the image. Ray's workers are started by Ray from the batch shell."""
+    if container is None:
+        return None
+    if launcher == "ray":
+        return ("with --launcher ray, the program runs in the batch shell and Ray starts its workers itself: "
+                "no container of fleet's would reach them; leave out --container-image and --apptainer")
+    if launcher == "mpirun" and container.kind == "pyxis":
+        return ("with --launcher mpirun, mpirun starts the ranks itself, not srun, so pyxis cannot put them in "
+                "the image: use --apptainer (mpirun starts each rank in it), or --launcher srun")
+    return None
+
+
 def launch(launcher: str, command: list[str], agent: list[str], run_dir: str, container: Container | None, *,
-           tool: str = "nsys", profiler_args=()) -> Launch:
+           tool: str = "nsys", profiler_args=(), scratch: str | None = None) -> Launch:
+    if why := container_problem(launcher, container):
+        raise LauncherError(why)  # else the workload would run outside the container it was asked into
     task = "FLEET_TASK=(" + " ".join(quote(w, "the agent's command (ansible_python_interpreter)")
                                      for w in agent) + ")"
-    inside = slurm_words(container, run_dir)
+    inside = slurm_words(container, run_dir, scratch)
     srun_opts = inside if container and container.kind == "pyxis" else []
     prefix = inside if container and container.kind == "apptainer" else []
     pre = " ".join(quote(w, "the container") for w in prefix)
@@ -124,15 +145,20 @@ def launch(launcher: str, command: list[str], agent: list[str], run_dir: str, co
         if launcher == "mpirun":  # mpirun runs in the batch shell and starts every rank itself
             return Launch((task, f"LAUNCH=({_slices(0, k, [])} {pre}\"${{FLEET_TASK[@]}}\" {program})"),
                           "\"${LAUNCH[@]}\"")
-        # --no-python: torchrun execs the wrapper, which runs python on the script itself
-        # (python -m for a module: torchrun's own -m cannot go with --no-python, so it moves).
-        modules = [i for i in range(1, k) if command[i] in ("-m", "--module")]
+        # --no-python: torchrun execs the wrapper, which runs python on the script itself, the
+        # python torchrun would have run (python -m for a module: torchrun's own -m cannot go
+        # with --no-python, so it moves; the interpreter's, in python -m torch.distributed.run, stays).
+        # In a container, the container's python3: the node's torchrun may not be the one inside.
+        modules = [i for i in range(_options_start(command, launcher), k) if command[i] in ("-m", "--module")]
         no_python = any(w in ("--no-python", "--no_python") for w in command[:k])
-        python = "" if no_python else ("python3 -m " if modules else "python3 ")
-        injected = f"{_slices(0, k, modules)} --no-python {pre}\"${{FLEET_TASK[@]}}\" {python}{program}"
+        python = "\"$FLEET_PYTHON\"" if not container else "python3"
+        python = "" if no_python else (f"{python} -m " if modules else f"{python} ")
+        # torchrun itself in the container (Apptainer's prefix, or pyxis's srun options), as the image's.
+        injected = f"{pre}{_slices(0, k, modules)} --no-python \"${{FLEET_TASK[@]}}\" {python}{program}"
         opts = " ".join(quote(w, "the container") for w in srun_opts)
         # One torchrun per node; it starts that node's workers.
-        return Launch((task, f"LAUNCH=({injected})"),
+        setup = () if no_python or container else torchrun_python(command)
+        return Launch((task, *setup, f"LAUNCH=({injected})"),
                       f"srun --ntasks-per-node=1 --nodes=\"$SLURM_JOB_NUM_NODES\" {opts + ' ' if opts else ''}"
                       "\"${LAUNCH[@]}\"")
     if launcher == "ray":
@@ -152,6 +178,31 @@ def launch(launcher: str, command: list[str], agent: list[str], run_dir: str, co
                        "# Each worker's report is worker-HOST-PID; whose it is (actor or task) is beside it."),
                       "\"${COMMAND[@]}\"")
     raise LauncherError(f"unknown launcher {launcher!r}: one of {', '.join(LAUNCHERS)}")
+
+
+def torchrun_python(command: list[str]) -> tuple[str, ...]:
+    """Bash setting FLEET_PYTHON to the interpreter torchrun runs a script with: PYTHON_EXEC, else
+    its own (torch/distributed/run.py: sys.executable), which is the python of `python -m
+    torch.distributed.run`, or the one on the `torchrun` entry point's #! line (the H200's
+    workers ran /opt/torch/.venv/bin/python, not PATH's python3:
+    tests/fixtures/launchers-h200/torchrun-workers/); python3 where that cannot be read."""
+    if _python_m(command):
+        return ('FLEET_PYTHON=${PYTHON_EXEC:-${COMMAND[0]}}',)
+    return ('FLEET_PYTHON=${PYTHON_EXEC:-python3}',
+            'if [ -z "${PYTHON_EXEC:-}" ] && FLEET_LAUNCHER=$(command -v -- "${COMMAND[0]}") && '
+            '[ -f "$FLEET_LAUNCHER" ] && IFS= read -r FLEET_SHEBANG < "$FLEET_LAUNCHER" && '
+            '[[ $FLEET_SHEBANG == "#!"* ]]; then',
+            '    read -r -a FLEET_SHEBANG <<< "${FLEET_SHEBANG:2}"',
+            '    case "${FLEET_SHEBANG[0]##*/}" in',
+            '        python*) FLEET_PYTHON=${FLEET_SHEBANG[0]} ;;',
+            '        env) [[ "${FLEET_SHEBANG[1]:-}" == python* ]] && FLEET_PYTHON=${FLEET_SHEBANG[1]} ;;',
+            '    esac',
+            'fi')
+
+
+def _python_m(command: list[str]) -> bool:
+    """torchrun started as ``python -m torch.distributed.run``: python's -m is not torchrun's."""
+    return len(command) > 2 and command[1] == "-m" and os.path.basename(command[0]).startswith("python")
 
 
 def _slices(start: int, end: int, drop: list[int]) -> str:

@@ -68,7 +68,8 @@ async def prepare(client: SlurmClient, cluster: Cluster, req: ProfileRequest, sp
     spec = options.checked(spec)  # UnsafeValue before Slurm is asked anything
     if (why := profiler_args_error(req.tool, req.profiler_args)) or (
             why := launchers.unsupported(spec.launcher, req.tool, req.profiler_args, req.gpu_metrics)) or (
-            why := launchers.command_problem(spec.launcher, req.command)):
+            why := launchers.command_problem(spec.launcher, req.command)) or (
+            why := launchers.container_problem(spec.launcher, spec.container)):
         raise UsageError(why)  # playbooks too: a usage error, found before the login node is asked anything
     info = await client.cluster_info()
     root = cluster.report_root(info.home)
