@@ -71,8 +71,9 @@ def test_four_ranks_of_the_real_mpirun_are_each_under_the_agent_and_named_by_ran
     reports = tmp_path / "reports"
     reports.mkdir(mode=0o700)
     worker = tmp_path / "worker.py"
-    worker.write_text("import os\nprint('rank', os.environ['OMPI_COMM_WORLD_RANK'], 'of', "
-                      "os.environ['OMPI_COMM_WORLD_SIZE'], flush=True)\n")
+    # Each rank says who it is in a file of its own: four processes' lines on one pipe interleave.
+    worker.write_text("import os\nr = os.environ['OMPI_COMM_WORLD_RANK']\n"
+                      "open('said-' + r + '.txt', 'w').write('rank %s of %s' % (r, os.environ['OMPI_COMM_WORLD_SIZE']))\n")
     req = ProfileRequest(tool="nsys", command=(), run_id="r1")
     args = {"mode": "task", "request": req.to_json(), "report_dir": str(reports), "launcher": "mpirun",
             "ranks": None, "tools": {"nsys": str(STANDINS / "nsys")}, "prolog_expected": False, "stop_before": None}
@@ -87,7 +88,7 @@ def test_four_ranks_of_the_real_mpirun_are_each_under_the_agent_and_named_by_ran
     done = subprocess.run(["bash", "-c", script], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=180)
     assert done.returncode == 0, done.stdout + done.stderr
     said = done.stdout + done.stderr
-    assert all(f"rank {i} of 4" in said for i in range(4)), said
+    assert [(tmp_path / f"said-{i}.txt").read_text() for i in range(4)] == [f"rank {i} of 4" for i in range(4)], said
     entries = []
     for rank in range(4):
         result = wire.read((reports / "r1" / "node1" / f"rank{rank}.result.json").read_text(), "profile")
