@@ -72,9 +72,9 @@ def classify(entry: "HostEntry") -> Verdict | None:
     if killed and any(r.get("finished_from_qdstrm") for r in reports):
         return Verdict(TRUNCATED, f"the profiler was killed (signal {-result['exit_status']}): the report was "
                                   "finished from the data it had collected until then")
-    own, others = gpu_processes(result)
-    if not own and others:
-        return Verdict(LAUNCHER_ONLY, "used the GPU instead: " + ", ".join(others[:MAX_NAMED]))
+    if (instead := used_instead(result)):
+        return Verdict(LAUNCHER_ONLY, "used the GPU instead: " + instead)
+    own, _ = gpu_processes(result)
     kernels = [s for s in result.get("summaries") or [] if isinstance(s, dict) and s.get("summary") == KERNELS]
     if own and kernels and all(s.get("size") == 0 for s in kernels):
         return Verdict(EMPTY, f"no GPU kernel in the report, while {own[0]} was on the GPU")
@@ -98,6 +98,13 @@ def gpu_processes(result: dict) -> tuple[list[str], list[str]]:
             elif user is not None and p.get("user") == user:
                 others.setdefault(p["pid"], named)
     return list(own.values()), [v for k, v in others.items() if k not in own]
+
+
+def used_instead(result: dict) -> str | None:
+    """The processes that used the run's GPUs where the wrapped one never did (``launcher-only``),
+    named; None where the wrapped process was on a GPU, or nobody of its user was."""
+    own, others = gpu_processes(result)
+    return ", ".join(others[:MAX_NAMED]) if others and not own else None
 
 
 def line(entry: "HostEntry") -> str | None:

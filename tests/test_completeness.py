@@ -111,7 +111,9 @@ def test_a_driver_whose_gpu_work_runs_in_a_worker_it_did_not_start_is_launcher_o
     finally:
         stop([worker])
     verdict = completeness.classify(entry)
-    assert entry.status == "ok" and entry.reports, said  # verified, and "ok": only the class says what is wrong
+    # verified and kept, but not "ok": the report is of a process that did none of the GPU work
+    assert entry.status == "failed" and entry.reports and f"pid {worker.pid} (sleep, GPU 0) did" in entry.missing_why, said
+    assert outcome.run_status([entry.status]) == "failed"
     assert verdict.cls == "launcher-only", (verdict, entry.result["conditions"])
     assert f"pid {worker.pid} (sleep, GPU 0)" in verdict.why and str(driver) not in verdict.why
     lines = completeness.run_lines([entry])
