@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Callable
 from .. import outcome, safenames, store
 from ..agent import wire
 from ..agent.bundle import script as agent_script
+from ..agent.rundir import RunDir
 from ..outcome import HostStatus
 from ..store.bring import bring_home, file_problem
 from ..store.collect import fetch_verified
@@ -223,15 +224,16 @@ async def gather(fan: "Fanout", client: SlurmClient, manifest: RunManifest, dire
     results = []
     for res in found:  # a result without the run's nonce is not this run's agent's
         if (why := not_this_runs(res, slurm.result_nonce)):
-            refused.append(refused_entry(f"{res.get('slurm_node')}/{res.get('host')}.result.json", why))
+            refused.append(refused_entry(RunDir(str(res.get("slurm_node"))).result(str(res.get("host"))), why))
         else:
             results.append(res)
     if state is not None:
         slurm.state, slurm.exit_code, slurm.nodes, slurm.reason = state.state, state.exit_code, state.nodes, \
             state.reason
-    slurm.job_exit = int(marks["job.exit"]) if marks.get("job.exit", "").lstrip("-").isdigit() else None
-    slurm.stopped_before_time_limit = "job.stopped" in marks
-    log = f"slurm-{slurm.job_id}.out"
+    exit_mark = marks.get(RunDir.JOB_EXIT, "")  # the listing names the job's marks as the run folder does
+    slurm.job_exit = int(exit_mark) if exit_mark.lstrip("-").isdigit() else None
+    slurm.stopped_before_time_limit = RunDir.JOB_STOPPED in marks
+    log = RunDir("").batch_log_of(slurm.job_id)
     found = file_mark(marks.get("slurm", ""))  # slurm-JOBID.out
     if found and file_problem(found, slurm.run_dir) is None:
         slurm.log = ReportEntry.from_json(await fetch_verified(
@@ -301,9 +303,9 @@ def _orphans(lines: list[str]) -> dict[int, tuple[str, dict]]:
         if found is None:
             continue
         node, name = found["path"].split("/")[-2:]
-        rank = name.split(".")[0][len("rank"):]
-        if name.startswith("rank") and rank.isdigit() and safenames.is_component(node):
-            out.setdefault(int(rank), (node, found))
+        rank = RunDir.rank_of(name.split(".")[0])
+        if rank is not None and safenames.is_component(node):
+            out.setdefault(rank, (node, found))
     return out
 
 
