@@ -255,7 +255,8 @@ async def gather(fan: "Fanout", client: SlurmClient, manifest: RunManifest, dire
             continue
         if rank in orphans:  # killed before it wrote its result: the report it finished comes home
             node, found = orphans[rank]
-            reports = await bring_home(fan, client.login, [found], directory / node, node_dir=f"{slurm.run_dir}/{node}",
+            reports = await bring_home(fan, client.login, [found], directory / node,
+                                       node_dir=RunDir(slurm.run_dir).node(node).path,
                                        gathering=gathering)
             hosts.append(HostEntry(node, HostStatus.MISSING, rank=rank, reports=reports, missing_why=(
                 f"rank {rank} on {node} left no result (it was killed first; job {state.state if state else 'unknown'}"
@@ -288,9 +289,10 @@ async def _rank_home(fan: "Fanout", client: SlurmClient, run_dir: str, res: dict
     reports = []
     if res.get("status") in ("ok", "yielded"):
         # Written to node-local scratch, they now are in the run directory, under the same names.
-        to_fetch = [dict(r, path=f"{run_dir}/{node}/{os.path.basename(r['path'])}")
+        folder = RunDir(run_dir).node(node)
+        to_fetch = [dict(r, path=folder.file(os.path.basename(r["path"])))
                     for r in (res.get("reports") or []) + (res.get("summaries") or [])]
-        reports = await bring_home(fan, client.login, to_fetch, directory / node, node_dir=f"{run_dir}/{node}",
+        reports = await bring_home(fan, client.login, to_fetch, directory / node, node_dir=folder.path,
                                    gathering=gathering)
     return rank_entry(res, reports, tool)
 
