@@ -326,7 +326,7 @@ def finish_leftovers(job, config):
 
     def finish():
         notes = []
-        for leftover in glob.glob(os.path.join(glob.escape(job["work_dir"]), "*", "*.qdstrm")):
+        for leftover in glob.glob(rundir.RunDir(glob.escape(job["work_dir"])).node("*").file("*.qdstrm")):
             report = leftover[: -len(".qdstrm")] + ".nsys-rep"
             left = budget - (time.monotonic() - started)
             if left < 1:
