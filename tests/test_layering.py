@@ -11,9 +11,10 @@ from tests.conftest import REPO
 
 FLEET = REPO / "fleet"
 # The controller's own use of the agent package: the wire (framing and shapes of every answer), the
-# bundle (what travels to the nodes, built here), and the one rule for private folders and files,
-# which the store keeps on this machine as the agent keeps it on the node.
-CONTROLLER_MAY_IMPORT = {"fleet.agent.wire", "fleet.agent.bundle", "fleet.agent.files"}
+# bundle (what travels to the nodes, built here), the one rule for private folders and files,
+# which the store keeps on this machine as the agent keeps it on the node, and the names of a run's
+# files (shipped and pure: the node writes them by the names the controller reads).
+CONTROLLER_MAY_IMPORT = {"fleet.agent.wire", "fleet.agent.bundle", "fleet.agent.files", "fleet.agent.rundir"}
 # `fleet slurm prolog|epilog|taskprolog`: slurmd runs the hooks through the installed entry point,
 # on the node; that command is the agent itself, run in-process.
 NODE_ENTRY_POINTS = {("fleet/cli/slurm.py", "fleet.agent.slurmd")}
@@ -52,7 +53,7 @@ def controller_modules() -> list[Path]:
     return [p for p in sorted(FLEET.rglob("*.py")) if "agent" not in p.relative_to(FLEET).parts]
 
 
-def test_the_controller_imports_only_the_wire_the_bundle_and_the_private_files_rule_from_the_agent():
+def test_the_controller_imports_only_the_wire_the_bundle_the_private_files_rule_and_the_run_names_from_the_agent():
     wrong = []
     for path in controller_modules():
         rel = str(path.relative_to(REPO))

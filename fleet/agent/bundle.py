@@ -45,6 +45,7 @@ SHIPPED = {
     "fleet_agent_nodeconfig": "fleet.agent.nodeconfig",
     "fleet_agent_owned": "fleet.agent.owned",
     "fleet_agent_locks": "fleet.agent.locks",
+    "fleet_agent_rundir": "fleet.agent.rundir",
     "fleet_agent_task": "fleet.agent.task",
     "fleet_agent_slurmd": "fleet.agent.slurmd",
     "fleet_agent_wire": "fleet.agent.wire",

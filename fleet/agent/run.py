@@ -31,6 +31,7 @@ try:  # as shipped by fleet, every module travels under a flat name
     import fleet_agent_owned as owned
     import fleet_agent_profiler as profiler
     import fleet_agent_reports as reports
+    import fleet_agent_rundir as rundir
     import fleet_agent_watch as watching
     import fleet_agent_wire as wire
     import fleet_agent_workload as workload
@@ -38,7 +39,7 @@ try:  # as shipped by fleet, every module travels under a flat name
     import fleet_policy as policy
     import fleet_safenames as safenames
 except ImportError:  # as part of the installed package (tests, the local machine)
-    from . import files, node, owned, profiler, reports, wire, workload
+    from . import files, node, owned, profiler, reports, rundir, wire, workload
     from . import watch as watching
     from . import locks as gpu_locks
     from . import gpus as nvml_gpus
@@ -262,7 +263,7 @@ def private_tmp(plan):
     """The profiler's TMPDIR: a folder of the run's own, 0700 (nsys 2025.3 collects into
     $TMPDIR/nsys-report-XXXX.qdstrm, mode 0664 under any umask, as seen on an H200 test machine:
     in /tmp other users could read the run, the workload's command line in it, while it ran)."""
-    tmp = os.path.join(os.path.dirname(plan.output), ".tmp-%s" % plan.host)
+    tmp = rundir.RunDir(os.path.dirname(plan.output)).tmp(plan.host)
     files.private_dir(tmp, root=os.path.dirname(plan.report_dir))
     os.environ["TMPDIR"] = tmp  # the profiler inherits it; reports.stray_qdstrms looks there too
     return tmp
@@ -274,7 +275,8 @@ def report_dirs(plan):
 
 
 def result_path(plan):
-    return os.path.join(os.path.dirname(plan.output), "%s.result.json" % plan.host)
+    """Beside the host's reports: the run's folder on a lab server, a rank's node's folder on Slurm."""
+    return rundir.RunDir(os.path.dirname(plan.output)).result(plan.host)
 
 
 def emit(result, plan, relay, line=True):

@@ -47,13 +47,14 @@ try:  # as shipped by fleet, every module travels under a flat name
     import fleet_agent_node as node
     import fleet_agent_owned as owned
     import fleet_agent_reports as reports
+    import fleet_agent_rundir as rundir
     import fleet_policy as policy
 except ImportError:  # as part of the installed package
-    from . import files, node, owned, reports
+    from . import files, node, owned, reports, rundir
     from . import gpus as nvml_gpus
     from .. import policy
 
-REQUEST_NAME = "fleet-request.json"
+REQUEST_NAME = rundir.RunDir.REQUEST  # in the job's working directory: its run folder
 REQUEST_MAX = 65536
 REQUEST_KEYS = {"fleet": int, "run_id": str, "tool": str, "sysctls": list, "pause_dcgm": bool, "allow_own": bool,
                 "gpu_metrics": bool}
@@ -177,7 +178,7 @@ def read_request(job):
     when the job did not opt in (no request file), (None, why) when its file was refused."""
     if not job["work_dir"].startswith("/"):
         return None, None
-    path = os.path.join(job["work_dir"], REQUEST_NAME)
+    path = rundir.RunDir(job["work_dir"]).request
 
     def read():
         try:
@@ -325,7 +326,7 @@ def finish_leftovers(job, config):
 
     def finish():
         notes = []
-        for leftover in glob.glob(os.path.join(glob.escape(job["work_dir"]), "*", "*.qdstrm")):
+        for leftover in glob.glob(rundir.RunDir(glob.escape(job["work_dir"])).node("*").file("*.qdstrm")):
             report = leftover[: -len(".qdstrm")] + ".nsys-rep"
             left = budget - (time.monotonic() - started)
             if left < 1:

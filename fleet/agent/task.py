@@ -27,11 +27,12 @@ try:  # as shipped by fleet, every module travels under a flat name
     import fleet_agent_files as files
     import fleet_agent_node as node
     import fleet_agent_run as run
+    import fleet_agent_rundir as rundir
     import fleet_agent_wire as wire
     import fleet_plan as planner
     import fleet_policy as policy
 except ImportError:  # as part of the installed package
-    from . import files, node, run, wire
+    from . import files, node, run, rundir, wire
     from .. import plan as planner
     from .. import policy
 
@@ -112,7 +113,7 @@ def plan_rank(args, env, label, command):
                   job=env.get("SLURM_JOB_ID"), timeout=time_to_run(env, args.get("stop_before"), req.tool))
     plan = planner.plan(label, state, req)
     context = dict(wire.facts(state, req.gpus, req.tool), slurm_node=node_name, job_id=env.get("SLURM_JOB_ID"),
-                   directory=os.path.join(args["report_dir"], req.run_id, node_name))
+                   directory=rundir.RunDir(os.path.join(args["report_dir"], req.run_id)).node(node_name).path)
     launcher = args.get("launcher", "srun")
     uuids = [g.get("uuid") for g in state.get("gpus") or [] if gpus is None or g.get("index") in gpus]
     context["whose"] = whose(env, launcher, rank_of(env, launcher), node_name, uuids)
@@ -127,7 +128,7 @@ def refuse(plan, context, report_root):
         plan.host, context["slurm_node"], "; ".join(plan.reasons)))
     try:
         files.private_dir(context["directory"], root=report_root)
-        files.write_private(os.path.join(context["directory"], "%s.result.json" % plan.host), run.frame(result))
+        files.write_private(rundir.RunDir(context["directory"]).result(plan.host), run.frame(result))
     except OSError as e:
         sys.stderr.write("fleet: %s: could not write the refusal's result: %s\n" % (plan.host, e))
     return run.REFUSED_EXIT
@@ -148,7 +149,7 @@ def main(args, argv=None, env=None):
     stops = []
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, lambda s, f: stops.append(s))
-    label = "rank%d" % rank if rank is not None else "pid%d" % os.getpid()
+    label = rundir.RunDir.label(rank, os.getpid())
     plan, context = plan_rank(args, env, label, command)
     context["rank"] = rank
     if isinstance(args.get("nonce"), str):  # the run's: gather takes only results that carry it

@@ -313,7 +313,7 @@ def slurm_install(obj: Context, prefix, python_path, owned, cluster, baseline, j
             click.echo(f"wrote {path}")
     else:
         for path, (content, mode) in setup.files().items():
-            if path.endswith("fleet-agent.py"):
+            if path == setup.agent:
                 click.echo(f"# {path} ({mode:o}): fleet's node agent, {len(content)} bytes\n")
             else:
                 click.echo(f"# {path} ({mode:o})\n{content.decode()}")

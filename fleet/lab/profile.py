@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Callable
 
 from .. import agentcall, containers, outcome, safenames, store
 from ..agent import wire
+from ..agent.rundir import RunDir
 from ..outcome import HostStatus
 from ..store.bring import bring_home
 from ..store.manifest import HostEntry, ReportEntry, RunManifest
@@ -224,7 +225,7 @@ async def gather(fan: "Fanout", hosts: dict[str, "Host"], store_root: Path, run_
         node_dir = os.path.dirname(Plan.from_json(plan_doc).output)
         result = entry.result
         if result is None:  # fleet went away before the agent's last word: it is on the node
-            r = await fan.run(host, ["cat", "--", f"{node_dir}/{host.name}.result.json"], timeout=GATHER_TIMEOUT)
+            r = await fan.run(host, ["cat", "--", RunDir(node_dir).result(host.name)], timeout=GATHER_TIMEOUT)
             if r.exit_status != 0:
                 entry.missing_why = f"no result on the node yet: {r.error or r.stderr.decode(errors='replace').strip()}"
                 continue

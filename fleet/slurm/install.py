@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..agent.bundle import script as agent_script
+from ..agent.rundir import RunDir
 
 OPS = {"prolog": "Prolog", "epilog": "Epilog", "task-prolog": "TaskProlog"}
 NEEDS = (3, 8)  # the agent's oldest Python (tests/test_bundle.py holds it to that)
@@ -52,6 +53,11 @@ class NodeSetup:
     def config_path(self) -> str:
         return f"{self.prefix}/node.json"
 
+    @property
+    def agent(self) -> str:
+        """The agent as one file, named as a Slurm run's folder names it."""
+        return f"{self.prefix}/{RunDir.AGENT}"
+
     def config(self) -> dict:
         return {"owned_sysctls": dict(self.owned_sysctls), "jobs_dir": self.jobs_dir, "state_dir": self.state_dir,
                 "log_file": self.log_file, "fail_closed": self.fail_closed, "pause_dcgm": self.pause_dcgm,
@@ -75,7 +81,7 @@ class NodeSetup:
                 f"\"$msg\" >> {log}; }} 2>/dev/null\n"
                 "    exit 0\n"
                 "fi\n"
-                f"exec \"$py\" -I {shlex.quote(self.prefix + '/fleet-agent.py')} {shlex.quote(args)}\n")
+                f"exec \"$py\" -I {shlex.quote(self.agent)} {shlex.quote(args)}\n")
 
     def slurm_conf(self) -> str:
         return "".join(f"{OPS[op]}={self.prefix}/slurm-{op}\n" for op in OPS) + \
@@ -83,7 +89,7 @@ class NodeSetup:
 
     def files(self) -> dict[str, tuple[bytes, int]]:
         """path -> (content, mode)"""
-        out = {f"{self.prefix}/fleet-agent.py": (agent_script().encode(), 0o644),
+        out = {self.agent: (agent_script().encode(), 0o644),
                self.config_path: ((json.dumps(self.config(), indent=1) + "\n").encode(), 0o644)}
         for op in OPS:
             out[f"{self.prefix}/slurm-{op}"] = (self.wrapper(op).encode(), 0o755)

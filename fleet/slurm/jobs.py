@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 
 from .. import exitcodes
 from ..errors import FleetError
+from ..agent.rundir import RunDir
 from . import results
 
 if TYPE_CHECKING:
@@ -41,6 +42,20 @@ BOUNDED = ('bounded() { if command -v timeout >/dev/null 2>&1; then timeout %d "
            % SLURMCTLD_BOUND)
 # How squeue and scontrol say that a job id is not theirs (the job left, or never was).
 INVALID_JOB = re.compile(r"Invalid job id", re.I)
+
+# The job's own files, as read_results lists them in the run folder (the call's shell is in it):
+# the exit and stop marks with what they hold, then sbatch's log, Ray's reports and whose files,
+# and the reports of ranks that left no result beside them, each as "KIND SIZE SHA256 PATH"
+# (KIND: orphan, else the name up to its first - or /: slurm, ray). RunDir's names are plain
+# words; the * are the shell's.
+_HERE, _ANY_RANK = RunDir(""), RunDir("").node("*").file(RunDir.label("*"))
+JOB_FILES = (f'for f in {_HERE.job_exit} {_HERE.job_stopped}; do [ -f "$f" ] && echo "$m $f $(head -c 64 "$f")"; done; '
+             f'for f in {_HERE.batch_log_of("*")} {_HERE.ray_file("*.nsys-rep")} '
+             f'{_HERE.ray_file("*" + RunDir.WHOSE)} {_ANY_RANK}.nsys-rep {_ANY_RANK}.ncu-rep; do [ -f "$f" ] || '
+             f'continue; case $f in {_ANY_RANK}) [ ! -e "${{f%.*}}{RunDir.RESULT}" ] || continue; k=orphan ;; '
+             '*) k=${f%%[-/]*} ;; esac; echo "$m $k $(stat -c %s "$f") '
+             '$(sha256sum < "$f" | cut -d" " -f1) $PWD/$f"; done; true')
+
 
 
 class SlurmError(FleetError, RuntimeError):
@@ -308,12 +323,7 @@ class SlurmClient:
         result file that is not the agent's own (:mod:`.results`) is in ``marks["refused"]``,
         as (its path, why)."""
         nonce = secrets.token_hex(16)
-        r = await self._sh("results", 'cd -- "$1" 2>/dev/null || exit 0; m="@@$2"; ' + results.READ +
-                           'for f in job.exit job.stopped; do [ -f "$f" ] && echo "$m $f $(head -c 64 "$f")"; done; '
-                           'for f in slurm-*.out ray/*.nsys-rep ray/*.whose.json */rank*.nsys-rep */rank*.ncu-rep; do [ -f "$f" ] || '
-                           'continue; case $f in */rank*) [ ! -e "${f%.*}.result.json" ] || continue; k=orphan ;; '
-                           '*) k=${f%%[-/]*} ;; esac; echo "$m $k $(stat -c %s "$f") '
-                           '$(sha256sum < "$f" | cut -d" " -f1) $PWD/$f"; done; true',
+        r = await self._sh("results", 'cd -- "$1" 2>/dev/null || exit 0; m="@@$2"; ' + results.READ + JOB_FILES,
                            run_dir, nonce, str(results.RESULT_MAX))
         text = self._check(r, "reading the run's results")
         files, refused, other = results.split(text, f"@@{nonce} ")

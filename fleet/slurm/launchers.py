@@ -15,12 +15,16 @@ import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..agent.rundir import RunDir
 from ..containers import Container, ContainerError, slurm_words
 from ..safenames import quote
 from ..plan import profiler_args_error
 
 LAUNCHERS = ("srun", "torchrun", "mpirun", "ray")
-RAY_HOOK = Path(__file__).with_name("ray_hook.py")  # written into the job's run folder as fleet_ray_hook.py
+# The run folder as the batch script names it ($RUN_DIR, set by script.render): RunDir's names are
+# plain words, so each path below is one word inside double quotes.
+IN_SCRIPT = RunDir("$RUN_DIR")
+RAY_HOOK = Path(__file__).with_name("ray_hook.py")  # written into the job's run folder as RunDir.RAY_HOOK
 RAY_HOOK_END = "FLEET_RAY_HOOK_PY"
 # Ray's nsight plugin runs `nsys profile` from PATH for each worker; without it Ray 2.60 fails the job
 # at the first worker (RuntimeEnvSetupError: "nsight is not installed"), the program already started.
@@ -29,7 +33,7 @@ RAY_NEEDS_NSYS = (
     "    echo \"fleet: nsys is not on PATH on ${SLURMD_NODENAME:-this node}: Ray's nsight plugin runs nsys from PATH "
     "for every worker (else RuntimeEnvSetupError: nsight is not installed); nothing was started: put nsys's folder "
     "on the job's PATH\" >&2",
-    "    echo 127 > \"$RUN_DIR/job.exit\"",
+    f"    echo 127 > \"{IN_SCRIPT.job_exit}\"",
     "    exit 127",
     "fi")
 
@@ -168,13 +172,13 @@ def launch(launcher: str, command: list[str], agent: list[str], run_dir: str, co
             raise LauncherError(f"{RAY_HOOK} holds {RAY_HOOK_END}")
         # Ray starts its own workers: its runtime_env hook (fleet_ray_hook, fleet/slurm/ray_hook.py)
         # adds this _nsight block to the program's ray.init, with no change to the program.
-        return Launch(('mkdir -p -- "$RUN_DIR/ray"',
+        return Launch((f'mkdir -p -- "{IN_SCRIPT.ray}"',
                        f"export FLEET_RAY_RUNTIME_ENV={quote(json.dumps(block, sort_keys=True), 'Ray runtime_env')}",
                        *RAY_NEEDS_NSYS,
-                       'printf \'%s\\n\' "$FLEET_RAY_RUNTIME_ENV" > "$RUN_DIR/ray/fleet_ray_hook.json"',
-                       f"cat > \"$RUN_DIR/ray/fleet_ray_hook.py\" <<'{RAY_HOOK_END}'", *hook.splitlines(), RAY_HOOK_END,
+                       f'printf \'%s\\n\' "$FLEET_RAY_RUNTIME_ENV" > "{IN_SCRIPT.ray_hook_block}"',
+                       f"cat > \"{IN_SCRIPT.ray_hook}\" <<'{RAY_HOOK_END}'", *hook.splitlines(), RAY_HOOK_END,
                        "export RAY_RUNTIME_ENV_HOOK=fleet_ray_hook.runtime_env_hook",
-                       'export PYTHONPATH="$RUN_DIR/ray${PYTHONPATH:+:$PYTHONPATH}"',
+                       f'export PYTHONPATH="{IN_SCRIPT.ray}${{PYTHONPATH:+:$PYTHONPATH}}"',
                        "# Each worker's report is worker-HOST-PID; whose it is (actor or task) is beside it."),
                       "\"${COMMAND[@]}\"")
     raise LauncherError(f"unknown launcher {launcher!r}: one of {', '.join(LAUNCHERS)}")
@@ -231,7 +235,7 @@ def ray_runtime_env(run_dir: str, tool: str, profiler_args=()) -> dict:
     """Ray's own nsys integration (``runtime_env={"_nsight": {...}}``): options without dashes."""
     if tool != "nsys":
         raise LauncherError("Ray's runtime_env integration exists for nsys only")
-    options: dict = {"t": "cuda,nvtx,osrt", "o": f"{run_dir}/ray/worker-%h-%p"}  # one folder, made by the script
+    options: dict = {"t": "cuda,nvtx,osrt", "o": RunDir(run_dir).ray_reports}  # one folder, made by the script
     for arg in profiler_args:
         key, _, value = arg.lstrip("-").partition("=")
         options[key] = value or "true"

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .. import outcome, safenames
+from ..agent.rundir import RunDir
 from ..outcome import HostStatus
 from ..store.bring import bring_home
 from ..store.manifest import HostEntry
@@ -25,21 +26,21 @@ async def ray_home(fan: "Fanout", client: SlurmClient, run_dir: str, lines: list
     fleet's Ray hook wrote it beside the report (worker-HOST-PID.whose.json: the actor or task)."""
     hosts = []
     marks = [found for found in map(file_mark, lines) if found is not None]
-    whose = {found["path"][: -len(".whose.json")]: found for found in marks if found["path"].endswith(".whose.json")}
+    whose = {found["path"]: found for found in marks if RunDir.is_whose(found["path"])}
     for found in marks:
         path = found["path"]
-        if path.endswith(".whose.json"):
+        if RunDir.is_whose(path):
             continue
-        node = os.path.basename(path).removesuffix(".nsys-rep")[len("worker-"):].rsplit("-", 1)[0] or "ray"
+        node = RunDir.ray_worker_host(path) or "ray"
         if not safenames.is_component(node):  # named by a file the job wrote
             hosts.append(HostEntry(str(node), HostStatus.FAILED, worker=os.path.basename(path),
                                    missing_why=safenames.component_problem(node, "the Ray worker's node name")))
             continue
-        said = whose.get(path.removesuffix(".nsys-rep"))
+        said = whose.get(RunDir.whose_beside(path))
         reports = await bring_home(fan, client.login, [found] + ([said] if said else []), directory / node,
-                                   node_dir=f"{run_dir}/ray")
+                                   node_dir=RunDir(run_dir).ray)
         for rep in reports:  # whose the report is: an extra beside it, as a summary is
-            if rep.stored.endswith(".whose.json") or rep.remote.endswith(".whose.json"):
+            if RunDir.is_whose(rep.stored) or RunDir.is_whose(rep.remote):
                 rep.status, rep.summary = "summary", "whose"
         gone = outcome.lost(reports)
         worker = ray_worker_name(reports) or os.path.basename(path)
@@ -52,7 +53,7 @@ def ray_worker_name(reports: list) -> str | None:
     """A Ray worker as people know it, from the whose file it wrote (the job's, so read bounded and
     checked): ``Trainer trainer-a on node1, GPU 0, pid 123``, or the task's function; None without one."""
     for rep in reports:
-        if not (rep.verified and rep.stored.endswith(".whose.json")) or (rep.size or 0) > 65536:
+        if not (rep.verified and RunDir.is_whose(rep.stored)) or (rep.size or 0) > 65536:
             continue
         try:
             doc = json.loads(Path(rep.stored).read_text())

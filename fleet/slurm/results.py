@@ -14,6 +14,7 @@ import hmac
 
 from .. import safenames
 from ..agent import wire
+from ..agent.rundir import RunDir
 from ..outcome import HostStatus
 from ..store.manifest import HostEntry
 
@@ -21,7 +22,7 @@ RESULT_MAX = 4 << 20  # bytes: far more than any rank's result holds
 
 # Each result file, as the login node finds it ($1 the run directory, $2 the call's nonce, $3
 # RESULT_MAX): a mark line naming it, then its content; or a mark saying why it is not read.
-READ = ('me=$(id -u); for f in */*.result.json; do '
+READ = (f'me=$(id -u); for f in {RunDir("").node("*").result("*")}; do '
         'if [ -L "$f" ]; then echo "$m refused $f is a symbolic link"; continue; fi; '
         '[ -f "$f" ] || { [ ! -e "$f" ] || echo "$m refused $f is not a regular file"; continue; }; '
         's=$(stat -c "%a %u %s" -- "$f"); '
@@ -33,11 +34,8 @@ READ = ('me=$(id -u); for f in */*.result.json; do '
 
 def where(path: str) -> tuple[str | None, int | None]:
     """The node and rank a result file's place says (NODE/rankN.result.json); None where not."""
-    node, _, name = path.rpartition("/")
-    label = name[: -len(".result.json")] if name.endswith(".result.json") else ""
-    rank = label[len("rank"):]
-    return (node if safenames.is_component(node) else None,
-            int(rank) if label.startswith("rank") and rank.isdigit() and len(rank) < 10 else None)
+    node, label = RunDir.result_place(path)
+    return node if safenames.is_component(node) else None, RunDir.rank_of(label)
 
 
 def from_file(path: str, text: str) -> tuple[dict | None, str | None]:
@@ -47,7 +45,7 @@ def from_file(path: str, text: str) -> tuple[dict | None, str | None]:
         return None, f"{path} holds {len(found) or 'no'} answer{'s' if len(found) != 1 else ''} of fleet's agent, " \
                      "not one"
     body = found[0]
-    node, label = path.rpartition("/")[0], path.rpartition("/")[2][: -len(".result.json")]
+    node, label = RunDir.result_place(path)  # the listing's glob: always a result file's name
     if body.get("slurm_node") != node or body.get("host") != label:
         return None, (f"{path} holds the result of {str(body.get('host'))[:40]!r} on {str(body.get('slurm_node'))[:40]!r}"
                       ", not of its own place")

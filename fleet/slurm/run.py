@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Callable
 from .. import outcome, safenames, store
 from ..agent import wire
 from ..agent.bundle import script as agent_script
+from ..agent.rundir import RunDir
 from ..outcome import HostStatus
 from ..store.bring import bring_home, file_problem
 from ..store.collect import fetch_verified
@@ -223,15 +224,16 @@ async def gather(fan: "Fanout", client: SlurmClient, manifest: RunManifest, dire
     results = []
     for res in found:  # a result without the run's nonce is not this run's agent's
         if (why := not_this_runs(res, slurm.result_nonce)):
-            refused.append(refused_entry(f"{res.get('slurm_node')}/{res.get('host')}.result.json", why))
+            refused.append(refused_entry(RunDir(str(res.get("slurm_node"))).result(str(res.get("host"))), why))
         else:
             results.append(res)
     if state is not None:
         slurm.state, slurm.exit_code, slurm.nodes, slurm.reason = state.state, state.exit_code, state.nodes, \
             state.reason
-    slurm.job_exit = int(marks["job.exit"]) if marks.get("job.exit", "").lstrip("-").isdigit() else None
-    slurm.stopped_before_time_limit = "job.stopped" in marks
-    log = f"slurm-{slurm.job_id}.out"
+    exit_mark = marks.get(RunDir.JOB_EXIT, "")  # the listing names the job's marks as the run folder does
+    slurm.job_exit = int(exit_mark) if exit_mark.lstrip("-").isdigit() else None
+    slurm.stopped_before_time_limit = RunDir.JOB_STOPPED in marks
+    log = RunDir("").batch_log_of(slurm.job_id)
     found = file_mark(marks.get("slurm", ""))  # slurm-JOBID.out
     if found and file_problem(found, slurm.run_dir) is None:
         slurm.log = ReportEntry.from_json(await fetch_verified(
@@ -253,7 +255,8 @@ async def gather(fan: "Fanout", client: SlurmClient, manifest: RunManifest, dire
             continue
         if rank in orphans:  # killed before it wrote its result: the report it finished comes home
             node, found = orphans[rank]
-            reports = await bring_home(fan, client.login, [found], directory / node, node_dir=f"{slurm.run_dir}/{node}",
+            reports = await bring_home(fan, client.login, [found], directory / node,
+                                       node_dir=RunDir(slurm.run_dir).node(node).path,
                                        gathering=gathering)
             hosts.append(HostEntry(node, HostStatus.MISSING, rank=rank, reports=reports, missing_why=(
                 f"rank {rank} on {node} left no result (it was killed first; job {state.state if state else 'unknown'}"
@@ -286,9 +289,10 @@ async def _rank_home(fan: "Fanout", client: SlurmClient, run_dir: str, res: dict
     reports = []
     if res.get("status") in ("ok", "yielded"):
         # Written to node-local scratch, they now are in the run directory, under the same names.
-        to_fetch = [dict(r, path=f"{run_dir}/{node}/{os.path.basename(r['path'])}")
+        folder = RunDir(run_dir).node(node)
+        to_fetch = [dict(r, path=folder.file(os.path.basename(r["path"])))
                     for r in (res.get("reports") or []) + (res.get("summaries") or [])]
-        reports = await bring_home(fan, client.login, to_fetch, directory / node, node_dir=f"{run_dir}/{node}",
+        reports = await bring_home(fan, client.login, to_fetch, directory / node, node_dir=folder.path,
                                    gathering=gathering)
     return rank_entry(res, reports, tool)
 
@@ -301,9 +305,9 @@ def _orphans(lines: list[str]) -> dict[int, tuple[str, dict]]:
         if found is None:
             continue
         node, name = found["path"].split("/")[-2:]
-        rank = name.split(".")[0][len("rank"):]
-        if name.startswith("rank") and rank.isdigit() and safenames.is_component(node):
-            out.setdefault(int(rank), (node, found))
+        rank = RunDir.rank_of(name.split(".")[0])
+        if rank is not None and safenames.is_component(node):
+            out.setdefault(rank, (node, found))
     return out
 
 

@@ -23,13 +23,14 @@ import os
 from dataclasses import dataclass, field
 
 from .. import policy
+from ..agent.rundir import RunDir
 from ..safenames import quote, sbatch_word
 from . import launchers, options
 from .spec import JobSpec  # noqa: F401 (where callers have always found it)
 
-AGENT_FILE = "fleet-agent.py"
-SCRIPT_FILE = "job.sbatch"
-REQUEST_FILE = "fleet-request.json"  # read by fleet's Slurm prolog (fleet/agent/slurmd.py)
+AGENT_FILE = RunDir.AGENT
+SCRIPT_FILE = RunDir.SCRIPT
+REQUEST_FILE = RunDir.REQUEST  # read by fleet's Slurm prolog (fleet/agent/slurmd.py)
 
 
 @dataclass(frozen=True)
@@ -73,7 +74,7 @@ def sbatch_lines(req, spec: JobSpec, files: JobFiles) -> list[str]:
     # The job starts in the run's directory, where its request is: that is how a node's prolog
     # (fleet slurm install) sees that the job opted in. The command runs in the workdir.
     opts: list[str] = [f"--job-name={sbatch_word(f'fleet-{req.run_id}', 'the run id')}",
-                       f"--output={sbatch_word(f'{files.run_dir}/slurm-%j.out', run_dir)}",
+                       f"--output={sbatch_word(RunDir(files.run_dir).batch_log, run_dir)}",
                        f"--signal=B:USR1@{spec.stop_before}", f"--chdir={sbatch_word(files.run_dir, run_dir)}"]
     for name, value in (("partition", spec.partition), ("nodes", spec.nodes), ("ntasks", spec.ntasks),
                         ("ntasks-per-node", spec.ntasks_per_node), ("gpus", spec.gpus), ("gres", spec.gres),
@@ -110,7 +111,7 @@ def _python_check(files: JobFiles) -> list[str]:
             "else",
             "    echo \"fleet: $FLEET_PYTHON, the agent's Python, is not on compute node ${SLURMD_NODENAME:-?}: "
             "set ansible_python_interpreter to the nodes' python3\" >&2",
-            "    echo 127 > \"$RUN_DIR/job.exit\"",
+            f"    echo 127 > \"{launchers.IN_SCRIPT.job_exit}\"",
             "    exit 127",
             "fi"]
 
@@ -120,14 +121,15 @@ def render(req, spec: JobSpec, files: JobFiles) -> str:
     UnsafeValue (fleet.safenames) for a value sbatch or bash would read as something else."""
     spec = options.checked(spec)
     directives = sbatch_lines(req, spec, files)  # first: a bad value is named as the option it was given as
-    agent = [files.python, f"{files.run_dir}/{AGENT_FILE}",
+    agent = [files.python, RunDir(files.run_dir).agent,
              json.dumps(task_args(req, spec, files), separators=(",", ":"), sort_keys=True)]
     launch = launchers.launch(spec.launcher, list(req.command), agent, files.run_dir, spec.container,
                               tool=req.tool, profiler_args=req.profiler_args, scratch=files.scratch)
     who = "every rank" if spec.ranks is None else "ranks " + ",".join(map(str, spec.ranks))
     lines = ["#!/bin/bash", *directives,
              f"# fleet run {req.run_id}: {req.tool} on {who} ({spec.launcher}); reports and results go to",
-             f"# {files.run_dir}/NODE/rankN.*, and the job's exit status to job.exit.",
+             f"# {RunDir(files.run_dir).node('NODE').file(RunDir.label('N'))}.*, and the job's exit status to "
+             f"{RunDir.JOB_EXIT}.",
              "set -u",
              f"RUN_DIR={quote(files.run_dir, 'the run directory')}",
              *_python_check(files),
@@ -137,7 +139,7 @@ def render(req, spec: JobSpec, files: JobFiles) -> str:
              "",
              "stop_profilers() {",
              "    echo \"fleet: time limit near: stopping the profilers (SIGTERM) so their reports are finished\" >&2",
-             "    date +%s > \"$RUN_DIR/job.stopped\"",
+             f"    date +%s > \"{launchers.IN_SCRIPT.job_stopped}\"",
              "    scancel --signal=TERM \"$SLURM_JOB_ID\"",
              "}",
              "trap stop_profilers USR1",
@@ -156,6 +158,6 @@ def render(req, spec: JobSpec, files: JobFiles) -> str:
              "    [ \"$status\" -gt 128 ] && kill -0 \"$step\" 2>/dev/null || break",
              "done",
              *(_copy_back(files) if files.scratch else []),
-             "echo \"$status\" > \"$RUN_DIR/job.exit\"",
+             f"echo \"$status\" > \"{launchers.IN_SCRIPT.job_exit}\"",
              "exit \"$status\"", ""]
     return "\n".join(lines)

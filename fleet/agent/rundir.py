@@ -1,0 +1,167 @@
+"""Every file of a run's folder, by name: the one place that spells them.
+
+Shipped with the agent (standard library, Python 3.8) and imported by the controller, so the
+node that writes a file and the controller that reads it name it alike. Names only, no I/O
+(as submitit's ``JobPaths``). Where fleet parses a name back (the node and rank a result
+file's place says, a Ray worker's host), the inverse sits beside the forward spelling.
+
+A run's folder holds, on a lab server, each host's result and private TMPDIR beside its
+reports; on Slurm, the job's own files (the agent, the script, the prolog's request, the exit
+and stop marks, sbatch's log, Ray's folder) and one folder per node, in which each rank's
+files are named as a lab host's are in the run folder: ``RunDir(run).node(NODE).result(rankN)``.
+
+Every name here is a plain word to a shell (no character a shell would quote or expand,
+tests/test_rundir.py checks), so the batch script and the login node's listing spell them from
+these constants as they are; the folder a ``RunDir`` is made of is the caller's to quote.
+"""
+
+from __future__ import annotations
+
+import posixpath
+
+
+class RunDir:
+    """The files of one run's folder (``path``: absolute, or "" for names relative to it)."""
+
+    AGENT = "fleet-agent.py"             # the agent as one file (fleet/agent/bundle.py's script)
+    SCRIPT = "job.sbatch"                # the batch script
+    REQUEST = "fleet-request.json"       # what the job asks of a node's fleet prolog (agent/slurmd.py)
+    JOB_EXIT = "job.exit"                # the job's exit status, written by the batch script at its end
+    JOB_STOPPED = "job.stopped"          # when the USR1 trap stopped the profilers before the time limit
+    BATCH_LOG = "slurm-%j.out"           # sbatch's --output pattern: %j is the job id
+    RESULT = ".result.json"              # HOST.result.json: a host's or rank's result (a "profile" answer)
+    TMP = ".tmp-"                        # .tmp-HOST: the private TMPDIR of a host's or rank's profiler
+    RANK = "rank"                        # rankN: a rank's label; its reports and result are named by it
+    PID = "pid"                          # pidN: the label of a task whose launcher gave it no rank
+    RAY = "ray"                          # Ray's workers' reports, whose files and fleet's hook
+    RAY_HOOK = "fleet_ray_hook.py"       # fleet/slurm/ray_hook.py, as the batch script writes it
+    RAY_HOOK_BLOCK = "fleet_ray_hook.json"  # the _nsight block the hook reads
+    RAY_WORKER = "worker-"               # worker-HOST-PID.nsys-rep: Ray's nsight plugin, from RAY_REPORTS
+    RAY_REPORTS = RAY_WORKER + "%h-%p"   # nsys's -o for Ray's workers: %h the host, %p the pid
+    WHOSE = ".whose.json"                # worker-HOST-PID.whose.json: whose a Ray worker is, beside its report
+    NSYS_REPORT = ".nsys-rep"            # what nsys adds to its -o
+
+    def __init__(self, path: object):
+        self.path = str(path)
+
+    def __repr__(self) -> str:
+        return "RunDir(%r)" % self.path
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, RunDir) and other.path == self.path
+
+    def __hash__(self) -> int:
+        return hash(self.path)
+
+    def file(self, name: str) -> str:
+        """A file of this folder by its name (joined as written: a name from a job's file that
+        starts with / stays under the folder, where os.path.join would start again at it)."""
+        return self.path + ("" if not self.path or self.path.endswith("/") else "/") + name
+
+    def node(self, name: str) -> RunDir:
+        """A Slurm node's folder: its ranks' reports and results, named as a lab host's are."""
+        return RunDir(self.file(name))
+
+    # --- a host's or a rank's files (``host``: the lab host's name, or a rank's label) ---
+
+    def result(self, host: str) -> str:
+        return self.file(host + self.RESULT)
+
+    def tmp(self, host: str) -> str:
+        return self.file(self.TMP + host)
+
+    @classmethod
+    def label(cls, rank: int | str | None, pid: int | None = None) -> str:
+        """A rank's label (``rank3``), or, without a rank, its task's by pid (``pid4242``)."""
+        return "%s%s" % (cls.RANK, rank) if rank is not None else "%s%s" % (cls.PID, pid)
+
+    @classmethod
+    def rank_of(cls, label: str) -> int | None:
+        """The rank a label says (``rank3`` -> 3), or None."""
+        rank = label[len(cls.RANK):]
+        return int(rank) if label.startswith(cls.RANK) and rank.isdigit() and len(rank) < 10 else None
+
+    @classmethod
+    def result_place(cls, path: str) -> tuple[str, str]:
+        """(folder, host) of a result file's path (``NODE/rank3.result.json`` -> ``NODE``,
+        ``rank3``); host is "" where the name is no result file's."""
+        folder, _, name = path.rpartition("/")
+        return folder, name[: -len(cls.RESULT)] if name.endswith(cls.RESULT) else ""
+
+    # --- the job's own files ---
+
+    @property
+    def agent(self) -> str:
+        return self.file(self.AGENT)
+
+    @property
+    def script(self) -> str:
+        return self.file(self.SCRIPT)
+
+    @property
+    def request(self) -> str:
+        return self.file(self.REQUEST)
+
+    @property
+    def job_exit(self) -> str:
+        return self.file(self.JOB_EXIT)
+
+    @property
+    def job_stopped(self) -> str:
+        return self.file(self.JOB_STOPPED)
+
+    @property
+    def batch_log(self) -> str:
+        """sbatch's --output, with its %j."""
+        return self.file(self.BATCH_LOG)
+
+    def batch_log_of(self, job_id: object) -> str:
+        return self.file(self.BATCH_LOG.replace("%j", str(job_id)))
+
+    # --- Ray ---
+
+    @property
+    def ray(self) -> str:
+        return self.file(self.RAY)
+
+    def ray_file(self, name: str) -> str:
+        return self.node(self.RAY).file(name)
+
+    @property
+    def ray_reports(self) -> str:
+        """nsys's -o for every Ray worker (its placeholders kept)."""
+        return self.ray_file(self.RAY_REPORTS)
+
+    @property
+    def ray_hook(self) -> str:
+        return self.ray_file(self.RAY_HOOK)
+
+    @property
+    def ray_hook_block(self) -> str:
+        return self.ray_file(self.RAY_HOOK_BLOCK)
+
+    @classmethod
+    def ray_worker(cls, host: str, pid: object) -> str:
+        """A Ray worker's report name without its extension, as nsys expands RAY_REPORTS."""
+        return "%s%s-%s" % (cls.RAY_WORKER, host, pid)
+
+    @classmethod
+    def ray_worker_host(cls, path: str) -> str:
+        """The host a Ray worker's report or whose file names (``.../worker-node1-123.nsys-rep``
+        -> ``node1``); "" where it names none."""
+        name = posixpath.basename(path)
+        for suffix in (cls.NSYS_REPORT, cls.WHOSE):
+            if name.endswith(suffix):
+                name = name[: -len(suffix)]
+                break
+        return name[len(cls.RAY_WORKER):].rsplit("-", 1)[0]
+
+    @classmethod
+    def whose_beside(cls, report: str) -> str:
+        """The whose file fleet's Ray hook writes beside a worker's report."""
+        base = report[: -len(cls.NSYS_REPORT)] if report.endswith(cls.NSYS_REPORT) else report
+        return base + cls.WHOSE
+
+    @classmethod
+    def is_whose(cls, path: str) -> bool:
+        return path.endswith(cls.WHOSE)
