@@ -13,6 +13,10 @@ them.
 from __future__ import annotations
 
 import ctypes
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # the shapes the policy reads; nothing of it is imported on a node
+    from ..policy.vocabulary import Gpu, GpuLook, GpuProcess, MigInstance, Nvml
 
 try:  # as shipped by fleet, every module travels under a flat name
     import fleet_agent_procs as procfs
@@ -25,7 +29,7 @@ COMPUTE_MODES = {0: "default", 1: "exclusive-thread", 2: "prohibited", 3: "exclu
 NO_ID = 0xFFFFFFFF  # gpuInstanceId/computeInstanceId of a process outside MIG
 
 
-def gpus(procs, owner_uid):
+def gpus(procs, owner_uid) -> tuple[Nvml, list[Gpu]]:
     try:
         ctypes.CDLL("libnvidia-ml.so.1")  # before paying for pynvml: is there a driver at all?
     except OSError as e:
@@ -57,7 +61,7 @@ def _try(fn, default=None):
         return default
 
 
-def gpu(nv, index, procs, owner_uid):
+def gpu(nv, index, procs, owner_uid) -> Gpu:
     h = nv.nvmlDeviceGetHandleByIndex(index)
     arch = _try(lambda: nv.nvmlDeviceGetArchitecture(h))
     mig = _try(lambda: nv.nvmlDeviceGetMigMode(h), [None, None])
@@ -93,7 +97,7 @@ def sampled_pids(nv, h):
         return None
 
 
-def mig_instances(nv, h):
+def mig_instances(nv, h) -> list[MigInstance]:
     out = []
     for i in range(_try(lambda: nv.nvmlDeviceGetMaxMigDeviceCount(h), 0)):
         m = _try(lambda: nv.nvmlDeviceGetMigDeviceHandleByIndex(h, i))
@@ -107,7 +111,7 @@ def mig_instances(nv, h):
     return out
 
 
-def gpu_processes(nv, h, procs, owner_uid):
+def gpu_processes(nv, h, procs, owner_uid) -> tuple[list[GpuProcess], str | None]:
     lists = (("compute", nv.nvmlDeviceGetComputeRunningProcesses),
              ("graphics", nv.nvmlDeviceGetGraphicsRunningProcesses),
              ("mps", nv.nvmlDeviceGetMPSComputeRunningProcesses))
@@ -189,7 +193,7 @@ def conditions(nv, h):
     return {k: v for k, v in out.items() if v is not None}
 
 
-def look(nv, h, index, procs, owner_uid):
+def look(nv, h, index, procs, owner_uid) -> GpuLook:
     """Who is on one GPU now, in the shape ``gpu`` gives and the policy reads: its process lists,
     the memory processes hold and the utilization samples. The memory is read before and after
     the lists and the lesser kept, so a workload allocating meanwhile is not taken for memory
