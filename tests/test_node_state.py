@@ -120,8 +120,9 @@ def test_the_probe_fills_exactly_the_node_states_keys(tmp_path):
         no_nvml = tmp_path / "no-nvml.txt"
         fakenvml.write_scenario(no_nvml, {"init_error": 9})
         tools = {"nsys": str(STANDINS / "nsys"), "ncu": str(open_dir / "ncu")}
-        states = [probe(fakenvml.env(lib, gpus), {"tools": tools, "environment_check": True,
-                                                  "report_dir": str(tmp_path / "reports"), "owner_uid": os.getuid()}, listening=5555),
+        rich = {"tools": tools, "environment_check": True, "report_dir": str(tmp_path / "reports"),
+                "owner_uid": os.getuid()}
+        states = [probe(fakenvml.env(lib, gpus), rich, listening=5555),
                   probe(fakenvml.env(lib, no_nvml), {"tools": {"nsys": str(STANDINS / "nsys")},
                                                      "environment_check": False})]
     finally:

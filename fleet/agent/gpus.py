@@ -41,10 +41,10 @@ def gpus(procs, owner_uid) -> tuple[Nvml, list[Gpu]]:
     except nv.NVMLError as e:
         return {"available": False, "error": "nvmlInit failed: %s" % e}, []
     try:
-        info = {"available": True, "error": None,
-                "driver": _s(nv.nvmlSystemGetDriverVersion()),
-                "cuda_driver": _try(nv.nvmlSystemGetCudaDriverVersion),
-                "nvml_version": _try(lambda: _s(nv.nvmlSystemGetNVMLVersion()))}
+        info: Nvml = {"available": True, "error": None,
+                      "driver": _s(nv.nvmlSystemGetDriverVersion()),
+                      "cuda_driver": _try(nv.nvmlSystemGetCudaDriverVersion),
+                      "nvml_version": _try(lambda: _s(nv.nvmlSystemGetNVMLVersion()))}
         return info, [gpu(nv, i, procs, owner_uid) for i in range(nv.nvmlDeviceGetCount())]
     finally:
         nv.nvmlShutdown()
@@ -70,19 +70,19 @@ def gpu(nv, index, procs, owner_uid) -> Gpu:
     util = _try(lambda: nv.nvmlDeviceGetUtilizationRates(h))
     mode = _try(lambda: nv.nvmlDeviceGetComputeMode(h))
     listed, list_error = gpu_processes(nv, h, procs, owner_uid)
-    out = {"index": index, "uuid": _s(nv.nvmlDeviceGetUUID(h)), "name": _s(nv.nvmlDeviceGetName(h)),
-           "minor": _try(lambda: nv.nvmlDeviceGetMinorNumber(h)),  # /dev/nvidiaN: how Slurm's gres names it
-           "architecture": arch, "architecture_name": ARCHITECTURES.get(arch, "arch %s" % arch),
-           "mig_mode": {"current": mig[0], "pending": mig[1]},
-           "compute_mode": COMPUTE_MODES.get(mode, mode),
-           "memory_total": mem.total if mem else None, "memory_used": mem.used if mem else None,
-           # v2: what processes hold, every PID namespace's (v1's used also counts the reservation)
-           "memory_used_by_processes": by_processes.used if by_processes else None,
-           "memory_reserved": by_processes.reserved if by_processes else None,
-           "utilization": {"gpu": util.gpu, "memory": util.memory} if util else None,
-           "sampled_pids": sampled_pids(nv, h),
-           "mig_instances": mig_instances(nv, h) if mig[0] == 1 else [],
-           "processes": listed, "process_list_error": list_error}
+    out: Gpu = {"index": index, "uuid": _s(nv.nvmlDeviceGetUUID(h)), "name": _s(nv.nvmlDeviceGetName(h)),
+                "minor": _try(lambda: nv.nvmlDeviceGetMinorNumber(h)),  # /dev/nvidiaN: how Slurm's gres names it
+                "architecture": arch, "architecture_name": ARCHITECTURES.get(arch, "arch %s" % arch),
+                "mig_mode": {"current": mig[0], "pending": mig[1]},
+                "compute_mode": COMPUTE_MODES.get(mode, mode),
+                "memory_total": mem.total if mem else None, "memory_used": mem.used if mem else None,
+                # v2: what processes hold, every PID namespace's (v1's used also counts the reservation)
+                "memory_used_by_processes": by_processes.used if by_processes else None,
+                "memory_reserved": by_processes.reserved if by_processes else None,
+                "utilization": {"gpu": util.gpu, "memory": util.memory} if util else None,
+                "sampled_pids": sampled_pids(nv, h),
+                "mig_instances": mig_instances(nv, h) if mig[0] == 1 else [],
+                "processes": listed, "process_list_error": list_error}
     return out
 
 
@@ -98,7 +98,7 @@ def sampled_pids(nv, h):
 
 
 def mig_instances(nv, h) -> list[MigInstance]:
-    out = []
+    out: list[MigInstance] = []
     for i in range(_try(lambda: nv.nvmlDeviceGetMaxMigDeviceCount(h), 0)):
         m = _try(lambda: nv.nvmlDeviceGetMigDeviceHandleByIndex(h, i))
         if m is None:

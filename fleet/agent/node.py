@@ -129,7 +129,7 @@ def _version_key(path):
 def find_tool(tool, override) -> Tool | None:
     for path, source in candidates(tool, override):
         if os.path.isfile(path) and os.access(path, os.X_OK):
-            found = {"path": os.path.realpath(path), "found_by": source}
+            found: Tool = {"path": os.path.realpath(path), "found_by": source}
             changeable = changeable_by_others(found["path"])
             if changeable:
                 found["writable_by_others"] = changeable

@@ -8,7 +8,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any, Dict, List, TypedDict
 
-__all__ = ["NodeState", "Gpu", "GpuLook", "GpuProcess", "Tool", "PrologVerdict", "SectionError", "OK", "DEGRADED", "REFUSED", "WAYS", "HOPPER", "PARANOID_SYSCTL", "NO_SAMPLING_FLAGS",
+__all__ = ["NodeState", "Gpu", "GpuLook", "GpuProcess", "Tool", "PrologVerdict", "SectionError",
+           "OK", "DEGRADED", "REFUSED", "WAYS", "HOPPER", "PARANOID_SYSCTL", "NO_SAMPLING_FLAGS",
            "COUNTER_OPTIONS", "Request", "Tenant", "Verdict", "Finding", "uses_counters"]
 
 
