@@ -163,14 +163,14 @@ def test_a_docker_run_where_the_other_profiler_was_not_found():
     """The agent names a profiler it did not find as None (``tools.ncu: None``): nsys in a container
     mounts nsys's folder alone (reading that None as a dict stopped the run with a traceback)."""
     from fleet.lab.profile import in_docker
-    from fleet.plan import ProfileRequest, plan
+    from fleet.plan import LabPart, ProfileRequest, plan
 
     nsys = "/opt/nvidia/nsight-systems/2025.3.1/bin/nsys"
     state = {"uid": 1001, "gid": 1001, "euid": 1001, "perf_event_paranoid": 2, "host_pid_namespace": True,
              "nvml": {"available": True, "error": None}, "report_dir": {"path": "/var/tmp/fleet-ana", "writable": True},
              "tools": {"nsys": {"path": nsys, "found_by": "PATH"}, "ncu": None},
              "gpus": [{"index": 0, "uuid": "GPU-a", "processes": []}]}
-    req = ProfileRequest(tool="nsys", command=("python3", "app.py"), run_id="r", docker_image="pytorch:25.01")
+    req = ProfileRequest(tool="nsys", command=("python3", "app.py"), run_id="r", lab=LabPart(docker_image="pytorch:25.01"))
     argv = in_docker(plan("h01", state, req), state, req, None).command.argv()
     mounts = [argv[i + 1] for i, w in enumerate(argv) if w == "-v"]
     assert "/opt/nvidia/nsight-systems/2025.3.1:/opt/nvidia/nsight-systems/2025.3.1:ro" in mounts

@@ -108,8 +108,9 @@ def plan_rank(args, env, label, command):
     state["prolog_verdict"] = prolog_verdict(env, args.get("prolog_expected", False))
     gpus = policy.job_gpu_indices(slurm_gpu_ids(env), state.get("gpus") or [])
     req = planner.ProfileRequest.from_json(args["request"])
-    req = replace(req, command=tuple(command), gpus=gpus, output_name="%s/%s" % (node_name, label),
-                  job=env.get("SLURM_JOB_ID"), timeout=time_to_run(env, args.get("stop_before"), req.tool))
+    rank = planner.RankPart(job=env.get("SLURM_JOB_ID"), gpus=gpus, output_name="%s/%s" % (node_name, label),
+                            timeout=time_to_run(env, args.get("stop_before"), req.tool))
+    req = replace(req, command=tuple(command), rank=rank)
     plan = planner.plan(label, state, req)
     context = dict(wire.facts(state, req.gpus, req.tool), slurm_node=node_name, job_id=env.get("SLURM_JOB_ID"),
                    directory=os.path.join(args["report_dir"], req.run_id, node_name))
