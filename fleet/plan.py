@@ -258,7 +258,7 @@ def _refuse(host: str, v: policy.Verdict) -> Plan:
     return Plan(host, REFUSED, v.reasons, v.remedy, tenants=v.tenants)
 
 
-def plan(host: str, state: NodeState, req: ProfileRequest, owned_sysctls: dict[str, Any] | None = None) -> Plan:
+def plan(host: str, state: policy.NodeState, req: ProfileRequest, owned_sysctls: dict[str, Any] | None = None) -> Plan:
     owned = dict(owned_sysctls or {})
     request = policy.Request(gpus=req.gpus, allow_own=req.allow_own, owned_sysctls=owned,
                              pause_dcgm=req.pause_dcgm, job=req.job)

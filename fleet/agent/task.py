@@ -72,7 +72,7 @@ def slurm_gpu_ids(env):
     return None
 
 
-def prolog_verdict(env, expected):
+def prolog_verdict(env, expected) -> policy.PrologVerdict | None:
     """What fleet's Slurm prolog (fleet slurm install) saw on the job's GPUs, as root: None where
     no prolog is installed, else its document, or ``{"error": ...}`` when there is none to read
     although the cluster has the prolog (``expected``), or it cannot be read (the policy then
