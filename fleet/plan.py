@@ -88,40 +88,93 @@ def _without_overridden(tool: str, flags: list[str], user: tuple[str, ...]) -> l
 
 
 @dataclass(frozen=True)
+class LabPart:
+    """What only a run on lab servers asks (the Slurm path refuses these options): never sent to a rank."""
+    gpus: tuple[int, ...] | None = None         # --gpu: NVML indices; None: every GPU
+    timeout: float | None = None                # seconds the workload may run (nsys: --duration)
+    lock_wait: float = 0.0                      # seconds to wait for another run's GPU lock
+    docker_image: str | None = None             # the workload runs in this image (fleet.containers)
+
+
+@dataclass(frozen=True)
+class RankPart:
+    """What a Slurm rank fills in on its node from its job (agent/task.py): never sent either."""
+    job: str | None = None                      # planned inside this job (its ranks are not tenants)
+    gpus: tuple[int, ...] | None = None         # the job's GPUs here, NVML's indices; None: every GPU
+    output_name: str | None = None              # NODE/rankN under the run's directory
+    timeout: float | None = None                # until the job's end, less --stop-before (nsys)
+
+
+# The keys of the flat record (``to_json``, a run's manifest), in its order.
+RECORD = ("tool", "command", "run_id", "gpus", "gpu_metrics", "allow_own", "pause_dcgm", "profiler_args",
+          "timeout", "lock_wait", "clock_control", "output_name", "job", "docker_image")
+
+
+@dataclass(frozen=True)
 class ProfileRequest:
-    """What the user asks for: the same on lab servers and on Slurm, where it travels to each
-    rank as JSON (``to_json``/``from_json``) and is completed there with the job's GPUs."""
+    """What the user asks for. Its own fields are what every node needs, on lab servers and in
+    each Slurm rank, where they travel as JSON (``for_rank``/``from_json``); ``lab`` holds the
+    lab servers' choices, ``rank`` what a rank completes on its node. The planner reads the
+    GPUs, the time bound and the job through the properties below, whichever part gave them."""
     tool: str                                   # nsys | ncu
     command: tuple[str, ...]
     run_id: str
-    gpus: tuple[int, ...] | None = None
     gpu_metrics: bool = False                   # nsys --gpu-metrics-devices
     allow_own: bool = False
     pause_dcgm: bool = False
     profiler_args: tuple[str, ...] = ()         # passed through to nsys/ncu
-    timeout: float | None = None                # seconds the workload may run (nsys: --duration)
-    lock_wait: float = 0.0                      # seconds to wait for another run's GPU lock
     clock_control: str = "base"                 # ncu; always explicit
-    output_name: str | None = None              # under the run's directory; default HOST-%p
-    job: str | None = None                      # planned inside this Slurm job (its ranks are not tenants)
-    docker_image: str | None = None             # lab servers: the workload runs in this image (fleet.containers)
+    lab: LabPart | None = None
+    rank: RankPart | None = None
 
     @property
     def uses_counters(self) -> bool:
         return policy.uses_counters(self.tool, self.gpu_metrics)
 
+    @property
+    def gpus(self) -> tuple[int, ...] | None:
+        return self.rank.gpus if self.rank else self.lab.gpus if self.lab else None
+
+    @property
+    def timeout(self) -> float | None:
+        return self.rank.timeout if self.rank else self.lab.timeout if self.lab else None
+
+    @property
+    def lock_wait(self) -> float:
+        return self.lab.lock_wait if self.lab else 0.0
+
+    @property
+    def docker_image(self) -> str | None:
+        return self.lab.docker_image if self.lab else None
+
+    @property
+    def job(self) -> str | None:
+        return self.rank.job if self.rank else None
+
+    @property
+    def output_name(self) -> str | None:
+        return self.rank.output_name if self.rank else None
+
+    def for_rank(self) -> dict:
+        """What travels to every rank: the fields every node needs, no lab choice, nothing the rank fills."""
+        return {f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("lab", "rank")}
+
     def to_json(self) -> dict:
-        return asdict(self)
+        """The request as a run's manifest records it: one flat document, whichever part gave a value."""
+        return {key: getattr(self, key) for key in RECORD}
 
     @classmethod
     def from_json(cls, doc: dict) -> "ProfileRequest":
-        known = {f.name for f in fields(cls)}
-        kw = {k: v for k, v in doc.items() if k in known}
+        """The inverse of ``to_json`` and the reader of ``for_rank``: keys it does not know are left
+        out, and so are the rank's own (a rank fills them from its job, never from the document)."""
+        own = {f.name for f in fields(cls)} - {"lab", "rank"}
+        kw = {k: v for k, v in doc.items() if k in own}
         for key in ("command", "profiler_args"):
             kw[key] = tuple(kw.get(key) or ())
-        if kw.get("gpus") is not None:
-            kw["gpus"] = tuple(kw["gpus"])
-        return cls(**kw)
+        lab = LabPart(**{f.name: doc[f.name] for f in fields(LabPart) if f.name in doc})
+        if lab.gpus is not None:
+            lab = replace(lab, gpus=tuple(lab.gpus))
+        return cls(**kw, lab=lab if lab != LabPart() else None)
 
 
 @dataclass(frozen=True)
@@ -205,7 +258,7 @@ def _refuse(host: str, v: policy.Verdict) -> Plan:
     return Plan(host, REFUSED, v.reasons, v.remedy, tenants=v.tenants)
 
 
-def plan(host: str, state: NodeState, req: ProfileRequest, owned_sysctls: dict[str, Any] | None = None) -> Plan:
+def plan(host: str, state: policy.NodeState, req: ProfileRequest, owned_sysctls: dict[str, Any] | None = None) -> Plan:
     owned = dict(owned_sysctls or {})
     request = policy.Request(gpus=req.gpus, allow_own=req.allow_own, owned_sysctls=owned,
                              pause_dcgm=req.pause_dcgm, job=req.job)

@@ -28,10 +28,10 @@ MEM = 900 << 20
 AGENT = """
 import json, sys
 from fleet.agent import node, run
-from fleet.plan import ProfileRequest, plan
+from fleet.plan import LabPart, ProfileRequest, plan
 a = json.loads(sys.argv[1])
 state = node.probe({"tools": a["tools"], "report_dir": a["report_dir"], "environment_check": False})
-p = plan("h01", state, ProfileRequest(tool="nsys", command=tuple(a["command"]), run_id="r", gpus=(0,)))
+p = plan("h01", state, ProfileRequest(tool="nsys", command=tuple(a["command"]), run_id="r", lab=LabPart(gpus=(0,))))
 if p.status != "ok":
     print("PLAN REFUSED", p.reasons); sys.exit(2)
 sys.exit(run.main({"plan": p.to_json()}))

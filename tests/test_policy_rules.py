@@ -8,7 +8,7 @@ import itertools
 import pytest
 
 from fleet import policy
-from fleet.plan import Command, Plan, ProfileRequest, plan
+from fleet.plan import Command, LabPart, Plan, ProfileRequest, RankPart, plan
 from fleet.policy import OK, REFUSED, Request
 
 from .test_policy import BASE, TENANT, verdicts
@@ -84,7 +84,7 @@ def test_prolog_verdict_fails_closed(verdict, expected):
 def test_dcgm_inside_a_job_is_the_prologs_to_pause():
     """A rank's plan paused DCGM itself, as the job's user: every rank failed with "needs root"."""
     s = state(gpus__0__architecture=8, dcgm__hostengine=[99])
-    req = ProfileRequest(tool="ncu", command=("x",), run_id="r", gpus=(0,), pause_dcgm=True, job="41")
+    req = ProfileRequest(tool="ncu", command=("x",), run_id="r", pause_dcgm=True, rank=RankPart(job="41", gpus=(0,)))
     refused = plan("rank0", dict(s, prolog_verdict=WHOLE), req)
     assert refused.status == REFUSED and "prolog did not pause" in refused.reasons[-1]
     paused = plan("rank0", dict(s, prolog_verdict=dict(WHOLE, dcgm="paused")), req)
@@ -131,7 +131,7 @@ DCGM = [  # (DCGM here, GPU 0's architecture, --pause-dcgm, tool) -> ncu status,
 def test_dcgm_pause_is_promised_and_planned_alike(dcgm, arch, asked, tool, status, paused):
     """Before, the verdict promised a pause beside dcgm-exporter alone that the plan never made."""
     s = state(gpus__0__architecture=arch, **dcgm)
-    req = ProfileRequest(tool=tool, command=("x",), run_id="r", gpus=(0,), pause_dcgm=asked)
+    req = ProfileRequest(tool=tool, command=("x",), run_id="r", pause_dcgm=asked, lab=LabPart(gpus=(0,)))
     v = verdicts(s, Request(gpus=(0,), pause_dcgm=asked))["ncu"]
     p = plan("h", s, req)
     assert v.status == status and p.pause_dcgm is paused
@@ -144,23 +144,23 @@ def test_every_dcgm_state_the_verdict_promises_a_pause_for_is_planned_with_one()
                                                [7, 8, 9], [False, True]):
         s = state(gpus__0__architecture=arch, **dcgm)
         v = verdicts(s, Request(gpus=(0,), pause_dcgm=asked))["ncu"]
-        p = plan("h", s, ProfileRequest(tool="ncu", command=("x",), run_id="r", gpus=(0,), pause_dcgm=asked))
+        p = plan("h", s, ProfileRequest(tool="ncu", command=("x",), run_id="r", pause_dcgm=asked, lab=LabPart(gpus=(0,))))
         assert any("pause DCGM" in r for r in v.reasons) == p.pause_dcgm, (dcgm, arch, asked)
 
 
 def test_a_job_plan_is_made_with_the_job_rules_not_patched_after():
     s = state(gpus__0__processes=[dict(TENANT, foreign=False, user="alice", slurm_job="41")])
-    req = ProfileRequest(tool="ncu", command=("x",), run_id="r", gpus=(0,), job="41")
+    req = ProfileRequest(tool="ncu", command=("x",), run_id="r", rank=RankPart(job="41", gpus=(0,)))
     p = plan("rank0", s, req)
     assert p.status == OK and p.gpu_locks == () and p.recheck == {} and "CUDA_VISIBLE_DEVICES" not in p.env
-    lab = plan("h", state(), ProfileRequest(tool="ncu", command=("x",), run_id="r", gpus=(0,)))
+    lab = plan("h", state(), ProfileRequest(tool="ncu", command=("x",), run_id="r", lab=LabPart(gpus=(0,))))
     assert lab.gpu_locks and lab.recheck and lab.env["CUDA_VISIBLE_DEVICES"]
 
 
 def test_plan_and_request_round_trip_through_json():
     s = state(perf_event_paranoid=4)
-    req = ProfileRequest(tool="nsys", command=("python3", "a b.py"), run_id="r", gpus=(1,), gpu_metrics=False,
-                         profiler_args=("--trace=cuda",), timeout=5.0)
+    req = ProfileRequest(tool="nsys", command=("python3", "a b.py"), run_id="r", gpu_metrics=False,
+                         profiler_args=("--trace=cuda",), lab=LabPart(gpus=(1,), timeout=5.0))
     assert ProfileRequest.from_json(req.to_json()) == req
     p = plan("h", s, req)
     assert Plan.from_json(p.to_json()) == p and p.to_json()["argv"] == list(p.command.argv())
@@ -195,7 +195,7 @@ def test_the_users_sampling_choice_wins_and_no_option_is_given_twice():
 def test_a_timeout_is_nsys_own_duration_unless_the_user_gave_one():
     """A signal lost every kernel on an H200 (tests/fixtures/tools-2025.3-h200); --duration kept them."""
     def argv(*user, timeout=2.5, tool="nsys"):
-        return plan("h", state(), ProfileRequest(tool=tool, command=("app",), run_id="r", timeout=timeout,
+        return plan("h", state(), ProfileRequest(tool=tool, command=("app",), run_id="r", lab=LabPart(timeout=timeout),
                                                  profiler_args=tuple(user))).command.argv()
     assert "--duration=3" in argv() and "--duration=7" in argv(timeout=7)
     assert not [w for w in argv(timeout=None) if w.startswith("--duration")]
@@ -207,7 +207,7 @@ def test_a_timeout_is_nsys_own_duration_unless_the_user_gave_one():
         assert not [w for w in argv(*moved) if w.startswith("--duration")], moved  # the agent's signal then
     assert "--duration=31535820" in argv(timeout=365 * 86400 - 180)  # a Slurm job without a limit: a year
     for bad in (0, -5, float("inf"), float("nan"), 1e300):
-        p = plan("h", state(), ProfileRequest(tool="nsys", command=("app",), run_id="r", timeout=bad))
+        p = plan("h", state(), ProfileRequest(tool="nsys", command=("app",), run_id="r", lab=LabPart(timeout=bad)))
         assert p.status == REFUSED and "--timeout" in p.reasons[0], bad
 
 
@@ -272,7 +272,7 @@ def test_a_jobs_gpus_are_found_by_device_not_by_index(ids, gpus, expected):
 
 def test_a_rank_whose_nvml_sees_no_gpu_still_gets_a_trace():
     s = state(gpus=[], nvml={"available": False, "error": "no device in this job's cgroup"})
-    req = ProfileRequest(tool="nsys", command=("x",), run_id="r", job="41",
-                         gpus=policy.job_gpu_indices((0,), []))
+    req = ProfileRequest(tool="nsys", command=("x",), run_id="r",
+                         rank=RankPart(job="41", gpus=policy.job_gpu_indices((0,), [])))
     p = plan("rank0", s, req)
     assert p.status == OK and any(g.startswith("GPU activity") for g in p.given_up)

@@ -23,7 +23,7 @@ import yaml
 from fleet.lab import profile
 from fleet.agent import locks, owned
 from fleet.inventory import load
-from fleet.plan import ProfileRequest
+from fleet.plan import LabPart, ProfileRequest
 from fleet.store import kernel_rows
 from fleet.transport import Fanout
 from fleet.transport.settings import SSHSettings
@@ -162,7 +162,7 @@ def test_a_tenant_arriving_after_the_probe_stops_ncu_before_it_starts(lab):
     c = lab["c"]
     hosts = load([c.inventory]).select(["h03"])
     marker = c.scratch("late") / "ran"
-    req = ProfileRequest(tool="ncu", command=("touch", str(marker)), run_id="late-tenant", gpus=(0,))
+    req = ProfileRequest(tool="ncu", command=("touch", str(marker)), run_id="late-tenant", lab=LabPart(gpus=(0,)))
 
     async def go():
         async with Fanout(SSHSettings(config=str(c.ssh_config))) as fan:

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from fleet import containers, policy
-from fleet.plan import ProfileRequest
+from fleet.plan import LabPart, ProfileRequest
 from fleet.slurm import jobs
 from fleet.containers import Container, ContainerError
 from fleet.slurm.launchers import LauncherError, launch, script_index
@@ -192,8 +192,8 @@ def _docker_plan(tool: str, euid: int = 1001, paranoid: int = 2, seccomp: str | 
     from fleet.lab.profile import in_docker
 
     state = _lab_state(euid, paranoid)
-    req = ProfileRequest(tool=tool, command=("python3", "app.py"), run_id="r", gpus=gpus,
-                         docker_image="nvcr.io/nvidia/pytorch:25.01-py3")
+    req = ProfileRequest(tool=tool, command=("python3", "app.py"), run_id="r",
+                         lab=LabPart(gpus=gpus, docker_image="nvcr.io/nvidia/pytorch:25.01-py3"))
     p = plan("h01", state, req)
     assert p.status == "ok", p.reasons
     return in_docker(p, state, req, seccomp)

@@ -19,6 +19,10 @@ import stat
 import subprocess
 import sys
 import time
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # the shape of the document (the policy's words); nothing of it is imported on a node
+    from ..policy.vocabulary import Capabilities, Dcgm, Mps, NodeState, NvidiaParams, ReportDir, Tool, Tools
 
 try:  # as shipped by fleet, every module travels under a flat name
     import fleet_agent_files as files
@@ -63,7 +67,7 @@ def container():
     return None
 
 
-def capabilities():
+def capabilities() -> Capabilities:
     status = read("/proc/self/status", "")
     m = re.search(r"^CapEff:\s*([0-9a-f]+)", status, re.M)
     eff = int(m.group(1), 16) if m else 0
@@ -71,7 +75,7 @@ def capabilities():
             "perfmon": bool(eff >> CAP_PERFMON & 1)}
 
 
-def nvidia_params():
+def nvidia_params() -> NvidiaParams:
     text = read("/proc/driver/nvidia/params")
     if text is None:
         return {"driver_loaded": os.path.exists("/proc/driver/nvidia"), "profiling_admin_only": None}
@@ -91,7 +95,7 @@ def listeners(ports):
     return sorted(found)
 
 
-def daemons(procs):
+def daemons(procs) -> tuple[Mps, Dcgm]:
     named = lambda names: sorted(pid for pid, (comm, _) in procs.items() if comm in names)
     mps = named(MPS_NAMES)
     return ({"control_daemon": [p for p in mps if procs[p][0] == MPS_NAMES[0]],
@@ -122,10 +126,10 @@ def _version_key(path):
     return [int(x) for x in re.findall(r"\d+", path)]
 
 
-def find_tool(tool, override):
+def find_tool(tool, override) -> Tool | None:
     for path, source in candidates(tool, override):
         if os.path.isfile(path) and os.access(path, os.X_OK):
-            found = {"path": os.path.realpath(path), "found_by": source}
+            found: Tool = {"path": os.path.realpath(path), "found_by": source}
             changeable = changeable_by_others(found["path"])
             if changeable:
                 found["writable_by_others"] = changeable
@@ -156,7 +160,7 @@ def changeable_by_others(path):
         path = parent
 
 
-def tools(overrides, environment_check=True):
+def tools(overrides, environment_check=True) -> Tools:
     found = {t: find_tool(t, overrides.get(t)) for t in ("nsys", "ncu")}
     runs = {}
     if os.geteuid() == 0:  # as root, a program another account can change is not run, not even for --version
@@ -209,7 +213,7 @@ def parse_status(text):
 
 # --- where reports go ---
 
-def report_dir(path):
+def report_dir(path) -> ReportDir:
     path = os.path.expanduser(path or "/var/tmp/fleet-%s" % user_name(os.getuid()))
     probe = path
     while not os.path.exists(probe) and probe != os.path.dirname(probe):
@@ -235,7 +239,7 @@ def mount_type(path):
 
 # --- the document ---
 
-def probe(args):
+def probe(args) -> NodeState:
     started = time.monotonic()
     owner_uid = args.get("owner_uid", os.getuid())
     procs = processes()

@@ -73,7 +73,7 @@ def slurm_gpu_ids(env):
     return None
 
 
-def prolog_verdict(env, expected):
+def prolog_verdict(env, expected) -> policy.PrologVerdict | None:
     """What fleet's Slurm prolog (fleet slurm install) saw on the job's GPUs, as root: None where
     no prolog is installed, else its document, or ``{"error": ...}`` when there is none to read
     although the cluster has the prolog (``expected``), or it cannot be read (the policy then
@@ -109,8 +109,9 @@ def plan_rank(args, env, label, command):
     state["prolog_verdict"] = prolog_verdict(env, args.get("prolog_expected", False))
     gpus = policy.job_gpu_indices(slurm_gpu_ids(env), state.get("gpus") or [])
     req = planner.ProfileRequest.from_json(args["request"])
-    req = replace(req, command=tuple(command), gpus=gpus, output_name="%s/%s" % (node_name, label),
-                  job=env.get("SLURM_JOB_ID"), timeout=time_to_run(env, args.get("stop_before"), req.tool))
+    rank = planner.RankPart(job=env.get("SLURM_JOB_ID"), gpus=gpus, output_name="%s/%s" % (node_name, label),
+                            timeout=time_to_run(env, args.get("stop_before"), req.tool))
+    req = replace(req, command=tuple(command), rank=rank)
     plan = planner.plan(label, state, req)
     context = dict(wire.facts(state, req.gpus, req.tool), slurm_node=node_name, job_id=env.get("SLURM_JOB_ID"),
                    directory=rundir.RunDir(os.path.join(args["report_dir"], req.run_id)).node(node_name).path)

@@ -66,15 +66,15 @@ def profile(obj: Context, hosts_, group, exclude, tool, gpus, gpu_metrics, allow
     profiler with SIGTERM so the report is finished; a second Ctrl-C leaves the
     nodes (or the job) to finish on their own.
     """
-    from ..plan import ProfileRequest, profiler_args_error
+    from ..plan import LabPart, ProfileRequest, profiler_args_error
     from ..store.manifest import new_run_id
 
     if (why := profiler_args_error(tool, tuple(profiler_args))):
         fail(why)
-    req = ProfileRequest(tool=tool, command=tuple(command), run_id=new_run_id(),
-                         gpus=tuple(gpus) or None, gpu_metrics=gpu_metrics, allow_own=allow_own,
-                         pause_dcgm=pause_dcgm, profiler_args=tuple(profiler_args), timeout=timeout,
-                         lock_wait=lock_wait, docker_image=docker_image)
+    req = ProfileRequest(tool=tool, command=tuple(command), run_id=new_run_id(), gpu_metrics=gpu_metrics,
+                         allow_own=allow_own, pause_dcgm=pause_dcgm, profiler_args=tuple(profiler_args),
+                         lab=LabPart(gpus=tuple(gpus) or None, timeout=timeout, lock_wait=lock_wait,
+                                     docker_image=docker_image))
     ctx = click.get_current_context()
     if slurm.get("partition") or slurm.get("cluster"):
         if hosts_ or group:

@@ -20,7 +20,7 @@ from ..outcome import HostStatus
 from ..store.bring import bring_home
 from ..store.manifest import HostEntry, ReportEntry, RunManifest
 from ..plan import Plan, ProfileRequest, plan
-from ..policy import NO_SAMPLING_FLAGS, docker_privileges
+from ..policy import NO_SAMPLING_FLAGS, NodeState, docker_privileges, tool_found
 from ..transport import Result
 
 if TYPE_CHECKING:
@@ -128,7 +128,7 @@ async def plan_all(fan: "Fanout", hosts: list["Host"], req: ProfileRequest) -> d
     return runs
 
 
-def in_docker(p: Plan, state: dict, req: ProfileRequest, seccomp_profile: str | None) -> Plan:
+def in_docker(p: Plan, state: NodeState, req: ProfileRequest, seccomp_profile: str | None) -> Plan:
     """The plan with the profiler and workload inside ``docker run``, with the least privilege
     the policy grants it (sampling given up where Docker cannot allow it)."""
     sampling = not set(NO_SAMPLING_FLAGS) <= set(p.command.fleet_flags)
@@ -136,7 +136,7 @@ def in_docker(p: Plan, state: dict, req: ProfileRequest, seccomp_profile: str | 
     if granted.given_up:
         p = p.without_sampling(granted.given_up)
     uuids = p.env.get("CUDA_VISIBLE_DEVICES")
-    tools = {t: (state.get("tools") or {}).get(t, {}).get("path") for t in ("nsys", "ncu")}
+    tools = {t: (tool_found(state, t) or {}).get("path") for t in ("nsys", "ncu")}  # a tool not found is None
     wrapper = containers.docker_run(
         containers.Container("docker", req.docker_image, containers.nsight_dirs({k: v for k, v in tools.items() if v})),
         p.report_dir, user=f"{state.get('uid')}:{state.get('gid')}", gpus=tuple(uuids.split(",")) if uuids else None,

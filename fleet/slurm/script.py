@@ -53,7 +53,7 @@ class JobFiles:
 def task_args(req, spec: JobSpec, files: JobFiles) -> dict:
     """What every task's agent is told (fleet/agent/task.py reads it)."""
     # The command is the script's own array, after the agent's arguments: not repeated here.
-    return {"mode": "task", "request": dict(req.to_json(), command=[]), "report_dir": files.task_root,
+    return {"mode": "task", "request": dict(req.for_rank(), command=[]), "report_dir": files.task_root,
             "launcher": spec.launcher, "ranks": list(spec.ranks) if spec.ranks is not None else None,
             "tools": dict(files.tools), "prolog_expected": files.prolog, "stop_before": spec.stop_before,
             **({"nonce": files.nonce} if files.nonce else {})}
