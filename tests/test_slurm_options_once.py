@@ -106,6 +106,9 @@ SHAPES = [
     (("--container-image=-v/:/host", "--", "true"), "an image name, not an option"),
     (("-X", "--output=mine", "--", "true"), "is fleet's: it names each report"),
     (("--gpu", "0", "--", "true"), "on Slurm, ask for GPUs with --gpus or --gres"),
+    (("--poll", "0", "--", "true"), "Invalid value for '--poll'"),  # a watch that would ask slurmctld unpaused
+    (("--poll", "nan", "--", "true"), "nan is not a number of seconds"),
+    (("--poll", "-1", "--dry-run", "--", "true"), "Invalid value for '--poll'"),
 ]
 
 
@@ -141,6 +144,30 @@ def test_a_usage_error_exits_2_before_the_inventorys_login_node_is_connected_to(
     inventory = write_inventory(tmp_path / "cluster.yaml", port, **login_vars)
     out = fleet_here("-i", str(inventory), "--connect-timeout", "2", "profile", "--partition", "gpu",
                      "--store", str(tmp_path / "store"), *args)
+    one_line_usage_error(out, message)
+    assert not accepted() and not recorder.exists()
+    assert not (tmp_path / "store").exists()
+
+
+@pytest.mark.parametrize("args,message", [
+    (("--gpu", "-1"), "Invalid value for '--gpu': -1 is not in the range x>=0"),
+    (("--wait", "-5"), "Invalid value for '--wait'"),
+    (("--wait", "nan", "--dry-run"), "nan is not a number of seconds"),
+    (("--timeout", "nan"), "nan is not a number of seconds"),
+    (("--finish-timeout", "5"), "give --timeout too"),
+    (("-X", "--out=mine"), "is fleet's: it names each report"),
+    (("--docker=--privileged",), "an image name, not an option"),
+    (("--site", "a/b"), "the site 'a/b' cannot name a folder"),
+    (("--launcher", "torchrun"), "--launcher: Slurm options, for a batch job with --partition"),
+])
+def test_a_usage_error_on_lab_servers_exits_2_before_a_server_is_connected_to(recorder, login_socket, tmp_path,
+                                                                               args, message):
+    port, accepted = login_socket
+    inventory = tmp_path / "lab.yaml"
+    inventory.write_text(yaml.safe_dump({"all": {"hosts": {"lab1": {"ansible_host": "127.0.0.1",
+                                                                     "ansible_port": port}}}}))
+    out = fleet_here("-i", str(inventory), "--connect-timeout", "2", "profile", "--hosts", "lab1",
+                     "--store", str(tmp_path / "store"), *args, "--", "true")
     one_line_usage_error(out, message)
     assert not accepted() and not recorder.exists()
     assert not (tmp_path / "store").exists()

@@ -12,6 +12,7 @@ import click
 from .. import exitcodes
 from .context import Context, fail, store_option
 from .output import echo_json, json_option
+from .parsing import seconds
 
 if TYPE_CHECKING:
     from ..store.manifest import RunManifest
@@ -44,7 +45,8 @@ SLURM_OPTIONS = [
     click.option("--no-wait", is_flag=True, help="Submit, print the job id and return; `fleet gather RUN` later."),
     click.option("--keep-pending", is_flag=True, help="A job pending for a reason Slurm never clears by itself "
                  "(e.g. PartitionTimeLimit) is left in the queue, not cancelled; fleet still ends the run."),
-    click.option("--poll", type=float, default=5.0, show_default=True, help="Longest seconds between status calls."),
+    click.option("--poll", type=click.FloatRange(0, 86400, min_open=True), default=5.0, show_default=True,
+                 callback=seconds, help="Longest seconds between status calls."),
 ]
 
 
