@@ -199,10 +199,14 @@ def checked(raw: JobSpec, req: "ProfileRequest") -> CheckedJobSpec:
     JobSpecError, before the cluster is asked anything."""
     if isinstance(raw, CheckedJobSpec):
         raise TypeError("this JobSpec is checked already: pass the CheckedJobSpec on")
-    for name in FIELDS:
-        if name != "time" and getattr(raw, name) is not None:
-            check_field(name, getattr(raw, name))
-    limit = time_seconds(raw.time) if raw.time is not None else None  # parsed once, kept
+    limit = None
+    for key in FIELDS:  # in FIELDS' order: the first bad value is the one named
+        if (value := getattr(raw, key)) is None:
+            continue
+        if key == "time":
+            limit = time_seconds(value)  # parsed once, kept
+        else:
+            check_field(key, value)
     for arg in raw.sbatch_args:
         sbatch_arg(arg)
     _check_ranks(raw)
