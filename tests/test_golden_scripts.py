@@ -30,6 +30,7 @@ from fleet import containers
 from fleet.containers import Container
 from fleet.plan import ProfileRequest
 from fleet.policy import docker_privileges
+from fleet.slurm import options
 from fleet.slurm.script import JobFiles, JobSpec, render
 
 GOLDEN = Path(__file__).parent / "golden"
@@ -126,7 +127,8 @@ def compare(name: str, text: str) -> None:
 
 @pytest.mark.parametrize("name", sorted(SCRIPTS))
 def test_batch_script_matches_its_golden_file(name):
-    compare(name, render(*SCRIPTS[name]))
+    req, spec, files = SCRIPTS[name]
+    compare(name, render(req, options.checked(spec, req), files))
 
 
 @pytest.mark.parametrize("name", sorted(DOCKER_RUNS))

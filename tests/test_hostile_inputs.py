@@ -21,6 +21,7 @@ from fleet.agent import wire
 from fleet.plan import ProfileRequest
 from fleet.safenames import UnsafeValue
 from fleet.slurm import jobs
+from fleet.slurm import options
 from fleet.slurm.script import JobFiles, JobSpec, render
 from fleet.store.manifest import RunManifest
 from tests.conftest import run_fleet
@@ -147,14 +148,15 @@ def test_fleets_own_directives_come_before_any_command_whatever_the_options():
     files = JobFiles("/scratch/u/fleet-reports/r", "/scratch/u/fleet-reports")
     spec = JobSpec(partition="gpu", nodes=2, gres="gpu:2", time="1-00:00", account="a", qos="q",
                    sbatch_args=("--constraint=h100&a100", "--comment=x #y"), ranks=(0,), workdir="/w d")
-    script = render(ProfileRequest(tool="ncu", command=("x",), run_id="r"), spec, files)
+    req = ProfileRequest(tool="ncu", command=("x",), run_id="r")
+    script = render(req, options.checked(spec, req), files)
     subprocess.run(["bash", "-n"], input=script, text=True, check=True)
     read = sbatch_directives(script)
     assert [w.split("=")[0] for w in read[:4]] == list(FLEETS_OWN)
     assert read[4:] == ["--partition=gpu", "--nodes=2", "--gres=gpu:2", "--time=1-00:00", "--account=a", "--qos=q",
                         "--exclusive", "--constraint=h100&a100", "--comment=x #y"]
     with pytest.raises(UnsafeValue, match="--partition: a newline"):
-        render(ProfileRequest(tool="nsys", command=("x",), run_id="r"), JobSpec(partition=UID0), files)
+        options.checked(JobSpec(partition=UID0), ProfileRequest(tool="nsys", command=("x",), run_id="r"))
 
 
 # --- 11. values accepted that meant nothing ---

@@ -19,6 +19,7 @@ from fleet.plan import LabPart, ProfileRequest
 from fleet.slurm import jobs
 from fleet.containers import Container, ContainerError
 from fleet.slurm.launchers import LauncherError, launch, script_index
+from fleet.slurm import options
 from fleet.slurm.script import JobFiles, JobSpec, render
 from fleet.safenames import UnsafeValue
 
@@ -27,9 +28,14 @@ FILES = JobFiles("/scratch/ana/fleet-reports/20261129-120000-abcd", "/scratch/an
 AGENT = ["python3", "/r/fleet-agent.py", '{"mode":"task"}']
 
 
+def rendered(req: ProfileRequest, spec: JobSpec, files: JobFiles = FILES) -> str:
+    """The script of ``spec`` checked against ``req`` (the one check, options.checked), as prepare renders it."""
+    return render(req, options.checked(spec, req), files)
+
+
 def test_batch_script_is_valid_bash_and_keeps_the_command_exactly(tmp_path):
     nasty = ("sh", "-c", 'echo "$@"', "a b", "$(rm -rf /)", "`x`", "it's", "tab\there", "new\nline", "")
-    script = render(ProfileRequest(tool="nsys", command=nasty, run_id="r"), JobSpec(partition="gpu"), FILES)
+    script = rendered(ProfileRequest(tool="nsys", command=nasty, run_id="r"), JobSpec(partition="gpu"), FILES)
     subprocess.run(["bash", "-n"], input=script, text=True, check=True)
     # Evaluate only the COMMAND= line in bash and print the array back, one word per NUL.
     line = script[script.index("\nCOMMAND=(") + 1:script.index("\nFLEET_TASK=(")]  # a word may hold a newline
@@ -38,10 +44,10 @@ def test_batch_script_is_valid_bash_and_keeps_the_command_exactly(tmp_path):
 
 
 def test_counters_ask_for_exclusive_nodes_and_trace_does_not():
-    ncu = render(ProfileRequest(tool="ncu", command=("x",), run_id="r"), JobSpec(), FILES)
-    metrics = render(ProfileRequest(tool="nsys", command=("x",), run_id="r", gpu_metrics=True), JobSpec(), FILES)
-    trace = render(ProfileRequest(tool="nsys", command=("x",), run_id="r"), JobSpec(), FILES)
-    shared = render(ProfileRequest(tool="ncu", command=("x",), run_id="r"), JobSpec(exclusive=False), FILES)
+    ncu = rendered(ProfileRequest(tool="ncu", command=("x",), run_id="r"), JobSpec(), FILES)
+    metrics = rendered(ProfileRequest(tool="nsys", command=("x",), run_id="r", gpu_metrics=True), JobSpec(), FILES)
+    trace = rendered(ProfileRequest(tool="nsys", command=("x",), run_id="r"), JobSpec(), FILES)
+    shared = rendered(ProfileRequest(tool="ncu", command=("x",), run_id="r"), JobSpec(exclusive=False), FILES)
     assert "#SBATCH --exclusive" in ncu and "#SBATCH --exclusive" in metrics
     assert "--exclusive" not in trace and "--exclusive" not in shared
 
@@ -105,9 +111,12 @@ def test_torchrun_in_apptainer_is_the_images_torchrun_as_in_pyxis():
 ])
 def test_a_container_the_launchers_workers_would_not_run_in_is_refused(launcher, command, kind):
     # mpirun starts its ranks outside srun, where pyxis works; Ray starts its workers itself.
+    # Refused by the check, before the login node is asked anything (exit 2), and by the renderer itself.
+    with pytest.raises(options.JobSpecError, match=f"--launcher {launcher}"):
+        options.checked(JobSpec(launcher=launcher, container=Container(kind, "img")),
+                        ProfileRequest(tool="nsys", command=tuple(command), run_id="r"))
     with pytest.raises(LauncherError, match=f"--launcher {launcher}"):
-        render(ProfileRequest(tool="nsys", command=tuple(command), run_id="r"),
-               JobSpec(launcher=launcher, container=Container(kind, "img")), FILES)
+        launch(launcher, command, AGENT, "/r", Container(kind, "img"))
 
 
 def test_mpirun_wraps_each_rank():
@@ -161,7 +170,7 @@ def test_docker_refuses_a_report_directory_that_would_split_its_volume():
 @pytest.mark.parametrize("kind", ["pyxis", "apptainer"])
 def test_a_container_mounts_the_node_local_scratch_its_ranks_write_to(kind):
     files = JobFiles("/shared/runs/r", "/shared/runs", scratch="/local/scratch")
-    script = render(ProfileRequest(tool="nsys", command=("x",), run_id="r"),
+    script = rendered(ProfileRequest(tool="nsys", command=("x",), run_id="r"),
                     JobSpec(container=Container(kind, "img")), files)
     args = json.loads(shlex.split(script[script.index("\nFLEET_TASK=(") + 12:script.index(")\n", script.index(
         "\nFLEET_TASK=("))])[2])

@@ -11,6 +11,13 @@ from __future__ import annotations
 import click
 
 
+def seconds(ctx, param, value):
+    """A number of seconds (a click callback, beside a FloatRange: it lets NaN through)."""
+    if value is not None and value != value:
+        raise click.BadParameter(f"{value} is not a number of seconds")
+    return value
+
+
 class WorkloadCommand(click.Command):
     """A command whose last argument is a workload (nargs=-1, UNPROCESSED) that starts at the
     first word after ``leading`` positional arguments (exec's TARGETS), options before it."""

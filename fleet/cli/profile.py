@@ -11,7 +11,7 @@ from .. import completeness, exitcodes
 from ..plan import MAX_TIMEOUT
 from .context import Context, exclude_option, fail, store_option
 from .output import echo_json, json_option
-from .parsing import WorkloadCommand, refuse_options
+from .parsing import WorkloadCommand, refuse_options, seconds
 from .slurm import gather_on_slurm, profile_on_slurm, slurm_options
 
 
@@ -24,24 +24,18 @@ def image(ctx, param, value):
     return value
 
 
-def seconds(ctx, param, value):
-    """A number of seconds: FloatRange lets NaN through."""
-    if value is not None and value != value:
-        raise click.BadParameter(f"{value} is not a number of seconds")
-    return value
-
-
 @click.command(cls=WorkloadCommand)
 @click.option("--hosts", "hosts_", help="Hosts or ranges to profile on.")
 @click.option("--group", "group", help="Inventory group to profile on.")
 @exclude_option
 @click.option("--tool", type=click.Choice(["nsys", "ncu"]), default="nsys", show_default=True)
-@click.option("--gpu", "gpus", multiple=True, type=int, help="GPU index the workload runs on (repeatable); "
+@click.option("--gpu", "gpus", multiple=True, type=click.IntRange(min=0), help="GPU index the workload runs on (repeatable); "
               "it gets CUDA_VISIBLE_DEVICES and the neighbour check covers it. Default: every GPU.")
 @click.option("--gpu-metrics", is_flag=True, help="nsys: sample GPU metrics (counters; refused beside tenants).")
 @click.option("--allow-own", is_flag=True, help="Your own other processes on the GPU are not tenants.")
 @click.option("--pause-dcgm", is_flag=True, help="Pause DCGM profiling for the run on pre-Hopper GPUs (owned nodes).")
-@click.option("--wait", "lock_wait", type=float, default=0.0, help="Seconds to wait for another run's GPU lock.")
+@click.option("--wait", "lock_wait", type=click.FloatRange(0, MAX_TIMEOUT), default=0.0, callback=seconds,
+              help="Seconds to wait for another run's GPU lock.")
 @click.option("--timeout", type=click.FloatRange(0, MAX_TIMEOUT, min_open=True), callback=seconds,
               help="Seconds the workload may run; then nsys stops it (its --duration, kernels kept) or ncu gets SIGINT; the report is kept.")
 @click.option("--finish-timeout", type=click.FloatRange(0, MAX_TIMEOUT, min_open=True), callback=seconds,

@@ -12,10 +12,12 @@ import click
 from .. import exitcodes
 from .context import Context, fail, store_option
 from .output import echo_json, json_option
+from .parsing import seconds
 
 if TYPE_CHECKING:
     from ..store.manifest import RunManifest
     from ..plan import ProfileRequest
+    from ..slurm.options import CheckedJobSpec
 
 SLURM_OPTIONS = [
     click.option("--partition", "-p", help="Slurm partition: profile in a batch job there."),
@@ -43,7 +45,8 @@ SLURM_OPTIONS = [
     click.option("--no-wait", is_flag=True, help="Submit, print the job id and return; `fleet gather RUN` later."),
     click.option("--keep-pending", is_flag=True, help="A job pending for a reason Slurm never clears by itself "
                  "(e.g. PartitionTimeLimit) is left in the queue, not cancelled; fleet still ends the run."),
-    click.option("--poll", type=float, default=5.0, show_default=True, help="Longest seconds between status calls."),
+    click.option("--poll", type=click.FloatRange(0, 86400, min_open=True), default=5.0, show_default=True,
+                 callback=seconds, help="Longest seconds between status calls."),
 ]
 
 
@@ -53,9 +56,9 @@ def slurm_options(f):
     return f
 
 
-def spec_from(opts: dict):
-    """The job's shape, every value checked (``UnsafeValue``: one line, exit 2), and a note when
-    the default stop time was shortened to fit ``--time``."""
+def spec_from(opts: dict, req: "ProfileRequest") -> "CheckedJobSpec":
+    """The job's shape, checked once against what sbatch takes and against the request
+    (``UnsafeValue``, ``JobSpecError``: one line, exit 2), before the cluster is asked anything."""
     from ..containers import Container, image_problem
     from ..slurm import options
     from ..slurm.spec import JobSpec
@@ -74,7 +77,7 @@ def spec_from(opts: dict):
                   exclusive=opts.get("exclusive"), sbatch_args=tuple(opts.get("sbatch_args") or ()), ranks=ranks,
                   launcher=opts.get("launcher") or "srun", stop_before=opts.get("stop_before"),
                   workdir=opts.get("workdir"), container=container)
-    return options.checked(raw), options.fit_stop_before(raw)[1]  # checked before the cluster is asked anything
+    return options.checked(raw, req)
 
 
 def _cluster(obj: Context, partition: str | None, name: str | None):
@@ -92,10 +95,10 @@ def profile_on_slurm(obj: Context, req: "ProfileRequest", opts: dict, *, store_r
     from ..slurm import runs
     from ..slurm.jobs import SlurmError, SlurmRejected
 
-    spec, note = spec_from(opts)
+    spec = spec_from(opts, req)
     cluster = _cluster(obj, opts.get("partition"), opts.get("cluster"))
-    if note:
-        click.echo(f"fleet: {note}", err=True)
+    if spec.stop_note:
+        click.echo(f"fleet: {spec.stop_note}", err=True)
 
     def on_state(st):
         if not as_json:

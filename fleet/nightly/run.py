@@ -25,6 +25,7 @@ from .report_plot import shown_metric
 
 if TYPE_CHECKING:
     from ..inventory import Inventory
+    from ..slurm.options import CheckedJobSpec
     from ..transport import Fanout
 
 
@@ -33,15 +34,19 @@ def request_for(pb: Playbook) -> ProfileRequest:
                           profiler_args=pb.profiler_args)
 
 
-def job_spec(pb: Playbook):
-    from ..slurm.script import JobSpec
+def job_spec(pb: Playbook, req: ProfileRequest) -> "CheckedJobSpec":
+    """The playbook's job, checked once against what sbatch takes and against its request
+    (``UnsafeValue``, ``JobSpecError``: exit 2), before the cluster is asked anything."""
+    from ..slurm import options
+    from ..slurm.spec import JobSpec
 
     t = pb.target
-    return JobSpec(partition=t.get("partition"), nodes=t.get("nodes"), ntasks=t.get("ntasks"),
-                   ntasks_per_node=t.get("ntasks_per_node"), gpus=t.get("gpus"), gres=t.get("gres"),
-                   time=t.get("time"), account=t.get("account"), qos=t.get("qos"),
-                   ranks=tuple(t["ranks"]) if t.get("ranks") is not None else None,
-                   launcher=t.get("launcher", "srun"))
+    raw = JobSpec(partition=t.get("partition"), nodes=t.get("nodes"), ntasks=t.get("ntasks"),
+                  ntasks_per_node=t.get("ntasks_per_node"), gpus=t.get("gpus"), gres=t.get("gres"),
+                  time=t.get("time"), account=t.get("account"), qos=t.get("qos"),
+                  ranks=tuple(t["ranks"]) if t.get("ranks") is not None else None,
+                  launcher=t.get("launcher", "srun"))
+    return options.checked(raw, req)
 
 
 async def run_playbook(fan: "Fanout", inventory: "Inventory", pb: Playbook, *, embedded: bool, store_root: Path,
@@ -52,8 +57,9 @@ async def run_playbook(fan: "Fanout", inventory: "Inventory", pb: Playbook, *, e
         from ..slurm import run as slurm_run
         from ..slurm.cluster import choose
 
+        spec = job_spec(pb, req)
         cluster = choose(inventory, pb.target.get("partition"), pb.target.get("cluster"), embedded=embedded)
-        manifest = await slurm_run.profile(fan, cluster, req, job_spec(pb), store_root=store_root,
+        manifest = await slurm_run.profile(fan, cluster, req, spec, store_root=store_root,
                                            dry_run=dry_run, poll=poll)
     else:
         hosts = inventory.select([pb.target["hosts"]])

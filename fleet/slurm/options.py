@@ -1,5 +1,5 @@
-"""What Slurm accepts for each value fleet writes into a batch script: checked before anything
-is rendered, written or submitted.
+"""What Slurm accepts for each value fleet writes into a batch script: checked once, before
+anything is rendered, written or submitted, into a :class:`CheckedJobSpec`.
 
 A value from the command line, a playbook or the inventory either fits what
 sbatch takes for that option (a partition name, a time in one of Slurm's
@@ -9,18 +9,27 @@ is one ``--option[=value]``, never one of the options fleet sets itself: its
 before the time limit and the prolog's request work. sbatch, like getopt,
 takes a long option's unambiguous prefix (``--out`` is ``--output``), so the
 prefixes are refused too.
+
+:func:`checked` is the one check of a job's shape against the request it runs (the launcher
+with the tool, the command and the container): the CLI and nightly call it where they build a
+spec, so every usage error is found before the login node is asked anything (exit status 2),
+and what is rendered, submitted and recorded takes the checked spec and never checks it again.
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import replace
+from dataclasses import KW_ONLY, asdict, dataclass, field, fields
 from typing import TYPE_CHECKING
 
-from ..safenames import UnsafeValue, check_text, sbatch_word
+from ..errors import FleetError
+from ..safenames import UnsafeValue, check_text, quote, sbatch_word
+from ..plan import profiler_args_error
+from . import launchers
+from .spec import JobSpec
 
 if TYPE_CHECKING:
-    from .spec import JobSpec
+    from ..plan import ProfileRequest
 
 DEFAULT_STOP_BEFORE = 120  # seconds; less when the time limit is short (``fit_stop_before``)
 
@@ -112,25 +121,25 @@ def parse_ranks(text: str) -> tuple[int, ...]:
     return tuple(sorted({int(w) for w in words}))
 
 
-def fit_stop_before(spec: "JobSpec") -> tuple["JobSpec", str | None]:
-    """``spec`` with its stop time set, and a note when the default was shortened. The profilers
-    must stop inside the time limit: the default (120 s) becomes half a shorter limit, and a
-    ``--stop-before`` that was given and leaves no time to run is refused."""
-    limit = time_seconds(spec.time) if spec.time is not None else None
-    if spec.stop_before is not None:
-        if not isinstance(spec.stop_before, int) or isinstance(spec.stop_before, bool) or spec.stop_before < 1:
-            raise UnsafeValue(f"--stop-before: must be 1 second or more, not {spec.stop_before!r} (the profilers "
+def fit_stop_before(stop_before, time: str | None, limit: int | None) -> tuple[int, str | None]:
+    """The seconds before the time limit (``limit``, --time ``time`` parsed) that the profilers are
+    stopped, and a note when the default was shortened. They must stop inside the limit: the
+    default (120 s) becomes half a shorter limit, and a ``--stop-before`` that was given and
+    leaves no time to run is refused."""
+    if stop_before is not None:
+        if not isinstance(stop_before, int) or isinstance(stop_before, bool) or stop_before < 1:
+            raise UnsafeValue(f"--stop-before: must be 1 second or more, not {stop_before!r} (the profilers "
                               f"are stopped that long before the time limit so their reports are finished)")
-        if limit is not None and spec.stop_before >= limit:
-            raise UnsafeValue(f"--stop-before {spec.stop_before} is not less than --time {spec.time} ({limit} s): "
+        if limit is not None and stop_before >= limit:
+            raise UnsafeValue(f"--stop-before {stop_before} is not less than --time {time} ({limit} s): "
                               f"the profilers would be stopped as the job starts; give a longer --time or a "
                               f"smaller --stop-before")
-        return spec, None
+        return stop_before, None
     if limit is None or DEFAULT_STOP_BEFORE <= limit // 2:
-        return replace(spec, stop_before=DEFAULT_STOP_BEFORE), None
+        return DEFAULT_STOP_BEFORE, None
     fitted = max(1, limit // 2)
-    return replace(spec, stop_before=fitted), (
-        f"--time {spec.time} leaves no room for the default --stop-before {DEFAULT_STOP_BEFORE}: the profilers "
+    return fitted, (
+        f"--time {time} leaves no room for the default --stop-before {DEFAULT_STOP_BEFORE}: the profilers "
         f"stop {fitted} s before the limit (Slurm may signal up to 60 s early; give --stop-before to choose)")
 
 
@@ -139,7 +148,7 @@ FIELDS = {
     "partition": lambda v: name(v, "--partition", many=True),
     "account": lambda v: name(v, "--account"),
     "qos": lambda v: name(v, "--qos"),
-    "time": time_seconds,
+    "time": lambda v: time_seconds(v),  # by name: one home for the parse
     "gres": lambda v: resources(v, "--gres", GRES_ITEM, "gpu:2 or gpu:h100:4"),
     "gpus": lambda v: resources(str(v), "--gpus", GPUS_ITEM, "4 or h100:4"),
     "nodes": lambda v: count(v, "--nodes"),
@@ -156,23 +165,83 @@ def check_field(field: str, value) -> None:
         check_text(value, field)
 
 
-def checked(spec: "JobSpec") -> "JobSpec":
-    """``spec`` if sbatch takes every value of it (with its stop time fitted), else UnsafeValue."""
-    for field in FIELDS:
-        if getattr(spec, field) is not None:
-            check_field(field, getattr(spec, field))
-    for arg in spec.sbatch_args:
+class JobSpecError(FleetError, ValueError):
+    """The job cannot run the request as asked (a launcher with a tool, a command or a container it
+    cannot take): a usage error, found before the login node is asked anything."""
+
+
+_MADE_BY_CHECKED = object()  # only checked() holds it: a CheckedJobSpec is never made unchecked
+
+
+@dataclass(frozen=True)
+class CheckedJobSpec(JobSpec):
+    """A JobSpec that sbatch takes and that can run its request, made only by :func:`checked`:
+    its stop time fitted to the time limit, and that limit parsed. What renders, submits and
+    records a job takes this, and checks nothing of it again."""
+    stop_before: int = DEFAULT_STOP_BEFORE  # fitted (fit_stop_before)
+    _: KW_ONLY
+    time_limit: int | None = None           # --time in seconds (None: no limit)
+    stop_note: str | None = None            # why the default stop time was shortened, to say once
+    made_by: object = field(default=None, repr=False, compare=False)
+
+    def __post_init__(self):
+        if self.made_by is not _MADE_BY_CHECKED:
+            raise TypeError("a CheckedJobSpec is made by fleet.slurm.options.checked, from a JobSpec")
+
+    def to_json(self) -> dict:
+        """The job's shape as the manifest keeps it: the JobSpec's fields, as checked."""
+        return asdict(JobSpec(**{f.name: getattr(self, f.name) for f in fields(JobSpec)}))
+
+
+def checked(raw: JobSpec, req: "ProfileRequest") -> CheckedJobSpec:
+    """``raw`` checked once against what sbatch takes and against ``req`` (the tool, the command, the
+    profiler's options): a CheckedJobSpec with its stop time fitted, else UnsafeValue or
+    JobSpecError, before the cluster is asked anything."""
+    if isinstance(raw, CheckedJobSpec):
+        raise TypeError("this JobSpec is checked already: pass the CheckedJobSpec on")
+    limit = None
+    for key in FIELDS:  # in FIELDS' order: the first bad value is the one named
+        if (value := getattr(raw, key)) is None:
+            continue
+        if key == "time":
+            limit = time_seconds(value)  # parsed once, kept
+        else:
+            check_field(key, value)
+    for arg in raw.sbatch_args:
         sbatch_arg(arg)
-    if spec.ranks is not None:
-        if not spec.ranks or not all(isinstance(r, int) and not isinstance(r, bool) and r >= 0 for r in spec.ranks):
-            raise UnsafeValue(f"--ranks: at least one rank, each 0 or more, not {list(spec.ranks)!r}")
-        total = spec.ntasks or (spec.nodes or 1) * (spec.ntasks_per_node or 1)
-        shaped_elsewhere = any(a.startswith("--ntasks") for a in spec.sbatch_args)  # --ntasks-per-gpu ...
-        if spec.launcher == "srun" and not shaped_elsewhere and max(spec.ranks) >= total:
-            raise UnsafeValue(f"--ranks: the job has {total} rank(s), 0 to {total - 1}; rank {max(spec.ranks)} "
-                              f"would never be profiled")
-    if spec.workdir is not None:
-        check_text(spec.workdir, "--workdir")
-    if spec.container is not None:
-        check_text(spec.container.image, "the container image")
-    return fit_stop_before(spec)[0]
+    _check_ranks(raw)
+    if raw.workdir is not None:
+        check_text(raw.workdir, "--workdir")
+    if raw.container is not None:
+        check_text(raw.container.image, "the container image")
+    if why := launch_problem(raw, req):
+        raise JobSpecError(why)
+    stop_before, note = fit_stop_before(raw.stop_before, raw.time, limit)
+    shape = {f.name: getattr(raw, f.name) for f in fields(JobSpec)}
+    return CheckedJobSpec(**dict(shape, stop_before=stop_before), time_limit=limit, stop_note=note,
+                          made_by=_MADE_BY_CHECKED)
+
+
+def _check_ranks(raw: JobSpec) -> None:
+    if raw.ranks is None:
+        return
+    if not raw.ranks or not all(isinstance(r, int) and not isinstance(r, bool) and r >= 0 for r in raw.ranks):
+        raise UnsafeValue(f"--ranks: at least one rank, each 0 or more, not {list(raw.ranks)!r}")
+    total = raw.ntasks or (raw.nodes or 1) * (raw.ntasks_per_node or 1)
+    shaped_elsewhere = any(a.startswith("--ntasks") for a in raw.sbatch_args)  # --ntasks-per-gpu ...
+    if raw.launcher == "srun" and not shaped_elsewhere and max(raw.ranks) >= total:
+        raise UnsafeValue(f"--ranks: the job has {total} rank(s), 0 to {total - 1}; rank {max(raw.ranks)} "
+                          f"would never be profiled")
+
+
+def launch_problem(raw: JobSpec, req: "ProfileRequest") -> str | None:
+    """Why the job's launcher cannot run ``req`` as fleet promises, or None: what the batch script's
+    renderer would otherwise find only once the login node had answered."""
+    if raw.launcher not in launchers.LAUNCHERS:
+        return f"--launcher: one of {', '.join(launchers.LAUNCHERS)}, not {raw.launcher!r}"
+    for word in req.command:  # the renderer's own rule for the command's words (a NUL cannot pass)
+        quote(word, "the command", lines=True)
+    return (profiler_args_error(req.tool, tuple(req.profiler_args))
+            or launchers.unsupported(raw.launcher, req.tool, req.profiler_args, req.gpu_metrics)
+            or launchers.command_problem(raw.launcher, req.command)
+            or launchers.container_problem(raw.launcher, raw.container))

@@ -17,7 +17,7 @@ import json
 import os
 import secrets
 import time
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
@@ -29,16 +29,15 @@ from ..outcome import HostStatus
 from ..store.bring import bring_home, file_problem
 from ..store.collect import fetch_verified
 from ..store.manifest import HostEntry, ReportEntry, RunManifest, SlurmInfo
-from ..plan import ProfileRequest, profiler_args_error
-from . import launchers, options
+from ..plan import ProfileRequest
 from .cluster import Cluster
-from .jobs import JobState, SlurmClient, SlurmctldSilent, SlurmError, UsageError, file_mark
+from .jobs import JobState, SlurmClient, SlurmctldSilent, SlurmError, file_mark
 from .raygather import ray_home
 from .results import not_this_runs, refused_entry
 from .states import job_end_verdict, never_starts
-from ..containers import nsight_dirs
+from ..containers import nsight_dirs, slurm_words
 from .script import AGENT_FILE, REQUEST_FILE, SCRIPT_FILE, JobFiles, render, request_doc
-from .spec import JobSpec
+from .options import CheckedJobSpec
 
 if TYPE_CHECKING:
     from ..transport import Fanout
@@ -56,7 +55,7 @@ class NeverStarts(SlurmError):
 
 @dataclass
 class Prepared:
-    spec: JobSpec
+    spec: CheckedJobSpec
     files: JobFiles
     script: str
     version: str
@@ -65,18 +64,18 @@ class Prepared:
     python_note: str = ""                 # which Python the agent runs with on the compute nodes, and why
 
 
-async def prepare(client: SlurmClient, cluster: Cluster, req: ProfileRequest, spec: JobSpec) -> Prepared:
-    spec = options.checked(spec)  # UnsafeValue before Slurm is asked anything
-    if (why := profiler_args_error(req.tool, req.profiler_args)) or (
-            why := launchers.unsupported(spec.launcher, req.tool, req.profiler_args, req.gpu_metrics)) or (
-            why := launchers.command_problem(spec.launcher, req.command)) or (
-            why := launchers.container_problem(spec.launcher, spec.container)):
-        raise UsageError(why)  # playbooks too: a usage error, found before the login node is asked anything
+async def prepare(client: SlurmClient, cluster: Cluster, req: ProfileRequest, spec: CheckedJobSpec) -> Prepared:
+    """What will be submitted. ``spec`` was checked against ``req`` once (``options.checked``):
+    the inventory's values it takes on are checked here, before the login node is asked anything."""
+    if not isinstance(spec, CheckedJobSpec):  # a caller's slip: options.checked finds the usage errors first
+        raise TypeError(f"a job is prepared from options.checked's CheckedJobSpec, not {type(spec).__name__}")
+    tools = {t: cluster.login.vars[f"{t}_path"] for t in ("nsys", "ncu") if cluster.login.vars.get(f"{t}_path")}
+    scratch = cluster.login.vars.get("slurm_scratch")
+    inventory_values(cluster, spec, tools, scratch)
     info = await client.cluster_info()
     root = cluster.report_root(info.home)
-    tools = {t: cluster.login.vars[f"{t}_path"] for t in ("nsys", "ncu") if cluster.login.vars.get(f"{t}_path")}
     python, python_note = agent_python(cluster, info.python)
-    files = JobFiles(f"{root}/{req.run_id}", root, python, tools, cluster.login.vars.get("slurm_scratch"),
+    files = JobFiles(f"{root}/{req.run_id}", root, python, tools, scratch,
                      bool(cluster.login.vars.get("fleet_slurm_prolog")), python_note, secrets.token_hex(16))
     # The job runs where the user is: here when fleet runs on the login node, else the login home.
     spec = replace(spec, workdir=spec.workdir or (os.getcwd() if cluster.local else info.home))
@@ -85,6 +84,21 @@ async def prepare(client: SlurmClient, cluster: Cluster, req: ProfileRequest, sp
     return Prepared(spec, files, render(req, spec, files), info.version_text, request_doc(req, files),
                     info.name if safenames.is_component(info.name) else None,  # the cluster's word: checked
                     python_note)
+
+
+def inventory_values(cluster: Cluster, spec: CheckedJobSpec, tools: dict, scratch: str | None) -> None:
+    """UnsafeValue for an inventory value of the login host that the batch script could not take
+    (the agent's Python, the run folder, scratch; the folders a container mounts), found before
+    the login node is asked anything: the script would refuse it only once it had answered."""
+    report_dir = str(cluster.login.vars.get("report_dir") or "")  # under the login home, which comes later
+    safenames.sbatch_word(report_dir, "report_dir")
+    if (named := cluster.login.vars.get("ansible_python_interpreter")):
+        safenames.quote(named, "the agent Python (ansible_python_interpreter)")
+    if scratch is not None:
+        safenames.check_text(scratch, "slurm_scratch")
+    if spec.container is not None:
+        slurm_words(replace(spec.container, nsight_dirs=spec.container.nsight_dirs or nsight_dirs(tools)),
+                    report_dir or "/", scratch)
 
 
 def agent_python(cluster: Cluster, probed: str | None) -> tuple[str, str]:
@@ -115,7 +129,7 @@ def new_manifest(req: ProfileRequest, cluster: Cluster, prep: Prepared, site: st
     manifest = RunManifest.begin(req, site)
     manifest.slurm = SlurmInfo(cluster=cluster.name, cluster_name=prep.cluster_name, login=cluster.login.name,
                                version=prep.version, python=prep.python_note or None,
-                               run_dir=prep.files.run_dir, state="SUBMITTING", spec=asdict(prep.spec),
+                               run_dir=prep.files.run_dir, state="SUBMITTING", spec=prep.spec.to_json(),
                                script=prep.script, result_nonce=prep.files.nonce or None)
     return manifest
 
@@ -311,7 +325,7 @@ def _orphans(lines: list[str]) -> dict[int, tuple[str, dict]]:
     return out
 
 
-async def profile(fan: "Fanout", cluster: Cluster, req: ProfileRequest, spec: JobSpec, *, store_root: Path,
+async def profile(fan: "Fanout", cluster: Cluster, req: ProfileRequest, spec: CheckedJobSpec, *, store_root: Path,
                   site: str | None = None, dry_run: bool = False, wait: bool = True, poll: float = 5.0,
                   stop: asyncio.Event | None = None, on_state: Callable[[JobState], None] = lambda s: None,
                   gathering=None, client: SlurmClient | None = None, keep_pending: bool = False,

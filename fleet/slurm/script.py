@@ -11,8 +11,9 @@ the trap sends SIGTERM to the job's steps with ``scancel``: every profiler
 then stops its application and finishes its report before Slurm's SIGTERM and
 SIGKILL at the limit. The job's exit status is left in ``job.exit``.
 
-Every value is checked against what sbatch takes (:mod:`.options`) and written
-through :func:`fleet.safenames.quote` before it reaches the script. fleet's own
+Every value was checked against what sbatch takes before (:func:`.options.checked`, which
+alone makes the ``CheckedJobSpec`` rendered here) and is written through
+:func:`fleet.safenames.quote` on its way into the script. fleet's own
 ``#SBATCH`` lines come first: sbatch stops reading them at the first command.
 """
 
@@ -25,7 +26,8 @@ from dataclasses import dataclass, field
 from .. import policy
 from ..agent.rundir import RunDir
 from ..safenames import quote, sbatch_word
-from . import launchers, options
+from . import launchers
+from .options import CheckedJobSpec
 from .spec import JobSpec  # noqa: F401 (where callers have always found it)
 
 AGENT_FILE = RunDir.AGENT
@@ -50,7 +52,7 @@ class JobFiles:
         return self.scratch or self.report_root
 
 
-def task_args(req, spec: JobSpec, files: JobFiles) -> dict:
+def task_args(req, spec: CheckedJobSpec, files: JobFiles) -> dict:
     """What every task's agent is told (fleet/agent/task.py reads it)."""
     # The command is the script's own array, after the agent's arguments: not repeated here.
     return {"mode": "task", "request": dict(req.for_rank(), command=[]), "report_dir": files.task_root,
@@ -66,10 +68,10 @@ def request_doc(req, files: JobFiles) -> dict:
             "sysctls": policy.held_sysctls(req.tool), "pause_dcgm": req.pause_dcgm, "gpu_metrics": req.gpu_metrics}
 
 
-def sbatch_lines(req, spec: JobSpec, files: JobFiles) -> list[str]:
+def sbatch_lines(req, spec: CheckedJobSpec, files: JobFiles) -> list[str]:
     """fleet's own options first, then the job's shape, then ``--sbatch-arg``: every value checked
     (``options.checked``) and quoted, so each is one ``#SBATCH`` line that sbatch reads as bash would."""
-    spec = options.checked(spec)
+    _require_checked(spec)
     run_dir = "the run directory (report_dir of the login host)"
     # The job starts in the run's directory, where its request is: that is how a node's prolog
     # (fleet slurm install) sees that the job opted in. The command runs in the workdir.
@@ -116,10 +118,16 @@ def _python_check(files: JobFiles) -> list[str]:
             "fi"]
 
 
-def render(req, spec: JobSpec, files: JobFiles) -> str:
+def _require_checked(spec) -> None:
+    if not isinstance(spec, CheckedJobSpec):  # a caller's slip, not the user's: never rendered unchecked
+        raise TypeError(f"a batch script is rendered from options.checked's CheckedJobSpec, not {type(spec).__name__}")
+
+
+def render(req, spec: CheckedJobSpec, files: JobFiles) -> str:
     """The exact batch script ``fleet profile --partition`` submits (and ``--dry-run`` prints);
-    UnsafeValue (fleet.safenames) for a value sbatch or bash would read as something else."""
-    spec = options.checked(spec)
+    UnsafeValue (fleet.safenames) for a value from the cluster or the inventory that sbatch or
+    bash would read as something else."""
+    _require_checked(spec)
     directives = sbatch_lines(req, spec, files)  # first: a bad value is named as the option it was given as
     agent = [files.python, RunDir(files.run_dir).agent,
              json.dumps(task_args(req, spec, files), separators=(",", ":"), sort_keys=True)]

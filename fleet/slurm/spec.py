@@ -1,5 +1,6 @@
 """How a profiled job is shaped (``fleet profile --partition``'s options, a playbook's target):
-plain data, read by the batch script's renderer (:mod:`.script`) and checked by :mod:`.options`."""
+plain data, as given. :func:`.options.checked` checks it once into the ``CheckedJobSpec`` that
+the batch script's renderer (:mod:`.script`) and the run (:mod:`.run`) take."""
 
 from __future__ import annotations
 
