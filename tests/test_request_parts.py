@@ -8,6 +8,7 @@ import shlex
 from dataclasses import fields
 
 from fleet.plan import RECORD, LabPart, ProfileRequest, RankPart, plan
+from fleet.slurm import options
 from fleet.slurm.script import JobFiles, JobSpec, render
 
 LAB = LabPart(gpus=(1,), timeout=30.0, lock_wait=5.0, docker_image="nvcr.io/nvidia/pytorch:25.01-py3")
@@ -24,7 +25,7 @@ def rank_request(script: str) -> dict:
 def test_what_a_rank_receives_holds_no_lab_choice_and_nothing_the_rank_fills():
     req = ProfileRequest(tool="ncu", command=("python3", "train.py"), run_id="r", allow_own=True,
                          profiler_args=("--set=full",), lab=LAB)
-    sent = rank_request(render(req, JobSpec(partition="gpu", nodes=2), FILES))
+    sent = rank_request(render(req, options.checked(JobSpec(partition="gpu", nodes=2), req), FILES))
     own = {f.name for f in fields(ProfileRequest)} - {"lab", "rank"}
     assert set(sent) == own
     assert not set(sent) & ({f.name for f in fields(LabPart)} | {f.name for f in fields(RankPart)})

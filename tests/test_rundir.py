@@ -24,7 +24,7 @@ import pytest
 from fleet.agent import rundir, task
 from fleet.agent.rundir import RunDir
 from fleet.plan import ProfileRequest
-from fleet.slurm import jobs, launchers, ray_hook, results
+from fleet.slurm import jobs, launchers, options, ray_hook, results
 from fleet.slurm import run as slurm_run
 from fleet.slurm.script import JobFiles, JobSpec, render
 from tests.conftest import REPO
@@ -177,7 +177,8 @@ def test_the_ray_hook_writes_and_reads_the_names_rundir_gives(tmp_path, monkeypa
 
 def test_the_rendered_script_writes_the_run_s_names():
     files = JobFiles("/scratch/ana/fleet-reports/run1", "/scratch/ana/fleet-reports", nonce="0" * 32)
-    text = render(ProfileRequest(tool="nsys", command=("true",), run_id="run1"), JobSpec(partition="gpu"), files)
+    req = ProfileRequest(tool="nsys", command=("true",), run_id="run1")
+    text = render(req, options.checked(JobSpec(partition="gpu"), req), files)
     assert f"#SBATCH --output={RunDir(files.run_dir).batch_log}\n" in text
     assert f'echo "$status" > "{launchers.IN_SCRIPT.job_exit}"\n' in text
     assert f'date +%s > "{launchers.IN_SCRIPT.job_stopped}"\n' in text
@@ -199,8 +200,8 @@ def test_what_the_agent_and_the_script_write_the_login_node_s_listing_finds_and_
     plan = SimpleNamespace(host=RunDir.label(2), reasons=("a tenant",), remedy=None, tenants=())
     assert task.refuse(plan, {"slurm_node": "node1", "directory": node.path}, str(root)) != 0
     # The batch script's own lines for the marks, run as the script runs them.
-    for line in render(ProfileRequest(tool="nsys", command=("true",), run_id="run1"), JobSpec(partition="gpu"),
-                       JobFiles(run.path, str(root))).splitlines():
+    req = ProfileRequest(tool="nsys", command=("true",), run_id="run1")
+    for line in render(req, options.checked(JobSpec(partition="gpu"), req), JobFiles(run.path, str(root))).splitlines():
         if launchers.IN_SCRIPT.job_exit in line and "$status" in line or launchers.IN_SCRIPT.job_stopped in line:
             subprocess.run(["bash", "-c", f"RUN_DIR={shlex.quote(run.path)}; status=3; {line.strip()}"], check=True)
     Path(run.batch_log_of(77)).write_text("log\n")
