@@ -25,25 +25,97 @@ DEGRADED, OK, REFUSED, NodeState = policy.DEGRADED, policy.OK, policy.REFUSED, p
 # home the report by them. Elsewhere the user's explicit choice wins and fleet drops its own
 # flag (nsys refuses an option given twice). Spellings as nsys and ncu 2025.3 take them.
 OUTPUT_OPTIONS = {"nsys": ("-o", "--output"), "ncu": ("-o", "--export")}
-USER_WINS = {"nsys": ("-s", "--sample", "--cpuctxsw", "-d", "--duration"), "ncu": ("--clock-control",)}
-SHORT = {"-s": "--sample", "-d": "--duration"}
+USER_WINS = {"nsys": ("--sample", "--cpuctxsw", "--duration"), "ncu": ("--clock-control",)}
 # nsys options under which its --duration no longer counts from the workload's start: fleet's
 # --timeout is then the agent's signal at the time, not --duration.
-DURATION_MOVED_BY = ("-y", "--delay", "-c", "--capture-range", "--kill")
+DURATION_MOVED_BY = ("--delay", "--capture-range", "--kill")
 MAX_TIMEOUT = 10 * 366 * 86400  # seconds: past any job's limit (Slurm's INFINITE reads as a year)
+
+# `nsys profile`'s switches in 2025.3, as the Nsight Systems user guide ("CLI Profile Command Switch
+# Options") and `nsys profile --help` list them. Each takes a value (--help's is optional); nsys reads
+# a long one's prefix shared with no other switch as that one (--out: --output), and refuses an
+# ambiguous prefix (--dur: --duration, --duration-frames), an unknown switch, and one given twice in
+# any spelling, except the four its help says may be given more than once.
+NSYS_SWITCHES = tuple("--" + name for name in """
+    backtrace capture-range capture-range-end command-file cpu-core-events cpuctxsw cuda-event-trace
+    cuda-flush-interval cuda-graph-trace cuda-memory-usage cuda-trace-all-apis cuda-um-cpu-page-faults
+    cuda-um-gpu-page-faults cudabacktrace dask debug-symbols delay duration duration-frames enable env-var
+    event-sample event-sampling-frequency event-sampling-interval export flush-on-cudaprofilerstop
+    force-overwrite ftrace ftrace-keep-user-config gpu-metrics-devices gpu-metrics-frequency gpu-metrics-set
+    gpu-video-device gpuctxsw help hotkey-capture ib-net-info-devices ib-net-info-files ib-net-info-output
+    ib-switch-congestion-device ib-switch-congestion-nic-device ib-switch-congestion-percent
+    ib-switch-congestion-threshold-high ib-switch-metrics-device ib-switch-metrics-nic-device
+    inherit-environment kill mpi-impl nic-metrics nvtx-capture nvtx-domain-exclude nvtx-domain-include
+    opengl-gpu-workload os-events osrt-backtrace-stack-size osrt-backtrace-threshold osrt-file-access
+    osrt-threshold output python-backtrace python-functions-trace python-sampling python-sampling-frequency
+    pytorch resolve-symbols run-as sample samples-per-backtrace sampling-period session-new show-output
+    start-frame-index start-later stats stop-on-exit storage-metrics syscall trace trace-fork-before-exec
+    vulkan-gpu-workload wait""".split())
+NSYS_SHORT = {"-b": "--backtrace", "-c": "--capture-range", "-d": "--duration", "-e": "--env-var",
+              "-f": "--force-overwrite", "-h": "--help", "-n": "--inherit-environment", "-o": "--output",
+              "-p": "--nvtx-capture", "-s": "--sample", "-t": "--trace", "-w": "--show-output", "-x": "--stop-on-exit",
+              "-Y": "--start-later", "-y": "--delay"}
+NSYS_REPEATABLE = ("--enable", "--export", "--ib-switch-congestion-device", "--ib-switch-metrics-device")
+NSYS_VALUE_OPTIONAL = ("--help",)
+NO_SUCH_SWITCH = "it has no such option (`nsys profile --help` lists them)"
+
+
+def _nsys_switch(word: str) -> tuple[str | None, str | None]:
+    """(the switch ``word`` names, or None; why nsys refuses the word, or None)."""
+    if not word.startswith("--"):
+        return NSYS_SHORT.get(word[:2]), None if word[:2] in NSYS_SHORT else NO_SUCH_SWITCH
+    given = word.split("=", 1)[0]
+    matches = (given,) if given in NSYS_SWITCHES else tuple(s for s in NSYS_SWITCHES if s.startswith(given))
+    if len(matches) == 1:
+        return matches[0], None
+    if not matches:
+        return None, NO_SUCH_SWITCH
+    return None, f"ambiguous, it matches {', '.join(matches[:-1])} and {matches[-1]}"
+
+
+def nsys_options(words: tuple[str, ...]) -> tuple[list[tuple[str, str | None, str]], str | None]:
+    """The switches ``words`` give nsys profile, each (its long name, its value or None, the words
+    that gave it), and why nsys 2025.3 refuses them before running anything, or None."""
+    found: list[tuple[str, str | None, str]] = []
+    i = 0
+    while i < len(words):
+        word, i = words[i], i + 1
+        if word == "--":
+            break
+        if not word.startswith("-") or word == "-":
+            continue
+        name, why = _nsys_switch(word)
+        if name is None:
+            return found, f"nsys 2025.3 refuses {word}: {why}"
+        attached = word.partition("=")[2] if word.startswith("--") and "=" in word else \
+            word[2:] if not word.startswith("--") and len(word) > 2 else None
+        if attached is None and name not in NSYS_VALUE_OPTIONAL:
+            if i == len(words):
+                return found, f"nsys 2025.3 refuses {word} without its value: give one (-X {word} -X VALUE)"
+            attached, word, i = words[i], f"{word} {words[i]}", i + 1
+        found.append((name, attached, word))
+    seen: dict[str, str] = {}
+    for name, _, word in found:
+        if name in seen and name not in NSYS_REPEATABLE:
+            return found, f"nsys 2025.3 refuses {name} given twice ({seen[name]}, {word}): give it once"
+        seen.setdefault(name, word)
+    return found, None
 
 
 def _names(word: str, name: str) -> bool:
-    """Whether ``word`` gives option ``name``: nsys and ncu also take a long option's unique
-    prefix (``--out`` for ``--output``, seen with 2025.3), and a short one's value attached."""
+    """Whether ``word`` gives ncu's option ``name``: ncu also takes a long option's unique prefix
+    (``--exp`` for ``--export``, seen with 2025.3), and a short one's value attached."""
     given = word.split("=", 1)[0]
     if name.startswith("--"):
         return given == name or (given.startswith("--") and len(given) > 2 and name.startswith(given))
     return word == name or (word.startswith(name) and len(word) > len(name))
 
 
-def _option_values(words: tuple[str, ...], spellings: tuple[str, ...]) -> list[str | None]:
+def _option_values(tool: str, words: tuple[str, ...], spellings: tuple[str, ...]) -> list[str | None]:
     """The values the words give any of these options (None for one given without a value)."""
+    if tool == "nsys":
+        wanted = {NSYS_SHORT.get(s, s) for s in spellings}
+        return [value for name, value, _ in nsys_options(words)[0] if name in wanted]
     found = []
     for i, w in enumerate(words):
         name = next((n for n in spellings if _names(w, n)), None)
@@ -59,11 +131,14 @@ def _option_values(words: tuple[str, ...], spellings: tuple[str, ...]) -> list[s
 
 
 def profiler_args_error(tool: str, args: tuple[str, ...]) -> str | None:
-    """Why the user's profiler flags cannot be run as given, or None."""
-    if _option_values(args, OUTPUT_OPTIONS.get(tool, ())):
+    """Why the user's profiler flags cannot be run as given, or None: nsys would refuse them, or
+    they take what is fleet's."""
+    if tool == "nsys" and (why := nsys_options(args)[1]):
+        return why
+    if _option_values(tool, args, OUTPUT_OPTIONS.get(tool, ())):
         return (f"-X {' / '.join(OUTPUT_OPTIONS[tool])} is fleet's: it names each report so it can find, hash and "
                 "bring it home (reports land in the store, --store; `fleet reports pull RUN DIR` copies them out)")
-    if _option_values(args, policy.COUNTER_OPTIONS.get(tool, ())):
+    if _option_values(tool, args, policy.COUNTER_OPTIONS.get(tool, ())):
         return ("-X --gpu-metrics-devices would program the counters of GPUs fleet has not checked for tenants: "
                 "pass --gpu-metrics, and fleet samples the GPUs the run was given once they are free")
     return None
@@ -71,9 +146,7 @@ def profiler_args_error(tool: str, args: tuple[str, ...]) -> str | None:
 
 def _without_overridden(tool: str, flags: list[str], user: tuple[str, ...]) -> list[str]:
     """Fleet's flags less those the user chose a value for (a flag and its value go together)."""
-    chosen = {name for name in USER_WINS.get(tool, ()) if _option_values(user, (name,))}
-    aliases = {**SHORT, **{long: short for short, long in SHORT.items()}}
-    chosen |= {aliases[c] for c in chosen if c in aliases}
+    chosen = {name for name in USER_WINS.get(tool, ()) if _option_values(tool, user, (name,))}
     kept, skip = [], False
     for i, f in enumerate(flags):
         if skip:
@@ -298,7 +371,7 @@ def plan(host: str, state: policy.NodeState, req: ProfileRequest, owned_sysctls:
             given_up.append("GPU activity: " + base.reasons[0])
         if req.gpu_metrics:
             flags.append("--gpu-metrics-devices=" + ",".join(str(g["index"]) for g in chosen))
-        if req.timeout and not _option_values(req.profiler_args, DURATION_MOVED_BY):
+        if req.timeout and not _option_values("nsys", req.profiler_args, DURATION_MOVED_BY):
             # nsys's own stop keeps the kernels; SIGTERM or SIGINT to nsys or to the workload
             # lost every one of them on an H200 (tests/fixtures/tools-2025.3-h200)
             flags.append(f"--duration={-int(-req.timeout // 1)}")

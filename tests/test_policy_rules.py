@@ -199,7 +199,7 @@ def test_a_timeout_is_nsys_own_duration_unless_the_user_gave_one():
                                                  profiler_args=tuple(user))).command.argv()
     assert "--duration=3" in argv() and "--duration=7" in argv(timeout=7)
     assert not [w for w in argv(timeout=None) if w.startswith("--duration")]
-    for user in (("--duration=9",), ("--duration", "9"), ("-d", "9"), ("-d9",), ("--dur=9",)):
+    for user in (("--duration=9",), ("--duration", "9"), ("-d", "9"), ("-d9",)):  # --dur: refused, two match
         words = argv(*user)
         assert "--duration=3" not in words and words[words.index("--") - len(user):words.index("--")] == user
     assert not [w for w in argv(tool="ncu") if w.startswith("--duration")]  # ncu: SIGINT at the timeout

@@ -88,10 +88,8 @@ def test_four_ranks_on_two_nodes_are_stored_with_distinct_names(hpc, tmp_path):
     stored = [Path(rep["stored"]) for h in m["hosts"] for rep in h["reports"] if rep["status"] == "complete"]
     assert sorted(p.relative_to(p.parents[1]).as_posix() for p in stored) == [
         "node1/rank0.nsys-rep", "node1/rank1.nsys-rep", "node2/rank2.nsys-rep", "node2/rank3.nsys-rep"]
-    for p in stored:  # the stand-in nsys records the application's argv: the command survived exactly
-        assert json.loads(p.read_text())["app"] == command
     log = Path(m["slurm"]["log"]["stored"]).read_text()
-    assert all(f"rank {i} " in log for i in range(4))
+    assert all(f"rank {i} {NASTY_ARGS}" in log for i in range(4))  # each rank's workload got the words exactly
     ls = run_fleet("reports", "ls", "--json", env={"FLEET_STORE": str(tmp_path)})
     rows = fleet_json(ls.stdout)
     reports = [row for row in rows if row["path"].endswith(".nsys-rep")]
@@ -177,7 +175,7 @@ def test_job_at_its_time_limit_still_yields_finished_reports(hpc, tmp_path):
     [rank] = m["hosts"]
     assert rank["status"] == "ok" and rank["result"]["stopped"]
     [rep] = [rep for rep in rank["reports"] if rep["status"] == "complete"]
-    assert rep["verified"] and json.loads(Path(rep["stored"]).read_text())["app"] == ["sleep", "300"]
+    assert rep["verified"] and Path(rep["stored"]).name == "rank0.nsys-rep"
     assert "time limit near" in Path(m["slurm"]["log"]["stored"]).read_text()
 
 
@@ -317,7 +315,10 @@ def test_squeue_json_of_this_slurm_parses(hpc):
 
 def test_torchrun_workers_are_each_profiled_under_their_own_rank(hpc, tmp_path):
     worker = hpc.runs / "worker.py"
-    worker.write_text("import os\nprint('worker', os.environ['RANK'], 'of', os.environ['WORLD_SIZE'])\n")
+    # The worker says what started it: nsys, where nsys wraps the worker itself, not torchrun.
+    worker.write_text("import os\nparent = open(f'/proc/{os.getppid()}/cmdline').read().split(chr(0))[:2]\n"
+                      "print('worker', os.environ['RANK'], 'of', os.environ['WORLD_SIZE'], 'under',\n"
+                      "      'nsys' if 'nsys' in map(os.path.basename, parent) else parent)\n")
     worker.chmod(0o644)
     r = fleet(hpc, tmp_path, "--nodes", "2", "--launcher", "torchrun", "--",
               "torchrun", "--nnodes", "2", "--nproc-per-node", "2", str(worker))
@@ -328,10 +329,8 @@ def test_torchrun_workers_are_each_profiled_under_their_own_rank(hpc, tmp_path):
     for h in m["hosts"]:
         [rep] = [rep for rep in h["reports"] if rep["status"] == "complete"]
         assert Path(rep["stored"]).name == f"rank{h['rank']}.nsys-rep"
-        # nsys wrapped the worker itself (python on the script), not torchrun
-        assert json.loads(Path(rep["stored"]).read_text())["app"] == ["python3", str(worker)]
     log = Path(m["slurm"]["log"]["stored"]).read_text()
-    assert all(f"worker {i} of 4" in log for i in range(4))
+    assert all(f"worker {i} of 4 under nsys" in log for i in range(4)), log
 
 
 def test_no_wait_returns_the_job_and_gather_brings_the_reports_home_later(hpc, tmp_path):

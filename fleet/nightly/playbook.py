@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from .. import safenames
 from ..errors import FleetError
 from ..inventory import read_yaml
+from ..plan import profiler_args_error
 from ..safenames import UnsafeValue
 from ..slurm import options as slurm_options
 from ..slurm.launchers import LAUNCHERS
@@ -148,6 +149,8 @@ def load(path: str | Path) -> Playbook:
     args = doc.get("profiler_args") or []
     if isinstance(args, str) or not isinstance(args, list) or not all(isinstance(a, (str, int, float)) for a in args):
         raise _fail(path, doc, "profiler_args", "profiler_args must be a list of words, e.g. [--trace=cuda,nvtx]")
+    if (why := profiler_args_error(tool, tuple(str(a) for a in args))):  # as `fleet profile -X` would say
+        raise _fail(path, doc, "profiler_args", why)
     given = doc.get("metrics") or [{"kind": "gpu_kernel_total"}]
     if not isinstance(given, list):
         raise _fail(path, doc, "metrics", "metrics must be a list, e.g. [{kind: gpu_kernel_total}]")

@@ -227,8 +227,11 @@ def unsupported(launcher: str, tool: str, profiler_args=(), gpu_metrics: bool = 
     if tool != "nsys" or gpu_metrics:
         return ("with --launcher ray only an nsys trace is possible: Ray's workers start without fleet's agent, "
                 "so nothing checks their GPUs for tenants before counters are programmed")
-    # Ray takes nsys's options without dashes: checked as the long options they stand for.
-    return profiler_args_error("nsys", tuple("--" + a.lstrip("-") for a in profiler_args))
+    # Ray takes nsys's options without dashes and passes a one-letter key as -K VALUE, a longer
+    # one as --KEY=VALUE (ray_runtime_env): checked as the words nsys then reads.
+    words = [(f"-{k}", v or "true") if len(k) == 1 else (f"--{k}={v or 'true'}",)
+             for k, _, v in (a.lstrip("-").partition("=") for a in profiler_args)]
+    return profiler_args_error("nsys", tuple(w for pair in words for w in pair))
 
 
 def ray_runtime_env(run_dir: str, tool: str, profiler_args=()) -> dict:
