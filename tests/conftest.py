@@ -11,8 +11,16 @@ from pathlib import Path
 
 import pytest
 
-from tests.harness import fakenvml
-from tests.harness.sshd import SSHCluster
+# The harness's helpers assert as the tests do: rewritten like test modules, so a failure says what it saw.
+pytest.register_assert_rewrite("tests.harness")
+
+from tests.harness import fakenvml  # noqa: E402
+from tests.harness.sshd import SSHCluster  # noqa: E402
+
+# Fixtures several test modules use, each module that asks getting its own (module scope): the lab
+# servers, the test Slurm cluster, a node's prolog files. Registered here so that no test module
+# imports another (tests/test_test_layout.py).
+pytest_plugins = ["tests.harness.lab", "tests.harness.hpc", "tests.harness.prolog"]
 
 REPO = Path(__file__).resolve().parents[1]
 RECORDED = REPO / "tests" / "fixtures" / "nsys-2025.3-h200"  # what the real nsys wrote on an H200
