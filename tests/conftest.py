@@ -11,8 +11,16 @@ from pathlib import Path
 
 import pytest
 
-from tests.harness import fakenvml
-from tests.harness.sshd import SSHCluster
+# The harness's helpers assert as the tests do: rewritten like test modules, so a failure says what it saw.
+pytest.register_assert_rewrite("tests.harness")
+
+from tests.harness import fakenvml  # noqa: E402
+from tests.harness.sshd import SSHCluster  # noqa: E402
+
+# Fixtures several test modules use, each module that asks getting its own (module scope): the lab
+# servers, the test Slurm cluster, a node's prolog files. Registered here so that no test module
+# imports another (tests/test_test_layout.py).
+pytest_plugins = ["tests.harness.lab", "tests.harness.hpc", "tests.harness.prolog"]
 
 REPO = Path(__file__).resolve().parents[1]
 RECORDED = REPO / "tests" / "fixtures" / "nsys-2025.3-h200"  # what the real nsys wrote on an H200
@@ -105,11 +113,19 @@ def scenario(tmp_path):
 # --- markers: `pytest -m "not services"` runs the pure checks alone, in under a minute ---
 
 # What a test needs of the machine beyond Python: servers it starts (OpenSSH, a Slurm cluster,
-# Chromium, cron), or programs it runs (fleet's own command line, the agent as a process, the
-# profilers' stand-ins, ansible-inventory, gcc for the simulated NVML).
+# Chromium, cron), programs it runs (fleet's own command line, the agent as a process, the
+# profilers' stand-ins, ansible-inventory, gcc for the simulated NVML), or the machine-wide sysctl
+# it changes (kernel.perf_event_paranoid: runs must not overlap).
 SERVICE_WORDS = ("SSHCluster(", "SlurmCluster(", "screenshot(", "CHROMIUM", "subprocess", "Popen", "run_fleet",
                  "unshare", "fakenvml.build", "lib_dir", "spawn(", "_agent(", "asyncio.run(", "ansible_list(",
-                 "importer(")
+                 "importer(", "perf_event_paranoid(", "PARANOID.write_text(")
+
+
+# What needs root: accounts made and used, files given to other accounts, the machine-wide sysctl,
+# sudoers, namespaces, and the servers (sshd and slurmd run as root).
+ROOT_WORDS = ("SSHCluster(", "SlurmCluster(", "ensure_user(", "TENANT_USER", "TEST_USER", "chown", "PARANOID.",
+              "perf_event_paranoid(", "sudoers", "unshare", "nsenter", "setuid", "skipif(os.geteuid() != 0")
+TESTS = Path(__file__).resolve().parent
 
 
 def _source(obj) -> str:
@@ -121,17 +137,54 @@ def _source(obj) -> str:
         return ""
 
 
-def pytest_configure(config):
-    config.addinivalue_line("markers", "services: starts servers or runs programs (sshd, Slurm, Chromium, cron, "
-                                       "the fleet command, the agent, the stand-ins); most need root")
+def _called(func) -> list:
+    """The functions of tests/ that ``func`` calls by name (``helper(...)``, ``module.helper(...)``)."""
+    import ast
+    import inspect
+    import textwrap
+
+    try:
+        tree = ast.parse(textwrap.dedent(_source(func)))
+    except SyntaxError:
+        return []
+    found = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call):
+            continue
+        chain, target = [], node.func
+        while isinstance(target, ast.Attribute):
+            chain.insert(0, target.attr)
+            target = target.value
+        if not isinstance(target, ast.Name):
+            continue
+        obj = getattr(func, "__globals__", {}).get(target.id)
+        for attr in chain:
+            obj = getattr(obj, attr, None)
+        code = getattr(obj, "__code__", None)
+        if inspect.isfunction(obj) and code and Path(code.co_filename).is_relative_to(TESTS):
+            found.append(obj)
+    return found
+
+
+def _reached(func, seen: dict) -> str:
+    """The source of ``func`` and of every function of tests/ it calls, however deep (memoized)."""
+    if func in seen:
+        return seen[func]
+    seen[func] = _source(func)  # a call back into itself adds nothing
+    seen[func] += "".join(_reached(f, seen) for f in _called(func))
+    return seen[func]
 
 
 def pytest_collection_modifyitems(config, items):
-    """A test needs services when it, or a fixture it uses (however deep), starts one."""
+    """A test needs services (or root) when it, a fixture it uses (however deep), or a helper of
+    tests/ either calls (however deep) starts one (or does what only root may)."""
     seen: dict = {}
     for item in items:
         defs = [d for name in getattr(item, "fixturenames", ()) for d in
                 (item._fixtureinfo.name2fixturedefs.get(name) or ())]
-        sources = [_source(getattr(item, "function", None))] + [_source(d.func) for d in defs]
+        funcs = [f for f in [getattr(item, "function", None), *(d.func for d in defs)] if f is not None]
+        sources = [_reached(f, seen) for f in funcs]
         if any(w in s for s in sources for w in SERVICE_WORDS):
             item.add_marker(pytest.mark.services)
+        if any(w in s for s in sources for w in ROOT_WORDS):
+            item.add_marker(pytest.mark.root)

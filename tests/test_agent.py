@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-import os
-import pwd
 import shutil
-import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -14,19 +11,8 @@ import pytest
 
 from tests.conftest import announce, fleet_json, run_fleet
 from tests.harness import fakenvml
-from tests.harness.sshd import STANDINS, SSHCluster, ensure_user
-
-TENANT_USER = "fleettenant"
-
-
-def spawn(user: str | None, argv: list[str]) -> subprocess.Popen:
-    """A real long-lived process (the pid NVML will name), optionally under another account."""
-    ids = {}
-    if user:
-        pw = pwd.getpwnam(user)
-        ids = {"user": pw.pw_uid, "group": pw.pw_gid, "extra_groups": []}
-    return subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            start_new_session=True, cwd="/", **ids)
+from tests.harness.procs import TENANT_USER, local_env, spawn, stop
+from tests.harness.sshd import SSHCluster, ensure_user
 
 
 def unused_pid() -> int:
@@ -34,15 +20,6 @@ def unused_pid() -> int:
     while Path(f"/proc/{pid}").exists():
         pid -= 1
     return pid
-
-
-def stop(procs):
-    for p in procs:
-        try:
-            os.killpg(p.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        p.wait()
 
 
 @pytest.fixture(scope="module")
@@ -139,11 +116,6 @@ def test_doctor_refuses_ncu_beside_a_tenant_and_allows_nsys_trace(gpu_nodes):
     assert "REFUSED" in verdict_lines["ncu"] and "ok" in verdict_lines["nsys-trace"]
     strict = run_fleet("doctor", "h01", "--strict", env=c.env())
     assert strict.returncode == 5
-
-
-def local_env(extra: dict) -> dict:
-    """This machine as a node: stand-in profilers on PATH."""
-    return {"PATH": f"{STANDINS}:{os.environ['PATH']}", **extra}
 
 
 def test_doctor_without_gpu_or_inventory_reports_no_nvml(tmp_path):

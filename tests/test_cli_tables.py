@@ -7,7 +7,7 @@ import re
 from pathlib import Path
 
 from tests.conftest import run_fleet
-from tests.test_manifest import V1, put_in_store
+from tests.harness.manifests import V1, put_in_store
 
 COLOUR = re.compile(r"\x1b\[[0-9;]*(3[0-7]|9[0-7]|38;)")  # a foreground colour, not bold or dim alone
 

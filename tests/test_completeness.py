@@ -20,7 +20,7 @@ from fleet import completeness, outcome
 from fleet.agent import reports, wire
 from fleet.store.manifest import HostEntry, ReportEntry
 from tests.harness import fakenvml
-from tests.test_agent import spawn, stop
+from tests.harness.procs import spawn, stop
 
 STANDINS = Path(__file__).parent / "standins"
 MEM = 900 << 20

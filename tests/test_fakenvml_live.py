@@ -4,8 +4,12 @@ process appearing while NVML is held open, as on a real GPU (the run watch holds
 
 import json
 
+import pytest
+
 from tests.harness import fakenvml
-from tests.test_fakenvml import run_json
+from tests.harness.pynvml_script import run_json
+
+pytest.importorskip("pynvml")
 
 H200_IDLE = json.load(open(fakenvml.SOURCE_DIR.parent / "fixtures" / "tools-2025.3-h200" / "nvml-conditions"
                            / "idle.json"))

@@ -18,7 +18,7 @@ import time
 import pytest
 
 from tests.harness import fakenvml
-from tests.test_fakenvml import PRELUDE
+from tests.harness.pynvml_script import PRELUDE
 
 pytest.importorskip("pynvml")
 if not (shutil.which("unshare") and shutil.which("nsenter")):

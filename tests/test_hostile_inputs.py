@@ -25,11 +25,10 @@ from fleet.slurm import options
 from fleet.slurm.script import JobFiles, JobSpec, render
 from fleet.store.manifest import RunManifest
 from tests.conftest import run_fleet
-from tests import test_slurm, test_slurm_prolog
-from tests.test_slurm import fleet
+from tests.harness.hpc import fleet
 
-hpc = test_slurm.hpc  # this module's own Slurm cluster, as test_slurm starts it
-node = test_slurm_prolog.node  # a node's fleet files and a job user
+# The fixtures `hpc` (this module's own Slurm cluster, tests/harness/hpc.py) and `node` (a node's fleet
+# files and a job user, tests/harness/prolog.py) come from tests/conftest.py.
 
 FLEETS_OWN = ("--job-name", "--output", "--signal", "--chdir")
 UID0 = "gpu\n#SBATCH --uid=0"

@@ -30,7 +30,7 @@ from fleet.store.manifest import RunManifest, SlurmInfo
 from fleet.transport import Fanout
 from fleet.transport.settings import SSHSettings
 from tests.conftest import run_fleet
-from tests.test_store import nightly_run, rows_of
+from tests.harness.store_runs import nightly_run, rows_of
 
 STANDINS = Path(__file__).parent / "standins"
 

@@ -2,7 +2,7 @@
 planted, and a node whose state record is corrupt. Each attack ends in one clear line, and nothing
 is written where the attacker pointed.
 
-Over the real sshd lab servers of tests/test_profile.py: h01 logs in as an ordinary user, h02 and
+Over the real sshd lab servers of tests/harness/lab.py: h01 logs in as an ordinary user, h02 and
 h03 as root."""
 
 from __future__ import annotations
@@ -19,11 +19,10 @@ import yaml
 
 from fleet.agent import locks
 from tests.conftest import run_fleet
-from tests.test_agent import TENANT_USER, spawn, stop
-from tests import test_profile
-from tests.test_profile import fleet
+from tests.harness.lab import fleet
+from tests.harness.procs import TENANT_USER, spawn, stop
 
-lab, clean_gpus = test_profile.lab, test_profile.clean_gpus  # the lab servers, started for this module
+pytestmark = pytest.mark.usefixtures("clean_gpus")  # the lab servers (tests/harness/lab.py), started for this module
 
 
 def with_report_dir(lab, tmp_path, host: str, report_dir: Path) -> dict:

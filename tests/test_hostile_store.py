@@ -28,6 +28,7 @@ import yaml
 from fleet import exitcodes, store
 from tests.conftest import REPO, fleet_json, run_fleet
 from tests.harness import fakenvml
+from tests.harness.writes import unchecked_writes
 from tests.harness.sshd import STANDINS
 
 SYSTEM_PYTHON = "/usr/bin/python3"  # the attacker's: the test's virtualenv is root's
@@ -424,24 +425,8 @@ def test_rm_of_a_running_run_is_refused(node, tmp_path):
     assert not forced.parent.exists()
 
 
-# --- what fleet/store and fleet/transport may write with ---
-
-UNCHECKED = [(re.compile(r"""\bopen\([^)]*,\s*["'](w|wb|ab|w\+|r\+)["']"""), 'open(..., "w")'),
-             (re.compile(r"exist_ok\s*=\s*True|\.mkdir\(|\bos\.makedirs\("), "mkdir(exist_ok=True)"),
-             (re.compile(r"\bos\.(replace|rename)\(|\bshutil\.copy"), "a bare os.replace or copy"),
-             (re.compile(r"\.write_(text|bytes)\("), "Path.write_text")]
-
-
-# The checked helpers themselves (with fleet/agent/files.py, outside these folders).
-NOT_THE_STORES = {"fleet/store/private.py"}
+# --- what fleet/store and fleet/transport may write with (tests/harness/writes.py) ---
 
 
 def test_the_store_and_transports_write_only_through_the_checked_helpers():
-    found = []
-    for path in sorted((REPO / "fleet" / "store").glob("*.py")) + sorted((REPO / "fleet" / "transport").glob("*.py")):
-        if str(path.relative_to(REPO)) in NOT_THE_STORES:
-            continue
-        for n, line in enumerate(path.read_text().splitlines(), 1):
-            found += [f"{path.relative_to(REPO)}:{n}: {what}: {line.strip()}"
-                      for pattern, what in UNCHECKED if pattern.search(line)]
-    assert found == []
+    assert unchecked_writes() == []

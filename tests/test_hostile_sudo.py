@@ -5,7 +5,7 @@ allow-list. Now the agent, as root through `sudo -n`, sets only the ``owned_sysc
 node's root-owned config (/etc/fleet/node.json; here a per-run file the sudoers rule of this run
 lets through as FLEET_NODE_CONFIG), and a missing or unsafe config means it sets none, saying why.
 
-Real sshd hosts and the machine's real sudo (tests/test_profile.py's lab: on h01 fleet logs in as
+Real sshd hosts and the machine's real sudo (tests/harness/lab.py's lab: on h01 fleet logs in as
 an ordinary user whose sudoers rule runs the node's python3 as root).
 """
 
@@ -20,8 +20,10 @@ import pytest
 
 from fleet.agent import bundle, wire
 from tests.conftest import fleet_json
-from tests.test_agent import TENANT_USER
-from tests.test_profile import PARANOID, clean_gpus, fleet, held_entries, lab  # noqa: F401 (fixtures)
+from tests.harness.lab import PARANOID, fleet, held_entries
+from tests.harness.procs import TENANT_USER
+
+pytestmark = pytest.mark.usefixtures("clean_gpus")  # the lab servers (tests/harness/lab.py), started for this module
 
 LISTED = {"owned_sysctls": {"kernel.perf_event_paranoid": 2}}
 

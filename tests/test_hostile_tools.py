@@ -13,7 +13,7 @@ import pytest
 from fleet import exitcodes
 from tests.conftest import fleet_json, run_fleet
 from tests.harness.sshd import STANDINS, ensure_user
-from tests.test_agent import TENANT_USER
+from tests.harness.procs import TENANT_USER
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the rule is root's")
 

@@ -14,10 +14,14 @@ from pathlib import Path
 import pytest
 
 from fleet.transport import hostkeys
-from tests.test_hostile_store import test_the_store_and_transports_write_only_through_the_checked_helpers  # noqa: F401
+from tests.harness.writes import unchecked_writes
 
 OLD = "[127.0.0.1]:2222 ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOLDOLDOLDOLDOLDOLDOLDOLDOLDOLDOLDOLDOLDOLD\n"
 NEW = "[127.0.0.2]:2222 ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAINEWNEWNEWNEWNEWNEWNEWNEWNEWNEWNEWNEWNEWN"
+
+
+def test_the_store_and_transports_write_only_through_the_checked_helpers():
+    assert unchecked_writes() == []
 
 
 def offered(file: Path) -> hostkeys.OfferedKey:
@@ -98,3 +102,4 @@ def test_the_transports_import_their_shared_types_from_base_never_the_package():
                 assert not (node.level == 1 and node.module is None), f"{path.name}:{node.lineno}: from . import"
                 assert node.module != "fleet.transport", f"{path.name}:{node.lineno}"
         assert len(path.read_text().splitlines()) <= 400, path.name
+

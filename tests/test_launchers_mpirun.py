@@ -23,7 +23,6 @@ from fleet.plan import ProfileRequest
 from fleet.slurm.launchers import launch, script_index
 from fleet.store.manifest import HostEntry, ReportEntry
 from tests.harness import fakenvml
-from tests.test_slurm import hpc  # noqa: F401  (the test Slurm cluster, a fixture)
 
 FIXTURES = Path(__file__).parent / "fixtures" / "openmpi-4.1"
 STANDINS = Path(__file__).parent / "standins"
@@ -108,7 +107,7 @@ def test_four_ranks_of_the_real_mpirun_are_each_under_the_agent_and_named_by_ran
 
 @needs_mpirun
 def test_mpirun_in_a_slurm_job_profiles_four_ranks_named_by_rank(hpc, tmp_path):
-    from tests.test_slurm import fleet as fleet_slurm, manifest
+    from tests.harness.hpc import fleet as fleet_slurm, manifest
 
     worker = hpc.runs / "mpi_worker.py"
     worker.write_text("import os\nprint('rank', os.environ['OMPI_COMM_WORLD_RANK'], 'of', "

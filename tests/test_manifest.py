@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 
@@ -14,9 +13,8 @@ from fleet.store.manifest import (SCHEMA_VERSION, HostEntry, ManifestError, Proc
                             SlurmInfo)
 from fleet.plan import ProfileRequest, plan
 from fleet.slurm.run import rank_entry
-from tests.conftest import REPO, fleet_json, run_fleet
-
-V1 = REPO / "tests" / "fixtures" / "manifests-v1"
+from tests.conftest import fleet_json, run_fleet
+from tests.harness.manifests import V1, put_in_store
 
 REPORT = ReportEntry(remote="/var/tmp/fleet/r/h02-1.nsys-rep", stored="/store/lab/2026-11-30/r/h02/h02-1.nsys-rep",
                      size=424, sha256="8f" * 32, status="complete", verified=True, resumed_from=100)
@@ -77,13 +75,6 @@ def test_a_manifest_from_a_newer_fleet_is_refused_with_a_clear_error(tmp_path):
     assert out.returncode == exitcodes.USAGE and out.stdout == ""
     [line] = out.stderr.splitlines()
     assert line.startswith("fleet: ") and "newer than this fleet reads" in line
-
-
-def put_in_store(root: Path, doc: dict) -> Path:
-    directory = root / doc["site"] / doc["day"] / doc["run_id"]
-    directory.mkdir(parents=True)
-    (directory / "manifest.json").write_text(json.dumps(doc))
-    return directory
 
 
 @pytest.mark.parametrize("name", sorted(p.name for p in V1.glob("*.json")))

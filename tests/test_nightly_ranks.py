@@ -14,7 +14,7 @@ from fleet.nightly import playbook, stragglers
 from tests.conftest import run_fleet
 from tests.harness import nsys_export as nx
 from tests.harness.browser import CHROMIUM, screenshot
-from tests.test_ranks import UUIDS, eight
+from tests.harness.rank_plants import UUIDS, eight
 
 NAME = "train-8"
 

@@ -8,43 +8,8 @@ import pytest
 
 from fleet import policy
 from fleet.policy import DEGRADED, OK, REFUSED, Request
+from tests.harness.node_states import TENANT, proc, state, verdicts
 
-
-def proc(pid, user="alice", uid=1000, foreign=False, name="python3", mem=10**9, **kw):
-    return {"pid": pid, "user": user, "uid": uid, "foreign": foreign, "name": name, "used_memory": mem,
-            "kinds": ["compute"], **kw}
-
-
-BASE = {
-    "euid": 1000, "uid": 1000, "perf_event_paranoid": 2, "host_pid_namespace": True,
-    "capabilities": {"sys_admin": False, "perfmon": False},
-    "nvidia": {"driver_loaded": True, "profiling_admin_only": 0},
-    "nvml": {"available": True},
-    "gpus": [{"index": 0, "architecture": 9, "mig_mode": {"current": 0, "pending": 0}, "processes": []},
-             {"index": 1, "architecture": 9, "mig_mode": {"current": 0, "pending": 0}, "processes": []}],
-    "mps": {"control_daemon": [], "servers": []},
-    "dcgm": {"hostengine": [], "exporter": [], "listening": []},
-    "tools": {"nsys": {"path": "/opt/nsys", "version": "2025.3.1"}, "ncu": {"path": "/opt/ncu", "version": "2025.3.1"}},
-    "report_dir": {"path": "/var/tmp/fleet-alice", "writable": True, "free_bytes": 10**11, "memory_backed": False},
-}
-
-
-def state(**changes):
-    s = copy.deepcopy(BASE)
-    for path, value in changes.items():
-        node = s
-        keys = path.split("__")
-        for k in keys[:-1]:
-            node = node[int(k)] if k.isdigit() else node[k]
-        node[keys[-1]] = value
-    return s
-
-
-def verdicts(s, request=Request()):
-    return {v.way: v for v in policy.assess(s, request)}
-
-
-TENANT = proc(4242, user="bob", uid=1001, foreign=True)
 OWN = proc(777, user="alice", uid=1000, foreign=False)
 GHOST = {"pid": 99999, "user": None, "uid": None, "foreign": True, "name": None, "used_memory": None,
          "kinds": ["compute"], "why": "pid not visible from the agent"}

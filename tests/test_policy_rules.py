@@ -11,8 +11,8 @@ from fleet import policy
 from fleet.plan import Command, LabPart, Plan, ProfileRequest, RankPart, plan
 from fleet.policy import OK, REFUSED, Request
 
-from .test_policy import BASE, TENANT, verdicts
-from .test_policy import state as bare_state
+from tests.harness.node_states import BASE, TENANT, verdicts
+from tests.harness.node_states import state as bare_state
 
 
 def state(**changes):

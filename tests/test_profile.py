@@ -27,102 +27,13 @@ from fleet.plan import LabPart, ProfileRequest
 from fleet.store import kernel_rows
 from fleet.transport import Fanout
 from fleet.transport.settings import SSHSettings
-from tests.conftest import REPO, announce, fleet_json, recorded_kernels, run_fleet
-from tests.harness import fakenvml
-from tests.harness.procs import kill_recorded
-from tests.harness.sshd import SSHCluster, ensure_user
-from tests.test_agent import TENANT_USER, spawn, stop
-from tests.test_transport import NASTY as NASTY_ARGS
+from tests.conftest import REPO, fleet_json, recorded_kernels, run_fleet
+from tests.harness.lab import PARANOID, fleet, held_entries, kill_fleet_mid_run, scenario, wait_for
+from tests.harness.procs import TENANT_USER, kill_recorded, spawn, stop
+from tests.harness.quoting import NASTY as NASTY_ARGS
 
-PARANOID = Path("/proc/sys/kernel/perf_event_paranoid")
-# The machine's sudoers gains a rule for this run's test user while the lab is up, in a file of
-# this run's own (sudo skips names with a '.', so the pid is joined with '-').
-SUDOERS = Path(f"/etc/sudoers.d/fleet-tests-{os.getpid()}")
-
-
-def wait_for(predicate, timeout=30.0):
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"condition not reached in time; perf_event_paranoid="
-                                 f"{PARANOID.read_text().strip()}")
-        time.sleep(0.05)
-
-
-@pytest.fixture(scope="module")
-def lab(pytestconfig):
-    """Three lab servers. On h01 fleet logs in as an ordinary user (owned sysctls go through
-    `sudo -n`, GPU counters are closed); on h02 and h03 as root (counters open, as for ncu)."""
-    ensure_user(TENANT_USER)
-    c = SSHCluster(3)
-    original = PARANOID.read_text().strip()
-    tenant = spawn(TENANT_USER, ["sleep", "900"])
-    try:
-        lib = fakenvml.build(c.dir / "fakenvml")
-        state_dir, lock_dir = c.dir / "state", c.dir / "locks"
-        # The node's root-owned config, which alone says what root reached through sudo may set.
-        node_config = c.dir / "node.json"
-        node_config.write_text(json.dumps({"owned_sysctls": {"kernel.perf_event_paranoid": 2}}))
-        node_config.chmod(0o644)
-        lock_dir.mkdir(mode=0o777)
-        lock_dir.chmod(0o1777)
-        for h in c.hosts:
-            scenario = c.dir / f"scenario-{h.name}.txt"
-            fakenvml.write_scenario(scenario, {"gpus": [{"index": 0, "uuid": f"GPU-{h.name}-0"},
-                                                        {"index": 1, "uuid": f"GPU-{h.name}-1"}]})
-            scenario.chmod(0o644)
-            env = {**fakenvml.env(lib, scenario), "FLEET_STATE_DIR": state_dir, "FLEET_LOCK_DIR": lock_dir,
-                   "FLEET_NODE_CONFIG": node_config,
-                   "FAKE_DCGM_LOG": c.dir / "dcgm.log",
-                   "PATH": f"{c.dir / 'standins'}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
-            h.options["SetEnv"] = " ".join(f"{k}={v}" for k, v in env.items())
-        for h in c.hosts[1:]:
-            h.vars["ansible_user"] = "root"
-        tools = c.standins()
-        c.inventory_vars = {"nsys_path": str(tools / "nsys"), "ncu_path": str(tools / "ncu"),
-                            "ansible_python_interpreter": "/usr/bin/python3",
-                            "owned_sysctls": {"kernel.perf_event_paranoid": 2}}
-        SUDOERS.write_text(f'Defaults:{c.user} env_keep += "FLEET_STATE_DIR FLEET_LOCK_DIR FLEET_NODE_CONFIG"\n'
-                           f"{c.user} ALL=(root) NOPASSWD: /usr/bin/python3\n")
-        SUDOERS.chmod(0o440)
-        PARANOID.write_text("3")  # as Debian ships it: CPU sampling blocked for users (put back below, as
-        # conftest.perf_event_paranoid does: the sysctl is the machine's, no namespace holds it)
-        c.start()
-        announce(pytestconfig, f"started {len(c.hosts)} sshd lab servers; perf_event_paranoid set to 3 "
-                               f"for the tests (was {original})")
-        # The store is the controller's (root's here), in a folder of its own: a shared, sticky one
-        # as the scratch folders are is refused (every account could plant its catalog).
-        yield {"c": c, "tenant": tenant.pid, "state": state_dir, "locks": lock_dir, "node_config": node_config,
-               "out": c.dir / "store", "dcgm_log": c.dir / "dcgm.log"}
-    finally:
-        stop([tenant])
-        c.stop()
-        SUDOERS.unlink(missing_ok=True)
-        PARANOID.write_text(original)
-        announce(pytestconfig, f"perf_event_paranoid put back to {original}")
-
-
-def scenario(lab, host, processes=(), gpu=0, arch=9):
-    gpus = [{"index": i, "uuid": f"GPU-{host}-{i}", "arch": arch, "processes": list(processes) if i == gpu else []}
-            for i in (0, 1)]
-    fakenvml.write_scenario(lab["c"].dir / f"scenario-{host}.txt", {"gpus": gpus})
-
-
-@pytest.fixture(autouse=True)
-def clean_gpus(lab):
-    for h in lab["c"].hosts:
-        scenario(lab, h.name)
-    yield
-    assert PARANOID.read_text().strip() == "3", "a test left kernel.perf_event_paranoid changed"
-
-
-def fleet(lab, *args, **kw):
-    return run_fleet("profile", "--store", str(lab["out"]), *args, env=lab["c"].env(), **kw)
-
-
-def held_entries(lab) -> dict:
-    path = lab["state"] / "state.json"
-    return json.loads(path.read_text())["sysctls"] if path.exists() else {}
+# The lab servers (tests/harness/lab.py, a lab for this module), each test's GPUs reset around it.
+pytestmark = pytest.mark.usefixtures("clean_gpus")
 
 
 def lock_is_free(lab, uuid) -> bool:
@@ -378,16 +289,6 @@ def test_runs_land_in_the_store_with_a_manifest_and_in_the_catalog(lab, tmp_path
     left = fleet_json(run_fleet("reports", "ls", "--store", str(store_root), "--json").stdout)
     assert {r["run_id"] for r in left} == {runs[1]}
     assert not list(store_root.glob(f"lab-a/*/{runs[0]}"))
-
-
-def kill_fleet_mid_run(lab, store_root) -> None:
-    """`fleet profile` on h01, SIGKILLed once its agent has the node (the sysctl is held)."""
-    proc = subprocess.Popen([sys.executable, "-m", "fleet", "profile", "--store", str(store_root), "--hosts", "h01",
-                             "--", "sleep", "2"], env={**os.environ, **lab["c"].env()}, cwd=REPO,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    wait_for(lambda: PARANOID.read_text().strip() == "2")
-    proc.kill()  # fleet dies before the report comes home
-    proc.wait()
 
 
 def test_fleet_gather_brings_home_what_a_killed_fleet_left_on_the_node(lab, tmp_path):

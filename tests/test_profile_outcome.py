@@ -19,7 +19,7 @@ from fleet import exitcodes
 from tests.conftest import REPO, fleet_json, run_fleet
 from tests.harness import fakenvml
 from tests.harness.sshd import STANDINS, ensure_user
-from tests.test_agent import TENANT_USER, spawn, stop
+from tests.harness.procs import TENANT_USER, spawn, stop
 
 WORKLOAD_MEM = 300 << 20
 

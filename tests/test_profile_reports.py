@@ -1,5 +1,5 @@
 """What nsys leaves on a node, brought home as it should be: empty summaries, unfinished
-and empty reports. Over the lab servers of tests/test_profile.py, with the stand-in
+and empty reports. Over the lab servers of tests/harness/lab.py, with the stand-in
 profilers replaying what nsys 2025.3 did on an H200 test machine."""
 
 from __future__ import annotations
@@ -15,16 +15,16 @@ import sys
 from pathlib import Path
 from types import SimpleNamespace
 
+import pytest
 import yaml
 
 from fleet.agent import reports
 from fleet.analysis import export
 from fleet.store import kernel_rows
 from tests.conftest import REPO, fleet_json, recorded_kernels, run_fleet
-from tests import test_profile
-from tests.test_profile import held_entries, kill_fleet_mid_run, wait_for
+from tests.harness.lab import held_entries, kill_fleet_mid_run, wait_for
 
-lab, clean_gpus = test_profile.lab, test_profile.clean_gpus  # the lab servers, started for this module
+pytestmark = pytest.mark.usefixtures("clean_gpus")  # the lab servers (tests/harness/lab.py), started for this module
 
 SUMMARIES = {"cuda_gpu_kern_sum", "cuda_api_sum", "nvtx_sum"}
 

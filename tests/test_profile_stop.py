@@ -2,18 +2,19 @@
 SIGINT to nsys, or SIGTERM to the workload, finished the report with no kernel in it; nsys's own
 --duration kept them (tests/fixtures/tools-2025.3-h200/). So a --timeout on nsys is --duration,
 with the agent's signal only as a late backstop; the user's own --duration wins. Over the lab
-servers of tests/test_profile.py, with the stand-in nsys replaying those recordings."""
+servers of tests/harness/lab.py, with the stand-in nsys replaying those recordings."""
 
 from __future__ import annotations
 
 import csv
 from pathlib import Path
 
-from tests.conftest import REPO, fleet_json
-from tests import test_profile
-from tests.test_profile import fleet
+import pytest
 
-lab, clean_gpus = test_profile.lab, test_profile.clean_gpus  # the lab servers, started for this module
+from tests.conftest import REPO, fleet_json
+from tests.harness.lab import fleet
+
+pytestmark = pytest.mark.usefixtures("clean_gpus")  # the lab servers (tests/harness/lab.py), started for this module
 RECORDED = REPO / "tests" / "fixtures" / "tools-2025.3-h200"
 
 

@@ -21,16 +21,10 @@ from fleet.store.manifest import HostEntry, ProcessSeen, ReportEntry, RunManifes
 from tests.harness.browser import CHROMIUM, screenshot
 from tests.conftest import REPO, fleet_json, run_fleet
 from tests.harness import nsys_export as nx
+from tests.harness.rank_plants import UUIDS, eight
 
 RUN = "20261201-120000-ab01"
-UUIDS = [f"{i:08x}-5ce6-c18b-76d2-d40138606229" for i in range(8)]
 H200 = json.loads((REPO / "tests" / "fixtures" / "ranks-h200" / "h200-analysis.json").read_text())["data"]
-
-
-def eight(late: int = 5, **late_plant) -> list[nx.Plant]:
-    plants = [nx.Plant(kernels=20, gpu=i) for i in range(8)]
-    plants[late] = nx.Plant(**{"kernels": 60, "gpu": late, **late_plant})
-    return plants
 
 
 def file_run(tmp_path: Path, scenario: nx.Scenario, *, missing=(), conditions=None, processes=None) -> Path:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from fleet.store.manifest import HostEntry, ReportEntry
 from tests.conftest import fleet_json, run_fleet
-from tests.test_reports_stats import RUN, file_run, nsys_summaries, run_dir
+from tests.harness.store_runs import RUN, file_run, nsys_summaries, run_dir
 
 
 def report(directory: Path, host: str, name: str, status: str = "complete") -> ReportEntry:

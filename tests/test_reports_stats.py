@@ -9,50 +9,18 @@ import json
 import shutil
 from pathlib import Path
 
-from fleet import exitcodes, store
-from fleet.store.collect import sha256_of
-from fleet.store.manifest import HostEntry, ReportEntry, RunManifest
+from fleet import exitcodes
+from fleet.store.manifest import HostEntry, ReportEntry
 from tests.conftest import REPO, fleet_json, run_fleet
+from tests.harness.store_runs import NSYS, RUN, file_run, nsys_summaries, run_dir, summary
 
-NSYS = REPO / "tests" / "fixtures" / "nsys-2025.3-h200"
 NCU_RAW = REPO / "tests" / "fixtures" / "ncu-raw-h200.csv"
 CUTLASS = "void cutlass::Kernel2<cutlass_80_simt_sgemm_256x128_8x4_nn_align1>(T1::Params)"
 CUTLASS_SHORT = "cutlass::Kernel2<cutlass_80_simt_sgemm_256x128_8x4_nn_align1>"
-RUN = "20261130-173936-5586"
 # h03 of a real lab run, refused beside a tenant, as fleet wrote it (tests/fixtures/manifests-v1)
 PARTIAL = json.loads((REPO / "tests" / "fixtures" / "manifests-v1" / "lab-partial.json").read_text())
 REFUSED = PARTIAL["hosts"][1]
 TENANT = "tenant: GPU 0: pid 22471 (fleettenant, 1.0 GB) belongs to another user"
-
-
-def summary(directory: Path, host: str, base: str, name: str, source: Path) -> ReportEntry:
-    """A summary CSV filed in the store as a run files it: RUN_DIR/HOST/BASE_NAME.csv."""
-    target = directory / host / f"{base}_{name}.csv"
-    target.parent.mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(source, target)
-    return ReportEntry(remote=f"/node/{target.name}", stored=str(target), size=target.stat().st_size,
-                       sha256=sha256_of(target), status="summary", verified=True, summary=name)
-
-
-def nsys_summaries(directory: Path, host: str, base: str, nvtx: str = "with-nvtx") -> list[ReportEntry]:
-    return [summary(directory, host, base, "cuda_gpu_kern_sum", NSYS / "with-nvtx_cuda_gpu_kern_sum.csv"),
-            summary(directory, host, base, "cuda_api_sum", NSYS / "with-nvtx_cuda_api_sum.csv"),
-            summary(directory, host, base, "nvtx_sum", NSYS / f"{nvtx}_nvtx_sum.csv")]
-
-
-def file_run(store_root: Path, hosts: list[HostEntry], *, site: str = "lab", tool: str = "nsys",
-             run_id: str = RUN, status: str | None = None) -> RunManifest:
-    from fleet.outcome import run_status
-
-    m = RunManifest(run_id, site=site, day="2026-11-30", started="2026-11-30T17:39:36+0000", user="ana",
-                    request={"tool": tool, "command": ["python3", "app.py"]},
-                    status=status or run_status(h.status for h in hosts), hosts=hosts)
-    store.save(store_root, m)
-    return m
-
-
-def run_dir(store_root: Path, site: str = "lab", run_id: str = RUN) -> Path:
-    return store.run_dir(store_root, site, run_id)
 
 
 def section(text: str, title: str) -> list[str]:

@@ -14,58 +14,17 @@ import sys
 import time
 from pathlib import Path
 
-import pytest
 import yaml
 
 from fleet.inventory import load
 from fleet.slurm.jobs import SlurmClient
 from fleet.transport import Fanout
 from fleet.transport.settings import SSHSettings
-from tests.conftest import REPO, announce, fleet_json, run_fleet
+from tests.conftest import REPO, fleet_json, run_fleet
 from tests.harness import fakenvml
-from tests.harness.slurm import SlurmCluster, configure_login
-from tests.harness.sshd import SSHCluster, ensure_user
-from tests.test_agent import TENANT_USER, spawn, stop
-from tests.test_transport import NASTY as NASTY_ARGS
-
-
-@pytest.fixture(scope="module")
-def hpc(pytestconfig):
-    """Slurm with nodes node1, node2 (2 GPUs each) and login host h01 (user fleetci)."""
-    ensure_user(TENANT_USER)
-    slurm = SlurmCluster(2)
-    c = SSHCluster(1)
-    tenant = spawn(TENANT_USER, ["sleep", "900"])
-    try:
-        slurm.start()
-        configure_login(slurm, c)
-        c.start()
-        # The same login node, logged into as root (GPU counters open, as ncu needs).
-        c.root_inventory = c.dir / "inventory-root.yaml"
-        doc = yaml.safe_load(c.inventory.read_text())
-        doc["all"]["children"]["cluster"]["hosts"]["h01"]["ansible_user"] = "root"
-        c.root_inventory.write_text(yaml.safe_dump(doc))
-        c.slurm, c.tenant = slurm, tenant
-        announce(pytestconfig, f"started Slurm 22.05 (munged, slurmctld, slurmd node1 node2) under {slurm.dir}, "
-                               f"login sshd {c.hosts[0].address}")
-        yield c
-    finally:
-        stop([tenant])
-        c.stop()
-        slurm.stop()
-        announce(pytestconfig, "stopped the Slurm cluster and its login sshd")
-
-
-def fleet(hpc, store: Path, *args: str, root: bool = False, timeout: float = 240):
-    env = {**hpc.env(), "FLEET_STORE": str(store)}
-    if root:
-        env["FLEET_INVENTORY"] = str(hpc.root_inventory)
-    return run_fleet("profile", "--partition", "gpu", "--poll", "1", *args, env=env, timeout=timeout)
-
-
-def manifest(store: Path) -> dict:
-    [path] = store.glob("*/*/*/manifest.json")
-    return json.loads(path.read_text())
+from tests.harness.hpc import _wait_running, fleet, manifest
+from tests.harness.procs import TENANT_USER
+from tests.harness.quoting import NASTY as NASTY_ARGS
 
 
 def no_drained_nodes(hpc) -> None:
@@ -192,18 +151,6 @@ def test_nsys_stops_a_long_job_itself_before_the_trap_and_keeps_its_kernels(hpc,
     assert 20 <= int(re.search(r"time limit of (\d+)s", said).group(1)) <= 40, said
     [kern] = [rep for rep in rank["reports"] if rep["stored"].endswith("_cuda_gpu_kern_sum.csv")]
     assert Path(kern["stored"]).read_text().count("\n") > 1  # kernels, where the trap's SIGTERM would leave none
-
-
-def _wait_running(store: Path, timeout: float = 60) -> dict:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        found = list(store.glob("*/*/*/manifest.json"))
-        if found:
-            m = json.loads(found[0].read_text())
-            if m["slurm"].get("job_id"):
-                return m
-        time.sleep(0.2)
-    raise AssertionError("the run was not submitted in time")
 
 
 def test_cancelled_job_leaves_clean_state_and_says_so(hpc, tmp_path):

@@ -1,6 +1,6 @@
 """fleet's Slurm epilog on the node, as slurmd runs it (as root, with slurmd's environment): what it
 puts back and says it put back, the unfinished reports it finishes with the node's own importer
-under a deadline, and a state record it cannot trust. The sysctl is real (see test_slurm_prolog)."""
+under a deadline, and a state record it cannot trust. The sysctl is real (see tests/harness/prolog.py)."""
 
 from __future__ import annotations
 
@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from tests import test_slurm_prolog
-from tests.test_slurm_prolog import PARANOID, run, write_request
+from tests.harness.prolog import PARANOID, run, write_request
 
-node, paranoid_3 = test_slurm_prolog.node, test_slurm_prolog.paranoid_3  # the node's files, per test
+# The node's files, per test (the `node` fixture, tests/harness/prolog.py), and the sysctl at 3 for the module.
+pytestmark = pytest.mark.usefixtures("paranoid_3")
 
 
 def importer(node, script: str, owner=0) -> Path:

@@ -24,7 +24,7 @@ from tests.conftest import announce, run_fleet
 from tests.harness import fakenvml
 from tests.harness.slurm import SlurmCluster, configure_login
 from tests.harness.sshd import SSHCluster, ensure_user
-from tests.test_agent import TENANT_USER, spawn, stop
+from tests.harness.procs import TENANT_USER, spawn, stop
 
 
 @pytest.fixture(scope="module")

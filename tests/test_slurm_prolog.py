@@ -20,53 +20,15 @@ import pytest
 
 from fleet.agent import slurmd
 from fleet.agent.wire import answers
-from tests.conftest import announce, perf_event_paranoid, run_fleet
+from tests.conftest import announce, run_fleet
+from tests.harness.procs import TENANT_USER
+from tests.harness.prolog import PARANOID, python36, run, write_request
 from tests.harness.slurm import SlurmCluster
 from tests.harness.sshd import TEST_USER, ensure_user
-from tests.test_agent import TENANT_USER
 
-PARANOID = Path("/proc/sys/kernel/perf_event_paranoid")
 NOT_OWNED = Path("/proc/sys/kernel/kptr_restrict")
-OWNED = {"kernel.perf_event_paranoid": 2}
-
-
-@pytest.fixture(scope="module", autouse=True)
-def paranoid_3():
-    with perf_event_paranoid("3"):  # the machine's value is put back however the tests end
-        yield
-
-
-@pytest.fixture
-def node(tmp_path):
-    """A node's fleet files (config, jobs, state, log) and a job user with a working directory."""
-    user = pwd.getpwnam(ensure_user(TEST_USER).pw_name)
-    ensure_user(TENANT_USER)
-    root = Path(tempfile.mkdtemp(prefix="fleet-prolog-"))  # traversable by the job's user
-    root.chmod(0o755)
-    work = root / "work"
-    work.mkdir()
-    os.chown(work, user.pw_uid, user.pw_gid)
-    config = {"owned_sysctls": OWNED, "jobs_dir": str(tmp_path / "jobs"), "state_dir": str(tmp_path / "state"),
-              "log_file": str(tmp_path / "log" / "slurm.log"), "fail_closed": False, "pause_dcgm": False}
-    (tmp_path / "node.json").write_text(json.dumps(config))
-    env = {"SLURM_JOB_ID": "4242", "SLURM_JOB_UID": str(user.pw_uid), "SLURM_JOB_GID": str(user.pw_gid),
-           "SLURM_JOB_WORK_DIR": str(work), "SLURM_JOB_GPUS": "0"}
-    yield {"config": config, "config_path": str(tmp_path / "node.json"), "env": env, "work": work, "user": user,
-           "root": root, "log": tmp_path / "log" / "slurm.log"}
-    slurmd.main({"op": "epilog", "config": str(tmp_path / "node.json")}, env)  # never leave a value held
-    shutil.rmtree(root)
-
-
-def write_request(node, doc, owner=None) -> Path:
-    path = node["work"] / slurmd.REQUEST_NAME
-    path.write_text(json.dumps(doc))
-    pw = owner or node["user"]
-    os.chown(path, pw.pw_uid, pw.pw_gid)
-    return path
-
-
-def run(node, op: str) -> int:
-    return slurmd.main({"op": op, "config": node["config_path"]}, node["env"])
+# The node's files come from the `node` fixture (tests/harness/prolog.py).
+pytestmark = pytest.mark.usefixtures("paranoid_3")  # the machine's value put back however the tests end
 
 
 def test_an_opted_in_job_holds_the_owned_sysctl_until_its_epilog(node):
@@ -335,7 +297,7 @@ def test_a_rank_checks_the_gpus_slurm_gave_it_by_device_not_by_index(tmp_path):
     looked at another GPU than its own."""
     from fleet.agent import bundle
     from tests.harness import fakenvml
-    from tests.test_agent import spawn, stop
+    from tests.harness.procs import spawn, stop
 
     ensure_user(TENANT_USER)
     tenant = spawn(TENANT_USER, ["sleep", "300"])
@@ -361,16 +323,6 @@ def test_a_rank_checks_the_gpus_slurm_gave_it_by_device_not_by_index(tmp_path):
         assert alone.returncode == 0, alone.stderr
     finally:
         stop([tenant])
-
-
-def python36(where: Path) -> Path:
-    """Stands in for RHEL 8's /usr/bin/python3 (3.6): it starts and says its version, and fails
-    on the agent as 3.6 did on a node (the message the issue recorded)."""
-    path = where / "python3.6"
-    path.write_text('#!/bin/sh\ncase "$*" in *"print("*) echo 3.6.8; exit 0 ;; esac\n'
-                    'echo "SyntaxError: future feature annotations is not defined" >&2\nexit 1\n')
-    path.chmod(0o755)
-    return path
 
 
 def test_slurm_install_refuses_a_python_that_cannot_run_the_hooks_and_writes_nothing(tmp_path):
@@ -418,7 +370,7 @@ def test_the_prologs_verdict_is_per_gpu_and_a_rank_is_refused_only_for_its_own(n
     records who is on each GPU by UUID; rank 0 (GPU 0) is profiled, rank 1 (GPU 1) refused."""
     from fleet.agent import bundle
     from tests.harness import fakenvml
-    from tests.test_agent import spawn, stop
+    from tests.harness.procs import spawn, stop
 
     tenant = spawn(TENANT_USER, ["sleep", "300"])
     try:

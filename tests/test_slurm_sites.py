@@ -18,8 +18,8 @@ import pytest
 import yaml
 
 from tests.conftest import REPO, fleet_json, run_fleet
-from tests.test_slurm import _wait_running, hpc, manifest  # noqa: F401 (the module's cluster)
-from tests.test_slurm_prolog import python36
+from tests.harness.hpc import _wait_running, manifest
+from tests.harness.prolog import python36
 
 
 def env_of(hpc, store: Path, **extra) -> dict:
@@ -350,7 +350,7 @@ def test_slurm_install_apply_checks_the_python_on_each_node_through_a_step_and_w
     assert r.stderr == f"fleet: --python {python} does not start on node2: sh: 1: {python}: not found; nothing written\n", \
         r.stderr
     assert not prefix.exists() and not log.exists()
-    # node2's is RHEL 8's 3.6 (the stand-in of tests/test_slurm_prolog.py): named with its version.
+    # node2's is RHEL 8's 3.6 (the stand-in of tests/harness/prolog.py): named with its version.
     old = python36(tmp_path)
     python.write_text(f'#!/bin/sh\nif [ "$SLURMD_NODENAME" = node2 ]; then exec {old} "$@"; fi\n'
                       f'exec {os.path.realpath("/usr/bin/python3")} "$@"\n')

@@ -3,13 +3,13 @@ an unversioned one (as fleet wrote it before) is rebuilt from the manifests, a n
 
 from __future__ import annotations
 
-import json
 import sqlite3
 from contextlib import closing
 from pathlib import Path
 
 from fleet import exitcodes, store
 from tests.conftest import fleet_json, run_fleet
+from tests.harness.store_runs import nightly_run, rows_of
 
 # The catalog as fleet created it before it had a version (PRAGMA user_version 0).
 UNVERSIONED_SCHEMA = """
@@ -25,32 +25,6 @@ CREATE TABLE IF NOT EXISTS reports (
     gpu TEXT, driver TEXT, tool_version TEXT, started TEXT,
     PRIMARY KEY (run_id, host, path));
 """
-
-
-def nightly_run(root: Path, run_id: str, kernel_ns: int) -> str:
-    """A nightly run on h02 as the store keeps it: its manifest, its kernel summary, its metric."""
-    day = f"{run_id[0:4]}-{run_id[4:6]}-{run_id[6:8]}"
-    directory = root / "lab" / day / run_id
-    (directory / "h02").mkdir(parents=True)
-    csv = directory / "h02" / "h02-1_cuda_gpu_kern_sum.csv"
-    csv.write_text(f"Time (%),Total Time (ns),Instances,Name\n100.0,{kernel_ns},3,gemm_kernel\n")
-    report = {"remote": f"/var/tmp/fleet/{run_id}/{csv.name}", "stored": str(csv), "size": csv.stat().st_size,
-              "sha256": "ab" * 32, "status": "summary", "verified": True, "summary": "cuda_gpu_kern_sum"}
-    metric = {"metric": "total GPU kernel time", "device": "NVIDIA H200 on h02", "value": float(kernel_ns),
-              "flags": []}
-    doc = {"run_id": run_id, "site": "lab", "day": day, "started": f"{day}T02:00:00+0000", "user": "ana",
-           "request": {"tool": "nsys", "command": ["python3", "bench.py"]}, "status": "complete",
-           "hosts": [{"host": "h02", "status": "ok", "missing_why": None, "gpu": "NVIDIA H200", "driver": "580",
-                      "tool_version": "2025.3", "tenants_seen": [], "given_up": [], "reports": [report]}],
-           "playbook": {"name": "bench", "metrics": [metric]}}
-    (directory / "manifest.json").write_text(json.dumps(doc))
-    return run_id
-
-
-def rows_of(root: Path, run_id: str) -> dict[str, int]:
-    with closing(sqlite3.connect(root / "catalog.sqlite")) as db:
-        return {t: db.execute(f"SELECT COUNT(*) FROM {t} WHERE run_id = ?", (run_id,)).fetchone()[0]
-                for t in ("runs", "reports", "kernels", "metrics")}
 
 
 def user_version(root: Path) -> int:

@@ -13,11 +13,8 @@ from fleet.inventory import Host, load
 from fleet.transport import Fanout
 from fleet.transport.settings import SSHSettings
 from tests.conftest import fleet_json_lines, run_fleet
+from tests.harness.quoting import NASTY
 from tests.harness.sshd import SSHCluster
-
-NASTY = ["plain", "", " leading and trailing ", "it's", 'say "hi"', "$(touch /tmp/pwned)", "`id`", "$HOME",
-         "a;b|c&d>e<f", "*", "~", "back\\slash", "new\nline", "tab\there", "-n", "--", "ünïcødé ✓ 漢字",
-         "'; rm -rf / #", "!!", "{a,b}", "%s%n"]
 
 
 def settings(c: SSHCluster, **kw) -> SSHSettings:

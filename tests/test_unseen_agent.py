@@ -14,7 +14,7 @@ import pytest
 from tests.conftest import REPO, fleet_json
 from tests.harness import fakenvml
 from tests.harness.sshd import ensure_user
-from tests.test_agent import TENANT_USER, local_env, spawn, stop
+from tests.harness.procs import TENANT_USER, local_env, spawn, stop
 
 if not shutil.which("unshare"):
     pytest.skip("unshare (util-linux) is needed", allow_module_level=True)

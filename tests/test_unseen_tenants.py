@@ -9,7 +9,7 @@ import pytest
 from fleet import policy
 from fleet.policy import OK, REFUSED, Request
 
-from .test_policy import proc, state
+from tests.harness.node_states import proc, state
 
 IDLE_TENANT_USED = 1_722_613_760        # v2 used with another user's idle process on GPU 0
 BUSY_TENANT_USED = 858_587_136          # v2 used with another user's GEMM loop

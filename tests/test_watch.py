@@ -17,7 +17,7 @@ import pytest
 from fleet.agent import run, wire
 from tests.harness import fakenvml
 from tests.harness.sshd import ensure_user
-from tests.test_agent import TENANT_USER, spawn, stop
+from tests.harness.procs import TENANT_USER, spawn, stop
 
 STANDINS = Path(__file__).parent / "standins"
 WORKLOAD_MEM = 900 << 20

@@ -4,8 +4,15 @@ reaches every matching process on the machine, other people's included."""
 from __future__ import annotations
 
 import os
+import pwd
 import signal
+import subprocess
 from pathlib import Path
+
+from tests.harness.sshd import STANDINS
+
+# The other account on the test machine: its processes are a neighbour's, on a GPU fleet must not take.
+TENANT_USER = "fleettenant"
 
 
 def children(pid: int) -> list[int]:
@@ -55,3 +62,27 @@ def kill_recorded(pidfile: Path, argv: list[str], sig: int = signal.SIGKILL) -> 
     except ProcessLookupError:
         return False
     return True
+
+
+def spawn(user: str | None, argv: list[str]) -> subprocess.Popen:
+    """A real long-lived process (the pid NVML will name), optionally under another account."""
+    ids = {}
+    if user:
+        pw = pwd.getpwnam(user)
+        ids = {"user": pw.pw_uid, "group": pw.pw_gid, "extra_groups": []}
+    return subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True, cwd="/", **ids)
+
+
+def stop(procs):
+    for p in procs:
+        try:
+            os.killpg(p.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        p.wait()
+
+
+def local_env(extra: dict) -> dict:
+    """This machine as a node: stand-in profilers on PATH."""
+    return {"PATH": f"{STANDINS}:{os.environ['PATH']}", **extra}

@@ -1,0 +1,51 @@
+"""How the tests are laid out: no test module imports another. Importing a test module runs its
+module-level setup and registers its fixtures in the importer, so files that borrow each other's
+helpers start each other's labs and break when one is edited. What several modules share lives in
+tests/harness/ (helpers; fixtures registered by tests/conftest.py)."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+TESTS = Path(__file__).resolve().parent
+
+
+def is_test_module(module: str) -> bool:
+    """Whether a dotted module name is a test module of this folder (tests.test_x, test_x)."""
+    parts = module.split(".")
+    return parts[-1].startswith("test_") and (parts[:-1] in ([], ["tests"]))
+
+
+def imported_test_modules(source: str) -> list[str]:
+    """The test modules a source imports, however spelled: `import tests.test_x`, `from tests
+    import test_x`, `from tests.test_x import y`, `from . import test_x`, `from .test_x import y`,
+    at the top or inside a function."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            found += [a.name for a in node.names if is_test_module(a.name)]
+        elif isinstance(node, ast.ImportFrom):
+            base = ("tests" if node.level else "") if node.module is None else \
+                (f"tests.{node.module}" if node.level else node.module)
+            if is_test_module(base):
+                found.append(base)
+            elif base in ("tests", ""):
+                found += [f"tests.{a.name}" for a in node.names if a.name.startswith("test_")]
+    return found
+
+
+def test_the_finder_sees_every_spelling_of_a_test_module_import():
+    source = ("import tests.test_a\nfrom tests import test_b, harness\nfrom tests.test_c import x\n"
+              "from . import test_d\nfrom .test_e import y\ndef f():\n    from tests.test_f import z\n"
+              "import tests.harness.lab\nfrom tests.harness.lab import fleet\nfrom tests.conftest import REPO\n"
+              "from fleet.agent import test_like\n")
+    assert sorted(imported_test_modules(source)) == [f"tests.test_{c}" for c in "abcdef"]
+
+
+def test_no_test_module_or_harness_module_imports_a_test_module():
+    found = [f"{path.relative_to(TESTS.parent)}: {name}"
+             for path in sorted(TESTS.glob("test_*.py")) + sorted((TESTS / "harness").glob("*.py"))
+             + [TESTS / "conftest.py"]
+             for name in imported_test_modules(path.read_text())]
+    assert found == [], "shared helpers belong in tests/harness/, shared fixtures in tests/conftest.py"
