@@ -5,9 +5,11 @@ with asyncssh carrying the file wherever ssh cannot."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import os
 import shutil
+import signal
 import stat
 import threading
 import time
@@ -20,6 +22,7 @@ from fleet.store.collect import fetch_verified
 from fleet.transport import Fanout, openssh_fetch, ssh_fetch
 from fleet.transport.settings import SSHSettings
 from tests.harness.procs import descendants
+from tests.harness.sshd import SSHCluster, keygen
 
 SMALL_MIN = 1 << 20  # the paths' thresholds, lowered so that files of a few MiB take them
 
@@ -127,6 +130,41 @@ def test_a_file_grown_after_the_node_hashed_it_brings_only_the_bytes_hashed(clus
     assert routes == ["openssh"] and entry["verified"] and dest.stat().st_size == 3 << 20, entry
 
 
+def test_the_connection_cut_mid_copy_leaves_a_prefix_that_resumes_through_openssh(cluster, tmp_path):
+    report = node_file(cluster, "cut.nsys-rep", 48 << 20)
+    dest = tmp_path / "cut.nsys-rep"
+    h01 = cluster.hosts[0]
+
+    async def cut(partial: Path, work) -> None:
+        while not partial.exists() or partial.stat().st_size < (4 << 20):
+            await asyncio.sleep(0.002)
+            assert not work.done(), work.result()
+        for pid in descendants(h01.pid):  # this test's sshd sessions only, by pid
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+
+    first, _ = fetch(cluster, report, dest, during=cut)
+    got = dest.with_name(dest.name + ".partial").stat().st_size
+    data = Path(report["path"]).read_bytes()
+    assert not first["verified"] and 0 < got < report["size"], (first, got)
+    assert dest.with_name(dest.name + ".partial").read_bytes() == data[:got]  # a clean prefix
+    second, routes = fetch(cluster, report, dest)
+    assert routes == ["openssh"] and second["verified"] and second["resumed_from"] == got, second
+    assert dest.read_bytes() == data
+
+
+def test_a_node_that_sends_more_than_asked_is_stopped_and_the_excess_cut_off(tmp_path):
+    # A node whose sshd answers every command with 6 MiB, whatever was asked: more than the 4 MiB
+    # its result named. Its own sshd, as the shared hosts are never changed.
+    with SSHCluster(1, options={"ForceCommand": "head -c 6291456 /dev/zero"}) as node:
+        report = {"path": "/nonexistent/big.nsys-rep", "size": 4 << 20,
+                  "sha256": hashlib.sha256(bytes(4 << 20)).hexdigest()}
+        dest = tmp_path / "big.nsys-rep"
+        entry, _ = fetch(node, report, dest)
+    assert not entry["verified"] and "sent more than the 4194304 bytes" in entry["error"], entry
+    assert dest.with_name(dest.name + ".partial").stat().st_size == 4 << 20 and not dest.exists()
+
+
 def test_a_file_that_changes_during_the_copy_is_never_stored(cluster, tmp_path):
     report = node_file(cluster, "changing.nsys-rep", 48 << 20)
     dest = tmp_path / "changing.nsys-rep"
@@ -183,7 +221,7 @@ def test_where_openssh_refuses_the_config_asyncssh_brings_the_file(cluster, tmp_
 def test_a_changed_host_key_is_refused_by_ssh_and_known_hosts_left_as_it_was(cluster, tmp_path):
     h01 = cluster.hosts[0]
     known = tmp_path / "known_hosts"
-    wrong = openssh_fetch_key(tmp_path)
+    wrong = keygen(tmp_path / "otherkey")  # another machine's host key
     known.write_text(f"[{h01.address}]:{h01.port} {wrong}\n")
     before = known.read_bytes()
     command = openssh_fetch.ssh_command(
@@ -193,17 +231,11 @@ def test_a_changed_host_key_is_refused_by_ssh_and_known_hosts_left_as_it_was(clu
 
     async def go():
         with open(tmp_path / "out", "wb") as dst:
-            await openssh_fetch.openssh_copy(command, report["path"], dst, 0, report["size"], None)
+            await openssh_fetch.openssh_copy(command, report["path"], str(tmp_path / "out"), dst, 0, report["size"], None)
 
     with pytest.raises(openssh_fetch.OpenSSHRefused, match="Host key verification failed"):
         asyncio.run(go())
     assert known.read_bytes() == before and (tmp_path / "out").stat().st_size == 0
-
-
-def openssh_fetch_key(tmp_path: Path) -> str:
-    """Another machine's host key ("ssh-ed25519 AAAA...")."""
-    from tests.harness.sshd import keygen
-    return keygen(tmp_path / "otherkey")
 
 
 @pytest.mark.parametrize("change, why", [

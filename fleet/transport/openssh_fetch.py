@@ -15,32 +15,31 @@ ProxyCommand, a value with spaces or ``%`` tokens, no ``ssh`` here) the answer i
 asyncssh carries the file as before.
 
 The node runs ``ssh_fetch.read_command`` (dd: no link followed, never more than the bytes the
-node's result named). Here a thread reads ssh's stdout as the bytes land, writes them to the
-``.partial`` the store opened (O_NOFOLLOW, 0600) and hashes them; whatever a cut leaves is a
-clean prefix to resume from. Nothing for STALL_SECONDS ends it, and ssh is killed.
+node's result named). ssh's stdout is the ``.partial`` the store opened (O_NOFOLLOW, 0600,
+appended to when resuming); a thread here reads each block back as it lands and hashes it.
+Whatever a cut leaves is a clean prefix to resume from. Nothing for STALL_SECONDS ends it, and
+ssh is killed.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import fcntl
 import math
 import os
 import re
-import select
 import shutil
 import subprocess
 import tempfile
+import time
 from typing import Callable
 
 from . import ssh_fetch
 from .ssh_fetch import check_end, read_command
 
 OPENSSH_MIN = 64 << 20  # below this, ssh's own handshake (~0.1 s) costs what the faster stream saves
-READ_SIZE = 1 << 20     # bytes per read of ssh's stdout
-PIPE_SIZE = 1 << 20     # the pipe's capacity: ssh writes ahead this far while we hash and write
-_F_SETPIPE_SZ = 1031    # fcntl.F_SETPIPE_SZ (Python 3.10+ names it; the value is Linux's)
+READ_SIZE = 1 << 20     # bytes read back and hashed at once
+FOLLOW_PAUSE = 0.002    # seconds the reader waits when it has caught up with ssh (~1 MiB at 500 MB/s)
 
 # A value on ssh's command line: one plain word, no option, no ssh_config %-token, no quoting.
 _WORD = re.compile(r"[A-Za-z0-9_./@:+,=~][A-Za-z0-9_./@:+,=~-]*\Z")
@@ -111,61 +110,81 @@ def ssh_command(*, address: str, options: dict, identity_files: tuple[str, ...],
     return out + ["--", address]
 
 
-async def openssh_copy(command: list[str], remote: str, dst, offset: int, size: int,
+async def openssh_copy(command: list[str], remote: str, local: str, dst, offset: int, size: int,
                        on_block: Callable[[memoryview], None] | None) -> None:
     """``remote`` from ``offset`` to ``size`` through ``command`` (``ssh_command``'s), appended to
-    ``dst``; ``on_block`` sees each block as it lands (a view, valid during the call only).
-    Raises OpenSSHRefused where ssh itself failed before a byte, OSError for anything else."""
+    ``dst`` (the file ``local``, opened by the store); ``on_block`` sees each block as it lands
+    (a view, valid during the call only). ssh writes straight into ``dst``, in order; a thread
+    reads each block back as it lands and hashes it (two copies of each byte fewer than through a
+    pipe and a write here). Raises OpenSSHRefused where ssh itself failed before a byte, OSError
+    for anything else."""
     remote_command = read_command(remote, offset, size - offset)
-    with tempfile.TemporaryFile() as errors:
-        proc = subprocess.Popen([*command, remote_command], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+    dst.flush()
+    reader = _reader_of(local, dst)
+    with reader, tempfile.TemporaryFile() as errors:
+        proc = subprocess.Popen([*command, remote_command], stdin=subprocess.DEVNULL, stdout=dst.fileno(),
                                 stderr=errors, env={**os.environ, "SSH_ASKPASS_REQUIRE": "never"})
-        pump = asyncio.get_running_loop().run_in_executor(None, _pump, proc, dst, size - offset, on_block)
+        follow = asyncio.get_running_loop().run_in_executor(None, _follow, proc, reader.fileno(), dst.fileno(),
+                                                            offset, size - offset, on_block)
         try:
-            got, stalled = await asyncio.shield(pump)
-        except BaseException:  # cancelled: ssh goes, and the thread ends with it before dst is closed
+            got, trouble = await asyncio.shield(follow)
+        except BaseException:  # cancelled: ssh goes, and the thread ends with it
             proc.kill()
             with contextlib.suppress(Exception):
-                await pump
+                await follow
             raise
         finally:
-            proc.stdout.close()
             status = await asyncio.to_thread(proc.wait)
         errors.seek(0)
         said = errors.read(4096)
-    if stalled:
+    if trouble == "stalled":
         raise OSError(f"`{remote_command}` sent nothing for {ssh_fetch.STALL_SECONDS:g} s: given up")
+    if trouble == "too much":
+        raise OSError(f"`{remote_command}` sent more than the {size - offset} bytes asked for: stopped, "
+                      "and the rest cut off")
     if status == 255 and got == 0:
         raise OpenSSHRefused(said.decode(errors="replace").strip() or "ssh exited with status 255")
     check_end(remote_command, status, said, got, size - offset)
 
 
-def _pump(proc: subprocess.Popen, dst, want: int, on_block) -> tuple[int, bool]:
-    """In a thread: ssh's stdout into ``dst`` and ``on_block``, in order, until its end, ``want``
-    bytes and one more (then it is stopped: more than the node said is never taken in), or a
-    stall. Returns (bytes, whether it stalled)."""
-    fd = proc.stdout.fileno()
-    with contextlib.suppress(OSError):
-        fcntl.fcntl(fd, _F_SETPIPE_SZ, PIPE_SIZE)
+def _reader_of(local: str, dst):
+    """``local`` opened again to read, checked to be the very file ``dst`` is (never a link)."""
+    fd = os.open(local, os.O_RDONLY | os.O_NOFOLLOW)
+    mine, theirs = os.fstat(fd), os.fstat(dst.fileno())
+    if (mine.st_dev, mine.st_ino) != (theirs.st_dev, theirs.st_ino):
+        os.close(fd)
+        raise OSError(f"{local} was replaced while it was being written: not read")
+    return os.fdopen(fd, "rb", buffering=0)
+
+
+def _follow(proc: subprocess.Popen, reader: int, writer: int, offset: int, want: int,
+            on_block) -> tuple[int, str | None]:
+    """In a thread: each block ssh writes from ``offset`` on, read back and handed to ``on_block``
+    in order, until ssh ends and all is read, or a stall. The file's size is watched, not only
+    what has been read: past ``want`` bytes ssh is stopped and the excess cut off (more than the
+    node said is never kept). Returns the bytes read and None, "stalled" or "too much"."""
     buffer = bytearray(READ_SIZE)  # one buffer, reused: no fresh memory per block
     view = memoryview(buffer)
-    poll = select.poll()
-    poll.register(fd, select.POLLIN)
-    got = 0
+    read, written, quiet_since = offset, offset, time.monotonic()
     while True:
-        if not poll.poll(ssh_fetch.STALL_SECONDS * 1000):
+        if (now_size := os.fstat(writer).st_size) != written:
+            written, quiet_since = now_size, time.monotonic()
+        if written - offset > want:
             proc.kill()
-            return got, True
-        n = os.readv(fd, [buffer])
-        if n == 0:
-            return got, False
-        block = view[:n]
-        if got + n > want:  # the node's command said more than the file the result named
+            proc.wait()
+            os.ftruncate(writer, offset + want)
+            return read - offset, "too much"
+        if read < written:
+            n = os.preadv(reader, [view[:min(READ_SIZE, written - read)]], read)
+            if on_block is not None:
+                on_block(view[:n])  # hashlib releases the GIL for blocks this size
+            read += n
+            continue
+        if proc.poll() is not None:
+            if os.fstat(writer).st_size <= read:  # ssh has ended and every byte it wrote is read
+                return read - offset, None
+            continue
+        if time.monotonic() - quiet_since > ssh_fetch.STALL_SECONDS:
             proc.kill()
-            block = view[:want - got]
-        dst.write(block)
-        if on_block is not None:
-            on_block(block)  # hashlib releases the GIL for blocks this size
-        got += n
-        if got > want:
-            return got, False
+            return read - offset, "stalled"
+        time.sleep(FOLLOW_PAUSE)

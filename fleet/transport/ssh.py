@@ -277,11 +277,12 @@ class SSHTransport(Transport):
         from ..agent.files import open_partial
 
         gate = self._sftp_gates.setdefault(host.name, asyncio.Semaphore(SFTP_SESSIONS))
-        if size is not None and size - offset >= openssh_fetch.OPENSSH_MIN and (command := self.openssh_command(host)):
+        large = size is not None and size - offset >= openssh_fetch.OPENSSH_MIN
+        if large and (command := self.openssh_command(host)):
             try:
                 async with gate:
                     with open_partial(local, offset) as dst:
-                        await openssh_fetch.openssh_copy(command, remote, dst, offset, size, on_block)
+                        await openssh_fetch.openssh_copy(command, remote, local, dst, offset, size, on_block)
                 return "openssh"
             except openssh_fetch.OpenSSHRefused:
                 self._asyncssh_only.add(host.name)  # nothing was written: asyncssh starts at the same offset
@@ -309,10 +310,11 @@ class SSHTransport(Transport):
             return None
         try:
             args, route = ssh_args(host), self.route(host)
-            return openssh_fetch.ssh_command(address=host.address, options=self.options(host), identity_files=args.identity_files,
-                               identities_only=yes_no(args.options.get("IdentitiesOnly", "no"), "IdentitiesOnly", host),
-                               config_paths=self._config_paths(), known_hosts=self.known_hosts_files(host),
-                               proxied=bool(route["jumps"] or route["proxy_command"]))
+            only = yes_no(args.options.get("IdentitiesOnly", "no"), "IdentitiesOnly", host)
+            return openssh_fetch.ssh_command(
+                address=host.address, options=self.options(host), identity_files=args.identity_files,
+                identities_only=only, config_paths=self._config_paths(), known_hosts=self.known_hosts_files(host),
+                proxied=bool(route["jumps"] or route["proxy_command"]))
         except ConnectionOptionError:
             return None  # asyncssh's path gives the error
 
