@@ -276,3 +276,22 @@ def test_without_an_ssh_client_here_the_connection_stays_with_asyncssh(monkeypat
     monkeypatch.setenv("PATH", str(tmp_path))
     assert openssh_fetch.ssh_command(address="node1", options={}, identity_files=(), identities_only=False,
                                      config_paths=[], known_hosts=["/k"], proxied=False) is None
+
+
+def test_without_openssh_a_fifo_at_the_node_path_is_refused_before_a_read(cluster, tmp_path, monkeypatch):
+    monkeypatch.setattr(openssh_fetch, "OPENSSH_MIN", 1 << 62)  # asyncssh's SFTP open would wait for a writer
+    fifo = cluster.scratch("openssh-reports") / "fifo.nsys-rep"
+    os.mkfifo(fifo)
+    fifo.chmod(0o666)
+    entry, _ = fetch(cluster, {"path": str(fifo), "size": 4 << 20, "sha256": "0" * 64}, tmp_path / "fifo.nsys-rep")
+    assert not entry["verified"] and "not a regular file" in entry["error"], entry
+
+
+def test_without_openssh_too_only_the_bytes_the_node_hashed_come(cluster, tmp_path, monkeypatch):
+    monkeypatch.setattr(openssh_fetch, "OPENSSH_MIN", 1 << 62)
+    report = node_file(cluster, "grown-stream.nsys-rep", 3 << 20)
+    with open(report["path"], "ab") as f:
+        f.write(os.urandom(1 << 20))
+    dest = tmp_path / "grown-stream.nsys-rep"
+    entry, routes = fetch(cluster, report, dest)
+    assert routes == ["stream"] and entry["verified"] and dest.stat().st_size == 3 << 20, entry
