@@ -37,7 +37,11 @@ from typing import Callable
 from . import ssh_fetch
 from .ssh_fetch import check_end, read_command
 
-OPENSSH_MIN = 64 << 20  # below this, ssh's own handshake (~0.1 s) costs what the faster stream saves
+# Below this ssh's own start and handshake (0.28 s on the test bed, a third of it OpenSSH's
+# default post-quantum key exchange) cost more than its faster stream saves over asyncssh's on
+# the connection already open: 1.80x the time at 64 MiB, 0.93x at 128 MiB
+# (bench/transfer_threshold.py, transfer-threshold-fc52fd0.json).
+OPENSSH_MIN = 128 << 20
 READ_SIZE = 1 << 20     # bytes read back and hashed at once
 FOLLOW_PAUSE = 0.002    # seconds the reader waits when it has caught up with ssh (~1 MiB at 500 MB/s)
 
