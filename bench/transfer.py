@@ -1,14 +1,16 @@
-"""Bringing one large report home: fleet against OpenSSH's scp and sftp, same sshd, same run.
+"""Bringing one large report home: fleet against OpenSSH's scp and sftp, and rsync, same sshd, same run.
 
-    sudo .venv/bin/python bench/transfer.py --size-mib 1024 --runs 9
+    sudo .venv/bin/python bench/transfer.py --size-mib 1024 --runs 9 [--label NAME]
 
 One real sshd on loopback holds a file of random bytes. Interleaved after a
-warm-up round: fleet's gathering path (the file opened and sized over asyncssh
-SFTP, a large one then streamed as ``cat``'s stdout on an exec channel, written
-in order, the sha256 computed as it arrives and checked against the node's,
-then the atomic rename), ``scp`` and ``sftp -b`` as OpenSSH ships them. Each destination is
-deleted and ``sync`` called before every run. Raw results, with the per-round ratios, go to
-``bench/results/transfer-<MiB>-<commit>.json``.
+warm-up round: fleet's gathering path (``fetch_verified``: a large file through OpenSSH's own
+client running dd on the node, written in order, the sha256 computed as it arrives and checked
+against the node's, then the atomic rename), ``scp``, ``sftp -b`` and ``rsync`` over ssh as
+shipped (OpenSSH's default cipher order, chacha20 first), ``scp -c aes128-gcm`` (the cipher
+fleet's path chooses where the CPU has AES instructions), and fleet with the OpenSSH path off
+(``asyncssh``: its own stream, as on a controller without ``ssh``). Each destination is
+deleted and ``sync`` called before every run. Raw results, with the per-round ratios and the
+way fleet's copies came, go to ``bench/results/transfer-<MiB>-<commit>[-label].json``.
 """
 
 from __future__ import annotations
@@ -30,18 +32,34 @@ sys.path.insert(0, str(REPO))
 
 from fleet.store.collect import fetch_verified  # noqa: E402
 from fleet.inventory import load  # noqa: E402
-from fleet.transport import Fanout  # noqa: E402
+from fleet.transport import Fanout, openssh_fetch  # noqa: E402
 from fleet.transport.settings import SSHSettings  # noqa: E402
 from tests.harness.sshd import SSHCluster  # noqa: E402
 
 
-def fleet_get(c: SSHCluster, report: dict, dest: Path) -> None:
+class Routes:
+    """The Fanout, with the way each fetch came recorded (``SSHTransport.fetch`` returns it)."""
+
+    def __init__(self, fan: Fanout, seen: list):
+        self.fan, self.seen = fan, seen
+
+    async def fetch(self, *args, **kwargs) -> str:
+        self.seen.append(route := await self.fan.fetch(*args, **kwargs))
+        return route
+
+
+def fleet_get(c: SSHCluster, report: dict, dest: Path, seen: list, openssh: bool = True) -> None:
     async def go():
         host = load([c.inventory]).select(["h01"])[0]
         async with Fanout(SSHSettings(config=str(c.ssh_config))) as fan:
-            entry = await fetch_verified(fan, host, report, dest)
+            entry = await fetch_verified(Routes(fan, seen), host, report, dest)
             assert entry["verified"], entry
-    asyncio.run(go())
+    least = openssh_fetch.OPENSSH_MIN
+    openssh_fetch.OPENSSH_MIN = least if openssh else 1 << 62
+    try:
+        asyncio.run(go())
+    finally:
+        openssh_fetch.OPENSSH_MIN = least
 
 
 def random_report(c: SSHCluster, size: int) -> dict:
@@ -57,15 +75,32 @@ def random_report(c: SSHCluster, size: int) -> dict:
     return {"path": str(src), "size": size, "sha256": digest.hexdigest()}
 
 
+# Each fleet run is paired with the peer run beside it. asyncssh/scp: fleet's path on a
+# controller without OpenSSH's client (or a host whose connection ssh cannot be told).
+PAIRS = [("fleet", "scp"), ("fleet", "sftp"), ("fleet", "rsync"), ("fleet", "scp-aes"), ("asyncssh", "scp")]
+
+
+def timed(run, dest: Path, name: str, size: int) -> float:
+    for f in dest.iterdir():
+        f.unlink()
+    subprocess.run(["sync"], check=True)
+    start = time.monotonic()
+    run()
+    wall = time.monotonic() - start
+    assert (dest / f"{name}.out").stat().st_size == size
+    return wall
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--size-mib", type=int, default=1024)
     ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--label", default="")
     args = ap.parse_args()
     size = args.size_mib << 20
     c = SSHCluster(1)
     dest = None
-    results: dict[str, list[float]] = {"fleet": [], "scp": [], "sftp": []}
+    routes: dict[str, list[str]] = {"fleet": [], "asyncssh": []}
     try:
         c.start()
         h = c.hosts[0]
@@ -77,45 +112,53 @@ def main() -> None:
         batch = c.dir / "sftp.batch"
         batch.write_text(f"get {src} {dest / 'sftp.out'}\n")
         tools = {
-            "fleet": lambda: fleet_get(c, report, dest / "fleet.out"),
+            "fleet": lambda: fleet_get(c, report, dest / "fleet.out", routes["fleet"]),
             "scp": lambda: subprocess.run(["scp", "-q", "-F", str(cfg), f"{h.address}:{src}", str(dest / "scp.out")],
                                           check=True),
             "sftp": lambda: subprocess.run(["sftp", "-q", "-F", str(cfg), "-b", str(batch), h.address], check=True,
                                            stdout=subprocess.DEVNULL),
+            "rsync": lambda: subprocess.run(["rsync", "-q", "-e", f"ssh -F {cfg}", f"{h.address}:{src}",
+                                             str(dest / "rsync.out")], check=True),
+            "scp-aes": lambda: subprocess.run(["scp", "-q", "-F", str(cfg), "-c", "aes128-gcm@openssh.com",
+                                               f"{h.address}:{src}", str(dest / "scp-aes.out")], check=True),
+            "asyncssh": lambda: fleet_get(c, report, dest / "asyncssh.out", routes["asyncssh"], openssh=False),
         }
+        results: dict[str, dict[str, list[float]]] = {f"{a}/{b}": {a: [], b: []} for a, b in PAIRS}
         for round_ in range(args.runs + 1):
-            for name, run in tools.items():
-                for f in dest.iterdir():
-                    f.unlink()
-                subprocess.run(["sync"], check=True)
-                start = time.monotonic()
-                run()
-                wall = time.monotonic() - start
-                assert (dest / f"{name}.out").stat().st_size == size
-                print(f"[bench] round {round_} {name:<5} {wall:6.2f} s  {size / wall / 1e6:6.0f} MB/s", flush=True)
-                if round_:
-                    results[name].append(size / wall / 1e6)
+            for a, b in PAIRS:
+                for name in (a, b) if round_ % 2 else (b, a):  # who goes first alternates by round
+                    wall = timed(tools[name], dest, name, size)
+                    print(f"[bench] round {round_} {a}/{b}: {name:<8} {wall:6.2f} s  {size / wall / 1e6:6.0f} MB/s",
+                          flush=True)
+                    if round_:
+                        results[f"{a}/{b}"][name].append(size / wall / 1e6)
     finally:
         c.stop()
         if dest is not None:
             subprocess.run(["rm", "-rf", str(dest)])
-    print(f"\n## transfer of {args.size_mib} MiB over one loopback sshd, {args.runs} runs (MB/s, median (min-max))\n")
-    print("| tool | MB/s |\n|---|---|")
-    for name, v in results.items():
-        print(f"| {name} | {statistics.median(v):.0f} ({min(v):.0f}-{max(v):.0f}) |")
-    for peer in ("scp", "sftp"):
-        paired = statistics.median(f / p for f, p in zip(results["fleet"], results[peer]))
-        print(f"\nfleet / {peer} throughput: {statistics.median(results['fleet']) / statistics.median(results[peer]):.2f}"
-              f" (paired {paired:.2f})")
+    print(f"\n## transfer of {args.size_mib} MiB over one loopback sshd, {args.runs} rounds (MB/s, median (min-max))\n")
+    print("| pair | fleet side | peer | paired ratio (median, min-max) |\n|---|---|---|---|")
+    paired = {}
+    for pair, sides in results.items():
+        a, b = pair.split("/")
+        ratios = [x / y for x, y in zip(sides[a], sides[b])]
+        paired[pair] = {"median": statistics.median(ratios), "by_round": ratios}
+        show = lambda v: f"{statistics.median(v):.0f} ({min(v):.0f}-{max(v):.0f})"
+        print(f"| {pair} | {show(sides[a])} | {show(sides[b])} | {statistics.median(ratios):.2f} "
+              f"({min(ratios):.2f}-{max(ratios):.2f}) |")
     commit = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True,
                             text=True).stdout.strip()
-    out = REPO / "bench" / "results" / f"transfer-{args.size_mib}-{commit}.json"
+    out = REPO / "bench" / "results" / f"transfer-{args.size_mib}-{commit}{'-' + args.label if args.label else ''}.json"
     dirty = subprocess.run(["git", "-C", str(REPO), "status", "--porcelain", "--", "fleet"], capture_output=True,
                            text=True).stdout.splitlines()
-    paired = {peer: [f / p for f, p in zip(results["fleet"], results[peer])] for peer in ("scp", "sftp")}
     out.write_text(json.dumps({"size_mib": args.size_mib, "runs": args.runs, "fleet_commit": commit,
-                               "uncommitted_fleet_files": dirty, "mb_per_s": results,
-                               "fleet_over_peer_by_round": paired}, indent=1))
+                               "uncommitted_fleet_files": dirty, "pairs": PAIRS, "fleet_routes": routes,
+                               "mb_per_s": results, "paired": paired,
+                               "versions": {"ssh": subprocess.run(["ssh", "-V"], capture_output=True,
+                                                                  text=True).stderr.strip(),
+                                            "rsync": subprocess.run(["rsync", "--version"], capture_output=True,
+                                                                    text=True).stdout.splitlines()[0]}},
+                              indent=1))
     print(f"raw: {out}")
 
 

@@ -221,10 +221,11 @@ async def sftp_direct(conn, remote, local, digest, nreq: int = 16):
             await w
 
 
-def openssh_cat(cfg: Path, address: str, remote: str, local: str, digest, hashed: bool = True) -> None:
+def openssh_cat(cfg: Path, address: str, remote: str, local: str, digest, hashed: bool = True,
+                ssh_opts: tuple = ()) -> None:
     """OpenSSH's own client (C crypto) streaming ``cat``; the pipe read here, written and
     hashed in a thread: what any path pays for the check on top of scp's copy."""
-    proc = subprocess.Popen(["ssh", "-F", str(cfg), address, f"cat -- {remote}"], stdout=subprocess.PIPE,
+    proc = subprocess.Popen(["ssh", "-F", str(cfg), *ssh_opts, address, f"cat -- {remote}"], stdout=subprocess.PIPE,
                             bufsize=0)
     q: queue.Queue = queue.Queue(4)
 
@@ -285,6 +286,8 @@ def variants(ctx: Ctx, cfg: Path, dest: Path):
                                             str(dest / "scp.out")], check=True) and None,
         "openssh-cat": lambda name: openssh_cat(cfg, h.address, r["path"], str(dest / f"{name}.out"),
                                                 hashlib.sha256()),
+        "openssh-cat-aes": lambda name: openssh_cat(cfg, h.address, r["path"], str(dest / f"{name}.out"),
+                                                    hashlib.sha256(), ssh_opts=("-c", "aes128-gcm@openssh.com")),
         "openssh-cat-nohash": lambda name: openssh_cat(cfg, h.address, r["path"], str(dest / f"{name}.out"),
                                                        None, hashed=False),
         "old-sftp": mk(lambda c, s, d, g: sftp_copy(c, s, d, g)),  # fleet's path before the stream

@@ -91,7 +91,7 @@ async def fetch_verified(fan: "Fanout", host: "Host", report: dict, dest: Path,
             # An empty file is fetched too (nsys stats writes empty CSVs): that copies it, or says
             # the node no longer has it, where skipping would leave no .partial to rename.
             if have < report["size"] or not partial.exists():
-                await fan.fetch(host, report["path"], str(partial), offset=have, on_block=arrived)
+                await fan.fetch(host, report["path"], str(partial), offset=have, on_block=arrived, size=report["size"])
                 entry["resumed_from"] = have or None
             if digest.hexdigest() == report["sha256"]:
                 private.rename_into_place(partial, dest)

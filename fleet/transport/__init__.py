@@ -88,8 +88,8 @@ class Fanout:
         return r
 
     async def fetch(self, host: "Host", remote: str, local: str, offset: int = 0,
-                    on_block: Callable[[bytes], None] | None = None) -> None:
-        await self.transport_for(host).fetch(host, remote, local, offset, on_block)
+                    on_block: Callable[[bytes], None] | None = None, size: int | None = None) -> str:
+        return await self.transport_for(host).fetch(host, remote, local, offset, on_block, size)
 
     async def run_all(self, hosts: Iterable["Host"], argv: Sequence[str], *, input: bytes | None = None,
                       timeout: float | None = None, on_result: Callable[[Result], None] | None = None,

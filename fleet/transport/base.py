@@ -88,10 +88,11 @@ class Transport:
         raise NotImplementedError
 
     async def fetch(self, host: "Host", remote: str, local: str, offset: int = 0,
-                    on_block: Callable[[bytes], None] | None = None) -> None:
+                    on_block: Callable[[bytes], None] | None = None, size: int | None = None) -> str:
         """Copy a file from the host to this machine, appending from ``offset`` when it is
         not 0 (a resumed transfer); ``on_block`` sees every block written, in order (to hash
-        while copying). Raises OSError on failure."""
+        while copying). ``size``: what the node's result says the file holds, where known.
+        Returns the way the bytes came (for the tests and benchmarks). Raises OSError on failure."""
         raise NotImplementedError
 
     async def release(self, host: "Host") -> None:

@@ -56,7 +56,7 @@ class LocalTransport(Transport):
         return result
 
     async def fetch(self, host: "Host", remote: str, local: str, offset: int = 0,
-                    on_block: Callable[[bytes], None] | None = None) -> None:
+                    on_block: Callable[[bytes], None] | None = None, size: int | None = None) -> str:
         """From ``offset`` on, appended, to resume; ``local`` made afresh (O_EXCL, 0600) or the copy
         resumed, never written through a link (``open_partial``)."""
         from ..agent.files import open_partial
@@ -70,3 +70,4 @@ class LocalTransport(Transport):
                         on_block(block)
 
         await asyncio.to_thread(copy)
+        return "local"

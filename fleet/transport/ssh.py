@@ -31,7 +31,8 @@ from .connect_errors import DROPPED, JumpFailed, SilentServer, Watched, client_k
 from .known_hosts import RunKnownHosts
 from .settings import SSHSettings
 from .ssh_config import config_mentions, known_hosts_same_for_every_host, preferred_ciphers
-from .ssh_fetch import SFTP_SESSIONS, STREAM_MIN, _ordered_copy, _stream_copy
+from . import openssh_fetch
+from .ssh_fetch import SFTP_SESSIONS, STREAM_MIN, _ordered_copy, _stream_copy, refuse_link
 
 if TYPE_CHECKING:
     from ..inventory import Host
@@ -50,6 +51,7 @@ class SSHTransport(Transport):
         self._files_for_all: list[str] | None = None
         self._keepalive_in_config: bool | None = None
         self._tunnels: dict[str, asyncssh.SSHClientConnection | None] = {}  # each host's jump hosts
+        self._asyncssh_only: set[str] = set()  # hosts whose files OpenSSH's client could not fetch
 
     def options(self, host: "Host") -> dict:
         """asyncssh keyword arguments from the inventory (its ssh arguments included, checked by
@@ -260,32 +262,62 @@ class SSHTransport(Transport):
         return result
 
     async def fetch(self, host: "Host", remote: str, local: str, offset: int = 0,
-                    on_block: Callable[[bytes], None] | None = None) -> None:
-        """From ``offset`` on, appended, to resume; over the host's existing connection.
+                    on_block: Callable[[bytes], None] | None = None, size: int | None = None) -> str:
+        """From ``offset`` on, appended, to resume; returns the way it came ("openssh", "stream",
+        "sftp"). ``local`` is written through ``open_partial``: made afresh (O_EXCL, 0600) or the
+        copy resumed, never through a link.
 
-        SFTP opens the file (a clear error when it is missing or unreadable) and tells its
-        size. A small rest is read over SFTP; a large one (>= STREAM_MIN) comes as the raw
-        stdout of ``cat`` on an exec channel instead: asyncssh's SFTP client costs about
-        half again as much client CPU per byte as a plain channel (its SFTP packet parsing
-        and reassembly), and on a busy client that decides the transfer rate. ``local`` is
-        written through ``open_partial``: made afresh (O_EXCL, 0600) or the copy resumed, never
-        through a link."""
+        A rest of ``OPENSSH_MIN`` or more, of a file whose ``size`` the node's result gave, goes
+        through OpenSSH's own client where this host's connection can be said to it
+        (``openssh_fetch``). Otherwise SFTP over the host's connection opens the file (a clear
+        error when it is missing or unreadable) and tells its size: a small rest is read over
+        SFTP; a large one (>= STREAM_MIN) comes as the raw stdout of ``dd`` on an exec channel,
+        as asyncssh's SFTP client costs about half again as much client CPU per byte as a
+        plain channel, and on a busy client that decides the rate."""
         from ..agent.files import open_partial
 
         gate = self._sftp_gates.setdefault(host.name, asyncio.Semaphore(SFTP_SESSIONS))
+        large = size is not None and size - offset >= openssh_fetch.OPENSSH_MIN
+        if large and (command := self.openssh_command(host)):
+            try:
+                async with gate:
+                    with open_partial(local, offset) as dst:
+                        await openssh_fetch.openssh_copy(command, remote, local, dst, offset, size, on_block)
+                return "openssh"
+            except openssh_fetch.OpenSSHRefused:
+                self._asyncssh_only.add(host.name)  # nothing was written: asyncssh starts at the same offset
         try:
             conn = await self.connection(host)
             async with gate:
-                async with conn.start_sftp_client() as sftp, sftp.open(remote, "rb") as src:
-                    size = (await src.stat()).size
-                    if size is None or size - offset < STREAM_MIN:
-                        with open_partial(local, offset) as dst:
-                            await _ordered_copy(src, dst, offset, on_block)
-                        return
+                async with conn.start_sftp_client() as sftp:
+                    await refuse_link(sftp, remote)
+                    async with sftp.open(remote, "rb") as src:
+                        if size is None:  # else what the node's result named: never more is asked for
+                            size = (await src.stat()).size
+                        if size is None or size - offset < STREAM_MIN:
+                            with open_partial(local, offset) as dst:
+                                await _ordered_copy(src, dst, offset, on_block)
+                            return "sftp"
                 with open_partial(local, offset) as dst:
                     await _stream_copy(conn, remote, dst, offset, size, on_block)
+                return "stream"
         except asyncssh.Error as e:
             raise OSError(f"{host.name}:{remote}: {e}") from e
+
+    def openssh_command(self, host: "Host") -> list[str] | None:
+        """OpenSSH's ``ssh`` for this host, as fleet resolved its connection for asyncssh, up to
+        the remote command; None where that cannot be said to ssh (``openssh_fetch.ssh_command``)."""
+        if host.name in self._asyncssh_only:
+            return None
+        try:
+            args, route = ssh_args(host), self.route(host)
+            only = yes_no(args.options.get("IdentitiesOnly", "no"), "IdentitiesOnly", host)
+            return openssh_fetch.ssh_command(
+                address=host.address, options=self.options(host), identity_files=args.identity_files,
+                identities_only=only, config_paths=self._config_paths(), known_hosts=self.known_hosts_files(host),
+                proxied=bool(route["jumps"] or route["proxy_command"]))
+        except ConnectionOptionError:
+            return None  # asyncssh's path gives the error
 
     def connect_error(self, host: "Host", e: BaseException) -> Result:
         return connect_error(host, e, self.settings, self.has_known_key)

@@ -1,10 +1,12 @@
 """Bringing a file home over a host's SSH connection: SFTP for small files, the raw stdout of
-``cat`` on an exec channel for large ones (see ``SSHTransport.fetch``)."""
+``dd`` on an exec channel for large ones (see ``SSHTransport.fetch``; the largest go through
+OpenSSH's own client where it can be used, ``openssh_fetch``)."""
 
 from __future__ import annotations
 
 import asyncio
 import shlex
+import stat
 from typing import Callable
 
 import asyncssh
@@ -31,6 +33,8 @@ STREAM_BATCH = 1 << 20     # bytes joined and handed to the writer thread at onc
 #                            (docs/performance-gathering.md, bench/transfer_modes.py)
 STREAM_QUEUED = 16         # batches waiting for the writer before the channel is paused (16 MiB)
 STREAM_RECV = 64 << 10     # bytes per socket read: see _smaller_reads
+STALL_SECONDS = 60.0       # a stream that sends nothing this long is given up (a node's file system hung,
+#                            a FIFO at the path): keepalives only notice a silent connection, not a silent command
 
 
 async def _ordered_copy(src, dst, offset: int, on_block: Callable[[bytes], None] | None) -> None:
@@ -55,44 +59,70 @@ async def _ordered_copy(src, dst, offset: int, on_block: Callable[[bytes], None]
             ahead.cancel()
 
 
+def read_command(remote: str, offset: int, count: int) -> str:
+    """The node's command that sends ``count`` bytes of ``remote`` from ``offset`` on, for both
+    streams (asyncssh's channel and OpenSSH's client): GNU dd, which refuses a link at the path
+    (``nofollow``: what the node names is data, never a path to follow) and never sends more than
+    the node's result said the file holds (``count_bytes``), however the file grows meanwhile.
+    ``fullblock``: without it dd counts a short read (a pipe's, a network file system's) as a
+    whole block of the count, and stops early."""
+    return shlex.join(["dd", f"if={remote}", "iflag=nofollow,skip_bytes,count_bytes,fullblock", f"skip={offset}",
+                       f"count={count}", "bs=1M", "status=none"])
+
+
+class _StreamReceiver(asyncssh.SSHClientSession):
+    """The channel's side of ``_stream_copy``: packets joined into STREAM_BATCH blocks and queued
+    for the writer; the channel paused while STREAM_QUEUED blocks wait (asyncssh then sends no
+    window adjust and sshd stops at the window)."""
+
+    def __init__(self) -> None:
+        self.chunks: asyncio.Queue[list[bytes] | None] = asyncio.Queue()
+        self.ended: asyncio.Future = asyncio.get_running_loop().create_future()
+        self.stderr: list[bytes] = []
+        self.parts: list[bytes] = []
+        self.have = 0
+        self.paused = False
+        self.chan: asyncssh.SSHClientChannel | None = None
+
+    def connection_made(self, chan: asyncssh.SSHClientChannel) -> None:
+        self.chan = chan
+
+    def data_received(self, data: bytes, datatype) -> None:
+        if datatype is not None:  # stderr: kept for the error message
+            if sum(map(len, self.stderr)) < 4096:
+                self.stderr.append(data)
+            return
+        self.parts.append(data)
+        self.have += len(data)
+        if self.have >= STREAM_BATCH:
+            self.chunks.put_nowait(self.parts)
+            self.parts, self.have = [], 0
+            if self.chunks.qsize() >= STREAM_QUEUED and not self.paused:
+                self.paused = True
+                self.chan.pause_reading()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self.parts:  # what arrived before a cut is still a good prefix
+            self.chunks.put_nowait(self.parts)
+            self.parts = []
+        self.chunks.put_nowait(None)
+        if not self.ended.done():
+            self.ended.set_result(exc)
+
+    def caught_up(self) -> None:
+        """The writer has taken a block: let sshd send again once the queue is short."""
+        if self.paused and self.chunks.qsize() < STREAM_QUEUED:
+            self.paused = False
+            self.chan.resume_reading()
+
+
 async def _stream_copy(conn: asyncssh.SSHClientConnection, remote: str, dst, offset: int, size: int,
                        on_block: Callable[[bytes], None] | None) -> None:
-    """The file from ``offset`` on as the stdout of ``cat`` (``tail -c +N`` to resume), raw bytes.
+    """The file from ``offset`` on as the stdout of ``read_command``, raw bytes.
 
     Packets are taken as asyncssh's channel hands them over (no stream reader in between),
     joined into STREAM_BATCH blocks and written and hashed in a thread, in order: what a cut
-    connection leaves on disk is a clean prefix, as with SFTP. While the writer is behind, the
-    channel is paused (asyncssh then sends no window adjust and sshd stops at the window)."""
-    chunks: asyncio.Queue[list[bytes] | None] = asyncio.Queue()
-    ended: asyncio.Future = asyncio.get_running_loop().create_future()
-    stderr: list[bytes] = []
-    state: dict = {"parts": [], "have": 0, "paused": False, "chan": None}
-
-    class Stdout(asyncssh.SSHClientSession):
-        def connection_made(self, chan: asyncssh.SSHClientChannel) -> None:
-            state["chan"] = chan
-
-        def data_received(self, data: bytes, datatype) -> None:
-            if datatype is not None:  # stderr: kept for the error message
-                if sum(map(len, stderr)) < 4096:
-                    stderr.append(data)
-                return
-            state["parts"].append(data)
-            state["have"] += len(data)
-            if state["have"] >= STREAM_BATCH:
-                chunks.put_nowait(state["parts"])
-                state["parts"], state["have"] = [], 0
-                if chunks.qsize() >= STREAM_QUEUED and not state["paused"]:
-                    state["paused"] = True
-                    state["chan"].pause_reading()
-
-        def connection_lost(self, exc: Exception | None) -> None:
-            if state["parts"]:  # what arrived before a cut is still a good prefix
-                chunks.put_nowait(state["parts"])
-                state["parts"] = []
-            chunks.put_nowait(None)
-            if not ended.done():
-                ended.set_result(exc)
+    connection leaves on disk is a clean prefix, as with SFTP. No byte for STALL_SECONDS ends it."""
 
     def consume(parts: list[bytes]) -> None:
         block = b"".join(parts)
@@ -101,28 +131,48 @@ async def _stream_copy(conn: asyncssh.SSHClientConnection, remote: str, dst, off
             on_block(block)  # hashlib releases the GIL: this overlaps with the transfer
 
     _smaller_reads(conn)
-    argv = ["cat", "--", remote] if not offset else ["tail", "-c", f"+{offset + 1}", "--", remote]
-    chan, _ = await conn.create_session(Stdout, shlex.join(argv), encoding=None,
-                                        window=STREAM_WINDOW, max_pktsize=STREAM_PKTSIZE)
+    command = read_command(remote, offset, size - offset)
+    chan, receiver = await conn.create_session(_StreamReceiver, command, encoding=None,
+                                               window=STREAM_WINDOW, max_pktsize=STREAM_PKTSIZE)
     try:
         got = 0
-        while (parts := await chunks.get()) is not None:
+        while (parts := await _next_batch(receiver, command)) is not None:
             await asyncio.to_thread(consume, parts)
             got += sum(map(len, parts))
-            if state["paused"] and chunks.qsize() < STREAM_QUEUED:
-                state["paused"] = False
-                chan.resume_reading()
-        exc = await ended
+            receiver.caught_up()
+        exc = await receiver.ended
         if exc is not None:
             raise exc if isinstance(exc, (asyncssh.Error, OSError)) else OSError(str(exc))
-        status = chan.get_exit_status()
-        if status != 0:
-            why = b"".join(stderr).decode(errors="replace").strip() or f"exit status {status}"
-            raise OSError(f"`{shlex.join(argv)}` failed: {why}")
-        if got != size - offset:  # the file changed, or the login shell wrote to stdout
-            raise OSError(f"`{shlex.join(argv)}` gave {got} bytes, {size - offset} expected")
+        check_end(command, chan.get_exit_status(), b"".join(receiver.stderr), got, size - offset)
     finally:
         chan.close()
+
+
+async def _next_batch(receiver: _StreamReceiver, command: str) -> list[bytes] | None:
+    try:
+        return await asyncio.wait_for(receiver.chunks.get(), STALL_SECONDS)
+    except asyncio.TimeoutError:
+        raise OSError(f"`{command}` sent nothing for {STALL_SECONDS:g} s: given up") from None
+
+
+def check_end(command: str, status: int | None, stderr: bytes, got: int, want: int) -> None:
+    """Raises OSError unless the node's command ended well having sent exactly ``want`` bytes."""
+    if status != 0:
+        why = stderr.decode(errors="replace").strip() or f"exit status {status}"
+        raise OSError(f"`{command}` failed: {why}")
+    if got != want:  # the file shrank, or the login shell wrote to stdout
+        raise OSError(f"`{command}` gave {got} bytes, {want} expected")
+
+
+async def refuse_link(sftp: asyncssh.SFTPClient, remote: str) -> None:
+    """What the node names is data, never a path to follow: a link at the path is refused, and
+    anything but a regular file (a FIFO would hold sftp-server's open for ever). The node's sha256
+    is the check that holds regardless; this says why, before a byte."""
+    mode = (await sftp.lstat(remote)).permissions or 0
+    if stat.S_ISLNK(mode):
+        raise OSError(f"{remote} is a symbolic link on the node: not followed")
+    if not stat.S_ISREG(mode):
+        raise OSError(f"{remote} is not a regular file on the node")
 
 
 def _smaller_reads(conn: asyncssh.SSHClientConnection) -> None:
