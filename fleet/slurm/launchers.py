@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..containers import Container, ContainerError, slurm_words
-from ..safenames import quote
+from ..safenames import check_text, quote
 from ..plan import profiler_args_error
 
 LAUNCHERS = ("srun", "torchrun", "mpirun", "ray")
@@ -125,8 +125,18 @@ def container_problem(launcher: str, container: Container | None) -> str | None:
     return None
 
 
+def actor_patterns(text: str) -> tuple[str, ...]:
+    """``--ranks`` with Ray: which actors to profile, by name (fnmatch patterns separated by commas,
+    e.g. ``trainer-*,ps-0``); LauncherError for none."""
+    check_text(text, "--ranks")
+    patterns = tuple(p.strip() for p in text.split(",") if p.strip())
+    if not patterns:
+        raise LauncherError(f"--ranks {text!r}: with --launcher ray, actor name patterns, e.g. 'trainer-*'")
+    return patterns
+
+
 def launch(launcher: str, command: list[str], agent: list[str], run_dir: str, container: Container | None, *,
-           tool: str = "nsys", profiler_args=(), scratch: str | None = None) -> Launch:
+           tool: str = "nsys", profiler_args=(), scratch: str | None = None, actors=()) -> Launch:
     if why := container_problem(launcher, container):
         raise LauncherError(why)  # else the workload would run outside the container it was asked into
     task = "FLEET_TASK=(" + " ".join(quote(w, "the agent's command (ansible_python_interpreter)")
@@ -167,9 +177,12 @@ def launch(launcher: str, command: list[str], agent: list[str], run_dir: str, co
         if RAY_HOOK_END in hook:  # the heredoc would end early
             raise LauncherError(f"{RAY_HOOK} holds {RAY_HOOK_END}")
         # Ray starts its own workers: its runtime_env hook (fleet_ray_hook, fleet/slurm/ray_hook.py)
-        # adds this _nsight block to the program's ray.init, with no change to the program.
-        return Launch(('mkdir -p -- "$RUN_DIR/ray"',
+        # adds this _nsight block to the program's ray.init, with no change to the program, or to
+        # the actors named by FLEET_RAY_ACTORS only.
+        chosen = ([f"export FLEET_RAY_ACTORS={quote(json.dumps(list(actors)), '--ranks')}"] if actors else [])
+        return Launch(('[ -d "$RUN_DIR/ray" ] || mkdir -m 0700 -- "$RUN_DIR/ray"',
                        f"export FLEET_RAY_RUNTIME_ENV={quote(json.dumps(block, sort_keys=True), 'Ray runtime_env')}",
+                       *chosen,
                        *RAY_NEEDS_NSYS,
                        'printf \'%s\\n\' "$FLEET_RAY_RUNTIME_ENV" > "$RUN_DIR/ray/fleet_ray_hook.json"',
                        f"cat > \"$RUN_DIR/ray/fleet_ray_hook.py\" <<'{RAY_HOOK_END}'", *hook.splitlines(), RAY_HOOK_END,

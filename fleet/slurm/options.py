@@ -163,7 +163,10 @@ def checked(spec: "JobSpec") -> "JobSpec":
             check_field(field, getattr(spec, field))
     for arg in spec.sbatch_args:
         sbatch_arg(arg)
-    if spec.ranks is not None:
+    if spec.ranks is not None and spec.launcher == "ray":  # actor name patterns (launchers.actor_patterns)
+        if not spec.ranks or not all(isinstance(r, str) and r and check_text(r, "--ranks") for r in spec.ranks):
+            raise UnsafeValue(f"--ranks: with --launcher ray, actor name patterns, not {list(spec.ranks)!r}")
+    elif spec.ranks is not None:
         if not spec.ranks or not all(isinstance(r, int) and not isinstance(r, bool) and r >= 0 for r in spec.ranks):
             raise UnsafeValue(f"--ranks: at least one rank, each 0 or more, not {list(spec.ranks)!r}")
         total = spec.ntasks or (spec.nodes or 1) * (spec.ntasks_per_node or 1)
