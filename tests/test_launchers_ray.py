@@ -101,11 +101,12 @@ def job_lines(tmp_path, request, program: str, *args: str, actors=()):
     path.write_text(program)
     run_dir = tmp_path / "run"
     run_dir.mkdir(mode=0o700)
-    command = ["python", str(path), *args]
+    command = [sys.executable, str(path), *args]
     la = launch("ray", command, ["unused"], str(run_dir), None, actors=actors)
     script = "\n".join([f"RUN_DIR={shlex.quote(str(run_dir))}", f"COMMAND=({shlex.join(command)})", *la.setup, la.line])
-    # Ray's nsight plugin runs `nsys profile ... python`: the python with Ray first on PATH, nsys after it
-    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{STANDINS}:{os.environ['PATH']}",
+    # Ray's nsight plugin runs `nsys profile ... python`, PATH's python: here /usr/bin's, without Ray, as in a
+    # batch job. fleet's hook puts the program's own Python first on the workers' PATH, else they never start.
+    env = {**os.environ, "PATH": f"{STANDINS}:/usr/local/bin:/usr/bin:/bin",
            "RAY_AUTH_MODE": "disabled", "RAY_TMPDIR": ray_tmp}
     done = subprocess.run(["bash", "-c", script], env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stdout + done.stderr

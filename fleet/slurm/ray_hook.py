@@ -65,6 +65,7 @@ def runtime_env_hook(runtime_env):
     env_vars = dict(env.get("env_vars") or {})
     env_vars.setdefault("PYTHONPATH", os.pathsep.join(p for p in (HERE, os.environ.get("PYTHONPATH")) if p))
     env_vars.setdefault(BLOCK_ENV, json.dumps({"_nsight": block}))  # the workers' folder, on any node
+    env_vars.setdefault("PATH", _python_first())
     if patterns:
         env_vars.setdefault(ACTORS_ENV, json.dumps(patterns))
         _profile_actors_named(patterns, block)
@@ -73,6 +74,21 @@ def runtime_env_hook(runtime_env):
     env["env_vars"] = env_vars
     env.setdefault("worker_process_setup_hook", "fleet_ray_hook.in_worker")
     return env
+
+
+def _python_first():
+    """PATH with this program's own Python first as ``python``. Ray's nsight plugin starts each
+    worker as ``nsys profile ... python``, whatever Python the program runs on: where PATH's
+    ``python`` is another one (a batch job's PATH, /usr/bin's), every worker fails to import ray,
+    Ray starts it again and again, and the program waits for its actors forever."""
+    folder = os.path.dirname(sys.executable)
+    found = os.path.join(folder, "python")
+    if not (os.path.exists(found) and os.path.samefile(found, sys.executable)):
+        folder = os.path.join(HERE, "python-bin")  # a folder of fleet's, with ``python`` this Python
+        os.makedirs(folder, mode=0o700, exist_ok=True)
+        if not os.path.lexists(os.path.join(folder, "python")):
+            os.symlink(sys.executable, os.path.join(folder, "python"))
+    return os.pathsep.join(p for p in (folder, os.environ.get("PATH")) if p)
 
 
 def _profile_actors_named(patterns, block):
