@@ -55,6 +55,9 @@ def classify(entry: "HostEntry") -> Verdict | None:
     if entry.status in NO_REPORT_EXPECTED:
         return None
     result = entry.result
+    if entry.worker is not None and result is None:  # a Ray worker: Ray's nsys, no agent beside it
+        whole = [r for r in entry.reports if r.verified and r.status == "complete"]
+        return Verdict(COMPLETE) if whole else Verdict(MISSING, entry.missing_why or "its report did not come home")
     if not isinstance(result, dict):
         return Verdict(MISSING, entry.missing_why or "it left no result")
     if result.get("status") in NO_REPORT_EXPECTED:

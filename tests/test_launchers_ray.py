@@ -24,6 +24,8 @@ import pytest
 from fleet.slurm.launchers import launch
 from fleet.slurm.raygather import ray_worker_name
 from fleet.store.manifest import ReportEntry
+from tests.conftest import run_fleet
+from tests.harness.rayhead import RayHead
 
 ray = pytest.importorskip("ray")
 STANDINS = Path(__file__).parent / "standins"
@@ -54,6 +56,32 @@ for actor in (a, b):
 """
 
 
+# The same two actors as a job submitted to a running cluster: ray.init() connects to it (a job's
+# driver may not size the cluster), and each actor says whether nsys is its parent, and its name.
+JOB = """
+import json, os, sys, time, ray
+
+ray.init()
+
+
+@ray.remote
+class Trainer:
+    def who(self):
+        time.sleep(0.5)  # some work
+        parent = open("/proc/%d/cmdline" % os.getppid()).read().split(chr(0))
+        return os.getpid(), any(os.path.basename(w) == "nsys" for w in parent[:2])
+
+
+actors = {name: Trainer.options(name=name).remote() for name in sys.argv[1:]}
+print("actors", json.dumps({name: ray.get(a.who.remote()) for name, a in actors.items()}), flush=True)
+for actor in actors.values():
+    try:
+        ray.get(actor.__ray_terminate__.remote())
+    except ray.exceptions.RayActorError:  # it ended, as asked
+        pass
+"""
+
+
 def test_the_job_script_installs_the_hook_with_the_nsight_block():
     la = launch("ray", ["python3", "train.py"], ["python3", "agent"], "/runs/r1", None)
     text = "\n".join(la.setup)
@@ -63,32 +91,43 @@ def test_the_job_script_installs_the_hook_with_the_nsight_block():
     assert block["_nsight"]["o"] == "/runs/r1/ray/worker-%h-%p"
 
 
-def test_two_named_actors_of_an_unchanged_ray_program_give_two_reports_named_by_actor(tmp_path, request):
+def job_lines(tmp_path, request, program: str, *args: str, actors=()):
     """The batch script's own Ray lines, run by bash as a job's shell runs them, then the program:
-    real Ray (a local instance, 2 CPUs, no dashboard) starts its workers under the nsys stand-in."""
+    real Ray (a local instance, no dashboard) starts its workers under the nsys stand-in. The
+    run's Ray folder and what bash printed."""
     ray_tmp = tempfile.mkdtemp(prefix="fr", dir="/tmp")  # Ray's sessions, this test's own; short: its sockets' paths
     request.addfinalizer(lambda: shutil.rmtree(ray_tmp, ignore_errors=True))
-    program = tmp_path / "two_actors.py"
-    program.write_text(PROGRAM)
+    path = tmp_path / "program.py"
+    path.write_text(program)
     run_dir = tmp_path / "run"
     run_dir.mkdir(mode=0o700)
-    la = launch("ray", ["python", str(program)], ["unused"], str(run_dir), None)
-    script = "\n".join([f"RUN_DIR={shlex.quote(str(run_dir))}", f"COMMAND=(python {shlex.quote(str(program))})",
-                        *la.setup, la.line])
-    # Ray's nsight plugin runs `nsys profile ... python`: the python with Ray first on PATH, nsys after it
-    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{STANDINS}:{os.environ['PATH']}",
+    command = [sys.executable, str(path), *args]
+    la = launch("ray", command, ["unused"], str(run_dir), None, actors=actors)
+    script = "\n".join([f"RUN_DIR={shlex.quote(str(run_dir))}", f"COMMAND=({shlex.join(command)})", *la.setup, la.line])
+    # Ray's nsight plugin runs `nsys profile ... python`, PATH's python: here /usr/bin's, without Ray, as in a
+    # batch job. fleet's hook puts the program's own Python first on the workers' PATH, else they never start.
+    env = {**os.environ, "PATH": f"{STANDINS}:/usr/local/bin:/usr/bin:/bin",
            "RAY_AUTH_MODE": "disabled", "RAY_TMPDIR": ray_tmp}
     done = subprocess.run(["bash", "-c", script], env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stdout + done.stderr
-    pids = json.loads(done.stdout.split("actor pids ", 1)[1].split("\n", 1)[0])
-    ray_dir = run_dir / "ray"
-    for _ in range(100):  # nsys writes each report once its worker has exited
-        if all((ray_dir / f"worker-{socket.gethostname()}-{pid}.nsys-rep").exists() for pid in pids):
+    return run_dir / "ray", done
+
+
+def reports_of(ray_dir: Path, pids) -> list[Path]:
+    """The report of each worker, once nsys has written it (as its worker exits)."""
+    reports = [ray_dir / f"worker-{socket.gethostname()}-{pid}.nsys-rep" for pid in pids]
+    for _ in range(100):
+        if all(r.exists() for r in reports):
             break
         time.sleep(0.1)
+    return reports
+
+
+def test_two_named_actors_of_an_unchanged_ray_program_give_two_reports_named_by_actor(tmp_path, request):
+    ray_dir, done = job_lines(tmp_path, request, PROGRAM)
+    pids = json.loads(done.stdout.split("actor pids ", 1)[1].split("\n", 1)[0])
     names = []
-    for pid in pids:
-        report = ray_dir / f"worker-{socket.gethostname()}-{pid}.nsys-rep"
+    for pid, report in zip(pids, reports_of(ray_dir, pids)):
         # nsys wrapped Ray's worker process itself, started by Ray's raylet, not the program
         assert "default_worker.py" in " ".join(json.loads(report.read_text())["app"])
         whose = report.with_name(report.name.replace(".nsys-rep", ".whose.json"))
@@ -97,6 +136,17 @@ def test_two_named_actors_of_an_unchanged_ray_program_give_two_reports_named_by_
         names.append(ray_worker_name(entries))
     assert names == [f"Trainer trainer-a on {socket.gethostname()}, pid {pids[0]}",
                      f"Trainer trainer-b on {socket.gethostname()}, pid {pids[1]}"]
+
+
+def test_ranks_in_a_job_script_profile_only_the_actors_whose_names_match(tmp_path, request):
+    ray_dir, done = job_lines(tmp_path, request, JOB.replace("ray.init()", "ray.init(num_cpus=3, include_dashboard=False)"),
+                              "trainer-a", "evaluator", "trainer-b", actors=("trainer-*",))
+    said = json.loads(done.stdout.split("actors ", 1)[1].split("\n", 1)[0])
+    assert {name: under for name, (_, under) in said.items()} == {"trainer-a": True, "evaluator": False, "trainer-b": True}
+    reports = reports_of(ray_dir, [said["trainer-a"][0], said["trainer-b"][0]])
+    assert all(r.exists() and r.with_name(r.name.replace(".nsys-rep", ".whose.json")).exists() for r in reports)
+    assert sorted(p.name for p in ray_dir.glob("worker-*")) == sorted(
+        n for r in reports for n in (r.name, r.name.replace(".nsys-rep", ".whose.json")))
 
 
 def test_a_node_without_nsys_is_refused_before_the_program_starts(tmp_path):
@@ -115,3 +165,65 @@ def test_a_node_without_nsys_is_refused_before_the_program_starts(tmp_path):
     done = subprocess.run(["/bin/bash", "-c", script], env={"PATH": str(bare)}, capture_output=True, text=True)
     assert done.returncode == 127 and "nsys is not on PATH" in done.stderr and "nothing was started" in done.stderr
     assert not started.exists() and (run_dir / "job.exit").read_text().strip() == "127"
+
+
+@pytest.fixture(scope="module")
+def ray_head():
+    """A Ray head on loopback (GCS, raylet, dashboard with its job API), this module's own."""
+    head = RayHead([str(Path(sys.executable).parent), str(STANDINS)])
+    try:
+        head.start()
+        yield head
+    finally:
+        head.stop()
+
+
+def submitted(ray_head, tmp_path, *fleet_args: str, actors=("trainer-a", "trainer-b")):
+    """``fleet ray submit`` of JOB to the head, as a user runs it: the manifest, and what each actor said."""
+    app = tmp_path / "app"
+    app.mkdir()
+    (app / "job.py").write_text(JOB)
+    store = tmp_path / "store"
+    r = run_fleet("ray", "submit", "--address", ray_head.address, "--store", str(store), "--node-dir",
+                  str(tmp_path / "nodes"), "--working-dir", str(app), *fleet_args, "--", "python", "job.py", *actors,
+                  env={"PATH": ray_head.env["PATH"], "RAY_AUTH_MODE": "disabled"}, timeout=180)
+    assert r.returncode == 0, r.stdout + r.stderr
+    said = json.loads(r.stderr.split("actors ", 1)[1].split("\n", 1)[0])  # the job's log, on stderr
+    [path] = store.glob("ray/*/*/manifest.json")
+    return json.loads(path.read_text()), said, r
+
+
+def workers(manifest) -> dict:
+    """Each worker's name, and its report as the store has it, by pid."""
+    out = {}
+    for h in manifest["hosts"]:
+        [rep] = [r for r in h["reports"] if r["stored"].endswith(".nsys-rep")]
+        assert rep["verified"] and h["status"] == "ok", h
+        out[int(Path(rep["stored"]).name.removesuffix(".nsys-rep").rsplit("-", 1)[1])] = (h["worker"], rep["stored"])
+    return out
+
+
+def test_a_ray_job_submitted_to_a_running_cluster_gives_two_reports_named_by_actor(ray_head, tmp_path):
+    manifest, said, r = submitted(ray_head, tmp_path)
+    host = socket.gethostname()
+    assert manifest["status"] == "complete" and "reports: 2 complete" in r.stdout
+    assert said["trainer-a"][1] and said["trainer-b"][1]  # each actor's worker ran under nsys
+    found = workers(manifest)
+    # One report per actor: the job's supervisor and its driver (its child) were not wrapped.
+    assert sorted(found) == sorted(pid for pid, _ in said.values())
+    for name, (pid, _) in said.items():
+        worker, stored = found[pid]
+        assert worker == f"Trainer {name} on {host}, pid {pid}"
+        assert "default_worker.py" in " ".join(json.loads(Path(stored).read_text())["app"])
+    assert manifest["request"]["ray"]["submission_id"] == f"fleet-{manifest['run_id']}"
+
+
+def test_ranks_with_ray_profiles_only_the_actors_whose_names_match(ray_head, tmp_path):
+    manifest, said, _ = submitted(ray_head, tmp_path, "--ranks", "trainer-*",
+                                  actors=("trainer-a", "evaluator", "trainer-b"))
+    assert {name: under_nsys for name, (_, under_nsys) in said.items()} == {
+        "trainer-a": True, "evaluator": False, "trainer-b": True}  # the evaluator started without nsys at all
+    found = workers(manifest)
+    assert sorted(found) == sorted([said["trainer-a"][0], said["trainer-b"][0]])
+    assert sorted(w.split(" on ")[0] for w, _ in found.values()) == ["Trainer trainer-a", "Trainer trainer-b"]
+    assert not list((tmp_path / "nodes" / "ray").glob(f"worker-*-{said['evaluator'][0]}.*"))

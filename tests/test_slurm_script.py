@@ -128,7 +128,7 @@ def test_mpirun_wraps_each_rank():
 
 def test_ray_gets_a_runtime_env_nsight_block_naming_each_worker():
     la = launch("ray", ["python", "app.py"], AGENT, "/r", None, profiler_args=("--cuda-memory-usage=true",))
-    assert la.setup[0] == 'mkdir -p -- "$RUN_DIR/ray"'
+    assert la.setup[0] == '[ -d "$RUN_DIR/ray" ] || mkdir -m 0700 -- "$RUN_DIR/ray"'
     block = json.loads(shlex.split(la.setup[1].split("=", 1)[1])[0])
     assert block == {"_nsight": {"t": "cuda,nvtx,osrt", "o": "/r/ray/worker-%h-%p", "cuda-memory-usage": "true"}}
     with pytest.raises(LauncherError):

@@ -27,6 +27,7 @@ COMMANDS = {
     "jobs": ("slurm", "jobs"),
     "cancel": ("slurm", "cancel"),
     "slurm": ("slurm", "slurm_group"),
+    "ray": ("ray_jobs", "ray_group"),
     "run": ("nightly", "run_cmd"),
     "schedule": ("nightly", "schedule"),
     "nightly": ("nightly", "nightly"),

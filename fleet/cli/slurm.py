@@ -34,7 +34,8 @@ SLURM_OPTIONS = [
                  help="Whole nodes for the job. Default: exclusive for ncu and GPU metrics, shared for nsys trace."),
     click.option("--sbatch-arg", "sbatch_args", multiple=True, help="Further sbatch option, as one word "
                  "(repeatable), e.g. --sbatch-arg=--constraint=h100."),
-    click.option("--ranks", help="Profile only these ranks (e.g. 0,3); the others run unprofiled."),
+    click.option("--ranks", help="Profile only these ranks (e.g. 0,3); the others run unprofiled. With "
+                 "--launcher ray: the actors whose names match these patterns (e.g. 'trainer-*')."),
     click.option("--launcher", type=click.Choice(["srun", "torchrun", "mpirun", "ray"]), default="srun",
                  show_default=True, help="What starts the ranks; the profiler goes in front of each worker."),
     click.option("--container-image", help="Run each task in this image (pyxis); Nsight is mounted read-only."),
@@ -63,7 +64,10 @@ def spec_from(opts: dict, req: "ProfileRequest") -> "CheckedJobSpec":
     from ..slurm import options
     from ..slurm.spec import JobSpec
 
-    ranks = options.parse_ranks(opts["ranks"]) if opts.get("ranks") is not None else None
+    from ..slurm.launchers import actor_patterns
+
+    ranks = None if opts.get("ranks") is None else (
+        actor_patterns(opts["ranks"]) if opts.get("launcher") == "ray" else options.parse_ranks(opts["ranks"]))
     if opts.get("container_image") and opts.get("apptainer_image"):
         fail("choose one of --container-image (pyxis) and --apptainer")
     for key, option in (("container_image", "--container-image"), ("apptainer_image", "--apptainer")):

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from ..agent.rundir import RunDir
 from ..containers import Container, ContainerError, slurm_words
-from ..safenames import quote
+from ..safenames import check_text, quote
 from ..plan import profiler_args_error
 
 LAUNCHERS = ("srun", "torchrun", "mpirun", "ray")
@@ -129,8 +129,18 @@ def container_problem(launcher: str, container: Container | None) -> str | None:
     return None
 
 
+def actor_patterns(text: str) -> tuple[str, ...]:
+    """``--ranks`` with Ray: which actors to profile, by name (fnmatch patterns separated by commas,
+    e.g. ``trainer-*,ps-0``); LauncherError for none."""
+    check_text(text, "--ranks")
+    patterns = tuple(p.strip() for p in text.split(",") if p.strip())
+    if not patterns:
+        raise LauncherError(f"--ranks {text!r}: with --launcher ray, actor name patterns, e.g. 'trainer-*'")
+    return patterns
+
+
 def launch(launcher: str, command: list[str], agent: list[str], run_dir: str, container: Container | None, *,
-           tool: str = "nsys", profiler_args=(), scratch: str | None = None) -> Launch:
+           tool: str = "nsys", profiler_args=(), scratch: str | None = None, actors=()) -> Launch:
     if why := container_problem(launcher, container):
         raise LauncherError(why)  # else the workload would run outside the container it was asked into
     task = "FLEET_TASK=(" + " ".join(quote(w, "the agent's command (ansible_python_interpreter)")
@@ -171,9 +181,12 @@ def launch(launcher: str, command: list[str], agent: list[str], run_dir: str, co
         if RAY_HOOK_END in hook:  # the heredoc would end early
             raise LauncherError(f"{RAY_HOOK} holds {RAY_HOOK_END}")
         # Ray starts its own workers: its runtime_env hook (fleet_ray_hook, fleet/slurm/ray_hook.py)
-        # adds this _nsight block to the program's ray.init, with no change to the program.
-        return Launch((f'mkdir -p -- "{IN_SCRIPT.ray}"',
+        # adds this _nsight block to the program's ray.init, with no change to the program, or to
+        # the actors named by FLEET_RAY_ACTORS only.
+        chosen = ([f"export FLEET_RAY_ACTORS={quote(json.dumps(list(actors)), '--ranks')}"] if actors else [])
+        return Launch((f'[ -d "{IN_SCRIPT.ray}" ] || mkdir -m 0700 -- "{IN_SCRIPT.ray}"',
                        f"export FLEET_RAY_RUNTIME_ENV={quote(json.dumps(block, sort_keys=True), 'Ray runtime_env')}",
+                       *chosen,
                        *RAY_NEEDS_NSYS,
                        f'printf \'%s\\n\' "$FLEET_RAY_RUNTIME_ENV" > "{IN_SCRIPT.ray_hook_block}"',
                        f"cat > \"{IN_SCRIPT.ray_hook}\" <<'{RAY_HOOK_END}'", *hook.splitlines(), RAY_HOOK_END,

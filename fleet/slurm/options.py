@@ -225,6 +225,10 @@ def checked(raw: JobSpec, req: "ProfileRequest") -> CheckedJobSpec:
 def _check_ranks(raw: JobSpec) -> None:
     if raw.ranks is None:
         return
+    if raw.launcher == "ray":  # actor name patterns (launchers.actor_patterns)
+        if not raw.ranks or not all(isinstance(r, str) and r and check_text(r, "--ranks") for r in raw.ranks):
+            raise UnsafeValue(f"--ranks: with --launcher ray, actor name patterns, not {list(raw.ranks)!r}")
+        return
     if not raw.ranks or not all(isinstance(r, int) and not isinstance(r, bool) and r >= 0 for r in raw.ranks):
         raise UnsafeValue(f"--ranks: at least one rank, each 0 or more, not {list(raw.ranks)!r}")
     total = raw.ntasks or (raw.nodes or 1) * (raw.ntasks_per_node or 1)

@@ -1,45 +1,115 @@
 """fleet's Ray hook: Ray's own nsys integration for a Ray program, with no change to its code.
 
-Not imported by fleet: the job script writes this file, as ``fleet_ray_hook.py``, into the run's
-``ray/`` folder beside ``fleet_ray_hook.json`` (the ``_nsight`` block), and exports
-``RAY_RUNTIME_ENV_HOOK=fleet_ray_hook.runtime_env_hook`` with that folder on ``PYTHONPATH``. Ray
-(2.60: ``ray._private.worker._maybe_modify_runtime_env``) calls the hook from ``ray.init`` with the
-program's runtime_env and uses what it returns: fleet adds ``_nsight`` there, so that Ray starts
-every worker under nsys (``nsys profile ... python``; its plugin,
-``ray/_private/runtime_env/nsight.py``, names the report only by the ``o`` option: fleet's
-``worker-%h-%p``, host and pid), and a ``worker_process_setup_hook`` that, in each worker, writes
-whose it is once the worker knows: the actor's class and name or the task's function, its node,
-its GPUs and its pid, as ``worker-HOST-PID.whose.json`` beside the report.
+Not imported by fleet. Ray (2.60: ``ray._private.worker._maybe_modify_runtime_env``) calls
+``RAY_RUNTIME_ENV_HOOK=fleet_ray_hook.runtime_env_hook`` from the program's ``ray.init``, with the
+program's runtime_env (merged with a submitted job's), and uses what it returns. Two ways in:
+
+- a Slurm job: the job script writes this file, as ``fleet_ray_hook.py``, into the run's ``ray/``
+  folder beside ``fleet_ray_hook.json`` (the ``_nsight`` block), with that folder on ``PYTHONPATH``;
+- ``fleet ray submit``: the job's runtime_env carries this file in ``py_modules`` (Ray uploads it
+  to every node) and the hook and the block in ``env_vars``, so the job's driver calls the hook.
+
+The hook adds ``_nsight``, so that Ray starts each worker under nsys (``nsys profile ... python``;
+its plugin, ``ray/_private/runtime_env/nsight.py``, names the report only by the ``o`` option:
+fleet's ``worker-%h-%p``, host and pid), and a ``worker_process_setup_hook`` that, in each
+worker, writes whose it is once the worker knows: the actor's class and name or the task's
+function, its node, its GPUs and its pid, as ``worker-HOST-PID.whose.json`` beside the report.
+
+With actor name patterns (``FLEET_RAY_ACTORS``, fleet's ``--ranks`` for Ray) the job itself gets no
+``_nsight``: only an actor created with a matching name gets it, in its own runtime_env, so the
+other workers start without nsys at all. Ray has no hook at actor creation, so this one wraps
+``ray.actor.ActorClass._remote`` (Ray 2.60), where every actor's options, its name among them, pass.
 
 Runs in the Ray program's and its workers' Python: the standard library, and Ray.
 """
 
+import fnmatch
 import json
 import os
 import socket
+import stat
+import sys
 import threading
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+BLOCK_ENV = "FLEET_RAY_RUNTIME_ENV"  # {"_nsight": {...}} as JSON; else fleet_ray_hook.json beside this file
+ACTORS_ENV = "FLEET_RAY_ACTORS"      # a JSON list of fnmatch patterns: the actors to profile; unset: every worker
 LOOK_EVERY = 0.05  # seconds between looks for the actor or task a worker runs
 LOOK_FOR = 3600.0  # a worker that runs nothing for an hour is named by its host and pid alone
 
 
 def _block():
+    said = os.environ.get(BLOCK_ENV)
+    if said:
+        return json.loads(said)["_nsight"]
     with open(os.path.join(HERE, "fleet_ray_hook.json")) as f:
         return json.load(f)["_nsight"]
 
 
+def _patterns():
+    said = os.environ.get(ACTORS_ENV)
+    return [p for p in json.loads(said) if isinstance(p, str)] if said else []
+
+
+def chosen(name, patterns):
+    """Whether the actor named ``name`` is one to profile."""
+    return not patterns or (isinstance(name, str) and any(fnmatch.fnmatchcase(name, p) for p in patterns))
+
+
 def runtime_env_hook(runtime_env):
     """The program's runtime_env with fleet's ``_nsight`` (its output names are fleet's, to find
-    the reports) and the worker hook; the program's own keys are kept."""
+    the reports), or only the chosen actors', and the worker hook; the program's own keys are kept."""
     env = dict(runtime_env or {})
-    env["_nsight"] = _block()
-    env.setdefault("worker_process_setup_hook", "fleet_ray_hook.in_worker")
+    block, patterns = _block(), _patterns()
     env_vars = dict(env.get("env_vars") or {})
     env_vars.setdefault("PYTHONPATH", os.pathsep.join(p for p in (HERE, os.environ.get("PYTHONPATH")) if p))
+    env_vars.setdefault(BLOCK_ENV, json.dumps({"_nsight": block}))  # the workers' folder, on any node
+    env_vars.setdefault("PATH", _python_first())
+    if patterns:
+        env_vars.setdefault(ACTORS_ENV, json.dumps(patterns))
+        _profile_actors_named(patterns, block)
+    else:
+        env["_nsight"] = block
     env["env_vars"] = env_vars
+    env.setdefault("worker_process_setup_hook", "fleet_ray_hook.in_worker")
     return env
+
+
+def _python_first():
+    """PATH with this program's own Python first as ``python``. Ray's nsight plugin starts each
+    worker as ``nsys profile ... python``, whatever Python the program runs on: where PATH's
+    ``python`` is another one (a batch job's PATH, /usr/bin's), every worker fails to import ray,
+    Ray starts it again and again, and the program waits for its actors forever."""
+    folder = os.path.dirname(sys.executable)
+    found = os.path.join(folder, "python")
+    if not (os.path.exists(found) and os.path.samefile(found, sys.executable)):
+        folder = os.path.join(HERE, "python-bin")  # a folder of fleet's, with ``python`` this Python
+        os.makedirs(folder, mode=0o700, exist_ok=True)
+        if not os.path.lexists(os.path.join(folder, "python")):
+            os.symlink(sys.executable, os.path.join(folder, "python"))
+    return os.pathsep.join(p for p in (folder, os.environ.get("PATH")) if p)
+
+
+def _profile_actors_named(patterns, block):
+    """Each actor created with a name that matches gets ``_nsight`` in its own runtime_env (Ray
+    merges it over the job's); the others start as the job's workers do, without nsys."""
+    from ray.actor import ActorClass
+    from ray._private.utils import parse_runtime_env_for_task_or_actor
+
+    create = ActorClass._remote
+    if getattr(create, "fleet_ray_hook", False):
+        return
+
+    def _remote(self, args=None, kwargs=None, **options):
+        if chosen(options.get("name"), patterns):
+            own = dict(options.get("runtime_env") or {})
+            own["_nsight"] = block
+            options["runtime_env"] = parse_runtime_env_for_task_or_actor(own)
+        return create(self, args, kwargs, **options)
+
+    _remote.fleet_ray_hook = True
+    ActorClass._remote = _remote
 
 
 def in_worker():
@@ -56,11 +126,18 @@ def _record():
         actor = _try(ctx.get_actor_id) if ctx else None
         task = _try(ctx.get_task_name) if ctx else None
         if actor or task:
-            _write({"pid": os.getpid(), "host": socket.gethostname(), "node_id": _try(ctx.get_node_id),
-                    "actor_id": actor, "actor_name": _try(ctx.get_actor_name) if actor else None,
-                    "actor_class": _actor_class() if actor else None, "task": None if actor else task,
-                    "gpu_ids": [str(g) for g in _try(ray.get_gpu_ids) or []],
-                    "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES")})
+            name = _try(ctx.get_actor_name) if actor else None
+            patterns = _patterns()
+            if patterns and not (actor and chosen(name, patterns)):
+                return  # not profiled: no report to say whose it is
+            try:
+                _write({"pid": os.getpid(), "host": socket.gethostname(), "node_id": _try(ctx.get_node_id),
+                        "actor_id": actor, "actor_name": name,
+                        "actor_class": _actor_class() if actor else None, "task": None if actor else task,
+                        "gpu_ids": [str(g) for g in _try(ray.get_gpu_ids) or []],
+                        "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES")})
+            except OSError as e:  # the worker's log says why; its report is named by host and pid alone
+                print(e, file=sys.stderr)
             return
         time.sleep(LOOK_EVERY)
 
@@ -80,8 +157,19 @@ def _try(call):
         return None
 
 
+def _reports_dir():
+    """Where nsys writes this worker's report (the block's ``o``), made here when it is not yet
+    there (nsys writes the report when the worker ends, long after this), private."""
+    folder = os.path.dirname(_try(lambda: _block()["o"]) or "") or HERE
+    os.makedirs(folder, mode=0o700, exist_ok=True)
+    st = os.lstat(folder)
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o077:
+        raise OSError("fleet: %s is not this user's private folder: whose this worker is goes unwritten" % folder)
+    return folder
+
+
 def _write(doc):
-    path = os.path.join(HERE, "worker-%s-%d.whose.json" % (socket.gethostname(), os.getpid()))
+    path = os.path.join(_reports_dir(), "worker-%s-%d.whose.json" % (socket.gethostname(), os.getpid()))
     partial = path + ".partial"
     fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
     with os.fdopen(fd, "w") as f:

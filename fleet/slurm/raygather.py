@@ -17,13 +17,22 @@ from ..store.manifest import HostEntry
 from .jobs import SlurmClient, file_mark
 
 if TYPE_CHECKING:
+    from ..inventory import Host
     from ..transport import Fanout
 
 
 async def ray_home(fan: "Fanout", client: SlurmClient, run_dir: str, lines: list[str],
                     directory: Path) -> list[HostEntry]:
+    """Ray's workers of a Slurm job, brought home through the login node."""
+    return await workers_home(fan, client.login, run_dir, lines, directory)
+
+
+async def workers_home(fan: "Fanout", via: "Host", run_dir: str, lines: list[str],
+                       directory: Path) -> list[HostEntry]:
     """Ray's workers, named worker-HOST-PID.nsys-rep (no rank, no agent), and whose each is, as
-    fleet's Ray hook wrote it beside the report (worker-HOST-PID.whose.json: the actor or task)."""
+    fleet's Ray hook wrote it beside the report (worker-HOST-PID.whose.json: the actor or task),
+    listed in ``lines`` (SIZE SHA256 PATH, as the node computed them) and fetched through ``via``
+    from ``run_dir``/ray."""
     hosts = []
     marks = [found for found in map(file_mark, lines) if found is not None]
     whose = {found["path"]: found for found in marks if RunDir.is_whose(found["path"])}
@@ -37,7 +46,7 @@ async def ray_home(fan: "Fanout", client: SlurmClient, run_dir: str, lines: list
                                    missing_why=safenames.component_problem(node, "the Ray worker's node name")))
             continue
         said = whose.get(RunDir.whose_beside(path))
-        reports = await bring_home(fan, client.login, [found] + ([said] if said else []), directory / node,
+        reports = await bring_home(fan, via, [found] + ([said] if said else []), directory / node,
                                    node_dir=RunDir(run_dir).ray)
         for rep in reports:  # whose the report is: an extra beside it, as a summary is
             if RunDir.is_whose(rep.stored) or RunDir.is_whose(rep.remote):

@@ -118,6 +118,8 @@ def agent_python(cluster: Cluster, probed: str | None) -> tuple[str, str]:
 def expected_ranks(spec: dict) -> list[int] | None:
     """The ranks that should each leave a result (``spec`` as the manifest keeps it);
     None when the launcher decides how many there are (torchrun, mpirun, Ray)."""
+    if spec.get("launcher") == "ray":  # its --ranks names actors (patterns), each a worker of its own
+        return None
     if spec.get("ranks") is not None:
         return sorted(spec["ranks"])
     if spec.get("launcher", "srun") != "srun":

@@ -132,8 +132,10 @@ def render(req, spec: CheckedJobSpec, files: JobFiles) -> str:
     agent = [files.python, RunDir(files.run_dir).agent,
              json.dumps(task_args(req, spec, files), separators=(",", ":"), sort_keys=True)]
     launch = launchers.launch(spec.launcher, list(req.command), agent, files.run_dir, spec.container,
-                              tool=req.tool, profiler_args=req.profiler_args, scratch=files.scratch)
-    who = "every rank" if spec.ranks is None else "ranks " + ",".join(map(str, spec.ranks))
+                              tool=req.tool, profiler_args=req.profiler_args, scratch=files.scratch,
+                              actors=spec.ranks if spec.launcher == "ray" and spec.ranks else ())
+    who = "every rank" if spec.ranks is None else (
+        "actors " if spec.launcher == "ray" else "ranks ") + ",".join(map(str, spec.ranks))
     lines = ["#!/bin/bash", *directives,
              f"# fleet run {req.run_id}: {req.tool} on {who} ({spec.launcher}); reports and results go to",
              f"# {RunDir(files.run_dir).node('NODE').file(RunDir.label('N'))}.*, and the job's exit status to "

@@ -1,0 +1,162 @@
+"""``fleet ray submit``: a Ray job submitted to a running Ray cluster, as Ray documents it (``ray
+job submit --runtime-env-json``), with fleet's runtime_env: every worker of the job (or only the
+actors ``--ranks`` names) under nsys, each report named by whose it is, brought home from the head.
+
+fleet does not put ``_nsight`` in the job's runtime_env itself: Ray starts the job's supervisor
+actor with that runtime_env, and the job's driver runs as the supervisor's child, so nsys would
+wrap the supervisor and the driver (the mistake of wrapping the launcher) besides the workers.
+The job's runtime_env carries fleet's hook instead (``py_modules``: Ray uploads it to the nodes;
+``env_vars``: ``RAY_RUNTIME_ENV_HOOK`` and the ``_nsight`` block), and the driver's ``ray.init``
+calls the hook, which gives the workers ``_nsight`` (fleet/slurm/ray_hook.py, as in a Slurm job).
+
+Each worker's report is ``NODE_DIR/ray/worker-HOST-PID.nsys-rep`` on the node it ran on, with its
+``.whose.json`` beside it; fleet brings home those on the head (``--head``: this machine for a
+loopback address). A worker on another node leaves its report on that node, unless ``--node-dir``
+is a folder every node shares.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import json
+import secrets
+import shlex
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+from urllib.parse import urlsplit
+
+from .. import outcome, store
+from ..errors import FleetError
+from ..outcome import HostStatus
+from ..safenames import check_text
+from ..slurm import launchers
+from ..slurm.jobs import file_mark
+from ..slurm.ray_hook import ACTORS_ENV, BLOCK_ENV
+from ..slurm.raygather import workers_home
+from ..store.manifest import HostEntry, RunManifest
+
+if TYPE_CHECKING:
+    from ..inventory import Host
+    from ..plan import ProfileRequest
+    from ..transport import Fanout
+
+HOOK_PACKAGE = "fleet_ray_hook"  # the module name RAY_RUNTIME_ENV_HOOK and worker_process_setup_hook name
+LIST_TIMEOUT = 120.0  # seconds for the head to list and hash the reports
+# Each report and whose file in NODE_DIR/ray, with its size and sha256, as the head computes them.
+LISTING = ('cd -- "$1" 2>/dev/null || exit 0; for f in ray/*.nsys-rep ray/*.whose.json; do [ -f "$f" ] || '
+           'continue; echo "@@$2 $(stat -c %s "$f") $(sha256sum < "$f" | cut -d" " -f1) $PWD/$f"; done; true')
+
+
+class RaySubmitError(FleetError):
+    """The submission cannot be made as asked."""
+
+
+@dataclass(frozen=True)
+class RayJob:
+    address: str                     # the cluster's dashboard, http://HOST:PORT
+    entrypoint: tuple[str, ...]      # what the job runs, as `ray job submit -- ...` takes it
+    node_dir: str                    # the run's folder on the nodes; reports in NODE_DIR/ray
+    actors: tuple[str, ...] = ()     # fnmatch patterns of the actors to profile; () every worker
+    profiler_args: tuple[str, ...] = ()
+    working_dir: str | None = None   # Ray's --working-dir: uploaded, the entrypoint runs in it
+    submission_id: str = ""
+
+    def problem(self) -> str | None:
+        """Why this job cannot be submitted as asked, or None."""
+        url = urlsplit(self.address)
+        if url.scheme not in ("http", "https") or not url.hostname or url.path not in ("", "/"):
+            return f"--address {self.address!r}: the Ray dashboard's address, e.g. http://127.0.0.1:8265"
+        if not self.entrypoint:
+            return "the job's entrypoint: fleet ray submit --address URL -- python prog.py"
+        if not self.node_dir.startswith("/"):
+            return f"--node-dir {self.node_dir!r}: an absolute path (nsys is given it on every node)"
+        for value, what in ((self.node_dir, "--node-dir"), *((a, "--ranks") for a in self.actors)):
+            check_text(value, what)
+        return launchers.unsupported("ray", "nsys", self.profiler_args)
+
+
+def loopback(address: str) -> bool:
+    """Whether the dashboard is on this machine (its reports can be read here)."""
+    host = urlsplit(address).hostname or ""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def runtime_env(job: RayJob, hook_dir: Path) -> dict:
+    """The job's runtime_env: fleet's hook (uploaded by Ray), named by env_vars, and its block."""
+    block = launchers.ray_runtime_env(job.node_dir, "nsys", job.profiler_args)
+    env_vars = {"RAY_RUNTIME_ENV_HOOK": f"{HOOK_PACKAGE}.runtime_env_hook", BLOCK_ENV: json.dumps(block)}
+    if job.actors:
+        env_vars[ACTORS_ENV] = json.dumps(list(job.actors))
+    env: dict = {"py_modules": [str(hook_dir)], "env_vars": env_vars}
+    if job.working_dir:
+        env["working_dir"] = job.working_dir
+    return env
+
+
+def submit_argv(job: RayJob, env: dict) -> list[str]:
+    """``ray job submit`` as Ray documents it, waiting for the job and printing its log."""
+    return ["ray", "job", "submit", "--address", job.address, "--submission-id", job.submission_id,
+            "--runtime-env-json", json.dumps(env, sort_keys=True), "--", *job.entrypoint]
+
+
+def write_hook(folder: Path) -> Path:
+    """fleet's hook as a package Ray's py_modules uploads (the job SDK uploads folders only)."""
+    package = folder / HOOK_PACKAGE
+    package.mkdir(mode=0o700)
+    (package / "__init__.py").write_text(launchers.RAY_HOOK.read_text())
+    return package
+
+
+async def submit(job: RayJob) -> tuple[int, str]:
+    """``ray job submit``'s exit status (1: the job failed) and the command, its output on stderr."""
+    with tempfile.TemporaryDirectory(prefix="fleet-ray-") as tmp:
+        argv = submit_argv(job, runtime_env(job, write_hook(Path(tmp))))
+        try:
+            proc = await asyncio.create_subprocess_exec(*argv, stdin=asyncio.subprocess.DEVNULL, stdout=sys.stderr)
+        except OSError as e:
+            raise RaySubmitError(f"cannot run `ray job submit` ({e.strerror}): install Ray here "
+                                 f"(pip install 'ray[default]')") from None
+        return await proc.wait(), shlex.join(argv)
+
+
+async def reports_home(fan: "Fanout", head: "Host", node_dir: str, directory: Path) -> list[HostEntry]:
+    """The workers' reports and whose files on the head, listed, fetched and verified."""
+    nonce = secrets.token_hex(16)
+    r = await fan.run(head, ["sh", "-c", LISTING, "fleet", node_dir, nonce], timeout=LIST_TIMEOUT)
+    if not r.ok:
+        why = r.error or r.stderr.decode(errors="replace").strip()[-200:]
+        return [HostEntry(head.name, HostStatus.FAILED, missing_why=f"could not list {node_dir}/ray: {why}")]
+    mark = f"@@{nonce} "
+    lines = [line[len(mark):] for line in r.stdout.decode(errors="replace").splitlines() if line.startswith(mark)]
+    return await workers_home(fan, head, node_dir, [x for x in lines if file_mark(x)], directory)
+
+
+async def profile(fan: "Fanout", head: "Host", job: RayJob, req: "ProfileRequest", *, store_root: Path,
+                  site: str) -> RunManifest:
+    """Submit, wait, bring the head's reports home; the run's manifest in the store."""
+    manifest = RunManifest.begin(req, site)
+    directory = store.save(store_root, manifest)  # written first: where the run is, if fleet dies
+    status, command = await submit(job)
+    manifest.hosts = await reports_home(fan, head, job.node_dir, directory)
+    if status != 0:
+        manifest.error = (f"`ray job submit` exited {status}: the job {job.submission_id} failed "
+                          f"(ray job logs --address {job.address} {job.submission_id})")
+    if not manifest.hosts:
+        manifest.hosts = [HostEntry(head.name, HostStatus.MISSING, missing_why=(
+            f"no worker's report in {job.node_dir}/ray on {head.name}"
+            + (f" (no actor's name matched {', '.join(job.actors)})" if job.actors else "")))]
+    manifest.status = outcome.run_status(h.status for h in manifest.hosts) if status == 0 else "failed"
+    manifest.request = {**manifest.request, "ray": {"address": job.address, "submission_id": job.submission_id,
+                                                    "node_dir": job.node_dir, "actors": list(job.actors),
+                                                    "command": command}}
+    store.save(store_root, manifest)
+    return manifest
