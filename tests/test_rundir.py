@@ -166,8 +166,9 @@ def test_a_ray_worker_s_report_and_whose_file_read_back_as_its_host(host):
 
 def test_the_ray_hook_writes_and_reads_the_names_rundir_gives(tmp_path, monkeypatch):
     run = RunDir(tmp_path)
-    os.mkdir(run.ray)
+    os.mkdir(run.ray, 0o700)  # the hook writes only into the user's own private folder
     monkeypatch.setattr(ray_hook, "HERE", run.ray)
+    monkeypatch.delenv(ray_hook.BLOCK_ENV, raising=False)
     Path(run.ray_hook_block).write_text(json.dumps({"_nsight": {"o": run.ray_reports}}))
     assert ray_hook._block() == {"o": run.ray_reports}
     ray_hook._write({"pid": os.getpid()})
@@ -223,8 +224,9 @@ def test_what_the_agent_and_the_script_write_the_login_node_s_listing_finds_and_
 
 def test_a_ray_worker_s_files_are_listed_as_ray_s_and_read_back(tmp_path, monkeypatch):
     run = RunDir(tmp_path / "run1")
-    os.makedirs(run.ray)
+    os.makedirs(run.ray, 0o700)  # the hook writes only into the user's own private folder
     monkeypatch.setattr(ray_hook, "HERE", run.ray)
+    monkeypatch.delenv(ray_hook.BLOCK_ENV, raising=False)
     ray_hook._write({"pid": os.getpid()})
     report = run.ray_file(RunDir.ray_worker(socket.gethostname(), os.getpid()) + RunDir.NSYS_REPORT)
     Path(report).write_text("report\n")

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 from .. import outcome, store
+from ..agent.rundir import RunDir
 from ..errors import FleetError
 from ..outcome import HostStatus
 from ..safenames import check_text
@@ -47,8 +48,9 @@ if TYPE_CHECKING:
 HOOK_PACKAGE = "fleet_ray_hook"  # the module name RAY_RUNTIME_ENV_HOOK and worker_process_setup_hook name
 LIST_TIMEOUT = 120.0  # seconds for the head to list and hash the reports
 # Each report and whose file in NODE_DIR/ray, with its size and sha256, as the head computes them.
-LISTING = ('cd -- "$1" 2>/dev/null || exit 0; for f in ray/*.nsys-rep ray/*.whose.json; do [ -f "$f" ] || '
-           'continue; echo "@@$2 $(stat -c %s "$f") $(sha256sum < "$f" | cut -d" " -f1) $PWD/$f"; done; true')
+LISTING = (f'cd -- "$1" 2>/dev/null || exit 0; for f in {RunDir.RAY}/*{RunDir.NSYS_REPORT} {RunDir.RAY}/*{RunDir.WHOSE}; '
+           'do [ -f "$f" ] || continue; echo "@@$2 $(stat -c %s "$f") $(sha256sum < "$f" | cut -d" " -f1) $PWD/$f"; '
+           'done; true')
 
 
 class RaySubmitError(FleetError):
@@ -134,7 +136,7 @@ async def reports_home(fan: "Fanout", head: "Host", node_dir: str, directory: Pa
     r = await fan.run(head, ["sh", "-c", LISTING, "fleet", node_dir, nonce], timeout=LIST_TIMEOUT)
     if not r.ok:
         why = r.error or r.stderr.decode(errors="replace").strip()[-200:]
-        return [HostEntry(head.name, HostStatus.FAILED, missing_why=f"could not list {node_dir}/ray: {why}")]
+        return [HostEntry(head.name, HostStatus.FAILED, missing_why=f"could not list {RunDir(node_dir).ray}: {why}")]
     mark = f"@@{nonce} "
     lines = [line[len(mark):] for line in r.stdout.decode(errors="replace").splitlines() if line.startswith(mark)]
     return await workers_home(fan, head, node_dir, [x for x in lines if file_mark(x)], directory)
@@ -152,7 +154,7 @@ async def profile(fan: "Fanout", head: "Host", job: RayJob, req: "ProfileRequest
                           f"(ray job logs --address {job.address} {job.submission_id})")
     if not manifest.hosts:
         manifest.hosts = [HostEntry(head.name, HostStatus.MISSING, missing_why=(
-            f"no worker's report in {job.node_dir}/ray on {head.name}"
+            f"no worker's report in {RunDir(job.node_dir).ray} on {head.name}"
             + (f" (no actor's name matched {', '.join(job.actors)})" if job.actors else "")))]
     manifest.status = outcome.run_status(h.status for h in manifest.hosts) if status == 0 else "failed"
     manifest.request = {**manifest.request, "ray": {"address": job.address, "submission_id": job.submission_id,
