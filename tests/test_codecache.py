@@ -57,7 +57,7 @@ def plant(cache_home: Path, module: str = PROBE, source: str = PLANTED) -> Path:
     the user would have written it: the node's Python, this interpreter's format); its path."""
     code = ("from fleet.agent import codecache\n"
             "c = codecache.CodeCache.open()\n"
-            f"c.code({module!r}, {bundle.digests()[module]!r}, {source!r}, 'planted')\n"
+            f"c.code({module!r}, {bundle.digests()[module]!r}, 'planted', lambda: {source!r})\n"
             f"print([n for n in __import__('os').listdir(c.fd) if n.startswith({module!r} + '.')][0])")
     name = node_python(code, cache_home).strip()
     return cache_home / "fleet" / "agent-code" / name

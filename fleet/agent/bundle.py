@@ -19,6 +19,7 @@ This module itself stays on the controller.
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import importlib.util
 import zlib
@@ -77,12 +78,19 @@ HAND_OVER = ("fleet_agent_owned", "SHIPPED_AS")
 
 _LOADER = '''\
 import sys
-_SOURCES = {sources}
+# Every module's source, each compressed on its own, one after another, in base64 (a plain string
+# costs a tenth of the parsing that the sources as literals did): only those imported are
+# unpacked, and none that the node's code cache has.
+_PACKED = "{packed}"
+_PARTS = {parts}
 _SHA256 = {digests}
 _MODES = {modes}
 # Started by BOOTSTRAP, this script runs in its namespace, where b holds the bytes read from stdin;
 # run as a file (Slurm) it has none, and cannot re-run itself under sudo.
 _SHIPPED_AS = ({bootstrap!r}, b) if "b" in globals() else None
+def _source(name):
+    start, end = _PARTS[name]
+    return __import__("zlib").decompress(__import__("binascii").a2b_base64(_PACKED)[start:end]).decode("utf-8")
 _CACHE = []  # the node's code cache ({code_cache!r}) once asked for: [] not yet, [None] none to use
 def _compiled(name):
     filename = "<fleet-agent>/" + name + ".py"
@@ -93,13 +101,13 @@ def _compiled(name):
         except Exception:  # refused (not the user's own, a link) or unusable: compile every module
             pass
     if _CACHE[0] is None:
-        return compile(_SOURCES[name], filename, "exec")
-    return _CACHE[0].code(name, _SHA256[name], _SOURCES[name], filename)
+        return compile(_source(name), filename, "exec")
+    return _CACHE[0].code(name, _SHA256[name], filename, lambda: _source(name))
 class _Shipped:
     """Modules that travelled with the agent, compiled only when imported (importlib.abc's bases
     are left out: importing importlib.abc costs more than the rest of the loader)."""
     def find_spec(self, name, path=None, target=None):
-        return __import__("importlib.machinery").machinery.ModuleSpec(name, self) if name in _SOURCES else None
+        return __import__("importlib.machinery").machinery.ModuleSpec(name, self) if name in _PARTS else None
     def create_module(self, spec):
         return None
     def exec_module(self, module):
@@ -142,9 +150,14 @@ def digests() -> dict[str, str]:
 @lru_cache(maxsize=1)
 def script() -> str:
     """The agent as one Python file: the loader and every module it may import."""
+    parts, packed, at = {}, [], 0
+    for name, text in sources().items():
+        packed.append(zlib.compress(text.encode(), 9))
+        parts[name], at = (at, at + len(packed[-1])), at + len(packed[-1])
     module, attribute = HAND_OVER
-    return _LOADER.format(sources=repr(sources()), digests=repr(digests()), modes=repr(MODES), bootstrap=BOOTSTRAP,
-                          code_cache=CODE_CACHE, hand_over_module=module, hand_over_attribute=attribute)
+    return _LOADER.format(packed=base64.b64encode(b"".join(packed)).decode("ascii"), parts=repr(parts),
+                          digests=repr(digests()), modes=repr(MODES), bootstrap=BOOTSTRAP, code_cache=CODE_CACHE,
+                          hand_over_module=module, hand_over_attribute=attribute)
 
 
 @lru_cache(maxsize=1)

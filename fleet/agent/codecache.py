@@ -76,15 +76,16 @@ class CodeCache:
             raise files.UnsafePath("refusing %s %s: it changed while being checked" % (WHAT, path))
         return cls(fd, uid)
 
-    def code(self, name, digest, source, filename):
-        """The compiled code of module ``name`` whose source is ``source`` (SHA-256 ``digest``):
-        from the cache when a good entry is there, else compiled and written there."""
+    def code(self, name, digest, filename, source):
+        """The compiled code of module ``name`` whose source (``source()``, unpacked only when
+        needed) has SHA-256 ``digest``: from the cache when a good entry is there, else compiled
+        and written there."""
         entry = name + "." + digest + self.suffix
         header = FORMAT + MAGIC_NUMBER + digest.encode("ascii") + b"\n"
         found = self._read(entry, header)
         if found is not None:
             return found
-        code = compile(source, filename, "exec")
+        code = compile(source(), filename, "exec")
         try:
             self._write(entry, header + marshal.dumps(code))
             self._prune(name, entry)
