@@ -191,7 +191,7 @@ def main() -> None:
                 (wall, out, err, rc), cpu = children_cpu(lambda: timed(argv, one_node, stdin=bundle))
                 assert rc == 0, err
                 node[name].append((wall, cpu))
-                elapsed[name] = json.loads(out)["elapsed_ms"]
+                elapsed[name] = wire.read(out.decode(), "probe")["elapsed_ms"]  # a framed answer (wire.py)
     finally:
         own.kill()
         c.stop()
