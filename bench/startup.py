@@ -10,6 +10,12 @@ working tree change nothing while it runs. Also records `python -X importtime` o
     sudo .venv/bin/python bench/startup.py --runs 15 --before main --after HEAD
 
 Raw results go to bench/results/startup.json.
+
+Beside them, what a persistent connection gives (``--control-master``): ``ssh`` with
+``ControlMaster auto``/``ControlPersist`` in its ssh_config, a call that starts the master (a new
+socket each round) and one through a master already running; and, for asyncssh (which does not
+speak OpenSSH's multiplexing protocol), a command on a connection a process already holds open,
+the least a persistent fleet process of its own could answer with.
 """
 
 from __future__ import annotations
@@ -58,11 +64,19 @@ def import_time_ms(path: str, runs: int = 7) -> dict:
     return {"fleet.cli.main_ms": statistics.median(mains), "all_imports_ms": statistics.median(totals)}
 
 
-def commands(c: SSHCluster, curve: Path, snaps: dict[str, str]) -> dict[str, dict]:
+def commands(c: SSHCluster, curve: Path, snaps: dict[str, str], control: Path | None) -> dict[str, dict]:
     h = c.hosts[0]
     cmds = {"python -c pass": {"argv": [str(PY), "-c", "pass"]},
             "python -c 'import asyncssh'": {"argv": [str(PY), "-c", "import asyncssh"]},
             "ssh host true": {"argv": ["ssh", "-F", str(curve), "-n", h.address, "true"]}}
+    if control is not None:
+        mux = ["-o", "ControlMaster=auto", "-o", "ControlPersist=600"]
+        cmds["ssh host true, ControlMaster: starting it"] = {
+            "argv": ["ssh", "-F", str(curve), *mux, "-o", f"ControlPath={control}/new-%C-{{round}}", "-n", h.address,
+                     "true"], "after": ["ssh", "-F", str(curve), "-o", f"ControlPath={control}/new-%C-{{round}}",
+                                        "-O", "exit", h.address]}
+        cmds["ssh host true, ControlMaster: through it"] = {
+            "argv": ["ssh", "-F", str(curve), *mux, "-o", f"ControlPath={control}/kept-%C", "-n", h.address, "true"]}
     for label, path in snaps.items():
         env = {"PYTHONPATH": path}
         cmds[f"fleet --version ({label})"] = {"argv": [str(PY), "-m", "fleet", "--version"], "env": env}
@@ -72,16 +86,49 @@ def commands(c: SSHCluster, curve: Path, snaps: dict[str, str]) -> dict[str, dic
     return cmds
 
 
-def run_once(cmd: dict) -> dict:
+def run_once(cmd: dict, round_: int = 0) -> dict:
     env = {**base_env(), **cmd.get("env", {})}
+    argv = [a.replace("{round}", str(round_)) for a in cmd["argv"]]
     before = os.times()
     start = time.monotonic()
-    r = subprocess.run(cmd["argv"], env=env, cwd="/", capture_output=True, stdin=subprocess.DEVNULL, timeout=120)
+    r = subprocess.run(argv, env=env, cwd="/", capture_output=True, stdin=subprocess.DEVNULL, timeout=120)
     wall = time.monotonic() - start
     after = os.times()
     cpu = (after.children_user - before.children_user) + (after.children_system - before.children_system)
+    if cmd.get("after"):  # stop the master this call started (its own CPU is left out, as sshd's is)
+        subprocess.run([a.replace("{round}", str(round_)) for a in cmd["after"]], env=env, capture_output=True,
+                       stdin=subprocess.DEVNULL, timeout=60)
     return {"wall_s": round(wall, 4), "cpu_s": round(cpu, 3), "rc": r.returncode,
             "stderr": r.stderr.decode(errors="replace")[-300:] if r.returncode else ""}
+
+
+HELD = """
+import asyncio, json, statistics, sys, time, asyncssh
+async def main(host, port, user, key, known, runs):
+    start = time.monotonic()
+    async with asyncssh.connect(host, port=port, username=user, client_keys=[key], known_hosts=known,
+                                config=None, kex_algs=[{curve!r}]) as conn:
+        connected = time.monotonic() - start
+        walls = []
+        for _ in range(runs + 1):
+            t = time.monotonic()
+            r = await conn.run("true", check=True)
+            walls.append(time.monotonic() - t)
+    print(json.dumps({{"connect_s": round(connected, 4), "command_s_median": round(statistics.median(walls[1:]), 4),
+                      "command_s_min": round(min(walls[1:]), 4), "command_s_max": round(max(walls[1:]), 4)}}))
+asyncio.run(main(sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4], sys.argv[5], int(sys.argv[6])))
+"""
+
+
+def held_connection(c: SSHCluster, runs: int) -> dict:
+    """One process connects once (curve25519), then runs ``true`` over that connection ``runs``
+    times (after one uncounted): the time of each command once the connection is there."""
+    h = c.hosts[0]
+    r = subprocess.run([str(PY), "-c", HELD.format(curve=CURVE), h.address, str(h.port), c.user, str(c.user_key),
+                        str(c.known_hosts), str(runs)], capture_output=True, text=True, env=base_env(), timeout=300)
+    if r.returncode:
+        raise SystemExit(f"the held asyncssh connection failed: {r.stderr[-500:]}")
+    return json.loads(r.stdout)
 
 
 def main() -> None:
@@ -90,6 +137,8 @@ def main() -> None:
     ap.add_argument("--before", default="main")
     ap.add_argument("--after", default="HEAD")
     ap.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "startup.json")
+    ap.add_argument("--control-master", action="store_true",
+                    help="also ssh through a ControlMaster socket, and a command on an open asyncssh connection")
     a = ap.parse_args()
     scratch = Path(tempfile.mkdtemp(prefix="fleet-startup-"))
     refs = {}
@@ -110,15 +159,20 @@ def main() -> None:
         r = subprocess.run([str(PY), "-c", code], capture_output=True, text=True, cwd="/",
                            env={**base_env(), "PYTHONPATH": snaps["after"], **c.env()})
         kex_fleet = (re.search(r"Key exchange alg: (\S+)", r.stderr) or [None, "?"])[1]
-        cmds = commands(c, curve, snaps)
+        control = Path(tempfile.mkdtemp(prefix="fleet-cm-", dir="/tmp")) if a.control_master else None
+        cmds = commands(c, curve, snaps, control)
         rounds: dict[str, list[dict]] = {name: [] for name in cmds}
         for i in range(a.runs + 1):
             for name, cmd in cmds.items():
-                result = run_once(cmd)
+                result = run_once(cmd, i)
                 if result["rc"] != 0:
                     raise SystemExit(f"{name} failed: {result}")
                 if i:  # the first round warms caches and is not counted
                     rounds[name].append(result)
+        open_connection = held_connection(c, a.runs) if a.control_master else None
+        if control is not None:
+            subprocess.run(["ssh", "-F", str(curve), "-o", f"ControlPath={control}/kept-%C", "-O", "exit",
+                            c.hosts[0].address], capture_output=True, env=base_env(), timeout=60)
     importtime = {label: import_time_ms(path) for label, path in snaps.items()}
     walls = {name: [r["wall_s"] for r in rs] for name, rs in rounds.items()}
 
@@ -137,6 +191,7 @@ def main() -> None:
     doc = {"bench": "startup", "runs": a.runs, "refs": refs, "machine": versions(),
            "key_exchange": {"ssh": kex_ssh, "fleet": kex_fleet}, "importtime_fleet_version": importtime,
            "summary": summary, "paired_ratios": ratios, "rounds": rounds,
+           "asyncssh_command_on_an_open_connection": open_connection,
            "commands": {n: " ".join(cmd["argv"]) for n, cmd in cmds.items()}}
     a.out.parent.mkdir(parents=True, exist_ok=True)
     a.out.write_text(json.dumps(doc, indent=1) + "\n")
@@ -147,6 +202,8 @@ def main() -> None:
               f"{s['cpu_s_median']:.3f} |")
     for name, v in ratios.items():
         print(f"{name}: {v}")
+    if open_connection:
+        print(f"asyncssh, a command on an open connection: {json.dumps(open_connection)}")
 
 
 if __name__ == "__main__":

@@ -2,7 +2,9 @@
 
 The agent travels on the command's stdin as one zlib-compressed Python script:
 a small loader and the source of every module in ``SHIPPED``, each compiled on
-the node only when it is imported (``pynvml`` only where an NVIDIA driver is).
+the node only when it is imported (``pynvml`` only where an NVIDIA driver is),
+and kept compiled there, for the next call, in a private cache of the user's
+(``fleet/agent/codecache.py``).
 The node needs a ``python3`` (3.8 or newer) and nothing else. The same script,
 uncompressed, is what ``fleet slurm install`` and a Slurm run write as
 ``fleet-agent.py``.
@@ -17,6 +19,8 @@ This module itself stays on the controller.
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import importlib.util
 import zlib
 from functools import lru_cache
@@ -49,6 +53,7 @@ SHIPPED = {
     "fleet_agent_task": "fleet.agent.task",
     "fleet_agent_slurmd": "fleet.agent.slurmd",
     "fleet_agent_wire": "fleet.agent.wire",
+    "fleet_agent_codecache": "fleet.agent.codecache",
 }
 
 # The agent's modes (the "mode" of its JSON argument) -> the shipped module whose main() serves it.
@@ -65,25 +70,49 @@ MODES = {
 # from stdin into `b`, and run it in this same namespace, so the loader finds the bytes there.
 BOOTSTRAP = "import sys,zlib;b=sys.stdin.buffer.read();exec(compile(zlib.decompress(b),'<fleet-agent>','exec'))"
 
+# The shipped module that keeps compiled modules on the node between calls (see its docstring).
+CODE_CACHE = "fleet_agent_codecache"
+
 # The shipped module the loader hands the agent's own bytes to, and the attribute it sets there:
 # the steps that need root run the same agent again under `sudo -n` (owned.privileged).
 HAND_OVER = ("fleet_agent_owned", "SHIPPED_AS")
 
 _LOADER = '''\
-import sys, importlib.abc, importlib.util
-_SOURCES = {sources}
+import sys
+# Every module's source, each compressed on its own, one after another, in base64 (a plain string
+# costs a tenth of the parsing that the sources as literals did): only those imported are
+# unpacked, and none that the node's code cache has.
+_PACKED = "{packed}"
+_PARTS = {parts}
+_SHA256 = {digests}
 _MODES = {modes}
 # Started by BOOTSTRAP, this script runs in its namespace, where b holds the bytes read from stdin;
 # run as a file (Slurm) it has none, and cannot re-run itself under sudo.
 _SHIPPED_AS = ({bootstrap!r}, b) if "b" in globals() else None
-class _Shipped(importlib.abc.MetaPathFinder, importlib.abc.Loader):
-    """Modules that travelled with the agent, compiled only when imported."""
+def _source(name):
+    start, end = _PARTS[name]
+    return __import__("zlib").decompress(__import__("binascii").a2b_base64(_PACKED)[start:end]).decode("utf-8")
+_CACHE = []  # the node's code cache ({code_cache!r}) once asked for: [] not yet, [None] none to use
+def _compiled(name):
+    filename = "<fleet-agent>/" + name + ".py"
+    if not _CACHE:
+        _CACHE.append(None)  # the cache's own modules, imported now, compile as they would without it
+        try:
+            _CACHE[0] = __import__({code_cache!r}).CodeCache.open()
+        except Exception:  # refused (not the user's own, a link) or unusable: compile every module
+            pass
+    if _CACHE[0] is None:
+        return compile(_source(name), filename, "exec")
+    return _CACHE[0].code(name, _SHA256[name], filename, lambda: _source(name))
+class _Shipped:
+    """Modules that travelled with the agent, compiled only when imported (importlib.abc's bases
+    are left out: importing importlib.abc costs more than the rest of the loader)."""
     def find_spec(self, name, path=None, target=None):
-        return importlib.util.spec_from_loader(name, self) if name in _SOURCES else None
+        return __import__("importlib.machinery").machinery.ModuleSpec(name, self) if name in _PARTS else None
     def create_module(self, spec):
         return None
     def exec_module(self, module):
-        exec(compile(_SOURCES[module.__name__], "<fleet-agent>/" + module.__name__ + ".py", "exec"), module.__dict__)
+        exec(_compiled(module.__name__), module.__dict__)
         if module.__name__ == {hand_over_module!r}:
             module.{hand_over_attribute} = _SHIPPED_AS
 sys.meta_path.insert(0, _Shipped())
@@ -109,11 +138,26 @@ def source_path(flat_name: str) -> Path:
 
 
 @lru_cache(maxsize=1)
+def sources() -> dict[str, str]:
+    """Each shipped module's source, by the flat name it travels under."""
+    return {name: source_path(name).read_text(encoding="utf-8") for name in SHIPPED}
+
+
+def digests() -> dict[str, str]:
+    """Each shipped module's SHA-256 (of its UTF-8 source): what names it in the node's code cache."""
+    return {name: hashlib.sha256(text.encode()).hexdigest() for name, text in sources().items()}
+
+
+@lru_cache(maxsize=1)
 def script() -> str:
     """The agent as one Python file: the loader and every module it may import."""
-    sources = {name: source_path(name).read_text(encoding="utf-8") for name in SHIPPED}
+    parts, packed, at = {}, [], 0
+    for name, text in sources().items():
+        packed.append(zlib.compress(text.encode(), 9))
+        parts[name], at = (at, at + len(packed[-1])), at + len(packed[-1])
     module, attribute = HAND_OVER
-    return _LOADER.format(sources=repr(sources), modes=repr(MODES), bootstrap=BOOTSTRAP,
+    return _LOADER.format(packed=base64.b64encode(b"".join(packed)).decode("ascii"), parts=repr(parts),
+                          digests=repr(digests()), modes=repr(MODES), bootstrap=BOOTSTRAP, code_cache=CODE_CACHE,
                           hand_over_module=module, hand_over_attribute=attribute)
 
 

@@ -43,13 +43,14 @@ _ADDRESS = {
     "bracketed_hostport": re.compile(r"^\[(.+)\]:([0-9]+)$"),
     "hostport": re.compile(r"^((?:[^:\[\]]|\[[^\]]*\])*):([0-9]+)$"),
     "ipv4": re.compile(rf"^(?:{_I4}\.){{3}}{_I4}$", re.I),
-    "ipv6": re.compile(
+    "hostname": re.compile(rf"^{_LABEL}(?:\.{_LABEL})*$", re.I),
+}
+# Compiled on first use (re keeps it): 4 ms, and a name of the inventory or a hostname never needs it.
+_IPV6 = (
         rf"^((?:{_I6}:){{7}}{_I6}|(?:{_I6}:){{1,6}}:|(?:{_I6}:)(?::{_I6}){{1,6}}|(?:{_I6}:){{2}}(?::{_I6}){{1,5}}"
         rf"|(?:{_I6}:){{3}}(?::{_I6}){{1,4}}|(?:{_I6}:){{4}}(?::{_I6}){{1,3}}|(?:{_I6}:){{5}}(?::{_I6}){{1,2}}"
         rf"|(?:{_I6}:){{6}}(?::{_I6})|:(?::{_I6}){{1,6}}|{_I6}?::|(?:0:){{6}}(?:{_I6}\.){{3}}{_I6}"
-        rf"|::(?:ffff:)?(?:{_I6}\.){{3}}{_I6}|(?:0:){{5}}ffff:(?:{_I6}\.){{3}}{_I6})$", re.I),
-    "hostname": re.compile(rf"^{_LABEL}(?:\.{_LABEL})*$", re.I),
-}
+        rf"|::(?:ffff:)?(?:{_I6}\.){{3}}{_I6}|(?:0:){{5}}ffff:(?:{_I6}\.){{3}}{_I6})$")
 _COLON_SPLIT = re.compile(r"(?:[^\s:\[\]]|\[[^\]]*\])+")
 MAX_PATTERN = 1000  # characters of one target: a regex from a playbook is run against every name
 
@@ -60,7 +61,7 @@ def parse_address(text: str) -> tuple[str, int | None] | None:
     for kind in ("bracketed_hostport", "hostport"):
         if m := _ADDRESS[kind].match(text):
             text, port = m[1], int(m[2])
-    if any(_ADDRESS[kind].match(text) for kind in ("ipv4", "ipv6", "hostname")):
+    if _ADDRESS["ipv4"].match(text) or _ADDRESS["hostname"].match(text) or re.match(_IPV6, text, re.I):
         return text, port
     return None
 
