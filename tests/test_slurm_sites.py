@@ -382,3 +382,17 @@ def test_a_job_requeued_under_the_run_is_said_and_its_last_start_is_gathered(hpc
     assert m["slurm"]["requeues"] == 1 and m["slurm"]["state"] == "COMPLETED", (m["slurm"], err)
     assert "Slurm requeued the job 1 time(s): what was gathered is from its last start" in out, out
     assert [(h["rank"], h["status"]) for h in m["hosts"]] == [(0, "ok")], m["hosts"]
+
+
+def test_under_export_none_each_rank_s_nsys_still_stops_before_the_time_limit(hpc, tmp_path):
+    # Under --export=NONE, srun gives its tasks Slurm's own variables and no other: the job's end,
+    # which the batch script reads from Slurm, must still reach each rank's agent, for nsys to stop
+    # the workload itself (--duration) before the time limit's signal would lose its kernels.
+    r = run_fleet("profile", "--partition", "gpu", "--poll", "1", "--time", "2", "--stop-before", "20",
+                  "--sbatch-arg=--export=NONE", "--", "sleep", "300", env=env_of(hpc, tmp_path / "store"),
+                  timeout=240)
+    assert r.returncode == 0, r.stderr + r.stdout
+    m = manifest(tmp_path / "store")
+    [rank] = m["hosts"]
+    assert rank["status"] == "ok" and rank["result"]["stopped"] and not m["slurm"]["stopped_before_time_limit"]
+    assert any("by nsys (--duration), its kernels until then kept" in n for n in rank["result"]["notes"]), rank

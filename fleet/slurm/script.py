@@ -159,6 +159,10 @@ def render(req, spec: CheckedJobSpec, files: JobFiles) -> str:
              "case $end in [0-9][0-9][0-9][0-9]-[0-9][0-9]-[0-9][0-9]T*) FLEET_JOB_END=$(TZ=UTC date -d \"$end\" +%s) ;; "
              "*) FLEET_JOB_END= ;; esac",
              "export FLEET_JOB_END",
+             "# Under --export=NONE (or a list of names) srun passes its tasks Slurm's variables and those",
+             "# named alone (SLURM_EXPORT_ENV, which sbatch sets from --export): add the job's end to them.",
+             "case ${SLURM_EXPORT_ENV:-ALL} in [Aa][Ll][Ll]*) ;; [Nn][Oo][Nn][Ee]) export SLURM_EXPORT_ENV=FLEET_JOB_END ;; "
+             "*) export SLURM_EXPORT_ENV=\"$SLURM_EXPORT_ENV,FLEET_JOB_END\" ;; esac",
              "",
              f"{launch.line} &",
              "step=$!",
