@@ -34,6 +34,7 @@ import tempfile
 import time
 from typing import Callable
 
+from ..errors import FleetError
 from . import ssh_fetch
 from .ssh_fetch import check_end, read_command
 
@@ -77,7 +78,7 @@ _FIXED = (
 )
 
 
-class OpenSSHRefused(OSError):
+class OpenSSHRefused(FleetError, OSError):
     """ssh itself failed before a byte arrived (its status 255): a key only asyncssh can use, an
     ssh too old for an option. asyncssh carries this host's files instead, checking just as hard."""
 
