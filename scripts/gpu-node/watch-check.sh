@@ -19,10 +19,10 @@ printf 'import os, signal, sys, torch\na = torch.randn(2048, 2048, device="cuda"
 cat > "$W/agent.py" <<'PYEOF'
 import json, sys, time
 from fleet.agent import node, run, wire
-from fleet.plan import ProfileRequest, plan
+from fleet.plan import LabPart, ProfileRequest, plan
 tool, rd, ncu, nsys = sys.argv[1:5]
 state = node.probe({"tools": {"ncu": ncu, "nsys": nsys}, "report_dir": rd, "environment_check": False})
-p = plan("gpu-node", state, ProfileRequest(tool=tool, command=tuple(sys.argv[5:]), run_id="watch", gpus=(0,)))
+p = plan("gpu-node", state, ProfileRequest(tool=tool, command=tuple(sys.argv[5:]), run_id="watch", lab=LabPart(gpus=(0,))))
 if p.status != "ok":
     print("PLAN REFUSED:", p.reasons); sys.exit(5)
 started = time.time()
