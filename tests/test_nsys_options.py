@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from fleet.plan import NSYS_REPEATABLE, NSYS_SHORT, NSYS_SWITCHES, ProfileRequest, nsys_options, plan, \
+from fleet.plan import NSYS_REPEATABLE, NSYS_SHORT, NSYS_SWITCHES, LabPart, ProfileRequest, nsys_options, plan, \
     profiler_args_error
 from fleet.slurm.launchers import unsupported
 
@@ -114,7 +114,7 @@ def test_the_planned_nsys_command_is_one_nsys_takes_whatever_the_user_gave(tmp_p
                  ("--duration=9", "--trace=osrt"), ("--delay=1",), ("--kill", "none")):
         for paranoid in (2, 4):
             p = plan("h", state(perf_event_paranoid=paranoid),
-                     ProfileRequest(tool="nsys", command=("true",), run_id="r", timeout=5, profiler_args=user))
+                     ProfileRequest(tool="nsys", command=("true",), run_id="r", profiler_args=user, lab=LabPart(timeout=5)))
             flags = [f"--output={tmp_path}/r" if f.startswith("--output=") else f for f in p.command.fleet_flags]
             words = (*flags, *p.command.user_flags)
             assert nsys_options(words)[1] is None, words
