@@ -32,7 +32,8 @@ from .known_hosts import RunKnownHosts
 from .settings import SSHSettings
 from .ssh_config import config_mentions, known_hosts_same_for_every_host, preferred_ciphers
 from . import openssh_fetch
-from .ssh_fetch import SFTP_SESSIONS, STREAM_MIN, _ordered_copy, _stream_copy, refuse_link
+from . import ssh_fetch
+from .ssh_fetch import SFTP_SESSIONS, _ordered_copy, _stream_copy, refuse_link
 
 if TYPE_CHECKING:
     from ..inventory import Host
@@ -294,7 +295,7 @@ class SSHTransport(Transport):
                     async with sftp.open(remote, "rb") as src:
                         if size is None:  # else what the node's result named: never more is asked for
                             size = (await src.stat()).size
-                        if size is None or size - offset < STREAM_MIN:
+                        if size is None or size - offset < ssh_fetch.STREAM_MIN:  # read when used: tests lower it
                             with open_partial(local, offset) as dst:
                                 await _ordered_copy(src, dst, offset, on_block)
                             return "sftp"
