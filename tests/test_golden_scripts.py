@@ -16,13 +16,10 @@ Each batch script must also pass ``bash -n`` and, where shellcheck is installed,
 
 from __future__ import annotations
 
-import difflib
-import os
 import shlex
 import shutil
 import subprocess
 from dataclasses import replace
-from pathlib import Path
 
 import pytest
 
@@ -32,9 +29,8 @@ from fleet.plan import ProfileRequest
 from fleet.policy import docker_privileges
 from fleet.slurm import options
 from fleet.slurm.script import JobFiles, JobSpec, render
+from tests.harness.golden import GOLDEN, compare
 
-GOLDEN = Path(__file__).parent / "golden"
-UPDATE = bool(os.environ.get("FLEET_UPDATE_GOLDEN"))
 
 RUN_ID = "20261129-120000-abcd"
 NONCE = "0123456789abcdef0123456789abcdef"  # prepare's secrets.token_hex(16), fixed
@@ -110,19 +106,6 @@ def docker_words(tool, counters, sampling, seccomp, gpus) -> str:
     words = containers.docker_run(DOCKER, REPORT_DIR, user="1000:1000", gpus=gpus, privileges=granted)
     given_up = [f"# CPU sampling given up: {granted.given_up}"] if granted.given_up else []
     return "\n".join([*given_up, *map(shlex.quote, words)]) + "\n"
-
-
-def compare(name: str, text: str) -> None:
-    path = GOLDEN / name
-    if UPDATE:
-        path.write_text(text)
-    want = path.read_text() if path.exists() else ""
-    if text != want:
-        diff = "".join(difflib.unified_diff(want.splitlines(True), text.splitlines(True),
-                                            f"tests/golden/{name}", "rendered now"))
-        pytest.fail(f"{name} differs from its golden file:\n{diff}\nIf the change is on purpose, regenerate with "
-                    "FLEET_UPDATE_GOLDEN=1 (see the top of tests/test_golden_scripts.py) and review the diff.",
-                    pytrace=False)
 
 
 @pytest.mark.parametrize("name", sorted(SCRIPTS))
