@@ -49,18 +49,33 @@ run() {
   LAST=$(since "$t"); RC=$rc; tail -n 12 "$T/$label.log"; echo "(exit status $rc after ${LAST}s)"
 }
 
+# SECONDS [STEPS_FILE]: steps for that long, their count written to STEPS_FILE; --steps N: N steps. The
+# fleet run does the steps nsys alone did, so both do the same work (a run bounded by time does
+# more steps the less it is slowed, and its report and export grow with them).
 cat > "$T/small_kernels.py" <<'PYEOF'
 import sys, time, torch
-seconds = float(sys.argv[1])
+steps = int(sys.argv[2]) if sys.argv[1] == "--steps" else None
+end = None if steps is not None else time.time() + float(sys.argv[1])
 x = torch.zeros(256, device="cuda")
 torch.cuda.synchronize()
-end = time.time() + seconds
-while time.time() < end:
+done = 0
+while (done < steps) if steps is not None else (time.time() < end):
     torch.cuda.nvtx.range_push("step")
     for _ in range(100):
         x.add_(1)
     torch.cuda.synchronize()
     torch.cuda.nvtx.range_pop()
+    done += 1
+if steps is None and len(sys.argv) > 2:
+    open(sys.argv[2], "w").write("%d\n" % done)
+PYEOF
+# Each line of fleet's output with the seconds since its start (nsys's \r progress stays in its line).
+cat > "$T/stamp.py" <<'PYEOF'
+import sys, time
+t0 = float(sys.argv[1])
+for raw in sys.stdin.buffer:
+    line = raw.decode(errors="replace").rstrip("\n").split("\r")[-1]
+    print("[%7.2f s] %s" % (time.time() - t0, line[:240]), flush=True)
 PYEOF
 cat > "$T/nvtx_kinds.py" <<'PYEOF'
 import torch
@@ -100,6 +115,7 @@ stats_of() {  # SQLITE PREFIX: what nsys stats writes from SQLITE
 }
 
 F=$T/fixtures; mkdir -p "$F/summaries-h200/nvtx-kinds" "$F/ranks-h200"
+if [ "${FIXTURES:-1}" != 0 ]; then
 echo; echo "### fixtures: nsys stats from the same exports fleet's summaries read"
 run fixture-profile "$NSYS" profile -t "$TRACE" -f true -o "$T/nvtx-kinds" "$PY" "$T/nvtx_kinds.py"
 run fixture-export "$NSYS" export --type sqlite -f true -o "$T/nvtx-kinds.sqlite" "$T/nvtx-kinds.nsys-rep"
@@ -127,6 +143,7 @@ for r in 0 1; do
 done
 ls -la "$F"/*/ "$F"/summaries-h200/*/
 tar -C "$F" -czf "$OUT/fixtures.tgz" .
+fi  # FIXTURES
 
 echo "| workload | nsys profile | nsys export | profile + export | fleet profile | goal | met |" > "$OUT/table.txt"
 echo "|---|---|---|---|---|---|---|" >> "$OUT/table.txt"
@@ -135,7 +152,9 @@ workload() {  # LABEL SECONDS(for the budget) CMD...
   local label=$1 need=$2; shift 2
   if [ $((SECONDS + need)) -gt "$BUDGET" ]; then echo; echo "SKIP $label: about ${need}s left to run, ${SECONDS}s of $BUDGET used"; return; fi
   echo; echo "### $label"
-  run "$label-nsys" "$NSYS" profile -t "$TRACE" -f true -o "$T/$label" "$@"; local p=$LAST
+  local steps=(); [ "$label" != true ] && steps=("$T/$label.steps")
+  run "$label-nsys" "$NSYS" profile -t "$TRACE" -f true -o "$T/$label" "$@" "${steps[@]}"; local p=$LAST
+  [ -s "$T/$label.steps" ] && echo "(steps done: $(cat "$T/$label.steps"))"
   run "$label-export" "$NSYS" export --type sqlite -f true -o "$T/$label.sqlite" "$T/$label.nsys-rep"; local e=$LAST
   ls -la "$T/$label.nsys-rep" "$T/$label.sqlite"
   if [ "$label" = small-kernels-10s ]; then  # fleet's summaries against nsys stats, at a million rows
@@ -143,8 +162,22 @@ workload() {  # LABEL SECONDS(for the budget) CMD...
     local t; t=$(now); summaries_of "$T/$label.sqlite" "$T/ours-$label"; echo "(fleet's summaries: $(since "$t")s)"
     compare "$T/nsys-$label" "$T/ours-$label"
   fi
-  run "$label-fleet" "$PY" -m fleet profile --hosts localhost --gpu 0 --store "$STORE" -X --trace="$TRACE" -- "$@"
+  local fleet_cmd=("$@")
+  if [ -s "$T/$label.steps" ]; then fleet_cmd=("$1" "$2" --steps "$(cat "$T/$label.steps")"); fi
+  echo; echo "\$ fleet profile ... -- ${fleet_cmd[*]}   (each line with the seconds since the start)"
+  local t0; t0=$(now)
+  "$PY" -m fleet profile --hosts localhost --gpu 0 --store "$STORE" -X --trace="$TRACE" -- "${fleet_cmd[@]}" 2>&1 \
+    | "$PY" "$T/stamp.py" "$t0" > "$T/$label-fleet.log"; RC=${PIPESTATUS[0]}; LAST=$(since "$t0")
+  grep -v '^\[[ 0-9.]* s\] \[1/1\]' "$T/$label-fleet.log"; echo "(exit status $RC after ${LAST}s)"
   local f=$LAST
+  local node_dir; node_dir=$(sed -n 's/^\[[ 0-9.]* s\] *\t*\(\/.*\)\/[^/]*\.nsys-rep$/\1/p' "$T/$label-fleet.log" | head -1)
+  echo "the node's run folder and the store, each file's time less the run's start (s):"
+  for d in "$node_dir" "$(ls -d "$STORE"/lab/*/*/* 2>/dev/null | tail -1)"; do
+    [ -d "$d" ] && find "$d" -maxdepth 1 -type f -printf '%T@ %s %p\n' | sort -n | "$PY" -c '
+import sys; t0 = float(sys.argv[1])
+for l in sys.stdin:
+    t, size, path = l.split(" ", 2); print("  %+8.2f %12s %s" % (float(t) - t0, size, path.strip()))' "$t0"
+  done
   "$PY" - "$label" "$RC" "$p" "$e" "$f" >> "$OUT/table.txt" <<'PYEOF'
 import sys
 label, rc, (p, e, f) = sys.argv[1], sys.argv[2], map(float, sys.argv[3:])
