@@ -34,7 +34,13 @@ def test_the_recorded_exports_with_nsys_stats_output_are_there():
 
 @pytest.mark.parametrize("export", recorded_pairs(), ids=lambda p: p.relative_to(FIXTURES).as_posix())
 @pytest.mark.parametrize("name", reports.SUMMARIES)
-def test_a_summary_is_what_nsys_stats_wrote_from_the_same_export_byte_for_byte(export, name, tmp_path):
+@pytest.mark.parametrize("span_rows", [summaries.SPAN_ROWS, 7], ids=["whole", "in-spans"])
+def test_a_summary_is_what_nsys_stats_wrote_from_the_same_export_byte_for_byte(export, name, span_rows, tmp_path,
+                                                                              monkeypatch):
+    """Also with each table cut into spans of 7 rows, sorted in threads apart and added up: the
+    recorded exports are small, and the spans are what a large one is summarized in."""
+    monkeypatch.setattr(summaries, "SPAN_ROWS", span_rows)
+    monkeypatch.setattr(summaries, "cpus", lambda: 16)
     failed = summaries.write(str(export), [name], lambda n: str(tmp_path / f"{n}.csv"))
     assert failed == {}
     assert (tmp_path / f"{name}.csv").read_bytes() == export.with_name(f"{export.stem}_{name}.csv").read_bytes()
@@ -101,6 +107,18 @@ def test_an_export_without_a_kind_of_data_has_an_empty_summary_of_it(tmp_path):
         db.execute("CREATE TABLE StringIds (id INTEGER PRIMARY KEY, value TEXT NOT NULL)")
     failed = summaries.write(str(export), reports.SUMMARIES, lambda n: str(tmp_path / f"{n}.csv"))
     assert failed == {} and [(tmp_path / f"{n}.csv").read_bytes() for n in reports.SUMMARIES] == [b"", b"", b""]
+
+
+def test_a_table_in_spans_is_cut_where_its_rowids_are_and_no_finer_than_asked(tmp_path):
+    import sqlite3
+    db = sqlite3.connect(tmp_path / "t.sqlite")
+    db.execute("CREATE TABLE t (x)")
+    assert summaries.spans(db, "t", 8) == []
+    db.executemany("INSERT INTO t (rowid, x) VALUES (?, 0)", [(i,) for i in range(5, 5 + 3 * summaries.SPAN_ROWS)])
+    assert summaries.spans(db, "t", 1) == [(5, 4 + 3 * summaries.SPAN_ROWS)]
+    cut = summaries.spans(db, "t", 8)
+    assert len(cut) == 3 and cut[0][0] == 5 and cut[-1][1] == 4 + 3 * summaries.SPAN_ROWS
+    assert all(b + 1 == c for (_, b), (c, _) in zip(cut, cut[1:]))
 
 
 def test_an_export_is_read_where_its_path_has_uri_characters_and_is_never_changed(tmp_path):

@@ -19,6 +19,7 @@ import re
 import signal
 import stat
 import subprocess
+import threading
 import time
 
 try:  # as shipped by fleet, every module travels under a flat name
@@ -231,10 +232,13 @@ def summarize(nsys, reports, notes):
     out = []
     for rep in reports:
         base = rep["path"][: -len(".nsys-rep")]
-        exported = export_of(nsys, rep["path"], base + ".sqlite", notes)
-        if exported is None:
+        export = export_of(nsys, rep["path"], base + ".sqlite", notes)
+        if export is None:
             continue
-        failed = summaries.write(exported["path"], SUMMARIES, lambda name: "%s_%s.csv" % (base, name))
+        # The export (hundreds of MB) is hashed while the summaries are made from it: both only read it.
+        hashing = Hashing(export)
+        failed = summaries.write(export, SUMMARIES, lambda name: "%s_%s.csv" % (base, name))
+        exported = hashing.result(notes)
         for name in SUMMARIES:
             path = "%s_%s.csv" % (base, name)
             if name in failed:
@@ -245,13 +249,36 @@ def summarize(nsys, reports, notes):
                 out.append(dict(hashed(path), report=rep["path"], summary=name))
             except OSError as e:
                 notes.append("%s not taken: %s" % (path, e))
-        out.append(dict(exported, report=rep["path"], summary=EXPORT, kind="export"))
+        if exported is not None:
+            out.append(dict(exported, report=rep["path"], summary=EXPORT, kind="export"))
     return out
 
 
+class Hashing:
+    """:func:`hashed` of a file, in a thread of its own (hashlib works without the interpreter's lock)."""
+
+    def __init__(self, path):
+        self.path, self.entry, self.error = path, None, None
+        self.thread = threading.Thread(target=self._run)
+        self.thread.start()
+
+    def _run(self):
+        try:
+            self.entry = hashed(self.path)
+        except OSError as e:
+            self.error = e
+
+    def result(self, notes):
+        """The entry, or None and a note when the file could not be read."""
+        self.thread.join()
+        if self.error is not None:
+            notes.append("%s not taken: %s" % (self.path, self.error))
+        return self.entry
+
+
 def export_of(nsys, report, path, notes):
-    """The SQLite export of ``report`` (made anew: one left by an earlier run of the same name is
-    not this report's), hashed; None, and a note, when nsys made none."""
+    """The path of ``report``'s SQLite export (made anew: one left by an earlier run of the same
+    name is not this report's); None, and a note, when nsys made none."""
     try:
         done = subprocess.run([nsys, "export", "--type", "sqlite", "--force-overwrite", "true", "--output", path,
                                report], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=STATS_TIMEOUT)
@@ -263,11 +290,7 @@ def export_of(nsys, report, path, notes):
         notes.append("nsys export wrote no SQLite export of %s (exit %d)%s" % (report, done.returncode,
                                                                            ": " + said if said else ""))
         return None
-    try:
-        return hashed(path)
-    except OSError as e:
-        notes.append("%s not taken: %s" % (path, e))
-        return None
+    return path
 
 
 def ncu_metrics(ncu, reports, notes):

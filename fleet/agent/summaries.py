@@ -35,27 +35,37 @@ HEADERS = {
 TABLES = {"cuda_gpu_kern_sum": "CUPTI_ACTIVITY_KIND_KERNEL", "cuda_api_sum": "CUPTI_ACTIVITY_KIND_RUNTIME",
           "nvtx_sum": "NVTX_EVENTS"}
 
-# Each summary's rows as (grp, style, dur): one summary row per (grp, style).
+# Each summary's rows as (grp, style, dur), from the rows of its table between :lo and :hi (rowids):
+# one summary row per (grp, style).
 SOURCES = {
     # A kernel by its demangled name (a StringIds id), as nsys stats names it by default.
-    "cuda_gpu_kern_sum": "SELECT demangledName AS grp, NULL AS style, end - start AS dur FROM CUPTI_ACTIVITY_KIND_KERNEL",
+    "cuda_gpu_kern_sum": "SELECT demangledName AS grp, NULL AS style, end - start AS dur "
+                         "FROM CUPTI_ACTIVITY_KIND_KERNEL WHERE rowid BETWEEN :lo AND :hi",
     # An API call by its name (a StringIds id).
-    "cuda_api_sum": "SELECT nameId AS grp, NULL AS style, end - start AS dur FROM CUPTI_ACTIVITY_KIND_RUNTIME",
+    "cuda_api_sum": "SELECT nameId AS grp, NULL AS style, end - start AS dur "
+                    "FROM CUPTI_ACTIVITY_KIND_RUNTIME WHERE rowid BETWEEN :lo AND :hi",
     # A push/pop (59, 70) or start/end (60, 71) range as DOMAIN:TEXT (":step" in the default domain),
-    # its text inline or registered (textId); one never ended lasts until the last event.
+    # its text inline or registered (textId); one never ended lasts until the last event (:last).
     "nvtx_sum": "WITH domains AS (SELECT domainId AS id, globalTid AS tid, text AS name, min(start) "
-                "FROM NVTX_EVENTS WHERE eventType = 75 GROUP BY 1, 2), "
-                "last AS (SELECT max(max(start), max(coalesce(end, start))) AS ts FROM NVTX_EVENTS) "
+                "FROM NVTX_EVENTS WHERE eventType = 75 GROUP BY 1, 2) "
                 "SELECT coalesce(d.name, '') || ':' || coalesce(s.value, e.text) AS grp, "
                 "CASE WHEN e.eventType IN (59, 70) THEN 'PushPop' ELSE 'StartEnd' END AS style, "
-                "coalesce(e.end, (SELECT ts FROM last)) - e.start AS dur "
+                "coalesce(e.end, :last) - e.start AS dur "
                 "FROM NVTX_EVENTS AS e LEFT JOIN domains AS d ON e.domainId = d.id "
                 "AND (e.globalTid & 0x0000FFFFFF000000) = (d.tid & 0x0000FFFFFF000000) "
-                "LEFT JOIN StringIds AS s ON s.id = e.textId WHERE e.eventType IN (59, 60, 70, 71)",
+                "LEFT JOIN StringIds AS s ON s.id = e.textId "
+                "WHERE e.eventType IN (59, 60, 70, 71) AND e.rowid BETWEEN :lo AND :hi",
 }
+LAST_EVENT = "SELECT max(max(start), max(coalesce(end, start))) FROM NVTX_EVENTS"
 # Each distinct duration of a group once, with how often it occurs: one sort in SQLite (a run of
 # small kernels has millions of rows, and far fewer distinct durations), the rest exact, in Python.
-DISTINCT = "SELECT grp, style, dur, count(*) FROM ({source}) GROUP BY grp, style, dur ORDER BY grp, style, dur"
+DISTINCT = "SELECT grp, style, dur, count(*) FROM ({source}) GROUP BY grp, style, dur"
+# That sort is most of a summary's time (3.4 s for the API calls of 30 s of small kernels, seen on an
+# H200 test machine), and SQLite sorts in one thread: a large table is cut into spans of rowids,
+# each sorted in a thread of its own (SQLite works without the interpreter's lock), the counts
+# then added up. Below SPAN_ROWS rows a table is one span; no summary takes more than MAX_SPANS.
+SPAN_ROWS = 200000
+MAX_SPANS = 8
 
 
 def open_export(path):
@@ -88,14 +98,53 @@ class Group:
         return total, n, total / n, median, self.durations[0][0], self.durations[-1][0], stdev
 
 
-def groups(db, summary):
-    """The summary's groups, each with its durations."""
-    out, current = [], None
-    for grp, style, dur, count in db.execute(DISTINCT.format(source=SOURCES[summary])):
-        if current is None or (grp, style) != (current.grp, current.style):
-            current = Group(grp, style)
-            out.append(current)
-        current.durations.append((dur, count))
+def spans(db, table, threads):
+    """The rowid spans (lo, hi) of ``table`` to sort apart, at most ``threads`` of them."""
+    lo, hi = db.execute('SELECT min(rowid), max(rowid) FROM "%s"' % table).fetchone()
+    if lo is None:
+        return []
+    n = max(1, min(threads, MAX_SPANS, (hi - lo + 1) // SPAN_ROWS))
+    step = -(-(hi - lo + 1) // n)
+    return [(a, min(a + step - 1, hi)) for a in range(lo, hi + 1, step)]
+
+
+def groups(export, db, summary, threads=1):
+    """The summary's groups, each with its distinct durations in order and their counts."""
+    last = db.execute(LAST_EVENT).fetchone()[0] if summary == "nvtx_sum" else None
+    parts = spans(db, TABLES[summary], threads)
+    found = [None] * len(parts)
+    failed = []
+
+    def scan(i, lo, hi):
+        try:
+            part = open_export(export)
+            try:
+                found[i] = part.execute(DISTINCT.format(source=SOURCES[summary]),
+                                        {"lo": lo, "hi": hi, "last": last}).fetchall()
+            finally:
+                part.close()
+        except sqlite3.Error as e:
+            failed.append(e)
+    if len(parts) == 1:
+        scan(0, *parts[0])
+    else:
+        workers = [threading.Thread(target=scan, args=(i, lo, hi)) for i, (lo, hi) in enumerate(parts)]
+        for w in workers:
+            w.start()
+        for w in workers:
+            w.join()
+    if failed:
+        raise failed[0]
+    counts = {}
+    for rows in found:
+        for grp, style, dur, count in rows:
+            by_dur = counts.setdefault((grp, style), {})
+            by_dur[dur] = by_dur.get(dur, 0) + count
+    out = []
+    for (grp, style), by_dur in counts.items():
+        g = Group(grp, style)
+        g.durations = sorted(by_dur.items())
+        out.append(g)
     return out
 
 
@@ -129,12 +178,12 @@ def tenths(x):
         return float(decimal.Decimal(x).quantize(decimal.Decimal("0.1"), rounding=decimal.ROUND_HALF_UP))
 
 
-def rows_of(db, summary):
+def rows_of(export, db, summary, threads=1):
     """The summary's rows as nsys stats writes them, in its order: total time down, then count up,
     then name; an empty list where the export has nothing of this kind."""
     if not db.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (TABLES[summary],)).fetchone():
         return []
-    found = groups(db, summary)
+    found = groups(export, db, summary, threads)
     called = names(db, summary, [g.grp for g in found])
     stats = [g.stats() for g in found]
     everything = sum(s[0] for s in stats)
@@ -160,15 +209,18 @@ def csv_text(summary, rows):
 
 def write(export, summaries, path_of):
     """Each of ``summaries`` of the SQLite file ``export``, written (privately, whole) to
-    ``path_of(summary)``, each in a thread of its own (SQLite works without the interpreter's
-    lock). Returns {summary: the error that kept it from being made}."""
+    ``path_of(summary)``, each in a thread of its own, its large tables sorted in up to as many
+    more as the node has CPUs for us (:data:`SPAN_ROWS`, :data:`MAX_SPANS`: the NVTX table is
+    mostly small, so the kernels and API calls each get them all). Returns {summary: the error
+    that kept it from being made}."""
     failed = {}
+    threads = cpus()
 
     def one(name):
         try:
             db = open_export(export)
             try:
-                text = csv_text(name, rows_of(db, name))
+                text = csv_text(name, rows_of(export, db, name, threads))
             finally:
                 db.close()
             files.write_private(path_of(name), text)
@@ -180,3 +232,11 @@ def write(export, summaries, path_of):
     for w in workers:
         w.join()
     return failed
+
+
+def cpus():
+    """The CPUs this process may run on (a Slurm job's or a cgroup's share, not the machine's)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
