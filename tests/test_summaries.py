@@ -85,6 +85,28 @@ def test_a_report_nsys_cannot_export_has_no_summaries_and_a_note(tmp_path):
     assert report.read_text() == "{}"
 
 
+def test_the_reports_of_one_run_are_exported_side_by_side_and_listed_in_their_order(tmp_path):
+    """Ranks of one launcher on one node: one export each, made at the same time (each nsys waits
+    until all have started, so one at a time would never end), entries and notes in report order."""
+    reps = []
+    for i in range(5):
+        rep = tmp_path / f"rank{i}.nsys-rep"
+        rep.write_text('{"pid": %d, "kernels": [{"name": "k%d", "instances": 1, "time_ns": 10}]}' % (i, i))
+        reps.append({"path": str(rep)})
+    (tmp_path / "rank3.nsys-rep").write_text("not a report of the stand-in")
+    started = tmp_path / "started"
+    started.mkdir()
+    nsys, log = logged_nsys(tmp_path, f'touch {started}/$$; i=0\n'
+                            f'while [ $(ls {started} | wc -l) -lt {reports.EXPORTS_AT_ONCE} ] && [ $i -lt 100 ]; do '
+                            f'sleep 0.1; i=$((i+1)); done\n[ $i -lt 100 ] || exit 7\nexec {sys.executable} {STANDIN} "$@"')
+    notes = []
+    got = reports.summarize(str(nsys), reps, notes)
+    assert [g["report"] for g in got if g.get("kind") == "export"] == [r["path"] for i, r in enumerate(reps) if i != 3]
+    assert [g["report"] for g in got][:4] == [reps[0]["path"]] * 4
+    assert len(notes) == 1 and str(tmp_path / "rank3.nsys-rep") in notes[0]
+    assert log.read_text().split() == ["export"] * 5
+
+
 def test_an_export_fleet_cannot_read_costs_its_summaries_and_nothing_else(tmp_path):
     """A summary that fails is a note: the export is still listed, hashed, for the trip home."""
     nsys, _ = logged_nsys(tmp_path, 'while [ "$1" != --output ]; do shift; done; echo not-sqlite > "$2"')

@@ -33,6 +33,7 @@ SUMMARIES = ("cuda_gpu_kern_sum", "cuda_api_sum", "nvtx_sum")  # nsys stats repo
 # Each report is exported to NAME.sqlite once; the summaries are made from that export, which is kept
 # too, as a report of its own kind, for the cross-rank analysis at home (fleet.analysis.ranks).
 EXPORT = "sqlite"
+EXPORTS_AT_ONCE = 4  # nsys exports of one run's reports at a time: each is mostly one busy thread
 STATS_TIMEOUT = 600.0  # nsys export of a large report takes minutes; one that hangs is given up
 LINGER_WAIT = 120.0  # seconds a killed nsys's helpers may go on writing its data before fleet takes it
 # What a profiler says when the disk filled under it: the C library's words (ENOSPC), and nsys
@@ -228,30 +229,51 @@ def left_unfinished(leftover, tail):
 def summarize(nsys, reports, notes):
     """Each report's SQLite export (``nsys export``, once), hashed like the reports, and the
     summaries fleet keeps made from it (:mod:`summaries`) as CSV files beside the report. Each is
-    an extra: one that could not be made is named in a note, and never costs the report."""
+    an extra: one that could not be made is named in a note, and never costs the report. The
+    reports of one run (a launcher's ranks on one node) are exported EXPORTS_AT_ONCE at a time;
+    their entries and notes come back in the reports' order."""
+    done = [None] * len(reports)
+
+    def one(i):
+        done[i] = summarize_one(nsys, reports[i])
+    for first in range(0, len(reports), EXPORTS_AT_ONCE):
+        workers = [threading.Thread(target=one, args=(i,))
+                   for i in range(first, min(first + EXPORTS_AT_ONCE, len(reports)))]
+        for w in workers:
+            w.start()
+        for w in workers:
+            w.join()
     out = []
-    for rep in reports:
-        base = rep["path"][: -len(".nsys-rep")]
-        export = export_of(nsys, rep["path"], base + ".sqlite", notes)
-        if export is None:
-            continue
-        # The export (hundreds of MB) is hashed while the summaries are made from it: both only read it.
-        hashing = Hashing(export)
-        failed = summaries.write(export, SUMMARIES, lambda name: "%s_%s.csv" % (base, name))
-        exported = hashing.result(notes)
-        for name in SUMMARIES:
-            path = "%s_%s.csv" % (base, name)
-            if name in failed:
-                notes.append("the %s summary of %s could not be made from its export: %s" % (name, rep["path"],
-                                                                                              failed[name]))
-                continue
-            try:
-                out.append(dict(hashed(path), report=rep["path"], summary=name))
-            except OSError as e:
-                notes.append("%s not taken: %s" % (path, e))
-        if exported is not None:
-            out.append(dict(exported, report=rep["path"], summary=EXPORT, kind="export"))
+    for entries, said in done:
+        out.extend(entries)
+        notes.extend(said)
     return out
+
+
+def summarize_one(nsys, rep):
+    """(the export and summary entries of one report, the notes of their making)."""
+    out, notes = [], []
+    base = rep["path"][: -len(".nsys-rep")]
+    export = export_of(nsys, rep["path"], base + ".sqlite", notes)
+    if export is None:
+        return out, notes
+    # The export (hundreds of MB) is hashed while the summaries are made from it: both only read it.
+    hashing = Hashing(export)
+    failed = summaries.write(export, SUMMARIES, lambda name: "%s_%s.csv" % (base, name))
+    exported = hashing.result(notes)
+    for name in SUMMARIES:
+        path = "%s_%s.csv" % (base, name)
+        if name in failed:
+            notes.append("the %s summary of %s could not be made from its export: %s" % (name, rep["path"],
+                                                                                          failed[name]))
+            continue
+        try:
+            out.append(dict(hashed(path), report=rep["path"], summary=name))
+        except OSError as e:
+            notes.append("%s not taken: %s" % (path, e))
+    if exported is not None:
+        out.append(dict(exported, report=rep["path"], summary=EXPORT, kind="export"))
+    return out, notes
 
 
 class Hashing:
