@@ -10,7 +10,6 @@ its SQLite export and the CSV summaries fleet keeps (made from that export by
 
 from __future__ import annotations
 
-import errno
 import fnmatch
 import glob
 import hashlib
@@ -25,8 +24,9 @@ try:  # as shipped by fleet, every module travels under a flat name
     import fleet_agent_files as files
     import fleet_agent_node as node
     import fleet_agent_summaries as summaries
+    import fleet_agent_workload as workload
 except ImportError:  # as part of the installed package (tests, the local machine)
-    from . import files, node, summaries
+    from . import files, node, summaries, workload
 
 SUMMARIES = ("cuda_gpu_kern_sum", "cuda_api_sum", "nvtx_sum")  # nsys stats reports kept beside each report
 # Each report is exported to NAME.sqlite once; the summaries are made from that export, which is kept
@@ -34,9 +34,7 @@ SUMMARIES = ("cuda_gpu_kern_sum", "cuda_api_sum", "nvtx_sum")  # nsys stats repo
 EXPORT = "sqlite"
 STATS_TIMEOUT = 600.0  # nsys export of a large report takes minutes; one that hangs is given up
 LINGER_WAIT = 120.0  # seconds a killed nsys's helpers may go on writing its data before fleet takes it
-# What a profiler says when the disk filled under it: the C library's words (ENOSPC), and nsys
-# 2025.3's, which then throws WriteStreamException (tests/fixtures/launchers-h200/3-disk-full.txt).
-DISK_FULL = (os.strerror(errno.ENOSPC).encode(), b"Is the disk full?")
+DISK_FULL = tuple(words.encode() for words in workload.DISK_FULL_WORDS)  # what a profiler says when the disk filled
 FULL_MARGIN = 1 << 20  # bytes: a report's folder with less free when it is taken is full, and the report cut
 IMPORT_TIMEOUT = 600.0  # QdstrmImporter on a large collection takes minutes; one that hangs is stopped
 # nsys 2025.3 generating a report: "Generating '/tmp/nsys-report-90af.qdstrm'", then its progress,
@@ -112,10 +110,11 @@ def wait_for_writers(paths, notes, limit=LINGER_WAIT):
             waited, ", ".join(map(str, sorted(busy))) or "gone now", "; they still are" if busy else ""))
 
 
-def collect(plan, tail, notes, strays_before=frozenset(), killed=False):
+def collect(plan, tail, notes, strays_before=frozenset(), killed=False, finish=True):
     """Every report this run produced, finished and hashed. An empty report file is not a report
     (an importer killed while writing it leaves one): it is named in a note and not listed, and
-    where its data is left as NAME.qdstrm that is finished instead."""
+    where its data is left as NAME.qdstrm that is finished instead, unless not to ``finish`` (the
+    disk is full: the importer could not write the report there either)."""
     ext = ".nsys-rep" if plan.tool == "nsys" else ".ncu-rep"
     stem = glob.escape(plan.output).replace("%p", "*")
     found, finished = [], set()
@@ -132,8 +131,11 @@ def collect(plan, tail, notes, strays_before=frozenset(), killed=False):
             if os.path.exists(report):
                 notes.append("%s is empty, not a report: its data %s is finished instead" % (report, leftover))
                 os.unlink(report)
-            elif not killed:
+            elif not killed and finish:
                 notes.append(left_unfinished(leftover, tail))
+            if not finish:
+                notes.append("nsys's data %s is left unfinished: the disk is full, where no report can be written" % leftover)
+                continue
             finished.add(finish_qdstrm(importer_for(plan.nsys), leftover, notes))
     for path in sorted(glob.glob(stem + ext)):
         try:
