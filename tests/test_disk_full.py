@@ -7,6 +7,7 @@ must end the run itself: profiler-error, the report truncated, every process it 
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -18,6 +19,9 @@ import pytest
 from fleet import completeness, exitcodes, outcome
 from fleet.agent import wire, workload
 from fleet.store.manifest import HostEntry
+from tests.conftest import fleet_json, run_fleet
+from tests.harness import fakenvml
+from tests.harness.sshd import STANDINS
 from tests.test_completeness import Node
 
 RECORDED = Path(__file__).parent / "fixtures" / "launchers-h200" / "3-disk-full.txt"
@@ -99,3 +103,39 @@ def test_nsys_hanging_on_a_full_disk_is_ended_by_the_agent_with_its_workload(tmp
             os.kill(pid, signal.SIGKILL)
         bystander.kill()
         bystander.wait()
+
+
+@pytest.mark.skipif(not shutil.which("unshare"), reason="needs unshare (util-linux)")
+def test_fleet_profile_ends_a_run_whose_disk_filled_and_says_what_to_do(tmp_path):
+    """`fleet profile` on this machine, its report folder a 4 MiB tmpfs that the workload fills: the
+    run ends by itself, profiler-error, truncated, exit status non-zero; nothing catalogued complete."""
+    small, store = tmp_path / "small", tmp_path / "store"
+    small.mkdir(mode=0o700)
+    scenario = tmp_path / "gpus.txt"
+    fakenvml.write_scenario(scenario, {"gpus": [{"index": 0}]})
+    inventory = tmp_path / "inv.ini"
+    inventory.write_text(f"gpu01 ansible_connection=local nsys_path={STANDINS / 'nsys'} "
+                         f"ansible_python_interpreter={sys.executable} report_dir={small}\n")
+    env = {**fakenvml.env(fakenvml.build(tmp_path / "lib"), scenario), "FLEET_INVENTORY": str(inventory)}
+    (tmp_path / "filler.py").write_text(FILLER)
+    nsys_pid = tmp_path / "nsys.pid"
+    mount = ("unshare", "-m", "--propagation", "private", "sh", "-c",
+             'mount -t tmpfs -o size=4m,mode=0700 fleet-test "$0" && exec "$@"', str(small))
+    try:
+        out = run_fleet("profile", "--hosts", "gpu01", "--store", str(store), "--", "sh", "-c",
+                        f"echo $PPID > {nsys_pid}; sleep 1; {sys.executable} {tmp_path / 'filler.py'} {small}/filler",
+                        env=env, prefix=mount, timeout=AGENT_BOUND)
+    finally:
+        if nsys_pid.exists() and not gone(int(nsys_pid.read_text())):  # what fleet left, should it have
+            os.kill(int(nsys_pid.read_text()), signal.SIGKILL)
+    said = out.stdout + out.stderr
+    assert out.returncode == exitcodes.FAILED, said
+    assert "gpu01: profiler-error: the profiler said the disk is full ([QuadDCommon::tag_message*] = Is the disk " \
+           "full?" in out.stderr, said
+    assert "free space where the run's folder" in out.stderr and "reports: 1 truncated" in said
+    assert gone(int(nsys_pid.read_text()))
+    [run_id] = re.findall(r"^run (\S+) failed: ", out.stdout, re.M)
+    shown = fleet_json(run_fleet("reports", "show", "--store", str(store), "--json", run_id).stdout)
+    [host] = shown["hosts"]
+    assert shown["status"] == "failed" and host["status"] == "profiler-error"
+    assert host["reports"] == []  # the unfinished data stays on the node, named in a note, never a report
