@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from fleet import completeness, exitcodes, outcome
-from fleet.agent import wire, workload
+from fleet.agent import profiler, wire, workload
 from fleet.store.manifest import HostEntry
 from tests.conftest import fleet_json, run_fleet
 from tests.harness import fakenvml
@@ -139,3 +139,45 @@ def test_fleet_profile_ends_a_run_whose_disk_filled_and_says_what_to_do(tmp_path
     [host] = shown["hosts"]
     assert shown["status"] == "failed" and host["status"] == "profiler-error"
     assert host["reports"] == []  # the unfinished data stays on the node, named in a note, never a report
+
+
+# A "profiler" that prints nsys's recorded disk-full line and then ignores SIGTERM, as the stand-in does.
+HANGS = """
+import signal, sys, time
+signal.signal(signal.SIGTERM, signal.SIG_IGN)
+print([line for line in open(sys.argv[1]) if "Is the disk full?" in line][0], file=sys.stderr, end="", flush=True)
+time.sleep(30)  # the test's bound: an agent still waiting then would see it end, and fail
+"""
+
+
+class Plan:
+    """The little of a plan that run_profiler reads."""
+
+    def __init__(self, argv):
+        self.env, self.timeout, self.tool, self._argv = {}, None, "nsys", argv
+        self.command = self
+
+    def argv(self):
+        return self._argv
+
+    def stopped_by_nsys(self):
+        return False
+
+
+def test_a_profiler_that_outlives_sigkill_is_not_waited_on_for_ever(tmp_path, monkeypatch):
+    """A process stuck in the kernel outlives SIGKILL; none can be made here at will, so the kill is
+    left unsent (the process stands for one that SIGKILL did not end) and the agent must still return."""
+    monkeypatch.setattr(profiler, "DISK_FULL_KILL_AFTER", 0.5)
+    monkeypatch.setattr(profiler, "KILLED_WAIT", 1.0)
+    monkeypatch.setattr(profiler.Started, "kill", lambda self: None)
+    (tmp_path / "hangs.py").write_text(HANGS)
+    relay, pids = profiler.Relay("nsys"), []
+    monkeypatch.setattr(profiler.Started, "look", lambda self, now: pids.append(self.pid))
+    try:
+        ran = profiler.run_profiler(Plan([sys.executable, str(tmp_path / "hangs.py"), str(RECORDED)]), relay,
+                                    lambda: False)
+        assert ran.left and ran.exit_status is None and ran.why_stopped.startswith("after the profiler said the disk")
+        assert relay.errors.disk_full and not gone(pids[0])  # it was left running, and the run went on
+    finally:
+        if pids and not gone(pids[0]):
+            os.kill(pids[0], signal.SIGKILL)
