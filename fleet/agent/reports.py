@@ -128,14 +128,15 @@ def collect(plan, tail, notes, strays_before=frozenset(), killed=False, finish=T
             report = leftover[: -len(".qdstrm")] + ext
             if os.path.exists(report) and os.path.getsize(report) > 0:
                 continue
+            if not finish:
+                notes.append("nsys's data %s is left unfinished: the disk is full, no report can be made there"
+                             % leftover)
+                continue
             if os.path.exists(report):
                 notes.append("%s is empty, not a report: its data %s is finished instead" % (report, leftover))
                 os.unlink(report)
-            elif not killed and finish:
+            elif not killed:
                 notes.append(left_unfinished(leftover, tail))
-            if not finish:
-                notes.append("nsys's data %s is left unfinished: the disk is full, where no report can be written" % leftover)
-                continue
             finished.add(finish_qdstrm(importer_for(plan.nsys), leftover, notes))
     for path in sorted(glob.glob(stem + ext)):
         try:

@@ -18,18 +18,19 @@ import signal
 MAX_ERRORS = 20
 MAX_LINE = 300
 NCU_APP_CODE = re.compile(r"==ERROR== The application returned an error code \((-?\d+)\)")
-# Lines the profilers print of their own failures: ncu's ==ERROR== lines; nsys's, as seen
-# (tests/fixtures): "Failed to create '...': File exists.", "Importer error status: ...",
-# and the usual "Error:"/"ERROR"/"FATAL" beginnings.
 # What a profiler says when the disk filled under it: the C library's words (ENOSPC), and nsys 2025.3's
 # (tests/fixtures/launchers-h200/3-disk-full.txt): writing a process's termination status into its TMPDIR
 # it threw WriteStreamException, said "[QuadDCommon::tag_message*] = Is the disk full? Total size: 67108864
 # bytes, Used size: 67108864 bytes, Free size to caller: 0 bytes", and then never exited.
 DISK_FULL_WORDS = (os.strerror(errno.ENOSPC), "Is the disk full?")
-DISK_FULL_LINE = {"nsys": re.compile(r"^\[QuadDCommon::tag_message\*\] = " + re.escape(DISK_FULL_WORDS[1]))}
+NSYS_DISK_FULL = r"\[QuadDCommon::tag_message\*\] = " + re.escape(DISK_FULL_WORDS[1])
+DISK_FULL_LINE = {"nsys": re.compile("^" + NSYS_DISK_FULL)}
+# Lines the profilers print of their own failures: ncu's ==ERROR== lines; nsys's, as seen
+# (tests/fixtures): "Failed to create '...': File exists.", "Importer error status: ...",
+# its disk-full line, and the usual "Error:"/"ERROR"/"FATAL" beginnings.
 ERROR_LINE = {"ncu": re.compile(r"^==ERROR== "),
-              "nsys": re.compile(r"^(Error|ERROR|FATAL|Fatal error|Failed to |Importer error status)|"
-                                 + DISK_FULL_LINE["nsys"].pattern[1:])}
+              "nsys": re.compile(r"^(Error|ERROR|FATAL|Fatal error|Failed to |Importer error status|%s)"
+                                 % NSYS_DISK_FULL)}
 
 
 def signal_name(number):
