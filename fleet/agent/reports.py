@@ -34,6 +34,7 @@ SUMMARIES = ("cuda_gpu_kern_sum", "cuda_api_sum", "nvtx_sum")  # nsys stats repo
 EXPORT = "sqlite"
 STATS_TIMEOUT = 600.0  # nsys export of a large report takes minutes; one that hangs is given up
 LINGER_WAIT = 120.0  # seconds a killed nsys's helpers may go on writing its data before fleet takes it
+FULL_LINGER_WAIT = 5.0  # the same on a full disk, where they can write nothing more
 DISK_FULL = tuple(words.encode() for words in workload.DISK_FULL_WORDS)  # what a profiler says when the disk filled
 FULL_MARGIN = 1 << 20  # bytes: a report's folder with less free when it is taken is full, and the report cut
 IMPORT_TIMEOUT = 600.0  # QdstrmImporter on a large collection takes minutes; one that hangs is stopped
@@ -120,7 +121,8 @@ def collect(plan, tail, notes, strays_before=frozenset(), killed=False, finish=T
     found, finished = [], set()
     if plan.tool == "nsys":
         if killed:  # only a killed nsys leaves its data in TMPDIR, where other runs' data may be too
-            wait_for_writers(sorted(stray_qdstrms() - set(strays_before)) + glob.glob(stem + ".*"), notes)
+            wait_for_writers(sorted(stray_qdstrms() - set(strays_before)) + glob.glob(stem + ".*"), notes,
+                             LINGER_WAIT if finish else FULL_LINGER_WAIT)
             adopt_strays(plan, tail, notes, strays_before)
         found_elsewhere(plan, tail, notes, ext)  # nsys exits 0 then: whatever its exit status
         # At the run's own output name the data is this run's: finished whatever nsys's exit status.
