@@ -21,8 +21,7 @@ from fleet.agent import profiler, wire, workload
 from fleet.store.manifest import HostEntry
 from tests.conftest import fleet_json, run_fleet
 from tests.harness import fakenvml
-from tests.harness.sshd import STANDINS
-from tests.test_completeness import Node
+from tests.harness.agent_node import STANDINS, Node
 
 RECORDED = Path(__file__).parent / "fixtures" / "launchers-h200" / "3-disk-full.txt"
 # Fills a file on the tmpfs until not one byte more fits, as the recorded check's `dd` did.
