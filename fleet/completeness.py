@@ -65,6 +65,9 @@ def classify(entry: "HostEntry") -> Verdict | None:
     reports = [r for r in result.get("reports") or [] if isinstance(r, dict)]
     if not reports:
         unfinished = [n for n in result.get("notes") or [] if "unfinished" in n or "could not finish" in n]
+        if result.get("status") == "profiler-error":  # the profiler failed mid-report (the disk full): cut
+            return Verdict(TRUNCATED, unfinished[-1] if unfinished
+                           else "the profiler failed before its report was whole")
         if unfinished:
             return Verdict(TRUNCATED, unfinished[-1])
         return Verdict(MISSING, "; ".join(result.get("reasons") or []) or "it left no report")

@@ -92,6 +92,8 @@ def of_result(result: dict | None, reports: list["ReportEntry"], *, tool: str | 
         return HostStatus.REFUSED, reasons
     if said == "stopped":
         return HostStatus.STOPPED, reasons or "told to stop before the profiler started"
+    if said == "profiler-error":  # the profiler failed where no whole report can be made (the disk full)
+        return HostStatus.PROFILER_ERROR, reasons or "the profiler failed"
     if said not in ("ok", "yielded"):  # no-report, error, or an agent's word this fleet does not know
         return HostStatus.FAILED, reasons or str(said)
     if not result.get("reports"):  # "ok" with nothing to bring home has not done its job

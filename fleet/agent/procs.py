@@ -6,6 +6,7 @@ document (:mod:`node`) and the GPUs' processes (:mod:`gpus`) both read processes
 
 from __future__ import annotations
 
+import glob
 import os
 import pwd
 
@@ -75,3 +76,33 @@ def host_pid_namespace():
         return os.stat("/proc/self/ns/pid").st_ino == PID_NS_INIT
     except OSError:
         return None
+
+
+def group(pid):
+    """(process group id, start time in ticks) of one process, or None when it is gone."""
+    text = read("/proc/%d/stat" % pid)
+    if not text or ")" not in text:
+        return None
+    fields = text.rsplit(")", 1)[1].split()
+    try:
+        return int(fields[2]), int(fields[19])
+    except (IndexError, ValueError):
+        return None
+
+
+def children(pid):
+    """The pids of a process's live children: as the kernel lists them for each of its threads
+    (/proc/PID/task/TID/children), else (a kernel without that file) found by their parent."""
+    lists = glob.glob("/proc/%d/task/*/children" % pid)
+    if not lists and os.path.isdir("/proc/%d" % pid):
+        return {p for p in (int(e) for e in os.listdir("/proc") if e.isdigit()) if (lineage(p) or (None,))[0] == pid}
+    return {int(c) for path in lists for c in (read(path) or "").split()}
+
+
+def descendants(pid):
+    """Every live process below ``pid``: its children, theirs, and so on."""
+    found, frontier = set(), {pid}
+    while frontier:
+        frontier = {c for p in frontier for c in children(p)} - found
+        found |= frontier
+    return found

@@ -19,13 +19,20 @@ import sys
 import time
 
 try:  # as shipped by fleet, every module travels under a flat name
+    import fleet_agent_procs as procs
     import fleet_agent_wire as wire
     import fleet_agent_workload as workload
 except ImportError:  # as part of the installed package (tests, the local machine)
-    from . import wire, workload
+    from . import procs, wire, workload
 
 STOP_GRACE = 30.0  # seconds between repeated stop signals
 KILL_AFTER = 600.0  # a profiler still alive this long after the first stop is wedged: SIGKILL, finish its .qdstrm
+# nsys that said the disk is full cannot finish a report there: nsys 2025.3 then never exited, the workload
+# ended (tests/fixtures/launchers-h200/3-disk-full.txt; waited on for 40 s, once 200 s). It is stopped at
+# once, SIGTERM (its own stop), and killed with the workload it started this many seconds later.
+DISK_FULL_KILL_AFTER = 5.0
+KILLED_WAIT = 30.0  # a profiler not gone this long after SIGKILL (stuck in the kernel) is left: no more waiting
+LOOK_EVERY = 0.5  # seconds between looks at the processes the profiler started, killed with it if it comes to that
 PIPE_GRACE = 3.0   # seconds the profiler's output is still read after it exited
 NSYS_BACKSTOP = 300.0  # nsys stopping the workload itself (--duration) then writes its report: stop it only this late
 YIELD_KILL_AFTER = 10.0  # a profiler still programming counters this long after yielding to a newcomer: SIGKILL
@@ -71,9 +78,10 @@ class Relay:
 
 class Ran:
     """What became of the profiler: its exit status, when it exited, why fleet stopped it (None:
-    it was not), and whether helpers it started still held its output."""
+    it was not), whether helpers it started still held its output, and whether it outlived
+    SIGKILL (``left``: fleet stopped waiting on it)."""
     exit_status = exited_at = why_stopped = None
-    lingering = yielded = killed = False
+    lingering = yielded = killed = left = False
 
 
 def run_profiler(plan, relay, stop_requested, watch=None):
@@ -90,20 +98,26 @@ def run_profiler(plan, relay, stop_requested, watch=None):
     sel.register(proc.stderr, selectors.EVENT_READ, sys.stderr.buffer)
     by_nsys = plan.stopped_by_nsys()
     deadline = started + plan.timeout + (NSYS_BACKSTOP if by_nsys else 0) if plan.timeout else None
-    ran, stops = Ran(), Stops(plan.tool)
+    ran, stops = Ran(), Stops(plan.tool, Started(proc.pid))
     duration_up = False
     open_streams = 2
     while open_streams and (ran.exited_at is None or time.monotonic() - ran.exited_at < PIPE_GRACE) or proc.poll() is None:
         now = time.monotonic()
         if ran.exited_at is None and proc.poll() is not None:
             ran.exited_at = now  # helpers of a killed profiler may hold its pipes open: drain a little, then go
+        if ran.exited_at is None and stops.killed_at is not None and now - stops.killed_at >= KILLED_WAIT:
+            ran.left = True
+            break
         timed_out = deadline is not None and now >= deadline
         duration_up = by_nsys and now - started >= plan.timeout
         # Once nsys is stopping the workload itself (its --duration is up) a stop request
         # (Slurm's trap) would only reach it while it writes the report: let it finish.
         told = stop_requested() and not duration_up
         if proc.poll() is None:
-            if watch is not None and watch.arrived.is_set():
+            stops.started.look(now)
+            if relay.errors.disk_full:
+                stops.disk_full(proc, now)
+            elif watch is not None and watch.arrived.is_set():
                 stops.yield_to_newcomer(proc, now)
             elif told or timed_out:
                 stops.request(proc, now, "at its time limit of %gs, with a signal" % plan.timeout if timed_out
@@ -130,11 +144,12 @@ def run_profiler(plan, relay, stop_requested, watch=None):
 class Stops:
     """The stop signals fleet sends a profiler: repeated every STOP_GRACE seconds, SIGKILL only
     for one wedged KILL_AFTER seconds; yielding to a newcomer comes first and escalates sooner,
-    since each second the counters stay programmed is one the newcomer pays for."""
+    since each second the counters stay programmed is one the newcomer pays for; a profiler that
+    said the disk is full sooner still. SIGKILL reaches the processes it started too."""
 
-    def __init__(self, tool):
-        self.tool, self.why = tool, None
-        self.first = self.last = self.yielded = None
+    def __init__(self, tool, started):
+        self.tool, self.why, self.started = tool, None, started
+        self.first = self.last = self.yielded = self.full = self.killed_at = None
         self.killed = False
 
     def request(self, proc, now, why):
@@ -142,27 +157,79 @@ class Stops:
             return
         if self.first is None:
             self.first, self.why = now, why
-        stop(proc, self.tool, kill=now - self.first >= KILL_AFTER)
-        self.last = now
+        self._send(proc, now, kill=now - self.first >= KILL_AFTER)
 
     def yield_to_newcomer(self, proc, now):
         if self.yielded is None:
-            self.yielded = self.first = self.last = now
+            self.yielded = self.first = now
             self.why = "to yield the GPU to a newcomer"
-            stop(proc, self.tool)
+            self._send(proc, now)
         elif now - self.yielded >= YIELD_KILL_AFTER and now - self.last >= 1.0:
-            stop(proc, self.tool, kill=True)
-            self.last, self.killed = now, True
+            self._send(proc, now, kill=True)
+            self.killed = True
+
+    def disk_full(self, proc, now):
+        if self.full is None:
+            self.full = now
+            self.first = self.first or now
+            self.why = ("after the profiler said the disk is full, where it cannot finish its report: SIGTERM, "
+                        "then SIGKILL %gs later with the processes it started" % DISK_FULL_KILL_AFTER)
+            self._send(proc, now)
+        elif now - self.full >= DISK_FULL_KILL_AFTER and now - self.last >= 1.0:
+            self._send(proc, now, kill=True)
+
+    def _send(self, proc, now, kill=False):
+        if kill:
+            self.killed_at = self.killed_at or now
+            self.started.kill()
+        else:
+            stop(proc, self.tool)
+        self.last = now
 
 
-def stop(proc, tool, kill=False):
+class Started:
+    """The processes the profiler started, remembered while it runs (pid -> its process group and
+    start time): a workload in a process group (or a session) of its own, as under the nsys
+    stand-in, outlives a killed profiler unless it is killed with it."""
+
+    def __init__(self, pid):
+        self.pid, self.seen, self.looked = pid, {}, None
+
+    def look(self, now):
+        if self.looked is not None and now - self.looked < LOOK_EVERY:
+            return
+        self.looked = now
+        for child in procs.children(self.pid) - set(self.seen):
+            found = procs.group(child)
+            if found is not None:
+                self.seen[child] = found
+
+    def kill(self):
+        """SIGKILL to the profiler's process group, to every live process below it, and to the group of
+        each child that led one; never a pid reused since (its start time differs)."""
+        groups, pids = {self.pid}, procs.descendants(self.pid)
+        for child, (pgid, start) in self.seen.items():
+            now = procs.group(child)
+            if now is not None and now[1] != start:
+                continue
+            if pgid == child:
+                groups.add(child)
+            if now is not None:
+                pids |= {child} | procs.descendants(child)
+        for send, target in [(os.killpg, g) for g in sorted(groups)] + [(os.kill, p) for p in sorted(pids)]:
+            try:
+                send(target, signal.SIGKILL)
+            except OSError:  # gone meanwhile (ProcessLookupError), or a setuid one not ours to signal
+                pass
+
+
+def stop(proc, tool):
     """nsys: SIGTERM to nsys alone, which stops the application and writes the report.
     ncu: SIGINT to its process group, as Ctrl-C in a terminal would. Only a profiler
-    that ignored that for KILL_AFTER seconds gets SIGKILL (its .qdstrm is finished after)."""
+    that ignored that for KILL_AFTER seconds gets SIGKILL (:meth:`Started.kill`; its .qdstrm is
+    finished after)."""
     try:
-        if kill:
-            os.killpg(proc.pid, signal.SIGKILL)
-        elif tool == "nsys":
+        if tool == "nsys":
             os.kill(proc.pid, signal.SIGTERM)
         else:
             os.killpg(proc.pid, signal.SIGINT)

@@ -10,7 +10,6 @@ its SQLite export and the CSV summaries fleet keeps (made from that export by
 
 from __future__ import annotations
 
-import errno
 import fnmatch
 import glob
 import hashlib
@@ -26,8 +25,9 @@ try:  # as shipped by fleet, every module travels under a flat name
     import fleet_agent_files as files
     import fleet_agent_node as node
     import fleet_agent_summaries as summaries
+    import fleet_agent_workload as workload
 except ImportError:  # as part of the installed package (tests, the local machine)
-    from . import files, node, summaries
+    from . import files, node, summaries, workload
 
 SUMMARIES = ("cuda_gpu_kern_sum", "cuda_api_sum", "nvtx_sum")  # nsys stats reports kept beside each report
 # Each report is exported to NAME.sqlite once; the summaries are made from that export, which is kept
@@ -36,9 +36,8 @@ EXPORT = "sqlite"
 EXPORTS_AT_ONCE = 4  # nsys exports of one run's reports at a time: each is mostly one busy thread
 STATS_TIMEOUT = 600.0  # nsys export of a large report takes minutes; one that hangs is given up
 LINGER_WAIT = 120.0  # seconds a killed nsys's helpers may go on writing its data before fleet takes it
-# What a profiler says when the disk filled under it: the C library's words (ENOSPC), and nsys
-# 2025.3's, which then throws WriteStreamException (tests/fixtures/launchers-h200/3-disk-full.txt).
-DISK_FULL = (os.strerror(errno.ENOSPC).encode(), b"Is the disk full?")
+FULL_LINGER_WAIT = 5.0  # the same on a full disk, where they can write nothing more
+DISK_FULL = tuple(words.encode() for words in workload.DISK_FULL_WORDS)  # what a profiler says when the disk filled
 FULL_MARGIN = 1 << 20  # bytes: a report's folder with less free when it is taken is full, and the report cut
 IMPORT_TIMEOUT = 600.0  # QdstrmImporter on a large collection takes minutes; one that hangs is stopped
 # nsys 2025.3 generating a report: "Generating '/tmp/nsys-report-90af.qdstrm'", then its progress,
@@ -114,22 +113,28 @@ def wait_for_writers(paths, notes, limit=LINGER_WAIT):
             waited, ", ".join(map(str, sorted(busy))) or "gone now", "; they still are" if busy else ""))
 
 
-def collect(plan, tail, notes, strays_before=frozenset(), killed=False):
+def collect(plan, tail, notes, strays_before=frozenset(), killed=False, finish=True):
     """Every report this run produced, finished and hashed. An empty report file is not a report
     (an importer killed while writing it leaves one): it is named in a note and not listed, and
-    where its data is left as NAME.qdstrm that is finished instead."""
+    where its data is left as NAME.qdstrm that is finished instead, unless not to ``finish`` (the
+    disk is full: the importer could not write the report there either)."""
     ext = ".nsys-rep" if plan.tool == "nsys" else ".ncu-rep"
     stem = glob.escape(plan.output).replace("%p", "*")
     found, finished = [], set()
     if plan.tool == "nsys":
         if killed:  # only a killed nsys leaves its data in TMPDIR, where other runs' data may be too
-            wait_for_writers(sorted(stray_qdstrms() - set(strays_before)) + glob.glob(stem + ".*"), notes)
+            wait_for_writers(sorted(stray_qdstrms() - set(strays_before)) + glob.glob(stem + ".*"), notes,
+                             LINGER_WAIT if finish else FULL_LINGER_WAIT)
             adopt_strays(plan, tail, notes, strays_before)
         found_elsewhere(plan, tail, notes, ext)  # nsys exits 0 then: whatever its exit status
         # At the run's own output name the data is this run's: finished whatever nsys's exit status.
         for leftover in sorted(glob.glob(stem + ".qdstrm")):
             report = leftover[: -len(".qdstrm")] + ext
             if os.path.exists(report) and os.path.getsize(report) > 0:
+                continue
+            if not finish:
+                notes.append("nsys's data %s is left unfinished: the disk is full, no report can be made there"
+                             % leftover)
                 continue
             if os.path.exists(report):
                 notes.append("%s is empty, not a report: its data %s is finished instead" % (report, leftover))

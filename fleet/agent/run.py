@@ -130,7 +130,7 @@ def carry_out(plan, result, relay, stops, holder):
             result["status"] = "stopped"
             result["reasons"].append("told to stop (signal %d) before the profiler started" % stops[0])
             return code
-        return settle(plan, result, profile(plan, result, relay, stops))
+        return settle(plan, result, profile(plan, result, relay, stops), relay.errors.disk_full)
     except (owned.OwnedError, OSError) as e:
         result["status"] = "error"
         result["reasons"].append(str(e))
@@ -200,15 +200,17 @@ def profile(plan, result, relay, stops):
             watch.finish()
         raise
     record_run(plan, result, ran, watch, relay)
-    exit_status = ran.exit_status
+    exit_status, full = ran.exit_status, relay.errors.disk_full
     result["reports"] = reports.collect(plan, relay.tail, result["notes"], strays,
-                                        killed=exit_status is not None and exit_status < 0)
+                                        killed=exit_status is not None and exit_status < 0, finish=not full)
     result["profiler_errors"] = workload.not_handled(result["profiler_errors"], result["reports"], result["notes"])
     try:
         os.rmdir(tmp)  # what nsys left there was finished above: only a folder with nothing left goes
     except OSError:
         pass
-    if plan.tool == "nsys" and plan.nsys:
+    if full:  # nsys export and stats write beside the report, on the full disk
+        result["notes"].append("no summaries were made: the disk is full")
+    elif plan.tool == "nsys" and plan.nsys:
         result["summaries"] = reports.summarize(plan.nsys, result["reports"], result["notes"])
         result["notes"].extend(workload.lost_to_signal(result["workload"], result["summaries"]))
     elif plan.tool == "ncu" and plan.ncu:
@@ -216,9 +218,18 @@ def profile(plan, result, relay, stops):
     return exit_status
 
 
-def settle(plan, result, exit_status):
-    """The run's status once the profiler has run: "ok" is earned here, with a report."""
+def settle(plan, result, exit_status, disk_full=None):
+    """The run's status once the profiler has run: "ok" is earned here, with a report; never by
+    a profiler that said the disk is full (``disk_full``: its line), whose report is cut."""
     no_report = "the profiler exited %s and left no report under %s" % (exit_status, plan.output)
+    if disk_full:
+        result["status"] = "profiler-error"
+        result["reasons"].append(
+            "the profiler said the disk is full (%s): no whole report can be written there, and fleet stopped it; "
+            "free space where the run's folder %s is, or give the node a report folder with room (report_dir in "
+            "the inventory: the profiler's temporary folder, TMPDIR, is the run's own in there)"
+            % (disk_full, plan.report_dir))
+        return 1
     if (result.get("newcomer") or {}).get("action"):
         result["status"] = "yielded"
         if not result["reports"]:
@@ -243,6 +254,9 @@ def record_run(plan, result, ran, watch, relay):
     result["workload"] = workload.outcome(plan.tool, ran.exit_status, result["profiler_errors"])
     if ran.why_stopped:
         result["notes"].append("the workload was stopped " + ran.why_stopped)
+    if ran.left:
+        result["notes"].append("the profiler had not ended %gs after SIGKILL (stuck in the kernel): fleet stopped "
+                               "waiting on it" % profiler.KILLED_WAIT)
     if ran.lingering:
         result["notes"].append("the profiler exited while processes it started still hold its output open; "
                                "they were left running")

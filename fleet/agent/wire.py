@@ -22,7 +22,7 @@ VERSION = 1
 KINDS = ("probe", "profile", "repair")
 
 # What an agent says of one run (the body of a "profile" answer, and of a rank's result file).
-RESULT_STATUSES = ("ok", "refused", "stopped", "no-report", "error", "yielded")
+RESULT_STATUSES = ("ok", "refused", "stopped", "no-report", "error", "yielded", "profiler-error")
 SHA256 = re.compile(r"^[0-9a-f]{64}$")
 MAX_ITEMS = 10000  # reports, notes, reasons: more than any run makes; a node sending more is not believed
 

@@ -10,17 +10,27 @@ exit status. The profiler's own error lines are kept as they come, a bounded few
 
 from __future__ import annotations
 
+import errno
+import os
 import re
 import signal
 
 MAX_ERRORS = 20
 MAX_LINE = 300
 NCU_APP_CODE = re.compile(r"==ERROR== The application returned an error code \((-?\d+)\)")
+# What a profiler says when the disk filled under it: the C library's words (ENOSPC), and nsys 2025.3's
+# (tests/fixtures/launchers-h200/3-disk-full.txt): writing a process's termination status into its TMPDIR
+# it threw WriteStreamException, said "[QuadDCommon::tag_message*] = Is the disk full? Total size: 67108864
+# bytes, Used size: 67108864 bytes, Free size to caller: 0 bytes", and then never exited.
+DISK_FULL_WORDS = (os.strerror(errno.ENOSPC), "Is the disk full?")
+NSYS_DISK_FULL = r"\[QuadDCommon::tag_message\*\] = " + re.escape(DISK_FULL_WORDS[1])
+DISK_FULL_LINE = {"nsys": re.compile("^" + NSYS_DISK_FULL)}
 # Lines the profilers print of their own failures: ncu's ==ERROR== lines; nsys's, as seen
 # (tests/fixtures): "Failed to create '...': File exists.", "Importer error status: ...",
-# and the usual "Error:"/"ERROR"/"FATAL" beginnings.
+# its disk-full line, and the usual "Error:"/"ERROR"/"FATAL" beginnings.
 ERROR_LINE = {"ncu": re.compile(r"^==ERROR== "),
-              "nsys": re.compile(r"^(Error|ERROR|FATAL|Fatal error|Failed to |Importer error status)")}
+              "nsys": re.compile(r"^(Error|ERROR|FATAL|Fatal error|Failed to |Importer error status|%s)"
+                                 % NSYS_DISK_FULL)}
 
 
 def signal_name(number):
@@ -50,7 +60,9 @@ class ErrorLines:
 
     def __init__(self, tool):
         self.pattern = ERROR_LINE.get(tool)
+        self.full_pattern = DISK_FULL_LINE.get(tool)
         self.lines, self.left_out = [], 0
+        self.disk_full = None  # the profiler's own line saying the disk is full, once it said so
         self._partial = {}
 
     def feed(self, stream, data):
@@ -75,6 +87,8 @@ class ErrorLines:
         line = line[at:] if at > 0 and self.pattern.pattern.startswith("^==ERROR") else line
         if not self.pattern.search(line):
             return
+        if self.disk_full is None and self.full_pattern is not None and self.full_pattern.search(line):
+            self.disk_full = line.strip()[:MAX_LINE]
         if len(self.lines) < MAX_ERRORS:
             self.lines.append(line.strip()[:MAX_LINE])
         else:
