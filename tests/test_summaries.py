@@ -143,6 +143,49 @@ def test_a_table_in_spans_is_cut_where_its_rowids_are_and_no_finer_than_asked(tm
     assert all(b + 1 == c for (_, b), (c, _) in zip(cut, cut[1:]))
 
 
+def kernel_export(path, rows, without_rowid=False):
+    """An export with the kernel table alone: rows of (rowid, demangledName id, duration); ids 1 and
+    2 are both named "k"."""
+    import sqlite3
+    db = sqlite3.connect(path)
+    db.execute("CREATE TABLE StringIds (id INTEGER PRIMARY KEY, value TEXT NOT NULL)")
+    db.executemany("INSERT INTO StringIds VALUES (?, 'k')", [(1,), (2,)])
+    if without_rowid:
+        db.execute("CREATE TABLE CUPTI_ACTIVITY_KIND_KERNEL (start INTEGER NOT NULL, end INTEGER NOT NULL, "
+                   "demangledName INTEGER, PRIMARY KEY (start, demangledName)) WITHOUT ROWID")
+        db.executemany("INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL VALUES (?, ?, ?)",
+                       [(i * 100, i * 100 + d, g) for i, g, d in rows])
+    else:
+        db.execute("CREATE TABLE CUPTI_ACTIVITY_KIND_KERNEL (start INTEGER NOT NULL, end INTEGER NOT NULL, "
+                    "demangledName INTEGER)")
+        db.executemany("INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL (rowid, start, end, demangledName) VALUES (?, ?, ?, ?)",
+                       [(i, i * 100, i * 100 + d, g) for i, g, d in rows])
+    db.commit()
+    db.close()
+
+
+def test_rows_that_tie_in_nsys_stats_order_keep_one_order_however_the_table_is_cut(tmp_path, monkeypatch):
+    """Two kernels both named "k", the same total and count, different spreads: nsys's order (total
+    down, count up, name) cannot tell them apart, so the order is SQLite's by group; the spans (the
+    group of id 2 first in the table) must give that same order, not the order they were seen in."""
+    rows = [(1, 2, 2), (2, 2, 2), (1000, 1, 1), (1001, 1, 3)]
+    kernel_export(tmp_path / "e.sqlite", rows)
+    text = {}
+    for span_rows in (summaries.SPAN_ROWS, 1):
+        monkeypatch.setattr(summaries, "SPAN_ROWS", span_rows)
+        monkeypatch.setattr(summaries, "cpus", lambda: 8)
+        assert summaries.write(str(tmp_path / "e.sqlite"), ["cuda_gpu_kern_sum"], lambda n: str(tmp_path / f"{span_rows}.csv")) == {}
+        text[span_rows] = (tmp_path / f"{span_rows}.csv").read_text().splitlines()
+    assert text[1] == text[summaries.SPAN_ROWS]
+    assert [line.split(",")[5:7] for line in text[1][1:]] == [["1", "3"], ["2", "2"]]  # id 1 (min 1, max 3) first
+
+
+def test_a_table_without_rowids_is_summarized_whole(tmp_path):
+    kernel_export(tmp_path / "e.sqlite", [(1, 1, 5), (2, 1, 7)], without_rowid=True)
+    assert summaries.write(str(tmp_path / "e.sqlite"), ["cuda_gpu_kern_sum"], lambda n: str(tmp_path / "k.csv")) == {}
+    assert (tmp_path / "k.csv").read_text().splitlines()[1] == "100.0,12,2,6.0,6.0,5,7,1.4,k"
+
+
 def test_an_export_is_read_where_its_path_has_uri_characters_and_is_never_changed(tmp_path):
     """The export is opened as a read-only SQLite URI: a folder named with %, ? or # is still
     that folder, and the file nsys wrote stays byte for byte as it was."""

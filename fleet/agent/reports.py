@@ -240,7 +240,10 @@ def summarize(nsys, reports, notes):
     done = [None] * len(reports)
 
     def one(i):
-        done[i] = summarize_one(nsys, reports[i])
+        try:
+            done[i] = summarize_one(nsys, reports[i])
+        except Exception as e:  # in a thread: an extra that failed is a note, never a traceback or the report's loss
+            done[i] = ([], ["the export and summaries of %s could not be made: %s" % (reports[i]["path"], e)])
     for first in range(0, len(reports), EXPORTS_AT_ONCE):
         workers = [threading.Thread(target=one, args=(i,))
                    for i in range(first, min(first + EXPORTS_AT_ONCE, len(reports)))]

@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import csv
 import decimal
+import heapq
 import io
+import itertools
 import math
 import os
 import sqlite3
@@ -35,15 +37,15 @@ HEADERS = {
 TABLES = {"cuda_gpu_kern_sum": "CUPTI_ACTIVITY_KIND_KERNEL", "cuda_api_sum": "CUPTI_ACTIVITY_KIND_RUNTIME",
           "nvtx_sum": "NVTX_EVENTS"}
 
-# Each summary's rows as (grp, style, dur), from the rows of its table between :lo and :hi (rowids):
-# one summary row per (grp, style).
+# Each summary's rows as (grp, style, dur), from the rows of its table in {span} (its rowids between
+# :lo and :hi, see SPAN): one summary row per (grp, style).
 SOURCES = {
     # A kernel by its demangled name (a StringIds id), as nsys stats names it by default.
     "cuda_gpu_kern_sum": "SELECT demangledName AS grp, NULL AS style, end - start AS dur "
-                         "FROM CUPTI_ACTIVITY_KIND_KERNEL WHERE rowid BETWEEN :lo AND :hi",
+                         "FROM CUPTI_ACTIVITY_KIND_KERNEL WHERE {span}",
     # An API call by its name (a StringIds id).
     "cuda_api_sum": "SELECT nameId AS grp, NULL AS style, end - start AS dur "
-                    "FROM CUPTI_ACTIVITY_KIND_RUNTIME WHERE rowid BETWEEN :lo AND :hi",
+                    "FROM CUPTI_ACTIVITY_KIND_RUNTIME WHERE {span}",
     # A push/pop (59, 70) or start/end (60, 71) range as DOMAIN:TEXT (":step" in the default domain),
     # its text inline or registered (textId); one never ended lasts until the last event (:last).
     "nvtx_sum": "WITH domains AS (SELECT domainId AS id, globalTid AS tid, text AS name, min(start) "
@@ -54,23 +56,28 @@ SOURCES = {
                 "FROM NVTX_EVENTS AS e LEFT JOIN domains AS d ON e.domainId = d.id "
                 "AND (e.globalTid & 0x0000FFFFFF000000) = (d.tid & 0x0000FFFFFF000000) "
                 "LEFT JOIN StringIds AS s ON s.id = e.textId "
-                "WHERE e.eventType IN (59, 60, 70, 71) AND e.rowid BETWEEN :lo AND :hi",
+                "WHERE e.eventType IN (59, 60, 70, 71) AND {span}",
 }
 LAST_EVENT = "SELECT max(max(start), max(coalesce(end, start))) FROM NVTX_EVENTS"
-# Each distinct duration of a group once, with how often it occurs: one sort in SQLite (a run of
-# small kernels has millions of rows, and far fewer distinct durations), the rest exact, in Python.
-DISTINCT = "SELECT grp, style, dur, count(*) FROM ({source}) GROUP BY grp, style, dur"
+# Where a span's rows are: between two rowids, or (a table without rowids) the whole table.
+SPAN = {"cuda_gpu_kern_sum": "rowid", "cuda_api_sum": "rowid", "nvtx_sum": "e.rowid"}
+WHOLE = None
+# Each distinct duration of a group once, with how often it occurs, in order: one sort in SQLite (a
+# run of small kernels has millions of rows, and far fewer distinct durations), the rest exact.
+DISTINCT = "SELECT grp, style, dur, count(*) FROM ({source}) GROUP BY grp, style, dur ORDER BY grp, style, dur"
 # That sort is most of a summary's time (3.4 s for the API calls of 30 s of small kernels, seen on an
 # H200 test machine), and SQLite sorts in one thread: a large table is cut into spans of rowids,
-# each sorted in a thread of its own (SQLite works without the interpreter's lock), the counts
-# then added up. Below SPAN_ROWS rows a table is one span; no summary takes more than MAX_SPANS.
+# each sorted in a thread of its own (SQLite works without the interpreter's lock), and the sorted
+# spans are read merged, in the order one sort would give. Below SPAN_ROWS rows a table is one
+# span; no summary takes more than MAX_SPANS; no more sorts run at once than the CPUs we may use.
 SPAN_ROWS = 200000
 MAX_SPANS = 8
 
 
-def open_export(path):
+def open_export(path, check_same_thread=True):
     """The export, read only: fleet never changes what nsys wrote."""
-    return sqlite3.connect("file:%s?mode=ro" % urllib.parse.quote(os.path.abspath(path)), uri=True)
+    return sqlite3.connect("file:%s?mode=ro" % urllib.parse.quote(os.path.abspath(path)), uri=True,
+                           check_same_thread=check_same_thread)
 
 
 class Group:
@@ -99,8 +106,12 @@ class Group:
 
 
 def spans(db, table, threads):
-    """The rowid spans (lo, hi) of ``table`` to sort apart, at most ``threads`` of them."""
-    lo, hi = db.execute('SELECT min(rowid), max(rowid) FROM "%s"' % table).fetchone()
+    """The rowid spans (lo, hi) of ``table`` to sort apart, at most ``threads`` of them; [WHOLE]
+    for a table without rowids."""
+    try:
+        lo, hi = db.execute('SELECT min(rowid), max(rowid) FROM "%s"' % table).fetchone()
+    except sqlite3.OperationalError:  # WITHOUT ROWID
+        return [WHOLE]
     if lo is None:
         return []
     n = max(1, min(threads, MAX_SPANS, (hi - lo + 1) // SPAN_ROWS))
@@ -108,44 +119,67 @@ def spans(db, table, threads):
     return [(a, min(a + step - 1, hi)) for a in range(lo, hi + 1, step)]
 
 
+def sqlite_order(row):
+    """A (grp, style, dur, count) row's place as SQLite orders it: NULL, numbers, text, then blobs."""
+    return tuple((0, 0) if v is None else (1, v) if isinstance(v, (int, float)) else (2, v) if isinstance(v, str)
+                 else (3, v) for v in row[:3])
+
+
+class SortedSpan:
+    """One span's distinct durations, sorted by SQLite in the thread that opens it (its first row is
+    read there, which is when SQLite sorts), then read in order from any thread."""
+
+    def __init__(self, export, summary, span, last):
+        self.db, self.rows, self.error = None, iter(()), None
+        self.args = (export, summary, span, last)
+
+    def sort(self):
+        export, summary, span, last = self.args
+        where = "1" if span is WHOLE else "%s BETWEEN :lo AND :hi" % SPAN[summary]
+        lo, hi = span if span is not WHOLE else (None, None)
+        try:
+            with SLOTS:
+                self.db = open_export(export, check_same_thread=False)
+                cursor = self.db.execute(DISTINCT.format(source=SOURCES[summary].format(span=where)),
+                                         {"lo": lo, "hi": hi, "last": last})
+                first = cursor.fetchone()
+            self.rows = itertools.chain([first], cursor) if first is not None else iter(())
+        except Exception as e:  # a thread's error is the summary's, never a traceback of its own
+            self.error = e
+
+    def close(self):
+        if self.db is not None:
+            self.db.close()
+
+
 def groups(export, db, summary, threads=1):
     """The summary's groups, each with its distinct durations in order and their counts."""
     last = db.execute(LAST_EVENT).fetchone()[0] if summary == "nvtx_sum" else None
-    parts = spans(db, TABLES[summary], threads)
-    found = [None] * len(parts)
-    failed = []
-
-    def scan(i, lo, hi):
-        try:
-            part = open_export(export)
-            try:
-                found[i] = part.execute(DISTINCT.format(source=SOURCES[summary]),
-                                        {"lo": lo, "hi": hi, "last": last}).fetchall()
-            finally:
-                part.close()
-        except sqlite3.Error as e:
-            failed.append(e)
-    if len(parts) == 1:
-        scan(0, *parts[0])
-    else:
-        workers = [threading.Thread(target=scan, args=(i, lo, hi)) for i, (lo, hi) in enumerate(parts)]
-        for w in workers:
-            w.start()
-        for w in workers:
-            w.join()
-    if failed:
-        raise failed[0]
-    counts = {}
-    for rows in found:
-        for grp, style, dur, count in rows:
-            by_dur = counts.setdefault((grp, style), {})
-            by_dur[dur] = by_dur.get(dur, 0) + count
-    out = []
-    for (grp, style), by_dur in counts.items():
-        g = Group(grp, style)
-        g.durations = sorted(by_dur.items())
-        out.append(g)
-    return out
+    parts = [SortedSpan(export, summary, span, last) for span in spans(db, TABLES[summary], threads)]
+    workers = [threading.Thread(target=p.sort) for p in parts[1:]]
+    for w in workers:
+        w.start()
+    if parts:
+        parts[0].sort()
+    for w in workers:
+        w.join()
+    try:
+        for p in parts:
+            if p.error is not None:
+                raise p.error
+        out, current = [], None
+        for grp, style, dur, count in heapq.merge(*(p.rows for p in parts), key=sqlite_order):
+            if current is None or (grp, style) != (current.grp, current.style):
+                current = Group(grp, style)
+                out.append(current)
+            if current.durations and current.durations[-1][0] == dur:  # the same duration in two spans
+                current.durations[-1] = (dur, current.durations[-1][1] + count)
+            else:
+                current.durations.append((dur, count))
+        return out
+    finally:
+        for p in parts:
+            p.close()
 
 
 def names(db, summary, grps):
@@ -224,7 +258,7 @@ def write(export, summaries, path_of):
             finally:
                 db.close()
             files.write_private(path_of(name), text)
-        except (sqlite3.Error, OSError, ValueError, TypeError, ArithmeticError) as e:
+        except Exception as e:  # a summary that cannot be made is a note, never the report's loss
             failed[name] = e
     workers = [threading.Thread(target=one, args=(name,)) for name in summaries]
     for w in workers:
@@ -235,8 +269,22 @@ def write(export, summaries, path_of):
 
 
 def cpus():
-    """The CPUs this process may run on (a Slurm job's or a cgroup's share, not the machine's)."""
+    """The CPUs this process may use: its affinity (a Slurm job's), less a cgroup v2 quota
+    (``cpu.max``, as ``docker --cpus`` sets it), at least one."""
     try:
-        return len(os.sched_getaffinity(0))
+        n = len(os.sched_getaffinity(0))
     except (AttributeError, OSError):
-        return os.cpu_count() or 1
+        n = os.cpu_count() or 1
+    try:
+        with open("/sys/fs/cgroup/cpu.max") as f:
+            quota, period = f.read().split()[:2]
+        if quota != "max":
+            n = min(n, -(-int(quota) // int(period)))
+    except (OSError, ValueError):
+        pass
+    return max(1, n)
+
+
+# The one semaphore of all the sorts this process runs at once (several reports' summaries, each in
+# spans): as many as it may use CPUs.
+SLOTS = threading.BoundedSemaphore(cpus())
