@@ -1,0 +1,104 @@
+"""The real launchers on lab servers: `fleet profile --hosts H --launcher mpirun -- mpirun ...` over a
+real OpenSSH server (tests/harness/lab.py), with Debian's openmpi-bin mpirun starting the ranks and
+nsys (the stand-in, which expands %q{VAR} in -o as nsys documents) in front of each rank. One agent
+on the host holds the checks (the plan's neighbours, the last look, the watch) for all of its ranks;
+each rank's report is named by the rank Open MPI gave it (OMPI_COMM_WORLD_RANK), gathered home and
+verified, and the run's output names each."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from fleet.agent.rundir import RunDir
+from tests.conftest import fleet_json, run_fleet
+from tests.harness.lab import fleet
+
+MPIRUN = shutil.which("mpirun")
+needs_mpirun = pytest.mark.skipif(MPIRUN is None, reason="needs Open MPI's mpirun (Debian: openmpi-bin)")
+pytestmark = pytest.mark.usefixtures("clean_gpus")
+# mpirun as the lab's root login (h02) needs --allow-run-as-root; TCP between the ranks, as in a container.
+MPI_OPTIONS = ("-np", "4", "--allow-run-as-root", "--oversubscribe", "--timeout", "120", "--mca", "btl", "self,tcp")
+# Each rank says who it is in a file of its own (four processes' lines on one pipe interleave);
+# FAIL_RANK exits 3 once the others have had their time to finish.
+WORKER = """import os, sys, time
+r = os.environ['OMPI_COMM_WORLD_RANK']
+open(os.path.join(sys.argv[1], 'said-' + r + '.txt'), 'w').write('rank %s of %s' % (r, os.environ['OMPI_COMM_WORLD_SIZE']))
+if r == sys.argv[2]:
+    time.sleep(2)
+    sys.exit(3)
+"""
+
+
+def mpi_run(lab, name, *extra, fail_rank="none", json_out=True):
+    d = lab["c"].scratch(name)
+    worker = d / "worker.py"
+    worker.write_text(WORKER)
+    worker.chmod(0o644)
+    out = fleet(lab, "--hosts", "h02", "--launcher", "mpirun", *extra, *(["--json"] if json_out else []), "--",
+                MPIRUN, *MPI_OPTIONS, "python3", str(worker), str(d), fail_rank, timeout=240)
+    return out, d, worker
+
+
+def store_manifest(lab, run_id) -> dict:
+    [path] = lab["out"].glob(f"lab/*/{run_id}/manifest.json")
+    return json.loads(path.read_text())
+
+
+@needs_mpirun
+def test_four_ranks_of_the_real_mpirun_on_a_lab_server_each_under_nsys_named_by_rank(lab):
+    out, d, worker = mpi_run(lab, "mpi-lab", json_out=False)
+    assert out.returncode == 0, out.stderr + out.stdout
+    assert [(d / f"said-{i}.txt").read_text() for i in range(4)] == [f"rank {i} of 4" for i in range(4)]
+    run_id = out.stdout.strip().splitlines()[-1].split()[1]
+    m = store_manifest(lab, run_id)
+    [h] = m["hosts"]
+    assert m["status"] == "complete" and h["status"] == "ok", h
+    assert m["request"]["launcher"] == "mpirun"
+    argv = h["plan"]["argv"]  # mpirun and its options, then nsys in front of the program: one nsys per rank
+    assert argv[:len(MPI_OPTIONS) + 1] == [MPIRUN, *MPI_OPTIONS] and argv[len(MPI_OPTIONS) + 2] == "profile"
+    reports = sorted((r for r in h["reports"] if r["status"] == "complete"), key=lambda r: r["stored"])
+    assert [Path(r["stored"]).name for r in reports] == [RunDir.label(i) + RunDir.NSYS_REPORT for i in range(4)]
+    for r in reports:
+        assert r["verified"] and Path(r["stored"]).parent.name == "h02"
+        # nsys wrapped the rank itself (python3 on the worker), never mpirun
+        assert json.loads(Path(r["stored"]).read_text())["app"] == ["python3", str(worker), str(d), "none"]
+        assert f"report:   {r['stored']} (" in out.stdout  # the run's output names each rank's report
+    # the agent's checks held for the ranks: the run's GPUs watched through it, the ranks its own
+    conditions = h["result"]["conditions"]
+    assert conditions["samples"] and h["result"]["whose"]["host"] == "h02"
+
+
+@needs_mpirun
+def test_a_rank_that_fails_fails_the_run_and_the_other_ranks_reports_are_kept(lab):
+    out, d, _ = mpi_run(lab, "mpi-lab-fail", fail_rank="1")
+    assert out.returncode == 9, out.stderr  # WORKLOAD_FAILED
+    [h] = fleet_json(out.stdout)["hosts"]
+    assert h["status"] == "workload-failed" and "exited" in h["error"], h
+    names = sorted(Path(r["stored"]).name for r in h["reports"] if r["status"] == "complete" and r["verified"])
+    assert names == [RunDir.label(i) + RunDir.NSYS_REPORT for i in range(4)]
+
+
+@pytest.mark.parametrize("args,said", [
+    (("--", "mpirun", "-np", "4", "--allow-run-as-root"), "no program found after the mpirun options"),
+    (("--", "mpirun", "-np"), "no program found after the mpirun options"),
+    (("--tool", "ncu", "--", "mpirun", "-np", "2", "prog"), "one profiler per rank"),
+    (("--gpu-metrics", "--", "mpirun", "-np", "2", "prog"), "one profiler per rank"),
+    (("--docker", "img", "--", "mpirun", "-np", "2", "prog"), "--docker do not go together"),
+])
+def test_a_launch_fleet_cannot_wrap_is_refused_in_one_line_before_any_host_is_contacted(args, said, tmp_path):
+    # No inventory, no host that exists: anything contacted would fail otherwise, and differently.
+    out = run_fleet("profile", "--store", str(tmp_path / "store"), "--hosts", "nosuchhost.invalid",
+                    "--launcher", "mpirun", *args)
+    assert out.returncode == 2 and out.stderr.count("\n") == 1 and said in out.stderr, out.stderr
+    assert out.stderr.startswith("fleet: ") and not (tmp_path / "store").exists()
+
+
+@pytest.mark.parametrize("launcher", ["srun", "ray"])
+def test_a_launcher_of_slurm_s_on_a_lab_server_is_refused(launcher, tmp_path):
+    out = run_fleet("profile", "--store", str(tmp_path / "store"), "--hosts", "nosuchhost.invalid",
+                    "--launcher", launcher, "--", "prog")
+    assert out.returncode == 2 and "on lab servers one of mpirun" in out.stderr, out.stderr
