@@ -8,38 +8,57 @@ verified, and the run's output names each."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
 
 from fleet.agent.rundir import RunDir
-from tests.conftest import fleet_json, run_fleet
-from tests.harness.lab import fleet
+from tests.conftest import REPO, fleet_json, run_fleet
+from tests.harness.lab import fleet, scenario, wait_for
+from tests.harness.procs import TENANT_USER
 
 MPIRUN = shutil.which("mpirun")
 needs_mpirun = pytest.mark.skipif(MPIRUN is None, reason="needs Open MPI's mpirun (Debian: openmpi-bin)")
 pytestmark = pytest.mark.usefixtures("clean_gpus")
 # mpirun as the lab's root login (h02) needs --allow-run-as-root; TCP between the ranks, as in a container.
 MPI_OPTIONS = ("-np", "4", "--allow-run-as-root", "--oversubscribe", "--timeout", "120", "--mca", "btl", "self,tcp")
-# Each rank says who it is in a file of its own (four processes' lines on one pipe interleave);
-# FAIL_RANK exits 3 once the others have had their time to finish.
+# Each rank says who it is in a file of its own (four processes' lines on one pipe interleave),
+# and its pid and GPUs in another; rank ARGV[2] exits 3 once the others have had time to finish;
+# with ARGV[3] "hold", every rank waits (at most 30 s) for the test's "go" file.
 WORKER = """import os, sys, time
-r = os.environ['OMPI_COMM_WORLD_RANK']
-open(os.path.join(sys.argv[1], 'said-' + r + '.txt'), 'w').write('rank %s of %s' % (r, os.environ['OMPI_COMM_WORLD_SIZE']))
+d, r = sys.argv[1], os.environ['OMPI_COMM_WORLD_RANK']
+open(os.path.join(d, 'said-' + r + '.txt'), 'w').write('rank %s of %s' % (r, os.environ['OMPI_COMM_WORLD_SIZE']))
+open(os.path.join(d, 'pid-' + r + '.txt'), 'w').write('%d %s' % (os.getpid(), os.environ.get('CUDA_VISIBLE_DEVICES')))
+deadline = time.time() + 30
+while sys.argv[3] == 'hold' and not os.path.exists(os.path.join(d, 'go')) and time.time() < deadline:
+    time.sleep(0.05)
 if r == sys.argv[2]:
     time.sleep(2)
     sys.exit(3)
 """
 
 
-def mpi_run(lab, name, *extra, fail_rank="none", json_out=True):
+def worker_in(lab, name):
     d = lab["c"].scratch(name)
     worker = d / "worker.py"
     worker.write_text(WORKER)
     worker.chmod(0o644)
-    out = fleet(lab, "--hosts", "h02", "--launcher", "mpirun", *extra, *(["--json"] if json_out else []), "--",
-                MPIRUN, *MPI_OPTIONS, "python3", str(worker), str(d), fail_rank, timeout=240)
+    return d, worker
+
+
+def fleet_argv(worker, d, fail_rank="none", hold="run", *extra, json_out=True):
+    return ["--hosts", "h02", "--launcher", "mpirun", *extra, *(["--json"] if json_out else []), "--",
+            MPIRUN, *MPI_OPTIONS, "python3", str(worker), str(d), fail_rank, hold]
+
+
+def mpi_run(lab, name, *extra, fail_rank="none", json_out=True):
+    d, worker = worker_in(lab, name)
+    out = fleet(lab, *fleet_argv(worker, d, fail_rank, "run", *extra, json_out=json_out), timeout=240)
     return out, d, worker
 
 
@@ -65,11 +84,44 @@ def test_four_ranks_of_the_real_mpirun_on_a_lab_server_each_under_nsys_named_by_
     for r in reports:
         assert r["verified"] and Path(r["stored"]).parent.name == "h02"
         # nsys wrapped the rank itself (python3 on the worker), never mpirun
-        assert json.loads(Path(r["stored"]).read_text())["app"] == ["python3", str(worker), str(d), "none"]
+        assert json.loads(Path(r["stored"]).read_text())["app"] == ["python3", str(worker), str(d), "none", "run"]
         assert f"report:   {r['stored']} (" in out.stdout  # the run's output names each rank's report
     # the agent's checks held for the ranks: the run's GPUs watched through it, the ranks its own
     conditions = h["result"]["conditions"]
     assert conditions["samples"] and h["result"]["whose"]["host"] == "h02"
+
+
+@needs_mpirun
+def test_the_watch_tells_every_rank_as_the_run_s_own_and_notes_a_newcomer_beside_them(lab):
+    """The host's one agent watches the GPU through the run: the four ranks (mpirun's children's
+    children) are the workload's own, another user's process that arrives is a newcomer."""
+    d, worker = worker_in(lab, "mpi-lab-watch")
+    proc = subprocess.Popen([sys.executable, "-m", "fleet", "profile", "--store", str(lab["out"]), "--gpu", "0",
+                             *fleet_argv(worker, d, "none", "hold")], env={**os.environ, **lab["c"].env()},
+                            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_for(lambda: all((d / f"pid-{i}.txt").exists() and (d / f"pid-{i}.txt").read_text() for i in range(4)),
+                 timeout=60)
+        ranks = {int((d / f"pid-{i}.txt").read_text().split()[0]): i for i in range(4)}
+        assert {(d / f"pid-{i}.txt").read_text().split()[1] for i in range(4)} == {"GPU-h02-0"}  # --gpu reached each
+        on_gpu = [{"kind": "compute", "pid": pid, "mem": 200 << 20} for pid in ranks]
+        scenario(lab, "h02", on_gpu)
+        time.sleep(1.5)  # the watch has seen the ranks alone on the GPU
+        scenario(lab, "h02", [*on_gpu, {"kind": "compute", "pid": lab["tenant"], "mem": 1 << 30}])
+        time.sleep(1.5)
+        (d / "go").write_text("")
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0, err
+    [h] = fleet_json(out)["hosts"]
+    seen = {p["pid"]: p for s in h["result"]["conditions"]["samples"] for p in s["processes"]}
+    assert all(seen[pid]["own"] is True for pid in ranks), seen
+    assert seen[lab["tenant"]]["own"] is False
+    [note] = [n for n in h["result"]["notes"] if "newcomer" in n]
+    assert f"pid {lab['tenant']} ({TENANT_USER}" in note
 
 
 @needs_mpirun
