@@ -8,9 +8,10 @@ have the profiler put in front of each worker, not in front of itself: nsys in f
 says, and nowhere else.
 
 On a lab server the host's one agent runs ``mpirun OPTS nsys profile -o
-HOST/rank%q{OMPI_COMM_WORLD_RANK} ... -- PROGRAM``: the launcher starts one nsys per rank, as Nsight
-Systems' guide runs MPI, and nsys names each rank's report in that rank's own process, from the
-variable the launcher gave it (``RunDir.rank_report``). One agent per host, not one per rank as in
+HOST/rank%q{OMPI_COMM_WORLD_RANK} ... -- PROGRAM`` (torchrun: ``torchrun OPTS --no-python nsys ...
+-- PYTHON SCRIPT``, :func:`lab_launch`): the launcher starts one nsys per rank, as Nsight Systems'
+guide runs MPI, and nsys names each rank's report in that rank's own process, from the variable
+the launcher gave it (``RunDir.rank_report``). One agent per host, not one per rank as in
 a Slurm job (fleet/agent/task.py), because on a lab server there is no job to tell the ranks from
 tenants: ranks planning each on their own would count the others as neighbours, and the host's
 GPU locks, owned state, last-moment check and watch are then held once for all of its ranks. For
@@ -97,3 +98,56 @@ def command_problem(launcher: str, command) -> str | None:
             return ("with --launcher torchrun, --run-path runs the script inside torchrun's own worker Python, "
                     "where fleet cannot put the profiler in front of it: leave --run-path out")
     return None
+
+
+def torchrun_python(command: list[str]) -> tuple[str, ...]:
+    """Bash setting FLEET_PYTHON to the interpreter torchrun runs a script with: PYTHON_EXEC, else
+    its own (torch/distributed/run.py: sys.executable), which is the python of `python -m
+    torch.distributed.run`, or the one on the `torchrun` entry point's #! line (the H200's
+    workers ran /opt/torch/.venv/bin/python, not PATH's python3:
+    tests/fixtures/launchers-h200/torchrun-workers/); python3 where that cannot be read."""
+    if _python_m(command):
+        return ('FLEET_PYTHON=${PYTHON_EXEC:-${COMMAND[0]}}',)
+    return ('FLEET_PYTHON=${PYTHON_EXEC:-python3}',
+            'if [ -z "${PYTHON_EXEC:-}" ] && FLEET_LAUNCHER=$(command -v -- "${COMMAND[0]}") && '
+            '[ -f "$FLEET_LAUNCHER" ] && IFS= read -r FLEET_SHEBANG < "$FLEET_LAUNCHER" && '
+            '[[ $FLEET_SHEBANG == "#!"* ]]; then',
+            '    read -r -a FLEET_SHEBANG <<< "${FLEET_SHEBANG:2}"',
+            '    case "${FLEET_SHEBANG[0]##*/}" in',
+            '        python*) FLEET_PYTHON=${FLEET_SHEBANG[0]} ;;',
+            '        env) [[ "${FLEET_SHEBANG[1]:-}" == python* ]] && FLEET_PYTHON=${FLEET_SHEBANG[1]} ;;',
+            '    esac',
+            'fi')
+
+
+def _python_m(command: list[str]) -> bool:
+    """torchrun started as ``python -m torch.distributed.run``: python's -m is not torchrun's."""
+    return len(command) > 2 and command[1] == "-m" and os.path.basename(command[0]).startswith("python")
+
+
+def torchrun_modules(command: list[str], k: int) -> list[int]:
+    """Where torchrun's own -m/--module stand among its options (``k``: where they end)."""
+    return [i for i in range(_options_start(command, "torchrun"), k) if command[i] in ("-m", "--module")]
+
+
+# What stands for the worker's Python in a lab server's torchrun plan, until the node says which it is.
+PYTHON_WORD = "PYTHON"
+
+
+def lab_launch(launcher: str, command: list[str]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(the words that start one profiler per rank on a lab server, what follows the profiler's
+    ``--``): ``mpirun OPTS`` and the program; for torchrun, as the batch script does it, its
+    options (less its -m) and ``--no-python``, then the Python torchrun would run the script with
+    (-m module) and the script. That Python is the node's: a bash line of :func:`torchrun_python`
+    finds it there and puts it for PYTHON_WORD, the word that many from the end, then execs."""
+    k = script_index(command, launcher)
+    if launcher != "torchrun":
+        return tuple(command[:k]), tuple(command[k:])
+    modules = torchrun_modules(command, k)
+    words = tuple(w for i, w in enumerate(command[:k]) if i not in modules)
+    if any(w in ("--no-python", "--no_python") for w in words):  # the program is run as it is given
+        return words, tuple(command[k:])
+    program = (PYTHON_WORD, *(["-m"] if modules else []), *command[k:])
+    script = "\n".join(('n=$1; shift; COMMAND=("$@")', *torchrun_python(command),
+                        'COMMAND[${#COMMAND[@]}-n]=$FLEET_PYTHON', 'exec "${COMMAND[@]}"'))
+    return ("bash", "-c", script, "fleet-torchrun", str(len(program)), *words, "--no-python"), program

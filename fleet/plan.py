@@ -101,7 +101,8 @@ class LabPart:
     lock_wait: float = 0.0                      # seconds to wait for another run's GPU lock
     docker_image: str | None = None             # the workload runs in this image (fleet.containers)
     launcher: str | None = None                 # --launcher: what starts the ranks (mpirun), None: the command itself
-    program_at: int | None = None               # where the launcher's options end (fleet.launchers.script_index)
+    starts: tuple[str, ...] = ()                # with it, what starts a profiler per rank (fleet.launchers.lab_launch)
+    program: tuple[str, ...] = ()               # ... and what each profiler runs
 
 
 @dataclass(frozen=True)
@@ -115,7 +116,8 @@ class RankPart:
 
 # The keys of the flat record (``to_json``, a run's manifest), in its order.
 RECORD = ("tool", "command", "run_id", "gpus", "gpu_metrics", "allow_own", "pause_dcgm", "profiler_args",
-          "timeout", "lock_wait", "clock_control", "output_name", "job", "docker_image", "launcher", "program_at")
+          "timeout", "lock_wait", "clock_control", "output_name", "job", "docker_image", "launcher", "starts",
+          "program")
 
 
 @dataclass(frozen=True)
@@ -164,8 +166,12 @@ class ProfileRequest:
         return self.lab.launcher if self.lab else None
 
     @property
-    def program_at(self) -> int | None:
-        return self.lab.program_at if self.lab else None
+    def starts(self) -> tuple[str, ...]:
+        return self.lab.starts if self.lab else ()
+
+    @property
+    def program(self) -> tuple[str, ...]:
+        return self.lab.program if self.lab else ()
 
     @property
     def output_name(self) -> str | None:
@@ -188,8 +194,8 @@ class ProfileRequest:
         for key in ("command", "profiler_args"):
             kw[key] = tuple(kw.get(key) or ())
         lab = LabPart(**{f.name: doc[f.name] for f in fields(LabPart) if f.name in doc})
-        if lab.gpus is not None:
-            lab = replace(lab, gpus=tuple(lab.gpus))
+        lab = replace(lab, gpus=tuple(lab.gpus) if lab.gpus is not None else None, starts=tuple(lab.starts or ()),
+                      program=tuple(lab.program or ()))
         return cls(**kw, lab=lab if lab != LabPart() else None)
 
 
@@ -340,9 +346,9 @@ def plan(host: str, state: policy.NodeState, req: ProfileRequest, owned_sysctls:
 
 def _launched(host: str, req: ProfileRequest, run_dir: str) -> tuple[tuple[str, ...], tuple[str, ...], str]:
     """(what starts the profilers, the program, the output name). With --launcher on a lab server, a
-    profiler per rank: ``mpirun OPTS nsys profile -o HOST/rank%q{OMPI_COMM_WORLD_RANK} -- PROGRAM``,
-    one agent holding the host's checks for all of them (why: :mod:`fleet.launchers`)."""
+    profiler per rank: ``mpirun OPTS nsys profile -o HOST/rank%q{OMPI_COMM_WORLD_RANK} -- PROGRAM``
+    (the words made on the controller, fleet.launchers.lab_launch), one agent holding the host's
+    checks for all of them (why: :mod:`fleet.launchers`)."""
     if req.launcher is None:
         return (), req.command, f"{run_dir}/{req.output_name or host + '-%p'}"
-    name = RunDir(run_dir).node(host).file(RunDir.rank_report(req.launcher))
-    return req.command[:req.program_at], req.command[req.program_at:], name
+    return req.starts, req.program, RunDir(run_dir).node(host).file(RunDir.rank_report(req.launcher))

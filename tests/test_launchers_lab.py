@@ -153,4 +153,43 @@ def test_a_launch_fleet_cannot_wrap_is_refused_in_one_line_before_any_host_is_co
 def test_a_launcher_of_slurm_s_on_a_lab_server_is_refused(launcher, tmp_path):
     out = run_fleet("profile", "--store", str(tmp_path / "store"), "--hosts", "nosuchhost.invalid",
                     "--launcher", launcher, "--", "prog")
-    assert out.returncode == 2 and "on lab servers one of mpirun" in out.stderr, out.stderr
+    assert out.returncode == 2 and "on lab servers one of mpirun, torchrun" in out.stderr, out.stderr
+
+
+TORCH_WORKER = """import os, sys
+open(os.path.join(sys.argv[1], 'rank-' + os.environ['RANK'] + '.txt'), 'w').write(
+    '%s %s %s' % (os.environ['LOCAL_RANK'], os.environ['WORLD_SIZE'], sys.executable))
+"""
+
+
+def test_torchrun_on_a_lab_server_runs_each_worker_under_nsys_named_by_rank(lab):
+    """torchrun (the stand-in, with the real one's options and workers' environment) with
+    --no-python in front of nsys, which runs the Python torchrun would have run: python3 here,
+    from the stand-in's #! line, found on the node by the batch script's own rule."""
+    d = lab["c"].scratch("torchrun-lab")
+    worker = d / "train.py"
+    worker.write_text(TORCH_WORKER)
+    worker.chmod(0o644)
+    out = fleet(lab, "--hosts", "h02", "--launcher", "torchrun", "--json", "--",
+                "torchrun", "--standalone", "--nproc-per-node", "2", str(worker), str(d), timeout=240)
+    assert out.returncode == 0, out.stderr
+    [h] = fleet_json(out.stdout)["hosts"]
+    assert h["status"] == "ok", h
+    said = sorted((d / f"rank-{i}.txt").read_text().split()[:2] for i in range(2))
+    assert said == [["0", "2"], ["1", "2"]]
+    reports = sorted((r for r in h["reports"] if r["status"] == "complete"), key=lambda r: r["stored"])
+    assert [Path(r["stored"]).name for r in reports] == [RunDir.label(i) + RunDir.NSYS_REPORT for i in range(2)]
+    for r in reports:
+        assert r["verified"]
+        assert json.loads(Path(r["stored"]).read_text())["app"] == ["python3", str(worker), str(d)]
+    argv = h["plan"]["argv"]
+    assert argv[argv.index("--no-python") - 4:argv.index("--no-python")] == ["torchrun", "--standalone",
+                                                                              "--nproc-per-node", "2"]
+
+
+def test_torchrun_without_a_script_or_with_run_path_is_refused_before_any_host(tmp_path):
+    for args, said in ((("torchrun", "--nproc-per-node", "2"), "no program found after the torchrun options"),
+                       (("torchrun", "--run-path", "x.py"), "leave --run-path out")):
+        out = run_fleet("profile", "--store", str(tmp_path / "store"), "--hosts", "nosuchhost.invalid",
+                        "--launcher", "torchrun", "--", *args)
+        assert out.returncode == 2 and said in out.stderr and out.stderr.count("\n") == 1, out.stderr

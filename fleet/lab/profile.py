@@ -34,7 +34,7 @@ RESULT_LIMIT = 64 << 20  # bytes of the agent's result line; a node sending more
 FINISH_TIMEOUT = 3600.0
 GATHER_TIMEOUT = 60.0  # reading one small result file
 # The launchers a lab server's run starts its ranks with (--launcher), each rank under its own profiler.
-LAB_LAUNCHERS = ("mpirun",)
+LAB_LAUNCHERS = ("mpirun", "torchrun")
 
 
 @dataclass
@@ -118,8 +118,8 @@ def with_launcher(req: ProfileRequest, launcher: str) -> ProfileRequest:
     if req.docker_image:
         raise launchers.LauncherError(f"--launcher {launcher} and --docker do not go together yet: {launcher} "
                                       "would have to be in the image; leave out one of them")
-    return replace(req, lab=replace(req.lab or LabPart(), launcher=launcher,
-                                    program_at=launchers.script_index(list(req.command), launcher)))
+    starts, program = launchers.lab_launch(launcher, list(req.command))
+    return replace(req, lab=replace(req.lab or LabPart(), launcher=launcher, starts=starts, program=program))
 
 
 async def plan_all(fan: "Fanout", hosts: list["Host"], req: ProfileRequest) -> dict[str, HostRun]:

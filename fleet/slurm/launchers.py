@@ -19,7 +19,7 @@ from ..agent.rundir import RunDir
 from ..containers import Container, slurm_words
 # Where each launcher's options end, shared with the lab servers' path; named here as before.
 from ..launchers import (LAUNCHERS, MPIRUN_TWO_VALUES, MPIRUN_VALUE, TORCHRUN_FLAGS, LauncherError,  # noqa: F401
-                         _options_start, command_problem, script_index)
+                         _options_start, command_problem, script_index, torchrun_modules, torchrun_python)
 from ..safenames import check_text, quote
 from ..plan import profiler_args_error
 
@@ -95,7 +95,7 @@ def launch(launcher: str, command: list[str], agent: list[str], run_dir: str, co
         # python torchrun would have run (python -m for a module: torchrun's own -m cannot go
         # with --no-python, so it moves; the interpreter's, in python -m torch.distributed.run, stays).
         # In a container, the container's python3: the node's torchrun may not be the one inside.
-        modules = [i for i in range(_options_start(command, launcher), k) if command[i] in ("-m", "--module")]
+        modules = torchrun_modules(command, k)
         no_python = any(w in ("--no-python", "--no_python") for w in command[:k])
         python = "\"$FLEET_PYTHON\"" if not container else "python3"
         python = "" if no_python else (f"{python} -m " if modules else f"{python} ")
@@ -127,31 +127,6 @@ def launch(launcher: str, command: list[str], agent: list[str], run_dir: str, co
                        "# Each worker's report is worker-HOST-PID; whose it is (actor or task) is beside it."),
                       "\"${COMMAND[@]}\"")
     raise LauncherError(f"unknown launcher {launcher!r}: one of {', '.join(LAUNCHERS)}")
-
-
-def torchrun_python(command: list[str]) -> tuple[str, ...]:
-    """Bash setting FLEET_PYTHON to the interpreter torchrun runs a script with: PYTHON_EXEC, else
-    its own (torch/distributed/run.py: sys.executable), which is the python of `python -m
-    torch.distributed.run`, or the one on the `torchrun` entry point's #! line (the H200's
-    workers ran /opt/torch/.venv/bin/python, not PATH's python3:
-    tests/fixtures/launchers-h200/torchrun-workers/); python3 where that cannot be read."""
-    if _python_m(command):
-        return ('FLEET_PYTHON=${PYTHON_EXEC:-${COMMAND[0]}}',)
-    return ('FLEET_PYTHON=${PYTHON_EXEC:-python3}',
-            'if [ -z "${PYTHON_EXEC:-}" ] && FLEET_LAUNCHER=$(command -v -- "${COMMAND[0]}") && '
-            '[ -f "$FLEET_LAUNCHER" ] && IFS= read -r FLEET_SHEBANG < "$FLEET_LAUNCHER" && '
-            '[[ $FLEET_SHEBANG == "#!"* ]]; then',
-            '    read -r -a FLEET_SHEBANG <<< "${FLEET_SHEBANG:2}"',
-            '    case "${FLEET_SHEBANG[0]##*/}" in',
-            '        python*) FLEET_PYTHON=${FLEET_SHEBANG[0]} ;;',
-            '        env) [[ "${FLEET_SHEBANG[1]:-}" == python* ]] && FLEET_PYTHON=${FLEET_SHEBANG[1]} ;;',
-            '    esac',
-            'fi')
-
-
-def _python_m(command: list[str]) -> bool:
-    """torchrun started as ``python -m torch.distributed.run``: python's -m is not torchrun's."""
-    return len(command) > 2 and command[1] == "-m" and os.path.basename(command[0]).startswith("python")
 
 
 def _slices(start: int, end: int, drop: list[int]) -> str:
