@@ -86,6 +86,7 @@ def test_four_ranks_of_the_real_mpirun_on_a_lab_server_each_under_nsys_named_by_
         # nsys wrapped the rank itself (python3 on the worker), never mpirun
         assert json.loads(Path(r["stored"]).read_text())["app"] == ["python3", str(worker), str(d), "none", "run"]
         assert f"report:   {r['stored']} (" in out.stdout  # the run's output names each rank's report
+    assert "reports: 4 complete" in out.stdout.splitlines()  # each rank's report counted, not the host once
     # the agent's checks held for the ranks: the run's GPUs watched through it, the ranks its own
     conditions = h["result"]["conditions"]
     assert conditions["samples"] and h["result"]["whose"]["host"] == "h02"
