@@ -126,6 +126,36 @@ def test_the_watch_tells_every_rank_as_the_run_s_own_and_notes_a_newcomer_beside
 
 
 @needs_mpirun
+def test_fleet_gather_brings_every_rank_s_report_home_after_fleet_was_killed(lab, tmp_path):
+    """fleet dies mid-run; the host's agent finishes the ranks and leaves its result beside their
+    reports, in the host's folder, where `fleet gather` reads it and brings all four home."""
+    store_root = tmp_path / "store"
+    d, worker = worker_in(lab, "mpi-lab-gather")
+    proc = subprocess.Popen([sys.executable, "-m", "fleet", "profile", "--store", str(store_root),
+                             *fleet_argv(worker, d, "none", "hold", json_out=False)],
+                            env={**os.environ, **lab["c"].env()}, cwd=REPO,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_for(lambda: all((d / f"pid-{i}.txt").exists() for i in range(4)), timeout=60)
+    finally:
+        proc.kill()  # fleet dies before any report comes home
+        proc.wait()
+    [manifest_path] = store_root.glob("lab/*/*/manifest.json")
+    manifest = json.loads(manifest_path.read_text())
+    assert manifest["status"] == "running" and not manifest["hosts"][0]["reports"]
+    (d / "go").write_text("")
+    output = manifest["hosts"][0]["plan"]["output"]
+    result_file = Path(RunDir(os.path.dirname(output)).result("h02"))
+    wait_for(lambda: result_file.exists(), timeout=60)  # the node's agent finished on its own
+    out = run_fleet("gather", manifest["run_id"], "--store", str(store_root), env=lab["c"].env())
+    assert out.returncode == 0, out.stdout + out.stderr
+    manifest = json.loads(manifest_path.read_text())
+    [h] = manifest["hosts"]
+    names = sorted(Path(r["stored"]).name for r in h["reports"] if r["status"] == "complete" and r["verified"])
+    assert manifest["status"] == "complete" and names == [RunDir.label(i) + RunDir.NSYS_REPORT for i in range(4)]
+
+
+@needs_mpirun
 def test_a_rank_that_fails_fails_the_run_and_the_other_ranks_reports_are_kept(lab):
     out, d, _ = mpi_run(lab, "mpi-lab-fail", fail_rank="1")
     assert out.returncode == 9, out.stderr  # WORKLOAD_FAILED
