@@ -53,7 +53,6 @@ MPIRUN_VALUE = OPENMPI_VALUE | HYDRA_VALUE
 MPIRUN_TWO_VALUES = OPENMPI_TWO_VALUES | HYDRA_TWO_VALUES
 
 
-
 class LauncherError(ContainerError):
     """The command does not look like the launcher it was said to be."""
 
