@@ -224,3 +224,33 @@ def test_torchrun_without_a_script_or_with_run_path_is_refused_before_any_host(t
         out = run_fleet("profile", "--store", str(tmp_path / "store"), "--hosts", "nosuchhost.invalid",
                         "--launcher", "torchrun", "--", *args)
         assert out.returncode == 2 and said in out.stderr and out.stderr.count("\n") == 1, out.stderr
+
+
+@pytest.mark.parametrize("interpreter, python_exec, want", [
+    ("venv/bin/python", None, "{tmp}/venv/bin/python"),      # torchrun's #! line names its python
+    ("env python3.99", None, "python3.99"),                  # #!/usr/bin/env pythonX: that name, from PATH
+    ("venv/bin/python", "/opt/other/bin/python", "/opt/other/bin/python"),  # PYTHON_EXEC wins, as in torchrun
+])
+def test_the_lab_torchrun_line_puts_the_python_torchrun_would_run_before_the_script(tmp_path, interpreter,
+                                                                                    python_exec, want):
+    """The words fleet plans for a lab server's torchrun, run by bash as the node's agent runs them:
+    bash finds the worker's Python by the batch script's own rule, then execs torchrun."""
+    from fleet.launchers import PYTHON_WORD, lab_launch
+
+    (tmp_path / "venv" / "bin").mkdir(parents=True)
+    said = tmp_path / "argv"
+    recorder = f"#!/bin/sh\nprintf '%s\\n' \"$@\" > {said}\n"  # what torchrun would have been started with
+    for name in ("venv/bin/python", "python3.99"):
+        (tmp_path / name).write_text(recorder)
+        (tmp_path / name).chmod(0o755)
+    shebang = f"#!{tmp_path}/{interpreter}" if "/" in interpreter else f"#!/usr/bin/env {interpreter.split()[1]}"
+    (tmp_path / "torchrun").write_text(shebang + "\n")
+    (tmp_path / "torchrun").chmod(0o755)
+    starts, program = lab_launch("torchrun", ["torchrun", "--nproc-per-node", "2", "-m", "pkg.train", "--lr", "1"])
+    assert program == (PYTHON_WORD, "-m", "pkg.train", "--lr", "1")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHON_EXEC"}
+    env.update(PATH=f"{tmp_path}:{os.environ['PATH']}", **({"PYTHON_EXEC": python_exec} if python_exec else {}))
+    subprocess.run([*starts, "NSYS", "profile", "--", *program], env=env, check=True, timeout=30)
+    assert said.read_text().splitlines() == [
+        str(tmp_path / "torchrun"), "--nproc-per-node", "2", "--no-python", "NSYS", "profile", "--",
+        want.format(tmp=tmp_path), "-m", "pkg.train", "--lr", "1"]
