@@ -90,6 +90,7 @@ def test_four_ranks_of_the_real_mpirun_on_a_lab_server_each_under_nsys_named_by_
     # the agent's checks held for the ranks: the run's GPUs watched through it, the ranks its own
     conditions = h["result"]["conditions"]
     assert conditions["samples"] and h["result"]["whose"]["host"] == "h02"
+    assert h["result"]["whose"]["launcher"] == "mpirun"
 
 
 @needs_mpirun

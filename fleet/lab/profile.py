@@ -191,7 +191,9 @@ async def run_planned(fan: "Fanout", hosts: list["Host"], runs: dict[str, HostRu
     async def one(host: "Host") -> Result:
         run = runs[host.name]
         sink = LineSink(host.name, len(todo) > 1, write)
-        argv, stdin = agentcall.agent_call(host, {"mode": "profile", "plan": run.plan.to_json()})
+        # The launcher is said in the result's whose, as a Slurm rank's is: each rank's report beside it.
+        context = {"whose": {"launcher": req.launcher}} if req.launcher else {}
+        argv, stdin = agentcall.agent_call(host, {"mode": "profile", "plan": run.plan.to_json(), "context": context})
         r = await fan.run(host, argv, input=stdin, sink=sink, stop=stop, timeout=bound)
         sink.flush()
         run.result = sink.result
