@@ -29,13 +29,16 @@ pytestmark = pytest.mark.usefixtures("clean_gpus")
 MPI_OPTIONS = ("-np", "4", "--allow-run-as-root", "--oversubscribe", "--timeout", "120", "--mca", "btl", "self,tcp")
 # Each rank says who it is in a file of its own (four processes' lines on one pipe interleave),
 # and its pid and GPUs in another; rank ARGV[2] exits 3 once the others have had time to finish;
-# with ARGV[3] "hold", every rank waits (at most 30 s) for the test's "go" file.
-WORKER = """import os, sys, time
+# with ARGV[3] "hold", every rank waits (at most 30 s) for the test's "go" file; with "slow-stop" too,
+# and a SIGTERM then takes it 2 s to act on, as a program that saves its state first.
+WORKER = """import os, signal, sys, time
 d, r = sys.argv[1], os.environ['OMPI_COMM_WORLD_RANK']
+if sys.argv[3] == 'slow-stop':
+    signal.signal(signal.SIGTERM, lambda s, f: (time.sleep(2), sys.exit(0)))
 open(os.path.join(d, 'said-' + r + '.txt'), 'w').write('rank %s of %s' % (r, os.environ['OMPI_COMM_WORLD_SIZE']))
 open(os.path.join(d, 'pid-' + r + '.txt'), 'w').write('%d %s' % (os.getpid(), os.environ.get('CUDA_VISIBLE_DEVICES')))
 deadline = time.time() + 30
-while sys.argv[3] == 'hold' and not os.path.exists(os.path.join(d, 'go')) and time.time() < deadline:
+while sys.argv[3] in ('hold', 'slow-stop') and not os.path.exists(os.path.join(d, 'go')) and time.time() < deadline:
     time.sleep(0.05)
 if r == sys.argv[2]:
     time.sleep(2)
@@ -154,6 +157,19 @@ def test_fleet_gather_brings_every_rank_s_report_home_after_fleet_was_killed(lab
     [h] = manifest["hosts"]
     names = sorted(Path(r["stored"]).name for r in h["reports"] if r["status"] == "complete" and r["verified"])
     assert manifest["status"] == "complete" and names == [RunDir.label(i) + RunDir.NSYS_REPORT for i in range(4)]
+
+
+@needs_mpirun
+def test_ranks_stopped_at_the_timeout_keep_their_reports_though_they_take_time_to_stop(lab):
+    """fleet's signal at --timeout goes to each rank's nsys itself, not to mpirun: Open MPI would pass
+    it on and SIGKILL the ranks a second later, before a rank slow to stop has let nsys write its report."""
+    d, worker = worker_in(lab, "mpi-lab-stop")
+    # -X --delay: nsys's --duration would not count from the start, so the agent signals at the timeout
+    out = fleet(lab, *fleet_argv(worker, d, "none", "slow-stop", "--timeout", "3", "-X", "--delay=0"), timeout=240)
+    [h] = fleet_json(out.stdout)["hosts"]
+    names = sorted(Path(r["stored"]).name for r in h["reports"] if r["status"] == "complete" and r["verified"])
+    assert names == [RunDir.label(i) + RunDir.NSYS_REPORT for i in range(4)], (out.stderr, h)
+    assert any("stopped at its time limit" in n for n in h["result"]["notes"]), h["result"]["notes"]
 
 
 @needs_mpirun

@@ -19,10 +19,11 @@ import sys
 import time
 
 try:  # as shipped by fleet, every module travels under a flat name
+    import fleet_agent_procs as procs
     import fleet_agent_wire as wire
     import fleet_agent_workload as workload
 except ImportError:  # as part of the installed package (tests, the local machine)
-    from . import wire, workload
+    from . import procs, wire, workload
 
 STOP_GRACE = 30.0  # seconds between repeated stop signals
 KILL_AFTER = 600.0  # a profiler still alive this long after the first stop is wedged: SIGKILL, finish its .qdstrm
@@ -90,7 +91,7 @@ def run_profiler(plan, relay, stop_requested, watch=None):
     sel.register(proc.stderr, selectors.EVENT_READ, sys.stderr.buffer)
     by_nsys = plan.stopped_by_nsys()
     deadline = started + plan.timeout + (NSYS_BACKSTOP if by_nsys else 0) if plan.timeout else None
-    ran, stops = Ran(), Stops(plan.tool)
+    ran, stops = Ran(), Stops(plan.tool, lambda: rank_profilers(plan, proc))
     duration_up = False
     open_streams = 2
     while open_streams and (ran.exited_at is None or time.monotonic() - ran.exited_at < PIPE_GRACE) or proc.poll() is None:
@@ -132,8 +133,8 @@ class Stops:
     for one wedged KILL_AFTER seconds; yielding to a newcomer comes first and escalates sooner,
     since each second the counters stay programmed is one the newcomer pays for."""
 
-    def __init__(self, tool):
-        self.tool, self.why = tool, None
+    def __init__(self, tool, ranks=lambda: []):
+        self.tool, self.why, self.ranks = tool, None, ranks
         self.first = self.last = self.yielded = None
         self.killed = False
 
@@ -142,7 +143,7 @@ class Stops:
             return
         if self.first is None:
             self.first, self.why = now, why
-        stop(proc, self.tool, kill=now - self.first >= KILL_AFTER)
+        stop(proc, self.tool, kill=now - self.first >= KILL_AFTER, ranks=self.ranks)
         self.last = now
 
     def yield_to_newcomer(self, proc, now):
@@ -155,19 +156,31 @@ class Stops:
             self.last, self.killed = now, True
 
 
-def stop(proc, tool, kill=False):
-    """nsys: SIGTERM to nsys alone, which stops the application and writes the report.
-    ncu: SIGINT to its process group, as Ctrl-C in a terminal would. Only a profiler
-    that ignored that for KILL_AFTER seconds gets SIGKILL (its .qdstrm is finished after)."""
-    try:
-        if kill:
-            os.killpg(proc.pid, signal.SIGKILL)
-        elif tool == "nsys":
-            os.kill(proc.pid, signal.SIGTERM)
-        else:
-            os.killpg(proc.pid, signal.SIGINT)
-    except ProcessLookupError:
-        pass
+def stop(proc, tool, kill=False, ranks=lambda: []):
+    """nsys: SIGTERM to nsys alone, which stops the application and writes the report (under a
+    launcher, to each rank's nsys: ``ranks``). ncu: SIGINT to its process group, as Ctrl-C in a
+    terminal would. Only a profiler that ignored that for KILL_AFTER seconds gets SIGKILL (its
+    .qdstrm is finished after)."""
+    for pid in ([] if kill or tool != "nsys" else ranks()) or [proc.pid]:
+        try:
+            if kill:
+                os.killpg(pid, signal.SIGKILL)
+            elif tool == "nsys":
+                os.kill(pid, signal.SIGTERM)
+            else:
+                os.killpg(pid, signal.SIGINT)
+        except ProcessLookupError:
+            pass
+
+
+def rank_profilers(plan, proc):
+    """The profilers a launcher started for its ranks (``mpirun OPTS nsys profile --output=...``),
+    found by their own words below it: a stop goes to each, never to the launcher, since Open MPI's
+    mpirun passes a SIGTERM on and SIGKILLs its ranks a second later (odls_base_sigkill_timeout,
+    seen with 4.1: a rank's SIGTERM trap never finished), before nsys has written the report."""
+    if not plan.command.launcher:
+        return []
+    return procs.started_below(proc.pid, (*plan.command.profiler[1:], *plan.command.fleet_flags))
 
 
 def yield_action(tool, ran):
