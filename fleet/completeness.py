@@ -21,7 +21,7 @@ Refused and stopped hosts ran nothing and have no class. Pure: the controller's,
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Iterable
 
 if TYPE_CHECKING:
@@ -128,12 +128,31 @@ def line(entry: "HostEntry") -> str | None:
     return f"whole:    {verdict.cls}" + (f": {verdict.why}" if verdict.why else "")
 
 
+def per_report(entry: "HostEntry") -> list[Verdict]:
+    """The class of each report an entry stands for: one per host or rank, and one per rank's
+    report on a lab server whose launcher started the ranks under the host's one agent (its plan's
+    ``launcher`` words, fleet.launchers), each with its own summaries (named from its report)."""
+    result, plan = entry.result, entry.plan
+    launched = isinstance(plan, dict) and isinstance(plan.get("command"), dict) and plan["command"].get("launcher")
+    reports = [r for r in (result or {}).get("reports") or [] if isinstance(r, dict)] if launched else []
+    if len(reports) < 2:
+        verdict = classify(entry)
+        return [verdict] if verdict is not None else []
+    summaries = [s for s in result.get("summaries") or [] if isinstance(s, dict) and isinstance(s.get("path"), str)]
+    found = []
+    for rep in reports:
+        stem = str(rep.get("path", "")).rsplit(".", 1)[0]
+        own = [s for s in summaries if s["path"].startswith((stem + "_", stem + "."))]
+        verdict = classify(replace(entry, result=dict(result, reports=[rep], summaries=own)))
+        found += [verdict] if verdict is not None else []
+    return found
+
+
 def run_lines(hosts: Iterable["HostEntry"]) -> list[str]:
     """The run's count of each class, and what to do instead where a class needs it."""
     counts: dict[str, int] = {}
     for entry in hosts:
-        verdict = classify(entry)
-        if verdict is not None:
+        for verdict in per_report(entry):
             counts[verdict.cls] = counts.get(verdict.cls, 0) + 1
     if not counts:
         return []

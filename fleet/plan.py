@@ -15,9 +15,13 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
 try:  # as shipped to a Slurm task by fleet (fleet/agent/task.py), modules travel under flat names
+    from fleet_agent_rundir import RunDir
     import fleet_policy as policy
+    from fleet_nsysopts import NSYS_REPEATABLE, NSYS_SHORT, NSYS_SWITCHES, nsys_options  # noqa: F401
 except ImportError:
     from . import policy
+    from .agent.rundir import RunDir
+    from .nsysopts import NSYS_REPEATABLE, NSYS_SHORT, NSYS_SWITCHES, nsys_options  # noqa: F401
 
 DEGRADED, OK, REFUSED, NodeState = policy.DEGRADED, policy.OK, policy.REFUSED, policy.NodeState
 
@@ -30,77 +34,6 @@ USER_WINS = {"nsys": ("--sample", "--cpuctxsw", "--duration"), "ncu": ("--clock-
 # --timeout is then the agent's signal at the time, not --duration.
 DURATION_MOVED_BY = ("--delay", "--capture-range", "--kill")
 MAX_TIMEOUT = 10 * 366 * 86400  # seconds: past any job's limit (Slurm's INFINITE reads as a year)
-
-# `nsys profile`'s switches in 2025.3, as the Nsight Systems user guide ("CLI Profile Command Switch
-# Options") and `nsys profile --help` list them. Each takes a value (--help's is optional); nsys reads
-# a long one's prefix shared with no other switch as that one (--out: --output), and refuses an
-# ambiguous prefix (--dur: --duration, --duration-frames), an unknown switch, and one given twice in
-# any spelling, except the four its help says may be given more than once.
-NSYS_SWITCHES = tuple("--" + name for name in """
-    backtrace capture-range capture-range-end command-file cpu-core-events cpuctxsw cuda-event-trace
-    cuda-flush-interval cuda-graph-trace cuda-memory-usage cuda-trace-all-apis cuda-um-cpu-page-faults
-    cuda-um-gpu-page-faults cudabacktrace dask debug-symbols delay duration duration-frames enable env-var
-    event-sample event-sampling-frequency event-sampling-interval export flush-on-cudaprofilerstop
-    force-overwrite ftrace ftrace-keep-user-config gpu-metrics-devices gpu-metrics-frequency gpu-metrics-set
-    gpu-video-device gpuctxsw help hotkey-capture ib-net-info-devices ib-net-info-files ib-net-info-output
-    ib-switch-congestion-device ib-switch-congestion-nic-device ib-switch-congestion-percent
-    ib-switch-congestion-threshold-high ib-switch-metrics-device ib-switch-metrics-nic-device
-    inherit-environment kill mpi-impl nic-metrics nvtx-capture nvtx-domain-exclude nvtx-domain-include
-    opengl-gpu-workload os-events osrt-backtrace-stack-size osrt-backtrace-threshold osrt-file-access
-    osrt-threshold output python-backtrace python-functions-trace python-sampling python-sampling-frequency
-    pytorch resolve-symbols run-as sample samples-per-backtrace sampling-period session-new show-output
-    start-frame-index start-later stats stop-on-exit storage-metrics syscall trace trace-fork-before-exec
-    vulkan-gpu-workload wait""".split())
-NSYS_SHORT = {"-b": "--backtrace", "-c": "--capture-range", "-d": "--duration", "-e": "--env-var",
-              "-f": "--force-overwrite", "-h": "--help", "-n": "--inherit-environment", "-o": "--output",
-              "-p": "--nvtx-capture", "-s": "--sample", "-t": "--trace", "-w": "--show-output", "-x": "--stop-on-exit",
-              "-Y": "--start-later", "-y": "--delay"}
-NSYS_REPEATABLE = ("--enable", "--export", "--ib-switch-congestion-device", "--ib-switch-metrics-device")
-NSYS_VALUE_OPTIONAL = ("--help",)
-NO_SUCH_SWITCH = "it has no such option (`nsys profile --help` lists them)"
-
-
-def _nsys_switch(word: str) -> tuple[str | None, str | None]:
-    """(the switch ``word`` names, or None; why nsys refuses the word, or None)."""
-    if not word.startswith("--"):
-        return NSYS_SHORT.get(word[:2]), None if word[:2] in NSYS_SHORT else NO_SUCH_SWITCH
-    given = word.split("=", 1)[0]
-    matches = (given,) if given in NSYS_SWITCHES else tuple(s for s in NSYS_SWITCHES if s.startswith(given))
-    if len(matches) == 1:
-        return matches[0], None
-    if not matches:
-        return None, NO_SUCH_SWITCH
-    return None, f"ambiguous, it matches {', '.join(matches[:-1])} and {matches[-1]}"
-
-
-def nsys_options(words: tuple[str, ...]) -> tuple[list[tuple[str, str | None, str]], str | None]:
-    """The switches ``words`` give nsys profile, each (its long name, its value or None, the words
-    that gave it), and why nsys 2025.3 refuses them before running anything, or None."""
-    found: list[tuple[str, str | None, str]] = []
-    i = 0
-    while i < len(words):
-        word, i = words[i], i + 1
-        if word == "--":
-            break
-        if not word.startswith("-") or word == "-":
-            continue
-        name, why = _nsys_switch(word)
-        if name is None:
-            return found, f"nsys 2025.3 refuses {word}: {why}"
-        attached = word.partition("=")[2] if word.startswith("--") and "=" in word else \
-            word[2:] if not word.startswith("--") and len(word) > 2 else None
-        if attached is None and name not in NSYS_VALUE_OPTIONAL:
-            if i == len(words):
-                return found, f"nsys 2025.3 refuses {word} without its value: give one (-X {word} -X VALUE)"
-            attached, word, i = words[i], f"{word} {words[i]}", i + 1
-        found.append((name, attached, word))
-    seen: dict[str, str] = {}
-    for name, _, word in found:
-        if name in seen and name not in NSYS_REPEATABLE:
-            return found, f"nsys 2025.3 refuses {name} given twice ({seen[name]}, {word}): give it once"
-        seen.setdefault(name, word)
-    return found, None
-
 
 def _names(word: str, name: str) -> bool:
     """Whether ``word`` gives ncu's option ``name``: ncu also takes a long option's unique prefix
@@ -167,6 +100,9 @@ class LabPart:
     timeout: float | None = None                # seconds the workload may run (nsys: --duration)
     lock_wait: float = 0.0                      # seconds to wait for another run's GPU lock
     docker_image: str | None = None             # the workload runs in this image (fleet.containers)
+    launcher: str | None = None                 # --launcher: what starts the ranks (mpirun), None: the command itself
+    starts: tuple[str, ...] = ()                # with it, what starts a profiler per rank (fleet.launchers.lab_launch)
+    program: tuple[str, ...] = ()               # ... and what each profiler runs
 
 
 @dataclass(frozen=True)
@@ -180,7 +116,8 @@ class RankPart:
 
 # The keys of the flat record (``to_json``, a run's manifest), in its order.
 RECORD = ("tool", "command", "run_id", "gpus", "gpu_metrics", "allow_own", "pause_dcgm", "profiler_args",
-          "timeout", "lock_wait", "clock_control", "output_name", "job", "docker_image")
+          "timeout", "lock_wait", "clock_control", "output_name", "job", "docker_image", "launcher", "starts",
+          "program")
 
 
 @dataclass(frozen=True)
@@ -225,6 +162,18 @@ class ProfileRequest:
         return self.rank.job if self.rank else None
 
     @property
+    def launcher(self) -> str | None:
+        return self.lab.launcher if self.lab else None
+
+    @property
+    def starts(self) -> tuple[str, ...]:
+        return self.lab.starts if self.lab else ()
+
+    @property
+    def program(self) -> tuple[str, ...]:
+        return self.lab.program if self.lab else ()
+
+    @property
     def output_name(self) -> str | None:
         return self.rank.output_name if self.rank else None
 
@@ -245,8 +194,8 @@ class ProfileRequest:
         for key in ("command", "profiler_args"):
             kw[key] = tuple(kw.get(key) or ())
         lab = LabPart(**{f.name: doc[f.name] for f in fields(LabPart) if f.name in doc})
-        if lab.gpus is not None:
-            lab = replace(lab, gpus=tuple(lab.gpus))
+        lab = replace(lab, gpus=tuple(lab.gpus) if lab.gpus is not None else None, starts=tuple(lab.starts or ()),
+                      program=tuple(lab.program or ()))
         return cls(**kw, lab=lab if lab != LabPart() else None)
 
 
@@ -258,9 +207,11 @@ class Command:
     user_flags: tuple[str, ...] = ()            # -X: the user's own profiler flags
     workload: tuple[str, ...] = ()
     wrapper: tuple[str, ...] = ()               # what the profiler runs inside: docker run ... IMAGE
+    launcher: tuple[str, ...] = ()              # what starts one profiler per rank: mpirun and its options
 
     def argv(self) -> tuple[str, ...]:
-        return (*self.wrapper, *self.profiler, *self.fleet_flags, *self.user_flags, "--", *self.workload)
+        return (*self.wrapper, *self.launcher, *self.profiler, *self.fleet_flags, *self.user_flags, "--",
+                *self.workload)
 
     @classmethod
     def from_json(cls, doc: dict) -> "Command":
@@ -353,8 +304,8 @@ def plan(host: str, state: policy.NodeState, req: ProfileRequest, owned_sysctls:
 
     rd = (state.get("report_dir") or {}).get("path") or "/var/tmp/fleet"
     # Named by the inventory's host name, which is unique even where nodes share a report
-    # directory (NFS) and their hostnames collide (containers).
-    output = f"{rd}/{req.run_id}/{req.output_name or host + '-%p'}"
+    # directory (NFS) and their hostnames collide (containers); with a launcher, by rank too.
+    starts, workload, output = _launched(host, req, f"{rd}/{req.run_id}")
     chosen = policy.chosen_gpus(state, request)
     guard = policy.guards(request, req.uses_counters)
     env = {"CUDA_VISIBLE_DEVICES": ",".join(g["uuid"] for g in chosen)} if guard.pin_gpus else {}
@@ -376,11 +327,12 @@ def plan(host: str, state: policy.NodeState, req: ProfileRequest, owned_sysctls:
             # lost every one of them on an H200 (tests/fixtures/tools-2025.3-h200)
             flags.append(f"--duration={-int(-req.timeout // 1)}")
         flags = _without_overridden("nsys", flags, req.profiler_args)
-        command = Command((tools["nsys"]["path"], "profile"), tuple(flags), req.profiler_args, req.command)
+        command = Command((tools["nsys"]["path"], "profile"), tuple(flags), req.profiler_args, workload,
+                          launcher=starts)
     else:
         flags = _without_overridden("ncu", ["--clock-control", req.clock_control, "--export", output],
                                     req.profiler_args)
-        command = Command((tools["ncu"]["path"],), tuple(flags), req.profiler_args, req.command)
+        command = Command((tools["ncu"]["path"],), tuple(flags), req.profiler_args, workload, launcher=starts)
     recheck = {"gpus": [g["index"] for g in chosen], "allow_own": req.allow_own} if guard.recheck else {}
     pause = guard.node_state and policy.dcgm_pause(state, chosen, req.pause_dcgm, req.uses_counters)
     notes = counters.reasons if req.uses_counters else base.reasons
@@ -390,3 +342,13 @@ def plan(host: str, state: policy.NodeState, req: ProfileRequest, owned_sysctls:
                 nsys=(tools.get("nsys") or {}).get("path"), ncu=(tools.get("ncu") or {}).get("path"),
                 watch={"gpus": [g["index"] for g in chosen] if req.gpus is not None else None,
                        "allow_own": req.allow_own, "job": req.job, "counters": req.uses_counters})
+
+
+def _launched(host: str, req: ProfileRequest, run_dir: str) -> tuple[tuple[str, ...], tuple[str, ...], str]:
+    """(what starts the profilers, the program, the output name). With --launcher on a lab server, a
+    profiler per rank: ``mpirun OPTS nsys profile -o HOST/rank%q{OMPI_COMM_WORLD_RANK} -- PROGRAM``
+    (the words made on the controller, fleet.launchers.lab_launch), one agent holding the host's
+    checks for all of them (why: :mod:`fleet.launchers`)."""
+    if req.launcher is None:
+        return (), req.command, f"{run_dir}/{req.output_name or host + '-%p'}"
+    return req.starts, req.program, RunDir(run_dir).node(host).file(RunDir.rank_report(req.launcher))

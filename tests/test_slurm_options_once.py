@@ -158,7 +158,9 @@ def test_a_usage_error_exits_2_before_the_inventorys_login_node_is_connected_to(
     (("-X", "--out=mine"), "is fleet's: it names each report"),
     (("--docker=--privileged",), "an image name, not an option"),
     (("--site", "a/b"), "the site 'a/b' cannot name a folder"),
-    (("--launcher", "torchrun"), "--launcher: Slurm options, for a batch job with --partition"),
+    # --launcher is the lab servers' too (mpirun, torchrun: fleet/lab/profile.py); its mistakes are refused the same way
+    (("--launcher", "torchrun"), "no program found after the torchrun options in true"),
+    (("--launcher", "srun"), "--launcher srun: on lab servers one of mpirun, torchrun"),
 ])
 def test_a_usage_error_on_lab_servers_exits_2_before_a_server_is_connected_to(recorder, login_socket, tmp_path,
                                                                                args, message):

@@ -35,6 +35,7 @@ SHIPPED = {
     "fleet_policy_neighbours": "fleet.policy.neighbours",
     "fleet_policy_verdicts": "fleet.policy.verdicts",
     "fleet_plan": "fleet.plan",
+    "fleet_nsysopts": "fleet.nsysopts",
     "fleet_safenames": "fleet.safenames",
     "fleet_agent_files": "fleet.agent.files",
     "fleet_agent_node": "fleet.agent.node",

@@ -70,6 +70,28 @@ def lineage(pid):
         return None
 
 
+def started_below(root, words, depth=64):
+    """The pids below ``root`` (its children's children too) whose command line holds ``words``
+    together within its first few words (an interpreter may come first, as for a script)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == root:
+            continue
+        argv = (read("/proc/%s/cmdline" % entry) or "").split("\0")
+        if not any(argv[i:i + len(words)] == list(words) for i in range(3)):
+            continue
+        pid = int(entry)
+        for _ in range(depth):
+            up = lineage(pid)
+            if up is None or up[0] <= 1:
+                break
+            if up[0] == root:
+                found.append(int(entry))
+                break
+            pid = up[0]
+    return found
+
+
 def host_pid_namespace():
     """NVML reports host pids: they only mean something in the host's namespace."""
     try:

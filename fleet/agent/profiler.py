@@ -98,7 +98,7 @@ def run_profiler(plan, relay, stop_requested, watch=None):
     sel.register(proc.stderr, selectors.EVENT_READ, sys.stderr.buffer)
     by_nsys = plan.stopped_by_nsys()
     deadline = started + plan.timeout + (NSYS_BACKSTOP if by_nsys else 0) if plan.timeout else None
-    ran, stops = Ran(), Stops(plan.tool, Started(proc.pid))
+    ran, stops = Ran(), Stops(plan.tool, Started(proc.pid), lambda: rank_profilers(plan, proc))
     duration_up = False
     open_streams = 2
     while open_streams and (ran.exited_at is None or time.monotonic() - ran.exited_at < PIPE_GRACE) or proc.poll() is None:
@@ -147,8 +147,8 @@ class Stops:
     since each second the counters stay programmed is one the newcomer pays for; a profiler that
     said the disk is full sooner still. SIGKILL reaches the processes it started too."""
 
-    def __init__(self, tool, started):
-        self.tool, self.why, self.started = tool, None, started
+    def __init__(self, tool, started, ranks=lambda: []):
+        self.tool, self.why, self.started, self.ranks = tool, None, started, ranks
         self.first = self.last = self.yielded = self.full = self.killed_at = None
         self.killed = False
 
@@ -183,7 +183,7 @@ class Stops:
             self.killed_at = self.killed_at or now
             self.started.kill()
         else:
-            stop(proc, self.tool)
+            stop(proc, self.tool, self.ranks)
         self.last = now
 
 
@@ -223,18 +223,29 @@ class Started:
                 pass
 
 
-def stop(proc, tool):
-    """nsys: SIGTERM to nsys alone, which stops the application and writes the report.
-    ncu: SIGINT to its process group, as Ctrl-C in a terminal would. Only a profiler
-    that ignored that for KILL_AFTER seconds gets SIGKILL (:meth:`Started.kill`; its .qdstrm is
-    finished after)."""
-    try:
-        if tool == "nsys":
-            os.kill(proc.pid, signal.SIGTERM)
-        else:
-            os.killpg(proc.pid, signal.SIGINT)
-    except ProcessLookupError:
-        pass
+def stop(proc, tool, ranks=lambda: []):
+    """nsys: SIGTERM to nsys alone, which stops the application and writes the report (under a
+    launcher, to each rank's nsys: ``ranks``). ncu: SIGINT to its process group, as Ctrl-C in a
+    terminal would. Only a profiler that ignored that for KILL_AFTER seconds gets SIGKILL
+    (:meth:`Started.kill`; its .qdstrm is finished after)."""
+    for pid in (ranks() if tool == "nsys" else []) or [proc.pid]:
+        try:
+            if tool == "nsys":
+                os.kill(pid, signal.SIGTERM)
+            else:
+                os.killpg(pid, signal.SIGINT)
+        except ProcessLookupError:
+            pass
+
+
+def rank_profilers(plan, proc):
+    """The profilers a launcher started for its ranks (``mpirun OPTS nsys profile --output=...``),
+    found by their own words below it: a stop goes to each, never to the launcher, since Open MPI's
+    mpirun passes a SIGTERM on and SIGKILLs its ranks a second later (odls_base_sigkill_timeout,
+    seen with 4.1: a rank's SIGTERM trap never finished), before nsys has written the report."""
+    if not plan.command.launcher:
+        return []
+    return procs.started_below(proc.pid, (*plan.command.profiler[1:], *plan.command.fleet_flags))
 
 
 def yield_action(tool, ran):

@@ -24,10 +24,11 @@ import time
 try:  # as shipped by fleet, every module travels under a flat name
     import fleet_agent_files as files
     import fleet_agent_node as node
+    import fleet_agent_rundir as rundir
     import fleet_agent_summaries as summaries
     import fleet_agent_workload as workload
 except ImportError:  # as part of the installed package (tests, the local machine)
-    from . import files, node, summaries, workload
+    from . import files, node, rundir, summaries, workload
 
 SUMMARIES = ("cuda_gpu_kern_sum", "cuda_api_sum", "nvtx_sum")  # nsys stats reports kept beside each report
 # Each report is exported to NAME.sqlite once; the summaries are made from that export, which is kept
@@ -119,7 +120,7 @@ def collect(plan, tail, notes, strays_before=frozenset(), killed=False, finish=T
     where its data is left as NAME.qdstrm that is finished instead, unless not to ``finish`` (the
     disk is full: the importer could not write the report there either)."""
     ext = ".nsys-rep" if plan.tool == "nsys" else ".ncu-rep"
-    stem = glob.escape(plan.output).replace("%p", "*")
+    stem = rundir.RunDir.output_glob(plan.output)  # a pid's, or each rank's of a launcher
     found, finished = [], set()
     if plan.tool == "nsys":
         if killed:  # only a killed nsys leaves its data in TMPDIR, where other runs' data may be too
@@ -180,12 +181,12 @@ def adopt_strays(plan, tail, notes, strays_before):
     """The data a killed nsys left in TMPDIR, moved beside the reports: as NAME.qdstrm when nsys
     said it was generating NAME from it (then killed while it did), else as NAME-unfinishedN.qdstrm."""
     generating = dict(GENERATING.findall(tail))
-    pattern = glob.escape(plan.output).replace("%p", "*") + ".nsys-rep"
+    pattern = rundir.RunDir.output_glob(plan.output) + ".nsys-rep"
     for i, stray in enumerate(sorted(stray_qdstrms() - set(strays_before))):
         try:
             if os.stat(stray).st_uid != os.geteuid() or in_use(stray):
                 continue  # someone else's run, or a concurrent run still collecting
-            target = plan.output.replace("%p", "unfinished%d" % i) + ".qdstrm"
+            target = rundir.RunDir.output_as(plan.output, "unfinished%d" % i) + ".qdstrm"
             name = generating.get(stray.encode(), b"").decode(errors="replace")
             base = os.path.join(os.path.dirname(plan.output), name)[: -len(".nsys-rep")]
             if name and fnmatch.fnmatchcase(base + ".nsys-rep", pattern) and not os.path.exists(base + ".qdstrm"):
@@ -204,7 +205,7 @@ def found_elsewhere(plan, tail, notes, ext):
     or a file another user planted under that name is never followed nor taken."""
     for i, elsewhere in enumerate(re.findall(rb"(/tmp/nsys-report-[0-9a-f]+\.nsys-rep)", tail)):
         path = elsewhere.decode()
-        target = plan.output.replace("%p", "moved%d" % i) + ext
+        target = rundir.RunDir.output_as(plan.output, "moved%d" % i) + ext
         try:
             st = os.lstat(path)
         except OSError:

@@ -17,7 +17,19 @@ these constants as they are; the folder a ``RunDir`` is made of is the caller's 
 
 from __future__ import annotations
 
+import glob
 import posixpath
+import re
+
+# Where each launcher puts the worker's global rank, by which its label and files are named.
+RANK_VARS = {"srun": ("SLURM_PROCID",), "torchrun": ("RANK",),
+             "mpirun": ("OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "SLURM_PROCID")}
+# ... and its rank on this node. Open MPI's names as its mpirun gives them to each rank
+# (tests/fixtures/openmpi-env/), torchrun's as its documentation and its workers' environment say.
+LOCAL_RANK_VARS = {"srun": ("SLURM_LOCALID",), "torchrun": ("LOCAL_RANK",),
+                   "mpirun": ("OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "PMIX_LOCAL_RANK", "SLURM_LOCALID")}
+# The placeholders nsys (and ncu) expand in an output name: %p the pid, %q{VAR} a variable's value.
+PLACEHOLDER = re.compile(r"%p|%q\{[^}]*\}")
 
 
 class RunDir:
@@ -74,6 +86,24 @@ class RunDir:
     def label(cls, rank: int | str | None, pid: int | None = None) -> str:
         """A rank's label (``rank3``), or, without a rank, its task's by pid (``pid4242``)."""
         return "%s%s" % (cls.RANK, rank) if rank is not None else "%s%s" % (cls.PID, pid)
+
+    @classmethod
+    def rank_report(cls, launcher: str) -> str:
+        """A rank's report name on a lab server, where the launcher starts each rank under nsys
+        itself: ``rank%q{OMPI_COMM_WORLD_RANK}``, which nsys expands in each rank from the variable
+        the launcher gave it, to the rank's label (``rank3``). No plain word: it reaches nsys as one
+        word of its argv, never through a shell."""
+        return "%s%%q{%s}" % (cls.RANK, RANK_VARS[launcher][0])
+
+    @staticmethod
+    def output_glob(output: str) -> str:
+        """A profiler's output name as a glob of the files it names, each placeholder as ``*``."""
+        return PLACEHOLDER.sub("*", glob.escape(output))
+
+    @staticmethod
+    def output_as(output: str, word: str) -> str:
+        """A profiler's output name with ``word`` for its placeholders: a name of fleet's beside its reports."""
+        return PLACEHOLDER.sub(word, output)
 
     @classmethod
     def rank_of(cls, label: str) -> int | None:

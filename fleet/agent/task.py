@@ -38,15 +38,8 @@ except ImportError:  # as part of the installed package
 
 SIGNAL_SLACK = 60  # seconds: Slurm may send --signal's USR1 up to this much before the time asked
 
-# Where each launcher puts the worker's global rank.
-RANK_VARS = {"srun": ("SLURM_PROCID",), "torchrun": ("RANK",),
-             "mpirun": ("OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "SLURM_PROCID")}
-
-
-# ... and its rank on this node. Open MPI's names as its mpirun gives them to each rank
-# (tests/fixtures/openmpi-env/), torchrun's as its documentation and its workers' environment say.
-LOCAL_RANK_VARS = {"srun": ("SLURM_LOCALID",), "torchrun": ("LOCAL_RANK",),
-                   "mpirun": ("OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "PMIX_LOCAL_RANK", "SLURM_LOCALID")}
+# Where each launcher puts the worker's global rank, and its rank on the node: named with the files.
+RANK_VARS, LOCAL_RANK_VARS = rundir.RANK_VARS, rundir.LOCAL_RANK_VARS
 
 
 def rank_of(env, launcher, table=None):

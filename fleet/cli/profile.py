@@ -76,8 +76,10 @@ def profile(obj: Context, hosts_, group, exclude, tool, gpus, gpu_metrics, allow
         refuse_lab_options(ctx)
         return profile_on_slurm(obj, req, slurm, store_root=store_root, site=None if site == "lab" else site,
                                 dry_run=dry_run, as_json=as_json)
-    refuse_options(ctx, [name for name in slurm if name not in ("partition", "cluster")],
+    refuse_options(ctx, [name for name in slurm if name not in ("partition", "cluster", "launcher")],
                    "Slurm options, for a batch job with --partition; on lab servers pick GPUs with --gpu")
+    if ctx.get_parameter_source("launcher") not in (click.core.ParameterSource.DEFAULT, None):
+        req = lab_launcher(req, slurm["launcher"])
     if finish_timeout is not None and timeout is None:
         fail("--finish-timeout bounds what follows --timeout: give --timeout too")
     targets = ",".join(t for t in (hosts_, group) if t)
@@ -87,6 +89,17 @@ def profile(obj: Context, hosts_, group, exclude, tool, gpus, gpu_metrics, allow
                                    dry_run=dry_run, as_json=as_json, finish_timeout=finish_timeout)
     show_lab_run(manifest, store_root, dry_run, as_json)
     sys.exit(exitcodes.for_run(manifest))
+
+
+def lab_launcher(req, launcher: str):
+    """The request with --launcher on lab servers, or the one-line error (exit 2), nothing contacted."""
+    from ..lab import profile as profile_mod
+    from ..launchers import LauncherError
+
+    try:
+        return profile_mod.with_launcher(req, launcher)
+    except LauncherError as e:
+        fail(str(e))
 
 
 def refuse_lab_options(ctx: click.Context) -> None:

@@ -37,7 +37,8 @@ SLURM_OPTIONS = [
     click.option("--ranks", help="Profile only these ranks (e.g. 0,3); the others run unprofiled. With "
                  "--launcher ray: the actors whose names match these patterns (e.g. 'trainer-*')."),
     click.option("--launcher", type=click.Choice(["srun", "torchrun", "mpirun", "ray"]), default="srun",
-                 show_default=True, help="What starts the ranks; the profiler goes in front of each worker."),
+                 show_default=True, help="What starts the ranks; the profiler goes in front of each worker. On lab "
+                 "servers (--hosts): mpirun or torchrun."),
     click.option("--container-image", help="Run each task in this image (pyxis); Nsight is mounted read-only."),
     click.option("--apptainer", "apptainer_image", help="Run each task in this Apptainer image."),
     click.option("--stop-before", type=int, help="Seconds before the time limit at which the profilers are "

@@ -13,13 +13,13 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
-from .. import agentcall, containers, outcome, safenames, store
+from .. import agentcall, containers, launchers, outcome, safenames, store
 from ..agent import wire
 from ..agent.rundir import RunDir
 from ..outcome import HostStatus
 from ..store.bring import bring_home
 from ..store.manifest import HostEntry, ReportEntry, RunManifest
-from ..plan import Plan, ProfileRequest, plan
+from ..plan import LabPart, Plan, ProfileRequest, plan
 from ..policy import NO_SAMPLING_FLAGS, NodeState, docker_privileges, tool_found
 from ..transport import Result
 
@@ -33,6 +33,8 @@ RESULT_LIMIT = 64 << 20  # bytes of the agent's result line; a node sending more
 # nsys stats) add up to well under this: a node that has not answered by then has gone silent.
 FINISH_TIMEOUT = 3600.0
 GATHER_TIMEOUT = 60.0  # reading one small result file
+# The launchers a lab server's run starts its ranks with (--launcher), each rank under its own profiler.
+LAB_LAUNCHERS = ("mpirun", "torchrun")
 
 
 @dataclass
@@ -94,6 +96,30 @@ class LineSink:
             if rest:
                 self.line(stream, bytes(rest))
             rest.clear()
+
+
+def with_launcher(req: ProfileRequest, launcher: str) -> ProfileRequest:
+    """The request with its ranks started by ``launcher`` on each host (the plan puts the profiler
+    between the launcher's options and the program: fleet.plan._launched); LauncherError, before
+    any host is asked anything, where that cannot be done as fleet promises."""
+    if launcher not in LAB_LAUNCHERS:
+        raise launchers.LauncherError(
+            f"--launcher {launcher}: on lab servers one of {', '.join(LAB_LAUNCHERS)} (srun and ray start "
+            "their workers in a Slurm job: --partition)")
+    if (why := launchers.command_problem(launcher, req.command)):
+        raise launchers.LauncherError(why)
+    if req.uses_counters:
+        # Every rank runs a profiler of its own on the host's GPUs: several would program the
+        # counters of one GPU at once, which the run's GPU lock (one per run) cannot keep apart.
+        raise launchers.LauncherError(
+            f"--launcher {launcher} on lab servers runs one profiler per rank: ncu and --gpu-metrics program "
+            "GPU counters that only one profiler at a time may use: trace with nsys, or give ncu one rank's "
+            f"program without {launcher}")
+    if req.docker_image:
+        raise launchers.LauncherError(f"--launcher {launcher} and --docker do not go together yet: {launcher} "
+                                      "would have to be in the image; leave out one of them")
+    starts, program = launchers.lab_launch(launcher, list(req.command))
+    return replace(req, lab=replace(req.lab or LabPart(), launcher=launcher, starts=starts, program=program))
 
 
 async def plan_all(fan: "Fanout", hosts: list["Host"], req: ProfileRequest) -> dict[str, HostRun]:
@@ -165,7 +191,9 @@ async def run_planned(fan: "Fanout", hosts: list["Host"], runs: dict[str, HostRu
     async def one(host: "Host") -> Result:
         run = runs[host.name]
         sink = LineSink(host.name, len(todo) > 1, write)
-        argv, stdin = agentcall.agent_call(host, {"mode": "profile", "plan": run.plan.to_json()})
+        # The launcher is said in the result's whose, as a Slurm rank's is: each rank's report beside it.
+        context = {"whose": {"launcher": req.launcher}} if req.launcher else {}
+        argv, stdin = agentcall.agent_call(host, {"mode": "profile", "plan": run.plan.to_json(), "context": context})
         r = await fan.run(host, argv, input=stdin, sink=sink, stop=stop, timeout=bound)
         sink.flush()
         run.result = sink.result

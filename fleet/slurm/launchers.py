@@ -1,6 +1,7 @@
 """Where the profiler goes in the job: the real exec point of each launcher.
 
-Pure text. A runtime that starts its own workers (torchrun, mpirun, Ray) must
+Pure text. Where the launcher's options end is :mod:`fleet.launchers`' (the lab servers' path cuts
+the command there too). A runtime that starts its own workers (torchrun, mpirun, Ray) must
 have the profiler put in front of each worker, not in front of itself: nsys in
 front of ``torchrun`` profiles the launcher and misses the ranks. The user's
 command stays a bash array (``COMMAND``) and is only ever sliced, never
@@ -11,16 +12,17 @@ from __future__ import annotations
 
 import json
 import os
-import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..agent.rundir import RunDir
-from ..containers import Container, ContainerError, slurm_words
+from ..containers import Container, slurm_words
+# Where each launcher's options end, shared with the lab servers' path; named here as before.
+from ..launchers import (LAUNCHERS, MPIRUN_TWO_VALUES, MPIRUN_VALUE, TORCHRUN_FLAGS, LauncherError,  # noqa: F401
+                         _options_start, command_problem, script_index, torchrun_modules, torchrun_python)
 from ..safenames import check_text, quote
 from ..plan import profiler_args_error
 
-LAUNCHERS = ("srun", "torchrun", "mpirun", "ray")
 # The run folder as the batch script names it ($RUN_DIR, set by script.render): RunDir's names are
 # plain words, so each path below is one word inside double quotes.
 IN_SCRIPT = RunDir("$RUN_DIR")
@@ -37,82 +39,12 @@ RAY_NEEDS_NSYS = (
     "    exit 127",
     "fi")
 
-# torchrun's options that take no value (as its --help lists them: tests/fixtures/launchers-h200/
-# torchrun-help.txt, which tests/test_launchers_torchrun.py holds this to); every other takes one.
-TORCHRUN_FLAGS = {"--standalone", "--no-python", "--no_python", "-m", "--module", "--run-path", "--run_path",
-                  "--virtual-local-rank", "--virtual_local_rank"}
-# mpirun's options that take one value, and those that take two. Open MPI 4.1's, as its own
-# `mpirun --help all` lists them (tests/fixtures/openmpi-4.1/help-all.txt, which
-# tests/test_launchers_mpirun.py holds these to), then MPICH/Hydra's (mpiexec.hydra's -help).
-OPENMPI_VALUE = {
-    "--app", "--bind-to", "--cartofile", "--cpu-list", "--cpu-set", "--cpus-per-proc", "--cpus-per-rank",
-    "--debugger", "--default-hostfile", "--hnp", "--host", "--hostfile", "--launch-agent", "--machinefile",
-    "--map-by", "--max-restarts", "--max-vm-size", "--n", "--np", "--npernode", "--npersocket", "--ompi-server",
-    "--output-filename", "--path", "--personality", "--ppr", "--prefix", "--preload-files", "--rank-by",
-    "--rankfile", "--report-events", "--report-pid", "--report-uri", "--stdin", "--timeout", "--wd", "--wdir",
-    "--xml-file", "--xterm", "-H", "-N", "-am", "-c", "-cf", "-cpu-list", "-cpu-set", "-cpus-per-proc",
-    "-cpus-per-rank", "-debugger", "-default-hostfile", "-hnp", "-host", "-hostfile", "-launch-agent",
-    "-machinefile", "-max-restarts", "-max-vm-size", "-n", "-np", "-npernode", "-npersocket", "-ompi-server",
-    "-output-filename", "-path", "-personality", "-report-events", "-report-pid", "-report-uri", "-rf", "-stdin",
-    "-timeout", "-tune", "-wd", "-wdir", "-x", "-xml-file", "-xterm"}
-OPENMPI_TWO_VALUES = {"--gmca", "--mca", "-gmca", "-mca"}
-HYDRA_VALUE = {"-ppn", "-map-by", "-bind-to", "-rank-by", "-hosts", "-f", "-launcher", "-bootstrap", "-iface",
-               "-genvlist", "-envlist", "-configfile"}
-HYDRA_TWO_VALUES = {"-genv", "-env"}
-MPIRUN_VALUE = OPENMPI_VALUE | HYDRA_VALUE
-MPIRUN_TWO_VALUES = OPENMPI_TWO_VALUES | HYDRA_TWO_VALUES
-
-
-class LauncherError(ContainerError):
-    """The command does not look like the launcher it was said to be."""
 
 
 @dataclass(frozen=True)
 class Launch:
     setup: tuple[str, ...]   # bash lines after COMMAND=(...)
     line: str                # the step that runs the workload
-
-
-def script_index(command: list[str], launcher: str) -> int:
-    """Where the launcher's own arguments end and the worker's program begins."""
-    i = _options_start(command, launcher)
-    while i < len(command):
-        word = command[i]
-        if word == "--":
-            return i + 1
-        if not word.startswith("-") or word == "-":
-            return i
-        if "=" in word or (launcher == "torchrun" and word in TORCHRUN_FLAGS):
-            i += 1
-        elif launcher == "mpirun":
-            i += 3 if word in MPIRUN_TWO_VALUES else 2 if word in MPIRUN_VALUE else 1
-        else:
-            i += 2
-    raise LauncherError(f"with --launcher {launcher} the command is {launcher}, its options, then the program: "
-                        f"no program found after the {launcher} options in {shlex.join(command)}")
-
-
-def _options_start(command: list[str], launcher: str) -> int:
-    """Where the launcher's own options begin: after ``python -m torch.distributed.run``, else after argv[0]."""
-    if launcher == "torchrun" and len(command) > 2 and command[1] == "-m" and os.path.basename(
-            command[0]).startswith("python"):
-        return 3
-    return 1
-
-
-def command_problem(launcher: str, command) -> str | None:
-    """Why ``command`` cannot be started by ``launcher`` (no program after its options), or None."""
-    if launcher in ("torchrun", "mpirun"):
-        try:
-            k = script_index(list(command), launcher)
-        except LauncherError as e:
-            return str(e)
-        if launcher == "torchrun" and any(w in ("--run-path", "--run_path") for w in command[:k]):
-            # torchrun's help: it runs the script with runpy in its own worker Python, and that "takes
-            # precedence over --no-python", by which fleet puts its agent in front of each worker.
-            return ("with --launcher torchrun, --run-path runs the script inside torchrun's own worker Python, "
-                    "where fleet cannot put the profiler in front of it: leave --run-path out")
-    return None
 
 
 def container_problem(launcher: str, container: Container | None) -> str | None:
@@ -163,7 +95,7 @@ def launch(launcher: str, command: list[str], agent: list[str], run_dir: str, co
         # python torchrun would have run (python -m for a module: torchrun's own -m cannot go
         # with --no-python, so it moves; the interpreter's, in python -m torch.distributed.run, stays).
         # In a container, the container's python3: the node's torchrun may not be the one inside.
-        modules = [i for i in range(_options_start(command, launcher), k) if command[i] in ("-m", "--module")]
+        modules = torchrun_modules(command, k)
         no_python = any(w in ("--no-python", "--no_python") for w in command[:k])
         python = "\"$FLEET_PYTHON\"" if not container else "python3"
         python = "" if no_python else (f"{python} -m " if modules else f"{python} ")
@@ -195,31 +127,6 @@ def launch(launcher: str, command: list[str], agent: list[str], run_dir: str, co
                        "# Each worker's report is worker-HOST-PID; whose it is (actor or task) is beside it."),
                       "\"${COMMAND[@]}\"")
     raise LauncherError(f"unknown launcher {launcher!r}: one of {', '.join(LAUNCHERS)}")
-
-
-def torchrun_python(command: list[str]) -> tuple[str, ...]:
-    """Bash setting FLEET_PYTHON to the interpreter torchrun runs a script with: PYTHON_EXEC, else
-    its own (torch/distributed/run.py: sys.executable), which is the python of `python -m
-    torch.distributed.run`, or the one on the `torchrun` entry point's #! line (the H200's
-    workers ran /opt/torch/.venv/bin/python, not PATH's python3:
-    tests/fixtures/launchers-h200/torchrun-workers/); python3 where that cannot be read."""
-    if _python_m(command):
-        return ('FLEET_PYTHON=${PYTHON_EXEC:-${COMMAND[0]}}',)
-    return ('FLEET_PYTHON=${PYTHON_EXEC:-python3}',
-            'if [ -z "${PYTHON_EXEC:-}" ] && FLEET_LAUNCHER=$(command -v -- "${COMMAND[0]}") && '
-            '[ -f "$FLEET_LAUNCHER" ] && IFS= read -r FLEET_SHEBANG < "$FLEET_LAUNCHER" && '
-            '[[ $FLEET_SHEBANG == "#!"* ]]; then',
-            '    read -r -a FLEET_SHEBANG <<< "${FLEET_SHEBANG:2}"',
-            '    case "${FLEET_SHEBANG[0]##*/}" in',
-            '        python*) FLEET_PYTHON=${FLEET_SHEBANG[0]} ;;',
-            '        env) [[ "${FLEET_SHEBANG[1]:-}" == python* ]] && FLEET_PYTHON=${FLEET_SHEBANG[1]} ;;',
-            '    esac',
-            'fi')
-
-
-def _python_m(command: list[str]) -> bool:
-    """torchrun started as ``python -m torch.distributed.run``: python's -m is not torchrun's."""
-    return len(command) > 2 and command[1] == "-m" and os.path.basename(command[0]).startswith("python")
 
 
 def _slices(start: int, end: int, drop: list[int]) -> str:

@@ -15,7 +15,6 @@ Anything else is left on the node, and the entry says why.
 from __future__ import annotations
 
 import fnmatch
-import glob
 import os
 import posixpath
 from pathlib import Path
@@ -23,6 +22,7 @@ from typing import TYPE_CHECKING
 
 from .. import safenames
 from ..agent import wire
+from ..agent.rundir import RunDir
 from .collect import fetch_verified
 from .manifest import ReportEntry
 
@@ -48,8 +48,9 @@ def file_problem(report: object, node_dir: str) -> str | None:
 
 def agents_name(path: str, output: str) -> bool:
     """Whether ``path`` is named as fleet's agent names the files of the run whose plan writes to
-    ``output`` (``DIR/HOST-%p``): that name, ``%p`` any process id, then its own suffix."""
-    stem = glob.escape(posixpath.basename(output)).replace("%p", "*")
+    ``output`` (``DIR/HOST-%p``, or a launcher's ``DIR/HOST/rank%q{VAR}``): that name, each
+    placeholder any value, then its own suffix."""
+    stem = RunDir.output_glob(posixpath.basename(output))
     return fnmatch.fnmatchcase(posixpath.basename(path), stem + "[._]*")
 
 

@@ -1,0 +1,152 @@
+"""Where a launcher's own arguments end and the worker's program begins, on both paths.
+
+Pure text, the controller's. A runtime that starts its own workers (torchrun, mpirun, Ray) must
+have the profiler put in front of each worker, not in front of itself: nsys in front of
+``torchrun`` profiles the launcher and misses the ranks. The Slurm batch script
+(:mod:`fleet.slurm.launchers`) and a lab server's plan (:func:`fleet.plan.plan`, from
+:func:`fleet.lab.profile.with_launcher`) both cut the user's command where :func:`script_index`
+says, and nowhere else.
+
+On a lab server the host's one agent runs ``mpirun OPTS nsys profile -o
+HOST/rank%q{OMPI_COMM_WORLD_RANK} ... -- PROGRAM`` (torchrun: ``torchrun OPTS --no-python nsys ...
+-- PYTHON SCRIPT``, :func:`lab_launch`): the launcher starts one nsys per rank, as Nsight Systems'
+guide runs MPI, and nsys names each rank's report in that rank's own process, from the variable
+the launcher gave it (``RunDir.rank_report``). One agent per host, not one per rank as in
+a Slurm job (fleet/agent/task.py), because on a lab server there is no job to tell the ranks from
+tenants: ranks planning each on their own would count the others as neighbours, and the host's
+GPU locks, owned state, last-moment check and watch are then held once for all of its ranks. For
+the same reason a lab launcher takes no counters (ncu, --gpu-metrics): a profiler per rank would
+program one GPU's counters several times over.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+
+from .containers import ContainerError
+
+LAUNCHERS = ("srun", "torchrun", "mpirun", "ray")
+# torchrun's options that take no value (as its --help lists them: tests/fixtures/launchers-h200/
+# torchrun-help.txt, which tests/test_launchers_torchrun.py holds this to); every other takes one.
+TORCHRUN_FLAGS = {"--standalone", "--no-python", "--no_python", "-m", "--module", "--run-path", "--run_path",
+                  "--virtual-local-rank", "--virtual_local_rank"}
+# mpirun's options that take one value, and those that take two. Open MPI 4.1's, as its own
+# `mpirun --help all` lists them (tests/fixtures/openmpi-4.1/help-all.txt, which
+# tests/test_launchers_mpirun.py holds these to), then MPICH/Hydra's (mpiexec.hydra's -help).
+OPENMPI_VALUE = {
+    "--app", "--bind-to", "--cartofile", "--cpu-list", "--cpu-set", "--cpus-per-proc", "--cpus-per-rank",
+    "--debugger", "--default-hostfile", "--hnp", "--host", "--hostfile", "--launch-agent", "--machinefile",
+    "--map-by", "--max-restarts", "--max-vm-size", "--n", "--np", "--npernode", "--npersocket", "--ompi-server",
+    "--output-filename", "--path", "--personality", "--ppr", "--prefix", "--preload-files", "--rank-by",
+    "--rankfile", "--report-events", "--report-pid", "--report-uri", "--stdin", "--timeout", "--wd", "--wdir",
+    "--xml-file", "--xterm", "-H", "-N", "-am", "-c", "-cf", "-cpu-list", "-cpu-set", "-cpus-per-proc",
+    "-cpus-per-rank", "-debugger", "-default-hostfile", "-hnp", "-host", "-hostfile", "-launch-agent",
+    "-machinefile", "-max-restarts", "-max-vm-size", "-n", "-np", "-npernode", "-npersocket", "-ompi-server",
+    "-output-filename", "-path", "-personality", "-report-events", "-report-pid", "-report-uri", "-rf", "-stdin",
+    "-timeout", "-tune", "-wd", "-wdir", "-x", "-xml-file", "-xterm"}
+OPENMPI_TWO_VALUES = {"--gmca", "--mca", "-gmca", "-mca"}
+HYDRA_VALUE = {"-ppn", "-map-by", "-bind-to", "-rank-by", "-hosts", "-f", "-launcher", "-bootstrap", "-iface",
+               "-genvlist", "-envlist", "-configfile"}
+HYDRA_TWO_VALUES = {"-genv", "-env"}
+MPIRUN_VALUE = OPENMPI_VALUE | HYDRA_VALUE
+MPIRUN_TWO_VALUES = OPENMPI_TWO_VALUES | HYDRA_TWO_VALUES
+
+
+class LauncherError(ContainerError):
+    """The command does not look like the launcher it was said to be."""
+
+
+def script_index(command: list[str], launcher: str) -> int:
+    """Where the launcher's own arguments end and the worker's program begins."""
+    i = _options_start(command, launcher)
+    while i < len(command):
+        word = command[i]
+        if word == "--":
+            return i + 1
+        if not word.startswith("-") or word == "-":
+            return i
+        if "=" in word or (launcher == "torchrun" and word in TORCHRUN_FLAGS):
+            i += 1
+        elif launcher == "mpirun":
+            i += 3 if word in MPIRUN_TWO_VALUES else 2 if word in MPIRUN_VALUE else 1
+        else:
+            i += 2
+    raise LauncherError(f"with --launcher {launcher} the command is {launcher}, its options, then the program: "
+                        f"no program found after the {launcher} options in {shlex.join(command)}")
+
+
+def _options_start(command: list[str], launcher: str) -> int:
+    """Where the launcher's own options begin: after ``python -m torch.distributed.run``, else after argv[0]."""
+    if launcher == "torchrun" and len(command) > 2 and command[1] == "-m" and os.path.basename(
+            command[0]).startswith("python"):
+        return 3
+    return 1
+
+
+def command_problem(launcher: str, command) -> str | None:
+    """Why ``command`` cannot be started by ``launcher`` (no program after its options), or None."""
+    if launcher in ("torchrun", "mpirun"):
+        try:
+            k = script_index(list(command), launcher)
+        except LauncherError as e:
+            return str(e)
+        if launcher == "torchrun" and any(w in ("--run-path", "--run_path") for w in command[:k]):
+            # torchrun's help: it runs the script with runpy in its own worker Python, and that "takes
+            # precedence over --no-python", by which fleet puts its agent in front of each worker.
+            return ("with --launcher torchrun, --run-path runs the script inside torchrun's own worker Python, "
+                    "where fleet cannot put the profiler in front of it: leave --run-path out")
+    return None
+
+
+def torchrun_python(command: list[str]) -> tuple[str, ...]:
+    """Bash setting FLEET_PYTHON to the interpreter torchrun runs a script with: PYTHON_EXEC, else
+    its own (torch/distributed/run.py: sys.executable), which is the python of `python -m
+    torch.distributed.run`, or the one on the `torchrun` entry point's #! line (the H200's
+    workers ran /opt/torch/.venv/bin/python, not PATH's python3:
+    tests/fixtures/launchers-h200/torchrun-workers/); python3 where that cannot be read."""
+    if _python_m(command):
+        return ('FLEET_PYTHON=${PYTHON_EXEC:-${COMMAND[0]}}',)
+    return ('FLEET_PYTHON=${PYTHON_EXEC:-python3}',
+            'if [ -z "${PYTHON_EXEC:-}" ] && FLEET_LAUNCHER=$(command -v -- "${COMMAND[0]}") && '
+            '[ -f "$FLEET_LAUNCHER" ] && IFS= read -r FLEET_SHEBANG < "$FLEET_LAUNCHER" && '
+            '[[ $FLEET_SHEBANG == "#!"* ]]; then',
+            '    read -r -a FLEET_SHEBANG <<< "${FLEET_SHEBANG:2}"',
+            '    case "${FLEET_SHEBANG[0]##*/}" in',
+            '        python*) FLEET_PYTHON=${FLEET_SHEBANG[0]} ;;',
+            '        env) [[ "${FLEET_SHEBANG[1]:-}" == python* ]] && FLEET_PYTHON=${FLEET_SHEBANG[1]} ;;',
+            '    esac',
+            'fi')
+
+
+def _python_m(command: list[str]) -> bool:
+    """torchrun started as ``python -m torch.distributed.run``: python's -m is not torchrun's."""
+    return len(command) > 2 and command[1] == "-m" and os.path.basename(command[0]).startswith("python")
+
+
+def torchrun_modules(command: list[str], k: int) -> list[int]:
+    """Where torchrun's own -m/--module stand among its options (``k``: where they end)."""
+    return [i for i in range(_options_start(command, "torchrun"), k) if command[i] in ("-m", "--module")]
+
+
+# What stands for the worker's Python in a lab server's torchrun plan, until the node says which it is.
+PYTHON_WORD = "PYTHON"
+
+
+def lab_launch(launcher: str, command: list[str]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(the words that start one profiler per rank on a lab server, what follows the profiler's
+    ``--``): ``mpirun OPTS`` and the program; for torchrun, as the batch script does it, its
+    options (less its -m) and ``--no-python``, then the Python torchrun would run the script with
+    (-m module) and the script. That Python is the node's: a bash line of :func:`torchrun_python`
+    finds it there and puts it for PYTHON_WORD, the word that many from the end, then execs."""
+    k = script_index(command, launcher)
+    if launcher != "torchrun":
+        return tuple(command[:k]), tuple(command[k:])
+    modules = torchrun_modules(command, k)
+    words = tuple(w for i, w in enumerate(command[:k]) if i not in modules)
+    if any(w in ("--no-python", "--no_python") for w in words):  # the program is run as it is given
+        return words, tuple(command[k:])
+    program = (PYTHON_WORD, *(["-m"] if modules else []), *command[k:])
+    script = "\n".join(('n=$1; shift; COMMAND=("$@")', *torchrun_python(command),
+                        'COMMAND[${#COMMAND[@]}-n]=$FLEET_PYTHON', 'exec "${COMMAND[@]}"'))
+    return ("bash", "-c", script, "fleet-torchrun", str(len(program)), *words, "--no-python"), program
