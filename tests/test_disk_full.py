@@ -153,7 +153,7 @@ class Plan:
     """The little of a plan that run_profiler reads."""
 
     def __init__(self, argv):
-        self.env, self.timeout, self.tool, self._argv = {}, None, "nsys", argv
+        self.env, self.timeout, self.tool, self._argv, self.launcher = {}, None, "nsys", argv, ()
         self.command = self
 
     def argv(self):
