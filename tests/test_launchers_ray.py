@@ -227,3 +227,61 @@ def test_ranks_with_ray_profiles_only_the_actors_whose_names_match(ray_head, tmp
     assert sorted(found) == sorted([said["trainer-a"][0], said["trainer-b"][0]])
     assert sorted(w.split(" on ")[0] for w, _ in found.values()) == ["Trainer trainer-a", "Trainer trainer-b"]
     assert not list((tmp_path / "nodes" / "ray").glob(f"worker-*-{said['evaluator'][0]}.*"))
+
+
+@pytest.fixture
+def ray_user(hpc):
+    """The login node's user as a Ray user often is: Ray in a virtual environment that is not on the
+    job's PATH (a venv of the node's Python, which reaches this checkout's Ray through a .pth file),
+    and a ~/.bashrc that puts another Python first, without Ray (as `pyenv init` or `conda activate`
+    there do). The login session's HOME and RAY_TMPDIR (Ray's sockets' paths: short) are this test's,
+    and every job the session submits inherits them, as sbatch exports the session's environment."""
+    user = hpc.scratch("ray-user")
+    venv = user / "venv"
+    subprocess.run(["/usr/bin/python3", "-m", "venv", "--without-pip", str(venv)], check=True, timeout=60)
+    [site] = venv.glob("lib/python3*/site-packages")
+    (site / "ray-from-pypi.pth").write_text(str(Path(ray.__file__).parents[1]) + "\n")
+    other = user / "other-python"
+    other.mkdir()
+    (other / "python").symlink_to("/usr/bin/python3")
+    home = user / "home"
+    home.mkdir()
+    (home / ".bashrc").write_text(f'export PATH="{other}:$PATH"\n')
+    ray_tmp = tempfile.mkdtemp(prefix="fr", dir="/tmp")
+    os.chmod(ray_tmp, 0o1777)
+    for path in (user, venv, other, home):
+        path.chmod(0o755)
+    login = hpc.hosts[0]
+    session = login.options["SetEnv"]
+    hpc.restart_host(login, SetEnv=f"{session} HOME={home} RAY_TMPDIR={ray_tmp} RAY_AUTH_MODE=disabled")
+    try:
+        yield venv / "bin" / "python"
+    finally:
+        hpc.restart_host(login, SetEnv=session)
+        shutil.rmtree(ray_tmp, ignore_errors=True)
+
+
+def test_a_ray_program_in_a_slurm_job_gives_two_reports_named_by_actor(hpc, ray_user, tmp_path):
+    from tests.harness.hpc import fleet as fleet_slurm, manifest
+
+    program = hpc.runs / "ray_program.py"
+    program.write_text(PROGRAM)
+    program.chmod(0o644)
+    # Bounded twice: the job's time limit ends it in Slurm, fleet's own wait ends the test.
+    r = fleet_slurm(hpc, tmp_path, "--time", "4", "--launcher", "ray", "--", str(ray_user), str(program),
+                    timeout=150)
+    assert r.returncode == 0, r.stdout + r.stderr
+    m = manifest(tmp_path)
+    assert m["status"] == "complete" and "reports: 2 complete" in r.stdout, r.stdout
+    said = Path(m["slurm"]["log"]["stored"]).read_text()  # the job's log, brought home
+    pids = json.loads(said.split("actor pids ", 1)[1].split("\n", 1)[0])
+    host = socket.gethostname()  # each worker's node, as the worker named it (the test nodes are this machine)
+    names = [f"Trainer trainer-a on {host}, pid {pids[0]}", f"Trainer trainer-b on {host}, pid {pids[1]}"]
+    assert sorted(h["worker"] for h in m["hosts"]) == names
+    for h in m["hosts"]:
+        assert f"  {h['host']} {h['worker']}: ok" in r.stdout  # the run's output names each report by its actor
+        assert h["status"] == "ok" and all(rep["verified"] for rep in h["reports"]), h
+        [rep] = [rep for rep in h["reports"] if rep["stored"].endswith(".nsys-rep")]
+        assert Path(rep["stored"]).name == f"worker-{host}-{h['worker'].rsplit(' ', 1)[1]}.nsys-rep"
+        # nsys wrapped Ray's worker process itself, started by the job's raylet, not the program
+        assert "default_worker.py" in " ".join(json.loads(Path(rep["stored"]).read_text())["app"])
