@@ -285,3 +285,40 @@ def test_a_ray_program_in_a_slurm_job_gives_two_reports_named_by_actor(hpc, ray_
         assert Path(rep["stored"]).name == f"worker-{host}-{h['worker'].rsplit(' ', 1)[1]}.nsys-rep"
         # nsys wrapped Ray's worker process itself, started by the job's raylet, not the program
         assert "default_worker.py" in " ".join(json.loads(Path(rep["stored"]).read_text())["app"])
+
+
+# The same two actors, trainer-b's nsys killed while its worker runs (as when Ray or the job's end kills
+# nsys before its worker ends): nsys writes no report, the worker has said whose it is.
+KILLED = PROGRAM.split("# Each actor ends", 1)[0].replace("class Trainer:", """class Trainer:
+    def end_my_nsys(self):
+        parent = open("/proc/%d/cmdline" % os.getppid()).read().split(chr(0))
+        assert os.path.basename(parent[1]) == "nsys", parent  # the stand-in, a Python script
+        os.kill(os.getppid(), 9)
+""", 1) + """
+time.sleep(1)  # each has said whose it is
+b.end_my_nsys.remote()
+time.sleep(2)
+"""
+
+
+def test_a_ray_worker_whose_nsys_left_no_report_is_missing_never_ok(hpc, ray_user, tmp_path):
+    from fleet import exitcodes
+    from tests.harness.hpc import fleet as fleet_slurm, manifest
+
+    program = hpc.runs / "ray_killed.py"
+    program.write_text(KILLED)
+    program.chmod(0o644)
+    r = fleet_slurm(hpc, tmp_path, "--time", "4", "--launcher", "ray", "--", str(ray_user), str(program),
+                    timeout=150)
+    m = manifest(tmp_path)
+    assert r.returncode == exitcodes.PARTIAL and m["status"] == "partial", r.stdout + r.stderr
+    said = Path(m["slurm"]["log"]["stored"]).read_text()
+    pids = json.loads(said.split("actor pids ", 1)[1].split("\n", 1)[0])
+    host = socket.gethostname()
+    by_worker = {h["worker"]: h for h in m["hosts"]}
+    assert sorted(by_worker) == [f"Trainer trainer-a on {host}, pid {pids[0]}", f"Trainer trainer-b on {host}, pid {pids[1]}"]
+    kept, lost = by_worker[f"Trainer trainer-a on {host}, pid {pids[0]}"], by_worker[f"Trainer trainer-b on {host}, pid {pids[1]}"]
+    assert kept["status"] == "ok" and any(rep["stored"].endswith(".nsys-rep") for rep in kept["reports"])
+    assert lost["status"] == "missing" and "left no report" in lost["missing_why"]
+    assert not any(rep["stored"].endswith(".nsys-rep") for rep in lost["reports"])
+    assert f"  {host} Trainer trainer-b on {host}, pid {pids[1]}: missing: " in r.stdout, r.stdout
