@@ -8,6 +8,7 @@ worker-HOST-PID: nobody could tell which actor was which (ray#50711)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shlex
@@ -229,7 +230,7 @@ def test_ranks_with_ray_profiles_only_the_actors_whose_names_match(ray_head, tmp
     assert not list((tmp_path / "nodes" / "ray").glob(f"worker-*-{said['evaluator'][0]}.*"))
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def ray_user(hpc):
     """The login node's user as a Ray user often is: Ray in a virtual environment that is not on the
     job's PATH (a venv of the node's Python, which reaches this checkout's Ray through a .pth file),
@@ -251,14 +252,24 @@ def ray_user(hpc):
     os.chmod(ray_tmp, 0o1777)
     for path in (user, venv, other, home):
         path.chmod(0o755)
+    try:
+        with login_session(hpc, HOME=str(home), RAY_TMPDIR=ray_tmp, RAY_AUTH_MODE="disabled"):
+            yield venv / "bin" / "python"
+    finally:
+        shutil.rmtree(ray_tmp, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def login_session(hpc, **changed: str):
+    """The login node's sessions (and so the jobs they submit) with these variables changed, then as they were."""
     login = hpc.hosts[0]
     session = login.options["SetEnv"]
-    hpc.restart_host(login, SetEnv=f"{session} HOME={home} RAY_TMPDIR={ray_tmp} RAY_AUTH_MODE=disabled")
+    env = dict(word.split("=", 1) for word in session.split())
+    hpc.restart_host(login, SetEnv=" ".join(f"{k}={v}" for k, v in {**env, **changed}.items()))
     try:
-        yield venv / "bin" / "python"
+        yield
     finally:
         hpc.restart_host(login, SetEnv=session)
-        shutil.rmtree(ray_tmp, ignore_errors=True)
 
 
 def test_a_ray_program_in_a_slurm_job_gives_two_reports_named_by_actor(hpc, ray_user, tmp_path):
@@ -322,3 +333,22 @@ def test_a_ray_worker_whose_nsys_left_no_report_is_missing_never_ok(hpc, ray_use
     assert lost["status"] == "missing" and "left no report" in lost["missing_why"]
     assert not any(rep["stored"].endswith(".nsys-rep") for rep in lost["reports"])
     assert f"  {host} Trainer trainer-b on {host}, pid {pids[1]}: missing: " in r.stdout, r.stdout
+
+
+def test_a_node_without_nsys_is_refused_in_the_job_before_the_ray_program_starts(hpc, tmp_path):
+    from fleet import exitcodes
+    from tests.harness.hpc import fleet as fleet_slurm
+
+    started = hpc.runs / "ray-program-started"
+    program = hpc.runs / "ray_never.py"
+    program.write_text(f"open({str(started)!r}, 'w').close()\n")
+    program.chmod(0o644)
+    with login_session(hpc, PATH="/usr/local/bin:/usr/bin:/bin"):  # the job's PATH, without nsys's folder
+        r = fleet_slurm(hpc, tmp_path, "--time", "4", "--launcher", "ray", "--", "/usr/bin/python3", str(program),
+                        timeout=150)
+    assert r.returncode != 0 and not started.exists(), r.stdout + r.stderr
+    line = next(line for line in r.stdout.splitlines() if "refused to start" in line)
+    assert r.returncode == exitcodes.FAILED
+    assert line.endswith(f"rank 0: missing: rank 0 left no result: the job refused to start: nsys is not on PATH on "
+                         "node1: Ray's nsight plugin runs nsys from PATH for every worker (else RuntimeEnvSetupError: "
+                         "nsight is not installed); nothing was started: put nsys's folder on the job's PATH"), line
