@@ -8,6 +8,7 @@ worker-HOST-PID: nobody could tell which actor was which (ray#50711)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shlex
@@ -227,3 +228,131 @@ def test_ranks_with_ray_profiles_only_the_actors_whose_names_match(ray_head, tmp
     assert sorted(found) == sorted([said["trainer-a"][0], said["trainer-b"][0]])
     assert sorted(w.split(" on ")[0] for w, _ in found.values()) == ["Trainer trainer-a", "Trainer trainer-b"]
     assert not list((tmp_path / "nodes" / "ray").glob(f"worker-*-{said['evaluator'][0]}.*"))
+
+
+@pytest.fixture(scope="module")
+def ray_user(hpc):
+    """The login node's user as a Ray user often is: Ray in a virtual environment that is not on the
+    job's PATH (a venv of the node's Python, which reaches this checkout's Ray through a .pth file),
+    and a ~/.bashrc that puts another Python first, without Ray (as `pyenv init` or `conda activate`
+    there do). The login session's HOME and RAY_TMPDIR (Ray's sockets' paths: short) are this test's,
+    and every job the session submits inherits them, as sbatch exports the session's environment."""
+    user = hpc.scratch("ray-user")
+    venv = user / "venv"
+    subprocess.run(["/usr/bin/python3", "-m", "venv", "--without-pip", str(venv)], check=True, timeout=60)
+    [site] = venv.glob("lib/python3*/site-packages")
+    (site / "ray-from-pypi.pth").write_text(str(Path(ray.__file__).parents[1]) + "\n")
+    other = user / "other-python"
+    other.mkdir()
+    (other / "python").symlink_to("/usr/bin/python3")
+    home = user / "home"
+    home.mkdir()
+    (home / ".bashrc").write_text(f'export PATH="{other}:$PATH"\n')
+    ray_tmp = tempfile.mkdtemp(prefix="fr", dir="/tmp")
+    os.chmod(ray_tmp, 0o1777)
+    for path in (user, venv, other, home):
+        path.chmod(0o755)
+    try:
+        with login_session(hpc, HOME=str(home), RAY_TMPDIR=ray_tmp, RAY_AUTH_MODE="disabled"):
+            yield venv / "bin" / "python"
+    finally:
+        shutil.rmtree(ray_tmp, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def login_session(hpc, **changed: str):
+    """The login node's sessions (and so the jobs they submit) with these variables changed, then as they were."""
+    login = hpc.hosts[0]
+    session = login.options["SetEnv"]
+    env = dict(word.split("=", 1) for word in session.split())
+    hpc.restart_host(login, SetEnv=" ".join(f"{k}={v}" for k, v in {**env, **changed}.items()))
+    try:
+        yield
+    finally:
+        hpc.restart_host(login, SetEnv=session)
+
+
+def test_a_ray_program_in_a_slurm_job_gives_two_reports_named_by_actor(hpc, ray_user, tmp_path):
+    from tests.harness.hpc import fleet as fleet_slurm, manifest
+
+    program = hpc.runs / "ray_program.py"
+    program.write_text(PROGRAM)
+    program.chmod(0o644)
+    # Bounded twice: the job's time limit ends it in Slurm, fleet's own wait ends the test.
+    r = fleet_slurm(hpc, tmp_path, "--time", "4", "--launcher", "ray", "--", str(ray_user), str(program),
+                    timeout=150)
+    assert r.returncode == 0, r.stdout + r.stderr
+    m = manifest(tmp_path)
+    assert m["status"] == "complete" and "reports: 2 complete" in r.stdout, r.stdout
+    said = Path(m["slurm"]["log"]["stored"]).read_text()  # the job's log, brought home
+    pids = json.loads(said.split("actor pids ", 1)[1].split("\n", 1)[0])
+    host = socket.gethostname()  # each worker's node, as the worker named it (the test nodes are this machine)
+    names = [f"Trainer trainer-a on {host}, pid {pids[0]}", f"Trainer trainer-b on {host}, pid {pids[1]}"]
+    assert sorted(h["worker"] for h in m["hosts"]) == names
+    for h in m["hosts"]:
+        assert f"  {h['host']} {h['worker']}: ok" in r.stdout  # the run's output names each report by its actor
+        assert h["status"] == "ok" and all(rep["verified"] for rep in h["reports"]), h
+        [rep] = [rep for rep in h["reports"] if rep["stored"].endswith(".nsys-rep")]
+        assert Path(rep["stored"]).name == f"worker-{host}-{h['worker'].rsplit(' ', 1)[1]}.nsys-rep"
+        # nsys wrapped Ray's worker process itself, started by the job's raylet, not the program
+        assert "default_worker.py" in " ".join(json.loads(Path(rep["stored"]).read_text())["app"])
+
+
+# The same two actors, trainer-b's nsys killed while its worker runs (as when Ray or the job's end kills
+# nsys before its worker ends): nsys writes no report, the worker has said whose it is.
+KILLED = PROGRAM.split("# Each actor ends", 1)[0].replace("class Trainer:", """class Trainer:
+    def end_my_nsys(self):
+        parent = open("/proc/%d/cmdline" % os.getppid()).read().split(chr(0))
+        assert any(os.path.basename(w) == "nsys" for w in parent[:2]), parent  # the stand-in is a Python script
+        os.kill(os.getppid(), 9)
+""", 1) + """
+time.sleep(1)  # each has said whose it is
+b.end_my_nsys.remote()
+time.sleep(2)
+try:  # trainer-a ends as Ray documents a graceful end, its report written
+    ray.get(a.__ray_terminate__.remote())
+except ray.exceptions.RayActorError:
+    pass
+"""
+
+
+def test_a_ray_worker_whose_nsys_left_no_report_is_missing_never_ok(hpc, ray_user, tmp_path):
+    from fleet import exitcodes
+    from tests.harness.hpc import fleet as fleet_slurm, manifest
+
+    program = hpc.runs / "ray_killed.py"
+    program.write_text(KILLED)
+    program.chmod(0o644)
+    r = fleet_slurm(hpc, tmp_path, "--time", "4", "--launcher", "ray", "--", str(ray_user), str(program),
+                    timeout=150)
+    m = manifest(tmp_path)
+    assert r.returncode == exitcodes.PARTIAL and m["status"] == "partial", r.stdout + r.stderr
+    said = Path(m["slurm"]["log"]["stored"]).read_text()
+    pids = json.loads(said.split("actor pids ", 1)[1].split("\n", 1)[0])
+    host = socket.gethostname()
+    by_worker = {h["worker"]: h for h in m["hosts"]}
+    assert sorted(by_worker) == [f"Trainer trainer-a on {host}, pid {pids[0]}", f"Trainer trainer-b on {host}, pid {pids[1]}"]
+    kept, lost = by_worker[f"Trainer trainer-a on {host}, pid {pids[0]}"], by_worker[f"Trainer trainer-b on {host}, pid {pids[1]}"]
+    assert kept["status"] == "ok" and any(rep["stored"].endswith(".nsys-rep") for rep in kept["reports"])
+    assert lost["status"] == "missing" and "left no report" in lost["missing_why"]
+    assert not any(rep["stored"].endswith(".nsys-rep") for rep in lost["reports"])
+    assert f"  {host} Trainer trainer-b on {host}, pid {pids[1]}: missing: " in r.stdout, r.stdout
+
+
+def test_a_node_without_nsys_is_refused_in_the_job_before_the_ray_program_starts(hpc, tmp_path):
+    from fleet import exitcodes
+    from tests.harness.hpc import fleet as fleet_slurm
+
+    started = hpc.runs / "ray-program-started"
+    program = hpc.runs / "ray_never.py"
+    program.write_text(f"open({str(started)!r}, 'w').close()\n")
+    program.chmod(0o644)
+    with login_session(hpc, PATH="/usr/local/bin:/usr/bin:/bin"):  # the job's PATH, without nsys's folder
+        r = fleet_slurm(hpc, tmp_path, "--time", "4", "--launcher", "ray", "--", "/usr/bin/python3", str(program),
+                        timeout=150)
+    assert r.returncode != 0 and not started.exists(), r.stdout + r.stderr
+    line = next(line for line in r.stdout.splitlines() if "refused to start" in line)
+    assert r.returncode == exitcodes.FAILED
+    assert line.endswith(f"rank 0: missing: rank 0 left no result: the job refused to start: nsys is not on PATH on "
+                         "node1: Ray's nsight plugin runs nsys from PATH for every worker (else RuntimeEnvSetupError: "
+                         "nsight is not installed); nothing was started: put nsys's folder on the job's PATH"), line

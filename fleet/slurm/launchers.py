@@ -38,6 +38,14 @@ RAY_NEEDS_NSYS = (
     f"    echo 127 > \"{IN_SCRIPT.job_exit}\"",
     "    exit 127",
     "fi")
+# Ray execs each worker through `bash -c` (ray/_private/runtime_env/context.py, exec_worker). A batch job
+# inherits SSH_CLIENT from the login session that submitted it (sbatch exports the environment); with it
+# set, at a shell level under 2 (the batch shell's raylet's), Debian's bash reads ~/.bashrc even for
+# `bash -c` (SSH_SOURCE_BASHRC), and a .bashrc that puts another Python first (pyenv init, conda
+# activate, module load) wins over the workers' PATH fleet's hook sets: `nsys profile ... python`
+# then runs a Python without Ray, every worker fails to import ray, Ray starts it again, and the
+# program waits for its actors forever. Nobody is logged in through a batch job: the job forgets it.
+RAY_NO_LOGIN_SHELL = "unset SSH_CLIENT SSH2_CLIENT SSH_CONNECTION SSH_TTY"
 
 
 
@@ -120,6 +128,7 @@ def launch(launcher: str, command: list[str], agent: list[str], run_dir: str, co
                        f"export FLEET_RAY_RUNTIME_ENV={quote(json.dumps(block, sort_keys=True), 'Ray runtime_env')}",
                        *chosen,
                        *RAY_NEEDS_NSYS,
+                       RAY_NO_LOGIN_SHELL,
                        f'printf \'%s\\n\' "$FLEET_RAY_RUNTIME_ENV" > "{IN_SCRIPT.ray_hook_block}"',
                        f"cat > \"{IN_SCRIPT.ray_hook}\" <<'{RAY_HOOK_END}'", *hook.splitlines(), RAY_HOOK_END,
                        "export RAY_RUNTIME_ENV_HOOK=fleet_ray_hook.runtime_env_hook",

@@ -36,9 +36,12 @@ async def workers_home(fan: "Fanout", via: "Host", run_dir: str, lines: list[str
     hosts = []
     marks = [found for found in map(file_mark, lines) if found is not None]
     whose = {found["path"]: found for found in marks if RunDir.is_whose(found["path"])}
+    reported = {RunDir.whose_beside(found["path"]) for found in marks if not RunDir.is_whose(found["path"])}
     for found in marks:
         path = found["path"]
         if RunDir.is_whose(path):
+            if path not in reported:
+                hosts.append(await _left_no_report(fan, via, run_dir, found, directory))
             continue
         node = RunDir.ray_worker_host(path) or "ray"
         if not safenames.is_component(node):  # named by a file the job wrote
@@ -56,6 +59,24 @@ async def workers_home(fan: "Fanout", via: "Host", run_dir: str, lines: list[str
         hosts.append(HostEntry(node, HostStatus.FAILED if gone else HostStatus.OK, worker=worker,
                                missing_why=gone[0].error if gone else None, reports=reports))
     return hosts
+
+
+async def _left_no_report(fan: "Fanout", via: "Host", run_dir: str, said: dict, directory: Path) -> HostEntry:
+    """A worker that said whose it is (so it ran under nsys: only a profiled worker writes one) and
+    has no report beside it: its nsys ended before writing it (killed before or with the worker; a
+    killed nsys leaves its data in its TMPDIR, not at the output name). Missing, named by its actor:
+    never counted ok, where before it was left out and the run said complete."""
+    node = RunDir.ray_worker_host(said["path"]) or "ray"
+    if not safenames.is_component(node):
+        return HostEntry(str(node), HostStatus.FAILED, worker=os.path.basename(said["path"]),
+                         missing_why=safenames.component_problem(node, "the Ray worker's node name"))
+    reports = await bring_home(fan, via, [said], directory / node, node_dir=RunDir(run_dir).ray)
+    for rep in reports:
+        rep.status, rep.summary = "summary", "whose"
+    worker = ray_worker_name(reports) or os.path.basename(said["path"])
+    return HostEntry(node, HostStatus.MISSING, worker=worker, reports=reports, missing_why=(
+        f"{worker} ran under nsys but left no report: its nsys ended before writing one (killed before or "
+        "with its worker)"))
 
 
 def ray_worker_name(reports: list) -> str | None:

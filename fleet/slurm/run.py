@@ -34,7 +34,7 @@ from .cluster import Cluster
 from .jobs import JobState, SlurmClient, SlurmctldSilent, SlurmError, file_mark
 from .raygather import ray_home
 from .results import not_this_runs, refused_entry
-from .states import job_end_verdict, never_starts
+from .states import job_end_verdict, job_refusal, never_starts
 from ..containers import nsight_dirs, slurm_words
 from .script import AGENT_FILE, REQUEST_FILE, SCRIPT_FILE, JobFiles, render, request_doc
 from .options import CheckedJobSpec
@@ -207,8 +207,10 @@ async def watch(client: SlurmClient, job_id: str, *, poll: float = 5.0, stop: as
         interval = min(interval * 1.5, max(poll, SILENT_POLL) if silent_since else poll)
 
 
-def _why_missing(rank: int, st: JobState | None, log: str) -> str:
+def _why_missing(rank: int, st: JobState | None, log: str, refusal: str | None = None) -> str:
     state = st.state if st else "unknown"
+    if refusal:  # the batch script's own check, before anything started
+        return f"rank {rank} left no result: the job refused to start: {refusal}"
     if state == "CANCELLED":
         return f"rank {rank} left no result: the job was cancelled before it finished ({log})"
     if state == "TIMEOUT":
@@ -255,6 +257,7 @@ async def gather(fan: "Fanout", client: SlurmClient, manifest: RunManifest, dire
         slurm.log = ReportEntry.from_json(await fetch_verified(
             fan, client.login, found, directory / os.path.basename(found["path"])))
     tool = (manifest.request or {}).get("tool")
+    refusal = job_refusal(slurm.job_exit, _log_tail(slurm.log))
 
     async def one(res: dict) -> HostEntry:
         return await _rank_home(fan, client, slurm.run_dir, res, directory, gathering, tool)
@@ -279,7 +282,7 @@ async def gather(fan: "Fanout", client: SlurmClient, manifest: RunManifest, dire
                 f", see {log}); the report it left was brought home, unchecked by its agent")))
         else:
             hosts.append(HostEntry("(no result)", HostStatus.MISSING, rank=rank,
-                                   missing_why=_why_missing(rank, state, log)))
+                                   missing_why=_why_missing(rank, state, log, refusal)))
     if state is not None:
         slurm.requeues = max(slurm.requeues, state.requeues)
     end = job_end_verdict(slurm.state, hosts, requeues=slurm.requeues,
@@ -311,6 +314,18 @@ async def _rank_home(fan: "Fanout", client: SlurmClient, run_dir: str, res: dict
         reports = await bring_home(fan, client.login, to_fetch, directory / node, node_dir=folder.path,
                                    gathering=gathering)
     return rank_entry(res, reports, tool)
+
+
+def _log_tail(log: ReportEntry | None) -> str:
+    """The end of the job's log as it came home (verified), else nothing."""
+    if log is None or not log.verified or not log.stored:
+        return ""
+    try:
+        with open(log.stored, "rb") as f:
+            f.seek(max(0, os.fstat(f.fileno()).st_size - 4096))
+            return f.read().decode("utf-8", "replace")
+    except OSError:
+        return ""
 
 
 def _orphans(lines: list[str]) -> dict[int, tuple[str, dict]]:

@@ -110,7 +110,7 @@ def render(m: "RunManifest") -> str:
     if s.stopped_before_time_limit:
         lines.append("  the profilers were stopped ahead of the time limit, so their reports could be finished")
     for h in m.hosts:
-        rank = f"rank {h.rank}" if h.rank is not None else "?"
+        rank = f"rank {h.rank}" if h.rank is not None else (h.worker or "?")  # a Ray worker: its actor or task
         lines.append(f"  {h.host} {rank}: {h.status}" + (f": {h.missing_why}" if h.missing_why else ""))
         lines += outcome.detail_lines(h, indent="    ", hashes=False)
     if s.log:

@@ -104,3 +104,19 @@ def job_end_verdict(state: str | None, hosts: list, *, requeues: int = 0,
                 out[i] = replace(entry, status="failed", missing_why=f"killed by the job's end: {state} ({why}); "
                                  "its report is kept but does not cover the whole workload")
     return JobEnd("; ".join(notes) or None, out)
+
+
+# The batch script's own checks (the agent's Python on the node; nsys on PATH for Ray) end the job
+# with this status before anything starts, their reason the last line they write to the job's log.
+REFUSED_EXIT = 127
+
+
+def job_refusal(job_exit: int | None, log_tail: str) -> str | None:
+    """Why the batch script started nothing, in its own one line (``fleet: ...``), or None. The
+    log is the job's: only its last line, only after the refusal status, printable and bounded."""
+    if job_exit != REFUSED_EXIT:
+        return None
+    lines = [line for line in log_tail.splitlines() if line.strip()]
+    if not lines or not lines[-1].startswith("fleet: "):
+        return None
+    return "".join(c if c.isprintable() else "?" for c in lines[-1][len("fleet: "):])[:400]
