@@ -339,6 +339,27 @@ def test_a_ray_worker_whose_nsys_left_no_report_is_missing_never_ok(hpc, ray_use
     assert f"  {host} Trainer trainer-b on {host}, pid {pids[1]}: missing: " in r.stdout, r.stdout
 
 
+def test_a_ray_program_that_fails_after_its_actors_is_not_ok_and_its_workers_reports_are_kept(hpc, ray_user, tmp_path):
+    """The program is the workload: one that exits 3 (its actors done, their reports written) is a
+    workload-failed line of its own beside its workers', the run partial (exit 6), never complete and 0."""
+    from fleet import exitcodes
+    from tests.harness.hpc import fleet as fleet_slurm, manifest
+
+    program = hpc.runs / "ray_fails.py"
+    program.write_text(PROGRAM + "\nimport sys\nsys.exit(3)\n")
+    program.chmod(0o644)
+    r = fleet_slurm(hpc, tmp_path, "--time", "4", "--launcher", "ray", "--", str(ray_user), str(program),
+                    timeout=150)
+    m = manifest(tmp_path)
+    assert r.returncode == exitcodes.PARTIAL and m["status"] == "partial", r.stdout + r.stderr
+    assert "(driver) the Ray program: workload-failed: the Ray program (the job's driver) ended with exit status 3" in r.stdout
+    [driver] = [h for h in m["hosts"] if h["host"] == "(driver)"]
+    assert driver["status"] == "workload-failed" and "exit status 3" in driver["missing_why"]
+    workers = [h for h in m["hosts"] if h["host"] != "(driver)"]
+    assert len(workers) == 2 and all(any(rep["stored"].endswith(".nsys-rep") and rep["verified"]
+                                         for rep in h["reports"]) for h in workers), m["hosts"]
+
+
 def test_a_node_without_nsys_is_refused_in_the_job_before_the_ray_program_starts(hpc, tmp_path):
     from fleet import exitcodes
     from tests.harness.hpc import fleet as fleet_slurm

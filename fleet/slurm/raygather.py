@@ -18,6 +18,7 @@ from .jobs import SlurmClient, file_mark
 
 if TYPE_CHECKING:
     from ..inventory import Host
+    from ..store.manifest import SlurmInfo
     from ..transport import Fanout
 
 
@@ -77,6 +78,18 @@ async def _left_no_report(fan: "Fanout", via: "Host", run_dir: str, said: dict, 
     return HostEntry(node, HostStatus.MISSING, worker=worker, reports=reports, missing_why=(
         f"{worker} ran under nsys but left no report: its nsys ended before writing one (killed before or "
         "with its worker)"))
+
+
+def driver_entry(slurm: "SlurmInfo", refusal: str | None) -> list[HostEntry]:
+    """The Ray program itself, the job's driver, run by the batch script: one that failed makes the
+    run not ok, whatever its workers left (their reports are kept); none when it ended with 0, the
+    script refused to start it (said on its own), or the launcher is not Ray."""
+    job_exit = slurm.job_exit
+    if slurm.spec.get("launcher") != "ray" or job_exit in (None, 0) or refusal:
+        return []
+    how = f"signal {job_exit - 128}" if job_exit > 128 else f"exit status {job_exit}"
+    return [HostEntry("(driver)", HostStatus.WORKLOAD_FAILED, worker="the Ray program", missing_why=(
+        f"the Ray program (the job's driver) ended with {how}; its workers' reports are kept"))]
 
 
 def ray_worker_name(reports: list) -> str | None:

@@ -32,7 +32,7 @@ from ..store.manifest import HostEntry, ReportEntry, RunManifest, SlurmInfo
 from ..plan import ProfileRequest
 from .cluster import Cluster
 from .jobs import JobState, SlurmClient, SlurmctldSilent, SlurmError, file_mark
-from .raygather import ray_home
+from .raygather import driver_entry, ray_home
 from .results import not_this_runs, refused_entry
 from .states import job_end_verdict, job_refusal, never_starts
 from ..containers import nsight_dirs, slurm_words
@@ -265,7 +265,7 @@ async def gather(fan: "Fanout", client: SlurmClient, manifest: RunManifest, dire
     # Ranks come home side by side (the transport bounds transfers per login connection).
     hosts = sorted(await asyncio.gather(*(one(res) for res in results)) + refused, key=lambda e: (
         not isinstance(e.rank, int), e.rank if isinstance(e.rank, int) else 0, e.host))
-    hosts += await ray_home(fan, client, slurm.run_dir, marks["ray"], directory)
+    hosts += await ray_home(fan, client, slurm.run_dir, marks["ray"], directory) + driver_entry(slurm, refusal)
     seen = {e.rank for e in hosts}
     ranks = expected_ranks(slurm.spec)
     orphans = _orphans(marks["orphan"])
