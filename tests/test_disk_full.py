@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from fleet import completeness, exitcodes, outcome
-from fleet.agent import profiler, run, wire, workload
+from fleet.agent import profiler, reports, run, wire, workload
 from fleet.store.manifest import HostEntry
 from tests.conftest import fleet_json, run_fleet
 from tests.harness import fakenvml
@@ -228,3 +228,24 @@ def test_a_workload_printing_the_disk_full_line_on_a_roomy_disk_is_not_stopped(t
     [report] = entry.result["reports"]
     assert "truncated" not in report, report
     assert completeness.classify(entry).cls == completeness.COMPLETE
+
+
+def test_a_profiler_error_with_a_report_on_a_roomy_disk_is_truncated_never_complete(tmp_path):
+    """The disk-full line anchored by the Relay marks every report of the run cut, though its folder has
+    room now (a quota, or space freed by the kill) and the tail no longer holds the words; and a
+    profiler-error is never counted complete, whatever its reports say."""
+    line = workload.ErrorLines("nsys")
+    line.feed("stderr", RECORDED.read_bytes())
+    report = tmp_path / "h01-1.nsys-rep"
+    report.write_bytes(b"x" * 100)
+    plan = Plan([], str(tmp_path / "h01-%p"))
+    plan.nsys = None
+    notes = []
+    [entry] = reports.collect(plan, b"Generating ...\n", notes, disk_full=line.disk_full)
+    assert "Is the disk full?" in entry["truncated"], (entry, notes)
+    uncut = dict(entry)
+    del uncut["truncated"]
+    result = {"status": "profiler-error", "reasons": ["the profiler said the disk is full"], "reports": [uncut]}
+    host = HostEntry(host="h01", status="profiler-error", result=result, reports=[])
+    assert completeness.classify(host).cls == completeness.TRUNCATED
+    assert completeness.run_lines([host])[0] == "reports: 1 truncated"
