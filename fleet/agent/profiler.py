@@ -135,7 +135,7 @@ def run_profiler(plan, relay, stop_requested, watch=None):
             time.sleep(0.05)
     if stops.full is not None:  # a profiler that obeyed (or died) leaves what it started: gone too
         stops.started.kill(reaped=not ran.left)
-    if ran.exited_at is None and not ran.left:  # it exited as its output ended, between two looks
+    if ran.exited_at is None:  # it exited as its output ended, between two looks (or was left)
         ran.exited_at = time.monotonic()
     ran.exit_status, ran.why_stopped = proc.returncode, stops.why
     ran.lingering = open_streams > 0 and not ran.left  # a profiler left running holds its output itself
