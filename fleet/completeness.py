@@ -74,6 +74,8 @@ def classify(entry: "HostEntry") -> Verdict | None:
     cut = [r["truncated"] for r in reports if isinstance(r.get("truncated"), str)]
     if cut:
         return Verdict(TRUNCATED, cut[0])
+    if result.get("status") == "profiler-error":  # failed mid-report: never whole, whatever its files say
+        return Verdict(TRUNCATED, "; ".join(result.get("reasons") or []) or "the profiler failed before its report was whole")
     killed = isinstance(result.get("exit_status"), int) and result["exit_status"] < 0
     if killed and any(r.get("finished_from_qdstrm") for r in reports):
         return Verdict(TRUNCATED, f"the profiler was killed (signal {-result['exit_status']}): the report was "

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from fleet import completeness, exitcodes, outcome
-from fleet.agent import profiler, wire, workload
+from fleet.agent import profiler, reports, run, wire, workload
 from fleet.store.manifest import HostEntry
 from tests.conftest import fleet_json, run_fleet
 from tests.harness import fakenvml
@@ -58,7 +58,10 @@ def test_nsys_disk_full_line_as_recorded_is_found_among_its_error_lines():
 
 
 @pytest.mark.skipif(not shutil.which("unshare"), reason="needs unshare (util-linux)")
-def test_nsys_hanging_on_a_full_disk_is_ended_by_the_agent_with_its_workload(tmp_path):
+@pytest.mark.parametrize("variant", ["hangs", "dies-on-sigterm"])
+def test_nsys_hanging_on_a_full_disk_is_ended_by_the_agent_with_its_workload(tmp_path, variant):
+    """Whether nsys heeds SIGTERM there was not recorded: hanging on, or dying of it while what its
+    workload left runs on in a session of its own, the run ends and everything it started is gone."""
     node = Node(tmp_path)
     small = tmp_path / "small"  # a 4 MiB tmpfs, mounted in a mount namespace of the agent's own
     small.mkdir(mode=0o700)
@@ -71,7 +74,7 @@ def test_nsys_hanging_on_a_full_disk_is_ended_by_the_agent_with_its_workload(tmp
     # a second first, so that the agent has looked at what nsys started (every LOOK_EVERY seconds).
     script = (f"echo $PPID > {nsys_pid}; sleep 600 </dev/null & echo $! > {left_pid}; sleep 1; "
               f"{sys.executable} {tmp_path / 'filler.py'} {small}/filler; exit 0")
-    agent, workload_pid = node.start(script, small, prefix=mount)
+    agent, workload_pid = node.start(script, small, prefix=mount, env={"STANDIN_NSYS_FULL_DISK": variant})
     try:
         out, err = agent.communicate(timeout=AGENT_BOUND)
     except subprocess.TimeoutExpired:
@@ -152,8 +155,8 @@ time.sleep(30)  # the test's bound: an agent still waiting then would see it end
 class Plan:
     """The little of a plan that run_profiler reads."""
 
-    def __init__(self, argv):
-        self.env, self.timeout, self.tool, self._argv, self.launcher = {}, None, "nsys", argv, ()
+    def __init__(self, argv, output=""):
+        self.env, self.timeout, self.tool, self._argv, self.output, self.launcher = {}, None, "nsys", argv, output, ()
         self.command = self
 
     def argv(self):
@@ -168,7 +171,8 @@ def test_a_profiler_that_outlives_sigkill_is_not_waited_on_for_ever(tmp_path, mo
     left unsent (the process stands for one that SIGKILL did not end) and the agent must still return."""
     monkeypatch.setattr(profiler, "DISK_FULL_KILL_AFTER", 0.5)
     monkeypatch.setattr(profiler, "KILLED_WAIT", 1.0)
-    monkeypatch.setattr(profiler.Started, "kill", lambda self: None)
+    monkeypatch.setattr(profiler.Started, "kill", lambda self, reaped=False: None)
+    monkeypatch.setattr(workload, "disk_is_full", lambda *folders: True)  # the disk stands for full
     (tmp_path / "hangs.py").write_text(HANGS)
     relay, pids = profiler.Relay("nsys"), []
     monkeypatch.setattr(profiler.Started, "look", lambda self, now: pids.append(self.pid))
@@ -180,3 +184,68 @@ def test_a_profiler_that_outlives_sigkill_is_not_waited_on_for_ever(tmp_path, mo
     finally:
         if pids and not gone(pids[0]):
             os.kill(pids[0], signal.SIGKILL)
+
+
+def test_a_profiler_left_after_sigkill_is_a_profiler_error_said_once(tmp_path, monkeypatch):
+    """A profiler that ignored its stops at its time limit and outlived SIGKILL (the kill left unsent, as
+    above): its session was cut, so the run is a profiler-error, said in one reason, and its report (none
+    here) truncated; never "exited None", never helpers said to hold its output."""
+    monkeypatch.setattr(profiler, "STOP_GRACE", 0.2)
+    monkeypatch.setattr(profiler, "KILL_AFTER", 0.5)
+    monkeypatch.setattr(profiler, "KILLED_WAIT", 1.0)
+    monkeypatch.setattr(profiler.Started, "kill", lambda self, reaped=False: None)
+    (tmp_path / "hangs.py").write_text(HANGS)
+    relay, pids = profiler.Relay("nsys"), []
+    monkeypatch.setattr(profiler.Started, "look", lambda self, now: pids.append(self.pid))
+    plan = Plan([sys.executable, str(tmp_path / "hangs.py"), str(RECORDED)], str(tmp_path / "h01.nsys-rep"))
+    plan.timeout, plan.report_dir = 0.5, str(tmp_path)
+    try:
+        ran = profiler.run_profiler(plan, relay, lambda: False)
+        assert ran.left and not ran.lingering and not gone(pids[0])
+        assert relay.errors.disk_full is None  # its line, on a disk with room, is not believed
+        result = {"notes": [], "reasons": [], "reports": []}
+        run.record_run(plan, result, ran, None, relay)
+        assert run.settle(plan, result, ran, relay.errors.disk_full) != 0
+    finally:
+        if pids and not gone(pids[0]):
+            os.kill(pids[0], signal.SIGKILL)
+    assert result["status"] == "profiler-error" and len(result["reasons"]) == 1, result
+    assert "SIGKILL" in result["reasons"][0] and "None" not in result["reasons"][0]
+    assert not any("still hold its output" in n for n in result["notes"]), result["notes"]
+    entry = HostEntry(host="h01", status="profiler-error", result=result, reports=[])
+    assert completeness.classify(entry).cls == completeness.TRUNCATED
+
+
+def test_a_workload_printing_the_disk_full_line_on_a_roomy_disk_is_not_stopped(tmp_path):
+    """The workload writes to nsys's pipes: nsys's recorded disk-full line from it, with room on the disk,
+    stops nothing; the run goes on to its end, ok, its report whole."""
+    node = Node(tmp_path)
+    script = f"grep -m1 'Is the disk full?' {RECORDED} >&2; sleep 2; exit 0"
+    agent, _ = node.start(script, tmp_path / "reports")
+    entry, said = node.entry(agent)
+    assert entry.result["status"] == "ok" and entry.result["exit_status"] == 0, said
+    assert not entry.result["stopped"], entry.result["notes"]
+    [report] = entry.result["reports"]
+    assert "truncated" not in report, report
+    assert completeness.classify(entry).cls == completeness.COMPLETE
+
+
+def test_a_profiler_error_with_a_report_on_a_roomy_disk_is_truncated_never_complete(tmp_path):
+    """The disk-full line anchored by the Relay marks every report of the run cut, though its folder has
+    room now (a quota, or space freed by the kill) and the tail no longer holds the words; and a
+    profiler-error is never counted complete, whatever its reports say."""
+    line = workload.ErrorLines("nsys")
+    line.feed("stderr", RECORDED.read_bytes())
+    report = tmp_path / "h01-1.nsys-rep"
+    report.write_bytes(b"x" * 100)
+    plan = Plan([], str(tmp_path / "h01-%p"))
+    plan.nsys = None
+    notes = []
+    [entry] = reports.collect(plan, b"Generating ...\n", notes, disk_full=line.disk_full)
+    assert "Is the disk full?" in entry["truncated"], (entry, notes)
+    uncut = dict(entry)
+    del uncut["truncated"]
+    result = {"status": "profiler-error", "reasons": ["the profiler said the disk is full"], "reports": [uncut]}
+    host = HostEntry(host="h01", status="profiler-error", result=result, reports=[])
+    assert completeness.classify(host).cls == completeness.TRUNCATED
+    assert completeness.run_lines([host])[0] == "reports: 1 truncated"

@@ -99,6 +99,8 @@ def run_profiler(plan, relay, stop_requested, watch=None):
     by_nsys = plan.stopped_by_nsys()
     deadline = started + plan.timeout + (NSYS_BACKSTOP if by_nsys else 0) if plan.timeout else None
     ran, stops = Ran(), Stops(plan.tool, Started(proc.pid), lambda: rank_profilers(plan, proc))
+    # A workload can print nsys's disk-full line too: it is nsys's only where the disk really is full.
+    relay.errors.confirm = lambda: workload.disk_is_full(env.get("TMPDIR"), os.path.dirname(plan.output))
     duration_up = False
     open_streams = 2
     while open_streams and (ran.exited_at is None or time.monotonic() - ran.exited_at < PIPE_GRACE) or proc.poll() is None:
@@ -131,9 +133,12 @@ def run_profiler(plan, relay, stop_requested, watch=None):
                 relay.write(key.data, data)
         if not open_streams:
             time.sleep(0.05)
-    if ran.exited_at is None:  # it exited as its output ended, between two looks
+    if stops.full is not None:  # a profiler that obeyed (or died) leaves what it started: gone too
+        stops.started.kill(reaped=not ran.left)
+    if ran.exited_at is None:  # it exited as its output ended, between two looks (or was left)
         ran.exited_at = time.monotonic()
-    ran.exit_status, ran.why_stopped, ran.lingering = proc.returncode, stops.why, open_streams > 0
+    ran.exit_status, ran.why_stopped = proc.returncode, stops.why
+    ran.lingering = open_streams > 0 and not ran.left  # a profiler left running holds its output itself
     ran.yielded, ran.killed = stops.yielded is not None, stops.killed
     if ran.why_stopped is None and duration_up and proc.returncode == 128 + signal.SIGTERM:
         # nsys --duration's --kill sigterm, not an end of the workload's own
@@ -204,10 +209,11 @@ class Started:
             if found is not None:
                 self.seen[child] = found
 
-    def kill(self):
+    def kill(self, reaped=False):
         """SIGKILL to the profiler's process group, to every live process below it, and to the group of
-        each child that led one; never a pid reused since (its start time differs)."""
-        groups, pids = {self.pid}, procs.descendants(self.pid)
+        each child that led one; never a pid reused since (its start time differs). Once the profiler
+        is ``reaped`` its pid may be another process's: only the children remembered are then killed."""
+        groups, pids = (set(), set()) if reaped else ({self.pid}, procs.descendants(self.pid))
         for child, (pgid, start) in self.seen.items():
             now = procs.group(child)
             if now is not None and now[1] != start:

@@ -39,7 +39,7 @@ STATS_TIMEOUT = 600.0  # nsys export of a large report takes minutes; one that h
 LINGER_WAIT = 120.0  # seconds a killed nsys's helpers may go on writing its data before fleet takes it
 FULL_LINGER_WAIT = 5.0  # the same on a full disk, where they can write nothing more
 DISK_FULL = tuple(words.encode() for words in workload.DISK_FULL_WORDS)  # what a profiler says when the disk filled
-FULL_MARGIN = 1 << 20  # bytes: a report's folder with less free when it is taken is full, and the report cut
+FULL_MARGIN = workload.FULL_MARGIN  # bytes: a report's folder with less free when it is taken is full, the report cut
 IMPORT_TIMEOUT = 600.0  # QdstrmImporter on a large collection takes minutes; one that hangs is stopped
 # nsys 2025.3 generating a report: "Generating '/tmp/nsys-report-90af.qdstrm'", then its progress,
 # "\r[1/1] [0%   ] vm-1694.nsys-rep" (the report's base name), as seen on an H200 test machine.
@@ -114,11 +114,12 @@ def wait_for_writers(paths, notes, limit=LINGER_WAIT):
             waited, ", ".join(map(str, sorted(busy))) or "gone now", "; they still are" if busy else ""))
 
 
-def collect(plan, tail, notes, strays_before=frozenset(), killed=False, finish=True):
+def collect(plan, tail, notes, strays_before=frozenset(), killed=False, finish=True, disk_full=None):
     """Every report this run produced, finished and hashed. An empty report file is not a report
     (an importer killed while writing it leaves one): it is named in a note and not listed, and
     where its data is left as NAME.qdstrm that is finished instead, unless not to ``finish`` (the
-    disk is full: the importer could not write the report there either)."""
+    disk is full: the importer could not write the report there either). ``disk_full``: the
+    profiler's own line saying so (the Relay's finding): every report of the run is then cut."""
     ext = ".nsys-rep" if plan.tool == "nsys" else ".ncu-rep"
     stem = rundir.RunDir.output_glob(plan.output)  # a pid's, or each rank's of a launcher
     found, finished = [], set()
@@ -152,7 +153,10 @@ def collect(plan, tail, notes, strays_before=frozenset(), killed=False, finish=T
         if entry["size"] == 0:
             notes.append("%s is empty, not a report: the profiler was stopped while writing it" % path)
             continue
-        cut = cut_short(path, tail)
+        # nsys's own disk-full line is the Relay's to find (anchored, the disk seen full): in the tail it
+        # may be the workload's words, which share nsys's pipes
+        cut = "the profiler said: %s" % disk_full[-200:] if disk_full else \
+            cut_short(path, b"" if plan.tool == "nsys" else tail)
         if cut:
             entry["truncated"] = cut
             notes.append("%s is truncated: %s" % (path, cut))

@@ -189,7 +189,7 @@ class NodeChanges:
 
 def profile(plan, result, relay, stops):
     """Runs the profiler, watched, in the run's private TMPDIR; its reports found, finished and
-    summarized into the result. The profiler's exit status."""
+    summarized into the result. What became of the profiler (profiler.Ran)."""
     tmp = private_tmp(plan)
     strays = reports.stray_qdstrms() if plan.tool == "nsys" else set()
     watch = watching.for_plan(plan)
@@ -201,8 +201,9 @@ def profile(plan, result, relay, stops):
         raise
     record_run(plan, result, ran, watch, relay)
     exit_status, full = ran.exit_status, relay.errors.disk_full
-    result["reports"] = reports.collect(plan, relay.tail, result["notes"], strays,
-                                        killed=exit_status is not None and exit_status < 0, finish=not full)
+    killed = ran.left or (exit_status is not None and exit_status < 0)  # left: SIGKILLed, not yet gone
+    result["reports"] = reports.collect(plan, relay.tail, result["notes"], strays, killed=killed, finish=not full,
+                                        disk_full=full)
     result["profiler_errors"] = workload.not_handled(result["profiler_errors"], result["reports"], result["notes"])
     try:
         os.rmdir(tmp)  # what nsys left there was finished above: only a folder with nothing left goes
@@ -215,13 +216,21 @@ def profile(plan, result, relay, stops):
         result["notes"].extend(workload.lost_to_signal(result["workload"], result["summaries"]))
     elif plan.tool == "ncu" and plan.ncu:
         result["summaries"] = reports.ncu_metrics(plan.ncu, result["reports"], result["notes"])
-    return exit_status
+    return ran
 
 
-def settle(plan, result, exit_status, disk_full=None):
+def settle(plan, result, ran, disk_full=None):
     """The run's status once the profiler has run: "ok" is earned here, with a report; never by
-    a profiler that said the disk is full (``disk_full``: its line), whose report is cut."""
+    a profiler that said the disk is full (``disk_full``: its line), whose report is cut, nor by
+    one that outlived SIGKILL (``ran.left``), whose session was cut."""
+    exit_status = ran.exit_status
     no_report = "the profiler exited %s and left no report under %s" % (exit_status, plan.output)
+    if ran.left and not disk_full:
+        result["status"] = "profiler-error"
+        result["reasons"].append(
+            "the profiler was killed (SIGKILL) and had not ended %gs later (stuck in the kernel): its session was "
+            "cut, and whatever report it left is not whole" % profiler.KILLED_WAIT)
+        return 1
     if disk_full:
         result["status"] = "profiler-error"
         result["reasons"].append(

@@ -15,6 +15,7 @@ import os
 import re
 import signal
 
+FULL_MARGIN = 1 << 20  # bytes: a folder with less free is full (a report taken from one is cut)
 MAX_ERRORS = 20
 MAX_LINE = 300
 NCU_APP_CODE = re.compile(r"==ERROR== The application returned an error code \((-?\d+)\)")
@@ -31,6 +32,19 @@ DISK_FULL_LINE = {"nsys": re.compile("^" + NSYS_DISK_FULL)}
 ERROR_LINE = {"ncu": re.compile(r"^==ERROR== "),
               "nsys": re.compile(r"^(Error|ERROR|FATAL|Fatal error|Failed to |Importer error status|%s)"
                                  % NSYS_DISK_FULL)}
+
+
+def disk_is_full(*folders):
+    """Whether one of the folders (the profiler's TMPDIR, the report folder) has less than
+    FULL_MARGIN bytes free now."""
+    for folder in folders:
+        try:
+            st = os.statvfs(folder or ".")
+        except OSError:
+            continue
+        if st.f_bavail * st.f_frsize < FULL_MARGIN:
+            return True
+    return False
 
 
 def signal_name(number):
@@ -56,13 +70,16 @@ def outcome(tool, exit_status, errors):
 
 class ErrorLines:
     """The profiler's own error lines, as its output streams by (lines cut across reads are
-    joined first), bounded in count and length."""
+    joined first), bounded in count and length. The disk-full line is the profiler's only while
+    ``confirm`` (the profiler's folders really full, :func:`disk_is_full`) says so as it comes: the
+    workload writes to the same pipes, and what it prints is its own."""
 
     def __init__(self, tool):
         self.pattern = ERROR_LINE.get(tool)
         self.full_pattern = DISK_FULL_LINE.get(tool)
         self.lines, self.left_out = [], 0
         self.disk_full = None  # the profiler's own line saying the disk is full, once it said so
+        self.confirm = lambda: True
         self._partial = {}
 
     def feed(self, stream, data):
@@ -87,7 +104,8 @@ class ErrorLines:
         line = line[at:] if at > 0 and self.pattern.pattern.startswith("^==ERROR") else line
         if not self.pattern.search(line):
             return
-        if self.disk_full is None and self.full_pattern is not None and self.full_pattern.search(line):
+        if self.disk_full is None and self.full_pattern is not None and self.full_pattern.search(line) \
+                and self.confirm():
             self.disk_full = line.strip()[:MAX_LINE]
         if len(self.lines) < MAX_ERRORS:
             self.lines.append(line.strip()[:MAX_LINE])

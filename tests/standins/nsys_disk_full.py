@@ -37,7 +37,9 @@ def full_disk_hang(path):
     """What nsys 2025.3 did when its TMPDIR's disk was full (tests/fixtures/launchers-h200/3-disk-full.txt):
     WriteStreamException's lines, this disk's sizes and this file in them, and no end: it was still there
     when fleet's client was stopped 40 s on (once 200 s). Whether it heeded SIGTERM then was not recorded:
-    the stand-in ignores SIGTERM and SIGINT, the worst case, and only SIGKILL ends it."""
+    the stand-in ignores SIGTERM and SIGINT, the worst case, and only SIGKILL ends it; with
+    STANDIN_NSYS_FULL_DISK=dies-on-sigterm, the other case, SIGTERM ends it (and nothing else: the
+    application's session, and whatever it left running there, lives on)."""
     st = os.statvfs(os.path.dirname(path))
     sizes = (f"Total size: {st.f_blocks * st.f_frsize} bytes, Used size: {(st.f_blocks - st.f_bfree) * st.f_frsize} "
              f"bytes, Free size to caller: {st.f_bavail * st.f_frsize} bytes")
@@ -47,8 +49,9 @@ def full_disk_hang(path):
     last = next(i for i, line in enumerate(said) if line.startswith("[boost::errinfo_file_name_*] = "))
     lines = [re.sub(r"Total size: \d+ bytes, Used size: \d+ bytes, Free size to caller: \d+ bytes", sizes, line)
              for line in said[first:last]] + [f"[boost::errinfo_file_name_*] = {path}"]
+    dies = os.environ.get("STANDIN_NSYS_FULL_DISK") == "dies-on-sigterm"
     for s in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(s, signal.SIG_IGN)
+        signal.signal(s, signal.SIG_DFL if dies and s == signal.SIGTERM else signal.SIG_IGN)
     print("\n".join(lines), file=sys.stderr, flush=True)
     while True:
         time.sleep(60)
