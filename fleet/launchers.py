@@ -84,13 +84,32 @@ def _options_start(command: list[str], launcher: str) -> int:
     return 1
 
 
+# What a launcher's command may start with (the program's own name, any folder): Open MPI's and
+# MPICH's names as Debian installs them; torchrun, or `python -m torch.distributed.run`. Another
+# program would take the profiler's words for its own (`--launcher mpirun -- torchrun ...`).
+LAUNCHER_NAMES = {"mpirun": ("mpirun", "mpiexec", "orterun", "mpirun.openmpi", "mpiexec.openmpi", "mpiexec.hydra",
+                             "mpirun.mpich", "mpiexec.mpich"),
+                  "torchrun": ("torchrun",)}
+# mpirun's options that start ranks on other hosts: on a lab server fleet probes, locks, watches
+# and gathers from the one host it was given, never from hosts mpirun would reach by itself.
+MPIRUN_OTHER_HOSTS = ("--host", "-host", "-H", "--hostfile", "-hostfile", "--machinefile", "-machinefile",
+                      "--default-hostfile", "-default-hostfile", "-hosts", "-f", "--rankfile", "-rf")
+
+
 def command_problem(launcher: str, command) -> str | None:
-    """Why ``command`` cannot be started by ``launcher`` (no program after its options), or None."""
+    """Why ``command`` cannot be started by ``launcher`` (not that launcher, or no program after
+    its options), or None."""
     if launcher in ("torchrun", "mpirun"):
         try:
             k = script_index(list(command), launcher)
         except LauncherError as e:
             return str(e)
+        name = os.path.basename(command[0])
+        if name not in LAUNCHER_NAMES[launcher] and not (launcher == "torchrun" and _python_m(command)
+                                                         and command[2] == "torch.distributed.run"):
+            return (f"with --launcher {launcher} the command starts with {launcher} itself "
+                    f"({', '.join(LAUNCHER_NAMES[launcher])}), not {shlex.quote(name)}: "
+                    f"fleet puts the profiler between {launcher}'s options and the program")
         if launcher == "torchrun" and any(w in ("--run-path", "--run_path") for w in command[:k]):
             # torchrun's help: it runs the script with runpy in its own worker Python, and that "takes
             # precedence over --no-python", by which fleet puts its agent in front of each worker.
@@ -124,6 +143,12 @@ def _python_m(command: list[str]) -> bool:
     return len(command) > 2 and command[1] == "-m" and os.path.basename(command[0]).startswith("python")
 
 
+def end_of_options(command: list[str], k: int) -> list[int]:
+    """Where a ``--`` ends torchrun's options (before ``k``, the script): fleet's --no-python and
+    the profiler come after those options, so the ``--`` goes (the profiler's path is no option)."""
+    return [k - 1] if k > 0 and command[k - 1] == "--" else []
+
+
 def torchrun_modules(command: list[str], k: int) -> list[int]:
     """Where torchrun's own -m/--module stand among its options (``k``: where they end)."""
     return [i for i in range(_options_start(command, "torchrun"), k) if command[i] in ("-m", "--module")]
@@ -143,7 +168,8 @@ def lab_launch(launcher: str, command: list[str]) -> tuple[tuple[str, ...], tupl
     if launcher != "torchrun":
         return tuple(command[:k]), tuple(command[k:])
     modules = torchrun_modules(command, k)
-    words = tuple(w for i, w in enumerate(command[:k]) if i not in modules)
+    dropped = modules + end_of_options(command, k)
+    words = tuple(w for i, w in enumerate(command[:k]) if i not in dropped)
     if any(w in ("--no-python", "--no_python") for w in words):  # the program is run as it is given
         return words, tuple(command[k:])
     program = (PYTHON_WORD, *(["-m"] if modules else []), *command[k:])

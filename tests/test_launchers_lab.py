@@ -96,6 +96,42 @@ def test_four_ranks_of_the_real_mpirun_on_a_lab_server_each_under_nsys_named_by_
     assert h["result"]["whose"]["launcher"] == "mpirun"
 
 
+def test_a_launcher_that_sets_no_rank_variable_is_never_ok_as_its_ranks_overwrite_one_report(lab):
+    """MPICH's mpirun sets no OMPI_COMM_WORLD_RANK: nsys then names every rank's report alike, each
+    written over the last. An mpirun of that kind (named mpirun, -np copies of the program, no rank
+    variable given) leaves one report for two ranks: the host is a profiler-error, never ok."""
+    d = lab["c"].scratch("mpi-lab-unnamed")
+    mpich = d / "mpirun"
+    mpich.write_text('#!/bin/sh\n[ "$1" = -np ] || exit 64\nn=$2; shift 2\ni=0\n'
+                     'while [ $i -lt "$n" ]; do "$@" & i=$((i+1)); done\nwait\n')
+    mpich.chmod(0o755)
+    out = fleet(lab, "--hosts", "h02", "--launcher", "mpirun", "--json", "--", str(mpich), "-np", "2",
+                "python3", "-c", "pass", timeout=240)
+    [h] = fleet_json(out.stdout)["hosts"]
+    assert out.returncode != 0 and h["status"] == "profiler-error", (out.stderr, h)
+    assert "did not set in its ranks" in " ".join(h["result"]["reasons"]), h["result"]["reasons"]
+
+
+@pytest.mark.parametrize("command,said", [
+    (("python3", "train.py"), "starts with mpirun itself"),
+    (("torchrun", "--nproc-per-node", "2", "train.py"), "starts with mpirun itself"),
+    (("mpirun", "-np", "2", "--host", "a,b", "./app"), "--host would start ranks on hosts"),
+    (("mpirun", "-np", "2", "--hostfile=hosts.txt", "./app"), "--hostfile=hosts.txt would start ranks"),
+])
+def test_an_mpirun_command_fleet_cannot_keep_to_the_host_is_refused_before_any_host(tmp_path, command, said):
+    out = run_fleet("profile", "--store", str(tmp_path / "store"), "--hosts", "nosuchhost.invalid",
+                    "--launcher", "mpirun", "--", *command)
+    assert out.returncode == 2 and said in out.stderr and out.stderr.count("\n") == 1, out.stderr
+    assert not (tmp_path / "store").exists()
+
+
+def test_torchrun_with_a_double_dash_before_its_script_keeps_its_options_and_no_python_before_the_profiler():
+    from fleet.launchers import lab_launch
+    starts, program = lab_launch("torchrun", ["torchrun", "--nproc-per-node", "2", "--", "train.py", "--lr", "1"])
+    assert starts[-4:] == ("torchrun", "--nproc-per-node", "2", "--no-python") and "--" not in starts[5:]
+    assert program == ("PYTHON", "train.py", "--lr", "1")
+
+
 @needs_mpirun
 def test_the_watch_tells_every_rank_as_the_run_s_own_and_notes_a_newcomer_beside_them(lab):
     """The host's one agent watches the GPU through the run: the four ranks (mpirun's children's

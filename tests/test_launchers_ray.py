@@ -377,3 +377,18 @@ def test_a_node_without_nsys_is_refused_in_the_job_before_the_ray_program_starts
     assert line.endswith(f"rank 0: missing: rank 0 left no result: the job refused to start: nsys is not on PATH on "
                          "node1: Ray's nsight plugin runs nsys from PATH for every worker (else RuntimeEnvSetupError: "
                          "nsight is not installed); nothing was started: put nsys's folder on the job's PATH"), line
+
+
+def test_a_worker_file_naming_its_node_with_control_characters_never_reaches_a_terminal_raw(tmp_path):
+    """The job names its workers' files: a node name that is no safe name is a failed worker under a
+    name of fleet's own, the job's words escaped, whether or not a report is beside it."""
+    import asyncio
+
+    from fleet.slurm.raygather import workers_home
+    hostile = "\x1b]0;owned\x07\x1b[2J"
+    sha = "0" * 64
+    lines = [f"10 {sha} /run/ray/worker-{hostile}-1.nsys-rep", f"10 {sha} /run/ray/worker-{hostile}-2.whose.json"]
+    hosts = asyncio.run(workers_home(None, None, "/run", lines, tmp_path))
+    assert [(h.host, h.worker, h.status) for h in hosts] == [("(ray worker)", "(unsafe name)", "failed")] * 2
+    assert all("\x1b" not in h.missing_why and "\\x1b" in h.missing_why for h in hosts)
+    assert not list(tmp_path.iterdir())

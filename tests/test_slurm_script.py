@@ -86,6 +86,12 @@ def test_torchrun_runs_each_worker_through_the_wrapper_with_no_python():
         "torchrun", "--nproc-per-node", "2", "--no-python", *AGENT, "python3", "-m", "pkg.train", "--x"]
 
 
+def test_torchrun_with_a_double_dash_before_its_script_has_no_python_before_the_agent_not_as_its_script():
+    cmd = ["torchrun", "--nproc-per-node", "2", "--", "train.py", "--x"]
+    assert _bash_words(launch("torchrun", cmd, AGENT, "/r", None).setup, "LAUNCH", cmd) == [
+        "torchrun", "--nproc-per-node", "2", "--no-python", *AGENT, "python3", "train.py", "--x"]
+
+
 def test_torchrun_as_python_module_keeps_the_interpreters_m_and_moves_only_torchruns():
     cmd = ["python3", "-m", "torch.distributed.run", "--nproc_per_node", "4", "-m", "pkg.train", "--x"]
     assert _bash_words(launch("torchrun", cmd, AGENT, "/r", None).setup, "LAUNCH", cmd) == [

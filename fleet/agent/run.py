@@ -248,8 +248,27 @@ def settle(plan, result, ran, disk_full=None):
         result["status"] = "no-report"
         result["reasons"].append(no_report)
         return 1
+    if (overwritten := unnamed_ranks(plan, result["reports"])):
+        result["status"] = "profiler-error"
+        result["reasons"].append(overwritten)
+        return 1
     result["status"] = "ok"
     return 0
+
+
+def unnamed_ranks(plan, reports):
+    """Why a launcher's ranks' reports are not each a rank's, or None: a launcher that does not set
+    the variable each rank's report is named by (MPICH's mpirun for OMPI_COMM_WORLD_RANK) has nsys
+    name every rank's report alike, each written over the last."""
+    launcher = getattr(plan.command, "launcher", ())
+    if not launcher:
+        return None
+    unnamed = rundir.RunDir.output_as(plan.output, "")
+    if not any(os.path.splitext(rep["path"])[0] == unnamed for rep in reports):
+        return None
+    return ("the ranks' reports are named by %s, which the launcher did not set in its ranks: every rank wrote "
+            "%s, each over the last (Open MPI's mpirun sets it; MPICH's does not)" % (
+                rundir.PLACEHOLDER.search(plan.output).group(0), unnamed))
 
 
 def record_run(plan, result, ran, watch, relay):

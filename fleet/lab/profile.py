@@ -108,6 +108,12 @@ def with_launcher(req: ProfileRequest, launcher: str) -> ProfileRequest:
             "their workers in a Slurm job: --partition)")
     if (why := launchers.command_problem(launcher, req.command)):
         raise launchers.LauncherError(why)
+    k = launchers.script_index(list(req.command), launcher)
+    if launcher == "mpirun" and (far := [w for w in req.command[1:k] if w.split("=", 1)[0] in
+                                         launchers.MPIRUN_OTHER_HOSTS]):
+        raise launchers.LauncherError(
+            f"--launcher mpirun on lab servers starts every rank on the host given (--hosts); {far[0]} would start "
+            "ranks on hosts fleet has not checked for tenants, nor watches: give each host to --hosts")
     if req.uses_counters:
         # Every rank runs a profiler of its own on the host's GPUs: several would program the
         # counters of one GPU at once, which the run's GPU lock (one per run) cannot keep apart.

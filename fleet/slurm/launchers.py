@@ -19,7 +19,8 @@ from ..agent.rundir import RunDir
 from ..containers import Container, slurm_words
 # Where each launcher's options end, shared with the lab servers' path; named here as before.
 from ..launchers import (LAUNCHERS, MPIRUN_TWO_VALUES, MPIRUN_VALUE, TORCHRUN_FLAGS, LauncherError,  # noqa: F401
-                         _options_start, command_problem, script_index, torchrun_modules, torchrun_python)
+                         _options_start, command_problem, end_of_options, script_index, torchrun_modules,
+                         torchrun_python)
 from ..safenames import check_text, quote
 from ..plan import profiler_args_error
 
@@ -108,7 +109,8 @@ def launch(launcher: str, command: list[str], agent: list[str], run_dir: str, co
         python = "\"$FLEET_PYTHON\"" if not container else "python3"
         python = "" if no_python else (f"{python} -m " if modules else f"{python} ")
         # torchrun itself in the container (Apptainer's prefix, or pyxis's srun options), as the image's.
-        injected = f"{pre}{_slices(0, k, modules)} --no-python \"${{FLEET_TASK[@]}}\" {python}{program}"
+        injected = (f"{pre}{_slices(0, k, modules + end_of_options(command, k))} --no-python "
+                    f"\"${{FLEET_TASK[@]}}\" {python}{program}")
         opts = " ".join(quote(w, "the container") for w in srun_opts)
         # One torchrun per node; it starts that node's workers.
         setup = () if no_python or container else torchrun_python(command)

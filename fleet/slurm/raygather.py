@@ -46,8 +46,7 @@ async def workers_home(fan: "Fanout", via: "Host", run_dir: str, lines: list[str
             continue
         node = RunDir.ray_worker_host(path) or "ray"
         if not safenames.is_component(node):  # named by a file the job wrote
-            hosts.append(HostEntry(str(node), HostStatus.FAILED, worker=os.path.basename(path),
-                                   missing_why=safenames.component_problem(node, "the Ray worker's node name")))
+            hosts.append(unsafe_worker(node))
             continue
         said = whose.get(RunDir.whose_beside(path))
         reports = await bring_home(fan, via, [found] + ([said] if said else []), directory / node,
@@ -69,8 +68,7 @@ async def _left_no_report(fan: "Fanout", via: "Host", run_dir: str, said: dict, 
     never counted ok, where before it was left out and the run said complete."""
     node = RunDir.ray_worker_host(said["path"]) or "ray"
     if not safenames.is_component(node):
-        return HostEntry(str(node), HostStatus.FAILED, worker=os.path.basename(said["path"]),
-                         missing_why=safenames.component_problem(node, "the Ray worker's node name"))
+        return unsafe_worker(node)
     reports = await bring_home(fan, via, [said], directory / node, node_dir=RunDir(run_dir).ray)
     for rep in reports:
         rep.status, rep.summary = "summary", "whose"
@@ -78,6 +76,13 @@ async def _left_no_report(fan: "Fanout", via: "Host", run_dir: str, said: dict, 
     return HostEntry(node, HostStatus.MISSING, worker=worker, reports=reports, missing_why=(
         f"{worker} ran under nsys but left no report: its nsys ended before writing one (killed before or "
         "with its worker)"))
+
+
+def unsafe_worker(node: str) -> HostEntry:
+    """A worker whose file names a node that is no safe name: failed, under a name of fleet's own,
+    the job's words said only escaped (they reach a terminal and the store)."""
+    return HostEntry("(ray worker)", HostStatus.FAILED, worker="(unsafe name)",
+                     missing_why=safenames.component_problem(node, "the Ray worker's node name"))
 
 
 def driver_entry(slurm: "SlurmInfo", refusal: str | None) -> list[HostEntry]:
