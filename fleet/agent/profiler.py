@@ -140,15 +140,18 @@ def run_profiler(plan, relay, stop_requested, watch=None):
         stops.started.kill(reaped=not ran.left)
     if ran.exited_at is None:  # it exited as its output ended, between two looks (or was left)
         ran.exited_at = time.monotonic()
-    ran.exit_status, ran.why_stopped = proc.returncode, stops.why
+    ran.exit_status, ran.why_stopped = proc.returncode, stops.why or _by_duration(plan, proc, duration_up, ranks_stop)
     ran.lingering = open_streams > 0 and not ran.left  # a profiler left running holds its output itself
     ran.yielded, ran.killed = stops.yielded is not None, stops.killed
-    if ran.why_stopped is None and duration_up and (proc.returncode == 128 + signal.SIGTERM
-                                                    or ranks_stop.marked and proc.returncode == 0):
-        # nsys --duration's --kill sigterm, not an end of the workload's own (under a launcher: each
-        # rank's 143 made 0 by RanksStop)
-        ran.why_stopped = "at its time limit of %gs, by nsys (--duration), its kernels until then kept" % plan.timeout
     return ran
+
+
+def _by_duration(plan, proc, duration_up, ranks_stop):
+    """Why nsys's own --duration stopped the run (its --kill sigterm, not an end of the workload's
+    own; under a launcher each rank's 143 made 0 by RanksStop), or None."""
+    if duration_up and (proc.returncode == 128 + signal.SIGTERM or ranks_stop.marked and proc.returncode == 0):
+        return "at its time limit of %gs, by nsys (--duration), its kernels until then kept" % plan.timeout
+    return None
 
 
 class Stops:
