@@ -30,15 +30,22 @@ MPI_OPTIONS = ("-np", "4", "--allow-run-as-root", "--oversubscribe", "--timeout"
 # Each rank says who it is in a file of its own (four processes' lines on one pipe interleave),
 # and its pid and GPUs in another; rank ARGV[2] exits 3 once the others have had time to finish;
 # with ARGV[3] "hold", every rank waits (at most 30 s) for the test's "go" file; with "slow-stop" too,
-# and a SIGTERM then takes it 2 s to act on, as a program that saves its state first.
+# and a SIGTERM then takes it 2 s to act on, as a program that saves its state first; with "slow-death"
+# too, rank 0 dies of a SIGTERM at once (no handler, as most programs) and the others 2 s later, of it still.
 WORKER = """import os, signal, sys, time
 d, r = sys.argv[1], os.environ['OMPI_COMM_WORLD_RANK']
+def die_of_it(s, f):
+    time.sleep(2)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    os.kill(os.getpid(), signal.SIGTERM)
 if sys.argv[3] == 'slow-stop':
     signal.signal(signal.SIGTERM, lambda s, f: (time.sleep(2), sys.exit(0)))
+if sys.argv[3] == 'slow-death' and r != '0':
+    signal.signal(signal.SIGTERM, die_of_it)
 open(os.path.join(d, 'said-' + r + '.txt'), 'w').write('rank %s of %s' % (r, os.environ['OMPI_COMM_WORLD_SIZE']))
 open(os.path.join(d, 'pid-' + r + '.txt'), 'w').write('%d %s' % (os.getpid(), os.environ.get('CUDA_VISIBLE_DEVICES')))
 deadline = time.time() + 30
-while sys.argv[3] in ('hold', 'slow-stop') and not os.path.exists(os.path.join(d, 'go')) and time.time() < deadline:
+while sys.argv[3] in ('hold', 'slow-stop', 'slow-death') and not os.path.exists(os.path.join(d, 'go')) and time.time() < deadline:
     time.sleep(0.05)
 if r == sys.argv[2]:
     time.sleep(2)
@@ -206,6 +213,22 @@ def test_ranks_stopped_at_the_timeout_keep_their_reports_though_they_take_time_t
     names = sorted(Path(r["stored"]).name for r in h["reports"] if r["status"] == "complete" and r["verified"])
     assert names == [RunDir.label(i) + RunDir.NSYS_REPORT for i in range(4)], (out.stderr, h)
     assert any("stopped at its time limit" in n for n in h["result"]["notes"]), h["result"]["notes"]
+
+
+@needs_mpirun
+@pytest.mark.parametrize("stopped_by", [("-X", "--delay=0"), ()], ids=["agent-signal", "nsys-duration"])
+def test_ranks_that_die_of_the_stop_keep_their_reports_though_one_dies_first(lab, stopped_by):
+    """Each rank's nsys exits 143 as its rank dies of the SIGTERM (nsys passes the application's
+    status on); Open MPI takes a rank's non-zero exit for a failed job and SIGKILLs the others about a
+    second later. Rank 0 dies at once, the others take 2 s: stopped by fleet (at --timeout, by the
+    agent's signal, or by nsys's own --duration), no rank's exit may cut the others' reports short."""
+    d, worker = worker_in(lab, "mpi-lab-die-" + (stopped_by and "signal" or "duration"))
+    out = fleet(lab, *fleet_argv(worker, d, "none", "slow-death", "--timeout", "3", *stopped_by), timeout=240)
+    [h] = fleet_json(out.stdout)["hosts"]
+    names = sorted(Path(r["stored"]).name for r in h["reports"] if r["status"] == "complete" and r["verified"])
+    assert names == [RunDir.label(i) + RunDir.NSYS_REPORT for i in range(4)], (out.stderr, h)
+    assert any("stopped at its time limit" in n for n in h["result"]["notes"]), h["result"]["notes"]
+    assert h["status"] == "ok" and out.returncode == 0, (h["status"], out.returncode)
 
 
 @needs_mpirun

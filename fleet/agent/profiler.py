@@ -88,7 +88,8 @@ def run_profiler(plan, relay, stop_requested, watch=None):
     """Runs the profiler to its end, relaying its output. ``watch`` (started here, once the
     profiler runs) names a newcomer, to whom a counter-using run yields: stopped at once."""
     env = dict(os.environ, **plan.env)
-    proc = subprocess.Popen(list(plan.command.argv()), env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+    ranks_stop = RanksStop(plan, env)
+    proc = subprocess.Popen(list(ranks_stop.argv()), env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, start_new_session=True)
     started = time.monotonic()
     if watch is not None:
@@ -98,7 +99,7 @@ def run_profiler(plan, relay, stop_requested, watch=None):
     sel.register(proc.stderr, selectors.EVENT_READ, sys.stderr.buffer)
     by_nsys = plan.stopped_by_nsys()
     deadline = started + plan.timeout + (NSYS_BACKSTOP if by_nsys else 0) if plan.timeout else None
-    ran, stops = Ran(), Stops(plan.tool, Started(proc.pid), lambda: rank_profilers(plan, proc))
+    ran, stops = Ran(), Stops(plan.tool, Started(proc.pid), lambda: rank_profilers(plan, proc), ranks_stop.mark)
     # A workload can print nsys's disk-full line too: it is nsys's only where the disk really is full.
     relay.errors.confirm = lambda: workload.disk_is_full(env.get("TMPDIR"), os.path.dirname(plan.output))
     duration_up = False
@@ -112,6 +113,8 @@ def run_profiler(plan, relay, stop_requested, watch=None):
             break
         timed_out = deadline is not None and now >= deadline
         duration_up = by_nsys and now - started >= plan.timeout
+        if duration_up:  # each rank's nsys stops its rank now, or soon (its --duration counts from its own start)
+            ranks_stop.mark()
         # Once nsys is stopping the workload itself (its --duration is up) a stop request
         # (Slurm's trap) would only reach it while it writes the report: let it finish.
         told = stop_requested() and not duration_up
@@ -137,13 +140,18 @@ def run_profiler(plan, relay, stop_requested, watch=None):
         stops.started.kill(reaped=not ran.left)
     if ran.exited_at is None:  # it exited as its output ended, between two looks (or was left)
         ran.exited_at = time.monotonic()
-    ran.exit_status, ran.why_stopped = proc.returncode, stops.why
+    ran.exit_status, ran.why_stopped = proc.returncode, stops.why or _by_duration(plan, proc, duration_up, ranks_stop)
     ran.lingering = open_streams > 0 and not ran.left  # a profiler left running holds its output itself
     ran.yielded, ran.killed = stops.yielded is not None, stops.killed
-    if ran.why_stopped is None and duration_up and proc.returncode == 128 + signal.SIGTERM:
-        # nsys --duration's --kill sigterm, not an end of the workload's own
-        ran.why_stopped = "at its time limit of %gs, by nsys (--duration), its kernels until then kept" % plan.timeout
     return ran
+
+
+def _by_duration(plan, proc, duration_up, ranks_stop):
+    """Why nsys's own --duration stopped the run (its --kill sigterm, not an end of the workload's
+    own; under a launcher each rank's 143 made 0 by RanksStop), or None."""
+    if duration_up and (proc.returncode == 128 + signal.SIGTERM or ranks_stop.marked and proc.returncode == 0):
+        return "at its time limit of %gs, by nsys (--duration), its kernels until then kept" % plan.timeout
+    return None
 
 
 class Stops:
@@ -152,8 +160,8 @@ class Stops:
     since each second the counters stay programmed is one the newcomer pays for; a profiler that
     said the disk is full sooner still. SIGKILL reaches the processes it started too."""
 
-    def __init__(self, tool, started, ranks=lambda: []):
-        self.tool, self.why, self.started, self.ranks = tool, None, started, ranks
+    def __init__(self, tool, started, ranks=lambda: [], before_stop=lambda: None):
+        self.tool, self.why, self.started, self.ranks, self.before_stop = tool, None, started, ranks, before_stop
         self.first = self.last = self.yielded = self.full = self.killed_at = None
         self.killed = False
 
@@ -188,6 +196,7 @@ class Stops:
             self.killed_at = self.killed_at or now
             self.started.kill()
         else:
+            self.before_stop()
             stop(proc, self.tool, self.ranks)
         self.last = now
 
@@ -240,7 +249,7 @@ def stop(proc, tool, ranks=lambda: []):
                 os.kill(pid, signal.SIGTERM)
             else:
                 os.killpg(pid, signal.SIGINT)
-        except ProcessLookupError:
+        except OSError:  # gone (ProcessLookupError), or a rank's pid reused by another user's process since
             pass
 
 
@@ -252,6 +261,48 @@ def rank_profilers(plan, proc):
     if not plan.command.launcher:
         return []
     return procs.started_below(proc.pid, (*plan.command.profiler[1:], *plan.command.fleet_flags))
+
+
+# Run by the launcher in front of each rank's nsys: nsys's own exit status, except once the stop file
+# is there, when 0. Open MPI's mpirun takes a rank's non-zero exit for a failed job and SIGTERMs, then
+# SIGKILLs, the other ranks' process groups; nsys exits 143 when its rank dies of the stop's SIGTERM
+# (tests/standins/nsys, nsys-app-exit3), so the first rank to stop would cut the others' reports
+# short. A SIGTERM from the launcher still reaches nsys (the same process group); sh waits for it.
+RANK_SCRIPT = 'stop=$1; shift; trap : TERM; "$@"; status=$?; if [ -e "$stop" ]; then exit 0; fi; exit $status'
+STOP_FILE = "fleet-ranks-stop"
+
+
+class RanksStop:
+    """Under a launcher (nsys per rank), the stop file in the run's private TMPDIR: written (O_NOFOLLOW)
+    before fleet stops the run, or as nsys's --duration comes up, so that no rank stopping makes the
+    launcher abort the others. A rank that fails on its own before that still fails the run."""
+
+    def __init__(self, plan, env):
+        tmp = env.get("TMPDIR")
+        self.path = os.path.join(tmp, STOP_FILE) if plan.command.launcher and plan.tool == "nsys" and tmp else None
+        self.plan, self.marked = plan, False
+        if self.path:
+            try:
+                os.unlink(self.path)  # one left by an earlier agent of this run
+            except FileNotFoundError:
+                pass
+
+    def argv(self):
+        command = self.plan.command
+        if not self.path:
+            return command.argv()
+        k = len(command.wrapper) + len(command.launcher)
+        argv = command.argv()
+        return (*argv[:k], "sh", "-c", RANK_SCRIPT, "fleet-rank", self.path, *argv[k:])
+
+    def mark(self):
+        if not self.path or self.marked:
+            return
+        try:
+            os.close(os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600))
+        except OSError:
+            return  # no stop file: a rank's exit is then taken as it is, as before
+        self.marked = True
 
 
 def yield_action(tool, ran):
