@@ -58,16 +58,22 @@ def process(pid):
     return comm, uid
 
 
-def lineage(pid):
-    """(parent pid, session id, start time in ticks) of one process, or None when it is gone."""
+def stat_fields(pid, *which):
+    """Fields of /proc/PID/stat as ints, counted from the state after the command's ")" (the
+    command may hold spaces and parentheses), or None when the process is gone."""
     text = read("/proc/%d/stat" % pid)
     if not text or ")" not in text:
         return None
     fields = text.rsplit(")", 1)[1].split()
     try:
-        return int(fields[1]), int(fields[3]), int(fields[19])
+        return tuple(int(fields[i]) for i in which)
     except (IndexError, ValueError):
         return None
+
+
+def lineage(pid):
+    """(parent pid, session id, start time in ticks) of one process, or None when it is gone."""
+    return stat_fields(pid, 1, 3, 19)
 
 
 def started_below(root, words, depth=64):
@@ -102,14 +108,7 @@ def host_pid_namespace():
 
 def group(pid):
     """(process group id, start time in ticks) of one process, or None when it is gone."""
-    text = read("/proc/%d/stat" % pid)
-    if not text or ")" not in text:
-        return None
-    fields = text.rsplit(")", 1)[1].split()
-    try:
-        return int(fields[2]), int(fields[19])
-    except (IndexError, ValueError):
-        return None
+    return stat_fields(pid, 2, 19)
 
 
 def children(pid):
