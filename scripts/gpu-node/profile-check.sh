@@ -10,7 +10,7 @@
 #           collecting (nsys 2025.3 cannot finish that data: fleet says so)
 #  importer nsys whose importer lacks libdw leaves a .qdstrm: fleet finishes it
 #  fork     a workload whose parent forks a child running the app: ok, report home
-#  timeout  --timeout 5 on a 30 s workload: the stop said, the report finished and home
+#  timeout  --timeout 12 on a 30 s workload: the stop said, the report finished and home
 #  nonroot  a non-root user with kernel.perf_event_paranoid owned in the inventory: without sudo
 #           (said in words with the remedy, CPU sampling given up, run ok), then with a sudoers
 #           line for it (the sysctl held for the run and restored)
