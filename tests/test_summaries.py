@@ -197,3 +197,26 @@ def test_an_export_is_read_where_its_path_has_uri_characters_and_is_never_change
     failed = summaries.write(str(export), ["nvtx_sum"], lambda n: str(folder / f"{n}.csv"))
     assert failed == {} and (folder / "nvtx_sum.csv").read_bytes() == recorded.with_name("rank0_nvtx_sum.csv").read_bytes()
     assert export.read_bytes() == recorded.read_bytes()
+
+
+def test_a_median_across_spans_is_the_one_of_the_whole_table(tmp_path, monkeypatch):
+    """A group's runs in several spans are never merged row by row: its median comes from their counts.
+    Durations repeated across spans, even and odd counts, a group in one span only, all cut finer and
+    finer: each cut gives the CSV of the whole table, whose figures are checked against Python's own."""
+    import random
+    import statistics
+    rng = random.Random(7)
+    rows = [(i, 1 if i % 3 else 2, rng.choice([5, 5, 5, 1000] + list(range(10, 90)))) for i in range(1, 200)] + [(500, 3, 4)]
+    kernel_export(tmp_path / "e.sqlite", rows)
+    monkeypatch.setattr(summaries, "cpus", lambda: 8)
+    text = {}
+    for span_rows in (summaries.SPAN_ROWS, 50, 7, 1):
+        monkeypatch.setattr(summaries, "SPAN_ROWS", span_rows)
+        assert summaries.write(str(tmp_path / "e.sqlite"), ["cuda_gpu_kern_sum"], lambda n: str(tmp_path / f"{span_rows}.csv")) == {}
+        text[span_rows] = (tmp_path / f"{span_rows}.csv").read_text()
+    assert text[1] == text[7] == text[50] == text[summaries.SPAN_ROWS]
+    by_total = sorted(([d for _, g, d in rows if g == grp] for grp in (1, 2, 3)), key=lambda ds: (-sum(ds), len(ds)))
+    for line, ds in zip(text[1].splitlines()[1:], by_total):
+        fields = line.split(",")
+        assert [int(fields[1]), int(fields[2]), float(fields[4]), int(fields[5]), int(fields[6])] == \
+            [sum(ds), len(ds), statistics.median(ds), min(ds), max(ds)]
