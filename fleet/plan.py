@@ -345,11 +345,10 @@ def plan(host: str, state: policy.NodeState, req: ProfileRequest, owned_sysctls:
     notes = counters.reasons if req.uses_counters else base.reasons
     return Plan(host, OK, tuple(notes), None, command, env, output, f"{rd}/{req.run_id}", sysctls, owned,
                 tuple(g["uuid"] for g in chosen) if guard.gpu_locks else (), recheck, pause, tuple(given_up),
-                timeout=req.timeout, lock_wait=req.lock_wait, tool=req.tool,
+                timeout=req.timeout, lock_wait=req.lock_wait, tool=req.tool, ranks=req.ranks,
                 nsys=(tools.get("nsys") or {}).get("path"), ncu=(tools.get("ncu") or {}).get("path"),
                 watch={"gpus": [g["index"] for g in chosen] if req.gpus is not None else None,
-                       "allow_own": req.allow_own, "job": req.job, "counters": req.uses_counters},
-                ranks=req.ranks if req.launcher else None)
+                       "allow_own": req.allow_own, "job": req.job, "counters": req.uses_counters})
 
 
 def _launched(host: str, req: ProfileRequest, run_dir: str) -> tuple[tuple[str, ...], tuple[str, ...], str]:

@@ -279,6 +279,18 @@ def test_a_report_of_a_rank_past_the_count_is_a_profiler_error_and_names_no_rank
     assert "from 1 to 4096" in run.ranks_problem(replace(plan, ranks=4097))
 
 
+def test_a_missing_rank_is_listed_once_however_often_the_run_s_entries_are_made_again():
+    """`fleet gather` makes the entries again from the results it read: a rank stays one entry."""
+    from fleet.lab.profile import with_missing_ranks
+    from fleet.store.manifest import HostEntry
+
+    hosts = [HostEntry("h02", "ok", result={"status": "ok", "missing_ranks": [1, 3]}), HostEntry("h03", "refused")]
+    once = with_missing_ranks(hosts)
+    assert [(h.host, h.rank, h.status) for h in once] == [("h02", None, "ok"), ("h02", 1, "missing"),
+                                                          ("h02", 3, "missing"), ("h03", None, "refused")]
+    assert with_missing_ranks(once) == once and once[1].missing_why == "rank 1 left no report"
+
+
 @needs_mpirun
 def test_a_rank_that_fails_fails_the_run_and_the_other_ranks_reports_are_kept(lab):
     out, d, _ = mpi_run(lab, "mpi-lab-fail", fail_rank="1")
