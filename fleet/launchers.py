@@ -24,7 +24,9 @@ from __future__ import annotations
 import os
 import shlex
 
+from . import safenames
 from .containers import ContainerError
+from .plan import MAX_RANKS
 
 LAUNCHERS = ("srun", "torchrun", "mpirun", "ray")
 # torchrun's options that take no value (as its --help lists them: tests/fixtures/launchers-h200/
@@ -66,14 +68,28 @@ def script_index(command: list[str], launcher: str) -> int:
             return i + 1
         if not word.startswith("-") or word == "-":
             return i
-        if "=" in word or (launcher == "torchrun" and word in TORCHRUN_FLAGS):
-            i += 1
-        elif launcher == "mpirun":
-            i += 3 if word in MPIRUN_TWO_VALUES else 2 if word in MPIRUN_VALUE else 1
-        else:
-            i += 2
+        i += _width(word, launcher)
     raise LauncherError(f"with --launcher {launcher} the command is {launcher}, its options, then the program: "
                         f"no program found after the {launcher} options in {shlex.join(command)}")
+
+
+def _width(word: str, launcher: str) -> int:
+    """How many words the launcher's option ``word`` takes, itself and its values."""
+    if "=" in word or (launcher == "torchrun" and word in TORCHRUN_FLAGS):
+        return 1
+    if launcher == "mpirun":
+        return 3 if word in MPIRUN_TWO_VALUES else 2 if word in MPIRUN_VALUE else 1
+    return 2
+
+
+def launcher_options(command: list[str], launcher: str) -> list[tuple[str, tuple[str, ...]]]:
+    """The launcher's own options, each (the option's word, its values), as :func:`script_index` reads them."""
+    i, end, found = _options_start(command, launcher), script_index(command, launcher), []
+    while i < end and command[i] != "--":
+        width = _width(command[i], launcher)
+        found.append((command[i], tuple(command[i + 1:i + width])))
+        i += width
+    return found
 
 
 def _options_start(command: list[str], launcher: str) -> int:
@@ -176,3 +192,53 @@ def lab_launch(launcher: str, command: list[str]) -> tuple[tuple[str, ...], tupl
     script = "\n".join(('n=$1; shift; COMMAND=("$@")', *torchrun_python(command),
                         'COMMAND[${#COMMAND[@]}-n]=$FLEET_PYTHON', 'exec "${COMMAND[@]}"'))
     return ("bash", "-c", script, "fleet-torchrun", str(len(program)), *words, "--no-python"), program
+
+
+# The options that say how many ranks mpirun starts: Open MPI 4.1's, as its `mpirun --help all` lists
+# them (tests/fixtures/openmpi-4.1/help-all.txt: "-c|-np|--np", "-n|--n"), the last one given winning,
+# and "--np=N" refused, as that mpirun did (tests/fixtures/openmpi-4.1/np-spellings.json); MPICH's
+# -n and -np are among them. torchrun's: its --help's (tests/fixtures/launchers-h200/torchrun-help.txt).
+MPIRUN_NP = ("-c", "-n", "--n", "-np", "--np")
+TORCHRUN_NPROC = ("--nproc-per-node", "--nproc_per_node")
+TORCHRUN_NNODES = "--nnodes"
+
+
+def rank_count(launcher: str, command: list[str]) -> tuple[int | None, str]:
+    """(how many ranks the launcher's command line says it starts on the host, whence that is read),
+    or (None, why it cannot be told from the command line alone); LauncherError for a count that is
+    no whole number from 1 to MAX_RANKS. The host's agent calls each rank 0..N-1 that left no report
+    missing; where the count is not known, no rank is."""
+    options = launcher_options(list(command), launcher)
+    if launcher == "mpirun":
+        if any(word == "--app" for word, _ in options):
+            return None, "mpirun's --app: its appfile says how many ranks"
+        given = [(word, values[0]) for word, values in options if word in MPIRUN_NP and values]
+        if not given:
+            return None, "mpirun's command line gives no -np: it starts one rank per slot"
+        word, value = given[-1]  # the last one given wins, as Open MPI 4.1's mpirun takes it
+        return _counted(f"mpirun's {word}", value, "it starts one rank per slot")
+    valued = [(word.split("=", 1)[0], word.split("=", 1)[1] if "=" in word else values[0] if values else "")
+              for word, values in options]
+    abbreviated = [w for w, _ in valued if w not in (*TORCHRUN_NPROC, TORCHRUN_NNODES) and len(w) > 2 and any(
+        name.startswith(w) for name in (*TORCHRUN_NPROC, TORCHRUN_NNODES))]
+    if abbreviated:  # argparse takes a long option's prefix for it
+        return None, f"torchrun's {abbreviated[0]} may stand for one of its counts: give it in full"
+    nnodes = [v for w, v in valued if w == TORCHRUN_NNODES]
+    if nnodes and nnodes[-1] not in ("1", "1:1"):
+        return None, f"torchrun's --nnodes {nnodes[-1]}: other nodes' workers share the ranks"
+    nproc = [(w, v) for w, v in valued if w in TORCHRUN_NPROC]
+    if not nproc:
+        return None, "torchrun's command line gives no --nproc-per-node"
+    word, value = nproc[-1]
+    if value in ("auto", "cpu", "gpu", "xpu"):  # torchrun counts those itself, on the node
+        return None, f"torchrun's {word} {value}: torchrun counts them on the node"
+    return _counted(f"torchrun's {word}", value, "")
+
+
+def _counted(said: str, value: str, zero: str) -> tuple[int | None, str]:
+    """(the count ``value`` gives, ``said`` VALUE), None for mpirun's 0 (``zero``), else LauncherError."""
+    if zero and value.isascii() and value.isdigit() and int(value) == 0:
+        return None, f"{said} {value}: {zero}"
+    if (problem := safenames.count_problem(value, said, MAX_RANKS)):
+        raise LauncherError(f"{problem} (fleet expects one report per rank)")
+    return int(value), f"{said} {value}"

@@ -32,7 +32,7 @@ class HostStatus(StrEnum):
     STOPPED = "stopped"                  # told to stop before the profiler started
     FAILED = "failed"                    # the agent failed, or a report did not come home
     UNREACHABLE = "unreachable"          # the node could not be reached, or went silent
-    MISSING = "missing"                  # a Slurm rank that left no result
+    MISSING = "missing"                  # a Slurm rank that left no result, a lab launcher's rank no report
 
 
 def lost(reports: Iterable["ReportEntry"]) -> list["ReportEntry"]:

@@ -34,6 +34,7 @@ USER_WINS = {"nsys": ("--sample", "--cpuctxsw", "--duration"), "ncu": ("--clock-
 # --timeout is then the agent's signal at the time, not --duration.
 DURATION_MOVED_BY = ("--delay", "--capture-range", "--kill")
 MAX_TIMEOUT = 10 * 366 * 86400  # seconds: past any job's limit (Slurm's INFINITE reads as a year)
+MAX_RANKS = 4096  # ranks one lab host's launcher may be counted to start: past any one host's cores
 
 def _names(word: str, name: str) -> bool:
     """Whether ``word`` gives ncu's option ``name``: ncu also takes a long option's unique prefix
@@ -103,6 +104,7 @@ class LabPart:
     launcher: str | None = None                 # --launcher: what starts the ranks (mpirun), None: the command itself
     starts: tuple[str, ...] = ()                # with it, what starts a profiler per rank (fleet.launchers.lab_launch)
     program: tuple[str, ...] = ()               # ... and what each profiler runs
+    ranks: int | None = None                    # ... and how many ranks its command line says (None: not known)
 
 
 @dataclass(frozen=True)
@@ -117,7 +119,7 @@ class RankPart:
 # The keys of the flat record (``to_json``, a run's manifest), in its order.
 RECORD = ("tool", "command", "run_id", "gpus", "gpu_metrics", "allow_own", "pause_dcgm", "profiler_args",
           "timeout", "lock_wait", "clock_control", "output_name", "job", "docker_image", "launcher", "starts",
-          "program")
+          "program", "ranks")
 
 
 @dataclass(frozen=True)
@@ -172,6 +174,10 @@ class ProfileRequest:
     @property
     def program(self) -> tuple[str, ...]:
         return self.lab.program if self.lab else ()
+
+    @property
+    def ranks(self) -> int | None:
+        return self.lab.ranks if self.lab else None
 
     @property
     def output_name(self) -> str | None:
@@ -241,6 +247,7 @@ class Plan:
     nsys: str | None = None                     # for finishing a leftover .qdstrm
     ncu: str | None = None                      # for reading an ncu report's metrics on the node
     watch: dict[str, Any] = field(default_factory=dict)     # the run watch: GPUs, allow_own, job, counters
+    ranks: int | None = None                    # a launcher's ranks 0..N-1, each to leave a report; None: not known
 
     def to_json(self) -> dict:
         doc = asdict(self)
@@ -338,7 +345,7 @@ def plan(host: str, state: policy.NodeState, req: ProfileRequest, owned_sysctls:
     notes = counters.reasons if req.uses_counters else base.reasons
     return Plan(host, OK, tuple(notes), None, command, env, output, f"{rd}/{req.run_id}", sysctls, owned,
                 tuple(g["uuid"] for g in chosen) if guard.gpu_locks else (), recheck, pause, tuple(given_up),
-                timeout=req.timeout, lock_wait=req.lock_wait, tool=req.tool,
+                timeout=req.timeout, lock_wait=req.lock_wait, tool=req.tool, ranks=req.ranks,
                 nsys=(tools.get("nsys") or {}).get("path"), ncu=(tools.get("ncu") or {}).get("path"),
                 watch={"gpus": [g["index"] for g in chosen] if req.gpus is not None else None,
                        "allow_own": req.allow_own, "job": req.job, "counters": req.uses_counters})

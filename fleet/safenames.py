@@ -8,6 +8,9 @@ that fleet turns into paths, job names, crontab words and words of a batch scrip
   longest DNS name), so every real inventory's host names pass. No '/', no leading '.' (so
   never '.' or '..'), no leading '-' (never read as an option), no control characters, never
   empty: joined under a directory, such a name stays one entry inside it.
+- a *count* (the ranks a launcher's command line says it starts): a whole number from 1 to a
+  bound, as an int or a word of decimal digits (:func:`count_problem`); the node checks its plan's
+  count by the same rule.
 - every other value that reaches a batch script or a crontab line (a Slurm option, a path
   from the inventory): no control characters, and written through :func:`quote`, the one
   quoting function. Its words read the same to bash and to sbatch's ``#SBATCH`` parser, which
@@ -79,6 +82,16 @@ def _shown(name: object) -> str:
     """The name quoted, control characters escaped, cut to a length a one-line error can carry."""
     text = repr(name)
     return text if len(text) <= 80 else text[:77] + "..."
+
+
+def count_problem(value: object, what: str, most: int) -> str | None:
+    """Why ``value`` is not a count from 1 to ``most`` (an int, or a word of ASCII decimal digits as a
+    user types one: no sign, no space), or None."""
+    if isinstance(value, str) and value.isascii() and value.isdigit():
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= most:
+        return "%s %s: it must be a whole number from 1 to %d" % (what, _shown(value), most)
+    return None
 
 
 def check_text(value: object, what: str) -> str:

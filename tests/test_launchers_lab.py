@@ -13,11 +13,14 @@ import shutil
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from fleet.agent.rundir import RunDir
+from fleet.exitcodes import PARTIAL
+from fleet.launchers import LauncherError, rank_count
 from tests.conftest import REPO, fleet_json, run_fleet
 from tests.harness.lab import fleet, scenario, wait_for
 from tests.harness.procs import TENANT_USER
@@ -31,13 +34,19 @@ MPI_OPTIONS = ("-np", "4", "--allow-run-as-root", "--oversubscribe", "--timeout"
 # and its pid and GPUs in another; rank ARGV[2] exits 3 once the others have had time to finish;
 # with ARGV[3] "hold", every rank waits (at most 30 s) for the test's "go" file; with "slow-stop" too,
 # and a SIGTERM then takes it 2 s to act on, as a program that saves its state first; with "slow-death"
-# too, rank 0 dies of a SIGTERM at once (no handler, as most programs) and the others 2 s later, of it still.
+# too, rank 0 dies of a SIGTERM at once (no handler, as most programs) and the others 2 s later, of it still;
+# with "kill-nsys" too, rank ARGV[2] SIGKILLs its own nsys (its parent) at the SIGTERM, which then writes no report.
 WORKER = """import os, signal, sys, time
 d, r = sys.argv[1], os.environ['OMPI_COMM_WORLD_RANK']
 def die_of_it(s, f):
     time.sleep(2)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     os.kill(os.getpid(), signal.SIGTERM)
+def kill_nsys(s, f):
+    os.kill(os.getppid(), signal.SIGKILL)
+    sys.exit(0)
+if sys.argv[3] == 'kill-nsys' and r == sys.argv[2]:
+    signal.signal(signal.SIGTERM, kill_nsys)
 if sys.argv[3] == 'slow-stop':
     signal.signal(signal.SIGTERM, lambda s, f: (time.sleep(2), sys.exit(0)))
 if sys.argv[3] == 'slow-death' and r != '0':
@@ -45,7 +54,7 @@ if sys.argv[3] == 'slow-death' and r != '0':
 open(os.path.join(d, 'said-' + r + '.txt'), 'w').write('rank %s of %s' % (r, os.environ['OMPI_COMM_WORLD_SIZE']))
 open(os.path.join(d, 'pid-' + r + '.txt'), 'w').write('%d %s' % (os.getpid(), os.environ.get('CUDA_VISIBLE_DEVICES')))
 deadline = time.time() + 30
-while sys.argv[3] in ('hold', 'slow-stop', 'slow-death') and not os.path.exists(os.path.join(d, 'go')) and time.time() < deadline:
+while sys.argv[3] in ('hold', 'slow-stop', 'slow-death', 'kill-nsys') and not os.path.exists(os.path.join(d, 'go')) and time.time() < deadline:
     time.sleep(0.05)
 if r == sys.argv[2]:
     time.sleep(2)
@@ -232,6 +241,57 @@ def test_ranks_that_die_of_the_stop_keep_their_reports_though_one_dies_first(lab
 
 
 @needs_mpirun
+def test_a_rank_that_left_no_report_is_missing_by_its_rank_and_the_run_partial(lab):
+    """mpirun's -np 4 says four ranks. Rank 2's program SIGKILLs its own nsys as the run is stopped at
+    --timeout, so it writes no report, while the launcher still exits 0 (each rank's exit is 0 once
+    fleet stops the run): the three reports come home, and rank 2 is `missing`, the run partial."""
+    d, worker = worker_in(lab, "mpi-lab-kill-nsys")
+    out = fleet(lab, *fleet_argv(worker, d, "2", "kill-nsys", "--timeout", "3", "-X", "--delay=0", json_out=False),
+                timeout=240)
+    assert out.returncode == PARTIAL, out.stderr + out.stdout
+    assert "h02 rank 2: missing: rank 2 left no report" in out.stderr, out.stderr
+    assert "reports: 3 complete, 1 missing" in out.stdout.splitlines(), out.stdout
+    m = store_manifest(lab, out.stdout.strip().splitlines()[-1].split()[1])
+    h, gone = m["hosts"]
+    assert m["status"] == "partial" and h["status"] == "ok" and h["plan"]["ranks"] == 4, h
+    names = sorted(Path(r["stored"]).name for r in h["reports"] if r["status"] == "complete" and r["verified"])
+    assert names == [RunDir.label(i) + RunDir.NSYS_REPORT for i in (0, 1, 3)]
+    assert (gone["host"], gone["rank"], gone["status"], gone["missing_why"]) == (
+        "h02", 2, "missing", "rank 2 left no report"), gone
+    assert h["result"]["missing_ranks"] == [2]
+
+
+def test_a_report_of_a_rank_past_the_count_is_a_profiler_error_and_names_no_rank_missing(tmp_path):
+    """The plan says two ranks; a report of rank 3 means the launcher started others than fleet
+    counted: which ranks left no report cannot be told, and the run is never ok."""
+    from fleet.agent import run
+    from fleet.plan import Command, Plan
+
+    output = RunDir(str(tmp_path)).node("h02").file(RunDir.rank_report("mpirun"))
+    plan = Plan("h02", "ok", command=Command(launcher=("mpirun", "-np", "2")), output=output, ranks=2)
+    reports = [{"path": RunDir.output_as(output, str(k)) + RunDir.NSYS_REPORT} for k in (0, 3)]
+    result = {"reports": reports}
+    assert "a report of rank 3" in run.rank_reports(plan, result) and "missing_ranks" not in result
+    result = {"reports": reports[:1]}
+    assert run.rank_reports(plan, result) is None and result["missing_ranks"] == [1]
+    assert run.rank_reports(replace(plan, ranks=None), result) is None  # not counted: nothing said
+    assert "not a whole number" in run.ranks_problem(replace(plan, ranks="2"))
+    assert "from 1 to 4096" in run.ranks_problem(replace(plan, ranks=4097))
+
+
+def test_a_missing_rank_is_listed_once_however_often_the_run_s_entries_are_made_again():
+    """`fleet gather` makes the entries again from the results it read: a rank stays one entry."""
+    from fleet.lab.profile import with_missing_ranks
+    from fleet.store.manifest import HostEntry
+
+    hosts = [HostEntry("h02", "ok", result={"status": "ok", "missing_ranks": [1, 3]}), HostEntry("h03", "refused")]
+    once = with_missing_ranks(hosts)
+    assert [(h.host, h.rank, h.status) for h in once] == [("h02", None, "ok"), ("h02", 1, "missing"),
+                                                          ("h02", 3, "missing"), ("h03", None, "refused")]
+    assert with_missing_ranks(once) == once and once[1].missing_why == "rank 1 left no report"
+
+
+@needs_mpirun
 def test_a_rank_that_fails_fails_the_run_and_the_other_ranks_reports_are_kept(lab):
     out, d, _ = mpi_run(lab, "mpi-lab-fail", fail_rank="1")
     assert out.returncode == 9, out.stderr  # WORKLOAD_FAILED
@@ -330,3 +390,68 @@ def test_the_lab_torchrun_line_puts_the_python_torchrun_would_run_before_the_scr
     assert said.read_text().splitlines() == [
         str(tmp_path / "torchrun"), "--nproc-per-node", "2", "--no-python", "NSYS", "profile", "--",
         want.format(tmp=tmp_path), "-m", "pkg.train", "--lr", "1"]
+
+
+NP_SPELLINGS = json.loads((REPO / "tests" / "fixtures" / "openmpi-4.1" / "np-spellings.json").read_text())
+
+
+@pytest.mark.parametrize("case", NP_SPELLINGS["cases"], ids=lambda c: " ".join(c["options"]))
+def test_the_rank_count_read_from_mpirun_s_options_is_the_real_mpirun_s_or_none(case):
+    """Held to what Open MPI 4.1's mpirun started for each spelling (np-spellings.json): the count
+    fleet reads is the number of ranks that mpirun ran, or not known, never another; a value it
+    refused fleet refuses too, or does not count by."""
+    command = ["mpirun", *case["options"], "sh", "-c", "true"]
+    try:
+        count, said = rank_count("mpirun", command)
+    except LauncherError as e:
+        assert case["exit_status"] != 0 and "whole number from 1 to 4096" in str(e), (case, e)
+        return
+    if case["exit_status"] != 0:
+        assert count is None, (case, said)
+    else:
+        assert count in (None, len(case["ranks"])), (case, count, said)
+    # The man page's ".B -c, -n, --n, -np <#>: Run this many copies", and --help's --np, each given once with a
+    # count (0 is one rank per slot, which the command line does not say): counted.
+    if len(case["options"]) == 2 and case["options"][0] in ("-c", "-n", "--n", "-np", "--np") and \
+            case["options"][1] != "0" and case["ranks"]:
+        assert count == len(case["ranks"]), (case, said)
+
+
+@pytest.mark.parametrize("command,count,said", [
+    (("mpirun", "-np", "4", "--allow-run-as-root", "python3", "app.py"), 4, "mpirun's -np 4"),
+    (("mpirun", "--mca", "btl", "self,tcp", "-n", "3", "./app", "-np", "9"), 3, "mpirun's -n 3"),  # the program's own
+    (("mpirun", "./app"), None, "gives no -np"),
+    (("mpirun", "--app", "ctx.txt", "./app"), None, "--app"),
+    (("torchrun", "--nproc-per-node", "4", "train.py"), 4, "torchrun's --nproc-per-node 4"),
+    (("torchrun", "--standalone", "--nnodes=1", "--nproc_per_node=2", "train.py"), 2, "--nproc_per_node 2"),
+    (("python3", "-m", "torch.distributed.run", "--nnodes", "1:1", "--nproc-per-node", "8", "t.py"), 8, "8"),
+    (("torchrun", "--nproc-per-node", "gpu", "train.py"), None, "--nproc-per-node gpu"),
+    (("torchrun", "--nproc-per-node", "auto", "train.py"), None, "--nproc-per-node auto"),
+    (("torchrun", "train.py"), None, "gives no --nproc-per-node"),
+    (("torchrun", "--nnodes", "2", "--nproc-per-node", "4", "train.py"), None, "--nnodes 2"),
+    (("torchrun", "--nnodes", "1:2", "--nproc-per-node", "4", "train.py"), None, "--nnodes 1:2"),
+    (("torchrun", "--nproc", "4", "train.py"), None, "--nproc may stand for"),
+])
+def test_the_rank_count_is_read_where_the_launcher_s_command_line_states_it(command, count, said):
+    got, why = rank_count("torchrun" if "torch" in " ".join(command[:3]) else "mpirun", list(command))
+    assert got == count and said in why, (got, why)
+
+
+@pytest.mark.parametrize("command", [("mpirun", "-np", "four", "./app"), ("mpirun", "-np", "5000", "./app"),
+                                     ("torchrun", "--nproc-per-node", "0", "train.py")])
+def test_a_rank_count_that_is_no_whole_number_up_to_4096_is_refused_before_any_host(tmp_path, command):
+    out = run_fleet("profile", "--store", str(tmp_path / "store"), "--hosts", "nosuchhost.invalid",
+                    "--launcher", command[0], "--", *command)
+    assert out.returncode == 2 and out.stderr.count("\n") == 1, out.stderr
+    assert "it must be a whole number from 1 to 4096" in out.stderr and not (tmp_path / "store").exists()
+
+
+def test_torchrun_counting_its_workers_by_gpu_says_the_rank_count_is_not_known(lab):
+    """--nproc-per-node gpu: torchrun counts the GPUs on the node, so fleet does not count the
+    ranks, the plan carries none, and the run's lines say so."""
+    d = lab["c"].scratch("torchrun-gpu")
+    out = fleet(lab, "--hosts", "h02", "--launcher", "torchrun", "--dry-run", "--",
+                "torchrun", "--nproc-per-node", "gpu", str(d / "train.py"), timeout=240)
+    assert out.returncode == 0, out.stderr
+    assert ("ranks:   not counted (torchrun's --nproc-per-node gpu: torchrun counts them on the node): a rank "
+            "that left no report is not named") in out.stdout.splitlines(), out.stdout

@@ -75,7 +75,7 @@ def main(args, stops=None):
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, lambda s, f: stops.append(s))
     relay, code = profiler.Relay(plan.tool), 1
-    problem = unsafe_paths(plan)
+    problem = unsafe_paths(plan) or ranks_problem(plan)
     if problem:  # nothing is written: not the reports, not the result file beside them
         result["reasons"].append(problem)
         if args.get("result_line", True):
@@ -107,6 +107,16 @@ def unsafe_paths(plan):
     if not problem and out_dir != run_dir and not out_dir.startswith(run_dir + os.sep):
         problem = "the plan's output %r is not inside its run directory %s" % (plan.output, plan.report_dir)
     return problem
+
+
+def ranks_problem(plan):
+    """Why the plan's count of a launcher's ranks cannot be used, or None: it says how many missing
+    entries the result names, and is checked on the node by the rule fleet counted it by."""
+    if plan.ranks is None:
+        return None
+    if not isinstance(plan.ranks, int):
+        return "the plan's rank count %.40r is not a whole number" % (plan.ranks,)
+    return safenames.count_problem(plan.ranks, "the plan's rank count", planner.MAX_RANKS)
 
 
 def carry_out(plan, result, relay, stops, holder):
@@ -248,12 +258,35 @@ def settle(plan, result, ran, disk_full=None):
         result["status"] = "no-report"
         result["reasons"].append(no_report)
         return 1
-    if (overwritten := unnamed_ranks(plan, result["reports"])):
+    if (overwritten := unnamed_ranks(plan, result["reports"]) or rank_reports(plan, result)):
         result["status"] = "profiler-error"
         result["reasons"].append(overwritten)
         return 1
     result["status"] = "ok"
     return 0
+
+
+def rank_reports(plan, result):
+    """The ranks 0..N-1 the launcher was counted to start (``plan.ranks``) that left no report, into
+    the result's ``missing_ranks`` (each becomes a ``missing`` entry of its own: the run is not
+    complete); why not where a report is of a rank past N, or None. A rank past the count means
+    the count is not the launcher's (a wrapper adding its own -np, an option fleet does not read),
+    so which ranks are missing cannot be told: that is the profiler's setup failing, as for ranks
+    whose reports are not each a rank's (unnamed_ranks), never an ok run."""
+    if plan.ranks is None:
+        return None
+    found = {}
+    for rep in result["reports"]:
+        rank = rundir.RunDir.rank_of(os.path.basename(os.path.splitext(rep["path"])[0]))
+        if rank is not None:
+            found[rank] = rep["path"]
+    past = sorted(rank for rank in found if rank >= plan.ranks)
+    if past:
+        return ("a report of rank %d (%s), past the %d ranks the launcher's command line says it starts: the "
+                "launcher started others than fleet counted, so which ranks left no report cannot be told"
+                % (past[0], found[past[0]], plan.ranks))
+    result["missing_ranks"] = [rank for rank in range(plan.ranks) if rank not in found]
+    return None
 
 
 def unnamed_ranks(plan, reports):

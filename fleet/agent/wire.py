@@ -140,6 +140,7 @@ RESULT = {
     "workload": (dict, type(None)), "newcomer": (dict, type(None)), "conditions": (dict, type(None)),
     "tenants": list, "processes_seen": list, "gpu": str_or_none, "driver": str_or_none,
     "tool_version": str_or_none, "slurm_node": str_or_none, "whose": (dict, type(None)),
+    "missing_ranks": [non_negative],  # a launcher's ranks that left no report (agent/run.py: rank_reports)
 }
 PROBE = {"host": str_or_none, "uid": int_or_none, "gid": int_or_none, "user": str_or_none,
          "nvml": dict, "gpus": [dict], "mps": dict, "dcgm": dict, "tools": dict, "report_dir": dict,

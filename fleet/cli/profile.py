@@ -146,6 +146,8 @@ def show_lab_run(manifest, store_root, dry_run: bool, as_json: bool) -> None:
         return
     for h in manifest.hosts:
         click.echo(profile_mod.render(h), nl=False, err=h.status not in ("ok", "planned"))
+    if (ranks := profile_mod.ranks_line(manifest)):
+        click.echo(ranks)
     if not dry_run:  # where to look next, as the Slurm path says it
         directory = store.run_dir(store.root(store_root), manifest.site, manifest.run_id)
         for line in completeness.run_lines(manifest.hosts):  # how many reports are whole, the run line last
@@ -178,7 +180,8 @@ def gather(obj: Context, run_id, store_root, as_json):
     if as_json:
         echo_json(manifest.to_json())
     for h in manifest.hosts if not as_json else ():
-        click.echo(f"{h.host}: {h.status}" + (f" ({h.missing_why})" if h.missing_why else ""))
+        who = h.host + (f" rank {h.rank}" if h.rank is not None else "")  # a launcher's rank that left no report
+        click.echo(f"{who}: {h.status}" + (f" ({h.missing_why})" if h.missing_why else ""))
         for r in h.reports:
             click.echo(f"  {r.stored} ({'verified' if r.verified else r.error})")
     sys.exit(exitcodes.for_run(manifest))

@@ -125,7 +125,9 @@ def with_launcher(req: ProfileRequest, launcher: str) -> ProfileRequest:
         raise launchers.LauncherError(f"--launcher {launcher} and --docker do not go together yet: {launcher} "
                                       "would have to be in the image; leave out one of them")
     starts, program = launchers.lab_launch(launcher, list(req.command))
-    return replace(req, lab=replace(req.lab or LabPart(), launcher=launcher, starts=starts, program=program))
+    ranks, _ = launchers.rank_count(launcher, list(req.command))
+    return replace(req, lab=replace(req.lab or LabPart(), launcher=launcher, starts=starts, program=program,
+                                    ranks=ranks))
 
 
 async def plan_all(fan: "Fanout", hosts: list["Host"], req: ProfileRequest) -> dict[str, HostRun]:
@@ -239,8 +241,8 @@ async def profile(fan: "Fanout", hosts: list["Host"], req: ProfileRequest, *, st
     directory = store.save(store_root, manifest)
     await run_planned(fan, hosts, {r.host: r for r in runs}, req, out=directory, write=write, stop=stop,
                       gathering=gathering, finish_timeout=finish_timeout)
-    manifest.hosts = [entry_for(req, r) for r in runs]
-    manifest.status = outcome.run_status(r.status for r in runs)
+    manifest.hosts = with_missing_ranks([entry_for(req, r) for r in runs])
+    manifest.status = outcome.run_status(h.status for h in manifest.hosts)
     store.save(store_root, manifest)
     return manifest
 
@@ -275,9 +277,40 @@ async def gather(fan: "Fanout", hosts: dict[str, "Host"], store_root: Path, run_
                                           node_dir=node_dir, remove_for=removing(host),
                                           output=Plan.from_json(plan_doc).output)
         entry.status, entry.missing_why = outcome.of_result(result, entry.reports, tool=plan_doc.get("tool"))
+    manifest.hosts = with_missing_ranks(manifest.hosts)
     manifest.status = outcome.run_status(h.status for h in manifest.hosts)
     store.save(store_root, manifest)
     return manifest
+
+
+def with_missing_ranks(entries: list[HostEntry]) -> list[HostEntry]:
+    """The lab hosts' entries, each followed by one ``missing`` entry for every rank its launcher was
+    counted to start that left no report (its agent's ``missing_ranks``), named ``HOST rank K`` as a
+    Slurm rank that left nothing is: the run is then partial, never complete. Made afresh from the
+    results each time (``fleet gather`` reads a result later), so a rank is never listed twice."""
+    found = []
+    for entry in entries:
+        if entry.rank is not None:  # on lab servers only these: made again below
+            continue
+        found.append(entry)
+        said = entry.result.get("missing_ranks") if isinstance(entry.result, dict) else None
+        if isinstance(said, list):  # held to its shape with the result (wire.RESULT)
+            found += [HostEntry(entry.host, HostStatus.MISSING, rank=rank, node=entry.node,
+                                missing_why=f"rank {rank} left no report") for rank in said]
+    return found
+
+
+def ranks_line(manifest: RunManifest) -> str | None:
+    """The run's line saying that its launcher's rank count was not known, and so no rank that left no
+    report is named (why, as fleet.launchers.rank_count says it); None for any other run."""
+    request = manifest.request or {}
+    if request.get("launcher") not in LAB_LAUNCHERS or request.get("ranks") is not None:
+        return None
+    try:
+        _, why = launchers.rank_count(request["launcher"], list(request.get("command") or ()))
+    except (launchers.LauncherError, KeyError, TypeError):
+        return None
+    return f"ranks:   not counted ({why}): a rank that left no report is not named"
 
 
 def removing(host: "Host") -> "Host | None":
@@ -306,7 +339,8 @@ def render(entry: HostEntry) -> str:
     """One host's plan or outcome, for people."""
     p = Plan.from_json(entry.plan) if entry.plan else None
     refused_by_plan = p is not None and p.status == "refused"
-    lines = [f"{entry.host}: {entry.status}" + (f": {entry.missing_why}" if entry.missing_why and not refused_by_plan
+    who = entry.host + (f" rank {entry.rank}" if entry.rank is not None else "")  # a launcher's rank: missing
+    lines = [f"{who}: {entry.status}" + (f": {entry.missing_why}" if entry.missing_why and not refused_by_plan
                                                 else "")]
     if p and p.status == "ok" and entry.status == HostStatus.PLANNED:
         lines.append(f"  run:      {p.shell()}")

@@ -89,7 +89,7 @@ class HostEntry(_Record):
     """One lab host, Slurm rank, Ray worker, or a rank that left no result."""
     host: str                             # inventory name, Slurm node, or "(no result)"
     status: str = "pending"               # ok | refused | failed | unreachable | stopped | missing | planned
-    rank: int | None = None               # Slurm: the rank; None on lab servers and for Ray workers
+    rank: int | None = None               # Slurm: the rank; a lab launcher's rank that left no report; else None
     worker: str | None = None             # Ray: the worker's report name
     node: str | None = None               # the node's own hostname
     missing_why: str | None = None
