@@ -51,6 +51,7 @@ class RunDir:
     RAY_WORKER = "worker-"               # worker-HOST-PID.nsys-rep: Ray's nsight plugin, from RAY_REPORTS
     RAY_REPORTS = RAY_WORKER + "%h-%p"   # nsys's -o for Ray's workers: %h the host, %p the pid
     WHOSE = ".whose.json"                # worker-HOST-PID.whose.json: whose a Ray worker is, beside its report
+    UNFINISHED = ".unfinished"           # worker-HOST-PID.unfinished: its nsys still ran when the job stopped waiting
     NSYS_REPORT = ".nsys-rep"            # what nsys adds to its -o
 
     def __init__(self, path: object):
@@ -179,12 +180,15 @@ class RunDir:
     def ray_worker_host(cls, path: str) -> str:
         """The host a Ray worker's report or whose file names (``.../worker-node1-123.nsys-rep``
         -> ``node1``); "" where it names none."""
-        name = posixpath.basename(path)
-        for suffix in (cls.NSYS_REPORT, cls.WHOSE):
-            if name.endswith(suffix):
-                name = name[: -len(suffix)]
-                break
-        return name[len(cls.RAY_WORKER):].rsplit("-", 1)[0]
+        return posixpath.basename(cls.ray_base(path))[len(cls.RAY_WORKER):].rsplit("-", 1)[0]
+
+    @classmethod
+    def ray_base(cls, path: str) -> str:
+        """A Ray worker's report, whose or unfinished file without its suffix: worker-HOST-PID."""
+        for suffix in (cls.NSYS_REPORT, cls.WHOSE, cls.UNFINISHED):
+            if path.endswith(suffix):
+                return path[: -len(suffix)]
+        return path
 
     @classmethod
     def whose_beside(cls, report: str) -> str:
@@ -195,3 +199,7 @@ class RunDir:
     @classmethod
     def is_whose(cls, path: str) -> bool:
         return path.endswith(cls.WHOSE)
+
+    @classmethod
+    def is_unfinished(cls, path: str) -> bool:
+        return path.endswith(cls.UNFINISHED)

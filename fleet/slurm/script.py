@@ -171,6 +171,7 @@ def render(req, spec: CheckedJobSpec, files: JobFiles) -> str:
              "    wait \"$step\"; status=$?",
              "    [ \"$status\" -gt 128 ] && kill -0 \"$step\" 2>/dev/null || break",
              "done",
+             *launch.after,
              *(_copy_back(files) if files.scratch else []),
              f"echo \"$status\" > \"{launchers.IN_SCRIPT.job_exit}\"",
              "exit \"$status\"", ""]
