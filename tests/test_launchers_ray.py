@@ -227,6 +227,7 @@ def test_a_node_without_nsys_is_refused_before_the_program_starts(tmp_path):
     done = subprocess.run(["/bin/bash", "-c", script], env={"PATH": str(bare)}, capture_output=True, text=True)
     assert done.returncode == 127 and "nsys is not on PATH" in done.stderr and "nothing was started" in done.stderr
     assert not started.exists() and (run_dir / "job.exit").read_text().strip() == "127"
+    assert (run_dir / "job.refused").exists()  # the refusal's mark: only with it is 127 the script's refusal
 
 
 @pytest.fixture(scope="module")
@@ -419,6 +420,25 @@ def test_a_ray_program_that_fails_after_its_actors_is_not_ok_and_its_workers_rep
     workers = [h for h in m["hosts"] if h["host"] != "(driver)"]
     assert len(workers) == 2 and all(any(rep["stored"].endswith(".nsys-rep") and rep["verified"]
                                          for rep in h["reports"]) for h in workers), m["hosts"]
+
+
+def test_a_ray_program_ending_127_after_a_line_of_its_own_beginning_fleet_is_its_failure_not_a_refusal(
+        hpc, ray_user, tmp_path):
+    """The program runs in the batch shell, as the script's own checks do: its 127 and its last line
+    `fleet: ...` were read as the job script's refusal, and its failure was said as one."""
+    from fleet import exitcodes
+    from tests.harness.hpc import fleet as fleet_slurm, manifest
+
+    program = hpc.runs / "ray_127.py"
+    program.write_text(PROGRAM + "\nimport sys\nprint('fleet: this is the program speaking', flush=True)\nsys.exit(127)\n")
+    program.chmod(0o644)
+    r = fleet_slurm(hpc, tmp_path, "--time", "4", "--launcher", "ray", "--", str(ray_user), str(program),
+                    timeout=150)
+    m = manifest(tmp_path)
+    assert r.returncode == exitcodes.PARTIAL and "refused to start" not in r.stdout, r.stdout + r.stderr
+    assert "(driver) the Ray program: workload-failed: the Ray program (the job's driver) ended with exit status 127" \
+        in r.stdout, r.stdout
+    assert sorted(h["status"] for h in m["hosts"]) == ["ok", "ok", "workload-failed"], m["hosts"]
 
 
 def test_a_node_without_nsys_is_refused_in_the_job_before_the_ray_program_starts(hpc, tmp_path):

@@ -40,6 +40,7 @@ class RunDir:
     REQUEST = "fleet-request.json"       # what the job asks of a node's fleet prolog (agent/slurmd.py)
     JOB_EXIT = "job.exit"                # the job's exit status, written by the batch script at its end
     JOB_STOPPED = "job.stopped"          # when the USR1 trap stopped the profilers before the time limit
+    JOB_REFUSED = "job.refused"          # the batch script's own check refused to start anything
     BATCH_LOG = "slurm-%j.out"           # sbatch's --output pattern: %j is the job id
     RESULT = ".result.json"              # HOST.result.json: a host's or rank's result (a "profile" answer)
     TMP = ".tmp-"                        # .tmp-HOST: the private TMPDIR of a host's or rank's profiler
@@ -140,6 +141,10 @@ class RunDir:
     @property
     def job_stopped(self) -> str:
         return self.file(self.JOB_STOPPED)
+
+    @property
+    def job_refused(self) -> str:
+        return self.file(self.JOB_REFUSED)
 
     @property
     def batch_log(self) -> str:

@@ -23,12 +23,18 @@ from ..launchers import (LAUNCHERS, MPIRUN_TWO_VALUES, MPIRUN_VALUE, TORCHRUN_FL
                          torchrun_python)
 from ..safenames import check_text, quote
 from ..plan import profiler_args_error
+from .states import REFUSED_EXIT
 
 # The run folder as the batch script names it ($RUN_DIR, set by script.render): RunDir's names are
 # plain words, so each path below is one word inside double quotes.
 IN_SCRIPT = RunDir("$RUN_DIR")
 RAY_HOOK = Path(__file__).with_name("ray_hook.py")  # written into the job's run folder as RunDir.RAY_HOOK
 RAY_HOOK_END = "FLEET_RAY_HOOK_PY"
+# How the batch script's own checks refuse to start anything: the refusal mark (only it makes the
+# job's 127 and the last `fleet: ` line of its log a refusal: a program may end so too), then the
+# status. Their reason is that last line, said just before.
+REFUSE = (f'    : > "{IN_SCRIPT.job_refused}"', f'    echo {REFUSED_EXIT} > "{IN_SCRIPT.job_exit}"',
+          f"    exit {REFUSED_EXIT}")
 # Ray's nsight plugin runs `nsys profile` from PATH for each worker; without it Ray 2.60 fails the job
 # at the first worker (RuntimeEnvSetupError: "nsight is not installed"), the program already started.
 RAY_NEEDS_NSYS = (
@@ -36,8 +42,7 @@ RAY_NEEDS_NSYS = (
     "    echo \"fleet: nsys is not on PATH on ${SLURMD_NODENAME:-this node}: Ray's nsight plugin runs nsys from PATH "
     "for every worker (else RuntimeEnvSetupError: nsight is not installed); nothing was started: put nsys's folder "
     "on the job's PATH\" >&2",
-    f"    echo 127 > \"{IN_SCRIPT.job_exit}\"",
-    "    exit 127",
+    *REFUSE,
     "fi")
 # Ray execs each worker through `bash -c` (ray/_private/runtime_env/context.py, exec_worker). A batch job
 # inherits SSH_CLIENT from the login session that submitted it (sbatch exports the environment); with it
