@@ -536,3 +536,19 @@ def kill_nsys(pid: int) -> None:
                 if int(stat.read_text().rsplit(")", 1)[1].split()[1]) == pid:
                     os.kill(int(stat.parent.name), 9)
         os.kill(pid, 9)
+
+
+def test_a_worker_marked_unfinished_is_missing_and_its_partial_report_is_neither_brought_home_nor_counted(tmp_path):
+    import asyncio
+
+    from fleet.slurm.raygather import workers_home
+    sha = "0" * 64
+    lines = [f"0 {sha} /run/ray/worker-node1-5.nsys-rep", f"16 {sha} /run/ray/worker-node1-5.unfinished",
+             f"16 {sha} /run/ray/worker-node1-nsys77.unfinished"]  # an nsys whose worker the job could not name
+    hosts = asyncio.run(workers_home(None, None, "/run", lines, tmp_path))
+    assert [(h.host, h.worker, h.status, h.reports) for h in hosts] == [
+        ("node1", "worker-node1-5", "missing", []), ("node1", "worker-node1-nsys77", "missing", [])]
+    assert hosts[0].missing_why.endswith("its report is missing or unfinished (left on the cluster as "
+                                         "worker-node1-5.nsys-rep)")
+    assert hosts[1].missing_why.endswith("its report is missing or unfinished")
+    assert not list(tmp_path.iterdir())

@@ -95,9 +95,10 @@ async def _missing(fan: "Fanout", via: "Host", run_dir: str, said: dict, directo
         rep.status, rep.summary = "summary", "whose"
     worker = ray_worker_name(reports) or os.path.basename(RunDir.ray_base(said["path"]))
     if unfinished:
-        left = os.path.basename(RunDir.ray_base(said["path"])) + RunDir.NSYS_REPORT
+        base = os.path.basename(RunDir.ray_base(said["path"]))  # worker-HOST-nsysPID: its worker unknown
+        left = f" (left on the cluster as {base}{RunDir.NSYS_REPORT})" if base.rsplit("-", 1)[-1].isdigit() else ""
         why = (f"the nsys of {worker} still ran when the job stopped waiting for it after the Ray program ended: "
-               f"its report is missing or unfinished (left on the cluster as {left})")
+               f"its report is missing or unfinished{left}")
     else:
         why = (f"{worker} ran under nsys but left no report: its nsys ended before writing one (killed before or "
                "with its worker)")
