@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from fleet.slurm.launchers import launch
+from fleet.slurm.launchers import RAY_HOOK, launch
 from fleet.slurm.raygather import ray_worker_name
 from fleet.store.manifest import ReportEntry
 from tests.conftest import run_fleet
@@ -104,7 +104,8 @@ def job_lines(tmp_path, request, program: str, *args: str, actors=()):
     run_dir.mkdir(mode=0o700)
     command = [sys.executable, str(path), *args]
     la = launch("ray", command, ["unused"], str(run_dir), None, actors=actors)
-    script = "\n".join([f"RUN_DIR={shlex.quote(str(run_dir))}", f"COMMAND=({shlex.join(command)})", *la.setup, la.line])
+    script = "\n".join([f"RUN_DIR={shlex.quote(str(run_dir))}", f"FLEET_PYTHON={shlex.quote(sys.executable)}",
+                        f"COMMAND=({shlex.join(command)})", *la.setup, la.line, *la.after])
     # Ray's nsight plugin runs `nsys profile ... python`, PATH's python: here /usr/bin's, without Ray, as in a
     # batch job. fleet's hook puts the program's own Python first on the workers' PATH, else they never start.
     env = {**os.environ, "PATH": f"{STANDINS}:/usr/local/bin:/usr/bin:/bin",
@@ -150,6 +151,66 @@ def test_ranks_in_a_job_script_profile_only_the_actors_whose_names_match(tmp_pat
         n for r in reports for n in (r.name, r.name.replace(".nsys-rep", ".whose.json")))
 
 
+def hook_module(monkeypatch, ray_dir: Path):
+    """fleet's Ray hook as the job runs it (its block in the environment, as the job script exports it)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("fleet_ray_hook_under_test", RAY_HOOK)
+    hook = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(hook)
+    monkeypatch.setenv(hook.BLOCK_ENV, json.dumps({"_nsight": {"o": str(ray_dir / "worker-%h-%p")}}))
+    monkeypatch.delenv(hook.WAIT_ENV, raising=False)
+    monkeypatch.delenv("FLEET_JOB_END", raising=False)
+    return hook
+
+
+def nsys_profiling(ray_dir: Path, seconds: int) -> subprocess.Popen:
+    """The nsys stand-in profiling a workload of ``seconds``, as Ray starts it (``-o`` the run's)."""
+    return subprocess.Popen([str(STANDINS / "nsys"), "profile", "-o", str(ray_dir / "worker-%h-%p"), "-t", "osrt",
+                             sys.executable, "-c", f"import time; time.sleep({seconds})"])
+
+
+def test_the_wait_ends_as_soon_as_this_runs_nsys_have_ended_and_marks_none_unfinished(tmp_path, monkeypatch):
+    ray_dir = tmp_path / "ray"
+    ray_dir.mkdir(mode=0o700)
+    hook = hook_module(monkeypatch, ray_dir)
+    other = subprocess.Popen([str(STANDINS / "nsys"), "profile", "-o", str(tmp_path / "other-%p"), "sleep", "30"])
+    nsys = nsys_profiling(ray_dir, 1)
+    try:
+        time.sleep(0.5)  # both started
+        assert list(hook.nsys_of_this_run(str(ray_dir / "worker-%h-%p"))) == [nsys.pid]  # not another run's
+        started = time.monotonic()
+        assert hook.wait_for_nsys(bound=30) == []
+        assert nsys.poll() == 0 and time.monotonic() - started < 10  # it ended with its workload, not at the bound
+        [report] = ray_dir.glob("worker-*.nsys-rep")
+        assert "exit_status" in json.loads(report.read_text()) and not list(ray_dir.glob("*.unfinished"))
+    finally:
+        for proc in (other, nsys):
+            kill_nsys(proc.pid)  # and its workload
+            proc.wait()
+
+
+def test_an_nsys_still_running_at_the_bound_is_marked_unfinished_under_its_workers_name(tmp_path, monkeypatch):
+    ray_dir = tmp_path / "ray"
+    ray_dir.mkdir(mode=0o700)
+    hook = hook_module(monkeypatch, ray_dir)
+    monkeypatch.setenv(hook.WAIT_ENV, "1")  # the job's environment may shorten or lengthen the bound
+    nsys = nsys_profiling(ray_dir, 30)
+    try:
+        time.sleep(0.5)
+        # the worker said whose it is, with its nsys's pid, as the hook writes it in each worker
+        whose = ray_dir / f"worker-{socket.gethostname()}-4242.whose.json"
+        whose.write_text(json.dumps({"pid": 4242, "nsys_pid": nsys.pid}))
+        started = time.monotonic()
+        assert hook.wait_for_nsys() == [nsys.pid]
+        assert 1 <= time.monotonic() - started < 10
+        marked = whose.with_name(whose.name.replace(".whose.json", ".unfinished"))
+        assert json.loads(marked.read_text()) == {"nsys_pid": nsys.pid} and nsys.poll() is None
+    finally:
+        kill_nsys(nsys.pid)
+        nsys.wait()
+
+
 def test_a_node_without_nsys_is_refused_before_the_program_starts(tmp_path):
     # Ray 2.60 itself would start the program and fail it at the first actor: "RuntimeEnvSetupError:
     # ... nsight profile failed to run with the following error message: nsight is not installed"
@@ -166,6 +227,7 @@ def test_a_node_without_nsys_is_refused_before_the_program_starts(tmp_path):
     done = subprocess.run(["/bin/bash", "-c", script], env={"PATH": str(bare)}, capture_output=True, text=True)
     assert done.returncode == 127 and "nsys is not on PATH" in done.stderr and "nothing was started" in done.stderr
     assert not started.exists() and (run_dir / "job.exit").read_text().strip() == "127"
+    assert (run_dir / "job.refused").exists()  # the refusal's mark: only with it is 127 the script's refusal
 
 
 @pytest.fixture(scope="module")
@@ -360,6 +422,25 @@ def test_a_ray_program_that_fails_after_its_actors_is_not_ok_and_its_workers_rep
                                          for rep in h["reports"]) for h in workers), m["hosts"]
 
 
+def test_a_ray_program_ending_127_after_a_line_of_its_own_beginning_fleet_is_its_failure_not_a_refusal(
+        hpc, ray_user, tmp_path):
+    """The program runs in the batch shell, as the script's own checks do: its 127 and its last line
+    `fleet: ...` were read as the job script's refusal, and its failure was said as one."""
+    from fleet import exitcodes
+    from tests.harness.hpc import fleet as fleet_slurm, manifest
+
+    program = hpc.runs / "ray_127.py"
+    program.write_text(PROGRAM + "\nimport sys\nprint('fleet: this is the program speaking', flush=True)\nsys.exit(127)\n")
+    program.chmod(0o644)
+    r = fleet_slurm(hpc, tmp_path, "--time", "4", "--launcher", "ray", "--", str(ray_user), str(program),
+                    timeout=150)
+    m = manifest(tmp_path)
+    assert r.returncode == exitcodes.PARTIAL and "refused to start" not in r.stdout, r.stdout + r.stderr
+    assert "(driver) the Ray program: workload-failed: the Ray program (the job's driver) ended with exit status 127" \
+        in r.stdout, r.stdout
+    assert sorted(h["status"] for h in m["hosts"]) == ["ok", "ok", "workload-failed"], m["hosts"]
+
+
 def test_a_node_without_nsys_is_refused_in_the_job_before_the_ray_program_starts(hpc, tmp_path):
     from fleet import exitcodes
     from tests.harness.hpc import fleet as fleet_slurm
@@ -391,4 +472,83 @@ def test_a_worker_file_naming_its_node_with_control_characters_never_reaches_a_t
     hosts = asyncio.run(workers_home(None, None, "/run", lines, tmp_path))
     assert [(h.host, h.worker, h.status) for h in hosts] == [("(ray worker)", "(unsafe name)", "failed")] * 2
     assert all("\x1b" not in h.missing_why and "\\x1b" in h.missing_why for h in hosts)
+    assert not list(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("end", ["sys.exit(0)", "sys.exit(3)", "os.kill(os.getpid(), 9)"])
+def test_the_job_waits_for_its_workers_nsys_to_finish_their_reports_however_the_program_ends(hpc, ray_user, tmp_path,
+                                                                                             end):
+    """The Ray program ends with its actors, and Ray leaves each worker's nsys still writing its report
+    (reparented, in a process group of its own): here each takes 4 s to generate it, as a large trace
+    does. The job's end waits for them; before, it did not, and fleet gathered what was there then."""
+    from tests.harness.hpc import fleet as fleet_slurm, manifest
+
+    program = hpc.runs / "ray_slow_reports.py"
+    program.write_text(PROGRAM + f"\nimport os, sys\n{end}\n")
+    program.chmod(0o644)
+    with login_session(hpc, STANDIN_IMPORT_SECONDS="4"):  # the importer nsys runs once its worker has ended
+        r = fleet_slurm(hpc, tmp_path, "--time", "4", "--launcher", "ray", "--", str(ray_user), str(program),
+                        timeout=150)
+    m = manifest(tmp_path)
+    workers = [h for h in m["hosts"] if h["host"] != "(driver)"]
+    assert sorted(h["worker"].split(" on ")[0] for h in workers) == ["Trainer trainer-a", "Trainer trainer-b"], r.stdout
+    for h in workers:
+        assert h["status"] == "ok", r.stdout
+        [rep] = [rep for rep in h["reports"] if rep["stored"].endswith(".nsys-rep")]
+        # the whole report, as the importer wrote it at its end (it is empty until then)
+        assert rep["verified"] and "exit_status" in json.loads(Path(rep["stored"]).read_text()), rep
+    assert "waiting up to 60 s for the nsys of" in Path(m["slurm"]["log"]["stored"]).read_text()
+
+
+def test_a_worker_whose_nsys_still_runs_when_the_wait_ends_is_missing_with_why(hpc, ray_user, tmp_path):
+    """Each worker's nsys takes 10 s to generate its report, and the job waits 2 s (its bound, shortened
+    here from 60): each worker is then missing, saying why, its unfinished report never counted."""
+    from tests.harness.hpc import fleet as fleet_slurm, manifest
+
+    program = hpc.runs / "ray_unfinished.py"
+    program.write_text(PROGRAM)
+    program.chmod(0o644)
+    try:
+        with login_session(hpc, STANDIN_IMPORT_SECONDS="10", FLEET_RAY_NSYS_WAIT="2"):
+            r = fleet_slurm(hpc, tmp_path, "--time", "4", "--launcher", "ray", "--", str(ray_user), str(program),
+                            timeout=150)
+    finally:  # the nsys still generating and their importers, this test's own, by the pids the job marked
+        for marked in hpc.runs.rglob("*.unfinished"):
+            kill_nsys(json.loads(marked.read_text())["nsys_pid"])
+    m = manifest(tmp_path)
+    assert r.returncode != 0 and m["status"] == "failed", r.stdout + r.stderr
+    assert sorted(h["worker"].split(" on ")[0] for h in m["hosts"]) == ["Trainer trainer-a", "Trainer trainer-b"]
+    for h in m["hosts"]:
+        assert h["status"] == "missing" and "still ran when the job stopped waiting" in h["missing_why"], h
+        assert "report is missing or unfinished" in h["missing_why"], h
+        assert not any(rep["stored"].endswith(".nsys-rep") for rep in h["reports"]), h  # the empty one stayed
+        assert f"  {h['host']} {h['worker']}: missing: " in r.stdout, r.stdout
+    assert "after 2 s the nsys of Ray worker" in Path(m["slurm"]["log"]["stored"]).read_text()
+
+
+def kill_nsys(pid: int) -> None:
+    """An nsys stand-in and what it started (its workload, its importer) by pid, if it still is one."""
+    with contextlib.suppress(OSError):
+        if b"profile" not in Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0"):
+            return
+        for stat in Path("/proc").glob("[0-9]*/stat"):
+            with contextlib.suppress(OSError, ValueError, IndexError):
+                if int(stat.read_text().rsplit(")", 1)[1].split()[1]) == pid:
+                    os.kill(int(stat.parent.name), 9)
+        os.kill(pid, 9)
+
+
+def test_a_worker_marked_unfinished_is_missing_and_its_partial_report_is_neither_brought_home_nor_counted(tmp_path):
+    import asyncio
+
+    from fleet.slurm.raygather import workers_home
+    sha = "0" * 64
+    lines = [f"0 {sha} /run/ray/worker-node1-5.nsys-rep", f"16 {sha} /run/ray/worker-node1-5.unfinished",
+             f"16 {sha} /run/ray/worker-node1-nsys77.unfinished"]  # an nsys whose worker the job could not name
+    hosts = asyncio.run(workers_home(None, None, "/run", lines, tmp_path))
+    assert [(h.host, h.worker, h.status, h.reports) for h in hosts] == [
+        ("node1", "worker-node1-5", "missing", []), ("node1", "worker-node1-nsys77", "missing", [])]
+    assert hosts[0].missing_why.endswith("its report is missing or unfinished (left on the cluster as "
+                                         "worker-node1-5.nsys-rep)")
+    assert hosts[1].missing_why.endswith("its report is missing or unfinished")
     assert not list(tmp_path.iterdir())

@@ -35,15 +35,15 @@ FLEET = REPO / "fleet"
 # test_the_ray_hook_writes_and_reads_the_names_rundir_gives holds them to RunDir's.
 SPELLS_ITS_OWN = {FLEET / "agent" / "rundir.py", FLEET / "slurm" / "ray_hook.py"}
 
-NAMES = [RunDir.AGENT, RunDir.SCRIPT, RunDir.REQUEST, RunDir.JOB_EXIT, RunDir.JOB_STOPPED, RunDir.BATCH_LOG,
-         RunDir.RESULT, RunDir.TMP, RunDir.RANK, RunDir.PID, RunDir.RAY, RunDir.RAY_HOOK, RunDir.RAY_HOOK_BLOCK,
-         RunDir.RAY_WORKER, RunDir.RAY_REPORTS, RunDir.WHOSE, RunDir.NSYS_REPORT]
+NAMES = [RunDir.AGENT, RunDir.SCRIPT, RunDir.REQUEST, RunDir.JOB_EXIT, RunDir.JOB_STOPPED, RunDir.JOB_REFUSED,
+         RunDir.BATCH_LOG, RunDir.RESULT, RunDir.TMP, RunDir.RANK, RunDir.PID, RunDir.RAY, RunDir.RAY_HOOK,
+         RunDir.RAY_HOOK_BLOCK, RunDir.RAY_WORKER, RunDir.RAY_REPORTS, RunDir.WHOSE, RunDir.UNFINISHED, RunDir.NSYS_REPORT]
 # What a module would write to spell one of them, once its placeholders (%s, %d, {...}) read as *:
 # the names as they are, and a label (rank%d, pid%d) where it is a file's name or a path's part.
 OWNED = {**{name: re.escape(name) for name in (
-    RunDir.AGENT, RunDir.SCRIPT, RunDir.REQUEST, RunDir.JOB_EXIT, RunDir.JOB_STOPPED, RunDir.BATCH_LOG,
-    RunDir.BATCH_LOG.replace("%j", "*"), RunDir.RESULT, RunDir.TMP, "/" + RunDir.RAY, RunDir.RAY + "/",
-    RunDir.RAY_HOOK, RunDir.RAY_HOOK_BLOCK, RunDir.RAY_REPORTS, RunDir.WHOSE)},
+    RunDir.AGENT, RunDir.SCRIPT, RunDir.REQUEST, RunDir.JOB_EXIT, RunDir.JOB_STOPPED, RunDir.JOB_REFUSED,
+    RunDir.BATCH_LOG, RunDir.BATCH_LOG.replace("%j", "*"), RunDir.RESULT, RunDir.TMP, "/" + RunDir.RAY, RunDir.RAY + "/",
+    RunDir.RAY_HOOK, RunDir.RAY_HOOK_BLOCK, RunDir.RAY_REPORTS, RunDir.WHOSE, RunDir.UNFINISHED)},
          RunDir.RAY_WORKER: rf"(^|/){RunDir.RAY_WORKER}",
          **{label + "*": rf"(^|/){label}\*($|[./])" for label in (RunDir.RANK, RunDir.PID)}}
 
@@ -203,7 +203,8 @@ def test_what_the_agent_and_the_script_write_the_login_node_s_listing_finds_and_
     # The batch script's own lines for the marks, run as the script runs them.
     req = ProfileRequest(tool="nsys", command=("true",), run_id="run1")
     for line in render(req, options.checked(JobSpec(partition="gpu"), req), JobFiles(run.path, str(root))).splitlines():
-        if launchers.IN_SCRIPT.job_exit in line and "$status" in line or launchers.IN_SCRIPT.job_stopped in line:
+        if launchers.IN_SCRIPT.job_exit in line and "$status" in line or launchers.IN_SCRIPT.job_stopped in line \
+                or launchers.IN_SCRIPT.job_refused in line:
             subprocess.run(["bash", "-c", f"RUN_DIR={shlex.quote(run.path)}; status=3; {line.strip()}"], check=True)
     Path(run.batch_log_of(77)).write_text("log\n")
     Path(node.file(RunDir.label(5) + ".nsys-rep")).write_text("killed before its result\n")
@@ -215,7 +216,7 @@ def test_what_the_agent_and_the_script_write_the_login_node_s_listing_finds_and_
     assert why is None and (body["host"], body["slurm_node"], body["status"]) == (RunDir.label(2), "node1", "refused")
     assert results.where(path) == ("node1", 2)
     marks = dict((k, v) for k, v in other if k not in ("orphan", "slurm"))
-    assert marks[RunDir.JOB_EXIT] == "3" and marks[RunDir.JOB_STOPPED].isdigit()
+    assert marks[RunDir.JOB_EXIT] == "3" and marks[RunDir.JOB_STOPPED].isdigit() and RunDir.JOB_REFUSED in marks
     orphans = slurm_run._orphans([v for k, v in other if k == "orphan"])
     assert list(orphans) == [5] and orphans[5][0] == "node1"
     [log] = [v for k, v in other if k == "slurm"]
@@ -227,13 +228,18 @@ def test_a_ray_worker_s_files_are_listed_as_ray_s_and_read_back(tmp_path, monkey
     os.makedirs(run.ray, 0o700)  # the hook writes only into the user's own private folder
     monkeypatch.setattr(ray_hook, "HERE", run.ray)
     monkeypatch.delenv(ray_hook.BLOCK_ENV, raising=False)
-    ray_hook._write({"pid": os.getpid()})
+    ray_hook._write({"pid": os.getpid(), "nsys_pid": 4242})
     report = run.ray_file(RunDir.ray_worker(socket.gethostname(), os.getpid()) + RunDir.NSYS_REPORT)
     Path(report).write_text("report\n")
+    # the job's wait marks the worker whose nsys (by the pid its whose file names) still ran, as its report
+    assert ray_hook._unfinished(run.ray, 4242) == RunDir.ray_base(report) and ray_hook.UNFINISHED == RunDir.UNFINISHED
     _, _, other = _listing(Path(run.path))
     listed = sorted(jobs.file_mark(v)["path"] for k, v in other if k == RunDir.RAY)
-    assert listed == sorted([os.path.realpath(report), os.path.realpath(RunDir.whose_beside(report))])
+    assert listed == sorted([os.path.realpath(report), os.path.realpath(RunDir.whose_beside(report)),
+                             os.path.realpath(RunDir.ray_base(report) + RunDir.UNFINISHED)])
     assert {RunDir.ray_worker_host(p) for p in listed} == {socket.gethostname()}
+    assert {RunDir.ray_base(p) for p in listed} == {os.path.realpath(RunDir.ray_base(report))}
+    assert [RunDir.is_unfinished(p) for p in listed] == [False, True, False]  # .nsys-rep, .unfinished, .whose.json
 
 
 def test_rundir_is_the_agent_s_own_module():

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from fleet import policy
-from fleet.slurm.states import job_end_verdict, never_starts
+from fleet.slurm.states import job_end_verdict, job_refusal, never_starts
 from fleet.store.manifest import HostEntry
 
 
@@ -101,3 +101,12 @@ def test_the_user_guides_table_of_states_and_reasons_says_what_fleet_does():
     killing, does = row("| `NODE_FAIL`")
     assert set(killing) | {"TIMEOUT"} == set(KILLING) and "`failed`" in does
     assert row("| `TIMEOUT`")[0] == ["TIMEOUT"]
+
+
+def test_a_refusal_is_the_job_scripts_only_with_its_mark_whatever_the_status_and_the_last_line():
+    log = "starting\nfleet: nsys is not on PATH on node1: put nsys's folder on the job's PATH\n"
+    assert job_refusal(127, log, True) == "nsys is not on PATH on node1: put nsys's folder on the job's PATH"
+    # a program (a Ray driver runs in the batch shell) that says `fleet: ...` and ends with 127 is not one
+    assert job_refusal(127, log, False) is None
+    assert job_refusal(1, log, True) is None
+    assert "refused to start" in job_refusal(127, "bash: no such file\n", True)

@@ -40,6 +40,7 @@ class RunDir:
     REQUEST = "fleet-request.json"       # what the job asks of a node's fleet prolog (agent/slurmd.py)
     JOB_EXIT = "job.exit"                # the job's exit status, written by the batch script at its end
     JOB_STOPPED = "job.stopped"          # when the USR1 trap stopped the profilers before the time limit
+    JOB_REFUSED = "job.refused"          # the batch script's own check refused to start anything
     BATCH_LOG = "slurm-%j.out"           # sbatch's --output pattern: %j is the job id
     RESULT = ".result.json"              # HOST.result.json: a host's or rank's result (a "profile" answer)
     TMP = ".tmp-"                        # .tmp-HOST: the private TMPDIR of a host's or rank's profiler
@@ -51,6 +52,7 @@ class RunDir:
     RAY_WORKER = "worker-"               # worker-HOST-PID.nsys-rep: Ray's nsight plugin, from RAY_REPORTS
     RAY_REPORTS = RAY_WORKER + "%h-%p"   # nsys's -o for Ray's workers: %h the host, %p the pid
     WHOSE = ".whose.json"                # worker-HOST-PID.whose.json: whose a Ray worker is, beside its report
+    UNFINISHED = ".unfinished"           # worker-HOST-PID.unfinished: its nsys still ran when the job stopped waiting
     NSYS_REPORT = ".nsys-rep"            # what nsys adds to its -o
 
     def __init__(self, path: object):
@@ -141,6 +143,10 @@ class RunDir:
         return self.file(self.JOB_STOPPED)
 
     @property
+    def job_refused(self) -> str:
+        return self.file(self.JOB_REFUSED)
+
+    @property
     def batch_log(self) -> str:
         """sbatch's --output, with its %j."""
         return self.file(self.BATCH_LOG)
@@ -179,12 +185,15 @@ class RunDir:
     def ray_worker_host(cls, path: str) -> str:
         """The host a Ray worker's report or whose file names (``.../worker-node1-123.nsys-rep``
         -> ``node1``); "" where it names none."""
-        name = posixpath.basename(path)
-        for suffix in (cls.NSYS_REPORT, cls.WHOSE):
-            if name.endswith(suffix):
-                name = name[: -len(suffix)]
-                break
-        return name[len(cls.RAY_WORKER):].rsplit("-", 1)[0]
+        return posixpath.basename(cls.ray_base(path))[len(cls.RAY_WORKER):].rsplit("-", 1)[0]
+
+    @classmethod
+    def ray_base(cls, path: str) -> str:
+        """A Ray worker's report, whose or unfinished file without its suffix: worker-HOST-PID."""
+        for suffix in (cls.NSYS_REPORT, cls.WHOSE, cls.UNFINISHED):
+            if path.endswith(suffix):
+                return path[: -len(suffix)]
+        return path
 
     @classmethod
     def whose_beside(cls, report: str) -> str:
@@ -195,3 +204,7 @@ class RunDir:
     @classmethod
     def is_whose(cls, path: str) -> bool:
         return path.endswith(cls.WHOSE)
+
+    @classmethod
+    def is_unfinished(cls, path: str) -> bool:
+        return path.endswith(cls.UNFINISHED)

@@ -44,14 +44,14 @@ BOUNDED = ('bounded() { if command -v timeout >/dev/null 2>&1; then timeout %d "
 INVALID_JOB = re.compile(r"Invalid job id", re.I)
 
 # The job's own files, as read_results lists them in the run folder (the call's shell is in it):
-# the exit and stop marks with what they hold, then sbatch's log, Ray's reports and whose files,
+# the exit, stop and refusal marks with what they hold, then sbatch's log, Ray's reports, whose and unfinished files,
 # and the reports of ranks that left no result beside them, each as "KIND SIZE SHA256 PATH"
 # (KIND: orphan, else the name up to its first - or /: slurm, ray). RunDir's names are plain
 # words; the * are the shell's.
 _HERE, _ANY_RANK = RunDir(""), RunDir("").node("*").file(RunDir.label("*"))
-JOB_FILES = (f'for f in {_HERE.job_exit} {_HERE.job_stopped}; do [ -f "$f" ] && echo "$m $f $(head -c 64 "$f")"; done; '
-             f'for f in {_HERE.batch_log_of("*")} {_HERE.ray_file("*.nsys-rep")} '
-             f'{_HERE.ray_file("*" + RunDir.WHOSE)} {_ANY_RANK}.nsys-rep {_ANY_RANK}.ncu-rep; do [ -f "$f" ] || '
+JOB_FILES = (f'for f in {_HERE.job_exit} {_HERE.job_stopped} {_HERE.job_refused}; do [ -f "$f" ] && echo "$m $f $(head -c 64 "$f")"; done; '
+             f'for f in {_HERE.batch_log_of("*")} {_HERE.ray_file("*.nsys-rep")} {_HERE.ray_file("*" + RunDir.WHOSE)} '
+             f'{_HERE.ray_file("*" + RunDir.UNFINISHED)} {_ANY_RANK}.nsys-rep {_ANY_RANK}.ncu-rep; do [ -f "$f" ] || '
              f'continue; case $f in {_ANY_RANK}) [ ! -e "${{f%.*}}{RunDir.RESULT}" ] || continue; k=orphan ;; '
              '*) k=${f%%[-/]*} ;; esac; echo "$m $k $(stat -c %s "$f") '
              '$(sha256sum < "$f" | cut -d" " -f1) $PWD/$f"; done; true')

@@ -23,12 +23,18 @@ from ..launchers import (LAUNCHERS, MPIRUN_TWO_VALUES, MPIRUN_VALUE, TORCHRUN_FL
                          torchrun_python)
 from ..safenames import check_text, quote
 from ..plan import profiler_args_error
+from .states import REFUSED_EXIT
 
 # The run folder as the batch script names it ($RUN_DIR, set by script.render): RunDir's names are
 # plain words, so each path below is one word inside double quotes.
 IN_SCRIPT = RunDir("$RUN_DIR")
 RAY_HOOK = Path(__file__).with_name("ray_hook.py")  # written into the job's run folder as RunDir.RAY_HOOK
 RAY_HOOK_END = "FLEET_RAY_HOOK_PY"
+# How the batch script's own checks refuse to start anything: the refusal mark (only it makes the
+# job's 127 and the last `fleet: ` line of its log a refusal: a program may end so too), then the
+# status. Their reason is that last line, said just before.
+REFUSE = (f'    : > "{IN_SCRIPT.job_refused}"', f'    echo {REFUSED_EXIT} > "{IN_SCRIPT.job_exit}"',
+          f"    exit {REFUSED_EXIT}")
 # Ray's nsight plugin runs `nsys profile` from PATH for each worker; without it Ray 2.60 fails the job
 # at the first worker (RuntimeEnvSetupError: "nsight is not installed"), the program already started.
 RAY_NEEDS_NSYS = (
@@ -36,8 +42,7 @@ RAY_NEEDS_NSYS = (
     "    echo \"fleet: nsys is not on PATH on ${SLURMD_NODENAME:-this node}: Ray's nsight plugin runs nsys from PATH "
     "for every worker (else RuntimeEnvSetupError: nsight is not installed); nothing was started: put nsys's folder "
     "on the job's PATH\" >&2",
-    f"    echo 127 > \"{IN_SCRIPT.job_exit}\"",
-    "    exit 127",
+    *REFUSE,
     "fi")
 # Ray execs each worker through `bash -c` (ray/_private/runtime_env/context.py, exec_worker). A batch job
 # inherits SSH_CLIENT from the login session that submitted it (sbatch exports the environment); with it
@@ -54,6 +59,7 @@ RAY_NO_LOGIN_SHELL = "unset SSH_CLIENT SSH2_CLIENT SSH_CONNECTION SSH_TTY"
 class Launch:
     setup: tuple[str, ...]   # bash lines after COMMAND=(...)
     line: str                # the step that runs the workload
+    after: tuple[str, ...] = ()  # bash lines once it ended, whatever its status (kept in $status)
 
 
 def container_problem(launcher: str, container: Container | None) -> str | None:
@@ -118,26 +124,34 @@ def launch(launcher: str, command: list[str], agent: list[str], run_dir: str, co
                       f"srun --ntasks-per-node=1 --nodes=\"$SLURM_JOB_NUM_NODES\" {opts + ' ' if opts else ''}"
                       "\"${LAUNCH[@]}\"")
     if launcher == "ray":
-        block = ray_runtime_env(run_dir, tool, profiler_args)
-        hook = RAY_HOOK.read_text()
-        if RAY_HOOK_END in hook:  # the heredoc would end early
-            raise LauncherError(f"{RAY_HOOK} holds {RAY_HOOK_END}")
-        # Ray starts its own workers: its runtime_env hook (fleet_ray_hook, fleet/slurm/ray_hook.py)
-        # adds this _nsight block to the program's ray.init, with no change to the program, or to
-        # the actors named by FLEET_RAY_ACTORS only.
-        chosen = ([f"export FLEET_RAY_ACTORS={quote(json.dumps(list(actors)), '--ranks')}"] if actors else [])
-        return Launch((f'[ -d "{IN_SCRIPT.ray}" ] || mkdir -m 0700 -- "{IN_SCRIPT.ray}"',
-                       f"export FLEET_RAY_RUNTIME_ENV={quote(json.dumps(block, sort_keys=True), 'Ray runtime_env')}",
-                       *chosen,
-                       *RAY_NEEDS_NSYS,
-                       RAY_NO_LOGIN_SHELL,
-                       f'printf \'%s\\n\' "$FLEET_RAY_RUNTIME_ENV" > "{IN_SCRIPT.ray_hook_block}"',
-                       f"cat > \"{IN_SCRIPT.ray_hook}\" <<'{RAY_HOOK_END}'", *hook.splitlines(), RAY_HOOK_END,
-                       "export RAY_RUNTIME_ENV_HOOK=fleet_ray_hook.runtime_env_hook",
-                       f'export PYTHONPATH="{IN_SCRIPT.ray}${{PYTHONPATH:+:$PYTHONPATH}}"',
-                       "# Each worker's report is worker-HOST-PID; whose it is (actor or task) is beside it."),
-                      "\"${COMMAND[@]}\"")
+        return _ray(run_dir, tool, profiler_args, actors)
     raise LauncherError(f"unknown launcher {launcher!r}: one of {', '.join(LAUNCHERS)}")
+
+
+def _ray(run_dir: str, tool: str, profiler_args, actors) -> Launch:
+    """The program runs in the batch shell; Ray starts its workers under nsys, by fleet's hook."""
+    block = ray_runtime_env(run_dir, tool, profiler_args)
+    hook = RAY_HOOK.read_text()
+    if RAY_HOOK_END in hook:  # the heredoc would end early
+        raise LauncherError(f"{RAY_HOOK} holds {RAY_HOOK_END}")
+    # Ray starts its own workers: its runtime_env hook (fleet_ray_hook, fleet/slurm/ray_hook.py)
+    # adds this _nsight block to the program's ray.init, with no change to the program, or to
+    # the actors named by FLEET_RAY_ACTORS only.
+    chosen = ([f"export FLEET_RAY_ACTORS={quote(json.dumps(list(actors)), '--ranks')}"] if actors else [])
+    return Launch((f'[ -d "{IN_SCRIPT.ray}" ] || mkdir -m 0700 -- "{IN_SCRIPT.ray}"',
+                   f"export FLEET_RAY_RUNTIME_ENV={quote(json.dumps(block, sort_keys=True), 'Ray runtime_env')}",
+                   *chosen,
+                   *RAY_NEEDS_NSYS,
+                   RAY_NO_LOGIN_SHELL,
+                   f'printf \'%s\\n\' "$FLEET_RAY_RUNTIME_ENV" > "{IN_SCRIPT.ray_hook_block}"',
+                   f"cat > \"{IN_SCRIPT.ray_hook}\" <<'{RAY_HOOK_END}'", *hook.splitlines(), RAY_HOOK_END,
+                   "export RAY_RUNTIME_ENV_HOOK=fleet_ray_hook.runtime_env_hook",
+                   f'export PYTHONPATH="{IN_SCRIPT.ray}${{PYTHONPATH:+:$PYTHONPATH}}"',
+                   "# Each worker's report is worker-HOST-PID; whose it is (actor or task) is beside it."),
+                  "\"${COMMAND[@]}\"",
+                  # Ray leaves its workers' nsys writing their reports as the program exits: the job
+                  # waits for them (bounded; fleet_ray_hook.wait_for_nsys), else its end loses them.
+                  (f'"$FLEET_PYTHON" "{IN_SCRIPT.ray_hook}" --wait-for-nsys',))
 
 
 def _slices(start: int, end: int, drop: list[int]) -> str:

@@ -20,7 +20,10 @@ With actor name patterns (``FLEET_RAY_ACTORS``, fleet's ``--ranks`` for Ray) the
 other workers start without nsys at all. Ray has no hook at actor creation, so this one wraps
 ``ray.actor.ActorClass._remote`` (Ray 2.60), where every actor's options, its name among them, pass.
 
-Runs in the Ray program's and its workers' Python: the standard library, and Ray.
+Run as a script by the job once the Ray program has ended (``python fleet_ray_hook.py
+--wait-for-nsys``), it waits for the nsys Ray started for the run's workers to end (wait_for_nsys).
+
+Runs in the Ray program's and its workers' Python, and the job's: the standard library, and Ray.
 """
 
 import fnmatch
@@ -37,6 +40,16 @@ BLOCK_ENV = "FLEET_RAY_RUNTIME_ENV"  # {"_nsight": {...}} as JSON; else fleet_ra
 ACTORS_ENV = "FLEET_RAY_ACTORS"      # a JSON list of fnmatch patterns: the actors to profile; unset: every worker
 LOOK_EVERY = 0.05  # seconds between looks for the actor or task a worker runs
 LOOK_FOR = 3600.0  # a worker that runs nothing for an hour is named by its host and pid alone
+# How long the job waits, once the Ray program has ended (whatever its status), for the nsys of its
+# workers to end. Ray leaves them running as the program exits (each reparented to init, in a process
+# group of its own) while each generates its report after its worker ended, which takes seconds, and
+# tens of seconds for a large trace; the job's end would kill them (Slurm's cgroup) or leave them
+# writing while fleet gathers. Bounded: a worker Ray left alive keeps its nsys waiting forever.
+NSYS_WAIT = 60.0
+WAIT_ENV = "FLEET_RAY_NSYS_WAIT"  # the job's environment may say another bound, in seconds (a larger trace)
+JOB_END_MARGIN = 5.0  # seconds kept before the job's time limit (FLEET_JOB_END) to say what is unfinished
+WAIT_EVERY = 0.2      # seconds between looks at /proc
+UNFINISHED = ".unfinished"  # worker-HOST-PID.unfinished: that worker's nsys still ran when the wait ended
 
 
 def _block():
@@ -131,7 +144,8 @@ def _record():
             if patterns and not (actor and chosen(name, patterns)):
                 return  # not profiled: no report to say whose it is
             try:
-                _write({"pid": os.getpid(), "host": socket.gethostname(), "node_id": _try(ctx.get_node_id),
+                _write({"pid": os.getpid(), "nsys_pid": _nsys_parent(), "host": socket.gethostname(),
+                        "node_id": _try(ctx.get_node_id),
                         "actor_id": actor, "actor_name": name,
                         "actor_class": _actor_class() if actor else None, "task": None if actor else task,
                         "gpu_ids": [str(g) for g in _try(ray.get_gpu_ids) or []],
@@ -140,6 +154,20 @@ def _record():
                 print(e, file=sys.stderr)
             return
         time.sleep(LOOK_EVERY)
+
+
+def _nsys_parent():
+    """The pid of the nsys that started this worker (its parent, ``nsys profile``), or None."""
+    parent = os.getppid()
+    return parent if b"profile" in _argv(parent) else None
+
+
+def _argv(pid):
+    try:
+        with open("/proc/%d/cmdline" % pid, "rb") as f:
+            return f.read().split(b"\0")
+    except OSError:
+        return []
 
 
 def _actor_class():
@@ -175,3 +203,89 @@ def _write(doc):
     with os.fdopen(fd, "w") as f:
         json.dump(doc, f)
     os.replace(partial, path)
+
+
+def nsys_of_this_run(output):
+    """This user's ``nsys profile ... -o OUTPUT`` processes, by pid: the nsys Ray started for this
+    run's workers (Ray passes the block's ``o`` as ``-o VALUE``; the run folder in it is this run's
+    alone). An nsys that ended and awaits its reaping has no command line, and is not counted."""
+    found, me, word = {}, os.geteuid(), output.encode()
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            if os.stat("/proc/" + name).st_uid != me:
+                continue
+        except OSError:
+            continue
+        argv = _argv(int(name))
+        if b"profile" in argv and any(a == b"-o" and b == word for a, b in zip(argv, argv[1:])):
+            found[int(name)] = argv
+    return found
+
+
+def wait_for_nsys(bound=NSYS_WAIT):
+    """Wait, up to ``bound`` seconds (less where the job's time limit is nearer), until no nsys of
+    this run's workers runs; each still running then is marked unfinished beside its report, for
+    fleet to say so (never counted complete). The pids of those still running."""
+    output = _block()["o"]
+    said = os.environ.get(WAIT_ENV, "")
+    bound = float(said) if said.isdigit() else bound
+    end = os.environ.get("FLEET_JOB_END", "")
+    bound = min(bound, float(end) - time.time() - JOB_END_MARGIN) if end.isdigit() else bound
+    deadline = time.monotonic() + bound
+    running = nsys_of_this_run(output)
+    if running:
+        print("fleet: the Ray program has ended; waiting up to %d s for the nsys of %d Ray workers to write their "
+              "reports" % (max(0, bound), len(running)), file=sys.stderr, flush=True)
+    while running and time.monotonic() < deadline:
+        time.sleep(WAIT_EVERY)
+        running = nsys_of_this_run(output)
+    for pid in sorted(running):
+        base = _unfinished(os.path.dirname(output), pid)
+        print("fleet: after %d s the nsys of Ray worker %s (pid %d) still runs: its report is missing or unfinished"
+              % (max(0, bound), os.path.basename(base), pid), file=sys.stderr, flush=True)
+    return sorted(running)
+
+
+def _unfinished(folder, nsys_pid):
+    """Mark the worker of the nsys ``nsys_pid`` unfinished: named as its report is (from the whose
+    file that names this nsys, else from its worker still running), else by the nsys's own pid."""
+    worker = None
+    for name in os.listdir(folder):
+        if name.endswith(".whose.json"):
+            try:
+                with open(os.path.join(folder, name)) as f:
+                    doc = json.load(f)
+            except (OSError, ValueError):
+                continue
+            if isinstance(doc, dict) and doc.get("nsys_pid") == nsys_pid:
+                worker = name[:-len(".whose.json")]
+    if worker is None:
+        child = next((p for p in _children(nsys_pid) if any(w.endswith(b"default_worker.py") for w in _argv(p))), None)
+        worker = "worker-%s-%s" % (socket.gethostname(), child if child else "nsys%d" % nsys_pid)
+    path = os.path.join(folder, worker + UNFINISHED)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+    with os.fdopen(fd, "w") as f:
+        json.dump({"nsys_pid": nsys_pid}, f)
+    return path[:-len(UNFINISHED)]
+
+
+def _children(pid):
+    """The pids whose parent is ``pid``."""
+    out = []
+    for name in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open("/proc/%s/stat" % name) as f:
+                if int(f.read().rsplit(")", 1)[1].split()[1]) == pid:  # the field after the state
+                    out.append(int(name))
+        except (OSError, ValueError, IndexError):
+            continue
+    return out
+
+
+if __name__ == "__main__" and sys.argv[1:] == ["--wait-for-nsys"]:
+    try:
+        wait_for_nsys()
+    except (OSError, ValueError, KeyError) as e:  # the job's status stands; its log says why, in one line
+        print("fleet: the Ray workers' nsys were not waited for: %s" % e, file=sys.stderr)

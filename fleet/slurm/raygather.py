@@ -33,49 +33,76 @@ async def workers_home(fan: "Fanout", via: "Host", run_dir: str, lines: list[str
     """Ray's workers, named worker-HOST-PID.nsys-rep (no rank, no agent), and whose each is, as
     fleet's Ray hook wrote it beside the report (worker-HOST-PID.whose.json: the actor or task),
     listed in ``lines`` (SIZE SHA256 PATH, as the node computed them) and fetched through ``via``
-    from ``run_dir``/ray."""
+    from ``run_dir``/ray. A worker the job marked unfinished (worker-HOST-PID.unfinished: its nsys
+    still ran when the job stopped waiting) is missing, its report never counted."""
     hosts = []
     marks = [found for found in map(file_mark, lines) if found is not None]
     whose = {found["path"]: found for found in marks if RunDir.is_whose(found["path"])}
-    reported = {RunDir.whose_beside(found["path"]) for found in marks if not RunDir.is_whose(found["path"])}
+    unfinished = {RunDir.ray_base(found["path"]) for found in marks if RunDir.is_unfinished(found["path"])}
+    reported = {RunDir.ray_base(found["path"]) for found in marks
+                if not (RunDir.is_whose(found["path"]) or RunDir.is_unfinished(found["path"]))}
     for found in marks:
-        path = found["path"]
+        path, base = found["path"], RunDir.ray_base(found["path"])
+        if RunDir.is_unfinished(path):
+            if base not in reported and base + RunDir.WHOSE not in whose:
+                hosts.append(await _missing(fan, via, run_dir, found, directory, unfinished=True))
+            continue
         if RunDir.is_whose(path):
-            if path not in reported:
-                hosts.append(await _left_no_report(fan, via, run_dir, found, directory))
+            if base not in reported:
+                hosts.append(await _missing(fan, via, run_dir, found, directory, unfinished=base in unfinished))
             continue
-        node = RunDir.ray_worker_host(path) or "ray"
-        if not safenames.is_component(node):  # named by a file the job wrote
-            hosts.append(unsafe_worker(node))
+        said = whose.get(base + RunDir.WHOSE)
+        if base in unfinished:  # what is at its name is what nsys had written when the job ended
+            hosts.append(await _missing(fan, via, run_dir, said or found, directory, unfinished=True))
             continue
-        said = whose.get(RunDir.whose_beside(path))
-        reports = await bring_home(fan, via, [found] + ([said] if said else []), directory / node,
-                                   node_dir=RunDir(run_dir).ray)
-        for rep in reports:  # whose the report is: an extra beside it, as a summary is
-            if RunDir.is_whose(rep.stored) or RunDir.is_whose(rep.remote):
-                rep.status, rep.summary = "summary", "whose"
-        gone = outcome.lost(reports)
-        worker = ray_worker_name(reports) or os.path.basename(path)
-        hosts.append(HostEntry(node, HostStatus.FAILED if gone else HostStatus.OK, worker=worker,
-                               missing_why=gone[0].error if gone else None, reports=reports))
+        hosts.append(await _reported(fan, via, run_dir, found, said, directory))
     return hosts
 
 
-async def _left_no_report(fan: "Fanout", via: "Host", run_dir: str, said: dict, directory: Path) -> HostEntry:
-    """A worker that said whose it is (so it ran under nsys: only a profiled worker writes one) and
-    has no report beside it: its nsys ended before writing it (killed before or with the worker; a
-    killed nsys leaves its data in its TMPDIR, not at the output name). Missing, named by its actor:
-    never counted ok, where before it was left out and the run said complete."""
+async def _reported(fan: "Fanout", via: "Host", run_dir: str, found: dict, said: dict | None,
+                    directory: Path) -> HostEntry:
+    """A worker with its report (and whose it is, where it said), brought home."""
+    node = RunDir.ray_worker_host(found["path"]) or "ray"
+    if not safenames.is_component(node):  # named by a file the job wrote
+        return unsafe_worker(node)
+    reports = await bring_home(fan, via, [found] + ([said] if said else []), directory / node,
+                               node_dir=RunDir(run_dir).ray)
+    for rep in reports:  # whose the report is: an extra beside it, as a summary is
+        if RunDir.is_whose(rep.stored) or RunDir.is_whose(rep.remote):
+            rep.status, rep.summary = "summary", "whose"
+    gone = outcome.lost(reports)
+    worker = ray_worker_name(reports) or os.path.basename(found["path"])
+    return HostEntry(node, HostStatus.FAILED if gone else HostStatus.OK, worker=worker,
+                     missing_why=gone[0].error if gone else None, reports=reports)
+
+
+async def _missing(fan: "Fanout", via: "Host", run_dir: str, said: dict, directory: Path, *,
+                   unfinished: bool) -> HostEntry:
+    """A worker without a report to count, named by its whose file where ``said`` is one.
+
+    Left no report (its whose file says it ran under nsys: only a profiled worker writes one): its
+    nsys ended before writing it (killed before or with the worker; a killed nsys leaves its data in
+    its TMPDIR, not at the output name). Unfinished: its nsys still ran when the job stopped waiting
+    for it, so what is at the report's name, if anything, is not the whole report; it stays on the
+    cluster as it was. Either is missing, never counted ok, where before it was left out or counted."""
     node = RunDir.ray_worker_host(said["path"]) or "ray"
     if not safenames.is_component(node):
         return unsafe_worker(node)
-    reports = await bring_home(fan, via, [said], directory / node, node_dir=RunDir(run_dir).ray)
+    reports = []
+    if RunDir.is_whose(said["path"]):
+        reports = await bring_home(fan, via, [said], directory / node, node_dir=RunDir(run_dir).ray)
     for rep in reports:
         rep.status, rep.summary = "summary", "whose"
-    worker = ray_worker_name(reports) or os.path.basename(said["path"])
-    return HostEntry(node, HostStatus.MISSING, worker=worker, reports=reports, missing_why=(
-        f"{worker} ran under nsys but left no report: its nsys ended before writing one (killed before or "
-        "with its worker)"))
+    worker = ray_worker_name(reports) or os.path.basename(RunDir.ray_base(said["path"]))
+    if unfinished:
+        base = os.path.basename(RunDir.ray_base(said["path"]))  # worker-HOST-nsysPID: its worker unknown
+        left = f" (left on the cluster as {base}{RunDir.NSYS_REPORT})" if base.rsplit("-", 1)[-1].isdigit() else ""
+        why = (f"the nsys of {worker} still ran when the job stopped waiting for it after the Ray program ended: "
+               f"its report is missing or unfinished{left}")
+    else:
+        why = (f"{worker} ran under nsys but left no report: its nsys ended before writing one (killed before or "
+               "with its worker)")
+    return HostEntry(node, HostStatus.MISSING, worker=worker, reports=reports, missing_why=why)
 
 
 def unsafe_worker(node: str) -> HostEntry:

@@ -257,7 +257,7 @@ async def gather(fan: "Fanout", client: SlurmClient, manifest: RunManifest, dire
         slurm.log = ReportEntry.from_json(await fetch_verified(
             fan, client.login, found, directory / os.path.basename(found["path"])))
     tool = (manifest.request or {}).get("tool")
-    refusal = job_refusal(slurm.job_exit, _log_tail(slurm.log))
+    refusal = job_refusal(slurm.job_exit, _log_tail(slurm.log), RunDir.JOB_REFUSED in marks)
 
     async def one(res: dict) -> HostEntry:
         return await _rank_home(fan, client, slurm.run_dir, res, directory, gathering, tool)

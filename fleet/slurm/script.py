@@ -113,8 +113,7 @@ def _python_check(files: JobFiles) -> list[str]:
             "else",
             "    echo \"fleet: $FLEET_PYTHON, the agent's Python, is not on compute node ${SLURMD_NODENAME:-?}: "
             "set ansible_python_interpreter to the nodes' python3\" >&2",
-            f"    echo 127 > \"{launchers.IN_SCRIPT.job_exit}\"",
-            "    exit 127",
+            *launchers.REFUSE,
             "fi"]
 
 
@@ -171,6 +170,7 @@ def render(req, spec: CheckedJobSpec, files: JobFiles) -> str:
              "    wait \"$step\"; status=$?",
              "    [ \"$status\" -gt 128 ] && kill -0 \"$step\" 2>/dev/null || break",
              "done",
+             *launch.after,
              *(_copy_back(files) if files.scratch else []),
              f"echo \"$status\" > \"{launchers.IN_SCRIPT.job_exit}\"",
              "exit \"$status\"", ""]

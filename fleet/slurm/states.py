@@ -107,16 +107,19 @@ def job_end_verdict(state: str | None, hosts: list, *, requeues: int = 0,
 
 
 # The batch script's own checks (the agent's Python on the node; nsys on PATH for Ray) end the job
-# with this status before anything starts, their reason the last line they write to the job's log.
+# with this status before anything starts, their reason the last line they write to the job's log,
+# and leave the refusal mark (RunDir.JOB_REFUSED; fleet/slurm/launchers.py REFUSE).
 REFUSED_EXIT = 127
 
 
-def job_refusal(job_exit: int | None, log_tail: str) -> str | None:
-    """Why the batch script started nothing, in its own one line (``fleet: ...``), or None. The
-    log is the job's: only its last line, only after the refusal status, printable and bounded."""
-    if job_exit != REFUSED_EXIT:
+def job_refusal(job_exit: int | None, log_tail: str, marked: bool) -> str | None:
+    """Why the batch script started nothing, in its own one line (``fleet: ...``), or None. Only
+    with its refusal mark (``marked``): a program that ends with 127 after a line of its own that
+    begins ``fleet:`` is the program's failure, not a refusal. The log is the job's: only its last
+    line, printable and bounded."""
+    if job_exit != REFUSED_EXIT or not marked:
         return None
     lines = [line for line in log_tail.splitlines() if line.strip()]
     if not lines or not lines[-1].startswith("fleet: "):
-        return None
+        return "the job's own check refused to start it (its reason is not the last line of the job's log)"
     return "".join(c if c.isprintable() else "?" for c in lines[-1][len("fleet: "):])[:400]
