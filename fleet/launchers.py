@@ -24,7 +24,7 @@ from __future__ import annotations
 import os
 import shlex
 
-from . import safenames
+from . import nsysopts, safenames
 from .containers import ContainerError
 from .plan import MAX_RANKS
 
@@ -203,11 +203,14 @@ TORCHRUN_NPROC = ("--nproc-per-node", "--nproc_per_node")
 TORCHRUN_NNODES = "--nnodes"
 
 
-def rank_count(launcher: str, command: list[str]) -> tuple[int | None, str]:
+def rank_count(launcher: str, command: list[str], profiler_args: tuple[str, ...] = ()) -> tuple[int | None, str]:
     """(how many ranks the launcher's command line says it starts on the host, whence that is read),
-    or (None, why it cannot be told from the command line alone); LauncherError for a count that is
-    no whole number from 1 to MAX_RANKS. The host's agent calls each rank 0..N-1 that left no report
-    missing; where the count is not known, no rank is."""
+    or (None, why it cannot be told from the command line alone, or why a rank may rightly leave no
+    report: nsys's --capture-range, which a rank may never open); LauncherError for a count that is
+    no whole number. The host's agent calls each rank 0..N-1 that left no report missing; where the
+    count is not known, no rank is."""
+    if any(name == "--capture-range" for name, _, _ in nsysopts.nsys_options(tuple(profiler_args))[0]):
+        return None, "nsys's --capture-range: a rank that never opens the range leaves no report"
     options = launcher_options(list(command), launcher)
     if launcher == "mpirun":
         if any(word == "--app" for word, _ in options):
@@ -239,6 +242,8 @@ def _counted(said: str, value: str, zero: str) -> tuple[int | None, str]:
     """(the count ``value`` gives, ``said`` VALUE), None for mpirun's 0 (``zero``), else LauncherError."""
     if zero and value.isascii() and value.isdigit() and int(value) == 0:
         return None, f"{said} {value}: {zero}"
+    if value.isascii() and value.isdigit() and int(value) > MAX_RANKS:  # the launcher's to start (--oversubscribe)
+        return None, f"{said} {value}: more than the {MAX_RANKS} ranks fleet counts on one host"
     if (problem := safenames.count_problem(value, said, MAX_RANKS)):
         raise LauncherError(f"{problem} (fleet expects one report per rank)")
     return int(value), f"{said} {value}"

@@ -284,7 +284,8 @@ def test_a_missing_rank_is_listed_once_however_often_the_run_s_entries_are_made_
     from fleet.lab.profile import with_missing_ranks
     from fleet.store.manifest import HostEntry
 
-    hosts = [HostEntry("h02", "ok", result={"status": "ok", "missing_ranks": [1, 3]}), HostEntry("h03", "refused")]
+    hosts = [HostEntry("h02", "ok", plan={"ranks": 4}, result={"status": "ok", "missing_ranks": [1, 3]}),
+             HostEntry("h03", "refused")]
     once = with_missing_ranks(hosts)
     assert [(h.host, h.rank, h.status) for h in once] == [("h02", None, "ok"), ("h02", 1, "missing"),
                                                           ("h02", 3, "missing"), ("h03", None, "refused")]
@@ -431,14 +432,14 @@ def test_the_rank_count_read_from_mpirun_s_options_is_the_real_mpirun_s_or_none(
     (("torchrun", "--nnodes", "2", "--nproc-per-node", "4", "train.py"), None, "--nnodes 2"),
     (("torchrun", "--nnodes", "1:2", "--nproc-per-node", "4", "train.py"), None, "--nnodes 1:2"),
     (("torchrun", "--nproc", "4", "train.py"), None, "--nproc may stand for"),
+    (("mpirun", "--oversubscribe", "-np", "5000", "./app"), None, "more than the 4096 ranks fleet counts"),
 ])
 def test_the_rank_count_is_read_where_the_launcher_s_command_line_states_it(command, count, said):
     got, why = rank_count("torchrun" if "torch" in " ".join(command[:3]) else "mpirun", list(command))
     assert got == count and said in why, (got, why)
 
 
-@pytest.mark.parametrize("command", [("mpirun", "-np", "four", "./app"), ("mpirun", "-np", "5000", "./app"),
-                                     ("torchrun", "--nproc-per-node", "0", "train.py")])
+@pytest.mark.parametrize("command", [("mpirun", "-np", "four", "./app"), ("torchrun", "--nproc-per-node", "0", "train.py")])
 def test_a_rank_count_that_is_no_whole_number_up_to_4096_is_refused_before_any_host(tmp_path, command):
     out = run_fleet("profile", "--store", str(tmp_path / "store"), "--hosts", "nosuchhost.invalid",
                     "--launcher", command[0], "--", *command)
@@ -455,3 +456,24 @@ def test_torchrun_counting_its_workers_by_gpu_says_the_rank_count_is_not_known(l
     assert out.returncode == 0, out.stderr
     assert ("ranks:   not counted (torchrun's --nproc-per-node gpu: torchrun counts them on the node): a rank "
             "that left no report is not named") in out.stdout.splitlines(), out.stdout
+
+
+@pytest.mark.parametrize("args", [("--capture-range=cudaProfilerApi",), ("-c", "nvtx"), ("--capture-range", "nvtx")])
+def test_under_nsys_s_capture_range_the_ranks_are_not_counted_since_one_may_rightly_leave_no_report(args):
+    """A rank that never opens the capture range leaves no report by design: never called missing."""
+    count, why = rank_count("mpirun", ["mpirun", "-np", "4", "./app"], args)
+    assert count is None and "--capture-range" in why
+
+
+def test_the_controller_names_only_missing_ranks_the_plan_counted_and_whose_reports_did_not_come_home():
+    """The node's missing_ranks is data: a rank past the plan's count, one named twice, a bool, and one
+    whose report came home verified are none of them a missing entry; a plan that counted nothing names none."""
+    from fleet.lab.profile import missing_ranks, with_missing_ranks
+    from fleet.store.manifest import HostEntry, ReportEntry
+    home = ReportEntry(remote="RUN/h1/rank1.nsys-rep", stored="/s/h1/rank1.nsys-rep", verified=True)
+    said = {"status": "ok", "missing_ranks": [2 ** 61, 2 ** 61, 0, 0, 1, True, -1, 3]}
+    entry = HostEntry("h1", "ok", plan={"ranks": 4}, result=said, reports=[home])
+    assert missing_ranks(entry) == [0, 3]
+    assert [(e.host, e.rank, e.status) for e in with_missing_ranks([entry])] == \
+        [("h1", None, "ok"), ("h1", 0, "missing"), ("h1", 3, "missing")]
+    assert missing_ranks(HostEntry("h1", "ok", plan={"ranks": None}, result=said)) == []

@@ -125,7 +125,7 @@ def with_launcher(req: ProfileRequest, launcher: str) -> ProfileRequest:
         raise launchers.LauncherError(f"--launcher {launcher} and --docker do not go together yet: {launcher} "
                                       "would have to be in the image; leave out one of them")
     starts, program = launchers.lab_launch(launcher, list(req.command))
-    ranks, _ = launchers.rank_count(launcher, list(req.command))
+    ranks, _ = launchers.rank_count(launcher, list(req.command), tuple(req.profiler_args))
     return replace(req, lab=replace(req.lab or LabPart(), launcher=launcher, starts=starts, program=program,
                                     ranks=ranks))
 
@@ -293,11 +293,22 @@ def with_missing_ranks(entries: list[HostEntry]) -> list[HostEntry]:
         if entry.rank is not None:  # on lab servers only these: made again below
             continue
         found.append(entry)
-        said = entry.result.get("missing_ranks") if isinstance(entry.result, dict) else None
-        if isinstance(said, list):  # held to its shape with the result (wire.RESULT)
-            found += [HostEntry(entry.host, HostStatus.MISSING, rank=rank, node=entry.node,
-                                missing_why=f"rank {rank} left no report") for rank in said]
+        found += [HostEntry(entry.host, HostStatus.MISSING, rank=rank, node=entry.node,
+                            missing_why=f"rank {rank} left no report") for rank in missing_ranks(entry)]
     return found
+
+
+def missing_ranks(entry: HostEntry) -> list[int]:
+    """The ranks the host's agent says left no report, as far as the plan and the reports brought home
+    bear it out: only ranks the plan counted (0..N-1), each once, none whose report came home. The
+    node's word alone (wire.RESULT holds only its shape) never names more."""
+    said = entry.result.get("missing_ranks") if isinstance(entry.result, dict) else None
+    counted = (entry.plan or {}).get("ranks") if isinstance(entry.plan, dict) else None
+    if not isinstance(said, list) or isinstance(counted, bool) or not isinstance(counted, int):
+        return []
+    home = {RunDir.rank_of(os.path.basename(r.stored)[:-len(".nsys-rep")]) for r in entry.reports
+            if r.verified and isinstance(r.stored, str) and r.stored.endswith(".nsys-rep")}
+    return sorted({r for r in said if isinstance(r, int) and not isinstance(r, bool) and 0 <= r < counted} - home)
 
 
 def ranks_line(manifest: RunManifest) -> str | None:
@@ -307,7 +318,8 @@ def ranks_line(manifest: RunManifest) -> str | None:
     if request.get("launcher") not in LAB_LAUNCHERS or request.get("ranks") is not None:
         return None
     try:
-        _, why = launchers.rank_count(request["launcher"], list(request.get("command") or ()))
+        _, why = launchers.rank_count(request["launcher"], list(request.get("command") or ()),
+                                      tuple(request.get("profiler_args") or ()))
     except (launchers.LauncherError, KeyError, TypeError):
         return None
     return f"ranks:   not counted ({why}): a rank that left no report is not named"
