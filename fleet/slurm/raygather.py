@@ -101,7 +101,8 @@ async def _missing(fan: "Fanout", via: "Host", run_dir: str, said: dict, directo
                f"its report is missing or unfinished{left}")
     else:
         why = (f"{worker} ran under nsys but left no report: its nsys ended before writing one (killed before or "
-               "with its worker)")
+               "with its worker; Ray kills an actor still alive when the program ends, nsys with it: end each "
+               "actor first, ray.get(actor.__ray_terminate__.remote()))")
     return HostEntry(node, HostStatus.MISSING, worker=worker, reports=reports, missing_why=why)
 
 
