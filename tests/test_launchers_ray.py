@@ -47,8 +47,11 @@ class Trainer:
 a = Trainer.options(name="trainer-a").remote()
 b = Trainer.options(name="trainer-b").remote()
 print("actor pids", ray.get([a.pid.remote(), b.pid.remote()]), flush=True)
-# Each actor ends as Ray documents a graceful end (its worker exits, and nsys writes its report):
-# Ray kills the workers of actors still alive at shutdown, and nsys with them, report unwritten.
+"""
+# The program leaves its actors alive, as Ray programs do: fleet's hook ends each at the program's end,
+# before Ray's shutdown would kill its worker, and nsys with it. A program may end them itself, as Ray
+# documents a graceful end; that one works as it did.
+ENDS_ITS_ACTORS = PROGRAM + """
 for actor in (a, b):
     try:
         ray.get(actor.__ray_terminate__.remote())
@@ -75,11 +78,6 @@ class Trainer:
 
 actors = {name: Trainer.options(name=name).remote() for name in sys.argv[1:]}
 print("actors", json.dumps({name: ray.get(a.who.remote()) for name, a in actors.items()}), flush=True)
-for actor in actors.values():
-    try:
-        ray.get(actor.__ray_terminate__.remote())
-    except ray.exceptions.RayActorError:  # it ended, as asked
-        pass
 """
 
 
@@ -362,7 +360,7 @@ def test_a_ray_program_in_a_slurm_job_gives_two_reports_named_by_actor(hpc, ray_
 
 # The same two actors, trainer-b's nsys killed while its worker runs (as when Ray or the job's end kills
 # nsys before its worker ends): nsys writes no report, the worker has said whose it is.
-KILLED = PROGRAM.split("# Each actor ends", 1)[0].replace("class Trainer:", """class Trainer:
+KILLED = PROGRAM.replace("class Trainer:", """class Trainer:
     def end_my_nsys(self):
         parent = open("/proc/%d/cmdline" % os.getppid()).read().split(chr(0))
         assert any(os.path.basename(w) == "nsys" for w in parent[:2]), parent  # the stand-in is a Python script
@@ -371,10 +369,6 @@ KILLED = PROGRAM.split("# Each actor ends", 1)[0].replace("class Trainer:", """c
 time.sleep(1)  # each has said whose it is
 b.end_my_nsys.remote()
 time.sleep(2)
-try:  # trainer-a ends as Ray documents a graceful end, its report written
-    ray.get(a.__ray_terminate__.remote())
-except ray.exceptions.RayActorError:
-    pass
 """
 
 
@@ -475,16 +469,22 @@ def test_a_worker_file_naming_its_node_with_control_characters_never_reaches_a_t
     assert not list(tmp_path.iterdir())
 
 
-@pytest.mark.parametrize("end", ["sys.exit(0)", "sys.exit(3)", "os.kill(os.getpid(), 9)"])
+@pytest.mark.parametrize("program, end", [(PROGRAM, "sys.exit(0)"), (PROGRAM, "sys.exit(3)"),
+                                          (PROGRAM, "raise RuntimeError('the program fails')"),
+                                          (ENDS_ITS_ACTORS, "os.kill(os.getpid(), 9)")],
+                         ids=["exit-0", "exit-3", "uncaught-exception", "actors-ended-then-sigkill"])
 def test_the_job_waits_for_its_workers_nsys_to_finish_their_reports_however_the_program_ends(hpc, ray_user, tmp_path,
-                                                                                             end):
-    """The Ray program ends with its actors, and Ray leaves each worker's nsys still writing its report
-    (reparented, in a process group of its own): here each takes 4 s to generate it, as a large trace
-    does. The job's end waits for them; before, it did not, and fleet gathered what was there then."""
+                                                                                             program, end):
+    """The Ray program ends with its actors alive (fleet's hook ends them at its end, however it
+    ends but by a signal: a program killed by one ends its actors itself, else Ray kills them, nsys
+    with them), and Ray leaves each worker's nsys still writing its report (reparented, in a process
+    group of its own): here each takes 4 s to generate it, as a large trace does. The job's end waits
+    for them; before, it did not, and fleet gathered what was there then."""
     from tests.harness.hpc import fleet as fleet_slurm, manifest
 
+    text = program + f"\nimport os, sys\n{end}\n"
     program = hpc.runs / "ray_slow_reports.py"
-    program.write_text(PROGRAM + f"\nimport os, sys\n{end}\n")
+    program.write_text(text)
     program.chmod(0o644)
     with login_session(hpc, STANDIN_IMPORT_SECONDS="4"):  # the importer nsys runs once its worker has ended
         r = fleet_slurm(hpc, tmp_path, "--time", "4", "--launcher", "ray", "--", str(ray_user), str(program),
