@@ -138,6 +138,41 @@ def test_two_named_actors_of_an_unchanged_ray_program_give_two_reports_named_by_
                      f"Trainer trainer-b on {socket.gethostname()}, pid {pids[1]}"]
 
 
+# Beside the two actors it leaves alive: one detached (it outlives the job by design), one whose handle the
+# program drops (Ray ends it then: fleet's hook must not keep it alive), one the program kills; and the
+# program ends calling ray.shutdown() itself.
+OTHERS = PROGRAM + """
+from ray._private import state
+
+keeper = Trainer.options(name="keeper", lifetime="detached").remote()
+dropped = Trainer.options(name="dropped").remote()
+killed = Trainer.options(name="killed").remote()
+print("other pids", ray.get([x.pid.remote() for x in (keeper, dropped, killed)]), flush=True)
+ray.kill(killed)
+dropped_id = dropped._actor_id.hex()
+del dropped
+for _ in range(200):
+    if state.actors(actor_id=dropped_id)["State"] == "DEAD":
+        print("the dropped actor ended while the program ran", flush=True)
+        break
+    time.sleep(0.1)
+ray.shutdown()  # the program's own, at its end: the actors' workers killed, nsys with them, but for fleet's hook
+"""
+
+
+def test_only_the_actors_alive_and_not_detached_are_ended_at_the_programs_end(tmp_path, request):
+    ray_dir, done = job_lines(tmp_path, request, OTHERS)
+    pids = json.loads(done.stdout.split("actor pids ", 1)[1].split("\n", 1)[0])
+    keeper, _, _ = json.loads(done.stdout.split("other pids ", 1)[1].split("\n", 1)[0])
+    assert "the dropped actor ended while the program ran" in done.stdout  # no reference of fleet's kept it
+    assert "ending the Ray program's 2 actors still alive under nsys before Ray's shutdown" in done.stderr, done.stderr
+    for report in reports_of(ray_dir, pids):  # the two it left alive: their whole reports
+        assert "exit_status" in json.loads(report.read_text()), report
+    # the detached one was left to Ray, whose shutdown of the program's own Ray instance killed it, nsys with it
+    assert not (ray_dir / f"worker-{socket.gethostname()}-{keeper}.nsys-rep").exists()
+    assert (ray_dir / f"worker-{socket.gethostname()}-{keeper}.whose.json").exists()
+
+
 def test_ranks_in_a_job_script_profile_only_the_actors_whose_names_match(tmp_path, request):
     ray_dir, done = job_lines(tmp_path, request, JOB.replace("ray.init()", "ray.init(num_cpus=3, include_dashboard=False)"),
                               "trainer-a", "evaluator", "trainer-b", actors=("trainer-*",))

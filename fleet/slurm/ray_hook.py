@@ -26,7 +26,8 @@ report then goes unwritten. At the program's normal end (interpreter exit: a ret
 ``sys.exit``, an uncaught exception) the hook's own atexit handler, registered in ``ray.init``
 after Ray's ``shutdown`` (registered at ``import ray``) and so run before it, ends each such actor
 still alive as Ray documents a graceful end (``__ray_terminate__``), bounded, and waits for its
-worker to exit; then Ray's shutdown goes on as it would. A detached actor is left alone.
+worker to exit; then Ray's shutdown goes on as it would; so does the program's own ``ray.shutdown()``.
+A detached actor is left alone.
 
 Run as a script by the job once the Ray program has ended (``python fleet_ray_hook.py
 --wait-for-nsys``), it waits for the nsys Ray started for the run's workers to end (wait_for_nsys).
@@ -149,13 +150,28 @@ def _watch_actors(patterns, block):
     _remote.fleet_ray_hook = True
     ActorClass._remote = _remote
     atexit.register(end_actors)  # after Ray's shutdown was registered (at import ray): run before it
+    _end_actors_before_shutdown()
+
+
+def _end_actors_before_shutdown():
+    """A program that calls ``ray.shutdown()`` itself at its end ends its actors as Ray's own atexit
+    shutdown does (their workers killed, nsys with them): the actors first, here too. Ray's atexit
+    handler holds its own ``shutdown``, not this one."""
+    import ray
+
+    shutdown = ray.shutdown
+
+    def _shutdown(*args, **kwargs):
+        end_actors()
+        return shutdown(*args, **kwargs)
+
+    ray.shutdown = _shutdown
 
 
 def _remember(handle):
-    try:
-        _created[handle._actor_id.hex()] = handle
-    except (AttributeError, TypeError):  # not an actor handle as Ray 2.60 makes one: not ended here
-        pass
+    actor = _try(lambda: handle._actor_id.hex())
+    if actor:  # else no actor handle as Ray 2.60 makes one: not ended here
+        _created[actor] = handle
 
 
 def end_actors(bound=END_ACTORS_WITHIN):
@@ -182,8 +198,8 @@ def end_actors(bound=END_ACTORS_WITHIN):
             node = (info.get("Address") or {}).get("NodeID")
             ending[actor] = info.get("Pid") if node and node == here else None
         if ending:
-            print("fleet: the Ray program has ended with %d actors alive under nsys: ending each, as Ray documents a "
-                  "graceful end, so that nsys writes its report (up to %d s)" % (len(ending), bound),
+            print("fleet: ending the Ray program's %d actors still alive under nsys before Ray's shutdown, as Ray "
+                  "documents a graceful end, so that nsys writes their reports (up to %d s)" % (len(ending), bound),
                   file=sys.stderr, flush=True)
         deadline = time.monotonic() + bound
         while ending and time.monotonic() < deadline:
