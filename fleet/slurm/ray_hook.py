@@ -193,7 +193,7 @@ def end_actors(bound=END_ACTORS_WITHIN):
                 continue
             try:
                 handle.__ray_terminate__.remote()
-            except Exception:  # the actor is gone already: Ray says so to its handle
+            except Exception:  # Ray refused the call: its shutdown ends the actor, as it would have
                 continue
             node = (info.get("Address") or {}).get("NodeID")
             ending[actor] = info.get("Pid") if node and node == here else None
