@@ -47,8 +47,11 @@ class Trainer:
 a = Trainer.options(name="trainer-a").remote()
 b = Trainer.options(name="trainer-b").remote()
 print("actor pids", ray.get([a.pid.remote(), b.pid.remote()]), flush=True)
-# Each actor ends as Ray documents a graceful end (its worker exits, and nsys writes its report):
-# Ray kills the workers of actors still alive at shutdown, and nsys with them, report unwritten.
+"""
+# The program leaves its actors alive, as Ray programs do: fleet's hook ends each at the program's end,
+# before Ray's shutdown would kill its worker, and nsys with it. A program may end them itself, as Ray
+# documents a graceful end; that one works as it did.
+ENDS_ITS_ACTORS = PROGRAM + """
 for actor in (a, b):
     try:
         ray.get(actor.__ray_terminate__.remote())
@@ -75,11 +78,6 @@ class Trainer:
 
 actors = {name: Trainer.options(name=name).remote() for name in sys.argv[1:]}
 print("actors", json.dumps({name: ray.get(a.who.remote()) for name, a in actors.items()}), flush=True)
-for actor in actors.values():
-    try:
-        ray.get(actor.__ray_terminate__.remote())
-    except ray.exceptions.RayActorError:  # it ended, as asked
-        pass
 """
 
 
@@ -138,6 +136,65 @@ def test_two_named_actors_of_an_unchanged_ray_program_give_two_reports_named_by_
         names.append(ray_worker_name(entries))
     assert names == [f"Trainer trainer-a on {socket.gethostname()}, pid {pids[0]}",
                      f"Trainer trainer-b on {socket.gethostname()}, pid {pids[1]}"]
+
+
+# Beside the two actors it leaves alive: one detached (it outlives the job by design), one whose handle the
+# program drops (Ray ends it then: fleet's hook must not keep it alive), one the program kills; and the
+# program ends calling ray.shutdown() itself.
+OTHERS = PROGRAM + """
+from ray._private import state
+
+keeper = Trainer.options(name="keeper", lifetime="detached").remote()
+dropped = Trainer.options(name="dropped").remote()
+killed = Trainer.options(name="killed").remote()
+print("other pids", ray.get([x.pid.remote() for x in (keeper, dropped, killed)]), flush=True)
+ray.kill(killed)
+dropped_id = dropped._actor_id.hex()
+del dropped
+for _ in range(200):
+    if state.actors(actor_id=dropped_id)["State"] == "DEAD":
+        print("the dropped actor ended while the program ran", flush=True)
+        break
+    time.sleep(0.1)
+ray.shutdown()  # the program's own, at its end: the actors' workers killed, nsys with them, but for fleet's hook
+"""
+
+
+def test_only_the_actors_alive_and_not_detached_are_ended_at_the_programs_end(tmp_path, request):
+    ray_dir, done = job_lines(tmp_path, request, OTHERS)
+    pids = json.loads(done.stdout.split("actor pids ", 1)[1].split("\n", 1)[0])
+    keeper, _, _ = json.loads(done.stdout.split("other pids ", 1)[1].split("\n", 1)[0])
+    assert "the dropped actor ended while the program ran" in done.stdout  # no reference of fleet's kept it
+    assert "ending the Ray program's 2 actors still alive under nsys before Ray's shutdown" in done.stderr, done.stderr
+    for report in reports_of(ray_dir, pids):  # the two it left alive: their whole reports
+        assert "exit_status" in json.loads(report.read_text()), report
+    # the detached one ran under nsys, and was left to Ray (2 ended, not 3): what its nsys left is Ray's doing
+    assert (ray_dir / f"worker-{socket.gethostname()}-{keeper}.whose.json").exists()
+
+
+# An actor still busy with a task at the program's end ends after it: the wait for it is bounded (here the
+# program asks fleet's hook, as its end does, with a bound of 2 s: trainer-a still runs then), and at the
+# program's end trainer-a ends, its task done, and its report is written.
+BUSY = PROGRAM.replace("class Trainer:", """class Trainer:
+    def busy(self, seconds):
+        time.sleep(seconds)
+""", 1) + """
+import sys
+a.busy.remote(8)
+started = time.monotonic()
+still = sys.modules["fleet_ray_hook"].end_actors(bound=2)
+print("still alive", json.dumps(still), a._actor_id.hex(), round(time.monotonic() - started), flush=True)
+""".replace("import sys", "import json, sys")
+
+
+def test_an_actor_busy_past_the_bound_is_waited_for_no_longer_and_ends_after_its_task(tmp_path, request):
+    ray_dir, done = job_lines(tmp_path, request, BUSY)
+    pids = json.loads(done.stdout.split("actor pids ", 1)[1].split("\n", 1)[0])
+    still, busy, took = done.stdout.split("still alive ", 1)[1].split("\n", 1)[0].split(" ")
+    assert busy in json.loads(still) and 2 <= int(took) < 6, done.stdout
+    assert "after 2 s 1 Ray actors still ran" in done.stderr or "after 2 s 2 Ray actors still ran" in done.stderr
+    for report in reports_of(ray_dir, pids):
+        assert "exit_status" in json.loads(report.read_text()), report
 
 
 def test_ranks_in_a_job_script_profile_only_the_actors_whose_names_match(tmp_path, request):
@@ -362,7 +419,7 @@ def test_a_ray_program_in_a_slurm_job_gives_two_reports_named_by_actor(hpc, ray_
 
 # The same two actors, trainer-b's nsys killed while its worker runs (as when Ray or the job's end kills
 # nsys before its worker ends): nsys writes no report, the worker has said whose it is.
-KILLED = PROGRAM.split("# Each actor ends", 1)[0].replace("class Trainer:", """class Trainer:
+KILLED = PROGRAM.replace("class Trainer:", """class Trainer:
     def end_my_nsys(self):
         parent = open("/proc/%d/cmdline" % os.getppid()).read().split(chr(0))
         assert any(os.path.basename(w) == "nsys" for w in parent[:2]), parent  # the stand-in is a Python script
@@ -371,10 +428,6 @@ KILLED = PROGRAM.split("# Each actor ends", 1)[0].replace("class Trainer:", """c
 time.sleep(1)  # each has said whose it is
 b.end_my_nsys.remote()
 time.sleep(2)
-try:  # trainer-a ends as Ray documents a graceful end, its report written
-    ray.get(a.__ray_terminate__.remote())
-except ray.exceptions.RayActorError:
-    pass
 """
 
 
@@ -475,16 +528,22 @@ def test_a_worker_file_naming_its_node_with_control_characters_never_reaches_a_t
     assert not list(tmp_path.iterdir())
 
 
-@pytest.mark.parametrize("end", ["sys.exit(0)", "sys.exit(3)", "os.kill(os.getpid(), 9)"])
+@pytest.mark.parametrize("program, end", [(PROGRAM, "sys.exit(0)"), (PROGRAM, "sys.exit(3)"),
+                                          (PROGRAM, "raise RuntimeError('the program fails')"),
+                                          (ENDS_ITS_ACTORS, "os.kill(os.getpid(), 9)")],
+                         ids=["exit-0", "exit-3", "uncaught-exception", "actors-ended-then-sigkill"])
 def test_the_job_waits_for_its_workers_nsys_to_finish_their_reports_however_the_program_ends(hpc, ray_user, tmp_path,
-                                                                                             end):
-    """The Ray program ends with its actors, and Ray leaves each worker's nsys still writing its report
-    (reparented, in a process group of its own): here each takes 4 s to generate it, as a large trace
-    does. The job's end waits for them; before, it did not, and fleet gathered what was there then."""
+                                                                                             program, end):
+    """The Ray program ends with its actors alive (fleet's hook ends them at its end, however it
+    ends but by a signal: a program killed by one ends its actors itself, else Ray kills them, nsys
+    with them), and Ray leaves each worker's nsys still writing its report (reparented, in a process
+    group of its own): here each takes 4 s to generate it, as a large trace does. The job's end waits
+    for them; before, it did not, and fleet gathered what was there then."""
     from tests.harness.hpc import fleet as fleet_slurm, manifest
 
+    text = program + f"\nimport os, sys\n{end}\n"
     program = hpc.runs / "ray_slow_reports.py"
-    program.write_text(PROGRAM + f"\nimport os, sys\n{end}\n")
+    program.write_text(text)
     program.chmod(0o644)
     with login_session(hpc, STANDIN_IMPORT_SECONDS="4"):  # the importer nsys runs once its worker has ended
         r = fleet_slurm(hpc, tmp_path, "--time", "4", "--launcher", "ray", "--", str(ray_user), str(program),

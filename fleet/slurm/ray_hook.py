@@ -20,12 +20,22 @@ With actor name patterns (``FLEET_RAY_ACTORS``, fleet's ``--ranks`` for Ray) the
 other workers start without nsys at all. Ray has no hook at actor creation, so this one wraps
 ``ray.actor.ActorClass._remote`` (Ray 2.60), where every actor's options, its name among them, pass.
 
+The same wrapper remembers, weakly, each actor the program creates: Ray ends the actors still
+alive at the driver's exit by killing their workers, and each worker process is its nsys, whose
+report then goes unwritten. At the program's normal end (interpreter exit: a return from main,
+``sys.exit``, an uncaught exception) the hook's own atexit handler, registered in ``ray.init``
+after Ray's ``shutdown`` (registered at ``import ray``) and so run before it, ends each such actor
+still alive as Ray documents a graceful end (``__ray_terminate__``), bounded, and waits for its
+worker to exit; then Ray's shutdown goes on as it would; so does the program's own ``ray.shutdown()``.
+A detached actor is left alone.
+
 Run as a script by the job once the Ray program has ended (``python fleet_ray_hook.py
 --wait-for-nsys``), it waits for the nsys Ray started for the run's workers to end (wait_for_nsys).
 
 Runs in the Ray program's and its workers' Python, and the job's: the standard library, and Ray.
 """
 
+import atexit
 import fnmatch
 import json
 import os
@@ -34,6 +44,7 @@ import stat
 import sys
 import threading
 import time
+import weakref
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 BLOCK_ENV = "FLEET_RAY_RUNTIME_ENV"  # {"_nsight": {...}} as JSON; else fleet_ray_hook.json beside this file
@@ -50,6 +61,14 @@ WAIT_ENV = "FLEET_RAY_NSYS_WAIT"  # the job's environment may say another bound,
 JOB_END_MARGIN = 5.0  # seconds kept before the job's time limit (FLEET_JOB_END) to say what is unfinished
 WAIT_EVERY = 0.2      # seconds between looks at /proc
 UNFINISHED = ".unfinished"  # worker-HOST-PID.unfinished: that worker's nsys still ran when the wait ended
+# How long, in all, the program's end waits for its actors still alive to end gracefully (each worker's
+# exit: its atexit handlers, Ray's disconnect; under a second each, all at once), before Ray's shutdown
+# kills what is left. Bounded: an actor still busy with a long task ends only after it, and the program
+# has ended; 30 s is well past a graceful exit, and short beside a job's time limit.
+END_ACTORS_WITHIN = 30.0
+ENDED_EVERY = 0.1  # seconds between looks at whether the actors ended
+
+_created = weakref.WeakValueDictionary()  # actor id (hex) -> its handle, of those under nsys, while the program holds it
 
 
 def _block():
@@ -81,9 +100,9 @@ def runtime_env_hook(runtime_env):
     env_vars.setdefault("PATH", _python_first())
     if patterns:
         env_vars.setdefault(ACTORS_ENV, json.dumps(patterns))
-        _profile_actors_named(patterns, block)
     else:
         env["_nsight"] = block
+    _watch_actors(patterns, block)
     env["env_vars"] = env_vars
     env.setdefault("worker_process_setup_hook", "fleet_ray_hook.in_worker")
     return env
@@ -104,9 +123,12 @@ def _python_first():
     return os.pathsep.join(p for p in (folder, os.environ.get("PATH")) if p)
 
 
-def _profile_actors_named(patterns, block):
-    """Each actor created with a name that matches gets ``_nsight`` in its own runtime_env (Ray
-    merges it over the job's); the others start as the job's workers do, without nsys."""
+def _watch_actors(patterns, block):
+    """Each actor created with a name that matches the patterns gets ``_nsight`` in its own
+    runtime_env (Ray merges it over the job's); the others start as the job's workers do, without
+    nsys. Without patterns every actor runs under the job's ``_nsight``. Each actor created is
+    remembered by a weak reference (Ray still ends one whose handles the program dropped, when it
+    would), to be ended at the program's end (end_actors)."""
     from ray.actor import ActorClass
     from ray._private.utils import parse_runtime_env_for_task_or_actor
 
@@ -115,14 +137,100 @@ def _profile_actors_named(patterns, block):
         return
 
     def _remote(self, args=None, kwargs=None, **options):
-        if chosen(options.get("name"), patterns):
+        profiled = chosen(options.get("name"), patterns)
+        if patterns and profiled:
             own = dict(options.get("runtime_env") or {})
             own["_nsight"] = block
             options["runtime_env"] = parse_runtime_env_for_task_or_actor(own)
-        return create(self, args, kwargs, **options)
+        handle = create(self, args, kwargs, **options)
+        if profiled:
+            _remember(handle)
+        return handle
 
     _remote.fleet_ray_hook = True
     ActorClass._remote = _remote
+    atexit.register(end_actors)  # after Ray's shutdown was registered (at import ray): run before it
+    _end_actors_before_shutdown()
+
+
+def _end_actors_before_shutdown():
+    """A program that calls ``ray.shutdown()`` itself at its end ends its actors as Ray's own atexit
+    shutdown does (their workers killed, nsys with them): the actors first, here too. Ray's atexit
+    handler holds its own ``shutdown``, not this one."""
+    import ray
+
+    shutdown = ray.shutdown
+
+    def _shutdown(*args, **kwargs):
+        end_actors()
+        return shutdown(*args, **kwargs)
+
+    ray.shutdown = _shutdown
+
+
+def _remember(handle):
+    actor = _try(lambda: handle._actor_id.hex())
+    if actor:  # else no actor handle as Ray 2.60 makes one: not ended here
+        _created[actor] = handle
+
+
+def end_actors(bound=END_ACTORS_WITHIN):
+    """At the program's end, before Ray's shutdown: each actor it created that runs under nsys and
+    is still alive, and not detached (that one outlives the job by design), ended gracefully, and
+    waited for (its worker's exit, where its node is this one), up to ``bound`` seconds in all.
+    The ids of those still alive then (Ray's shutdown kills them, and their nsys with them)."""
+    try:
+        import ray
+        from ray._private import state
+
+        if not ray.is_initialized():
+            return []
+        here = _try(lambda: ray.get_runtime_context().get_node_id())
+        ending = {}
+        for actor, handle in list(_created.items()):
+            info = _try(lambda: state.actors(actor_id=actor))
+            if not info or info.get("IsDetached") or info.get("State") != "ALIVE":
+                continue
+            try:
+                handle.__ray_terminate__.remote()
+            except Exception:  # Ray refused the call: its shutdown ends the actor, as it would have
+                continue
+            node = (info.get("Address") or {}).get("NodeID")
+            ending[actor] = info.get("Pid") if node and node == here else None
+        if ending:
+            print("fleet: ending the Ray program's %d actors still alive under nsys before Ray's shutdown, as Ray "
+                  "documents a graceful end, so that nsys writes their reports (up to %d s)" % (len(ending), bound),
+                  file=sys.stderr, flush=True)
+        deadline = time.monotonic() + bound
+        while ending and time.monotonic() < deadline:
+            ending = {a: pid for a, pid in ending.items() if not _ended(state, a, pid)}
+            if ending:
+                time.sleep(ENDED_EVERY)
+        if ending:
+            print("fleet: after %d s %d Ray actors still ran: Ray's shutdown kills them, and their nsys with them"
+                  % (bound, len(ending)), file=sys.stderr, flush=True)
+        return sorted(ending)
+    except Exception as e:  # Ray's own shutdown still runs; the program's log says why, in one line
+        print("fleet: the Ray program's actors were not ended before Ray's shutdown: %s" % e, file=sys.stderr)
+        return []
+
+
+def _ended(state, actor, pid):
+    """Whether the actor is dead in Ray's GCS and, where its worker runs here, its process has exited
+    (its parent, nsys, then writes the report: Ray's shutdown leaves it; until then it would kill it)."""
+    info = _try(lambda: state.actors(actor_id=actor))
+    if info and info.get("State") != "DEAD":
+        return False
+    return not pid or not _running(pid)
+
+
+def _running(pid):
+    """Whether the process ``pid`` runs (exists, and is no zombie awaiting its parent's wait)."""
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
 
 
 def in_worker():

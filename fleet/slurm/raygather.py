@@ -101,8 +101,9 @@ async def _missing(fan: "Fanout", via: "Host", run_dir: str, said: dict, directo
                f"its report is missing or unfinished{left}")
     else:
         why = (f"{worker} ran under nsys but left no report: its nsys ended before writing one (killed before or "
-               "with its worker; Ray kills an actor still alive when the program ends, nsys with it: end each "
-               "actor first, ray.get(actor.__ray_terminate__.remote()))")
+               "with its worker; Ray's shutdown kills an actor still alive then, nsys with it: fleet ends the "
+               "program's actors first at its end, but not when a signal killed the program, nor one still "
+               "running 30 s later, nor one created by another actor)")
     return HostEntry(node, HostStatus.MISSING, worker=worker, reports=reports, missing_why=why)
 
 
