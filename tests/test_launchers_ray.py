@@ -378,6 +378,22 @@ def ray_user(hpc):
         shutil.rmtree(ray_tmp, ignore_errors=True)
 
 
+def ray_program(hpc, name: str, text: str) -> Path:
+    """The Ray program ``text``, where the cluster's user reads it."""
+    program = hpc.runs / name
+    program.write_text(text)
+    program.chmod(0o644)
+    return program
+
+
+def ray_job(hpc, tmp_path, python: str, program: Path):
+    """``fleet profile --launcher ray -- PYTHON PROGRAM`` in the test cluster. Bounded twice: the
+    job's time limit ends it in Slurm, fleet's own wait ends the test."""
+    from tests.harness.hpc import fleet as fleet_slurm
+
+    return fleet_slurm(hpc, tmp_path, "--time", "4", "--launcher", "ray", "--", python, str(program), timeout=150)
+
+
 @contextlib.contextmanager
 def login_session(hpc, **changed: str):
     """The login node's sessions (and so the jobs they submit) with these variables changed, then as they were."""
@@ -392,14 +408,10 @@ def login_session(hpc, **changed: str):
 
 
 def test_a_ray_program_in_a_slurm_job_gives_two_reports_named_by_actor(hpc, ray_user, tmp_path):
-    from tests.harness.hpc import fleet as fleet_slurm, manifest
+    from tests.harness.hpc import manifest
 
-    program = hpc.runs / "ray_program.py"
-    program.write_text(PROGRAM)
-    program.chmod(0o644)
-    # Bounded twice: the job's time limit ends it in Slurm, fleet's own wait ends the test.
-    r = fleet_slurm(hpc, tmp_path, "--time", "4", "--launcher", "ray", "--", str(ray_user), str(program),
-                    timeout=150)
+    program = ray_program(hpc, "ray_program.py", PROGRAM)
+    r = ray_job(hpc, tmp_path, str(ray_user), program)
     assert r.returncode == 0, r.stdout + r.stderr
     m = manifest(tmp_path)
     assert m["status"] == "complete" and "reports: 2 complete" in r.stdout, r.stdout
@@ -433,13 +445,10 @@ time.sleep(2)
 
 def test_a_ray_worker_whose_nsys_left_no_report_is_missing_never_ok(hpc, ray_user, tmp_path):
     from fleet import exitcodes
-    from tests.harness.hpc import fleet as fleet_slurm, manifest
+    from tests.harness.hpc import manifest
 
-    program = hpc.runs / "ray_killed.py"
-    program.write_text(KILLED)
-    program.chmod(0o644)
-    r = fleet_slurm(hpc, tmp_path, "--time", "4", "--launcher", "ray", "--", str(ray_user), str(program),
-                    timeout=150)
+    program = ray_program(hpc, "ray_killed.py", KILLED)
+    r = ray_job(hpc, tmp_path, str(ray_user), program)
     m = manifest(tmp_path)
     assert r.returncode == exitcodes.PARTIAL and m["status"] == "partial", r.stdout + r.stderr
     said = Path(m["slurm"]["log"]["stored"]).read_text()
@@ -458,13 +467,10 @@ def test_a_ray_program_that_fails_after_its_actors_is_not_ok_and_its_workers_rep
     """The program is the workload: one that exits 3 (its actors done, their reports written) is a
     workload-failed line of its own beside its workers', the run partial (exit 6), never complete and 0."""
     from fleet import exitcodes
-    from tests.harness.hpc import fleet as fleet_slurm, manifest
+    from tests.harness.hpc import manifest
 
-    program = hpc.runs / "ray_fails.py"
-    program.write_text(PROGRAM + "\nimport sys\nsys.exit(3)\n")
-    program.chmod(0o644)
-    r = fleet_slurm(hpc, tmp_path, "--time", "4", "--launcher", "ray", "--", str(ray_user), str(program),
-                    timeout=150)
+    program = ray_program(hpc, "ray_fails.py", PROGRAM + "\nimport sys\nsys.exit(3)\n")
+    r = ray_job(hpc, tmp_path, str(ray_user), program)
     m = manifest(tmp_path)
     assert r.returncode == exitcodes.PARTIAL and m["status"] == "partial", r.stdout + r.stderr
     assert "(driver) the Ray program: workload-failed: the Ray program (the job's driver) ended with exit status 3" in r.stdout
@@ -480,13 +486,10 @@ def test_a_ray_program_ending_127_after_a_line_of_its_own_beginning_fleet_is_its
     """The program runs in the batch shell, as the script's own checks do: its 127 and its last line
     `fleet: ...` were read as the job script's refusal, and its failure was said as one."""
     from fleet import exitcodes
-    from tests.harness.hpc import fleet as fleet_slurm, manifest
+    from tests.harness.hpc import manifest
 
-    program = hpc.runs / "ray_127.py"
-    program.write_text(PROGRAM + "\nimport sys\nprint('fleet: this is the program speaking', flush=True)\nsys.exit(127)\n")
-    program.chmod(0o644)
-    r = fleet_slurm(hpc, tmp_path, "--time", "4", "--launcher", "ray", "--", str(ray_user), str(program),
-                    timeout=150)
+    program = ray_program(hpc, "ray_127.py", PROGRAM + "\nimport sys\nprint('fleet: this is the program speaking', flush=True)\nsys.exit(127)\n")
+    r = ray_job(hpc, tmp_path, str(ray_user), program)
     m = manifest(tmp_path)
     assert r.returncode == exitcodes.PARTIAL and "refused to start" not in r.stdout, r.stdout + r.stderr
     assert "(driver) the Ray program: workload-failed: the Ray program (the job's driver) ended with exit status 127" \
@@ -496,15 +499,11 @@ def test_a_ray_program_ending_127_after_a_line_of_its_own_beginning_fleet_is_its
 
 def test_a_node_without_nsys_is_refused_in_the_job_before_the_ray_program_starts(hpc, tmp_path):
     from fleet import exitcodes
-    from tests.harness.hpc import fleet as fleet_slurm
 
     started = hpc.runs / "ray-program-started"
-    program = hpc.runs / "ray_never.py"
-    program.write_text(f"open({str(started)!r}, 'w').close()\n")
-    program.chmod(0o644)
+    program = ray_program(hpc, "ray_never.py", f"open({str(started)!r}, 'w').close()\n")
     with login_session(hpc, PATH="/usr/local/bin:/usr/bin:/bin"):  # the job's PATH, without nsys's folder
-        r = fleet_slurm(hpc, tmp_path, "--time", "4", "--launcher", "ray", "--", "/usr/bin/python3", str(program),
-                        timeout=150)
+        r = ray_job(hpc, tmp_path, "/usr/bin/python3", program)
     assert r.returncode != 0 and not started.exists(), r.stdout + r.stderr
     line = next(line for line in r.stdout.splitlines() if "refused to start" in line)
     assert r.returncode == exitcodes.FAILED
@@ -539,15 +538,12 @@ def test_the_job_waits_for_its_workers_nsys_to_finish_their_reports_however_the_
     with them), and Ray leaves each worker's nsys still writing its report (reparented, in a process
     group of its own): here each takes 4 s to generate it, as a large trace does. The job's end waits
     for them; before, it did not, and fleet gathered what was there then."""
-    from tests.harness.hpc import fleet as fleet_slurm, manifest
+    from tests.harness.hpc import manifest
 
     text = program + f"\nimport os, sys\n{end}\n"
-    program = hpc.runs / "ray_slow_reports.py"
-    program.write_text(text)
-    program.chmod(0o644)
+    program = ray_program(hpc, "ray_slow_reports.py", text)
     with login_session(hpc, STANDIN_IMPORT_SECONDS="4"):  # the importer nsys runs once its worker has ended
-        r = fleet_slurm(hpc, tmp_path, "--time", "4", "--launcher", "ray", "--", str(ray_user), str(program),
-                        timeout=150)
+        r = ray_job(hpc, tmp_path, str(ray_user), program)
     m = manifest(tmp_path)
     workers = [h for h in m["hosts"] if h["host"] != "(driver)"]
     assert sorted(h["worker"].split(" on ")[0] for h in workers) == ["Trainer trainer-a", "Trainer trainer-b"], r.stdout
@@ -562,15 +558,12 @@ def test_the_job_waits_for_its_workers_nsys_to_finish_their_reports_however_the_
 def test_a_worker_whose_nsys_still_runs_when_the_wait_ends_is_missing_with_why(hpc, ray_user, tmp_path):
     """Each worker's nsys takes 10 s to generate its report, and the job waits 2 s (its bound, shortened
     here from 60): each worker is then missing, saying why, its unfinished report never counted."""
-    from tests.harness.hpc import fleet as fleet_slurm, manifest
+    from tests.harness.hpc import manifest
 
-    program = hpc.runs / "ray_unfinished.py"
-    program.write_text(PROGRAM)
-    program.chmod(0o644)
+    program = ray_program(hpc, "ray_unfinished.py", PROGRAM)
     try:
         with login_session(hpc, STANDIN_IMPORT_SECONDS="10", FLEET_RAY_NSYS_WAIT="2"):
-            r = fleet_slurm(hpc, tmp_path, "--time", "4", "--launcher", "ray", "--", str(ray_user), str(program),
-                            timeout=150)
+            r = ray_job(hpc, tmp_path, str(ray_user), program)
     finally:  # the nsys still generating and their importers, this test's own, by the pids the job marked
         for marked in hpc.runs.rglob("*.unfinished"):
             kill_nsys(json.loads(marked.read_text())["nsys_pid"])
