@@ -148,11 +148,11 @@ keeper = Trainer.options(name="keeper", lifetime="detached").remote()
 dropped = Trainer.options(name="dropped").remote()
 killed = Trainer.options(name="killed").remote()
 print("other pids", ray.get([x.pid.remote() for x in (keeper, dropped, killed)]), flush=True)
-ray.kill(killed)
-dropped_id = dropped._actor_id.hex()
+killed_id, dropped_id = killed._actor_id.hex(), dropped._actor_id.hex()
+ray.kill(killed)  # asynchronous: waited for, as the dropped one is, so that neither counts at the end
 del dropped
 for _ in range(200):
-    if state.actors(actor_id=dropped_id)["State"] == "DEAD":
+    if all(state.actors(actor_id=a)["State"] == "DEAD" for a in (dropped_id, killed_id)):
         print("the dropped actor ended while the program ran", flush=True)
         break
     time.sleep(0.1)

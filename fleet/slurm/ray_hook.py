@@ -20,19 +20,14 @@ With actor name patterns (``FLEET_RAY_ACTORS``, fleet's ``--ranks`` for Ray) the
 other workers start without nsys at all. Ray has no hook at actor creation, so this one wraps
 ``ray.actor.ActorClass._remote`` (Ray 2.60), where every actor's options, its name among them, pass.
 
-The same wrapper remembers, weakly, each actor the program creates: Ray ends the actors still
-alive at the driver's exit by killing their workers, and each worker process is its nsys, whose
-report then goes unwritten. At the program's normal end (interpreter exit: a return from main,
-``sys.exit``, an uncaught exception) the hook's own atexit handler, registered in ``ray.init``
-after Ray's ``shutdown`` (registered at ``import ray``) and so run before it, ends each such actor
-still alive as Ray documents a graceful end (``__ray_terminate__``), bounded, and waits for its
-worker to exit; then Ray's shutdown goes on as it would; so does the program's own ``ray.shutdown()``.
-A detached actor is left alone.
-
-Run as a script by the job once the Ray program has ended (``python fleet_ray_hook.py
---wait-for-nsys``), it waits for the nsys Ray started for the run's workers to end (wait_for_nsys).
-
-Runs in the Ray program's and its workers' Python, and the job's: the standard library, and Ray.
+The wrapper also remembers, weakly, each actor the program creates (not detached, nor found by
+``get_if_exists``): Ray kills the workers of actors alive at the driver's exit, and each worker is
+its nsys, its report unwritten. An atexit handler registered in ``ray.init``, after Ray's shutdown
+(at ``import ray``) and so run before it, ends each gracefully (``__ray_terminate__``), bounded; so
+does the program's own ``ray.shutdown()``. (A handler of the program's registered before ``ray.init``
+that uses its actors then finds them ended.) Run by the job once the program has ended (``python
+fleet_ray_hook.py --wait-for-nsys``), it waits for the run's nsys to end. Runs in the program's,
+its workers' and the job's Python: the standard library, and Ray.
 """
 
 import atexit
@@ -63,9 +58,9 @@ WAIT_EVERY = 0.2      # seconds between looks at /proc
 UNFINISHED = ".unfinished"  # worker-HOST-PID.unfinished: that worker's nsys still ran when the wait ended
 # How long, in all, the program's end waits for its actors still alive to end gracefully (each worker's
 # exit: its atexit handlers, Ray's disconnect; under a second each, all at once), before Ray's shutdown
-# kills what is left. Bounded: an actor still busy with a long task ends only after it, and the program
-# has ended; 30 s is well past a graceful exit, and short beside a job's time limit.
-END_ACTORS_WITHIN = 30.0
+# kills what is left; less where the job's time limit is nearer. Short: an actor busy with a task ends
+# only after it (tasks Ray would have killed run on), and one that never finishes costs every exit this.
+END_ACTORS_WITHIN = 10.0
 ENDED_EVERY = 0.1  # seconds between looks at whether the actors ended
 
 _created = weakref.WeakValueDictionary()  # actor id (hex) -> its handle, of those under nsys, while the program holds it
@@ -124,11 +119,9 @@ def _python_first():
 
 
 def _watch_actors(patterns, block):
-    """Each actor created with a name that matches the patterns gets ``_nsight`` in its own
-    runtime_env (Ray merges it over the job's); the others start as the job's workers do, without
-    nsys. Without patterns every actor runs under the job's ``_nsight``. Each actor created is
-    remembered by a weak reference (Ray still ends one whose handles the program dropped, when it
-    would), to be ended at the program's end (end_actors)."""
+    """An actor created with a name that matches the patterns gets ``_nsight`` in its own runtime_env
+    (Ray merges it over the job's), the others none; without patterns all run under the job's. Each is
+    remembered weakly (Ray still ends one the program dropped), to be ended at its end (end_actors)."""
     from ray.actor import ActorClass
     from ray._private.utils import parse_runtime_env_for_task_or_actor
 
@@ -143,8 +136,11 @@ def _watch_actors(patterns, block):
             own["_nsight"] = block
             options["runtime_env"] = parse_runtime_env_for_task_or_actor(own)
         handle = create(self, args, kwargs, **options)
-        if profiled:
-            _remember(handle)
+        # Not a detached actor (it outlives the job by design), nor one get_if_exists may have found (another
+        # job's), nor what is no actor handle as Ray 2.60 makes one.
+        actor = _try(lambda: handle._actor_id.hex())
+        if actor and profiled and options.get("lifetime") != "detached" and not options.get("get_if_exists"):
+            _created[actor] = handle
         return handle
 
     _remote.fleet_ray_hook = True
@@ -154,31 +150,40 @@ def _watch_actors(patterns, block):
 
 
 def _end_actors_before_shutdown():
-    """A program that calls ``ray.shutdown()`` itself at its end ends its actors as Ray's own atexit
-    shutdown does (their workers killed, nsys with them): the actors first, here too. Ray's atexit
-    handler holds its own ``shutdown``, not this one."""
+    """The program's own ``ray.shutdown()`` kills its actors' workers as Ray's atexit one does: the
+    actors ended first here too (Ray's atexit handler holds its own ``shutdown``, not this one)."""
     import ray
 
     shutdown = ray.shutdown
 
     def _shutdown(*args, **kwargs):
-        end_actors()
-        return shutdown(*args, **kwargs)
+        try:
+            end_actors()
+        finally:  # even interrupted (Ctrl-C in the wait), Ray shuts down as asked
+            shutdown(*args, **kwargs)
 
     ray.shutdown = _shutdown
 
 
-def _remember(handle):
-    actor = _try(lambda: handle._actor_id.hex())
-    if actor:  # else no actor handle as Ray 2.60 makes one: not ended here
-        _created[actor] = handle
-
-
 def end_actors(bound=END_ACTORS_WITHIN):
     """At the program's end, before Ray's shutdown: each actor it created that runs under nsys and
-    is still alive, and not detached (that one outlives the job by design), ended gracefully, and
-    waited for (its worker's exit, where its node is this one), up to ``bound`` seconds in all.
-    The ids of those still alive then (Ray's shutdown kills them, and their nsys with them)."""
+    is still alive, and not detached, ended gracefully, and waited for (its worker's exit, where its
+    node is this one), up to ``bound`` seconds in all (less near the job's time limit). Ray's GCS is
+    asked in a thread of its own: one that does not answer (its head gone) is waited on no longer
+    than that. The ids of those still alive then (Ray's shutdown kills them, nsys with them)."""
+    end = os.environ.get("FLEET_JOB_END", "")
+    bound = max(0.0, min(bound, float(end) - time.time() - 2 * JOB_END_MARGIN)) if end.isdigit() else bound
+    left = []
+    asking = threading.Thread(target=lambda: left.extend(_end_actors(bound)), daemon=True)
+    asking.start()
+    asking.join(bound + 1.0)
+    if asking.is_alive():
+        print("fleet: Ray's GCS did not answer within %d s: Ray's shutdown goes on" % bound, file=sys.stderr)
+    return sorted(left)
+
+
+def _end_actors(bound):
+    deadline = time.monotonic() + bound
     try:
         import ray
         from ray._private import state
@@ -201,7 +206,6 @@ def end_actors(bound=END_ACTORS_WITHIN):
             print("fleet: ending the Ray program's %d actors still alive under nsys before Ray's shutdown, as Ray "
                   "documents a graceful end, so that nsys writes their reports (up to %d s)" % (len(ending), bound),
                   file=sys.stderr, flush=True)
-        deadline = time.monotonic() + bound
         while ending and time.monotonic() < deadline:
             ending = {a: pid for a, pid in ending.items() if not _ended(state, a, pid)}
             if ending:
@@ -226,11 +230,16 @@ def _ended(state, actor, pid):
 
 def _running(pid):
     """Whether the process ``pid`` runs (exists, and is no zombie awaiting its parent's wait)."""
+    return _stat(pid)[:1] not in ([], ["Z"])
+
+
+def _stat(pid):
+    """The fields of ``/proc/PID/stat`` after the command's name, its state first; [] for none."""
     try:
-        with open("/proc/%d/stat" % pid) as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+        with open("/proc/%s/stat" % pid) as f:
+            return f.read().rsplit(")", 1)[1].split()
     except (OSError, IndexError):
-        return False
+        return []
 
 
 def in_worker():
@@ -380,16 +389,8 @@ def _unfinished(folder, nsys_pid):
 
 
 def _children(pid):
-    """The pids whose parent is ``pid``."""
-    out = []
-    for name in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            with open("/proc/%s/stat" % name) as f:
-                if int(f.read().rsplit(")", 1)[1].split()[1]) == pid:  # the field after the state
-                    out.append(int(name))
-        except (OSError, ValueError, IndexError):
-            continue
-    return out
+    """The pids whose parent is ``pid`` (the field after the state)."""
+    return [int(name) for name in filter(str.isdigit, os.listdir("/proc")) if _stat(name)[1:2] == [str(pid)]]
 
 
 if __name__ == "__main__" and sys.argv[1:] == ["--wait-for-nsys"]:

@@ -103,7 +103,7 @@ async def _missing(fan: "Fanout", via: "Host", run_dir: str, said: dict, directo
         why = (f"{worker} ran under nsys but left no report: its nsys ended before writing one (killed before or "
                "with its worker; Ray's shutdown kills an actor still alive then, nsys with it: fleet ends the "
                "program's actors first at its end, but not when a signal killed the program, nor one still "
-               "running 30 s later, nor one created by another actor)")
+               "running 10 s later, nor one created by another actor)")
     return HostEntry(node, HostStatus.MISSING, worker=worker, reports=reports, missing_why=why)
 
 
