@@ -277,7 +277,7 @@ def rank_reports(plan, result):
         return None
     found = {}
     for rep in result["reports"]:
-        rank = rundir.RunDir.rank_of(os.path.basename(os.path.splitext(rep["path"])[0]))
+        rank = rundir.RunDir.report_rank(rep["path"])
         if rank is not None:
             found[rank] = rep["path"]
     past = sorted(rank for rank in found if rank >= plan.ranks)

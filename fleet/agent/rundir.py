@@ -114,6 +114,11 @@ class RunDir:
         return int(rank) if label.startswith(cls.RANK) and rank.isdigit() and len(rank) < 10 else None
 
     @classmethod
+    def report_rank(cls, path: str) -> int | None:
+        """The rank a report's file name says (``NODE/rank3.nsys-rep`` -> 3), or None."""
+        return cls.rank_of(posixpath.basename(posixpath.splitext(path)[0]))
+
+    @classmethod
     def result_place(cls, path: str) -> tuple[str, str]:
         """(folder, host) of a result file's path (``NODE/rank3.result.json`` -> ``NODE``,
         ``rank3``); host is "" where the name is no result file's."""

@@ -306,7 +306,7 @@ def missing_ranks(entry: HostEntry) -> list[int]:
     counted = (entry.plan or {}).get("ranks") if isinstance(entry.plan, dict) else None
     if not isinstance(said, list) or isinstance(counted, bool) or not isinstance(counted, int):
         return []
-    home = {RunDir.rank_of(os.path.basename(r.stored)[:-len(".nsys-rep")]) for r in entry.reports
+    home = {RunDir.report_rank(r.stored) for r in entry.reports
             if r.verified and isinstance(r.stored, str) and r.stored.endswith(".nsys-rep")}
     return sorted({r for r in said if isinstance(r, int) and not isinstance(r, bool) and 0 <= r < counted} - home)
 
