@@ -49,3 +49,23 @@ class Context:
         return Fanout(self.ssh_settings(), concurrency=self.fanout)
 
 
+
+
+def push_when_done(store_root, manifest, as_json: bool = False) -> None:
+    """A finished run pushed to the team store, when one is named (fleet/store/team/read.py); what
+    happened said in one line (on stderr under --json, whose stdout is one document)."""
+    from ..store.team.read import after_save, push
+
+    if manifest.status in push.FINAL:
+        return
+    from .. import store
+
+    root = store.root(store_root)
+    try:
+        path = store.manifest_of(root, manifest.run_id)
+    except LookupError:
+        return
+    line = after_save(root, path, manifest.status)
+    if line:
+        click.echo(line if line.startswith("team store:") else f"fleet: {line}",
+                   err=as_json or not line.startswith("team store:"))

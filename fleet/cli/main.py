@@ -5,6 +5,7 @@ Each group of commands has its module here; this one holds the top-level group a
 
 from __future__ import annotations
 
+import os
 import sys
 
 import click
@@ -31,6 +32,7 @@ COMMANDS = {
     "run": ("nightly", "run_cmd"),
     "schedule": ("nightly", "schedule"),
     "nightly": ("nightly", "nightly"),
+    "team": ("team", "team"),
 }
 
 
@@ -91,11 +93,19 @@ class _Group(click.Group):
               help="Hosts worked on at once.")
 @click.option("--connect-timeout", default=15.0, show_default=True, type=click.FloatRange(0, min_open=True),
               envvar="FLEET_CONNECT_TIMEOUT", help="Seconds for a host's SSH connection, handshake included.")
+@click.option("--catalog", envvar="FLEET_CATALOG", metavar="URL",
+              help="The team catalog: postgresql://HOST/DB (no password: libpq reads ~/.pgpass). See docs/team-store.md.")
+@click.option("--objects", envvar="FLEET_OBJECTS", metavar="s3://BUCKET/PREFIX",
+              help="The team store's object storage (credentials and endpoint as boto3 reads them).")
 @click.option("-v", "--debug", "verbose", count=True, help="Show asyncssh's log on stderr (authentication, "
               "key exchange); -vv, -vvv: more of it.")
 @click.pass_context
-def main(ctx: click.Context, inventories, ssh_config, known_hosts, fanout, connect_timeout, verbose):
+def main(ctx: click.Context, inventories, ssh_config, known_hosts, fanout, connect_timeout, catalog, objects,
+         verbose):
     """Profile GPU workloads with Nsight across shared servers and Slurm clusters."""
+    for variable, value in (("FLEET_CATALOG", catalog), ("FLEET_OBJECTS", objects)):
+        if value:  # the team store's one source for every layer below: fleet/store/team/config.py
+            os.environ[variable] = value
     if verbose:
         show_ssh_log(verbose)
     ctx.obj = Context(tuple(inventories), ssh_config, known_hosts, fanout, connect_timeout)

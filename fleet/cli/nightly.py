@@ -14,7 +14,7 @@ import click
 
 from .. import exitcodes
 from .parsing import Day
-from .context import Context, fail, store_option
+from .context import Context, fail, store_option, push_when_done
 from .output import echo_json, json_option
 
 if TYPE_CHECKING:
@@ -69,6 +69,7 @@ def run_cmd(obj: Context, playbook, store_root, dry_run, as_json):
             flags = f"  (flagged: {'; '.join(row['flags'])})" if row["flags"] else ""
             div, unit = scale(row["metric"])
             click.echo(f"  {row['metric']} on {row['device']}: {row['value'] / div:.4g} {unit}{flags}")
+    push_when_done(store_root, m, as_json)
     sys.exit(exitcodes.for_run(m))
 
 

@@ -9,7 +9,7 @@ import click
 
 from .. import completeness, exitcodes
 from ..plan import MAX_TIMEOUT
-from .context import Context, exclude_option, fail, store_option
+from .context import Context, exclude_option, fail, store_option, push_when_done
 from .output import echo_json, json_option
 from .parsing import WorkloadCommand, refuse_options, seconds
 from .slurm import gather_on_slurm, profile_on_slurm, slurm_options
@@ -88,6 +88,7 @@ def profile(obj: Context, hosts_, group, exclude, tool, gpus, gpu_metrics, allow
     manifest = profile_lab_servers(obj, obj.select(targets, exclude), req, store_root=store_root, site=site,
                                    dry_run=dry_run, as_json=as_json, finish_timeout=finish_timeout)
     show_lab_run(manifest, store_root, dry_run, as_json)
+    push_when_done(store_root, manifest, as_json)
     sys.exit(exitcodes.for_run(manifest))
 
 
@@ -184,4 +185,5 @@ def gather(obj: Context, run_id, store_root, as_json):
         click.echo(f"{who}: {h.status}" + (f" ({h.missing_why})" if h.missing_why else ""))
         for r in h.reports:
             click.echo(f"  {r.stored} ({'verified' if r.verified else r.error})")
+    push_when_done(store_root, manifest, as_json)
     sys.exit(exitcodes.for_run(manifest))

@@ -38,11 +38,20 @@ def reports():
 @click.option("--tool", type=click.Choice(["nsys", "ncu"]))
 @click.option("--status", type=click.Choice(["complete", "finished-from-qdstrm", "summary", "export", "missing",
                                             "refused", "running"]))
+@click.option("--user", help="Only runs of this person (team store).")
+@click.option("--shared", is_flag=True, help="Only runs shared with a group (team store).")
 @json_option
-def reports_ls(store_root, host, since, tool, status, as_json):
-    """List the catalogued reports."""
+def reports_ls(store_root, host, since, tool, status, user, shared, as_json):
+    """List the catalogued reports (the team store's that you may see, when one is named)."""
     from .. import store
+    from . import reports_team
 
+    team = reports_team.team_store()
+    if team is not None:
+        return reports_team.ls(team, host=host, since=since, tool=tool, status=status, user=user, shared=shared,
+                               as_json=as_json)
+    if user or shared:
+        fail("--user and --shared need a team store (docs/team-store.md); the embedded store holds your runs alone")
     rows = store.reports(store.root(store_root), host=host, since=since, tool=tool, status=status)
     if as_json:
         return echo_json(rows)
@@ -59,6 +68,10 @@ def reports_ls(store_root, host, since, tool, status, as_json):
 @json_option
 def reports_show(run_id, store_root, as_json):
     """A run's manifest: request, hosts, reports, what is missing and why."""
+    from . import reports_team
+
+    if (team := reports_team.team_store()) is not None:
+        return reports_team.show(team, run_id, as_json)
     m = _manifest(store_root, run_id)
     if as_json:
         return echo_json(m.to_json())
@@ -85,6 +98,10 @@ def reports_pull(run_id, dest, store_root, as_json):
     from pathlib import Path
 
     from .. import store
+    from . import reports_team
+
+    if (team := reports_team.team_store()) is not None:
+        return reports_team.pull(team, run_id, dest, as_json)
 
     try:
         pulled = store.pull(store.root(store_root), run_id, Path(dest))
@@ -114,6 +131,10 @@ def reports_rm(run_id, store_root, dry_run, force, as_json):
     """Delete run RUN_ID (an exact id, never a pattern): its folder and its catalog rows. A run
     still running is refused, unless --force."""
     from .. import store
+    from . import reports_team
+
+    if (team := reports_team.team_store()) is not None:
+        return reports_team.rm(team, run_id, dry_run, as_json)
 
     try:
         gone = store.remove_run(store.root(store_root), run_id, dry_run=dry_run, force=force)
@@ -291,3 +312,28 @@ def reports_reindex(store_root, as_json):
     for why in skipped:
         click.echo(f"fleet: left out {why}", err=True)
     click.echo(f"catalogued {n} runs")
+
+
+@reports.command("push")
+@click.argument("run_ids", nargs=-1)
+@store_option
+@json_option
+def reports_push(run_ids, store_root, as_json):
+    """Send runs of the embedded store to the team store (all finished runs without RUN_IDS): every
+    file verified against its sha256, the catalog's rows last; pushing again changes nothing."""
+    from . import reports_team
+    from .team import team_store_or_fail
+
+    reports_team.push(team_store_or_fail(), store_root, run_ids, as_json)
+
+
+@reports.command("share")
+@click.argument("run_id")
+@click.argument("group")
+@json_option
+def reports_share(run_id, group, as_json):
+    """Let the members of GROUP (a role of the team catalog you belong to) see run RUN_ID of yours."""
+    from . import reports_team
+    from .team import team_store_or_fail
+
+    reports_team.share(team_store_or_fail(), run_id, group, as_json)

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 import click
 
 from .. import exitcodes
-from .context import Context, fail, store_option
+from .context import Context, fail, store_option, push_when_done
 from .output import echo_json, json_option
 from .parsing import seconds
 
@@ -143,6 +143,7 @@ def profile_on_slurm(obj: Context, req: "ProfileRequest", opts: dict, *, store_r
         echo_json(manifest.to_json())
     else:
         click.echo(runs.render(manifest), nl=False)
+    push_when_done(store_root, manifest, as_json)
     sys.exit(exitcodes.for_run(manifest, waited=not opts.get("no_wait")))
 
 
@@ -172,6 +173,7 @@ def gather_on_slurm(obj: Context, run_id: str, store_root, as_json: bool = False
         click.echo(f"run {run_id}: job {m.slurm.job_id} is {m.slurm.state}; gather again once it ends")
     else:
         click.echo(render(m), nl=False)
+    push_when_done(store_root, m, as_json)
     sys.exit(exitcodes.for_run(m))
 
 

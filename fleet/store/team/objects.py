@@ -1,0 +1,253 @@
+"""Report files in S3-compatible object storage, through boto3.
+
+Key layout: ``PREFIX/OWNER/SITE/RUN-ID/HOST/SHA256``: the owner (the person's catalog role) first,
+so that a site gives each person credentials for their own prefix alone; the object is named by its
+content, so a report sent twice is one object, and one already there is never sent again.
+
+Every object is checked against its sha256 as it goes up: each request carries its SHA-256
+(``ChecksumSHA256``), which the server checks against the bytes it received; a multipart upload's
+parts each carry theirs, and the upload completes only when the server's checksum of the parts is the
+one computed here, and the whole file's sha256 is the one the store verified when it brought the
+report home. A part already uploaded by a cut upload (the client killed, the server restarted) is
+found again and not sent twice: an upload resumes.
+
+The client: botocore computes request checksums by default since 1.36, a CRC32 that some S3-compatible
+servers reject; fleet sends its own SHA-256 and asks for checksums only "when_required".
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import os
+import threading
+from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
+from dataclasses import dataclass
+from pathlib import Path
+
+from .catalog import TeamError, TeamUnavailable
+from .config import ObjectsLocation
+
+PART_SIZE = 64 * 1024 * 1024     # S3 allows 5 MiB to 5 GiB; 64 MiB keeps 10,000 parts above 600 GiB
+WORKERS = 8                      # parts in flight: memory is WORKERS x PART_SIZE at most, whatever the size
+READ_CHUNK = 1024 * 1024
+
+
+def _boto3():
+    try:
+        import boto3
+        import botocore.config
+        import botocore.exceptions
+    except ImportError:
+        raise TeamError("the team store needs boto3: pip install 'fleet[team]'") from None
+    return boto3, botocore
+
+
+def client():
+    """An S3 client as boto3 configures it (AWS_PROFILE, ~/.aws/credentials, AWS_ENDPOINT_URL), with
+    fleet's checksums, path-style addresses (most S3-compatible servers) and bounded waits."""
+    boto3, botocore = _boto3()
+    config = botocore.config.Config(
+        request_checksum_calculation="when_required", response_checksum_validation="when_required",
+        s3={"addressing_style": "path"}, connect_timeout=10, read_timeout=120,
+        retries={"max_attempts": 4, "mode": "standard"}, max_pool_connections=WORKERS + 2)
+    try:
+        return boto3.session.Session().client("s3", config=config)
+    except botocore.exceptions.BotoCoreError as e:
+        raise TeamError(f"the object store cannot be used: {e}") from None
+
+
+def key_of(location: ObjectsLocation, owner: str, site: str, run_id: str, host: str, sha256: str) -> str:
+    return "/".join((*location.prefix, owner, site, run_id, host, sha256))
+
+
+def run_prefix(location: ObjectsLocation, owner: str, site: str, run_id: str) -> str:
+    return "/".join((*location.prefix, owner, site, run_id)) + "/"
+
+
+def _b64(digest: bytes) -> str:
+    return base64.b64encode(digest).decode()
+
+
+def failure(e: Exception, what: str) -> TeamError:
+    """One line for a failure of S3: unreachable (TeamUnavailable) or refused (TeamError)."""
+    _, botocore = _boto3()
+    if isinstance(e, botocore.exceptions.ClientError):
+        error = e.response["Error"]
+        return TeamError(f"the object store refused {what}: {error.get('Code')} {error.get('Message') or ''}".strip())
+    if isinstance(e, (botocore.exceptions.EndpointConnectionError, botocore.exceptions.ConnectionError,
+                      botocore.exceptions.ReadTimeoutError)):
+        return TeamUnavailable(f"the object store cannot be reached for {what}: {e}")
+    if isinstance(e, botocore.exceptions.NoCredentialsError):
+        return TeamError(f"no S3 credentials for {what}: set AWS_PROFILE or ~/.aws/credentials")
+    return TeamUnavailable(f"the object store failed {what}: {e}")
+
+
+@dataclass
+class Sent:
+    key: str
+    size: int
+    already_there: bool      # the object was there with this sha256: nothing was sent
+    resumed_parts: int = 0   # parts a cut upload had sent, found again and kept
+
+
+def present(s3, bucket: str, key: str, sha256: str, size: int) -> bool:
+    """Whether the object is there, whole, with this content (its size and the sha256 it was sent with)."""
+    _, botocore = _boto3()
+    try:
+        head = s3.head_object(Bucket=bucket, Key=key)
+    except botocore.exceptions.ClientError as e:
+        if e.response["Error"].get("Code") in ("404", "NoSuchKey", "NotFound"):
+            return False
+        raise
+    return head["ContentLength"] == size and head.get("Metadata", {}).get("sha256") == sha256
+
+
+def upload(s3, bucket: str, key: str, path: Path, sha256: str, *, part_size: int = PART_SIZE,
+           workers: int = WORKERS) -> Sent:
+    """Send one report file (verified: see the module), unless it is there already."""
+    size = os.stat(path).st_size
+    try:
+        if present(s3, bucket, key, sha256, size):
+            return Sent(key, size, already_there=True)
+        if size <= part_size:
+            _put_whole(s3, bucket, key, path, sha256)
+            return Sent(key, size, already_there=False)
+        return _multipart(s3, bucket, key, path, sha256, size, part_size, workers)
+    except TeamError:
+        raise
+    except Exception as e:  # botocore's and the network's, made one line
+        raise failure(e, f"{path.name}") from None
+
+
+def _put_whole(s3, bucket: str, key: str, path: Path, sha256: str) -> None:
+    data = _read_exactly(path, 0, os.stat(path).st_size)
+    digest = hashlib.sha256(data).digest()
+    if digest.hex() != sha256:
+        raise TeamError(f"{path} is no longer the report the store verified (sha256 {digest.hex()[:12]}, "
+                        f"not {sha256[:12]}): not sent")
+    s3.put_object(Bucket=bucket, Key=key, Body=data, ChecksumSHA256=_b64(digest), Metadata={"sha256": sha256})
+
+
+def _read_exactly(path: Path, offset: int, length: int) -> bytes:
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    try:
+        return os.pread(fd, length, offset)
+    finally:
+        os.close(fd)
+
+
+def _existing_upload(s3, bucket: str, key: str, sha256: str) -> tuple[str | None, dict[int, dict]]:
+    """A multipart upload of this key and content that a cut left open, and its parts."""
+    found = s3.list_multipart_uploads(Bucket=bucket, Prefix=key).get("Uploads", [])
+    for upload in sorted((u for u in found if u.get("Key") == key), key=lambda u: u.get("Initiated") or 0,
+                         reverse=True):
+        parts: dict[int, dict] = {}
+        pages = s3.get_paginator("list_parts").paginate(Bucket=bucket, Key=key, UploadId=upload["UploadId"])
+        for page in pages:
+            for part in page.get("Parts", []):
+                parts[part["PartNumber"]] = part
+        return upload["UploadId"], parts
+    return None, {}
+
+
+def _multipart(s3, bucket, key, path, sha256, size, part_size, workers) -> Sent:
+    upload_id, had = _existing_upload(s3, bucket, key, sha256)
+    if upload_id is None:
+        upload_id = s3.create_multipart_upload(Bucket=bucket, Key=key, Metadata={"sha256": sha256},
+                                               ChecksumAlgorithm="SHA256")["UploadId"]
+    whole = hashlib.sha256()
+    digests: list[bytes] = []
+    done: dict[int, dict] = {}
+    resumed = 0
+    lock = threading.Lock()
+
+    def send(number: int, data: bytes, digest: bytes) -> None:
+        answer = s3.upload_part(Bucket=bucket, Key=key, UploadId=upload_id, PartNumber=number, Body=data,
+                                ChecksumSHA256=_b64(digest))
+        with lock:
+            done[number] = {"PartNumber": number, "ETag": answer["ETag"], "ChecksumSHA256": _b64(digest)}
+
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    try:
+        with ThreadPoolExecutor(workers) as pool:
+            pending: set = set()
+            for number, offset in enumerate(range(0, size, part_size), start=1):
+                data = os.pread(fd, min(part_size, size - offset), offset)
+                whole.update(data)
+                digest = hashlib.sha256(data).digest()
+                digests.append(digest)
+                old = had.get(number)
+                if old is not None and old.get("Size") == len(data) and old.get("ChecksumSHA256") == _b64(digest):
+                    done[number] = {"PartNumber": number, "ETag": old["ETag"], "ChecksumSHA256": _b64(digest)}
+                    resumed += 1
+                    continue
+                if len(pending) >= workers:  # memory stays at WORKERS parts, however large the file
+                    finished, pending = wait(pending, return_when=FIRST_COMPLETED)
+                    for f in finished:
+                        f.result()
+                pending.add(pool.submit(send, number, data, digest))
+            for f in pending:
+                f.result()
+    finally:
+        os.close(fd)
+    if whole.hexdigest() != sha256:
+        s3.abort_multipart_upload(Bucket=bucket, Key=key, UploadId=upload_id)
+        raise TeamError(f"{path} is no longer the report the store verified (sha256 {whole.hexdigest()[:12]}, "
+                        f"not {sha256[:12]}): not sent")
+    parts = [done[n] for n in sorted(done)]
+    answer = s3.complete_multipart_upload(Bucket=bucket, Key=key, UploadId=upload_id,
+                                          MultipartUpload={"Parts": parts})
+    _check_composite(answer, digests, key, s3, bucket)
+    return Sent(key, size, already_there=False, resumed_parts=resumed)
+
+
+def _check_composite(answer: dict, digests: list[bytes], key: str, s3, bucket: str) -> None:
+    """The server's checksum of the parts must be ours: SHA-256 over the parts' SHA-256s, '-N'."""
+    expected = f"{_b64(hashlib.sha256(b''.join(digests)).digest())}-{len(digests)}"
+    got = answer.get("ChecksumSHA256")
+    if got is not None and got != expected:
+        s3.delete_object(Bucket=bucket, Key=key)
+        raise TeamError(f"the object store holds other bytes than were sent for {key} (checksum {got}, "
+                        f"not {expected}): removed, send it again")
+
+
+def delete(s3, bucket: str, keys: list[str]) -> None:
+    try:
+        for start in range(0, len(keys), 1000):
+            batch = keys[start:start + 1000]
+            if batch:
+                s3.delete_objects(Bucket=bucket, Delete={"Objects": [{"Key": k} for k in batch], "Quiet": True})
+    except Exception as e:
+        raise failure(e, "the removal") from None
+
+
+def download(url: str, dest: Path, sha256: str, *, timeout: float = 60) -> int:
+    """One object through the address the catalog signed, into ``dest`` (a new file, renamed into
+    place only once its sha256 is the catalog's): its size back."""
+    import urllib.error
+    import urllib.request
+
+    from ...agent import files
+    from .. import private
+
+    partial = dest.with_name(f".{dest.name}.{os.getpid()}.part")
+    digest, size = hashlib.sha256(), 0
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as answer, files.open_partial(str(partial), 0) as out:
+            while chunk := answer.read(READ_CHUNK):
+                digest.update(chunk)
+                out.write(chunk)
+                size += len(chunk)
+    except urllib.error.HTTPError as e:
+        partial.unlink(missing_ok=True)
+        raise TeamError(f"the object store refused {dest.name}: HTTP {e.code} {e.reason}") from None
+    except OSError as e:
+        partial.unlink(missing_ok=True)
+        raise TeamUnavailable(f"the object store cannot be reached for {dest.name}: {e}") from None
+    if digest.hexdigest() != sha256:
+        partial.unlink(missing_ok=True)
+        raise TeamError(f"{dest.name} came back with sha256 {digest.hexdigest()[:12]}, not the catalog's "
+                        f"{sha256[:12]}: not kept")
+    private.rename_into_place(partial, dest)
+    return size

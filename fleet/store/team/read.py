@@ -1,0 +1,158 @@
+"""The team store from the commands' side: runs and reports listed, shown, pulled, shared, removed,
+and the embedded store's runs pushed. Each call opens its own connection, as its person's role."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from ... import safenames
+from .. import layout, private
+from ..manifest import RunManifest
+from . import catalog, objects, push
+from .catalog import TeamError, TeamUnavailable
+from .config import TeamStore
+
+
+def reports(team: TeamStore, **filters) -> list[dict]:
+    with catalog.connected(team) as conn:
+        catalog.check_version(conn)
+        return catalog.reports(conn, **filters)
+
+
+def manifest(team: TeamStore, run_id: str) -> tuple[str, RunManifest, list[str]]:
+    """(owner, manifest, groups it is shared with) of a run this person may see."""
+    layout.check_run_id(run_id)
+    with catalog.connected(team) as conn:
+        catalog.check_version(conn)
+        owner, doc = catalog.manifest(conn, run_id)
+        groups = catalog.shares(conn, run_id)
+    return owner, RunManifest.from_json(doc), groups
+
+
+def share(team: TeamStore, run_id: str, group: str) -> list[str]:
+    layout.check_run_id(run_id)
+    safenames.check_component(group, "the group")
+    with catalog.connected(team) as conn:
+        catalog.check_version(conn)
+        if not catalog.group_exists(conn, group):
+            raise TeamError(f"no group {group!r} in the team catalog")
+        catalog.share(conn, run_id, group)
+        return catalog.shares(conn, run_id)
+
+
+def remove(team: TeamStore, run_id: str) -> int:
+    """The run's rows gone (its owner's, or an admin's doing), then its objects: the count back.
+    Objects of another person's run (an admin removing it) are left to the admin's S3 tools."""
+    layout.check_run_id(run_id)
+    with catalog.connected(team) as conn:
+        catalog.check_version(conn)
+        owner, _ = catalog.manifest(conn, run_id)
+        keys = catalog.remove(conn, run_id)
+        me = catalog.whoami(conn)
+    if owner == me and keys:
+        objects.delete(objects.client(), team.objects.bucket, sorted(set(keys)))
+    return len(keys)
+
+
+@dataclass
+class Pulled:
+    host: str
+    name: str
+    target: Path | None = None
+    problem: str | None = None
+
+
+def pull(team: TeamStore, run_id: str, dest: Path) -> list[Pulled]:
+    """Every catalogued file of the run into DEST/HOST/NAME, each through an address the catalog
+    signed for this person, checked against its sha256 before it takes its name."""
+    layout.check_run_id(run_id)
+    with catalog.connected(team) as conn:
+        catalog.check_version(conn)
+        catalog.manifest(conn, run_id)  # LookupError for a run this person may not see
+        rows = [r for r in catalog.reports(conn) if r["run_id"] == run_id and r["object_key"]]
+        urls = {r["object_key"]: catalog.object_url(conn, run_id, r["object_key"]) for r in rows}
+    private.check_store(dest)
+    pulled = []
+    for r in rows:
+        host, name = r["host"], r["name"]
+        try:
+            folder = safenames.join(dest, host, what="host name")
+            target = safenames.join(folder, name, what="report name")
+        except safenames.UnsafeName as e:
+            pulled.append(Pulled(host, name, problem=str(e)))
+            continue
+        private.check_folder(folder, dest)
+        try:
+            objects.download(urls[r["object_key"]], target, r["sha256"])
+            pulled.append(Pulled(host, name, target))
+        except TeamError as e:
+            pulled.append(Pulled(host, name, problem=str(e)))
+    return pulled
+
+
+@dataclass
+class PushReport:
+    pushed: list[push.Pushed] = field(default_factory=list)
+    failed: list[tuple[str, str]] = field(default_factory=list)   # (run id, why)
+
+
+def push_runs(team: TeamStore, store_root: Path, run_ids: list[str] | None,
+              on_run: Callable[[str, "push.Pushed | None", str | None], None] = lambda r, p, e: None) -> PushReport:
+    """The runs named (or every finished run of the embedded store) pushed, each on its own: one
+    that fails is said and the others go on; one the catalog is unreachable for stops the rest."""
+    ids = run_ids if run_ids else finished_runs(store_root)
+    report = PushReport()
+    for run_id in ids:
+        try:
+            done = push.push_run(team, store_root, layout.check_run_id(run_id))
+        except TeamUnavailable as e:
+            report.failed.append((run_id, str(e)))
+            on_run(run_id, None, str(e))
+            break
+        except (TeamError, LookupError, ValueError, OSError) as e:
+            report.failed.append((run_id, str(e)))
+            on_run(run_id, None, str(e))
+            continue
+        report.pushed.append(done)
+        on_run(run_id, done, None)
+    return report
+
+
+def finished_runs(store_root: Path) -> list[str]:
+    """Every run of the embedded store that has finished, oldest first (by id: the time it began)."""
+    from ..manifest_io import read_manifest
+
+    if not store_root.exists():
+        return []
+    private.check_store(store_root)
+    ids = []
+    for path in layout.manifests(store_root):
+        try:
+            if read_manifest(path).status not in push.FINAL:
+                ids.append(path.parent.name)
+        except (ValueError, OSError):
+            continue
+    return sorted(ids)
+
+
+def after_save(store_root: Path, manifest_path: Path, status: str) -> str | None:
+    """Once a run has finished: pushed to the team store, when one is named. What happened back, as
+    one line (None without a team store). Never raises: the run is saved whatever the team store says."""
+    from .config import resolve
+
+    if status in push.FINAL or os.environ.get("FLEET_NO_PUSH"):
+        return None
+    try:
+        team = resolve()
+        if team is None:
+            return None
+        done = push.push_run(team, store_root, manifest_path.parent.name)
+    except (TeamError, LookupError, ValueError, OSError) as e:
+        return (f"not pushed to the team store ({e}); `fleet reports push {manifest_path.parent.name}` "
+                f"sends it later")
+    if done.unchanged:
+        return "team store: pushed (unchanged)"
+    return f"team store: pushed ({done.sent} file(s) sent, {done.already_there} already there)"
