@@ -4,11 +4,13 @@ Key layout: ``PREFIX/OWNER/SITE/RUN-ID/HOST/SHA256``: the owner (the person's ca
 so that a site gives each person credentials for their own prefix alone; the object is named by its
 content, so a report sent twice is one object, and one already there is never sent again.
 
-Every object is checked against its sha256 as it goes up: each request carries its SHA-256
-(``ChecksumSHA256``), which the server checks against the bytes it received; a multipart upload's
-parts each carry theirs, and the upload completes only when the server's checksum of the parts is the
-one computed here, and the whole file's sha256 is the one the store verified when it brought the
-report home. A part already uploaded by a cut upload (the client killed, the server restarted) is
+Every object is checked against its sha256 as it goes up. A file sent whole carries its SHA-256
+(``ChecksumSHA256``), which the server checks against the bytes it received. A multipart upload's
+parts each carry their CRC32, which the server checks, and the upload completes only when the whole
+file, read once as its parts were sent, has the sha256 the store verified when it brought the report
+home; the server's checksum of the parts must then be the one computed here. (CRC32 for the parts,
+not SHA-256: S3 has no whole-object SHA-256 for multipart uploads, so a SHA-256 per part would hash
+every byte twice, and the parts need only a check against damage in transit.) A part already uploaded by a cut upload (the client killed, the server restarted) is
 found again and not sent twice: an upload resumes.
 
 The client: botocore computes request checksums by default since 1.36, a CRC32 that some S3-compatible
@@ -21,6 +23,7 @@ import base64
 import hashlib
 import os
 import threading
+import zlib
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
@@ -155,18 +158,18 @@ def _multipart(s3, bucket, key, path, sha256, size, part_size, workers) -> Sent:
     upload_id, had = _existing_upload(s3, bucket, key, sha256)
     if upload_id is None:
         upload_id = s3.create_multipart_upload(Bucket=bucket, Key=key, Metadata={"sha256": sha256},
-                                               ChecksumAlgorithm="SHA256")["UploadId"]
+                                               ChecksumAlgorithm="CRC32")["UploadId"]
     whole = hashlib.sha256()
     digests: list[bytes] = []
     done: dict[int, dict] = {}
     resumed = 0
     lock = threading.Lock()
 
-    def send(number: int, data: bytes, digest: bytes) -> None:
+    def send(number: int, data: bytes, crc: bytes) -> None:
         answer = s3.upload_part(Bucket=bucket, Key=key, UploadId=upload_id, PartNumber=number, Body=data,
-                                ChecksumSHA256=_b64(digest))
+                                ChecksumCRC32=_b64(crc))
         with lock:
-            done[number] = {"PartNumber": number, "ETag": answer["ETag"], "ChecksumSHA256": _b64(digest)}
+            done[number] = {"PartNumber": number, "ETag": answer["ETag"], "ChecksumCRC32": _b64(crc)}
 
     fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
     try:
@@ -174,19 +177,19 @@ def _multipart(s3, bucket, key, path, sha256, size, part_size, workers) -> Sent:
             pending: set = set()
             for number, offset in enumerate(range(0, size, part_size), start=1):
                 data = os.pread(fd, min(part_size, size - offset), offset)
-                whole.update(data)
-                digest = hashlib.sha256(data).digest()
-                digests.append(digest)
+                whole.update(data)  # hashlib lets go of the GIL: the parts go up meanwhile
+                crc = zlib.crc32(data).to_bytes(4, "big")
+                digests.append(crc)
                 old = had.get(number)
-                if old is not None and old.get("Size") == len(data) and old.get("ChecksumSHA256") == _b64(digest):
-                    done[number] = {"PartNumber": number, "ETag": old["ETag"], "ChecksumSHA256": _b64(digest)}
+                if old is not None and old.get("Size") == len(data) and old.get("ChecksumCRC32") == _b64(crc):
+                    done[number] = {"PartNumber": number, "ETag": old["ETag"], "ChecksumCRC32": _b64(crc)}
                     resumed += 1
                     continue
                 if len(pending) >= workers:  # memory stays at WORKERS parts, however large the file
                     finished, pending = wait(pending, return_when=FIRST_COMPLETED)
                     for f in finished:
                         f.result()
-                pending.add(pool.submit(send, number, data, digest))
+                pending.add(pool.submit(send, number, data, crc))
             for f in pending:
                 f.result()
     finally:
@@ -203,9 +206,9 @@ def _multipart(s3, bucket, key, path, sha256, size, part_size, workers) -> Sent:
 
 
 def _check_composite(answer: dict, digests: list[bytes], key: str, s3, bucket: str) -> None:
-    """The server's checksum of the parts must be ours: SHA-256 over the parts' SHA-256s, '-N'."""
-    expected = f"{_b64(hashlib.sha256(b''.join(digests)).digest())}-{len(digests)}"
-    got = answer.get("ChecksumSHA256")
+    """The server's checksum of the parts must be ours: the CRC32 of the parts' CRC32s, '-N'."""
+    expected = f"{_b64(zlib.crc32(b''.join(digests)).to_bytes(4, 'big'))}-{len(digests)}"
+    got = answer.get("ChecksumCRC32")
     if got is not None and got != expected:
         s3.delete_object(Bucket=bucket, Key=key)
         raise TeamError(f"the object store holds other bytes than were sent for {key} (checksum {got}, "
