@@ -151,3 +151,37 @@ class TeamSite:
         import shutil
 
         shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def embedded_run(root: Path, run_id: str, files: dict[str, bytes], *, kernel_ns: int | None = None,
+                 status: str = "complete") -> Path:
+    """A finished run in an embedded store as fleet files it: one host per file, each file verified
+    with its real sha256 (and a kernel summary when ``kernel_ns`` is given). Its folder back."""
+    import hashlib
+
+    day = f"{run_id[0:4]}-{run_id[4:6]}-{run_id[6:8]}"
+    directory = root / "lab" / day / run_id
+    hosts = []
+    for host, data in files.items():
+        (directory / host).mkdir(parents=True, mode=0o700)
+        reports = []
+        path = directory / host / f"{host}-1.nsys-rep"
+        path.write_bytes(data)
+        reports.append({"remote": f"/var/tmp/fleet/{run_id}/{path.name}", "stored": str(path), "size": len(data),
+                        "sha256": hashlib.sha256(data).hexdigest(), "status": "complete", "verified": True})
+        if kernel_ns is not None:
+            csv = directory / host / f"{host}-1_cuda_gpu_kern_sum.csv"
+            csv.write_text(f"Time (%),Total Time (ns),Instances,Name\n100.0,{kernel_ns},3,gemm_kernel\n")
+            reports.append({"remote": f"/var/tmp/fleet/{run_id}/{csv.name}", "stored": str(csv),
+                            "size": csv.stat().st_size, "sha256": hashlib.sha256(csv.read_bytes()).hexdigest(),
+                            "status": "summary", "verified": True, "summary": "cuda_gpu_kern_sum"})
+        hosts.append({"host": host, "status": "ok", "gpu": "NVIDIA H200", "driver": "580.159.04",
+                      "tool_version": "2025.3.1", "reports": reports})
+    doc = {"schema": 2, "run_id": run_id, "site": "lab", "day": day, "started": f"{day}T02:00:00+0000",
+           "user": "ana", "request": {"tool": "nsys", "command": ["python3", "bench.py"]}, "status": status,
+           "hosts": hosts}
+    for folder in (root, root / "lab", root / "lab" / day, directory):
+        folder.mkdir(mode=0o700, exist_ok=True)
+        folder.chmod(0o700)
+    (directory / "manifest.json").write_text(json.dumps(doc))
+    return directory

@@ -180,9 +180,8 @@ def _multipart(s3, bucket, key, path, sha256, size, part_size, workers) -> Sent:
                 whole.update(data)  # hashlib lets go of the GIL: the parts go up meanwhile
                 crc = zlib.crc32(data).to_bytes(4, "big")
                 digests.append(crc)
-                old = had.get(number)
-                if old is not None and old.get("Size") == len(data) and old.get("ChecksumCRC32") == _b64(crc):
-                    done[number] = {"PartNumber": number, "ETag": old["ETag"], "ChecksumCRC32": _b64(crc)}
+                if _same_part(had.get(number), data, crc):
+                    done[number] = {"PartNumber": number, "ETag": had[number]["ETag"], "ChecksumCRC32": _b64(crc)}
                     resumed += 1
                     continue
                 if len(pending) >= workers:  # memory stays at WORKERS parts, however large the file
@@ -203,6 +202,16 @@ def _multipart(s3, bucket, key, path, sha256, size, part_size, workers) -> Sent:
                                           MultipartUpload={"Parts": parts})
     _check_composite(answer, digests, key, s3, bucket)
     return Sent(key, size, already_there=False, resumed_parts=resumed)
+
+
+def _same_part(old: dict | None, data: bytes, crc: bytes) -> bool:
+    """Whether a part a cut upload left on the server holds these bytes: by its CRC32 where the
+    server lists one, else by its ETag, which S3 servers make the part's MD5."""
+    if old is None or old.get("Size") != len(data):
+        return False
+    if old.get("ChecksumCRC32"):
+        return old["ChecksumCRC32"] == _b64(crc)
+    return old.get("ETag", "").strip('"') == hashlib.md5(data, usedforsecurity=False).hexdigest()
 
 
 def _check_composite(answer: dict, digests: list[bytes], key: str, s3, bucket: str) -> None:

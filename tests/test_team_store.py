@@ -1,0 +1,334 @@
+"""The team store against a real PostgreSQL and a real S3 server (SeaweedFS), set up as
+docs/team-store.md says: who sees what (through fleet, psql and S3 directly), pushing an embedded
+store, the cuts (the catalog stopped before the commit, the S3 server killed and the client killed in
+the middle of an upload) each followed by a retry, many clients at once, and a lab profile pushed
+once it finishes."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import run_fleet
+from tests.harness.teamstore import BUCKET, PREFIX, TeamSite, embedded_run
+
+BOB_RUN, ALICE_RUN, CAROL_RUN = "20261203-090000-b0b0", "20261203-090100-a11c", "20261203-090200-ca01"
+
+
+@pytest.fixture(scope="module")
+def site():
+    s = TeamSite(people=("alice", "bob", "carol"), groups={"ml": ["alice", "bob"]})
+    try:
+        yield s.start()
+    finally:
+        s.stop()
+
+
+def store_of(tmp_path: Path, name: str = "store") -> Path:
+    root = tmp_path / name
+    root.mkdir(mode=0o700)
+    return root
+
+
+def push(site, person, root, *run_ids):
+    return site.fleet("reports", "push", *run_ids, env=site.env(person, root))
+
+
+def keys_under(site, prefix: str) -> list[str]:
+    s3 = site.s3_as("admin")
+    pages = s3.get_paginator("list_objects_v2").paginate(Bucket=BUCKET, Prefix=prefix)
+    return sorted(o["Key"] for page in pages for o in page.get("Contents", []))
+
+
+def test_a_setting_with_a_password_or_only_half_a_team_store_is_refused_touching_nothing(site, tmp_path):
+    root = store_of(tmp_path)
+    env = site.env("alice", root)
+    with_password = {**env, "FLEET_CATALOG": env["FLEET_CATALOG"].replace("alice@", "alice:hunter2@")}
+    r = site.fleet("reports", "ls", env=with_password)
+    assert r.returncode == 2 and "holds a password" in r.stderr and "hunter2" not in r.stderr + r.stdout
+    half = {k: v for k, v in env.items() if k != "FLEET_OBJECTS"}
+    r = site.fleet("reports", "ls", env=half)
+    assert r.returncode == 2 and "needs both a catalog and objects" in r.stderr
+    r = site.fleet("reports", "ls", env={**env, "FLEET_OBJECTS": "s3://Not_A_Bucket/x"})
+    assert r.returncode == 2 and "not an S3 bucket name" in r.stderr
+    assert "Traceback" not in r.stderr
+
+
+def test_each_person_sees_their_own_runs_and_those_shared_with_their_group_and_nothing_else(site, tmp_path):
+    for person, run_id in (("bob", BOB_RUN), ("alice", ALICE_RUN), ("carol", CAROL_RUN)):
+        root = store_of(tmp_path, person)
+        embedded_run(root, run_id, {"gx01": f"{person}'s report".encode()})
+        r = push(site, person, root)
+        assert r.returncode == 0, r.stderr
+        assert f"{run_id}: pushed (1 file(s) sent" in r.stdout
+
+    def listed(person, *extra):
+        r = site.fleet("reports", "ls", "--json", *extra, env=site.env(person))
+        assert r.returncode == 0, r.stderr
+        return {(row["run_id"], row["owner"]) for row in json.loads(r.stdout)["data"]}
+
+    assert listed("alice") == {(ALICE_RUN, "alice")}
+    assert listed("bob") == {(BOB_RUN, "bob")}
+    r = site.fleet("reports", "share", BOB_RUN, "ml", env=site.env("bob"))
+    assert r.returncode == 0 and "shared with ml" in r.stdout, r.stderr
+    assert listed("alice") == {(ALICE_RUN, "alice"), (BOB_RUN, "bob")}
+    assert listed("alice", "--user", "bob") == {(BOB_RUN, "bob")}
+    assert listed("alice", "--shared") == {(BOB_RUN, "bob")}
+    assert listed("carol") == {(CAROL_RUN, "carol")}  # not in ml: bob's run stays out of sight
+    # alice may not share with a group she is not in, nor share bob's run.
+    r = site.fleet("reports", "share", ALICE_RUN, "fleet_admin", env=site.env("alice"))
+    assert r.returncode == 1 and "not a member of the group" in r.stderr
+    r = site.fleet("reports", "share", BOB_RUN, "ml", env=site.env("alice"))
+    assert r.returncode == 1 and "only its owner shares it" in r.stderr
+
+    # alice pulls bob's shared run through the address the catalog signs, verified.
+    r = site.fleet("reports", "pull", BOB_RUN, str(tmp_path / "pulled"), env=site.env("alice"))
+    assert r.returncode == 0, r.stderr
+    assert (tmp_path / "pulled" / "gx01" / "gx01-1.nsys-rep").read_bytes() == b"bob's report"
+    r = site.fleet("reports", "pull", CAROL_RUN, str(tmp_path / "nope"), env=site.env("alice"))
+    assert r.returncode == 2 and "that you may see" in r.stderr
+
+
+def test_nobody_reaches_anothers_private_run_with_their_own_credentials_directly(site, tmp_path):
+    root = store_of(tmp_path)
+    embedded_run(root, "20261203-091000-b0b1", {"gx02": b"private to bob"})
+    assert push(site, "bob", root).returncode == 0
+    bob_key = f"{PREFIX}/bob/lab/20261203-091000-b0b1/gx02/{hashlib.sha256(b'private to bob').hexdigest()}"
+    assert keys_under(site, f"{PREFIX}/bob/lab/20261203-091000-b0b1/") == [bob_key]
+
+    # psql as alice: the run, its reports and the signer's secret are out of her reach.
+    for sql in ("SELECT count(*) FROM fleet.runs WHERE run_id = '20261203-091000-b0b1'",
+                "SELECT count(*) FROM fleet.reports WHERE run_id = '20261203-091000-b0b1'"):
+        assert site.psql(sql, role="alice").stdout.strip() == "0"
+    for sql in ("SELECT secret_key FROM fleet_private.signer",
+                "UPDATE fleet.runs SET owner = 'alice' WHERE run_id = '20261203-091000-b0b1' RETURNING 1",
+                f"SELECT fleet.object_url('20261203-091000-b0b1', '{bob_key}')",
+                "INSERT INTO fleet.runs (run_id, owner, site, day, started, status, manifest, manifest_sha256) "
+                "VALUES ('20261203-091100-f0f0', 'bob', 'lab', 'd', 's', 'complete', '{}', 'x')"):
+        r = site.psql(sql, role="alice", check=False)
+        assert r.returncode != 0 or r.stdout.strip() == "", (sql, r.stdout)
+    # S3 with alice's own keys: bob's prefix can be neither listed, read, written nor deleted.
+    s3 = site.s3_as("alice")
+    import botocore.exceptions
+
+    for attempt in (lambda: s3.list_objects_v2(Bucket=BUCKET, Prefix=f"{PREFIX}/bob/"),
+                    lambda: s3.list_objects_v2(Bucket=BUCKET, Prefix=""),
+                    lambda: s3.get_object(Bucket=BUCKET, Key=bob_key),
+                    lambda: s3.put_object(Bucket=BUCKET, Key=bob_key, Body=b"planted"),
+                    lambda: s3.delete_object(Bucket=BUCKET, Key=bob_key)):
+        with pytest.raises(botocore.exceptions.ClientError) as denied:
+            attempt()
+        assert denied.value.response["Error"]["Code"] in ("AccessDenied", "403")
+    assert keys_under(site, bob_key) == [bob_key]
+
+
+def test_an_embedded_store_of_200_runs_is_pushed_whole_and_pushing_again_changes_nothing(site, tmp_path):
+    root = store_of(tmp_path)
+    expected = {}
+    for i in range(200):
+        run_id = f"20261201-{i // 60:02d}{i % 60:02d}00-{i:04x}"
+        data = f"report {i}".encode() * (i + 1)
+        embedded_run(root, run_id, {"gx03": data}, kernel_ns=1000 + i)
+        expected[run_id] = hashlib.sha256(data).hexdigest()
+    r = push(site, "carol", root)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stdout.count(": pushed (") == 200 and "200 run(s) in the team store" in r.stdout
+    before = site.psql("SELECT run_id, pushed_at FROM fleet.runs WHERE run_id LIKE '20261201-%' ORDER BY run_id",
+                       role="carol").stdout
+    rows = site.psql("SELECT run_id, sha256, object_key FROM fleet.reports WHERE run_id LIKE '20261201-%' "
+                     "AND name LIKE '%.nsys-rep'", role="carol").stdout.split()
+    assert len(rows) == 200
+    s3 = site.s3_as("carol")
+    for line in rows:
+        run_id, sha, key = line.split("|")
+        assert sha == expected[run_id]
+        assert hashlib.sha256(s3.get_object(Bucket=BUCKET, Key=key)["Body"].read()).hexdigest() == sha
+    assert site.psql("SELECT count(*) FROM fleet.kernels WHERE run_id LIKE '20261201-%'",
+                     role="carol").stdout.strip() == "200"
+
+    again = push(site, "carol", root)
+    assert again.returncode == 0 and again.stdout.count("already in the team store, unchanged") == 200
+    after = site.psql("SELECT run_id, pushed_at FROM fleet.runs WHERE run_id LIKE '20261201-%' ORDER BY run_id",
+                      role="carol").stdout
+    assert after == before
+    keys = [k for k in keys_under(site, f"{PREFIX}/carol/lab/") if k.split("/")[3].startswith("20261201-")]
+    assert len(keys) == len(set(keys)) == 400  # each report and each summary, once
+
+
+class CutAfter:
+    """An S3 client that does everything the real one does, and calls ``cut`` once ``method`` has
+    been called ``after`` times (the cut lands between two requests, as a crash would)."""
+
+    def __init__(self, real, method: str, after: int, cut):
+        self.real, self.method, self.after, self.cut = real, method, after, cut
+        self.calls, self.lock = 0, threading.Lock()
+
+    def __getattr__(self, name):
+        attribute = getattr(self.real, name)
+        if name != self.method:
+            return attribute
+
+        def counted(*args, **kwargs):
+            answer = attribute(*args, **kwargs)
+            with self.lock:
+                self.calls += 1
+                if self.calls == self.after:
+                    self.cut()
+            return answer
+        return counted
+
+
+def in_process(site, person, monkeypatch):
+    for k, v in site.env(person).items():
+        monkeypatch.setenv(k, v)
+    from fleet.store.team.config import resolve
+
+    return resolve()
+
+
+def test_the_catalog_stopped_between_the_upload_and_the_commit_leaves_no_run_and_a_retry_ends_whole(
+        site, tmp_path, monkeypatch):
+    from fleet.store.team import objects
+    from fleet.store.team.catalog import TeamUnavailable
+    from fleet.store.team.push import push_run
+
+    team = in_process(site, "alice", monkeypatch)
+    root = store_of(tmp_path)
+    run_id = "20261203-092000-cafe"
+    embedded_run(root, run_id, {"gx04": b"a" * 1000, "gx05": b"b" * 2000})
+    s3 = CutAfter(objects.client(), "put_object", 2, site.pg.stop)  # both files up, then the catalog goes
+    try:
+        with pytest.raises(TeamUnavailable, match="went away"):
+            push_run(team, root, run_id, s3=s3)
+    finally:
+        site.pg.start()
+    assert site.psql(f"SELECT count(*) FROM fleet.runs WHERE run_id = '{run_id}'", role="alice").stdout.strip() == "0"
+    r = push(site, "alice", root, run_id)
+    assert r.returncode == 0 and "0 file(s) sent, 2 already there" in r.stdout, r.stdout + r.stderr
+    assert len(keys_under(site, f"{PREFIX}/alice/lab/{run_id}/")) == 2
+    assert site.psql(f"SELECT count(*) FROM fleet.reports WHERE run_id = '{run_id}'", role="alice").stdout.strip() == "2"
+
+
+def big_run(root: Path, run_id: str, mib: int) -> tuple[Path, str]:
+    directory = embedded_run(root, run_id, {"gx06": b""})
+    path = directory / "gx06" / "gx06-1.nsys-rep"
+    digest = hashlib.sha256()
+    with open(path, "wb") as f:
+        for i in range(mib):
+            block = hashlib.sha256(str(i).encode()).digest() * 32768  # 1 MiB, not all alike
+            f.write(block)
+            digest.update(block)
+    manifest = directory / "manifest.json"
+    doc = json.loads(manifest.read_text())
+    doc["hosts"][0]["reports"][0].update(size=path.stat().st_size, sha256=digest.hexdigest())
+    manifest.write_text(json.dumps(doc))
+    return path, digest.hexdigest()
+
+
+def test_the_s3_server_killed_in_the_middle_of_a_1_gib_upload_means_a_retry_that_resumes(site, tmp_path, monkeypatch):
+    from fleet.store.team import objects
+    from fleet.store.team.catalog import TeamError
+    from fleet.store.team.push import push_run
+
+    team = in_process(site, "bob", monkeypatch)
+    root = store_of(tmp_path)
+    run_id = "20261203-093000-dead"
+    path, sha = big_run(root, run_id, 1024)
+    s3 = CutAfter(objects.client(), "upload_part", 4, site.s3.kill)  # 4 of 16 parts, then SIGKILL
+    try:
+        with pytest.raises(TeamError):
+            push_run(team, root, run_id, s3=s3)
+    finally:
+        site.s3.start()
+    assert site.psql(f"SELECT count(*) FROM fleet.runs WHERE run_id = '{run_id}'", role="bob").stdout.strip() == "0"
+    done = push_run(team, root, run_id)
+    assert done.sent == 1 and done.resumed_parts >= 4
+    [key] = keys_under(site, f"{PREFIX}/bob/lab/{run_id}/")
+    head = site.s3_as("bob").head_object(Bucket=BUCKET, Key=key)
+    assert key.endswith(sha) and head["ContentLength"] == 1 << 30 and head["Metadata"]["sha256"] == sha
+    assert not site.s3_as("admin").list_multipart_uploads(Bucket=BUCKET, Prefix=key).get("Uploads")
+    path.unlink()  # 1 GiB less on the disk
+
+
+def test_the_client_killed_during_the_upload_means_a_retry_that_ends_in_one_verified_copy(site, tmp_path):
+    root = store_of(tmp_path)
+    run_id = "20261203-094000-beef"
+    path, sha = big_run(root, run_id, 384)
+    env = site.env("carol", root)
+    full = {**{k: v for k, v in os.environ.items() if not k.startswith(("FLEET_", "AWS_", "PG"))}, **env}
+    proc = subprocess.Popen([sys.executable, "-m", "fleet", "reports", "push", run_id], env=full,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    admin = site.s3_as("admin")
+    key = f"{PREFIX}/carol/lab/{run_id}/gx06/{sha}"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and proc.poll() is None:  # killed once a part is on the server
+        uploads = admin.list_multipart_uploads(Bucket=BUCKET, Prefix=key).get("Uploads", [])
+        if uploads and admin.list_parts(Bucket=BUCKET, Key=key, UploadId=uploads[0]["UploadId"]).get("Parts"):
+            break
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert site.psql(f"SELECT count(*) FROM fleet.runs WHERE run_id = '{run_id}'", role="carol").stdout.strip() == "0"
+    r = push(site, "carol", root, run_id)
+    assert r.returncode == 0 and f"{run_id}: pushed (1 file(s) sent" in r.stdout, r.stderr
+    assert keys_under(site, f"{PREFIX}/carol/lab/{run_id}/") == [key]
+    body = admin.get_object(Bucket=BUCKET, Key=key)["Body"]
+    digest = hashlib.sha256()
+    while chunk := body.read(1 << 20):
+        digest.update(chunk)
+    assert digest.hexdigest() == sha
+    path.unlink()
+
+
+def test_eight_clients_at_once_lose_no_row_and_duplicate_no_object(site, tmp_path):
+    procs, expected = [], set()
+    for client in range(8):
+        root = store_of(tmp_path, f"client{client}")
+        for n in range(5):
+            run_id = f"20261202-1{client}{n}000-{client:02x}{n:02x}"
+            embedded_run(root, run_id, {f"gx{client}": b"shared content" if n == 0 else f"{client}-{n}".encode()})
+            expected.add(run_id)
+        env = {**{k: v for k, v in os.environ.items() if not k.startswith(("FLEET_", "AWS_", "PG"))},
+               **site.env("alice", root)}
+        procs.append(subprocess.Popen([sys.executable, "-m", "fleet", "reports", "push"], env=env,
+                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+    for p in procs:
+        out, err = p.communicate(timeout=300)
+        assert p.returncode == 0, err
+    rows = site.psql("SELECT run_id FROM fleet.runs WHERE run_id LIKE '20261202-%'", role="alice").stdout.split()
+    assert set(rows) == expected and len(rows) == 40
+    keys = keys_under(site, f"{PREFIX}/alice/lab/")
+    mine = [k for k in keys if k.split("/")[3].startswith("20261202-")]
+    assert len(mine) == len(set(mine)) == 40
+
+
+def test_a_lab_profile_is_pushed_once_it_finishes_and_kept_when_the_team_store_is_down(site, lab, tmp_path):
+    env = {**lab["c"].env(), **site.env("bob")}
+    r = run_fleet("profile", "--store", str(lab["out"]), "--hosts", "h02", "--", "sleep", "0.2", env=env)
+    assert r.returncode == 0, r.stderr
+    assert "team store: pushed (" in r.stdout
+    run_id = r.stdout.split("run ")[-1].split()[0]
+    r = site.fleet("reports", "show", run_id, env=site.env("bob"))
+    assert r.returncode == 0 and f"run {run_id} (complete)" in r.stdout and "owner bob" in r.stdout
+
+    site.pg.stop()
+    try:
+        r = run_fleet("profile", "--store", str(lab["out"]), "--hosts", "h02", "--", "sleep", "0.2", env=env)
+    finally:
+        site.pg.start()
+    assert r.returncode == 0, r.stderr  # the run did its job: its reports are home, in the embedded store
+    run_id = r.stdout.split("run ")[-1].split()[0]
+    assert f"not pushed to the team store" in r.stderr and f"fleet reports push {run_id}" in r.stderr
+    r = site.fleet("reports", "push", run_id, env={**site.env("bob"), "FLEET_STORE": str(lab["out"])})
+    assert r.returncode == 0 and f"{run_id}: pushed" in r.stdout, r.stderr
+    r = site.fleet("reports", "ls", "--json", env=site.env("bob"))
+    assert run_id in {row["run_id"] for row in json.loads(r.stdout)["data"]}
