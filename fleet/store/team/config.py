@@ -112,10 +112,8 @@ def _read_site_file(path: Path) -> dict:
     return doc
 
 
-def resolve(catalog: str | None = None, objects: str | None = None, environ=None) -> TeamStore | None:
-    """The team store these settings name, or None for the embedded store alone. Both are needed:
-    one without the other is refused, naming where each came from."""
-    environ = os.environ if environ is None else environ
+def _named(catalog: str | None, objects: str | None, environ) -> dict[str, tuple[str | None, str]]:
+    """Each setting with where it was found: options, then the environment, then the site file."""
     found = {"catalog": (catalog, "--catalog"), "objects": (objects, "--objects")}
     for key, var in (("catalog", "FLEET_CATALOG"), ("objects", "FLEET_OBJECTS")):
         if found[key][0] is None and environ.get(var):
@@ -126,6 +124,13 @@ def resolve(catalog: str | None = None, objects: str | None = None, environ=None
         for key in ("catalog", "objects"):
             if found[key][0] is None and doc.get(key):
                 found[key] = (doc[key], str(path))
+    return found
+
+
+def resolve(catalog: str | None = None, objects: str | None = None, environ=None) -> TeamStore | None:
+    """The team store these settings name, or None for the embedded store alone. Both are needed:
+    one without the other is refused, naming where the one given came from."""
+    found = _named(catalog, objects, os.environ if environ is None else environ)
     (cat, cat_source), (obj, obj_source) = found["catalog"], found["objects"]
     if cat is None and obj is None:
         return None

@@ -32,7 +32,7 @@ from .catalog import TeamError, TeamUnavailable
 from .config import ObjectsLocation
 
 PART_SIZE = 64 * 1024 * 1024     # S3 allows 5 MiB to 5 GiB; 64 MiB keeps 10,000 parts above 600 GiB
-WORKERS = 8                      # parts in flight: memory is WORKERS x PART_SIZE at most, whatever the size
+WORKERS = 8                      # parts in flight, each read from the file as it goes: memory stays flat
 READ_CHUNK = 1024 * 1024
 
 
@@ -165,9 +165,10 @@ def _multipart(s3, bucket, key, path, sha256, size, part_size, workers) -> Sent:
     resumed = 0
     lock = threading.Lock()
 
-    def send(number: int, data: bytes, crc: bytes) -> None:
-        answer = s3.upload_part(Bucket=bucket, Key=key, UploadId=upload_id, PartNumber=number, Body=data,
-                                ChecksumCRC32=_b64(crc))
+    def send(number: int, offset: int, length: int, crc: bytes) -> None:
+        with FileRange(path, offset, length) as body:  # read again from the page cache, never held whole
+            answer = s3.upload_part(Bucket=bucket, Key=key, UploadId=upload_id, PartNumber=number, Body=body,
+                                    ContentLength=length, ChecksumCRC32=_b64(crc))
         with lock:
             done[number] = {"PartNumber": number, "ETag": answer["ETag"], "ChecksumCRC32": _b64(crc)}
 
@@ -176,11 +177,10 @@ def _multipart(s3, bucket, key, path, sha256, size, part_size, workers) -> Sent:
         with ThreadPoolExecutor(workers) as pool:
             pending: set = set()
             for number, offset in enumerate(range(0, size, part_size), start=1):
-                data = os.pread(fd, min(part_size, size - offset), offset)
-                whole.update(data)  # hashlib lets go of the GIL: the parts go up meanwhile
-                crc = zlib.crc32(data).to_bytes(4, "big")
+                length = min(part_size, size - offset)
+                crc, md5 = _digest_part(fd, offset, length, whole, with_md5=number in had)
                 digests.append(crc)
-                if _same_part(had.get(number), data, crc):
+                if _same_part(had.get(number), length, crc, md5):
                     done[number] = {"PartNumber": number, "ETag": had[number]["ETag"], "ChecksumCRC32": _b64(crc)}
                     resumed += 1
                     continue
@@ -188,7 +188,7 @@ def _multipart(s3, bucket, key, path, sha256, size, part_size, workers) -> Sent:
                     finished, pending = wait(pending, return_when=FIRST_COMPLETED)
                     for f in finished:
                         f.result()
-                pending.add(pool.submit(send, number, data, crc))
+                pending.add(pool.submit(send, number, offset, length, crc))
             for f in pending:
                 f.result()
     finally:
@@ -204,14 +204,60 @@ def _multipart(s3, bucket, key, path, sha256, size, part_size, workers) -> Sent:
     return Sent(key, size, already_there=False, resumed_parts=resumed)
 
 
-def _same_part(old: dict | None, data: bytes, crc: bytes) -> bool:
+class FileRange:
+    """``length`` bytes of a file from ``offset``, as a file botocore reads a request's body from:
+    a part goes up from the file itself, so the memory a part takes is botocore's buffer, not the part."""
+
+    def __init__(self, path: Path, offset: int, length: int):
+        self.fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+        self.start, self.length, self.position = offset, length, 0
+
+    def read(self, size: int = -1) -> bytes:
+        left = self.length - self.position
+        size = left if size is None or size < 0 else min(size, left)
+        data = os.pread(self.fd, size, self.start + self.position) if size > 0 else b""
+        self.position += len(data)
+        return data
+
+    def seek(self, position: int, whence: int = os.SEEK_SET) -> int:
+        base = {os.SEEK_SET: 0, os.SEEK_CUR: self.position, os.SEEK_END: self.length}[whence]
+        self.position = max(0, min(self.length, base + position))
+        return self.position
+
+    def tell(self) -> int:
+        return self.position
+
+    def __len__(self) -> int:
+        return self.length
+
+    def __enter__(self) -> "FileRange":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        os.close(self.fd)
+
+
+def _digest_part(fd: int, offset: int, length: int, whole, *, with_md5: bool) -> tuple[bytes, str | None]:
+    """A part's CRC32 (and MD5, to recognise it on the server), the whole file's SHA-256 fed on the
+    way, read in chunks: the part is never held whole. hashlib and zlib let go of the GIL meanwhile."""
+    crc, md5 = 0, hashlib.md5(usedforsecurity=False) if with_md5 else None
+    for start in range(offset, offset + length, READ_CHUNK):
+        chunk = os.pread(fd, min(READ_CHUNK, offset + length - start), start)
+        whole.update(chunk)
+        crc = zlib.crc32(chunk, crc)
+        if md5 is not None:
+            md5.update(chunk)
+    return crc.to_bytes(4, "big"), md5.hexdigest() if md5 is not None else None
+
+
+def _same_part(old: dict | None, length: int, crc: bytes, md5: str | None) -> bool:
     """Whether a part a cut upload left on the server holds these bytes: by its CRC32 where the
     server lists one, else by its ETag, which S3 servers make the part's MD5."""
-    if old is None or old.get("Size") != len(data):
+    if old is None or old.get("Size") != length:
         return False
     if old.get("ChecksumCRC32"):
         return old["ChecksumCRC32"] == _b64(crc)
-    return old.get("ETag", "").strip('"') == hashlib.md5(data, usedforsecurity=False).hexdigest()
+    return md5 is not None and old.get("ETag", "").strip('"') == md5
 
 
 def _check_composite(answer: dict, digests: list[bytes], key: str, s3, bucket: str) -> None:
