@@ -181,6 +181,20 @@ def test_doctor_names_a_wrong_typed_probe_answer_and_checks_the_healthy_host(lab
     assert "h02" in out.stdout
 
 
+def test_a_nodes_result_strings_are_shown_escaped_by_profile(lab):
+    """A hostile node's notes, reasons and errors printed raw in ``fleet profile``: an OSC title,
+    an OSC 52 clipboard write and a CSI reached the user's terminal."""
+    hostile = "\x1b]0;owned\x07\x1b]52;c;cm0gLXJmIH4=\x07\x1b[2J\x9b31m"
+    answer(lab, {"status": "ok", "notes": [f"note {hostile}"], "reasons": [hostile], "given_up": [hostile],
+                 "profiler_errors": [hostile], "reports": []})
+    out = run_fleet("profile", "--store", str(lab["store"]), "--hosts", "h01,h02", "--", "true", env=lab["c"].env(),
+                    timeout=180)
+    assert "Traceback" not in out.stderr and "h02" in out.stdout + out.stderr, out.stderr
+    for stream in (out.stdout, out.stderr):
+        assert not any(c in stream for c in "\x1b\x07\x9b"), stream
+    assert "note \\x1b]0;owned\\x07" in out.stdout + out.stderr
+
+
 def test_output_without_newlines_is_relayed_as_it_comes_and_an_endless_result_is_not_believed(monkeypatch):
     """Workload output with no newlines grew quadratically (128 MB: 134 s, 692 MB of client
     memory): it was held whole until a newline came. Now it is relayed in pieces of at most

@@ -6,12 +6,10 @@ from typing import TYPE_CHECKING
 
 import click
 
-from .. import exitcodes
+from .terminal import fail  # noqa: F401 (one line on stderr, ``fleet: ...``, escaped, and the exit status)
 
 if TYPE_CHECKING:
     from ..inventory import Inventory
-
-fail = exitcodes.fail  # one line on stderr, ``fleet: ...``, and the exit status
 
 exclude_option = click.option("-x", "--exclude", multiple=True, help="Hosts, groups or ranges to leave out.")
 store_option = click.option("--store", "store_root", type=click.Path(), envvar="FLEET_STORE",

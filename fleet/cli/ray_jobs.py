@@ -9,6 +9,7 @@ import click
 from .. import exitcodes
 from .context import Context, fail, store_option
 from .output import echo_json, json_option
+from .terminal import echo
 
 
 @click.group("ray")
@@ -71,14 +72,14 @@ def submit(obj: Context, address, ranks, node_dir, head, working_dir, profiler_a
         echo_json(manifest.to_json())
     else:
         for h in manifest.hosts:
-            click.echo(f"  {h.host} {h.worker or ''}: {h.status}" + (f": {h.missing_why}" if h.missing_why else ""))
+            echo(f"  {h.host} {h.worker or ''}: {h.status}" + (f": {h.missing_why}" if h.missing_why else ""))
             for line in outcome.detail_lines(h, indent="    ", hashes=False):
-                click.echo(line)
+                echo(line)
         for line in completeness.run_lines(manifest.hosts):
-            click.echo(line)
+            echo(line)
         if manifest.error:
-            click.echo(f"fleet: {manifest.error}", err=True)
+            echo(f"fleet: {manifest.error}", err=True)
         directory = store.run_dir(store.root(store_root), manifest.site, manifest.run_id)
-        click.echo(f"run {manifest.run_id} {manifest.status}: reports in {directory} "
+        echo(f"run {manifest.run_id} {manifest.status}: reports in {directory} "
                    f"(fleet reports show {manifest.run_id})")
     sys.exit(exitcodes.for_run(manifest))
