@@ -22,8 +22,9 @@ def ray_group():
               "`ray job submit` takes it, e.g. http://127.0.0.1:8265.")
 @click.option("--ranks", help="Profile only the actors whose names match these patterns (e.g. 'trainer-*'; "
               "several separated by commas); the others start without nsys.")
-@click.option("--node-dir", help="The run's folder on the nodes, made private by the workers (default "
-              "/tmp/fleet-ray-RUN); a folder every node shares brings every node's reports home.")
+@click.option("--node-dir", help="The run's folder on the nodes, made private by the workers, refused where "
+              "another account could swap it (default ~/.cache/fleet-ray-runs/RUN, in the home of the user Ray runs "
+              "as); a folder every node shares brings every node's reports home.")
 @click.option("--head", help="The inventory host of the Ray head, to bring the reports home from "
               "(default: this machine, for an address on loopback).")
 @click.option("--working-dir", help="Ray's --working-dir: uploaded, the entrypoint runs in it.")
@@ -51,7 +52,8 @@ def submit(obj: Context, address, ranks, node_dir, head, working_dir, profiler_a
     req = ProfileRequest(tool="nsys", command=tuple(entrypoint), run_id=new_run_id(),
                          profiler_args=tuple(profiler_args))
     job = ray_submit.RayJob(address=address, entrypoint=tuple(entrypoint),
-                            node_dir=node_dir or f"/tmp/fleet-ray-{req.run_id}", actors=actor_patterns(ranks) if ranks is not None else (),
+                            node_dir=node_dir or f"{ray_submit.NODE_DIR}/{req.run_id}",
+                            actors=actor_patterns(ranks) if ranks is not None else (),
                             profiler_args=tuple(profiler_args), working_dir=working_dir,
                             submission_id=f"fleet-{req.run_id}")
     if (why := job.problem()):
