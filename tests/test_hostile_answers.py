@@ -11,13 +11,16 @@ from __future__ import annotations
 import hashlib
 import os
 import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
 
 from fleet import exitcodes
 from fleet.agent import wire
-from tests.conftest import fleet_json, run_fleet
+from tests.conftest import REPO, fleet_json, run_fleet
 from tests.harness.sshd import SSHCluster
 
 # On the node: the probe is the real agent's; the profile round trip answers with the file
@@ -137,6 +140,52 @@ def test_a_silent_node_ends_unreachable_within_the_runs_bound(lab):
     assert f"fleet gather {doc['run_id']}" in h01["error"]
 
 
+def _descendants(pid: int) -> list[int]:
+    children = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        children += [int(p) for p in (task / "children").read_text().split()]
+    return [d for c in children for d in [c, *_descendants(c)]]
+
+
+def test_a_node_gone_silent_without_keepalives_ends_unreachable_within_timeout_and_finish_timeout(lab, tmp_path):
+    """With ``ServerAliveInterval 0`` in ssh_config, ``--timeout 5 --finish-timeout 10`` was still
+    waiting after 100 s: the dead connection was awaited after the channel's close. The sshd
+    serving h02's session (the test's own sshd's children, by pid) is stopped once the workload runs."""
+    c = lab["c"]
+    config = tmp_path / "ssh_config"
+    config.write_text("Host *\n  ServerAliveInterval 0\n" + c.ssh_config.read_text())
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FLEET_")}
+    started = time.monotonic()
+    proc = subprocess.Popen([sys.executable, "-m", "fleet", "profile", "--store", str(lab["store"]), "--json",
+                             "--hosts", "h02", "--timeout", "5", "--finish-timeout", "10", "--", "sleep", "600"],
+                            env={**env, **c.env(), "FLEET_SSH_CONFIG": str(config)}, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, cwd=REPO)
+    stopped: list[int] = []
+    try:
+        sshd = c.hosts[1].pid
+        while not any(Path(f"/proc/{p}/cmdline").read_bytes().startswith(b"sleep\x00600") for p in _descendants(sshd)):
+            assert proc.poll() is None and time.monotonic() < started + 60, "the workload never started"
+            time.sleep(0.05)
+        for pid in _descendants(sshd):
+            os.kill(pid, signal.SIGSTOP)
+            stopped.append(pid)
+        out, err = proc.communicate(timeout=60)  # without a bound it waits for ever
+        ended = time.monotonic() - started
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        for pid in stopped:
+            for sig in (signal.SIGCONT, signal.SIGKILL):
+                try:
+                    os.kill(pid, sig)
+                except ProcessLookupError:
+                    pass
+    h02 = host(fleet_json(out), "h02")
+    assert h02["status"] == "unreachable" and proc.returncode == exitcodes.UNREACHABLE, (h02, err)
+    assert ended < 20, f"ended after {ended:.0f} s"  # the acceptance's bound: --timeout + --finish-timeout + 5
+
+
 def test_finish_timeout_needs_timeout(lab):
     out = run_fleet("profile", "--hosts", "h01", "--finish-timeout", "5", "--", "true", env=lab["c"].env())
     assert out.returncode == exitcodes.USAGE and "give --timeout too" in out.stderr
@@ -179,6 +228,20 @@ def test_doctor_names_a_wrong_typed_probe_answer_and_checks_the_healthy_host(lab
     assert "Traceback" not in out.stderr, out.stderr
     assert "h01: the agent's probe answer is malformed" in out.stdout + out.stderr, out.stdout + out.stderr
     assert "h02" in out.stdout
+
+
+def test_a_nodes_result_strings_are_shown_escaped_by_profile(lab):
+    """A hostile node's notes, reasons and errors printed raw in ``fleet profile``: an OSC title,
+    an OSC 52 clipboard write and a CSI reached the user's terminal."""
+    hostile = "\x1b]0;owned\x07\x1b]52;c;cm0gLXJmIH4=\x07\x1b[2J\x9b31m"
+    answer(lab, {"status": "ok", "notes": [f"note {hostile}"], "reasons": [hostile], "given_up": [hostile],
+                 "profiler_errors": [hostile], "reports": []})
+    out = run_fleet("profile", "--store", str(lab["store"]), "--hosts", "h01,h02", "--", "true", env=lab["c"].env(),
+                    timeout=180)
+    assert "Traceback" not in out.stderr and "h02" in out.stdout + out.stderr, out.stderr
+    for stream in (out.stdout, out.stderr):
+        assert not any(c in stream for c in "\x1b\x07\x9b"), stream
+    assert "note \\x1b]0;owned\\x07" in out.stdout + out.stderr
 
 
 def test_output_without_newlines_is_relayed_as_it_comes_and_an_endless_result_is_not_believed(monkeypatch):

@@ -149,6 +149,13 @@ def test_keepalives_are_fleets_default_where_ssh_config_sets_none(lab, tmp_path)
     set_here.write_text(f"Host {c.hosts[0].address}\n  ServerAliveInterval 1\n" + c.ssh_config.read_text())
     opts = SSHTransport(SSHSettings(config=str(set_here))).options(host)
     assert "keepalive_interval" not in opts and opts["keepalive_count_max"] == 3  # ssh_config's interval is used
+    off = tmp_path / "off_config"  # ssh's "no keepalives": fleet's bound on a silent node still holds
+    off.write_text(f"Host {c.hosts[0].address}\n  ServerAliveInterval 0\n" + c.ssh_config.read_text())
+    opts = SSHTransport(SSHSettings(config=str(off))).options(host)
+    assert (opts["keepalive_interval"], opts["keepalive_count_max"]) == (30.0, 3)
+    off_here = load([inventory(c, tmp_path / "inv0.yaml", ansible_ssh_common_args="-o ServerAliveInterval=0")])
+    opts = SSHTransport(SSHSettings(config=str(plain))).options(off_here.hosts["lab01"])
+    assert opts["keepalive_interval"] == 30.0
 
 
 def _descendants(pid: int) -> list[int]:

@@ -17,9 +17,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import FleetError
+from . import untrusted_sqlite
+from .untrusted_sqlite import text
 
 NVTX_MARK = 34                            # NVTX_EVENTS.eventType of nvtxMark
-RANK_MARK = re.compile(r"rank[ _=:]?(\d+)$", re.IGNORECASE)   # an NVTX mark "rank 3": the process's rank
+RANK_MARK = re.compile(r"rank[ _=:]?(\d{1,9})$", re.IGNORECASE)   # an NVTX mark "rank 3": the process's rank
 
 
 class ExportError(FleetError, ValueError):
@@ -50,98 +52,133 @@ class Process:
         return sorted((s, e) for s, e, text, _ in self.ranges if text == name)
 
 
+TABLES = ("CUPTI_ACTIVITY_KIND_KERNEL", "NVTX_EVENTS", "StringIds", "TARGET_INFO_GPU",
+          "TARGET_INFO_SESSION_START_TIME", "PROCESSES", "CUPTI_ACTIVITY_KIND_RUNTIME", "OSRT_API")
+
+
 def _pid(global_id: int | None) -> int | None:
     """nsys's serialized global ids: the process id in bits 24-47 (tid in the low 24)."""
-    return None if global_id is None else (int(global_id) >> 24) & 0xFFFFFF
+    return None if global_id is None else (global_id >> 24) & 0xFFFFFF
 
 
 def _tid(global_id: int | None) -> int:
-    return 0 if global_id is None else int(global_id) & 0xFFFFFF
+    return 0 if global_id is None else global_id & 0xFFFFFF
 
 
-def _columns(db: sqlite3.Connection, table: str) -> set[str]:
-    return {row[1] for row in db.execute(f"PRAGMA table_info('{table}')")}
+class _Tables:
+    """The export's plain tables (checked by :func:`untrusted_sqlite.plain_tables`), their
+    columns, and their rows with each integer column's type checked."""
 
+    def __init__(self, db: sqlite3.Connection):
+        self.db = db
+        self.present = untrusted_sqlite.plain_tables(db, TABLES)
+        self._columns: dict[str, set[str]] = {}
 
-def _or_null(db: sqlite3.Connection, table: str, *wanted: str) -> str:
-    """The columns to select: each of ``wanted`` the table has, NULL for one it lacks (older nsys)."""
-    have = _columns(db, table)
-    return ", ".join(f'"{c}"' if c in have else "NULL" for c in wanted)
+    def columns(self, table: str) -> set[str]:
+        if table not in self.present:
+            return set()
+        if table not in self._columns:
+            self._columns[table] = {row[1] for row in self.db.execute(f"PRAGMA table_info('{table}')")}
+        return self._columns[table]
 
-
-def _rows(db: sqlite3.Connection, table: str, wanted: tuple[str, ...], sql: str, args=()) -> list:
-    """The rows of ``sql`` when ``table`` has the ``wanted`` columns; none when it is absent."""
-    have = _columns(db, table)
-    return list(db.execute(sql, args)) if have and set(wanted) <= have else []
+    def rows(self, table: str, wanted: tuple[str, ...], ints: tuple[str, ...] = (), where: str = "",
+             args=()) -> list[tuple]:
+        """``wanted`` of each row, NULL for a column the table lacks (older nsys), none when the
+        table is absent. A column written ``"!start"`` must hold an integer; one named in ``ints``
+        an integer or NULL."""
+        have = self.columns(table)
+        names = [c.lstrip("!") for c in wanted]
+        if not have:
+            return []
+        select = ", ".join(f'"{c}"' if c in have else "NULL" for c in names)
+        checks = [(i, c.lstrip("!"), c.startswith("!")) for i, c in enumerate(wanted)
+                  if c.lstrip("!") in ints or c.startswith("!")]
+        out = []
+        for row in untrusted_sqlite.rows(self.db, table, f'SELECT {select} FROM "{table}" {where}', args):
+            for i, column, required in checks:
+                if row[i] is not None or required:
+                    untrusted_sqlite.whole(row[i], table, column)
+            out.append(row)
+        return out
 
 
 def read(path: str | Path, sync_calls: tuple[str, ...] = ()) -> list[Process]:
     """The processes of one export, by pid; ``sync_calls`` names the CUDA runtime or OS runtime
-    functions (``cudaStreamSynchronize``, ``pthread_cond_wait``) whose calls are read too."""
+    functions (``cudaStreamSynchronize``, ``pthread_cond_wait``) whose calls are read too. An export
+    is hostile input (:mod:`.untrusted_sqlite`): any refusal is an :class:`ExportError` naming it."""
     try:
-        db = sqlite3.connect(f"file:{Path(path).resolve()}?mode=ro", uri=True)
-        try:
-            db.execute("SELECT 1 FROM sqlite_master").fetchall()
-            if not _columns(db, "CUPTI_ACTIVITY_KIND_KERNEL") and not _columns(db, "NVTX_EVENTS"):
+        with untrusted_sqlite.opened(path) as db:
+            tables = _Tables(db)
+            if not tables.columns("CUPTI_ACTIVITY_KIND_KERNEL") and not tables.columns("NVTX_EVENTS"):
                 raise ExportError(f"{path}: no CUPTI_ACTIVITY_KIND_KERNEL nor NVTX_EVENTS table: "
                                   f"not an nsys export of a CUDA or NVTX trace")
-            return _read(db, sync_calls)
-        finally:
-            db.close()
-    except sqlite3.DatabaseError as e:
-        raise ExportError(f"{path}: not a SQLite file nsys wrote ({e})") from None
+            return _read(tables, sync_calls)
+    except untrusted_sqlite.UntrustedFileError as e:
+        raise ExportError(f"{path}: {e}") from None
 
 
-def _read(db: sqlite3.Connection, sync_calls: tuple[str, ...]) -> list[Process]:
-    epoch = _rows(db, "TARGET_INFO_SESSION_START_TIME", ("utcEpochNs",),
-                  "SELECT utcEpochNs FROM TARGET_INFO_SESSION_START_TIME")
+def _read(t: _Tables, sync_calls: tuple[str, ...]) -> list[Process]:
+    epoch = t.rows("TARGET_INFO_SESSION_START_TIME", ("utcEpochNs",), ints=("utcEpochNs",))
     procs: dict[int, Process] = {}
-    strings = dict(_rows(db, "StringIds", ("id", "value"), "SELECT id, value FROM StringIds"))
-    names = {pid: name for pid, name in _rows(db, "PROCESSES", ("pid", "name"), "SELECT pid, name FROM PROCESSES")}
+    strings = dict(t.rows("StringIds", ("id", "value")))
+    names = dict(t.rows("PROCESSES", ("pid", "name")))
 
     def proc(pid: int | None) -> Process:
         pid = pid or 0
         if pid not in procs:
-            procs[pid] = Process(pid, str(names.get(pid) or "?"), int(epoch[0][0]) if epoch else None)
+            procs[pid] = Process(pid, text(names.get(pid)) or "?", epoch[0][0] if epoch else None)
         return procs[pid]
 
-    gpus = {row[0]: Gpu(*row) for row in db.execute(
-        f"SELECT {_or_null(db, 'TARGET_INFO_GPU', 'id', 'uuid', 'name', 'busLocation')} FROM TARGET_INFO_GPU")
-        } if _columns(db, "TARGET_INFO_GPU") else {}
-    if {"start", "end"} <= _columns(db, "CUPTI_ACTIVITY_KIND_KERNEL"):
-        name = "demangledName" if "demangledName" in _columns(db, "CUPTI_ACTIVITY_KIND_KERNEL") else "shortName"
-        for start, end, gpid, device, text in db.execute(
-                f"SELECT {_or_null(db, 'CUPTI_ACTIVITY_KIND_KERNEL', 'start', 'end', 'globalPid', 'deviceId', name)}"
-                f" FROM CUPTI_ACTIVITY_KIND_KERNEL ORDER BY start"):
+    gpus = {row[0]: Gpu(row[0] if isinstance(row[0], int) else None, *map(text, row[1:]))
+            for row in t.rows("TARGET_INFO_GPU", ("id", "uuid", "name", "busLocation"))}
+    kernel = t.columns("CUPTI_ACTIVITY_KIND_KERNEL")
+    if {"start", "end"} <= kernel:
+        name = "demangledName" if "demangledName" in kernel else "shortName"
+        for start, end, gpid, device, name_id in t.rows(
+                "CUPTI_ACTIVITY_KIND_KERNEL", ("!start", "!end", "globalPid", "deviceId", name), ints=("globalPid",)):
             p = proc(_pid(gpid))
-            p.kernels.append((int(start), int(end), strings.get(text, "?")))
-            gpu = gpus.get(device) or (next(iter(gpus.values())) if len(gpus) == 1 else Gpu(device, None, None, None))
+            p.kernels.append((start, end, text(strings.get(name_id)) or "?"))
+            gpu = gpus.get(device) or (next(iter(gpus.values())) if len(gpus) == 1 else Gpu(
+                device if isinstance(device, int) else None, None, None, None))
             if gpu not in p.gpus:
                 p.gpus.append(gpu)
-    _read_nvtx(db, proc)
+    _read_nvtx(t, strings, proc)
     if sync_calls:
-        marks = ",".join("?" * len(sync_calls))
-        for table in ("CUPTI_ACTIVITY_KIND_RUNTIME", "OSRT_API"):
-            for start, end, gtid, name in _rows(
-                    db, table, ("start", "end", "globalTid", "nameId"),
-                    f"SELECT t.start, t.end, t.globalTid, s.value FROM {table} t JOIN StringIds s "
-                    f"ON s.id = t.nameId WHERE s.value IN ({marks}) ORDER BY t.start", sync_calls):
-                proc(_pid(gtid)).calls.append((int(start), int(end), str(name), _tid(gtid)))
+        _read_calls(t, strings, sync_calls, proc)
+    for p in procs.values():  # read in the file's order, sorted here: SQLite sorts on disk
+        p.kernels.sort()
+        p.ranges.sort()
+        p.calls.sort()
     return sorted(procs.values(), key=lambda p: p.pid)
 
 
-def _read_nvtx(db: sqlite3.Connection, proc) -> None:
+def _read_calls(t: _Tables, strings: dict, sync_calls: tuple[str, ...], proc) -> None:
+    """The calls of the functions named, from the CUDA runtime and the OS runtime traces."""
+    ids = [i for i, value in strings.items() if value in sync_calls]
+    if not ids:
+        return
+    marks = ",".join("?" * len(ids))
+    for table in ("CUPTI_ACTIVITY_KIND_RUNTIME", "OSRT_API"):
+        if {"start", "end", "globalTid", "nameId"} <= t.columns(table):
+            for start, end, gtid, name_id in t.rows(table, ("!start", "!end", "globalTid", "nameId"),
+                                                    ints=("globalTid",), where=f"WHERE nameId IN ({marks})",
+                                                    args=ids):
+                proc(_pid(gtid)).calls.append((start, end, str(strings[name_id]), _tid(gtid)))
+
+
+def _read_nvtx(t: _Tables, strings: dict, proc) -> None:
     """Ranges (pushed/popped or started/ended) with their text, and the "rank N" marks."""
-    text_id = "n.textId" if "textId" in _columns(db, "NVTX_EVENTS") else "NULL"
-    for start, end, kind, gtid, text in _rows(
-            db, "NVTX_EVENTS", ("start", "end", "eventType", "globalTid", "text"),
-            f"SELECT n.start, n.end, n.eventType, n.globalTid, COALESCE(n.text, s.value) FROM NVTX_EVENTS n "
-            f"LEFT JOIN StringIds s ON s.id = {text_id} ORDER BY n.start"):
+    if not {"start", "end", "eventType", "globalTid", "text"} <= t.columns("NVTX_EVENTS"):
+        return
+    for start, end, kind, gtid, inline, text_id in t.rows(
+            "NVTX_EVENTS", ("!start", "end", "eventType", "globalTid", "text", "textId"),
+            ints=("end", "eventType", "globalTid")):
         p = proc(_pid(gtid))
+        label = text(inline) if inline is not None else text(strings.get(text_id))
         if kind == NVTX_MARK or end is None:
-            found = RANK_MARK.fullmatch(str(text or "").strip()) if kind == NVTX_MARK else None
+            found = RANK_MARK.fullmatch((label or "").strip()) if kind == NVTX_MARK else None
             if found:
                 p.rank_mark = int(found.group(1))
             continue
-        if text is not None:
-            p.ranges.append((int(start), int(end), str(text), _tid(gtid)))
+        if label is not None:
+            p.ranges.append((start, end, label, _tid(gtid)))

@@ -6,12 +6,10 @@ from typing import TYPE_CHECKING
 
 import click
 
-from .. import exitcodes
+from .terminal import fail  # noqa: F401 (one line on stderr, ``fleet: ...``, escaped, and the exit status)
 
 if TYPE_CHECKING:
     from ..inventory import Inventory
-
-fail = exitcodes.fail  # one line on stderr, ``fleet: ...``, and the exit status
 
 exclude_option = click.option("-x", "--exclude", multiple=True, help="Hosts, groups or ranges to leave out.")
 store_option = click.option("--store", "store_root", type=click.Path(), envvar="FLEET_STORE",
@@ -67,5 +65,7 @@ def push_when_done(store_root, manifest, as_json: bool = False) -> None:
         return
     line = after_save(root, path, manifest.status)
     if line:
-        click.echo(line if line.startswith("team store:") else f"fleet: {line}",
+        from .terminal import echo
+
+        echo(line if line.startswith("team store:") else f"fleet: {line}",
                    err=as_json or not line.startswith("team store:"))

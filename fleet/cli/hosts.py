@@ -11,6 +11,7 @@ from .. import exitcodes
 from .context import Context, exclude_option, fail
 from .output import echo_json, json_option
 from .parsing import WorkloadCommand
+from .terminal import echo
 
 # --- inventory ---
 
@@ -36,9 +37,9 @@ def inventory_list(obj: Context, targets, exclude, as_json):
     rows = [(h.name, h.address + (f":{h.port}" if h.port else ""), h.user or "", ",".join(h.groups), h.connection)
             for h in hosts]
     widths = [max([len(r[i]) for r in rows] + [len(t)]) for i, t in enumerate(("HOST", "ADDRESS", "USER", "GROUPS"))]
-    click.echo("  ".join(t.ljust(w) for t, w in zip(("HOST", "ADDRESS", "USER", "GROUPS"), widths)) + "  VIA")
+    echo("  ".join(t.ljust(w) for t, w in zip(("HOST", "ADDRESS", "USER", "GROUPS"), widths)) + "  VIA")
     for r in rows:
-        click.echo("  ".join(c.ljust(w) for c, w in zip(r, widths)) + f"  {r[4]}")
+        echo("  ".join(c.ljust(w) for c, w in zip(r, widths)) + f"  {r[4]}")
 
 
 @inventory.command("check")
@@ -53,14 +54,14 @@ def inventory_check(obj: Context, as_json):
         return echo_json({"sources": inv.sources, "hosts": len(inv.hosts), "groups": groups,
                           "warnings": inv.warnings, "connections": lines})
     for warning in inv.warnings:  # variables kept as the site's, which fleet will not use
-        click.echo(f"fleet: warning: {warning}", err=True)
+        echo(f"fleet: warning: {warning}", err=True)
     for line in lines if not as_json else ():
-        click.echo(line)
+        echo(line)
     if refused:
         for line in refused[:-1]:
-            click.echo(f"fleet: {line}", err=True)
+            echo(f"fleet: {line}", err=True)
         fail(refused[-1])
-    click.echo(f"ok: {len(inv.hosts)} hosts in {len(groups)} groups ({', '.join(inv.sources)})")
+    echo(f"ok: {len(inv.hosts)} hosts in {len(groups)} groups ({', '.join(inv.sources)})")
 
 
 def _routes(obj: Context, hosts) -> tuple[list[str], list[str]]:
@@ -112,7 +113,7 @@ def exec_(obj: Context, targets, command, exclude, as_json, timeout, maxrc):
     if not as_json:
         print_gathered(results)
         if len(results) > 1 or not results[0].ok:
-            click.echo(summary(results), err=True)
+            echo(summary(results), err=True)
     sys.exit(exitcodes.for_exec(results, maxrc=maxrc))
 
 
@@ -188,7 +189,7 @@ def probe(obj: Context, targets, exclude, partition, nodes, cluster, as_json):
                               "state": r.extra.get("state")} for h, r in zip(hosts, results)]})
     else:
         for h, r in zip(hosts, results):
-            click.echo(render_probe(h.name, r), nl=False, err=r.error is not None)
+            echo(render_probe(h.name, r), nl=False, err=r.error is not None)
     sys.exit(exitcodes.for_results(results))
 
 
@@ -213,7 +214,7 @@ def doctor(obj: Context, targets, exclude, partition, nodes, cluster, as_json, s
     if as_json:
         echo_json({"nodes": diagnoses})
     else:
-        click.echo("\n".join(render_doctor(d) for d in diagnoses), nl=False)
+        echo("\n".join(render_doctor(d) for d in diagnoses), nl=False)
     code = exitcodes.for_results(results)
     if strict and code == exitcodes.OK:
         code = {"refused": exitcodes.REFUSED, "degraded": exitcodes.DEGRADED}.get(worst(diagnoses), exitcodes.OK)
@@ -248,12 +249,12 @@ def repair(obj: Context, targets, exclude, dry_run, as_json):
     for doc in docs if not as_json else ():
         if doc.get("error"):
             error = doc["error"]
-            click.echo(error if error.startswith(f"{doc['host']}:") else f"{doc['host']}: {error}", err=True)
+            echo(error if error.startswith(f"{doc['host']}:") else f"{doc['host']}: {error}", err=True)
             continue
         done = doc["value"]
         restored = ", ".join(f"{k}={v}" for k, v in done["restored"].items()) or "nothing to put back"
         resumed = "; DCGM profiling " + ("would be " if dry_run else "") + "resumed"
-        click.echo(f"{doc['host']}: " + ("would put back " if dry_run and done["restored"] else "") + restored
+        echo(f"{doc['host']}: " + ("would put back " if dry_run and done["restored"] else "") + restored
                    + (resumed if done.get("dcgm_resumed") else ""))
     sys.exit(exitcodes.for_results(results))
 
@@ -283,7 +284,7 @@ def hosts_trust(obj: Context, targets, exclude, yes, as_json):
         return await asyncio.gather(*(hostkeys.offered_key(ssh, h) for h in chosen))
 
     def say(line: str, err: bool = False) -> None:  # with --json, stdout holds the document alone
-        click.echo(line, err=err or as_json)
+        echo(line, err=err or as_json)
 
     offered = asyncio.run(fetch())
     code = exitcodes.OK

@@ -16,6 +16,7 @@ from .. import exitcodes
 from .parsing import Day
 from .context import Context, fail, store_option, push_when_done
 from .output import echo_json, json_option
+from .terminal import echo
 
 if TYPE_CHECKING:
     from ..store.manifest import RunManifest
@@ -60,15 +61,15 @@ def run_cmd(obj: Context, playbook, store_root, dry_run, as_json):
     if as_json or dry_run and m.slurm is None:
         echo_json(m.to_json())
     elif dry_run:
-        click.echo(m.slurm.script, nl=False)
+        echo(m.slurm.script, nl=False)
     else:
-        click.echo(f"run {m.run_id}: {m.status}")
+        echo(f"run {m.run_id}: {m.status}")
         from ..nightly.report_html import scale
 
         for row in (m.playbook or {}).get("metrics", []):
             flags = f"  (flagged: {'; '.join(row['flags'])})" if row["flags"] else ""
             div, unit = scale(row["metric"])
-            click.echo(f"  {row['metric']} on {row['device']}: {row['value'] / div:.4g} {unit}{flags}")
+            echo(f"  {row['metric']} on {row['device']}: {row['value'] / div:.4g} {unit}{flags}")
     push_when_done(store_root, m, as_json)
     sys.exit(exitcodes.for_run(m))
 
@@ -116,13 +117,13 @@ def schedule_install(obj: Context, playbook, cron, every, name, backend, sbatch_
     if dry_run:
         where = {"crontab": "your crontab", "scrontab": "your scrontab",
                  "resubmit": f"{record['dir']}/{record['name']}.sbatch, submitted with sbatch --begin"}
-        click.echo(f"would schedule {record['name']} ({_when(record)}) with {record['backend']}, "
+        echo(f"would schedule {record['name']} ({_when(record)}) with {record['backend']}, "
                    f"adding to {where[record['backend']]}:")
-        click.echo(record["would_install"], nl=False)
+        echo(record["would_install"], nl=False)
     else:
-        click.echo(f"scheduled {record['name']} ({_when(record)}) with "
+        echo(f"scheduled {record['name']} ({_when(record)}) with "
                    f"{record['backend']}" + (f": job {record['job_id']}" if record.get("job_id") else ""))
-    click.echo("next: " + ", ".join(t.isoformat(" ", "minutes") for t in sched.next_times(record)))
+    echo("next: " + ", ".join(t.isoformat(" ", "minutes") for t in sched.next_times(record)))
 
 
 def _when(record: dict) -> str:
@@ -153,7 +154,7 @@ def schedule_ls(store_root, as_json):
         return
     for r in records:
         nxt = ", ".join(t.replace("T", " ")[:16] for t in r["next"])
-        click.echo(f"{r['name']}  {_when(r)}  {r['backend']}  fired {r['fired']}x  next {nxt}  {r['playbook']}")
+        echo(f"{r['name']}  {_when(r)}  {r['backend']}  fired {r['fired']}x  next {nxt}  {r['playbook']}")
 
 
 @schedule.command("rm")
@@ -168,7 +169,7 @@ def schedule_rm(name, store_root, as_json):
     record = sched.remove(store.root(store_root), name)
     if as_json:
         return echo_json({"removed": record})
-    click.echo(f"removed {name} ({record['backend']})")
+    echo(f"removed {name} ({record['backend']})")
 
 
 @schedule.command("fire", hidden=True)
@@ -182,7 +183,7 @@ def schedule_fire(obj: Context, name, store_root):
 
     record = sched.fire(store.root(store_root), name)
     m = run_playbook(obj, record["playbook"], store_root, False)
-    click.echo(f"schedule {name}: run {m.run_id} {m.status}")
+    echo(f"schedule {name}: run {m.run_id} {m.status}")
 
 
 @click.group()
@@ -214,7 +215,7 @@ def nightly_report(playbooks, since, out, notify, store_root, as_json):
     if as_json:
         echo_json(summary)
     else:
-        click.echo(text, nl=False)
+        echo(text, nl=False)
     if notify:
         subprocess.run(notify, shell=True, input=text, text=True, check=False)
     sys.exit(exitcodes.REGRESSION if summary["regressions"] else exitcodes.OK)

@@ -16,6 +16,7 @@ import click
 
 from ..hostlist import fold
 from ..transport import Result
+from .terminal import echo, visible
 
 
 def fold_results(results: Iterable[Result]) -> list[tuple[list[str], Result]]:
@@ -32,7 +33,9 @@ def _text(b: bytes) -> str:
 
 
 def print_gathered(results: list[Result], out: TextIO = sys.stdout, err: TextIO = sys.stderr) -> None:
-    """Every distinct output once, under the folded list of hosts that gave it."""
+    """Every distinct output once, under the folded list of hosts that gave it. The command's own
+    output is relayed as it came (as ssh and clush do: it is the command the user ran); fleet's
+    lines around it (hosts, statuses, errors) are shown through :func:`visible`."""
     if len(results) == 1 and results[0].error is None:  # one host: behave like ssh
         r = results[0]
         out.write(_text(r.stdout))
@@ -40,9 +43,9 @@ def print_gathered(results: list[Result], out: TextIO = sys.stdout, err: TextIO 
         return
     for hosts, r in fold_results(results):
         if r.error is not None and not r.stdout and not r.stderr:
-            err.write(f"{fold(hosts)}: {r.error}\n")
+            err.write(visible(f"{fold(hosts)}: {r.error}") + "\n")
             continue
-        title = f"{fold(hosts)} ({len(hosts)})"
+        title = visible(f"{fold(hosts)} ({len(hosts)})")
         status = f" exit {r.exit_status}" if r.exit_status else ""
         status += f" signal {r.signal}" if r.signal else ""
         bar = "-" * max(15, len(title) + len(status))
@@ -50,7 +53,7 @@ def print_gathered(results: list[Result], out: TextIO = sys.stdout, err: TextIO 
         if r.stderr:
             out.write(_text(r.stderr))
         if r.error:
-            err.write(f"{fold(hosts)}: {r.error}\n")
+            err.write(visible(f"{fold(hosts)}: {r.error}") + "\n")
     out.flush()
 
 
@@ -168,11 +171,13 @@ STATUS_STYLES = {"ok": "green", "complete": "green", "finished-from-qdstrm": "gr
 
 def print_table(headers: list[str], rows: list[list[str]], status_column: int | None = None) -> None:
     """Rows under a header. On a terminal a rich table, its statuses coloured (never under
-    NO_COLOR); piped, plain columns with whole values, for grep and awk, without importing rich."""
+    NO_COLOR); piped, plain columns with whole values, for grep and awk, without importing rich.
+    Every cell is shown through :func:`visible`: a kernel's, a host's or a GPU's name is another's."""
+    rows = [[visible(c) for c in row] for row in rows]
     if not (sys.stdout.isatty() or os.environ.get("FORCE_COLOR")):
         widths = [max(len(str(r[i])) for r in [headers, *rows]) for i in range(len(headers))]
         for row in [headers, *rows]:
-            click.echo("  ".join(str(c).ljust(w) for c, w in zip(row, widths)).rstrip())
+            echo("  ".join(str(c).ljust(w) for c, w in zip(row, widths)).rstrip())
         return
     from rich import box
     from rich.console import Console
@@ -193,21 +198,19 @@ def print_stats(found, top: int, full_names: bool = False) -> None:
     """``reports stats``: each section's table (one column of milliseconds per host or rank, or
     for one, its total, count and mean), then what each column lacks. The hosts not in the
     tables, and those in them whose status is not ok, are said under the title line."""
-    from ..safenames import CONTROL
     from ..store.stats import said
 
-    def shown(name: str) -> str:  # a kernel or range name is the workload's: no escape sequence reaches the terminal
-        return CONTROL.sub("?", name)
+    shown = visible  # a kernel or range name is the workload's: no escape sequence reaches the terminal
 
     labels = [shown(c.label) for c in found.columns]
-    click.echo(f"run {found.run_id} ({found.tool}, {found.status}): top {top} by total time")
+    echo(f"run {found.run_id} ({found.tool}, {found.status}): top {top} by total time")
     if found.left_out:
-        click.echo(shown(f"not in these tables: {said(found.left_out)}"))
+        echo(shown(f"not in these tables: {said(found.left_out)}"))
     not_ok = [c for c in found.columns if c.status != "ok"]
     if not_ok:
-        click.echo(shown(f"in them, though not ok: {said(not_ok)}"))
+        echo(shown(f"in them, though not ok: {said(not_ok)}"))
     for section in found.sections:
-        click.echo(f"\n{section.title}")
+        echo(f"\n{section.title}")
         rows = section.top(top)
         if rows and len(labels) == 1:
             print_table(["TOTAL ms", "COUNT", "MEAN ms", "NAME"],
@@ -218,7 +221,7 @@ def print_stats(found, top: int, full_names: bool = False) -> None:
                         [[f"{by[c.label][0] / 1e6:.3f}" if c.label in by else "-" for c in found.columns]
                         + [shown(section.shown(name, full_names))] for name, by in rows])
         for label, why in section.notes.items():
-            click.echo(f"{shown(label)}: {shown(why)}")
+            echo(f"{shown(label)}: {shown(why)}")
 
 
 def gpu_words(gpu: dict) -> str:
@@ -229,10 +232,8 @@ def gpu_words(gpu: dict) -> str:
 def print_ranks(run_id: str, found) -> None:
     """``reports ranks``: one line for the run, a row per rank, then each straggler's verdict
     with the evidence of each cause."""
-    from ..safenames import CONTROL
-
-    shown = lambda text: CONTROL.sub("?", str(text))  # noqa: E731 (labels hold host names from the manifest)
-    click.echo(f"run {run_id}: {len(found.ranks)} ranks, {found.collectives} collectives from {found.source}; "
+    shown = visible  # labels hold host names from the manifest, evidence an export's names
+    echo(f"run {run_id}: {len(found.ranks)} ranks, {found.collectives} collectives from {found.source}; "
                f"{found.lost_s:.3f} rank-seconds lost waiting")
     print_table(["RANK", "HOST", "GPU", "KERNEL s", "KERNELS", "COLLECTIVE s", "IDLE s", "STEP ms", "LOST rank-s",
                  "LAST"],
@@ -241,12 +242,12 @@ def print_ranks(run_id: str, found) -> None:
                   f"{r.step_median_s * 1e3:.1f}" if r.step_median_s is not None else "-", f"{r.lost_s:.3f}",
                   f"{r.last} of {found.collectives}"] for r in found.ranks])
     for v in found.verdicts:
-        click.echo(f"straggler: {shown(v['rank'])}, last in {v['last']} of {v['of']} collectives (waited "
+        echo(f"straggler: {shown(v['rank'])}, last in {v['last']} of {v['of']} collectives (waited "
                    f"{v['wait_ms']:.1f} ms, the others {v['others_wait_ms']:.1f} ms; {v['lost_s']:.3f} "
                    f"rank-seconds lost to it)")
         for c in v["causes"]:
-            click.echo(f"  {c['cause']}: {shown(c['evidence'])}")
+            echo(f"  {c['cause']}: {shown(c['evidence'])}")
     for m in found.missing:
-        click.echo(f"no export: {shown(m['label'])} ({shown(m['why'])})")
+        echo(f"no export: {shown(m['label'])} ({shown(m['why'])})")
     for note in found.notes:
-        click.echo(f"note: {shown(note)}")
+        echo(f"note: {shown(note)}")

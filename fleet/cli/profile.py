@@ -13,6 +13,7 @@ from .context import Context, exclude_option, fail, store_option, push_when_done
 from .output import echo_json, json_option
 from .parsing import WorkloadCommand, refuse_options, seconds
 from .slurm import gather_on_slurm, profile_on_slurm, slurm_options
+from .terminal import echo
 
 
 def image(ctx, param, value):
@@ -146,14 +147,14 @@ def show_lab_run(manifest, store_root, dry_run: bool, as_json: bool) -> None:
         echo_json(profile_mod.json_doc(manifest))
         return
     for h in manifest.hosts:
-        click.echo(profile_mod.render(h), nl=False, err=h.status not in ("ok", "planned"))
+        echo(profile_mod.render(h), nl=False, err=h.status not in ("ok", "planned"))
     if (ranks := profile_mod.ranks_line(manifest)):
-        click.echo(ranks)
+        echo(ranks)
     if not dry_run:  # where to look next, as the Slurm path says it
         directory = store.run_dir(store.root(store_root), manifest.site, manifest.run_id)
         for line in completeness.run_lines(manifest.hosts):  # how many reports are whole, the run line last
-            click.echo(line)
-        click.echo(f"run {manifest.run_id} {manifest.status}: reports in {directory} "
+            echo(line)
+        echo(f"run {manifest.run_id} {manifest.status}: reports in {directory} "
                    f"(fleet reports show {manifest.run_id})")
 
 
@@ -182,8 +183,8 @@ def gather(obj: Context, run_id, store_root, as_json):
         echo_json(manifest.to_json())
     for h in manifest.hosts if not as_json else ():
         who = h.host + (f" rank {h.rank}" if h.rank is not None else "")  # a launcher's rank that left no report
-        click.echo(f"{who}: {h.status}" + (f" ({h.missing_why})" if h.missing_why else ""))
+        echo(f"{who}: {h.status}" + (f" ({h.missing_why})" if h.missing_why else ""))
         for r in h.reports:
-            click.echo(f"  {r.stored} ({'verified' if r.verified else r.error})")
+            echo(f"  {r.stored} ({'verified' if r.verified else r.error})")
     push_when_done(store_root, manifest, as_json)
     sys.exit(exitcodes.for_run(manifest))

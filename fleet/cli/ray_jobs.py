@@ -9,6 +9,7 @@ import click
 from .. import exitcodes
 from .context import Context, fail, store_option
 from .output import echo_json, json_option
+from .terminal import echo
 
 
 @click.group("ray")
@@ -21,8 +22,9 @@ def ray_group():
               "`ray job submit` takes it, e.g. http://127.0.0.1:8265.")
 @click.option("--ranks", help="Profile only the actors whose names match these patterns (e.g. 'trainer-*'; "
               "several separated by commas); the others start without nsys.")
-@click.option("--node-dir", help="The run's folder on the nodes, made private by the workers (default "
-              "/tmp/fleet-ray-RUN); a folder every node shares brings every node's reports home.")
+@click.option("--node-dir", help="The run's folder on the nodes, made private by the workers, refused where "
+              "another account could swap it (default ~/.cache/fleet-ray-runs/RUN, in the home of the user Ray runs "
+              "as); a folder every node shares brings every node's reports home.")
 @click.option("--head", help="The inventory host of the Ray head, to bring the reports home from "
               "(default: this machine, for an address on loopback).")
 @click.option("--working-dir", help="Ray's --working-dir: uploaded, the entrypoint runs in it.")
@@ -50,7 +52,8 @@ def submit(obj: Context, address, ranks, node_dir, head, working_dir, profiler_a
     req = ProfileRequest(tool="nsys", command=tuple(entrypoint), run_id=new_run_id(),
                          profiler_args=tuple(profiler_args))
     job = ray_submit.RayJob(address=address, entrypoint=tuple(entrypoint),
-                            node_dir=node_dir or f"/tmp/fleet-ray-{req.run_id}", actors=actor_patterns(ranks) if ranks is not None else (),
+                            node_dir=node_dir or f"{ray_submit.NODE_DIR}/{req.run_id}",
+                            actors=actor_patterns(ranks) if ranks is not None else (),
                             profiler_args=tuple(profiler_args), working_dir=working_dir,
                             submission_id=f"fleet-{req.run_id}")
     if (why := job.problem()):
@@ -71,14 +74,14 @@ def submit(obj: Context, address, ranks, node_dir, head, working_dir, profiler_a
         echo_json(manifest.to_json())
     else:
         for h in manifest.hosts:
-            click.echo(f"  {h.host} {h.worker or ''}: {h.status}" + (f": {h.missing_why}" if h.missing_why else ""))
+            echo(f"  {h.host} {h.worker or ''}: {h.status}" + (f": {h.missing_why}" if h.missing_why else ""))
             for line in outcome.detail_lines(h, indent="    ", hashes=False):
-                click.echo(line)
+                echo(line)
         for line in completeness.run_lines(manifest.hosts):
-            click.echo(line)
+            echo(line)
         if manifest.error:
-            click.echo(f"fleet: {manifest.error}", err=True)
+            echo(f"fleet: {manifest.error}", err=True)
         directory = store.run_dir(store.root(store_root), manifest.site, manifest.run_id)
-        click.echo(f"run {manifest.run_id} {manifest.status}: reports in {directory} "
+        echo(f"run {manifest.run_id} {manifest.status}: reports in {directory} "
                    f"(fleet reports show {manifest.run_id})")
     sys.exit(exitcodes.for_run(manifest))

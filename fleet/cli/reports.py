@@ -12,6 +12,7 @@ from .. import exitcodes
 from .parsing import Day
 from .context import fail, store_option
 from .output import echo_json, json_option
+from .terminal import echo, visible
 
 if TYPE_CHECKING:
     from ..store.manifest import RunManifest
@@ -76,16 +77,16 @@ def reports_show(run_id, store_root, as_json):
     if as_json:
         return echo_json(m.to_json())
     tool = m.request.get("tool")
-    click.echo(f"run {m.run_id} ({m.status}), site {m.site}, by {m.user} at {m.started}: "
+    echo(f"run {m.run_id} ({m.status}), site {m.site}, by {m.user} at {m.started}: "
                f"{tool} -- {' '.join(m.request.get('command') or [])}")
     for h in m.hosts:
         who = h.host + (f" rank {h.rank}" if h.rank is not None else "") + (f" {h.worker}" if h.worker else "")
-        click.echo(f"  {who}: {h.status}" + (f" ({h.missing_why})" if h.missing_why else "")
+        echo(f"  {who}: {h.status}" + (f" ({h.missing_why})" if h.missing_why else "")
                    + (f"; {h.gpu}, driver {h.driver}, {tool} {h.tool_version}" if h.gpu else ""))
         for g in h.given_up:
-            click.echo(f"      gave up: {g}")
+            echo(f"      gave up: {g}")
         for r in h.reports:
-            click.echo(f"      {r.status:<21} {(r.sha256 or '')[:12]:<12}  {r.stored or r.remote}")
+            echo(f"      {r.status:<21} {(r.sha256 or '')[:12]:<12}  {r.stored or r.remote}")
 
 
 @reports.command("pull")
@@ -110,9 +111,9 @@ def reports_pull(run_id, dest, store_root, as_json):
     code = exitcodes.OK
     for p in pulled:
         if p.target is None:
-            click.echo(f"{p.host}: {p.problem}", err=True)
+            echo(f"{p.host}: {p.problem}", err=True)
         elif not as_json:
-            click.echo(f"{p.target}" + (f"  {p.problem}" if p.problem else ""))
+            echo(f"{p.target}" + (f"  {p.problem}" if p.problem else ""))
         code = code if p.problem is None or p.missing else exitcodes.FAILED
     if as_json:
         echo_json({"run_id": run_id, "copied": [{"host": p.host, "path": str(p.target), "verified": p.problem is None}
@@ -143,7 +144,7 @@ def reports_rm(run_id, store_root, dry_run, force, as_json):
     if as_json:
         return echo_json({"run_id": run_id, "removed": str(gone.directory), "dry_run": dry_run,
                           "files": gone.files, "catalog_rows": gone.catalog_rows})
-    click.echo(f"{'would remove' if dry_run else 'removed'} {gone.directory} ({gone.files} files, "
+    echo(f"{'would remove' if dry_run else 'removed'} {gone.directory} ({gone.files} files, "
                f"{gone.catalog_rows} catalog rows)")
 
 
@@ -152,10 +153,8 @@ full_names_option = click.option("--full-names", is_flag=True,
 
 
 def _stats_failed(e) -> None:
-    """The line of a run that cannot be shown; its reasons come from nodes: no escape sequence passes."""
-    from ..safenames import CONTROL
-
-    fail(CONTROL.sub("?", str(e)), e.exit_status)
+    """The line of a run that cannot be shown; its reasons come from nodes: :func:`fail` escapes them."""
+    fail(str(e), e.exit_status)
 
 
 @reports.command("compare")
@@ -169,7 +168,6 @@ def reports_compare(run_a, run_b, store_root, top, full_names, as_json):
     """The GPU kernels whose total time changed most from RUN_A to RUN_B (two runs of one tool).
     A run that left no reports, or runs of different tools, are refused with the reason."""
     from .. import store
-    from ..safenames import CONTROL
     from ..store import comparison, stats
 
     a, b = (_manifest(store_root, run) for run in (run_a, run_b))
@@ -181,12 +179,12 @@ def reports_compare(run_a, run_b, store_root, top, full_names, as_json):
     if as_json:
         return echo_json(rows)
     for note in found.notes():
-        click.echo(CONTROL.sub("?", note))
-    click.echo(f"{'A ms':>10} {'B ms':>10} {'change':>8}  kernel")
+        echo(visible(note))
+    echo(f"{'A ms':>10} {'B ms':>10} {'change':>8}  kernel")
     for r in rows:
         change = f"{r['change'] * 100:+.1f}%" if r["change"] is not None else "new"
         name = r["kernel"] if full_names else r["short_name"]
-        click.echo(f"{r['a_ns'] / 1e6:10.3f} {r['b_ns'] / 1e6:10.3f} {change:>8}  {CONTROL.sub('?', name)}")
+        echo(f"{r['a_ns'] / 1e6:10.3f} {r['b_ns'] / 1e6:10.3f} {change:>8}  {visible(name)}")
 
 
 @reports.command("stats")
@@ -252,7 +250,7 @@ def reports_ranks(run_id, store_root, sync_range, sync_call, step_range, html_ou
 
     print_ranks(run_id, found)
     if html_out:
-        click.echo(f"page: {html_out}")
+        echo(f"page: {html_out}")
 
 
 def _write_page(path: str, text: str) -> None:
@@ -282,17 +280,17 @@ def reports_open(run_id, which, store_root, as_json):
     except viewer.StatsError as e:
         fail(str(e))
     except OSError as e:  # found on PATH but would not start
-        click.echo(f"fleet: {opening_failed(e)}", err=True)
+        echo(f"fleet: {opening_failed(e)}", err=True)
         sys.exit(exitcodes.FAILED)
     if as_json:
         return echo_json({"run_id": run_id, "viewer": opening.viewer, "opened": opening.pid is not None,
                           "pid": opening.pid, "command": opening.command, "reports": opening.reports})
     if opening.pid is not None:
-        click.echo(f"opened {len(opening.reports)} report(s) in {opening.viewer} (pid {opening.pid})")
+        echo(f"opened {len(opening.reports)} report(s) in {opening.viewer} (pid {opening.pid})")
     else:
-        click.echo(f"{opening.viewer} is not on PATH; open the report(s) with:\n  {opening.shell_line()}")
+        echo(f"{opening.viewer} is not on PATH; open the report(s) with:\n  {opening.shell_line()}")
     for path in opening.reports:
-        click.echo(f"  {path}")
+        echo(f"  {path}")
 
 
 def opening_failed(e: OSError) -> str:
@@ -310,8 +308,8 @@ def reports_reindex(store_root, as_json):
     if as_json:
         return echo_json({"runs": n, "left_out": skipped})
     for why in skipped:
-        click.echo(f"fleet: left out {why}", err=True)
-    click.echo(f"catalogued {n} runs")
+        echo(f"fleet: left out {why}", err=True)
+    echo(f"catalogued {n} runs")
 
 
 @reports.command("push")

@@ -6,11 +6,10 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-import click
-
 from .. import exitcodes
 from .context import fail
 from .output import echo_json, print_table
+from .terminal import echo
 
 
 def team_store():
@@ -40,14 +39,14 @@ def show(team, run_id: str, as_json: bool) -> None:
         fail(str(e))
     if as_json:
         return echo_json({"owner": owner, "shared_with": groups, **m.to_json()})
-    click.echo(f"run {m.run_id} ({m.status}), site {m.site}, owner {owner}"
+    echo(f"run {m.run_id} ({m.status}), site {m.site}, owner {owner}"
                + (f", shared with {', '.join(groups)}" if groups else "") + f", at {m.started}: "
                f"{m.request.get('tool')} -- {' '.join(m.request.get('command') or [])}")
     for h in m.hosts:
         who = h.host + (f" rank {h.rank}" if h.rank is not None else "") + (f" {h.worker}" if h.worker else "")
-        click.echo(f"  {who}: {h.status}" + (f" ({h.missing_why})" if h.missing_why else ""))
+        echo(f"  {who}: {h.status}" + (f" ({h.missing_why})" if h.missing_why else ""))
         for r in h.reports:
-            click.echo(f"      {r.status:<21} {(r.sha256 or '')[:12]:<12}  {Path(r.stored or r.remote).name}")
+            echo(f"      {r.status:<21} {(r.sha256 or '')[:12]:<12}  {Path(r.stored or r.remote).name}")
 
 
 def pull(team, run_id: str, dest: str, as_json: bool) -> None:
@@ -60,10 +59,10 @@ def pull(team, run_id: str, dest: str, as_json: bool) -> None:
     code = exitcodes.OK
     for p in pulled:
         if p.target is None:
-            click.echo(f"{p.host}/{p.name}: {p.problem}", err=True)
+            echo(f"{p.host}/{p.name}: {p.problem}", err=True)
             code = exitcodes.FAILED
         elif not as_json:
-            click.echo(str(p.target))
+            echo(str(p.target))
     if as_json:
         echo_json({"run_id": run_id, "copied": [{"host": p.host, "path": str(p.target), "verified": True}
                                                 for p in pulled if p.target is not None]})
@@ -76,14 +75,14 @@ def rm(team, run_id: str, dry_run: bool, as_json: bool) -> None:
     if dry_run:
         owner, m, _ = read.manifest(team, run_id)
         files = sum(len(h.reports) for h in m.hosts)
-        return click.echo(f"would remove run {run_id} ({owner}'s, {files} files) from the team store")
+        return echo(f"would remove run {run_id} ({owner}'s, {files} files) from the team store")
     try:
         gone = read.remove(team, run_id)
     except LookupError as e:
         fail(str(e))
     if as_json:
         return echo_json({"run_id": run_id, "removed_objects": gone})
-    click.echo(f"removed run {run_id} from the team store ({gone} objects)")
+    echo(f"removed run {run_id} from the team store ({gone} objects)")
 
 
 def push(team, store_root, run_ids: tuple[str, ...], as_json: bool) -> None:
@@ -94,12 +93,12 @@ def push(team, store_root, run_ids: tuple[str, ...], as_json: bool) -> None:
         if as_json:
             return
         if why is not None:
-            click.echo(f"{run_id}: not pushed ({why})", err=True)
+            echo(f"{run_id}: not pushed ({why})", err=True)
         elif done.unchanged:
-            click.echo(f"{run_id}: already in the team store, unchanged")
+            echo(f"{run_id}: already in the team store, unchanged")
         else:
             resumed = f", {done.resumed_parts} part(s) of a cut upload kept" if done.resumed_parts else ""
-            click.echo(f"{run_id}: pushed ({done.sent} file(s) sent, {done.already_there} already there{resumed})")
+            echo(f"{run_id}: pushed ({done.sent} file(s) sent, {done.already_there} already there{resumed})")
 
     report = read.push_runs(team, store.root(store_root), list(run_ids) or None, on_run=said)
     if as_json:
@@ -107,7 +106,7 @@ def push(team, store_root, run_ids: tuple[str, ...], as_json: bool) -> None:
                                "unchanged": p.unchanged} for p in report.pushed],
                    "not_pushed": [{"run_id": r, "why": why} for r, why in report.failed]})
     elif not report.failed:
-        click.echo(f"{len(report.pushed)} run(s) in the team store")
+        echo(f"{len(report.pushed)} run(s) in the team store")
     sys.exit(exitcodes.FAILED if report.failed else exitcodes.OK)
 
 
@@ -120,4 +119,4 @@ def share(team, run_id: str, group: str, as_json: bool) -> None:
         fail(str(e))
     if as_json:
         return echo_json({"run_id": run_id, "shared_with": groups})
-    click.echo(f"run {run_id} is shared with {', '.join(groups)}")
+    echo(f"run {run_id} is shared with {', '.join(groups)}")

@@ -13,6 +13,7 @@ from .. import exitcodes
 from .context import Context, fail, store_option, push_when_done
 from .output import echo_json, json_option
 from .parsing import seconds
+from .terminal import echo
 
 if TYPE_CHECKING:
     from ..store.manifest import RunManifest
@@ -103,17 +104,17 @@ def profile_on_slurm(obj: Context, req: "ProfileRequest", opts: dict, *, store_r
     spec = spec_from(opts, req)
     cluster = _cluster(obj, opts.get("partition"), opts.get("cluster"))
     if spec.stop_note:
-        click.echo(f"fleet: {spec.stop_note}", err=True)
+        echo(f"fleet: {spec.stop_note}", err=True)
 
     def on_state(st):
         if not as_json:
             extra = "".join(f" {k}={v}" for k, v in (("reason", st.reason), ("nodes", st.nodes))
                             if v and v not in ("None", "(null)"))
-            click.echo(f"fleet: job {st.job_id} {st.state}{extra}", err=True)
+            echo(f"fleet: job {st.job_id} {st.state}{extra}", err=True)
 
     def on_python(note):
         if not as_json and not dry_run:
-            click.echo(f"fleet: the agent's Python on the compute nodes: {note}", err=True)
+            echo(f"fleet: the agent's Python on the compute nodes: {note}", err=True)
 
     async def go():
         stop = stop_on_signals("stopping the job's profilers (SIGTERM to its steps), waiting for their reports")
@@ -137,12 +138,12 @@ def profile_on_slurm(obj: Context, req: "ProfileRequest", opts: dict, *, store_r
         if as_json:
             echo_json(manifest.to_json())
         else:
-            click.echo(manifest.slurm.script, nl=False)
+            echo(manifest.slurm.script, nl=False)
         sys.exit(exitcodes.OK)
     if as_json:
         echo_json(manifest.to_json())
     else:
-        click.echo(runs.render(manifest), nl=False)
+        echo(runs.render(manifest), nl=False)
     push_when_done(store_root, manifest, as_json)
     sys.exit(exitcodes.for_run(manifest, waited=not opts.get("no_wait")))
 
@@ -170,9 +171,9 @@ def gather_on_slurm(obj: Context, run_id: str, store_root, as_json: bool = False
     if as_json:
         echo_json(m.to_json())
     elif m.status in ("running", "submitted"):
-        click.echo(f"run {run_id}: job {m.slurm.job_id} is {m.slurm.state}; gather again once it ends")
+        echo(f"run {run_id}: job {m.slurm.job_id} is {m.slurm.state}; gather again once it ends")
     else:
-        click.echo(render(m), nl=False)
+        echo(render(m), nl=False)
     push_when_done(store_root, m, as_json)
     sys.exit(exitcodes.for_run(m))
 
@@ -182,7 +183,7 @@ def _stored(store_root, run_ids=()) -> list["RunManifest"]:
     from ..slurm import runs
 
     try:
-        return runs.stored(store.root(store_root), tuple(run_ids), on_skipped=lambda why: click.echo(
+        return runs.stored(store.root(store_root), tuple(run_ids), on_skipped=lambda why: echo(
             f"fleet: {why}", err=True))
     except LookupError as e:
         fail(str(e))
@@ -198,7 +199,7 @@ def jobs(obj: Context, run_ids, store_root, as_json):
     from ..slurm import runs
 
     groups = runs.by_cluster(obj.inventory, _stored(store_root, run_ids), on_skipped=None if run_ids else (
-        lambda why: click.echo(f"fleet: {why}", err=True)))
+        lambda why: echo(f"fleet: {why}", err=True)))
 
     async def go():
         async with obj.fanout_for_run() as fan:
@@ -238,7 +239,7 @@ def cancel(obj: Context, run_ids, store_root, dry_run, as_json):
         if as_json:
             return echo_json({"dry_run": True, "cancelled": [{"cluster": c, "job_ids": ids} for c, ids in would]})
         for cluster, ids in would:
-            click.echo(f"{cluster}: would cancel job(s) {', '.join(ids)}")
+            echo(f"{cluster}: would cancel job(s) {', '.join(ids)}")
         return
 
     async def go():
@@ -253,7 +254,7 @@ def cancel(obj: Context, run_ids, store_root, dry_run, as_json):
         return echo_json({"dry_run": False,
                           "cancelled": [{"cluster": cluster, "job_ids": ids} for cluster, ids in cancelled]})
     for cluster, ids in cancelled:
-        click.echo(f"{cluster}: cancelled job(s) {', '.join(ids)}")
+        echo(f"{cluster}: cancelled job(s) {', '.join(ids)}")
 
 
 @click.group("slurm")
@@ -320,14 +321,14 @@ def slurm_install(obj: Context, prefix, python_path, owned, cluster, baseline, j
         return echo_json({"files": files, "written": written, "slurm_conf": setup.slurm_conf()})
     if do_apply:
         for path in written:
-            click.echo(f"wrote {path}")
+            echo(f"wrote {path}")
     else:
         for path, (content, mode) in setup.files().items():
             if path == setup.agent:
-                click.echo(f"# {path} ({mode:o}): fleet's node agent, {len(content)} bytes\n")
+                echo(f"# {path} ({mode:o}): fleet's node agent, {len(content)} bytes\n")
             else:
-                click.echo(f"# {path} ({mode:o})\n{content.decode()}")
-    click.echo(f"# Add to slurm.conf on every node (then `scontrol reconfigure`):\n{setup.slurm_conf()}", nl=False)
+                echo(f"# {path} ({mode:o})\n{content.decode()}")
+    echo(f"# Add to slurm.conf on every node (then `scontrol reconfigure`):\n{setup.slurm_conf()}", nl=False)
 
 
 def _entry(op: str):

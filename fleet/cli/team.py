@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from .output import echo_json, json_option
+from .terminal import echo
 
 
 def team_store_or_fail():
@@ -33,7 +34,7 @@ def migrate(as_json):
     before, after = catalog.migrate(team_store_or_fail())
     if as_json:
         return echo_json({"from": before, "to": after})
-    click.echo(f"team catalog: schema version {before} -> {after}" if before != after
+    echo(f"team catalog: schema version {before} -> {after}" if before != after
                else f"team catalog: schema version {after}, nothing to do")
 
 
@@ -50,4 +51,4 @@ def status(as_json):
     doc = {"objects": str(t.objects), "named_by": t.source, "role": me, "schema": catalog.schema.VERSION}
     if as_json:
         return echo_json(doc)
-    click.echo(f"team store: objects {doc['objects']}, catalog as {me} (schema {doc['schema']}; named by {t.source})")
+    echo(f"team store: objects {doc['objects']}, catalog as {me} (schema {doc['schema']}; named by {t.source})")

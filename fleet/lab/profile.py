@@ -202,7 +202,8 @@ async def run_planned(fan: "Fanout", hosts: list["Host"], runs: dict[str, HostRu
         # The launcher is said in the result's whose, as a Slurm rank's is: each rank's report beside it.
         context = {"whose": {"launcher": req.launcher}} if req.launcher else {}
         argv, stdin = agentcall.agent_call(host, {"mode": "profile", "plan": run.plan.to_json(), "context": context})
-        r = await fan.run(host, argv, input=stdin, sink=sink, stop=stop, timeout=bound)
+        # --timeout plus --finish-timeout bound it all: no grace past them (the agent stops itself in time)
+        r = await fan.run(host, argv, input=stdin, sink=sink, stop=stop, timeout=bound, grace=0)
         sink.flush()
         run.result = sink.result
         if run.result is None:

@@ -47,9 +47,44 @@ if TYPE_CHECKING:
 
 HOOK_PACKAGE = "fleet_ray_hook"  # the module name RAY_RUNTIME_ENV_HOOK and worker_process_setup_hook name
 LIST_TIMEOUT = 120.0  # seconds for the head to list and hash the reports
-# Each report and whose file in NODE_DIR/ray, with its size and sha256, as the head computes them.
-LISTING = (f'cd -- "$1" 2>/dev/null || exit 0; for f in {RunDir.RAY}/*{RunDir.NSYS_REPORT} {RunDir.RAY}/*{RunDir.WHOSE}; '
-           'do [ -f "$f" ] || continue; echo "@@$2 $(stat -c %s "$f") $(sha256sum < "$f" | cut -d" " -f1) $PWD/$f"; '
+# Where a run's folder is on the nodes unless --node-dir says: the home of the user Ray runs as (its ~
+# said on the head, by fleet's hook and by the listing), never a folder every account shares (/tmp).
+NODE_DIR = "~/.cache/fleet-ray-runs"
+# The folders another account could swap, checked on the head in NODE_DIR ($1, ~/ the home of the
+# user Ray runs as; $2 the call's nonce): ray/ the user's and private, NODE_DIR the user's and not
+# writable by others, and every folder above up to / the user's and not writable by others, or
+# root's with no account able to rename what is not its own in it (/tmp: sticky). One that is not
+# refuses it all.
+HOME_DIR = 'case $1 in "~/"*) set -- "$HOME/${1#"~/"}" "$2" ;; esac; '
+FOLDERS = (f'me=$(id -u); d=$(pwd -P)/{RunDir.RAY}; level=0; '
+           'while :; do '
+           '  if [ -L "$d" ] || [ ! -d "$d" ]; then echo "@@$2 refused $d is not a folder (a link?)"; exit 0; fi; '
+           '  set -- "$1" "$2" $(stat -c "%u %a" -- "$d"); u=$3; m=$((0$4)); '
+           '  if [ $level -ge 2 ] && [ "$u" = 0 ]; then '
+           '    if [ $((m & 2)) -ne 0 ] && [ $((m & 512)) -eq 0 ]; then '
+           '      echo "@@$2 refused $d is root\'s, and any account may rename what is in it (mode $4)"; exit 0; fi; '
+           '  elif [ "$u" != "$me" ]; then echo "@@$2 refused $d belongs to uid $u, not to the user (uid $me)"; exit 0; '
+           '  elif [ $((m & (level == 0 ? 63 : 18))) -ne 0 ]; then '
+           '    echo "@@$2 refused $d is open to other accounts (mode $4)"; exit 0; fi; '
+           '  [ "$d" = / ] && break; d=$(dirname -- "$d"); level=$((level + 1)); '
+           'done; echo "@@$2 folder $PWD"; ')
+# Before the job: NODE_DIR and its ray/ made 0700 where missing (what is above them as mkdir -p makes
+# it), then checked, so that no other account makes them first.
+PREPARE = (HOME_DIR + '[ -d "$1" ] || mkdir -p -- "$(dirname -- "$1")" 2>/dev/null; '
+           '[ -d "$1" ] || [ -L "$1" ] || mkdir -m 700 -- "$1" 2>/dev/null; '
+           'cd -- "$1" 2>/dev/null || { echo "@@$2 refused $1 cannot be made or entered"; exit 0; }; '
+           f'[ -e {RunDir.RAY} ] || [ -L {RunDir.RAY} ] || mkdir -m 700 -- {RunDir.RAY}; ' + FOLDERS)
+# Each report and whose file in NODE_DIR/ray, with its size and sha256, as the head computes them,
+# once the folders hold; a link, or a file not the user's or writable by others, refused by name.
+LISTING = (HOME_DIR + f'cd -- "$1" 2>/dev/null || exit 0; [ -e {RunDir.RAY} ] || [ -L {RunDir.RAY} ] || exit 0; '
+           + FOLDERS +
+           f'for f in {RunDir.RAY}/*{RunDir.NSYS_REPORT} {RunDir.RAY}/*{RunDir.WHOSE}; do '
+           '[ -L "$f" ] && { echo "@@$2 refused $PWD/$f is a symbolic link"; continue; }; [ -f "$f" ] || continue; '
+           'set -- "$1" "$2" $(stat -c "%u %a" -- "$f"); '
+           'if [ "$3" != "$me" ] || [ $((0$4 & 18)) -ne 0 ]; then '
+           '  echo "@@$2 refused $PWD/$f has owner $3 and mode $4 (the user is uid $me; no one else may write it)"; '
+           '  continue; fi; '
+           'echo "@@$2 $(stat -c %s "$f") $(sha256sum < "$f" | cut -d" " -f1) $PWD/$f"; '
            'done; true')
 
 
@@ -74,8 +109,9 @@ class RayJob:
             return f"--address {self.address!r}: the Ray dashboard's address, e.g. http://127.0.0.1:8265"
         if not self.entrypoint:
             return "the job's entrypoint: fleet ray submit --address URL -- python prog.py"
-        if not self.node_dir.startswith("/"):
-            return f"--node-dir {self.node_dir!r}: an absolute path (nsys is given it on every node)"
+        if not self.node_dir.startswith(("/", "~/")):
+            return (f"--node-dir {self.node_dir!r}: an absolute path, or one in the home of the user Ray runs as "
+                    f"(~/...): nsys is given it on every node")
         for value, what in ((self.node_dir, "--node-dir"), *((a, "--ranks") for a in self.actors)):
             check_text(value, what)
         return launchers.unsupported("ray", "nsys", self.profiler_args)
@@ -130,16 +166,37 @@ async def submit(job: RayJob) -> tuple[int, str]:
         return await proc.wait(), shlex.join(argv)
 
 
+async def on_head(fan: "Fanout", head: "Host", script: str, node_dir: str) -> tuple[list[str] | None, str | None]:
+    """The lines ``script`` marked, run on the head for NODE_DIR; or why it could not run."""
+    nonce = secrets.token_hex(16)
+    r = await fan.run(head, ["sh", "-c", script, "fleet", node_dir, nonce], timeout=LIST_TIMEOUT)
+    if not r.ok:
+        return None, r.error or r.stderr.decode(errors="replace").strip()[-200:]
+    mark = f"@@{nonce} "
+    return [line[len(mark):] for line in r.stdout.decode(errors="replace").splitlines() if line.startswith(mark)], None
+
+
+async def folder_refused(fan: "Fanout", head: "Host", node_dir: str) -> str | None:
+    """Why the run's folder on the head cannot be the run's (made here where missing), or None."""
+    lines, failed = await on_head(fan, head, PREPARE, node_dir)
+    if failed:
+        return f"could not make {RunDir(node_dir).ray} on {head.name}: {failed}"
+    refused = [line.removeprefix("refused ") for line in lines if line.startswith("refused ")]
+    return f"refusing the run's folder on {head.name}: {refused[0]}" if refused else None
+
+
 async def reports_home(fan: "Fanout", head: "Host", node_dir: str, directory: Path) -> list[HostEntry]:
     """The workers' reports and whose files on the head, listed, fetched and verified."""
-    nonce = secrets.token_hex(16)
-    r = await fan.run(head, ["sh", "-c", LISTING, "fleet", node_dir, nonce], timeout=LIST_TIMEOUT)
-    if not r.ok:
-        why = r.error or r.stderr.decode(errors="replace").strip()[-200:]
-        return [HostEntry(head.name, HostStatus.FAILED, missing_why=f"could not list {RunDir(node_dir).ray}: {why}")]
-    mark = f"@@{nonce} "
-    lines = [line[len(mark):] for line in r.stdout.decode(errors="replace").splitlines() if line.startswith(mark)]
-    return await workers_home(fan, head, node_dir, [x for x in lines if file_mark(x)], directory)
+    lines, failed = await on_head(fan, head, LISTING, node_dir)
+    if failed:
+        return [HostEntry(head.name, HostStatus.FAILED, missing_why=f"could not list {RunDir(node_dir).ray}: {failed}")]
+    refused = [HostEntry(head.name, HostStatus.FAILED, missing_why=f"not gathered: {line.removeprefix('refused ')}")
+               for line in lines if line.startswith("refused ")]
+    if refused and not any(file_mark(x) for x in lines):
+        return refused
+    # The folder as the head resolved it (~/ its user's home): the files listed are in it.
+    here = next((line.removeprefix("folder ") for line in lines if line.startswith("folder ")), node_dir)
+    return refused + await workers_home(fan, head, here, [x for x in lines if file_mark(x)], directory)
 
 
 async def profile(fan: "Fanout", head: "Host", job: RayJob, req: "ProfileRequest", *, store_root: Path,
@@ -147,6 +204,11 @@ async def profile(fan: "Fanout", head: "Host", job: RayJob, req: "ProfileRequest
     """Submit, wait, bring the head's reports home; the run's manifest in the store."""
     manifest = RunManifest.begin(req, site)
     directory = store.save(store_root, manifest)  # written first: where the run is, if fleet dies
+    if refused := await folder_refused(fan, head, job.node_dir):
+        manifest.hosts = [HostEntry(head.name, HostStatus.FAILED, missing_why=f"{refused}; the job was not submitted")]
+        manifest.status, manifest.error = "failed", refused
+        store.save(store_root, manifest)
+        return manifest
     status, command = await submit(job)
     manifest.hosts = await reports_home(fan, head, job.node_dir, directory)
     if status != 0:

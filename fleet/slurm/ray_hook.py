@@ -15,19 +15,8 @@ fleet's ``worker-%h-%p``, host and pid), and a ``worker_process_setup_hook`` tha
 worker, writes whose it is once the worker knows: the actor's class and name or the task's
 function, its node, its GPUs and its pid, as ``worker-HOST-PID.whose.json`` beside the report.
 
-With actor name patterns (``FLEET_RAY_ACTORS``, fleet's ``--ranks`` for Ray) the job itself gets no
-``_nsight``: only an actor created with a matching name gets it, in its own runtime_env, so the
-other workers start without nsys at all. Ray has no hook at actor creation, so this one wraps
-``ray.actor.ActorClass._remote`` (Ray 2.60), where every actor's options, its name among them, pass.
-
-The wrapper also remembers, weakly, each actor the program creates (not detached, nor found by
-``get_if_exists``): Ray kills the workers of actors alive at the driver's exit, and each worker is
-its nsys, its report unwritten. An atexit handler registered in ``ray.init``, after Ray's shutdown
-(at ``import ray``) and so run before it, ends each gracefully (``__ray_terminate__``), bounded; so
-does the program's own ``ray.shutdown()``. (A handler of the program's registered before ``ray.init``
-that uses its actors then finds them ended.) Run by the job once the program has ended (``python
-fleet_ray_hook.py --wait-for-nsys``), it waits for the run's nsys to end. Runs in the program's,
-its workers' and the job's Python: the standard library, and Ray.
+How it gives ``_nsight`` to the chosen actors alone and ends the program's actors before Ray's
+shutdown would kill their nsys: docs/architecture.md, "The Ray hook".
 """
 
 import atexit
@@ -88,10 +77,12 @@ def runtime_env_hook(runtime_env):
     """The program's runtime_env with fleet's ``_nsight`` (its output names are fleet's, to find
     the reports), or only the chosen actors', and the worker hook; the program's own keys are kept."""
     env = dict(runtime_env or {})
-    block, patterns = _block(), _patterns()
+    block, patterns = dict(_block()), _patterns()
+    block["o"] = os.path.expanduser(block["o"])  # fleet ray submit's default: ~ of the user Ray runs as, here
+    private_folder(os.path.dirname(block["o"]))  # refused before the program starts
     env_vars = dict(env.get("env_vars") or {})
     env_vars.setdefault("PYTHONPATH", os.pathsep.join(p for p in (HERE, os.environ.get("PYTHONPATH")) if p))
-    env_vars.setdefault(BLOCK_ENV, json.dumps({"_nsight": block}))  # the workers' folder, on any node
+    env_vars[BLOCK_ENV] = json.dumps({"_nsight": block})  # the workers' folder, on any node
     env_vars.setdefault("PATH", _python_first())
     if patterns:
         env_vars.setdefault(ACTORS_ENV, json.dumps(patterns))
@@ -305,11 +296,20 @@ def _try(call):
 def _reports_dir():
     """Where nsys writes this worker's report (the block's ``o``), made here when it is not yet
     there (nsys writes the report when the worker ends, long after this), private."""
-    folder = os.path.dirname(_try(lambda: _block()["o"]) or "") or HERE
-    os.makedirs(folder, mode=0o700, exist_ok=True)
-    st = os.lstat(folder)
-    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o077:
-        raise OSError("fleet: %s is not this user's private folder: whose this worker is goes unwritten" % folder)
+    return private_folder(os.path.dirname(_try(lambda: _block()["o"]) or "") or HERE)
+
+
+def private_folder(folder):
+    """The run's ``ray/``, made 0700 (and the run's folder) where missing; refused, naming the folder,
+    unless it is this user's and private and the run's folder this user's, no one else's to write
+    (docs/architecture.md, "The Ray hook": another account could swap ``ray/``)."""
+    _try(lambda: os.makedirs(os.path.dirname(folder), 0o700))  # the run's folder, with what it needs
+    for path, others in ((os.path.dirname(folder), 0o022), (folder, 0o077)):  # ray/ made once its parent holds
+        _try(lambda: os.mkdir(path, 0o700))
+        st = _try(lambda: os.lstat(path)) or os.stat_result((0,) * 10)
+        if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & others:
+            raise OSError("fleet: refusing the Ray run's folder: %s is not this user's, or another may write "
+                          "it (uid %d, mode %o)" % (path, st.st_uid, st.st_mode & 0o7777))
     return folder
 
 

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Awaitable, Callable, Sequence
 if TYPE_CHECKING:
     from ..inventory import Host
 
-__all__ = ["Result", "Sink", "TAIL", "TERM_GRACE", "Transport", "drive"]
+__all__ = ["ABANDON_AFTER", "Result", "Sink", "TAIL", "TERM_GRACE", "Transport", "drive"]
 
 
 @dataclass
@@ -70,6 +70,9 @@ TAIL = 1 << 20  # bytes of each stream a streamed Result keeps
 # How long a stopped command gets after SIGTERM before it is killed (local) or its channel
 # closed (ssh): profilers need this time to write their report.
 TERM_GRACE = 10.0
+# How long a killed command's end is listened for. A node gone silent (no keepalives to say so)
+# never answers the channel's close: past this the command is abandoned, never awaited.
+ABANDON_AFTER = 1.0
 
 
 class Transport:
@@ -78,13 +81,14 @@ class Transport:
     ``sink`` receives output as it arrives (the Result then keeps only the
     last ``TAIL`` bytes of each stream). When ``stop`` is set or ``timeout``
     passes, the command gets SIGTERM once; with a timeout it is killed
-    ``grace`` seconds later, without one it is waited for (a profiler needs
-    that time to write its report).
+    ``grace`` seconds later (0: the timeout bounds it all), without one it is
+    waited for (a profiler needs that time to write its report). A killed
+    command whose end is not heard within ``ABANDON_AFTER`` is abandoned.
     """
 
     async def run(self, host: "Host", argv: Sequence[str], *, input: bytes | None = None,
                   timeout: float | None = None, sink: Sink | None = None,
-                  stop: asyncio.Event | None = None) -> Result:
+                  stop: asyncio.Event | None = None, grace: float = TERM_GRACE) -> Result:
         raise NotImplementedError
 
     async def fetch(self, host: "Host", remote: str, local: str, offset: int = 0,
@@ -102,14 +106,25 @@ class Transport:
         pass
 
 
+async def _ended(pumps: asyncio.Future, within: float) -> bool:
+    """Whether the command's output and status are all in within ``within`` seconds."""
+    try:
+        await asyncio.wait_for(asyncio.shield(pumps), within)
+        return True
+    except asyncio.TimeoutError:
+        return False
+
+
 async def drive(read_out: Callable[[int], Awaitable[bytes]], read_err: Callable[[int], Awaitable[bytes]],
                 wait: Awaitable, terminate: Callable[[], None], kill: Callable[[], None], *,
                 timeout: float | None, grace: float, sink: Sink | None,
-                stop: asyncio.Event | None) -> tuple[bytes, bytes, str | None]:
+                stop: asyncio.Event | None) -> tuple[bytes, bytes, str | None, bool]:
     """Pump a running command's output until it exits; stop it when asked or when time is up.
 
-    Returns (stdout, stderr, why it was stopped or None). Shared by the transports
-    so that they stop commands the same way.
+    Returns (stdout, stderr, why it was stopped or None, whether it was abandoned: killed, and
+    its end not heard within ``ABANDON_AFTER``, as from a node gone silent). With a ``timeout``
+    nothing here waits past ``timeout + grace + ABANDON_AFTER``. Shared by the transports so
+    that they stop commands the same way.
     """
     bufs = {"stdout": bytearray(), "stderr": bytearray()}
 
@@ -124,20 +139,17 @@ async def drive(read_out: Callable[[int], Awaitable[bytes]], read_err: Callable[
     waiters = [asyncio.ensure_future(asyncio.sleep(timeout))] if timeout is not None else []
     if stop is not None:
         waiters.append(asyncio.ensure_future(stop.wait()))
-    why = None
+    why, abandoned = None, False
     try:
         done, _ = await asyncio.wait([pumps, *waiters], return_when=asyncio.FIRST_COMPLETED)
         if pumps not in done:
             why = "stop requested" if stop is not None and stop.is_set() else f"timed out after {timeout:g} s"
             terminate()
-            if timeout is None:
+            if timeout is None:  # the profiler's time to write its report; keepalives bound a dead link
                 await pumps
-            else:
-                try:
-                    await asyncio.wait_for(asyncio.shield(pumps), grace)
-                except asyncio.TimeoutError:
-                    kill()
-                    await pumps
+            elif not await _ended(pumps, grace):
+                kill()
+                abandoned = not await _ended(pumps, ABANDON_AFTER)
         else:
             pumps.result()
     finally:
@@ -145,4 +157,4 @@ async def drive(read_out: Callable[[int], Awaitable[bytes]], read_err: Callable[
             w.cancel()
         if not pumps.done():
             pumps.cancel()
-    return bytes(bufs["stdout"]), bytes(bufs["stderr"]), why
+    return bytes(bufs["stdout"]), bytes(bufs["stderr"]), why, abandoned

@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 class LocalTransport(Transport):
     async def run(self, host: "Host", argv: Sequence[str], *, input: bytes | None = None,
                   timeout: float | None = None, sink: Sink | None = None,
-                  stop: asyncio.Event | None = None) -> Result:
+                  stop: asyncio.Event | None = None, grace: float = TERM_GRACE) -> Result:
         try:
             proc = await asyncio.create_subprocess_exec(
                 *argv, stdin=asyncio.subprocess.PIPE if input is not None else asyncio.subprocess.DEVNULL,
@@ -41,9 +41,9 @@ class LocalTransport(Transport):
                 pass
 
         try:
-            out, err, why = await drive(proc.stdout.read, proc.stderr.read, proc.wait(),
+            out, err, why, abandoned = await drive(proc.stdout.read, proc.stderr.read, proc.wait(),
                                         lambda: signal_group(signal.SIGTERM), lambda: signal_group(signal.SIGKILL),
-                                        timeout=timeout, grace=TERM_GRACE, sink=sink, stop=stop)
+                                        timeout=timeout, grace=grace, sink=sink, stop=stop)
         except asyncio.CancelledError:
             signal_group(signal.SIGTERM)
             raise
@@ -53,6 +53,8 @@ class LocalTransport(Transport):
             result.killed_by(signal.Signals(-status).name)
         if why and why != "stop requested":
             result.error, result.error_kind = f"{why}; the command was stopped", "timeout"
+        if abandoned:  # killed, and still not reaped (a process stuck in the kernel): left, not awaited
+            result.error, result.error_kind = f"{why}; the command did not end when killed: left running", "timeout"
         return result
 
     async def fetch(self, host: "Host", remote: str, local: str, offset: int = 0,

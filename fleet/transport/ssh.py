@@ -30,7 +30,7 @@ from ..inventory.connection import (ConnectionOptionError, agent_for_keys, expan
 from .connect_errors import DROPPED, JumpFailed, SilentServer, Watched, client_keys, connect_error
 from .known_hosts import RunKnownHosts
 from .settings import SSHSettings
-from .ssh_config import config_mentions, known_hosts_same_for_every_host, preferred_ciphers
+from .ssh_config import config_mentions, keepalives, known_hosts_same_for_every_host, preferred_ciphers
 from . import openssh_fetch
 from . import ssh_fetch
 from .ssh_fetch import SFTP_SESSIONS, _ordered_copy, _stream_copy, refuse_link
@@ -67,7 +67,7 @@ class SSHTransport(Transport):
             opts["username"] = given["User"]
         if "ConnectTimeout" in given:
             opts["connect_timeout"] = number(given["ConnectTimeout"], "ConnectTimeout", host)
-        if "ServerAliveInterval" in given:
+        if "ServerAliveInterval" in given and number(given["ServerAliveInterval"], "ServerAliveInterval", host):
             opts["keepalive_interval"] = number(given["ServerAliveInterval"], "ServerAliveInterval", host)
         if "ServerAliveCountMax" in given:
             opts["keepalive_count_max"] = number(given["ServerAliveCountMax"], "ServerAliveCountMax", host)
@@ -101,20 +101,14 @@ class SSHTransport(Transport):
         return [self.settings.config] if self.settings.config else []
 
     def _keepalive(self, host: "Host") -> dict:
-        """fleet's keepalives where ssh_config sets none for the host (ServerAliveInterval,
-        ServerAliveCountMax): a node that goes silent is given up, never waited on for ever."""
-        defaults = {"keepalive_interval": self.settings.keepalive_interval,
-                    "keepalive_count_max": self.settings.keepalive_count_max}
+        """fleet's keepalives where ssh_config sets none for the host (``ssh_config.keepalives``)."""
         paths = self._config_paths()
         if self._keepalive_in_config is None:
             self._keepalive_in_config = config_mentions(paths, ("serveraliveinterval", "serveralivecountmax",
                                                                  "include"))
-        if not self._keepalive_in_config:
-            return defaults
-        config = SSHClientConfig.load(None, paths, False, False, False, self._local_user,
-                                      host.user or (), host.address, host.port or ())
-        return {k: v for k, v in defaults.items()
-                if config.get({"keepalive_interval": "ServerAliveInterval"}.get(k, "ServerAliveCountMax")) is None}
+        return keepalives(self.settings, paths, self._local_user, host) if self._keepalive_in_config else \
+            {"keepalive_interval": self.settings.keepalive_interval,
+             "keepalive_count_max": self.settings.keepalive_count_max}
 
     def route(self, host: "Host") -> dict:
         """How the host will be reached (for ``inventory check``): see ``connection.route``."""
@@ -231,7 +225,7 @@ class SSHTransport(Transport):
 
     async def run(self, host: "Host", argv: Sequence[str], *, input: bytes | None = None,
                   timeout: float | None = None, sink: Sink | None = None,
-                  stop: asyncio.Event | None = None) -> Result:
+                  stop: asyncio.Event | None = None, grace: float = TERM_GRACE) -> Result:
         try:
             conn = await self.connection(host)
         except Exception as e:
@@ -247,14 +241,18 @@ class SSHTransport(Transport):
                 proc.stdin.write_eof()
             except (asyncssh.Error, OSError):
                 pass  # the command ended before reading its input (python3 missing, say): its status tells
-            out, err, why = await drive(proc.stdout.read, proc.stderr.read, proc.wait(check=False),
+            out, err, why, abandoned = await drive(proc.stdout.read, proc.stderr.read, proc.wait(check=False),
                                         lambda: _signal(proc, "TERM"), proc.close,
-                                        timeout=timeout, grace=TERM_GRACE, sink=sink, stop=stop)
+                                        timeout=timeout, grace=grace, sink=sink, stop=stop)
         except asyncio.CancelledError:
             _signal(proc, "TERM")
             raise
         except (asyncssh.Error, OSError) as e:
             return Result(host.name, error=f"connection lost while running: {e}", error_kind="unreachable")
+        if abandoned:  # the node never answered the channel's close: nothing will come on this connection
+            self._abandon(host, conn)
+            return Result(host.name, stdout=out, stderr=err, error_kind="timeout",
+                          error=f"{why}, and the node did not answer the command's end: its connection was abandoned")
         result = Result(host.name, exit_status=proc.exit_status, stdout=out, stderr=err)
         if proc.exit_signal:  # the remote command died of a signal
             result.killed_by(proc.exit_signal[0])
@@ -351,6 +349,15 @@ class SSHTransport(Transport):
 
     def has_known_key(self, host: "Host") -> bool:
         return bool(self.known_keys(host))
+
+    def _abandon(self, host: "Host", conn: asyncssh.SSHClientConnection) -> None:
+        """Drop a silent connection unawaited: nothing (``release``, ``close``) waits on it."""
+        conn.abort()
+        task = self._conns.get(host.name)
+        if task is not None and task.done() and not task.cancelled() and task.exception() is None \
+                and task.result() is conn:
+            del self._conns[host.name]
+            _close(self._tunnels.pop(host.name, None))
 
     async def release(self, host: "Host") -> None:
         _close(self._tunnels.pop(host.name, None))

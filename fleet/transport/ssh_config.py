@@ -9,6 +9,11 @@ without evaluating it per host.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ..inventory import Host
+    from .settings import SSHSettings
 
 
 def preferred_ciphers() -> list[str] | tuple:
@@ -61,3 +66,17 @@ def known_hosts_same_for_every_host(paths: list[str]) -> bool:
             elif key in ("userknownhostsfile", "globalknownhostsfile") and (specific or "%" in line):
                 return False
     return True
+
+
+def keepalives(settings: "SSHSettings", paths: list[str], local_user: str, host: "Host") -> dict:
+    """fleet's keepalives (ServerAliveInterval, ServerAliveCountMax) where ssh_config sets none for
+    the host: a node that goes silent is given up, never waited on for ever. An interval or count
+    of 0 (ssh's "no keepalives") is taken as none set: without ``--timeout`` the keepalives are all
+    that bound a run on a node gone silent."""
+    from asyncssh.config import SSHClientConfig
+
+    config = SSHClientConfig.load(None, paths, False, False, False, local_user, host.user or (), host.address,
+                                  host.port or ())
+    return {k: v for k, v in (("keepalive_interval", settings.keepalive_interval),
+                              ("keepalive_count_max", settings.keepalive_count_max))
+            if not config.get("ServerAliveInterval" if k == "keepalive_interval" else "ServerAliveCountMax")}

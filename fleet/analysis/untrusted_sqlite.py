@@ -1,0 +1,133 @@
+"""A SQLite file fleet did not write, opened as hostile input: an nsys export is written where the
+job runs (on Slurm every workload can write its run folder), so its schema and its values are an
+attacker's.
+
+- It is opened read-only and immutable (``mode=ro&immutable=1``) on the store's own copy: fleet
+  collected it into a folder that is the user's alone, checked its sha256, and nothing changes it
+  under the reader. A journal or WAL file planted beside it is never read.
+- A table read must be a plain table: a view (an endless recursive query), a virtual table, a
+  generated column or a trigger among the tables read is refused, so every row read is a row
+  stored in the file.
+- The reader sorts and joins in Python, not in SQL: no sorter, no temporary b-tree. Should SQLite
+  still want temporary space, it is memory (``temp_store=MEMORY``) under a heap limit, never the
+  controller's disk.
+- Rows a table may give, bytes a value may hold, and the time a file may take are bounded (the
+  progress handler); past a bound the file is refused with one line.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import stat
+import time
+import urllib.parse
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from ..errors import FleetError
+
+MAX_ROWS = 20_000_000          # rows one table may give (a long real trace has a few million kernels)
+MAX_VALUE_BYTES = 1 << 20      # a string or blob (SQLite's length limit; nsys's longest names are kilobytes)
+HEAP_BYTES = 256 << 20         # SQLite's own heap, this process (a process-wide limit: it only ever lowers)
+READ_S = 120.0                 # one file, all its queries
+STEPS_BETWEEN_CHECKS = 20_000  # virtual machine steps between two looks at the clock
+
+
+class UntrustedFileError(FleetError, ValueError):
+    """A SQLite file refused or failed; the message is one line, without the file's name (the
+    caller says which file)."""
+
+
+def _untrusted_uri(path: Path) -> str:
+    return f"file:{urllib.parse.quote(str(path))}?mode=ro&immutable=1"
+
+
+def _check_regular_file(path: Path) -> None:
+    """A plain file, reached without a symbolic link at its last step."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError as e:
+        raise UntrustedFileError(f"cannot open it ({e.strerror})") from None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise UntrustedFileError("it is not a plain file")
+    finally:
+        os.close(fd)
+
+
+@contextmanager
+def opened(path: str | Path, read_s: float = READ_S) -> Iterator[sqlite3.Connection]:
+    """A read-only connection to ``path`` bounded in time, value size and memory; SQLite's errors
+    (a damaged file, a bound reached) become :class:`UntrustedFileError`."""
+    path = Path(path).absolute()
+    _check_regular_file(path)
+    db = None
+    try:
+        db = sqlite3.connect(_untrusted_uri(path), uri=True, isolation_level=None)
+        db.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, MAX_VALUE_BYTES)
+        for pragma in ("trusted_schema = OFF", "query_only = ON", "temp_store = MEMORY",
+                       f"hard_heap_limit = {HEAP_BYTES}", "cell_size_check = ON"):
+            db.execute(f"PRAGMA {pragma}")
+        deadline = time.monotonic() + read_s
+        db.set_progress_handler(lambda: time.monotonic() > deadline, STEPS_BETWEEN_CHECKS)
+        db.execute("SELECT count(*) FROM sqlite_master").fetchall()
+        yield db
+    except sqlite3.OperationalError as e:
+        raise UntrustedFileError(f"read for longer than {read_s:.0f} s: refused" if "interrupt" in str(e)
+                                 else f"SQLite: {e}") from None
+    except sqlite3.DatabaseError as e:
+        raise UntrustedFileError(f"not a SQLite file nsys wrote ({e})") from None
+    except MemoryError:
+        raise UntrustedFileError(f"needed more than {HEAP_BYTES >> 20} MiB to read: refused") from None
+    finally:
+        if db is not None:
+            db.close()
+
+
+def plain_tables(db: sqlite3.Connection, tables: tuple[str, ...]) -> set[str]:
+    """Which of ``tables`` the file has, each checked to be a stored table: a view, a virtual
+    table, a generated column or a trigger on one of them is refused."""
+    found = set()
+    for kind, name, on, sql in db.execute("SELECT type, name, tbl_name, sql FROM sqlite_master"):
+        if kind == "trigger" and on in tables:
+            raise UntrustedFileError(f"a trigger on {on} ({name}): an export has none; refused")
+        if name not in tables:
+            continue
+        if kind == "view":
+            raise UntrustedFileError(f"{name} is a view, not a table: an export's tables are stored rows; refused")
+        if kind == "table" and str(sql or "").lstrip().upper().startswith("CREATE VIRTUAL"):
+            raise UntrustedFileError(f"{name} is a virtual table: an export's tables are stored rows; refused")
+        if kind == "table":
+            found.add(name)
+    for name in found:
+        generated = [row[1] for row in db.execute(f"PRAGMA table_xinfo('{name}')") if row[6] in (2, 3)]
+        if generated:
+            raise UntrustedFileError(f"{name}.{generated[0]} is a generated column: an export stores its "
+                                     f"values; refused")
+    return found
+
+
+def rows(db: sqlite3.Connection, table: str, sql: str, args=()) -> Iterator[tuple]:
+    """The rows of ``sql`` (a query of ``table``), at most :data:`MAX_ROWS`."""
+    for n, row in enumerate(db.execute(sql, args)):
+        if n >= MAX_ROWS:
+            raise UntrustedFileError(f"{table} has more than {MAX_ROWS} rows: refused")
+        yield row
+
+
+def whole(value, table: str, column: str) -> int:
+    """An integer column's value, or the error naming the table and column."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    shown = "NULL" if value is None else f"{type(value).__name__} {value!r}"
+    shown = shown if len(shown) <= 48 else shown[:45] + "..."
+    raise UntrustedFileError(f"{table}.{column} holds {shown}, not an integer")
+
+
+def text(value) -> str | None:
+    """A text column's value as text (NULL stays None)."""
+    if value is None or isinstance(value, str):
+        return value
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)

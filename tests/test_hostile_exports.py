@@ -1,0 +1,109 @@
+"""Exports are hostile input: a rank's ``.sqlite`` is written where the job (any workload on a
+Slurm node) can write, so ``fleet reports ranks`` reads it as an attacker's file. A view over an
+endless recursive query, a trigger or a virtual table among the tables read, and a value of the
+wrong type each fail that one rank with one line naming it and why; the other ranks are analysed,
+the command ends, and the controller's temporary space does not grow."""
+
+from __future__ import annotations
+
+import os
+import re
+import sqlite3
+import subprocess
+import sys
+import time
+from contextlib import closing
+from pathlib import Path
+
+from tests.conftest import REPO
+from tests.harness import nsys_export as nx
+from tests.harness.rank_plants import eight
+from tests.harness.rank_store import RUN, file_run
+
+ENDLESS_VIEW = """CREATE VIEW NVTX_EVENTS AS WITH RECURSIVE r(start, end, eventType, globalTid, text, textId) AS
+ (SELECT 1, 2, 59, 0, 'x', NULL UNION ALL SELECT start + 1, end + 1, 59, globalTid, hex(randomblob(512)), NULL FROM r)
+ SELECT * FROM r"""
+
+
+def export_of(root: Path, rank: int) -> Path:
+    return next(root.rglob(f"rank{rank}.sqlite"))
+
+
+def plant(path: Path, *statements: str) -> None:
+    with closing(sqlite3.connect(path)) as db, db:
+        for sql in statements:
+            db.execute(sql)
+
+
+def temp_bytes(pid: int, folder: Path) -> int:
+    """Bytes of the files the process holds open in ``folder``, deleted ones included (SQLite
+    unlinks its temporary files as soon as it opens them)."""
+    total = 0
+    try:
+        fds = os.listdir(f"/proc/{pid}/fd")
+    except OSError:
+        return 0
+    for fd in fds:
+        try:
+            if os.readlink(f"/proc/{pid}/fd/{fd}").startswith(str(folder)):
+                total += os.stat(f"/proc/{pid}/fd/{fd}").st_size
+        except OSError:
+            continue
+    return total
+
+
+def ranks_watched(root: Path, tmp: Path, limit_s: float = 10):
+    """``fleet reports ranks`` run as a user would, its temporary files pointed into ``tmp`` and
+    measured while it runs; killed (by its pid) when it has not ended after ``limit_s``: the
+    acceptance's generous bound. Returns (returncode or None, stdout, stderr, most temp bytes)."""
+    tmp.mkdir(mode=0o700)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FLEET_")}
+    env.update(TMPDIR=str(tmp), SQLITE_TMPDIR=str(tmp))
+    proc = subprocess.Popen([sys.executable, "-m", "fleet", "reports", "ranks", RUN, "--sync-range", "sync",
+                             "--store", str(root)], env=env, cwd=REPO, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    most, end = 0, time.monotonic() + limit_s
+    while proc.poll() is None and time.monotonic() < end:
+        most = max(most, temp_bytes(proc.pid, tmp))
+        time.sleep(0.1)
+    if proc.poll() is None:
+        proc.kill()
+    out, err = proc.communicate()
+    return (None if proc.returncode < 0 else proc.returncode), out, err, most
+
+
+def test_an_endless_recursive_view_fails_its_rank_in_one_line_and_the_temp_space_stays_small(tmp_path):
+    root = file_run(tmp_path, nx.Scenario(eight()))
+    plant(export_of(root, 1), "DROP TABLE NVTX_EVENTS", ENDLESS_VIEW)
+    code, out, err, temp = ranks_watched(root, tmp_path / "tmp")
+    assert code == 0, (out, err)
+    assert temp < 64 << 20, temp
+    assert re.search(r"^no export: rank 1 \(.*rank1\.sqlite: NVTX_EVENTS is a view", out, re.M), out
+    assert re.search(r"^run \S+: 7 ranks", out, re.M) and "Traceback" not in err
+
+
+def test_triggers_and_virtual_tables_among_the_tables_read_are_refused(tmp_path):
+    root = file_run(tmp_path, nx.Scenario(eight()))
+    plant(export_of(root, 2), "CREATE TRIGGER t AFTER INSERT ON StringIds BEGIN SELECT 1; END")
+    plant(export_of(root, 3), "DROP TABLE PROCESSES",
+          "CREATE VIRTUAL TABLE PROCESSES USING rtree(globalPid, pid, name)")
+    code, out, err, _ = ranks_watched(root, tmp_path / "tmp")
+    assert code == 0, (out, err)
+    assert re.search(r"^no export: rank 2 \(.*rank2\.sqlite: a trigger on StringIds", out, re.M), out
+    assert re.search(r"^no export: rank 3 \(.*rank3\.sqlite: PROCESSES is a virtual table", out, re.M), out
+    assert re.search(r"^run \S+: 6 ranks", out, re.M)
+
+
+def test_a_value_of_the_wrong_type_fails_that_rank_naming_file_table_and_column(tmp_path):
+    root = file_run(tmp_path, nx.Scenario(eight()))
+    plant(export_of(root, 2), "UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET start = 'soon' WHERE rowid = 3")
+    plant(export_of(root, 4), "UPDATE TARGET_INFO_SESSION_START_TIME SET utcEpochNs = 'yesterday'")
+    plant(export_of(root, 6), "DROP TABLE NVTX_EVENTS",
+          "CREATE TABLE NVTX_EVENTS (start, end, eventType, globalTid, text, textId)",
+          "INSERT INTO NVTX_EVENTS VALUES (NULL, 5, 59, 0, 'sync', NULL)")
+    code, out, err, _ = ranks_watched(root, tmp_path / "tmp")
+    assert code == 0 and "Traceback" not in err, (out, err)
+    for rank, table, column in ((2, "CUPTI_ACTIVITY_KIND_KERNEL", "start"),
+                                (4, "TARGET_INFO_SESSION_START_TIME", "utcEpochNs"), (6, "NVTX_EVENTS", "start")):
+        assert re.search(rf"^no export: rank {rank} \(.*rank{rank}\.sqlite: {table}\.{column} holds ", out, re.M), out
+    assert re.search(r"^run \S+: 5 ranks", out, re.M), out
