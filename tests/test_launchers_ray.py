@@ -349,6 +349,63 @@ def test_ranks_with_ray_profiles_only_the_actors_whose_names_match(ray_head, tmp
     assert not list((tmp_path / "nodes" / "ray").glob(f"worker-*-{said['evaluator'][0]}.*"))
 
 
+
+# Three named actors, two of one class and one of another, each saying its pid; the program then
+# exits with the status its first argument gives (a failed driver, after its workers' work).
+THREE = """
+import json, os, sys, time, ray
+
+ray.init()
+
+
+@ray.remote
+class Trainer:
+    def pid(self):
+        time.sleep(0.5)  # some work
+        return os.getpid()
+
+
+@ray.remote
+class Evaluator:
+    def pid(self):
+        time.sleep(0.5)
+        return os.getpid()
+
+
+actors = {"trainer-0": Trainer.options(name="trainer-0").remote(),
+          "trainer-1": Trainer.options(name="trainer-1").remote(),
+          "evaluator-0": Evaluator.options(name="evaluator-0").remote()}
+print("actors", json.dumps({name: ray.get(a.pid.remote()) for name, a in actors.items()}), flush=True)
+sys.exit(int(sys.argv[1]))
+"""
+
+
+def submitted_three(ray_head, tmp_path, exit_status: int, *fleet_args: str):
+    """``fleet ray submit`` of THREE, ending with ``exit_status``: the store, each actor's pid, and fleet's output."""
+    app = tmp_path / "app"
+    app.mkdir()
+    (app / "job.py").write_text(THREE)
+    store = tmp_path / "store"
+    r = run_fleet("ray", "submit", "--address", ray_head.address, "--store", str(store), "--node-dir",
+                  str(tmp_path / "nodes"), "--working-dir", str(app), *fleet_args, "--", "python", "job.py",
+                  str(exit_status), env={"PATH": ray_head.env["PATH"], "RAY_AUTH_MODE": "disabled"}, timeout=180)
+    pids = json.loads(r.stderr.split("actors ", 1)[1].split("\n", 1)[0])  # the job's log, on stderr
+    return store, pids, r
+
+
+def test_a_failed_ray_driver_makes_ray_submit_exit_non_zero_with_a_driver_line(ray_head, tmp_path):
+    """A driver that exits 3 after its actors' work: `ray job submit` exits 1, and so did fleet's
+    exit status say success (0); now a `(driver)` line as on Slurm, the workers' reports kept, exit 6."""
+    from fleet import exitcodes
+
+    store, pids, r = submitted_three(ray_head, tmp_path, 3)
+    assert r.returncode == exitcodes.PARTIAL, r.stdout + r.stderr
+    assert "  (driver) the Ray program: workload-failed: the Ray program (the job's driver) failed" in r.stdout, r.stdout
+    [path] = store.glob("ray/*/*/manifest.json")
+    m = json.loads(path.read_text())
+    assert m["status"] == "partial"
+    assert sorted(h["status"] for h in m["hosts"]) == ["ok", "ok", "ok", "workload-failed"], m["hosts"]
+
 @pytest.fixture(scope="module")
 def ray_user(hpc):
     """The login node's user as a Ray user often is: Ray in a virtual environment that is not on the

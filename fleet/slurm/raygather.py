@@ -121,9 +121,13 @@ def driver_entry(slurm: "SlurmInfo", refusal: str | None) -> list[HostEntry]:
     job_exit = slurm.job_exit
     if slurm.spec.get("launcher") != "ray" or job_exit in (None, 0) or refusal:
         return []
-    how = f"signal {job_exit - 128}" if job_exit > 128 else f"exit status {job_exit}"
-    return [HostEntry("(driver)", HostStatus.WORKLOAD_FAILED, worker="the Ray program", missing_why=(
-        f"the Ray program (the job's driver) ended with {how}; its workers' reports are kept"))]
+    return [driver_failed(f"ended with {f'signal {job_exit - 128}' if job_exit > 128 else f'exit status {job_exit}'}")]
+
+
+def driver_failed(how: str) -> HostEntry:
+    """The line of a Ray program (the job's driver) that failed, on every path: ``how`` it ended."""
+    return HostEntry("(driver)", HostStatus.WORKLOAD_FAILED, worker="the Ray program", missing_why=(
+        f"the Ray program (the job's driver) {how}; its workers' reports are kept"))
 
 
 def ray_worker_name(reports: list) -> str | None:
