@@ -16,7 +16,8 @@ launcher) and from what came home:
   same user did (a worker that a launcher or a daemon started): the driver was wrapped;
 * ``missing``: a host or rank that left no report.
 
-Refused and stopped hosts ran nothing and have no class. Pure: the controller's, never shipped.
+Refused and stopped hosts ran nothing and have no class, nor has a Ray program's own line (its
+driver, which is no rank and is never wrapped). Pure: the controller's, never shipped.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ if TYPE_CHECKING:
 COMPLETE, EMPTY, TRUNCATED, LAUNCHER_ONLY, MISSING = "complete", "empty", "truncated", "launcher-only", "missing"
 CLASSES = (COMPLETE, EMPTY, TRUNCATED, LAUNCHER_ONLY, MISSING)
 NO_REPORT_EXPECTED = ("refused", "stopped", "planned", "pending")
+RAY_DRIVER = "(driver)"  # a Ray program's own line (fleet/slurm/raygather.py): not a rank, no report of its own
 KERNELS = "cuda_gpu_kern_sum"  # the summary that is empty when a report holds no GPU kernel
 MAX_NAMED = 3
 
@@ -52,7 +54,7 @@ class Verdict:
 
 def classify(entry: "HostEntry") -> Verdict | None:
     """The class of one host's or rank's report; None where none was to be made."""
-    if entry.status in NO_REPORT_EXPECTED:
+    if entry.status in NO_REPORT_EXPECTED or entry.host == RAY_DRIVER:
         return None
     result = entry.result
     if entry.worker is not None and result is None:  # a Ray worker: Ray's nsys, no agent beside it

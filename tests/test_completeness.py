@@ -120,6 +120,22 @@ def test_a_rank_that_left_nothing_is_missing_and_counted_with_the_others(node, t
     assert completeness.run_lines([whole, gone, refused]) == ["reports: 1 complete, 1 missing"]
 
 
+
+def test_a_failed_ray_driver_is_no_rank_and_never_counted_missing():
+    """A Ray program that exits 3: its `(driver)` line says so, but it is not a rank and has no
+    report of its own. It was counted `1 missing` beside its workers' complete reports."""
+    from fleet.slurm.raygather import driver_entry, driver_failed
+    from fleet.store.manifest import ReportEntry, SlurmInfo
+
+    workers = [HostEntry(host="node1", status="ok", worker=f"Trainer trainer-{i} on node1, pid {100 + i}",
+                         reports=[ReportEntry(stored=f"/s/worker-node1-{100 + i}.nsys-rep", status="complete",
+                                              verified=True)]) for i in range(3)]
+    [on_slurm] = driver_entry(SlurmInfo(spec={"launcher": "ray"}, job_exit=3), None)
+    submitted = driver_failed("failed (`ray job submit` exited 1)")
+    for driver in (on_slurm, submitted):
+        assert driver.status == "workload-failed" and completeness.classify(driver) is None
+        assert completeness.run_lines(workers + [driver]) == ["reports: 3 complete"]
+
 def test_the_real_nsys_saying_the_disk_is_full_marks_its_report_truncated(tmp_path):
     # nsys 2025.3 on an H200, its run folder on a tmpfs that filled mid-run (it threw WriteStreamException)
     said = (Path(__file__).parent / "fixtures" / "launchers-h200" / "3-disk-full.txt").read_bytes()

@@ -405,6 +405,7 @@ def test_a_failed_ray_driver_makes_ray_submit_exit_non_zero_with_a_driver_line(r
     m = json.loads(path.read_text())
     assert m["status"] == "partial"
     assert sorted(h["status"] for h in m["hosts"]) == ["ok", "ok", "ok", "workload-failed"], m["hosts"]
+    assert "reports: 3 complete" in r.stdout and "missing" not in r.stdout, r.stdout  # the driver is no worker
 
 @pytest.fixture(scope="module")
 def ray_user(hpc):
@@ -531,6 +532,7 @@ def test_a_ray_program_that_fails_after_its_actors_is_not_ok_and_its_workers_rep
     m = manifest(tmp_path)
     assert r.returncode == exitcodes.PARTIAL and m["status"] == "partial", r.stdout + r.stderr
     assert "(driver) the Ray program: workload-failed: the Ray program (the job's driver) ended with exit status 3" in r.stdout
+    assert "reports: 2 complete" in r.stdout and "missing" not in r.stdout, r.stdout  # the driver is not a rank
     [driver] = [h for h in m["hosts"] if h["host"] == "(driver)"]
     assert driver["status"] == "workload-failed" and "exit status 3" in driver["missing_why"]
     workers = [h for h in m["hosts"] if h["host"] != "(driver)"]

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .. import outcome, safenames
+from ..completeness import RAY_DRIVER
 from ..agent.rundir import RunDir
 from ..outcome import HostStatus
 from ..store.bring import bring_home
@@ -126,7 +127,7 @@ def driver_entry(slurm: "SlurmInfo", refusal: str | None) -> list[HostEntry]:
 
 def driver_failed(how: str) -> HostEntry:
     """The line of a Ray program (the job's driver) that failed, on every path: ``how`` it ended."""
-    return HostEntry("(driver)", HostStatus.WORKLOAD_FAILED, worker="the Ray program", missing_why=(
+    return HostEntry(RAY_DRIVER, HostStatus.WORKLOAD_FAILED, worker="the Ray program", missing_why=(
         f"the Ray program (the job's driver) {how}; its workers' reports are kept"))
 
 
