@@ -159,7 +159,7 @@ def reports_compare(run_a, run_b, store_root, top, full_names, as_json):
     rows = found.rows[:top]
     if as_json:
         return echo_json(rows)
-    for note in found.notes():
+    for note in found.header() + found.notes():
         click.echo(CONTROL.sub("?", note))
     click.echo(f"{'A ms':>10} {'B ms':>10} {'change':>8}  kernel")
     for r in rows:
