@@ -198,7 +198,7 @@ def test_the_example_inventory_and_playbooks_hold(reader):
     here = [b for b in lab if b.target.get("hosts") == "localhost"]  # reference.yaml: this machine, no inventory
     for book in lab:
         inventory = "" if book in here else "-i inventory/ "
-        console.commands.append(docs.Command(f"fleet {inventory}run --dry-run playbooks/{Path(book.path).name}", []))
+        console.commands.append(docs.Command(f"fleet {inventory}run --dry-run --json playbooks/{Path(book.path).name}", []))
     results = shell.run(console)
     assert [r.problem() for r in results[:4]] == [None] * 4, [(r.command.text, r.output) for r in results]
     hosts = json.loads("\n".join(results[3].output))["data"]["hosts"]
