@@ -112,7 +112,7 @@ def of_result(result: dict | None, reports: list["ReportEntry"], *, tool: str | 
     if errors:
         more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
         return HostStatus.PROFILER_ERROR, f"{tool or 'the profiler'} reported an error: {errors[0]}{more}"
-    if (instead := completeness.used_instead(result, arrived_only=True)):  # whole, but of the wrong process
+    if (instead := completeness.used_instead(result)):  # whole, but of the wrong process: the class's own rule
         return HostStatus.FAILED, f"the profiled process never used the GPU; {instead} did (launcher-only)"
     return HostStatus.OK, None
 
