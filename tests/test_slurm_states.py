@@ -110,3 +110,28 @@ def test_a_refusal_is_the_job_scripts_only_with_its_mark_whatever_the_status_and
     assert job_refusal(127, log, False) is None
     assert job_refusal(1, log, True) is None
     assert "refused to start" in job_refusal(127, "bash: no such file\n", True)
+
+
+# The end of a job's slurm-N.out where every srun failed: MpiDefault=pmix on nodes without PMIx, as
+# Slurm 22.05's srun says it, after a line of the program's own.
+PMIX_LOG = """starting the workload
+srun: error: Couldn't find the specified plugin name for mpi/pmix looking at all files
+srun: error: cannot find mpi plugin for mpi/pmix
+srun: error: MPI: Cannot create context for mpi/pmix
+"""
+
+
+def test_a_missing_rank_quotes_sruns_own_error_line_from_the_jobs_log_bounded_and_printable():
+    """fleet said `missing ... see slurm-37.out` and never quoted srun's line, which says why."""
+    from fleet.slurm.states import srun_said, why_missing
+
+    assert srun_said(PMIX_LOG) == "srun: error: Couldn't find the specified plugin name for mpi/pmix looking at all files"
+    why = why_missing(2, "FAILED", "slurm-37.out", None, PMIX_LOG)
+    assert why == ("rank 2 left no result (job FAILED; see slurm-37.out): srun said: srun: error: Couldn't find the "
+                   "specified plugin name for mpi/pmix looking at all files")
+    assert why_missing(2, "FAILED", "slurm-37.out", None, "all went well\n") == \
+        "rank 2 left no result (job FAILED; see slurm-37.out)"
+    hostile = srun_said("srun: error: \x1b]0;owned\x07" + "x" * 5000 + "\n")  # the job writes its own log
+    assert "\x1b" not in hostile and "\x07" not in hostile and len(hostile) <= 300
+    assert why_missing(0, "CANCELLED", "slurm-9.out", None, PMIX_LOG).startswith(
+        "rank 0 left no result: the job was cancelled before it finished (slurm-9.out)")

@@ -34,7 +34,7 @@ from .cluster import Cluster
 from .jobs import JobState, SlurmClient, SlurmctldSilent, SlurmError, file_mark
 from .raygather import driver_entry, ray_home
 from .results import not_this_runs, refused_entry
-from .states import job_end_verdict, job_refusal, never_starts
+from .states import job_end_verdict, job_refusal, never_starts, why_missing
 from ..containers import nsight_dirs, slurm_words
 from .script import AGENT_FILE, REQUEST_FILE, SCRIPT_FILE, JobFiles, render, request_doc
 from .options import CheckedJobSpec
@@ -207,17 +207,6 @@ async def watch(client: SlurmClient, job_id: str, *, poll: float = 5.0, stop: as
         interval = min(interval * 1.5, max(poll, SILENT_POLL) if silent_since else poll)
 
 
-def _why_missing(rank: int, st: JobState | None, log: str, refusal: str | None = None) -> str:
-    state = st.state if st else "unknown"
-    if refusal:  # the batch script's own check, before anything started
-        return f"rank {rank} left no result: the job refused to start: {refusal}"
-    if state == "CANCELLED":
-        return f"rank {rank} left no result: the job was cancelled before it finished ({log})"
-    if state == "TIMEOUT":
-        return f"rank {rank} left no result: killed at the time limit before its report was finished ({log})"
-    return f"rank {rank} left no result (job {state}; see {log})"
-
-
 def rank_entry(res: dict, reports: list[ReportEntry] = (), tool: str | None = None) -> HostEntry:
     """A rank's entry from the result it left (its node facts are in it: ``wire.facts``'s keys)
     and what came home of it."""
@@ -257,7 +246,8 @@ async def gather(fan: "Fanout", client: SlurmClient, manifest: RunManifest, dire
         slurm.log = ReportEntry.from_json(await fetch_verified(
             fan, client.login, found, directory / os.path.basename(found["path"])))
     tool = (manifest.request or {}).get("tool")
-    refusal = job_refusal(slurm.job_exit, _log_tail(slurm.log), RunDir.JOB_REFUSED in marks)
+    tail = _log_tail(slurm.log)
+    refusal = job_refusal(slurm.job_exit, tail, RunDir.JOB_REFUSED in marks)
 
     async def one(res: dict) -> HostEntry:
         return await _rank_home(fan, client, slurm.run_dir, res, directory, gathering, tool)
@@ -282,7 +272,7 @@ async def gather(fan: "Fanout", client: SlurmClient, manifest: RunManifest, dire
                 f", see {log}); the report it left was brought home, unchecked by its agent")))
         else:
             hosts.append(HostEntry("(no result)", HostStatus.MISSING, rank=rank,
-                                   missing_why=_why_missing(rank, state, log, refusal)))
+                                   missing_why=why_missing(rank, state.state if state else None, log, refusal, tail)))
     if state is not None:
         slurm.requeues = max(slurm.requeues, state.requeues)
     end = job_end_verdict(slurm.state, hosts, requeues=slurm.requeues,

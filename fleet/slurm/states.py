@@ -123,3 +123,31 @@ def job_refusal(job_exit: int | None, log_tail: str, marked: bool) -> str | None
     if not lines or not lines[-1].startswith("fleet: "):
         return "the job's own check refused to start it (its reason is not the last line of the job's log)"
     return "".join(c if c.isprintable() else "?" for c in lines[-1][len("fleet: "):])[:400]
+
+
+# srun's and the step daemon's own error lines: why a step never started (an MPI plugin the node
+# lacks under MpiDefault=pmix, a GRES it cannot bind, ...).
+SRUN_ERROR = re.compile(r"(srun|slurmstepd): (error|fatal): ")
+SAID_LIMIT = 300
+
+
+def srun_said(log_tail: str) -> str | None:
+    """srun's first error line in the end of the job's log, or None. The log is the job's: the
+    line is made printable and bounded."""
+    for line in log_tail.splitlines():
+        if SRUN_ERROR.match(line.strip()):
+            return "".join(c if c.isprintable() else "?" for c in line.strip())[:SAID_LIMIT]
+    return None
+
+
+def why_missing(rank: int, state: str | None, log: str, refusal: str | None, log_tail: str = "") -> str:
+    """Why a rank left no result: the script's refusal, the job's end state, else what srun said
+    in the job's log (``log``, its name; ``log_tail``, its end as it came home)."""
+    if refusal:  # the batch script's own check, before anything started
+        return f"rank {rank} left no result: the job refused to start: {refusal}"
+    if state == "CANCELLED":
+        return f"rank {rank} left no result: the job was cancelled before it finished ({log})"
+    if state == "TIMEOUT":
+        return f"rank {rank} left no result: killed at the time limit before its report was finished ({log})"
+    said = srun_said(log_tail)
+    return f"rank {rank} left no result (job {state or 'unknown'}; see {log})" + (f": srun said: {said}" if said else "")
