@@ -249,6 +249,23 @@ def test_status_is_one_squeue_call_for_twenty_jobs_and_terminal_states_are_cache
     assert later_calls == [] and {s.state for s in again.values()} == {"CANCELLED"}
 
 
+def test_the_partitions_gres_comes_in_the_one_round_trip_that_asks_the_version(hpc, tmp_path):
+    """sinfo's GRES of the partition asked about, as this Slurm says it: the test cluster's nodes
+    have two GPUs each, so ncu there is submitted (a partition of nodes without would be refused
+    before, tests/test_slurm_states.py), in no more calls to the login node than before."""
+    inventory = load([hpc.inventory])
+
+    async def go():
+        async with Fanout(SSHSettings(config=str(hpc.ssh_config))) as fan:
+            client = SlurmClient(fan, inventory.hosts["h01"])
+            asked = [await client.cluster_info(p) for p in ("gpu", "debug", None, "no-such-partition")]
+            return [info.gres for info in asked], list(client.calls)
+
+    gres, calls = asyncio.run(go())
+    assert gres == [("gpu:2",), ("gpu:2",), (), ()] and calls == ["sinfo"] * 4
+    ncu = fleet(hpc, tmp_path, "--tool", "ncu", "--dry-run", "--", "true")
+    assert ncu.returncode == 0 and "#SBATCH --exclusive" in ncu.stdout.splitlines(), ncu.stderr
+
 def test_squeue_json_of_this_slurm_parses(hpc):
     from fleet.slurm.jobs import parse_squeue_json
 

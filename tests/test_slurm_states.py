@@ -135,3 +135,22 @@ def test_a_missing_rank_quotes_sruns_own_error_line_from_the_jobs_log_bounded_an
     assert "\x1b" not in hostile and "\x07" not in hostile and len(hostile) <= 300
     assert why_missing(0, "CANCELLED", "slurm-9.out", None, PMIX_LOG).startswith(
         "rank 0 left no result: the job was cancelled before it finished (slurm-9.out)")
+
+
+@pytest.mark.parametrize("gres, gpu_less", [
+    (("(null)",), True), (("(null)", "(null)"), True), (("nic:1",), True),
+    (("gpu:2",), False), (("(null)", "gpu:h100:4(S:0-1)"), False), (("nic:1,gpu:a100:8",), False),
+    ((), False),  # sinfo said nothing (slurmctld silent, no such partition): unknown, sbatch decides
+])
+def test_ncu_on_a_partition_whose_nodes_have_no_gpu_gres_is_refused_before_submission(gres, gpu_less):
+    """`--tool ncu` on a GPU-less partition was refused only once the job had started."""
+    from fleet import exitcodes
+    from fleet.slurm.states import no_gpus
+
+    why = no_gpus("cpu", gres, "--tool ncu")
+    assert (why is not None) == gpu_less
+    if gpu_less:
+        assert why.startswith("--tool ncu on partition cpu: its nodes have no GPU (sinfo's GRES: ") and \
+            "nothing was submitted" in why
+    from fleet.slurm.jobs import NoGPUs
+    assert NoGPUs.exit_status == exitcodes.REFUSED

@@ -80,6 +80,13 @@ class SlurmRejected(SlurmError):
     a usage error, nothing was left on the cluster."""
 
 
+class NoGPUs(SlurmError):
+    """The job would read a GPU's counters on a partition whose nodes have none (sinfo's GRES):
+    refused before it is submitted."""
+
+    exit_status = exitcodes.REFUSED
+
+
 class UsageError(SlurmError):
     """The request cannot be a job at all (options the launcher cannot take, say), found before
     the login node is asked anything: exit status 2, nothing was touched."""
@@ -115,6 +122,7 @@ class ClusterInfo:
     name: str | None = None         # ClusterName from slurm.conf, as the cluster's own scontrol says it
     min_job_age: int = DEFAULT_MIN_JOB_AGE  # seconds slurmctld remembers an ended job
     python: str | None = None       # the login node's `command -v python3`, when absolute
+    gres: tuple[str, ...] = ()      # sinfo's GRES of the partition asked about, one per configuration
 
 
 def parse_version(text: str) -> tuple[int, int]:
@@ -213,23 +221,28 @@ class SlurmClient:
             raise SlurmError(f"{what} failed on {self.login.name}: {err}")
         return r.stdout.decode(errors="replace")
 
-    async def cluster_info(self) -> ClusterInfo:
+    async def cluster_info(self, partition: str | None = None) -> ClusterInfo:
         """One round trip: the Slurm version, the login user's home, whether accounting exists,
-        the cluster's name, how long slurmctld keeps ended jobs, and the login node's python3
-        (slurmctld's part bounded: with slurmctld down the rest still comes back)."""
+        the cluster's name, how long slurmctld keeps ended jobs, the login node's python3, and the
+        GRES of ``partition``'s nodes (slurmctld's part bounded: with slurmctld down the rest still
+        comes back)."""
         r = await self._sh("sinfo", BOUNDED + 'sinfo --version && echo "$HOME" && '
                            'echo "FleetPython3 = $(command -v python3)" && (bounded scontrol show config 2>/dev/null | '
-                           'grep -i -e "^AccountingStorageType" -e "^ClusterName" -e "^MinJobAge" || true)')
+                           'grep -i -e "^AccountingStorageType" -e "^ClusterName" -e "^MinJobAge" || true) && '
+                           '{ [ -z "$1" ] || bounded sinfo -h -p "$1" -o "FleetGres:%G" 2>/dev/null || true; }',
+                           partition or "")
         lines = self._check(r, "sinfo --version").splitlines()
         if len(lines) < 2:
             raise SlurmError(f"unexpected answer from {self.login.name}: {lines}")
-        config = {key.strip().lower(): value.strip() for key, _, value in (line.partition("=") for line in lines[2:])}
+        gres = tuple(line[len("FleetGres:"):].strip()[:200] for line in lines[2:] if line.startswith("FleetGres:"))
+        config = {key.strip().lower(): value.strip() for key, _, value in (line.partition("=") for line in lines[2:]
+                                                                           if not line.startswith("FleetGres:"))}
         accounting = "accountingstoragetype" in config and "none" not in config["accountingstoragetype"].lower()
         age = re.match(r"\d+", config.get("minjobage", ""))
         python = config.get("fleetpython3") or ""
         self.info = ClusterInfo(parse_version(lines[0]), lines[0].strip(), lines[1].strip(), accounting,
                                 config.get("clustername") or None, int(age.group()) if age else DEFAULT_MIN_JOB_AGE,
-                                python if python.startswith("/") else None)
+                                python if python.startswith("/") else None, gres[:64])
         return self.info
 
     async def submit(self, run_dir: str, files: dict[str, bytes], script: str) -> str:

@@ -31,10 +31,10 @@ from ..store.collect import fetch_verified
 from ..store.manifest import HostEntry, ReportEntry, RunManifest, SlurmInfo
 from ..plan import ProfileRequest
 from .cluster import Cluster
-from .jobs import JobState, SlurmClient, SlurmctldSilent, SlurmError, file_mark
+from .jobs import JobState, NoGPUs, SlurmClient, SlurmctldSilent, SlurmError, file_mark
 from .raygather import driver_entry, ray_home
 from .results import not_this_runs, refused_entry
-from .states import job_end_verdict, job_refusal, never_starts, why_missing
+from .states import job_end_verdict, job_refusal, never_starts, no_gpus, why_missing
 from ..containers import nsight_dirs, slurm_words
 from .script import AGENT_FILE, REQUEST_FILE, SCRIPT_FILE, JobFiles, render, request_doc
 from .options import CheckedJobSpec
@@ -72,7 +72,9 @@ async def prepare(client: SlurmClient, cluster: Cluster, req: ProfileRequest, sp
     tools = {t: cluster.login.vars[f"{t}_path"] for t in ("nsys", "ncu") if cluster.login.vars.get(f"{t}_path")}
     scratch = cluster.login.vars.get("slurm_scratch")
     inventory_values(cluster, spec, tools, scratch)
-    info = await client.cluster_info()
+    info = await client.cluster_info(spec.partition)
+    if spec.partition and req.uses_counters and (why := no_gpus(spec.partition, info.gres, counters_word(req))):
+        raise NoGPUs(why)
     root = cluster.report_root(info.home)
     python, python_note = agent_python(cluster, info.python)
     files = JobFiles(f"{root}/{req.run_id}", root, python, tools, scratch,
@@ -84,6 +86,10 @@ async def prepare(client: SlurmClient, cluster: Cluster, req: ProfileRequest, sp
     return Prepared(spec, files, render(req, spec, files), info.version_text, request_doc(req, files),
                     info.name if safenames.is_component(info.name) else None,  # the cluster's word: checked
                     python_note)
+
+
+def counters_word(req: ProfileRequest) -> str:
+    return "--tool ncu" if req.tool == "ncu" else "--gpu-metrics"
 
 
 def inventory_values(cluster: Cluster, spec: CheckedJobSpec, tools: dict, scratch: str | None) -> None:

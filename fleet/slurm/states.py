@@ -151,3 +151,14 @@ def why_missing(rank: int, state: str | None, log: str, refusal: str | None, log
         return f"rank {rank} left no result: killed at the time limit before its report was finished ({log})"
     said = srun_said(log_tail)
     return f"rank {rank} left no result (job {state or 'unknown'}; see {log})" + (f": srun said: {said}" if said else "")
+
+
+def no_gpus(partition: str, gres: tuple[str, ...], asked: str) -> str | None:
+    """Why ``asked`` (ncu, GPU metrics: the GPU's counters) cannot run on ``partition``, whose
+    nodes' GRES sinfo gave as ``gres`` (one line per configuration; ``(null)`` for none): none of
+    them a GPU. None where one is, or sinfo said nothing (then sbatch and the job decide)."""
+    names = {g.split(":", 1)[0].strip() for line in gres for g in line.split(",")}
+    if not gres or "gpu" in names:
+        return None
+    return (f"{asked} on partition {partition}: its nodes have no GPU (sinfo's GRES: {', '.join(gres)[:200]}), "
+            "and it reads a GPU's counters: choose a partition with GPUs; nothing was submitted")
