@@ -9,6 +9,7 @@ import shutil
 from pathlib import Path
 
 from .. import store
+from ..agent.rundir import RunDir
 from ..store.collect import sha256_of
 from ..store.manifest import HostEntry, ReportEntry, RunManifest
 
@@ -17,11 +18,12 @@ RECORDED = "tests/fixtures/ranks-h200/recorded"  # where a checkout holds them
 SYNC_RANGE = "sync"  # the NVTX range the recorded workload put around its gloo all-reduce
 GPU = {"gpus": [{"index": 0, "uuid": "GPU-7ad7e474-b7a2-3fd1-a48b-45288deae15e"}], "samples": []}  # as recorded
 RANKS = (0, 1)
+EXPORT = ".sqlite"  # each rank's export, named by its label: rank0.sqlite, rank1.sqlite
 
 
 def missing(exports: Path) -> str | None:
     """Why ``exports`` is not the recorded example's folder, or None."""
-    absent = [f"rank{r}.sqlite" for r in RANKS if not (exports / f"rank{r}.sqlite").is_file()]
+    absent = [RunDir.label(r) + EXPORT for r in RANKS if not (exports / (RunDir.label(r) + EXPORT)).is_file()]
     if not absent:
         return None
     return (f"--example {exports}: no {' nor '.join(absent)} there; the recorded exports are in fleet's "
@@ -38,7 +40,7 @@ def filed(root: Path, exports: Path) -> RunManifest:
     directory = store.save(root, m)
     (directory / "vm").mkdir(mode=0o700)
     for rank in RANKS:
-        path = directory / "vm" / f"rank{rank}.sqlite"
+        path = directory / "vm" / (RunDir.label(rank) + EXPORT)
         shutil.copyfile(exports / path.name, path)
         rep = ReportEntry(remote=f"/recorded/{path.name}", stored=str(path), size=path.stat().st_size,
                           sha256=sha256_of(path), status="export", verified=True, summary="sqlite")
