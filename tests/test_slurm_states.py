@@ -154,3 +154,36 @@ def test_ncu_on_a_partition_whose_nodes_have_no_gpu_gres_is_refused_before_submi
             "nothing was submitted" in why
     from fleet.slurm.jobs import NoGPUs
     assert NoGPUs.exit_status == exitcodes.REFUSED
+
+
+def four_ranks_killed_by_fleets_sigterm(raced: int = 0) -> list[dict]:
+    """Four ranks' results after fleet's SIGTERM reached every process of the job: each workload
+    died by it; rank ``raced``'s agent saw its profiler end before its own signal, so its result
+    lacks the record that fleet stopped it (as on the test cluster, some of the time)."""
+    out = []
+    for rank in range(4):
+        out.append({"status": "ok", "rank": rank, "slurm_node": f"node{rank // 2 + 1}", "exit_status": 143,
+                    "stopped": rank != raced, "workload": {"exit_status": None, "signal": "SIGTERM"},
+                    "whose": {"user": "alice", "rank": rank},
+                    "reports": [{"path": f"/r/rank{rank}.nsys-rep", "size": 10, "sha256": "0" * 64}]})
+    return out
+
+
+@pytest.mark.parametrize("state", ["CANCELLED", "TIMEOUT"])
+def test_a_rank_stopped_by_fleet_has_the_verdict_of_the_others_whatever_its_agent_saw_first(state):
+    """fleet's stop is recorded in the run folder before its signal is sent (the USR1 trap's
+    job.stopped, fleet cancel's and Ctrl-C's job.stop-asked): a workload that died by that SIGTERM
+    is fleet's stop, not the workload failing. Before, rank 0 read workload-failed, the others ok."""
+    from fleet.slurm.run import rank_entry
+    from fleet.store.manifest import ReportEntry
+
+    def entries(fleet_stopped):
+        return [rank_entry(res, [ReportEntry(remote=res["reports"][0]["path"], stored="/s/x", size=10,
+                                             status="complete", verified=True)], "nsys", fleet_stopped=fleet_stopped)
+                for res in four_ranks_killed_by_fleets_sigterm()]
+
+    ranks = entries(True)
+    assert [e.status for e in ranks] == ["ok"] * 4, [(e.status, e.missing_why) for e in ranks]
+    end = job_end_verdict(state, ranks, stopped_before_time_limit=True, stopped_by_fleet=True)
+    assert [e.status for e in end.hosts] == ["ok"] * 4
+    assert entries(False)[0].status == "workload-failed"  # without fleet's record, SIGTERM is the workload's end

@@ -49,7 +49,7 @@ INVALID_JOB = re.compile(r"Invalid job id", re.I)
 # (KIND: orphan, else the name up to its first - or /: slurm, ray). RunDir's names are plain
 # words; the * are the shell's.
 _HERE, _ANY_RANK = RunDir(""), RunDir("").node("*").file(RunDir.label("*"))
-JOB_FILES = (f'for f in {_HERE.job_exit} {_HERE.job_stopped} {_HERE.job_refused}; do [ -f "$f" ] && echo "$m $f $(head -c 64 "$f")"; done; '
+JOB_FILES = (f'for f in {_HERE.job_exit} {_HERE.job_stopped} {_HERE.job_refused} {_HERE.job_stop_asked}; do [ -f "$f" ] && echo "$m $f $(head -c 64 "$f")"; done; '
              f'for f in {_HERE.batch_log_of("*")} {_HERE.ray_file("*.nsys-rep")} {_HERE.ray_file("*" + RunDir.WHOSE)} '
              f'{_HERE.ray_file("*" + RunDir.UNFINISHED)} {_ANY_RANK}.nsys-rep {_ANY_RANK}.ncu-rep; do [ -f "$f" ] || '
              f'continue; case $f in {_ANY_RANK}) [ ! -e "${{f%.*}}{RunDir.RESULT}" ] || continue; k=orphan ;; '
@@ -323,9 +323,15 @@ class SlurmClient:
             out[job] = st or JobState(job, "GONE", "no longer known to slurmctld (MinJobAge passed)")
         return out
 
-    async def cancel(self, job_ids: list[str], signal: str | None = None) -> None:
+    async def cancel(self, job_ids: list[str], signal: str | None = None, run_dirs: list[str] = ()) -> None:
+        """scancel the jobs (only ``signal`` to their steps, if given), fleet's stop first recorded in
+        each run's folder (``run_dirs``: RunDir.JOB_STOP_ASKED, never through a file already there),
+        so that a rank its signal killed reads as fleet's stop however the signal raced its agent."""
         args = ['scancel', *([f"--signal={signal}"] if signal else []), "--", *job_ids]
-        r = await self._sh("scancel", 'exec "$@"', *args)
+        dirs = " ".join('"${%d}"' % (i + 2) for i in range(len(run_dirs)))  # $2.. : the run folders
+        mark = (f'set -C; for d in {dirs}; do date +%s 2>/dev/null > "$d/{RunDir.JOB_STOP_ASKED}" || true; done; '
+                'set +C; ') if run_dirs else ""
+        r = await self._sh("scancel", mark + 'shift "$1"; exec "$@"', str(len(run_dirs) + 1), *run_dirs, *args)
         self._check(r, "scancel")
 
     async def read_results(self, run_dir: str) -> tuple[list[dict], dict]:

@@ -33,7 +33,7 @@ from ..plan import ProfileRequest
 from .cluster import Cluster
 from .jobs import JobState, NoGPUs, SlurmClient, SlurmctldSilent, SlurmError, file_mark
 from .raygather import driver_entry, ray_home
-from .results import not_this_runs, refused_entry
+from .results import this_runs
 from .states import job_end_verdict, job_refusal, never_starts, no_gpus, why_missing
 from ..containers import nsight_dirs, slurm_words
 from .script import AGENT_FILE, REQUEST_FILE, SCRIPT_FILE, JobFiles, render, request_doc
@@ -157,7 +157,7 @@ async def submit(client: SlurmClient, prep: Prepared) -> str:
 
 async def watch(client: SlurmClient, job_id: str, *, poll: float = 5.0, stop: asyncio.Event | None = None,
                 on_state: Callable[[JobState], None] = lambda s: None, submitted: float | None = None,
-                keep_pending: bool = False) -> JobState:
+                keep_pending: bool = False, run_dir: str | None = None) -> JobState:
     """Until the job ends. A stop request (Ctrl-C) cancels a job that has not started, and sends
     SIGTERM to a running job's steps once: the profilers stop their applications and finish
     their reports, and the job ends. While slurmctld does not answer, the job's state is
@@ -200,7 +200,8 @@ async def watch(client: SlurmClient, job_id: str, *, poll: float = 5.0, stop: as
                                  "cancelled it (--keep-pending keeps such a job)"))
         if stop is not None and stop.is_set() and not stopping:
             try:  # a job that has not started has no profilers to stop: it goes from the queue
-                await client.cancel([job_id], signal=None if st.state == "PENDING" else "TERM")
+                await client.cancel([job_id], signal=None if st.state == "PENDING" else "TERM",
+                                    run_dirs=[run_dir] if run_dir else [])  # fleet's stop recorded first
                 stopping = True
             except SlurmError as e:  # slurmctld silent: asked again at the next poll
                 on_state(JobState(job_id, st.state, f"could not stop the job yet ({e}); trying again"))
@@ -213,10 +214,11 @@ async def watch(client: SlurmClient, job_id: str, *, poll: float = 5.0, stop: as
         interval = min(interval * 1.5, max(poll, SILENT_POLL) if silent_since else poll)
 
 
-def rank_entry(res: dict, reports: list[ReportEntry] = (), tool: str | None = None) -> HostEntry:
-    """A rank's entry from the result it left (its node facts are in it: ``wire.facts``'s keys)
-    and what came home of it."""
-    status, why = outcome.of_result(res, list(reports), tool=tool)
+def rank_entry(res: dict, reports: list[ReportEntry] = (), tool: str | None = None, *,
+               fleet_stopped: bool = False) -> HostEntry:
+    """A rank's entry from the result it left (its node facts are in it: ``wire.facts``'s keys),
+    what came home of it, and whether fleet recorded a stop of the job (its stop marks)."""
+    status, why = outcome.of_result(res, list(reports), tool=tool, fleet_stopped=fleet_stopped)
     return HostEntry.from_facts(
         res.get("slurm_node") or res.get("node"), status, res, rank=res.get("rank"), missing_why=why,
         tenants_seen=[t if isinstance(t, str) else _tenant_text(t) for t in res.get("tenants") or []],
@@ -233,13 +235,7 @@ async def gather(fan: "Fanout", client: SlurmClient, manifest: RunManifest, dire
     why; then the job's end state is applied to the ranks (:func:`states.job_end_verdict`)."""
     slurm = manifest.slurm
     found, marks = await client.read_results(slurm.run_dir)
-    refused = [refused_entry(path, why) for path, why in marks.get("refused", [])]
-    results = []
-    for res in found:  # a result without the run's nonce is not this run's agent's
-        if (why := not_this_runs(res, slurm.result_nonce)):
-            refused.append(refused_entry(RunDir(str(res.get("slurm_node"))).result(str(res.get("host"))), why))
-        else:
-            results.append(res)
+    results, refused = this_runs(found, marks, slurm.result_nonce)
     if state is not None:
         slurm.state, slurm.exit_code, slurm.nodes, slurm.reason = state.state, state.exit_code, state.nodes, \
             state.reason
@@ -254,9 +250,10 @@ async def gather(fan: "Fanout", client: SlurmClient, manifest: RunManifest, dire
     tool = (manifest.request or {}).get("tool")
     tail = _log_tail(slurm.log)
     refusal = job_refusal(slurm.job_exit, tail, RunDir.JOB_REFUSED in marks)
+    fleet_stopped = RunDir.JOB_STOPPED in marks or RunDir.JOB_STOP_ASKED in marks  # recorded before its signal
 
     async def one(res: dict) -> HostEntry:
-        return await _rank_home(fan, client, slurm.run_dir, res, directory, gathering, tool)
+        return await _rank_home(fan, client, slurm.run_dir, res, directory, gathering, tool, fleet_stopped)
 
     # Ranks come home side by side (the transport bounds transfers per login connection).
     hosts = sorted(await asyncio.gather(*(one(res) for res in results)) + refused, key=lambda e: (
@@ -282,7 +279,7 @@ async def gather(fan: "Fanout", client: SlurmClient, manifest: RunManifest, dire
     if state is not None:
         slurm.requeues = max(slurm.requeues, state.requeues)
     end = job_end_verdict(slurm.state, hosts, requeues=slurm.requeues,
-                          stopped_before_time_limit=slurm.stopped_before_time_limit)
+                          stopped_before_time_limit=slurm.stopped_before_time_limit, stopped_by_fleet=fleet_stopped)
     slurm.end, manifest.hosts = end.note, end.hosts
     manifest.status = "cancelled" if state is not None and state.state == "CANCELLED" else \
         outcome.run_status(h.status for h in manifest.hosts)
@@ -290,7 +287,7 @@ async def gather(fan: "Fanout", client: SlurmClient, manifest: RunManifest, dire
 
 
 async def _rank_home(fan: "Fanout", client: SlurmClient, run_dir: str, res: dict, directory: Path,
-                     gathering, tool: str | None) -> HostEntry:
+                     gathering, tool: str | None, fleet_stopped: bool = False) -> HostEntry:
     """One rank's result, held to its shape, and what it names brought home from its node's folder."""
     wrong = wire.problems(res, "profile")
     node = res.get("slurm_node") or res.get("node")
@@ -309,7 +306,7 @@ async def _rank_home(fan: "Fanout", client: SlurmClient, run_dir: str, res: dict
                     for r in (res.get("reports") or []) + (res.get("summaries") or [])]
         reports = await bring_home(fan, client.login, to_fetch, directory / node, node_dir=folder.path,
                                    gathering=gathering)
-    return rank_entry(res, reports, tool)
+    return rank_entry(res, reports, tool, fleet_stopped=fleet_stopped)
 
 
 def _log_tail(log: ReportEntry | None) -> str:
@@ -369,7 +366,7 @@ async def profile(fan: "Fanout", cluster: Cluster, req: ProfileRequest, spec: Ch
         return manifest
     try:
         state = await watch(client, manifest.slurm.job_id, poll=poll, stop=stop, on_state=on_state,
-                            submitted=submitted, keep_pending=keep_pending)
+                            submitted=submitted, keep_pending=keep_pending, run_dir=manifest.slurm.run_dir)
     except NeverStarts as e:
         manifest.status, manifest.error = "failed", str(e)
         manifest.slurm.state = "PENDING" if keep_pending else "CANCELLED"

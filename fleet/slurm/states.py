@@ -17,6 +17,8 @@ import re
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
+from .. import outcome
+
 if TYPE_CHECKING:
     from ..store.manifest import HostEntry
 
@@ -75,10 +77,13 @@ class JobEnd:
 
 def _killed(entry: "HostEntry", stopped_by_fleet: bool) -> bool:
     """Whether the job's end stopped this rank: no result, or one that says it was stopped or
-    that its workload did not exit 0 (a rank that had finished first is left as it is)."""
+    that its workload did not exit 0 (a rank that had finished first is left as it is); not
+    one fleet's own stop ended first (``stopped_by_fleet``: fleet stopped it ahead of the end)."""
     res = entry.result or {}
     if not res:
         return True
+    if stopped_by_fleet and outcome.stopped_by_fleet(res, True):
+        return False
     workload = res.get("workload") if isinstance(res.get("workload"), dict) else {}
     if workload.get("signal") or workload.get("exit_status") not in (None, 0):
         return True
@@ -86,11 +91,12 @@ def _killed(entry: "HostEntry", stopped_by_fleet: bool) -> bool:
 
 
 def job_end_verdict(state: str | None, hosts: list, *, requeues: int = 0,
-                    stopped_before_time_limit: bool = False) -> JobEnd:
+                    stopped_before_time_limit: bool = False, stopped_by_fleet: bool = False) -> JobEnd:
     """The ranks' entries under the job's end state. NODE_FAIL, PREEMPTED, OUT_OF_MEMORY,
     TIMEOUT, BOOT_FAIL (and DEADLINE) are said; a rank they stopped is ``failed`` with the
-    reason, its reports kept. At TIMEOUT a rank fleet's own USR1 trap stopped ahead of the limit
-    (``stopped_before_time_limit``) finished its report and stays as it was."""
+    reason, its reports kept. At TIMEOUT a rank fleet's own stop ended ahead of the limit (its USR1
+    trap, ``stopped_before_time_limit``; or Ctrl-C, ``stopped_by_fleet``) finished its report and
+    stays as it was."""
     notes = []
     if requeues:
         notes.append(f"Slurm requeued the job {requeues} time(s): what was gathered is from its last start")
@@ -98,7 +104,7 @@ def job_end_verdict(state: str | None, hosts: list, *, requeues: int = 0,
     out = list(hosts)
     if why:
         notes.insert(0, f"job ended {state}: {why}")
-        fleet_stop = state == "TIMEOUT" and stopped_before_time_limit
+        fleet_stop = state == "TIMEOUT" and (stopped_before_time_limit or stopped_by_fleet)
         for i, entry in enumerate(out):
             if entry.status == "ok" and _killed(entry, fleet_stop):
                 out[i] = replace(entry, status="failed", missing_why=f"killed by the job's end: {state} ({why}); "
