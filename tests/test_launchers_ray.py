@@ -482,7 +482,8 @@ def test_a_ray_program_in_a_slurm_job_gives_two_reports_named_by_actor(hpc, ray_
         assert f"  {h['host']} {h['worker']}: ok" in r.stdout  # the run's output names each report by its actor
         assert h["status"] == "ok" and all(rep["verified"] for rep in h["reports"]), h
         [rep] = [rep for rep in h["reports"] if rep["stored"].endswith(".nsys-rep")]
-        assert Path(rep["stored"]).name == f"worker-{host}-{h['worker'].rsplit(' ', 1)[1]}.nsys-rep"
+        actor = h["worker"].split(" on ")[0].replace(" ", "-")  # named in the store by its actor, as people know it
+        assert Path(rep["stored"]).name == f"{actor}-{h['worker'].rsplit(' ', 1)[1]}.nsys-rep"
         # nsys wrapped Ray's worker process itself, started by the job's raylet, not the program
         assert "default_worker.py" in " ".join(json.loads(Path(rep["stored"]).read_text())["app"])
 
@@ -663,3 +664,35 @@ def test_a_worker_marked_unfinished_is_missing_and_its_partial_report_is_neither
                                          "worker-node1-5.nsys-rep)")
     assert hosts[1].missing_why.endswith("its report is missing or unfinished")
     assert not list(tmp_path.iterdir())
+
+
+def test_ray_reports_are_listed_pulled_and_opened_by_actor(ray_head, tmp_path):
+    """Three named actors, two of one class and one of another: `reports ls` (and --json), the
+    store's file names, `reports pull` and `reports open RUN trainer-0` name each by its actor.
+    Before, every row said the host, the files were worker-HOST-PID, `open trainer-0` was refused,
+    and each .whose.json was listed as a `summary`."""
+    from tests.conftest import fleet_json
+
+    store, pids, r = submitted_three(ray_head, tmp_path, 0)
+    assert r.returncode == 0, r.stdout + r.stderr
+    [path] = store.glob("ray/*/*/manifest.json")
+    run_id = json.loads(path.read_text())["run_id"]
+    actors = {"trainer-0": "Trainer", "trainer-1": "Trainer", "evaluator-0": "Evaluator"}
+    rows = fleet_json(run_fleet("reports", "ls", "--json", "--store", str(store)).stdout)
+    assert not [row for row in rows if row["path"].endswith(".whose.json")], rows
+    reports = [row for row in rows if row["path"].endswith(".nsys-rep")]
+    assert sorted(Path(row["path"]).name for row in reports) == sorted(
+        f"{cls}-{name}-{pids[name]}.nsys-rep" for name, cls in actors.items())
+    assert sorted(row["worker"].split(" on ")[0] for row in reports) == sorted(f"{c} {n}" for n, c in actors.items())
+    table = run_fleet("reports", "ls", "--store", str(store)).stdout
+    assert all(f"{cls} {name}" in table for name, cls in actors.items()) and " summary " not in table, table
+    pulled = run_fleet("reports", "pull", run_id, str(tmp_path / "out"), "--store", str(store))
+    assert pulled.returncode == 0, pulled.stderr
+    assert sorted(p.name for p in (tmp_path / "out").rglob("*.nsys-rep")) == sorted(
+        f"{cls}-{name}-{pids[name]}.nsys-rep" for name, cls in actors.items())
+    for which, want in (("trainer-0", ["trainer-0"]), ("trainer-*", ["trainer-0", "trainer-1"]),
+                        ("Evaluator", ["evaluator-0"])):
+        opened = fleet_json(run_fleet("reports", "open", run_id, which, "--json", "--store", str(store),
+                                      env={"PATH": "/usr/bin:/bin"}).stdout)
+        assert sorted(Path(p).name for p in opened["reports"]) == sorted(
+            f"{actors[n]}-{n}-{pids[n]}.nsys-rep" for n in want), (which, opened)

@@ -49,8 +49,16 @@ def reports_ls(store_root, host, since, tool, status, as_json):
     from .output import print_table
 
     print_table(["RUN", "HOST", "TOOL", "STATUS", "SHA256", "PATH"],
-                [[r["run_id"], r["host"], r["tool"], r["status"], (r["sha256"] or "")[:12], r["path"]] for r in rows],
+                [[r["run_id"], _who(r), r["tool"], r["status"], (r["sha256"] or "")[:12], r["path"]] for r in rows],
                 status_column=3)
+
+
+def _who(row: dict) -> str:
+    """A row's host, and a Ray worker's actor (``vm Trainer trainer-0``), printable: the job named it."""
+    from ..safenames import CONTROL
+
+    actor = (row.get("worker") or "").split(" on ", 1)[0]
+    return CONTROL.sub("?", f"{row['host']} {actor}" if actor else row["host"])
 
 
 @reports.command("show")
