@@ -16,7 +16,8 @@ launcher) and from what came home:
   same user did (a worker that a launcher or a daemon started): the driver was wrapped;
 * ``missing``: a host or rank that left no report.
 
-Refused and stopped hosts ran nothing and have no class. Pure: the controller's, never shipped.
+Refused and stopped hosts ran nothing and have no class, nor has a Ray program's own line (its
+driver, which is no rank and is never wrapped). Pure: the controller's, never shipped.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ if TYPE_CHECKING:
 COMPLETE, EMPTY, TRUNCATED, LAUNCHER_ONLY, MISSING = "complete", "empty", "truncated", "launcher-only", "missing"
 CLASSES = (COMPLETE, EMPTY, TRUNCATED, LAUNCHER_ONLY, MISSING)
 NO_REPORT_EXPECTED = ("refused", "stopped", "planned", "pending")
+RAY_DRIVER = "(driver)"  # a Ray program's own line (fleet/slurm/raygather.py): not a rank, no report of its own
 KERNELS = "cuda_gpu_kern_sum"  # the summary that is empty when a report holds no GPU kernel
 MAX_NAMED = 3
 
@@ -52,7 +54,7 @@ class Verdict:
 
 def classify(entry: "HostEntry") -> Verdict | None:
     """The class of one host's or rank's report; None where none was to be made."""
-    if entry.status in NO_REPORT_EXPECTED:
+    if entry.status in NO_REPORT_EXPECTED or entry.host == RAY_DRIVER:
         return None
     result = entry.result
     if entry.worker is not None and result is None:  # a Ray worker: Ray's nsys, no agent beside it
@@ -89,36 +91,32 @@ def classify(entry: "HostEntry") -> Verdict | None:
     return Verdict(COMPLETE)
 
 
-def gpu_processes(result: dict, *, arrived_only: bool = False) -> tuple[list[str], list[str]]:
+def gpu_processes(result: dict) -> tuple[list[str], list[str]]:
     """The processes the run watch saw on the run's GPUs: the wrapped command's own, and the other
-    processes of the same user (another user's are neighbours, not the workload's), named; with
-    ``arrived_only``, of those others only the ones not there in the first look at their GPU."""
+    processes of the same user (another user's are neighbours, not the workload's), named."""
     user = (result.get("whose") or {}).get("user") if isinstance(result.get("whose"), dict) else None
     samples = (result.get("conditions") or {}).get("samples") if isinstance(result.get("conditions"), dict) else None
     own: dict[int, str] = {}
     others: dict[int, str] = {}
-    first: dict[object, set[int]] = {}  # GPU -> the pids of its first sample
     for sample in samples or []:
         listed = [p for p in (sample.get("processes") or []) if isinstance(p, dict) and isinstance(p.get("pid"), int)] \
             if isinstance(sample, dict) else []
-        there_at_start = first.setdefault(sample.get("gpu") if isinstance(sample, dict) else None,
-                                          {p["pid"] for p in listed})
         for p in listed:
             named = f"pid {p['pid']} ({p.get('name') or '?'}, GPU {sample.get('gpu')})"
             if p.get("own") is True:
                 own.setdefault(p["pid"], named)
-            elif user is not None and p.get("user") == user and not (arrived_only and p["pid"] in there_at_start):
+            elif user is not None and p.get("user") == user:
                 others.setdefault(p["pid"], named)
     return list(own.values()), [v for k, v in others.items() if k not in own]
 
 
-def used_instead(result: dict, *, arrived_only: bool = False) -> str | None:
+def used_instead(result: dict) -> str | None:
     """The processes that used the run's GPUs where the wrapped one never did (``launcher-only``),
-    named; None where the wrapped process was on a GPU, or nobody of its user was. With
-    ``arrived_only``, only those that came onto a GPU during the run (a worker the driver set to
-    work), not the user's own processes already there in the watch's first look (another job of
-    theirs beside a CPU-only workload, allowed with --allow-own)."""
-    own, others = gpu_processes(result, arrived_only=arrived_only)
+    named; None where the wrapped process was on a GPU, or nobody of its user was. The one rule of
+    the class and of the host's status (fleet.outcome): a process of the user's already on the GPU
+    when the run began counts as one that came during it (a daemon's worker started beforehand
+    looks the same as another job of theirs), so a launcher-only report is never ``ok``."""
+    own, others = gpu_processes(result)
     return ", ".join(others[:MAX_NAMED]) if others and not own else None
 
 

@@ -40,10 +40,25 @@ def lost(reports: Iterable["ReportEntry"]) -> list["ReportEntry"]:
     return [rep for rep in reports if not rep.verified and not is_summary(rep)]
 
 
-def workload_said(result: dict) -> str | None:
-    """'the workload exited 3' or 'the workload was killed by SIGSEGV', or None when it ended well
-    or fleet itself stopped it (its time limit, Ctrl-C, Slurm's end)."""
+# The signals fleet stops a run with: its USR1 trap's and fleet cancel's SIGTERM (scancel), Ctrl-C.
+FLEET_STOP_SIGNALS = ("SIGTERM", "SIGINT")
+
+
+def stopped_by_fleet(result: dict, fleet_stopped: bool = False) -> bool:
+    """Whether fleet stopped this run: its agent saw the stop, or fleet recorded its stop before
+    sending the signal (``fleet_stopped``: a Slurm job's stop marks) and the workload died by that
+    signal. The record is there before the signal, so the verdict never depends on which the
+    agent saw first, its own signal or its profiler's end."""
     if result.get("stopped"):
+        return True
+    workload = result.get("workload")
+    return fleet_stopped and isinstance(workload, dict) and workload.get("signal") in FLEET_STOP_SIGNALS
+
+
+def workload_said(result: dict, fleet_stopped: bool = False) -> str | None:
+    """'the workload exited 3' or 'the workload was killed by SIGSEGV', or None when it ended well
+    or fleet itself stopped it (its time limit, Ctrl-C, Slurm's end; :func:`stopped_by_fleet`)."""
+    if stopped_by_fleet(result, fleet_stopped):
         return None
     workload = result.get("workload")
     if isinstance(workload, dict):
@@ -81,9 +96,11 @@ def newcomer_said(newcomer: dict) -> str:
     return text
 
 
-def of_result(result: dict | None, reports: list["ReportEntry"], *, tool: str | None = None) -> tuple[str, str | None]:
-    """(status, why) of a host or rank from its agent's result and what came home of it. A missing
-    result is the caller's to name (unreachable, missing, failed): this decides the rest."""
+def of_result(result: dict | None, reports: list["ReportEntry"], *, tool: str | None = None,
+              fleet_stopped: bool = False) -> tuple[str, str | None]:
+    """(status, why) of a host or rank from its agent's result and what came home of it (and
+    whether fleet recorded a stop of its run: :func:`stopped_by_fleet`). A missing result is the
+    caller's to name (unreachable, missing, failed): this decides the rest."""
     if result is None:
         return HostStatus.FAILED, "the agent gave no result"
     said = result.get("status")
@@ -106,13 +123,13 @@ def of_result(result: dict | None, reports: list["ReportEntry"], *, tool: str | 
         return HostStatus.PROFILER_ERROR, f"the report is truncated: {cut[0]}"
     if said == "yielded":
         return HostStatus.YIELDED, "gave the GPU's counters back to " + newcomer_said(result.get("newcomer") or {})
-    if (why := workload_said(result)):
+    if (why := workload_said(result, fleet_stopped)):
         return HostStatus.WORKLOAD_FAILED, why
     errors = result.get("profiler_errors") or []
     if errors:
         more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
         return HostStatus.PROFILER_ERROR, f"{tool or 'the profiler'} reported an error: {errors[0]}{more}"
-    if (instead := completeness.used_instead(result, arrived_only=True)):  # whole, but of the wrong process
+    if (instead := completeness.used_instead(result)):  # whole, but of the wrong process: the class's own rule
         return HostStatus.FAILED, f"the profiled process never used the GPU; {instead} did (launcher-only)"
     return HostStatus.OK, None
 

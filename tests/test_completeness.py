@@ -120,6 +120,22 @@ def test_a_rank_that_left_nothing_is_missing_and_counted_with_the_others(node, t
     assert completeness.run_lines([whole, gone, refused]) == ["reports: 1 complete, 1 missing"]
 
 
+
+def test_a_failed_ray_driver_is_no_rank_and_never_counted_missing():
+    """A Ray program that exits 3: its `(driver)` line says so, but it is not a rank and has no
+    report of its own. It was counted `1 missing` beside its workers' complete reports."""
+    from fleet.slurm.raygather import driver_entry, driver_failed
+    from fleet.store.manifest import ReportEntry, SlurmInfo
+
+    workers = [HostEntry(host="node1", status="ok", worker=f"Trainer trainer-{i} on node1, pid {100 + i}",
+                         reports=[ReportEntry(stored=f"/s/worker-node1-{100 + i}.nsys-rep", status="complete",
+                                              verified=True)]) for i in range(3)]
+    [on_slurm] = driver_entry(SlurmInfo(spec={"launcher": "ray"}, job_exit=3), None)
+    submitted = driver_failed("failed (`ray job submit` exited 1)")
+    for driver in (on_slurm, submitted):
+        assert driver.status == "workload-failed" and completeness.classify(driver) is None
+        assert completeness.run_lines(workers + [driver]) == ["reports: 3 complete"]
+
 def test_the_real_nsys_saying_the_disk_is_full_marks_its_report_truncated(tmp_path):
     # nsys 2025.3 on an H200, its run folder on a tmpfs that filled mid-run (it threw WriteStreamException)
     said = (Path(__file__).parent / "fixtures" / "launchers-h200" / "3-disk-full.txt").read_bytes()
@@ -128,3 +144,29 @@ def test_the_real_nsys_saying_the_disk_is_full_marks_its_report_truncated(tmp_pa
     assert reports.cut_short(str(report), b"Generating ...\n") is None  # room left, and nothing said
     cut = reports.cut_short(str(report), said)
     assert cut.startswith("the profiler said: ") and "Is the disk full?" in cut
+
+
+def test_a_rank_whose_report_is_launcher_only_is_never_ok_even_beside_its_users_process_there_from_the_start():
+    """On Slurm, an ordinary user's job beside another process of theirs on the GPU, there from the
+    watch's first look: the summary said `3 launcher-only` while each rank said `ok`, the run
+    `complete`, exit 0. One rule now gives the class and the status."""
+    from fleet import exitcodes
+    from fleet.slurm.run import rank_entry
+    from fleet.store.manifest import ReportEntry
+
+    theirs = {"pid": 4242, "user": "alice", "name": "python3", "own": False}
+    samples = [{"gpu": 0, "processes": [theirs]} for _ in range(3)]  # on the GPU before and throughout the run
+    entries = []
+    for rank in range(3):
+        res = {"status": "ok", "rank": rank, "slurm_node": "node1", "node": "node1", "exit_status": 0,
+               "workload": {"exit_status": 0, "signal": None}, "whose": {"user": "alice", "rank": rank},
+               "reports": [{"path": f"/r/node1/rank{rank}.nsys-rep", "size": 10, "sha256": "0" * 64}],
+               "conditions": {"samples": samples}}
+        report = ReportEntry(remote=f"/r/node1/rank{rank}.nsys-rep", stored=f"/s/rank{rank}.nsys-rep", size=10,
+                             status="complete", verified=True)
+        entries.append(rank_entry(res, [report], "nsys"))
+    assert completeness.run_lines(entries)[0] == "reports: 3 launcher-only"
+    assert [e.status for e in entries] == ["failed"] * 3, [(e.status, e.missing_why) for e in entries]
+    assert "pid 4242 (python3, GPU 0) did (launcher-only)" in entries[0].missing_why
+    assert outcome.run_status(e.status for e in entries) != "complete"
+    assert exitcodes.for_hosts(e.status for e in entries) != exitcodes.OK

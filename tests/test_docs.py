@@ -1,4 +1,4 @@
-"""Every command shown in README.md and docs/user-guide.md, run as a reader would run it.
+"""Every command shown in README.md, docs/user-guide.md and docs/ranks.md, run as a reader would run it.
 
 The blocks run in the order of each document, in one environment prepared as a reader's machine
 would be (tests/harness/docs.py says how blocks are read):
@@ -32,7 +32,7 @@ from tests.conftest import REPO, announce, perf_event_paranoid
 from tests.harness import docs, fakenvml
 from tests.harness.sshd import SSHCluster
 
-DOCS = [REPO / "README.md", REPO / "docs" / "user-guide.md"]
+DOCS = [REPO / "README.md", REPO / "docs" / "user-guide.md", REPO / "docs" / "ranks.md"]
 RECORD = os.environ.get("FLEET_DOCS_RECORD") == "1"
 SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
@@ -198,7 +198,7 @@ def test_the_example_inventory_and_playbooks_hold(reader):
     here = [b for b in lab if b.target.get("hosts") == "localhost"]  # reference.yaml: this machine, no inventory
     for book in lab:
         inventory = "" if book in here else "-i inventory/ "
-        console.commands.append(docs.Command(f"fleet {inventory}run --dry-run playbooks/{Path(book.path).name}", []))
+        console.commands.append(docs.Command(f"fleet {inventory}run --dry-run --json playbooks/{Path(book.path).name}", []))
     results = shell.run(console)
     assert [r.problem() for r in results[:4]] == [None] * 4, [(r.command.text, r.output) for r in results]
     hosts = json.loads("\n".join(results[3].output))["data"]["hosts"]

@@ -349,6 +349,64 @@ def test_ranks_with_ray_profiles_only_the_actors_whose_names_match(ray_head, tmp
     assert not list((tmp_path / "nodes" / "ray").glob(f"worker-*-{said['evaluator'][0]}.*"))
 
 
+
+# Three named actors, two of one class and one of another, each saying its pid; the program then
+# exits with the status its first argument gives (a failed driver, after its workers' work).
+THREE = """
+import json, os, sys, time, ray
+
+ray.init()
+
+
+@ray.remote
+class Trainer:
+    def pid(self):
+        time.sleep(0.5)  # some work
+        return os.getpid()
+
+
+@ray.remote
+class Evaluator:
+    def pid(self):
+        time.sleep(0.5)
+        return os.getpid()
+
+
+actors = {"trainer-0": Trainer.options(name="trainer-0").remote(),
+          "trainer-1": Trainer.options(name="trainer-1").remote(),
+          "evaluator-0": Evaluator.options(name="evaluator-0").remote()}
+print("actors", json.dumps({name: ray.get(a.pid.remote()) for name, a in actors.items()}), flush=True)
+sys.exit(int(sys.argv[1]))
+"""
+
+
+def submitted_three(ray_head, tmp_path, exit_status: int, *fleet_args: str):
+    """``fleet ray submit`` of THREE, ending with ``exit_status``: the store, each actor's pid, and fleet's output."""
+    app = tmp_path / "app"
+    app.mkdir()
+    (app / "job.py").write_text(THREE)
+    store = tmp_path / "store"
+    r = run_fleet("ray", "submit", "--address", ray_head.address, "--store", str(store), "--node-dir",
+                  str(tmp_path / "nodes"), "--working-dir", str(app), *fleet_args, "--", "python", "job.py",
+                  str(exit_status), env={"PATH": ray_head.env["PATH"], "RAY_AUTH_MODE": "disabled"}, timeout=180)
+    pids = json.loads(r.stderr.split("actors ", 1)[1].split("\n", 1)[0])  # the job's log, on stderr
+    return store, pids, r
+
+
+def test_a_failed_ray_driver_makes_ray_submit_exit_non_zero_with_a_driver_line(ray_head, tmp_path):
+    """A driver that exits 3 after its actors' work: `ray job submit` exits 1, and so did fleet's
+    exit status say success (0); now a `(driver)` line as on Slurm, the workers' reports kept, exit 6."""
+    from fleet import exitcodes
+
+    store, pids, r = submitted_three(ray_head, tmp_path, 3)
+    assert r.returncode == exitcodes.PARTIAL, r.stdout + r.stderr
+    assert "  (driver) the Ray program: workload-failed: the Ray program (the job's driver) failed" in r.stdout, r.stdout
+    [path] = store.glob("ray/*/*/manifest.json")
+    m = json.loads(path.read_text())
+    assert m["status"] == "partial"
+    assert sorted(h["status"] for h in m["hosts"]) == ["ok", "ok", "ok", "workload-failed"], m["hosts"]
+    assert "reports: 3 complete" in r.stdout and "missing" not in r.stdout, r.stdout  # the driver is no worker
+
 @pytest.fixture(scope="module")
 def ray_user(hpc):
     """The login node's user as a Ray user often is: Ray in a virtual environment that is not on the
@@ -424,7 +482,8 @@ def test_a_ray_program_in_a_slurm_job_gives_two_reports_named_by_actor(hpc, ray_
         assert f"  {h['host']} {h['worker']}: ok" in r.stdout  # the run's output names each report by its actor
         assert h["status"] == "ok" and all(rep["verified"] for rep in h["reports"]), h
         [rep] = [rep for rep in h["reports"] if rep["stored"].endswith(".nsys-rep")]
-        assert Path(rep["stored"]).name == f"worker-{host}-{h['worker'].rsplit(' ', 1)[1]}.nsys-rep"
+        actor = h["worker"].split(" on ")[0].replace(" ", "-")  # named in the store by its actor, as people know it
+        assert Path(rep["stored"]).name == f"{actor}-{h['worker'].rsplit(' ', 1)[1]}.nsys-rep"
         # nsys wrapped Ray's worker process itself, started by the job's raylet, not the program
         assert "default_worker.py" in " ".join(json.loads(Path(rep["stored"]).read_text())["app"])
 
@@ -474,6 +533,7 @@ def test_a_ray_program_that_fails_after_its_actors_is_not_ok_and_its_workers_rep
     m = manifest(tmp_path)
     assert r.returncode == exitcodes.PARTIAL and m["status"] == "partial", r.stdout + r.stderr
     assert "(driver) the Ray program: workload-failed: the Ray program (the job's driver) ended with exit status 3" in r.stdout
+    assert "reports: 2 complete" in r.stdout and "missing" not in r.stdout, r.stdout  # the driver is not a rank
     [driver] = [h for h in m["hosts"] if h["host"] == "(driver)"]
     assert driver["status"] == "workload-failed" and "exit status 3" in driver["missing_why"]
     workers = [h for h in m["hosts"] if h["host"] != "(driver)"]
@@ -604,3 +664,35 @@ def test_a_worker_marked_unfinished_is_missing_and_its_partial_report_is_neither
                                          "worker-node1-5.nsys-rep)")
     assert hosts[1].missing_why.endswith("its report is missing or unfinished")
     assert not list(tmp_path.iterdir())
+
+
+def test_ray_reports_are_listed_pulled_and_opened_by_actor(ray_head, tmp_path):
+    """Three named actors, two of one class and one of another: `reports ls` (and --json), the
+    store's file names, `reports pull` and `reports open RUN trainer-0` name each by its actor.
+    Before, every row said the host, the files were worker-HOST-PID, `open trainer-0` was refused,
+    and each .whose.json was listed as a `summary`."""
+    from tests.conftest import fleet_json
+
+    store, pids, r = submitted_three(ray_head, tmp_path, 0)
+    assert r.returncode == 0, r.stdout + r.stderr
+    [path] = store.glob("ray/*/*/manifest.json")
+    run_id = json.loads(path.read_text())["run_id"]
+    actors = {"trainer-0": "Trainer", "trainer-1": "Trainer", "evaluator-0": "Evaluator"}
+    rows = fleet_json(run_fleet("reports", "ls", "--json", "--store", str(store)).stdout)
+    assert not [row for row in rows if row["path"].endswith(".whose.json")], rows
+    reports = [row for row in rows if row["path"].endswith(".nsys-rep")]
+    assert sorted(Path(row["path"]).name for row in reports) == sorted(
+        f"{cls}-{name}-{pids[name]}.nsys-rep" for name, cls in actors.items())
+    assert sorted(row["worker"].split(" on ")[0] for row in reports) == sorted(f"{c} {n}" for n, c in actors.items())
+    table = run_fleet("reports", "ls", "--store", str(store)).stdout
+    assert all(f"{cls} {name}" in table for name, cls in actors.items()) and " summary " not in table, table
+    pulled = run_fleet("reports", "pull", run_id, str(tmp_path / "out"), "--store", str(store))
+    assert pulled.returncode == 0, pulled.stderr
+    assert sorted(p.name for p in (tmp_path / "out").rglob("*.nsys-rep")) == sorted(
+        f"{cls}-{name}-{pids[name]}.nsys-rep" for name, cls in actors.items())
+    for which, want in (("trainer-0", ["trainer-0"]), ("trainer-*", ["trainer-0", "trainer-1"]),
+                        ("Evaluator", ["evaluator-0"])):
+        opened = fleet_json(run_fleet("reports", "open", run_id, which, "--json", "--store", str(store),
+                                      env={"PATH": "/usr/bin:/bin"}).stdout)
+        assert sorted(Path(p).name for p in opened["reports"]) == sorted(
+            f"{actors[n]}-{n}-{pids[n]}.nsys-rep" for n in want), (which, opened)

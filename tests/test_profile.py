@@ -358,3 +358,24 @@ def test_reports_on_a_shared_directory_are_read_through_one_host(lab, tmp_path):
     after = {n: p.read_text().count("subsystem 'sftp'") for n, p in logs.items()}
     assert after["h03"] == before["h03"] and after["h02"] - before["h02"] == len(runs["h02"]["reports"]) + len(
         runs["h03"]["reports"])
+
+
+def test_fleet_run_shows_its_progress_and_its_dry_run_plan_as_profile_does(lab, tmp_path):
+    """`fleet run PLAYBOOK` printed nothing while it ran (not the workload's lines, not the hosts'
+    outcomes), and `--dry-run` printed the raw JSON envelope where `profile --dry-run` prints a plan."""
+    book = tmp_path / "bench.yaml"
+    book.write_text(yaml.safe_dump({"name": "bench", "target": {"hosts": "h02"}, "tool": "nsys",
+                                    "command": ["python3", "-c", "print('the workload says hello')"]}))
+    env = lab["c"].env()
+    planned = run_fleet("run", str(book), "--dry-run", "--store", str(lab["out"]), env=env)
+    assert planned.returncode == 0, planned.stderr
+    assert planned.stdout.startswith("h02: planned\n  run:      ") and "fleet_json" not in planned.stdout, planned.stdout
+    as_json = fleet_json(run_fleet("run", str(book), "--dry-run", "--json", "--store", str(lab["out"]), env=env).stdout)
+    assert [h["status"] for h in as_json["hosts"]] == ["planned"]
+    ran = run_fleet("run", str(book), "--store", str(lab["out"]), env=env)
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    lines = ran.stdout.splitlines()
+    assert "the workload says hello" in lines  # the workload's own line, as it ran
+    assert "h02: ok" in lines and any(line.startswith("  report:   ") for line in lines), ran.stdout
+    run_line = next(line for line in lines if line.startswith("run "))
+    assert " complete: reports in " in run_line and lines.index("h02: ok") < lines.index(run_line), ran.stdout

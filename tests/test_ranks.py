@@ -256,3 +256,22 @@ def test_the_real_exports_of_two_ranks_recorded_on_an_h200_name_rank_1_with_more
     assert v["rank"] == "rank 1" and v["last"] == v["of"] == 12 and causes(v) == ["shared GPU", "more work"], v
     assert "shared GPU 0" in v["causes"][0]["evidence"]
     assert 1.0 < a.lost_s < 1.5  # 1.232 rank-seconds on the H200 itself
+
+
+def test_reports_ranks_example_reads_the_recorded_h200_exports_and_writes_nothing(tmp_path):
+    """`fleet reports ranks --example DIR`: the two exports recorded on an H200, analysed as a run of
+    the store would be, with no multi-rank job of one's own; the user's store is left untouched.
+    Before, `reports ranks` could not be tried at all without such a job."""
+    recorded = str(REPO / "tests" / "fixtures" / "ranks-h200" / "recorded")
+    root = tmp_path / "store"
+    out = run_fleet("reports", "ranks", "--example", recorded, "--store", str(root))
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert out.stdout.startswith("run example-h200: 2 ranks, 12 collectives from NVTX range 'sync'"), out.stdout
+    assert "straggler: rank 1, last in 12 of 12 collectives" in out.stdout
+    assert "  shared GPU: " in out.stdout and "  more work: " in out.stdout
+    doc = fleet_json(run_fleet("reports", "ranks", "--example", recorded, "--json", "--store", str(root)).stdout)
+    assert doc["run_id"] == "example-h200" and [v["rank"] for v in doc["verdicts"]] == ["rank 1"]
+    assert not root.exists()  # nothing filed in the user's store
+    for args in (("RUN", "--example", recorded), ("--example", str(tmp_path)), ()):
+        wrong = run_fleet("reports", "ranks", *args)
+        assert wrong.returncode == 2 and wrong.stderr.count("\n") == 1 and "--example" in wrong.stderr, wrong.stderr

@@ -281,13 +281,16 @@ def test_compare_shows_short_names_says_what_a_partial_run_lacks_and_keeps_full_
     out = compare(tmp_path, run_a, run_b)
     assert out.returncode == 0, out.stderr
     lines = out.stdout.splitlines()
-    assert lines[:3] == [f"run {run_b}: not in its totals: h03 refused ({TENANT})",
+    # which run is A and which is B, said above the columns that name them (they said neither)
+    assert lines[:5] == [f"A: run {run_a} (nsys, complete, 2 host(s) or rank(s))",
+                         f"B: run {run_b} (nsys, partial, 1 host(s) or rank(s))",
+                         f"run {run_b}: not in its totals: h03 refused ({TENANT})",
                          f"run {run_a} sums 2 host(s) or rank(s), run {run_b} 1",
                          f"{'A ms':>10} {'B ms':>10} {'change':>8}  kernel"]
-    assert lines[3].split() == ["3505.712", "1752.856", "-50.0%", CUTLASS_SHORT]
+    assert lines[5].split() == ["3505.712", "1752.856", "-50.0%", CUTLASS_SHORT]
     assert max(map(len, lines)) < 140
     full = compare(tmp_path, run_a, run_b, "--full-names").stdout.splitlines()
-    assert full[3].split(None, 3)[3] == CUTLASS and max(map(len, full)) > 1_386
+    assert full[5].split(None, 3)[3] == CUTLASS and max(map(len, full)) > 1_386
     rows = fleet_json(compare(tmp_path, run_a, run_b, "--json").stdout, "reports compare")
     assert rows[0] == {"kernel": CUTLASS, "short_name": CUTLASS_SHORT, "a_ns": 2 * 1752856203.0,
                        "b_ns": 1752856203.0, "change_ns": -1752856203.0, "change": -0.5}
@@ -327,7 +330,7 @@ def test_a_real_history_from_an_h200_reads_short_and_compares_its_planted_slowdo
     gemm = ("sm80_xmma_gemm_f32f32_f32f32_f32_tn_n_tilesize128x128x8_stage3_warpsize2x2x1_ffma_aligna4_alignc4_"
             "execute_kernel__5x_cublas")
     assert moved.returncode == 0, moved.stderr
-    assert moved.stdout.splitlines()[1].split() == ["216.985", "325.871", "+50.2%", short_name(gemm)]
+    assert moved.stdout.splitlines()[3].split() == ["216.985", "325.871", "+50.2%", short_name(gemm)]
 
 
 def test_a_reason_from_a_node_reaches_the_terminal_without_control_characters(tmp_path):

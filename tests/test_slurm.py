@@ -249,6 +249,23 @@ def test_status_is_one_squeue_call_for_twenty_jobs_and_terminal_states_are_cache
     assert later_calls == [] and {s.state for s in again.values()} == {"CANCELLED"}
 
 
+def test_the_partitions_gres_comes_in_the_one_round_trip_that_asks_the_version(hpc, tmp_path):
+    """sinfo's GRES of the partition asked about, as this Slurm says it: the test cluster's nodes
+    have two GPUs each, so ncu there is submitted (a partition of nodes without would be refused
+    before, tests/test_slurm_states.py), in no more calls to the login node than before."""
+    inventory = load([hpc.inventory])
+
+    async def go():
+        async with Fanout(SSHSettings(config=str(hpc.ssh_config))) as fan:
+            client = SlurmClient(fan, inventory.hosts["h01"])
+            asked = [await client.cluster_info(p) for p in ("gpu", "debug", None, "no-such-partition")]
+            return [info.gres for info in asked], list(client.calls)
+
+    gres, calls = asyncio.run(go())
+    assert gres == [("gpu:2",), ("gpu:2",), (), ()] and calls == ["sinfo"] * 4
+    ncu = fleet(hpc, tmp_path, "--tool", "ncu", "--dry-run", "--", "true")
+    assert ncu.returncode == 0 and "#SBATCH --exclusive" in ncu.stdout.splitlines(), ncu.stderr
+
 def test_squeue_json_of_this_slurm_parses(hpc):
     from fleet.slurm.jobs import parse_squeue_json
 
@@ -355,3 +372,34 @@ def test_probe_and_doctor_reach_a_partitions_compute_nodes_as_a_short_job(hpc, t
         bad = run_fleet("probe", *args, env=env)
         assert bad.returncode == 2 and said in bad.stderr and bad.stderr.count("\n") == 1, bad
     no_drained_nodes(hpc)
+
+
+def test_fleet_cancel_20_times_gives_every_rank_the_same_verdict(hpc, tmp_path):
+    """fleet cancel records its stop in the run folder before scancel's SIGTERM: a rank whose agent
+    saw its profiler end before its own signal read `workload-failed` beside three `ok` ranks,
+    some of the time. Twenty cancels of four running ranks, each run's ranks all stopped by fleet."""
+    seen = []
+    for i in range(20):
+        store = tmp_path / f"run{i}"
+        marker = f"fleet-cancel-race-{i}-{time.time_ns()}"
+        r = fleet(hpc, store, "--no-wait", "--ntasks", "4", "--", "sh", "-c", f"sleep 300; : {marker}")
+        assert r.returncode == 0, r.stderr
+        m = manifest(store)
+        deadline = time.monotonic() + 60  # every rank's workload runs under its profiler
+        while len(subprocess.run(["pgrep", "-f", f"^sh -c sleep 300; : {marker}$"], capture_output=True,
+                                 text=True).stdout.split()) < 4:
+            assert time.monotonic() < deadline, "the ranks' workloads never all started"
+            time.sleep(0.1)
+        env = {**hpc.env(), "FLEET_STORE": str(store)}
+        assert run_fleet("cancel", m["run_id"], env=env).returncode == 0
+        assert Path(m["slurm"]["run_dir"], "job.stop-asked").is_file()  # recorded, and before the signal
+        deadline = time.monotonic() + 60
+        while hpc.slurm.run("squeue", "-h", "-j", m["slurm"]["job_id"], "-o", "%T", check=False).stdout.strip():
+            assert time.monotonic() < deadline, "the cancelled job never ended"
+            time.sleep(0.2)
+        gathered = run_fleet("gather", m["run_id"], env=env)
+        m = manifest(store)
+        assert m["status"] == "cancelled", gathered.stdout + gathered.stderr
+        seen.append(sorted((h["rank"], h["status"], h.get("missing_why")) for h in m["hosts"]))
+    assert all([status for _, status, _ in ranks] == ["ok"] * 4 for ranks in seen), seen
+    hpc.slurm.wait_idle()

@@ -110,3 +110,80 @@ def test_a_refusal_is_the_job_scripts_only_with_its_mark_whatever_the_status_and
     assert job_refusal(127, log, False) is None
     assert job_refusal(1, log, True) is None
     assert "refused to start" in job_refusal(127, "bash: no such file\n", True)
+
+
+# The end of a job's slurm-N.out where every srun failed: MpiDefault=pmix on nodes without PMIx, as
+# Slurm 22.05's srun says it, after a line of the program's own.
+PMIX_LOG = """starting the workload
+srun: error: Couldn't find the specified plugin name for mpi/pmix looking at all files
+srun: error: cannot find mpi plugin for mpi/pmix
+srun: error: MPI: Cannot create context for mpi/pmix
+"""
+
+
+def test_a_missing_rank_quotes_sruns_own_error_line_from_the_jobs_log_bounded_and_printable():
+    """fleet said `missing ... see slurm-37.out` and never quoted srun's line, which says why."""
+    from fleet.slurm.states import srun_said, why_missing
+
+    assert srun_said(PMIX_LOG) == "srun: error: Couldn't find the specified plugin name for mpi/pmix looking at all files"
+    why = why_missing(2, "FAILED", "slurm-37.out", None, PMIX_LOG)
+    assert why == ("rank 2 left no result (job FAILED; see slurm-37.out): srun said: srun: error: Couldn't find the "
+                   "specified plugin name for mpi/pmix looking at all files")
+    assert why_missing(2, "FAILED", "slurm-37.out", None, "all went well\n") == \
+        "rank 2 left no result (job FAILED; see slurm-37.out)"
+    hostile = srun_said("srun: error: \x1b]0;owned\x07" + "x" * 5000 + "\n")  # the job writes its own log
+    assert "\x1b" not in hostile and "\x07" not in hostile and len(hostile) <= 300
+    assert why_missing(0, "CANCELLED", "slurm-9.out", None, PMIX_LOG).startswith(
+        "rank 0 left no result: the job was cancelled before it finished (slurm-9.out)")
+
+
+@pytest.mark.parametrize("gres, gpu_less", [
+    (("(null)",), True), (("(null)", "(null)"), True), (("nic:1",), True),
+    (("gpu:2",), False), (("(null)", "gpu:h100:4(S:0-1)"), False), (("nic:1,gpu:a100:8",), False),
+    ((), False),  # sinfo said nothing (slurmctld silent, no such partition): unknown, sbatch decides
+])
+def test_ncu_on_a_partition_whose_nodes_have_no_gpu_gres_is_refused_before_submission(gres, gpu_less):
+    """`--tool ncu` on a GPU-less partition was refused only once the job had started."""
+    from fleet import exitcodes
+    from fleet.slurm.states import no_gpus
+
+    why = no_gpus("cpu", gres, "--tool ncu")
+    assert (why is not None) == gpu_less
+    if gpu_less:
+        assert why.startswith("--tool ncu on partition cpu: its nodes have no GPU (sinfo's GRES: ") and \
+            "nothing was submitted" in why
+    from fleet.slurm.jobs import NoGPUs
+    assert NoGPUs.exit_status == exitcodes.REFUSED
+
+
+def four_ranks_killed_by_fleets_sigterm(raced: int = 0) -> list[dict]:
+    """Four ranks' results after fleet's SIGTERM reached every process of the job: each workload
+    died by it; rank ``raced``'s agent saw its profiler end before its own signal, so its result
+    lacks the record that fleet stopped it (as on the test cluster, some of the time)."""
+    out = []
+    for rank in range(4):
+        out.append({"status": "ok", "rank": rank, "slurm_node": f"node{rank // 2 + 1}", "exit_status": 143,
+                    "stopped": rank != raced, "workload": {"exit_status": None, "signal": "SIGTERM"},
+                    "whose": {"user": "alice", "rank": rank},
+                    "reports": [{"path": f"/r/rank{rank}.nsys-rep", "size": 10, "sha256": "0" * 64}]})
+    return out
+
+
+@pytest.mark.parametrize("state", ["CANCELLED", "TIMEOUT"])
+def test_a_rank_stopped_by_fleet_has_the_verdict_of_the_others_whatever_its_agent_saw_first(state):
+    """fleet's stop is recorded in the run folder before its signal is sent (the USR1 trap's
+    job.stopped, fleet cancel's and Ctrl-C's job.stop-asked): a workload that died by that SIGTERM
+    is fleet's stop, not the workload failing. Before, rank 0 read workload-failed, the others ok."""
+    from fleet.slurm.run import rank_entry
+    from fleet.store.manifest import ReportEntry
+
+    def entries(fleet_stopped):
+        return [rank_entry(res, [ReportEntry(remote=res["reports"][0]["path"], stored="/s/x", size=10,
+                                             status="complete", verified=True)], "nsys", fleet_stopped=fleet_stopped)
+                for res in four_ranks_killed_by_fleets_sigterm()]
+
+    ranks = entries(True)
+    assert [e.status for e in ranks] == ["ok"] * 4, [(e.status, e.missing_why) for e in ranks]
+    end = job_end_verdict(state, ranks, stopped_before_time_limit=True, stopped_by_fleet=True)
+    assert [e.status for e in end.hosts] == ["ok"] * 4
+    assert entries(False)[0].status == "workload-failed"  # without fleet's record, SIGTERM is the workload's end

@@ -28,18 +28,28 @@ def _playbook(path: str):
     return load(path)  # a PlaybookError is a FleetError: the CLI prints file:line and exits 2
 
 
-def run_playbook(obj: Context, path: str, store_root, dry_run: bool, poll: float = 5.0) -> "RunManifest":
+def run_playbook(obj: Context, path: str, store_root, dry_run: bool, poll: float = 5.0, *, as_json: bool = False,
+                 quiet: bool = False) -> "RunManifest":
+    """The playbook's run, its progress printed as ``fleet profile`` prints it (with ``as_json``,
+    the workload's lines on stderr), or nothing while it runs when ``quiet`` (a schedule's firing)."""
     from ..nightly import run as nightly
     from .. import store
     from ..containers import ContainerError
     from ..slurm.jobs import SlurmError, SlurmRejected
+    from .output import byte_progress
+    from .profile import workload_writer
+    from .slurm import job_state_printer
 
     pb = _playbook(path)
 
     async def go():
         async with obj.fanout_for_run() as fan:
-            return await nightly.run_playbook(fan, obj.inventory, pb, embedded=not obj.inventories,
-                                              store_root=store.root(store_root), dry_run=dry_run, poll=poll)
+            with byte_progress(enabled=not (as_json or quiet or dry_run)) as gathering:
+                progress = nightly.Progress() if quiet else nightly.Progress(
+                    write=workload_writer(as_json), on_state=job_state_printer(as_json), gathering=gathering)
+                return await nightly.run_playbook(fan, obj.inventory, pb, embedded=not obj.inventories,
+                                                  store_root=store.root(store_root), dry_run=dry_run, poll=poll,
+                                                  progress=progress)
 
     try:
         return asyncio.run(go())
@@ -56,14 +66,21 @@ def run_playbook(obj: Context, path: str, store_root, dry_run: bool, poll: float
 @json_option
 @click.pass_obj
 def run_cmd(obj: Context, playbook, store_root, dry_run, as_json):
-    """Run PLAYBOOK once, as fleet profile would, and catalogue its metrics."""
-    m = run_playbook(obj, playbook, store_root, dry_run)
-    if as_json or dry_run and m.slurm is None:
+    """Run PLAYBOOK once, as fleet profile would (its progress as it prints it), and catalogue its metrics."""
+    from .profile import show_lab_run
+
+    m = run_playbook(obj, playbook, store_root, dry_run, as_json=as_json)
+    if as_json:
         echo_json(m.to_json())
-    elif dry_run:
+    elif dry_run and m.slurm is not None:
         echo(m.slurm.script, nl=False)
+    elif m.slurm is None:  # each host's plan, or its outcome, and the run's line, as `fleet profile` says them
+        show_lab_run(m, store_root, dry_run, as_json)
     else:
-        echo(f"run {m.run_id}: {m.status}")
+        from ..slurm import runs
+
+        echo(runs.render(m), nl=False)
+    if not (as_json or dry_run):
         from ..nightly.report_html import scale
 
         for row in (m.playbook or {}).get("metrics", []):
@@ -182,7 +199,7 @@ def schedule_fire(obj: Context, name, store_root):
     from .. import store
 
     record = sched.fire(store.root(store_root), name)
-    m = run_playbook(obj, record["playbook"], store_root, False)
+    m = run_playbook(obj, record["playbook"], store_root, False, quiet=True)
     echo(f"schedule {name}: run {m.run_id} {m.status}")
 
 

@@ -119,9 +119,6 @@ def profile_lab_servers(obj: Context, hosts, req, *, store_root, site, dry_run, 
     from .. import store
     from .interrupt import run as run_interruptible, stop_on_signals
 
-    def write(stream: str, text: str) -> None:
-        (sys.stderr if stream == "stderr" or as_json else sys.stdout).write(text)
-
     async def go():
         stop = stop_on_signals("stopping the profilers (SIGTERM), waiting for their reports")
         from .output import byte_progress
@@ -129,14 +126,22 @@ def profile_lab_servers(obj: Context, hosts, req, *, store_root, site, dry_run, 
         async with obj.fanout_for_run() as fan:
             with byte_progress(enabled=not as_json and not dry_run) as gathering:
                 return await profile_mod.profile(fan, hosts, req, store_root=store.root(store_root), site=site,
-                                                 dry_run=dry_run, write=write, stop=stop, gathering=gathering,
-                                                 finish_timeout=finish_timeout)
+                                                 dry_run=dry_run, write=workload_writer(as_json), stop=stop,
+                                                 gathering=gathering, finish_timeout=finish_timeout)
 
     try:
         return run_interruptible(go())
     except KeyboardInterrupt:  # the second Ctrl-C
         fail(f"left the nodes to finish on their own; bring the reports home later with: fleet gather {req.run_id}",
              exitcodes.INTERRUPTED)
+
+
+def workload_writer(as_json: bool):
+    """Where the workload's and the profiler's lines go as they come: stdout, or stderr beside --json."""
+    def write(stream: str, text: str) -> None:
+        (sys.stderr if stream == "stderr" or as_json else sys.stdout).write(text)
+
+    return write
 
 
 def show_lab_run(manifest, store_root, dry_run: bool, as_json: bool) -> None:

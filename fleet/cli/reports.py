@@ -59,8 +59,16 @@ def reports_ls(store_root, host, since, tool, status, user, shared, as_json):
     from .output import print_table
 
     print_table(["RUN", "HOST", "TOOL", "STATUS", "SHA256", "PATH"],
-                [[r["run_id"], r["host"], r["tool"], r["status"], (r["sha256"] or "")[:12], r["path"]] for r in rows],
+                [[r["run_id"], _who(r), r["tool"], r["status"], (r["sha256"] or "")[:12], r["path"]] for r in rows],
                 status_column=3)
+
+
+def _who(row: dict) -> str:
+    """A row's host, and a Ray worker's actor (``vm Trainer trainer-0``), printable: the job named it."""
+    from ..safenames import CONTROL
+
+    actor = (row.get("worker") or "").split(" on ", 1)[0]
+    return CONTROL.sub("?", f"{row['host']} {actor}" if actor else row["host"])
 
 
 @reports.command("show")
@@ -178,7 +186,7 @@ def reports_compare(run_a, run_b, store_root, top, full_names, as_json):
     rows = found.rows[:top]
     if as_json:
         return echo_json(rows)
-    for note in found.notes():
+    for note in found.header() + found.notes():
         echo(visible(note))
     echo(f"{'A ms':>10} {'B ms':>10} {'change':>8}  kernel")
     for r in rows:
@@ -214,8 +222,11 @@ def reports_stats(run_id, which, store_root, top, full_names, as_json):
 
 
 @reports.command("ranks")
-@click.argument("run_id")
+@click.argument("run_id", required=False)
 @store_option
+@click.option("--example", type=click.Path(file_okay=False), metavar="DIR", help="Try it on the two ranks' "
+              "exports recorded on an H200, in DIR (tests/fixtures/ranks-h200/recorded of fleet's checkout), "
+              "filed in a store of their own: yours is neither read nor written.")
 @click.option("--sync-range", metavar="NAME", help="The NVTX range around the workload's blocking sync "
               "(e.g. a gloo all-reduce); default: the NCCL kernels.")
 @click.option("--sync-call", metavar="NAME", help="A blocking call that is the sync, from the OS or CUDA runtime "
@@ -224,19 +235,21 @@ def reports_stats(run_id, which, store_root, top, full_names, as_json):
               help="The NVTX range the workload marks each step with.")
 @click.option("--html", "html_out", type=click.Path(dir_okay=False), help="Also write the picture as one HTML page.")
 @json_option
-def reports_ranks(run_id, store_root, sync_range, sync_call, step_range, html_out, as_json):
+def reports_ranks(run_id, store_root, example, sync_range, sync_call, step_range, html_out, as_json):
     """Which rank was slow, and why: per rank GPU kernel, collective and idle time, NVTX steps,
-    rank-seconds lost waiting, how often it arrived last; a verdict on each straggler."""
-    from .. import store
-    from ..analysis import load, ranks
-
+    rank-seconds lost waiting, how often it arrived last; a verdict on each straggler. RUN_ID, or
+    --example DIR to try it on a run recorded on an H200."""
     if sync_range and sync_call:
         fail("--sync-range and --sync-call name the sync two ways: give one")
-    m = _manifest(store_root, run_id)
-    try:
-        found = load.analyze_run(store.root(store_root), m, ranks.Source(sync_range, sync_call), step_range)
-    except LookupError as e:  # the run, or an export in it, not in the store (an unreadable export: a FleetError)
-        fail(str(e))
+    if (example is None) == (run_id is None):
+        fail("give a RUN-ID, or --example to try it on the recorded H200 run" if run_id is None else
+             f"give RUN-ID {run_id} or --example, not both")
+    found = _example_ranks(example, sync_range, sync_call, step_range) if example is not None else \
+        _run_ranks(store_root, run_id, sync_range, sync_call, step_range)
+    if example is not None:
+        from ..analysis.example import RUN_ID
+
+        run_id = RUN_ID
     if html_out:
         from ..analysis import page
 
@@ -251,6 +264,33 @@ def reports_ranks(run_id, store_root, sync_range, sync_call, step_range, html_ou
     print_ranks(run_id, found)
     if html_out:
         echo(f"page: {html_out}")
+
+
+def _run_ranks(store_root, run_id: str, sync_range, sync_call, step_range):
+    from .. import store
+    from ..analysis import load, ranks
+
+    m = _manifest(store_root, run_id)
+    try:
+        return load.analyze_run(store.root(store_root), m, ranks.Source(sync_range, sync_call), step_range)
+    except LookupError as e:  # the run, or an export in it, not in the store (an unreadable export: a FleetError)
+        fail(str(e))
+
+
+def _example_ranks(exports: str, sync_range, sync_call, step_range):
+    """The recorded H200 run's analysis from ``exports``, in a store of its own, removed after (its
+    NVTX sync range unless another sync is named)."""
+    import tempfile
+    from pathlib import Path
+
+    from ..analysis import example, load, ranks
+
+    if (why := example.missing(Path(exports))):
+        fail(why)
+    with tempfile.TemporaryDirectory(prefix="fleet-example-") as tmp:
+        root = Path(tmp) / "store"
+        source = ranks.Source(sync_range or (None if sync_call else example.SYNC_RANGE), sync_call)
+        return load.analyze_run(root, example.filed(root, Path(exports)), source, step_range)
 
 
 def _write_page(path: str, text: str) -> None:

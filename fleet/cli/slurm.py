@@ -92,6 +92,17 @@ def _cluster(obj: Context, partition: str | None, name: str | None):
     return choose(obj.inventory, partition, name, embedded=not obj.inventories)
 
 
+def job_state_printer(as_json: bool):
+    """The job's state as it changes, one line on stderr each (nothing beside --json)."""
+    def on_state(st):
+        if not as_json:
+            extra = "".join(f" {k}={v}" for k, v in (("reason", st.reason), ("nodes", st.nodes))
+                            if v and v not in ("None", "(null)"))
+            echo(f"fleet: job {st.job_id} {st.state}{extra}", err=True)
+
+    return on_state
+
+
 def profile_on_slurm(obj: Context, req: "ProfileRequest", opts: dict, *, store_root, site, dry_run, as_json):
     from .. import store
     from .interrupt import run as run_interruptible, stop_on_signals
@@ -106,12 +117,6 @@ def profile_on_slurm(obj: Context, req: "ProfileRequest", opts: dict, *, store_r
     if spec.stop_note:
         echo(f"fleet: {spec.stop_note}", err=True)
 
-    def on_state(st):
-        if not as_json:
-            extra = "".join(f" {k}={v}" for k, v in (("reason", st.reason), ("nodes", st.nodes))
-                            if v and v not in ("None", "(null)"))
-            echo(f"fleet: job {st.job_id} {st.state}{extra}", err=True)
-
     def on_python(note):
         if not as_json and not dry_run:
             echo(f"fleet: the agent's Python on the compute nodes: {note}", err=True)
@@ -123,7 +128,7 @@ def profile_on_slurm(obj: Context, req: "ProfileRequest", opts: dict, *, store_r
                 return await slurm_run.profile(fan, cluster, req, spec, store_root=store.root(store_root),
                                                site=site, dry_run=dry_run,
                                                wait=not opts.get("no_wait"), poll=opts.get("poll") or 5.0,
-                                               stop=stop, on_state=on_state, gathering=gathering,
+                                               stop=stop, on_state=job_state_printer(as_json), gathering=gathering,
                                                keep_pending=bool(opts.get("keep_pending")), on_python=on_python)
 
     try:

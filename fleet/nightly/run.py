@@ -10,9 +10,9 @@ and its JSON twin.
 from __future__ import annotations
 
 import json
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Callable
 
 from ..lab import profile
 from .. import store
@@ -27,6 +27,15 @@ if TYPE_CHECKING:
     from ..inventory import Inventory
     from ..slurm.options import CheckedJobSpec
     from ..transport import Fanout
+
+
+@dataclass(frozen=True)
+class Progress:
+    """Where a run's progress goes: the workload's and profiler's lines (lab servers), the job's
+    states (Slurm), the reports coming home (a byte counter); by default nowhere."""
+    write: Callable[[str, str], None] = lambda stream, text: None
+    on_state: Callable[[Any], None] = lambda state: None
+    gathering: Any = None
 
 
 def request_for(pb: Playbook) -> ProfileRequest:
@@ -50,8 +59,9 @@ def job_spec(pb: Playbook, req: ProfileRequest) -> "CheckedJobSpec":
 
 
 async def run_playbook(fan: "Fanout", inventory: "Inventory", pb: Playbook, *, embedded: bool, store_root: Path,
-                       dry_run: bool = False, poll: float = 5.0) -> RunManifest:
-    """One run of the playbook; its manifest (with the playbook's metrics) is in the store."""
+                       dry_run: bool = False, poll: float = 5.0, progress: Progress = Progress()) -> RunManifest:
+    """One run of the playbook; its manifest (with the playbook's metrics) is in the store. What
+    it says while it runs goes to ``progress``, as ``fleet profile``'s does."""
     req = request_for(pb)
     if pb.on_slurm:
         from ..slurm import run as slurm_run
@@ -59,11 +69,12 @@ async def run_playbook(fan: "Fanout", inventory: "Inventory", pb: Playbook, *, e
 
         spec = job_spec(pb, req)
         cluster = choose(inventory, pb.target.get("partition"), pb.target.get("cluster"), embedded=embedded)
-        manifest = await slurm_run.profile(fan, cluster, req, spec, store_root=store_root,
-                                           dry_run=dry_run, poll=poll)
+        manifest = await slurm_run.profile(fan, cluster, req, spec, store_root=store_root, dry_run=dry_run,
+                                           poll=poll, on_state=progress.on_state, gathering=progress.gathering)
     else:
         hosts = inventory.select([pb.target["hosts"]])
-        manifest = await profile.profile(fan, hosts, req, store_root=store_root, site="lab", dry_run=dry_run)
+        manifest = await profile.profile(fan, hosts, req, store_root=store_root, site="lab", dry_run=dry_run,
+                                         write=progress.write, gathering=progress.gathering)
     if dry_run:
         return manifest
     manifest.playbook = {"name": pb.name, "path": pb.path, "metrics": run_metrics(pb, manifest),

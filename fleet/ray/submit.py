@@ -37,7 +37,7 @@ from ..safenames import check_text
 from ..slurm import launchers
 from ..slurm.jobs import file_mark
 from ..slurm.ray_hook import ACTORS_ENV, BLOCK_ENV
-from ..slurm.raygather import workers_home
+from ..slurm.raygather import driver_failed, workers_home
 from ..store.manifest import HostEntry, RunManifest
 
 if TYPE_CHECKING:
@@ -218,7 +218,9 @@ async def profile(fan: "Fanout", head: "Host", job: RayJob, req: "ProfileRequest
         manifest.hosts = [HostEntry(head.name, HostStatus.MISSING, missing_why=(
             f"no worker's report in {RunDir(job.node_dir).ray} on {head.name}"
             + (f" (no actor's name matched {', '.join(job.actors)})" if job.actors else "")))]
-    manifest.status = outcome.run_status(h.status for h in manifest.hosts) if status == 0 else "failed"
+    if status != 0:  # the driver is the workload: its failure is the run's, whatever its workers left
+        manifest.hosts.append(driver_failed(f"failed (`ray job submit` exited {status})"))
+    manifest.status = outcome.run_status(h.status for h in manifest.hosts)
     manifest.request = {**manifest.request, "ray": {"address": job.address, "submission_id": job.submission_id,
                                                     "node_dir": job.node_dir, "actors": list(job.actors),
                                                     "command": command}}

@@ -49,7 +49,7 @@ INVALID_JOB = re.compile(r"Invalid job id", re.I)
 # (KIND: orphan, else the name up to its first - or /: slurm, ray). RunDir's names are plain
 # words; the * are the shell's.
 _HERE, _ANY_RANK = RunDir(""), RunDir("").node("*").file(RunDir.label("*"))
-JOB_FILES = (f'for f in {_HERE.job_exit} {_HERE.job_stopped} {_HERE.job_refused}; do [ -f "$f" ] && echo "$m $f $(head -c 64 "$f")"; done; '
+JOB_FILES = (f'for f in {_HERE.job_exit} {_HERE.job_stopped} {_HERE.job_refused} {_HERE.job_stop_asked}; do [ -f "$f" ] && echo "$m $f $(head -c 64 "$f")"; done; '
              f'for f in {_HERE.batch_log_of("*")} {_HERE.ray_file("*.nsys-rep")} {_HERE.ray_file("*" + RunDir.WHOSE)} '
              f'{_HERE.ray_file("*" + RunDir.UNFINISHED)} {_ANY_RANK}.nsys-rep {_ANY_RANK}.ncu-rep; do [ -f "$f" ] || '
              f'continue; case $f in {_ANY_RANK}) [ ! -e "${{f%.*}}{RunDir.RESULT}" ] || continue; k=orphan ;; '
@@ -78,6 +78,13 @@ class SlurmctldSilent(SlurmError):
 class SlurmRejected(SlurmError):
     """sbatch refused the job's options (an unknown partition, account or QOS, a shape no node has):
     a usage error, nothing was left on the cluster."""
+
+
+class NoGPUs(SlurmError):
+    """The job would read a GPU's counters on a partition whose nodes have none (sinfo's GRES):
+    refused before it is submitted."""
+
+    exit_status = exitcodes.REFUSED
 
 
 class UsageError(SlurmError):
@@ -115,6 +122,7 @@ class ClusterInfo:
     name: str | None = None         # ClusterName from slurm.conf, as the cluster's own scontrol says it
     min_job_age: int = DEFAULT_MIN_JOB_AGE  # seconds slurmctld remembers an ended job
     python: str | None = None       # the login node's `command -v python3`, when absolute
+    gres: tuple[str, ...] = ()      # sinfo's GRES of the partition asked about, one per configuration
 
 
 def parse_version(text: str) -> tuple[int, int]:
@@ -213,23 +221,28 @@ class SlurmClient:
             raise SlurmError(f"{what} failed on {self.login.name}: {err}")
         return r.stdout.decode(errors="replace")
 
-    async def cluster_info(self) -> ClusterInfo:
+    async def cluster_info(self, partition: str | None = None) -> ClusterInfo:
         """One round trip: the Slurm version, the login user's home, whether accounting exists,
-        the cluster's name, how long slurmctld keeps ended jobs, and the login node's python3
-        (slurmctld's part bounded: with slurmctld down the rest still comes back)."""
+        the cluster's name, how long slurmctld keeps ended jobs, the login node's python3, and the
+        GRES of ``partition``'s nodes (slurmctld's part bounded: with slurmctld down the rest still
+        comes back)."""
         r = await self._sh("sinfo", BOUNDED + 'sinfo --version && echo "$HOME" && '
                            'echo "FleetPython3 = $(command -v python3)" && (bounded scontrol show config 2>/dev/null | '
-                           'grep -i -e "^AccountingStorageType" -e "^ClusterName" -e "^MinJobAge" || true)')
+                           'grep -i -e "^AccountingStorageType" -e "^ClusterName" -e "^MinJobAge" || true) && '
+                           '{ [ -z "$1" ] || bounded sinfo -h -p "$1" -o "FleetGres:%G" 2>/dev/null || true; }',
+                           partition or "")
         lines = self._check(r, "sinfo --version").splitlines()
         if len(lines) < 2:
             raise SlurmError(f"unexpected answer from {self.login.name}: {lines}")
-        config = {key.strip().lower(): value.strip() for key, _, value in (line.partition("=") for line in lines[2:])}
+        gres = tuple(line[len("FleetGres:"):].strip()[:200] for line in lines[2:] if line.startswith("FleetGres:"))
+        config = {key.strip().lower(): value.strip() for key, _, value in (line.partition("=") for line in lines[2:]
+                                                                           if not line.startswith("FleetGres:"))}
         accounting = "accountingstoragetype" in config and "none" not in config["accountingstoragetype"].lower()
         age = re.match(r"\d+", config.get("minjobage", ""))
         python = config.get("fleetpython3") or ""
         self.info = ClusterInfo(parse_version(lines[0]), lines[0].strip(), lines[1].strip(), accounting,
                                 config.get("clustername") or None, int(age.group()) if age else DEFAULT_MIN_JOB_AGE,
-                                python if python.startswith("/") else None)
+                                python if python.startswith("/") else None, gres[:64])
         return self.info
 
     async def submit(self, run_dir: str, files: dict[str, bytes], script: str) -> str:
@@ -310,9 +323,15 @@ class SlurmClient:
             out[job] = st or JobState(job, "GONE", "no longer known to slurmctld (MinJobAge passed)")
         return out
 
-    async def cancel(self, job_ids: list[str], signal: str | None = None) -> None:
+    async def cancel(self, job_ids: list[str], signal: str | None = None, run_dirs: list[str] = ()) -> None:
+        """scancel the jobs (only ``signal`` to their steps, if given), fleet's stop first recorded in
+        each run's folder (``run_dirs``: RunDir.JOB_STOP_ASKED, never through a file already there),
+        so that a rank its signal killed reads as fleet's stop however the signal raced its agent."""
         args = ['scancel', *([f"--signal={signal}"] if signal else []), "--", *job_ids]
-        r = await self._sh("scancel", 'exec "$@"', *args)
+        dirs = " ".join('"${%d}"' % (i + 2) for i in range(len(run_dirs)))  # $2.. : the run folders
+        mark = (f'set -C; for d in {dirs}; do date +%s 2>/dev/null > "$d/{RunDir.JOB_STOP_ASKED}" || true; done; '
+                'set +C; ') if run_dirs else ""
+        r = await self._sh("scancel", mark + 'shift "$1"; exec "$@"', str(len(run_dirs) + 1), *run_dirs, *args)
         self._check(r, "scancel")
 
     async def read_results(self, run_dir: str) -> tuple[list[dict], dict]:

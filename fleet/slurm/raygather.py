@@ -6,14 +6,16 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .. import outcome, safenames
+from ..completeness import RAY_DRIVER
 from ..agent.rundir import RunDir
 from ..outcome import HostStatus
 from ..store.bring import bring_home
-from ..store.manifest import HostEntry
+from ..store.manifest import WHOSE, HostEntry
 from .jobs import SlurmClient, file_mark
 
 if TYPE_CHECKING:
@@ -69,9 +71,10 @@ async def _reported(fan: "Fanout", via: "Host", run_dir: str, found: dict, said:
                                node_dir=RunDir(run_dir).ray)
     for rep in reports:  # whose the report is: an extra beside it, as a summary is
         if RunDir.is_whose(rep.stored) or RunDir.is_whose(rep.remote):
-            rep.status, rep.summary = "summary", "whose"
+            rep.status, rep.summary = "summary", WHOSE
     gone = outcome.lost(reports)
     worker = ray_worker_name(reports) or os.path.basename(found["path"])
+    named_by_actor(reports)
     return HostEntry(node, HostStatus.FAILED if gone else HostStatus.OK, worker=worker,
                      missing_why=gone[0].error if gone else None, reports=reports)
 
@@ -92,7 +95,7 @@ async def _missing(fan: "Fanout", via: "Host", run_dir: str, said: dict, directo
     if RunDir.is_whose(said["path"]):
         reports = await bring_home(fan, via, [said], directory / node, node_dir=RunDir(run_dir).ray)
     for rep in reports:
-        rep.status, rep.summary = "summary", "whose"
+        rep.status, rep.summary = "summary", WHOSE
     worker = ray_worker_name(reports) or os.path.basename(RunDir.ray_base(said["path"]))
     if unfinished:
         base = os.path.basename(RunDir.ray_base(said["path"]))  # worker-HOST-nsysPID: its worker unknown
@@ -121,14 +124,17 @@ def driver_entry(slurm: "SlurmInfo", refusal: str | None) -> list[HostEntry]:
     job_exit = slurm.job_exit
     if slurm.spec.get("launcher") != "ray" or job_exit in (None, 0) or refusal:
         return []
-    how = f"signal {job_exit - 128}" if job_exit > 128 else f"exit status {job_exit}"
-    return [HostEntry("(driver)", HostStatus.WORKLOAD_FAILED, worker="the Ray program", missing_why=(
-        f"the Ray program (the job's driver) ended with {how}; its workers' reports are kept"))]
+    return [driver_failed(f"ended with {f'signal {job_exit - 128}' if job_exit > 128 else f'exit status {job_exit}'}")]
 
 
-def ray_worker_name(reports: list) -> str | None:
-    """A Ray worker as people know it, from the whose file it wrote (the job's, so read bounded and
-    checked): ``Trainer trainer-a on node1, GPU 0, pid 123``, or the task's function; None without one."""
+def driver_failed(how: str) -> HostEntry:
+    """The line of a Ray program (the job's driver) that failed, on every path: ``how`` it ended."""
+    return HostEntry(RAY_DRIVER, HostStatus.WORKLOAD_FAILED, worker="the Ray program", missing_why=(
+        f"the Ray program (the job's driver) {how}; its workers' reports are kept"))
+
+
+def whose_doc(reports: list) -> dict | None:
+    """What a Ray worker's whose file says (the job's, so read bounded and checked), or None."""
     for rep in reports:
         if not (rep.verified and RunDir.is_whose(rep.stored)) or (rep.size or 0) > 65536:
             continue
@@ -136,14 +142,46 @@ def ray_worker_name(reports: list) -> str | None:
             doc = json.loads(Path(rep.stored).read_text())
         except (OSError, ValueError):
             return None
-        if not isinstance(doc, dict):
-            return None
-        words = [doc.get(k) for k in ("actor_class", "actor_name", "task")]
-        who = " ".join(w for w in words if isinstance(w, str) and w) or "worker"
-        gpus = [g for g in doc.get("gpu_ids") or [] if isinstance(g, str)] if isinstance(doc.get("gpu_ids"), list) else []
-        where = [f"on {doc['host']}" if isinstance(doc.get("host"), str) else None,
-                 f"GPU {','.join(gpus)}" if gpus else None,
-                 f"pid {doc['pid']}" if isinstance(doc.get("pid"), int) else None]
-        named = (who + " " + ", ".join(w for w in where if w)).strip()[:200]
-        return "".join(c if c.isprintable() else "?" for c in named)  # the job's words reach a terminal
+        return doc if isinstance(doc, dict) else None
     return None
+
+
+def actor_stem(doc: dict | None) -> str | None:
+    """A worker's files' name in the store: its actor's class and name (or its task's function)
+    and its pid, ``Trainer-trainer-0-29064``, each word cut to the characters a file name keeps;
+    None where that is no safe name."""
+    if not isinstance(doc, dict) or not isinstance(doc.get("pid"), int):
+        return None
+    words = [re.sub(r"[^A-Za-z0-9_.-]", "_", w)[:64] for w in (doc.get(k) for k in ("actor_class", "actor_name", "task"))
+             if isinstance(w, str) and w]
+    stem = "-".join(words + [str(doc["pid"])])
+    return stem if words and safenames.is_component(stem + RunDir.NSYS_REPORT) else None
+
+
+def named_by_actor(reports: list) -> None:
+    """A worker's report and whose file, once home and verified, renamed in the store by its actor
+    (:func:`actor_stem`), beside where they came; kept as they came where that name is taken."""
+    stem = actor_stem(whose_doc(reports))
+    for rep in reports if stem else ():
+        suffix = RunDir.WHOSE if RunDir.is_whose(rep.stored) else RunDir.NSYS_REPORT
+        old = Path(rep.stored)
+        new = old.with_name(stem + suffix)
+        if rep.verified and old.name.endswith(suffix) and not new.exists():
+            os.replace(old, new)
+            rep.stored = str(new)
+
+
+def ray_worker_name(reports: list) -> str | None:
+    """A Ray worker as people know it, from the whose file it wrote (the job's, so read bounded and
+    checked): ``Trainer trainer-a on node1, GPU 0, pid 123``, or the task's function; None without one."""
+    doc = whose_doc(reports)
+    if doc is None:
+        return None
+    words = [doc.get(k) for k in ("actor_class", "actor_name", "task")]
+    who = " ".join(w for w in words if isinstance(w, str) and w) or "worker"
+    gpus = [g for g in doc.get("gpu_ids") or [] if isinstance(g, str)] if isinstance(doc.get("gpu_ids"), list) else []
+    where = [f"on {doc['host']}" if isinstance(doc.get("host"), str) else None,
+             f"GPU {','.join(gpus)}" if gpus else None,
+             f"pid {doc['pid']}" if isinstance(doc.get("pid"), int) else None]
+    named = (who + " " + ", ".join(w for w in where if w)).strip()[:200]
+    return "".join(c if c.isprintable() else "?" for c in named)  # the job's words reach a terminal

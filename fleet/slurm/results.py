@@ -92,3 +92,16 @@ def split(text: str, mark: str) -> tuple[list[tuple[str, str]], list[tuple[str, 
         else:
             other.append((name, value.strip()))
     return [(path, "\n".join(lines)) for path, lines in files], refused, other
+
+
+def this_runs(found: list[dict], marks: dict, nonce: str | None) -> tuple[list[dict], list[HostEntry]]:
+    """The results of this run's agents, and an entry for each refused: a file not the agent's
+    own, or a result without the run's nonce."""
+    refused = [refused_entry(path, why) for path, why in marks.get("refused", [])]
+    results = []
+    for res in found:
+        if (why := not_this_runs(res, nonce)):
+            refused.append(refused_entry(RunDir(str(res.get("slurm_node"))).result(str(res.get("host"))), why))
+        else:
+            results.append(res)
+    return results, refused

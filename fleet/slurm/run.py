@@ -31,10 +31,10 @@ from ..store.collect import fetch_verified
 from ..store.manifest import HostEntry, ReportEntry, RunManifest, SlurmInfo
 from ..plan import ProfileRequest
 from .cluster import Cluster
-from .jobs import JobState, SlurmClient, SlurmctldSilent, SlurmError, file_mark
+from .jobs import JobState, NoGPUs, SlurmClient, SlurmctldSilent, SlurmError, file_mark
 from .raygather import driver_entry, ray_home
-from .results import not_this_runs, refused_entry
-from .states import job_end_verdict, job_refusal, never_starts
+from .results import this_runs
+from .states import job_end_verdict, job_refusal, never_starts, no_gpus, why_missing
 from ..containers import nsight_dirs, slurm_words
 from .script import AGENT_FILE, REQUEST_FILE, SCRIPT_FILE, JobFiles, render, request_doc
 from .options import CheckedJobSpec
@@ -72,7 +72,9 @@ async def prepare(client: SlurmClient, cluster: Cluster, req: ProfileRequest, sp
     tools = {t: cluster.login.vars[f"{t}_path"] for t in ("nsys", "ncu") if cluster.login.vars.get(f"{t}_path")}
     scratch = cluster.login.vars.get("slurm_scratch")
     inventory_values(cluster, spec, tools, scratch)
-    info = await client.cluster_info()
+    info = await client.cluster_info(spec.partition)
+    if spec.partition and req.uses_counters and (why := no_gpus(spec.partition, info.gres, counters_word(req))):
+        raise NoGPUs(why)
     root = cluster.report_root(info.home)
     python, python_note = agent_python(cluster, info.python)
     files = JobFiles(f"{root}/{req.run_id}", root, python, tools, scratch,
@@ -84,6 +86,10 @@ async def prepare(client: SlurmClient, cluster: Cluster, req: ProfileRequest, sp
     return Prepared(spec, files, render(req, spec, files), info.version_text, request_doc(req, files),
                     info.name if safenames.is_component(info.name) else None,  # the cluster's word: checked
                     python_note)
+
+
+def counters_word(req: ProfileRequest) -> str:
+    return "--tool ncu" if req.tool == "ncu" else "--gpu-metrics"
 
 
 def inventory_values(cluster: Cluster, spec: CheckedJobSpec, tools: dict, scratch: str | None) -> None:
@@ -151,7 +157,7 @@ async def submit(client: SlurmClient, prep: Prepared) -> str:
 
 async def watch(client: SlurmClient, job_id: str, *, poll: float = 5.0, stop: asyncio.Event | None = None,
                 on_state: Callable[[JobState], None] = lambda s: None, submitted: float | None = None,
-                keep_pending: bool = False) -> JobState:
+                keep_pending: bool = False, run_dir: str | None = None) -> JobState:
     """Until the job ends. A stop request (Ctrl-C) cancels a job that has not started, and sends
     SIGTERM to a running job's steps once: the profilers stop their applications and finish
     their reports, and the job ends. While slurmctld does not answer, the job's state is
@@ -194,7 +200,8 @@ async def watch(client: SlurmClient, job_id: str, *, poll: float = 5.0, stop: as
                                  "cancelled it (--keep-pending keeps such a job)"))
         if stop is not None and stop.is_set() and not stopping:
             try:  # a job that has not started has no profilers to stop: it goes from the queue
-                await client.cancel([job_id], signal=None if st.state == "PENDING" else "TERM")
+                await client.cancel([job_id], signal=None if st.state == "PENDING" else "TERM",
+                                    run_dirs=[run_dir] if run_dir else [])  # fleet's stop recorded first
                 stopping = True
             except SlurmError as e:  # slurmctld silent: asked again at the next poll
                 on_state(JobState(job_id, st.state, f"could not stop the job yet ({e}); trying again"))
@@ -207,21 +214,11 @@ async def watch(client: SlurmClient, job_id: str, *, poll: float = 5.0, stop: as
         interval = min(interval * 1.5, max(poll, SILENT_POLL) if silent_since else poll)
 
 
-def _why_missing(rank: int, st: JobState | None, log: str, refusal: str | None = None) -> str:
-    state = st.state if st else "unknown"
-    if refusal:  # the batch script's own check, before anything started
-        return f"rank {rank} left no result: the job refused to start: {refusal}"
-    if state == "CANCELLED":
-        return f"rank {rank} left no result: the job was cancelled before it finished ({log})"
-    if state == "TIMEOUT":
-        return f"rank {rank} left no result: killed at the time limit before its report was finished ({log})"
-    return f"rank {rank} left no result (job {state}; see {log})"
-
-
-def rank_entry(res: dict, reports: list[ReportEntry] = (), tool: str | None = None) -> HostEntry:
-    """A rank's entry from the result it left (its node facts are in it: ``wire.facts``'s keys)
-    and what came home of it."""
-    status, why = outcome.of_result(res, list(reports), tool=tool)
+def rank_entry(res: dict, reports: list[ReportEntry] = (), tool: str | None = None, *,
+               fleet_stopped: bool = False) -> HostEntry:
+    """A rank's entry from the result it left (its node facts are in it: ``wire.facts``'s keys),
+    what came home of it, and whether fleet recorded a stop of the job (its stop marks)."""
+    status, why = outcome.of_result(res, list(reports), tool=tool, fleet_stopped=fleet_stopped)
     return HostEntry.from_facts(
         res.get("slurm_node") or res.get("node"), status, res, rank=res.get("rank"), missing_why=why,
         tenants_seen=[t if isinstance(t, str) else _tenant_text(t) for t in res.get("tenants") or []],
@@ -238,13 +235,7 @@ async def gather(fan: "Fanout", client: SlurmClient, manifest: RunManifest, dire
     why; then the job's end state is applied to the ranks (:func:`states.job_end_verdict`)."""
     slurm = manifest.slurm
     found, marks = await client.read_results(slurm.run_dir)
-    refused = [refused_entry(path, why) for path, why in marks.get("refused", [])]
-    results = []
-    for res in found:  # a result without the run's nonce is not this run's agent's
-        if (why := not_this_runs(res, slurm.result_nonce)):
-            refused.append(refused_entry(RunDir(str(res.get("slurm_node"))).result(str(res.get("host"))), why))
-        else:
-            results.append(res)
+    results, refused = this_runs(found, marks, slurm.result_nonce)
     if state is not None:
         slurm.state, slurm.exit_code, slurm.nodes, slurm.reason = state.state, state.exit_code, state.nodes, \
             state.reason
@@ -257,10 +248,12 @@ async def gather(fan: "Fanout", client: SlurmClient, manifest: RunManifest, dire
         slurm.log = ReportEntry.from_json(await fetch_verified(
             fan, client.login, found, directory / os.path.basename(found["path"])))
     tool = (manifest.request or {}).get("tool")
-    refusal = job_refusal(slurm.job_exit, _log_tail(slurm.log), RunDir.JOB_REFUSED in marks)
+    tail = _log_tail(slurm.log)
+    refusal = job_refusal(slurm.job_exit, tail, RunDir.JOB_REFUSED in marks)
+    fleet_stopped = RunDir.JOB_STOPPED in marks or RunDir.JOB_STOP_ASKED in marks  # recorded before its signal
 
     async def one(res: dict) -> HostEntry:
-        return await _rank_home(fan, client, slurm.run_dir, res, directory, gathering, tool)
+        return await _rank_home(fan, client, slurm.run_dir, res, directory, gathering, tool, fleet_stopped)
 
     # Ranks come home side by side (the transport bounds transfers per login connection).
     hosts = sorted(await asyncio.gather(*(one(res) for res in results)) + refused, key=lambda e: (
@@ -282,11 +275,11 @@ async def gather(fan: "Fanout", client: SlurmClient, manifest: RunManifest, dire
                 f", see {log}); the report it left was brought home, unchecked by its agent")))
         else:
             hosts.append(HostEntry("(no result)", HostStatus.MISSING, rank=rank,
-                                   missing_why=_why_missing(rank, state, log, refusal)))
+                                   missing_why=why_missing(rank, state.state if state else None, log, refusal, tail)))
     if state is not None:
         slurm.requeues = max(slurm.requeues, state.requeues)
     end = job_end_verdict(slurm.state, hosts, requeues=slurm.requeues,
-                          stopped_before_time_limit=slurm.stopped_before_time_limit)
+                          stopped_before_time_limit=slurm.stopped_before_time_limit, stopped_by_fleet=fleet_stopped)
     slurm.end, manifest.hosts = end.note, end.hosts
     manifest.status = "cancelled" if state is not None and state.state == "CANCELLED" else \
         outcome.run_status(h.status for h in manifest.hosts)
@@ -294,7 +287,7 @@ async def gather(fan: "Fanout", client: SlurmClient, manifest: RunManifest, dire
 
 
 async def _rank_home(fan: "Fanout", client: SlurmClient, run_dir: str, res: dict, directory: Path,
-                     gathering, tool: str | None) -> HostEntry:
+                     gathering, tool: str | None, fleet_stopped: bool = False) -> HostEntry:
     """One rank's result, held to its shape, and what it names brought home from its node's folder."""
     wrong = wire.problems(res, "profile")
     node = res.get("slurm_node") or res.get("node")
@@ -313,7 +306,7 @@ async def _rank_home(fan: "Fanout", client: SlurmClient, run_dir: str, res: dict
                     for r in (res.get("reports") or []) + (res.get("summaries") or [])]
         reports = await bring_home(fan, client.login, to_fetch, directory / node, node_dir=folder.path,
                                    gathering=gathering)
-    return rank_entry(res, reports, tool)
+    return rank_entry(res, reports, tool, fleet_stopped=fleet_stopped)
 
 
 def _log_tail(log: ReportEntry | None) -> str:
@@ -373,7 +366,7 @@ async def profile(fan: "Fanout", cluster: Cluster, req: ProfileRequest, spec: Ch
         return manifest
     try:
         state = await watch(client, manifest.slurm.job_id, poll=poll, stop=stop, on_state=on_state,
-                            submitted=submitted, keep_pending=keep_pending)
+                            submitted=submitted, keep_pending=keep_pending, run_dir=manifest.slurm.run_dir)
     except NeverStarts as e:
         manifest.status, manifest.error = "failed", str(e)
         manifest.slurm.state = "PENDING" if keep_pending else "CANCELLED"

@@ -89,7 +89,8 @@ async def cancel(fan: "Fanout", groups: list[tuple[Cluster, list["RunManifest"]]
     """scancel each cluster's jobs (the profilers get SIGTERM and finish their reports)."""
     done = []
     for name, cluster, ids in jobs_of(groups):
-        await SlurmClient(fan, cluster.login).cancel(ids)
+        run_dirs = [m.slurm.run_dir for _, ms in groups for m in ms if m.slurm.job_id in ids and m.slurm.run_dir]
+        await SlurmClient(fan, cluster.login).cancel(ids, run_dirs=run_dirs)  # fleet's stop recorded first
         done.append((name, ids))
     return done
 

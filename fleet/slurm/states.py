@@ -17,6 +17,8 @@ import re
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
+from .. import outcome
+
 if TYPE_CHECKING:
     from ..store.manifest import HostEntry
 
@@ -75,10 +77,13 @@ class JobEnd:
 
 def _killed(entry: "HostEntry", stopped_by_fleet: bool) -> bool:
     """Whether the job's end stopped this rank: no result, or one that says it was stopped or
-    that its workload did not exit 0 (a rank that had finished first is left as it is)."""
+    that its workload did not exit 0 (a rank that had finished first is left as it is); not
+    one fleet's own stop ended first (``stopped_by_fleet``: fleet stopped it ahead of the end)."""
     res = entry.result or {}
     if not res:
         return True
+    if stopped_by_fleet and outcome.stopped_by_fleet(res, True):
+        return False
     workload = res.get("workload") if isinstance(res.get("workload"), dict) else {}
     if workload.get("signal") or workload.get("exit_status") not in (None, 0):
         return True
@@ -86,11 +91,12 @@ def _killed(entry: "HostEntry", stopped_by_fleet: bool) -> bool:
 
 
 def job_end_verdict(state: str | None, hosts: list, *, requeues: int = 0,
-                    stopped_before_time_limit: bool = False) -> JobEnd:
+                    stopped_before_time_limit: bool = False, stopped_by_fleet: bool = False) -> JobEnd:
     """The ranks' entries under the job's end state. NODE_FAIL, PREEMPTED, OUT_OF_MEMORY,
     TIMEOUT, BOOT_FAIL (and DEADLINE) are said; a rank they stopped is ``failed`` with the
-    reason, its reports kept. At TIMEOUT a rank fleet's own USR1 trap stopped ahead of the limit
-    (``stopped_before_time_limit``) finished its report and stays as it was."""
+    reason, its reports kept. At TIMEOUT a rank fleet's own stop ended ahead of the limit (its USR1
+    trap, ``stopped_before_time_limit``; or Ctrl-C, ``stopped_by_fleet``) finished its report and
+    stays as it was."""
     notes = []
     if requeues:
         notes.append(f"Slurm requeued the job {requeues} time(s): what was gathered is from its last start")
@@ -98,7 +104,7 @@ def job_end_verdict(state: str | None, hosts: list, *, requeues: int = 0,
     out = list(hosts)
     if why:
         notes.insert(0, f"job ended {state}: {why}")
-        fleet_stop = state == "TIMEOUT" and stopped_before_time_limit
+        fleet_stop = state == "TIMEOUT" and (stopped_before_time_limit or stopped_by_fleet)
         for i, entry in enumerate(out):
             if entry.status == "ok" and _killed(entry, fleet_stop):
                 out[i] = replace(entry, status="failed", missing_why=f"killed by the job's end: {state} ({why}); "
@@ -123,3 +129,42 @@ def job_refusal(job_exit: int | None, log_tail: str, marked: bool) -> str | None
     if not lines or not lines[-1].startswith("fleet: "):
         return "the job's own check refused to start it (its reason is not the last line of the job's log)"
     return "".join(c if c.isprintable() else "?" for c in lines[-1][len("fleet: "):])[:400]
+
+
+# srun's and the step daemon's own error lines: why a step never started (an MPI plugin the node
+# lacks under MpiDefault=pmix, a GRES it cannot bind, ...).
+SRUN_ERROR = re.compile(r"(srun|slurmstepd): (error|fatal): ")
+SAID_LIMIT = 300
+
+
+def srun_said(log_tail: str) -> str | None:
+    """srun's first error line in the end of the job's log, or None. The log is the job's: the
+    line is made printable and bounded."""
+    for line in log_tail.splitlines():
+        if SRUN_ERROR.match(line.strip()):
+            return "".join(c if c.isprintable() else "?" for c in line.strip())[:SAID_LIMIT]
+    return None
+
+
+def why_missing(rank: int, state: str | None, log: str, refusal: str | None, log_tail: str = "") -> str:
+    """Why a rank left no result: the script's refusal, the job's end state, else what srun said
+    in the job's log (``log``, its name; ``log_tail``, its end as it came home)."""
+    if refusal:  # the batch script's own check, before anything started
+        return f"rank {rank} left no result: the job refused to start: {refusal}"
+    if state == "CANCELLED":
+        return f"rank {rank} left no result: the job was cancelled before it finished ({log})"
+    if state == "TIMEOUT":
+        return f"rank {rank} left no result: killed at the time limit before its report was finished ({log})"
+    said = srun_said(log_tail)
+    return f"rank {rank} left no result (job {state or 'unknown'}; see {log})" + (f": srun said: {said}" if said else "")
+
+
+def no_gpus(partition: str, gres: tuple[str, ...], asked: str) -> str | None:
+    """Why ``asked`` (ncu, GPU metrics: the GPU's counters) cannot run on ``partition``, whose
+    nodes' GRES sinfo gave as ``gres`` (one line per configuration; ``(null)`` for none): none of
+    them a GPU. None where one is, or sinfo said nothing (then sbatch and the job decide)."""
+    names = {g.split(":", 1)[0].strip() for line in gres for g in line.split(",")}
+    if not gres or "gpu" in names:
+        return None
+    return (f"{asked} on partition {partition}: its nodes have no GPU (sinfo's GRES: {', '.join(gres)[:200]}), "
+            "and it reads a GPU's counters: choose a partition with GPUs; nothing was submitted")

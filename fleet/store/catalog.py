@@ -20,11 +20,14 @@ from typing import Iterator
 from . import numbers, private
 from .errors import CatalogDamaged, CatalogError, CatalogLocked
 from .layout import manifests
+from .manifest import WHOSE
 from .manifest_io import read_manifest
 
 # PRAGMA user_version of the catalog. 0: written before the catalog had a version (its
 # rows may include the kernels and metrics of removed runs); it is rebuilt from the manifests.
-CATALOG_VERSION = 1
+# 1: unversioned rows again from the manifests. 2: each report row names its Ray worker (``worker``), and
+# a Ray worker's whose file is no row of its own.
+CATALOG_VERSION = 2
 LOCK_WAIT_S = 5.0  # how long one waits for another fleet's transaction (SQLite's default; 8 clients on one store hold)
 
 SCHEMA = [
@@ -37,7 +40,7 @@ SCHEMA = [
     run_id TEXT, playbook TEXT, metric TEXT, device TEXT, value REAL, flags TEXT, started TEXT)""",
     """CREATE TABLE IF NOT EXISTS reports (
     run_id TEXT, host TEXT, path TEXT, tool TEXT, status TEXT, sha256 TEXT, size INTEGER,
-    gpu TEXT, driver TEXT, tool_version TEXT, started TEXT,
+    gpu TEXT, driver TEXT, tool_version TEXT, started TEXT, worker TEXT,
     PRIMARY KEY (run_id, host, path))""",
 ]
 TABLES = ("runs", "reports", "kernels", "metrics")
@@ -92,8 +95,10 @@ def _version(db: sqlite3.Connection) -> int:
 
 
 def _migrate(db: sqlite3.Connection, store: Path) -> None:
-    """From an unversioned catalog (or none): the tables, then every row again from the
-    manifests, which are the truth; rows of runs removed before are gone with them."""
+    """From an older catalog (or none): the tables made anew in this version's shape, then every
+    row again from the manifests, which are the truth; rows of runs removed before are gone with them."""
+    for table in TABLES:
+        db.execute(f"DROP TABLE IF EXISTS {table}")
     for statement in SCHEMA:
         db.execute(statement)
     _rebuild(db, store)
@@ -134,20 +139,22 @@ def index_manifest(db: sqlite3.Connection, path: Path) -> list[str]:
                 str(path)))
     for host in m.hosts:
         for rep in host.reports:
+            if rep.summary == WHOSE:  # whose a Ray worker's report is: its row names the worker itself
+                continue
             if rep.summary == "cuda_gpu_kern_sum" and rep.verified:
                 rows, bad = _kernel_rows(Path(rep.stored))
                 notes += [f"{Path(rep.stored).name}: {why}" for why in bad]  # the kernels of one summary
                 db.executemany("INSERT INTO kernels VALUES (?,?,?,?,?)", [(m.run_id, host.host, *k) for k in rows])
-            db.execute("INSERT OR REPLACE INTO reports VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+            db.execute("INSERT OR REPLACE INTO reports VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
                        (m.run_id, host.host, rep.stored or rep.remote, tool, rep.status, rep.sha256, rep.size,
-                        host.gpu, host.driver, host.tool_version, m.started))
+                        host.gpu, host.driver, host.tool_version, m.started, host.worker))
         if not host.reports:
             status = ("running" if m.status in ("running", "submitted") else
                       "refused" if host.status == "refused" else "missing")
             placeholder = "" if host.rank is None else f"(rank {host.rank})"  # Slurm: one row a rank
-            db.execute("INSERT OR REPLACE INTO reports VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+            db.execute("INSERT OR REPLACE INTO reports VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
                        (m.run_id, host.host, placeholder, tool, status, None, None,
-                        host.gpu, host.driver, host.tool_version, m.started))
+                        host.gpu, host.driver, host.tool_version, m.started, host.worker))
     return notes
 
 

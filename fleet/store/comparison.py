@@ -19,6 +19,11 @@ class Comparison:
     b: RunStats
     rows: list[dict]
 
+    def header(self) -> list[str]:
+        """Which run is A and which is B, as the columns name them."""
+        return [f"{letter}: run {s.run_id} ({s.tool}, {s.status}, {len(s.columns)} host(s) or rank(s))"
+                for letter, s in (("A", self.a), ("B", self.b))]
+
     def notes(self) -> list[str]:
         """What makes the totals not alike: hosts a run left out, or a different number of columns."""
         out = [f"run {s.run_id}: not in its totals: {said(s.left_out)}" for s in (self.a, self.b) if s.left_out]

@@ -11,6 +11,7 @@ read with defaults for what is missing. A newer version is refused, not guessed 
 
 from __future__ import annotations
 
+import fnmatch
 import getpass
 import secrets
 import time
@@ -52,6 +53,9 @@ class _Record:
     @classmethod
     def from_json(cls, doc: dict):
         return cls(**_known(cls, doc, cls.WHAT))
+
+
+WHOSE = "whose"  # the ``summary`` of a Ray worker's whose file (fleet/slurm/raygather.py): no report of its own
 
 
 @dataclass
@@ -118,6 +122,14 @@ class HostEntry(_Record):
                    tenants_seen=list(tenants_seen), given_up=list(given_up),
                    processes_seen=[ProcessSeen.from_json(p) for p in facts.get("processes_seen") or []],
                    plan=plan, result=result, reports=list(reports))
+
+    def actor_matches(self, which: str) -> bool:
+        """Whether ``which`` names this Ray worker by its actor: its name, its class, or both
+        (``trainer-0``, ``Trainer``, ``Trainer trainer-0``), or a glob of one (``trainer-*``)."""
+        if self.worker is None or self.rank is not None or " on " not in self.worker:
+            return False
+        words = self.worker.split(" on ", 1)[0].split()
+        return any(fnmatch.fnmatchcase(word, which) for word in words + [" ".join(words)])
 
     @classmethod
     def from_json(cls, doc: dict) -> "HostEntry":

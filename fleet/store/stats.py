@@ -139,8 +139,8 @@ def _label(h: HostEntry) -> str:
 
 
 def _named(manifest: RunManifest, which: str | None) -> list[HostEntry]:
-    return [h for h in manifest.hosts
-            if which is None or (which.isdigit() and h.rank == int(which)) or which in (h.host, h.worker)]
+    return [h for h in manifest.hosts if which is None or (which.isdigit() and h.rank == int(which))
+            or which in (h.host, h.worker) or h.actor_matches(which)]
 
 
 def choose_columns(manifest: RunManifest, which: str | None, purpose: str = "show") -> list[HostEntry]:
