@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 import pytest
+import yaml
 
 from tests.conftest import run_fleet
 from tests.harness.teamstore import BUCKET, PREFIX, TeamSite, embedded_run
@@ -332,3 +333,41 @@ def test_a_lab_profile_is_pushed_once_it_finishes_and_kept_when_the_team_store_i
     assert r.returncode == 0 and f"{run_id}: pushed" in r.stdout, r.stderr
     r = site.fleet("reports", "ls", "--json", env=site.env("bob"))
     assert run_id in {row["run_id"] for row in json.loads(r.stdout)["data"]}
+
+
+def test_the_nightly_report_judges_the_teams_history_its_own_runs_and_those_shared_with_it(site, tmp_path):
+    values = [100, 102, 99, 101, 100, 98, 101, 121, 122]  # a step at the eighth night
+    for i, v in enumerate(values):
+        person = "alice" if i % 2 == 0 else "bob"  # the nights alternate between two people's schedules
+        root = store_of(tmp_path, f"{person}-{i}")
+        run_id = f"202611{i + 1:02d}-020000-{i:04x}"
+        embedded_run(root, run_id, {"gx01": f"night {i}".encode()}, kernel_ns=int(v * 1e6), metric=("gemm", v * 1e6))
+        assert push(site, person, root).returncode == 0
+        if person == "bob":
+            assert site.fleet("reports", "share", run_id, "ml", env=site.env("bob")).returncode == 0
+    pb = tmp_path / "gemm.yaml"
+    pb.write_text(yaml.safe_dump({"name": "gemm", "target": {"hosts": "gx01"}, "command": ["true"]}))
+    out = tmp_path / "page" / "nightly.html"
+    empty = store_of(tmp_path, "alice-empty")  # alice's embedded store holds nothing: the team store does
+    r = site.fleet("nightly", "report", str(pb), "--out", str(out), env=site.env("alice", empty))
+    assert r.returncode == 7, r.stdout + r.stderr  # the regression, found over both people's nights
+    summary = json.loads(out.with_suffix(".json").read_text())
+    assert summary["playbooks"][0]["runs"] == len(values)
+    assert summary["playbooks"][0]["verdicts"][0]["verdict"] == "Regression"
+    r = site.fleet("nightly", "report", str(pb), "--out", str(out), env=site.env("carol", empty))
+    assert json.loads(out.with_suffix(".json").read_text())["playbooks"][0]["runs"] == 0  # carol is in no group
+
+
+def test_a_playbook_run_lands_in_the_team_store_named_by_the_site_config_file(site, lab, tmp_path):
+    person = site.env("alice")
+    config = tmp_path / "site.toml"  # what a schedule's cron job finds: no FLEET_CATALOG in its environment
+    config.write_text(f'catalog = "{person.pop("FLEET_CATALOG")}"\nobjects = "{person.pop("FLEET_OBJECTS")}"\n')
+    pb = tmp_path / "nightly.yaml"
+    pb.write_text(yaml.safe_dump({"name": "team-night", "target": {"hosts": "h02"}, "command": ["sleep", "0.2"]}))
+    r = run_fleet("run", str(pb), "--store", str(lab["out"]),
+                  env={**lab["c"].env(), **person, "FLEET_SITE_CONFIG": str(config)})
+    assert r.returncode == 0, r.stderr
+    assert "team store: pushed (" in r.stdout
+    rows = site.psql("SELECT r.run_id FROM fleet.runs r JOIN fleet.metrics m ON m.run_id = r.run_id "
+                     "WHERE m.playbook = 'team-night'", role="alice").stdout.split()
+    assert len(set(rows)) == 1

@@ -201,6 +201,7 @@ def schedule_fire(obj: Context, name, store_root):
     record = sched.fire(store.root(store_root), name)
     m = run_playbook(obj, record["playbook"], store_root, False, quiet=True)
     echo(f"schedule {name}: run {m.run_id} {m.status}")
+    push_when_done(store_root, m)  # a team store named in the site config file: the night lands there
 
 
 @click.group()
@@ -222,7 +223,16 @@ def nightly_report(playbooks, since, out, notify, store_root, as_json):
     from ..nightly import run as nightly_mod
     from .. import store
 
-    summary = nightly_mod.report(store.root(store_root), [_playbook(p) for p in playbooks], Path(out), since)
+    from .reports_team import team_store
+
+    team = team_store()
+    history = None
+    if team is not None:  # the team's history, every run of the playbook that you may see
+        from ..store.team.read import TeamHistory
+
+        history = TeamHistory(team)
+    summary = nightly_mod.report(store.root(store_root), [_playbook(p) for p in playbooks], Path(out), since,
+                                 history=history)
     from ..nightly.report_plot import shown_metric
 
     lines = [f"{p['name']}: {len(p['verdicts'])} metric(s) over {p['runs']} run(s); " +

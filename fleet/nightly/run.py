@@ -101,20 +101,40 @@ def run_info(store_root: Path, run_id: str) -> dict:
             "stragglers": (m.playbook or {}).get("stragglers")}
 
 
-def report(store_root: Path, playbooks: list[Playbook], out: Path, since: str | None = None) -> dict:
-    """Judge every playbook's history; write ``out`` (HTML) and ``out`` with .json. The summary back."""
+class EmbeddedHistory:
+    """Where a report reads the runs it judges: the embedded store (the team store's twin is
+    :class:`fleet.store.team.read.TeamHistory`, with the same three calls)."""
+
+    def __init__(self, store_root: Path):
+        self.store_root = store_root
+
+    def metric_history(self, playbook: str, since: str | None) -> list[dict]:
+        return store.metric_history(self.store_root, playbook, since)
+
+    def run_info(self, run_id: str) -> dict:
+        return run_info(self.store_root, run_id)
+
+    def compare(self, a: str, b: str) -> list[dict]:
+        return store.compare(self.store_root, a, b)
+
+
+def report(store_root: Path, playbooks: list[Playbook], out: Path, since: str | None = None,
+           history=None) -> dict:
+    """Judge every playbook's history (from ``history``: the embedded store's by default); write
+    ``out`` (HTML) and ``out`` with .json. The summary back."""
+    history = history or EmbeddedHistory(store_root)
     sections, runs, summary = [], {}, {"playbooks": []}
     for pb in playbooks:
-        rows = store.metric_history(store_root, pb.name, since)
+        rows = history.metric_history(pb.name, since)
         verdicts = trends.judge_history(rows, pb.thresholds)
         for r in rows:
             if r["run_id"] not in runs:
-                runs[r["run_id"]] = run_info(store_root, r["run_id"])
+                runs[r["run_id"]] = history.run_info(r["run_id"])
         compared = {}
         for v in verdicts:
             pair = trends.runs_compared([r for r in rows if (r["metric"], r["device"]) == (v.metric, v.device)], v)
             if v.verdict in (trends.REGRESSION, trends.SUSPICIOUS) and pair:
-                compared[(v.metric, v.device)] = (*pair, store.compare(store_root, *pair))
+                compared[(v.metric, v.device)] = (*pair, history.compare(*pair))
         shares = stragglers.judged([(run_id, runs[run_id]["stragglers"]) for run_id in dict.fromkeys(
             r["run_id"] for r in rows) if (runs[run_id] or {}).get("stragglers")])
         sections.append((pb.name, rows, verdicts, pb.thresholds, compared, shares))

@@ -129,6 +129,12 @@ def compare(store: Path, a: str, b: str) -> list[dict]:
             for name, total in db.execute("SELECT name, SUM(total_ns) FROM kernels WHERE run_id = ? GROUP BY name",
                                           (run,)):
                 totals.setdefault(name, {})[run] = total
+    return kernel_changes(totals, a, b)
+
+
+def kernel_changes(totals: dict[str, dict[str, int]], a: str, b: str) -> list[dict]:
+    """Each kernel's total in run A and run B (``totals[kernel][run]``), those that changed most first;
+    one rule for the embedded catalog and the team catalog."""
     rows = [{"kernel": name, "a_ns": t.get(a, 0), "b_ns": t.get(b, 0), "change_ns": t.get(b, 0) - t.get(a, 0),
              "change": (t.get(b, 0) - t.get(a, 0)) / t[a] if t.get(a) else None} for name, t in totals.items()]
     return sorted(rows, key=lambda r: -abs(r["change_ns"]))

@@ -156,3 +156,39 @@ def after_save(store_root: Path, manifest_path: Path, status: str) -> str | None
     if done.unchanged:
         return "team store: pushed (unchanged)"
     return f"team store: pushed ({done.sent} file(s) sent, {done.already_there} already there)"
+
+
+class TeamHistory:
+    """The nightly report's runs from the team catalog (:class:`fleet.nightly.run.EmbeddedHistory`'s
+    twin): every metric of a playbook that this person may see, their own runs and the shared ones."""
+
+    def __init__(self, team: TeamStore):
+        self.team = team
+
+    def metric_history(self, playbook: str, since: str | None) -> list[dict]:
+        with catalog.connected(self.team) as conn:
+            catalog.check_version(conn)
+            rows = catalog.metric_history(conn, playbook, since)
+        return [dict(r, flags=r["flags"] if isinstance(r["flags"], list) else []) for r in rows]
+
+    def run_info(self, run_id: str) -> dict:
+        try:
+            owner, m, _ = manifest(self.team, run_id)
+        except (LookupError, ValueError):
+            return {}
+        join = lambda key: ", ".join(dict.fromkeys(str(getattr(h, key)) for h in m.hosts if getattr(h, key))) or None
+        return {"dir": f"{self.team.objects} (team store, {owner}'s run {run_id})", "started": m.started,
+                "host": join("host"), "gpu": join("gpu"), "driver": join("driver"),
+                "tool_version": join("tool_version"), "reports": [],
+                "stragglers": (m.playbook or {}).get("stragglers")}
+
+    def compare(self, a: str, b: str) -> list[dict]:
+        from ..queries import kernel_changes
+
+        totals: dict[str, dict[str, int]] = {}
+        with catalog.connected(self.team) as conn:
+            for run in (a, b):
+                for name, total in conn.execute("SELECT name, SUM(total_ns) FROM fleet.kernels WHERE run_id = %s "
+                                                "GROUP BY name", (run,)):
+                    totals.setdefault(name, {})[run] = int(total)
+        return kernel_changes(totals, a, b)
