@@ -371,3 +371,27 @@ def test_a_playbook_run_lands_in_the_team_store_named_by_the_site_config_file(si
     rows = site.psql("SELECT r.run_id FROM fleet.runs r JOIN fleet.metrics m ON m.run_id = r.run_id "
                      "WHERE m.playbook = 'team-night'", role="alice").stdout.split()
     assert len(set(rows)) == 1
+
+
+def test_stats_and_compare_read_a_team_run_as_they_read_one_of_the_embedded_store(site, tmp_path):
+    ids = []
+    for i, ns in enumerate((5_000_000, 9_000_000)):
+        root = store_of(tmp_path, f"bob-{i}")
+        run_id = f"20261204-03000{i}-5a7{i}"
+        embedded_run(root, run_id, {"gx07": b"rep"}, kernel_ns=ns)
+        assert push(site, "bob", root).returncode == 0
+        assert site.fleet("reports", "share", run_id, "ml", env=site.env("bob")).returncode == 0
+        ids.append(run_id)
+    cache = tmp_path / "cache"
+    env = {**site.env("alice", store_of(tmp_path, "alice-own")), "XDG_CACHE_HOME": str(cache)}
+    r = site.fleet("reports", "stats", ids[0], "--json", env=env)
+    assert r.returncode == 0, r.stderr
+    assert "gemm_kernel" in r.stdout
+    r = site.fleet("reports", "compare", ids[0], ids[1], "--json", env=env)
+    assert r.returncode == 0, r.stderr
+    [row] = json.loads(r.stdout)["data"]
+    assert (row["a_ns"], row["b_ns"]) == (5_000_000, 9_000_000)
+    copied = next(cache.glob(f"fleet/team-runs/lab/*/{ids[0]}/gx07/gx07-1_cuda_gpu_kern_sum.csv"))
+    assert oct(copied.stat().st_mode & 0o777) == "0o600"
+    r = site.fleet("reports", "stats", ids[0], env={**site.env("carol"), "XDG_CACHE_HOME": str(cache / "c")})
+    assert r.returncode == 2 and "that you may see" in r.stderr  # carol is in no group it was shared with

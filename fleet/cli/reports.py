@@ -177,7 +177,9 @@ def reports_compare(run_a, run_b, store_root, top, full_names, as_json):
     A run that left no reports, or runs of different tools, are refused with the reason."""
     from .. import store
     from ..store import comparison, stats
+    from .reports_team import local_store
 
+    store_root = local_store(store_root, [run_a, run_b])
     a, b = (_manifest(store_root, run) for run in (run_a, run_b))
     try:
         found = comparison.compare_runs(store.root(store_root), a, b)
@@ -208,7 +210,9 @@ def reports_stats(run_id, which, store_root, top, full_names, as_json):
     says why in one line, and exits 10."""
     from .. import store
     from ..store import stats
+    from .reports_team import local_store
 
+    store_root = local_store(store_root, [run_id])
     m = _manifest(store_root, run_id)
     try:
         found = stats.run_stats(store.root(store_root), m, which)
@@ -269,7 +273,9 @@ def reports_ranks(run_id, store_root, example, sync_range, sync_call, step_range
 def _run_ranks(store_root, run_id: str, sync_range, sync_call, step_range):
     from .. import store
     from ..analysis import load, ranks
+    from .reports_team import local_store
 
+    store_root = local_store(store_root, [run_id])
     m = _manifest(store_root, run_id)
     try:
         return load.analyze_run(store.root(store_root), m, ranks.Source(sync_range, sync_call), step_range)
@@ -313,7 +319,9 @@ def reports_open(run_id, which, store_root, as_json):
     otherwise print the command that would, with the reports' paths."""
     from .. import store
     from ..store import viewer
+    from .reports_team import local_store
 
+    store_root = local_store(store_root, [run_id])
     m = _manifest(store_root, run_id)
     try:
         opening = viewer.open_reports(store.root(store_root), m, which)

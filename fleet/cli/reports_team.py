@@ -19,6 +19,20 @@ def team_store():
     return resolve()
 
 
+def local_store(store_root, run_ids: list[str]):
+    """Where ``stats``, ``compare``, ``ranks`` and ``open`` read runs: with a team store, a private copy
+    of those runs (fleet/store/team/read.py:materialize); else the embedded store as given."""
+    team = team_store()
+    if team is None:
+        return store_root
+    from ..store.team import read
+
+    try:
+        return str(read.materialize(team, run_ids))
+    except LookupError as e:
+        fail(str(e))
+
+
 def ls(team, *, host, since, tool, status, user, shared, as_json) -> None:
     from ..store.team import read
 

@@ -192,3 +192,45 @@ class TeamHistory:
                                                 "GROUP BY name", (run,)):
                     totals.setdefault(name, {})[run] = int(total)
         return kernel_changes(totals, a, b)
+
+
+CACHE = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "fleet" / "team-runs"
+
+
+def materialize(team: TeamStore, run_ids: list[str], cache: Path | None = None) -> Path:
+    """The runs named, copied from the team store into a private store of their own (``CACHE``, laid
+    out and catalogued as the embedded store is), so that ``reports stats``, ``compare``, ``ranks``
+    and ``open`` read a team run exactly as they read one of the embedded store. Each file comes
+    through an address the catalog signed, checked against its sha256; one already there at its size
+    is kept. The cache's root back."""
+    from ..catalog import record
+    from ..manifest_io import write_manifest
+
+    root = cache or CACHE
+    private.check_store(root)
+    for run_id in run_ids:
+        layout.check_run_id(run_id)
+        with catalog.connected(team) as conn:
+            catalog.check_version(conn)
+            _, doc = catalog.manifest(conn, run_id)
+            rows = [r for r in catalog.reports(conn) if r["run_id"] == run_id and r["object_key"]]
+            urls = {r["object_key"]: catalog.object_url(conn, run_id, r["object_key"]) for r in rows}
+        m = RunManifest.from_json(doc)
+        directory = layout.run_dir(root, m.site, m.run_id)
+        private.check_folder(directory, root)
+        by_name = {(r["host"], r["name"]): r for r in rows}
+        for host in m.hosts:
+            for rep in host.reports:
+                row = by_name.get((host.host, Path(rep.stored or rep.remote).name))
+                where = layout.here(directory / layout.MANIFEST, rep.stored)
+                if row is not None and where is not None:
+                    _cached(Path(where), row, urls[row["object_key"]], root)
+        record(root, write_manifest(directory, m, root))
+    return root
+
+
+def _cached(target: Path, row: dict, url: str, root: Path) -> None:
+    """One file of a run in the cache, where the run's manifest says it is below its folder."""
+    private.check_folder(target.parent, root)
+    if not (target.is_file() and not target.is_symlink() and target.stat().st_size == row["size"]):
+        objects.download(url, target, row["sha256"])
