@@ -118,6 +118,16 @@ class EmbeddedHistory:
         return store.compare(self.store_root, a, b)
 
 
+def _compared(history, rows: list[dict], verdicts: list) -> dict:
+    """For each metric called a regression or suspicious: the two runs it compares, and their kernels."""
+    compared = {}
+    for v in verdicts:
+        pair = trends.runs_compared([r for r in rows if (r["metric"], r["device"]) == (v.metric, v.device)], v)
+        if v.verdict in (trends.REGRESSION, trends.SUSPICIOUS) and pair:
+            compared[(v.metric, v.device)] = (*pair, history.compare(*pair))
+    return compared
+
+
 def report(store_root: Path, playbooks: list[Playbook], out: Path, since: str | None = None,
            history=None) -> dict:
     """Judge every playbook's history (from ``history``: the embedded store's by default); write
@@ -130,14 +140,9 @@ def report(store_root: Path, playbooks: list[Playbook], out: Path, since: str | 
         for r in rows:
             if r["run_id"] not in runs:
                 runs[r["run_id"]] = history.run_info(r["run_id"])
-        compared = {}
-        for v in verdicts:
-            pair = trends.runs_compared([r for r in rows if (r["metric"], r["device"]) == (v.metric, v.device)], v)
-            if v.verdict in (trends.REGRESSION, trends.SUSPICIOUS) and pair:
-                compared[(v.metric, v.device)] = (*pair, history.compare(*pair))
         shares = stragglers.judged([(run_id, runs[run_id]["stragglers"]) for run_id in dict.fromkeys(
             r["run_id"] for r in rows) if (runs[run_id] or {}).get("stragglers")])
-        sections.append((pb.name, rows, verdicts, pb.thresholds, compared, shares))
+        sections.append((pb.name, rows, verdicts, pb.thresholds, _compared(history, rows, verdicts), shares))
         summary["playbooks"].append({"name": pb.name, "runs": len({r["run_id"] for r in rows}),
                                      "verdicts": [asdict(v) for v in verdicts], "stragglers": shares})
     out.parent.mkdir(parents=True, exist_ok=True)
