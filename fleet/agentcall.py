@@ -21,6 +21,28 @@ if TYPE_CHECKING:
 
 
 PROBE_LIMIT = 16 << 20  # a probe answer is a few KB a GPU: a node sending more is not believed
+# Characters of any one string of a node's answer that fleet keeps (a note, a reason, a path: paths
+# are at most 4096 bytes): past it the string is cut and says so, in the store and on the terminal.
+STRING_LIMIT = 8192
+
+
+def cut_strings(doc):
+    """A node's answer with each string past :data:`STRING_LIMIT` cut, saying how much was left
+    out (its shape otherwise as it came: checked by the wire before this)."""
+    if isinstance(doc, str):
+        return doc if len(doc) <= STRING_LIMIT else \
+            f"{doc[:STRING_LIMIT]} [cut: {len(doc) - STRING_LIMIT} more characters]"
+    if isinstance(doc, list):
+        return [cut_strings(v) for v in doc]
+    if isinstance(doc, dict):
+        return {k: cut_strings(v) for k, v in doc.items()}
+    return doc
+
+
+def read_answer(text: str, kind: str) -> dict:
+    """The node's answer of ``kind`` in ``text``, held to its shape (``wire.read``) and its
+    strings cut to :data:`STRING_LIMIT`."""
+    return cut_strings(wire.read(text, kind))
 
 
 def agent_argv(host: "Host", args: dict) -> list[str]:
@@ -63,7 +85,7 @@ def read_state(host: "Host", r: Result) -> Result:
         r.error, r.error_kind = f"agent failed on {host.name}: {last}", r.error_kind or "agent"
         return r
     try:
-        r.extra["state"] = wire.read(r.stdout.decode("utf-8", "replace"), "probe")
+        r.extra["state"] = read_answer(r.stdout.decode("utf-8", "replace"), "probe")
         r.stdout = b""  # kept parsed: with thousands of hosts, not twice
     except wire.WireError as e:
         r.error, r.error_kind = f"{host.name}: {e}", "agent"
@@ -77,7 +99,7 @@ def read_repair(host: "Host", r: Result) -> Result:
         return r
     text = r.stdout.decode("utf-8", "replace")
     try:
-        doc = wire.read(text, "repair")
+        doc = read_answer(text, "repair")
     except wire.WireError:
         doc = None
     done = doc.get("value") if isinstance(doc, dict) else None

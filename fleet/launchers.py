@@ -22,6 +22,7 @@ program one GPU's counters several times over.
 from __future__ import annotations
 
 import os
+import re
 import shlex
 
 from . import nsysopts, safenames
@@ -110,6 +111,22 @@ LAUNCHER_NAMES = {"mpirun": ("mpirun", "mpiexec", "orterun", "mpirun.openmpi", "
 # and gathers from the one host it was given, never from hosts mpirun would reach by itself.
 MPIRUN_OTHER_HOSTS = ("--host", "-host", "-H", "--hostfile", "-hostfile", "--machinefile", "-machinefile",
                       "--default-hostfile", "-default-hostfile", "-hosts", "-f", "--rankfile", "-rf")
+# The same through an MCA parameter (``--mca NAME VALUE``; Open MPI's orte_default_hostfile,
+# orte_default_dash_host, rmaps_rank_file_path, PRRTE's prte_default_hostfile...): any whose name
+# speaks of hosts, host files, rank files or machine files.
+MCA_FLAGS = ("--mca", "-mca", "--gmca", "-gmca", "--prtemca", "-prtemca")
+MCA_OTHER_HOSTS = re.compile(r"host|rank_?file|machine_?file", re.IGNORECASE)
+
+
+def mpirun_other_hosts(options) -> str | None:
+    """The first of mpirun's ``options`` (those before the program) that would start ranks on
+    other hosts, as it reads (``--mca orte_default_hostfile``), or None."""
+    for i, word in enumerate(options):
+        if word.split("=", 1)[0] in MPIRUN_OTHER_HOSTS:
+            return word
+        if word in MCA_FLAGS and i + 1 < len(options) and MCA_OTHER_HOSTS.search(options[i + 1]):
+            return f"{word} {options[i + 1]}"
+    return None
 
 
 def command_problem(launcher: str, command) -> str | None:

@@ -244,6 +244,21 @@ def test_a_nodes_result_strings_are_shown_escaped_by_profile(lab):
     assert "note \\x1b]0;owned\\x07" in out.stdout + out.stderr
 
 
+def test_a_60_mb_note_from_a_node_is_cut_and_says_so_in_the_store_and_on_the_terminal(lab):
+    """A 60 MB note from a node was stored whole in the manifest and printed whole."""
+    answer(lab, {"status": "ok", "notes": ["n" * 60_000_000, "short"], "reports": []})
+    out, doc = profile(lab, "--hosts", "h01", "--", "true")
+    notes = host(doc, "h01")["result"]["notes"]
+    assert len(notes[0]) < 10_000 and notes[0].endswith("[cut: 59991808 more characters]"), notes[0][-80:]
+    assert notes[1] == "short"
+    manifest = next(Path(lab["store"]).rglob(f"{doc['run_id']}/manifest.json"))
+    assert manifest.stat().st_size < 1 << 20
+    shown = run_fleet("profile", "--store", str(lab["store"]), "--hosts", "h01", "--", "true", env=lab["c"].env(),
+                      timeout=180)
+    said = shown.stdout + shown.stderr
+    assert len(said) < 1 << 20 and "[cut: 59991808 more characters]" in said, said[-2000:]
+
+
 def test_output_without_newlines_is_relayed_as_it_comes_and_an_endless_result_is_not_believed(monkeypatch):
     """Workload output with no newlines grew quadratically (128 MB: 134 s, 692 MB of client
     memory): it was held whole until a newline came. Now it is relayed in pieces of at most

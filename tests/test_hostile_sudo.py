@@ -58,7 +58,7 @@ def test_a_sysctl_the_nodes_config_does_not_list_is_not_set_whatever_the_invento
     assert "could not put" not in json.dumps(run["result"])  # nothing was changed, so nothing to put back
 
 
-@pytest.mark.parametrize("unsafe", ["missing", "group-writable", "another-accounts", "a-link", "not-json"])
+@pytest.mark.parametrize("unsafe", ["missing", "group-writable", "another-accounts", "a-link", "not-json", "too-deep"])
 def test_a_missing_or_unsafe_node_config_sets_nothing_and_says_why(lab, node_config, tmp_path, unsafe):
     if unsafe == "missing":
         node_config.unlink()
@@ -77,8 +77,11 @@ def test_a_missing_or_unsafe_node_config_sets_nothing_and_says_why(lab, node_con
         node_config.unlink()
         node_config.symlink_to(target)
         why = f"the node's config {node_config} cannot be read (Too many levels of symbolic links)"
-    else:
+    elif unsafe == "not-json":
         node_config.write_text("owned_sysctls: {kernel.perf_event_paranoid: 2}\n")
+        why = "is not a JSON object whose owned_sysctls maps names to values"
+    else:  # 400,000 deep: past Python's stack, a RecursionError where a depth is not bounded
+        node_config.write_text("[" * 400_000 + "]" * 400_000)
         why = "is not a JSON object whose owned_sysctls maps names to values"
     run, seen = profile_h01(lab)
     assert seen == "3" and held_entries(lab) == {}

@@ -133,6 +133,17 @@ def test_a_launcher_that_sets_no_rank_variable_is_never_ok_as_its_ranks_overwrit
     (("torchrun", "--nproc-per-node", "2", "train.py"), "starts with mpirun itself"),
     (("mpirun", "-np", "2", "--host", "a,b", "./app"), "--host would start ranks on hosts"),
     (("mpirun", "-np", "2", "--hostfile=hosts.txt", "./app"), "--hostfile=hosts.txt would start ranks"),
+    # MCA parameters that name hosts or host files reach other hosts as --host does
+    (("mpirun", "-np", "2", "--mca", "orte_default_hostfile", "hosts.txt", "./app"),
+     "--mca orte_default_hostfile would start ranks"),
+    (("mpirun", "-np", "2", "-mca", "orte_default_hostfile", "hosts.txt", "./app"),
+     "-mca orte_default_hostfile would start ranks"),
+    (("mpirun", "-np", "2", "--mca", "prte_default_hostfile", "hosts.txt", "./app"),
+     "--mca prte_default_hostfile would start ranks"),
+    (("mpirun", "-np", "2", "--gmca", "rmaps_rank_file_path", "ranks.txt", "./app"),
+     "--gmca rmaps_rank_file_path would start ranks"),
+    (("mpirun", "-np", "2", "--mca", "orte_default_dash_host", "a,b", "./app"),
+     "--mca orte_default_dash_host would start ranks"),
 ])
 def test_an_mpirun_command_fleet_cannot_keep_to_the_host_is_refused_before_any_host(tmp_path, command, said):
     out = run_fleet("profile", "--store", str(tmp_path / "store"), "--hosts", "nosuchhost.invalid",

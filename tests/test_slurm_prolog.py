@@ -101,8 +101,9 @@ def test_fleets_own_directories_must_be_roots(node):
     assert run(node, "prolog") == 0 and "not run by slurmd" in node["log"].read_text()
 
 
-def test_a_broken_config_is_logged_and_the_node_stays_in_service(node):
-    Path(node["config_path"]).write_text("{not json")
+@pytest.mark.parametrize("broken", ["{not json", "[" * 400_000 + "]" * 400_000])  # a 400,000-deep node.json
+def test_a_broken_config_is_logged_and_the_node_stays_in_service(node, broken):
+    Path(node["config_path"]).write_text(broken)
     write_request(node, {"fleet": 1, "sysctls": ["kernel.perf_event_paranoid"]})
     default_log = Path(slurmd.DEFAULTS["log_file"])  # the config could not say where: the default
     before = default_log.read_text() if default_log.exists() else ""

@@ -43,7 +43,7 @@ def owned_sysctls(path=None):
         data = f.read(NODE_CONFIG_LIMIT + 1)
     try:
         doc = json.loads(data.decode("utf-8")) if len(data) <= NODE_CONFIG_LIMIT else None
-    except ValueError:
+    except (ValueError, RecursionError):  # not JSON, or nested past the stack (the depth json.loads bounds)
         doc = None
     sysctls = doc.get("owned_sysctls", {}) if isinstance(doc, dict) else None
     if not isinstance(sysctls, dict) or not all(isinstance(k, str) and isinstance(v, (int, str))

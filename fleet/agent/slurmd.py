@@ -85,7 +85,7 @@ def load_config(path):
             raise ConfigError("%s must be a regular file owned by root and writable by root alone" % path)
         try:
             doc = json.load(f)
-        except ValueError as e:
+        except (ValueError, RecursionError) as e:  # nested past the stack: the depth json.load bounds
             raise ConfigError("%s is not JSON: %s" % (path, e))
     if not isinstance(doc, dict):
         raise ConfigError("%s must hold a JSON object" % path)

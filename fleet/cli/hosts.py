@@ -255,7 +255,7 @@ def repair(obj: Context, targets, exclude, dry_run, as_json):
         restored = ", ".join(f"{k}={v}" for k, v in done["restored"].items()) or "nothing to put back"
         resumed = "; DCGM profiling " + ("would be " if dry_run else "") + "resumed"
         echo(f"{doc['host']}: " + ("would put back " if dry_run and done["restored"] else "") + restored
-                   + (resumed if done.get("dcgm_resumed") else ""))
+             + (resumed if done.get("dcgm_resumed") else ""))
     sys.exit(exitcodes.for_results(results))
 
 

@@ -135,11 +135,11 @@ def schedule_install(obj: Context, playbook, cron, every, name, backend, sbatch_
         where = {"crontab": "your crontab", "scrontab": "your scrontab",
                  "resubmit": f"{record['dir']}/{record['name']}.sbatch, submitted with sbatch --begin"}
         echo(f"would schedule {record['name']} ({_when(record)}) with {record['backend']}, "
-                   f"adding to {where[record['backend']]}:")
+             f"adding to {where[record['backend']]}:")
         echo(record["would_install"], nl=False)
     else:
         echo(f"scheduled {record['name']} ({_when(record)}) with "
-                   f"{record['backend']}" + (f": job {record['job_id']}" if record.get("job_id") else ""))
+             f"{record['backend']}" + (f": job {record['job_id']}" if record.get("job_id") else ""))
     echo("next: " + ", ".join(t.isoformat(" ", "minutes") for t in sched.next_times(record)))
 
 

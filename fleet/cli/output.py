@@ -235,7 +235,7 @@ def print_ranks(run_id: str, found) -> None:
     with the evidence of each cause."""
     shown = visible  # labels hold host names from the manifest, evidence an export's names
     echo(f"run {run_id}: {len(found.ranks)} ranks, {found.collectives} collectives from {found.source}; "
-               f"{found.lost_s:.3f} rank-seconds lost waiting")
+         f"{found.lost_s:.3f} rank-seconds lost waiting")
     print_table(["RANK", "HOST", "GPU", "KERNEL s", "KERNELS", "COLLECTIVE s", "IDLE s", "STEP ms", "LOST rank-s",
                  "LAST"],
                 [[shown(r.label), shown(r.host), gpu_words(r.gpu), f"{r.kernel_s:.3f}", str(r.kernels),
@@ -244,8 +244,8 @@ def print_ranks(run_id: str, found) -> None:
                   f"{r.last} of {found.collectives}"] for r in found.ranks])
     for v in found.verdicts:
         echo(f"straggler: {shown(v['rank'])}, last in {v['last']} of {v['of']} collectives (waited "
-                   f"{v['wait_ms']:.1f} ms, the others {v['others_wait_ms']:.1f} ms; {v['lost_s']:.3f} "
-                   f"rank-seconds lost to it)")
+             f"{v['wait_ms']:.1f} ms, the others {v['others_wait_ms']:.1f} ms; {v['lost_s']:.3f} "
+             f"rank-seconds lost to it)")
         for c in v["causes"]:
             echo(f"  {c['cause']}: {shown(c['evidence'])}")
     for m in found.missing:

@@ -160,7 +160,7 @@ def show_lab_run(manifest, store_root, dry_run: bool, as_json: bool) -> None:
         for line in completeness.run_lines(manifest.hosts):  # how many reports are whole, the run line last
             echo(line)
         echo(f"run {manifest.run_id} {manifest.status}: reports in {directory} "
-                   f"(fleet reports show {manifest.run_id})")
+             f"(fleet reports show {manifest.run_id})")
 
 
 @click.command()

@@ -83,5 +83,5 @@ def submit(obj: Context, address, ranks, node_dir, head, working_dir, profiler_a
             echo(f"fleet: {manifest.error}", err=True)
         directory = store.run_dir(store.root(store_root), manifest.site, manifest.run_id)
         echo(f"run {manifest.run_id} {manifest.status}: reports in {directory} "
-                   f"(fleet reports show {manifest.run_id})")
+             f"(fleet reports show {manifest.run_id})")
     sys.exit(exitcodes.for_run(manifest))

@@ -86,11 +86,11 @@ def reports_show(run_id, store_root, as_json):
         return echo_json(m.to_json())
     tool = m.request.get("tool")
     echo(f"run {m.run_id} ({m.status}), site {m.site}, by {m.user} at {m.started}: "
-               f"{tool} -- {' '.join(m.request.get('command') or [])}")
+         f"{tool} -- {' '.join(m.request.get('command') or [])}")
     for h in m.hosts:
         who = h.host + (f" rank {h.rank}" if h.rank is not None else "") + (f" {h.worker}" if h.worker else "")
         echo(f"  {who}: {h.status}" + (f" ({h.missing_why})" if h.missing_why else "")
-                   + (f"; {h.gpu}, driver {h.driver}, {tool} {h.tool_version}" if h.gpu else ""))
+             + (f"; {h.gpu}, driver {h.driver}, {tool} {h.tool_version}" if h.gpu else ""))
         for g in h.given_up:
             echo(f"      gave up: {g}")
         for r in h.reports:
@@ -153,7 +153,7 @@ def reports_rm(run_id, store_root, dry_run, force, as_json):
         return echo_json({"run_id": run_id, "removed": str(gone.directory), "dry_run": dry_run,
                           "files": gone.files, "catalog_rows": gone.catalog_rows})
     echo(f"{'would remove' if dry_run else 'removed'} {gone.directory} ({gone.files} files, "
-               f"{gone.catalog_rows} catalog rows)")
+         f"{gone.catalog_rows} catalog rows)")
 
 
 full_names_option = click.option("--full-names", is_flag=True,

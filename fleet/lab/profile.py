@@ -81,7 +81,7 @@ class LineSink:
     def line(self, stream: str, raw: bytes) -> None:
         if stream == "stdout" and raw.startswith(self.MARK):
             try:
-                self.result, self.malformed = wire.read(raw.decode("utf-8", "replace"), "profile"), None
+                self.result, self.malformed = agentcall.read_answer(raw.decode("utf-8", "replace"), "profile"), None
             except wire.WireError as e:
                 self.malformed = str(e)
             return
@@ -109,10 +109,9 @@ def with_launcher(req: ProfileRequest, launcher: str) -> ProfileRequest:
     if (why := launchers.command_problem(launcher, req.command)):
         raise launchers.LauncherError(why)
     k = launchers.script_index(list(req.command), launcher)
-    if launcher == "mpirun" and (far := [w for w in req.command[1:k] if w.split("=", 1)[0] in
-                                         launchers.MPIRUN_OTHER_HOSTS]):
+    if launcher == "mpirun" and (far := launchers.mpirun_other_hosts(list(req.command[1:k]))):
         raise launchers.LauncherError(
-            f"--launcher mpirun on lab servers starts every rank on the host given (--hosts); {far[0]} would start "
+            f"--launcher mpirun on lab servers starts every rank on the host given (--hosts); {far} would start "
             "ranks on hosts fleet has not checked for tenants, nor watches: give each host to --hosts")
     if req.uses_counters:
         # Every rank runs a profiler of its own on the host's GPUs: several would program the
@@ -267,7 +266,7 @@ async def gather(fan: "Fanout", hosts: dict[str, "Host"], store_root: Path, run_
                 entry.missing_why = f"no result on the node yet: {r.error or r.stderr.decode(errors='replace').strip()}"
                 continue
             try:
-                result = entry.result = wire.read(r.stdout.decode(errors="replace"), "profile")
+                result = entry.result = agentcall.read_answer(r.stdout.decode(errors="replace"), "profile")
             except wire.WireError as e:
                 entry.missing_why = f"the result on the node is not readable yet: {e}"
                 continue

@@ -13,6 +13,7 @@ from __future__ import annotations
 import hmac
 
 from .. import safenames
+from ..agentcall import cut_strings
 from ..agent import wire
 from ..agent.rundir import RunDir
 from ..outcome import HostStatus
@@ -44,7 +45,7 @@ def from_file(path: str, text: str) -> tuple[dict | None, str | None]:
     if len(found) != 1:
         return None, f"{path} holds {len(found) or 'no'} answer{'s' if len(found) != 1 else ''} of fleet's agent, " \
                      "not one"
-    body = found[0]
+    body = cut_strings(found[0])
     node, label = RunDir.result_place(path)  # the listing's glob: always a result file's name
     if body.get("slurm_node") != node or body.get("host") != label:
         return None, (f"{path} holds the result of {str(body.get('host'))[:40]!r} on {str(body.get('slurm_node'))[:40]!r}"
