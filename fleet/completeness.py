@@ -82,7 +82,7 @@ def classify(entry: "HostEntry") -> Verdict | None:
     if killed and any(r.get("finished_from_qdstrm") for r in reports):
         return Verdict(TRUNCATED, f"the profiler was killed (signal {-result['exit_status']}): the report was "
                                   "finished from the data it had collected until then")
-    if (instead := used_instead(result)):
+    if (instead := used_instead(result, allow_own=allows_own(entry.plan))):
         return Verdict(LAUNCHER_ONLY, "used the GPU instead: " + instead)
     own, _ = gpu_processes(result)
     kernels = [s for s in result.get("summaries") or [] if isinstance(s, dict) and s.get("summary") == KERNELS]
@@ -91,32 +91,47 @@ def classify(entry: "HostEntry") -> Verdict | None:
     return Verdict(COMPLETE)
 
 
-def gpu_processes(result: dict) -> tuple[list[str], list[str]]:
+def gpu_processes(result: dict, *, arrived_only: bool = False) -> tuple[list[str], list[str]]:
     """The processes the run watch saw on the run's GPUs: the wrapped command's own, and the other
-    processes of the same user (another user's are neighbours, not the workload's), named."""
+    processes of the same user (another user's are neighbours, not the workload's), named; with
+    ``arrived_only``, of those others only the ones not there in the first look at their GPU."""
     user = (result.get("whose") or {}).get("user") if isinstance(result.get("whose"), dict) else None
     samples = (result.get("conditions") or {}).get("samples") if isinstance(result.get("conditions"), dict) else None
     own: dict[int, str] = {}
     others: dict[int, str] = {}
+    first: dict[object, set[int]] = {}  # GPU -> the pids of its first sample
     for sample in samples or []:
         listed = [p for p in (sample.get("processes") or []) if isinstance(p, dict) and isinstance(p.get("pid"), int)] \
             if isinstance(sample, dict) else []
+        there_at_start = first.setdefault(sample.get("gpu") if isinstance(sample, dict) else None,
+                                          {p["pid"] for p in listed})
         for p in listed:
             named = f"pid {p['pid']} ({p.get('name') or '?'}, GPU {sample.get('gpu')})"
             if p.get("own") is True:
                 own.setdefault(p["pid"], named)
-            elif user is not None and p.get("user") == user:
+            elif user is not None and p.get("user") == user and not (arrived_only and p["pid"] in there_at_start):
                 others.setdefault(p["pid"], named)
     return list(own.values()), [v for k, v in others.items() if k not in own]
 
 
-def used_instead(result: dict) -> str | None:
+def allows_own(plan) -> bool:
+    """Whether a lab host's run was asked with --allow-own, as its plan (a Plan or its JSON) says
+    in its watch or its last-moment check; False without a plan (a Slurm rank)."""
+    if plan is None:
+        return False
+    parts = [plan.get("watch"), plan.get("recheck")] if isinstance(plan, dict) else \
+        [getattr(plan, "watch", None), getattr(plan, "recheck", None)]
+    return any(isinstance(part, dict) and part.get("allow_own") is True for part in parts)
+
+
+def used_instead(result: dict, *, allow_own: bool = False) -> str | None:
     """The processes that used the run's GPUs where the wrapped one never did (``launcher-only``),
     named; None where the wrapped process was on a GPU, or nobody of its user was. The one rule of
-    the class and of the host's status (fleet.outcome): a process of the user's already on the GPU
-    when the run began counts as one that came during it (a daemon's worker started beforehand
-    looks the same as another job of theirs), so a launcher-only report is never ``ok``."""
-    own, others = gpu_processes(result)
+    the class and of the host's status (fleet.outcome), so a launcher-only report is never ``ok``:
+    a process of the user's already on the GPU when the run began counts (a daemon's worker started
+    beforehand), except under --allow-own (``allow_own``), which says the user's own processes
+    there are theirs, beside the workload (another job of theirs beside a CPU-only workload)."""
+    own, others = gpu_processes(result, arrived_only=allow_own)
     return ", ".join(others[:MAX_NAMED]) if others and not own else None
 
 

@@ -97,10 +97,11 @@ def newcomer_said(newcomer: dict) -> str:
 
 
 def of_result(result: dict | None, reports: list["ReportEntry"], *, tool: str | None = None,
-              fleet_stopped: bool = False) -> tuple[str, str | None]:
+              fleet_stopped: bool = False, allow_own: bool = False) -> tuple[str, str | None]:
     """(status, why) of a host or rank from its agent's result and what came home of it (and
-    whether fleet recorded a stop of its run: :func:`stopped_by_fleet`). A missing result is the
-    caller's to name (unreachable, missing, failed): this decides the rest."""
+    whether fleet recorded a stop of its run: :func:`stopped_by_fleet`; whether a lab host's run
+    allowed the user's own processes: ``completeness.allows_own`` of its plan). A missing result is
+    the caller's to name (unreachable, missing, failed): this decides the rest."""
     if result is None:
         return HostStatus.FAILED, "the agent gave no result"
     said = result.get("status")
@@ -129,7 +130,7 @@ def of_result(result: dict | None, reports: list["ReportEntry"], *, tool: str | 
     if errors:
         more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
         return HostStatus.PROFILER_ERROR, f"{tool or 'the profiler'} reported an error: {errors[0]}{more}"
-    if (instead := completeness.used_instead(result)):  # whole, but of the wrong process: the class's own rule
+    if (instead := completeness.used_instead(result, allow_own=allow_own)):  # wrong process: the class's own rule
         return HostStatus.FAILED, f"the profiled process never used the GPU; {instead} did (launcher-only)"
     return HostStatus.OK, None
 

@@ -10,6 +10,7 @@ import os
 import shutil
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -170,3 +171,9 @@ def test_a_rank_whose_report_is_launcher_only_is_never_ok_even_beside_its_users_
     assert "pid 4242 (python3, GPU 0) did (launcher-only)" in entries[0].missing_why
     assert outcome.run_status(e.status for e in entries) != "complete"
     assert exitcodes.for_hosts(e.status for e in entries) != exitcodes.OK
+    # Under --allow-own (a lab host's plan says it) the user's own process there from the start is
+    # theirs, beside a CPU-only workload: neither the class nor the status says launcher-only.
+    allowed = replace(entries[0], status="ok", missing_why=None, plan={"watch": {"allow_own": True}})
+    assert completeness.classify(allowed).cls == "complete"
+    assert outcome.of_result(allowed.result, allowed.reports, allow_own=completeness.allows_own(allowed.plan)) == \
+        ("ok", None)

@@ -246,7 +246,8 @@ def reports_ranks(run_id, store_root, example, sync_range, sync_call, step_range
     if sync_range and sync_call:
         fail("--sync-range and --sync-call name the sync two ways: give one")
     if (example is None) == (run_id is None):
-        fail("give a RUN-ID, or --example to try it on the recorded H200 run" if run_id is None else
+        fail("give a RUN-ID, or --example DIR to try it on the run recorded on an H200 (DIR: "
+             "tests/fixtures/ranks-h200/recorded of fleet's checkout)" if run_id is None else
              f"give RUN-ID {run_id} or --example, not both")
     found = _example_ranks(example, sync_range, sync_call, step_range) if example is not None else \
         _run_ranks(store_root, run_id, sync_range, sync_call, step_range)

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
-from .. import agentcall, containers, launchers, outcome, safenames, store
+from .. import agentcall, completeness, containers, launchers, outcome, safenames, store
 from ..agent import wire
 from ..agent.rundir import RunDir
 from ..outcome import HostStatus
@@ -219,7 +219,8 @@ async def run_planned(fan: "Fanout", hosts: list["Host"], runs: dict[str, HostRu
                                             node_dir=os.path.dirname(run.plan.output), gathering=gathering,
                                             read_through=via is not host, remove_for=removing(host),
                                             output=run.plan.output)
-        run.status, run.error = outcome.of_result(run.result, run.reports, tool=run.plan.tool)
+        run.status, run.error = outcome.of_result(run.result, run.reports, tool=run.plan.tool,
+                                                  allow_own=completeness.allows_own(run.plan))
         return r
 
     await fan.each(todo, one)
@@ -276,7 +277,8 @@ async def gather(fan: "Fanout", hosts: dict[str, "Host"], store_root: Path, run_
         entry.reports += await bring_home(fan, host, missing, safenames.join(path.parent, host.name, what="host name"),
                                           node_dir=node_dir, remove_for=removing(host),
                                           output=Plan.from_json(plan_doc).output)
-        entry.status, entry.missing_why = outcome.of_result(result, entry.reports, tool=plan_doc.get("tool"))
+        entry.status, entry.missing_why = outcome.of_result(result, entry.reports, tool=plan_doc.get("tool"),
+                                                            allow_own=completeness.allows_own(plan_doc))
     manifest.hosts = with_missing_ranks(manifest.hosts)
     manifest.status = outcome.run_status(h.status for h in manifest.hosts)
     store.save(store_root, manifest)
