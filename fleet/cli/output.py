@@ -16,7 +16,7 @@ import click
 
 from ..hostlist import fold
 from ..transport import Result
-from .terminal import echo, visible
+from .terminal import UNSEEN, echo, visible
 
 
 def fold_results(results: Iterable[Result]) -> list[tuple[list[str], Result]]:
@@ -173,7 +173,9 @@ def print_table(headers: list[str], rows: list[list[str]], status_column: int | 
     """Rows under a header. On a terminal a rich table, its statuses coloured (never under
     NO_COLOR); piped, plain columns with whole values, for grep and awk, without importing rich.
     Every cell is shown through :func:`visible`: a kernel's, a host's or a GPU's name is another's."""
-    rows = [[visible(c) for c in row] for row in rows]
+    rows = [[str(c) for c in row] for row in rows]
+    if UNSEEN.search("".join(c for row in rows for c in row)):  # one scan: most tables hold no control character
+        rows = [[visible(c) for c in row] for row in rows]
     if not (sys.stdout.isatty() or os.environ.get("FORCE_COLOR")):
         widths = [max(len(str(r[i])) for r in [headers, *rows]) for i in range(len(headers))]
         # One write of the whole table (cells already shown through visible): 100,000 rows in one
