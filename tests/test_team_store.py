@@ -85,6 +85,14 @@ def test_each_person_sees_their_own_runs_and_those_shared_with_their_group_and_n
     assert listed("alice", "--user", "bob") == {(BOB_RUN, "bob")}
     assert listed("alice", "--shared") == {(BOB_RUN, "bob")}
     assert listed("carol") == {(CAROL_RUN, "carol")}  # not in ml: bob's run stays out of sight
+    # The table a person reads: the same two runs, each with its owner, the sha256 cut to 12.
+    r = site.fleet("reports", "ls", env=site.env("alice"))
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert lines[0].split() == ["RUN", "OWNER", "HOST", "TOOL", "STATUS", "SHA256", "NAME"]
+    bob_sha = hashlib.sha256(b"bob's report").hexdigest()[:12]
+    assert sorted(line.split()[:2] + [line.split()[5]] for line in lines[1:]) == sorted(
+        [[ALICE_RUN, "alice", hashlib.sha256(b"alice's report").hexdigest()[:12]], [BOB_RUN, "bob", bob_sha]])
     # alice may not share with a group she is not in, nor share bob's run.
     r = site.fleet("reports", "share", ALICE_RUN, "fleet_admin", env=site.env("alice"))
     assert r.returncode == 1 and "not a member of the group" in r.stderr

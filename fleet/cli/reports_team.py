@@ -36,12 +36,11 @@ def local_store(store_root, run_ids: list[str]):
 def ls(team, *, host, since, tool, status, user, shared, as_json) -> None:
     from ..store.team import read
 
-    rows = read.reports(team, host=host, since=since, tool=tool, status=status, user=user, shared=shared)
+    filters = dict(host=host, since=since, tool=tool, status=status, user=user, shared=shared)
     if as_json:
-        return echo_json(rows)
-    print_table(["RUN", "OWNER", "HOST", "TOOL", "STATUS", "SHA256", "NAME"],
-                [[r["run_id"], r["owner"], r["host"], r["tool"], r["status"], (r["sha256"] or "")[:12], r["name"]]
-                 for r in rows], status_column=4)
+        return echo_json(read.reports(team, **filters))
+    print_table(["RUN", "OWNER", "HOST", "TOOL", "STATUS", "SHA256", "NAME"], read.report_table(team, **filters),
+                status_column=4)
 
 
 def show(team, run_id: str, as_json: bool) -> None:

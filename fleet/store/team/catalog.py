@@ -141,8 +141,14 @@ LIST_COLUMNS = ("run_id", "owner", "host", "name", "tool", "status", "sha256", "
                 "tool_version", "started", "object_key")
 
 
-def reports(conn, *, host=None, since=None, tool=None, status=None, user=None, shared=False) -> list[dict]:
-    """The reports this person may see, oldest first; ``shared``: only runs shared with a group."""
+# The columns of ``fleet reports ls``'s table, made text in PostgreSQL: 100,000 rows reach the
+# terminal without a timestamp parsed or a dict built for each (the listing's whole cost otherwise).
+TABLE_COLUMNS = ("p.run_id", "r.owner", "p.host", "coalesce(p.tool, '')", "p.status", "left(coalesce(p.sha256, ''), 12)",
+                 "p.name")
+
+
+def _filtered(columns, host, since, tool, status, user, shared) -> tuple[str, list]:
+    """The listing's query over ``columns`` and its arguments: each filter a bound parameter."""
     where, args = [], []
     for column, value in (("p.host", host), ("p.tool", tool), ("p.status", status), ("r.owner", user)):
         if value:
@@ -153,10 +159,22 @@ def reports(conn, *, host=None, since=None, tool=None, status=None, user=None, s
         args.append(since)
     if shared:
         where.append("EXISTS (SELECT 1 FROM fleet.run_shares s WHERE s.run_id = r.run_id)")
-    sql = ("SELECT p.run_id, r.owner, p.host, p.name, p.tool, p.status, p.sha256, p.size, p.gpu, p.driver, "
-           "p.tool_version, p.started, p.object_key FROM fleet.reports p JOIN fleet.runs r ON r.run_id = p.run_id"
+    sql = (f"SELECT {', '.join(columns)} FROM fleet.reports p JOIN fleet.runs r ON r.run_id = p.run_id"
            + (" WHERE " + " AND ".join(where) if where else "") + " ORDER BY p.started, p.host, p.name")
+    return sql, args
+
+
+def reports(conn, *, host=None, since=None, tool=None, status=None, user=None, shared=False) -> list[dict]:
+    """The reports this person may see, oldest first; ``shared``: only runs shared with a group."""
+    sql, args = _filtered([f"p.{c}" if c != "owner" else "r.owner" for c in LIST_COLUMNS],
+                          host, since, tool, status, user, shared)
     return [dict(zip(LIST_COLUMNS, row)) for row in conn.execute(sql, args)]
+
+
+def report_table(conn, *, host=None, since=None, tool=None, status=None, user=None, shared=False) -> list[tuple]:
+    """The same reports as :func:`reports`, as rows of text: TABLE_COLUMNS."""
+    sql, args = _filtered(TABLE_COLUMNS, host, since, tool, status, user, shared)
+    return conn.execute(sql, args).fetchall()
 
 
 def manifest(conn, run_id: str) -> tuple[str, dict]:

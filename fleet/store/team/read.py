@@ -22,6 +22,13 @@ def reports(team: TeamStore, **filters) -> list[dict]:
         return catalog.reports(conn, **filters)
 
 
+def report_table(team: TeamStore, **filters) -> list[tuple]:
+    """``reports`` as the listing's rows of text (catalog.TABLE_COLUMNS)."""
+    with catalog.connected(team) as conn:
+        catalog.check_version(conn)
+        return catalog.report_table(conn, **filters)
+
+
 def manifest(team: TeamStore, run_id: str) -> tuple[str, RunManifest, list[str]]:
     """(owner, manifest, groups it is shared with) of a run this person may see."""
     layout.check_run_id(run_id)
