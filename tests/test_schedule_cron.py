@@ -20,6 +20,7 @@ from croniter import croniter
 
 from fleet.nightly import schedule
 from tests.conftest import REPO, fleet_json, run_fleet
+from tests.harness.crontab import standin_crontab
 
 T0 = datetime(2026, 11, 29, 13, 5)  # a Sunday
 
@@ -110,18 +111,6 @@ def test_a_crontab_line_runs_exactly_the_words_given(tmp_path):
             schedule.crontab_line({**record, **bad})
     with pytest.raises(schedule.ScheduleError, match="newline"):
         schedule.batch_script({**record, "playbook": "/p\n#SBATCH --x"})
-
-
-def standin_crontab(tmp_path: Path) -> tuple[Path, Path]:
-    """A `crontab` on PATH that keeps its table in a file: the machine's own crontab is never touched."""
-    bin_dir, table = tmp_path / "bin", tmp_path / "crontab.txt"
-    bin_dir.mkdir()
-    (bin_dir / "crontab").write_text(
-        f"#!/bin/sh\nt={shlex.quote(str(table))}\n"
-        'case "$1" in -l) [ -f "$t" ] && exec cat "$t"; echo "no crontab for root" >&2; exit 1;;\n'
-        '  -) exec cat > "$t";; *) exit 64;; esac\n')
-    (bin_dir / "crontab").chmod(0o755)
-    return bin_dir, table
 
 
 def lab_playbook(tmp_path: Path, name: str) -> Path:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -20,6 +21,7 @@ import pytest
 import yaml
 
 from tests.conftest import run_fleet
+from tests.harness.crontab import fire_as_cron, standin_crontab
 from tests.harness.teamstore import BUCKET, PREFIX, TeamSite, embedded_run
 
 BOB_RUN, ALICE_RUN, CAROL_RUN = "20261203-090000-b0b0", "20261203-090100-a11c", "20261203-090200-ca01"
@@ -379,6 +381,33 @@ def test_a_playbook_run_lands_in_the_team_store_named_by_the_site_config_file(si
     rows = site.psql("SELECT r.run_id FROM fleet.runs r JOIN fleet.metrics m ON m.run_id = r.run_id "
                      "WHERE m.playbook = 'team-night'", role="alice").stdout.split()
     assert len(set(rows)) == 1
+
+
+def test_a_schedule_fired_by_cron_lands_its_night_in_the_team_store_and_the_report_reads_it(site, lab, tmp_path):
+    """cron starts the schedule without the person's shell: where libpq and boto3 find alice's
+    credentials must go with the schedule, and the credentials themselves must not."""
+    bin_dir, table = standin_crontab(tmp_path)
+    store = store_of(tmp_path, "alice-store")
+    pb = tmp_path / "nightly.yaml"
+    pb.write_text(yaml.safe_dump({"name": "cron-night", "target": {"hosts": "h02"}, "command": ["sleep", "0.2"]}))
+    env = {**lab["c"].env(), **site.env("alice", store), "PATH": f"{bin_dir}:/usr/bin:/bin"}
+    r = run_fleet("schedule", "install", str(pb), "--cron", "0 2 * * *", "--backend", "crontab", env=env)
+    assert r.returncode == 0, r.stderr
+    [line] = table.read_text().splitlines()
+    assert site.keys["alice"][1] not in line and site.pg_passwords["alice"] not in line
+    home = tmp_path / "cron-home"
+    home.mkdir()
+    fired = fire_as_cron(line, home)
+    log = (store / "schedules" / "cron-night.log").read_text()
+    assert fired.returncode == 0 and "team store: pushed (" in log, (fired.stderr, log)
+    [run_id] = re.findall(r"schedule cron-night: run (\S+) complete", log)
+    owner = site.psql(f"SELECT owner FROM fleet.runs WHERE run_id = '{run_id}'", role="alice").stdout.split()
+    assert owner == ["alice"]
+    out = tmp_path / "page" / "nightly.html"
+    r = site.fleet("nightly", "report", str(pb), "--out", str(out), env=site.env("alice", store_of(tmp_path, "empty")))
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert json.loads(out.with_suffix(".json").read_text())["playbooks"][0]["runs"] == 1  # read from the team store
+    assert run_fleet("schedule", "rm", "cron-night", env=env).returncode == 0 and table.read_text() == ""
 
 
 def test_stats_and_compare_read_a_team_run_as_they_read_one_of_the_embedded_store(site, tmp_path):

@@ -115,7 +115,12 @@ def schedule_install(obj: Context, playbook, cron, every, name, backend, sbatch_
 
     pb = _playbook(playbook)
     root = store.root(store_root).resolve()
-    env = {k: v for k, v in os.environ.items() if k.startswith(("FLEET_", "SLURM_CONF")) or k in ("PATH", "HOME")}
+    from ..store.team.config import CREDENTIAL_LOCATIONS
+
+    # What the firing needs of this shell: fleet's settings, and where the team store's clients
+    # find their credentials (a night pushed from cron lands in the team store as it would from here).
+    kept = ("PATH", "HOME", *CREDENTIAL_LOCATIONS)
+    env = {k: v for k, v in os.environ.items() if k.startswith(("FLEET_", "SLURM_CONF")) or k in kept}
     env["FLEET_STORE"] = str(root)
     if obj.inventories:
         env["FLEET_INVENTORY"] = " ".join(str(Path(i).resolve()) for i in obj.inventories)

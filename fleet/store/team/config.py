@@ -27,6 +27,14 @@ SITE_FILES = (Path("~/.config/fleet/site.toml"), Path("/etc/fleet/site.toml"))
 BUCKET = re.compile(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]")          # S3's rule for a bucket's name
 PREFIX_PART = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,63}")       # one safe word of the key prefix
 
+# Where libpq and boto3 find the servers and each person's credentials: names of files, profiles
+# and endpoints, never a secret. A schedule carries these into cron or a batch job, which start
+# without the person's shell; PGPASSWORD, AWS_SECRET_ACCESS_KEY and their kin are never among them.
+CREDENTIAL_LOCATIONS = ("PGSERVICE", "PGSERVICEFILE", "PGPASSFILE", "PGHOST", "PGPORT", "PGUSER", "PGDATABASE",
+                        "PGSSLMODE", "PGSSLROOTCERT", "PGSSLCERT", "PGSSLKEY",
+                        "AWS_PROFILE", "AWS_CONFIG_FILE", "AWS_SHARED_CREDENTIALS_FILE", "AWS_ENDPOINT_URL",
+                        "AWS_ENDPOINT_URL_S3", "AWS_DEFAULT_REGION", "AWS_REGION", "AWS_CA_BUNDLE")
+
 
 class TeamConfigError(FleetError):
     """A team store setting fleet cannot use; the message names where it came from."""
