@@ -322,6 +322,49 @@ def test_eight_clients_at_once_lose_no_row_and_duplicate_no_object(site, tmp_pat
     assert len(mine) == len(set(mine)) == 40
 
 
+def test_eight_people_profiling_at_once_into_one_team_store_lose_no_row_and_duplicate_no_object(site, lab, tmp_path):
+    """Eight `fleet profile` runs at once, alice's and bob's, over two lab servers, each from its own
+    embedded store: every report the runs verified is in the catalog once, its object once, whole."""
+    clients = []
+    for n in range(8):
+        person, host = ("alice", "bob")[n % 2], ("h02", "h03")[n // 4]
+        root = store_of(tmp_path, f"client{n}")
+        env = {**{k: v for k, v in os.environ.items() if not k.startswith(("FLEET_", "AWS_", "PG"))},
+               **lab["c"].env(), **site.env(person, root)}
+        clients.append((person, root, subprocess.Popen(
+            [sys.executable, "-m", "fleet", "profile", "--hosts", host, "--", "sleep", "0.2"], env=env,
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL)))
+    expected = {}  # (run, host, report name) -> sha256, as each client's embedded store verified it
+    for person, root, proc in clients:
+        out, err = proc.communicate(timeout=300)
+        assert proc.returncode == 0 and "team store: pushed (" in out, (out, err)
+        [manifest] = root.glob("lab/*/*/manifest.json")
+        doc = json.loads(manifest.read_text())
+        for host in doc["hosts"]:
+            for report in host["reports"]:
+                if report["verified"]:
+                    expected[(doc["run_id"], host["host"], Path(report["stored"]).name)] = (person, report["sha256"])
+    runs = {run for run, _, _ in expected}
+    assert len(runs) == 8
+    listed = ", ".join(f"'{run}'" for run in sorted(runs))
+    catalogued = {}
+    for person in ("alice", "bob"):
+        rows = site.psql(f"SELECT p.run_id, p.host, p.name, p.sha256, p.object_key, r.owner FROM fleet.reports p "
+                         f"JOIN fleet.runs r USING (run_id) WHERE r.run_id IN ({listed}) AND r.owner = '{person}' "
+                         f"AND p.object_key IS NOT NULL", role=person).stdout.split()
+        for row in rows:
+            run_id, host, name, sha, key, owner = row.split("|")
+            assert (run_id, host, name) not in catalogued  # no row twice
+            catalogued[(run_id, host, name)] = (owner, sha, key)
+    assert {k: v[:2] for k, v in catalogued.items()} == expected  # no row lost, each its owner's
+    s3 = site.s3_as("admin")
+    for owner, sha, key in catalogued.values():
+        assert key.startswith(f"{PREFIX}/{owner}/lab/")
+        assert hashlib.sha256(s3.get_object(Bucket=BUCKET, Key=key)["Body"].read()).hexdigest() == sha
+    keys = [k for k in keys_under(site, f"{PREFIX}/") if k.split("/")[3] in runs]
+    assert sorted(keys) == sorted(key for _, _, key in catalogued.values())  # each object once, none stray
+
+
 def test_a_lab_profile_is_pushed_once_it_finishes_and_kept_when_the_team_store_is_down(site, lab, tmp_path):
     env = {**lab["c"].env(), **site.env("bob")}
     r = run_fleet("profile", "--store", str(lab["out"]), "--hosts", "h02", "--", "sleep", "0.2", env=env)
