@@ -477,19 +477,20 @@ def test_stats_and_compare_read_a_team_run_as_they_read_one_of_the_embedded_stor
     assert r.returncode == 2 and "that you may see" in r.stderr  # carol is in no group it was shared with
 
 
-def test_a_slurm_profile_is_pushed_with_every_ranks_report(site, hpc, tmp_path):
-    env = {**hpc.env(), "FLEET_STORE": str(store_of(tmp_path)), **site.env("alice")}
+@pytest.mark.parametrize("person, other", [("alice", "bob"), ("bob", "alice")])
+def test_a_slurm_profile_is_pushed_with_every_ranks_report(site, hpc, tmp_path, person, other):
+    env = {**hpc.env(), "FLEET_STORE": str(store_of(tmp_path)), **site.env(person)}
     r = run_fleet("profile", "--partition", "gpu", "--poll", "1", "--nodes", "2", "--ntasks-per-node", "1", "--",
                   "true", env=env, timeout=240)
     assert r.returncode == 0, r.stderr + r.stdout
     assert "team store: pushed (" in r.stdout
     run_id = next(word.rstrip(":") for word in r.stdout.split() if word.count("-") == 2 and word[:8].isdigit())
-    r = site.fleet("reports", "ls", "--json", env=site.env("alice"))
+    r = site.fleet("reports", "ls", "--json", env=site.env(person))
     rows = [row for row in json.loads(r.stdout)["data"] if row["run_id"] == run_id]
     reports = sorted((row["host"], row["name"]) for row in rows if row["name"].endswith(".nsys-rep"))
     assert reports == [("node1", "rank0.nsys-rep"), ("node2", "rank1.nsys-rep")]
-    assert all(row["object_key"] and row["owner"] == "alice" for row in rows if row["status"] == "complete")
-    assert site.fleet("reports", "show", run_id, env=site.env("bob")).returncode == 2  # alice's alone
+    assert all(row["object_key"] and row["owner"] == person for row in rows if row["status"] == "complete")
+    assert site.fleet("reports", "show", run_id, env=site.env(other)).returncode == 2  # the person's alone
 
 
 def test_a_file_changed_since_the_store_verified_it_is_not_pushed_and_the_run_stays_out(site, tmp_path):
