@@ -2,19 +2,23 @@
 Slurm node) can write, so ``fleet reports ranks`` reads it as an attacker's file. A view over an
 endless recursive query, a trigger or a virtual table among the tables read, and a value of the
 wrong type each fail that one rank with one line naming it and why; the other ranks are analysed,
-the command ends, and the controller's temporary space does not grow."""
+the command ends, and the controller's temporary space does not grow. The node's summaries, made
+from the export where the job can put another file in its place, hold it to the same rules."""
 
 from __future__ import annotations
 
 import os
 import re
+import shutil
 import sqlite3
 import subprocess
 import sys
+import threading
 import time
 from contextlib import closing
 from pathlib import Path
 
+from fleet.agent import reports, summaries
 from tests.conftest import REPO
 from tests.harness import nsys_export as nx
 from tests.harness.rank_plants import eight
@@ -107,3 +111,57 @@ def test_a_value_of_the_wrong_type_fails_that_rank_naming_file_table_and_column(
                                 (4, "TARGET_INFO_SESSION_START_TIME", "utcEpochNs"), (6, "NVTX_EVENTS", "start")):
         assert re.search(rf"^no export: rank {rank} \(.*rank{rank}\.sqlite: {table}\.{column} holds ", out, re.M), out
     assert re.search(r"^run \S+: 5 ranks", out, re.M), out
+
+
+RECORDED_RANK = REPO / "tests" / "fixtures" / "ranks-h200" / "recorded" / "rank0.sqlite"
+ENDLESS_STRINGS = """CREATE VIEW StringIds AS WITH RECURSIVE r(id, value) AS
+ (SELECT 1, 'x' UNION ALL SELECT id + 1, hex(randomblob(512)) FROM r) SELECT * FROM r"""
+
+
+def summarized(export: Path, out: Path) -> dict:
+    """The node's summaries of ``export`` (as the agent makes them, into ``out``), what kept each
+    from being made; made in a thread, waited for at most 120 s: an endless query fails the test
+    rather than hanging it."""
+    out.mkdir()
+    failed = {}
+    worker = threading.Thread(target=lambda: failed.update(
+        summaries.write(str(export), reports.SUMMARIES, lambda name: str(out / f"{name}.csv"))), daemon=True)
+    worker.start()
+    worker.join(120)
+    assert not worker.is_alive(), "the summaries did not end"
+    return {name: str(e) for name, e in failed.items()}
+
+
+def test_the_nodes_summaries_refuse_a_view_in_place_of_a_table_and_make_the_others(tmp_path):
+    export = tmp_path / "rank0.sqlite"
+    shutil.copyfile(RECORDED_RANK, export)
+    plant(export, "DROP TABLE NVTX_EVENTS", ENDLESS_VIEW)
+    failed = summarized(export, tmp_path / "out")
+    assert list(failed) == ["nvtx_sum"] and "NVTX_EVENTS is a view, not a table" in failed["nvtx_sum"], failed
+    for name in ("cuda_gpu_kern_sum", "cuda_api_sum"):  # made, as nsys stats made them from the real export
+        assert (tmp_path / "out" / f"{name}.csv").read_bytes() == \
+            RECORDED_RANK.with_name(f"rank0_{name}.csv").read_bytes()
+    assert not (tmp_path / "out" / "nvtx_sum.csv").exists()
+
+
+def test_the_nodes_summaries_refuse_an_endless_view_of_the_names_and_end(tmp_path):
+    export = tmp_path / "rank0.sqlite"
+    shutil.copyfile(RECORDED_RANK, export)
+    plant(export, "DROP TABLE StringIds", ENDLESS_STRINGS)
+    failed = summarized(export, tmp_path / "out")
+    assert sorted(failed) == sorted(reports.SUMMARIES)
+    assert all("StringIds is a view, not a table" in why for why in failed.values()), failed
+    assert not list((tmp_path / "out").iterdir())
+
+
+def test_the_nodes_summaries_of_one_export_stop_at_their_deadline_each_said(tmp_path, monkeypatch):
+    """A plain table too large to sort in the time given (here none at all): each summary is
+    stopped and said so, none waits on."""
+    export = tmp_path / "big.sqlite"
+    plant(export, "CREATE TABLE StringIds (id INTEGER PRIMARY KEY, value TEXT NOT NULL)",
+          "CREATE TABLE CUPTI_ACTIVITY_KIND_KERNEL (start INTEGER, end INTEGER, demangledName INTEGER)",
+          "INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n "
+          "WHERE i < 200000) SELECT i, i + i % 977, i % 13 FROM n")
+    monkeypatch.setattr(summaries, "READ_S", 0.0)
+    failed = summarized(export, tmp_path / "out")
+    assert failed == {"cuda_gpu_kern_sum": "read for longer than 0 s: stopped"}

@@ -47,6 +47,7 @@ SHIPPED = {
     "fleet_agent_workload": "fleet.agent.workload",
     "fleet_agent_reports": "fleet.agent.reports",
     "fleet_agent_summaries": "fleet.agent.summaries",
+    "fleet_agent_sqlitefile": "fleet.agent.sqlitefile",
     "fleet_agent_nodeconfig": "fleet.agent.nodeconfig",
     "fleet_agent_owned": "fleet.agent.owned",
     "fleet_agent_locks": "fleet.agent.locks",

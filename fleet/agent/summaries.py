@@ -22,12 +22,13 @@ import operator
 import os
 import sqlite3
 import threading
-import urllib.parse
+import time
 
 try:  # as shipped by fleet, every module travels under a flat name
     import fleet_agent_files as files
+    import fleet_agent_sqlitefile as sqlitefile
 except ImportError:  # as part of the installed package (tests, the local machine)
-    from . import files
+    from . import files, sqlitefile
 
 TIMES = "Time (%),Total Time (ns),{count},Avg (ns),Med (ns),Min (ns),Max (ns),StdDev (ns)"
 HEADERS = {
@@ -77,11 +78,23 @@ DISTINCT = "SELECT grp, style, dur, count(*) FROM ({source}) GROUP BY grp, style
 # than MAX_SPANS; no more sorts run at once than the CPUs we may use.
 SPAN_ROWS = 200000
 MAX_SPANS = 8
+# The time all of one export's summaries may take together (30 s of small kernels: 3.4 s, above);
+# past it, each summary not yet made is a note, never a job held until its time limit.
+READ_S = 600.0
 
 
-def open_export(path):
-    """The export, read only: fleet never changes what nsys wrote."""
-    return sqlite3.connect("file:%s?mode=ro" % urllib.parse.quote(os.path.abspath(path)), uri=True)
+def open_export(path, until):
+    """The export, read only, as hostile input (:mod:`sqlitefile`): fleet never changes what nsys
+    wrote, and on Slurm the workload could have put another file in its place. Every query of it
+    is interrupted at ``until`` (``time.monotonic()``)."""
+    db = sqlitefile.untrusted(sqlite3.connect(sqlitefile.uri(path), uri=True))
+    sqlitefile.deadline(db, until)
+    return db
+
+
+def summary_tables(summary):
+    """The tables a summary reads: its own, and StringIds for the names."""
+    return (TABLES[summary], "StringIds")
 
 
 class Run:
@@ -169,17 +182,17 @@ class SortedSpan:
     (all of SQLite's work on the span, which runs without the interpreter's lock), kept as a
     :class:`Run` for each group."""
 
-    def __init__(self, export, summary, span, last):
+    def __init__(self, export, summary, span, last, until):
         self.runs, self.error = {}, None
-        self.args = (export, summary, span, last)
+        self.args = (export, summary, span, last, until)
 
     def sort(self):
-        export, summary, span, last = self.args
+        export, summary, span, last, until = self.args
         where = "1" if span is WHOLE else "%s BETWEEN :lo AND :hi" % SPAN[summary]
         lo, hi = span if span is not WHOLE else (None, None)
         try:
             with SLOTS:
-                db = open_export(export)
+                db = open_export(export, until)
                 try:
                     cursor = db.execute(DISTINCT.format(source=SOURCES[summary].format(span=where)),
                                         {"lo": lo, "hi": hi, "last": last})
@@ -191,10 +204,11 @@ class SortedSpan:
             self.error = e
 
 
-def groups(export, db, summary, threads=1):
-    """The summary's groups in SQLite's order of them, each with its runs of distinct durations."""
+def groups(export, db, summary, threads, until):
+    """The summary's groups in SQLite's order of them, each with its runs of distinct durations;
+    the threads' queries interrupted at ``until`` as ``db``'s are."""
     last = db.execute(LAST_EVENT).fetchone()[0] if summary == "nvtx_sum" else None
-    parts = [SortedSpan(export, summary, span, last) for span in spans(db, TABLES[summary], threads)]
+    parts = [SortedSpan(export, summary, span, last, until) for span in spans(db, TABLES[summary], threads)]
     workers = [threading.Thread(target=p.sort) for p in parts[1:]]
     for w in workers:
         w.start()
@@ -239,12 +253,13 @@ def tenths(x):
         return float(decimal.Decimal(x).quantize(decimal.Decimal("0.1"), rounding=decimal.ROUND_HALF_UP))
 
 
-def rows_of(export, db, summary, threads=1):
+def rows_of(export, db, summary, threads, until):
     """The summary's rows as nsys stats writes them, in its order: total time down, then count up,
-    then name; an empty list where the export has nothing of this kind."""
-    if not db.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (TABLES[summary],)).fetchone():
+    then name; an empty list where the export has nothing of this kind. A table it reads that is
+    no stored table (a view, a virtual table...) raises :class:`sqlitefile.NotPlainTable`."""
+    if TABLES[summary] not in sqlitefile.plain_tables(db, summary_tables(summary)):
         return []
-    found = groups(export, db, summary, threads)
+    found = groups(export, db, summary, threads, until)
     called = names(db, summary, [g.grp for g in found])
     stats = [g.stats() for g in found]
     everything = sum(s[0] for s in stats)
@@ -276,17 +291,19 @@ def write(export, summaries, path_of):
     that kept it from being made}."""
     failed = {}
     threads = cpus()
+    until = time.monotonic() + READ_S
 
     def one(name):
         try:
-            db = open_export(export)
+            db = open_export(export, until)
             try:
-                text = csv_text(name, rows_of(export, db, name, threads))
+                text = csv_text(name, rows_of(export, db, name, threads, until))
             finally:
                 db.close()
             files.write_private(path_of(name), text)
         except Exception as e:  # a summary that cannot be made is a note, never the report's loss
-            failed[name] = e
+            failed[name] = TimeoutError("read for longer than %d s: stopped" % READ_S) \
+                if sqlitefile.interrupted(e) else e
     workers = [threading.Thread(target=one, args=(name,)) for name in summaries]
     for w in workers:
         w.start()

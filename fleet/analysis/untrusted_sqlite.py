@@ -2,6 +2,9 @@
 job runs (on Slurm every workload can write its run folder), so its schema and its values are an
 attacker's.
 
+The rules the node's summaries share (read-only, the schema untrusted, stored tables only, one
+deadline) are in :mod:`fleet.agent.sqlitefile`; what only the controller adds is here.
+
 - It is opened read-only and immutable (``mode=ro&immutable=1``) on the store's own copy: fleet
   collected it into a folder that is the user's alone, checked its sha256, and nothing changes it
   under the reader. A journal or WAL file planted beside it is never read.
@@ -21,27 +24,22 @@ import os
 import sqlite3
 import stat
 import time
-import urllib.parse
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from ..agent import sqlitefile
 from ..errors import FleetError
 
 MAX_ROWS = 20_000_000          # rows one table may give (a long real trace has a few million kernels)
 MAX_VALUE_BYTES = 1 << 20      # a string or blob (SQLite's length limit; nsys's longest names are kilobytes)
 HEAP_BYTES = 256 << 20         # SQLite's own heap, this process (a process-wide limit: it only ever lowers)
 READ_S = 120.0                 # one file, all its queries
-STEPS_BETWEEN_CHECKS = 20_000  # virtual machine steps between two looks at the clock
 
 
 class UntrustedFileError(FleetError, ValueError):
     """A SQLite file refused or failed; the message is one line, without the file's name (the
     caller says which file)."""
-
-
-def _untrusted_uri(path: Path) -> str:
-    return f"file:{urllib.parse.quote(str(path))}?mode=ro&immutable=1"
 
 
 def _check_regular_file(path: Path) -> None:
@@ -65,17 +63,16 @@ def opened(path: str | Path, read_s: float = READ_S) -> Iterator[sqlite3.Connect
     _check_regular_file(path)
     db = None
     try:
-        db = sqlite3.connect(_untrusted_uri(path), uri=True, isolation_level=None)
+        db = sqlitefile.untrusted(sqlite3.connect(sqlitefile.uri(path, immutable=True), uri=True,
+                                                  isolation_level=None))
         db.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, MAX_VALUE_BYTES)
-        for pragma in ("trusted_schema = OFF", "query_only = ON", "temp_store = MEMORY",
-                       f"hard_heap_limit = {HEAP_BYTES}", "cell_size_check = ON"):
+        for pragma in ("temp_store = MEMORY", f"hard_heap_limit = {HEAP_BYTES}", "cell_size_check = ON"):
             db.execute(f"PRAGMA {pragma}")
-        deadline = time.monotonic() + read_s
-        db.set_progress_handler(lambda: time.monotonic() > deadline, STEPS_BETWEEN_CHECKS)
+        sqlitefile.deadline(db, time.monotonic() + read_s)
         db.execute("SELECT count(*) FROM sqlite_master").fetchall()
         yield db
     except sqlite3.OperationalError as e:
-        raise UntrustedFileError(f"read for longer than {read_s:.0f} s: refused" if "interrupt" in str(e)
+        raise UntrustedFileError(f"read for longer than {read_s:.0f} s: refused" if sqlitefile.interrupted(e)
                                  else f"SQLite: {e}") from None
     except sqlite3.DatabaseError as e:
         raise UntrustedFileError(f"not a SQLite file nsys wrote ({e})") from None
@@ -87,26 +84,12 @@ def opened(path: str | Path, read_s: float = READ_S) -> Iterator[sqlite3.Connect
 
 
 def plain_tables(db: sqlite3.Connection, tables: tuple[str, ...]) -> set[str]:
-    """Which of ``tables`` the file has, each checked to be a stored table: a view, a virtual
-    table, a generated column or a trigger on one of them is refused."""
-    found = set()
-    for kind, name, on, sql in db.execute("SELECT type, name, tbl_name, sql FROM sqlite_master"):
-        if kind == "trigger" and on in tables:
-            raise UntrustedFileError(f"a trigger on {on} ({name}): an export has none; refused")
-        if name not in tables:
-            continue
-        if kind == "view":
-            raise UntrustedFileError(f"{name} is a view, not a table: an export's tables are stored rows; refused")
-        if kind == "table" and str(sql or "").lstrip().upper().startswith("CREATE VIRTUAL"):
-            raise UntrustedFileError(f"{name} is a virtual table: an export's tables are stored rows; refused")
-        if kind == "table":
-            found.add(name)
-    for name in found:
-        generated = [row[1] for row in db.execute(f"PRAGMA table_xinfo('{name}')") if row[6] in (2, 3)]
-        if generated:
-            raise UntrustedFileError(f"{name}.{generated[0]} is a generated column: an export stores its "
-                                     f"values; refused")
-    return found
+    """Which of ``tables`` the file has, each checked to be a stored table
+    (:func:`fleet.agent.sqlitefile.plain_tables`)."""
+    try:
+        return sqlitefile.plain_tables(db, tables)
+    except sqlitefile.NotPlainTable as e:
+        raise UntrustedFileError(str(e)) from None
 
 
 def rows(db: sqlite3.Connection, table: str, sql: str, args=()) -> Iterator[tuple]:
