@@ -53,13 +53,14 @@ def upload_code(kind: str, path: Path, sha: str, key: str) -> str:
 
 
 def main() -> None:
-    site = TeamSite(people=("alice",)).start()
-    work = site.dir / "bench"
-    work.mkdir()
-    env = {**os.environ, **site.env("alice")}
+    site = TeamSite(people=("alice",))
     results: dict = {"commit": subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
                                               text=True).stdout.strip(), "upload_1gib": [], "memory": {}}
-    try:
+    try:  # a start that fails half-way stops what it started too
+        site.start()
+        work = site.dir / "bench"
+        work.mkdir()
+        env = {**os.environ, **site.env("alice")}
         path = work / "report.bin"
         sha = big_file(path, 1024)
         for n in range(ROUNDS):  # paired, alternating which goes first

@@ -122,37 +122,63 @@ def weed_binary() -> str:
     return found
 
 
-def _free_loopback_address(port: int = 8333) -> str:
-    """A random 127.A.B.C on which nothing listens at ``port`` (weed mini's S3 port)."""
+# weed mini's servers, each an HTTP port and a gRPC port of the instance's own (offsets from its
+# base port). weed names the unix sockets its servers talk through /tmp/seaweedfs-NAME-grpc-PORT.sock
+# whatever the address: two instances on the default ports, on two loopback addresses, take each
+# other's sockets (a test suite beside another stalls with "S3 did not answer"). So each instance
+# has ports no other holds, and its other sockets and its logs in its own folder.
+SERVERS = ("master", "volume", "filer", "s3", "admin")
+GRPC_SOCKET = "/tmp/seaweedfs-{server}-grpc-{port}.sock"
+
+
+def _port_flags(base: int) -> dict[str, int]:
+    flags = {}
+    for i, server in enumerate(SERVERS):
+        flags[f"{server}.port"], flags[f"{server}.port.grpc"] = base + 2 * i, base + 2 * i + 1
+    return flags
+
+
+def _free_address_and_ports() -> tuple[str, int]:
+    """A random 127.A.B.C and a base port at which nothing listens and whose gRPC sockets no
+    running weed holds."""
     for _ in range(50):
         address = f"127.{random.randint(100, 250)}.{random.randint(1, 250)}.{random.randint(2, 250)}"
+        base = random.randrange(20000, 30000, 16)
+        ports = _port_flags(base)
+        if any(Path(GRPC_SOCKET.format(server=s, port=ports[f"{s}.port.grpc"])).exists() for s in SERVERS):
+            continue
         with socket.socket() as s:
             s.settimeout(0.2)
-            if s.connect_ex((address, port)) != 0:
-                return address
-    raise RuntimeError("no free loopback address for SeaweedFS")
+            if all(s.connect_ex((address, port)) != 0 for port in ports.values()):
+                return address, base
+    raise RuntimeError("no free loopback address and ports for SeaweedFS")
 
 
 class SeaweedFS:
     """``weed mini``: master, volume, filer and S3 in one process; :meth:`start`, :meth:`kill`, :meth:`stop`."""
 
-    S3_PORT = 8333
-
     def __init__(self, identities_json: str):
         self.dir = Path(tempfile.mkdtemp(prefix="fleet-s3-"))
         (self.dir / "s3.json").write_text(identities_json)
         os.chmod(self.dir / "s3.json", 0o600)
-        self.address = _free_loopback_address(self.S3_PORT)
-        self.endpoint = f"http://{self.address}:{self.S3_PORT}"
+        self.address, base = _free_address_and_ports()
+        self.ports = _port_flags(base)
+        self.endpoint = f"http://{self.address}:{self.ports['s3.port']}"
         self.proc: subprocess.Popen | None = None
 
+    def _argv(self) -> list[str]:
+        own = self.dir
+        return [weed_binary(), f"-logdir={own / 'logs'}", "mini", f"-dir={own / 'data'}", f"-ip={self.address}",
+                f"-ip.bind={self.address}", "-master.telemetry=false", "-admin.ui=false", "-webdav=false",
+                "-s3.port.iceberg=0", f"-filer.localSocket={own / 'filer.sock'}", f"-s3.localSocket={own / 's3.sock'}",
+                f"-s3.config={own / 's3.json'}", *(f"-{flag}={port}" for flag, port in self.ports.items())]
+
     def start(self, timeout: float = 60) -> None:
-        (self.dir / "data").mkdir(exist_ok=True)
+        for folder in ("data", "logs"):
+            (self.dir / folder).mkdir(exist_ok=True)
         self.log = open(self.dir / "weed.log", "ab")
         self.proc = subprocess.Popen(
-            [weed_binary(), "mini", f"-dir={self.dir / 'data'}", f"-ip={self.address}", f"-ip.bind={self.address}",
-             "-master.telemetry=false", "-admin.ui=false", f"-s3.config={self.dir / 's3.json'}"],
-            stdout=self.log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+            self._argv(), stdout=self.log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
@@ -161,6 +187,7 @@ class SeaweedFS:
             if self._answers():
                 return
             time.sleep(0.3)
+        self.kill()  # never left running behind a failed start
         raise RuntimeError(f"SeaweedFS's S3 did not answer in {timeout} s")
 
     def _answers(self) -> bool:
@@ -195,3 +222,5 @@ class SeaweedFS:
     def destroy(self) -> None:
         self.stop()
         shutil.rmtree(self.dir, ignore_errors=True)
+        for server in SERVERS:  # the sockets of this instance's own ports, left by a kill
+            Path(GRPC_SOCKET.format(server=server, port=self.ports[f"{server}.port.grpc"])).unlink(missing_ok=True)
