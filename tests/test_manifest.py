@@ -179,3 +179,33 @@ def test_a_store_with_slurm_runs_filed_under_the_login_host_still_reads_beside_t
         shown = fleet_json(run_fleet("reports", "show", run_id, "--json", env=env).stdout)
         assert shown["site"] == site
     assert fleet_json(run_fleet("reports", "show", old["run_id"], "--json", env=env).stdout)["slurm"]["cluster_name"] is None
+
+
+def test_listing_slurm_jobs_builds_only_the_runs_that_may_still_be_in_slurms_hands(tmp_path, monkeypatch):
+    """`fleet jobs` and `fleet gather` look for runs not yet gathered among every manifest of the
+    store: finished runs (here 40 Slurm runs and a lab run) are passed over from their status
+    alone, never built and checked whole (1 ms each: a store of a few hundred runs made `fleet
+    jobs` a second slower). A file that cannot be read is still built, to say so."""
+    from fleet.slurm import runs
+
+    tmp_path.chmod(0o700)
+    for i in range(40):
+        finished = RunManifest(run_id=f"20261201-0900{i:02d}-{i:04x}", site="fleetci", day="2026-12-01",
+                               status="complete", hosts=[HostEntry("node1", "ok", rank=0)],
+                               slurm=SlurmInfo(cluster="h01", cluster_name="fleetci", job_id=str(100 + i)))
+        store.save(tmp_path, finished)
+    waiting = RunManifest(run_id="20261201-100000-beef", site="fleetci", day="2026-12-01", status="submitted",
+                          hosts=[], slurm=SlurmInfo(cluster="h01", cluster_name="fleetci", job_id="7"))
+    store.save(tmp_path, waiting)
+    lab = RunManifest(run_id="20261201-100100-1ab0", site="lab", day="2026-12-01", status="complete", hosts=[])
+    store.save(tmp_path, lab)
+    cut = tmp_path / "fleetci" / "2026-12-01" / "20261201-100200-c0de"
+    cut.mkdir(mode=0o700)
+    (cut / "manifest.json").write_text('{"run_id": "20261201-100200-c0de", "status": "subm')
+    built = []
+    real = store.read_manifest
+    monkeypatch.setattr(store, "read_manifest", lambda path: built.append(path.parent.name) or real(path))
+    skipped = []
+    assert [m.run_id for m in runs.stored(tmp_path, on_skipped=skipped.append)] == [waiting.run_id]
+    assert sorted(built) == sorted([waiting.run_id, "20261201-100200-c0de"])
+    assert len(skipped) == 1 and "20261201-100200-c0de" in skipped[0]

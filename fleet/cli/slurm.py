@@ -175,7 +175,7 @@ def gather_on_slurm(obj: Context, run_id: str, store_root, as_json: bool = False
         fail(str(e), exitcodes.of_error(e))
     if as_json:
         echo_json(m.to_json())
-    elif m.status in ("running", "submitted"):
+    elif m.status in store.UNFINISHED:
         echo(f"run {run_id}: job {m.slurm.job_id} is {m.slurm.state}; gather again once it ends")
     else:
         echo(render(m), nl=False)

@@ -308,6 +308,8 @@ class SlurmClient:
 
     async def _after_squeue(self, jobs: list[str]) -> dict[str, JobState]:
         """Jobs no longer in squeue: once, from accounting, or from scontrol while it remembers them."""
+        if self.info is None:  # not asked yet (`fleet jobs`): whether the cluster keeps accounting
+            await self.cluster_info()
         if self.info is not None and self.info.accounting:
             r = await self._sh("sacct", BOUNDED + 'bounded sacct --noheader --parsable2 --allocations --jobs="$1" '
                                '--format=JobID,State,ExitCode,NodeList,Elapsed', ",".join(jobs))

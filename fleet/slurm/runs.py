@@ -29,13 +29,15 @@ def stored(store_root: Path, run_ids: tuple[str, ...] = (),
     else:
         manifests = []
         for path in sorted(store_root.glob("*/*/*/manifest.json")):
+            if not store.may_be_unfinished(path):
+                continue  # a finished run: not built (1 ms each)
             try:
                 manifests.append(store.read_manifest(path))
             except UnsafeStore:
                 raise  # the store itself is not the user's: nothing of it is read
             except CatalogError as e:
                 on_skipped(f"skipped a run whose manifest cannot be read: {e}")
-    return [m for m in manifests if m.slurm and (run_ids or m.status in ("running", "submitted"))]
+    return [m for m in manifests if m.slurm and (run_ids or m.status in store.UNFINISHED)]
 
 
 def by_cluster(inventory: "Inventory", manifests: list["RunManifest"],
@@ -58,12 +60,13 @@ def by_cluster(inventory: "Inventory", manifests: list["RunManifest"],
 
 
 async def job_rows(fan: "Fanout", groups: list[tuple[Cluster, list["RunManifest"]]]) -> list[dict]:
-    """Each run's job as Slurm sees it now: one squeue call per cluster. Where slurmctld does not
-    answer (within its bound), every job of that cluster is UNKNOWN, never gone."""
+    """Each run's job as Slurm sees it now: one squeue call per cluster, in squeue's text format,
+    which every version writes (the cluster's own settings, one more round trip to slurmctld, are
+    asked only for a job that has left squeue). Where slurmctld does not answer (within its
+    bound), every job of that cluster is UNKNOWN, never gone."""
     rows = []
     for cluster, ms in groups:
         client = SlurmClient(fan, cluster.login)
-        await client.cluster_info()
         ids = [m.slurm.job_id for m in ms if m.slurm.job_id]
         try:
             states = await client.states(ids) if ids else {}

@@ -23,11 +23,11 @@ from .catalog import CATALOG_VERSION, SCHEMA, TABLES, catalog, index_manifest, k
 from .catalog import forget as _forget
 from .errors import CatalogDamaged, CatalogError, CatalogLocked, StoreWriteError, UnsafeStore
 from .layout import DEFAULT_ROOT, _inside, check_run_id, here, root, run_dir
-from .manifest_io import read_manifest, write_manifest
+from .manifest_io import UNFINISHED, may_be_unfinished, read_manifest, write_manifest
 from .queries import compare, load_run, manifest_of, metric_history, reports, save
 from .removal import Pulled, Removal, StillRunning, pull, remove_run
 
 __all__ = ["CATALOG_VERSION", "SCHEMA", "TABLES", "CatalogDamaged", "CatalogError", "CatalogLocked", "DEFAULT_ROOT", "Pulled", "Removal",
-           "StillRunning", "StoreWriteError", "UnsafeStore", "catalog", "check_run_id", "compare", "here",
-           "index_manifest", "kernel_rows", "load_run", "manifest_of", "metric_history", "pull", "read_manifest",
-           "record", "reindex", "remove_run", "reports", "root", "run_dir", "save", "write_manifest"]
+           "StillRunning", "StoreWriteError", "UNFINISHED", "UnsafeStore", "catalog", "check_run_id", "compare", "here",
+           "index_manifest", "kernel_rows", "load_run", "manifest_of", "may_be_unfinished", "metric_history", "pull",
+           "read_manifest", "record", "reindex", "remove_run", "reports", "root", "run_dir", "save", "write_manifest"]

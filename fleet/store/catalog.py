@@ -21,7 +21,7 @@ from . import numbers, private
 from .errors import CatalogDamaged, CatalogError, CatalogLocked
 from .layout import manifests
 from .manifest import WHOSE
-from .manifest_io import read_manifest
+from .manifest_io import UNFINISHED, read_manifest
 
 # PRAGMA user_version of the catalog. 0: written before the catalog had a version (its
 # rows may include the kernels and metrics of removed runs); it is rebuilt from the manifests.
@@ -149,7 +149,7 @@ def index_manifest(db: sqlite3.Connection, path: Path) -> list[str]:
                        (m.run_id, host.host, rep.stored or rep.remote, tool, rep.status, rep.sha256, rep.size,
                         host.gpu, host.driver, host.tool_version, m.started, host.worker))
         if not host.reports:
-            status = ("running" if m.status in ("running", "submitted") else
+            status = ("running" if m.status in UNFINISHED else
                       "refused" if host.status == "refused" else "missing")
             placeholder = "" if host.rank is None else f"(rank {host.rank})"  # Slurm: one row a rank
             db.execute("INSERT OR REPLACE INTO reports VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",

@@ -63,6 +63,25 @@ def read_manifest(path: Path) -> RunManifest:
     return m
 
 
+# A run whose job may still be in Slurm's hands: `fleet jobs` and `fleet gather` look for these.
+UNFINISHED = ("running", "submitted")
+
+
+def may_be_unfinished(path: Path) -> bool:
+    """Whether the manifest at ``path`` may be of a run not finished (its job perhaps still in
+    Slurm's hands), from its status alone, without building the run: a store of hundreds of
+    finished runs is looked through in milliseconds, not a second. A file that cannot be read as a
+    JSON object, or whose status is not text, may be: :func:`read_manifest` then says why."""
+    try:
+        doc = json.loads(private.read_text(path))
+    except UnsafeStore:
+        raise
+    except (OSError, ValueError, RecursionError):
+        return True
+    status = doc.get("status") if isinstance(doc, dict) else None
+    return not isinstance(status, str) or status in UNFINISHED
+
+
 def shape_problem(record: object, where: str = "") -> str | None:
     """The first field of a manifest (or a record in it) that is not of its declared type, or
     whose number is out of bounds, said as ``hosts[2].reports[0].size is '12'``; None if all are."""

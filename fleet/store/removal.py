@@ -11,10 +11,9 @@ from .. import safenames
 from . import private
 from .catalog import TABLES, forget, opened
 from .errors import CatalogError
+from .manifest_io import UNFINISHED as STILL_RUNNING
 from .manifest_io import read_manifest
 from .queries import load_run, manifest_of
-
-STILL_RUNNING = ("running", "submitted")
 
 
 class StillRunning(CatalogError):
