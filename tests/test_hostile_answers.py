@@ -21,6 +21,7 @@ import pytest
 from fleet import exitcodes
 from fleet.agent import wire
 from tests.conftest import REPO, fleet_json, run_fleet
+from tests.harness.procs import end_frozen
 from tests.harness.sshd import SSHCluster
 
 # On the node: the probe is the real agent's; the profile round trip answers with the file
@@ -172,15 +173,7 @@ def test_a_node_gone_silent_without_keepalives_ends_unreachable_within_timeout_a
         out, err = proc.communicate(timeout=60)  # without a bound it waits for ever
         ended = time.monotonic() - started
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        for pid in stopped:
-            for sig in (signal.SIGCONT, signal.SIGKILL):
-                try:
-                    os.kill(pid, sig)
-                except ProcessLookupError:
-                    pass
+        end_frozen(proc, stopped)
     h02 = host(fleet_json(out), "h02")
     assert h02["status"] == "unreachable" and proc.returncode == exitcodes.UNREACHABLE, (h02, err)
     assert ended < 20, f"ended after {ended:.0f} s"  # the acceptance's bound: --timeout + --finish-timeout + 5

@@ -22,6 +22,7 @@ from fleet.inventory import load
 from fleet.transport.settings import SSHSettings
 from fleet.transport.ssh import SSHTransport
 from tests.conftest import run_fleet
+from tests.harness.procs import end_frozen
 from tests.harness.sshd import Bastion, HiddenCluster, HiddenNetwork, SSHCluster
 
 
@@ -192,15 +193,7 @@ def test_a_node_whose_sshd_stops_mid_command_ends_unreachable_not_hung(lab, tmp_
             stopped.append(pid)
         out, err = proc.communicate(timeout=240)  # keepalives end it: without them it waits for ever
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        for pid in stopped:
-            for sig in (signal.SIGCONT, signal.SIGKILL):
-                try:
-                    os.kill(pid, sig)
-                except ProcessLookupError:
-                    pass
+        end_frozen(proc, stopped)
     assert proc.returncode != 0
     assert "lab01" in out + err and "connection lost while running" in out + err, (out, err)
     assert "1 unreachable (lab01)" in out + err, (out, err)

@@ -83,6 +83,20 @@ def stop(procs):
         p.wait()
 
 
+def end_frozen(proc: subprocess.Popen, stopped: list[int]) -> None:
+    """After a test that froze processes (SIGSTOP) under ``proc``: ``proc`` killed if it still
+    runs, and each frozen pid let go and killed (only those this test stopped)."""
+    if proc.poll() is None:
+        proc.kill()
+        proc.wait()
+    for pid in stopped:
+        for sig in (signal.SIGCONT, signal.SIGKILL):
+            try:
+                os.kill(pid, sig)
+            except ProcessLookupError:
+                pass
+
+
 def local_env(extra: dict) -> dict:
     """This machine as a node: stand-in profilers on PATH."""
     return {"PATH": f"{STANDINS}:{os.environ['PATH']}", **extra}
