@@ -165,3 +165,40 @@ def test_the_nodes_summaries_of_one_export_stop_at_their_deadline_each_said(tmp_
     monkeypatch.setattr(summaries, "READ_S", 0.0)
     failed = summarized(export, tmp_path / "out")
     assert failed == {"cuda_gpu_kern_sum": "read for longer than 0 s: stopped"}
+
+
+def test_the_nodes_summaries_refuse_a_view_whose_name_differs_from_the_tables_only_in_case(tmp_path):
+    """SQLite finds a view `stringids` for a query of `StringIds`: it is that table to the summaries."""
+    export = tmp_path / "rank0.sqlite"
+    shutil.copyfile(RECORDED_RANK, export)
+    plant(export, "DROP TABLE StringIds", ENDLESS_STRINGS.replace("VIEW StringIds", "VIEW stringids"))
+    failed = summarized(export, tmp_path / "out")
+    assert sorted(failed) == sorted(reports.SUMMARIES)
+    assert all("stringids is a view, not a table" in why for why in failed.values()), failed
+
+
+def test_a_named_pipe_in_place_of_the_export_or_a_report_is_refused_not_waited_on(tmp_path):
+    """Opening a named pipe for reading waits for a writer that never comes: the job would be held
+    until its time limit. Each is refused as no plain file."""
+    from fleet.agent import files
+
+    pipe = tmp_path / "rank0.sqlite"
+    os.mkfifo(pipe)
+    failed = summarized(pipe, tmp_path / "out")
+    assert sorted(failed) == sorted(reports.SUMMARIES)
+    assert all(why == "it is not a plain file" for why in failed.values()), failed
+    worker = threading.Thread(target=lambda: refused.append(_refused(files.open_report, str(pipe))), daemon=True)
+    refused: list = []
+    worker.start()
+    worker.join(60)
+    assert not worker.is_alive() and refused == [True]
+
+
+def _refused(call, *args) -> bool:
+    from fleet.agent.files import UnsafePath
+
+    try:
+        call(*args).close()
+    except UnsafePath:
+        return True
+    return False

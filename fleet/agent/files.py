@@ -179,8 +179,9 @@ def write_private(path, text, mode=0o600):
 
 def open_report(path):
     """A report the profiler wrote, opened for reading without following a link, checked to be a
-    regular file of the user's, and made 0600 (nsys and ncu write with the umask: 0644)."""
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    regular file of the user's, and made 0600 (nsys and ncu write with the umask: 0644). Opened
+    without waiting: a named pipe put in its place is refused, not waited on for ever."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid():

@@ -256,15 +256,18 @@ def tenths(x):
 def rows_of(export, db, summary, threads, until):
     """The summary's rows as nsys stats writes them, in its order: total time down, then count up,
     then name; an empty list where the export has nothing of this kind. A table it reads that is
-    no stored table (a view, a virtual table...) raises :class:`sqlitefile.NotPlainTable`."""
-    if TABLES[summary] not in sqlitefile.plain_tables(db, summary_tables(summary)):
+    no stored table (a view, a virtual table...) raises :class:`sqlitefile.Refused`."""
+    found = sqlitefile.plain_tables(db, summary_tables(summary))
+    if TABLES[summary] not in found:
         return []
-    found = groups(export, db, summary, threads, until)
-    called = names(db, summary, [g.grp for g in found])
-    stats = [g.stats() for g in found]
+    if "StringIds" not in found:
+        raise sqlitefile.Refused("no StringIds table: not an nsys export")
+    grps = groups(export, db, summary, threads, until)
+    called = names(db, summary, [g.grp for g in grps])
+    stats = [g.stats() for g in grps]
     everything = sum(s[0] for s in stats)
     out = []
-    for g, (total, n, mean, median, low, high, stdev) in zip(found, stats):
+    for g, (total, n, mean, median, low, high, stdev) in zip(grps, stats):
         share = total * 100.0 / everything if everything else None
         rounded = [tenths(x) for x in (share, mean, median, stdev)]
         out.append([rounded[0], total, n, rounded[1], rounded[2], low, high, rounded[3]] +
@@ -290,6 +293,10 @@ def write(export, summaries, path_of):
     mostly small, so the kernels and API calls each get them all). Returns {summary: the error
     that kept it from being made}."""
     failed = {}
+    try:
+        sqlitefile.check_regular_file(export)  # a named pipe would hold every summary's open for ever
+    except sqlitefile.Refused as e:
+        return dict((name, e) for name in summaries)
     threads = cpus()
     until = time.monotonic() + READ_S
 

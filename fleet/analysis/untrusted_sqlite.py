@@ -20,9 +20,7 @@ deadline) are in :mod:`fleet.agent.sqlitefile`; what only the controller adds is
 
 from __future__ import annotations
 
-import os
 import sqlite3
-import stat
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -42,31 +40,17 @@ class UntrustedFileError(FleetError, ValueError):
     caller says which file)."""
 
 
-def _check_regular_file(path: Path) -> None:
-    """A plain file, reached without a symbolic link at its last step."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    except OSError as e:
-        raise UntrustedFileError(f"cannot open it ({e.strerror})") from None
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise UntrustedFileError("it is not a plain file")
-    finally:
-        os.close(fd)
-
-
 @contextmanager
 def opened(path: str | Path, read_s: float = READ_S) -> Iterator[sqlite3.Connection]:
     """A read-only connection to ``path`` bounded in time, value size and memory; SQLite's errors
     (a damaged file, a bound reached) become :class:`UntrustedFileError`."""
-    path = Path(path).absolute()
-    _check_regular_file(path)
+    path = Path(path).absolute()  # the same string checked and opened
     db = None
     try:
-        db = sqlitefile.untrusted(sqlite3.connect(sqlitefile.uri(path, immutable=True), uri=True,
-                                                  isolation_level=None))
+        sqlitefile.check_regular_file(path)
+        db = sqlitefile.untrusted(sqlite3.connect(sqlitefile.uri(path), uri=True, isolation_level=None))
         db.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, MAX_VALUE_BYTES)
-        for pragma in ("temp_store = MEMORY", f"hard_heap_limit = {HEAP_BYTES}", "cell_size_check = ON"):
+        for pragma in ("temp_store = MEMORY", f"hard_heap_limit = {HEAP_BYTES}"):
             db.execute(f"PRAGMA {pragma}")
         sqlitefile.deadline(db, time.monotonic() + read_s)
         db.execute("SELECT count(*) FROM sqlite_master").fetchall()
@@ -78,6 +62,8 @@ def opened(path: str | Path, read_s: float = READ_S) -> Iterator[sqlite3.Connect
         raise UntrustedFileError(f"not a SQLite file nsys wrote ({e})") from None
     except MemoryError:
         raise UntrustedFileError(f"needed more than {HEAP_BYTES >> 20} MiB to read: refused") from None
+    except sqlitefile.Refused as e:
+        raise UntrustedFileError(str(e)) from None
     finally:
         if db is not None:
             db.close()
@@ -88,7 +74,7 @@ def plain_tables(db: sqlite3.Connection, tables: tuple[str, ...]) -> set[str]:
     (:func:`fleet.agent.sqlitefile.plain_tables`)."""
     try:
         return sqlitefile.plain_tables(db, tables)
-    except sqlitefile.NotPlainTable as e:
+    except sqlitefile.Refused as e:
         raise UntrustedFileError(str(e)) from None
 
 
