@@ -115,12 +115,13 @@ def schedule_install(obj: Context, playbook, cron, every, name, backend, sbatch_
 
     pb = _playbook(playbook)
     root = store.root(store_root).resolve()
-    from ..store.team.config import CREDENTIAL_LOCATIONS
+    from ..store.team.config import CREDENTIAL_FILES, CREDENTIAL_LOCATIONS
 
     # What the firing needs of this shell: fleet's settings, and where the team store's clients
     # find their credentials (a night pushed from cron lands in the team store as it would from here).
     kept = ("PATH", "HOME", *CREDENTIAL_LOCATIONS)
     env = {k: v for k, v in os.environ.items() if k.startswith(("FLEET_", "SLURM_CONF")) or k in kept}
+    env.update({k: os.path.abspath(env[k]) for k in CREDENTIAL_FILES if env.get(k)})
     env["FLEET_STORE"] = str(root)
     if obj.inventories:
         env["FLEET_INVENTORY"] = " ".join(str(Path(i).resolve()) for i in obj.inventories)

@@ -30,10 +30,13 @@ PREFIX_PART = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,63}")       # one safe w
 # Where libpq and boto3 find the servers and each person's credentials: names of files, profiles
 # and endpoints, never a secret. A schedule carries these into cron or a batch job, which start
 # without the person's shell; PGPASSWORD, AWS_SECRET_ACCESS_KEY and their kin are never among them.
-CREDENTIAL_LOCATIONS = ("PGSERVICE", "PGSERVICEFILE", "PGPASSFILE", "PGHOST", "PGPORT", "PGUSER", "PGDATABASE",
-                        "PGSSLMODE", "PGSSLROOTCERT", "PGSSLCERT", "PGSSLKEY",
-                        "AWS_PROFILE", "AWS_CONFIG_FILE", "AWS_SHARED_CREDENTIALS_FILE", "AWS_ENDPOINT_URL",
-                        "AWS_ENDPOINT_URL_S3", "AWS_DEFAULT_REGION", "AWS_REGION", "AWS_CA_BUNDLE")
+# Those that name a file or a folder: made absolute where the schedule is made, since cron starts
+# in another folder.
+CREDENTIAL_FILES = ("PGSERVICEFILE", "PGPASSFILE", "PGSYSCONFDIR", "PGSSLROOTCERT", "PGSSLCERT", "PGSSLKEY",
+                    "AWS_CONFIG_FILE", "AWS_SHARED_CREDENTIALS_FILE", "AWS_CA_BUNDLE")
+CREDENTIAL_LOCATIONS = (*CREDENTIAL_FILES, "PGSERVICE", "PGHOST", "PGPORT", "PGUSER", "PGDATABASE", "PGSSLMODE",
+                        "AWS_PROFILE", "AWS_DEFAULT_PROFILE", "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3",
+                        "AWS_DEFAULT_REGION", "AWS_REGION")
 
 
 class TeamConfigError(FleetError):
