@@ -218,6 +218,9 @@ class SeaweedFS:
                 os.killpg(self.proc.pid, signal.SIGKILL)
                 self.proc.wait()
         self.proc = None
+        if getattr(self, "log", None) is not None:
+            self.log.close()
+            self.log = None
 
     def destroy(self) -> None:
         self.stop()
