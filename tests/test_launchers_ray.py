@@ -696,3 +696,37 @@ def test_ray_reports_are_listed_pulled_and_opened_by_actor(ray_head, tmp_path):
                                       env={"PATH": "/usr/bin:/bin"}).stdout)
         assert sorted(Path(p).name for p in opened["reports"]) == sorted(
             f"{actors[n]}-{n}-{pids[n]}.nsys-rep" for n in want), (which, opened)
+
+
+def test_a_run_folder_another_account_made_first_is_refused_by_ray_submit_and_no_job_is_submitted(ray_head, tmp_path):
+    """The Ray folder attack through the command line: another account of the head (the tenant)
+    made the run's folder first, open to every account, to swap its reports for planted ones.
+    `fleet ray submit` refuses it, naming the folder and its owner, before any job: the run failed,
+    no file of the run's in the folder, no job of the run on the head."""
+    import pwd
+
+    from tests.harness.procs import TENANT_USER
+    from tests.harness.sshd import ensure_user
+
+    ensure_user(TENANT_USER)
+    theirs = tmp_path / "theirs"
+    theirs.mkdir()
+    tenant = pwd.getpwnam(TENANT_USER)
+    os.chown(theirs, tenant.pw_uid, tenant.pw_gid)
+    theirs.chmod(0o777)
+    app = tmp_path / "app"
+    app.mkdir()
+    (app / "job.py").write_text(JOB)
+    store = tmp_path / "store"
+    r = run_fleet("ray", "submit", "--address", ray_head.address, "--store", str(store), "--node-dir", str(theirs),
+                  "--working-dir", str(app), "--", "python", "job.py", "trainer-a",
+                  env={"PATH": ray_head.env["PATH"], "RAY_AUTH_MODE": "disabled"}, timeout=180)
+    assert r.returncode != 0 and "Traceback" not in r.stderr, r.stdout + r.stderr
+    assert f"{theirs} belongs to uid {tenant.pw_uid}" in r.stdout + r.stderr, r.stdout + r.stderr
+    [path] = store.glob("ray/*/*/manifest.json")
+    manifest = json.loads(path.read_text())
+    assert manifest["status"] == "failed" and "the job was not submitted" in manifest["hosts"][0]["missing_why"]
+    assert not [p for p in theirs.rglob("*") if not p.is_dir()]  # no file of the run's in it
+    jobs = subprocess.run([str(Path(sys.executable).parent / "ray"), "job", "list", "--address", ray_head.address],
+                          env={**os.environ, "RAY_AUTH_MODE": "disabled"}, capture_output=True, text=True, timeout=60)
+    assert jobs.returncode == 0 and f"fleet-{manifest['run_id']}" not in jobs.stdout, jobs.stdout + jobs.stderr
