@@ -94,6 +94,7 @@ def test_a_run_folder_another_account_could_swap_is_refused_on_the_head_before_t
     refused = head_says(lambda fan, head: ray_submit.folder_refused(fan, head, str(node_dir / "run")
                                                                       if where == "folder above" else str(node_dir)))
     assert refused and f"{attacker} belongs to uid {pwd.getpwnam(TENANT_USER).pw_uid}" in refused, refused
+    assert sorted(p.name for p in attacker.rglob("*")) == ([] if where == "run folder" else ["mine"])  # nothing made
     ok = head_says(lambda fan, head: ray_submit.folder_refused(fan, head, str(owned(base / "ok", "root", 0o755) / "r")))
     assert ok is None and (base / "ok" / "r" / "ray").stat().st_mode & 0o777 == 0o700
 

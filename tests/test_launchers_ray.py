@@ -702,7 +702,7 @@ def test_a_run_folder_another_account_made_first_is_refused_by_ray_submit_and_no
     """The Ray folder attack through the command line: another account of the head (the tenant)
     made the run's folder first, open to every account, to swap its reports for planted ones.
     `fleet ray submit` refuses it, naming the folder and its owner, before any job: the run failed,
-    no file of the run's in the folder, no job of the run on the head."""
+    nothing made in the folder, no job of the run on the head."""
     import pwd
 
     from tests.harness.procs import TENANT_USER
@@ -726,7 +726,7 @@ def test_a_run_folder_another_account_made_first_is_refused_by_ray_submit_and_no
     [path] = store.glob("ray/*/*/manifest.json")
     manifest = json.loads(path.read_text())
     assert manifest["status"] == "failed" and "the job was not submitted" in manifest["hosts"][0]["missing_why"]
-    assert not [p for p in theirs.rglob("*") if not p.is_dir()]  # no file of the run's in it
+    assert list(theirs.iterdir()) == []  # refused before anything was made in it
     jobs = subprocess.run([str(Path(sys.executable).parent / "ray"), "job", "list", "--address", ray_head.address],
                           env={**os.environ, "RAY_AUTH_MODE": "disabled"}, capture_output=True, text=True, timeout=60)
     assert jobs.returncode == 0 and f"fleet-{manifest['run_id']}" not in jobs.stdout, jobs.stdout + jobs.stderr

@@ -56,21 +56,28 @@ NODE_DIR = "~/.cache/fleet-ray-runs"
 # root's with no account able to rename what is not its own in it (/tmp: sticky). One that is not
 # refuses it all.
 HOME_DIR = 'case $1 in "~/"*) set -- "$HOME/${1#"~/"}" "$2" ;; esac; '
-FOLDERS = (f'me=$(id -u); d=$(pwd -P)/{RunDir.RAY}; level=0; '
-           'while :; do '
-           '  if [ -L "$d" ] || [ ! -d "$d" ]; then echo "@@$2 refused $d is not a folder (a link?)"; exit 0; fi; '
-           '  set -- "$1" "$2" $(stat -c "%u %a" -- "$d"); u=$3; m=$((0$4)); '
-           '  if [ $level -ge 2 ] && [ "$u" = 0 ]; then '
-           '    if [ $((m & 2)) -ne 0 ] && [ $((m & 512)) -eq 0 ]; then '
-           '      echo "@@$2 refused $d is root\'s, and any account may rename what is in it (mode $4)"; exit 0; fi; '
-           '  elif [ "$u" != "$me" ]; then echo "@@$2 refused $d belongs to uid $u, not to the user (uid $me)"; exit 0; '
-           '  elif [ $((m & (level == 0 ? 63 : 18))) -ne 0 ]; then '
-           '    echo "@@$2 refused $d is open to other accounts (mode $4)"; exit 0; fi; '
-           '  [ "$d" = / ] && break; d=$(dirname -- "$d"); level=$((level + 1)); '
-           'done; echo "@@$2 folder $PWD"; ')
+# The walk up from folder $d, at $level below ray/ (0: ray/ itself), to /, refusing the first folder
+# that fails the rules above.
+WALK = ('me=$(id -u); while :; do '
+        '  if [ -L "$d" ] || [ ! -d "$d" ]; then echo "@@$2 refused $d is not a folder (a link?)"; exit 0; fi; '
+        '  set -- "$1" "$2" $(stat -c "%u %a" -- "$d"); u=$3; m=$((0$4)); '
+        '  if [ $level -ge 2 ] && [ "$u" = 0 ]; then '
+        '    if [ $((m & 2)) -ne 0 ] && [ $((m & 512)) -eq 0 ]; then '
+        '      echo "@@$2 refused $d is root\'s, and any account may rename what is in it (mode $4)"; exit 0; fi; '
+        '  elif [ "$u" != "$me" ]; then echo "@@$2 refused $d belongs to uid $u, not to the user (uid $me)"; exit 0; '
+        '  elif [ $((m & (level == 0 ? 63 : 18))) -ne 0 ]; then '
+        '    echo "@@$2 refused $d is open to other accounts (mode $4)"; exit 0; fi; '
+        '  [ "$d" = / ] && break; d=$(dirname -- "$d"); level=$((level + 1)); '
+        'done; ')
+FOLDERS = f'd=$(pwd -P)/{RunDir.RAY}; level=0; ' + WALK + 'echo "@@$2 folder $PWD"; '
+# Before anything is made: the deepest of NODE_DIR and the folders above it that exists, walked up,
+# so that a folder of another account is refused before fleet makes anything in it.
+FIRST = ('case $1 in /*) d=$1 ;; *) d=$(pwd -P)/$1 ;; esac; level=1; '
+         'while [ ! -e "$d" ] && [ ! -L "$d" ]; do d=$(dirname -- "$d"); level=$((level + 1)); done; '
+         'if [ -d "$d" ]; then d=$(cd -- "$d" && pwd -P); ' + WALK + 'fi; ')
 # Before the job: NODE_DIR and its ray/ made 0700 where missing (what is above them as mkdir -p makes
 # it), then checked, so that no other account makes them first.
-PREPARE = (HOME_DIR + '[ -d "$1" ] || mkdir -p -- "$(dirname -- "$1")" 2>/dev/null; '
+PREPARE = (HOME_DIR + FIRST + '[ -d "$1" ] || mkdir -p -- "$(dirname -- "$1")" 2>/dev/null; '
            '[ -d "$1" ] || [ -L "$1" ] || mkdir -m 700 -- "$1" 2>/dev/null; '
            'cd -- "$1" 2>/dev/null || { echo "@@$2 refused $1 cannot be made or entered"; exit 0; }; '
            f'[ -e {RunDir.RAY} ] || [ -L {RunDir.RAY} ] || mkdir -m 700 -- {RunDir.RAY}; ' + FOLDERS)
