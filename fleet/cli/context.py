@@ -54,7 +54,7 @@ def push_when_done(store_root, manifest, as_json: bool = False) -> None:
     happened said in one line (on stderr under --json, whose stdout is one document)."""
     from ..store.team.read import after_save, push
 
-    if manifest.status in push.FINAL:
+    if manifest.status in push.NOT_YET:
         return
     from .. import store
 

@@ -22,13 +22,13 @@ from pathlib import Path
 from .. import layout, private
 from ..catalog import _kernel_rows, _metric_rows
 from ..manifest import RunManifest
-from ..manifest_io import read_manifest
+from ..manifest_io import UNFINISHED, read_manifest
 from . import catalog, objects
 from .catalog import TeamError
 from .config import TeamStore
 
 MARK = "team.json"          # beside a run's manifest: where and when it was pushed, and which manifest
-FINAL = ("running", "submitted", "dry-run")  # statuses of a run not finished: pushed once it is
+NOT_YET = (*UNFINISHED, "dry-run")  # statuses of a run not finished (or never run): pushed once it is
 
 
 @dataclass
@@ -70,7 +70,7 @@ def _rows(m: RunManifest, manifest_path: Path, keys: dict[str, str]) -> tuple[li
             if rep.summary == "cuda_gpu_kern_sum" and rep.verified and stored:
                 kernels += [(m.run_id, host.host, *k) for k in _kernel_rows(Path(stored))[0]]
         if not host.reports:
-            status = ("running" if m.status in ("running", "submitted") else
+            status = ("running" if m.status in UNFINISHED else
                       "refused" if host.status == "refused" else "missing")
             placeholder = "" if host.rank is None else f"(rank {host.rank})"
             reports.append((m.run_id, host.host, placeholder, tool, status, None, None, host.gpu, host.driver,
@@ -91,7 +91,7 @@ def push_run(team: TeamStore, store_root: Path, run_id: str, *, s3=None) -> Push
     with nothing visible in the catalog that was not there before."""
     manifest_path = _manifest_path(store_root, run_id)
     m = read_manifest(manifest_path)
-    if m.status in FINAL:
+    if m.status in NOT_YET:
         raise TeamError(f"run {run_id} is {m.status}: it is pushed once it has finished")
     digest = manifest_digest(manifest_path)
     with catalog.connected(team) as conn:

@@ -138,7 +138,7 @@ def finished_runs(store_root: Path) -> list[str]:
     ids = []
     for path in layout.manifests(store_root):
         try:
-            if read_manifest(path).status not in push.FINAL:
+            if read_manifest(path).status not in push.NOT_YET:
                 ids.append(path.parent.name)
         except (ValueError, OSError):
             continue
@@ -150,7 +150,7 @@ def after_save(store_root: Path, manifest_path: Path, status: str) -> str | None
     one line (None without a team store). Never raises: the run is saved whatever the team store says."""
     from .config import resolve
 
-    if status in push.FINAL or os.environ.get("FLEET_NO_PUSH"):
+    if status in push.NOT_YET or os.environ.get("FLEET_NO_PUSH"):
         return None
     try:
         team = resolve()
