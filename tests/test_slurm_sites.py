@@ -366,8 +366,11 @@ def test_slurm_install_apply_checks_the_python_on_each_node_through_a_step_and_w
     hpc.slurm.wait_idle()
 
 
-def test_a_job_requeued_under_the_run_is_said_and_its_last_start_is_gathered(hpc, tmp_path):
-    proc = start_fleet(hpc, tmp_path, "--partition", "gpu", "--ntasks", "1", "--", "sleep", "8")
+@pytest.mark.parametrize("poll", ["1", "40"], ids=["watched", "between-two-looks"])
+def test_a_job_requeued_under_the_run_is_said_and_its_last_start_is_gathered(hpc, tmp_path, poll):
+    # With a long poll, fleet's look at the queue misses the requeue (RUNNING, PENDING and RUNNING
+    # again all fall between two asks): Slurm's own restart count, left by the batch script, says it.
+    proc = start_fleet(hpc, tmp_path, "--poll", poll, "--partition", "gpu", "--ntasks", "1", "--", "sleep", "8")
     try:
         job = _wait_running(tmp_path)["slurm"]["job_id"]
         wait_state(hpc, job, "RUNNING")

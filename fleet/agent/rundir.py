@@ -42,6 +42,7 @@ class RunDir:
     JOB_STOPPED = "job.stopped"          # when the USR1 trap stopped the profilers before the time limit
     JOB_REFUSED = "job.refused"          # the batch script's own check refused to start anything
     JOB_STOP_ASKED = "job.stop-asked"    # fleet cancel or Ctrl-C: written before their signal is sent
+    JOB_RESTARTS = "job.restarts"        # Slurm's restart count as the batch script last started (requeues)
     BATCH_LOG = "slurm-%j.out"           # sbatch's --output pattern: %j is the job id
     RESULT = ".result.json"              # HOST.result.json: a host's or rank's result (a "profile" answer)
     TMP = ".tmp-"                        # .tmp-HOST: the private TMPDIR of a host's or rank's profiler
@@ -155,6 +156,10 @@ class RunDir:
     @property
     def job_stop_asked(self) -> str:
         return self.file(self.JOB_STOP_ASKED)
+
+    @property
+    def job_restarts(self) -> str:
+        return self.file(self.JOB_RESTARTS)
 
     @property
     def batch_log(self) -> str:

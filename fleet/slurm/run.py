@@ -276,8 +276,9 @@ async def gather(fan: "Fanout", client: SlurmClient, manifest: RunManifest, dire
         else:
             hosts.append(HostEntry("(no result)", HostStatus.MISSING, rank=rank,
                                    missing_why=why_missing(rank, state.state if state else None, log, refusal, tail)))
-    if state is not None:
-        slurm.requeues = max(slurm.requeues, state.requeues)
+    restarts = marks.get(RunDir.JOB_RESTARTS, "")  # Slurm's own count, which no gap between two looks misses
+    slurm.requeues = max(slurm.requeues, state.requeues if state is not None else 0,
+                         int(restarts) if restarts.isdigit() and len(restarts) < 6 else 0)
     end = job_end_verdict(slurm.state, hosts, requeues=slurm.requeues,
                           stopped_before_time_limit=slurm.stopped_before_time_limit, stopped_by_fleet=fleet_stopped)
     slurm.end, manifest.hosts = end.note, end.hosts
