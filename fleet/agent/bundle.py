@@ -40,6 +40,7 @@ SHIPPED = {
     "fleet_agent_files": "fleet.agent.files",
     "fleet_agent_node": "fleet.agent.node",
     "fleet_agent_gpus": "fleet.agent.gpus",
+    "fleet_agent_look": "fleet.agent.look",
     "fleet_agent_procs": "fleet.agent.procs",
     "fleet_agent_run": "fleet.agent.run",
     "fleet_agent_profiler": "fleet.agent.profiler",
@@ -61,6 +62,7 @@ SHIPPED = {
 # The agent's modes (the "mode" of its JSON argument) -> the shipped module whose main() serves it.
 MODES = {
     "probe": "fleet_agent_node",
+    "look": "fleet_agent_look",  # fleet top: a sample a line until the reader goes
     "profile": "fleet_agent_run",
     "repair": "fleet_agent_owned",
     "owned": "fleet_agent_owned",  # one step re-run under sudo -n (owned.privileged)

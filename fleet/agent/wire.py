@@ -19,7 +19,7 @@ import re
 
 MARK = "\x1e@@fleet-result@@ "
 VERSION = 1
-KINDS = ("probe", "profile", "repair")
+KINDS = ("probe", "profile", "repair", "look")
 
 # What an agent says of one run (the body of a "profile" answer, and of a rank's result file).
 RESULT_STATUSES = ("ok", "refused", "stopped", "no-report", "error", "yielded", "profiler-error")
@@ -148,6 +148,35 @@ PROBE = {"host": str_or_none, "uid": int_or_none, "gid": int_or_none, "user": st
 GPU = {"index": int, "name": str_or_none, "uuid": str_or_none, "processes": [dict], "architecture": int_or_none}
 PROCESS = {"pid": int_or_none, "user": str_or_none, "uid": int_or_none, "used_memory": int_or_none}
 REPAIR = {"value": (dict, type(None)), "error": str_or_none, "host": str_or_none}
+# One sample of the live look (fleet/agent/look.py): the first carries the node's probed state.
+ACTIVITY = {"source": one_of("gpm", "utilization"), "utilization": number_or_none, "why": str_or_none,
+            **{k: number_or_none for k in ("sm_activity", "sm_occupancy", "tensor_activity", "dram_bandwidth",
+                                            "fp32_activity", "fp16_activity", "fp64_activity")}}
+LOOK_GPU = {"index": int, "processes": [dict], "process_list_error": str_or_none,
+            "memory_used_by_processes": int_or_none, "sampled_pids": (list, type(None)),
+            "memory_total": int_or_none, "memory_used": int_or_none, "activity": dict, "conditions": dict}
+LOOK_PROCESS = dict(PROCESS, name=str_or_none, command=str_or_none, container=str_or_none,
+                    slurm_job=str_or_none, foreign=bool, why=str_or_none)
+CONDITIONS = {"sm_clock_mhz": int_or_none, "mem_clock_mhz": int_or_none, "throttle": (list, type(None)),
+              "temperature_c": int_or_none, "power_w": number_or_none}
+LOOK = {"host": str_or_none, "seq": non_negative, "time": number_or_none, "gpus": [dict], "state": dict}
+
+
+def _look_problems(body):
+    wrong = check(body, LOOK, required=("seq", "gpus"))
+    for i, gpu in enumerate(body.get("gpus") or [] if not wrong else []):
+        where = "gpus[%d]" % i
+        wrong += check(gpu, LOOK_GPU, where, required=("index", "activity", "processes"))
+        if not isinstance(gpu, dict) or wrong:
+            continue
+        wrong += check(gpu["activity"], ACTIVITY, where + ".activity", required=("source",))
+        wrong += check(gpu.get("conditions") or {}, CONDITIONS, where + ".conditions")
+        wrong += [p for j, proc in enumerate(gpu["processes"])
+                  for p in check(proc, LOOK_PROCESS, "%s.processes[%d]" % (where, j), required=("pid",))]
+        wrong += check(gpu.get("sampled_pids") or [], [int], where + ".sampled_pids")
+    if not wrong and "state" in body:
+        wrong += ["state." + p for p in problems(body["state"], "probe")]
+    return wrong
 
 
 def problems(body, kind):
@@ -170,6 +199,8 @@ def problems(body, kind):
         return wrong
     if kind == "repair":
         return check(body, REPAIR)
+    if kind == "look":
+        return _look_problems(body)
     return ["%s: no such kind of answer" % kind]
 
 

@@ -33,6 +33,7 @@ COMMANDS = {
     "schedule": ("nightly", "schedule"),
     "nightly": ("nightly", "nightly"),
     "team": ("team", "team"),
+    "top": ("top", "top"),
 }
 
 

@@ -42,6 +42,11 @@
  * tests/fixtures/tools-2025.3-h200/nvml-conditions): SM and graphics clock 345 MHz, memory
  * 3201, video 765, clock event reasons 0x1 (GPU idle), 36 C, 78798 mW; a field given as na
  * answers NOT_SUPPORTED, and the fan speed always does (an H200 has no fan of its own).
+ * GPM (gpm.c), as the driver on an H200 (tests/fixtures/gpm-h200): a GPU supports it when its
+ * arch is Hopper (9) or newer, unless gpm=0|1 says otherwise;
+ *   gpm  gpu= id=<metric id> value=<number> return=<nvmlReturn, default 0>
+ * is what nvmlGpmMetricsGet answers for that metric between two samples of the GPU; a metric
+ * without a gpm line answers NOT_SUPPORTED in its own nvmlReturn.
  * Live state: the calls that answer for "now" re-read the scenario when its file has been
  * replaced (write then rename), so a process can appear while NVML is held open.
  * Not thread-safe around nvmlInit; a test harness does not need that.
@@ -156,7 +161,7 @@ static int field(char *kv, device_t *d, proc_t *p)
               IS("minor") ? &d->minor : IS("max_mig") ? &d->max_mig : IS("pci_id") ? &d->pci_id :
               IS("util") ? &d->util : IS("mem_util") ? &d->mem_util : IS("sm_clock") ? &d->sm_clock :
               IS("mem_clock") ? &d->mem_clock : IS("video_clock") ? &d->video_clock : IS("temp") ? &d->temp :
-              IS("power") ? &d->power : NULL;
+              IS("power") ? &d->power : IS("gpm") ? &d->gpm : NULL;
         int condition = u32 == &d->sm_clock || u32 == &d->mem_clock || u32 == &d->video_clock ||
                         u32 == &d->temp || u32 == &d->power || IS("reasons");
         if (condition && !strcmp(v, "na")) {   /* the driver would say NOT_SUPPORTED */
@@ -194,6 +199,25 @@ static int parse_line(scenario_t *s, char *line)
         while ((kv = token(&line))) if (field(kv, NULL, p)) return -1;
         if (p->nnspid && p->nnspid != p->nns) return bad("nspid needs one pid per pidns entry", NULL);
         for (int k = p->nnspid; k < p->nns; k++) p->nspid[k] = p->pid;  /* no nspid: pid everywhere */
+    } else if (!strcmp(rec, "gpm")) {
+        if (s->ngpm == MAX_GPM) return bad("too many gpm lines", NULL);
+        gpm_t *m = &s->gpm[s->ngpm++];
+        *m = (gpm_t){ .gpu = NO_ID, .id = NO_ID };
+        while ((kv = token(&line))) {
+            char *v = strchr(kv, '='), *end;
+            if (!v) return bad("expected key=value", kv);
+            *v++ = '\0';
+            if (IS("value")) {
+                m->value = strtod(v, &end);
+                if (end == v || *end) return bad("not a number", v);
+                continue;
+            }
+            unsigned int *u = IS("gpu") ? &m->gpu : IS("id") ? &m->id : IS("return") ? (unsigned int *)&m->ret : NULL;
+            if (!u) return bad("unknown gpm field", kv);
+            if (num(v, 0xFFFFFFFEULL, &n)) return -1;
+            *u = (unsigned int)n;
+        }
+        if (m->gpu == NO_ID || m->id == NO_ID) return bad("a gpm line needs gpu= and id=", NULL);
     } else if (!strcmp(rec, "gpu") || !strcmp(rec, "mig")) {
         int mig = rec[0] == 'm';
         if ((mig ? s->nmigs : s->ngpus) == (mig ? MAX_MIGS : MAX_GPUS)) return bad("too many records", rec);
@@ -202,7 +226,7 @@ static int parse_line(scenario_t *s, char *line)
                      .minor = NO_ID, .reserved = mig ? 0 : H200_RESERVED,
                      /* an idle H200, as recorded (tests/fixtures/tools-2025.3-h200/nvml-conditions) */
                      .sm_clock = 345, .mem_clock = 3201, .video_clock = 765, .reasons = 0x1, .temp = 36,
-                     .power = 78798 };
+                     .power = 78798, .gpm = NO_ID };
         strcpy(d.name, "NVIDIA H200");
         while ((kv = token(&line))) if (field(kv, &d, NULL)) return -1;
         if (mig) {
@@ -256,6 +280,8 @@ static nvmlReturn_t load(scenario_t *s)
         if (s->migs[i].gpu >= (unsigned)s->ngpus) { g_line = s->migs[i].line; err = bad("mig refers to an undefined gpu", NULL); }
     for (int i = 0; !err && i < s->nprocs; i++)
         if (s->procs[i].gpu >= (unsigned)s->ngpus) { g_line = s->procs[i].line; err = bad("proc refers to an undefined gpu", NULL); }
+    for (int i = 0; !err && i < s->ngpm; i++)
+        if (s->gpm[i].gpu >= (unsigned)s->ngpus) { g_line = 0; err = bad("gpm refers to an undefined gpu", NULL); }
     if (err) return E_UNKNOWN;
     if (!s->nvml[0]) snprintf(s->nvml, sizeof s->nvml, "%d.%.60s", s->cuda / 1000, s->driver);
     return s->init_error;

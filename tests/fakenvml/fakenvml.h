@@ -44,6 +44,7 @@ typedef struct dev {
     unsigned int util, mem_util;            /* utilization rates, percent */
     unsigned int sm_clock, mem_clock, video_clock, temp, power; /* MHz, MHz, MHz, C, mW; NO_ID: not supported */
     unsigned long long reasons;             /* clock event reasons (bits); NA: not supported */
+    unsigned int gpm;                       /* GPM support: NO_ID (default) as the driver, by arch */
 } device_t;
 typedef device_t *nvmlDevice_t;
 typedef struct {
@@ -55,12 +56,20 @@ typedef struct {
     unsigned int nspid[MAX_NS];     /* its pid in each of them */
 } proc_t;
 
+#define MAX_GPM 4096
+typedef struct {                    /* one GPM metric's answer for a GPU (gpm.c) */
+    unsigned int gpu, id;
+    int ret;                        /* its nvmlReturn in nvmlGpmMetricsGet */
+    double value;
+} gpm_t;
+
 typedef struct {
-    int init_error, cuda, ngpus, nmigs, nprocs;
+    int init_error, cuda, ngpus, nmigs, nprocs, ngpm;
     unsigned int caller_ns;         /* the caller's PID namespace (inode), 0 if unknown */
     char driver[80], nvml[80];
     device_t gpus[MAX_GPUS], migs[MAX_MIGS];
     proc_t procs[MAX_PROCS];
+    gpm_t gpm[MAX_GPM];
 } scenario_t;
 
 /* Exported: the NVML entry points. Hidden: what the two files share, so a

@@ -132,7 +132,9 @@ def write_scenario(path: str | os.PathLike, scenario: dict) -> pathlib.Path:
 
     Keys: init_error, driver, cuda, nvml, gpus. Each GPU dict may hold index,
     uuid, name, arch, mig, mig_pending, compute_mode, mem_total, mem_used,
-    reserved, bus, minor, pci_id, max_mig, util, mem_util, the conditions
+    reserved, bus, minor, pci_id, max_mig, util, mem_util, gpm_supported
+    (default: by arch, as the driver), gpm (metric id -> value, or (value,
+    nvmlReturn): what nvmlGpmMetricsGet answers; see gpm_recorded), the conditions
     (sm_clock, mem_clock, video_clock, reasons, temp, power: None for
     NOT_SUPPORTED), processes and mig_instances; a process dict holds kind (compute/graphics/mps), pid, mem
     (bytes, or None for "not available"), gi, ci, sm, pidns, nspid; a MIG
@@ -189,7 +191,11 @@ def write_scenario(path: str | os.PathLike, scenario: dict) -> pathlib.Path:
             "util": gpu.get("util"),
             "mem_util": gpu.get("mem_util"),
             **{k: _na(gpu[k]) for k in CONDITIONS if k in gpu},
+            "gpm": None if gpu.get("gpm_supported") is None else int(bool(gpu["gpm_supported"])),
         }))
+        for metric, answer in sorted((gpu.get("gpm") or {}).items()):
+            value, ret = answer if isinstance(answer, tuple) else (answer, 0)
+            lines.append(_line("gpm", {"gpu": index, "id": metric, "value": repr(float(value)), "return": ret}))
         for n, mig in enumerate(gpu.get("mig_instances", [])):
             lines.append(_line("mig", {
                 "gpu": index,
@@ -233,3 +239,21 @@ def env(lib_dir: str | os.PathLike, scenario_path: str | os.PathLike) -> dict[st
         "LD_LIBRARY_PATH": f"{lib_dir}:{old}" if old else lib_dir,
         "FAKE_NVML_SCENARIO": str(pathlib.Path(scenario_path).resolve()),
     }
+
+
+GPM_RECORDING = pathlib.Path(__file__).resolve().parent.parent / "fixtures" / "gpm-h200" / "gpm.json"
+
+
+def gpm_recorded(phase: str, sample: int = -1) -> dict:
+    """One second of an H200 as recorded (tests/fixtures/gpm-h200: ``idle``, ``gemm``,
+    ``holding``, ``ncu``), as the GPU fields of a scenario: GPM's metrics with their return
+    codes, the utilization rates, power, SM clock, clock event reasons and temperature. The
+    processes are the test's own to give (the recorded pids were the H200's)."""
+    import json
+
+    row = json.loads(GPM_RECORDING.read_text())["phases"][phase]["samples"][sample]
+    plain = lambda v: None if isinstance(v, dict) else v  # {"nvml_error": ...}: not supported
+    return {"gpm": {m["id"]: (m["value"], m["return"]) for m in row["gpm"].values()},
+            "util": row["utilization"]["gpu"], "mem_util": row["utilization"]["memory"],
+            "power": plain(row["power_mw"]), "sm_clock": plain(row["sm_clock_mhz"]),
+            "reasons": plain(row["clock_reasons"]), "temp": plain(row["temperature_c"])}

@@ -1,0 +1,201 @@
+"""``fleet top``: the live look at every GPU of the targets (fleet/lab/look.py), on a screen
+refreshed each interval, as one table (``--once``), or as JSON lines (``--json``)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+import time
+
+import click
+
+from .. import exitcodes
+from .context import Context, exclude_option, fail
+from .output import echo_json_line, print_table
+from .terminal import echo
+
+HOME_AND_CLEAR = "\x1b[H\x1b[2J"  # fleet's own escape, written as itself; nothing a node sent is
+SORTS = ("host", "activity", "memory", "free")
+ACTIVITY_COLUMNS = (("SM", "sm_activity"), ("OCC", "sm_occupancy"), ("TENSOR", "tensor_activity"),
+                    ("DRAM", "dram_bandwidth"))
+
+
+def _pct(value) -> str:
+    return "-" if value is None else f"{value:.0f}%"
+
+
+def _activity_cells(a: dict) -> list[str]:
+    if a["source"] == "gpm":
+        return [_pct(a.get(key)) for _, key in ACTIVITY_COLUMNS]
+    return [f"util {_pct(a.get('utilization'))}", "-", "-", "-"]  # the plain figure, said as such
+
+
+def _gib(n) -> str:
+    return "?" if n is None else f"{n / 2**30:.1f}"
+
+
+def _who(g) -> str:
+    people = []
+    for p in g.processes:
+        job = f" job {p['slurm_job']}" if p.get("slurm_job") else ""
+        box = f" [{p['container']}]" if p.get("container") else ""
+        people.append(f"{p.get('user') or '?'}:{p['pid']} {_gib(p.get('used_memory'))}G "
+                      f"{(p.get('command') or p.get('name') or p.get('why') or '')[:40]}{job}{box}")
+    people += [f"unseen: {u}" for u in g.unseen]
+    return "; ".join(people) or "-"
+
+
+def _conditions(c: dict) -> list[str]:
+    throttle = [t for t in c.get("throttle") or [] if t != "gpu_idle"]
+    return [f"{c['power_w']:.0f}W" if c.get("power_w") is not None else "-",
+            str(c.get("sm_clock_mhz", "-")), f"{c['temperature_c']}C" if c.get("temperature_c") is not None else "-",
+            ",".join(throttle) or "-"]
+
+
+def gpu_row(g) -> list[str]:
+    return [g.host, str(g.index), f"{_gib(g.memory_used)}/{_gib(g.memory_total)}", *_activity_cells(g.activity),
+            *_conditions(g.conditions), "free" if g.free else "shared", "ok" if g.ncu == "ok" else "refused", _who(g)]
+
+
+HEADERS = ["HOST", "GPU", "MEM GiB", *(h for h, _ in ACTIVITY_COLUMNS), "POWER", "SM MHZ", "TEMP", "THROTTLE",
+           "TENANTS", "NCU", "WHO (user:pid memory command)"]
+
+
+def _chosen(views, free_only: bool, user: str | None, sort: str):
+    gpus = [g for v in views for g in v.gpus
+            if (not free_only or g.free) and (user is None or any(p.get("user") == user for p in g.processes))]
+    key = {"host": lambda g: (g.host, g.index), "memory": lambda g: -(g.memory_used or 0),
+           "activity": lambda g: -(g.activity.get("sm_activity") or g.activity.get("utilization") or 0),
+           "free": lambda g: (not g.free, g.host, g.index)}[sort]
+    return sorted(gpus, key=key)
+
+
+def _host_lines(views, interval: float) -> list[str]:
+    now = time.monotonic()
+    lines = []
+    for v in views:
+        if v.error:
+            lines.append(f"{v.host}: {v.error}")
+        elif v.stale(now, interval):
+            since = "no sample yet" if v.received is None else f"last sample {now - v.received:.0f} s ago"
+            lines.append(f"{v.host}: stale ({since})")
+        elif v.received is None:
+            lines.append(f"{v.host}: waiting for its first sample")
+    return lines
+
+
+def show_table(views, interval, free_only, user, sort) -> None:
+    print_table(HEADERS, [gpu_row(g) for g in _chosen(views, free_only, user, sort)])
+    for line in _host_lines(views, interval):
+        echo(line, err=True)
+
+
+def _view_json(v, interval: float) -> dict:
+    return {"host": v.host, "seq": v.seq, "time": v.sampled_at, "error": v.error,
+            "stale": v.stale(time.monotonic(), interval), "gpus": [g.to_json() for g in v.gpus]}
+
+
+class Recorder:
+    """--record FILE: every sample as a JSON line, written to FILE's private partial and renamed
+    into place when the look ends (O_NOFOLLOW, 0600: never through a link someone left)."""
+
+    def __init__(self, path: str | None):
+        self.path, self.file = path, None
+        if path:
+            partial = f"{path}.partial"
+            fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+            self.file = os.fdopen(fd, "w")
+
+    def write(self, line: dict) -> None:
+        if self.file:
+            import json
+
+            self.file.write(json.dumps(line, default=str) + "\n")
+
+    def close(self) -> None:
+        if self.file:
+            self.file.close()
+            os.replace(f"{self.path}.partial", self.path)
+
+
+async def _run(obj: Context, hosts, *, once: bool, interval: float, count: int | None, as_json: bool,
+               recorder: Recorder, shown):
+    """The look until its end or Ctrl-C; ``shown`` paints the latest views each interval."""
+    from ..lab.look import HostView, look
+    from .interrupt import stop_on_signals
+
+    stop = stop_on_signals("stopping the look")
+    latest = {h.name: HostView(h.name) for h in hosts}  # in the targets' order
+
+    def on_view(v) -> None:
+        latest[v.host] = v
+        if v.seq is not None or v.error:
+            recorder.write(_view_json(v, interval))
+        if as_json and not once:
+            echo_json_line(_view_json(v, interval))
+
+    async def paint():
+        while True:
+            await asyncio.sleep(interval)
+            shown(list(latest.values()))
+
+    async with obj.fanout_for_run() as fan:
+        painter = None if once or as_json else asyncio.ensure_future(paint())
+        try:
+            return await look(fan, hosts, interval=interval, samples=1 if once else count, on_view=on_view,
+                              stop=stop)
+        finally:
+            if painter:
+                painter.cancel()
+
+
+@click.command()
+@click.argument("targets", required=False)
+@exclude_option
+@click.option("--once", is_flag=True, help="One sample of every host, as one table, then exit.")
+@click.option("--json", "as_json", is_flag=True, help="JSON lines, one per host and sample, in fleet's envelope.")
+@click.option("--interval", "-n", default=1.0, show_default=True, type=click.FloatRange(0.2, 60),
+              help="Seconds between samples.")
+@click.option("--count", type=click.IntRange(1), help="Stop after this many samples of each host.")
+@click.option("--record", type=click.Path(dir_okay=False), help="Keep every sample in FILE, as JSON lines.")
+@click.option("--free", "free_only", is_flag=True, help="Only GPUs nobody else is on (no tenant, no MIG, no MPS).")
+@click.option("--user", help="Only GPUs with a process of this user.")
+@click.option("--sort", type=click.Choice(SORTS), default="host", show_default=True, help="Order of the GPUs.")
+@click.pass_obj
+def top(obj: Context, targets, exclude, once, as_json, interval, count, record, free_only, user, sort):
+    """Every GPU of TARGETS, live: memory, SM activity and occupancy, tensor and DRAM activity (NVML
+    GPM on Hopper and newer, else the plain utilization, said as such), power, clock, throttling;
+    who is on it (user, pid, command, container, Slurm job; `unseen` where fleet cannot list them);
+    and whether fleet would let ncu run there now. Reads NVML only: safe beside anyone's work."""
+    hosts = obj.select(targets, exclude)
+    screen = sys.stdout.isatty() and not once and not as_json
+    try:
+        recorder = Recorder(record)
+    except OSError as e:
+        fail(f"--record {record}: {e.strerror}")
+
+    def shown(views) -> None:
+        if screen:
+            click.echo(HOME_AND_CLEAR, nl=False)
+            echo(f"fleet top: {len(views)} host(s), every {interval:g} s   {time.strftime('%H:%M:%S')}")
+        else:
+            echo(f"--- {time.strftime('%H:%M:%S')}")
+        show_table(views, interval, free_only, user, sort)
+
+    from .interrupt import run
+
+    try:
+        views = run(_run(obj, hosts, once=once, interval=interval, count=count, as_json=as_json, recorder=recorder,
+                         shown=shown))
+    except KeyboardInterrupt:
+        views = []
+    finally:
+        recorder.close()
+    if once:
+        if as_json:
+            for v in views:
+                echo_json_line(_view_json(v, interval))
+        else:
+            show_table(views, interval, free_only, user, sort)
+    sys.exit(exitcodes.FAILED if any(v.error for v in views) else exitcodes.OK)
