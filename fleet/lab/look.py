@@ -167,7 +167,8 @@ async def look_host(fan: "Fanout", host: "Host", *, interval: float, samples: in
     if lines.error:
         view.error = f"{host.name} {lines.error}"
     _ended(view, r, stop.is_set())
-    on_view(view)
+    if view.error or view.seq is None:  # its samples were each shown as they came
+        on_view(view)
     return view
 
 

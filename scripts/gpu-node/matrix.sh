@@ -10,7 +10,7 @@
 #           only), for profile-check's non-root step with a sudoers line
 #   BUDGET  seconds the whole matrix may take (default 500); a check that no longer fits is
 #           skipped with a line saying so
-#   CHECKS  the checks to run (default: probe profile namespace watch metrics slurm; twogpu on a node
+#   CHECKS  the checks to run (default: probe profile namespace watch metrics slurm top; twogpu on a node
 #           with two GPUs; nightly, the reference playbook's runs and report, and record, the
 #           real tools' behaviour recorded for the stand-ins, only when named)
 # What is left under $OUT, at most eight files: summary.txt (one PASS, FAIL or SKIP line per step),
@@ -21,7 +21,7 @@ START=$SECONDS
 HERE=$(cd "$(dirname "$0")" && pwd); ROOT=$(cd "$HERE/../.." && pwd)
 abs() { case $1 in /*) echo "$1";; *) echo "$PWD/$1";; esac; }
 OUT=$(abs "${OUT:-/tmp/fleet-matrix}"); WHL=$(abs "${WHL:-.h200/whl}"); DEPS=$(abs "${DEPS:-.h200/deps}")
-BUDGET=${BUDGET:-500}; CHECKS=${CHECKS:-probe profile namespace watch metrics slurm}
+BUDGET=${BUDGET:-500}; CHECKS=${CHECKS:-probe profile namespace watch metrics slurm top}
 export OUT DEPS PYTHONUNBUFFERED=1 RESULTS=$OUT/summary.txt
 mkdir -p "$OUT"; : > "$RESULTS"
 CHECK_TMP=$(mktemp -d /tmp/fleet-check.XXXXXX) && chmod 711 "$CHECK_TMP"; export CHECK_TMP  # this run's own
@@ -80,6 +80,7 @@ for check in $CHECKS; do
     namespace) run_check namespace 60 150 ;;
     watch) run_check watch 100 200 ;;
     metrics) run_check metrics 40 100 ;;
+    top) run_check top 70 150 ;;
     slurm)
       why=""
       [ "$(id -u)" = 0 ] || why="not root (the prolog and epilog run as root)"
