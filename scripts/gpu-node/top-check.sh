@@ -29,7 +29,7 @@ fleet_log top-tenant.json top --once --json
 expect "top --once: the tenant named, ncu refused" "$D/top-tenant.txt" 0 "tenant:$(cat "$TENANT_PID")" "shared" "refused"
 expect "top --once --json: the tenant's process, ncu refused" "$D/top-tenant.json" 0 '"user": "tenant"' '"ncu": "refused"' '"free": false'
 fleet_log top-free-only.txt top --once --free
-expect "top --once --free: no GPU free beside the tenant" "$D/top-free-only.txt" 0 "HOST" "!free" "!shared"
+expect "top --once --free: no GPU free beside the tenant" "$D/top-free-only.txt" 0 "HOST" "! free " "! ok " "!shared"
 tenant_down
 
 step "the look's agent: CPU per sample at 1 Hz (20 samples)"
