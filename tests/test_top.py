@@ -14,7 +14,7 @@ import pytest
 
 from tests.conftest import REPO, announce, fleet_json_lines, run_fleet
 from tests.harness import fakenvml
-from tests.harness.procs import TENANT_USER, descendants, spawn, stop
+from tests.harness.procs import TENANT_USER, descendants, end_frozen, spawn, stop
 from tests.harness.sshd import SSHCluster, ensure_user
 
 RECORDED = fakenvml.gpm_recorded
@@ -184,15 +184,8 @@ def test_a_host_that_goes_silent_is_shown_stale_while_the_others_refresh(gpu_hos
         tables = after.split("--- ")
         assert any("\nh01 " in t for t in tables[-2:]), after  # the other host still on the screen
     finally:
-        for p in frozen:
-            for sig in (signal.SIGCONT, signal.SIGKILL):
-                try:
-                    os.kill(p, sig)
-                except ProcessLookupError:
-                    pass
         proc.send_signal(signal.SIGINT)
         try:
             proc.wait(timeout=30)
         finally:
-            if proc.poll() is None:
-                proc.kill()
+            end_frozen(proc, frozen)
