@@ -134,10 +134,16 @@ def test_a_tenant_who_arrives_and_leaves_is_seen_in_the_next_sample_over_one_ses
     assert proc.returncode == 0, proc.stderr.read()
 
 
+def _cmdline(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:  # ended meanwhile (an sshd session's helper)
+        return b""
+
+
 def _agents(c: SSHCluster) -> list[int]:
     """The look's agents below this test's sshd daemons (sessions of this cluster only)."""
-    return [p for h in c.hosts for p in descendants(h.pid)
-            if b'"mode":"look"' in Path(f"/proc/{p}/cmdline").read_bytes()] if c.hosts else []
+    return [p for h in c.hosts for p in descendants(h.pid) if b'"mode":"look"' in _cmdline(p)]
 
 
 @pytest.mark.parametrize("how", [signal.SIGINT, signal.SIGKILL], ids=["ctrl-c", "sigkill"])
