@@ -248,6 +248,7 @@ class Plan:
     ncu: str | None = None                      # for reading an ncu report's metrics on the node
     watch: dict[str, Any] = field(default_factory=dict)     # the run watch: GPUs, allow_own, job, counters
     ranks: int | None = None                    # a launcher's ranks 0..N-1, each to leave a report; None: not known
+    placement: str | None = None                # --gpu free: which GPU was chosen here, and why
 
     def to_json(self) -> dict:
         doc = asdict(self)

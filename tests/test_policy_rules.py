@@ -11,7 +11,7 @@ from fleet import policy
 from fleet.plan import Command, LabPart, Plan, ProfileRequest, RankPart, plan
 from fleet.policy import OK, REFUSED, Request
 
-from tests.harness.node_states import BASE, TENANT, verdicts
+from tests.harness.node_states import BASE, TENANT, proc, verdicts
 from tests.harness.node_states import state as bare_state
 
 
@@ -276,3 +276,31 @@ def test_a_rank_whose_nvml_sees_no_gpu_still_gets_a_trace():
                          rank=RankPart(job="41", gpus=policy.job_gpu_indices((0,), [])))
     p = plan("rank0", s, req)
     assert p.status == OK and any(g.startswith("GPU activity") for g in p.given_up)
+
+
+# --gpu free: the GPUs nobody else may be using, by the rule that refuses ncu there, least busy first.
+FREE = [
+    ({}, [0, 1]),
+    ({"gpus__0__processes": [TENANT]}, [1]),
+    ({"gpus__1__memory_used_by_processes": 3 * 2**30}, [0]),  # held by processes the lists do not show
+    ({"gpus__0__mig_mode": {"current": 1, "pending": 1}}, [1]),
+    ({"mps__control_daemon": [77]}, []),                    # MPS: every GPU may be shared
+    ({"gpus__0__utilization": {"gpu": 60}}, [1, 0]),        # both free: the idle one first
+]
+
+
+@pytest.mark.parametrize("changes,expected", FREE)
+def test_free_gpus_follow_the_counters_refusal_and_put_the_least_busy_first(changes, expected):
+    s = state(**changes)
+    assert [g["index"] for g in policy.free_gpus(s, Request())] == expected
+    for g in s["gpus"]:  # free exactly where ncu would be allowed on that GPU alone
+        ncu = verdicts(s, Request(gpus=(g["index"],)))["ncu"].status
+        assert (ncu == OK) == (g["index"] in expected), (g["index"], ncu)
+    assert len(policy.not_free(s, Request())) == len(s["gpus"]) - len(expected)
+
+
+def test_your_own_process_makes_a_gpu_not_free_unless_allowed():
+    s = state(gpus__0__processes=[proc(5, user="alice", uid=1000)])
+    assert [g["index"] for g in policy.free_gpus(s, Request())] == [1]
+    assert policy.not_free(s, Request())[0].startswith("GPU 0: tenant: GPU 0: pid 5 (alice")
+    assert [g["index"] for g in policy.free_gpus(s, Request(allow_own=True))] == [0, 1]

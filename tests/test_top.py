@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO, announce, fleet_json_lines, run_fleet
+from tests.conftest import REPO, announce, fleet_json, fleet_json_lines, run_fleet
 from tests.harness import fakenvml
 from tests.harness.procs import TENANT_USER, descendants, end_frozen, spawn, stop
 from tests.harness.sshd import SSHCluster, ensure_user
@@ -195,3 +195,32 @@ def test_a_host_that_goes_silent_is_shown_stale_while_the_others_refresh(gpu_hos
             proc.wait(timeout=30)
         finally:
             end_frozen(proc, frozen)
+
+
+# --- fleet profile --gpu free: placement by the neighbours the look shows ---
+
+def test_gpu_free_runs_on_each_host_s_free_gpu_and_refuses_a_host_with_none(gpu_hosts, tmp_path):
+    env = {**gpu_hosts["cluster"].env(), "FLEET_STORE": str(tmp_path / "store")}
+    r = run_fleet("profile", "--hosts", "h01,h02,h04", "--gpu", "free", "--json", "--", "true", env=env, timeout=180)
+    assert r.returncode == 6, r.stderr  # partial: one host ran, two were refused
+    hosts = {h["host"]: h for h in fleet_json(r.stdout, "profile")["hosts"]}
+    assert hosts["h01"]["status"] == "ok", hosts["h01"]
+    # GPU 0 has the tenant: GPU 1 was chosen, and the workload saw only it
+    assert hosts["h01"]["plan"]["env"]["CUDA_VISIBLE_DEVICES"] == "GPU-fa4e0000-0000-0000-0000-000000000001"
+    assert hosts["h01"]["plan"]["placement"].startswith("GPU 1 chosen: nobody else is on it")
+    assert hosts["h02"]["status"] == "refused" and "GPU 0 is in MIG mode" in hosts["h02"]["error"], hosts["h02"]
+    assert hosts["h04"]["status"] == "refused" and "1.6 GiB in use by processes not visible" in hosts["h04"]["error"]
+
+
+def test_gpu_free_with_a_count_takes_the_least_busy_free_gpus_and_says_who_was_left_out(gpu_hosts, tmp_path):
+    env = {**gpu_hosts["cluster"].env(), "FLEET_STORE": str(tmp_path / "store")}
+    r = run_fleet("profile", "--hosts", "all", "--gpu", "free", "--count", "2", "--", "true", env=env, timeout=180)
+    assert r.returncode == 0, r.stderr + r.stdout
+    # h03's A100 is free but at 100 % utilization: the two idle H200s (h05's GPU 0, h01's GPU 1) are less busy
+    assert "h05: ok" in r.stdout and "h01: ok" in r.stdout and "h03:" not in r.stdout, r.stdout
+    assert "h03: not in this run: left out: 2 less busy free GPU(s) elsewhere" in r.stderr, r.stderr
+    assert "h02: not in this run: --gpu free: no free GPU here: GPU 0: GPU 0 is in MIG mode" in r.stderr, r.stderr
+    too_many = run_fleet("profile", "--hosts", "all", "--gpu", "free", "--count", "4", "--", "true", env=env,
+                         timeout=180)
+    assert too_many.returncode == 5, too_many.stderr  # refused, nothing run
+    assert "--gpu free --count 4: only 3 host(s) have a free GPU now (h05, h01, h03)" in too_many.stdout + too_many.stderr

@@ -25,13 +25,30 @@ def image(ctx, param, value):
     return value
 
 
+def gpu_choice(ctx, param, value):
+    """--gpu: NVML indices, or `free` alone (fleet chooses, by the neighbours it finds)."""
+    if not value:
+        return ()
+    if "free" in value:
+        if len(value) > 1:
+            raise click.BadParameter("free chooses the GPU: give it alone, or name GPUs by index")
+        return ("free",)
+    if not all(v.isdigit() and len(v) < 6 for v in value):
+        raise click.BadParameter(f"{' '.join(value)!r}: a GPU's index (0, 1, ...) or free")
+    return tuple(int(v) for v in value)
+
+
 @click.command(cls=WorkloadCommand)
 @click.option("--hosts", "hosts_", help="Hosts or ranges to profile on.")
 @click.option("--group", "group", help="Inventory group to profile on.")
 @exclude_option
 @click.option("--tool", type=click.Choice(["nsys", "ncu"]), default="nsys", show_default=True)
-@click.option("--gpu", "gpus", multiple=True, type=click.IntRange(min=0), help="GPU index the workload runs on (repeatable); "
-              "it gets CUDA_VISIBLE_DEVICES and the neighbour check covers it. Default: every GPU.")
+@click.option("--gpu", "gpus", multiple=True, callback=gpu_choice, metavar="N|free",
+              help="GPU index the workload runs on (repeatable); it gets CUDA_VISIBLE_DEVICES and the neighbour "
+              "check covers it. free: on each host a GPU nobody else is on now (a host with none is refused). "
+              "Default: every GPU.")
+@click.option("--count", "free_count", type=click.IntRange(1), help="With --gpu free: the N least busy free GPUs "
+              "across the hosts, one a host; the other hosts are left out of the run.")
 @click.option("--gpu-metrics", is_flag=True, help="nsys: sample GPU metrics (counters; refused beside tenants).")
 @click.option("--allow-own", is_flag=True, help="Your own other processes on the GPU are not tenants.")
 @click.option("--pause-dcgm", is_flag=True, help="Pause DCGM profiling for the run on pre-Hopper GPUs (owned nodes).")
@@ -52,8 +69,9 @@ def image(ctx, param, value):
 @slurm_options
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
 @click.pass_obj
-def profile(obj: Context, hosts_, group, exclude, tool, gpus, gpu_metrics, allow_own, pause_dcgm, lock_wait,
-            timeout, finish_timeout, profiler_args, docker_image, store_root, site, dry_run, as_json, command, **slurm):
+def profile(obj: Context, hosts_, group, exclude, tool, gpus, free_count, gpu_metrics, allow_own, pause_dcgm,
+            lock_wait, timeout, finish_timeout, profiler_args, docker_image, store_root, site, dry_run, as_json, command,
+            **slurm):
     """Profile COMMAND with nsys or ncu on lab servers (--hosts, --group) or in a Slurm
     batch job (--partition), leaving every node as it was.
 
@@ -61,6 +79,7 @@ def profile(obj: Context, hosts_, group, exclude, tool, gpus, gpu_metrics, allow
     profiler with SIGTERM so the report is finished; a second Ctrl-C leaves the
     nodes (or the job) to finish on their own.
     """
+    from ..lab.placement import FreeGpus
     from ..plan import LabPart, ProfileRequest, profiler_args_error
     from ..store.manifest import new_run_id
 
@@ -68,8 +87,11 @@ def profile(obj: Context, hosts_, group, exclude, tool, gpus, gpu_metrics, allow
         fail(why)
     req = ProfileRequest(tool=tool, command=tuple(command), run_id=new_run_id(), gpu_metrics=gpu_metrics,
                          allow_own=allow_own, pause_dcgm=pause_dcgm, profiler_args=tuple(profiler_args),
-                         lab=LabPart(gpus=tuple(gpus) or None, timeout=timeout, lock_wait=lock_wait,
-                                     docker_image=docker_image))
+                         lab=LabPart(gpus=None if gpus == ("free",) else tuple(gpus) or None, timeout=timeout,
+                                     lock_wait=lock_wait, docker_image=docker_image))
+    free = FreeGpus(free_count) if gpus == ("free",) else None
+    if free_count is not None and free is None:
+        fail("--count N picks the N least busy free GPUs: give --gpu free too")
     ctx = click.get_current_context()
     if slurm.get("partition") or slurm.get("cluster"):
         if hosts_ or group:
@@ -87,7 +109,9 @@ def profile(obj: Context, hosts_, group, exclude, tool, gpus, gpu_metrics, allow
     if not targets:
         fail("name where to profile: --hosts H or --group G (lab servers), or --partition P (Slurm)")
     manifest = profile_lab_servers(obj, obj.select(targets, exclude), req, store_root=store_root, site=site,
-                                   dry_run=dry_run, as_json=as_json, finish_timeout=finish_timeout)
+                                   dry_run=dry_run, as_json=as_json, finish_timeout=finish_timeout, free=free)
+    for host, why in (free.left_out if free else {}).items():
+        echo(f"{host}: not in this run: {why}", err=True)
     show_lab_run(manifest, store_root, dry_run, as_json)
     push_when_done(store_root, manifest, as_json)
     sys.exit(exitcodes.for_run(manifest))
@@ -107,13 +131,14 @@ def lab_launcher(req, launcher: str):
 def refuse_lab_options(ctx: click.Context) -> None:
     """The lab servers' options, refused on Slurm, each with what to use there instead."""
     refuse_options(ctx, ["docker_image"], "on Slurm, containers are --container-image (pyxis) or --apptainer")
-    refuse_options(ctx, ["gpus"], "on Slurm, ask for GPUs with --gpus or --gres; --gpu picks a GPU on a lab server")
+    refuse_options(ctx, ["gpus", "free_count"], "on Slurm, ask for GPUs with --gpus or --gres; --gpu picks a GPU on a "
+                   "lab server")
     refuse_options(ctx, ["timeout", "lock_wait", "finish_timeout"], "on Slurm, the job's --time bounds the run (the profilers "
                    "stop --stop-before seconds ahead); --timeout and --wait are for lab servers")
     refuse_options(ctx, ["exclude"], "on Slurm, leave nodes out with --sbatch-arg=--exclude=NODES")
 
 
-def profile_lab_servers(obj: Context, hosts, req, *, store_root, site, dry_run, as_json, finish_timeout):
+def profile_lab_servers(obj: Context, hosts, req, *, store_root, site, dry_run, as_json, finish_timeout, free=None):
     """The lab run, Ctrl-C stopping the profilers (a second one leaves the nodes to finish): its manifest."""
     from ..lab import profile as profile_mod
     from .. import store
@@ -127,7 +152,7 @@ def profile_lab_servers(obj: Context, hosts, req, *, store_root, site, dry_run, 
             with byte_progress(enabled=not as_json and not dry_run) as gathering:
                 return await profile_mod.profile(fan, hosts, req, store_root=store.root(store_root), site=site,
                                                  dry_run=dry_run, write=workload_writer(as_json), stop=stop,
-                                                 gathering=gathering, finish_timeout=finish_timeout)
+                                                 gathering=gathering, finish_timeout=finish_timeout, free=free)
 
     try:
         return run_interruptible(go())

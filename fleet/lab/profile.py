@@ -13,7 +13,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
-from .. import agentcall, completeness, containers, launchers, outcome, safenames, store
+from .. import agentcall, completeness, containers, launchers, outcome, policy, safenames, store
 from ..agent import wire
 from ..agent.rundir import RunDir
 from ..outcome import HostStatus
@@ -22,6 +22,7 @@ from ..store.manifest import HostEntry, ReportEntry, RunManifest
 from ..plan import LabPart, Plan, ProfileRequest, plan
 from ..policy import NO_SAMPLING_FLAGS, NodeState, docker_privileges, tool_found
 from ..transport import Result
+from . import placement
 
 if TYPE_CHECKING:
     from ..inventory import Host
@@ -46,6 +47,7 @@ class HostRun:
     result: dict | None = None       # the agent's document
     reports: list[ReportEntry] = field(default_factory=list)
     error: str | None = None
+    gpus: tuple[int, ...] | None = None  # the GPUs --gpu free chose here (else the request's)
 
 
 class LineSink:
@@ -129,8 +131,11 @@ def with_launcher(req: ProfileRequest, launcher: str) -> ProfileRequest:
                                     ranks=ranks))
 
 
-async def plan_all(fan: "Fanout", hosts: list["Host"], req: ProfileRequest) -> dict[str, HostRun]:
-    """Round trip 1: probe every node and plan (or refuse) the run there."""
+async def plan_all(fan: "Fanout", hosts: list["Host"], req: ProfileRequest, *,
+                   free: placement.FreeGpus | None = None) -> dict[str, HostRun]:
+    """Round trip 1: probe every node and plan (or refuse) the run there. ``free`` (--gpu free):
+    on each host a GPU nobody else is on (fleet.lab.placement), or the ``count`` least busy of
+    them across the hosts; a host left out by the count is not in the run (``free.left_out``)."""
     runs = {h.name: HostRun(h.name) for h in hosts}
     # The inventory refuses such names when it is read; a host made some other way is kept off
     # the nodes here, since its name becomes the report's, the result's and the store's paths.
@@ -142,23 +147,55 @@ async def plan_all(fan: "Fanout", hosts: list["Host"], req: ProfileRequest) -> d
         run = runs[h.name]
         if r.extra.get("state") is None:
             run.status, run.error = (HostStatus.UNREACHABLE if not r.reached else HostStatus.FAILED), r.error
+        else:
+            run.state = r.extra["state"]
+    probed = [h for h in hosts if runs[h.name].state is not None]
+    choices = _placed(probed, runs, req, free.count) if free is not None else {}
+    for h in probed:
+        choice = choices.get(h.name)
+        if choice is not None and choice.gpu is None and not choice.refused:
+            free.left_out[h.name] = choice.why  # left out by --count: not part of this run
+            del runs[h.name]
             continue
-        run.state = r.extra["state"]
-        try:
-            run.plan = plan(h.name, run.state, req, h.vars.get("owned_sysctls"))
-            if req.docker_image and run.plan.status == "ok":
-                run.plan = in_docker(run.plan, run.state, req, h.vars.get("docker_seccomp_profile"))
-        except (TypeError, KeyError, AttributeError, ValueError) as e:
-            # The probe's answer had its shape, yet a value in it the planner cannot use: this
-            # node's answer is not believed, and the other hosts go on.
-            run.status, run.error = HostStatus.FAILED, f"{h.name}'s probe answer cannot be planned on: " \
-                                                       f"{type(e).__name__}: {e}"
-            run.state = None
-            continue
-        run.status = HostStatus.PLANNED if run.plan.status == "ok" else HostStatus.REFUSED
-        if run.status == HostStatus.REFUSED:
-            run.error = "; ".join(run.plan.reasons)
+        _plan_host(h, runs[h.name], req, choice)
     return runs
+
+
+def _placed(hosts: list["Host"], runs: dict[str, HostRun], req: ProfileRequest, count: int | None) -> dict:
+    states = {h.name: runs[h.name].state for h in hosts}
+    request = policy.Request(allow_own=req.allow_own)
+    try:
+        return placement.across(states, request, count) if count else placement.per_host(states, request)
+    except (TypeError, KeyError, AttributeError, ValueError) as e:  # a state of its shape, with values unusable
+        return {h: placement.Choice(None, f"--gpu free: a probe answer cannot be placed on: {type(e).__name__}: {e}",
+                                    refused=True) for h in states}
+
+
+def _plan_host(h: "Host", run: HostRun, req: ProfileRequest, choice) -> None:
+    """One probed host's plan, on the GPU ``choice`` gave it (--gpu free), or its refusal."""
+    if choice is not None and choice.refused:
+        run.plan = Plan(h.name, policy.REFUSED, (choice.why,), "wait until a GPU is free, or name one with --gpu N")
+        run.status, run.error = HostStatus.REFUSED, choice.why
+        return
+    if choice is not None:
+        req = replace(req, lab=replace(req.lab or LabPart(), gpus=(choice.gpu,)))
+        run.gpus = (choice.gpu,)
+    try:
+        run.plan = plan(h.name, run.state, req, h.vars.get("owned_sysctls"))
+        if req.docker_image and run.plan.status == "ok":
+            run.plan = in_docker(run.plan, run.state, req, h.vars.get("docker_seccomp_profile"))
+    except (TypeError, KeyError, AttributeError, ValueError) as e:
+        # The probe's answer had its shape, yet a value in it the planner cannot use: this
+        # node's answer is not believed, and the other hosts go on.
+        run.status, run.error = HostStatus.FAILED, f"{h.name}'s probe answer cannot be planned on: " \
+                                                   f"{type(e).__name__}: {e}"
+        run.state = None
+        return
+    if choice is not None:
+        run.plan = replace(run.plan, placement=choice.why)
+    run.status = HostStatus.PLANNED if run.plan.status == "ok" else HostStatus.REFUSED
+    if run.status == HostStatus.REFUSED:
+        run.error = "; ".join(run.plan.reasons)
 
 
 def in_docker(p: Plan, state: NodeState, req: ProfileRequest, seccomp_profile: str | None) -> Plan:
@@ -184,7 +221,7 @@ async def run_planned(fan: "Fanout", hosts: list["Host"], runs: dict[str, HostRu
     """Round trip 2: the agent carries out each planned run; the reports come home. With a
     --timeout the round trip is bounded (the workload's time, then ``finish_timeout``); without
     one, SSH keepalives decide when a node has gone silent."""
-    todo = [h for h in hosts if runs[h.name].status == HostStatus.PLANNED]
+    todo = [h for h in hosts if h.name in runs and runs[h.name].status == HostStatus.PLANNED]  # --count left some out
     # Nodes that share a report directory (inventory: shared_report_dir: LABEL) are read
     # through one of them, once, instead of each over its own connection.
     readers: dict[str, "Host"] = {}
@@ -228,12 +265,13 @@ async def run_planned(fan: "Fanout", hosts: list["Host"], runs: dict[str, HostRu
 
 async def profile(fan: "Fanout", hosts: list["Host"], req: ProfileRequest, *, store_root: Path, site: str,
                   dry_run: bool = False, write: Callable[[str, str], None] = lambda s, t: None,
-                  stop: asyncio.Event | None = None, gathering=None, finish_timeout: float | None = None) -> RunManifest:
+                  stop: asyncio.Event | None = None, gathering=None, finish_timeout: float | None = None,
+                  free: placement.FreeGpus | None = None) -> RunManifest:
     """Probe, plan, run; the reports and the run's manifest go into the store. The manifest back
-    (for ``dry_run``, one with every host's plan, in the store nowhere)."""
+    (for ``dry_run``, one with every host's plan, in the store nowhere). ``free``: --gpu free."""
     store.run_dir(store_root, site, req.run_id)  # a site that is no folder name stops here, before any node
     manifest = RunManifest.begin(req, site)
-    runs = list((await plan_all(fan, hosts, req)).values())
+    runs = list((await plan_all(fan, hosts, req, free=free)).values())
     manifest.hosts = [entry_for(req, r) for r in runs]
     if dry_run:
         manifest.status = "dry-run"
@@ -335,7 +373,7 @@ def removing(host: "Host") -> "Host | None":
 def entry_for(req: ProfileRequest, run: HostRun) -> HostEntry:
     """A lab host's manifest entry: its node's facts from the state the probe found."""
     return HostEntry.from_facts(
-        run.host, run.status, wire.facts(run.state, req.gpus, req.tool) if run.state else None,
+        run.host, run.status, wire.facts(run.state, run.gpus or req.gpus, req.tool) if run.state else None,
         missing_why=run.error, tenants_seen=[str(t) for t in (run.plan.tenants if run.plan else ())],
         given_up=(run.result or {}).get("given_up") or (run.plan.given_up if run.plan else ()),
         plan=run.plan.to_json() if run.plan else None, result=run.result, reports=run.reports)
@@ -356,6 +394,8 @@ def render(entry: HostEntry) -> str:
     who = entry.host + (f" rank {entry.rank}" if entry.rank is not None else "")  # a launcher's rank: missing
     lines = [f"{who}: {entry.status}" + (f": {entry.missing_why}" if entry.missing_why and not refused_by_plan
                                                 else "")]
+    if p and p.placement and p.status == "ok":
+        lines.append(f"  gpu:      {p.placement}")
     if p and p.status == "ok" and entry.status == HostStatus.PLANNED:
         lines.append(f"  run:      {p.shell()}")
         for name, value in p.sysctls.items():

@@ -10,7 +10,8 @@ remedy a person can act on. Callers use ``policy.X``; the parts, one concern eac
   ``COUNTER_OPTIONS`` (the profiler options only fleet may set), ``uses_counters``;
 - ``permissions`` (problem 4): the tool, the report directory, counter access, CPU sampling
   (``nsys_cpu_sampling``, ``sampling_given_up``, ``held_sysctls``), ``docker_privileges``;
-- ``neighbours`` (problem 5): ``tenants``, ``unseen_tenants``, ``newcomers`` (who joined a run's
+- ``neighbours`` (problem 5): ``tenants``, ``unseen_tenants``, ``free_gpus`` (what ``--gpu free``
+  chooses from), ``newcomers`` (who joined a run's
   GPUs), ``prolog_tenants``, DCGM (``dcgm_pause``), ``job_gpu_indices``, ``exclusive_node`` and
   ``guards`` (GPU locks, the last-moment check, pinning GPUs, who changes node state);
 - ``verdicts``: ``assess`` (a verdict for each way to profile) and the doctor's ``findings``.

@@ -17,7 +17,7 @@ except ImportError:
 
 __all__ = ["exclusive_node", "Guards", "guards", "job_gpu_indices", "dcgm_running", "pre_hopper", "dcgm_pause",
            "prolog_tenants", "chosen_gpus", "tenants", "UNSEEN_SLACK", "unseen_tenants", "NEWCOMER_UNSEEN_BYTES",
-           "Newcomer", "newcomers", "unexplained_memory"]
+           "Newcomer", "newcomers", "unexplained_memory", "free_gpus", "not_free", "busyness"]
 
 
 def exclusive_node(asked: bool | None, counters: bool) -> bool:
@@ -242,6 +242,30 @@ def sharing(state: NodeState, request: Request) -> list[tuple[str, str]]:
     # the node's Slurm prolog, as root, saw someone on the job's GPUs
     found += [(f"tenant seen by the node's prolog: {t}", "run where the job's GPUs are free") for t in seen_by_prolog]
     return found
+
+
+def busyness(g: dict) -> tuple:
+    """How busy a free GPU is, least first: memory in use by processes, then utilization."""
+    util = g.get("utilization") if isinstance(g.get("utilization"), dict) else {}
+    return (g.get("memory_used_by_processes") or g.get("memory_used") or 0, util.get("gpu") or 0, g.get("index", 0))
+
+
+def free_gpus(state: NodeState, request: Request) -> list[dict]:
+    """The node's GPUs (among the request's, if it names some) that nobody else may be using now,
+    by the rule that refuses ncu there (``sharing``): no tenant, nothing unseen, no MPS, no MIG,
+    nothing the prolog saw. Least busy first. What ``--gpu free`` chooses from."""
+    free = [g for g in chosen_gpus(state, request) if not sharing(state, replace(request, gpus=(g["index"],)))]
+    return sorted(free, key=busyness)
+
+
+def not_free(state: NodeState, request: Request) -> list[str]:
+    """Why each of the node's GPUs is not free: its first sharing reason, one line a GPU."""
+    out = []
+    for g in chosen_gpus(state, request):
+        found = sharing(state, replace(request, gpus=(g["index"],)))
+        if found:
+            out.append(f"GPU {g['index']}: {found[0][0]}")
+    return out
 
 
 def dcgm_for_counters(state: NodeState, request: Request) -> tuple[bool, tuple[str, str] | None]:

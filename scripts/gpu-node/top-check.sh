@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Run on a real GPU node (as root): fleet top with the GPU free and beside another user's CUDA
-# process; the look's agent's CPU per sample at 1 Hz; and ncu's kernel count with and without a
+# process; fleet profile --gpu free refused beside it and run with the GPU free; the look's agent's CPU
+# per sample at 1 Hz; and ncu's kernel count with and without a
 # look running beside it (ncu must report no error and profile as many kernels). Transcripts go to
 # $OUT/top-check/, packed as $OUT/top-check.tgz.
 set -u
@@ -30,7 +31,16 @@ expect "top --once: the tenant named, ncu refused" "$D/top-tenant.txt" 0 "tenant
 expect "top --once --json: the tenant's process, ncu refused" "$D/top-tenant.json" 0 '"user": "tenant"' '"ncu": "refused"' '"free": false'
 fleet_log top-free-only.txt top --once --free
 expect "top --once --free: no GPU free beside the tenant" "$D/top-free-only.txt" 0 "HOST" "! free " "! ok " "!shared"
+step "fleet profile --gpu free beside the tenant: no free GPU on this one-GPU node"
+fleet_log gpu-free-tenant.txt profile --hosts localhost --gpu free --tool ncu --store "$D/store" -- "$PY" "$APP" 1
+expect "profile --gpu free beside a tenant: refused, the tenant named" "$D/gpu-free-tenant.txt" 5 "no free GPU here" \
+  "belongs to another user"
 tenant_down
+
+step "fleet profile --gpu free with the GPU free"
+fleet_log gpu-free.txt profile --hosts localhost --gpu free --tool ncu --store "$D/store" -X --launch-count -X 3 \
+  -- "$PY" "$APP" 1
+expect "profile --gpu free, the GPU free: ncu ran on it" "$D/gpu-free.txt" 0 "GPU 0 chosen" ".ncu-rep ("
 
 step "the look's agent: CPU per sample at 1 Hz (20 samples)"
 { echo "\$ $(q "$PY" -m fleet top --json --interval 1 --count 22)"
