@@ -149,8 +149,25 @@ def look_gpu(nv, h, index, gpm, owner_uid):
 
 
 def sample(nv, handles, gpms, owner_uid, seq):
-    return {"host": socket.gethostname(), "seq": seq, "time": round(time.time(), 3),
-            "gpus": [look_gpu(nv, h, i, gpms[i], owner_uid) for i, h in enumerate(handles)]}
+    host = os.environ.get("SLURMD_NODENAME") or socket.gethostname()  # in a job's step: Slurm's name of the node
+    return {"host": host, "seq": seq, "time": round(time.time(), 3),
+            "gpus": [look_gpu(nv, h, i, gpms[i], owner_uid) for i, h in handles.items()]}
+
+
+def looked_at(state):
+    """NVML's indices of the GPUs to look at: inside a Slurm job's step (fleet top --job), the
+    GPUs Slurm gave the job here; else every GPU."""
+    every = [g["index"] for g in state["gpus"]]
+    if not os.environ.get("SLURM_JOB_ID"):
+        return every
+    try:
+        import fleet_agent_task as task
+        import fleet_policy as policy
+    except ImportError:  # as part of the installed package
+        from . import task
+        from .. import policy
+    chosen = policy.job_gpu_indices(task.slurm_gpu_ids(os.environ), state["gpus"])
+    return every if chosen is None else list(chosen)
 
 
 def _send(body):
@@ -175,8 +192,8 @@ def stream(nv, args, state):
     lifetime = _bounded(args.get("lifetime"), interval, LIFETIME_MAX, LIFETIME_MAX)
     samples = args.get("samples")
     owner_uid = state["owner_uid"]
-    handles = [nv.nvmlDeviceGetHandleByIndex(i) for i in range(nv.nvmlDeviceGetCount())]
-    gpms = [Gpm(nv, h) for h in handles]
+    handles = {i: nv.nvmlDeviceGetHandleByIndex(i) for i in looked_at(state)}
+    gpms = {i: Gpm(nv, h) for i, h in handles.items()}
     parent, started, seq = os.getppid(), time.monotonic(), 0
     try:
         while True:
@@ -190,7 +207,7 @@ def stream(nv, args, state):
             if (isinstance(samples, int) and seq >= samples) or time.monotonic() - started >= lifetime:
                 return
     finally:
-        for g in gpms:
+        for g in gpms.values():
             g.free()
 
 

@@ -96,6 +96,21 @@ def _view_json(v, interval: float) -> dict:
             "stale": v.stale(time.monotonic(), interval), "gpus": [g.to_json() for g in v.gpus]}
 
 
+def _where(obj: Context, targets, exclude, job, cluster_name):
+    """The hosts to look at, or (cluster, job id) for a look inside a running Slurm job."""
+    if job is None:
+        if cluster_name is not None:
+            fail("--cluster chooses the cluster of --job: give --job too")
+        return obj.select(targets, exclude), None
+    if targets or exclude:
+        fail("give TARGETS (inventory hosts) or --job (a running Slurm job's nodes), not both")
+    if not (job.isdigit() and len(job) <= 12):
+        fail(f"--job {job!r}: a Slurm job id is its number")
+    from ..slurm.cluster import choose
+
+    return [], (choose(obj.inventory, None, cluster_name, embedded=not obj.inventories), job)
+
+
 class Recorder:
     """--record FILE: every sample as a JSON line, written to FILE's private partial and renamed
     into place when the look ends (O_NOFOLLOW, 0600: never through a link someone left)."""
@@ -120,13 +135,15 @@ class Recorder:
 
 
 async def _run(obj: Context, hosts, *, once: bool, interval: float, count: int | None, as_json: bool,
-               recorder: Recorder, shown):
-    """The look until its end or Ctrl-C; ``shown`` paints the latest views each interval."""
+               recorder: Recorder, shown, job=None):
+    """The look until its end or Ctrl-C; ``shown`` paints the latest views each interval.
+    ``job``: (cluster, job id) for a look inside a running Slurm job instead of ``hosts``."""
     from ..lab.look import HostView, look
+    from ..slurm.look import look_job
     from .interrupt import stop_on_signals
 
     stop = stop_on_signals("stopping the look")
-    latest = {h.name: HostView(h.name) for h in hosts}  # in the targets' order
+    latest = {h.name: HostView(h.name) for h in hosts}  # in the targets' order; a job's nodes as they come
 
     def on_view(v) -> None:
         latest[v.host] = v
@@ -143,8 +160,11 @@ async def _run(obj: Context, hosts, *, once: bool, interval: float, count: int |
     async with obj.fanout_for_run() as fan:
         painter = None if once or as_json else asyncio.ensure_future(paint())
         try:
-            return await look(fan, hosts, interval=interval, samples=1 if once else count, on_view=on_view,
-                              stop=stop)
+            samples = 1 if once else count
+            if job is not None:
+                return await look_job(fan, job[0], job[1], interval=interval, samples=samples, on_view=on_view,
+                                      stop=stop)
+            return await look(fan, hosts, interval=interval, samples=samples, on_view=on_view, stop=stop)
         finally:
             if painter:
                 painter.cancel()
@@ -162,13 +182,16 @@ async def _run(obj: Context, hosts, *, once: bool, interval: float, count: int |
 @click.option("--free", "free_only", is_flag=True, help="Only GPUs nobody else is on (no tenant, no MIG, no MPS).")
 @click.option("--user", help="Only GPUs with a process of this user.")
 @click.option("--sort", type=click.Choice(SORTS), default="host", show_default=True, help="Order of the GPUs.")
+@click.option("--job", help="A running Slurm job of yours: its nodes and GPUs, from a step inside it "
+              "(srun --jobid --overlap).")
+@click.option("--cluster", help="With --job: which cluster, when the inventory describes several.")
 @click.pass_obj
-def top(obj: Context, targets, exclude, once, as_json, interval, count, record, free_only, user, sort):
+def top(obj: Context, targets, exclude, once, as_json, interval, count, record, free_only, user, sort, job, cluster):
     """Every GPU of TARGETS, live: memory, SM activity and occupancy, tensor and DRAM activity (NVML
     GPM on Hopper and newer, else the plain utilization, said as such), power, clock, throttling;
     who is on it (user, pid, command, container, Slurm job; `unseen` where fleet cannot list them);
     and whether fleet would let ncu run there now. Reads NVML only: safe beside anyone's work."""
-    hosts = obj.select(targets, exclude)
+    hosts, inside = _where(obj, targets, exclude, job, cluster)
     screen = sys.stdout.isatty() and not once and not as_json
     try:
         recorder = Recorder(record)
@@ -187,9 +210,15 @@ def top(obj: Context, targets, exclude, once, as_json, interval, count, record, 
 
     try:
         views = run(_run(obj, hosts, once=once, interval=interval, count=count, as_json=as_json, recorder=recorder,
-                         shown=shown))
+                         shown=shown, job=inside))
     except KeyboardInterrupt:
         views = []
+    except Exception as e:  # a Slurm error is the look's one line; anything else is fleet's to show
+        from ..slurm.jobs import SlurmError
+
+        if not isinstance(e, SlurmError):
+            raise
+        fail(str(e), exitcodes.of_error(e))
     finally:
         recorder.close()
     if once:

@@ -121,20 +121,24 @@ class Lines:
             self.buf.clear()
 
 
+def take(view: HostView, body: dict, on_view: Callable[[HostView], None]) -> None:
+    """One sample of a host's look, held to its shape, judged and shown."""
+    wrong = wire.problems(body, "look")
+    if wrong:
+        view.error = f"its look is malformed: {'; '.join(wrong[:2])}"
+    elif view.state is None and "state" not in body:
+        view.error = "its look began without the node's state"
+    else:
+        body = cut_strings(body)
+        view.state = body.get("state") or view.state
+        view.seq, view.received, view.sampled_at = body["seq"], time.monotonic(), body.get("time")
+        view.gpus = judge(view.host, view.state, body)
+    on_view(view)
+
+
 def _take(view: HostView, text: str, on_view: Callable[[HostView], None]) -> None:
-    """One line of a host's session: a sample, held to its shape, judged and shown."""
     for body in wire.answers(text, "look"):
-        wrong = wire.problems(body, "look")
-        if wrong:
-            view.error = f"its look is malformed: {'; '.join(wrong[:2])}"
-        elif view.state is None and "state" not in body:
-            view.error = "its look began without the node's state"
-        else:
-            body = cut_strings(body)
-            view.state = body.get("state") or view.state
-            view.seq, view.received, view.sampled_at = body["seq"], time.monotonic(), body.get("time")
-            view.gpus = judge(view.host, view.state, body)
-        on_view(view)
+        take(view, body, on_view)
 
 
 def _ended(view: HostView, r, stopped: bool) -> None:

@@ -1,0 +1,93 @@
+"""``fleet top --job J``: the live look inside a running job of yours, on each of its nodes.
+
+One ``srun --jobid=J --overlap`` from the login node, one task a node, each running the look's
+agent (fleet/agent/look.py; its bundle on stdin, which ``--input=all`` gives every task). The
+step is inside the job, so it sees the job's GPUs as Slurm allows, and the agent keeps to those
+Slurm gave the job (``SLURM_STEP_GPUS``/``SLURM_JOB_GPUS``). Slurm itself refuses a step in
+another user's job. ``--label`` tells the tasks' lines apart, and srun cuts a long line into
+labelled pieces (1024 bytes): a task's pieces are joined again from the frame's mark on. The step
+ends with the look: Ctrl-C, ``--count``, or the job's end.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from typing import TYPE_CHECKING, Callable
+
+from ..agent import wire
+from ..agent.bundle import bundle
+from ..agentcall import agent_args, agent_argv
+from ..lab.look import CLOSE_GRACE, START_BOUND, HostView, Lines, take
+from .cluster import Cluster
+from .jobs import BOUNDED, LoginUnreachable, SlurmError
+
+if TYPE_CHECKING:
+    from ..transport import Fanout
+
+LABELLED = re.compile(r"^\s*(\d{1,6}): ?(.*)$")
+JOB_ID = re.compile(r"\d{1,12}")
+PIECES_LIMIT = 4 << 20  # bytes of one task's frame being joined: past it, that task's look is not believed
+# The job's node count from slurmctld, then the step: one task a node, the look's agent in each.
+SRUN = (BOUNDED + 'j="$1"; shift; n=$(bounded squeue -h -j "$j" -t RUNNING -o %D 2>/dev/null | head -1); '
+        '[ -n "$n" ] || { echo "job $j is not running (or not yours to see)" >&2; exit 3; }; '
+        'exec srun --jobid="$j" --overlap --nodes="$n" --ntasks-per-node=1 --ntasks="$n" --input=all --label '
+        '--job-name=fleet-top -- "$@"')
+
+
+class Tasks:
+    """The step's labelled lines, joined into each task's frames, each task a HostView."""
+
+    def __init__(self, on_view: Callable[[HostView], None]):
+        self.pieces: dict[str, str] = {}
+        self.views: dict[str, HostView] = {}
+        self.on_view = on_view
+
+    def line(self, text: str) -> None:
+        m = LABELLED.match(text)
+        if not m:
+            return
+        task, piece = m.group(1), m.group(2)
+        if piece.startswith(wire.MARK):
+            self.pieces[task] = piece
+        elif task in self.pieces:
+            self.pieces[task] += piece
+        else:
+            return
+        if len(self.pieces[task]) > PIECES_LIMIT:
+            self._view(task, f"task {task}").error = "sent a frame past its bound: its look is not believed"
+            del self.pieces[task]
+            return
+        found = wire.answers(self.pieces[task], "look")
+        if found:
+            del self.pieces[task]
+            view = self._view(task, found[-1].get("host") if isinstance(found[-1].get("host"), str) else None)
+            take(view, found[-1], self.on_view)
+
+    def _view(self, task: str, host: str | None) -> HostView:
+        if task not in self.views:
+            self.views[task] = HostView(host or f"task {task}")
+        return self.views[task]
+
+
+async def look_job(fan: "Fanout", cluster: Cluster, job_id: str, *, interval: float = 1.0,
+                   samples: int | None = None, lifetime: float = 8 * 3600.0,
+                   on_view: Callable[[HostView], None] = lambda v: None,
+                   stop: asyncio.Event | None = None) -> list[HostView]:
+    """Each node of the running job ``job_id``, looked at from a step inside it."""
+    if not JOB_ID.fullmatch(job_id or ""):
+        raise SlurmError(f"--job {job_id!r}: a Slurm job id is its number")
+    login = cluster.login
+    args = dict(agent_args(login, environment_check=False), mode="look", interval=interval, lifetime=lifetime,
+                samples=samples)
+    tasks = Tasks(on_view)
+    lines = Lines(lambda text: tasks.line(text))
+    r = await fan.run(login, ["sh", "-c", SRUN, "sh", job_id, *agent_argv(login, args)], input=bundle(),
+                      sink=lines.feed, stop=stop, timeout=lifetime + START_BOUND, grace=CLOSE_GRACE)
+    if r.error and not r.reached:
+        raise LoginUnreachable(f"{login.name} (login node) unreachable: {r.error}")
+    if not tasks.views and not (stop is not None and stop.is_set()):
+        said = [line for line in r.stderr.decode(errors="replace").splitlines() if line.strip()]
+        raise SlurmError(f"no look inside job {job_id} from {login.name}: "
+                         + (said[-1] if said else f"exit status {r.exit_status}"))
+    return list(tasks.views.values())

@@ -1,0 +1,91 @@
+"""fleet top --job on the test Slurm cluster: a look from a step inside a running job of yours
+(srun --jobid --overlap), which sees that job's node and GPU, and ends with the look."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+from tests.conftest import REPO, fleet_json, fleet_json_lines, run_fleet
+from tests.harness.hpc import hpc  # noqa: F401 (the module's cluster)
+
+
+def submit_as_user(hpc, *args: str) -> str:
+    """A job of the login user's own, submitted on the login node as a person would."""
+    r = run_fleet("exec", "h01", "--json", "--", "sbatch", "--parsable", *args, env=hpc.env(), timeout=60)
+    assert r.returncode == 0, r.stderr
+    return fleet_json_lines(r.stdout)[0]["stdout"].strip().split(";")[0]
+
+
+def wait_running(hpc, job: str, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while hpc.slurm.run("squeue", "-h", "-j", job, "-o", "%T", check=False).stdout.strip() != "RUNNING":
+        assert time.monotonic() < deadline, f"job {job} never ran"
+        time.sleep(0.2)
+
+
+def steps(hpc, job: str) -> list[str]:
+    out = hpc.slurm.run("squeue", "-h", "-s", "-j", job, "-o", "%j", check=False).stdout
+    return [line.strip() for line in out.splitlines() if line.strip()]
+
+
+def test_a_look_inside_a_job_shows_its_node_and_only_its_gpu_and_its_step_ends_with_the_look(hpc):
+    job = submit_as_user(hpc, "--gres=gpu:1", "--nodes=1", "--wrap", "sleep 300")
+    try:
+        wait_running(hpc, job)
+        node = hpc.slurm.run("squeue", "-h", "-j", job, "-o", "%N").stdout.strip()
+        r = run_fleet("top", "--job", job, "--once", "--json", env=hpc.env(), timeout=120)
+        assert r.returncode == 0, r.stderr
+        [view] = fleet_json_lines(r.stdout, "top")
+        # the job's node by Slurm's name, and of its two GPUs only the one Slurm gave the job
+        assert view["host"] == node and view["error"] is None, view
+        assert [g["index"] for g in view["gpus"]] == [0], view["gpus"]
+        assert "fleet-top" not in steps(hpc, job)  # the step ended with the look
+    finally:
+        hpc.slurm.run("scancel", job, check=False)
+
+
+def test_ctrl_c_ends_a_streaming_look_inside_a_job_and_its_step(hpc):
+    job = submit_as_user(hpc, "--gres=gpu:2", "--nodes=1", "--wrap", "sleep 300")
+    wait_running(hpc, job)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FLEET_")} | hpc.env()
+    proc = subprocess.Popen([sys.executable, "-m", "fleet", "top", "--job", job, "--json", "--interval", "0.3"],
+                            env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        seen = []
+        for _ in range(3):
+            line = proc.stdout.readline()
+            assert line, proc.stderr.read() if proc.wait(timeout=30) is not None else ""
+            seen.append(fleet_json(line, "top"))
+        assert [d["seq"] for d in seen] == [0, 1, 2] and [g["index"] for g in seen[-1]["gpus"]] == [0, 1], seen
+        assert "fleet-top" in steps(hpc, job)
+        proc.send_signal(signal.SIGINT)
+        proc.wait(timeout=30)
+        deadline = time.monotonic() + 30
+        while "fleet-top" in steps(hpc, job) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert "fleet-top" not in steps(hpc, job), "the look's step outlived the look"
+        assert proc.returncode == 0, proc.stderr.read()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        hpc.slurm.run("scancel", job, check=False)
+
+
+def test_a_job_of_another_user_is_not_looked_into_and_says_so_in_one_line(hpc):
+    job = hpc.slurm.run("sbatch", "--parsable", "--wrap", "sleep 300").stdout.strip()  # root's job
+    try:
+        wait_running(hpc, job)
+        r = run_fleet("top", "--job", job, "--once", env=hpc.env(), timeout=120)
+        assert r.returncode != 0 and "Traceback" not in r.stderr, r.stderr
+        [line] = r.stderr.strip().splitlines()
+        assert line.startswith(f"fleet: no look inside job {job} from h01: srun: error: "), line
+        assert "denied" in line or "not permitted" in line.lower(), line  # Slurm's own refusal, said
+    finally:
+        hpc.slurm.run("scancel", job, check=False)
+    r = run_fleet("top", "--job", "12; rm -rf /", env=hpc.env(), timeout=60)
+    assert (r.returncode, r.stderr) == (2, "fleet: --job '12; rm -rf /': a Slurm job id is its number\n")
