@@ -35,6 +35,7 @@ except ImportError:  # as part of the installed package
 INTERVAL_BOUNDS = (0.2, 60.0)  # seconds between samples
 LIFETIME_MAX = 24 * 3600.0     # no look outlives a day, whatever it was asked
 COMMAND_CHARS = 200            # of a process's command line, enough to tell it apart
+FIRST_WINDOW = 0.25            # seconds of the first sample's GPM window in a stream
 
 # GPM metrics (nvml.h NVML_GPM_METRIC_*) -> the names the look gives them; percent of the GPU.
 GPM_METRICS = {"sm_activity": 2, "sm_occupancy": 3, "tensor_activity": 5, "dram_bandwidth": 10,
@@ -194,10 +195,13 @@ def stream(nv, args, state):
     owner_uid = state["owner_uid"]
     handles = {i: nv.nvmlDeviceGetHandleByIndex(i) for i in looked_at(state)}
     gpms = {i: Gpm(nv, h) for i, h in handles.items()}
+    # The first sample's GPM window: a whole interval for a single sample (--once), else short, so
+    # that the first screen comes within a moment of the command and the next ones each interval.
+    first = interval if samples == 1 else min(interval, FIRST_WINDOW)
     parent, started, seq = os.getppid(), time.monotonic(), 0
     try:
         while True:
-            time.sleep(max(0.0, started + (seq + 1) * interval - time.monotonic()))
+            time.sleep(max(0.0, started + first + seq * interval - time.monotonic()))
             body = sample(nv, handles, gpms, owner_uid, seq)
             if seq == 0:
                 body["state"] = state
