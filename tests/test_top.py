@@ -224,3 +224,4 @@ def test_gpu_free_with_a_count_takes_the_least_busy_free_gpus_and_says_who_was_l
                          timeout=180)
     assert too_many.returncode == 5, too_many.stderr  # refused, nothing run
     assert "--gpu free --count 4: only 3 host(s) have a free GPU now (h05, h01, h03)" in too_many.stdout + too_many.stderr
+

@@ -102,8 +102,13 @@ class Gpm:
             self.why = self.why or "GPM not supported on this GPU (Hopper or newer has it)"
             self.samples = None
             return
-        self.samples = [nv.nvmlGpmSampleAlloc(), nv.nvmlGpmSampleAlloc()]
-        nv.nvmlGpmSampleGet(h, self.samples[0])
+        self.samples = []
+        try:
+            self.samples = [nv.nvmlGpmSampleAlloc(), nv.nvmlGpmSampleAlloc()]
+            nv.nvmlGpmSampleGet(h, self.samples[0])
+        except Exception as e:  # a GPU in MIG mode, or GPM refused here: the plain utilization then
+            self.free()
+            self.samples, self.why = None, "GPM not available here: %s" % e
 
     def metrics(self):
         """Metric name -> percent over the last interval (None: that metric failed), or None."""
