@@ -4,6 +4,7 @@ refreshed each interval, as one table (``--once``), or as JSON lines (``--json``
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import sys
 import time
@@ -124,8 +125,6 @@ class Recorder:
 
     def write(self, line: dict) -> None:
         if self.file:
-            import json
-
             self.file.write(json.dumps(line, default=str) + "\n")
 
     def close(self) -> None:

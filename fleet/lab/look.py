@@ -19,7 +19,7 @@ from ..agent import wire
 from ..agent.bundle import bundle
 from ..agentcall import agent_argv, agent_args, cut_strings
 from ..policy import neighbours, verdicts
-from ..policy.vocabulary import OK, Request
+from ..policy.vocabulary import Request
 
 if TYPE_CHECKING:
     from ..inventory import Host
@@ -160,11 +160,17 @@ async def look_host(fan: "Fanout", host: "Host", *, interval: float, samples: in
     lines = Lines(lambda text: _take(view, text, on_view))
     args = dict(agent_args(host, environment_check=False), mode="look", interval=interval, lifetime=lifetime,
                 samples=samples)
-    halt = asyncio.Event()
+    halt = asyncio.Event()  # the look's stop, or this host's answer no longer believed
     relay = asyncio.ensure_future(stop.wait())
     relay.add_done_callback(lambda _: halt.set())
+
+    def feed(stream: str, chunk: bytes) -> None:
+        lines.feed(stream, chunk)
+        if lines.error or view.error:  # an overlong line or a malformed sample: its session ends here
+            halt.set()
+
     try:
-        r = await fan.run(host, agent_argv(host, args), input=bundle(), sink=lines.feed, stop=halt,
+        r = await fan.run(host, agent_argv(host, args), input=bundle(), sink=feed, stop=halt,
                           timeout=lifetime + START_BOUND, grace=CLOSE_GRACE)
     finally:
         relay.cancel()
@@ -185,10 +191,3 @@ async def look(fan: "Fanout", hosts: list["Host"], *, interval: float = 1.0, sam
     return list(await asyncio.gather(*(look_host(fan, h, interval=interval, samples=samples, lifetime=lifetime,
                                                  on_view=on_view, stop=stop) for h in hosts)))
 
-
-def free_gpus(views: list[HostView]) -> list[GpuView]:
-    return [g for v in views for g in v.gpus if g.free]
-
-
-def verdict_word(g: GpuView) -> str:
-    return "ncu ok" if g.ncu == OK else "ncu refused"

@@ -24,6 +24,7 @@ class Choice:
     gpu: int | None          # the GPU chosen on the host; None: none (see ``refused``)
     why: str
     refused: bool = False    # True: the host is refused (no free GPU); False with no GPU: left out by --count
+    busy: tuple = ()         # the chosen GPU's policy.busyness, to rank hosts by
 
 
 def _gib(n) -> str:
@@ -42,7 +43,7 @@ def per_host(states: dict[str, dict], request: policy.Request) -> dict[str, Choi
     for host, state in states.items():
         free = policy.free_gpus(state, request)
         if free:
-            out[host] = Choice(free[0]["index"], _chosen_line(free[0], len(free)))
+            out[host] = Choice(free[0]["index"], _chosen_line(free[0], len(free)), busy=policy.busyness(free[0]))
         else:
             taken = policy.not_free(state, request) or ["the node lists no GPU"]
             out[host] = Choice(None, "--gpu free: no free GPU here: " + "; ".join(taken), refused=True)
@@ -52,15 +53,14 @@ def per_host(states: dict[str, dict], request: policy.Request) -> dict[str, Choi
 def across(states: dict[str, dict], request: policy.Request, count: int) -> dict[str, Choice]:
     """The ``count`` least busy free GPUs across the hosts, one a host; every host refused when
     fewer are free (the run asked for that many)."""
-    best = {h: c for h, c in per_host(states, request).items() if not c.refused}
-    firsts = {h: policy.free_gpus(states[h], request)[0] for h in best}
-    ranked = sorted(best, key=lambda h: (policy.busyness(firsts[h]), h))
+    each = per_host(states, request)
+    best = {h: c for h, c in each.items() if not c.refused}
+    ranked = sorted(best, key=lambda h: (best[h].busy, h))
     if len(ranked) < count:
         why = (f"--gpu free --count {count}: only {len(ranked)} host(s) have a free GPU now"
                + (f" ({', '.join(ranked)})" if ranked else ""))
         return {h: Choice(None, why, refused=True) for h in states}
     chosen = set(ranked[:count])
     return {h: best[h] if h in chosen else
-            Choice(None, f"left out: {count} less busy free GPU(s) elsewhere" if h in best else
-                   per_host({h: states[h]}, request)[h].why)
+            Choice(None, f"left out: {count} less busy free GPU(s) elsewhere" if h in best else each[h].why)
             for h in states}
