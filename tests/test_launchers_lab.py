@@ -292,7 +292,7 @@ def test_a_report_of_a_rank_past_the_count_is_a_profiler_error_and_names_no_rank
 
 def test_a_missing_rank_is_listed_once_however_often_the_run_s_entries_are_made_again():
     """`fleet gather` makes the entries again from the results it read: a rank stays one entry."""
-    from fleet.lab.profile import with_missing_ranks
+    from fleet.lab.ranks import with_missing_ranks
     from fleet.store.manifest import HostEntry
 
     hosts = [HostEntry("h02", "ok", plan={"ranks": 4}, result={"status": "ok", "missing_ranks": [1, 3]}),
@@ -479,7 +479,7 @@ def test_under_nsys_s_capture_range_the_ranks_are_not_counted_since_one_may_righ
 def test_the_controller_names_only_missing_ranks_the_plan_counted_and_whose_reports_did_not_come_home():
     """The node's missing_ranks is data: a rank past the plan's count, one named twice, a bool, and one
     whose report came home verified are none of them a missing entry; a plan that counted nothing names none."""
-    from fleet.lab.profile import missing_ranks, with_missing_ranks
+    from fleet.lab.ranks import missing_ranks, with_missing_ranks
     from fleet.store.manifest import HostEntry, ReportEntry
     home = ReportEntry(remote="RUN/h1/rank1.nsys-rep", stored="/s/h1/rank1.nsys-rep", verified=True)
     said = {"status": "ok", "missing_ranks": [2 ** 61, 2 ** 61, 0, 0, 1, True, -1, 3]}

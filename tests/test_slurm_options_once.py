@@ -150,7 +150,7 @@ def test_a_usage_error_exits_2_before_the_inventorys_login_node_is_connected_to(
 
 
 @pytest.mark.parametrize("args,message", [
-    (("--gpu", "-1"), "Invalid value for '--gpu': -1 is not in the range x>=0"),
+    (("--gpu", "-1"), "Invalid value for '--gpu': '-1': a GPU's index (0, 1, ...) or free"),
     (("--wait", "-5"), "Invalid value for '--wait'"),
     (("--wait", "nan", "--dry-run"), "nan is not a number of seconds"),
     (("--timeout", "nan"), "nan is not a number of seconds"),

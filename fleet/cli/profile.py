@@ -171,6 +171,7 @@ def workload_writer(as_json: bool):
 
 def show_lab_run(manifest, store_root, dry_run: bool, as_json: bool) -> None:
     from ..lab import profile as profile_mod
+    from ..lab.ranks import ranks_line
     from .. import store
 
     if as_json:
@@ -178,7 +179,7 @@ def show_lab_run(manifest, store_root, dry_run: bool, as_json: bool) -> None:
         return
     for h in manifest.hosts:
         echo(profile_mod.render(h), nl=False, err=h.status not in ("ok", "planned"))
-    if (ranks := profile_mod.ranks_line(manifest)):
+    if (ranks := ranks_line(manifest)):
         echo(ranks)
     if not dry_run:  # where to look next, as the Slurm path says it
         directory = store.run_dir(store.root(store_root), manifest.site, manifest.run_id)

@@ -1,5 +1,6 @@
-"""``fleet top``: the live look at every GPU of the targets (fleet/lab/look.py), on a screen
-refreshed each interval, as one table (``--once``), or as JSON lines (``--json``)."""
+"""``fleet top``: the live look at every GPU of the targets (fleet/lab/look.py over SSH,
+fleet/slurm/look.py in a job, each sample judged in fleet/look.py), on a screen refreshed each
+interval, as one table (``--once``), or as JSON lines (``--json``)."""
 
 from __future__ import annotations
 
@@ -137,7 +138,8 @@ async def _run(obj: Context, hosts, *, once: bool, interval: float, count: int |
                recorder: Recorder, shown, job=None):
     """The look until its end or Ctrl-C; ``shown`` paints the latest views each interval.
     ``job``: (cluster, job id) for a look inside a running Slurm job instead of ``hosts``."""
-    from ..lab.look import HostView, look
+    from ..lab.look import look
+    from ..look import HostView
     from ..slurm.look import look_job
     from .interrupt import stop_on_signals
 

@@ -23,6 +23,7 @@ from ..plan import LabPart, Plan, ProfileRequest, plan
 from ..policy import NO_SAMPLING_FLAGS, NodeState, docker_privileges, tool_found
 from ..transport import Result
 from . import placement
+from .ranks import LAB_LAUNCHERS, with_missing_ranks
 
 if TYPE_CHECKING:
     from ..inventory import Host
@@ -34,8 +35,6 @@ RESULT_LIMIT = 64 << 20  # bytes of the agent's result line; a node sending more
 # nsys stats) add up to well under this: a node that has not answered by then has gone silent.
 FINISH_TIMEOUT = 3600.0
 GATHER_TIMEOUT = 60.0  # reading one small result file
-# The launchers a lab server's run starts its ranks with (--launcher), each rank under its own profiler.
-LAB_LAUNCHERS = ("mpirun", "torchrun")
 
 
 @dataclass
@@ -321,48 +320,6 @@ async def gather(fan: "Fanout", hosts: dict[str, "Host"], store_root: Path, run_
     manifest.status = outcome.run_status(h.status for h in manifest.hosts)
     store.save(store_root, manifest)
     return manifest
-
-
-def with_missing_ranks(entries: list[HostEntry]) -> list[HostEntry]:
-    """The lab hosts' entries, each followed by one ``missing`` entry for every rank its launcher was
-    counted to start that left no report (its agent's ``missing_ranks``), named ``HOST rank K`` as a
-    Slurm rank that left nothing is: the run is then partial, never complete. Made afresh from the
-    results each time (``fleet gather`` reads a result later), so a rank is never listed twice."""
-    found = []
-    for entry in entries:
-        if entry.rank is not None:  # on lab servers only these: made again below
-            continue
-        found.append(entry)
-        found += [HostEntry(entry.host, HostStatus.MISSING, rank=rank, node=entry.node,
-                            missing_why=f"rank {rank} left no report") for rank in missing_ranks(entry)]
-    return found
-
-
-def missing_ranks(entry: HostEntry) -> list[int]:
-    """The ranks the host's agent says left no report, as far as the plan and the reports brought home
-    bear it out: only ranks the plan counted (0..N-1), each once, none whose report came home. The
-    node's word alone (wire.RESULT holds only its shape) never names more."""
-    said = entry.result.get("missing_ranks") if isinstance(entry.result, dict) else None
-    counted = (entry.plan or {}).get("ranks") if isinstance(entry.plan, dict) else None
-    if not isinstance(said, list) or isinstance(counted, bool) or not isinstance(counted, int):
-        return []
-    home = {RunDir.report_rank(r.stored) for r in entry.reports
-            if r.verified and isinstance(r.stored, str) and r.stored.endswith(".nsys-rep")}
-    return sorted({r for r in said if isinstance(r, int) and not isinstance(r, bool) and 0 <= r < counted} - home)
-
-
-def ranks_line(manifest: RunManifest) -> str | None:
-    """The run's line saying that its launcher's rank count was not known, and so no rank that left no
-    report is named (why, as fleet.launchers.rank_count says it); None for any other run."""
-    request = manifest.request or {}
-    if request.get("launcher") not in LAB_LAUNCHERS or request.get("ranks") is not None:
-        return None
-    try:
-        _, why = launchers.rank_count(request["launcher"], list(request.get("command") or ()),
-                                      tuple(request.get("profiler_args") or ()))
-    except (launchers.LauncherError, KeyError, TypeError):
-        return None
-    return f"ranks:   not counted ({why}): a rank that left no report is not named"
 
 
 def removing(host: "Host") -> "Host | None":

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Callable
 from ..agent import wire
 from ..agent.bundle import bundle
 from ..agentcall import agent_args, agent_argv
-from ..lab.look import CLOSE_GRACE, START_BOUND, HostView, Lines, take
+from ..look import CLOSE_GRACE, START_BOUND, HostView, Lines, take
 from .cluster import Cluster
 from .jobs import BOUNDED, LoginUnreachable, SlurmError
 
