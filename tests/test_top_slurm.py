@@ -77,7 +77,7 @@ def test_ctrl_c_ends_a_streaming_look_inside_a_job_and_its_step(hpc):
 
 
 def test_a_job_of_another_user_is_not_looked_into_and_says_so_in_one_line(hpc):
-    job = hpc.slurm.run("sbatch", "--parsable", "--wrap", "sleep 300").stdout.strip()  # root's job
+    job = hpc.slurm.run("sbatch", "--parsable", "--output=/dev/null", "--wrap", "sleep 300").stdout.strip()  # root's job
     try:
         wait_running(hpc, job)
         r = run_fleet("top", "--job", job, "--once", env=hpc.env(), timeout=120)
