@@ -1,5 +1,6 @@
-"""fleet top --job on the test Slurm cluster: a look from a step inside a running job of yours
-(srun --jobid --overlap), which sees that job's node and GPU, and ends with the look."""
+"""fleet top on the test Slurm cluster: --job, a look from a step inside a running job of yours
+(srun --jobid --overlap), which sees that job's node and GPU, and ends with the look; --partition,
+an admin's look at a partition's nodes over SSH, as the inventory reaches each."""
 
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ import signal
 import subprocess
 import sys
 import time
+
+import yaml
 
 from tests.conftest import REPO, fleet_json, fleet_json_lines, run_fleet
 from tests.harness.hpc import hpc  # noqa: F401 (the module's cluster)
@@ -89,3 +92,45 @@ def test_a_job_of_another_user_is_not_looked_into_and_says_so_in_one_line(hpc):
         hpc.slurm.run("scancel", job, check=False)
     r = run_fleet("top", "--job", "12; rm -rf /", env=hpc.env(), timeout=60)
     assert (r.returncode, r.stderr) == (2, "fleet: --job '12; rm -rf /': a Slurm job id is its number\n")
+
+
+# --- fleet top --partition: an admin's look at a partition's nodes, over SSH as the inventory reaches them ---
+
+def _admin_inventory(hpc, path):
+    """The cluster's inventory with node1 as a host of its own (the same machine's sshd), node2 left out."""
+    doc = yaml.safe_load(hpc.inventory.read_text())
+    login = doc["all"]["children"]["cluster"]["hosts"]["h01"]
+    doc["all"]["children"]["nodes"] = {"hosts": {"node1": {
+        "ansible_host": login["ansible_host"], "ansible_port": login["ansible_port"],
+        "ansible_python_interpreter": "/usr/bin/python3"}}}
+    path.write_text(yaml.safe_dump(doc))
+    return {**hpc.env(), "FLEET_INVENTORY": str(path)}
+
+
+def test_a_partitions_nodes_are_looked_at_over_ssh_and_a_node_the_inventory_lacks_is_said(hpc, tmp_path):
+    env = _admin_inventory(hpc, tmp_path / "inventory.yaml")
+    r = run_fleet("top", "--partition", "debug", "--once", "--json", env=env, timeout=120)
+    assert r.returncode == 0, r.stderr
+    [view] = fleet_json_lines(r.stdout, "top")
+    # outside any job: the node as SSH reaches it, every GPU of it
+    assert view["host"] == "node1" and view["error"] is None and [g["index"] for g in view["gpus"]] == [0, 1], view
+    r = run_fleet("top", "--partition", "gpu", "--once", "--json", env=env, timeout=120)
+    assert r.returncode == 1, r.stderr  # a node not looked at is not a whole look
+    views = {v["host"]: v for v in fleet_json_lines(r.stdout, "top")}
+    assert sorted(views) == ["node1", "node2"] and views["node1"]["error"] is None, views
+    assert views["node2"]["error"] == ("in partition gpu, but not a host of the inventory: fleet reaches a node "
+                                       "over SSH only as the inventory says"), views["node2"]
+    table = run_fleet("top", "--partition", "gpu", "--once", env=env, timeout=120)
+    assert "node1 " in table.stdout and "node2: in partition gpu, but not a host" in table.stderr, table.stderr
+
+
+def test_a_partition_that_is_not_a_slurm_name_or_has_no_nodes_is_one_line_and_looks_at_nothing(hpc, tmp_path):
+    env = _admin_inventory(hpc, tmp_path / "inventory.yaml")
+    r = run_fleet("top", "--partition", "gpu;id", "--once", env=env, timeout=60)
+    assert r.returncode == 2 and r.stderr.startswith("fleet: --partition: 'gpu;id' is not a Slurm name"), r.stderr
+    r = run_fleet("top", "--partition", "nosuch", "--once", env=env, timeout=60)
+    assert r.returncode != 0 and r.stderr.count("\n") == 1, r.stderr
+    assert "partition nosuch has no nodes on h01 (sinfo -p nosuch)" in r.stderr, r.stderr
+    r = run_fleet("top", "--partition", "gpu", "--job", "7", env=env, timeout=60)
+    assert (r.returncode, r.stderr) == (2, "fleet: give --job (a running job's nodes) or --partition (a partition's "
+                                           "nodes), not both\n")

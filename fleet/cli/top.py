@@ -98,19 +98,48 @@ def _view_json(v, interval: float) -> dict:
             "stale": v.stale(time.monotonic(), interval), "gpus": [g.to_json() for g in v.gpus]}
 
 
-def _where(obj: Context, targets, exclude, job, cluster_name):
-    """The hosts to look at, or (cluster, job id) for a look inside a running Slurm job."""
-    if job is None:
+def _where(obj: Context, targets, exclude, job, partition, cluster_name):
+    """What to look at: (hosts, None, None) for inventory hosts; (hosts, (cluster, job id), None) for a
+    look inside a running Slurm job; (None, None, (cluster, partition)) for a partition's nodes,
+    which the login node names and the inventory reaches over SSH."""
+    if job is None and partition is None:
         if cluster_name is not None:
-            fail("--cluster chooses the cluster of --job: give --job too")
-        return obj.select(targets, exclude), None
+            fail("--cluster chooses the cluster of --job or --partition: give one of them too")
+        return obj.select(targets, exclude), None, None
+    if job is not None and partition is not None:
+        fail("give --job (a running job's nodes) or --partition (a partition's nodes), not both")
     if targets or exclude:
-        fail("give TARGETS (inventory hosts) or --job (a running Slurm job's nodes), not both")
-    if not (job.isdigit() and len(job) <= 12):
-        fail(f"--job {job!r}: a Slurm job id is its number")
+        fail("give TARGETS (inventory hosts), --job or --partition, not more than one")
     from ..slurm.cluster import choose
 
-    return [], (choose(obj.inventory, None, cluster_name, embedded=not obj.inventories), job)
+    if partition is not None:
+        from ..slurm.options import name
+
+        name(partition, "--partition", many=True)
+        return None, None, (choose(obj.inventory, None, cluster_name), partition)
+    if not (job.isdigit() and len(job) <= 12):
+        fail(f"--job {job!r}: a Slurm job id is its number")
+    return [], (choose(obj.inventory, None, cluster_name, embedded=not obj.inventories), job), None
+
+
+def _not_in_inventory(node: str, partition: str):
+    from ..look import HostView
+
+    return HostView(node, error=f"in partition {partition}, but not a host of the inventory: fleet reaches a node "
+                                "over SSH only as the inventory says")
+
+
+async def _partition_hosts(obj: Context, fan, where, on_view) -> list:
+    """The partition's nodes that the inventory names (each a host fleet reaches over SSH); each
+    other node is shown as such, with its reason."""
+    from ..slurm.look import partition_nodes
+
+    cluster, partition = where
+    nodes = await partition_nodes(fan, cluster, partition)
+    for node in nodes:
+        if node not in obj.inventory.hosts:
+            on_view(_not_in_inventory(node, partition))
+    return [obj.inventory.hosts[n] for n in nodes if n in obj.inventory.hosts]
 
 
 class Recorder:
@@ -135,16 +164,17 @@ class Recorder:
 
 
 async def _run(obj: Context, hosts, *, once: bool, interval: float, count: int | None, as_json: bool,
-               recorder: Recorder, shown, job=None):
+               recorder: Recorder, shown, job=None, partition=None):
     """The look until its end or Ctrl-C; ``shown`` paints the latest views each interval.
-    ``job``: (cluster, job id) for a look inside a running Slurm job instead of ``hosts``."""
+    ``job``: (cluster, job id) for a look inside a running Slurm job instead of ``hosts``;
+    ``partition``: (cluster, partition) for that partition's nodes over SSH."""
     from ..lab.look import look
     from ..look import HostView
     from ..slurm.look import look_job
     from .interrupt import stop_on_signals
 
     stop = stop_on_signals("stopping the look")
-    latest = {h.name: HostView(h.name) for h in hosts}  # in the targets' order; a job's nodes as they come
+    latest = {h.name: HostView(h.name) for h in hosts or ()}  # in the targets' order; a job's nodes as they come
 
     def on_view(v) -> None:
         latest[v.host] = v
@@ -165,6 +195,11 @@ async def _run(obj: Context, hosts, *, once: bool, interval: float, count: int |
             if job is not None:
                 return await look_job(fan, job[0], job[1], interval=interval, samples=samples, on_view=on_view,
                                       stop=stop)
+            if partition is not None:
+                hosts = await _partition_hosts(obj, fan, partition, on_view)
+                latest.update((h.name, HostView(h.name)) for h in hosts)
+                absent = [v for v in latest.values() if v.error]
+                return absent + await look(fan, hosts, interval=interval, samples=samples, on_view=on_view, stop=stop)
             return await look(fan, hosts, interval=interval, samples=samples, on_view=on_view, stop=stop)
         finally:
             if painter:
@@ -185,14 +220,17 @@ async def _run(obj: Context, hosts, *, once: bool, interval: float, count: int |
 @click.option("--sort", type=click.Choice(SORTS), default="host", show_default=True, help="Order of the GPUs.")
 @click.option("--job", help="A running Slurm job of yours: its nodes and GPUs, from a step inside it "
               "(srun --jobid --overlap).")
-@click.option("--cluster", help="With --job: which cluster, when the inventory describes several.")
+@click.option("--partition", help="Every node of this Slurm partition, over SSH as the inventory reaches each "
+              "(an admin's look, outside any job).")
+@click.option("--cluster", help="With --job or --partition: which cluster, when the inventory describes several.")
 @click.pass_obj
-def top(obj: Context, targets, exclude, once, as_json, interval, count, record, free_only, user, sort, job, cluster):
+def top(obj: Context, targets, exclude, once, as_json, interval, count, record, free_only, user, sort, job, partition,
+        cluster):
     """Every GPU of TARGETS, live: memory, SM activity and occupancy, tensor and DRAM activity (NVML
     GPM on Hopper and newer, else the plain utilization, said as such), power, clock, throttling;
     who is on it (user, pid, command, container, Slurm job; `unseen` where fleet cannot list them);
     and whether fleet would let ncu run there now. Reads NVML only: safe beside anyone's work."""
-    hosts, inside = _where(obj, targets, exclude, job, cluster)
+    hosts, inside, nodes = _where(obj, targets, exclude, job, partition, cluster)
     screen = sys.stdout.isatty() and not once and not as_json
     try:
         recorder = Recorder(record)
@@ -211,7 +249,7 @@ def top(obj: Context, targets, exclude, once, as_json, interval, count, record, 
 
     try:
         views = run(_run(obj, hosts, once=once, interval=interval, count=count, as_json=as_json, recorder=recorder,
-                         shown=shown, job=inside))
+                         shown=shown, job=inside, partition=nodes))
     except KeyboardInterrupt:
         views = []
     except Exception as e:  # a Slurm error is the look's one line; anything else is fleet's to show

@@ -7,6 +7,9 @@ Slurm gave the job (``SLURM_STEP_GPUS``/``SLURM_JOB_GPUS``). Slurm itself refuse
 another user's job. ``--label`` tells the tasks' lines apart, and srun cuts a long line into
 labelled pieces (1024 bytes): a task's pieces are joined again from the frame's mark on. The step
 ends with the look: Ctrl-C, ``--count``, or the job's end.
+
+``fleet top --partition P`` is the admin's look: the partition's nodes as slurmctld names them
+(:func:`partition_nodes`), each looked at over SSH as the inventory reaches it, outside any job.
 """
 
 from __future__ import annotations
@@ -21,12 +24,15 @@ from ..agentcall import agent_args, agent_argv
 from ..look import CLOSE_GRACE, START_BOUND, HostView, Lines, take
 from .cluster import Cluster
 from .jobs import BOUNDED, LoginUnreachable, SlurmError
+from .options import name
 
 if TYPE_CHECKING:
     from ..transport import Fanout
 
 LABELLED = re.compile(r"^\s*(\d{1,6}): ?(.*)$")
 JOB_ID = re.compile(r"\d{1,12}")
+NODE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")  # a node as sinfo names it; anything else is not believed
+NODES_LIMIT = 10_000  # nodes of one partition: more than any cluster fleet would look at from one client
 PIECES_LIMIT = 4 << 20  # bytes of one task's frame being joined: past it, that task's look is not believed
 # The job's node count from slurmctld, then the step: one task a node, the look's agent in each.
 SRUN = (BOUNDED + 'j="$1"; shift; n=$(bounded squeue -h -j "$j" -t RUNNING -o %D 2>/dev/null | head -1); '
@@ -91,3 +97,26 @@ async def look_job(fan: "Fanout", cluster: Cluster, job_id: str, *, interval: fl
         raise SlurmError(f"no look inside job {job_id} from {login.name}: "
                          + (said[-1] if said else f"exit status {r.exit_status}"))
     return list(tasks.views.values())
+
+
+async def partition_nodes(fan: "Fanout", cluster: Cluster, partition: str) -> list[str]:
+    """The nodes of ``partition`` (several, comma-separated, as sbatch takes them), one each, in
+    sinfo's order; a name not of a node name's shape is refused, never passed on to SSH."""
+    name(partition, "--partition", many=True)
+    r = await fan.run(cluster.login, ["sh", "-c", BOUNDED + 'bounded sinfo -h -N -p "$1" -o %N', "sh", partition],
+                      timeout=120)
+    if r.error and not r.reached:
+        raise LoginUnreachable(f"{cluster.login.name} (login node) unreachable: {r.error}")
+    said = r.stdout.decode(errors="replace")
+    if r.exit_status != 0:
+        err = [line for line in r.stderr.decode(errors="replace").splitlines() if line.strip()]
+        raise SlurmError(f"sinfo -p {partition} failed on {cluster.login.name}: "
+                         + (err[-1] if err else f"exit status {r.exit_status}"))
+    nodes = list(dict.fromkeys(line.strip() for line in said.splitlines() if line.strip()))
+    wrong = [n for n in nodes if not NODE_NAME.fullmatch(n)]
+    if wrong or len(nodes) > NODES_LIMIT:
+        raise SlurmError(f"sinfo on {cluster.login.name} named " + (f"{wrong[0][:80]!r}, not a node's name" if wrong
+                                                                      else f"more than {NODES_LIMIT} nodes"))
+    if not nodes:
+        raise SlurmError(f"partition {partition} has no nodes on {cluster.name} (sinfo -p {partition})")
+    return nodes
