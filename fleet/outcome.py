@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Iterable
 
 from . import completeness
 from .store.collect import is_summary
+from .visible import visible
 
 if TYPE_CHECKING:
     from .store.manifest import HostEntry, ReportEntry
@@ -164,7 +165,8 @@ def report_line(rep: "ReportEntry", *, hashes: bool = True) -> str:
 
 def detail_lines(entry: "HostEntry", *, indent: str = "  ", hashes: bool = True) -> list[str]:
     """What a host's or rank's outcome says below its status line: given up, notes, the workload,
-    a newcomer, the profiler's errors, and every file brought home."""
+    a newcomer, the profiler's errors, and every file brought home. Each is one line whatever the
+    node put in it: a newline in a note is shown (``\\x0a``), never a line of fleet's own."""
     result = entry.result or {}
     lines = [f"gave up:  {g}" for g in entry.given_up]
     lines += [f"note:     {n}" for n in result.get("notes") or []]
@@ -176,4 +178,4 @@ def detail_lines(entry: "HostEntry", *, indent: str = "  ", hashes: bool = True)
     lines += [f"error:    {e}" for e in (result.get("profiler_errors") or [])[:5]]
     lines += [whole] if (whole := completeness.line(entry)) else []
     lines += [report_line(rep, hashes=hashes) for rep in entry.reports]
-    return [indent + line for line in lines]
+    return [indent + visible(line) for line in lines]

@@ -225,16 +225,18 @@ def test_doctor_names_a_wrong_typed_probe_answer_and_checks_the_healthy_host(lab
 
 def test_a_nodes_result_strings_are_shown_escaped_by_profile(lab):
     """A hostile node's notes, reasons and errors printed raw in ``fleet profile``: an OSC title,
-    an OSC 52 clipboard write and a CSI reached the user's terminal."""
+    an OSC 52 clipboard write and a CSI reached the user's terminal, and a newline forged a line."""
     hostile = "\x1b]0;owned\x07\x1b]52;c;cm0gLXJmIH4=\x07\x1b[2J\x9b31m"
-    answer(lab, {"status": "ok", "notes": [f"note {hostile}"], "reasons": [hostile], "given_up": [hostile],
-                 "profiler_errors": [hostile], "reports": []})
+    answer(lab, {"status": "ok", "notes": [f"note {hostile}", "forged\nh09: ok"], "reasons": [hostile],
+                 "given_up": [hostile], "profiler_errors": [hostile], "reports": []})
     out = run_fleet("profile", "--store", str(lab["store"]), "--hosts", "h01,h02", "--", "true", env=lab["c"].env(),
                     timeout=180)
     assert "Traceback" not in out.stderr and "h02" in out.stdout + out.stderr, out.stderr
     for stream in (out.stdout, out.stderr):
         assert not any(c in stream for c in "\x1b\x07\x9b"), stream
     assert "note \\x1b]0;owned\\x07" in out.stdout + out.stderr
+    assert "forged\\x0ah09: ok" in out.stdout + out.stderr  # a newline in a note: shown, not a host line of its own
+    assert not any(line.startswith("h09") for line in (out.stdout + out.stderr).splitlines())
 
 
 def test_a_60_mb_note_from_a_node_is_cut_and_says_so_in_the_store_and_on_the_terminal(lab):

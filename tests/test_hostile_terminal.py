@@ -29,6 +29,8 @@ CLEAR = "\x1b[2J\x1b[H"                     # CSI: clear the screen
 C1 = "\x9b31m"                              # CSI as one C1 character
 HOSTILE = TITLE + CLIPBOARD + CLEAR + C1
 RAW = re.compile("[\x1b\x07\x80-\x9f]")
+FORGED_NOTE = "note\n  h09  ok"  # a host line of fleet's own, were the newline obeyed
+FORGED_NAME = "x\nh09: GPU 7"  # 15 bytes, as prctl keeps: a line of its own if the newline were obeyed
 
 
 def assert_nothing_obeyed(out) -> None:
@@ -47,7 +49,7 @@ PRCTL_NAME = ("import ctypes, sys, time; ctypes.CDLL(None).prctl(15, sys.argv[1]
               "time.sleep(300)")
 
 
-@pytest.mark.parametrize("name", [TITLE, "\x1b]52;c;cHdu\x07"])
+@pytest.mark.parametrize("name", [TITLE, "\x1b]52;c;cHdu\x07", FORGED_NAME])
 def test_a_process_name_another_account_chose_is_shown_escaped_by_probe_and_doctor(tmp_path, name):
     """An unprivileged user named its GPU process with an OSC sequence; ``fleet probe`` printed it raw."""
     ensure_user(TENANT_USER)
@@ -65,6 +67,7 @@ def test_a_process_name_another_account_chose_is_shown_escaped_by_probe_and_doct
         assert probe.returncode == 0, probe.stderr
         assert_nothing_obeyed(probe)
         assert visible(name) in probe.stdout and TENANT_USER in probe.stdout
+        assert not any(line.startswith("h09") for line in probe.stdout.splitlines()), probe.stdout
         doctor = run_fleet("doctor", env=env)
         assert_nothing_obeyed(doctor)
     finally:
@@ -89,9 +92,10 @@ def test_a_nodes_strings_in_a_stored_run_are_shown_escaped_by_reports_show_and_l
     doc = json.loads((V1 / "lab-partial.json").read_text())
     for h in doc["hosts"]:
         h["missing_why"] = f"lost {HOSTILE}"
-        h["given_up"] = [f"sampling {HOSTILE}"]
+        h["given_up"] = [f"sampling {HOSTILE}", FORGED_NOTE]
         h["gpu"], h["driver"], h["tool_version"] = HOSTILE, HOSTILE, HOSTILE
-        h["result"] = {**(h.get("result") or {}), "notes": [f"note {HOSTILE}"], "profiler_errors": [HOSTILE]}
+        h["result"] = {**(h.get("result") or {}), "notes": [f"note {HOSTILE}", FORGED_NOTE],
+                       "profiler_errors": [HOSTILE]}
         for r in h["reports"]:
             r["remote"] = f"/var/tmp/{HOSTILE}.ncu-rep"
     doc["hosts"][0]["host"] = f"h02{HOSTILE}"
@@ -104,3 +108,5 @@ def test_a_nodes_strings_in_a_stored_run_are_shown_escaped_by_reports_show_and_l
         assert_nothing_obeyed(out)
     shown = run_fleet("reports", "show", doc["run_id"], "--store", str(tmp_path))
     assert f"lost {visible(HOSTILE)}" in shown.stdout and f"gave up: sampling {visible(HOSTILE)}" in shown.stdout
+    assert "gave up: note\\x0a  h09  ok" in shown.stdout, shown.stdout  # one line, the newline shown
+    assert not any(line.lstrip().startswith("h09") for line in shown.stdout.splitlines()), shown.stdout

@@ -110,3 +110,16 @@ def test_a_command_line_another_user_set_is_shown_with_its_escapes_visible(hosts
     [p] = fleet_json_lines(as_json.stdout, "top")[0]["gpus"][0]["processes"]
     assert p["command"] == f"sh -c sleep 600; : {ESCAPES}"  # the data itself, for a program: JSON escapes it
 
+
+
+def test_a_samples_strings_are_one_line_each_on_the_screen_and_a_wrong_typed_throttle_is_shown(hosts, tail):
+    """The wire holds a sample's shape, not every item's: a throttle reason that is a number, or a
+    string with a newline that would forge a GPU's row, is shown as data in its own cell."""
+    forged = "hot\nh09  0  0.0/0.0  free  ok"
+    gpu = {"index": 0, "processes": [], "activity": {"source": "utilization", "utilization": 5},
+           "conditions": {"throttle": [7, forged], "power_w": 100}}
+    tail(wire.frame("look", {"seq": 1, "gpus": [gpu]}).encode())
+    r = run_fleet("top", "--count", "2", "--interval", "0.3", "h01", env=hosts["c"].env(), timeout=120)
+    assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr
+    assert "7,hot\\x0ah09" in r.stdout, r.stdout
+    assert not any(line.startswith("h09") for line in r.stdout.splitlines()), r.stdout

@@ -16,7 +16,8 @@ import click
 
 from ..hostlist import fold
 from ..transport import Result
-from .terminal import UNSEEN, echo, visible
+from ..visible import UNSEEN
+from .terminal import echo, visible
 
 
 def fold_results(results: Iterable[Result]) -> list[tuple[list[str], Result]]:

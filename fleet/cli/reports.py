@@ -12,7 +12,7 @@ from .. import exitcodes
 from .parsing import Day
 from .context import fail, store_option
 from .output import echo_json, json_option
-from .terminal import echo, visible
+from .terminal import echo, say, visible
 
 if TYPE_CHECKING:
     from ..store.manifest import RunManifest
@@ -89,12 +89,12 @@ def reports_show(run_id, store_root, as_json):
          f"{tool} -- {' '.join(m.request.get('command') or [])}")
     for h in m.hosts:
         who = h.host + (f" rank {h.rank}" if h.rank is not None else "") + (f" {h.worker}" if h.worker else "")
-        echo(f"  {who}: {h.status}" + (f" ({h.missing_why})" if h.missing_why else "")
+        say(f"  {who}: {h.status}" + (f" ({h.missing_why})" if h.missing_why else "")
              + (f"; {h.gpu}, driver {h.driver}, {tool} {h.tool_version}" if h.gpu else ""))
         for g in h.given_up:
-            echo(f"      gave up: {g}")
+            say(f"      gave up: {g}")
         for r in h.reports:
-            echo(f"      {r.status:<21} {(r.sha256 or '')[:12]:<12}  {r.stored or r.remote}")
+            say(f"      {r.status:<21} {(r.sha256 or '')[:12]:<12}  {r.stored or r.remote}")
 
 
 @reports.command("pull")

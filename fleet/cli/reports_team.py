@@ -9,7 +9,7 @@ from pathlib import Path
 from .. import exitcodes
 from .context import fail
 from .output import echo_json, print_table
-from .terminal import echo
+from .terminal import echo, say
 
 
 def team_store():
@@ -57,9 +57,9 @@ def show(team, run_id: str, as_json: bool) -> None:
                f"{m.request.get('tool')} -- {' '.join(m.request.get('command') or [])}")
     for h in m.hosts:
         who = h.host + (f" rank {h.rank}" if h.rank is not None else "") + (f" {h.worker}" if h.worker else "")
-        echo(f"  {who}: {h.status}" + (f" ({h.missing_why})" if h.missing_why else ""))
+        say(f"  {who}: {h.status}" + (f" ({h.missing_why})" if h.missing_why else ""))
         for r in h.reports:
-            echo(f"      {r.status:<21} {(r.sha256 or '')[:12]:<12}  {Path(r.stored or r.remote).name}")
+            say(f"      {r.status:<21} {(r.sha256 or '')[:12]:<12}  {Path(r.stored or r.remote).name}")
 
 
 def pull(team, run_id: str, dest: str, as_json: bool) -> None:

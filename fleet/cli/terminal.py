@@ -16,32 +16,21 @@ came, as ssh does.
 
 from __future__ import annotations
 
-import re
-
 import click
 
 from .. import exitcodes
-
-# C0 (newline and tab included), DEL, C1, and the format characters that reorder or hide text:
-# bidirectional overrides and isolates, line and paragraph separators, zero-width joiners and marks.
-UNSEEN = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200b-\u200f\u2028-\u202e\u2060-\u2069\ufeff]")
-UNSEEN_BUT_LINES = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200b-\u200f\u2028-\u202e\u2060-\u2069\ufeff]")
-
-
-def _escape(m: re.Match) -> str:
-    c = ord(m.group())
-    return f"\\x{c:02x}" if c < 0x100 else f"\\u{c:04x}"
-
-
-def visible(text, lines: bool = False) -> str:
-    """``text`` with every control character shown as its escape (``\\x1b``, ``\\u202e``);
-    ``lines``: newlines and tabs kept (a block fleet laid out), else they are shown too (a field)."""
-    return (UNSEEN_BUT_LINES if lines else UNSEEN).sub(_escape, str(text))
+from ..visible import visible
 
 
 def echo(message="", err: bool = False, nl: bool = True) -> None:
     """``click.echo`` for what fleet writes for a person: laid-out lines, nothing obeyed."""
     click.echo(visible(message, lines=True), err=err, nl=nl)
+
+
+def say(line="", err: bool = False) -> None:
+    """One line for a person, whatever its fields hold: a newline another party put in a host's
+    name or a node's reason is shown (``\\x0a``), never a line of fleet's own."""
+    click.echo(visible(line), err=err)
 
 
 def fail(message, code: int = exitcodes.USAGE) -> None:

@@ -15,6 +15,7 @@ import click
 from .. import exitcodes
 from .context import Context, exclude_option, fail
 from .output import echo_json_line, print_table
+from ..visible import visible
 from .terminal import echo
 
 HOME_AND_CLEAR = "\x1b[H\x1b[2J"  # fleet's own escape, written as itself; nothing a node sent is
@@ -49,7 +50,7 @@ def _who(g) -> str:
 
 
 def _conditions(c: dict) -> list[str]:
-    throttle = [t for t in c.get("throttle") or [] if t != "gpu_idle"]
+    throttle = [str(t) for t in c.get("throttle") or [] if t != "gpu_idle"]  # the wire checks a list, not its items
     return [f"{c['power_w']:.0f}W" if c.get("power_w") is not None else "-",
             str(c.get("sm_clock_mhz", "-")), f"{c['temperature_c']}C" if c.get("temperature_c") is not None else "-",
             ",".join(throttle) or "-"]
@@ -78,7 +79,7 @@ def _host_lines(views, interval: float) -> list[str]:
     lines = []
     for v in views:
         if v.error:
-            lines.append(f"{v.host}: {v.error}")
+            lines.append(visible(f"{v.host}: {v.error}"))  # one line, whatever the node said
         elif v.stale(now, interval):
             since = "no sample yet" if v.received is None else f"last sample {now - v.received:.0f} s ago"
             lines.append(f"{v.host}: stale ({since})")

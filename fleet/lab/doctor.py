@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 from .. import policy
 from ..transport import Result
+from ..visible import visible
 
 if TYPE_CHECKING:
     from ..inventory import Host
@@ -75,9 +76,15 @@ def _gib(n: int | None) -> str:
     return "?" if n is None else f"{n / 2**30:.1f}"
 
 
+def _text(lines: list[str]) -> str:
+    """The lines as one block, each line one line whatever a node or another user put in it (a
+    process's name is its owner's choice): a newline in it is shown, never a line of fleet's own."""
+    return "".join(visible(line) + "\n" for line in lines)
+
+
 def render_doctor(d: dict) -> str:
     if d.get("error"):
-        return f"{d['host']}: cannot examine: {d['error']}\n"
+        return _text([f"{d['host']}: cannot examine: {d['error']}"])
     lines = [f"{d['host']}" + (f" ({d['node']})" if d.get("node") and d["node"] != d["host"] else "")]
     for name, f in d["problems"].items():
         lines.append(f"  {name:<12} {MARK[f['status']]:>2}  {f['text']}")
@@ -86,17 +93,17 @@ def render_doctor(d: dict) -> str:
         lines.append(f"  {v['way']:<18} {MARK[v['status']]:<9} {'; '.join(v['reasons'])}")
         if v.get("remedy") and v["status"] != policy.OK:
             lines.append(f"  {'':<18} {'':<9} -> {v['remedy']}")
-    return "\n".join(lines) + "\n"
+    return _text(lines)
 
 
 def render_probe(host: str, r: Result) -> str:
     state = r.extra.get("state")
     if state is None:
-        return f"{host}: {r.error}\n"
+        return _text([f"{host}: {r.error}"])
     nvml = state.get("nvml") or {}
     head = f"{host}: "
     if not nvml.get("available"):
-        return head + f"no GPU: {nvml.get('error')}\n"
+        return _text([head + f"no GPU: {nvml.get('error')}"])
     flags = []
     if (state.get("mps") or {}).get("control_daemon"):
         flags.append("MPS")
@@ -116,4 +123,4 @@ def render_probe(host: str, r: Result) -> str:
         if not g.get("processes"):
             lines.append("      no processes listed" if unseen else "      no processes")
         lines += [f"      UNSEEN  {u.split(': ', 1)[1]}" for u in unseen]
-    return "\n".join(lines) + "\n"
+    return _text(lines)
