@@ -134,3 +134,17 @@ def test_a_partition_that_is_not_a_slurm_name_or_has_no_nodes_is_one_line_and_lo
     r = run_fleet("top", "--partition", "gpu", "--job", "7", env=env, timeout=60)
     assert (r.returncode, r.stderr) == (2, "fleet: give --job (a running job's nodes) or --partition (a partition's "
                                            "nodes), not both\n")
+
+
+def test_a_task_naming_a_node_it_is_not_or_one_already_named_is_not_believed():
+    """The step's tasks run the job's code's neighbours: a frame's host is data. A name not of a
+    node's shape is the task's number, and a second task naming the same node says its task, so
+    neither look stands in for the other's."""
+    from fleet.agent import wire
+    from fleet.slurm.look import Tasks
+
+    shown = []
+    tasks = Tasks(shown.append)
+    for task, host in (("0", "node1"), ("1", "node1"), ("2", "node2\x1b]0;owned\x07"), ("3", "../x")):
+        tasks.line(f"{task}: " + wire.frame("look", {"host": host, "seq": 0, "gpus": []}).rstrip("\n"))
+    assert [tasks.views[t].host for t in "0123"] == ["node1", "node1 (task 1)", "task 2", "task 3"]

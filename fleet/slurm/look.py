@@ -71,8 +71,14 @@ class Tasks:
             take(view, found[-1], self.on_view)
 
     def _view(self, task: str, host: str | None) -> HostView:
+        """The task's view, named once by the node its first frame names: a name not of a node
+        name's shape is the task's number, and a name another task took already says its task, so
+        that no task's look stands in for another's."""
         if task not in self.views:
-            self.views[task] = HostView(host or f"task {task}")
+            name = host if host is not None and NODE_NAME.fullmatch(host) else f"task {task}"
+            if any(v.host == name for v in self.views.values()):
+                name = f"{name} (task {task})"
+            self.views[task] = HostView(name)
         return self.views[task]
 
 
