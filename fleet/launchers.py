@@ -115,7 +115,10 @@ MPIRUN_OTHER_HOSTS = ("--host", "-host", "-H", "--hostfile", "-hostfile", "--mac
 # orte_default_dash_host, rmaps_rank_file_path, PRRTE's prte_default_hostfile...): any whose name
 # speaks of hosts, host files, rank files or machine files.
 MCA_FLAGS = ("--mca", "-mca", "--gmca", "-gmca", "--prtemca", "-prtemca")
-MCA_OTHER_HOSTS = re.compile(r"host|rank_?file|machine_?file", re.IGNORECASE)
+MCA_OTHER_HOSTS = re.compile(r"host|rank_?file|machine_?file|param_files", re.IGNORECASE)
+# Files of mpirun's own options or MCA parameters (Open MPI's --tune, -am and --app; MPICH's
+# -configfile), read by mpirun on the node: any of them may name hosts, and fleet cannot see inside.
+MPIRUN_OPTION_FILES = ("--tune", "-tune", "-am", "--am", "--app", "-app", "-configfile", "--configfile")
 
 
 def mpirun_other_hosts(options) -> str | None:
@@ -124,6 +127,8 @@ def mpirun_other_hosts(options) -> str | None:
     for i, word in enumerate(options):
         if word.split("=", 1)[0] in MPIRUN_OTHER_HOSTS:
             return word
+        if word.split("=", 1)[0] in MPIRUN_OPTION_FILES:
+            return f"{word}, a file of options that may name hosts,"
         if word in MCA_FLAGS and i + 1 < len(options) and MCA_OTHER_HOSTS.search(options[i + 1]):
             return f"{word} {options[i + 1]}"
     return None

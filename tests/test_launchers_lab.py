@@ -144,6 +144,12 @@ def test_a_launcher_that_sets_no_rank_variable_is_never_ok_as_its_ranks_overwrit
      "--gmca rmaps_rank_file_path would start ranks"),
     (("mpirun", "-np", "2", "--mca", "orte_default_dash_host", "a,b", "./app"),
      "--mca orte_default_dash_host would start ranks"),
+    # files of options or MCA parameters, read by mpirun on the node, may name hosts too
+    (("mpirun", "-np", "2", "--tune", "params.conf", "./app"), "--tune, a file of options that may name hosts,"),
+    (("mpirun", "-np", "2", "-am", "params.conf", "./app"), "-am, a file of options that may name hosts, would"),
+    (("mpirun", "-np", "2", "--app", "appfile", "./app"), "--app, a file of options that may name hosts, would"),
+    (("mpirun", "-np", "2", "--mca", "mca_base_param_files", "p.conf", "./app"),
+     "--mca mca_base_param_files would start ranks"),
 ])
 def test_an_mpirun_command_fleet_cannot_keep_to_the_host_is_refused_before_any_host(tmp_path, command, said):
     out = run_fleet("profile", "--store", str(tmp_path / "store"), "--hosts", "nosuchhost.invalid",
