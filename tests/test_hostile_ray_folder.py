@@ -70,6 +70,18 @@ def test_a_run_folder_another_account_made_first_is_refused_by_the_hook_naming_i
     assert not (attacker / "ray").exists()
 
 
+@pytest.mark.parametrize("owner,mode", [(TENANT_USER, 0o755), ("root", 0o777)])
+def test_a_run_folder_below_one_another_account_could_rename_in_is_refused_by_the_hook(base, owner, mode):
+    """The user's own run folder, below a folder another account owns (or root's, open to all
+    without the sticky bit): that account could rename the user's folder and put its own there."""
+    above = owned(base / "above", owner, mode)
+    mine = owned(above / "mine", TEST_USER, 0o700)
+    done = hook_as_user(base, mine / "run")
+    assert done.returncode != 0, done
+    assert f"fleet: refusing the Ray run's folder: {above}, above it, is not this user's or root's" in done.stderr, done
+    assert not (mine / "run").exists()  # refused before anything was made
+
+
 def test_the_users_own_run_folder_is_made_private_by_the_hook(base):
     mine = owned(base / "mine", TEST_USER, 0o755)
     done = hook_as_user(base, mine / "run")
@@ -137,3 +149,15 @@ def test_the_default_run_folder_is_in_the_home_of_the_user_ray_runs_as():
                             node_dir=f"{ray_submit.NODE_DIR}/20261201-120000-ab01")
     assert job.node_dir.startswith("~/") and job.problem() is None
     assert ray_submit.NODE_DIR == "~/.cache/fleet-ray-runs"
+
+
+def test_a_whose_file_nested_past_the_stack_names_no_actor_and_raises_nothing(tmp_path):
+    """A worker's whose file is the job's to write: 64 KB of ``[[[[`` is within its size bound and
+    nests past the stack json.loads uses; the worker keeps its plain name."""
+    from fleet.slurm.raygather import whose_doc
+    from fleet.store.manifest import ReportEntry
+
+    whose = tmp_path / "worker-node1-11.whose.json"
+    whose.write_text("[" * 60_000)
+    rep = ReportEntry(remote=str(whose), stored=str(whose), size=60_000, verified=True, status="complete")
+    assert whose_doc([rep]) is None

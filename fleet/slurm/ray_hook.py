@@ -303,6 +303,7 @@ def private_folder(folder):
     """The run's ``ray/``, made 0700 (and the run's folder) where missing; refused, naming the folder,
     unless it is this user's and private and the run's folder this user's, no one else's to write
     (docs/architecture.md, "The Ray hook": another account could swap ``ray/``)."""
+    _above_holds(os.path.dirname(folder), made=False)  # before anything is made in another's folder
     _try(lambda: os.makedirs(os.path.dirname(folder), 0o700))  # the run's folder, with what it needs
     for path, others in ((os.path.dirname(folder), 0o022), (folder, 0o077)):  # ray/ made once its parent holds
         _try(lambda: os.mkdir(path, 0o700))
@@ -310,7 +311,29 @@ def private_folder(folder):
         if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & others:
             raise OSError("fleet: refusing the Ray run's folder: %s is not this user's, or another may write "
                           "it (uid %d, mode %o)" % (path, st.st_uid, st.st_mode & 0o7777))
+    _above_holds(os.path.dirname(folder))
     return folder
+
+
+def _above_holds(run_folder, made=True):
+    """Every folder above the run's, up to /, as the head's check holds them (fleet/ray/submit.py):
+    the user's and no one else's to write, or root's where no account may rename what is not its
+    own (/tmp: sticky). Another account able to rename the run's folder could put its own in place.
+    ``made``: False before the folders are made, when one not yet there is passed over."""
+    path = os.path.realpath(run_folder)
+    while path != "/":
+        path = os.path.dirname(path)
+        if not made and not os.path.lexists(path):
+            continue
+        st = _try(lambda: os.lstat(path)) or os.stat_result((0,) * 10)
+        mode = st.st_mode & 0o7777
+        if st.st_uid == 0 and stat.S_ISDIR(st.st_mode):
+            held = not (mode & 0o002) or mode & 0o1000
+        else:
+            held = stat.S_ISDIR(st.st_mode) and st.st_uid == os.geteuid() and not mode & 0o022
+        if not held:
+            raise OSError("fleet: refusing the Ray run's folder: %s, above it, is not this user's or root's, or "
+                          "another account may rename what is in it (uid %d, mode %o)" % (path, st.st_uid, mode))
 
 
 def _write(doc):

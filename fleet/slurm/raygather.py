@@ -140,7 +140,7 @@ def whose_doc(reports: list) -> dict | None:
             continue
         try:
             doc = json.loads(Path(rep.stored).read_text())
-        except (OSError, ValueError):
+        except (OSError, ValueError, RecursionError):  # 64 KB of [[[[ nests past the stack json.loads uses
             return None
         return doc if isinstance(doc, dict) else None
     return None
