@@ -24,15 +24,21 @@ PROBE_LIMIT = 16 << 20  # a probe answer is a few KB a GPU: a node sending more 
 # Characters of any one string of a node's answer that fleet keeps (a note, a reason, a path: paths
 # are at most 4096 bytes): past it the string is cut and says so, in the store and on the terminal.
 STRING_LIMIT = 8192
+# Strings of any one list of strings that fleet keeps (notes, reasons, the profiler's errors: a
+# handful each): past it the list is cut and its last item says how many were left out.
+STRINGS_LIMIT = 200
 
 
 def cut_strings(doc):
-    """A node's answer with each string past :data:`STRING_LIMIT` cut, saying how much was left
-    out (its shape otherwise as it came: checked by the wire before this)."""
+    """A node's answer with each string past :data:`STRING_LIMIT` cut, and each list of strings
+    past :data:`STRINGS_LIMIT`, saying how much was left out (its shape otherwise as it came:
+    checked by the wire before this)."""
     if isinstance(doc, str):
         return doc if len(doc) <= STRING_LIMIT else \
             f"{doc[:STRING_LIMIT]} [cut: {len(doc) - STRING_LIMIT} more characters]"
     if isinstance(doc, list):
+        if len(doc) > STRINGS_LIMIT and all(isinstance(v, str) for v in doc):
+            return [cut_strings(v) for v in doc[:STRINGS_LIMIT]] + [f"[cut: {len(doc) - STRINGS_LIMIT} more]"]
         return [cut_strings(v) for v in doc]
     if isinstance(doc, dict):
         return {k: cut_strings(v) for k, v in doc.items()}

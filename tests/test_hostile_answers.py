@@ -9,6 +9,7 @@ broken) node would send, framed as the agent frames it.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import signal
 import subprocess
@@ -237,6 +238,19 @@ def test_a_nodes_result_strings_are_shown_escaped_by_profile(lab):
     assert "note \\x1b]0;owned\\x07" in out.stdout + out.stderr
     assert "forged\\x0ah09: ok" in out.stdout + out.stderr  # a newline in a note: shown, not a host line of its own
     assert not any(line.startswith("h09") for line in (out.stdout + out.stderr).splitlines())
+
+
+def test_thousands_of_short_notes_from_a_node_are_cut_and_say_so_in_the_store_and_on_the_terminal(lab):
+    """Each note within its bound, and as many as the wire takes (9,000): stored whole, printed whole."""
+    answer(lab, {"status": "ok", "notes": ["n"] * 9_000, "reports": []})
+    out, doc = profile(lab, "--hosts", "h01", "--", "true")
+    assert host(doc, "h01")["result"] is not None, json.dumps(host(doc, "h01"))
+    notes = host(doc, "h01")["result"]["notes"]
+    assert notes[:200] == ["n"] * 200 and notes[200:] == ["[cut: 8800 more]"], notes[195:]
+    shown = run_fleet("profile", "--store", str(lab["store"]), "--hosts", "h01", "--", "true", env=lab["c"].env(),
+                      timeout=180)
+    said = shown.stdout + shown.stderr
+    assert said.count("note:") == 201 and "note:     [cut: 8800 more]" in said, said[-2000:]
 
 
 def test_a_60_mb_note_from_a_node_is_cut_and_says_so_in_the_store_and_on_the_terminal(lab):
