@@ -202,3 +202,41 @@ def _refused(call, *args) -> bool:
     except UnsafePath:
         return True
     return False
+
+
+def test_a_value_past_its_bound_fails_that_rank_in_one_line(tmp_path):
+    """A 2 MiB kernel name: SQLite's length limit is lowered to the bound, so it is never read whole."""
+    root = file_run(tmp_path, nx.Scenario(eight()))
+    plant(export_of(root, 5), "UPDATE StringIds SET value = hex(zeroblob(1048576)) WHERE id = 1")
+    code, out, err, _ = ranks_watched(root, tmp_path / "tmp")
+    assert code == 0 and "Traceback" not in err, (out, err)
+    assert re.search(r"^no export: rank 5 \(.*rank5\.sqlite: a value is longer than 1 MiB: refused\)$", out, re.M), out
+    assert re.search(r"^run \S+: 7 ranks", out, re.M), out
+
+
+def test_a_table_past_its_rows_and_a_file_past_its_time_are_refused_in_one_line(tmp_path, monkeypatch):
+    """The reader's bounds, lowered so that a small file reaches them: rows a table may give, and
+    the time one file may take (SQLite's progress handler interrupts a query mid-step)."""
+    from fleet.analysis import untrusted_sqlite as u
+
+    path = tmp_path / "x.sqlite"
+    plant(path, "CREATE TABLE t (v)",
+          "WITH RECURSIVE r(v) AS (SELECT 1 UNION ALL SELECT v + 1 FROM r LIMIT 50) INSERT INTO t SELECT v FROM r")
+    monkeypatch.setattr(u, "MAX_ROWS", 10)
+    with u.opened(path) as db:
+        try:
+            list(u.rows(db, "t", "SELECT v FROM t"))
+        except u.UntrustedFileError as e:
+            assert str(e) == "t has more than 10 rows: refused"
+        else:
+            raise AssertionError("50 rows read past a bound of 10")
+    endless = "WITH RECURSIVE r(v) AS (SELECT 1 UNION ALL SELECT v + 1 FROM r) SELECT max(v) FROM r"
+    started = time.monotonic()
+    try:
+        with u.opened(path, read_s=0.5) as db:
+            db.execute(endless).fetchall()
+    except u.UntrustedFileError as e:
+        assert str(e) == "read for longer than 0 s: refused", e  # 0.5 s, said to the second
+    else:
+        raise AssertionError("an endless query ended")
+    assert time.monotonic() - started < 60  # a generous bound: the query itself would never end

@@ -58,6 +58,8 @@ def opened(path: str | Path, read_s: float = READ_S) -> Iterator[sqlite3.Connect
     except sqlite3.OperationalError as e:
         raise UntrustedFileError(f"read for longer than {read_s:.0f} s: refused" if sqlitefile.interrupted(e)
                                  else f"SQLite: {e}") from None
+    except sqlite3.DataError:  # SQLITE_TOOBIG: past the length limit lowered above
+        raise UntrustedFileError(f"a value is longer than {MAX_VALUE_BYTES >> 20} MiB: refused") from None
     except sqlite3.DatabaseError as e:
         raise UntrustedFileError(f"not a SQLite file nsys wrote ({e})") from None
     except MemoryError:
