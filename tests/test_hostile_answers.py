@@ -149,18 +149,18 @@ def _descendants(pid: int) -> list[int]:
     return [d for c in children for d in [c, *_descendants(c)]]
 
 
-def test_a_node_gone_silent_without_keepalives_ends_unreachable_within_timeout_and_finish_timeout(lab, tmp_path):
-    """With ``ServerAliveInterval 0`` in ssh_config, ``--timeout 5 --finish-timeout 10`` was still
-    waiting after 100 s: the dead connection was awaited after the channel's close. The sshd
-    serving h02's session (the test's own sshd's children, by pid) is stopped once the workload runs."""
+def silenced(lab, tmp_path, config: str, *args: str) -> tuple[dict, int, float, str]:
+    """``fleet profile --hosts h02 ARGS -- sleep 600`` under ssh_config lines ``config``; once the
+    workload runs, the sshd serving h02's session (the test's own sshd's children, by pid) is
+    stopped. Returns h02's entry, the exit status, the seconds it took and stderr."""
     c = lab["c"]
-    config = tmp_path / "ssh_config"
-    config.write_text("Host *\n  ServerAliveInterval 0\n" + c.ssh_config.read_text())
+    ssh_config = tmp_path / "ssh_config"
+    ssh_config.write_text("Host *\n" + config + c.ssh_config.read_text())
     env = {k: v for k, v in os.environ.items() if not k.startswith("FLEET_")}
     started = time.monotonic()
     proc = subprocess.Popen([sys.executable, "-m", "fleet", "profile", "--store", str(lab["store"]), "--json",
-                             "--hosts", "h02", "--timeout", "5", "--finish-timeout", "10", "--", "sleep", "600"],
-                            env={**env, **c.env(), "FLEET_SSH_CONFIG": str(config)}, stdout=subprocess.PIPE,
+                             "--hosts", "h02", *args, "--", "sleep", "600"],
+                            env={**env, **c.env(), "FLEET_SSH_CONFIG": str(ssh_config)}, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, cwd=REPO)
     stopped: list[int] = []
     try:
@@ -171,13 +171,29 @@ def test_a_node_gone_silent_without_keepalives_ends_unreachable_within_timeout_a
         for pid in _descendants(sshd):
             os.kill(pid, signal.SIGSTOP)
             stopped.append(pid)
-        out, err = proc.communicate(timeout=60)  # without a bound it waits for ever
+        out, err = proc.communicate(timeout=180)  # without a bound it waits for ever
         ended = time.monotonic() - started
     finally:
         end_frozen(proc, stopped)
-    h02 = host(fleet_json(out), "h02")
-    assert h02["status"] == "unreachable" and proc.returncode == exitcodes.UNREACHABLE, (h02, err)
+    return host(fleet_json(out), "h02"), proc.returncode, ended, err
+
+
+def test_a_node_gone_silent_without_keepalives_ends_unreachable_within_timeout_and_finish_timeout(lab, tmp_path):
+    """With ``ServerAliveInterval 0`` in ssh_config, ``--timeout 5 --finish-timeout 10`` was still
+    waiting after 100 s: the dead connection was awaited after the channel's close."""
+    h02, code, ended, err = silenced(lab, tmp_path, "  ServerAliveInterval 0\n", "--timeout", "5",
+                                     "--finish-timeout", "10")
+    assert h02["status"] == "unreachable" and code == exitcodes.UNREACHABLE, (h02, err)
     assert ended < 20, f"ended after {ended:.0f} s"  # the acceptance's bound: --timeout + --finish-timeout + 5
+
+
+def test_a_silent_node_with_no_timeout_and_keepalives_off_ends_after_fleets_keepalives(lab, tmp_path):
+    """No ``--timeout``, and ssh_config's ``ServerAliveInterval 0`` (ssh's "no keepalives"): the
+    0 counts as unset, so fleet's interval (30 s) with the config's count (1) calls the node
+    unreachable after about 60 s, as the user guide says, instead of waiting for ever."""
+    h02, code, ended, err = silenced(lab, tmp_path, "  ServerAliveInterval 0\n  ServerAliveCountMax 1\n")
+    assert h02["status"] == "unreachable" and code == exitcodes.UNREACHABLE, (h02, err)
+    assert ended < 150, f"ended after {ended:.0f} s"  # 30 s x (1 + 1), with room for a slow machine
 
 
 def test_finish_timeout_needs_timeout(lab):
