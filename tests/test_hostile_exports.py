@@ -240,3 +240,14 @@ def test_a_table_past_its_rows_and_a_file_past_its_time_are_refused_in_one_line(
     else:
         raise AssertionError("an endless query ended")
     assert time.monotonic() - started < 60  # a generous bound: the query itself would never end
+
+
+def test_the_nodes_summaries_refuse_a_start_that_is_not_a_whole_number_and_make_the_others(tmp_path):
+    """SQLite takes 'soon' as 0 in ``end - start``: the kernel summary was made, its longest kernel
+    a duration the file never held. Now that summary is not made, naming the table; the others are."""
+    export = tmp_path / "rank0.sqlite"
+    shutil.copy(RECORDED_RANK, export)
+    plant(export, "UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET start = 'soon' WHERE rowid = 3")
+    failed = summarized(export, tmp_path / "out")
+    assert failed == {"cuda_gpu_kern_sum": "CUPTI_ACTIVITY_KIND_KERNEL: a start or end that is not an integer"}, failed
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["cuda_api_sum.csv", "nvtx_sum.csv"]

@@ -40,23 +40,27 @@ HEADERS = {
 TABLES = {"cuda_gpu_kern_sum": "CUPTI_ACTIVITY_KIND_KERNEL", "cuda_api_sum": "CUPTI_ACTIVITY_KIND_RUNTIME",
           "nvtx_sum": "NVTX_EVENTS"}
 
+# A row's duration, NULL where its start or end is not a whole number (SQLite would take 'soon' as
+# 0 and make a duration of it): the export is the job's to write, and such a row fails the summary.
+WHOLE_DURATION = ("CASE WHEN typeof({start}) = 'integer' AND typeof({end}) = 'integer' THEN {end} - {start} END "
+                  "AS dur")
 # Each summary's rows as (grp, style, dur), from the rows of its table in {span} (its rowids between
 # :lo and :hi, see SPAN): one summary row per (grp, style).
 SOURCES = {
     # A kernel by its demangled name (a StringIds id), as nsys stats names it by default.
-    "cuda_gpu_kern_sum": "SELECT demangledName AS grp, NULL AS style, end - start AS dur "
-                         "FROM CUPTI_ACTIVITY_KIND_KERNEL WHERE {span}",
+    "cuda_gpu_kern_sum": "SELECT demangledName AS grp, NULL AS style, " + WHOLE_DURATION.format(start="start", end="end")
+                         + " FROM CUPTI_ACTIVITY_KIND_KERNEL WHERE {span}",
     # An API call by its name (a StringIds id).
-    "cuda_api_sum": "SELECT nameId AS grp, NULL AS style, end - start AS dur "
-                    "FROM CUPTI_ACTIVITY_KIND_RUNTIME WHERE {span}",
+    "cuda_api_sum": "SELECT nameId AS grp, NULL AS style, " + WHOLE_DURATION.format(start="start", end="end")
+                    + " FROM CUPTI_ACTIVITY_KIND_RUNTIME WHERE {span}",
     # A push/pop (59, 70) or start/end (60, 71) range as DOMAIN:TEXT (":step" in the default domain),
     # its text inline or registered (textId); one never ended lasts until the last event (:last).
     "nvtx_sum": "WITH domains AS (SELECT domainId AS id, globalTid AS tid, text AS name, min(start) "
                 "FROM NVTX_EVENTS WHERE eventType = 75 GROUP BY 1, 2) "
                 "SELECT coalesce(d.name, '') || ':' || coalesce(s.value, e.text) AS grp, "
                 "CASE WHEN e.eventType IN (59, 70) THEN 'PushPop' ELSE 'StartEnd' END AS style, "
-                "coalesce(e.end, :last) - e.start AS dur "
-                "FROM NVTX_EVENTS AS e LEFT JOIN domains AS d ON e.domainId = d.id "
+                + WHOLE_DURATION.format(start="e.start", end="coalesce(e.end, :last)") +
+                " FROM NVTX_EVENTS AS e LEFT JOIN domains AS d ON e.domainId = d.id "
                 "AND (e.globalTid & 0x0000FFFFFF000000) = (d.tid & 0x0000FFFFFF000000) "
                 "LEFT JOIN StringIds AS s ON s.id = e.textId "
                 "WHERE e.eventType IN (59, 60, 70, 71) AND {span}",
@@ -197,7 +201,10 @@ class SortedSpan:
                     cursor = db.execute(DISTINCT.format(source=SOURCES[summary].format(span=where)),
                                         {"lo": lo, "hi": hi, "last": last})
                     for key, rows in itertools.groupby(cursor, key=operator.itemgetter(0, 1)):
-                        self.runs[key] = Run(list(rows))
+                        rows = list(rows)
+                        if rows[0][2] is None:  # NULL sorts first: a row whose start or end is no integer
+                            raise ValueError("%s: a start or end that is not an integer" % TABLES[summary])
+                        self.runs[key] = Run(rows)
                 finally:
                     db.close()
         except Exception as e:  # a thread's error is the summary's, never a traceback of its own
