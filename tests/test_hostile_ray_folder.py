@@ -78,7 +78,7 @@ def test_a_run_folder_below_one_another_account_could_rename_in_is_refused_by_th
     mine = owned(above / "mine", TEST_USER, 0o700)
     done = hook_as_user(base, mine / "run")
     assert done.returncode != 0, done
-    assert f"fleet: refusing the Ray run's folder: {above}, above it, is not this user's or root's" in done.stderr, done
+    assert f"fleet: refusing the Ray run's folder: {above} is not this user's (or root's, above" in done.stderr, done
     assert not (mine / "run").exists()  # refused before anything was made
 
 

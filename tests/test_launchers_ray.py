@@ -22,10 +22,11 @@ from pathlib import Path
 
 import pytest
 
+from fleet.agent.bundle import script as agent_script
 from fleet.slurm.launchers import RAY_HOOK, launch
 from fleet.slurm.raygather import ray_worker_name
 from fleet.store.manifest import ReportEntry
-from tests.conftest import run_fleet
+from tests.conftest import fleet_json, run_fleet
 from tests.harness.rayhead import RayHead
 
 ray = pytest.importorskip("ray")
@@ -100,6 +101,7 @@ def job_lines(tmp_path, request, program: str, *args: str, actors=()):
     path.write_text(program)
     run_dir = tmp_path / "run"
     run_dir.mkdir(mode=0o700)
+    (run_dir / "fleet-agent.py").write_text(agent_script())  # as fleet writes it beside every job's script
     command = [sys.executable, str(path), *args]
     la = launch("ray", command, ["unused"], str(run_dir), None, actors=actors)
     script = "\n".join([f"RUN_DIR={shlex.quote(str(run_dir))}", f"FLEET_PYTHON={shlex.quote(sys.executable)}",
@@ -204,21 +206,18 @@ def test_ranks_in_a_job_script_profile_only_the_actors_whose_names_match(tmp_pat
     assert {name: under for name, (_, under) in said.items()} == {"trainer-a": True, "evaluator": False, "trainer-b": True}
     reports = reports_of(ray_dir, [said["trainer-a"][0], said["trainer-b"][0]])
     assert all(r.exists() and r.with_name(r.name.replace(".nsys-rep", ".whose.json")).exists() for r in reports)
-    assert sorted(p.name for p in ray_dir.glob("worker-*")) == sorted(
-        n for r in reports for n in (r.name, r.name.replace(".nsys-rep", ".whose.json")))
+    beside = (".whose.json", ".sqlite", "_cuda_gpu_kern_sum.csv", "_cuda_api_sum.csv", "_nvtx_sum.csv")
+    assert sorted(p.name for p in ray_dir.glob("worker-*")) == sorted(  # the evaluator's worker left nothing
+        n for r in reports for n in (r.name, *(r.name.replace(".nsys-rep", b) for b in beside)))
 
 
-def hook_module(monkeypatch, ray_dir: Path):
-    """fleet's Ray hook as the job runs it (its block in the environment, as the job script exports it)."""
-    import importlib.util
+def run_end(monkeypatch):
+    """The agent's end of a Ray run (fleet/agent/rayend.py), in a job's environment without a bound of its own."""
+    from fleet.agent import rayend
 
-    spec = importlib.util.spec_from_file_location("fleet_ray_hook_under_test", RAY_HOOK)
-    hook = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(hook)
-    monkeypatch.setenv(hook.BLOCK_ENV, json.dumps({"_nsight": {"o": str(ray_dir / "worker-%h-%p")}}))
-    monkeypatch.delenv(hook.WAIT_ENV, raising=False)
+    monkeypatch.delenv(rayend.WAIT_ENV, raising=False)
     monkeypatch.delenv("FLEET_JOB_END", raising=False)
-    return hook
+    return rayend
 
 
 def nsys_profiling(ray_dir: Path, seconds: int) -> subprocess.Popen:
@@ -230,14 +229,14 @@ def nsys_profiling(ray_dir: Path, seconds: int) -> subprocess.Popen:
 def test_the_wait_ends_as_soon_as_this_runs_nsys_have_ended_and_marks_none_unfinished(tmp_path, monkeypatch):
     ray_dir = tmp_path / "ray"
     ray_dir.mkdir(mode=0o700)
-    hook = hook_module(monkeypatch, ray_dir)
+    end = run_end(monkeypatch)
     other = subprocess.Popen([str(STANDINS / "nsys"), "profile", "-o", str(tmp_path / "other-%p"), "sleep", "30"])
     nsys = nsys_profiling(ray_dir, 1)
     try:
         time.sleep(0.5)  # both started
-        assert list(hook.nsys_of_this_run(str(ray_dir / "worker-%h-%p"))) == [nsys.pid]  # not another run's
+        assert list(end.nsys_of_this_run(str(ray_dir / "worker-%h-%p"))) == [nsys.pid]  # not another run's
         started = time.monotonic()
-        assert hook.wait_for_nsys(bound=30) == []
+        assert end.wait_for_nsys(str(ray_dir / "worker-%h-%p"), bound=30) == []
         assert nsys.poll() == 0 and time.monotonic() - started < 10  # it ended with its workload, not at the bound
         [report] = ray_dir.glob("worker-*.nsys-rep")
         assert "exit_status" in json.loads(report.read_text()) and not list(ray_dir.glob("*.unfinished"))
@@ -250,8 +249,8 @@ def test_the_wait_ends_as_soon_as_this_runs_nsys_have_ended_and_marks_none_unfin
 def test_an_nsys_still_running_at_the_bound_is_marked_unfinished_under_its_workers_name(tmp_path, monkeypatch):
     ray_dir = tmp_path / "ray"
     ray_dir.mkdir(mode=0o700)
-    hook = hook_module(monkeypatch, ray_dir)
-    monkeypatch.setenv(hook.WAIT_ENV, "1")  # the job's environment may shorten or lengthen the bound
+    end = run_end(monkeypatch)
+    monkeypatch.setenv(end.WAIT_ENV, "1")  # the job's environment may shorten or lengthen the bound
     nsys = nsys_profiling(ray_dir, 30)
     try:
         time.sleep(0.5)
@@ -259,13 +258,42 @@ def test_an_nsys_still_running_at_the_bound_is_marked_unfinished_under_its_worke
         whose = ray_dir / f"worker-{socket.gethostname()}-4242.whose.json"
         whose.write_text(json.dumps({"pid": 4242, "nsys_pid": nsys.pid}))
         started = time.monotonic()
-        assert hook.wait_for_nsys() == [nsys.pid]
+        assert end.wait_for_nsys(str(ray_dir / "worker-%h-%p")) == [nsys.pid]
         assert 1 <= time.monotonic() - started < 10
         marked = whose.with_name(whose.name.replace(".whose.json", ".unfinished"))
         assert json.loads(marked.read_text()) == {"nsys_pid": nsys.pid} and nsys.poll() is None
     finally:
         kill_nsys(nsys.pid)
         nsys.wait()
+
+
+def test_the_runs_end_exports_and_summarizes_each_finished_report_and_leaves_the_others(tmp_path, monkeypatch):
+    """The agent's end of a Ray run: a finished worker report gets its export and the three
+    summaries beside it; one marked unfinished, and one another account could write, get none."""
+    ray_dir = tmp_path / "ray"
+    ray_dir.mkdir(mode=0o700)
+    end = run_end(monkeypatch)
+    nsys = nsys_profiling(ray_dir, 0)
+    assert nsys.wait(timeout=60) == 0
+    [done] = ray_dir.glob("worker-*.nsys-rep")
+    unfinished = shutil.copy(done, ray_dir / "worker-node9-1.nsys-rep")
+    (ray_dir / "worker-node9-1.unfinished").write_text("{}")
+    open_one = Path(shutil.copy(done, ray_dir / "worker-node9-2.nsys-rep"))
+    open_one.chmod(0o666)
+    assert end.main({"mode": "ray-end", "output": str(ray_dir / "worker-%h-%p"), "nsys": str(STANDINS / "nsys")}) == 0
+    stem = done.name[: -len(".nsys-rep")]
+    made = {"sqlite", "cuda_gpu_kern_sum.csv", "cuda_api_sum.csv", "nvtx_sum.csv"}
+    assert {p.name[len(stem) + 1:] for p in ray_dir.glob(stem + "[._]*") if p != done} == made
+    assert not list(ray_dir.glob("worker-node9-*.sqlite")) and not list(ray_dir.glob("worker-node9-*.csv"))
+    assert Path(unfinished).exists()  # kept as it was, for fleet to say unfinished
+
+
+def test_the_runs_end_in_a_folder_another_account_could_write_touches_nothing(tmp_path, monkeypatch, capsys):
+    ray_dir = tmp_path / "ray"
+    ray_dir.mkdir(mode=0o777)
+    ray_dir.chmod(0o777)
+    assert run_end(monkeypatch).main({"output": str(ray_dir / "worker-%h-%p"), "nsys": str(STANDINS / "nsys")}) == 0
+    assert "neither waited for nor summarized" in capsys.readouterr().err and not list(ray_dir.iterdir())
 
 
 def test_a_node_without_nsys_is_refused_before_the_program_starts(tmp_path):
@@ -486,6 +514,15 @@ def test_a_ray_program_in_a_slurm_job_gives_two_reports_named_by_actor(hpc, ray_
         assert Path(rep["stored"]).name == f"{actor}-{h['worker'].rsplit(' ', 1)[1]}.nsys-rep"
         # nsys wrapped Ray's worker process itself, started by the job's raylet, not the program
         assert "default_worker.py" in " ".join(json.loads(Path(rep["stored"]).read_text())["app"])
+        # its export and summaries, made in the job once its nsys ended, home beside it under its actor's name
+        extras = {r["summary"]: Path(r["stored"]).name for r in h["reports"] if r["status"] in ("summary", "export")}
+        stem = Path(rep["stored"]).name[: -len(".nsys-rep")]
+        assert extras == {"whose": f"{stem}.whose.json", "sqlite": f"{stem}.sqlite",
+                          **{n: f"{stem}_{n}.csv" for n in ("cuda_gpu_kern_sum", "cuda_api_sum", "nvtx_sum")}}, extras
+    stats = run_fleet("reports", "stats", m["run_id"], "--json", "--store", str(tmp_path))
+    assert stats.returncode == 0, stats.stdout + stats.stderr  # before, a Ray run had no summaries: exit 10
+    kernels = fleet_json(stats.stdout)["kernels"]
+    assert kernels["rows"] and all(sorted(row["by"]) == names for row in kernels["rows"]), kernels
 
 
 # The same two actors, trainer-b's nsys killed while its worker runs (as when Ray or the job's end kills
@@ -670,9 +707,7 @@ def test_ray_reports_are_listed_pulled_and_opened_by_actor(ray_head, tmp_path):
     """Three named actors, two of one class and one of another: `reports ls` (and --json), the
     store's file names, `reports pull` and `reports open RUN trainer-0` name each by its actor.
     Before, every row said the host, the files were worker-HOST-PID, `open trainer-0` was refused,
-    and each .whose.json was listed as a `summary`."""
-    from tests.conftest import fleet_json
-
+    and each .whose.json was listed as a `summary`; and with no summaries, `reports stats` had nothing to read."""
     store, pids, r = submitted_three(ray_head, tmp_path, 0)
     assert r.returncode == 0, r.stdout + r.stderr
     [path] = store.glob("ray/*/*/manifest.json")
@@ -685,7 +720,7 @@ def test_ray_reports_are_listed_pulled_and_opened_by_actor(ray_head, tmp_path):
         f"{cls}-{name}-{pids[name]}.nsys-rep" for name, cls in actors.items())
     assert sorted(row["worker"].split(" on ")[0] for row in reports) == sorted(f"{c} {n}" for n, c in actors.items())
     table = run_fleet("reports", "ls", "--store", str(store)).stdout
-    assert all(f"{cls} {name}" in table for name, cls in actors.items()) and " summary " not in table, table
+    assert all(f"{cls} {name}" in table for name, cls in actors.items()) and ".whose.json" not in table, table
     pulled = run_fleet("reports", "pull", run_id, str(tmp_path / "out"), "--store", str(store))
     assert pulled.returncode == 0, pulled.stderr
     assert sorted(p.name for p in (tmp_path / "out").rglob("*.nsys-rep")) == sorted(
@@ -696,6 +731,12 @@ def test_ray_reports_are_listed_pulled_and_opened_by_actor(ray_head, tmp_path):
                                       env={"PATH": "/usr/bin:/bin"}).stdout)
         assert sorted(Path(p).name for p in opened["reports"]) == sorted(
             f"{actors[n]}-{n}-{pids[n]}.nsys-rep" for n in want), (which, opened)
+    # each worker's export and summaries, made on the head once its nsys ended: reports stats reads the run
+    stats = run_fleet("reports", "stats", run_id, "--json", "--store", str(store))
+    assert stats.returncode == 0, stats.stdout + stats.stderr  # before, a Ray run had no summaries: exit 10
+    data = fleet_json(stats.stdout)
+    assert sorted(c["worker"].split(" on ")[0] for c in data["columns"]) == sorted(f"{c} {n}" for n, c in actors.items())
+    assert data["kernels"]["rows"] and all(len(row["by"]) == 3 for row in data["kernels"]["rows"]), data["kernels"]
 
 
 def test_a_run_folder_another_account_made_first_is_refused_by_ray_submit_and_no_job_is_submitted(ray_head, tmp_path):

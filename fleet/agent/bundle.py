@@ -48,6 +48,7 @@ SHIPPED = {
     "fleet_agent_workload": "fleet.agent.workload",
     "fleet_agent_reports": "fleet.agent.reports",
     "fleet_agent_summaries": "fleet.agent.summaries",
+    "fleet_agent_rayend": "fleet.agent.rayend",
     "fleet_agent_sqlitefile": "fleet.agent.sqlitefile",
     "fleet_agent_nodeconfig": "fleet.agent.nodeconfig",
     "fleet_agent_owned": "fleet.agent.owned",
@@ -68,6 +69,7 @@ MODES = {
     "owned": "fleet_agent_owned",  # one step re-run under sudo -n (owned.privileged)
     "task": "fleet_agent_task",
     "slurmd": "fleet_agent_slurmd",
+    "ray-end": "fleet_agent_rayend",  # a Ray run's end: its workers' nsys waited for, their reports summarized
 }
 
 # How fleet starts its agent, the only code on the remote command line: read the compressed script

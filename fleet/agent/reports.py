@@ -30,7 +30,7 @@ try:  # as shipped by fleet, every module travels under a flat name
 except ImportError:  # as part of the installed package (tests, the local machine)
     from . import files, node, rundir, summaries, workload
 
-SUMMARIES = ("cuda_gpu_kern_sum", "cuda_api_sum", "nvtx_sum")  # nsys stats reports kept beside each report
+SUMMARIES = rundir.RunDir.NSYS_SUMMARIES  # nsys stats reports kept beside each report
 # Each report is exported to NAME.sqlite once; the summaries are made from that export, which is kept
 # too, as a report of its own kind, for the cross-rank analysis at home (fleet.analysis.ranks).
 EXPORT = "sqlite"

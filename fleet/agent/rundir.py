@@ -51,6 +51,8 @@ class RunDir:
     RAY = "ray"                          # Ray's workers' reports, whose files and fleet's hook
     RAY_HOOK = "fleet_ray_hook.py"       # fleet/slurm/ray_hook.py, as the batch script writes it
     RAY_HOOK_BLOCK = "fleet_ray_hook.json"  # the _nsight block the hook reads
+    NSYS_SUMMARIES = ("cuda_gpu_kern_sum", "cuda_api_sum", "nvtx_sum")  # REPORT_NAME.csv beside each nsys report
+    NSYS_EXPORT = ".sqlite"              # REPORT.sqlite: an nsys report's SQLite export, beside it
     RAY_WORKER = "worker-"               # worker-HOST-PID.nsys-rep: Ray's nsight plugin, from RAY_REPORTS
     RAY_REPORTS = RAY_WORKER + "%h-%p"   # nsys's -o for Ray's workers: %h the host, %p the pid
     WHOSE = ".whose.json"                # worker-HOST-PID.whose.json: whose a Ray worker is, beside its report
@@ -215,6 +217,14 @@ class RunDir:
         """The whose file fleet's Ray hook writes beside a worker's report."""
         base = report[: -len(cls.NSYS_REPORT)] if report.endswith(cls.NSYS_REPORT) else report
         return base + cls.WHOSE
+
+    @classmethod
+    def ray_extras(cls, base: str) -> dict:
+        """The files made of a Ray worker's report (worker-HOST-PID, its path without the
+        suffix) beside it (fleet/agent/raysum.py): each path -> (its summary name, its kind)."""
+        extras = {base + cls.NSYS_EXPORT: ("sqlite", "export")}
+        extras.update(("%s_%s.csv" % (base, name), (name, None)) for name in cls.NSYS_SUMMARIES)
+        return extras
 
     @classmethod
     def is_whose(cls, path: str) -> bool:

@@ -30,7 +30,9 @@ from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 from .. import outcome, store
+from ..agent.bundle import bundle
 from ..agent.rundir import RunDir
+from ..agentcall import agent_argv
 from ..errors import FleetError
 from ..outcome import HostStatus
 from ..safenames import check_text
@@ -47,6 +49,7 @@ if TYPE_CHECKING:
 
 HOOK_PACKAGE = "fleet_ray_hook"  # the module name RAY_RUNTIME_ENV_HOOK and worker_process_setup_hook name
 LIST_TIMEOUT = 120.0  # seconds for the head to list and hash the reports
+END_TIMEOUT = 3600.0  # seconds for the head to wait for the workers' nsys and summarize their reports
 # Where a run's folder is on the nodes unless --node-dir says: the home of the user Ray runs as (its ~
 # said on the head, by fleet's hook and by the listing), never a folder every account shares (/tmp).
 NODE_DIR = "~/.cache/fleet-ray-runs"
@@ -81,11 +84,12 @@ PREPARE = (HOME_DIR + FIRST + '[ -d "$1" ] || mkdir -p -- "$(dirname -- "$1")" 2
            '[ -d "$1" ] || [ -L "$1" ] || mkdir -m 700 -- "$1" 2>/dev/null; '
            'cd -- "$1" 2>/dev/null || { echo "@@$2 refused $1 cannot be made or entered"; exit 0; }; '
            f'[ -e {RunDir.RAY} ] || [ -L {RunDir.RAY} ] || mkdir -m 700 -- {RunDir.RAY}; ' + FOLDERS)
-# Each report and whose file in NODE_DIR/ray, with its size and sha256, as the head computes them,
+# Each report, whose file, export and summary in NODE_DIR/ray, with its size and sha256, as the head computes them,
 # once the folders hold; a link, or a file not the user's or writable by others, refused by name.
 LISTING = (HOME_DIR + f'cd -- "$1" 2>/dev/null || exit 0; [ -e {RunDir.RAY} ] || [ -L {RunDir.RAY} ] || exit 0; '
            + FOLDERS +
-           f'for f in {RunDir.RAY}/*{RunDir.NSYS_REPORT} {RunDir.RAY}/*{RunDir.WHOSE}; do '
+           f'for f in {RunDir.RAY}/*{RunDir.NSYS_REPORT} {RunDir.RAY}/*{RunDir.WHOSE} {RunDir.RAY}/*{RunDir.NSYS_EXPORT} '
+           f'{RunDir.RAY}/*_*.csv; do '
            '[ -L "$f" ] && { echo "@@$2 refused $PWD/$f is a symbolic link"; continue; }; [ -f "$f" ] || continue; '
            'set -- "$1" "$2" $(stat -c "%u %a" -- "$f"); '
            'if [ "$3" != "$me" ] || [ $((0$4 & 18)) -ne 0 ]; then '
@@ -192,6 +196,21 @@ async def folder_refused(fan: "Fanout", head: "Host", node_dir: str) -> str | No
     return f"refusing the run's folder on {head.name}: {refused[0]}" if refused else None
 
 
+async def end_on_head(fan: "Fanout", head: "Host", job: RayJob) -> str | None:
+    """The run's end on the head (fleet/agent/rayend.py), before its reports are listed: the nsys
+    of the workers there waited for (Ray leaves them writing as the driver exits, and
+    ``ray job submit`` has returned by then), then each finished report's export and summaries
+    made beside it with the nsys on the head's PATH, the one Ray ran. Why that could not be done,
+    or None. Bounded: the wait and each export and summary by the agent, all by END_TIMEOUT."""
+    output = launchers.ray_runtime_env(job.node_dir, "nsys", job.profiler_args)["_nsight"]["o"]
+    r = await fan.run(head, agent_argv(head, {"mode": "ray-end", "output": output}), input=bundle(),
+                      timeout=END_TIMEOUT)
+    if r.ok:
+        return None
+    said = [line for line in r.stderr.decode(errors="replace").splitlines() if line.strip()]
+    return r.error or (said[-1][:300] if said else f"the agent exited {r.exit_status} on {head.name}")
+
+
 async def reports_home(fan: "Fanout", head: "Host", node_dir: str, directory: Path) -> list[HostEntry]:
     """The workers' reports and whose files on the head, listed, fetched and verified."""
     lines, failed = await on_head(fan, head, LISTING, node_dir)
@@ -217,7 +236,10 @@ async def profile(fan: "Fanout", head: "Host", job: RayJob, req: "ProfileRequest
         store.save(store_root, manifest)
         return manifest
     status, command = await submit(job)
+    not_ended = await end_on_head(fan, head, job)
     manifest.hosts = await reports_home(fan, head, job.node_dir, directory)
+    for h in manifest.hosts if not_ended else ():
+        h.given_up.append(f"the wait for the workers' nsys, and their reports' export and summaries: {not_ended}")
     if status != 0:
         manifest.error = (f"`ray job submit` exited {status}: the job {job.submission_id} failed "
                           f"(ray job logs --address {job.address} {job.submission_id})")

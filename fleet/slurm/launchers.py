@@ -150,8 +150,12 @@ def _ray(run_dir: str, tool: str, profiler_args, actors) -> Launch:
                    "# Each worker's report is worker-HOST-PID; whose it is (actor or task) is beside it."),
                   "\"${COMMAND[@]}\"",
                   # Ray leaves its workers' nsys writing their reports as the program exits: the job
-                  # waits for them (bounded; fleet_ray_hook.wait_for_nsys), else its end loses them.
-                  (f'"$FLEET_PYTHON" "{IN_SCRIPT.ray_hook}" --wait-for-nsys',))
+                  # waits for them (bounded), else its end loses them; then each finished report's
+                  # export and summaries, as a rank's agent makes them, with the nsys Ray ran, so that
+                  # stats, compare and ranks read a Ray run (fleet/agent/rayend.py).
+                  (f'"$FLEET_PYTHON" "{IN_SCRIPT.agent}" '
+                   + quote(json.dumps({"mode": "ray-end", "output": block["_nsight"]["o"]}, sort_keys=True),
+                           "the run directory"),))
 
 
 def _slices(start: int, end: int, drop: list[int]) -> str:

@@ -35,16 +35,7 @@ BLOCK_ENV = "FLEET_RAY_RUNTIME_ENV"  # {"_nsight": {...}} as JSON; else fleet_ra
 ACTORS_ENV = "FLEET_RAY_ACTORS"      # a JSON list of fnmatch patterns: the actors to profile; unset: every worker
 LOOK_EVERY = 0.05  # seconds between looks for the actor or task a worker runs
 LOOK_FOR = 3600.0  # a worker that runs nothing for an hour is named by its host and pid alone
-# How long the job waits, once the Ray program has ended (whatever its status), for the nsys of its
-# workers to end. Ray leaves them running as the program exits (each reparented to init, in a process
-# group of its own) while each generates its report after its worker ended, which takes seconds, and
-# tens of seconds for a large trace; the job's end would kill them (Slurm's cgroup) or leave them
-# writing while fleet gathers. Bounded: a worker Ray left alive keeps its nsys waiting forever.
-NSYS_WAIT = 60.0
-WAIT_ENV = "FLEET_RAY_NSYS_WAIT"  # the job's environment may say another bound, in seconds (a larger trace)
-JOB_END_MARGIN = 5.0  # seconds kept before the job's time limit (FLEET_JOB_END) to say what is unfinished
-WAIT_EVERY = 0.2      # seconds between looks at /proc
-UNFINISHED = ".unfinished"  # worker-HOST-PID.unfinished: that worker's nsys still ran when the wait ended
+JOB_END_MARGIN = 5.0  # seconds kept before the job's time limit (FLEET_JOB_END), as the job's wait keeps them
 # How long, in all, the program's end waits for its actors still alive to end gracefully (each worker's
 # exit: its atexit handlers, Ray's disconnect; under a second each, all at once), before Ray's shutdown
 # kills what is left; less where the job's time limit is nearer. Short: an actor busy with a task ends
@@ -301,39 +292,34 @@ def _reports_dir():
 
 def private_folder(folder):
     """The run's ``ray/``, made 0700 (and the run's folder) where missing; refused, naming the folder,
-    unless it is this user's and private and the run's folder this user's, no one else's to write
-    (docs/architecture.md, "The Ray hook": another account could swap ``ray/``)."""
-    _above_holds(os.path.dirname(folder), made=False)  # before anything is made in another's folder
-    _try(lambda: os.makedirs(os.path.dirname(folder), 0o700))  # the run's folder, with what it needs
-    for path, others in ((os.path.dirname(folder), 0o022), (folder, 0o077)):  # ray/ made once its parent holds
-        _try(lambda: os.mkdir(path, 0o700))
-        st = _try(lambda: os.lstat(path)) or os.stat_result((0,) * 10)
-        if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & others:
-            raise OSError("fleet: refusing the Ray run's folder: %s is not this user's, or another may write "
-                          "it (uid %d, mode %o)" % (path, st.st_uid, st.st_mode & 0o7777))
-    _above_holds(os.path.dirname(folder))
+    unless every folder from it up to / holds as the head's check holds them (fleet/ray/submit.py;
+    docs/architecture.md, "The Ray hook": another account could swap ``ray/``)."""
+    run = os.path.dirname(folder)
+    _walk_up(run, 1, made=False)  # before anything is made in another's folder
+    _try(lambda: os.makedirs(run, 0o700))  # the run's folder, with what it needs
+    _walk_up(run, 1)
+    _try(lambda: os.mkdir(folder, 0o700))  # ray/ made once its parent holds
+    _walk_up(folder, 0)
     return folder
 
 
-def _above_holds(run_folder, made=True):
-    """Every folder above the run's, up to /, as the head's check holds them (fleet/ray/submit.py):
-    the user's and no one else's to write, or root's where no account may rename what is not its
-    own (/tmp: sticky). Another account able to rename the run's folder could put its own in place.
-    ``made``: False before the folders are made, when one not yet there is passed over."""
-    path = os.path.realpath(run_folder)
-    while path != "/":
-        path = os.path.dirname(path)
-        if not made and not os.path.lexists(path):
-            continue
+def _walk_up(path, level, made=True):
+    """``path``, ``level`` folders above ``ray/``, and each above it: ray/ this user's and closed,
+    the run's folder this user's and no one else's to write, each above that too, or root's where
+    no account may rename what is not its own (/tmp: sticky). ``made``: False before the folders
+    are made, when one not yet there is passed over."""
+    path = os.path.join(os.path.realpath(os.path.dirname(path)), os.path.basename(path))  # not followed
+    while True:
         st = _try(lambda: os.lstat(path)) or os.stat_result((0,) * 10)
         mode = st.st_mode & 0o7777
-        if st.st_uid == 0 and stat.S_ISDIR(st.st_mode):
-            held = not (mode & 0o002) or mode & 0o1000
-        else:
-            held = stat.S_ISDIR(st.st_mode) and st.st_uid == os.geteuid() and not mode & 0o022
-        if not held:
-            raise OSError("fleet: refusing the Ray run's folder: %s, above it, is not this user's or root's, or "
-                          "another account may rename what is in it (uid %d, mode %o)" % (path, st.st_uid, mode))
+        rooted = level >= 2 and st.st_uid == 0 and not (mode & 0o002 and not mode & 0o1000)
+        mine = st.st_uid == os.geteuid() and not mode & (0o077 if level == 0 else 0o022)
+        if (made or os.path.lexists(path)) and not (stat.S_ISDIR(st.st_mode) and (rooted or mine)):
+            raise OSError("fleet: refusing the Ray run's folder: %s is not this user's (or root's, above the run's "
+                          "folder), or another account may write in it (uid %d, mode %o)" % (path, st.st_uid, mode))
+        if path in ("/", ""):
+            return
+        path, level = os.path.dirname(path), level + 1
 
 
 def _write(doc):
@@ -343,81 +329,3 @@ def _write(doc):
     with os.fdopen(fd, "w") as f:
         json.dump(doc, f)
     os.replace(partial, path)
-
-
-def nsys_of_this_run(output):
-    """This user's ``nsys profile ... -o OUTPUT`` processes, by pid: the nsys Ray started for this
-    run's workers (Ray passes the block's ``o`` as ``-o VALUE``; the run folder in it is this run's
-    alone). An nsys that ended and awaits its reaping has no command line, and is not counted."""
-    found, me, word = {}, os.geteuid(), output.encode()
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            if os.stat("/proc/" + name).st_uid != me:
-                continue
-        except OSError:
-            continue
-        argv = _argv(int(name))
-        if b"profile" in argv and any(a == b"-o" and b == word for a, b in zip(argv, argv[1:])):
-            found[int(name)] = argv
-    return found
-
-
-def wait_for_nsys(bound=NSYS_WAIT):
-    """Wait, up to ``bound`` seconds (less where the job's time limit is nearer), until no nsys of
-    this run's workers runs; each still running then is marked unfinished beside its report, for
-    fleet to say so (never counted complete). The pids of those still running."""
-    output = _block()["o"]
-    said = os.environ.get(WAIT_ENV, "")
-    bound = float(said) if said.isdigit() else bound
-    end = os.environ.get("FLEET_JOB_END", "")
-    bound = min(bound, float(end) - time.time() - JOB_END_MARGIN) if end.isdigit() else bound
-    deadline = time.monotonic() + bound
-    running = nsys_of_this_run(output)
-    if running:
-        print("fleet: the Ray program has ended; waiting up to %d s for the nsys of %d Ray workers to write their "
-              "reports" % (max(0, bound), len(running)), file=sys.stderr, flush=True)
-    while running and time.monotonic() < deadline:
-        time.sleep(WAIT_EVERY)
-        running = nsys_of_this_run(output)
-    for pid in sorted(running):
-        base = _unfinished(os.path.dirname(output), pid)
-        print("fleet: after %d s the nsys of Ray worker %s (pid %d) still runs: its report is missing or unfinished"
-              % (max(0, bound), os.path.basename(base), pid), file=sys.stderr, flush=True)
-    return sorted(running)
-
-
-def _unfinished(folder, nsys_pid):
-    """Mark the worker of the nsys ``nsys_pid`` unfinished: named as its report is (from the whose
-    file that names this nsys, else from its worker still running), else by the nsys's own pid."""
-    worker = None
-    for name in os.listdir(folder):
-        if name.endswith(".whose.json"):
-            try:
-                with open(os.path.join(folder, name)) as f:
-                    doc = json.load(f)
-            except (OSError, ValueError):
-                continue
-            if isinstance(doc, dict) and doc.get("nsys_pid") == nsys_pid:
-                worker = name[:-len(".whose.json")]
-    if worker is None:
-        child = next((p for p in _children(nsys_pid) if any(w.endswith(b"default_worker.py") for w in _argv(p))), None)
-        worker = "worker-%s-%s" % (socket.gethostname(), child if child else "nsys%d" % nsys_pid)
-    path = os.path.join(folder, worker + UNFINISHED)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
-    with os.fdopen(fd, "w") as f:
-        json.dump({"nsys_pid": nsys_pid}, f)
-    return path[:-len(UNFINISHED)]
-
-
-def _children(pid):
-    """The pids whose parent is ``pid`` (the field after the state)."""
-    return [int(name) for name in filter(str.isdigit, os.listdir("/proc")) if _stat(name)[1:2] == [str(pid)]]
-
-
-if __name__ == "__main__" and sys.argv[1:] == ["--wait-for-nsys"]:
-    try:
-        wait_for_nsys()
-    except (OSError, ValueError, KeyError) as e:  # the job's status stands; its log says why, in one line
-        print("fleet: the Ray workers' nsys were not waited for: %s" % e, file=sys.stderr)

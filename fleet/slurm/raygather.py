@@ -38,7 +38,7 @@ async def workers_home(fan: "Fanout", via: "Host", run_dir: str, lines: list[str
     from ``run_dir``/ray. A worker the job marked unfinished (worker-HOST-PID.unfinished: its nsys
     still ran when the job stopped waiting) is missing, its report never counted."""
     hosts = []
-    marks = [found for found in map(file_mark, lines) if found is not None]
+    marks, extras = made_of_reports([found for found in map(file_mark, lines) if found is not None])
     whose = {found["path"]: found for found in marks if RunDir.is_whose(found["path"])}
     unfinished = {RunDir.ray_base(found["path"]) for found in marks if RunDir.is_unfinished(found["path"])}
     reported = {RunDir.ray_base(found["path"]) for found in marks
@@ -57,17 +57,35 @@ async def workers_home(fan: "Fanout", via: "Host", run_dir: str, lines: list[str
         if base in unfinished:  # what is at its name is what nsys had written when the job ended
             hosts.append(await _missing(fan, via, run_dir, said or found, directory, unfinished=True))
             continue
-        hosts.append(await _reported(fan, via, run_dir, found, said, directory))
+        hosts.append(await _reported(fan, via, run_dir, found, said, directory, extras.get(base, [])))
     return hosts
 
 
+def made_of_reports(marks: list[dict]) -> tuple[list[dict], dict[str, list[dict]]]:
+    """The listed files apart from the export and summaries made of each worker's report
+    (fleet/agent/raysum.py), which go home beside it: (the others, each report's base -> its
+    extras, each marked with its summary's name and kind). An export or summary of no report
+    listed is left on the cluster."""
+    reports = {RunDir.ray_base(f["path"]) for f in marks if f["path"].endswith(RunDir.NSYS_REPORT)}
+    made = {path: (base, what) for base in reports for path, what in RunDir.ray_extras(base).items()}
+    others, extras = [], {}
+    for found in marks:
+        if found["path"] in made:
+            base, (name, kind) = made[found["path"]]
+            extras.setdefault(base, []).append(dict(found, summary=name, **({"kind": kind} if kind else {})))
+        elif not found["path"].endswith((RunDir.NSYS_EXPORT, ".csv")):
+            others.append(found)
+    return others, extras
+
+
 async def _reported(fan: "Fanout", via: "Host", run_dir: str, found: dict, said: dict | None,
-                    directory: Path) -> HostEntry:
-    """A worker with its report (and whose it is, where it said), brought home."""
+                    directory: Path, extras: list[dict]) -> HostEntry:
+    """A worker with its report (and whose it is, where it said, and its export and summaries),
+    brought home."""
     node = RunDir.ray_worker_host(found["path"]) or "ray"
     if not safenames.is_component(node):  # named by a file the job wrote
         return unsafe_worker(node)
-    reports = await bring_home(fan, via, [found] + ([said] if said else []), directory / node,
+    reports = await bring_home(fan, via, [found] + ([said] if said else []) + extras, directory / node,
                                node_dir=RunDir(run_dir).ray)
     for rep in reports:  # whose the report is: an extra beside it, as a summary is
         if RunDir.is_whose(rep.stored) or RunDir.is_whose(rep.remote):
@@ -159,14 +177,17 @@ def actor_stem(doc: dict | None) -> str | None:
 
 
 def named_by_actor(reports: list) -> None:
-    """A worker's report and whose file, once home and verified, renamed in the store by its actor
-    (:func:`actor_stem`), beside where they came; kept as they came where that name is taken."""
+    """A worker's report, whose file, export and summaries, once home and verified, renamed in the
+    store by its actor (:func:`actor_stem`: ``worker-node1-29064_cuda_api_sum.csv`` becomes
+    ``Trainer-trainer-0-29064_cuda_api_sum.csv``), beside where they came; kept as they came where
+    that name is taken."""
     stem = actor_stem(whose_doc(reports))
-    for rep in reports if stem else ():
-        suffix = RunDir.WHOSE if RunDir.is_whose(rep.stored) else RunDir.NSYS_REPORT
+    base = next((Path(r.stored).name[: -len(RunDir.NSYS_REPORT)] for r in reports
+                 if r.stored.endswith(RunDir.NSYS_REPORT)), None)
+    for rep in reports if stem and base else ():
         old = Path(rep.stored)
-        new = old.with_name(stem + suffix)
-        if rep.verified and old.name.endswith(suffix) and not new.exists():
+        new = old.with_name(stem + old.name[len(base):])
+        if rep.verified and old.name.startswith(base) and not new.exists():
             os.replace(old, new)
             rep.stored = str(new)
 
