@@ -704,14 +704,33 @@ def test_a_worker_marked_unfinished_is_missing_and_its_partial_report_is_neither
 
 
 def test_ray_reports_are_listed_pulled_and_opened_by_actor(ray_head, tmp_path):
-    """Three named actors, two of one class and one of another: `reports ls` (and --json), the
-    store's file names, `reports pull` and `reports open RUN trainer-0` name each by its actor.
-    Before, every row said the host, the files were worker-HOST-PID, `open trainer-0` was refused,
-    and each .whose.json was listed as a `summary`; and with no summaries, `reports stats` had nothing to read."""
+    """Three named actors, two of one class and one of another, through `fleet ray submit`: see
+    :func:`found_by_actor`."""
     store, pids, r = submitted_three(ray_head, tmp_path, 0)
     assert r.returncode == 0, r.stdout + r.stderr
     [path] = store.glob("ray/*/*/manifest.json")
-    run_id = json.loads(path.read_text())["run_id"]
+    found_by_actor(store, json.loads(path.read_text())["run_id"], pids, tmp_path / "out")
+
+
+def test_three_named_actors_of_a_ray_program_in_a_slurm_job_are_found_by_actor(hpc, ray_user, tmp_path):
+    """The same three actors in a Slurm job: see :func:`found_by_actor`."""
+    from tests.harness.hpc import manifest
+
+    three = THREE.replace("ray.init()", "ray.init(num_cpus=3, include_dashboard=False)")
+    program = ray_program(hpc, "three.py", three.replace("sys.exit(int(sys.argv[1]))", "sys.exit(0)"))
+    r = ray_job(hpc, tmp_path / "store", str(ray_user), program)
+    assert r.returncode == 0, r.stdout + r.stderr
+    m = manifest(tmp_path / "store")
+    said = Path(m["slurm"]["log"]["stored"]).read_text()  # the job's log, brought home
+    pids = json.loads(said.split("actors ", 1)[1].split("\n", 1)[0])
+    found_by_actor(tmp_path / "store", m["run_id"], pids, tmp_path / "out")
+
+
+def found_by_actor(store: Path, run_id: str, pids: dict, out: Path) -> None:
+    """`reports ls` (and --json), the store's file names, `reports pull` and `reports open RUN
+    trainer-0` name each actor of THREE; `reports stats` reads its summaries, a column each.
+    Before, every row said the host, the files were worker-HOST-PID, `open trainer-0` was refused,
+    each .whose.json was listed as a `summary`, and with no summaries `reports stats` exited 10."""
     actors = {"trainer-0": "Trainer", "trainer-1": "Trainer", "evaluator-0": "Evaluator"}
     rows = fleet_json(run_fleet("reports", "ls", "--json", "--store", str(store)).stdout)
     assert not [row for row in rows if row["path"].endswith(".whose.json")], rows
@@ -721,9 +740,9 @@ def test_ray_reports_are_listed_pulled_and_opened_by_actor(ray_head, tmp_path):
     assert sorted(row["worker"].split(" on ")[0] for row in reports) == sorted(f"{c} {n}" for n, c in actors.items())
     table = run_fleet("reports", "ls", "--store", str(store)).stdout
     assert all(f"{cls} {name}" in table for name, cls in actors.items()) and ".whose.json" not in table, table
-    pulled = run_fleet("reports", "pull", run_id, str(tmp_path / "out"), "--store", str(store))
+    pulled = run_fleet("reports", "pull", run_id, str(out), "--store", str(store))
     assert pulled.returncode == 0, pulled.stderr
-    assert sorted(p.name for p in (tmp_path / "out").rglob("*.nsys-rep")) == sorted(
+    assert sorted(p.name for p in out.rglob("*.nsys-rep")) == sorted(
         f"{cls}-{name}-{pids[name]}.nsys-rep" for name, cls in actors.items())
     for which, want in (("trainer-0", ["trainer-0"]), ("trainer-*", ["trainer-0", "trainer-1"]),
                         ("Evaluator", ["evaluator-0"])):
@@ -731,9 +750,9 @@ def test_ray_reports_are_listed_pulled_and_opened_by_actor(ray_head, tmp_path):
                                       env={"PATH": "/usr/bin:/bin"}).stdout)
         assert sorted(Path(p).name for p in opened["reports"]) == sorted(
             f"{actors[n]}-{n}-{pids[n]}.nsys-rep" for n in want), (which, opened)
-    # each worker's export and summaries, made on the head once its nsys ended: reports stats reads the run
+    # each worker's export and summaries, made where its report is once its nsys ended
     stats = run_fleet("reports", "stats", run_id, "--json", "--store", str(store))
-    assert stats.returncode == 0, stats.stdout + stats.stderr  # before, a Ray run had no summaries: exit 10
+    assert stats.returncode == 0, stats.stdout + stats.stderr
     data = fleet_json(stats.stdout)
     assert sorted(c["worker"].split(" on ")[0] for c in data["columns"]) == sorted(f"{c} {n}" for n, c in actors.items())
     assert data["kernels"]["rows"] and all(len(row["by"]) == 3 for row in data["kernels"]["rows"]), data["kernels"]
