@@ -38,9 +38,11 @@ class GpuView:
     ncu: str                    # the verdict for ncu there now: ok or refused
     ncu_reasons: tuple[str, ...]
     free: bool                  # nobody else on it, no MIG, no MPS: `--gpu free` would take it
+    uuid: str | None = None     # NVML's, from the node's state: a record's GPU is found by it again
 
     def to_json(self) -> dict:
-        return {"host": self.host, "index": self.index, "name": self.name, "memory_used": self.memory_used,
+        return {"host": self.host, "index": self.index, "name": self.name, "uuid": self.uuid,
+                "memory_used": self.memory_used,
                 "memory_total": self.memory_total, "activity": self.activity, "conditions": self.conditions,
                 "processes": self.processes, "unseen": self.unseen, "ncu": self.ncu,
                 "ncu_reasons": list(self.ncu_reasons), "free": self.free}
@@ -91,7 +93,7 @@ def judge(host: str, state: dict, look: dict) -> list[GpuView]:
             neighbours.unseen_tenants(merged, request) if g["index"] in known else [],
             verdict.status if verdict else "refused",
             verdict.reasons if verdict else ("the node's first sample did not describe this GPU",),
-            not shared))
+            not shared, known.get(g["index"], {}).get("uuid")))
     return views
 
 

@@ -110,6 +110,57 @@ def test_a_throttled_rank_has_slower_kernels_and_its_clocks_as_the_evidence(tmp_
     assert "1100 MHz against 1980 MHz" in clocks
 
 
+def look_line(host: str, t: float, gpus: list[dict]) -> str:
+    """One line of ``fleet top --record FILE``, as top writes it (fleet/cli/top.py's _view_json)."""
+    return json.dumps({"host": host, "seq": 0, "time": t, "error": None, "stale": False, "gpus": gpus}) + "\n"
+
+
+def recorded_gpu(host: str, r: int, clock: int, throttle: list[str], processes=()) -> dict:
+    return {"host": host, "index": r % 4, "name": "NVIDIA H200", "uuid": "GPU-" + UUIDS[r], "memory_used": 0,
+            "memory_total": 1, "activity": {}, "conditions": {"sm_clock_mhz": clock, "throttle": throttle},
+            "processes": list(processes), "unseen": [], "ncu": "refused", "ncu_reasons": [], "free": False}
+
+
+def test_a_look_recorded_beside_a_run_without_conditions_gives_the_throttled_ranks_clocks(tmp_path):
+    """A run whose ranks carry no conditions (fleet's watch did not run there), and a `fleet top
+    --record` kept beside it: each rank's GPU, found by its UUID, at the times it ran, gives the
+    throttled rank's clocks and the tenant that was on another's GPU as evidence; samples outside
+    the run, or of another host, count for nothing."""
+    plants = [nx.Plant(kernels=20, gpu=g) for g in range(8)]
+    plants[6].kernel_ns = 4_000_000
+    root = file_run(tmp_path, nx.Scenario(plants), conditions=False)
+    start = nx.Scenario(plants).epoch_ns / 1e9
+    lines = []
+    for t in (start - 3600, start + 1.3, start + 3600):  # an hour before, while it ran (from 1 s on), an hour after
+        during = t == start + 1.3
+        for node in ("node0", "node1", "node9"):
+            gpus = [recorded_gpu(node, r, 1100 if r == 6 and during else 1980,
+                                 ["HwSlowdown"] if r == 6 and during else ["GpuIdle"])
+                    for r in range(8) if f"node{r // 4}" == node or node == "node9"]
+            lines.append(look_line(node, t, gpus))
+    lines.append("not json\n")
+    record = tmp_path / "look.jsonl"
+    record.write_text("".join(lines))
+    out = run_fleet("reports", "ranks", RUN, "--sync-range", "sync", "--record", str(record), "--json",
+                    "--store", str(root))
+    assert out.returncode == 0, out.stderr
+    found = fleet_json(out.stdout)
+    [v] = found["verdicts"]
+    assert v["rank"] == "rank 6" and causes(v) == ["slower kernels", "clocks or throttling"], v
+    assert "HwSlowdown" in v["causes"][1]["evidence"] and "1 of 1 samples" in v["causes"][1]["evidence"], v
+    assert "1100 MHz against 1980 MHz" in v["causes"][1]["evidence"]
+    assert any("matched to 8 of 8 rank(s)" in n and "1 line(s)" in n for n in found["notes"]), found["notes"]
+    without = fleet_json(run_fleet("reports", "ranks", RUN, "--sync-range", "sync", "--json",
+                                   "--store", str(root)).stdout)
+    assert causes(without["verdicts"][0]) == ["slower kernels"]  # no conditions of its own: no clocks
+
+
+def test_a_record_that_is_not_a_file_is_one_line_and_analyses_nothing(tmp_path):
+    root = file_run(tmp_path, nx.Scenario(eight()), conditions=False)
+    out = run_fleet("reports", "ranks", RUN, "--record", str(tmp_path / "nosuch.jsonl"), "--store", str(root))
+    assert out.returncode == 2 and out.stderr.count("\n") == 1 and "nosuch.jsonl" in out.stderr, out.stderr
+
+
 def test_a_cpu_gap_before_the_collective_is_the_cause_when_the_gpu_sat_idle(tmp_path):
     plants = eight()
     plants[5] = nx.Plant(kernels=20, gpu=5, gap_ns=120_000_000)

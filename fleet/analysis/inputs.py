@@ -52,6 +52,12 @@ class Source:
         return [(s, e) for s, e, name in p.kernels if name.startswith(NCCL_KERNELS)]
 
 
+def same_uuid(a: str | None, b: str | None) -> bool:
+    """NVML names a GPU ``GPU-c6f60d55-...``; nsys's TARGET_INFO_GPU, ``c6f60d55-...`` (H200, nsys 2025.3)."""
+    bare = lambda u: str(u).lower().removeprefix("gpu-")  # noqa: E731
+    return bool(a and b) and bare(a) == bare(b)
+
+
 def busy(intervals: list[tuple[int, int]], lo: int, hi: int) -> int:
     """Nanoseconds of [lo, hi) covered by the union of ``intervals`` (sorted by start)."""
     total, reach = 0, lo

@@ -14,7 +14,7 @@ from pathlib import Path
 from .. import store
 from ..store.manifest import HostEntry, RunManifest
 from . import export
-from .inputs import NodeRecord, RankInput, Source
+from .inputs import NodeRecord, RankInput, Source, same_uuid
 
 
 def _stored(manifest_path: Path, h: HostEntry) -> list[str]:
@@ -60,12 +60,6 @@ def inputs(manifest_path: Path, m: RunManifest, source: Source) -> tuple[list[Ra
     return ranks, missing, notes
 
 
-def same_uuid(a: str | None, b: str | None) -> bool:
-    """NVML names a GPU ``GPU-c6f60d55-...``; nsys's TARGET_INFO_GPU, ``c6f60d55-...`` (H200, nsys 2025.3)."""
-    bare = lambda u: str(u).lower().removeprefix("gpu-")  # noqa: E731
-    return bool(a and b) and bare(a) == bare(b)
-
-
 def _gpu_index(h: HostEntry, p: export.Process, m: RunManifest, conditions: dict) -> int | None:
     """NVML's index of the process's GPU: by its UUID in the conditions fleet recorded; else, on a
     lab server, the CUDA device among the GPUs the run asked for (fleet pins them in that order),
@@ -106,15 +100,20 @@ def node_record(h: HostEntry, p: export.Process, m: RunManifest) -> NodeRecord:
     return NodeRecord(index, list(tenants), samples)
 
 
-def analyze_run(store_root: Path, m: RunManifest, source: Source, step_range: str | None):
+def analyze_run(store_root: Path, m: RunManifest, source: Source, step_range: str | None, record=None):
     """The analysis of run ``m`` from the exports in the store (raises ``ranks.NoCollectives``,
-    or LookupError when the run has no export to read)."""
+    or LookupError when the run has no export to read); ``record``: a ``fleet top --record``
+    (:mod:`.record`) whose samples of each rank's GPU join what fleet recorded on its node."""
     from .ranks import analyze
 
     ranks, missing, notes = inputs(store.manifest_of(store_root, m.run_id), m, source)
     if not ranks:
         raise LookupError(f"run {m.run_id} has no SQLite export in the store to read (runs profiled with nsys "
                           f"by this fleet keep one beside each report)")
+    if record is not None:
+        from .record import fold
+
+        notes.append(fold(record, ranks))
     found = analyze(ranks, source, step_range, missing)
     found.notes[:0] = notes
     return found

@@ -237,9 +237,12 @@ def reports_stats(run_id, which, store_root, top, full_names, as_json):
               "trace (e.g. pthread_cond_wait, cudaStreamSynchronize).")
 @click.option("--step-range", metavar="NAME", default="step", show_default=True,
               help="The NVTX range the workload marks each step with.")
+@click.option("--record", "record_path", type=click.Path(dir_okay=False), metavar="FILE",
+              help="A `fleet top --record FILE` kept beside the run: each rank's GPU's clocks, throttling and "
+              "tenants in it join what fleet recorded on the node.")
 @click.option("--html", "html_out", type=click.Path(dir_okay=False), help="Also write the picture as one HTML page.")
 @json_option
-def reports_ranks(run_id, store_root, example, sync_range, sync_call, step_range, html_out, as_json):
+def reports_ranks(run_id, store_root, example, sync_range, sync_call, step_range, record_path, html_out, as_json):
     """Which rank was slow, and why: per rank GPU kernel, collective and idle time, NVTX steps,
     rank-seconds lost waiting, how often it arrived last; a verdict on each straggler. RUN_ID, or
     --example DIR to try it on a run recorded on an H200."""
@@ -249,8 +252,9 @@ def reports_ranks(run_id, store_root, example, sync_range, sync_call, step_range
         fail("give a RUN-ID, or --example DIR to try it on the run recorded on an H200 (DIR: "
              "tests/fixtures/ranks-h200/recorded of fleet's checkout)" if run_id is None else
              f"give RUN-ID {run_id} or --example, not both")
-    found = _example_ranks(example, sync_range, sync_call, step_range) if example is not None else \
-        _run_ranks(store_root, run_id, sync_range, sync_call, step_range)
+    record = _record(record_path) if record_path else None
+    found = _example_ranks(example, sync_range, sync_call, step_range, record) if example is not None else \
+        _run_ranks(store_root, run_id, sync_range, sync_call, step_range, record)
     if example is not None:
         from ..analysis.example import RUN_ID
 
@@ -271,7 +275,16 @@ def reports_ranks(run_id, store_root, example, sync_range, sync_call, step_range
         echo(f"page: {html_out}")
 
 
-def _run_ranks(store_root, run_id: str, sync_range, sync_call, step_range):
+def _record(path: str):
+    from ..analysis import record
+
+    try:
+        return record.read(path)
+    except record.RecordError as e:
+        fail(str(e))
+
+
+def _run_ranks(store_root, run_id: str, sync_range, sync_call, step_range, record=None):
     from .. import store
     from ..analysis import load, ranks
     from .reports_team import local_store
@@ -279,12 +292,12 @@ def _run_ranks(store_root, run_id: str, sync_range, sync_call, step_range):
     store_root = local_store(store_root, [run_id])
     m = _manifest(store_root, run_id)
     try:
-        return load.analyze_run(store.root(store_root), m, ranks.Source(sync_range, sync_call), step_range)
+        return load.analyze_run(store.root(store_root), m, ranks.Source(sync_range, sync_call), step_range, record)
     except LookupError as e:  # the run, or an export in it, not in the store (an unreadable export: a FleetError)
         fail(str(e))
 
 
-def _example_ranks(exports: str, sync_range, sync_call, step_range):
+def _example_ranks(exports: str, sync_range, sync_call, step_range, record=None):
     """The recorded H200 run's analysis from ``exports``, in a store of its own, removed after (its
     NVTX sync range unless another sync is named)."""
     import tempfile
@@ -297,7 +310,7 @@ def _example_ranks(exports: str, sync_range, sync_call, step_range):
     with tempfile.TemporaryDirectory(prefix="fleet-example-") as tmp:
         root = Path(tmp) / "store"
         source = ranks.Source(sync_range or (None if sync_call else example.SYNC_RANGE), sync_call)
-        return load.analyze_run(root, example.filed(root, Path(exports)), source, step_range)
+        return load.analyze_run(root, example.filed(root, Path(exports)), source, step_range, record)
 
 
 def _write_page(path: str, text: str) -> None:
