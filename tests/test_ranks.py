@@ -326,3 +326,25 @@ def test_reports_ranks_example_reads_the_recorded_h200_exports_and_writes_nothin
     for args in (("RUN", "--example", recorded), ("--example", str(tmp_path)), ()):
         wrong = run_fleet("reports", "ranks", *args)
         assert wrong.returncode == 2 and wrong.stderr.count("\n") == 1 and "--example" in wrong.stderr, wrong.stderr
+
+
+def test_nightly_reads_the_node_record_a_playbook_names_for_each_runs_straggler(tmp_path):
+    """`ranks: {record: FILE}` in a playbook: the straggler share of a run without conditions of
+    its own takes the throttled GPU's clocks from the look kept beside it."""
+    from fleet.nightly import stragglers
+
+    plants = [nx.Plant(kernels=20, gpu=g) for g in range(8)]
+    plants[6].kernel_ns = 4_000_000
+    root = file_run(tmp_path, nx.Scenario(plants), conditions=False)
+    during = nx.Scenario(plants).epoch_ns / 1e9 + 1.3
+    record = tmp_path / "look.jsonl"
+    record.write_text("".join(look_line(node, during, [recorded_gpu(node, r, 1100 if r == 6 else 1980,
+                                                                   ["HwSlowdown"] if r == 6 else [])
+                                                      for r in range(8) if f"node{r // 4}" == node])
+                              for node in ("node0", "node1")))
+    m = store.load_run(root, RUN)
+    plain = stragglers.of_run(root, m, {"sync_range": "sync"})
+    kept = stragglers.of_run(root, m, {"sync_range": "sync", "record": str(record)})
+    assert plain["straggler"] == kept["straggler"] == "rank 6"
+    assert plain["causes"] == ["slower kernels"] and kept["causes"] == ["slower kernels", "clocks or throttling"]
+    assert "note" in stragglers.of_run(root, m, {"sync_range": "sync", "record": str(tmp_path / "nosuch")})

@@ -33,7 +33,8 @@ TARGET_KEYS = {"partition": str, "cluster": str, "hosts": str, "nodes": int, "nt
                "ranks": list, "launcher": str}
 PLAYBOOK_KEYS = {"name", "target", "command", "tool", "profiler_args", "metrics", "thresholds", "description",
                  "ranks"}
-RANKS_KEYS = ("sync_range", "sync_call", "step_range")  # how `fleet reports ranks` finds the syncs and steps
+RANKS_KEYS = ("sync_range", "sync_call", "step_range", "record")  # how `fleet reports ranks` finds the syncs and steps;
+# record: a `fleet top --record` file kept running beside the nightly runs (the node's record of each)
 METRIC_KEYS = {"kind", "name", "count", "kernel"}
 DEFAULT_THRESHOLDS = {"regression": 0.10, "suspicious": 0.05, "consecutive": 2, "baseline_runs": 7, "min_runs": 3}
 
@@ -181,7 +182,8 @@ def _ranks(path: Path, doc: Any) -> dict[str, str]:
         if key not in RANKS_KEYS:
             raise _fail(path, given, key, "ranks: " + _unknown("key", key, RANKS_KEYS))
         if not isinstance(value, str) or not value:
-            raise _fail(path, given, key, f"ranks.{key}: must be a name (an NVTX range or a function), not {value!r}")
+            raise _fail(path, given, key, f"ranks.{key}: must be a name (an NVTX range, a function, or for record a "
+                                          f"file), not {value!r}")
     if "sync_range" in given and "sync_call" in given:
         raise _fail(path, given, "sync_call", "ranks: sync_range and sync_call name the sync two ways: give one")
     return dict(given)

@@ -6,6 +6,7 @@ of the baseline (the median share of the clean runs before it), as the metrics' 
 
 from __future__ import annotations
 
+import functools
 import html
 import statistics
 from pathlib import Path
@@ -18,12 +19,13 @@ BASELINE_RUNS = 7
 def of_run(store_root: Path, m: RunManifest, settings: dict) -> dict | None:
     """The run's straggler, its share and the rank-seconds lost; None for a run of one rank. What
     could not be analysed is said in ``note``."""
-    from ..analysis import export, load, ranks
+    from ..analysis import export, load, ranks, record
 
     source = ranks.Source(settings.get("sync_range"), settings.get("sync_call"))
     try:
-        found = load.analyze_run(store_root, m, source, settings.get("step_range", "step"))
-    except (LookupError, export.ExportError) as e:
+        kept = _record(settings["record"]) if settings.get("record") else None  # matched to each run by time
+        found = load.analyze_run(store_root, m, source, settings.get("step_range", "step"), kept)
+    except (LookupError, export.ExportError, record.RecordError) as e:
         return {"note": str(e)} if settings else None
     if len(found.ranks) < 2:
         return None
@@ -34,6 +36,14 @@ def of_run(store_root: Path, m: RunManifest, settings: dict) -> dict | None:
     return {"straggler": top["rank"] if top else None, "share": top["last"] / top["of"] if top else 0.0,
             "lost_s": found.lost_s, "ranks": len(found.ranks), "collectives": found.collectives,
             "causes": [c["cause"] for c in top["causes"]] if top else [], "flags": list(dict.fromkeys(tenants))}
+
+
+@functools.lru_cache(maxsize=2)
+def _record(path: str):
+    """A look's record, read once for every run of the playbook's history."""
+    from ..analysis import record
+
+    return record.read(path)
 
 
 def judged(history: list[tuple[str, dict]]) -> list[dict]:
