@@ -240,6 +240,17 @@ def test_doctor_names_a_wrong_typed_probe_answer_and_checks_the_healthy_host(lab
     assert "h02" in out.stdout
 
 
+def test_a_refusal_reason_with_a_newline_is_one_line_on_the_hosts_status(lab):
+    """The node's reasons become the host's status line (``h01: refused: ...``): a newline in one
+    forged a line of fleet's own below it."""
+    answer(lab, {"status": "refused", "reasons": ["x\nh09: ok"], "reports": []})
+    out = run_fleet("profile", "--store", str(lab["store"]), "--hosts", "h01", "--", "true", env=lab["c"].env(),
+                    timeout=180)
+    said = out.stdout + out.stderr
+    assert "Traceback" not in said and "x\\x0ah09: ok" in said, said
+    assert not any(line.startswith("h09") for line in said.splitlines()), said
+
+
 def test_a_nodes_result_strings_are_shown_escaped_by_profile(lab):
     """A hostile node's notes, reasons and errors printed raw in ``fleet profile``: an OSC title,
     an OSC 52 clipboard write and a CSI reached the user's terminal, and a newline forged a line."""

@@ -9,7 +9,7 @@ import click
 from .. import exitcodes
 from .context import Context, fail, store_option
 from .output import echo_json, json_option
-from .terminal import echo
+from .terminal import echo, say
 
 
 @click.group("ray")
@@ -74,7 +74,7 @@ def submit(obj: Context, address, ranks, node_dir, head, working_dir, profiler_a
         echo_json(manifest.to_json())
     else:
         for h in manifest.hosts:
-            echo(f"  {h.host} {h.worker or ''}: {h.status}" + (f": {h.missing_why}" if h.missing_why else ""))
+            say(f"  {h.host} {h.worker or ''}: {h.status}" + (f": {h.missing_why}" if h.missing_why else ""))
             for line in outcome.detail_lines(h, indent="    ", hashes=False):
                 echo(line)
         for line in completeness.run_lines(manifest.hosts):

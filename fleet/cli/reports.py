@@ -85,7 +85,7 @@ def reports_show(run_id, store_root, as_json):
     if as_json:
         return echo_json(m.to_json())
     tool = m.request.get("tool")
-    echo(f"run {m.run_id} ({m.status}), site {m.site}, by {m.user} at {m.started}: "
+    say(f"run {m.run_id} ({m.status}), site {m.site}, by {m.user} at {m.started}: "
          f"{tool} -- {' '.join(m.request.get('command') or [])}")
     for h in m.hosts:
         who = h.host + (f" rank {h.rank}" if h.rank is not None else "") + (f" {h.worker}" if h.worker else "")

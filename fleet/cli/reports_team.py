@@ -52,7 +52,7 @@ def show(team, run_id: str, as_json: bool) -> None:
         fail(str(e))
     if as_json:
         return echo_json({"owner": owner, "shared_with": groups, **m.to_json()})
-    echo(f"run {m.run_id} ({m.status}), site {m.site}, owner {owner}"
+    say(f"run {m.run_id} ({m.status}), site {m.site}, owner {owner}"
                + (f", shared with {', '.join(groups)}" if groups else "") + f", at {m.started}: "
                f"{m.request.get('tool')} -- {' '.join(m.request.get('command') or [])}")
     for h in m.hosts:
