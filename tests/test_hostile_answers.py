@@ -143,10 +143,21 @@ def test_a_silent_node_ends_unreachable_within_the_runs_bound(lab):
 
 
 def _descendants(pid: int) -> list[int]:
+    """The processes below ``pid``; one that ends while they are read is passed over."""
     children = []
-    for task in Path(f"/proc/{pid}/task").iterdir():
-        children += [int(p) for p in (task / "children").read_text().split()]
+    try:
+        for task in Path(f"/proc/{pid}/task").iterdir():
+            children += [int(p) for p in (task / "children").read_text().split()]
+    except OSError:  # gone, or its thread gone, while read
+        pass
     return [d for c in children for d in [c, *_descendants(c)]]
+
+
+def _cmdline(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return b""
 
 
 def silenced(lab, tmp_path, config: str, *args: str) -> tuple[dict, int, float, str]:
@@ -165,11 +176,14 @@ def silenced(lab, tmp_path, config: str, *args: str) -> tuple[dict, int, float, 
     stopped: list[int] = []
     try:
         sshd = c.hosts[1].pid
-        while not any(Path(f"/proc/{p}/cmdline").read_bytes().startswith(b"sleep\x00600") for p in _descendants(sshd)):
+        while not any(_cmdline(p).startswith(b"sleep\x00600") for p in _descendants(sshd)):
             assert proc.poll() is None and time.monotonic() < started + 60, "the workload never started"
             time.sleep(0.05)
         for pid in _descendants(sshd):
-            os.kill(pid, signal.SIGSTOP)
+            try:
+                os.kill(pid, signal.SIGSTOP)
+            except ProcessLookupError:  # ended since it was listed
+                continue
             stopped.append(pid)
         out, err = proc.communicate(timeout=180)  # without a bound it waits for ever
         ended = time.monotonic() - started

@@ -82,6 +82,20 @@ def test_a_run_folder_below_one_another_account_could_rename_in_is_refused_by_th
     assert not (mine / "run").exists()  # refused before anything was made
 
 
+def test_a_run_folder_reached_through_another_accounts_link_is_refused_by_the_hook(base):
+    """The user's own folder, reached through a link another account made in a folder all may
+    write (sticky, as /tmp): that account could point the link elsewhere once it was checked."""
+    mine = owned(base / "mine", TEST_USER, 0o700)
+    sticky = owned(base / "shared", "root", 0o1777)
+    link = sticky / "link"
+    link.symlink_to(mine)
+    tenant = pwd.getpwnam(TENANT_USER)
+    os.lchown(link, tenant.pw_uid, tenant.pw_gid)
+    done = hook_as_user(base, link / "run")
+    assert done.returncode != 0 and f"fleet: refusing the Ray run's folder: {link} is a link of uid" in done.stderr, done
+    assert not (mine / "run").exists()
+
+
 def test_the_users_own_run_folder_is_made_private_by_the_hook(base):
     mine = owned(base / "mine", TEST_USER, 0o755)
     done = hook_as_user(base, mine / "run")

@@ -280,19 +280,35 @@ def test_the_runs_end_exports_and_summarizes_each_finished_report_and_leaves_the
     (ray_dir / "worker-node9-1.unfinished").write_text("{}")
     open_one = Path(shutil.copy(done, ray_dir / "worker-node9-2.nsys-rep"))
     open_one.chmod(0o666)
+    stale = done.with_name(done.name.replace(".nsys-rep", "_nvtx_sum.csv"))
+    stale.write_text("an earlier try's, or a partial one")  # made anew, never taken as it was
     assert end.main({"mode": "ray-end", "output": str(ray_dir / "worker-%h-%p"), "nsys": str(STANDINS / "nsys")}) == 0
     stem = done.name[: -len(".nsys-rep")]
     made = {"sqlite", "cuda_gpu_kern_sum.csv", "cuda_api_sum.csv", "nvtx_sum.csv"}
     assert {p.name[len(stem) + 1:] for p in ray_dir.glob(stem + "[._]*") if p != done} == made
     assert not list(ray_dir.glob("worker-node9-*.sqlite")) and not list(ray_dir.glob("worker-node9-*.csv"))
     assert Path(unfinished).exists()  # kept as it was, for fleet to say unfinished
+    assert stale.read_text() != "an earlier try's, or a partial one"
+
+
+def test_a_report_whose_export_fails_keeps_no_export_of_an_earlier_try_and_the_end_says_so(tmp_path, monkeypatch,
+                                                                                             capsys):
+    ray_dir = tmp_path / "ray"
+    ray_dir.mkdir(mode=0o700)
+    (ray_dir / "worker-node9-3.nsys-rep").write_text("no report nsys wrote")
+    planted = ray_dir / "worker-node9-3.sqlite"
+    planted.write_text("an export of an earlier try, or one nsys gave up on")
+    end = run_end(monkeypatch)
+    assert end.main({"output": str(ray_dir / "worker-%h-%p"), "nsys": str(STANDINS / "nsys")}) == end.NOT_ALL
+    assert not planted.exists() and "worker-node9-3.nsys-rep" in capsys.readouterr().err
 
 
 def test_the_runs_end_in_a_folder_another_account_could_write_touches_nothing(tmp_path, monkeypatch, capsys):
     ray_dir = tmp_path / "ray"
     ray_dir.mkdir(mode=0o777)
     ray_dir.chmod(0o777)
-    assert run_end(monkeypatch).main({"output": str(ray_dir / "worker-%h-%p"), "nsys": str(STANDINS / "nsys")}) == 0
+    end = run_end(monkeypatch)
+    assert end.main({"output": str(ray_dir / "worker-%h-%p"), "nsys": str(STANDINS / "nsys")}) == end.NOT_ALL
     assert "neither waited for nor summarized" in capsys.readouterr().err and not list(ray_dir.iterdir())
 
 

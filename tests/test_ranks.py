@@ -135,10 +135,17 @@ def test_a_look_recorded_beside_a_run_without_conditions_gives_the_throttled_ran
         during = t == start + 1.3
         for node in ("node0", "node1", "node9"):
             gpus = [recorded_gpu(node, r, 1100 if r == 6 and during else 1980,
-                                 ["HwSlowdown"] if r == 6 and during else ["GpuIdle"])
+                                 ["HwSlowdown"] if r == 6 and during else ["GpuIdle"],
+                                 # the run's own user's process, called foreign by a look another ran
+                                 [{"pid": 4242, "user": "ana", "foreign": True}] if r == 6 else [])
                     for r in range(8) if f"node{r // 4}" == node or node == "node9"]
             lines.append(look_line(node, t, gpus))
     lines.append("not json\n")
+    lines.append('{"host": "node1", "time": 1%s, "gpus": %s}\n' % ("0" * 400, json.dumps([recorded_gpu("node1", 6, 1, [])])))
+    lines.append(look_line("node1", start + 1.3, [dict(recorded_gpu("node1", 7, 1980, []),
+                                                      conditions={"throttle": 5, "sm_clock_mhz": "fast"})]))
+    lines.append(look_line("node1", start + 1.3, []) + json.dumps({"host": "node1", "time": 1, "error": "gone",
+                                                                   "gpus": []}) + "\n")  # a host's error
     record = tmp_path / "look.jsonl"
     record.write_text("".join(lines))
     out = run_fleet("reports", "ranks", RUN, "--sync-range", "sync", "--record", str(record), "--json",
@@ -149,7 +156,7 @@ def test_a_look_recorded_beside_a_run_without_conditions_gives_the_throttled_ran
     assert v["rank"] == "rank 6" and causes(v) == ["slower kernels", "clocks or throttling"], v
     assert "HwSlowdown" in v["causes"][1]["evidence"] and "1 of 1 samples" in v["causes"][1]["evidence"], v
     assert "1100 MHz against 1980 MHz" in v["causes"][1]["evidence"]
-    assert any("matched to 8 of 8 rank(s)" in n and "1 line(s)" in n for n in found["notes"]), found["notes"]
+    assert any("matched to 8 of 8 rank(s)" in n and "2 line(s)" in n for n in found["notes"]), found["notes"]
     without = fleet_json(run_fleet("reports", "ranks", RUN, "--sync-range", "sync", "--json",
                                    "--store", str(root)).stdout)
     assert causes(without["verdicts"][0]) == ["slower kernels"]  # no conditions of its own: no clocks

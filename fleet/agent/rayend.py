@@ -43,6 +43,8 @@ NSYS_WAIT = 60.0                   # seconds the workers' nsys are waited for, i
 WAIT_ENV = "FLEET_RAY_NSYS_WAIT"   # the job's environment may say another bound, in seconds (a larger trace)
 JOB_END_MARGIN = 5.0               # seconds kept before the job's time limit (FLEET_JOB_END) to say what is unfinished
 WAIT_EVERY = 0.2                   # seconds between looks at /proc
+SUMMARIES_NEED = 60                # seconds before the job's time limit below which no export is begun
+NOT_ALL = 3                        # the exit status when something was not done (each said on stderr)
 
 
 def _said(line):
@@ -74,10 +76,14 @@ def nsys_of_this_run(output):
 
 def _bound(bound):
     """``bound``, or the job's environment's, and never past the job's time limit less a margin."""
-    said = os.environ.get(WAIT_ENV, "")
-    bound = float(said) if said.isdigit() else bound
-    end = os.environ.get("FLEET_JOB_END", "")
-    return min(bound, float(end) - time.time() - JOB_END_MARGIN) if end.isdigit() else bound
+    said, end = _whole(os.environ.get(WAIT_ENV)), _whole(os.environ.get("FLEET_JOB_END"))
+    bound = said if said is not None else bound
+    return min(bound, end - time.time() - JOB_END_MARGIN) if end is not None else bound
+
+
+def _whole(text):
+    """A whole number of seconds the environment says, or None ("²" is a digit to str.isdigit)."""
+    return int(text) if text and text.isascii() and text.isdigit() else None
 
 
 def wait_for_nsys(output, bound=NSYS_WAIT):
@@ -93,18 +99,21 @@ def wait_for_nsys(output, bound=NSYS_WAIT):
         time.sleep(WAIT_EVERY)
         running = nsys_of_this_run(output)
     for pid in sorted(running):
-        base = _unfinished(os.path.dirname(output), pid)
+        try:
+            base = os.path.basename(_unfinished(os.path.dirname(output), pid))
+        except OSError as e:  # a link or a folder the job put in the mark's place: said, the others marked
+            base = "of nsys pid %d (not marked: %s)" % (pid, e.strerror)
         _said("after %d s the nsys of Ray worker %s (pid %d) still runs: its report is missing or unfinished"
-              % (max(0, bound), os.path.basename(base), pid))
+              % (max(0, bound), base, pid))
     return sorted(running)
 
 
 def _unfinished(folder, nsys_pid):
     """Mark the worker of the nsys ``nsys_pid`` unfinished: named as its report is (from the whose
     file that names this nsys, else from its worker still running), else by the nsys's own pid."""
-    worker = None
-    for name in os.listdir(folder):
-        if name.endswith(RunDir.WHOSE):
+    worker, here = None, RunDir.ray_worker(socket.gethostname(), "")
+    for name in os.listdir(folder):  # this node's workers only: another node's nsys may have the same pid
+        if name.startswith(here) and name.endswith(RunDir.WHOSE):
             try:
                 with open(os.path.join(folder, name)) as f:
                     doc = json.load(f)
@@ -141,7 +150,10 @@ def finished_reports(folder):
     for path in sorted(glob.glob(os.path.join(glob.escape(folder), RunDir.RAY_WORKER + "*" + RunDir.NSYS_REPORT))):
         if os.path.lexists(RunDir.ray_base(path) + RunDir.UNFINISHED):
             continue
-        st = os.lstat(path)
+        try:
+            st = os.lstat(path)
+        except OSError:  # gone since it was listed
+            continue
         if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o022:
             _said("%s is not a report of this user's alone: not summarized" % path)
             continue
@@ -150,30 +162,42 @@ def finished_reports(folder):
 
 
 def summarize(folder, nsys):
-    """The export and summaries of each finished report in ``folder``, made with ``nsys``."""
+    """The export and summaries of each finished report in ``folder``, made with ``nsys``; what
+    was not made is said, and a file of its name left behind (a partial export nsys gave up on,
+    one of an earlier try) is removed, so that what fleet lists beside a report is what was made
+    of it now. Whether everything was made."""
     workers = finished_reports(folder)
     notes = []
-    made = reports.summarize(nsys, workers, notes)
+    made = {entry["path"] for entry in reports.summarize(nsys, workers, notes)}
+    for rep in workers:
+        for path in RunDir.ray_extras(RunDir.ray_base(rep["path"])):
+            if path not in made and os.path.lexists(path):
+                os.unlink(path)
     for note in notes:
         _said(note)
     _said("the export and summaries of %d Ray worker report(s) made (%d files)" % (len(workers), len(made)))
+    return not notes
 
 
 def main(args):
     """The end of the Ray run whose workers' reports are ``args["output"]`` (the ``_nsight``
     block's ``o``, ``~/`` this user's home): the wait, then the summaries with ``args["nsys"]``,
-    else the nsys on PATH (the one Ray started the workers under). 0 whatever was made: what was
-    not is said, and the reports are kept either way."""
+    else the nsys on PATH (the one Ray started the workers under). 0 when all was done, else
+    NOT_ALL, each thing not done said on stderr; the reports are kept either way."""
     output = os.path.expanduser(str(args.get("output") or ""))
     folder = os.path.dirname(output)
     why = _private_folder(folder)
     if why:
         _said("the Ray workers' reports are neither waited for nor summarized: " + why)
-        return 0
-    wait_for_nsys(output)
+        return NOT_ALL
+    unfinished = wait_for_nsys(output)
     nsys = args.get("nsys") or shutil.which("nsys")
+    end = _whole(os.environ.get("FLEET_JOB_END"))
+    if end is not None and end - time.time() < SUMMARIES_NEED:
+        _said("the job's time limit is less than %d s away: the Ray workers' reports are kept without their "
+              "export and summaries" % SUMMARIES_NEED)
+        return NOT_ALL
     if not nsys:
         _said("no nsys on PATH here: the Ray workers' reports are kept without their export and summaries")
-        return 0
-    summarize(folder, nsys)
-    return 0
+        return NOT_ALL
+    return 0 if summarize(folder, nsys) and not unfinished else NOT_ALL

@@ -38,7 +38,7 @@ class RunDir:
     AGENT = "fleet-agent.py"             # the agent as one file (fleet/agent/bundle.py's script)
     SCRIPT = "job.sbatch"                # the batch script
     REQUEST = "fleet-request.json"       # what the job asks of a node's fleet prolog (agent/slurmd.py)
-    JOB_EXIT = "job.exit"                # the job's exit status, written by the batch script at its end
+    JOB_EXIT = "job.exit"                # the job's exit status, written by the batch script once its workload ended
     JOB_STOPPED = "job.stopped"          # when the USR1 trap stopped the profilers before the time limit
     JOB_REFUSED = "job.refused"          # the batch script's own check refused to start anything
     JOB_STOP_ASKED = "job.stop-asked"    # fleet cancel or Ctrl-C: written before their signal is sent
@@ -219,9 +219,15 @@ class RunDir:
         return base + cls.WHOSE
 
     @classmethod
+    def ray_extra_patterns(cls) -> tuple:
+        """The names of the files made of Ray workers' reports, as shell patterns (listed beside them)."""
+        return tuple(cls.RAY_WORKER + "*" + suffix for suffix in [cls.NSYS_EXPORT] +
+                     ["_%s.csv" % name for name in cls.NSYS_SUMMARIES])
+
+    @classmethod
     def ray_extras(cls, base: str) -> dict:
         """The files made of a Ray worker's report (worker-HOST-PID, its path without the
-        suffix) beside it (fleet/agent/raysum.py): each path -> (its summary name, its kind)."""
+        suffix) beside it (fleet/agent/rayend.py): each path -> (its summary name, its kind)."""
         extras = {base + cls.NSYS_EXPORT: ("sqlite", "export")}
         extras.update(("%s_%s.csv" % (base, name), (name, None)) for name in cls.NSYS_SUMMARIES)
         return extras

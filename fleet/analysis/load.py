@@ -113,7 +113,7 @@ def analyze_run(store_root: Path, m: RunManifest, source: Source, step_range: st
     if record is not None:
         from .record import fold
 
-        notes.append(fold(record, ranks))
+        notes.append(fold(record, ranks, m.user))
     found = analyze(ranks, source, step_range, missing)
     found.notes[:0] = notes
     return found

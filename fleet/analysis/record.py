@@ -44,8 +44,7 @@ class RecordSample:
     def as_watched(self) -> dict:
         """The sample in the shape fleet's watch records a run's conditions (agent/watch.py)."""
         return {"t": self.time, "gpu": self.index, **self.conditions, "from": "record",
-                "processes": [{"pid": p.get("pid"), "user": p.get("user"), "own": p.get("foreign") is False}
-                              for p in self.processes if isinstance(p, dict)]}
+                "processes": [{"pid": q["pid"], "user": q["user"], "own": not q["foreign"]} for q in self.processes]}
 
 
 @dataclass
@@ -55,19 +54,45 @@ class Record:
     skipped: int = 0
 
 
-def _gpu_samples(line: dict) -> list[RecordSample]:
-    """A line's GPUs as samples; [] where the line is not of top's shape."""
-    host, when, gpus = line.get("host"), line.get("time"), line.get("gpus")
-    if not (isinstance(host, str) and isinstance(when, (int, float)) and not isinstance(when, bool)
-            and math.isfinite(when) and isinstance(gpus, list)):
+def _number(value) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    try:
+        return float(value) if math.isfinite(value) else None
+    except OverflowError:  # an integer past a double
+        return None
+
+
+def _conditions(c: dict) -> dict:
+    """The conditions the verdicts read, each of its type; any other value left out."""
+    found = {k: _number(c.get(k)) for k in ("sm_clock_mhz", "mem_clock_mhz", "temperature_c", "power_w")}
+    throttle = c.get("throttle")
+    found["throttle"] = [t for t in throttle if isinstance(t, str)] if isinstance(throttle, list) else []
+    return {k: v for k, v in found.items() if v is not None}
+
+
+def _processes(listed: list) -> list[dict]:
+    return [{"pid": q["pid"], "user": q.get("user") if isinstance(q.get("user"), str) else None,
+             "foreign": q.get("foreign") is True}
+            for q in listed if isinstance(q, dict) and isinstance(q.get("pid"), int)]
+
+
+def _gpu_samples(line: dict) -> list[RecordSample] | None:
+    """A line's GPUs as samples; [] for a line that holds none (a host's error, no GPU); None for
+    a line not of top's shape."""
+    host, when, gpus = line.get("host"), _number(line.get("time")), line.get("gpus")
+    if line.get("error") is not None or gpus == []:
         return []
+    if not (isinstance(host, str) and when is not None and isinstance(gpus, list)):
+        return None
     found = []
     for g in gpus:
         if not (isinstance(g, dict) and isinstance(g.get("index"), int) and isinstance(g.get("conditions"), dict)
                 and isinstance(g.get("processes"), list)):
-            return []
+            return None
         uuid = g.get("uuid") if isinstance(g.get("uuid"), str) else None
-        found.append(RecordSample(host, float(when), g["index"], uuid, g["conditions"], g["processes"]))
+        found.append(RecordSample(host, when, g["index"], uuid, _conditions(g["conditions"]),
+                                  _processes(g["processes"])))
     return found
 
 
@@ -86,9 +111,9 @@ def read(path: str) -> Record:
             line = json.loads(raw)
         except (ValueError, RecursionError):
             line = None
-        found = _gpu_samples(line) if isinstance(line, dict) else []
-        record.samples += found
-        record.skipped += not found and bool(raw.strip())
+        found = _gpu_samples(line) if isinstance(line, dict) else None
+        record.samples += found or []
+        record.skipped += found is None and bool(raw.strip())
     return record
 
 
@@ -108,21 +133,24 @@ def _same_gpu(sample: RecordSample, r: RankInput) -> bool:
     return same_uuid(sample.uuid, uuid)
 
 
-def fold(record: Record, ranks: list[RankInput]) -> str:
-    """Each rank's samples of the record added to what fleet recorded on its node, and the
-    tenants they show to its tenants; what was matched, as a note."""
+def fold(record: Record, ranks: list[RankInput], owner: str) -> str:
+    """Each rank's samples of the record, where fleet recorded none on its node, and the other
+    users' processes they show as its tenants; what was matched, as a note. ``owner``: the run's
+    user. Whether a process is another's the look said from where it ran (an admin's look calls
+    every user's process foreign): the run's own user's, and the rank's own pid, are never tenants."""
     matched = 0
     for r in ranks:
         span = span_s(r.process)
         mine = [s for s in record.samples if span and s.host == r.host and span[0] <= s.time <= span[1]
                 and _same_gpu(s, r)]
+        if not mine or r.node.samples:  # fleet's own watch of the GPU, where it ran, is the record
+            continue
         r.node.samples += [s.as_watched() for s in mine]
-        for s in mine:
-            for q in s.processes:
-                if isinstance(q, dict) and q.get("foreign") is True:
-                    who = f"pid {q.get('pid')} ({q.get('user') or 'unknown user'})"
-                    r.node.tenants += [] if who in r.node.tenants else [who]
-        matched += bool(mine)
+        for q in (q for s in mine for q in s.processes):
+            who = f"pid {q['pid']} ({q['user'] or 'unknown user'})"
+            if q["foreign"] and q["user"] != owner and q["pid"] != r.process.pid and who not in r.node.tenants:
+                r.node.tenants.append(who)
+        matched += 1
     skipped = f"; {record.skipped} line(s) not of fleet top's shape skipped" if record.skipped else ""
     return (f"the node's record {Path(record.path).name}: {len(record.samples)} GPU sample(s), matched to "
             f"{matched} of {len(ranks)} rank(s) by host, GPU and time{skipped}")

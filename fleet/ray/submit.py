@@ -84,12 +84,13 @@ PREPARE = (HOME_DIR + FIRST + '[ -d "$1" ] || mkdir -p -- "$(dirname -- "$1")" 2
            '[ -d "$1" ] || [ -L "$1" ] || mkdir -m 700 -- "$1" 2>/dev/null; '
            'cd -- "$1" 2>/dev/null || { echo "@@$2 refused $1 cannot be made or entered"; exit 0; }; '
            f'[ -e {RunDir.RAY} ] || [ -L {RunDir.RAY} ] || mkdir -m 700 -- {RunDir.RAY}; ' + FOLDERS)
-# Each report, whose file, export and summary in NODE_DIR/ray, with its size and sha256, as the head computes them,
-# once the folders hold; a link, or a file not the user's or writable by others, refused by name.
+# Each report, whose file, unfinished mark, export and summary in NODE_DIR/ray, with its size and sha256, as the
+# head computes them, once the folders hold; a link, or a file not the user's or writable by others, refused by name.
+EXTRAS = " ".join(f"{RunDir.RAY}/{pattern}" for pattern in RunDir.ray_extra_patterns())
 LISTING = (HOME_DIR + f'cd -- "$1" 2>/dev/null || exit 0; [ -e {RunDir.RAY} ] || [ -L {RunDir.RAY} ] || exit 0; '
            + FOLDERS +
-           f'for f in {RunDir.RAY}/*{RunDir.NSYS_REPORT} {RunDir.RAY}/*{RunDir.WHOSE} {RunDir.RAY}/*{RunDir.NSYS_EXPORT} '
-           f'{RunDir.RAY}/*_*.csv; do '
+           f'for f in {RunDir.RAY}/*{RunDir.NSYS_REPORT} {RunDir.RAY}/*{RunDir.WHOSE} {RunDir.RAY}/*{RunDir.UNFINISHED} '
+           f'{EXTRAS}; do '
            '[ -L "$f" ] && { echo "@@$2 refused $PWD/$f is a symbolic link"; continue; }; [ -f "$f" ] || continue; '
            'set -- "$1" "$2" $(stat -c "%u %a" -- "$f"); '
            'if [ "$3" != "$me" ] || [ $((0$4 & 18)) -ne 0 ]; then '
@@ -207,8 +208,9 @@ async def end_on_head(fan: "Fanout", head: "Host", job: RayJob) -> str | None:
                       timeout=END_TIMEOUT)
     if r.ok:
         return None
-    said = [line for line in r.stderr.decode(errors="replace").splitlines() if line.strip()]
-    return r.error or (said[-1][:300] if said else f"the agent exited {r.exit_status} on {head.name}")
+    said = [line.removeprefix("fleet: ")[:300] for line in r.stderr.decode(errors="replace").splitlines()
+            if line.startswith("fleet: ") and "waiting up to" not in line and " made (" not in line]
+    return r.error or ("; ".join(said[:3]) if said else f"the agent exited {r.exit_status} on {head.name}")
 
 
 async def reports_home(fan: "Fanout", head: "Host", node_dir: str, directory: Path) -> list[HostEntry]:

@@ -52,8 +52,8 @@ _HERE, _ANY_RANK = RunDir(""), RunDir("").node("*").file(RunDir.label("*"))
 JOB_FILES = (f'for f in {_HERE.job_exit} {_HERE.job_stopped} {_HERE.job_refused} {_HERE.job_stop_asked} '
              f'{_HERE.job_restarts}; do [ -f "$f" ] && echo "$m $f $(head -c 64 "$f")"; done; '
              f'for f in {_HERE.batch_log_of("*")} {_HERE.ray_file("*.nsys-rep")} {_HERE.ray_file("*" + RunDir.WHOSE)} '
-             f'{_HERE.ray_file("*" + RunDir.UNFINISHED)} {_HERE.ray_file("*" + RunDir.NSYS_EXPORT)} '
-             f'{_HERE.ray_file("*_*.csv")} {_ANY_RANK}.nsys-rep {_ANY_RANK}.ncu-rep; do [ -f "$f" ] || '
+             f'{_HERE.ray_file("*" + RunDir.UNFINISHED)} {" ".join(map(_HERE.ray_file, RunDir.ray_extra_patterns()))} '
+             f'{_ANY_RANK}.nsys-rep {_ANY_RANK}.ncu-rep; do [ -f "$f" ] || '
              f'continue; case $f in {_ANY_RANK}) [ ! -e "${{f%.*}}{RunDir.RESULT}" ] || continue; k=orphan ;; '
              '*) k=${f%%[-/]*} ;; esac; echo "$m $k $(stat -c %s "$f") '
              '$(sha256sum < "$f" | cut -d" " -f1) $PWD/$f"; done; true')

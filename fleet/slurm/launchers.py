@@ -153,7 +153,8 @@ def _ray(run_dir: str, tool: str, profiler_args, actors) -> Launch:
                   # waits for them (bounded), else its end loses them; then each finished report's
                   # export and summaries, as a rank's agent makes them, with the nsys Ray ran, so that
                   # stats, compare and ranks read a Ray run (fleet/agent/rayend.py).
-                  (f'"$FLEET_PYTHON" "{IN_SCRIPT.agent}" '
+                  # -I: the job's PYTHONPATH (the run's ray/, for the hook) is no place for the agent's imports.
+                  (f'"$FLEET_PYTHON" -I "{IN_SCRIPT.agent}" '
                    + quote(json.dumps({"mode": "ray-end", "output": block["_nsight"]["o"]}, sort_keys=True),
                            "the run directory"),))
 

@@ -295,12 +295,25 @@ def private_folder(folder):
     unless every folder from it up to / holds as the head's check holds them (fleet/ray/submit.py;
     docs/architecture.md, "The Ray hook": another account could swap ``ray/``)."""
     run = os.path.dirname(folder)
+    _links_held(folder)
     _walk_up(run, 1, made=False)  # before anything is made in another's folder
     _try(lambda: os.makedirs(run, 0o700))  # the run's folder, with what it needs
     _walk_up(run, 1)
     _try(lambda: os.mkdir(folder, 0o700))  # ray/ made once its parent holds
     _walk_up(folder, 0)
     return folder
+
+
+def _links_held(path):
+    """Each link on ``path`` as given is root's or this user's: another's could be pointed elsewhere
+    once the folders it leads to were checked (the walk checks where links lead, as they lead now)."""
+    path = os.path.abspath(path)
+    while path != "/":
+        st = _try(lambda: os.lstat(path))
+        if st is not None and stat.S_ISLNK(st.st_mode) and st.st_uid not in (0, os.geteuid()):
+            raise OSError("fleet: refusing the Ray run's folder: %s is a link of uid %d, who could point it "
+                          "elsewhere" % (path, st.st_uid))
+        path = os.path.dirname(path)
 
 
 def _walk_up(path, level, made=True):

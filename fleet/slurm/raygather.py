@@ -63,7 +63,7 @@ async def workers_home(fan: "Fanout", via: "Host", run_dir: str, lines: list[str
 
 def made_of_reports(marks: list[dict]) -> tuple[list[dict], dict[str, list[dict]]]:
     """The listed files apart from the export and summaries made of each worker's report
-    (fleet/agent/raysum.py), which go home beside it: (the others, each report's base -> its
+    (fleet/agent/rayend.py), which go home beside it: (the others, each report's base -> its
     extras, each marked with its summary's name and kind). An export or summary of no report
     listed is left on the cluster."""
     reports = {RunDir.ray_base(f["path"]) for f in marks if f["path"].endswith(RunDir.NSYS_REPORT)}
@@ -173,7 +173,9 @@ def actor_stem(doc: dict | None) -> str | None:
     words = [re.sub(r"[^A-Za-z0-9_.-]", "_", w)[:64] for w in (doc.get(k) for k in ("actor_class", "actor_name", "task"))
              if isinstance(w, str) and w]
     stem = "-".join(words + [str(doc["pid"])])
-    return stem if words and safenames.is_component(stem + RunDir.NSYS_REPORT) else None
+    # Never a name Ray's own reports have (worker-HOST-PID): one worker's files would take another's.
+    return stem if words and safenames.is_component(stem + RunDir.NSYS_REPORT) and \
+        not stem.startswith(RunDir.RAY_WORKER) else None
 
 
 def named_by_actor(reports: list) -> None:
@@ -184,12 +186,13 @@ def named_by_actor(reports: list) -> None:
     stem = actor_stem(whose_doc(reports))
     base = next((Path(r.stored).name[: -len(RunDir.NSYS_REPORT)] for r in reports
                  if r.stored.endswith(RunDir.NSYS_REPORT)), None)
-    for rep in reports if stem and base else ():
-        old = Path(rep.stored)
-        new = old.with_name(stem + old.name[len(base):])
-        if rep.verified and old.name.startswith(base) and not new.exists():
-            os.replace(old, new)
-            rep.stored = str(new)
+    renamed = [(rep, Path(rep.stored), Path(rep.stored).with_name(stem + Path(rep.stored).name[len(base):]))
+               for rep in reports if stem and base and rep.verified and Path(rep.stored).name.startswith(base)]
+    if any(new.exists() for _, _, new in renamed):  # all of a worker's files renamed, or none
+        return
+    for rep, old, new in renamed:
+        os.replace(old, new)
+        rep.stored = str(new)
 
 
 def ray_worker_name(reports: list) -> str | None:

@@ -173,8 +173,9 @@ def render(req, spec: CheckedJobSpec, files: JobFiles) -> str:
              "    wait \"$step\"; status=$?",
              "    [ \"$status\" -gt 128 ] && kill -0 \"$step\" 2>/dev/null || break",
              "done",
+             # The workload's status first: what runs after it (Ray's end, a copy back) may meet the time limit.
+             f"echo \"$status\" > \"{launchers.IN_SCRIPT.job_exit}\"",
              *launch.after,
              *(_copy_back(files) if files.scratch else []),
-             f"echo \"$status\" > \"{launchers.IN_SCRIPT.job_exit}\"",
              "exit \"$status\"", ""]
     return "\n".join(lines)
