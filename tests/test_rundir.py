@@ -21,7 +21,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from fleet.agent import rundir, task
+from fleet.agent import rayend, rundir, task
 from fleet.agent.rundir import RunDir
 from fleet.plan import ProfileRequest
 from fleet.slurm import jobs, launchers, options, ray_hook, results
@@ -232,7 +232,7 @@ def test_a_ray_worker_s_files_are_listed_as_ray_s_and_read_back(tmp_path, monkey
     report = run.ray_file(RunDir.ray_worker(socket.gethostname(), os.getpid()) + RunDir.NSYS_REPORT)
     Path(report).write_text("report\n")
     # the job's wait marks the worker whose nsys (by the pid its whose file names) still ran, as its report
-    assert ray_hook._unfinished(run.ray, 4242) == RunDir.ray_base(report) and ray_hook.UNFINISHED == RunDir.UNFINISHED
+    assert rayend._unfinished(run.ray, 4242) == RunDir.ray_base(report)  # the agent's end of the Ray run
     _, _, other = _listing(Path(run.path))
     listed = sorted(jobs.file_mark(v)["path"] for k, v in other if k == RunDir.RAY)
     assert listed == sorted([os.path.realpath(report), os.path.realpath(RunDir.whose_beside(report)),
