@@ -221,8 +221,7 @@ class RunDir:
     @classmethod
     def ray_extra_patterns(cls) -> tuple:
         """The names of the files made of Ray workers' reports, as shell patterns (listed beside them)."""
-        return tuple(cls.RAY_WORKER + "*" + suffix for suffix in [cls.NSYS_EXPORT] +
-                     ["_%s.csv" % name for name in cls.NSYS_SUMMARIES])
+        return tuple(cls.ray_extras(cls.RAY_WORKER + "*"))
 
     @classmethod
     def ray_extras(cls, base: str) -> dict:
