@@ -15,6 +15,7 @@ REGRESSION = 7      # nightly report: some metric is called a Regression
 YIELDED = 8         # profile: the profiler gave the GPU's counters back to a newcomer mid-run (report kept)
 WORKLOAD_FAILED = 9  # profile: the workload exited non-zero or died by a signal (report kept)
 NO_REPORTS = 10     # reports stats/compare: the run left nothing to read (refused, failed, none came home)
+UNEXPLAINED = 11    # nightly report: a recent slowdown that nothing fleet recorded explains (a person must look)
 INTERRUPTED = 130   # a second Ctrl-C left the run to finish on its own (128 + SIGINT, as shells say)
 
 

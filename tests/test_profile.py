@@ -14,6 +14,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import re
 import time
 from pathlib import Path
 
@@ -365,7 +366,9 @@ def test_fleet_run_shows_its_progress_and_its_dry_run_plan_as_profile_does(lab, 
     outcomes), and `--dry-run` printed the raw JSON envelope where `profile --dry-run` prints a plan."""
     book = tmp_path / "bench.yaml"
     book.write_text(yaml.safe_dump({"name": "bench", "target": {"hosts": "h02"}, "tool": "nsys",
-                                    "command": ["python3", "-c", "print('the workload says hello')"]}))
+                                    "command": ["python3", "-c", "print('the workload says hello')"],
+                                    # the workload's version, asked on the host: a leading ~/ is the home there
+                                    "version": ["sh", "-c", 'echo "v$((40 + 2)) $1"; echo second', "sh", "~/proj"]}))
     env = lab["c"].env()
     planned = run_fleet("run", str(book), "--dry-run", "--store", str(lab["out"]), env=env)
     assert planned.returncode == 0, planned.stderr
@@ -379,3 +382,5 @@ def test_fleet_run_shows_its_progress_and_its_dry_run_plan_as_profile_does(lab, 
     assert "h02: ok" in lines and any(line.startswith("  report:   ") for line in lines), ran.stdout
     run_line = next(line for line in lines if line.startswith("run "))
     assert " complete: reports in " in run_line and lines.index("h02: ok") < lines.index(run_line), ran.stdout
+    manifest = json.loads((Path(run_line.split(" reports in ", 1)[1].split()[0]) / "manifest.json").read_text())
+    assert re.fullmatch(r"v42 /\S+/proj", manifest["playbook"]["version"]), manifest["playbook"]

@@ -63,7 +63,7 @@ def _number(value) -> float | None:
         return None
 
 
-def _conditions(c: dict) -> dict:
+def typed_conditions(c: dict) -> dict:
     """The conditions the verdicts read, each of its type; any other value left out."""
     found = {k: _number(c.get(k)) for k in ("sm_clock_mhz", "mem_clock_mhz", "temperature_c", "power_w")}
     throttle = c.get("throttle")
@@ -91,7 +91,7 @@ def _gpu_samples(line: dict) -> list[RecordSample] | None:
                 and isinstance(g.get("processes"), list)):
             return None
         uuid = g.get("uuid") if isinstance(g.get("uuid"), str) else None
-        found.append(RecordSample(host, when, g["index"], uuid, _conditions(g["conditions"]),
+        found.append(RecordSample(host, when, g["index"], uuid, typed_conditions(g["conditions"]),
                                   _processes(g["processes"])))
     return found
 

@@ -224,8 +224,9 @@ def nightly():
 @store_option
 @json_option
 def nightly_report(playbooks, since, out, notify, store_root, as_json):
-    """One static HTML page: a trend plot per metric and device, the verdicts, links to the reports.
-    Exit 7 when any metric is called a Regression."""
+    """One static HTML page: a trend plot per metric and device, the verdicts, the change points
+    (each labelled code, environment or unexplained), links to the reports. Exit 7 for a code
+    regression, 11 for a recent slowdown nothing recorded explains."""
     from ..nightly import run as nightly_mod
     from .. import store
 
@@ -239,16 +240,35 @@ def nightly_report(playbooks, since, out, notify, store_root, as_json):
         history = TeamHistory(team)
     summary = nightly_mod.report(store.root(store_root), [_playbook(p) for p in playbooks], Path(out), since,
                                  history=history)
-    from ..nightly.report_plot import shown_metric
-
-    lines = [f"{p['name']}: {len(p['verdicts'])} metric(s) over {p['runs']} run(s); " +
-             ", ".join(f"{v['verdict']}: {shown_metric(v['metric'])} ({v['device']})" for v in p["verdicts"])
-             for p in summary["playbooks"]]
-    text = "\n".join(lines + [f"REGRESSION {r}" for r in summary["regressions"]] + [f"report: {out}"]) + "\n"
+    text = "\n".join(_report_lines(summary) + [f"report: {out}"]) + "\n"
     if as_json:
         echo_json(summary)
     else:
         echo(text, nl=False)
     if notify:
         subprocess.run(notify, shell=True, input=text, text=True, check=False)
-    sys.exit(exitcodes.REGRESSION if summary["regressions"] else exitcodes.OK)
+    sys.exit(exitcodes.UNEXPLAINED if summary["unexplained"] else
+             exitcodes.REGRESSION if summary["regressions"] else exitcodes.OK)
+
+
+def _report_lines(summary: dict) -> list[str]:
+    """Per playbook: its verdicts, then each change point once (with what changed), then what the
+    morning calls for: REGRESSION, UNEXPLAINED and ENVIRONMENT lines."""
+    from ..nightly.report_plot import shown_metric
+    from ..visible import visible
+
+    lines = []
+    for p in summary["playbooks"]:
+        lines.append(f"{p['name']}: {len(p['verdicts'])} metric(s) over {p['runs']} run(s); " +
+                     ", ".join(f"{v['verdict']}: {shown_metric(v['metric'])} ({v['device']})" for v in p["verdicts"]))
+        kept = {c["run_id"] for s in p["changes"] for c in s["contaminated"]}
+        for s in p["changes"]:
+            for c in s["changes"]:
+                what = "; ".join(c["changed"]) or "nothing recorded changed"
+                lines.append(f"  change: {shown_metric(s['metric'])} ({s['device']}) {c['rel']:+.1%} at run "
+                             f"{c['run_after']}, {c['label']}{' (recent)' if c['recent'] else ''}: {what}")
+        if kept:
+            lines.append(f"  kept out as contaminated: {len(kept)} run(s) ({', '.join(sorted(kept))})")
+    lines += [f"REGRESSION {r}" for r in summary["regressions"]] + \
+        [f"UNEXPLAINED {r}" for r in summary["unexplained"]] + [f"ENVIRONMENT {r}" for r in summary["environment"]]
+    return [visible(line) for line in lines]  # kernel names and devices come from the nodes: one line each

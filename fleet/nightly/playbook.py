@@ -32,11 +32,12 @@ TARGET_KEYS = {"partition": str, "cluster": str, "hosts": str, "nodes": int, "nt
                "ntasks_per_node": int, "gpus": str, "gres": str, "time": str, "account": str, "qos": str,
                "ranks": list, "launcher": str}
 PLAYBOOK_KEYS = {"name", "target", "command", "tool", "profiler_args", "metrics", "thresholds", "description",
-                 "ranks"}
+                 "ranks", "version"}
 RANKS_KEYS = ("sync_range", "sync_call", "step_range", "record")  # how `fleet reports ranks` finds the syncs and steps;
 # record: a `fleet top --record` file kept running beside the nightly runs (the node's record of each)
 METRIC_KEYS = {"kind", "name", "count", "kernel"}
-DEFAULT_THRESHOLDS = {"regression": 0.10, "suspicious": 0.05, "consecutive": 2, "baseline_runs": 7, "min_runs": 3}
+DEFAULT_THRESHOLDS = {"regression": 0.10, "suspicious": 0.05, "consecutive": 2, "baseline_runs": 7, "min_runs": 3,
+                      "change": 0.02}  # change: the least relative shift a change point may be (docs/nightly.md)
 
 
 class PlaybookError(FleetError, ValueError):
@@ -73,6 +74,7 @@ class Playbook:
     metrics: tuple[Metric, ...] = (Metric("gpu_kernel_total"),)
     thresholds: dict[str, float] = field(default_factory=lambda: dict(DEFAULT_THRESHOLDS))
     ranks: dict[str, str] = field(default_factory=dict)   # the straggler share's sync_range, sync_call, step_range
+    version: tuple[str, ...] = ()   # a command whose first line of output is the workload's version (docs/nightly.md)
 
     @property
     def on_slurm(self) -> bool:
@@ -168,7 +170,23 @@ def load(path: str | Path) -> Playbook:
             raise _fail(path, given, key, f"thresholds.{key}: must be a number, 0 or more, not {value!r}")
         thresholds[key] = value
     return Playbook(name, str(path), tuple(str(w) for w in command), dict(target), tool,
-                    tuple(str(a) for a in args), tuple(metrics), thresholds, _ranks(path, doc))
+                    tuple(str(a) for a in args), tuple(metrics), thresholds, _ranks(path, doc), _version(path, doc))
+
+
+def _version(path: Path, doc: Any) -> tuple[str, ...]:
+    """``version: [git, -C, ~/proj, rev-parse, HEAD]``: how to ask the workload's version, as words."""
+    words = doc.get("version")
+    if words is None:
+        return ()
+    if isinstance(words, str) or not isinstance(words, list) or not words or \
+            not all(isinstance(w, (str, int, float)) and not isinstance(w, bool) for w in words):
+        raise _fail(path, doc, "version", "version must be a list of words, e.g. [git, -C, ~/proj, rev-parse, HEAD]")
+    for word in words:
+        try:
+            safenames.check_text(str(word), "version")
+        except UnsafeValue as e:
+            raise _fail(path, doc, "version", str(e)) from None
+    return tuple(str(w) for w in words)
 
 
 def _ranks(path: Path, doc: Any) -> dict[str, str]:

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from . import stragglers
 from ..kernelnames import short_names
-from .report_plot import COLOURS, changes, plot, scale, shown_metrics, when, with_tooltip
+from .report_plot import COLOURS, LABEL_COLOURS, changes, plot, scale, shown_metrics, when, with_tooltip
 from .trends import REGRESSION, SUSPICIOUS, Verdict
 
 __all__ = ["render", "scale", "COLOURS"]
@@ -66,6 +66,19 @@ def _moved(compared: tuple[str, str, list[dict]] | None, link) -> str:
     return f'<table class="moved">{head}{"".join(body)}</table>'
 
 
+def _moved_once(compared, shown_before: dict, metric: str, link) -> str:
+    """The kernels that moved between two runs, once a page section: a later metric judged on the same
+    two runs points back to it."""
+    if compared is None:
+        return ""
+    pair = compared[:2]
+    if pair in shown_before:
+        return (f"<p class='moved-see-above'>Kernels that moved from {link(pair[0])} to {link(pair[1])}: "
+                f"in the table under {html.escape(shown_before[pair])} above.</p>")
+    shown_before[pair] = metric
+    return _moved(compared, link)
+
+
 def _runs_table(run_ids: list[str], runs: dict[str, dict], link, out: Path) -> str:
     head = ("<table class='runs'><caption>Runs, oldest first: each links to its folder in the store, and to "
             "its reports</caption><tr><th>run</th><th>started</th><th>host</th><th>GPU</th><th>driver</th>"
@@ -83,8 +96,33 @@ def _runs_table(run_ids: list[str], runs: dict[str, dict], link, out: Path) -> s
     return head + "".join(rows) + "</table>"
 
 
+def _changes_table(found: list, link) -> str:
+    """Every change point of the playbook's metrics, once each, and the runs kept out of detection."""
+    shown = shown_metrics(s.metric for s in found)
+    rows = [(s, c) for s in found for c in s.changes]
+    body = ["<tr><th>metric</th><th>device</th><th>change</th><th>at run</th><th>before</th><th>after</th>"
+            "<th>p</th><th>what changed</th></tr>"]
+    for s, c in rows:
+        div, unit = scale(s.metric)
+        recent = " (recent)" if c.recent else ""
+        body.append(f'<tr class="change-row {c.label}"><td>{with_tooltip(shown[s.metric], s.metric)}</td>'
+                    f"<td>{html.escape(s.device)}</td><td style='color:{LABEL_COLOURS[c.label]};font-weight:bold'>"
+                    f"{c.rel:+.1%} {c.label}{recent}</td><td>{link(c.run_after)}</td>"
+                    f'<td class="num">{c.before / div:.4g} {unit}</td><td class="num">{c.after / div:.4g} {unit}</td>'
+                    f'<td class="num">{c.p_value:.3g}</td><td>{html.escape("; ".join(c.changed) or "nothing recorded")}'
+                    "</td></tr>")
+    kept = {run: why for s in found for run, why in s.contaminated}
+    caption = (f"<caption>Change points over each metric's clean runs ({len(rows)}), each labelled code, "
+               f"environment or unexplained; {len(kept)} run(s) kept out as contaminated</caption>")
+    table = f"<table class='changes'>{caption}{''.join(body) if rows else ''}</table>"
+    if kept:
+        table += "<ul class='kept-out'>" + "".join(f"<li>{link(run)}: {html.escape('; '.join(why))}</li>"
+                                                   for run, why in kept.items()) + "</ul>"
+    return table
+
+
 def _section(playbook: str, rows: list[dict], verdicts: list[Verdict], t: dict,
-             compared: dict, shares: list[dict], runs: dict[str, dict], link, out: Path) -> str:
+             compared: dict, shares: list[dict], found: list, runs: dict[str, dict], link, out: Path) -> str:
     series: dict[tuple[str, str], list[dict]] = {}
     for r in rows:
         series.setdefault((r["metric"], r["device"]), []).append(r)
@@ -104,18 +142,20 @@ def _section(playbook: str, rows: list[dict], verdicts: list[Verdict], t: dict,
                      f"<td>{'' if v.rel is None else f'{v.rel:+.1%}'}</td><td>{v.points}</td>"
                      f"<td>{html.escape(v.note)}</td></tr>")
     table.append("</table>")
-    plots = []
+    by_series = {(f.metric, f.device): f for f in found}
+    plots, moved_shown = [], {}
     for v in verdicts:
         points = series[(v.metric, v.device)]
         changed = "".join(f'<li class="change-note">{link(points[i - 1]["run_id"])} → {link(points[i]["run_id"])}: '
                           f"{html.escape(what)}</li>" for i, what in changes(points, runs))
         plots.append(f'<section class="metric"><h3>{metric(v)} — {html.escape(v.device)}: '
-                     f'<span style="color:{COLOURS[v.verdict]}">{v.verdict}</span></h3>{plot(points, v, t, runs)}'
+                     f'<span style="color:{COLOURS[v.verdict]}">{v.verdict}</span></h3>'
+                     f"{plot(points, v, t, runs, by_series.get((v.metric, v.device)))}"
                      + (f"<ul class='changes'>{changed}</ul>" if changed else "")
-                     + (_moved(compared.get((v.metric, v.device)), link)
+                     + (_moved_once(compared.get((v.metric, v.device)), moved_shown, shown[v.metric], link)
                         if v.verdict in (REGRESSION, SUSPICIOUS) else "") + "</section>")
     run_ids = list(dict.fromkeys(r["run_id"] for r in rows))
-    return (f"<h2>{html.escape(playbook)}</h2>" + "".join(table) + "".join(plots)
+    return (f"<h2>{html.escape(playbook)}</h2>" + "".join(table) + _changes_table(found, link) + "".join(plots)
             + stragglers.table(shares, link) + _runs_table(run_ids, runs, link, out))
 
 

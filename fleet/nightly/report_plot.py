@@ -149,7 +149,9 @@ def axes(points: list[dict], verdict: Verdict, level: tuple[float, float] | None
     return Axes(values, div, unit, lo, hi, ticks, times, dated, frac)
 
 
-def plot(points: list[dict], verdict: Verdict, t: dict, runs: dict[str, dict]) -> str:
+def plot(points: list[dict], verdict: Verdict, t: dict, runs: dict[str, dict], found=None) -> str:
+    """``found``: the series' change points (:class:`.changes.SeriesChanges`), marked where they are,
+    its contaminated runs drawn hollow."""
     level = thresholds_of(verdict, t)
     a = axes(points, verdict, level, runs)
     label = html.escape(f"{shown_metric(verdict.metric)} on {verdict.device}")
@@ -159,7 +161,10 @@ def plot(points: list[dict], verdict: Verdict, t: dict, runs: dict[str, dict]) -
     if level:
         parts += bands(a, verdict, t, level)
     parts += y_axis(a) + x_axis(a) + change_markers(a, changes(points, runs))
-    parts += trend(a, points, COLOURS[verdict.verdict])
+    if found is not None:
+        parts += change_point_markers(a, points, found)
+    kept_out = dict(found.contaminated) if found is not None else {}
+    parts += trend(a, points, COLOURS[verdict.verdict], kept_out)
     parts.append("</svg>")
     return "".join(parts)
 
@@ -225,12 +230,35 @@ def change_markers(a: Axes, found: list[tuple[int, str]]) -> list[str]:
     return parts
 
 
-def trend(a: Axes, points: list[dict], colour: str) -> list[str]:
-    """The line through the runs, and a point for each (hollow where the run gave flags up)."""
+LABEL_COLOURS = {"code": "#c0392b", "environment": "#2e86c1", "unexplained": "#8e44ad"}
+
+
+def change_point_markers(a: Axes, points: list[dict], found) -> list[str]:
+    """Each change point: a solid line before the first run after it, in its label's colour, with its
+    size and label."""
+    where = {p["run_id"]: i for i, p in enumerate(points)}
+    parts = []
+    for c in found.changes:
+        i = where.get(c.run_after)
+        if not i:
+            continue
+        cx = (a.x(a.frac[i - 1]) + a.x(a.frac[i])) / 2
+        colour, text = LABEL_COLOURS[c.label], f"{c.rel:+.1%} {c.label}"
+        what = f"change point: {text}" + (f" ({'; '.join(c.changed)})" if c.changed else "") + f", p={c.p_value:.3g}"
+        parts.append(f'<g class="change-point {c.label}"><line x1="{cx:.1f}" x2="{cx:.1f}" y1="{TOP}" '
+                     f'y2="{H - BOTTOM}" stroke="{colour}" stroke-width="2"/><text class="change-point-label" '
+                     f'x="{cx + 4:.1f}" y="{TOP + 12:.1f}" font-size="11" fill="{colour}">{html.escape(text)}</text>'
+                     f"<title>{html.escape(what)}</title></g>")
+    return parts
+
+
+def trend(a: Axes, points: list[dict], colour: str, kept_out: dict[str, list[str]] | None = None) -> list[str]:
+    """The line through the runs, and a point for each (hollow where the run gave flags up or was
+    kept out of change-point detection as contaminated)."""
     line = " ".join(f"{a.x(f):.1f},{a.y(v):.1f}" for f, v in zip(a.frac, a.values))
     parts = [f'<polyline class="trend" points="{line}" fill="none" stroke="{colour}" stroke-width="2"/>']
     for f, p, v, tm in zip(a.frac, points, a.values, a.times):
-        flags = p.get("flags") or []
+        flags = list(p.get("flags") or []) or (kept_out or {}).get(p["run_id"], [])
         title = html.escape(f"{p['run_id']}" + (f" ({tm:%Y-%m-%d %H:%M})" if tm else "") + f": {v:.4g} {a.unit}"
                             + ("; " + "; ".join(flags) if flags else ""))
         parts.append(f'<circle class="point" cx="{a.x(f):.1f}" cy="{a.y(v):.1f}" r="4" '

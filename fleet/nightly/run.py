@@ -16,10 +16,14 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from ..lab import profile
 from .. import store
-from . import stragglers, trends
+from . import changes, stragglers, trends
+from .changepoints import Settings
 from ..store.manifest import RunManifest, new_run_id
+from .environment import Environment, run_facts
 from .playbook import Playbook, run_metrics
 from ..plan import ProfileRequest
+from ..safenames import quote
+from ..visible import visible
 from .report_html import render
 from .report_plot import shown_metric
 
@@ -69,16 +73,20 @@ async def run_playbook(fan: "Fanout", inventory: "Inventory", pb: Playbook, *, e
 
         spec = job_spec(pb, req)
         cluster = choose(inventory, pb.target.get("partition"), pb.target.get("cluster"), embedded=embedded)
+        asked = cluster.login  # the login node: the job's files are there (a shared file system)
         manifest = await slurm_run.profile(fan, cluster, req, spec, store_root=store_root, dry_run=dry_run,
                                            poll=poll, on_state=progress.on_state, gathering=progress.gathering)
     else:
         hosts = inventory.select([pb.target["hosts"]])
+        asked = hosts[0] if hosts else None
         manifest = await profile.profile(fan, hosts, req, store_root=store_root, site="lab", dry_run=dry_run,
                                          write=progress.write, gathering=progress.gathering)
     if dry_run:
         return manifest
     manifest.playbook = {"name": pb.name, "path": pb.path, "metrics": run_metrics(pb, manifest),
                          "thresholds": pb.thresholds}
+    if pb.version and asked is not None:
+        manifest.playbook.update(await workload_version(fan, asked, pb.version))
     found = stragglers.of_run(store_root, manifest, pb.ranks)
     if found is not None:
         manifest.playbook["stragglers"] = found
@@ -86,19 +94,37 @@ async def run_playbook(fan: "Fanout", inventory: "Inventory", pb: Playbook, *, e
     return manifest
 
 
+VERSION_TIMEOUT = 30   # seconds the playbook's version command may take
+VERSION_LENGTH = 128   # characters of its first line kept
+
+
+def version_script(words: tuple[str, ...]) -> str:
+    """The shell line that runs the playbook's version command from the home directory, under a
+    deadline: each word one quoted shell word, a leading ``~/`` left for the shell to expand."""
+    quoted = ["~/" + quote(w[2:], "version") if w.startswith("~/") else quote(w, "version") for w in words]
+    return f"cd && exec timeout -k 5 {VERSION_TIMEOUT} " + " ".join(quoted)
+
+
+async def workload_version(fan: "Fanout", host, words: tuple[str, ...]) -> dict:
+    """``{"version": TEXT}``, the first line the playbook's version command printed on ``host`` (as the
+    inventory's user there, never another), or ``{"version": None, "version_error": WHY}``."""
+    r = await fan.run(host, ["sh", "-c", version_script(words)], timeout=VERSION_TIMEOUT + 10, limit=64 * 1024)
+    first = r.stdout.decode("utf-8", "replace").strip().splitlines()[:1] if r.exit_status == 0 else []
+    if first and first[0].strip():
+        return {"version": visible(first[0].strip())[:VERSION_LENGTH]}
+    why = r.error or f"exit status {r.exit_status}" + (": no output" if r.exit_status == 0 else "")
+    return {"version": None, "version_error": visible(f"{' '.join(words)} on {host.name}: {why}")[:200]}
+
+
 def run_info(store_root: Path, run_id: str) -> dict:
-    """What the report shows of a run, from its manifest: its folder, when it started, and its
-    hosts' names, GPUs, drivers and profiler versions (each joined when hosts differ)."""
+    """What the report shows of a run (:func:`.environment.run_facts`), with its folder and reports."""
     try:
         path = store.manifest_of(store_root, run_id)
         m = store.read_manifest(path)
     except (LookupError, store.CatalogError):
         return {}
-    join = lambda key: ", ".join(dict.fromkeys(str(getattr(h, key)) for h in m.hosts if getattr(h, key))) or None
     reports = [r.stored for h in m.hosts for r in h.reports if r.stored and Path(r.stored).exists()]
-    return {"dir": str(path.parent), "started": m.started, "host": join("host"), "gpu": join("gpu"),
-            "driver": join("driver"), "tool_version": join("tool_version"), "reports": reports,
-            "stragglers": (m.playbook or {}).get("stragglers")}
+    return {"dir": str(path.parent), "reports": reports, **run_facts(m)}
 
 
 class EmbeddedHistory:
@@ -128,6 +154,63 @@ def _compared(history, rows: list[dict], verdicts: list) -> dict:
     return compared
 
 
+def _points(rows: list[dict], runs: dict) -> dict[tuple[str, str], list[changes.Point]]:
+    """Each (metric, device)'s points, oldest first, each with its run's environment on that device."""
+    series: dict[tuple[str, str], list[changes.Point]] = {}
+    for r in rows:
+        if not isinstance(r["value"], (int, float)) or isinstance(r["value"], bool):
+            continue
+        environment = (runs.get(r["run_id"]) or {}).get("environments", {}).get(r["device"], Environment())
+        point = changes.Point(r["run_id"], r["started"], r["value"], environment, tuple(map(str, r["flags"])))
+        series.setdefault((r["metric"], r["device"]), []).append(point)
+    return series
+
+
+def judge_changes(rows: list[dict], runs: dict, thresholds: dict) -> list[changes.SeriesChanges]:
+    """The change points of every metric and device of a playbook's history, labelled."""
+    settings = Settings(min_change=float(thresholds["change"]))
+    return [changes.judge_series(metric, device, points, settings, recent=int(thresholds["baseline_runs"]),
+                                 newest=max(1, int(thresholds["consecutive"])))
+            for (metric, device), points in sorted(_points(rows, runs).items())]
+
+
+def _series_json(found: changes.SeriesChanges) -> dict:
+    return {"metric": found.metric, "device": found.device, "points": found.points, "clean": found.clean,
+            "changes": [asdict(c) for c in found.changes],
+            "contaminated": [{"run_id": run, "why": why} for run, why in found.contaminated]}
+
+
+def _line(playbook: str, metric: str, device: str, rel: float, where: str) -> str:
+    return f"{playbook}: {shown_metric(metric)} on {device} {rel:+.1%}{where}"
+
+
+def _news(playbooks: list[dict], sections: list) -> dict[str, list[str]]:
+    """What the morning's message says, by what it calls for: ``regressions`` (exit 7): a recent slowdown
+    labelled code, or a threshold Regression of the newest runs that neither a change point nor a change
+    of the environment explains; ``unexplained`` (exit 11): a recent slowdown nothing fleet recorded
+    explains; ``environment``: a slowdown the environment explains (said, no exit status of its own)."""
+    news: dict[str, list[str]] = {"regressions": [], "unexplained": [], "environment": []}
+    for p, section in zip(playbooks, sections):
+        found = section[6]
+        for kind, key in ((changes.CODE, "regressions"), (changes.UNEXPLAINED, "unexplained"),
+                          (changes.ENVIRONMENT, "environment")):
+            for c in changes.slowdowns(found, kind):
+                what = f" ({'; '.join(c.newest.changed)})" if c.newest.changed else ""
+                news[key].append(_line(p["name"], c.metric, c.device, c.newest.rel,
+                                       f", a {kind} change at run {c.newest.run_after}{what}"))
+        by_series = {(c.metric, c.device): c for c in found}
+        for v in p["verdicts"]:
+            series = by_series.get((v["metric"], v["device"]))
+            if v["verdict"] != trends.REGRESSION or series is not None and series.newest and series.newest.rel > 0:
+                continue  # a recent slowdown has its line above
+            if series is not None and series.lately:
+                news["environment"].append(_line(p["name"], v["metric"], v["device"], v["rel"],
+                                                 f" over the newest runs ({'; '.join(series.lately)})"))
+            else:
+                news["regressions"].append(_line(p["name"], v["metric"], v["device"], v["rel"], ""))
+    return news
+
+
 def report(store_root: Path, playbooks: list[Playbook], out: Path, since: str | None = None,
            history=None) -> dict:
     """Judge every playbook's history (from ``history``: the embedded store's by default); write
@@ -142,12 +225,13 @@ def report(store_root: Path, playbooks: list[Playbook], out: Path, since: str | 
                 runs[r["run_id"]] = history.run_info(r["run_id"])
         shares = stragglers.judged([(run_id, runs[run_id]["stragglers"]) for run_id in dict.fromkeys(
             r["run_id"] for r in rows) if (runs[run_id] or {}).get("stragglers")])
-        sections.append((pb.name, rows, verdicts, pb.thresholds, _compared(history, rows, verdicts), shares))
+        found = judge_changes(rows, runs, pb.thresholds)
+        sections.append((pb.name, rows, verdicts, pb.thresholds, _compared(history, rows, verdicts), shares, found))
         summary["playbooks"].append({"name": pb.name, "runs": len({r["run_id"] for r in rows}),
-                                     "verdicts": [asdict(v) for v in verdicts], "stragglers": shares})
+                                     "verdicts": [asdict(v) for v in verdicts], "stragglers": shares,
+                                     "changes": [_series_json(c) for c in found]})
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(render(sections, runs, out.parent))
     out.with_suffix(".json").write_text(json.dumps(summary, indent=1))
-    summary["regressions"] = [f"{p['name']}: {shown_metric(v['metric'])} on {v['device']} {v['rel']:+.1%}"
-                              for p in summary["playbooks"] for v in p["verdicts"] if v["verdict"] == trends.REGRESSION]
+    summary.update(_news(summary["playbooks"], sections))
     return summary

@@ -19,6 +19,7 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import TYPE_CHECKING, Any, Iterable
 
 from ..errors import FleetError
+from .. import __version__
 
 if TYPE_CHECKING:
     from ..plan import ProfileRequest
@@ -188,6 +189,7 @@ class RunManifest:
     slurm: SlurmInfo | None = None
     playbook: dict | None = None  # nightly: name, path, metrics, thresholds
     error: str | None = None
+    fleet: str | None = None      # the version of fleet that made the run (nightly: part of its environment)
     schema: int = SCHEMA_VERSION  # the version it was read from; to_json writes the current one
 
     @classmethod
@@ -195,7 +197,7 @@ class RunManifest:
         """What every run's manifest begins with, on lab servers and on Slurm."""
         return cls(run_id=req.run_id, site=site, day=f"{req.run_id[0:4]}-{req.run_id[4:6]}-{req.run_id[6:8]}",
                    started=time.strftime("%Y-%m-%dT%H:%M:%S%z"), user=getpass.getuser(), request=req.to_json(),
-                   status=status)
+                   status=status, fleet=__version__)
 
     def to_json(self) -> dict:
         doc: dict[str, Any] = {"schema": SCHEMA_VERSION, "run_id": self.run_id, "site": self.site, "day": self.day,
@@ -208,6 +210,8 @@ class RunManifest:
             doc["playbook"] = self.playbook
         if self.error is not None:
             doc["error"] = self.error
+        if self.fleet is not None:
+            doc["fleet"] = self.fleet
         return doc
 
     @classmethod

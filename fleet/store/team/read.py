@@ -183,11 +183,9 @@ class TeamHistory:
             owner, m, _ = manifest(self.team, run_id)
         except (LookupError, ValueError):
             return {}
-        join = lambda key: ", ".join(dict.fromkeys(str(getattr(h, key)) for h in m.hosts if getattr(h, key))) or None
-        return {"dir": f"{self.team.objects} (team store, {owner}'s run {run_id})", "started": m.started,
-                "host": join("host"), "gpu": join("gpu"), "driver": join("driver"),
-                "tool_version": join("tool_version"), "reports": [],
-                "stragglers": (m.playbook or {}).get("stragglers")}
+        from ...nightly.environment import run_facts
+
+        return {"dir": f"{self.team.objects} (team store, {owner}'s run {run_id})", "reports": [], **run_facts(m)}
 
     def compare(self, a: str, b: str) -> list[dict]:
         from ..queries import kernel_changes

@@ -1,0 +1,116 @@
+"""What each nightly point ran on, as fleet recorded it (never typed by a person): the environment a
+change point is judged against (:mod:`.changes`).
+
+Read from the run's manifest, per device (a GPU on a host, a rank): the GPU's model and UUID, the
+driver, the profiler's and fleet's versions, the node, the SM clock while the GPU was busy, the
+reasons its clocks were held down, who else was on it, and the workload's own version where the
+playbook says how to get it. A manifest is data: each value is kept only where it has its type.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from ..analysis.record import typed_conditions
+
+if TYPE_CHECKING:
+    from ..store.manifest import HostEntry, RunManifest
+
+# Clock event reasons that mean the GPU ran slower than it could (fleet/agent/gpus.py names them as
+# nvml.h does); idle, sync boost, an application clock setting and the display clock do not.
+SLOWDOWNS = ("sw_power_cap", "hw_slowdown", "sw_thermal_slowdown", "hw_thermal_slowdown", "hw_power_brake_slowdown")
+CLOCK_CHANGE = 0.05  # busy SM clocks this much apart (relative) are a change of the environment
+
+
+@dataclass(frozen=True)
+class Environment:
+    gpu: str | None = None
+    gpu_uuid: str | None = None
+    driver: str | None = None
+    tool_version: str | None = None
+    fleet_version: str | None = None
+    node: str | None = None
+    sm_clock_mhz: float | None = None      # the median over the samples where the GPU was not idle
+    throttled: tuple[str, ...] = ()        # slowdown reasons seen in any sample
+    tenants: tuple[str, ...] = ()          # tenants seen and profiler flags given up (the run's flags)
+    workload_version: str | None = None
+
+    def contaminated_by(self) -> list[str]:
+        """Why a point with this environment is kept out of detection: what it shared or lost."""
+        why = list(self.tenants)
+        if self.throttled:
+            why.append("clocks held down (" + ", ".join(self.throttled) + ")")
+        return why
+
+    def to_json(self) -> dict:
+        return {k: list(v) if isinstance(v, tuple) else v for k, v in self.__dict__.items()}
+
+
+def device_of(h: "HostEntry") -> str:
+    """The device a metric is tracked on: the GPU's model on the host, and the rank where there is one."""
+    return f"{h.gpu or 'no GPU'} on {h.host}" + (f" rank {h.rank}" if h.rank is not None else "")
+
+
+def _text(value) -> str | None:
+    return value if isinstance(value, str) and value else None
+
+
+def _busy_samples(result) -> tuple[list[dict], list[str]]:
+    """The typed samples of a run's conditions where the GPU was not idle, and its GPUs' UUIDs."""
+    conditions = result.get("conditions") if isinstance(result, dict) else None
+    if not isinstance(conditions, dict):
+        return [], []
+    gpus = conditions.get("gpus") if isinstance(conditions.get("gpus"), list) else []
+    uuids = [g["uuid"] for g in gpus if isinstance(g, dict) and _text(g.get("uuid"))]
+    raw = conditions.get("samples") if isinstance(conditions.get("samples"), list) else []
+    samples = [typed_conditions(s) for s in raw if isinstance(s, dict)]
+    return [s for s in samples if "gpu_idle" not in s["throttle"]], uuids
+
+
+def of_host(h: "HostEntry", m: "RunManifest") -> Environment:
+    busy, uuids = _busy_samples(h.result)
+    clocks = [s["sm_clock_mhz"] for s in busy if "sm_clock_mhz" in s]
+    throttled = sorted({why for s in busy for why in s["throttle"] if why in SLOWDOWNS})
+    playbook = m.playbook if isinstance(m.playbook, dict) else {}
+    return Environment(
+        gpu=_text(h.gpu), gpu_uuid=",".join(uuids) or None, driver=_text(h.driver),
+        tool_version=_text(h.tool_version), fleet_version=_text(m.fleet), node=_text(h.node) or _text(h.host),
+        sm_clock_mhz=statistics.median(clocks) if clocks else None, throttled=tuple(throttled),
+        tenants=tuple(f"tenant: {t}" for t in h.tenants_seen if isinstance(t, str)) +
+        tuple(g for g in h.given_up if isinstance(g, str)),
+        workload_version=_text(playbook.get("version")))
+
+
+def of_manifest(m: "RunManifest") -> dict[str, Environment]:
+    """Each device's environment in run ``m``."""
+    return {device_of(h): of_host(h, m) for h in m.hosts}
+
+
+# What changed is named by these, in this order; the workload's version is the code, not the environment.
+NAMED = (("gpu", "GPU"), ("gpu_uuid", "GPU UUID"), ("node", "node"), ("driver", "driver"),
+         ("tool_version", "profiler"), ("fleet_version", "fleet"))
+
+
+def differences(before: Environment, after: Environment) -> list[str]:
+    """What of the environment differs between two points, each as 'driver 580.95.05 -> 580.159.04';
+    a value one side did not record is no difference (an older run may lack it)."""
+    changed = [f"{label} {getattr(before, key)} -> {getattr(after, key)}" for key, label in NAMED
+               if getattr(before, key) and getattr(after, key) and getattr(before, key) != getattr(after, key)]
+    a, b = before.sm_clock_mhz, after.sm_clock_mhz
+    if a and b and abs(b - a) / a >= CLOCK_CHANGE:
+        changed.append(f"SM clock {a:.0f} -> {b:.0f} MHz")
+    return changed
+
+
+def run_facts(m: "RunManifest") -> dict:
+    """What the nightly report shows of a run and judges it by, from its manifest, whichever store
+    holds it: when it started, its hosts' names, GPUs, drivers and profiler versions (each joined
+    when hosts differ), its straggler shares, and each device's environment."""
+    def joined(key: str) -> str | None:
+        return ", ".join(dict.fromkeys(str(getattr(h, key)) for h in m.hosts if getattr(h, key))) or None
+
+    return {"started": m.started, "host": joined("host"), "gpu": joined("gpu"), "driver": joined("driver"),
+            "tool_version": joined("tool_version"), "stragglers": (m.playbook or {}).get("stragglers"),
+            "environments": of_manifest(m)}

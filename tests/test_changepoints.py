@@ -1,0 +1,176 @@
+"""Change points over a nightly history and their labels (fleet/nightly/changepoints.py, changes.py),
+judged on synthetic histories with a planted truth (tests/harness/histories.py), and through
+`fleet nightly report` on runs in a store."""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+from dataclasses import replace
+
+import pytest
+import yaml
+
+from fleet import store
+from fleet.nightly import changepoints, changes
+from fleet.nightly.environment import Environment, differences
+from fleet.store.manifest import RunManifest
+from tests.conftest import run_fleet
+from tests.harness import histories as hs
+
+
+def judge(points):
+    return changes.judge_series("total GPU kernel time", "NVIDIA H200 on gx-01", points)
+
+
+def test_the_pair_sums_are_those_of_every_pair_counted_one_by_one():
+    rng = random.Random(7)
+    for _ in range(100):
+        x = [rng.choice([1.0, 2.0, rng.random(), rng.random() * 1e9]) for _ in range(rng.randint(1, 30))]
+        before, after = changepoints._pair_sums(x)
+        rounding = 1e-12 * len(x) * max(x)  # sums of values up to 1e9 differ in their last bits
+        for k, v in enumerate(x):
+            assert before[k] == pytest.approx(sum(abs(v - w) for w in x[:k]), rel=1e-9, abs=rounding)
+            assert after[k] == pytest.approx(sum(abs(v - w) for w in x[k + 1:]), rel=1e-9, abs=rounding)
+
+
+def test_a_clear_step_is_found_where_it_is_with_its_size_and_the_same_answer_twice():
+    x = [100.0 + (i % 3) * 0.1 for i in range(20)] + [110.0 + (i % 3) * 0.1 for i in range(15)]
+    found = changepoints.change_points(x)
+    assert [(c.index, round(c.rel, 3)) for c in found] == [(20, 0.1)]
+    assert found[0].p_value < changepoints.ALPHA and changepoints.change_points(x) == found
+    assert changepoints.change_points(x[:5]) == []  # too short to have two sides of MIN_SIZE
+
+
+def test_a_step_smaller_than_the_least_change_is_not_one():
+    x = [100.0 + (i % 3) * 0.01 for i in range(20)] + [101.0 + (i % 3) * 0.01 for i in range(20)]
+    assert changepoints.change_points(x) == []  # 1 % < MIN_CHANGE, however clear
+    assert [c.index for c in changepoints.change_points(x, changepoints.Settings(min_change=0.005))] == [20]
+
+
+@pytest.mark.parametrize("name", list(hs.SCENARIOS))
+def test_each_synthetic_history_is_judged_as_planted(name):
+    """100 histories of 60 nights each at 2 % noise: what the user guide's table reports, held."""
+    s = hs.score(hs.SCENARIOS[name], range(100), judge)
+    assert s.kept_out_wrong == 0  # exactly the nights with a neighbour or throttled clocks kept out
+    if s.planted:
+        assert s.recall >= 0.95 and s.precision >= 0.95, s
+    else:
+        assert s.false_per_100 <= 1, s
+    if name in ("nights with a neighbour", "one unflagged +15% night"):
+        assert s.found == 0, s  # the outlier case: no false change point at all
+
+
+def test_at_the_noise_of_back_to_back_h200_runs_a_3_percent_code_step_is_always_found():
+    noise = hs.h200_noise()
+    assert 0 < noise < 0.001  # read from the recorded H200 runs: about 0.01 %
+    s = hs.score(lambda seed: hs.step(seed, "code", size=0.03, noise=noise), range(30), judge)
+    assert s.recall == 1 and s.precision == 1
+    assert hs.score(lambda seed: hs.pure_noise(seed, noise), range(30), judge).found == 0
+
+
+def test_a_label_names_what_changed_and_a_contaminated_night_says_why():
+    points, _ = hs.step(3, "environment", size=0.08)
+    found = judge(points)
+    assert [(c.label, c.changed) for c in found.changes] == [("environment", ("driver 580.95.05 -> 580.159.04",))]
+    assert found.newest is None  # 20 nights after it: not recent (the newest 7 clean runs)
+    points, _ = hs.throttling(3)
+    assert judge(points).contaminated[0] == ("run-020", ["clocks held down (hw_thermal_slowdown)"])
+    both = [replace(p, environment=replace(p.environment, workload_version="v2", driver="580.159.04"))
+            if i >= hs.AT else p for i, p in enumerate(hs.step(3, "unexplained", size=0.08)[0])]
+    c = judge(both).changes[0]
+    assert c.label == "environment" and c.changed == ("driver 580.95.05 -> 580.159.04", "workload v1 -> v2")
+
+
+def test_environment_differences_ignore_what_one_side_did_not_record():
+    a = Environment(driver="580.95.05", sm_clock_mhz=1980.0)
+    assert differences(a, Environment(driver=None, sm_clock_mhz=1970.0)) == []
+    assert differences(a, Environment(driver="580.95.05", sm_clock_mhz=1500.0)) == ["SM clock 1980 -> 1500 MHz"]
+
+
+# --- through the command line, on runs in a store ---------------------------------------------------
+
+
+def plant(root, name: str, values: list[float], versions: list[str], drivers: list[str], tenants=()) -> list[str]:
+    """Runs of a playbook as `fleet run` leaves them: a host with its GPU, driver and the run watch's
+    samples, the metric row, and the workload's version the playbook's version command said."""
+    ids = []
+    for i, v in enumerate(values):
+        run_id = f"202610{1 + i // 2:02d}-0{i % 2}0000-{i:04x}"
+        samples = [{"t": t, "gpu": 0, "sm_clock_mhz": 1980, "throttle": []} for t in range(3)]
+        host = {"host": "gx-01", "node": "gx-01", "status": "ok", "gpu": "NVIDIA H200", "driver": drivers[i],
+                "tool_version": "2025.3.1.0", "tenants_seen": [f"GPU 0: pid 4{i} (bob)"] if i in tenants else [],
+                "result": {"status": "ok", "conditions": {"gpus": [{"index": 0, "uuid": "GPU-5a1e"}],
+                                                          "samples": samples}}}
+        m = {"run_id": run_id, "site": "lab", "day": run_id[:4] + "-" + run_id[4:6] + "-" + run_id[6:8],
+             "started": f"2026-10-{1 + i // 2:02d}T0{i % 2}:00:00+0000", "user": "ana", "status": "complete",
+             "fleet": "0.1.0", "request": {"tool": "nsys", "command": ["python3", "train.py"]}, "hosts": [host],
+             "playbook": {"name": name, "version": versions[i], "metrics": [
+                 {"metric": "total GPU kernel time", "device": "NVIDIA H200 on gx-01", "value": v,
+                  "flags": [f"tenant: GPU 0: pid 4{i} (bob)"] if i in tenants else []}]}}
+        store.save(root, RunManifest.from_json(m))
+        ids.append(run_id)
+    return ids
+
+
+def noisy(n: int, seed: int, level: float = 1e9) -> list[float]:
+    rng = random.Random(seed)
+    return [level * (1 + rng.gauss(0, 0.005)) for _ in range(n)]
+
+
+@pytest.fixture
+def playbook_file(tmp_path):
+    pb = tmp_path / "train.yaml"
+    pb.write_text(yaml.safe_dump({"name": "train-step", "target": {"hosts": "gx-01"}, "command": ["true"],
+                                  "version": ["git", "-C", "~/proj", "rev-parse", "HEAD"]}))
+    return pb
+
+
+def report(tmp_path, pb):
+    out = tmp_path / "site" / "nightly.html"
+    r = run_fleet("nightly", "report", str(pb), "--out", str(out), env={"FLEET_STORE": str(tmp_path / "store")})
+    return r, out
+
+
+def test_a_recent_code_slowdown_exits_7_and_the_page_marks_it_once(tmp_path, playbook_file):
+    values = noisy(14, 1) + [v * 1.06 for v in noisy(5, 2)]
+    values[6] *= 1.3  # the night with a neighbour: kept out, whatever its value
+    versions = ["4f1c2e"] * 14 + ["9b0d7a"] * 5
+    ids = plant(tmp_path / "store", "train-step", values, versions, ["580.95.05"] * 19, tenants=(6,))
+    r, out = report(tmp_path, playbook_file)
+    assert r.returncode == 7, r.stdout + r.stderr
+    assert f"change: total GPU kernel time (NVIDIA H200 on gx-01) +6." in r.stdout
+    assert f"at run {ids[14]}, code (recent): workload 4f1c2e -> 9b0d7a" in r.stdout
+    assert f"kept out as contaminated: 1 run(s) ({ids[6]})" in r.stdout
+    assert re.search(r"^REGRESSION train-step: total GPU kernel time on NVIDIA H200 on gx-01 \+6\.\d%, a code change "
+                     rf"at run {ids[14]} \(workload 4f1c2e -> 9b0d7a\)$", r.stdout, re.M)
+    summary = json.loads(out.with_suffix(".json").read_text())
+    series = summary["playbooks"][0]["changes"][0]
+    assert [c["label"] for c in series["changes"]] == ["code"] and series["clean"] == 18
+    assert series["contaminated"] == [{"run_id": ids[6], "why": ["tenant: GPU 0: pid 46 (bob)"]}]
+    page = out.read_text()
+    assert page.count('<g class="change-point code">') == 1 and page.count('<tr class="change-row code">') == 1
+
+
+def test_a_recent_slowdown_nothing_explains_exits_11_and_a_driver_change_is_said_not_blamed(tmp_path, playbook_file):
+    values = noisy(14, 3) + [v * 1.06 for v in noisy(5, 4)]
+    plant(tmp_path / "store", "train-step", values, ["4f1c2e"] * 19, ["580.95.05"] * 19)
+    r, _ = report(tmp_path, playbook_file)
+    assert r.returncode == 11, r.stdout + r.stderr
+    assert "unexplained (recent): nothing recorded changed" in r.stdout and "\nUNEXPLAINED train-step:" in r.stdout
+    other = tmp_path / "other"
+    other.mkdir()
+    plant(other / "store", "train-step", values, ["4f1c2e"] * 19, ["580.95.05"] * 14 + ["580.159.04"] * 5)
+    r, _ = report(other, playbook_file)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "environment (recent): driver 580.95.05 -> 580.159.04" in r.stdout
+    assert "\nENVIRONMENT train-step:" in r.stdout and "REGRESSION" not in r.stdout
+
+
+def test_a_version_word_with_a_newline_is_refused_at_load(tmp_path):
+    pb = tmp_path / "bad.yaml"
+    pb.write_text(yaml.safe_dump({"name": "x", "target": {"hosts": "a"}, "command": ["true"],
+                                  "version": ["git", "rev-parse\nHEAD"]}))
+    r = run_fleet("run", str(pb), "--dry-run")
+    assert r.returncode == 2 and "version: a newline" in r.stderr and "Traceback" not in r.stderr
