@@ -51,10 +51,13 @@ def keygen(path: Path) -> str:
 
 
 def canned_reply(env: dict) -> bytes:
-    """This machine's own probe document (the real agent, run once), as every host's answer."""
+    """This machine's own probe document (the real agent, run once), as every host's answer, framed as
+    the agent frames it (fleet/agent/wire.py): a bare document is no answer to the client."""
+    from fleet.agent.wire import frame
+
     r = subprocess.run([str(PY), "-m", "fleet", "probe", "--json"], capture_output=True, env=env, cwd="/")
     doc = json.loads(r.stdout)
-    return json.dumps(doc["data"]["nodes"][0]["state"]).encode() + b"\n"
+    return frame("probe", doc["data"]["nodes"][0]["state"]).encode()
 
 
 def files(d: Path, n: int, port: int, hashed: bool = False) -> dict:
