@@ -143,8 +143,8 @@ def test_a_recent_code_slowdown_exits_7_and_the_page_marks_it_once(tmp_path, pla
     assert f"change: total GPU kernel time (NVIDIA H200 on gx-01) +6." in r.stdout
     assert f"at run {ids[14]}, code (recent): workload 4f1c2e -> 9b0d7a" in r.stdout
     assert f"kept out as contaminated: 1 run(s) ({ids[6]})" in r.stdout
-    assert re.search(r"^REGRESSION train-step: total GPU kernel time on NVIDIA H200 on gx-01 \+6\.\d%, a code change "
-                     rf"at run {ids[14]} \(workload 4f1c2e -> 9b0d7a\)$", r.stdout, re.M)
+    assert re.search(r"^REGRESSION train-step: total GPU kernel time on NVIDIA H200 on gx-01 \+6\.\d%, changed at run "
+                     rf"{ids[14]}: code \(workload 4f1c2e -> 9b0d7a\)$", r.stdout, re.M)
     summary = json.loads(out.with_suffix(".json").read_text())
     series = summary["playbooks"][0]["changes"][0]
     assert [c["label"] for c in series["changes"]] == ["code"] and series["clean"] == 18
@@ -174,3 +174,68 @@ def test_a_version_word_with_a_newline_is_refused_at_load(tmp_path):
                                   "version": ["git", "rev-parse\nHEAD"]}))
     r = run_fleet("run", str(pb), "--dry-run")
     assert r.returncode == 2 and "version: a newline" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_a_new_code_step_after_an_older_environment_change_is_still_a_regression(tmp_path, playbook_file):
+    """The threshold verdict's baseline is the level since the newest change point: a driver update 6
+    runs ago (+4 %) does not hide a +15 % step of the two newest runs, too new to be a change point."""
+    values = noisy(20, 5) + [v * 1.04 for v in noisy(6, 6)] + [v * 1.04 * 1.15 for v in noisy(2, 7)]
+    plant(tmp_path / "store", "train-step", values, ["4f1c2e"] * 26 + ["9b0d7a"] * 2,
+          ["580.95.05"] * 20 + ["580.159.04"] * 8)
+    r, _ = report(tmp_path, playbook_file)
+    assert r.returncode == 7, r.stdout + r.stderr
+    assert "environment: driver 580.95.05 -> 580.159.04" in r.stdout  # (8 runs after it: no longer recent)
+    assert re.search(r"^REGRESSION train-step: total GPU kernel time on NVIDIA H200 on gx-01 \+1[45]\.\d%$", r.stdout, re.M)
+
+
+def test_what_changed_at_the_very_pair_decides_the_label():
+    """A driver update with no effect 2 runs before a code step does not make the step the driver's."""
+    points, _ = hs.step(11, "code", size=0.15)
+    points = [replace(p, environment=replace(p.environment, driver="580.159.04")) if i >= hs.AT - 2 else p
+              for i, p in enumerate(points)]
+    assert [(c.label, c.changed) for c in judge(points).changes] == [("code", ("workload v1 -> v2",))]
+    alternating = [replace(p, environment=replace(p.environment, gpu_uuid=f"GPU-{i % 2}")) for i, p in enumerate(points)]
+    assert [c.label for c in judge(alternating).changes] == ["code"]  # a lab host's GPUs of one model, in turn
+
+
+def test_throttled_newest_runs_are_kept_out_of_the_threshold_verdict_too(tmp_path, playbook_file):
+    values = noisy(12, 8) + [v * 1.2 for v in noisy(2, 9)]
+    plant(tmp_path / "store", "train-step", values, ["4f1c2e"] * 14, ["580.95.05"] * 14)
+    for manifest in sorted((tmp_path / "store").glob("*/*/*/manifest.json"))[-2:]:  # held down by heat
+        doc = json.loads(manifest.read_text())
+        for sample in doc["hosts"][0]["result"]["conditions"]["samples"]:
+            sample["throttle"] = ["hw_thermal_slowdown"]
+        manifest.write_text(json.dumps(doc))
+    r, _ = report(tmp_path, playbook_file)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "kept out as contaminated: 2 run(s)" in r.stdout and "REGRESSION" not in r.stdout
+
+
+def test_a_hostile_manifest_neither_crashes_the_report_nor_writes_markup(tmp_path, playbook_file):
+    from fleet.nightly import environment
+
+    m = RunManifest.from_json({"run_id": "20261001-000000-0001", "playbook": ["x"], "fleet": 5, "hosts": [
+        {"host": "gx-01", "tenants_seen": 5, "given_up": "bob", "result": {"conditions": {"samples": ["x", {
+            "sm_clock_mhz": "fast", "throttle": "hw_slowdown"}], "gpus": [7]}}}]})
+    facts = environment.run_facts(m)
+    assert facts["stragglers"] is None and facts["environments"]["no GPU on gx-01"] == Environment(node="gx-01")
+    values = noisy(8, 10)
+    label = "ncu sm__x (<img src=x onerror=alert(1)>)"
+    root = tmp_path / "store"
+    for i, v in enumerate(values):
+        run_id = f"2026100{1 + i // 4}-0{i % 4}0000-{i:04x}"
+        store.save(root, RunManifest.from_json({
+            "run_id": run_id, "site": "lab", "started": f"2026-10-0{1 + i // 4}T0{i % 4}:00:00", "status": "complete",
+            "playbook": {"name": "train-step", "metrics": [{"metric": label, "device": "d", "value": v, "flags": [1]}]}}))
+    r, out = report(tmp_path, playbook_file)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "<img" not in out.read_text() and "Traceback" not in r.stderr
+
+
+def test_thresholds_must_be_finite_and_a_negative_level_keeps_its_direction(tmp_path):
+    pb = tmp_path / "nan.yaml"
+    pb.write_text("name: x\ntarget: {hosts: a}\ncommand: ['true']\nthresholds: {change: .nan}\n")
+    r = run_fleet("run", str(pb), "--dry-run")
+    assert r.returncode == 2 and "thresholds.change: must be a number, 0 or more" in r.stderr
+    x = [-100.0 + (i % 3) * 0.01 for i in range(10)] + [-110.0 + (i % 3) * 0.01 for i in range(10)]
+    assert [round(c.rel, 2) for c in changepoints.change_points(x)] == [-0.1]  # lower, as it is

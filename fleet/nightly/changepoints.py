@@ -57,6 +57,10 @@ class Settings:
     min_size: int = MIN_SIZE
     min_change: float = MIN_CHANGE
 
+    def __post_init__(self):
+        if self.min_size < 2:  # a side of one point has no pairs within it
+            raise ValueError("min_size: 2 or more")
+
 
 def _pair_sums(x: Sequence[float]) -> tuple[list[float], list[float]]:
     """For each k: the sum of |x[i] - x[k]| over the i before it, and over the i after it.
@@ -124,18 +128,18 @@ def p_value(x: Sequence[float], q: float, s: Settings) -> float:
     rng = random.Random(_stable_hash(x))
     shuffled = list(x)
     at_least = 0
-    most = s.alpha * (s.permutations + 1) - 1  # more shuffles at least q than this: not significant
+    most = s.alpha * (s.permutations + 1) - 1  # this many shuffles at least q: p >= alpha, not significant
     for done in range(1, s.permutations + 1):
         rng.shuffle(shuffled)
         if best_split(shuffled, s.min_size)[1] >= q:
             at_least += 1
-            if at_least > most:
+            if at_least >= most:
                 return (at_least + 1) / (done + 1)
     return (at_least + 1) / (s.permutations + 1)
 
 
 def _relative(before: float, after: float) -> float:
-    return (after - before) / before if before else 0.0
+    return (after - before) / abs(before) if before else 0.0
 
 
 def _split(x: Sequence[float], s: Settings) -> tuple[int, float] | None:

@@ -3,11 +3,12 @@ code, environment or unexplained, and the contaminated points said and kept out.
 (documented in docs/nightly.md, "Change points").
 
 * **contaminated**: a point with tenants or unseen memory on its GPU, profiler flags given up, or
-  clocks held down by power or heat while it ran. It is kept out of detection (one such night
+  clocks held down by heat or the hardware while it ran. It is kept out of detection (one such night
   fools any change-point method) and shown hollow; it is never a change.
-* **environment**: the GPU, its UUID, the node, the driver, the profiler's or fleet's version, or the
-  busy SM clock differs between the clean points either side of the change (within ``NEAR`` points
-  of it, since a small step is placed to within a point or two). The verdict names what changed.
+* **environment**: the GPU model, the node, the driver, the profiler's or fleet's version, or the
+  busy SM clock differs between the clean points either side of the change (at that pair; where
+  nothing did, within ``NEAR`` runs of it, since a small step in noise is placed to within a few).
+  The verdict names what changed.
 * **code**: the workload's own version (the playbook's ``version`` command) changed there, and
   nothing of the environment did.
 * **unexplained**: nothing fleet recorded changed there. A person must look at it.
@@ -24,6 +25,7 @@ from .changepoints import Settings, change_points
 from .environment import Environment, differences
 
 CODE, ENVIRONMENT, UNEXPLAINED = "code", "environment", "unexplained"
+WORKLOAD = "workload "
 NEAR = 3  # points either side of a change point searched for what changed: a small step in noise is placed to within a few
 
 
@@ -52,6 +54,11 @@ class Change:
     changed: tuple[str, ...]   # what changed there: the environment's values, or the workload's version
     recent: bool
 
+    @property
+    def code_too(self) -> bool:
+        """The workload's version changed there too (an environment change that may be the code's)."""
+        return any(what.startswith(WORKLOAD) for what in self.changed)
+
 
 @dataclass(frozen=True)
 class SeriesChanges:
@@ -69,25 +76,27 @@ class SeriesChanges:
         return self.changes[-1] if self.changes and self.changes[-1].recent else None
 
 
-def _near(clean: list[Point], index: int) -> range:
-    """The indices j whose pair (j - 1, j) is within NEAR of the change at ``index``."""
-    return range(max(1, index - NEAR), min(len(clean), index + NEAR + 1))
+def _changed(a: Point, b: Point) -> list[str]:
+    """What fleet recorded as different between two runs: the environment's values, then the workload's version."""
+    found = differences(a.environment, b.environment)
+    va, vb = a.environment.workload_version, b.environment.workload_version
+    return found + ([f"{WORKLOAD}{va} -> {vb}"] if va and vb and va != vb else [])
 
 
-def label(clean: list[Point], index: int) -> tuple[str, tuple[str, ...]]:
-    """(label, what changed) of a change between clean[index - 1] and clean[index]."""
-    environment, versions = [], []
-    for j in _near(clean, index):
-        a, b = clean[j - 1].environment, clean[j].environment
-        environment += differences(a, b)
-        if a.workload_version and b.workload_version and a.workload_version != b.workload_version:
-            versions.append(f"workload {a.workload_version} -> {b.workload_version}")
-    environment, versions = list(dict.fromkeys(environment)), list(dict.fromkeys(versions))
-    if environment:
-        return ENVIRONMENT, tuple(environment + versions)
-    if versions:
-        return CODE, tuple(versions)
-    return UNEXPLAINED, ()
+def label(clean: list[Point], index: int, lo: int = 0, hi: int | None = None) -> tuple[str, tuple[str, ...]]:
+    """(label, what changed) of a change between clean[index - 1] and clean[index]. What changed at that
+    very pair decides; where nothing did, the pairs up to NEAR either side, within the segments either
+    side of the change (``lo``, ``hi``: the change points before and after it), since a small step in
+    noise is placed to within a few runs."""
+    hi = len(clean) if hi is None else hi
+    at = _changed(clean[index - 1], clean[index])
+    if not at:
+        near = range(max(lo + 1, index - NEAR), min(hi, index + NEAR + 1))
+        at = [what for j in near for what in _changed(clean[j - 1], clean[j])]
+    at = list(dict.fromkeys(at))
+    if any(not what.startswith(WORKLOAD) for what in at):
+        return ENVIRONMENT, tuple(at)
+    return (CODE, tuple(at)) if at else (UNEXPLAINED, ())
 
 
 def _lately(clean: list[Point], newest: int) -> tuple[str, ...]:
@@ -104,8 +113,10 @@ def judge_series(metric: str, device: str, points: list[Point], settings: Settin
     clean = [p for p in points if not p.contaminated_by()]
     contaminated = [(p.run_id, p.contaminated_by()) for p in points if p.contaminated_by()]
     found = []
-    for cp in change_points([p.value for p in clean], settings):
-        kind, changed = label(clean, cp.index)
+    cuts = change_points([p.value for p in clean], settings)
+    edges = [0, *(cp.index for cp in cuts), len(clean)]
+    for n, cp in enumerate(cuts):
+        kind, changed = label(clean, cp.index, edges[n], edges[n + 2])
         found.append(Change(clean[cp.index - 1].run_id, clean[cp.index].run_id, clean[cp.index].started,
                             cp.before, cp.after, cp.rel, cp.p_value, kind, changed,
                             recent=len(clean) - cp.index <= recent))

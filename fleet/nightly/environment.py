@@ -20,7 +20,9 @@ if TYPE_CHECKING:
 
 # Clock event reasons that mean the GPU ran slower than it could (fleet/agent/gpus.py names them as
 # nvml.h does); idle, sync boost, an application clock setting and the display clock do not.
-SLOWDOWNS = ("sw_power_cap", "hw_slowdown", "sw_thermal_slowdown", "hw_thermal_slowdown", "hw_power_brake_slowdown")
+# A power cap is left out: GPUs under a full load sit at it as a matter of course (a cap that moves the
+# clocks shows as a change of the busy SM clock instead).
+SLOWDOWNS = ("hw_slowdown", "sw_thermal_slowdown", "hw_thermal_slowdown", "hw_power_brake_slowdown")
 CLOCK_CHANGE = 0.05  # busy SM clocks this much apart (relative) are a change of the environment
 
 
@@ -57,6 +59,10 @@ def _text(value) -> str | None:
     return value if isinstance(value, str) and value else None
 
 
+def _strings(value) -> tuple[str, ...]:
+    return tuple(v for v in value if isinstance(v, str)) if isinstance(value, list) else ()
+
+
 def _busy_samples(result) -> tuple[list[dict], list[str]]:
     """The typed samples of a run's conditions where the GPU was not idle, and its GPUs' UUIDs."""
     conditions = result.get("conditions") if isinstance(result, dict) else None
@@ -78,19 +84,20 @@ def of_host(h: "HostEntry", m: "RunManifest") -> Environment:
         gpu=_text(h.gpu), gpu_uuid=",".join(uuids) or None, driver=_text(h.driver),
         tool_version=_text(h.tool_version), fleet_version=_text(m.fleet), node=_text(h.node) or _text(h.host),
         sm_clock_mhz=statistics.median(clocks) if clocks else None, throttled=tuple(throttled),
-        tenants=tuple(f"tenant: {t}" for t in h.tenants_seen if isinstance(t, str)) +
-        tuple(g for g in h.given_up if isinstance(g, str)),
+        tenants=tuple(f"tenant: {t}" for t in _strings(h.tenants_seen)) + _strings(h.given_up),
         workload_version=_text(playbook.get("version")))
 
 
 def of_manifest(m: "RunManifest") -> dict[str, Environment]:
     """Each device's environment in run ``m``."""
-    return {device_of(h): of_host(h, m) for h in m.hosts}
+    return {device_of(h): of_host(h, m) for h in m.hosts if isinstance(h.host, str)}
 
 
 # What changed is named by these, in this order; the workload's version is the code, not the environment.
-NAMED = (("gpu", "GPU"), ("gpu_uuid", "GPU UUID"), ("node", "node"), ("driver", "driver"),
-         ("tool_version", "profiler"), ("fleet_version", "fleet"))
+# The GPU's UUID is recorded but names no change: a lab host hands out whichever of its GPUs of one model
+# is free, night by night, and a change of model, node or clock says what matters.
+NAMED = (("gpu", "GPU"), ("node", "node"), ("driver", "driver"), ("tool_version", "profiler"),
+         ("fleet_version", "fleet"))
 
 
 def differences(before: Environment, after: Environment) -> list[str]:
@@ -112,5 +119,6 @@ def run_facts(m: "RunManifest") -> dict:
         return ", ".join(dict.fromkeys(str(getattr(h, key)) for h in m.hosts if getattr(h, key))) or None
 
     return {"started": m.started, "host": joined("host"), "gpu": joined("gpu"), "driver": joined("driver"),
-            "tool_version": joined("tool_version"), "stragglers": (m.playbook or {}).get("stragglers"),
+            "tool_version": joined("tool_version"),
+            "stragglers": m.playbook.get("stragglers") if isinstance(m.playbook, dict) else None,
             "environments": of_manifest(m)}

@@ -166,7 +166,7 @@ def load(path: str | Path) -> Playbook:
     for key, value in given.items():
         if key not in DEFAULT_THRESHOLDS:
             raise _fail(path, given, key, "thresholds: " + _unknown("key", key, DEFAULT_THRESHOLDS))
-        if not isinstance(value, (int, float)) or isinstance(value, bool) or value < 0:
+        if not isinstance(value, (int, float)) or isinstance(value, bool) or not 0 <= value < float("inf"):
             raise _fail(path, given, key, f"thresholds.{key}: must be a number, 0 or more, not {value!r}")
         thresholds[key] = value
     return Playbook(name, str(path), tuple(str(w) for w in command), dict(target), tool,

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import html
 import math
+import re
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -22,9 +23,12 @@ def scale(metric: str) -> tuple[float, str]:
     ("ncu NAME (unit)"). Only an ncu label: a kernel's name ends in "(...)" too, as in
     "void cutlass::Kernel2<...>(T1::Params)"."""
     unit = metric.rsplit("(", 1)[1].rstrip(")") if metric.startswith("ncu ") and metric.endswith(")") else None
+    if unit is not None and not UNIT.fullmatch(unit):
+        return 1.0, "?"  # a metric's name is a node's data: a unit that is not one is not shown
     return (1.0, unit) if unit else (1e6, "ms")
 
 
+UNIT = re.compile(r"[A-Za-z0-9%/_. -]{1,32}")  # ncu's units: nsecond, byte/second, %, cycle/usecond, inst
 KERNEL = "kernel "  # a kernel or top_kernels metric's label: "kernel " and the glob, or the kernel's name
 
 
@@ -239,10 +243,10 @@ def change_point_markers(a: Axes, points: list[dict], found) -> list[str]:
     where = {p["run_id"]: i for i, p in enumerate(points)}
     parts = []
     for c in found.changes:
-        i = where.get(c.run_after)
-        if not i:
+        before, after = where.get(c.run_before), where.get(c.run_after)
+        if before is None or after is None:
             continue
-        cx = (a.x(a.frac[i - 1]) + a.x(a.frac[i])) / 2
+        cx = (a.x(a.frac[before]) + a.x(a.frac[after])) / 2  # between the clean runs either side
         colour, text = LABEL_COLOURS[c.label], f"{c.rel:+.1%} {c.label}"
         what = f"change point: {text}" + (f" ({'; '.join(c.changed)})" if c.changed else "") + f", p={c.p_value:.3g}"
         parts.append(f'<g class="change-point {c.label}"><line x1="{cx:.1f}" x2="{cx:.1f}" y1="{TOP}" '
@@ -258,7 +262,7 @@ def trend(a: Axes, points: list[dict], colour: str, kept_out: dict[str, list[str
     line = " ".join(f"{a.x(f):.1f},{a.y(v):.1f}" for f, v in zip(a.frac, a.values))
     parts = [f'<polyline class="trend" points="{line}" fill="none" stroke="{colour}" stroke-width="2"/>']
     for f, p, v, tm in zip(a.frac, points, a.values, a.times):
-        flags = list(p.get("flags") or []) or (kept_out or {}).get(p["run_id"], [])
+        flags = [str(f) for f in p.get("flags") or []] or (kept_out or {}).get(p["run_id"], [])
         title = html.escape(f"{p['run_id']}" + (f" ({tm:%Y-%m-%d %H:%M})" if tm else "") + f": {v:.4g} {a.unit}"
                             + ("; " + "; ".join(flags) if flags else ""))
         parts.append(f'<circle class="point" cx="{a.x(f):.1f}" cy="{a.y(v):.1f}" r="4" '

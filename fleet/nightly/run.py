@@ -174,6 +174,22 @@ def judge_changes(rows: list[dict], runs: dict, thresholds: dict) -> list[change
             for (metric, device), points in sorted(_points(rows, runs).items())]
 
 
+def current_level(rows: list[dict], found: list[changes.SeriesChanges]) -> list[dict]:
+    """The rows the threshold verdict judges: each series' runs from its newest change point on (its
+    baseline is the level the runs sit at now, not a mix of two), each contaminated run flagged with why
+    (a run whose clocks were held down too, which the catalog's flags do not say)."""
+    since = {(s.metric, s.device): s.changes[-1].run_after for s in found if s.changes}
+    kept_out = {(s.metric, s.device, run): why for s in found for run, why in s.contaminated}
+    level, started = [], set()
+    for r in rows:
+        key = (r["metric"], r["device"])
+        if since.get(key, r["run_id"]) == r["run_id"]:  # a series without a change point starts at once
+            started.add(key)
+        if key in started:
+            level.append(dict(r, flags=list(r["flags"]) or kept_out.get((*key, r["run_id"]), [])))
+    return level
+
+
 def _series_json(found: changes.SeriesChanges) -> dict:
     return {"metric": found.metric, "device": found.device, "points": found.points, "clean": found.clean,
             "changes": [asdict(c) for c in found.changes],
@@ -184,25 +200,29 @@ def _line(playbook: str, metric: str, device: str, rel: float, where: str) -> st
     return f"{playbook}: {shown_metric(metric)} on {device} {rel:+.1%}{where}"
 
 
+NEWS_OF = {changes.CODE: "regressions", changes.UNEXPLAINED: "unexplained", changes.ENVIRONMENT: "environment"}
+
+
 def _news(playbooks: list[dict], sections: list) -> dict[str, list[str]]:
     """What the morning's message says, by what it calls for: ``regressions`` (exit 7): a recent slowdown
-    labelled code, or a threshold Regression of the newest runs that neither a change point nor a change
-    of the environment explains; ``unexplained`` (exit 11): a recent slowdown nothing fleet recorded
+    labelled code (or environment where the workload's version changed there too), or a threshold
+    Regression of the newest runs against the level since the newest change point, where nothing of the
+    environment changed among them; ``unexplained`` (exit 11): a recent slowdown nothing fleet recorded
     explains; ``environment``: a slowdown the environment explains (said, no exit status of its own)."""
     news: dict[str, list[str]] = {"regressions": [], "unexplained": [], "environment": []}
     for p, section in zip(playbooks, sections):
         found = section[6]
-        for kind, key in ((changes.CODE, "regressions"), (changes.UNEXPLAINED, "unexplained"),
-                          (changes.ENVIRONMENT, "environment")):
+        for kind in (changes.CODE, changes.UNEXPLAINED, changes.ENVIRONMENT):
             for c in changes.slowdowns(found, kind):
                 what = f" ({'; '.join(c.newest.changed)})" if c.newest.changed else ""
+                key = NEWS_OF[kind] if not c.newest.code_too else "regressions"  # both changed: it may be the code
                 news[key].append(_line(p["name"], c.metric, c.device, c.newest.rel,
-                                       f", a {kind} change at run {c.newest.run_after}{what}"))
+                                       f", changed at run {c.newest.run_after}: {kind}{what}"))
         by_series = {(c.metric, c.device): c for c in found}
         for v in p["verdicts"]:
+            if v["verdict"] != trends.REGRESSION:
+                continue  # (its baseline is the level since the newest change point: a step after it)
             series = by_series.get((v["metric"], v["device"]))
-            if v["verdict"] != trends.REGRESSION or series is not None and series.newest and series.newest.rel > 0:
-                continue  # a recent slowdown has its line above
             if series is not None and series.lately:
                 news["environment"].append(_line(p["name"], v["metric"], v["device"], v["rel"],
                                                  f" over the newest runs ({'; '.join(series.lately)})"))
@@ -219,19 +239,20 @@ def report(store_root: Path, playbooks: list[Playbook], out: Path, since: str | 
     sections, runs, summary = [], {}, {"playbooks": []}
     for pb in playbooks:
         rows = history.metric_history(pb.name, since)
-        verdicts = trends.judge_history(rows, pb.thresholds)
         for r in rows:
             if r["run_id"] not in runs:
                 runs[r["run_id"]] = history.run_info(r["run_id"])
         shares = stragglers.judged([(run_id, runs[run_id]["stragglers"]) for run_id in dict.fromkeys(
             r["run_id"] for r in rows) if (runs[run_id] or {}).get("stragglers")])
         found = judge_changes(rows, runs, pb.thresholds)
-        sections.append((pb.name, rows, verdicts, pb.thresholds, _compared(history, rows, verdicts), shares, found))
+        level = current_level(rows, found)
+        verdicts = trends.judge_history(level, pb.thresholds)
+        sections.append((pb.name, rows, verdicts, pb.thresholds, _compared(history, level, verdicts), shares, found))
         summary["playbooks"].append({"name": pb.name, "runs": len({r["run_id"] for r in rows}),
                                      "verdicts": [asdict(v) for v in verdicts], "stragglers": shares,
                                      "changes": [_series_json(c) for c in found]})
+    summary.update(_news(summary["playbooks"], sections))
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(render(sections, runs, out.parent))
     out.with_suffix(".json").write_text(json.dumps(summary, indent=1))
-    summary.update(_news(summary["playbooks"], sections))
     return summary
