@@ -124,6 +124,21 @@ def test_a_partitions_nodes_are_looked_at_over_ssh_and_a_node_the_inventory_lack
     assert "node1 " in table.stdout and "node2: in partition gpu, but not a host" in table.stderr, table.stderr
 
 
+def test_a_node_of_the_same_name_in_another_cluster_is_not_looked_at_as_this_clusters(hpc, tmp_path):
+    env = _admin_inventory(hpc, tmp_path / "inventory.yaml")
+    doc = yaml.safe_load((tmp_path / "inventory.yaml").read_text())
+    login = doc["all"]["children"]["cluster"]["hosts"]["h01"]
+    doc["all"]["children"]["other"] = {"hosts": {"o01": dict(login)}, "vars": {"slurm_login": "o01"}}
+    doc["all"]["children"]["nodes"]["hosts"]["node1"]["slurm_login"] = "o01"  # the other cluster's node1
+    (tmp_path / "inventory.yaml").write_text(yaml.safe_dump(doc))
+    r = run_fleet("top", "--partition", "debug", "--cluster", "h01", "--once", "--json", env=env, timeout=120)
+    assert r.returncode == 1, r.stdout + r.stderr
+    [view] = fleet_json_lines(r.stdout, "top")
+    assert view["host"] == "node1" and view["gpus"] == [] and view["error"] == (
+        "in partition debug, but the inventory's host node1 is of the cluster whose login node is o01: "
+        "not looked at as this cluster's node"), view
+
+
 def test_a_partition_that_is_not_a_slurm_name_or_has_no_nodes_is_one_line_and_looks_at_nothing(hpc, tmp_path):
     env = _admin_inventory(hpc, tmp_path / "inventory.yaml")
     r = run_fleet("top", "--partition", "gpu;id", "--once", env=env, timeout=60)

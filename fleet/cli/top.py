@@ -130,17 +130,32 @@ def _not_in_inventory(node: str, partition: str):
                                 "over SSH only as the inventory says")
 
 
+def _of_another_cluster(node: str, partition: str, login: str):
+    from ..look import HostView
+
+    return HostView(node, error=f"in partition {partition}, but the inventory's host {node} is of the cluster whose "
+                                f"login node is {login}: not looked at as this cluster's node")
+
+
 async def _partition_hosts(obj: Context, fan, where, on_view) -> list:
-    """The partition's nodes that the inventory names (each a host fleet reaches over SSH); each
-    other node is shown as such, with its reason."""
+    """The partition's nodes that the inventory names (each a host fleet reaches over SSH), unless the
+    inventory puts that name in another cluster (two clusters may both have a node1); each other node
+    is shown as such, with its reason."""
     from ..slurm.look import partition_nodes
 
     cluster, partition = where
     nodes = await partition_nodes(fan, cluster, partition)
+    found = []
     for node in nodes:
-        if node not in obj.inventory.hosts:
+        host = obj.inventory.hosts.get(node)
+        login = host.vars.get("slurm_login") if host is not None else None
+        if host is None:
             on_view(_not_in_inventory(node, partition))
-    return [obj.inventory.hosts[n] for n in nodes if n in obj.inventory.hosts]
+        elif login not in (None, cluster.login.name) and cluster.name != "local":
+            on_view(_of_another_cluster(node, partition, str(login)))
+        else:
+            found.append(host)
+    return found
 
 
 class Recorder:
