@@ -110,8 +110,9 @@ def judge_series(metric: str, device: str, points: list[Point], settings: Settin
                  recent: int = 7, newest: int = 2) -> SeriesChanges:
     """The changes of one metric on one device; ``points`` oldest first; ``newest``: how many of the
     newest clean runs the threshold verdict judges (the playbook's ``consecutive``)."""
-    clean = [p for p in points if not p.contaminated_by()]
-    contaminated = [(p.run_id, p.contaminated_by()) for p in points if p.contaminated_by()]
+    why = [(p, p.contaminated_by()) for p in points]
+    clean = [p for p, reasons in why if not reasons]
+    contaminated = [(p.run_id, reasons) for p, reasons in why if reasons]
     found = []
     cuts = change_points([p.value for p in clean], settings)
     edges = [0, *(cp.index for cp in cuts), len(clean)]

@@ -46,9 +46,6 @@ class Environment:
             why.append("clocks held down (" + ", ".join(self.throttled) + ")")
         return why
 
-    def to_json(self) -> dict:
-        return {k: list(v) if isinstance(v, tuple) else v for k, v in self.__dict__.items()}
-
 
 def device_of(h: "HostEntry") -> str:
     """The device a metric is tracked on: the GPU's model on the host, and the rank where there is one."""

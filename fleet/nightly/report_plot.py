@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from ..kernelnames import short_names
+from .changes import CODE, ENVIRONMENT, UNEXPLAINED
 from .trends import INSUFFICIENT, NO_CHANGE, REGRESSION, SUSPICIOUS, Verdict
 
 COLOURS = {REGRESSION: "#c0392b", SUSPICIOUS: "#d68910", NO_CHANGE: "#1e8449", INSUFFICIENT: "#7f8c8d"}
@@ -234,7 +235,7 @@ def change_markers(a: Axes, found: list[tuple[int, str]]) -> list[str]:
     return parts
 
 
-LABEL_COLOURS = {"code": "#c0392b", "environment": "#2e86c1", "unexplained": "#8e44ad"}
+LABEL_COLOURS = {CODE: "#c0392b", ENVIRONMENT: "#2e86c1", UNEXPLAINED: "#8e44ad"}
 
 
 def change_point_markers(a: Axes, points: list[dict], found) -> list[str]:
