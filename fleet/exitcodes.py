@@ -16,6 +16,7 @@ YIELDED = 8         # profile: the profiler gave the GPU's counters back to a ne
 WORKLOAD_FAILED = 9  # profile: the workload exited non-zero or died by a signal (report kept)
 NO_REPORTS = 10     # reports stats/compare: the run left nothing to read (refused, failed, none came home)
 UNEXPLAINED = 11    # nightly report: a recent slowdown that nothing fleet recorded explains (a person must look)
+NOT_CONFIRMED = 12  # nightly confirm: the change did not hold when rerun, or the reruns could not tell
 INTERRUPTED = 130   # a second Ctrl-C left the run to finish on its own (128 + SIGINT, as shells say)
 
 

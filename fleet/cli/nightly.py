@@ -230,16 +230,8 @@ def nightly_report(playbooks, since, out, notify, store_root, as_json):
     from ..nightly import run as nightly_mod
     from .. import store
 
-    from .reports_team import team_store
-
-    team = team_store()
-    history = None
-    if team is not None:  # the team's history, every run of the playbook that you may see
-        from ..store.team.read import TeamHistory
-
-        history = TeamHistory(team)
     summary = nightly_mod.report(store.root(store_root), [_playbook(p) for p in playbooks], Path(out), since,
-                                 history=history)
+                                 history=_history(store_root))
     text = "\n".join(_report_lines(summary) + [f"report: {out}"]) + "\n"
     if as_json:
         echo_json(summary)
@@ -272,3 +264,100 @@ def _report_lines(summary: dict) -> list[str]:
     lines += [f"REGRESSION {r}" for r in summary["regressions"]] + \
         [f"UNEXPLAINED {r}" for r in summary["unexplained"]] + [f"ENVIRONMENT {r}" for r in summary["environment"]]
     return [visible(line) for line in lines]  # kernel names and devices come from the nodes: one line each
+
+
+@nightly.command("confirm")
+@click.argument("playbook", type=click.Path(exists=True, dir_okay=False))
+@click.option("--change", "run_after", metavar="RUN", help="The change point at this run (the first after it; "
+              "default: the newest change where the workload's version changed).")
+@click.option("--versions", nargs=2, metavar="A B", help="Or two versions of the workload, named.")
+@click.option("--rounds", type=click.IntRange(1, 5), default=1, show_default=True,
+              help="A/B/B/A this many times (two rounds: 8 runs, and a p-value of 1/70 at best).")
+@click.option("--gpu", "gpu", type=click.IntRange(0), help="Lab servers: the GPU (NVML index) every run uses.")
+@click.option("--since", type=Day(), help="Only the history from this date (YYYY-MM-DD) is searched for the change.")
+@store_option
+@json_option
+@click.pass_obj
+def nightly_confirm(obj: Context, playbook, run_after, versions, rounds, gpu, since, store_root, as_json):
+    """Rerun the workload's versions either side of a change, A/B/B/A on the same GPU, and say
+    whether the change holds. The playbook's checkout command puts the workload at a version (its
+    version command checks it); the workload is put back at its version afterwards. These runs are
+    kept with their reports, out of the history. Exit 0: it holds; 12: it did not, or the runs could
+    not tell; 1: a run or a checkout failed."""
+    from ..nightly import confirm as verdicts
+    from ..nightly.confirm_runs import confirm, target_from_history
+    from .. import store
+
+    pb = _playbook(playbook)
+    if versions and run_after:
+        fail("--change finds the versions in the history; --versions names them: give one")
+    if not pb.checkout:
+        fail(f"{playbook}: the playbook has no checkout command, so fleet cannot put the workload at a version "
+             "(add e.g. checkout: [git, -C, ~/proj, checkout, --quiet])")
+    if gpu is not None and pb.on_slurm:
+        fail("--gpu picks a GPU on lab servers; on Slurm the job's GPUs are Slurm's to give")
+    try:
+        target = verdicts.Target(*versions) if versions else target_from_history(_history(store_root), pb, run_after, since)
+    except verdicts.ConfirmError as e:
+        fail(str(e))
+    if not as_json:
+        echo(f"confirming {target.before} (A) against {target.after} (B)" +
+             (f", the change at run {target.run_after}" if target.run_after else "") + f": {'ABBA' * rounds}")
+
+    def said(side: str, version: str, m) -> None:
+        if not as_json:
+            echo(f"  {side} {version}: run {m.run_id} {m.status}")
+
+    async def go():
+        async with obj.fanout_for_run() as fan:
+            return await confirm(fan, obj.inventory, pb, target, embedded=not obj.inventories,
+                                 store_root=store.root(store_root), rounds=rounds,
+                                 gpus=(gpu,) if gpu is not None else None, on_run=said)
+
+    try:
+        done = asyncio.run(go())
+    except verdicts.ConfirmError as e:
+        fail(str(e), exitcodes.FAILED)
+    found = [] if done.error else verdicts.judge_all(done.measured, target, float(pb.thresholds["change"]))
+    _say_confirmed(done, found, as_json)
+    sys.exit(exitcodes.FAILED if done.error or done.restore_error else
+             exitcodes.OK if verdicts.holds(found) else exitcodes.NOT_CONFIRMED)
+
+
+def _history(store_root):
+    """Where a playbook's history is read: the team store where one is named (every run of the playbook
+    that you may see), else the embedded one."""
+    from ..nightly.run import EmbeddedHistory
+    from .. import store
+    from .reports_team import team_store
+
+    team = team_store()
+    if team is None:
+        return EmbeddedHistory(store.root(store_root))
+    from ..store.team.read import TeamHistory
+
+    return TeamHistory(team)
+
+
+def _say_confirmed(done, found, as_json: bool) -> None:
+    from dataclasses import asdict
+
+    from ..nightly.report_html import scale
+    from ..nightly.report_plot import shown_metric
+    from ..visible import visible
+
+    if as_json:
+        return echo_json({"target": asdict(done.target), "runs": [dict(zip(("side", "version", "run_id"), r))
+                                                                  for r in done.runs],
+                          "verdicts": [asdict(v) for v in found], "left_at": done.left_at,
+                          "error": done.error, "restore_error": done.restore_error})
+    for v in found:
+        div, unit = scale(v.metric)
+        values = "; ".join(f"{side} " + ", ".join(f"{x / div:.4g}" for x in xs) for side, xs in (("A", v.a), ("B", v.b)))
+        echo(visible(f"{v.verdict}: {shown_metric(v.metric)} ({v.device}): {v.why}" +
+                     (f" (p = {v.p_value:.3g})" if v.p_value is not None else "") + (f"; {values} {unit}" if values else "")))
+    for line in (done.error, done.restore_error):
+        if line:
+            echo(visible(f"error: {line}"))
+    if done.left_at:
+        echo(visible(f"the workload is back at {done.left_at}"))

@@ -32,7 +32,7 @@ TARGET_KEYS = {"partition": str, "cluster": str, "hosts": str, "nodes": int, "nt
                "ntasks_per_node": int, "gpus": str, "gres": str, "time": str, "account": str, "qos": str,
                "ranks": list, "launcher": str}
 PLAYBOOK_KEYS = {"name", "target", "command", "tool", "profiler_args", "metrics", "thresholds", "description",
-                 "ranks", "version"}
+                 "ranks", "version", "checkout"}
 RANKS_KEYS = ("sync_range", "sync_call", "step_range", "record")  # how `fleet reports ranks` finds the syncs and steps;
 # record: a `fleet top --record` file kept running beside the nightly runs (the node's record of each)
 METRIC_KEYS = {"kind", "name", "count", "kernel"}
@@ -75,6 +75,7 @@ class Playbook:
     thresholds: dict[str, float] = field(default_factory=lambda: dict(DEFAULT_THRESHOLDS))
     ranks: dict[str, str] = field(default_factory=dict)   # the straggler share's sync_range, sync_call, step_range
     version: tuple[str, ...] = ()   # a command whose first line of output is the workload's version (docs/nightly.md)
+    checkout: tuple[str, ...] = ()  # a command that puts the workload at the version given as its last word (confirm)
 
     @property
     def on_slurm(self) -> bool:
@@ -170,22 +171,34 @@ def load(path: str | Path) -> Playbook:
             raise _fail(path, given, key, f"thresholds.{key}: must be a number, 0 or more, not {value!r}")
         thresholds[key] = value
     return Playbook(name, str(path), tuple(str(w) for w in command), dict(target), tool,
-                    tuple(str(a) for a in args), tuple(metrics), thresholds, _ranks(path, doc), _version(path, doc))
+                    tuple(str(a) for a in args), tuple(metrics), thresholds, _ranks(path, doc), *_workload(path, doc))
 
 
-def _version(path: Path, doc: Any) -> tuple[str, ...]:
-    """``version: [git, -C, ~/proj, rev-parse, HEAD]``: how to ask the workload's version, as words."""
-    words = doc.get("version")
+def _workload(path: Path, doc: Any) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The workload's version and checkout commands; a checkout is checked by asking the version."""
+    version, checkout = _words(path, doc, "version"), _words(path, doc, "checkout")
+    if checkout and not version:
+        raise _fail(path, doc, "checkout", "checkout needs version too: fleet checks each checkout by asking it")
+    return version, checkout
+
+
+WORDS_EXAMPLE = {"version": "[git, -C, ~/proj, rev-parse, HEAD]", "checkout": "[git, -C, ~/proj, checkout, --quiet]"}
+
+
+def _words(path: Path, doc: Any, key: str) -> tuple[str, ...]:
+    """``version: [git, -C, ~/proj, rev-parse, HEAD]``: how to ask the workload's version, as words;
+    ``checkout: [git, -C, ~/proj, checkout, --quiet]``: how to put it at a version (given as one more word)."""
+    words = doc.get(key)
     if words is None:
         return ()
     if isinstance(words, str) or not isinstance(words, list) or not words or \
             not all(isinstance(w, (str, int, float)) and not isinstance(w, bool) for w in words):
-        raise _fail(path, doc, "version", "version must be a list of words, e.g. [git, -C, ~/proj, rev-parse, HEAD]")
+        raise _fail(path, doc, key, f"{key} must be a list of words, e.g. {WORDS_EXAMPLE[key]}")
     for word in words:
         try:
-            safenames.check_text(str(word), "version")
+            safenames.check_text(str(word), key)
         except UnsafeValue as e:
-            raise _fail(path, doc, "version", str(e)) from None
+            raise _fail(path, doc, key, str(e)) from None
     return tuple(str(w) for w in words)
 
 

@@ -21,7 +21,7 @@ from .changepoints import Settings
 from ..store.manifest import RunManifest, new_run_id
 from .environment import Environment, run_facts
 from .playbook import Playbook, run_metrics
-from ..plan import ProfileRequest
+from ..plan import LabPart, ProfileRequest
 from ..safenames import quote
 from ..visible import visible
 from .report_html import render
@@ -42,9 +42,10 @@ class Progress:
     gathering: Any = None
 
 
-def request_for(pb: Playbook) -> ProfileRequest:
-    return ProfileRequest(tool=pb.tool, command=pb.command, run_id=new_run_id(),
-                          profiler_args=pb.profiler_args)
+def request_for(pb: Playbook, gpus: tuple[int, ...] | None = None) -> ProfileRequest:
+    """The playbook's request; ``gpus`` (lab servers only): the NVML indices it runs on."""
+    return ProfileRequest(tool=pb.tool, command=pb.command, run_id=new_run_id(), profiler_args=pb.profiler_args,
+                          lab=LabPart(gpus=gpus) if gpus is not None else None)
 
 
 def job_spec(pb: Playbook, req: ProfileRequest) -> "CheckedJobSpec":
@@ -62,29 +63,43 @@ def job_spec(pb: Playbook, req: ProfileRequest) -> "CheckedJobSpec":
     return options.checked(raw, req)
 
 
+def workload_host(inventory: "Inventory", pb: Playbook, *, embedded: bool):
+    """Where the playbook's version and checkout commands run: the first of its lab hosts, or its
+    cluster's login node (the job's files are there, on a shared file system); None: no host."""
+    if pb.on_slurm:
+        from ..slurm.cluster import choose
+
+        return choose(inventory, pb.target.get("partition"), pb.target.get("cluster"), embedded=embedded).login
+    hosts = inventory.select([pb.target["hosts"]])
+    return hosts[0] if hosts else None
+
+
 async def run_playbook(fan: "Fanout", inventory: "Inventory", pb: Playbook, *, embedded: bool, store_root: Path,
-                       dry_run: bool = False, poll: float = 5.0, progress: Progress = Progress()) -> RunManifest:
+                       dry_run: bool = False, poll: float = 5.0, progress: Progress = Progress(),
+                       gpus: tuple[int, ...] | None = None, confirm: dict | None = None) -> RunManifest:
     """One run of the playbook; its manifest (with the playbook's metrics) is in the store. What
-    it says while it runs goes to ``progress``, as ``fleet profile``'s does."""
-    req = request_for(pb)
+    it says while it runs goes to ``progress``, as ``fleet profile``'s does. A run of ``fleet nightly
+    confirm`` (``confirm``: its side and version) keeps its metrics under ``confirm``, where neither
+    catalog indexes them: it is no night of the playbook's history."""
+    req = request_for(pb, gpus)
+    asked = workload_host(inventory, pb, embedded=embedded)
     if pb.on_slurm:
         from ..slurm import run as slurm_run
         from ..slurm.cluster import choose
 
         spec = job_spec(pb, req)
         cluster = choose(inventory, pb.target.get("partition"), pb.target.get("cluster"), embedded=embedded)
-        asked = cluster.login  # the login node: the job's files are there (a shared file system)
         manifest = await slurm_run.profile(fan, cluster, req, spec, store_root=store_root, dry_run=dry_run,
                                            poll=poll, on_state=progress.on_state, gathering=progress.gathering)
     else:
         hosts = inventory.select([pb.target["hosts"]])
-        asked = hosts[0] if hosts else None
         manifest = await profile.profile(fan, hosts, req, store_root=store_root, site="lab", dry_run=dry_run,
                                          write=progress.write, gathering=progress.gathering)
     if dry_run:
         return manifest
-    manifest.playbook = {"name": pb.name, "path": pb.path, "metrics": run_metrics(pb, manifest),
-                         "thresholds": pb.thresholds}
+    metrics = run_metrics(pb, manifest)
+    manifest.playbook = {"name": pb.name, "path": pb.path, "thresholds": pb.thresholds,
+                         **({"metrics": metrics} if confirm is None else {"confirm": {**confirm, "metrics": metrics}})}
     if pb.version and asked is not None:
         manifest.playbook.update(await workload_version(fan, asked, pb.version))
     found = stragglers.of_run(store_root, manifest, pb.ranks)
@@ -98,17 +113,18 @@ VERSION_TIMEOUT = 30   # seconds the playbook's version command may take
 VERSION_LENGTH = 128   # characters of its first line kept
 
 
-def version_script(words: tuple[str, ...]) -> str:
-    """The shell line that runs the playbook's version command from the home directory, under a
-    deadline: each word one quoted shell word, a leading ``~/`` left for the shell to expand."""
-    quoted = ["~/" + quote(w[2:], "version") if w.startswith("~/") else quote(w, "version") for w in words]
-    return f"cd && exec timeout -k 5 {VERSION_TIMEOUT} " + " ".join(quoted)
+def home_script(words: tuple[str, ...], what: str = "version", deadline: int = VERSION_TIMEOUT) -> str:
+    """The shell line that runs one of the playbook's commands (its ``version``, its ``checkout``)
+    from the home directory, under a deadline: each word one quoted shell word, a leading ``~/``
+    left for the shell to expand."""
+    quoted = ["~/" + quote(w[2:], what) if w.startswith("~/") else quote(w, what) for w in words]
+    return f"cd && exec timeout -k 5 {deadline} " + " ".join(quoted)
 
 
 async def workload_version(fan: "Fanout", host, words: tuple[str, ...]) -> dict:
     """``{"version": TEXT}``, the first line the playbook's version command printed on ``host`` (as the
     inventory's user there, never another), or ``{"version": None, "version_error": WHY}``."""
-    r = await fan.run(host, ["sh", "-c", version_script(words)], timeout=VERSION_TIMEOUT + 10, limit=64 * 1024)
+    r = await fan.run(host, ["sh", "-c", home_script(words)], timeout=VERSION_TIMEOUT + 10, limit=64 * 1024)
     first = r.stdout.decode("utf-8", "replace").strip().splitlines()[:1] if r.exit_status == 0 else []
     if first and first[0].strip():
         return {"version": visible(first[0].strip())[:VERSION_LENGTH]}
@@ -231,6 +247,15 @@ def _news(playbooks: list[dict], sections: list) -> dict[str, list[str]]:
     return news
 
 
+def history_of(history, pb: Playbook, since: str | None, runs: dict) -> list[dict]:
+    """The playbook's metric rows, oldest first; each run's facts (``run_info``) added to ``runs``."""
+    rows = history.metric_history(pb.name, since)
+    for r in rows:
+        if r["run_id"] not in runs:
+            runs[r["run_id"]] = history.run_info(r["run_id"])
+    return rows
+
+
 def report(store_root: Path, playbooks: list[Playbook], out: Path, since: str | None = None,
            history=None) -> dict:
     """Judge every playbook's history (from ``history``: the embedded store's by default); write
@@ -238,10 +263,7 @@ def report(store_root: Path, playbooks: list[Playbook], out: Path, since: str | 
     history = history or EmbeddedHistory(store_root)
     sections, runs, summary = [], {}, {"playbooks": []}
     for pb in playbooks:
-        rows = history.metric_history(pb.name, since)
-        for r in rows:
-            if r["run_id"] not in runs:
-                runs[r["run_id"]] = history.run_info(r["run_id"])
+        rows = history_of(history, pb, since, runs)
         shares = stragglers.judged([(run_id, runs[run_id]["stragglers"]) for run_id in dict.fromkeys(
             r["run_id"] for r in rows) if (runs[run_id] or {}).get("stragglers")])
         found = judge_changes(rows, runs, pb.thresholds)

@@ -7,6 +7,9 @@
 #              restored on exit whatever happens): an environment change, "SM clock A -> B MHz"
 #   runs 11-13 v1, clocks restored: the environment changes back
 #   runs 14-18 v2 with the planted slowdown (--slowdown): a code change, "workload v1 -> v2"
+#   then `fleet nightly confirm`: v1 and v2 rerun A/B/B/A (the playbook's checkout command writes the
+#   version file, which the workload's wrapper reads), the slowdown must hold, and the report after it
+#   must still count 18 runs
 # Expected: the report exits 7 with a REGRESSION line naming the code change, the clock changes
 # labelled environment (or, where the clocks cannot be locked, said so and not expected), run 6
 # kept out as contaminated. Transcripts, the store's manifests and the page go to
@@ -21,17 +24,22 @@ trap 'restore_clocks; tenant_down >/dev/null 2>&1; pack "$TOP" changes-check' EX
 export FLEET_STORE=$D/store
 VERSION_FILE=$CHECK_TMP/workload-version   # the workload's version, as git rev-parse would print it
 echo v1 > "$VERSION_FILE"
-book() {  # book NAME [--slowdown]: the reference playbook with its version command (and the slowdown)
-  "$PY" - "$CHECK_TMP/$1.yaml" "$VERSION_FILE" "${2:-}" <<'PYEOF'
-import sys, yaml
+book() {  # book NAME: the reference playbook, its workload the version the version file names (v2: with
+  # the planted --slowdown, as a checkout of the slower code would be), with version and checkout commands
+  "$PY" - "$CHECK_TMP/$1.yaml" "$VERSION_FILE" "$CHECK_TMP/workload.sh" "$PWD" <<'PYEOF'
+import shlex, sys, yaml
+out, version, wrapper, root = sys.argv[1:]
 pb = yaml.safe_load(open("playbooks/reference.yaml"))
-pb["version"] = ["cat", sys.argv[2]]
-if sys.argv[3]:
-    pb["command"] = pb["command"] + [sys.argv[3]]
-yaml.safe_dump(pb, open(sys.argv[1], "w"))
+words = " ".join(shlex.quote(w if i != 1 else f"{root}/{w}") for i, w in enumerate(pb["command"]))
+open(wrapper, "w").write(f'case "$(cat {shlex.quote(version)})" in v2) set -- --slowdown ;; *) set -- ;; esac\n'
+                         f'exec {words} "$@"\n')
+pb["command"] = ["sh", wrapper]
+pb["version"] = ["cat", version]
+pb["checkout"] = ["sh", "-c", f'printf "%s\\n" "$1" > {shlex.quote(version)}', "sh"]
+yaml.safe_dump(pb, open(out, "w"))
 PYEOF
 }
-book plain; book slowed --slowdown
+book plain
 PATH=$(dirname "$PY"):$PATH  # the playbook's python3: the node's, with torch
 one_run() {  # one_run N WHAT PLAYBOOK
   step "fleet run $1: $2"
@@ -53,7 +61,7 @@ for i in 7 8 9 10; do one_run "$i" "v1, clocks ${LOCKED:+locked}${LOCKED:-as the
 restore_clocks
 for i in 11 12 13; do one_run "$i" "v1, clocks restored" "$CHECK_TMP/plain.yaml"; done
 echo v2 > "$VERSION_FILE"
-for i in 14 15 16 17 18; do one_run "$i" "v2, slowed down" "$CHECK_TMP/slowed.yaml"; done
+for i in 14 15 16 17 18; do one_run "$i" "v2, slowed down" "$CHECK_TMP/plain.yaml"; done
 step "fleet nightly report"
 fleet_log report.txt nightly report playbooks/reference.yaml --out "$D/site/nightly.html"
 expect "changes: the slowdown is a code change and a regression" "$D/report.txt" 7 \
@@ -61,5 +69,13 @@ expect "changes: the slowdown is a code change and a regression" "$D/report.txt"
 if [ -n "${WERE_LOCKED:-}" ]; then
   expect "changes: the locked clocks are an environment change" "$D/report.txt" 7 "environment: SM clock"
 fi
+step "fleet nightly confirm: v1 and v2 rerun A/B/B/A on the same GPU"
+fleet_log confirm.txt nightly confirm "$CHECK_TMP/plain.yaml"
+expect "changes: the code change holds when rerun" "$D/confirm.txt" 0 \
+  "confirming v1 (A) against v2 (B), the change at run" "holds: kernel *gemm*" "the workload is back at v2"
+step "fleet nightly report again: the confirmation's four runs are no nights of the history"
+fleet_log report-after.txt nightly report playbooks/reference.yaml --out "$D/site/after.html"
+expect "changes: confirm runs kept out of the history" "$D/report-after.txt" 7 "over 18 run(s)" \
+  "code (recent): workload v1 -> v2"
 cp "$D/site/nightly.html" "$D/site/nightly.json" "$D/" 2>/dev/null
 } 2>&1 | tee "$D/transcript.txt"
