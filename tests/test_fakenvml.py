@@ -360,6 +360,7 @@ def test_build_reuses_fresh_library_and_rebuilds_stale(tmp_path):
 
 
 def test_build_without_gcc_is_a_clear_error(tmp_path, monkeypatch):
+    monkeypatch.setattr(fakenvml, "_COMPILED", None)  # nothing compiled yet in this process
     monkeypatch.setenv("PATH", str(tmp_path))
     with pytest.raises(fakenvml.BuildError, match="gcc not found"):
         fakenvml.build(tmp_path / "lib")

@@ -11,11 +11,13 @@ FAKE_NVML_SCENARIO pointing at a scenario file sees the GPUs the file describes.
 
 from __future__ import annotations
 
+import atexit
 import fcntl
 import os
 import pathlib
 import shutil
 import subprocess
+import tempfile
 
 SOURCE_DIR = pathlib.Path(__file__).resolve().parent.parent / "fakenvml"
 SOURCE = SOURCE_DIR / "fakenvml.c"  # the scenario format is described at its top
@@ -44,28 +46,46 @@ class BuildError(RuntimeError):
     """The fake NVML library could not be compiled."""
 
 
-def build(dest_dir: str | os.PathLike) -> pathlib.Path:
-    """Compile the fake NVML into ``dest_dir/libnvidia-ml.so.1``; return ``dest_dir``.
+_COMPILED: pathlib.Path | None = None  # this test process's one compiled library (see _compiled)
 
-    Skips the compile when the library is already newer than every source file.
-    """
-    dest = pathlib.Path(dest_dir)
-    dest.mkdir(parents=True, exist_ok=True)
-    lib = dest / LIB_NAME
-    sources = sorted(SOURCE_DIR.glob("*.c"))
-    newest = max(f.stat().st_mtime for f in [*sources, *SOURCE_DIR.glob("*.h")])
-    if lib.exists() and lib.stat().st_mtime > newest:
-        return dest
+
+def _newest_source() -> float:
+    return max(f.stat().st_mtime for f in [*SOURCE_DIR.glob("*.c"), *SOURCE_DIR.glob("*.h")])
+
+
+def _compiled() -> pathlib.Path:
+    """The library, compiled once per test process (about 0.65 s of gcc each time otherwise) into a
+    folder of this process's own, removed when it exits; compiled again only where a source changed."""
+    global _COMPILED
+    if _COMPILED is not None and _COMPILED.exists() and _COMPILED.stat().st_mtime > _newest_source():
+        return _COMPILED
     gcc = shutil.which("gcc")
     if gcc is None:
         raise BuildError("gcc not found on PATH: it is needed to build the fake NVML "
                          f"library from {SOURCE_DIR}")
-    # Write to a temporary name and rename, so a concurrent loader never sees half a file.
-    partial = dest / (LIB_NAME + ".partial")
-    cmd = [gcc, "-O2", "-Wall", "-Wextra", "-shared", "-fPIC", "-o", str(partial), *map(str, sources)]
+    home = pathlib.Path(tempfile.mkdtemp(prefix="fleet-fakenvml-"))
+    atexit.register(shutil.rmtree, home, ignore_errors=True)
+    lib = home / LIB_NAME
+    cmd = [gcc, "-O2", "-Wall", "-Wextra", "-shared", "-fPIC", "-o", str(lib), *map(str, sorted(SOURCE_DIR.glob("*.c")))]
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:
         raise BuildError(f"building the fake NVML failed ({' '.join(cmd)}):\n{proc.stderr}")
+    _COMPILED = lib
+    return lib
+
+
+def build(dest_dir: str | os.PathLike) -> pathlib.Path:
+    """The fake NVML as ``dest_dir/libnvidia-ml.so.1`` (a copy of the one this process compiled);
+    return ``dest_dir``. Kept as it is where it is newer than every source file."""
+    dest = pathlib.Path(dest_dir)
+    dest.mkdir(parents=True, exist_ok=True)
+    lib = dest / LIB_NAME
+    if lib.exists() and lib.stat().st_mtime > _newest_source():
+        return dest
+    # Written to a temporary name and renamed, so a concurrent loader never sees half a file.
+    partial = dest / (LIB_NAME + ".partial")
+    shutil.copyfile(_compiled(), partial)
+    partial.chmod(0o755)
     partial.replace(lib)
     return dest
 
