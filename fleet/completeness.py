@@ -25,12 +25,14 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Iterable
 
+from .statuses import HostStatus
+
 if TYPE_CHECKING:
     from .store.manifest import HostEntry
 
 COMPLETE, EMPTY, TRUNCATED, LAUNCHER_ONLY, MISSING = "complete", "empty", "truncated", "launcher-only", "missing"
 CLASSES = (COMPLETE, EMPTY, TRUNCATED, LAUNCHER_ONLY, MISSING)
-NO_REPORT_EXPECTED = ("refused", "stopped", "planned", "pending")
+NO_REPORT_EXPECTED = (HostStatus.REFUSED, HostStatus.STOPPED, HostStatus.PLANNED, HostStatus.PENDING)
 RAY_DRIVER = "(driver)"  # a Ray program's own line (fleet/slurm/raygather.py): not a rank, no report of its own
 KERNELS = "cuda_gpu_kern_sum"  # the summary that is empty when a report holds no GPU kernel
 MAX_NAMED = 3

@@ -4,6 +4,8 @@ When several apply, the highest number wins: a refusal says more than an
 unreachable host, which says more than a command that exited non-zero.
 """
 
+from .statuses import UNFINISHED, HostStatus, RunStatus
+
 OK = 0              # every host did what was asked
 FAILED = 1          # reached every host, but the command failed (non-zero exit, timeout) on some
 USAGE = 2           # bad arguments or inventory; nothing was touched
@@ -62,9 +64,9 @@ def for_results(results) -> int:
     return code
 
 
-# A host's (or rank's) status (fleet/outcome.py's HostStatus) -> its exit status; any other is FAILED.
-FOR_HOST = {"ok": OK, "planned": OK, "refused": REFUSED, "unreachable": UNREACHABLE, "yielded": YIELDED,
-            "workload-failed": WORKLOAD_FAILED}
+# A host's (or rank's) status -> its exit status; any other is FAILED (docs/user-guide.md's table, held by a test).
+FOR_HOST = {HostStatus.OK: OK, HostStatus.PLANNED: OK, HostStatus.REFUSED: REFUSED, HostStatus.UNREACHABLE: UNREACHABLE,
+            HostStatus.YIELDED: YIELDED, HostStatus.WORKLOAD_FAILED: WORKLOAD_FAILED}
 
 
 def for_hosts(statuses) -> int:
@@ -86,10 +88,10 @@ def for_run(manifest, *, waited: bool = True) -> int:
     """The status for a profiling run, from its manifest (a ``manifest.RunManifest``): lab
     servers, Slurm, ``gather``, nightly. ``waited``: the caller waited for the run to end;
     ``--no-wait`` did not, so a submitted run is then what was asked."""
-    if manifest.status in ("running", "submitted"):
+    if manifest.status in UNFINISHED:
         return PARTIAL if waited else OK  # gather: the job has not ended yet
-    if manifest.status == "cancelled":  # a cancelled job did not do its job, whatever its ranks did
+    if manifest.status == RunStatus.CANCELLED:  # a cancelled job did not do its job, whatever its ranks did
         return FAILED
     if not manifest.hosts:  # a job that was never submitted, or left nothing at all
-        return OK if manifest.status in ("complete", "dry-run") else FAILED
+        return OK if manifest.status in (RunStatus.COMPLETE, RunStatus.DRY_RUN) else FAILED
     return for_hosts(h.status for h in manifest.hosts)

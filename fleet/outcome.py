@@ -10,10 +10,10 @@ with :func:`detail_lines`; ``exitcodes.for_run`` turns these statuses into the r
 from __future__ import annotations
 
 import signal
-from enum import StrEnum
 from typing import TYPE_CHECKING, Iterable
 
 from . import completeness
+from .statuses import HostStatus, RunStatus
 from .store.collect import is_summary
 from .visible import visible
 
@@ -21,19 +21,14 @@ if TYPE_CHECKING:
     from .store.manifest import HostEntry, ReportEntry
 
 
-class HostStatus(StrEnum):
-    """One host's or rank's outcome, as the manifest, the host line and ``--json`` spell it."""
-    PLANNED = "planned"                  # --dry-run: what would run
-    PENDING = "pending"                  # not yet run
-    OK = "ok"                            # the job was done and nothing went wrong while it ran
-    REFUSED = "refused"                  # the policy refused: nothing was started
-    YIELDED = "yielded"                  # counters given back to a newcomer mid-run; what was profiled kept
-    WORKLOAD_FAILED = "workload-failed"  # the workload exited non-zero or died by a signal; report kept
-    PROFILER_ERROR = "profiler-error"    # the profiler said it failed at something; report kept
-    STOPPED = "stopped"                  # told to stop before the profiler started
-    FAILED = "failed"                    # the agent failed, or a report did not come home
-    UNREACHABLE = "unreachable"          # the node could not be reached, or went silent
-    MISSING = "missing"                  # a Slurm rank that left no result, a lab launcher's rank no report
+# The agent's words for its result (fleet/agent/wire.py), read into a HostStatus here alone (of_result).
+AGENT_OK, AGENT_YIELDED, AGENT_REFUSED, AGENT_STOPPED, AGENT_PROFILER_ERROR = \
+    "ok", "yielded", "refused", "stopped", "profiler-error"
+
+
+def made_reports(result: dict) -> bool:
+    """Whether the agent's result says it made reports to bring home (it ran, or yielded mid-run)."""
+    return result.get("status") in (AGENT_OK, AGENT_YIELDED)
 
 
 def lost(reports: Iterable["ReportEntry"]) -> list["ReportEntry"]:
@@ -107,13 +102,13 @@ def of_result(result: dict | None, reports: list["ReportEntry"], *, tool: str | 
         return HostStatus.FAILED, "the agent gave no result"
     said = result.get("status")
     reasons = "; ".join(result.get("reasons") or []) or None
-    if said == "refused":
+    if said == AGENT_REFUSED:
         return HostStatus.REFUSED, reasons
-    if said == "stopped":
+    if said == AGENT_STOPPED:
         return HostStatus.STOPPED, reasons or "told to stop before the profiler started"
-    if said == "profiler-error":  # the profiler failed where no whole report can be made (the disk full)
+    if said == AGENT_PROFILER_ERROR:  # the profiler failed where no whole report can be made (the disk full)
         return HostStatus.PROFILER_ERROR, reasons or "the profiler failed"
-    if said not in ("ok", "yielded"):  # no-report, error, or an agent's word this fleet does not know
+    if not made_reports(result):  # no-report, error, or an agent's word this fleet does not know
         return HostStatus.FAILED, reasons or str(said)
     if not result.get("reports"):  # "ok" with nothing to bring home has not done its job
         return HostStatus.FAILED, reasons or "the agent said ok but named no report"
@@ -123,7 +118,7 @@ def of_result(result: dict | None, reports: list["ReportEntry"], *, tool: str | 
     cut = [r["truncated"] for r in result["reports"] if isinstance(r, dict) and isinstance(r.get("truncated"), str)]
     if cut:  # there and hashed, but not whole: never a complete run
         return HostStatus.PROFILER_ERROR, f"the report is truncated: {cut[0]}"
-    if said == "yielded":
+    if said == AGENT_YIELDED:
         return HostStatus.YIELDED, "gave the GPU's counters back to " + newcomer_said(result.get("newcomer") or {})
     if (why := workload_said(result, fleet_stopped)):
         return HostStatus.WORKLOAD_FAILED, why
@@ -136,17 +131,17 @@ def of_result(result: dict | None, reports: list["ReportEntry"], *, tool: str | 
     return HostStatus.OK, None
 
 
-def run_status(host_statuses: Iterable[str]) -> str:
+def run_status(host_statuses: Iterable[str]) -> RunStatus:
     """A run's status from its hosts' (or ranks'): complete when every one is ok; partial when some
     are; a word of its own when every host yielded or every workload failed; else failed."""
     statuses = list(host_statuses)
     if statuses and all(s == HostStatus.OK for s in statuses):
-        return "complete"
+        return RunStatus.COMPLETE
     if any(s == HostStatus.OK for s in statuses):
-        return "partial"
+        return RunStatus.PARTIAL
     if statuses and len(set(statuses)) == 1 and statuses[0] in (HostStatus.YIELDED, HostStatus.WORKLOAD_FAILED):
-        return str(statuses[0])
-    return "failed"
+        return RunStatus(statuses[0])
+    return RunStatus.FAILED
 
 
 def report_line(rep: "ReportEntry", *, hashes: bool = True) -> str:

@@ -18,6 +18,7 @@ from fleet.nightly.environment import Environment, differences
 from fleet.store.manifest import RunManifest
 from tests.conftest import run_fleet
 from tests.harness import histories as hs
+from tests.harness.store_runs import noisy, plant
 
 
 def judge(points):
@@ -90,33 +91,6 @@ def test_environment_differences_ignore_what_one_side_did_not_record():
 
 
 # --- through the command line, on runs in a store ---------------------------------------------------
-
-
-def plant(root, name: str, values: list[float], versions: list[str], drivers: list[str], tenants=()) -> list[str]:
-    """Runs of a playbook as `fleet run` leaves them: a host with its GPU, driver and the run watch's
-    samples, the metric row, and the workload's version the playbook's version command said."""
-    ids = []
-    for i, v in enumerate(values):
-        run_id = f"202610{1 + i // 2:02d}-0{i % 2}0000-{i:04x}"
-        samples = [{"t": t, "gpu": 0, "sm_clock_mhz": 1980, "throttle": []} for t in range(3)]
-        host = {"host": "gx-01", "node": "gx-01", "status": "ok", "gpu": "NVIDIA H200", "driver": drivers[i],
-                "tool_version": "2025.3.1.0", "tenants_seen": [f"GPU 0: pid 4{i} (bob)"] if i in tenants else [],
-                "result": {"status": "ok", "conditions": {"gpus": [{"index": 0, "uuid": "GPU-5a1e"}],
-                                                          "samples": samples}}}
-        m = {"run_id": run_id, "site": "lab", "day": run_id[:4] + "-" + run_id[4:6] + "-" + run_id[6:8],
-             "started": f"2026-10-{1 + i // 2:02d}T0{i % 2}:00:00+0000", "user": "ana", "status": "complete",
-             "fleet": "0.1.0", "request": {"tool": "nsys", "command": ["python3", "train.py"]}, "hosts": [host],
-             "playbook": {"name": name, "version": versions[i], "metrics": [
-                 {"metric": "total GPU kernel time", "device": "NVIDIA H200 on gx-01", "value": v,
-                  "flags": [f"tenant: GPU 0: pid 4{i} (bob)"] if i in tenants else []}]}}
-        store.save(root, RunManifest.from_json(m))
-        ids.append(run_id)
-    return ids
-
-
-def noisy(n: int, seed: int, level: float = 1e9) -> list[float]:
-    rng = random.Random(seed)
-    return [level * (1 + rng.gauss(0, 0.005)) for _ in range(n)]
 
 
 @pytest.fixture

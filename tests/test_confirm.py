@@ -19,7 +19,7 @@ from fleet.nightly.environment import Environment
 from fleet.nightly.playbook import load
 from fleet.nightly.run import EmbeddedHistory
 from tests.conftest import fleet_json, run_fleet
-from tests.test_changepoints import noisy, plant
+from tests.harness.store_runs import noisy, plant
 
 H200 = Environment(gpu="NVIDIA H200", gpu_uuid="GPU-5a1e", driver="580.159.04", node="gx-01", sm_clock_mhz=1980)
 

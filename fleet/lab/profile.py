@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Callable
 from .. import agentcall, completeness, containers, launchers, outcome, policy, safenames, store
 from ..agent import wire
 from ..agent.rundir import RunDir
-from ..outcome import HostStatus
+from ..statuses import HostStatus, RunStatus
 from ..store.bring import bring_home
 from ..store.manifest import HostEntry, ReportEntry, RunManifest
 from ..plan import LabPart, Plan, ProfileRequest, plan
@@ -249,7 +249,7 @@ async def run_planned(fan: "Fanout", hosts: list["Host"], runs: dict[str, HostRu
             if r.error_kind == "timeout":
                 run.error += f"; bring home what it finished later with: fleet gather {req.run_id}"
             return r
-        if run.result.get("status") in ("ok", "yielded"):
+        if outcome.made_reports(run.result):
             via = readers.get(host.vars.get("shared_report_dir"), host)
             run.reports += await bring_home(fan, via, run.result.get("reports", []) + run.result.get("summaries", []),
                                             safenames.join(out, host.name, what="host name"),
@@ -274,7 +274,7 @@ async def profile(fan: "Fanout", hosts: list["Host"], req: ProfileRequest, *, st
     runs = list((await plan_all(fan, hosts, req, free=free)).values())
     manifest.hosts = [entry_for(req, r) for r in runs]
     if dry_run:
-        manifest.status = "dry-run"
+        manifest.status = RunStatus.DRY_RUN
         return manifest
     # Written before anything runs, so that `fleet gather` can finish the run if fleet dies.
     directory = store.save(store_root, manifest)

@@ -34,7 +34,7 @@ from ..agent.bundle import bundle
 from ..agent.rundir import RunDir
 from ..agentcall import agent_argv
 from ..errors import FleetError
-from ..outcome import HostStatus
+from ..statuses import HostStatus, RunStatus
 from ..safenames import check_text
 from ..slurm import launchers
 from ..slurm.jobs import file_mark
@@ -234,7 +234,7 @@ async def profile(fan: "Fanout", head: "Host", job: RayJob, req: "ProfileRequest
     directory = store.save(store_root, manifest)  # written first: where the run is, if fleet dies
     if refused := await folder_refused(fan, head, job.node_dir):
         manifest.hosts = [HostEntry(head.name, HostStatus.FAILED, missing_why=f"{refused}; the job was not submitted")]
-        manifest.status, manifest.error = "failed", refused
+        manifest.status, manifest.error = RunStatus.FAILED, refused
         store.save(store_root, manifest)
         return manifest
     status, command = await submit(job)

@@ -25,7 +25,7 @@ from .. import outcome, safenames, store
 from ..agent import wire
 from ..agent.bundle import script as agent_script
 from ..agent.rundir import RunDir
-from ..outcome import HostStatus
+from ..statuses import HostStatus, RunStatus
 from ..store.bring import bring_home, file_problem
 from ..store.collect import fetch_verified
 from ..store.manifest import HostEntry, ReportEntry, RunManifest, SlurmInfo
@@ -282,7 +282,7 @@ async def gather(fan: "Fanout", client: SlurmClient, manifest: RunManifest, dire
     end = job_end_verdict(slurm.state, hosts, requeues=slurm.requeues,
                           stopped_before_time_limit=slurm.stopped_before_time_limit, stopped_by_fleet=fleet_stopped)
     slurm.end, manifest.hosts = end.note, end.hosts
-    manifest.status = "cancelled" if state is not None and state.state == "CANCELLED" else \
+    manifest.status = RunStatus.CANCELLED if state is not None and state.state == "CANCELLED" else \
         outcome.run_status(h.status for h in manifest.hosts)
     return manifest
 
@@ -300,7 +300,7 @@ async def _rank_home(fan: "Fanout", client: SlurmClient, run_dir: str, res: dict
         return HostEntry(str(node or "(malformed result)"), HostStatus.FAILED, rank=rank,
                          missing_why=f"the rank's result is malformed ({problem}); nothing of it was brought home")
     reports = []
-    if res.get("status") in ("ok", "yielded"):
+    if outcome.made_reports(res):
         # Written to node-local scratch, they now are in the run directory, under the same names.
         folder = RunDir(run_dir).node(node)
         to_fetch = [dict(r, path=folder.file(os.path.basename(r["path"])))
@@ -350,17 +350,17 @@ async def profile(fan: "Fanout", cluster: Cluster, req: ProfileRequest, spec: Ch
     manifest = new_manifest(req, cluster, prep, site or filing_name(cluster, prep.cluster_name))
     if dry_run:
         on_python(prep.python_note)
-        manifest.status = "dry-run"
+        manifest.status = RunStatus.DRY_RUN
         return manifest
     directory = store.save(store_root, manifest)  # before sbatch: a run is never untracked
     try:
         manifest.slurm.job_id = await submit(client, prep)
     except Exception as e:
-        manifest.status, manifest.error, manifest.slurm.state = "failed", str(e), "NOT SUBMITTED"
+        manifest.status, manifest.error, manifest.slurm.state = RunStatus.FAILED, str(e), "NOT SUBMITTED"
         store.save(store_root, manifest)
         raise
     on_python(prep.python_note)  # said once a job will run with it (a refused one gets its one line alone)
-    manifest.status, manifest.slurm.state = "submitted", "PENDING"
+    manifest.status, manifest.slurm.state = RunStatus.SUBMITTED, "PENDING"
     submitted = time.time()
     store.save(store_root, manifest)
     if not wait:
@@ -369,7 +369,7 @@ async def profile(fan: "Fanout", cluster: Cluster, req: ProfileRequest, spec: Ch
         state = await watch(client, manifest.slurm.job_id, poll=poll, stop=stop, on_state=on_state,
                             submitted=submitted, keep_pending=keep_pending, run_dir=manifest.slurm.run_dir)
     except NeverStarts as e:
-        manifest.status, manifest.error = "failed", str(e)
+        manifest.status, manifest.error = RunStatus.FAILED, str(e)
         manifest.slurm.state = "PENDING" if keep_pending else "CANCELLED"
         store.save(store_root, manifest)
         raise

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
 from .. import completeness, outcome, store
+from ..statuses import RunStatus
 from ..inventory import TargetError
 from ..store.errors import CatalogError, UnsafeStore
 from ..visible import visible
@@ -108,7 +109,7 @@ def render(m: "RunManifest") -> str:
     """One Slurm run for people: the job, each rank's outcome and reports."""
     s = m.slurm
     lines = [f"run {m.run_id}: job {s.job_id} on {s.cluster_name or s.cluster} {s.state or ''} -> {m.status}"]
-    if m.status == "submitted":
+    if m.status == RunStatus.SUBMITTED:
         lines.append(f"  reports will be under {s.run_dir}; bring them home with: fleet gather {m.run_id}")
     if s.end:
         lines.append(f"  {s.end}")

@@ -18,6 +18,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from .. import outcome
+from ..statuses import HostStatus
 
 if TYPE_CHECKING:
     from ..store.manifest import HostEntry
@@ -106,8 +107,8 @@ def job_end_verdict(state: str | None, hosts: list, *, requeues: int = 0,
         notes.insert(0, f"job ended {state}: {why}")
         fleet_stop = state == "TIMEOUT" and (stopped_before_time_limit or stopped_by_fleet)
         for i, entry in enumerate(out):
-            if entry.status == "ok" and _killed(entry, fleet_stop):
-                out[i] = replace(entry, status="failed", missing_why=f"killed by the job's end: {state} ({why}); "
+            if entry.status == HostStatus.OK and _killed(entry, fleet_stop):
+                out[i] = replace(entry, status=HostStatus.FAILED, missing_why=f"killed by the job's end: {state} ({why}); "
                                  "its report is kept but does not cover the whole workload")
     return JobEnd("; ".join(notes) or None, out)
 

@@ -17,6 +17,7 @@ from contextlib import closing, contextmanager
 from pathlib import Path
 from typing import Iterator
 
+from ..statuses import HostStatus
 from . import numbers, private
 from .errors import CatalogDamaged, CatalogError, CatalogLocked
 from .layout import manifests
@@ -150,7 +151,7 @@ def index_manifest(db: sqlite3.Connection, path: Path) -> list[str]:
                         host.gpu, host.driver, host.tool_version, m.started, host.worker))
         if not host.reports:
             status = ("running" if m.status in UNFINISHED else
-                      "refused" if host.status == "refused" else "missing")
+                      "refused" if host.status == HostStatus.REFUSED else "missing")
             placeholder = "" if host.rank is None else f"(rank {host.rank})"  # Slurm: one row a rank
             db.execute("INSERT OR REPLACE INTO reports VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
                        (m.run_id, host.host, placeholder, tool, status, None, None,

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Iterable
 
 from ..errors import FleetError
 from .. import __version__
+from ..statuses import HostStatus, RunStatus
 
 if TYPE_CHECKING:
     from ..plan import ProfileRequest
@@ -93,7 +94,7 @@ class ProcessSeen(_Record):
 class HostEntry(_Record):
     """One lab host, Slurm rank, Ray worker, or a rank that left no result."""
     host: str                             # inventory name, Slurm node, or "(no result)"
-    status: str = "pending"               # ok | refused | failed | unreachable | stopped | missing | planned
+    status: str = HostStatus.PENDING      # a HostStatus (fleet/statuses.py)
     rank: int | None = None               # Slurm: the rank; a lab launcher's rank that left no report; else None
     worker: str | None = None             # Ray: the worker's report name
     node: str | None = None               # the node's own hostname
@@ -184,7 +185,7 @@ class RunManifest:
     started: str = ""
     user: str = ""
     request: dict = field(default_factory=dict)   # the ProfileRequest
-    status: str = "running"       # running | submitted | complete | partial | failed | cancelled | dry-run
+    status: str = RunStatus.RUNNING   # a RunStatus (fleet/statuses.py); read back as the word it is
     hosts: list[HostEntry] = field(default_factory=list)
     slurm: SlurmInfo | None = None
     playbook: dict | None = None  # nightly: name, path, metrics, thresholds
@@ -193,7 +194,7 @@ class RunManifest:
     schema: int = SCHEMA_VERSION  # the version it was read from; to_json writes the current one
 
     @classmethod
-    def begin(cls, req: "ProfileRequest", site: str, status: str = "running") -> "RunManifest":
+    def begin(cls, req: "ProfileRequest", site: str, status: str = RunStatus.RUNNING) -> "RunManifest":
         """What every run's manifest begins with, on lab servers and on Slurm."""
         return cls(run_id=req.run_id, site=site, day=f"{req.run_id[0:4]}-{req.run_id[4:6]}-{req.run_id[6:8]}",
                    started=time.strftime("%Y-%m-%dT%H:%M:%S%z"), user=getpass.getuser(), request=req.to_json(),

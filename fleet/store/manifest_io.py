@@ -13,6 +13,7 @@ import json
 from dataclasses import fields, is_dataclass
 from pathlib import Path
 
+from .. import statuses
 from . import numbers, private
 from .errors import CatalogError, StoreWriteError, UnsafeStore
 from .layout import MANIFEST, here
@@ -64,7 +65,7 @@ def read_manifest(path: Path) -> RunManifest:
 
 
 # A run whose job may still be in Slurm's hands: `fleet jobs` and `fleet gather` look for these.
-UNFINISHED = ("running", "submitted")
+UNFINISHED = statuses.UNFINISHED
 
 
 def may_be_unfinished(path: Path) -> bool:

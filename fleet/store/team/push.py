@@ -19,6 +19,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from ...statuses import HostStatus, RunStatus
 from .. import layout, private
 from ..catalog import _kernel_rows, _metric_rows
 from ..manifest import RunManifest
@@ -28,7 +29,7 @@ from .catalog import TeamError
 from .config import TeamStore
 
 MARK = "team.json"          # beside a run's manifest: where and when it was pushed, and which manifest
-NOT_YET = (*UNFINISHED, "dry-run")  # statuses of a run not finished (or never run): pushed once it is
+NOT_YET = (*UNFINISHED, RunStatus.DRY_RUN)  # statuses of a run not finished (or never run): pushed once it is
 
 
 @dataclass
@@ -71,7 +72,7 @@ def _rows(m: RunManifest, manifest_path: Path, keys: dict[str, str]) -> tuple[li
                 kernels += [(m.run_id, host.host, *k) for k in _kernel_rows(Path(stored))[0]]
         if not host.reports:
             status = ("running" if m.status in UNFINISHED else
-                      "refused" if host.status == "refused" else "missing")
+                      "refused" if host.status == HostStatus.REFUSED else "missing")
             placeholder = "" if host.rank is None else f"(rank {host.rank})"
             reports.append((m.run_id, host.host, placeholder, tool, status, None, None, host.gpu, host.driver,
                             host.tool_version, m.started, None))
