@@ -144,6 +144,12 @@ def run_status(host_statuses: Iterable[str]) -> RunStatus:
     return RunStatus.FAILED
 
 
+def status_line(who: str, entry: "HostEntry", *, why: bool = True, indent: str = "") -> str:
+    """A host's, rank's or worker's status line, as every path prints it (with its reason unless
+    ``why`` is false): one line, whatever the node put in the reason."""
+    return indent + visible(f"{who}: {entry.status}" + (f": {entry.missing_why}" if why and entry.missing_why else ""))
+
+
 def report_line(rep: "ReportEntry", *, hashes: bool = True) -> str:
     """One brought-home file, as every path prints it."""
     state = "verified" if rep.verified else f"NOT brought home: {rep.error}"

@@ -22,7 +22,6 @@ from ..store.manifest import HostEntry, ReportEntry, RunManifest
 from ..plan import LabPart, Plan, ProfileRequest, plan
 from ..policy import NO_SAMPLING_FLAGS, NodeState, docker_privileges, tool_found
 from ..transport import Result
-from ..visible import visible
 from . import placement
 from .ranks import LAB_LAUNCHERS, with_missing_ranks
 
@@ -350,8 +349,7 @@ def render(entry: HostEntry) -> str:
     p = Plan.from_json(entry.plan) if entry.plan else None
     refused_by_plan = p is not None and p.status == "refused"
     who = entry.host + (f" rank {entry.rank}" if entry.rank is not None else "")  # a launcher's rank: missing
-    lines = [visible(f"{who}: {entry.status}" + (f": {entry.missing_why}" if entry.missing_why and not refused_by_plan
-                                                        else ""))]  # one line, whatever the node said
+    lines = [outcome.status_line(who, entry, why=not refused_by_plan)]  # the plan's reasons follow instead
     if p and p.placement and p.status == "ok":
         lines.append(f"  gpu:      {p.placement}")
     if p and p.status == "ok" and entry.status == HostStatus.PLANNED:

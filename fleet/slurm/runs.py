@@ -10,7 +10,6 @@ from .. import completeness, outcome, store
 from ..statuses import RunStatus
 from ..inventory import TargetError
 from ..store.errors import CatalogError, UnsafeStore
-from ..visible import visible
 from .cluster import Cluster, choose
 from .jobs import JobState, SlurmClient, SlurmctldSilent
 
@@ -117,7 +116,7 @@ def render(m: "RunManifest") -> str:
         lines.append("  the profilers were stopped ahead of the time limit, so their reports could be finished")
     for h in m.hosts:
         rank = f"rank {h.rank}" if h.rank is not None else (h.worker or "?")  # a Ray worker: its actor or task
-        lines.append(visible(f"  {h.host} {rank}: {h.status}" + (f": {h.missing_why}" if h.missing_why else "")))
+        lines.append(outcome.status_line(f"{h.host} {rank}", h, indent="  "))
         lines += outcome.detail_lines(h, indent="    ", hashes=False)
     if s.log:
         lines.append(f"  job log:  {s.log.stored}")

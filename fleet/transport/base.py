@@ -11,6 +11,8 @@ import asyncio
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Awaitable, Callable, Sequence
 
+STOP_REQUESTED = "stop requested"  # why drive ended a command whose caller asked it to stop: no error
+
 if TYPE_CHECKING:
     from ..inventory import Host
 
@@ -43,6 +45,18 @@ class Result:
         self.signal = "SIG" + name.removeprefix("SIG")
         number = signal.Signals.__members__.get(self.signal)
         self.exit_status = 128 + number.value if number is not None else None
+
+    @classmethod
+    def ended(cls, host: str, exit_status: int | None, stdout: bytes, stderr: bytes, *, signal_name: str | None,
+              why: str | None) -> "Result":
+        """A command that ended, as every transport says it: its status, or the signal it died of; and
+        where ``drive`` had to stop it (``why``: its deadline), a timeout. A stop asked for is no error."""
+        result = cls(host, exit_status=exit_status, stdout=stdout, stderr=stderr)
+        if signal_name:
+            result.killed_by(signal_name)
+        if why and why != STOP_REQUESTED:
+            result.error, result.error_kind = f"{why}; the command was stopped", "timeout"
+        return result
 
     @property
     def ok(self) -> bool:
@@ -143,7 +157,7 @@ async def drive(read_out: Callable[[int], Awaitable[bytes]], read_err: Callable[
     try:
         done, _ = await asyncio.wait([pumps, *waiters], return_when=asyncio.FIRST_COMPLETED)
         if pumps not in done:
-            why = "stop requested" if stop is not None and stop.is_set() else f"timed out after {timeout:g} s"
+            why = STOP_REQUESTED if stop is not None and stop.is_set() else f"timed out after {timeout:g} s"
             terminate()
             if timeout is None:  # the profiler's time to write its report; keepalives bound a dead link
                 await pumps

@@ -48,11 +48,8 @@ class LocalTransport(Transport):
             signal_group(signal.SIGTERM)
             raise
         status = proc.returncode
-        result = Result(host.name, exit_status=status, stdout=out, stderr=err)
-        if status is not None and status < 0:
-            result.killed_by(signal.Signals(-status).name)
-        if why and why != "stop requested":
-            result.error, result.error_kind = f"{why}; the command was stopped", "timeout"
+        died_of = signal.Signals(-status).name if status is not None and status < 0 else None
+        result = Result.ended(host.name, status, out, err, signal_name=died_of, why=why)
         if abandoned:  # killed, and still not reaped (a process stuck in the kernel): left, not awaited
             result.error, result.error_kind = f"{why}; the command did not end when killed: left running", "timeout"
         return result

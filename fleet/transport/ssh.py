@@ -253,12 +253,8 @@ class SSHTransport(Transport):
             self._abandon(host, conn)
             return Result(host.name, stdout=out, stderr=err, error_kind="timeout",
                           error=f"{why}, and the node did not answer the command's end: its connection was abandoned")
-        result = Result(host.name, exit_status=proc.exit_status, stdout=out, stderr=err)
-        if proc.exit_signal:  # the remote command died of a signal
-            result.killed_by(proc.exit_signal[0])
-        if why and why != "stop requested":
-            result.error, result.error_kind = f"{why}; the command was stopped", "timeout"
-        return result
+        return Result.ended(host.name, proc.exit_status, out, err,
+                            signal_name=proc.exit_signal[0] if proc.exit_signal else None, why=why)
 
     async def fetch(self, host: "Host", remote: str, local: str, offset: int = 0,
                     on_block: Callable[[bytes], None] | None = None, size: int | None = None) -> str:
