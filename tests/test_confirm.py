@@ -144,6 +144,18 @@ def test_a_failed_checkout_stops_it_puts_the_workload_back_and_exits_1(lab, vers
     assert log.read_text().split() == ["v1", "v2"]
 
 
+def test_a_version_that_would_be_an_option_is_never_checked_out(lab, versioned, tmp_path):
+    """The versions come from the history, which the nodes wrote: one starting with '-' stops it."""
+    book, version, log = versioned
+    values = noisy(14, 5) + [v * 1.06 for v in noisy(5, 6)]
+    plant(tmp_path / "s", "confirm-bench", values, ["--orphan=x"] * 14 + ["v2"] * 5, ["580.95.05"] * 19)
+    r = run_fleet("nightly", "confirm", str(book), "--store", str(tmp_path / "s"), env=lab["c"].env())
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert r.stdout.startswith("confirming --orphan=x (A) against v2 (B), the change at run ")
+    assert "error: version '--orphan=x' starts with '-'" in r.stdout and "the workload is back at v2" in r.stdout
+    assert log.read_text().split() == ["v2"]
+
+
 def test_a_playbook_without_checkout_is_refused_before_anything_runs(tmp_path):
     book = tmp_path / "plain.yaml"
     book.write_text(yaml.safe_dump({"name": "plain", "target": {"hosts": "h02"}, "command": ["true"],

@@ -5,6 +5,7 @@ module imports its way back to itself."""
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 from tests.conftest import REPO
@@ -192,3 +193,17 @@ def test_the_length_checks_see_functions_and_files():
     found = {(f, name): lines for f, name, lines in long_functions()}
     assert all(key in found for key in LONG_FUNCTIONS_BEING_SPLIT), found
     assert all(len((REPO / f).read_text().splitlines()) > FILE_LINES for f in LONG_FILES_BEING_SPLIT)
+
+
+def test_the_architecture_docs_package_list_names_every_package_and_module_of_fleet():
+    """docs/architecture.md's map of fleet/ is the tree: a package or module added is on it, one gone is off it."""
+    doc = (REPO / "docs" / "architecture.md").read_text()
+    block = doc[doc.index("## The packages"):].split("```")[1]
+    named = set()
+    for line in block.splitlines()[1:]:
+        if line.startswith("  ") and not line.startswith("   "):  # a line of the map, not its description's next line
+            lead = re.match(r"\s*((?:[a-z_]+(?:\.py|/),?\s+)+)", line + " ").group(1)
+            named |= {re.sub(r"(\.py|/)$", "", n) for n in re.findall(r"[a-z_]+(?:\.py|/)", lead)}
+    actual = {p.stem if p.is_file() else p.name for p in FLEET.iterdir()
+              if (p.suffix == ".py" and p.stem not in ("__init__", "__main__")) or (p / "__init__.py").exists()}
+    assert named == actual

@@ -289,6 +289,8 @@ def nightly_confirm(obj: Context, playbook, run_after, versions, rounds, gpu, si
     from .. import store
 
     pb = _playbook(playbook)
+    if versions and versions[0] == versions[1]:
+        fail(f"--versions: A and B are both {versions[0]}; name two versions")
     if versions and run_after:
         fail("--change finds the versions in the history; --versions names them: give one")
     if not pb.checkout:

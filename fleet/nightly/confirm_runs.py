@@ -51,6 +51,8 @@ class Confirmation:
 async def put_at(fan: "Fanout", host, pb: Playbook, version: str) -> None:
     """The workload at ``version`` on ``host``, by the playbook's checkout command, and its version
     command then saying so; else ConfirmError."""
+    if version.startswith("-"):  # a version the node said, never an option of the user's checkout command
+        raise ConfirmError(visible(f"version {version!r} starts with '-': the checkout command would read it as an option"))
     try:
         script = home_script(pb.checkout + (version,), "checkout", CHECKOUT_TIMEOUT)
     except UnsafeValue as e:
