@@ -9,7 +9,9 @@ shows the control characters of everything it prints through the same function.
 
 from __future__ import annotations
 
+import html
 import re
+from urllib.parse import quote
 
 # C0 (newline and tab included), DEL, C1, and the format characters that reorder or hide text:
 # bidirectional overrides and isolates, line and paragraph separators, zero-width joiners and marks.
@@ -26,3 +28,16 @@ def visible(text, lines: bool = False) -> str:
     """``text`` with every control character shown as its escape (``\\x1b``, ``\\u202e``);
     ``lines``: newlines and tabs kept (a block fleet laid out), else they are shown too (a field)."""
     return (UNSEEN_BUT_LINES if lines else UNSEEN).sub(_escape, str(text))
+
+
+def html_text(text) -> str:
+    """``text`` for an HTML page (a cell, an attribute, an SVG label): its control and format
+    characters shown as escapes, as on a terminal (a right-to-left override in a kernel's name would
+    otherwise reverse what follows it on the page), then HTML-escaped, quotes too."""
+    return html.escape(visible(text), quote=True)
+
+
+def html_href(path: str) -> str:
+    """A relative link to ``path`` for an HTML page: every character a URL does not take as it is
+    percent-encoded (so the link still leads to that file), then HTML-escaped."""
+    return html.escape(quote(str(path), safe="/"), quote=True)

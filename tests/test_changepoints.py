@@ -194,7 +194,7 @@ def test_a_hostile_manifest_neither_crashes_the_report_nor_writes_markup(tmp_pat
     facts = environment.run_facts(m)
     assert facts["stragglers"] is None and facts["environments"]["no GPU on gx-01"] == Environment(node="gx-01")
     values = noisy(8, 10)
-    label = "ncu sm__x (<img src=x onerror=alert(1)>)"
+    label = "ncu sm__x (<img src=x onerror=alert(1)>)\u202egnp.exe"  # a right-to-left override: shown, not obeyed
     root = tmp_path / "store"
     for i, v in enumerate(values):
         run_id = f"2026100{1 + i // 4}-0{i % 4}0000-{i:04x}"
@@ -203,7 +203,9 @@ def test_a_hostile_manifest_neither_crashes_the_report_nor_writes_markup(tmp_pat
             "playbook": {"name": "train-step", "metrics": [{"metric": label, "device": "d", "value": v, "flags": [1]}]}}))
     r, out = report(tmp_path, playbook_file)
     assert r.returncode == 0, r.stdout + r.stderr
-    assert "<img" not in out.read_text() and "Traceback" not in r.stderr
+    page = out.read_text()
+    assert "<img" not in page and "Traceback" not in r.stderr
+    assert "\u202e" not in page and "\\u202egnp.exe" in page
 
 
 def test_thresholds_must_be_finite_and_a_negative_level_keeps_its_direction(tmp_path):

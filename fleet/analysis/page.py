@@ -8,8 +8,7 @@ leave a blocking collective together): drawn so, never used for the verdict.
 
 from __future__ import annotations
 
-import html
-
+from ..visible import html_text
 from .ranks import Analysis
 
 STYLE = ("body{font-family:sans-serif;margin:2em;color:#222;max-width:1100px}table{border-collapse:collapse;"
@@ -22,7 +21,7 @@ STEP, WAIT, LATE = "#aed6f1", "#e67e22", "#c0392b"
 
 
 def _e(text) -> str:
-    return html.escape(str(text), quote=True)
+    return html_text(text)
 
 
 def timeline_svg(a: Analysis, straggler: str | None) -> str:

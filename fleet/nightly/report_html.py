@@ -12,12 +12,12 @@ Kernel names are shown short (:mod:`fleet.kernelnames`), each with its full name
 
 from __future__ import annotations
 
-import html
 import os
 from pathlib import Path
 
 from . import stragglers
 from ..kernelnames import short_names
+from ..visible import html_href, html_text
 from .report_plot import COLOURS, LABEL_COLOURS, changes, plot, scale, shown_metrics, when, with_tooltip
 from .trends import REGRESSION, SUSPICIOUS, Verdict
 
@@ -59,8 +59,8 @@ def _moved(compared: tuple[str, str, list[dict]] | None, link) -> str:
     for r in rows[:TOP_KERNELS]:
         cls = "slower" if r["change_ns"] > 0 else "faster" if r["change_ns"] < 0 else "same"
         rel = "new" if r["change"] is None else f"{r['change']:+.1%}"
-        body.append(f'<tr class="moved-kernel {cls}"><td class="kernel" title="{html.escape(r["kernel"])}">'
-                    f'{html.escape(short[r["kernel"]])}</td>'
+        body.append(f'<tr class="moved-kernel {cls}"><td class="kernel" title="{html_text(r["kernel"])}">'
+                    f'{html_text(short[r["kernel"]])}</td>'
                     f'<td class="num">{_ms(r["a_ns"])}</td><td class="num">{_ms(r["b_ns"])}</td>'
                     f'<td class="num">{r["change_ns"] / 1e6:+.3f}</td><td class="num">{rel}</td></tr>')
     return f'<table class="moved">{head}{"".join(body)}</table>'
@@ -74,7 +74,7 @@ def _moved_once(compared, shown_before: dict, metric: str, link) -> str:
     pair = compared[:2]
     if pair in shown_before:
         return (f"<p class='moved-see-above'>Kernels that moved from {link(pair[0])} to {link(pair[1])}: "
-                f"in the table under {html.escape(shown_before[pair])} above.</p>")
+                f"in the table under {html_text(shown_before[pair])} above.</p>")
     shown_before[pair] = metric
     return _moved(compared, link)
 
@@ -86,13 +86,13 @@ def _runs_table(run_ids: list[str], runs: dict[str, dict], link, out: Path) -> s
     rows = []
     for run_id in run_ids:
         info = runs.get(run_id, {})
-        reports = " ".join(f'<a class="report" href="{html.escape(os.path.relpath(p, out))}">'
-                           f"{html.escape(Path(p).name)}</a>" for p in info.get("reports", []))
+        reports = " ".join(f'<a class="report" href="{html_href(os.path.relpath(p, out))}">'
+                           f"{html_text(Path(p).name)}</a>" for p in info.get("reports", []))
         tm = when(info.get("started"))
         cells = [tm.strftime("%Y-%m-%d %H:%M") if tm else info.get("started", ""), *(
             info.get(k) or "" for k in ("host", "gpu", "driver", "tool_version"))]
         rows.append(f'<tr class="run"><td>{link(run_id)}</td>'
-                    + "".join(f"<td>{html.escape(str(c))}</td>" for c in cells) + f"<td>{reports}</td></tr>")
+                    + "".join(f"<td>{html_text(str(c))}</td>" for c in cells) + f"<td>{reports}</td></tr>")
     return head + "".join(rows) + "</table>"
 
 
@@ -106,17 +106,17 @@ def _changes_table(found: list, link) -> str:
         div, unit = scale(s.metric)
         recent = " (recent)" if c.recent else ""
         body.append(f'<tr class="change-row {c.label}"><td>{with_tooltip(shown[s.metric], s.metric)}</td>'
-                    f"<td>{html.escape(s.device)}</td><td style='color:{LABEL_COLOURS[c.label]};font-weight:bold'>"
+                    f"<td>{html_text(s.device)}</td><td style='color:{LABEL_COLOURS[c.label]};font-weight:bold'>"
                     f"{c.rel:+.1%} {c.label}{recent}</td><td>{link(c.run_after)}</td>"
                     f'<td class="num">{c.before / div:.4g} {unit}</td><td class="num">{c.after / div:.4g} {unit}</td>'
-                    f'<td class="num">{c.p_value:.3g}</td><td>{html.escape("; ".join(c.changed) or "nothing recorded")}'
+                    f'<td class="num">{c.p_value:.3g}</td><td>{html_text("; ".join(c.changed) or "nothing recorded")}'
                     "</td></tr>")
     kept = {run: why for s in found for run, why in s.contaminated}
     caption = (f"<caption>Change points over each metric's clean runs ({len(rows)}), each labelled code, "
                f"environment or unexplained; {len(kept)} run(s) kept out as contaminated</caption>")
     table = f"<table class='changes'>{caption}{''.join(body) if rows else ''}</table>"
     if kept:
-        table += "<ul class='kept-out'>" + "".join(f"<li>{link(run)}: {html.escape('; '.join(why))}</li>"
+        table += "<ul class='kept-out'>" + "".join(f"<li>{link(run)}: {html_text('; '.join(why))}</li>"
                                                    for run, why in kept.items()) + "</ul>"
     return table
 
@@ -136,26 +136,26 @@ def _section(playbook: str, rows: list[dict], verdicts: list[Verdict], t: dict,
     for v in verdicts:
         div, unit = scale(v.metric)
         fmt = lambda x: "" if x is None else f"{x / div:.4g} {unit}"
-        table.append(f'<tr class="verdict"><td>{metric(v)}</td><td>{html.escape(v.device)}</td>'
+        table.append(f'<tr class="verdict"><td>{metric(v)}</td><td>{html_text(v.device)}</td>'
                      f'<td style="color:{COLOURS[v.verdict]};font-weight:bold">{v.verdict}</td>'
                      f"<td>{fmt(v.value)}</td><td>{fmt(v.baseline)}</td>"
                      f"<td>{'' if v.rel is None else f'{v.rel:+.1%}'}</td><td>{v.points}</td>"
-                     f"<td>{html.escape(v.note)}</td></tr>")
+                     f"<td>{html_text(v.note)}</td></tr>")
     table.append("</table>")
     by_series = {(f.metric, f.device): f for f in found}
     plots, moved_shown = [], {}
     for v in verdicts:
         points = series[(v.metric, v.device)]
         changed = "".join(f'<li class="change-note">{link(points[i - 1]["run_id"])} → {link(points[i]["run_id"])}: '
-                          f"{html.escape(what)}</li>" for i, what in changes(points, runs))
-        plots.append(f'<section class="metric"><h3>{metric(v)} — {html.escape(v.device)}: '
+                          f"{html_text(what)}</li>" for i, what in changes(points, runs))
+        plots.append(f'<section class="metric"><h3>{metric(v)} — {html_text(v.device)}: '
                      f'<span style="color:{COLOURS[v.verdict]}">{v.verdict}</span></h3>'
                      f"{plot(points, v, t, runs, by_series.get((v.metric, v.device)))}"
                      + (f"<ul class='changes'>{changed}</ul>" if changed else "")
                      + (_moved_once(compared.get((v.metric, v.device)), moved_shown, shown[v.metric], link)
                         if v.verdict in (REGRESSION, SUSPICIOUS) else "") + "</section>")
     run_ids = list(dict.fromkeys(r["run_id"] for r in rows))
-    return (f"<h2>{html.escape(playbook)}</h2>" + "".join(table) + _changes_table(found, link) + "".join(plots)
+    return (f"<h2>{html_text(playbook)}</h2>" + "".join(table) + _changes_table(found, link) + "".join(plots)
             + stragglers.table(shares, link) + _runs_table(run_ids, runs, link, out))
 
 
@@ -168,8 +168,8 @@ def render(sections: list[tuple], runs: dict[str, dict], out: Path) -> str:
     def link(run_id: str) -> str:
         where = runs.get(run_id, {}).get("dir")
         if not where:
-            return html.escape(run_id)
-        return f'<a class="run-link" href="{html.escape(os.path.relpath(where, out))}/">{html.escape(run_id)}</a>'
+            return html_text(run_id)
+        return f'<a class="run-link" href="{html_href(os.path.relpath(where, out))}/">{html_text(run_id)}</a>'
 
     return ("<!doctype html><html><head><meta charset='utf-8'><title>fleet nightly report</title>"
             f"<style>{STYLE}</style></head><body><h1>fleet nightly report</h1>{LEGEND}"

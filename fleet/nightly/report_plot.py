@@ -4,13 +4,13 @@ it, and a marker where the driver, the profiler's version or the host changed.""
 
 from __future__ import annotations
 
-import html
 import math
 import re
 from dataclasses import dataclass
 from datetime import datetime
 
 from ..kernelnames import short_names
+from ..visible import html_text
 from .changes import CODE, ENVIRONMENT, UNEXPLAINED
 from .trends import INSUFFICIENT, NO_CHANGE, REGRESSION, SUSPICIOUS, Verdict
 
@@ -49,8 +49,8 @@ def shown_metric(metric: str) -> str:
 def with_tooltip(shown: str, full: str) -> str:
     """``shown``, escaped; where it is not ``full``, in a span whose tooltip is ``full``."""
     if shown == full:
-        return html.escape(shown)
-    return f'<span class="short-name" title="{html.escape(full)}">{html.escape(shown)}</span>'
+        return html_text(shown)
+    return f'<span class="short-name" title="{html_text(full)}">{html_text(shown)}</span>'
 
 
 def time_labels(times: list[datetime]) -> tuple[str, str]:
@@ -159,9 +159,9 @@ def plot(points: list[dict], verdict: Verdict, t: dict, runs: dict[str, dict], f
     its contaminated runs drawn hollow."""
     level = thresholds_of(verdict, t)
     a = axes(points, verdict, level, runs)
-    label = html.escape(f"{shown_metric(verdict.metric)} on {verdict.device}")
+    label = html_text(f"{shown_metric(verdict.metric)} on {verdict.device}")
     parts = [f'<svg class="plot" role="img" width="{W}" height="{H}" viewBox="0 0 {W} {H}" aria-label="{label}">',
-             f'<title>{html.escape(f"{verdict.metric} on {verdict.device}")}</title>',  # the kernel's full name
+             f'<title>{html_text(f"{verdict.metric} on {verdict.device}")}</title>',  # the kernel's full name
              f'<rect x="0" y="0" width="{W}" height="{H}" fill="#fbfbfb" stroke="#ddd"/>']
     if level:
         parts += bands(a, verdict, t, level)
@@ -200,7 +200,7 @@ def y_axis(a: Axes) -> list[str]:
                      f'<text class="ytick" x="{LEFT - 6}" y="{a.y(v) + 3.5:.1f}" font-size="11" fill="#333" '
                      f'text-anchor="end">{v:.4g}</text>')
     parts.append(f'<text class="yunit" x="14" y="{(TOP + H - BOTTOM) / 2:.1f}" font-size="11" fill="#333" '
-                 f'text-anchor="middle" transform="rotate(-90 14 {(TOP + H - BOTTOM) / 2:.1f})">{html.escape(a.unit)}'
+                 f'text-anchor="middle" transform="rotate(-90 14 {(TOP + H - BOTTOM) / 2:.1f})">{html_text(a.unit)}'
                  f'</text>')
     return parts
 
@@ -219,7 +219,7 @@ def x_axis(a: Axes) -> list[str]:
             parts.append(f'<text class="xtick" x="{a.x(f):.1f}" y="{H - BOTTOM + 16}" font-size="11" fill="#333" '
                          f'text-anchor="middle">{text}</text>')
     parts.append(f'<text x="{(LEFT + W - RIGHT) / 2:.1f}" y="{H - 6}" font-size="11" fill="#555" '
-                 f'text-anchor="middle">{html.escape(caption)}</text>')
+                 f'text-anchor="middle">{html_text(caption)}</text>')
     return parts
 
 
@@ -231,7 +231,7 @@ def change_markers(a: Axes, found: list[tuple[int, str]]) -> list[str]:
         parts.append(f'<g class="change"><line x1="{cx:.1f}" x2="{cx:.1f}" y1="{TOP - 14}" y2="{H - BOTTOM}" '
                      f'stroke="#2e86c1" stroke-width="1.5" stroke-dasharray="2 2"/>'
                      f'<text class="change-label" x="{cx + (4 if cx < W * 0.6 else -4):.1f}" y="{TOP - 6:.1f}" '
-                     f'font-size="11" fill="#1b4f72" text-anchor="{"start" if cx < W * 0.6 else "end"}">{html.escape(what)}</text><title>{html.escape(what)}</title></g>')
+                     f'font-size="11" fill="#1b4f72" text-anchor="{"start" if cx < W * 0.6 else "end"}">{html_text(what)}</text><title>{html_text(what)}</title></g>')
     return parts
 
 
@@ -252,8 +252,8 @@ def change_point_markers(a: Axes, points: list[dict], found) -> list[str]:
         what = f"change point: {text}" + (f" ({'; '.join(c.changed)})" if c.changed else "") + f", p={c.p_value:.3g}"
         parts.append(f'<g class="change-point {c.label}"><line x1="{cx:.1f}" x2="{cx:.1f}" y1="{TOP}" '
                      f'y2="{H - BOTTOM}" stroke="{colour}" stroke-width="2"/><text class="change-point-label" '
-                     f'x="{cx + 4:.1f}" y="{TOP + 12:.1f}" font-size="11" fill="{colour}">{html.escape(text)}</text>'
-                     f"<title>{html.escape(what)}</title></g>")
+                     f'x="{cx + 4:.1f}" y="{TOP + 12:.1f}" font-size="11" fill="{colour}">{html_text(text)}</text>'
+                     f"<title>{html_text(what)}</title></g>")
     return parts
 
 
@@ -264,7 +264,7 @@ def trend(a: Axes, points: list[dict], colour: str, kept_out: dict[str, list[str
     parts = [f'<polyline class="trend" points="{line}" fill="none" stroke="{colour}" stroke-width="2"/>']
     for f, p, v, tm in zip(a.frac, points, a.values, a.times):
         flags = [str(f) for f in p.get("flags") or []] or (kept_out or {}).get(p["run_id"], [])
-        title = html.escape(f"{p['run_id']}" + (f" ({tm:%Y-%m-%d %H:%M})" if tm else "") + f": {v:.4g} {a.unit}"
+        title = html_text(f"{p['run_id']}" + (f" ({tm:%Y-%m-%d %H:%M})" if tm else "") + f": {v:.4g} {a.unit}"
                             + ("; " + "; ".join(flags) if flags else ""))
         parts.append(f'<circle class="point" cx="{a.x(f):.1f}" cy="{a.y(v):.1f}" r="4" '
                      f'fill="{"#fff" if flags else colour}" stroke="{"#999" if flags else colour}">'

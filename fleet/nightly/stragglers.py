@@ -7,11 +7,11 @@ of the baseline (the median share of the clean runs before it), as the metrics' 
 from __future__ import annotations
 
 import functools
-import html
 import statistics
 from pathlib import Path
 
 from ..store.manifest import RunManifest
+from ..visible import html_text
 
 BASELINE_RUNS = 7
 
@@ -70,14 +70,14 @@ def table(rows: list[dict], link) -> str:
     for r in rows:
         if "share" not in r:
             body.append(f"<tr class='straggler-run'><td>{link(r['run_id'])}</td><td colspan='6'>"
-                        f"{html.escape(r.get('note', ''))}</td></tr>")
+                        f"{html_text(r.get('note', ''))}</td></tr>")
             continue
         flagged = " flagged" if r["flags"] else ""
         base = "" if r["baseline"] is None else f"{r['baseline']:.0%}"
         body.append(f"<tr class='straggler-run{flagged}'><td>{link(r['run_id'])}</td>"
-                    f"<td>{html.escape(str(r['straggler']))}</td><td class='num share'>{r['share']:.0%}</td>"
+                    f"<td>{html_text(str(r['straggler']))}</td><td class='num share'>{r['share']:.0%}</td>"
                     f"<td class='num'>{base}</td><td class='num'>{r['lost_s']:.3f}</td>"
-                    f"<td>{html.escape(', '.join(r['causes']))}</td>"
-                    f"<td>{html.escape('; '.join(r['flags']) + (' (kept out of the baseline)' if r['flags'] else ''))}"
+                    f"<td>{html_text(', '.join(r['causes']))}</td>"
+                    f"<td>{html_text('; '.join(r['flags']) + (' (kept out of the baseline)' if r['flags'] else ''))}"
                     f"</td></tr>")
     return head + "".join(body) + "</table>"
