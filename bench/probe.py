@@ -121,7 +121,7 @@ def agent_only(args) -> None:
         for t in ("warm", "cold")}
     print(f"\nagent's own CPU (paired, less python3 -c pass), ms: {json.dumps({k: round(v, 1) for k, v in own_cpu.items()})}")
     print(f"paired CPU ratios: {json.dumps({k: round(v, 3) for k, v in paired.items()})}")
-    results = REPO / "bench" / "results"
+    results = args.out
     results.mkdir(parents=True, exist_ok=True)
     (results / f"probe-agent-{after}.json").write_text(json.dumps(
         {"bench": "probe --agent-only", "before": before, "after": after, "runs": rows,
@@ -138,6 +138,8 @@ def main() -> None:
     ap.add_argument("--agent-only", action="store_true", help="only the agent on one node, two commits paired")
     ap.add_argument("--before", default="main")
     ap.add_argument("--after", default="HEAD")
+    ap.add_argument("--node-runs", type=int, default=21, help="rounds of the agent alone on one node")
+    ap.add_argument("--out", type=Path, default=REPO / "bench" / "results", help="the folder for the raw results")
     args = ap.parse_args()
     if args.agent_only:
         return agent_only(args)
@@ -182,7 +184,7 @@ def main() -> None:
         bundle = agent_bundle()
         node: dict[str, list[tuple[float, float]]] = {"python3 -c pass": [], **{v: [] for v in variants}}
         elapsed = {}
-        for _ in range(21):
+        for _ in range(args.node_runs):
             (wall, *_), cpu = children_cpu(lambda: timed(["/usr/bin/python3", "-c", "pass"], one_node))
             node["python3 -c pass"].append((wall, cpu))
             for name, found in variants.items():
@@ -215,7 +217,7 @@ def main() -> None:
                             text=True).stdout.strip()
     dirty = subprocess.run(["git", "-C", str(REPO), "status", "--porcelain", "--", "fleet"], capture_output=True,
                            text=True).stdout.splitlines()
-    results = REPO / "bench" / "results"
+    results = args.out
     results.mkdir(parents=True, exist_ok=True)
     (results / f"probe-{args.hosts}.json").write_text(json.dumps(
         {"hosts": args.hosts, "runs": rows, "sessions_per_host": per_host, "node": node,

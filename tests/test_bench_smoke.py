@@ -27,3 +27,42 @@ def test_the_change_points_benchmark_scores_fleet_on_every_kind_of_history(tmp_p
     assert r.returncode == 0, r.stdout + r.stderr
     scenarios = json.loads(out.read_text())["scenarios"]
     assert len(scenarios) == 7 and scenarios["code step +5%"]["fleet"]["placed"] == 4
+
+
+def bench(tmp_path, *argv: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    r = subprocess.run([sys.executable, *argv], cwd=REPO, capture_output=True, text=True, timeout=timeout)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    return r
+
+
+def test_the_probe_benchmark_probes_every_host_and_counts_its_sessions(tmp_path):
+    r = bench(tmp_path, "bench/probe.py", "--hosts", "2", "--runs", "1", "--node-runs", "1", "--out", str(tmp_path))
+    doc = json.loads((tmp_path / "probe-2.json").read_text())
+    assert len(doc["runs"]["probe"]) == 1 and len(doc["runs"]["exec true"]) == 1
+    assert doc["sessions_per_host"] and min(doc["sessions_per_host"]) >= 1
+    assert "probe / exec true (paired wall):" in r.stdout
+
+
+def test_the_top_benchmark_streams_from_every_host_beside_gpustat_over_ssh(tmp_path):
+    out = tmp_path / "top.json"
+    bench(tmp_path, "bench/top.py", "--hosts", "2", "--seconds", "3", "--out", str(out))
+    [count] = json.loads(out.read_text())["results"]
+    assert count["hosts"] == 2 and set(count["first_screen"]) == {"fleet", "gpustat_over_ssh"}
+    assert set(count["stream"]) == {"fleet", "gpustat_over_ssh"}
+
+
+def test_the_fanout_benchmark_gets_one_line_per_host_from_fleet_and_its_peers(tmp_path):
+    bench(tmp_path, "bench/fanout.py", "--hosts", "2", "--runs", "1", "--warmup", "0", "--wait-quiet", "0",
+          "--tools", "fleet,xargs,bare-asyncssh", "--out", str(tmp_path))
+    [raw] = tmp_path.glob("fanout-2*.json")
+    runs = json.loads(raw.read_text())["runs_raw"]
+    assert set(runs) == {"fleet", "xargs", "bare-asyncssh"}
+    assert all([(r["rc"], r["ok"]) for r in rs] == [(0, 2)] for rs in runs.values()), runs  # one line from each host
+
+
+def test_the_startup_benchmark_times_fleet_beside_ssh(tmp_path):
+    out = tmp_path / "startup.json"
+    bench(tmp_path, "bench/startup.py", "--runs", "1", "--before", "HEAD", "--after", "HEAD", "--out", str(out))
+    doc = json.loads(out.read_text())
+    assert all(len(rounds) == 1 for rounds in doc["rounds"].values()) and "ssh host true" in doc["rounds"]
+    assert doc["paired_ratios"]["fleet exec one host (after) / ssh host true"] > 0
