@@ -96,6 +96,7 @@ def main() -> None:
     ap.add_argument("--size-mib", type=int, default=1024)
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--label", default="")
+    ap.add_argument("--out", type=Path, default=REPO / "bench" / "results", help="the folder for the raw results")
     args = ap.parse_args()
     size = args.size_mib << 20
     c = SSHCluster(1)
@@ -148,7 +149,7 @@ def main() -> None:
               f"({min(ratios):.2f}-{max(ratios):.2f}) |")
     commit = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True,
                             text=True).stdout.strip()
-    out = REPO / "bench" / "results" / f"transfer-{args.size_mib}-{commit}{'-' + args.label if args.label else ''}.json"
+    out = args.out / f"transfer-{args.size_mib}-{commit}{'-' + args.label if args.label else ''}.json"
     dirty = subprocess.run(["git", "-C", str(REPO), "status", "--porcelain", "--", "fleet"], capture_output=True,
                            text=True).stdout.splitlines()
     out.write_text(json.dumps({"size_mib": args.size_mib, "runs": args.runs, "fleet_commit": commit,

@@ -53,10 +53,10 @@ def test_the_top_benchmark_streams_from_every_host_beside_gpustat_over_ssh(tmp_p
 
 def test_the_fanout_benchmark_gets_one_line_per_host_from_fleet_and_its_peers(tmp_path):
     bench(tmp_path, "bench/fanout.py", "--hosts", "2", "--runs", "1", "--warmup", "0", "--wait-quiet", "0",
-          "--tools", "fleet,xargs,bare-asyncssh", "--out", str(tmp_path))
+          "--out", str(tmp_path))
     [raw] = tmp_path.glob("fanout-2*.json")
     runs = json.loads(raw.read_text())["runs_raw"]
-    assert set(runs) == {"fleet", "xargs", "bare-asyncssh"}
+    assert set(runs) == {"fleet", "pdsh", "clush", "xargs", "pdsh-c25519", "clush-c25519", "xargs-c25519", "bare-asyncssh"}
     assert all([(r["rc"], r["ok"]) for r in rs] == [(0, 2)] for rs in runs.values()), runs  # one line from each host
 
 
@@ -66,3 +66,11 @@ def test_the_startup_benchmark_times_fleet_beside_ssh(tmp_path):
     doc = json.loads(out.read_text())
     assert all(len(rounds) == 1 for rounds in doc["rounds"].values()) and "ssh host true" in doc["rounds"]
     assert doc["paired_ratios"]["fleet exec one host (after) / ssh host true"] > 0
+
+
+def test_the_transfer_benchmark_brings_the_file_home_beside_scp_sftp_and_rsync(tmp_path):
+    bench(tmp_path, "bench/transfer.py", "--size-mib", "2", "--runs", "1", "--out", str(tmp_path))
+    [raw] = tmp_path.glob("transfer-2-*.json")
+    doc = json.loads(raw.read_text())
+    assert set(doc["paired"]) == {"fleet/scp", "fleet/sftp", "fleet/rsync", "fleet/scp-aes", "asyncssh/scp"}
+    assert all(len(sides[name]) == 1 for sides in doc["mb_per_s"].values() for name in sides)
