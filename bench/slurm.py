@@ -55,6 +55,7 @@ def job_rpcs(s: SlurmCluster) -> int:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--out", type=Path, default=REPO / "bench" / "results", help="the folder for the raw results")
     args = ap.parse_args()
     s, c = SlurmCluster(2), SSHCluster(1)
     store = tempfile.mkdtemp(prefix="fleet-bench-store-")
@@ -107,7 +108,7 @@ def main() -> None:
     print("| poller | job-information RPCs | per interval |\n|---|---|---|")
     for name, n in rpcs.items():
         print(f"| {name} | {n} | {n / INTERVALS:.1f} |")
-    out = REPO / "bench" / "results" / "slurm.json"
+    out = args.out / "slurm.json"
     commit = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True,
                             text=True).stdout.strip()
     dirty = subprocess.run(["git", "-C", str(REPO), "status", "--porcelain", "--", "fleet"], capture_output=True,

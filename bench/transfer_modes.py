@@ -122,6 +122,7 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=7)
     ap.add_argument("--variants", default="fleet:",
                     help="NAME:KNOB=VALUE,...;... ssh_fetch's knobs per variant, e.g. 'rcv1m:STREAM_RCVBUF=1048576'")
+    ap.add_argument("--out", type=Path, default=REPO / "bench" / "results", help="the folder for the raw results")
     ap.add_argument("--label", default="run", help="names the raw file: transfer-modes-<commit>-<label>.json")
     ap.add_argument("--no-by-command", dest="by_command", action="store_false",
                     help="no sampling of /proc during the runs (it takes some CPU of its own)")
@@ -201,7 +202,7 @@ def main() -> None:
                             text=True).stdout.strip()
     dirty = subprocess.run(["git", "-C", str(REPO), "status", "--porcelain", "--", "fleet"], capture_output=True,
                            text=True).stdout.splitlines()
-    out = REPO / "bench" / "results" / f"transfer-modes-{commit}-{args.label}.json"
+    out = args.out / f"transfer-modes-{commit}-{args.label}.json"
     out.write_text(json.dumps({"size_mib": args.size_mib, "runs": args.runs, "fleet_commit": commit,
                                "variants": variants,
                                "uncommitted_fleet_files": dirty, "rounds": rows, "over_scp_by_round": paired},

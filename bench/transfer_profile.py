@@ -8,9 +8,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import cProfile
-import os
+import shutil
 import pstats
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -32,11 +33,10 @@ def main() -> None:
     args = ap.parse_args()
     size = args.size_mib << 20
     c = SSHCluster(1)
+    dest = Path(tempfile.mkdtemp(prefix="fleet-transfer-profile-", dir="/var/tmp"))  # this run's own
     try:
         c.start()
         report = random_report(c, size)
-        dest = Path("/var/tmp/fleet-transfer-profile")
-        dest.mkdir(exist_ok=True)
 
         async def go():
             host = load([c.inventory]).select(["h01"])[0]
@@ -54,7 +54,7 @@ def main() -> None:
         asyncio.run(go())
     finally:
         c.stop()
-        os.system("rm -rf /var/tmp/fleet-transfer-profile")
+        shutil.rmtree(dest, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -59,6 +59,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--sizes-mib", default="8,16,32,64,128")
     ap.add_argument("--runs", type=int, default=7)
+    ap.add_argument("--out", type=Path, default=REPO / "bench" / "results", help="the folder for the raw results")
     args = ap.parse_args()
     sizes = [int(s) for s in args.sizes_mib.split(",")]
     c = SSHCluster(1)
@@ -84,7 +85,7 @@ def main() -> None:
               f"{paired[mib]:.2f} |")
     commit = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True,
                             text=True).stdout.strip()
-    out = REPO / "bench" / "results" / f"transfer-threshold-{commit}.json"
+    out = args.out / f"transfer-threshold-{commit}.json"
     out.write_text(json.dumps({"runs": args.runs, "fleet_commit": commit, "seconds": walls,
                                "openssh_over_asyncssh_time_paired": paired}, indent=1))
     print(f"raw: {out}")

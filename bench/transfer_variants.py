@@ -18,6 +18,7 @@ import queue
 import statistics
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -322,14 +323,13 @@ def main() -> None:
     args = ap.parse_args()
     size = args.size_mib << 20
     c = SSHCluster(1)
-    dest = Path("/var/tmp/fleet-transfer-variants")
+    dest = Path(tempfile.mkdtemp(prefix="fleet-transfer-variants-", dir="/var/tmp"))  # this run's own
     try:
         c.start()
         h = c.hosts[0]
         report = random_report(c, size)
         cfg = c.dir / "ssh_config.openssh"
         cfg.write_text(c.ssh_config.read_text() + f"  Port {h.port}\n")
-        dest.mkdir(exist_ok=True)
         ctx = Ctx(c, report)
         tools = variants(ctx, cfg, dest)
         if args.only:

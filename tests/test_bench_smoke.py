@@ -74,3 +74,15 @@ def test_the_transfer_benchmark_brings_the_file_home_beside_scp_sftp_and_rsync(t
     doc = json.loads(raw.read_text())
     assert set(doc["paired"]) == {"fleet/scp", "fleet/sftp", "fleet/rsync", "fleet/scp-aes", "asyncssh/scp"}
     assert all(len(sides[name]) == 1 for sides in doc["mb_per_s"].values() for name in sides)
+
+
+def test_the_transfer_studies_run_their_variants_thresholds_modes_and_profile(tmp_path):
+    r = bench(tmp_path, "bench/transfer_variants.py", "--size-mib", "2", "--runs", "1")
+    assert "| scp |" in r.stdout and "| fleet |" in r.stdout, r.stdout[-2000:]
+    bench(tmp_path, "bench/transfer_threshold.py", "--sizes-mib", "8", "--runs", "1", "--out", str(tmp_path))  # STREAM_MIN
+    [threshold] = tmp_path.glob("transfer-threshold-*.json")
+    assert set(json.loads(threshold.read_text())["seconds"]["8"]) == {"asyncssh", "openssh"}
+    bench(tmp_path, "bench/transfer_modes.py", "--size-mib", "2", "--runs", "1", "--label", "smoke", "--out", str(tmp_path))
+    assert list(tmp_path.glob("transfer-modes-*-smoke.json"))
+    r = bench(tmp_path, "bench/transfer_profile.py", "--size-mib", "2", "--top", "5")
+    assert " MB/s, client CPU " in r.stdout and "function calls" in r.stdout
