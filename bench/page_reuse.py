@@ -11,6 +11,7 @@ go to ``bench/results/page-reuse.json``.
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import tempfile
@@ -21,29 +22,35 @@ REPO = Path(__file__).resolve().parents[1]
 PAUSES = (0, 4, 0, 4, 0, 4, 0.5, 2, 8)
 
 
-def write_gib(path: Path, block: bytes) -> tuple[float, float]:
+def write_gib(path: Path, block: bytes, size: int = 1 << 30) -> tuple[float, float]:
     c0, t0 = time.process_time(), time.monotonic()
     with open(path, "wb") as f:
-        for _ in range((1 << 30) // len(block)):
+        for _ in range(size // len(block)):
             f.write(block)
     return time.process_time() - c0, time.monotonic() - t0
 
 
 def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--size-mib", type=int, default=1024, help="what is freed and written again each time")
+    ap.add_argument("--pauses", default=",".join(map(str, PAUSES)), help="seconds waited after each free")
+    ap.add_argument("--out", type=Path, default=REPO / "bench" / "results", help="the folder for the raw results")
+    args = ap.parse_args()
+    size = args.size_mib << 20
     block = os.urandom(1 << 20)
     scratch = Path(tempfile.mkdtemp(prefix="fleet-page-reuse-", dir="/var/tmp"))
     old, new = scratch / "a", scratch / "b"
     rows = []
     try:
-        write_gib(old, block)
+        write_gib(old, block, size)
         os.sync()
-        for pause in PAUSES:
+        for pause in (float(p) for p in args.pauses.split(",")):
             old.unlink()
             os.sync()
             time.sleep(pause)
-            cpu, wall = write_gib(new, block)
+            cpu, wall = write_gib(new, block, size)
             os.sync()
-            rows.append({"pause_s": pause, "cpu_s": round(cpu, 3), "wall_s": round(wall, 3)})
+            rows.append({"size_mib": args.size_mib, "pause_s": pause, "cpu_s": round(cpu, 3), "wall_s": round(wall, 3)})
             print(f"freed 1 GiB, waited {pause:4.1f} s, wrote 1 GiB: CPU {cpu:.2f} s, wall {wall:.2f} s", flush=True)
             old, new = new, old
     finally:
@@ -53,7 +60,8 @@ def main() -> None:
     reporting = Path("/sys/module/page_reporting/parameters/page_reporting_order")
     doc = {"rows": rows, "kernel": os.uname().release,
            "page_reporting_order": reporting.read_text().strip() if reporting.exists() else None}
-    (REPO / "bench" / "results" / "page-reuse.json").write_text(json.dumps(doc, indent=1) + "\n")
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "page-reuse.json").write_text(json.dumps(doc, indent=1) + "\n")
 
 
 if __name__ == "__main__":

@@ -108,6 +108,7 @@ def main() -> None:
     print("| poller | job-information RPCs | per interval |\n|---|---|---|")
     for name, n in rpcs.items():
         print(f"| {name} | {n} | {n / INTERVALS:.1f} |")
+    args.out.mkdir(parents=True, exist_ok=True)
     out = args.out / "slurm.json"
     commit = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True,
                             text=True).stdout.strip()

@@ -8,6 +8,7 @@ over 100,000 catalogued runs. Prints one JSON document; run as root from the che
 
 from __future__ import annotations
 
+import argparse
 import hashlib
 import json
 import os
@@ -53,26 +54,33 @@ def upload_code(kind: str, path: Path, sha: str, key: str) -> str:
 
 
 def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--mib", type=int, default=1024, help="the report sent by fleet and by boto3")
+    ap.add_argument("--rounds", type=int, default=ROUNDS)
+    ap.add_argument("--memory-mib", default="128,512,1024,2048", help="the reports whose peak memory is measured")
+    ap.add_argument("--catalogued", type=int, default=100_000, help="runs in the catalog `reports ls` lists")
+    a = ap.parse_args()
+    upload = "upload_1gib" if a.mib == 1024 else f"upload_{a.mib}mib"
     site = TeamSite(people=("alice",))
     results: dict = {"commit": subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
-                                              text=True).stdout.strip(), "upload_1gib": [], "memory": {}}
+                                              text=True).stdout.strip(), upload: [], "memory": {}}
     try:  # a start that fails half-way stops what it started too
         site.start()
         work = site.dir / "bench"
         work.mkdir()
         env = {**os.environ, **site.env("alice")}
         path = work / "report.bin"
-        sha = big_file(path, 1024)
-        for n in range(ROUNDS):  # paired, alternating which goes first
+        sha = big_file(path, a.mib)
+        for n in range(a.rounds):  # paired, alternating which goes first
             order = ("fleet", "boto3") if n % 2 == 0 else ("boto3", "fleet")
             row = {}
             for kind in order:
                 row[kind] = round(child_peak_rss(upload_code(kind, path, sha, f"team/alice/bench/{kind}-{n}"),
                                                  env)[0], 2)
-            results["upload_1gib"].append(row)
+            results[upload].append(row)
         # 128 MiB is two parts in flight; from 512 MiB on, all WORKERS are: flat means 512, 1024 and
         # 2048 MiB alike.
-        for mib in (128, 512, 1024, 2048):
+        for mib in (int(m) for m in a.memory_mib.split(",")):
             small = work / f"r{mib}.bin"
             s = big_file(small, mib)
             code = upload_code("fleet", small, s, f"team/alice/bench/mem-{mib}")
@@ -83,19 +91,19 @@ def main() -> None:
             small.unlink()
         site.psql("INSERT INTO fleet.runs (run_id, site, day, started, status, manifest, manifest_sha256) "
                   "SELECT '20250101-' || lpad(g::text, 6, '0') || '-beef', 'lab', '2025-01-01', "
-                  "'2025-01-01T00:00:00+0000', 'complete', '{}', 'x' FROM generate_series(1, 100000) g;"
+                  f"'2025-01-01T00:00:00+0000', 'complete', '{{}}', 'x' FROM generate_series(1, {a.catalogued}) g;"
                   "INSERT INTO fleet.reports (run_id, host, name, tool, status, started) "
                   "SELECT run_id, 'gx01', 'r.nsys-rep', 'nsys', 'complete', started FROM fleet.runs "
                   "WHERE run_id LIKE '20250101-%'; ANALYZE;", role="alice")
         for args in (["reports", "ls", "--since", "2026-01-01"], ["reports", "ls", "--host", "gx01", "--json"],
                      ["reports", "ls"]):
             times = []
-            for _ in range(ROUNDS):
+            for _ in range(a.rounds):
                 start = time.perf_counter()
                 r = site.fleet(*args, env=site.env("alice"))
                 times.append(round(time.perf_counter() - start, 2))
                 assert r.returncode == 0, r.stderr
-            results[f"fleet {' '.join(args)} (100,000 runs)"] = times
+            results[f"fleet {' '.join(args)} ({a.catalogued:,} runs)"] = times
     finally:
         site.stop()
     print(json.dumps(results, indent=2))

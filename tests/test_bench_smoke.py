@@ -86,3 +86,24 @@ def test_the_transfer_studies_run_their_variants_thresholds_modes_and_profile(tm
     assert list(tmp_path.glob("transfer-modes-*-smoke.json"))
     r = bench(tmp_path, "bench/transfer_profile.py", "--size-mib", "2", "--top", "5")
     assert " MB/s, client CPU " in r.stdout and "function calls" in r.stdout
+
+
+def test_the_slurm_benchmark_times_fleet_beside_raw_sbatch_and_counts_slurmctlds_rpcs(tmp_path):
+    r = bench(tmp_path, "bench/slurm.py", "--runs", "1", "--out", str(tmp_path), timeout=600)
+    doc = json.loads((tmp_path / "slurm.json").read_text())
+    assert set(doc["wall_s"]) == {"fleet", "sbatch"} and all(len(w) == 1 for w in doc["wall_s"].values())
+    assert "fleet overhead over raw sbatch --wait:" in r.stdout
+
+
+def test_the_page_reuse_benchmark_writes_after_each_pause(tmp_path):
+    bench(tmp_path, "bench/page_reuse.py", "--size-mib", "8", "--pauses", "0,0.1", "--out", str(tmp_path))
+    rows = json.loads((tmp_path / "page-reuse.json").read_text())["rows"]
+    assert [r["pause_s"] for r in rows] == [0, 0.1] and all(r["wall_s"] > 0 for r in rows)
+
+
+def test_the_team_store_benchmark_sends_beside_boto3_and_lists_the_catalog(tmp_path):
+    r = bench(tmp_path, "bench/team_store.py", "--mib", "8", "--rounds", "1", "--memory-mib", "8",
+              "--catalogued", "100", timeout=600)
+    doc = json.loads(r.stdout)
+    assert [set(row) for row in doc["upload_8mib"]] == [{"fleet", "boto3"}] and list(doc["memory"]) == ["8 MiB"]
+    assert len(doc["fleet reports ls (100 runs)"]) == 1
