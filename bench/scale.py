@@ -125,7 +125,7 @@ def bench(n: int, runs: int, env: dict, fanout: int, profile: str | None = None,
             results.append(r)
             print(f"{n} hosts: {json.dumps({k: v for k, v in r.items() if k != 'stderr'})}", flush=True)
         if profile:  # one more run, under the profiler, not counted
-            report = Path(f"/tmp/fleet-scale-{profile}-{n}.txt")
+            report = Path(tempfile.mkdtemp(prefix="fleet-scale-")) / f"{profile}-{n}.txt"  # this run's own
             run_client(paths, env, fanout, (profile, report))
             print(f"{n} hosts: {profile} profile in {report}", flush=True)
     finally:

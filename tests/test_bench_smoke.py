@@ -5,19 +5,25 @@ format the client had come to refuse, and every host said "no probe answer from 
 from __future__ import annotations
 
 import json
+import re
+import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 from tests.conftest import REPO
 
 
-def test_the_scale_benchmark_gets_every_simulated_hosts_probe(tmp_path):
+def test_the_scale_benchmark_gets_every_simulated_hosts_probe_and_profiles_one_more_run(tmp_path):
     out = tmp_path / "scale.json"
-    r = subprocess.run([sys.executable, "bench/scale.py", "--hosts", "6", "--runs", "1", "--out", str(out)],
-                       cwd=REPO, capture_output=True, text=True, timeout=300)
+    r = subprocess.run([sys.executable, "bench/scale.py", "--hosts", "6", "--runs", "1", "--out", str(out),
+                        "--profile", "cpu"], cwd=REPO, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stdout + r.stderr
     runs = json.loads(out.read_text())["counts"][0]["runs"]
     assert [(run["rc"], run["ok"], run["errors"]) for run in runs] == [(0, 6, [])]
+    report = Path(re.search(r"6 hosts: cpu profile in (\S+)", r.stdout).group(1))  # bench/scale_profile.py's
+    assert "cumulative" in report.read_text()
+    shutil.rmtree(report.parent)
 
 
 def test_the_change_points_benchmark_scores_fleet_on_every_kind_of_history(tmp_path):
