@@ -175,12 +175,33 @@ def _reached(func, seen: dict) -> str:
     return seen[func]
 
 
+GUARD = "_a_pure_test_starts_nothing"  # the guard below, which every test uses: not itself a start
+
+
+@pytest.fixture(autouse=True)
+def _a_pure_test_starts_nothing(request, monkeypatch):
+    """A test not marked services starts no process: every process start (subprocess, asyncio's,
+    multiprocessing's, a fork) fails it, naming what it started. This keeps the marker honest where
+    the words above miss a start hidden in a helper class (`-m "not services"` is then pure)."""
+    if request.node.get_closest_marker("services") is None:
+        def refused(what):
+            def start(*args, **kwargs):
+                raise AssertionError(f"this test starts {what} but is not marked services: give its module "
+                                     "pytestmark = pytest.mark.services (tests/conftest.py)")
+            return start
+        monkeypatch.setattr(subprocess.Popen, "_execute_child", refused("a process"))
+        monkeypatch.setattr(os, "fork", refused("a process (os.fork)"))
+        monkeypatch.setattr(os, "posix_spawn", refused("a process (os.posix_spawn)"))
+        monkeypatch.setattr(os, "posix_spawnp", refused("a process (os.posix_spawnp)"))
+    yield
+
+
 def pytest_collection_modifyitems(config, items):
     """A test needs services (or root) when it, a fixture it uses (however deep), or a helper of
     tests/ either calls (however deep) starts one (or does what only root may)."""
     seen: dict = {}
     for item in items:
-        defs = [d for name in getattr(item, "fixturenames", ()) for d in
+        defs = [d for name in getattr(item, "fixturenames", ()) if name != GUARD for d in
                 (item._fixtureinfo.name2fixturedefs.get(name) or ())]
         funcs = [f for f in [getattr(item, "function", None), *(d.func for d in defs)] if f is not None]
         sources = [_reached(f, seen) for f in funcs]

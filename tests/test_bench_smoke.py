@@ -11,7 +11,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import REPO
+
+# Each benchmark starts sshd hosts, a Slurm cluster or the team store's servers in a process of its own, as root.
+pytestmark = [pytest.mark.services, pytest.mark.root]
 
 
 def test_the_scale_benchmark_gets_every_simulated_hosts_probe_and_profiles_one_more_run(tmp_path):

@@ -166,6 +166,7 @@ class Plan:
         return False
 
 
+@pytest.mark.services  # runs the agent and the stand-in nsys as processes
 def test_a_profiler_that_outlives_sigkill_is_not_waited_on_for_ever(tmp_path, monkeypatch):
     """A process stuck in the kernel outlives SIGKILL; none can be made here at will, so the kill is
     left unsent (the process stands for one that SIGKILL did not end) and the agent must still return."""
@@ -186,6 +187,7 @@ def test_a_profiler_that_outlives_sigkill_is_not_waited_on_for_ever(tmp_path, mo
             os.kill(pids[0], signal.SIGKILL)
 
 
+@pytest.mark.services  # runs the agent and the stand-in nsys as processes
 def test_a_profiler_left_after_sigkill_is_a_profiler_error_said_once(tmp_path, monkeypatch):
     """A profiler that ignored its stops at its time limit and outlived SIGKILL (the kill left unsent, as
     above): its session was cut, so the run is a profiler-error, said in one reason, and its report (none
@@ -216,6 +218,7 @@ def test_a_profiler_left_after_sigkill_is_a_profiler_error_said_once(tmp_path, m
     assert completeness.classify(entry).cls == completeness.TRUNCATED
 
 
+@pytest.mark.services  # runs the agent and the stand-in nsys as processes
 def test_a_workload_printing_the_disk_full_line_on_a_roomy_disk_is_not_stopped(tmp_path):
     """The workload writes to nsys's pipes: nsys's recorded disk-full line from it, with room on the disk,
     stops nothing; the run goes on to its end, ok, its report whole."""

@@ -3,6 +3,8 @@ host patterns it shows select what it says, and its refusals read as it shows th
 
 from __future__ import annotations
 
+import pytest
+
 import os
 import sys
 from pathlib import Path
@@ -13,6 +15,7 @@ from tests.harness import docs
 DOC = REPO / "docs" / "inventory.md"
 
 
+@pytest.mark.services  # runs the doc's fleet commands
 def test_every_command_of_the_inventory_doc_runs(tmp_path):
     home = tmp_path / "home"
     home.mkdir()

@@ -54,6 +54,7 @@ def logged_nsys(tmp_path: Path, body: str) -> tuple[Path, Path]:
     return nsys, log
 
 
+@pytest.mark.services  # runs the stand-in nsys's export
 def test_each_report_is_exported_once_and_its_summaries_are_made_from_that_export(tmp_path):
     """No nsys stats (which would export the report again): nsys export alone, once per report,
     over an export an earlier run of the same name left; the summaries beside it, private."""
@@ -75,6 +76,7 @@ def test_each_report_is_exported_once_and_its_summaries_are_made_from_that_expor
     assert Path(got[2]["path"]).read_text().splitlines()[1].endswith(",PushPop,:step")
 
 
+@pytest.mark.services  # runs the stand-in nsys's export
 def test_a_report_nsys_cannot_export_has_no_summaries_and_a_note(tmp_path):
     nsys, log = logged_nsys(tmp_path, "echo 'cannot read the report'; exit 1")
     report = tmp_path / "r.nsys-rep"
@@ -85,6 +87,7 @@ def test_a_report_nsys_cannot_export_has_no_summaries_and_a_note(tmp_path):
     assert report.read_text() == "{}"
 
 
+@pytest.mark.services  # runs the stand-in nsys's export
 def test_the_reports_of_one_run_are_exported_side_by_side_and_listed_in_their_order(tmp_path):
     """Ranks of one launcher on one node: one export each, made at the same time (each nsys waits
     until all have started, so one at a time would never end), entries and notes in report order."""
@@ -107,6 +110,7 @@ def test_the_reports_of_one_run_are_exported_side_by_side_and_listed_in_their_or
     assert log.read_text().split() == ["export"] * 5
 
 
+@pytest.mark.services  # runs the stand-in nsys's export
 def test_an_export_fleet_cannot_read_costs_its_summaries_and_nothing_else(tmp_path):
     """A summary that fails is a note: the export is still listed, hashed, for the trip home."""
     nsys, _ = logged_nsys(tmp_path, 'while [ "$1" != --output ]; do shift; done; echo not-sqlite > "$2"')

@@ -52,6 +52,7 @@ def keys_under(site, prefix: str) -> list[str]:
     return sorted(o["Key"] for page in pages for o in page.get("Contents", []))
 
 
+@pytest.mark.services  # starts SeaweedFS and PostgreSQL (tests/harness/teamservers.py)
 def test_a_setting_with_a_password_or_only_half_a_team_store_is_refused_touching_nothing(site, tmp_path):
     root = store_of(tmp_path)
     env = site.env("alice", root)
@@ -66,6 +67,7 @@ def test_a_setting_with_a_password_or_only_half_a_team_store_is_refused_touching
     assert "Traceback" not in r.stderr
 
 
+@pytest.mark.services  # starts SeaweedFS and PostgreSQL (tests/harness/teamservers.py)
 def test_each_person_sees_their_own_runs_and_those_shared_with_their_group_and_nothing_else(site, tmp_path):
     for person, run_id in (("bob", BOB_RUN), ("alice", ALICE_RUN), ("carol", CAROL_RUN)):
         root = store_of(tmp_path, person)
@@ -109,6 +111,7 @@ def test_each_person_sees_their_own_runs_and_those_shared_with_their_group_and_n
     assert r.returncode == 2 and "that you may see" in r.stderr
 
 
+@pytest.mark.services  # starts SeaweedFS and PostgreSQL (tests/harness/teamservers.py)
 def test_nobody_reaches_anothers_private_run_with_their_own_credentials_directly(site, tmp_path):
     root = store_of(tmp_path)
     embedded_run(root, "20261203-091000-b0b1", {"gx02": b"private to bob"})
@@ -142,6 +145,7 @@ def test_nobody_reaches_anothers_private_run_with_their_own_credentials_directly
     assert keys_under(site, bob_key) == [bob_key]
 
 
+@pytest.mark.services  # starts SeaweedFS and PostgreSQL (tests/harness/teamservers.py)
 def test_an_embedded_store_of_200_runs_is_pushed_whole_and_pushing_again_changes_nothing(site, tmp_path):
     root = store_of(tmp_path)
     expected = {}
@@ -206,6 +210,7 @@ def in_process(site, person, monkeypatch):
     return resolve()
 
 
+@pytest.mark.services  # starts SeaweedFS and PostgreSQL (tests/harness/teamservers.py)
 def test_the_catalog_stopped_between_the_upload_and_the_commit_leaves_no_run_and_a_retry_ends_whole(
         site, tmp_path, monkeypatch):
     from fleet.store.team import objects
@@ -245,6 +250,7 @@ def big_run(root: Path, run_id: str, mib: int) -> tuple[Path, str]:
     return path, digest.hexdigest()
 
 
+@pytest.mark.services  # starts SeaweedFS and PostgreSQL (tests/harness/teamservers.py)
 def test_the_s3_server_killed_in_the_middle_of_a_1_gib_upload_means_a_retry_that_resumes(site, tmp_path, monkeypatch):
     from fleet.store.team import objects
     from fleet.store.team.catalog import TeamError
@@ -388,6 +394,7 @@ def test_a_lab_profile_is_pushed_once_it_finishes_and_kept_when_the_team_store_i
     assert run_id in {row["run_id"] for row in json.loads(r.stdout)["data"]}
 
 
+@pytest.mark.services  # starts SeaweedFS and PostgreSQL (tests/harness/teamservers.py)
 def test_the_nightly_report_judges_the_teams_history_its_own_runs_and_those_shared_with_it(site, tmp_path):
     values = [100, 102, 99, 101, 100, 98, 101, 121, 122]  # a step at the eighth night
     for i, v in enumerate(values):
@@ -453,6 +460,7 @@ def test_a_schedule_fired_by_cron_lands_its_night_in_the_team_store_and_the_repo
     assert run_fleet("schedule", "rm", "cron-night", env=env).returncode == 0 and table.read_text() == ""
 
 
+@pytest.mark.services  # starts SeaweedFS and PostgreSQL (tests/harness/teamservers.py)
 def test_stats_and_compare_read_a_team_run_as_they_read_one_of_the_embedded_store(site, tmp_path):
     ids = []
     for i, ns in enumerate((5_000_000, 9_000_000)):
@@ -493,6 +501,7 @@ def test_a_slurm_profile_is_pushed_with_every_ranks_report(site, hpc, tmp_path, 
     assert site.fleet("reports", "show", run_id, env=site.env(other)).returncode == 2  # the person's alone
 
 
+@pytest.mark.services  # starts SeaweedFS and PostgreSQL (tests/harness/teamservers.py)
 def test_a_file_changed_since_the_store_verified_it_is_not_pushed_and_the_run_stays_out(site, tmp_path):
     root = store_of(tmp_path)
     run_id = "20261203-095000-0bad"
