@@ -14,6 +14,7 @@ import yaml
 
 from fleet import store
 from fleet.nightly import confirm as c
+from fleet.nightly import confirm_runs as c_runs
 from fleet.nightly.confirm_runs import target_from_history
 from fleet.nightly.environment import Environment
 from fleet.nightly.playbook import load
@@ -66,7 +67,7 @@ def test_the_change_to_confirm_is_the_newest_where_the_workloads_version_changed
     book = tmp_path / "train.yaml"
     book.write_text(yaml.safe_dump({"name": "train-step", "target": {"hosts": "gx-01"}, "command": ["true"],
                                     "version": ["git", "-C", "~/proj", "rev-parse", "HEAD"],
-                                    "checkout": ["git", "-C", "~/proj", "checkout", "--quiet"]}))
+                                    "checkout": ["git", "-C", "~/proj", "switch", "--detach", "--quiet"]}))
     target = target_from_history(EmbeddedHistory(tmp_path / "store"), load(book), None)
     assert (target.before, target.after, target.run_after) == ("4f1c2e", "9b0d7a", ids[14])
     [(metric, device, rel)] = target.expected
@@ -144,16 +145,40 @@ def test_a_failed_checkout_stops_it_puts_the_workload_back_and_exits_1(lab, vers
     assert log.read_text().split() == ["v1", "v2"]
 
 
-def test_a_version_that_would_be_an_option_is_never_checked_out(lab, versioned, tmp_path):
+def test_a_version_that_would_be_an_option_or_a_path_is_refused_before_anything_is_checked_out(lab, versioned,
+                                                                                                  tmp_path):
     """The versions come from the history, which the nodes wrote: one starting with '-' stops it."""
     book, version, log = versioned
     values = noisy(14, 5) + [v * 1.06 for v in noisy(5, 6)]
     plant(tmp_path / "s", "confirm-bench", values, ["--orphan=x"] * 14 + ["v2"] * 5, ["580.95.05"] * 19)
     r = run_fleet("nightly", "confirm", str(book), "--store", str(tmp_path / "s"), env=lab["c"].env())
-    assert r.returncode == 1, r.stdout + r.stderr
-    assert r.stdout.startswith("confirming --orphan=x (A) against v2 (B), the change at run ")
-    assert "error: version '--orphan=x' starts with '-'" in r.stdout and "the workload is back at v2" in r.stdout
-    assert log.read_text().split() == ["v2"]
+    assert r.returncode == 2 and "version '--orphan=x' is not one a checkout command may be given" in r.stderr
+    assert not log.exists() and r.stdout == "" and "Traceback" not in r.stderr
+
+
+def test_a_version_is_one_word_of_a_tags_branchs_or_hashs_characters():
+    for fine in ("4f1c2e9", "v1.2.3", "release/2024-11", "HEAD@{1}"[:4], "1.0+cu130"):
+        assert c_runs.checked_version(fine) == fine
+    for bad in ("", ".", "..", "a/../b", "-x", "--orphan=x", ".hidden", "two words", "v1\nv2", "~/x", "a;b", "x" * 129):
+        with pytest.raises(c.ConfirmError):
+            c_runs.checked_version(bad)
+
+
+def test_the_exact_test_counts_the_observed_split_however_large_the_values():
+    big = 1e13
+    assert c.p_value([big + .3, big + .7], [big + 1.1, big + 1.4], +1) == pytest.approx(1 / 6)
+
+
+def test_runs_on_two_gpus_of_one_model_are_no_confirmation():
+    two = runs([100.0, 101.0], [106.0, 107.0])
+    two[2] = replace(two[2], environment=replace(H200, gpu_uuid="GPU-77b0"))
+    v = c.judge("m", "d", two, expected=0.06, least=0.02)
+    assert v.verdict == c.UNCLEAR and "GPU GPU-5a1e -> GPU-77b0" in v.why
+
+
+def test_b_beyond_a_but_nearer_than_the_least_change_at_the_nearest_pair_is_unclear():
+    v = c.judge("m", "d", runs([100.0, 106.0], [106.5, 110.0]), expected=0.06, least=0.02)
+    assert v.verdict == c.UNCLEAR and "+0.5% at the nearest pair" in v.why
 
 
 def test_a_playbook_without_checkout_is_refused_before_anything_runs(tmp_path):

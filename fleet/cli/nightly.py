@@ -285,45 +285,62 @@ def nightly_confirm(obj: Context, playbook, run_after, versions, rounds, gpu, si
     kept with their reports, out of the history. Exit 0: it holds; 12: it did not, or the runs could
     not tell; 1: a run or a checkout failed."""
     from ..nightly import confirm as verdicts
-    from ..nightly.confirm_runs import confirm, target_from_history
+    from ..nightly.confirm_runs import Confirmation, confirm
     from .. import store
+    from .terminal import say
 
     pb = _playbook(playbook)
-    if versions and versions[0] == versions[1]:
-        fail(f"--versions: A and B are both {versions[0]}; name two versions")
-    if versions and run_after:
-        fail("--change finds the versions in the history; --versions names them: give one")
-    if not pb.checkout:
-        fail(f"{playbook}: the playbook has no checkout command, so fleet cannot put the workload at a version "
-             "(add e.g. checkout: [git, -C, ~/proj, checkout, --quiet])")
-    if gpu is not None and pb.on_slurm:
-        fail("--gpu picks a GPU on lab servers; on Slurm the job's GPUs are Slurm's to give")
-    try:
-        target = verdicts.Target(*versions) if versions else target_from_history(_history(store_root), pb, run_after, since)
-    except verdicts.ConfirmError as e:
-        fail(str(e))
+    target = _confirm_target(pb, versions, run_after, gpu, since, store_root)
     if not as_json:
-        echo(f"confirming {target.before} (A) against {target.after} (B)" +
-             (f", the change at run {target.run_after}" if target.run_after else "") + f": {'ABBA' * rounds}")
+        say(f"confirming {target.before} (A) against {target.after} (B)" +
+            (f", the change at run {target.run_after}" if target.run_after else "") + f": {'ABBA' * rounds}")
 
     def said(side: str, version: str, m) -> None:
         if not as_json:
-            echo(f"  {side} {version}: run {m.run_id} {m.status}")
+            say(f"  {side} {version}: run {m.run_id} {m.status}")
+
+    done = Confirmation(target)
 
     async def go():
         async with obj.fanout_for_run() as fan:
-            return await confirm(fan, obj.inventory, pb, target, embedded=not obj.inventories,
+            return await confirm(fan, obj.inventory, pb, done, embedded=not obj.inventories,
                                  store_root=store.root(store_root), rounds=rounds,
                                  gpus=(gpu,) if gpu is not None else None, on_run=said)
 
     try:
-        done = asyncio.run(go())
-    except verdicts.ConfirmError as e:
-        fail(str(e), exitcodes.FAILED)
+        asyncio.run(go())
+    except verdicts.ConfirmError as e:  # before anything was checked out or run
+        fail(str(e))
+    except KeyboardInterrupt:  # the runs stopped; where the workload was left is said before leaving
+        _say_confirmed(done, [], as_json=False, err=True)
+        raise
     found = [] if done.error else verdicts.judge_all(done.measured, target, float(pb.thresholds["change"]))
     _say_confirmed(done, found, as_json)
     sys.exit(exitcodes.FAILED if done.error or done.restore_error else
              exitcodes.OK if verdicts.holds(found) else exitcodes.NOT_CONFIRMED)
+
+
+def _confirm_target(pb, versions, run_after, gpu, since, store_root):
+    """What ``nightly confirm`` reruns (its options checked, each a one-line error, exit 2, before
+    anything is checked out): the two versions named, or the change found in the history."""
+    from ..nightly import confirm as verdicts
+    from ..nightly.confirm_runs import checked_version, target_from_history
+
+    if versions and versions[0] == versions[1]:
+        fail(f"--versions: A and B are both {versions[0]}; name two versions")
+    if versions and (run_after or since):
+        fail("--change and --since find the versions in the history; --versions names them: give one")
+    if not pb.checkout:
+        fail(f"{pb.path}: the playbook has no checkout command, so fleet cannot put the workload at a version "
+             "(add e.g. checkout: [git, -C, ~/proj, switch, --detach, --quiet])")
+    if gpu is not None and pb.on_slurm:
+        fail("--gpu picks a GPU on lab servers; on Slurm the job's GPUs are Slurm's to give")
+    try:
+        target = verdicts.Target(*versions) if versions else target_from_history(_history(store_root), pb, run_after, since)
+        checked_version(target.before), checked_version(target.after)
+    except verdicts.ConfirmError as e:
+        fail(str(e))
+    return target
 
 
 def _history(store_root):
@@ -341,12 +358,14 @@ def _history(store_root):
     return TeamHistory(team)
 
 
-def _say_confirmed(done, found, as_json: bool) -> None:
+def _say_confirmed(done, found, as_json: bool, err: bool = False) -> None:
+    """The verdicts, the error where the runs stopped, and where the workload was left (each one
+    line: versions and devices come from the nodes)."""
     from dataclasses import asdict
 
     from ..nightly.report_html import scale
     from ..nightly.report_plot import shown_metric
-    from ..visible import visible
+    from .terminal import say
 
     if as_json:
         return echo_json({"target": asdict(done.target), "runs": [dict(zip(("side", "version", "run_id"), r))
@@ -356,10 +375,10 @@ def _say_confirmed(done, found, as_json: bool) -> None:
     for v in found:
         div, unit = scale(v.metric)
         values = "; ".join(f"{side} " + ", ".join(f"{x / div:.4g}" for x in xs) for side, xs in (("A", v.a), ("B", v.b)))
-        echo(visible(f"{v.verdict}: {shown_metric(v.metric)} ({v.device}): {v.why}" +
-                     (f" (p = {v.p_value:.3g})" if v.p_value is not None else "") + (f"; {values} {unit}" if values else "")))
+        say(f"{v.verdict}: {shown_metric(v.metric)} ({v.device}): {v.why}" +
+            (f" (p = {v.p_value:.3g})" if v.p_value is not None else "") + (f"; {values} {unit}" if values else ""), err)
     for line in (done.error, done.restore_error):
         if line:
-            echo(visible(f"error: {line}"))
+            say(f"error: {line}", err)
     if done.left_at:
-        echo(visible(f"the workload is back at {done.left_at}"))
+        say(f"the workload is back at {done.left_at}", err)

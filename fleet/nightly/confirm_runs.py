@@ -7,12 +7,14 @@ kept under the manifest's ``playbook.confirm``, which neither catalog indexes). 
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
 from .. import exitcodes
-from ..safenames import UnsafeValue
+from ..errors import FleetError
+from ..safenames import UnsafeValue, quote
 from ..visible import visible
 from . import confirm as verdicts
 from .confirm import ConfirmError, Measured, Target
@@ -48,13 +50,25 @@ class Confirmation:
     error: str | None = None        # why the runs stopped before the last
 
 
+VERSION = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+@:/-]{0,127}")
+
+
+def checked_version(version: str) -> str:
+    """A version fit to give the checkout command as its last word, or ConfirmError. Versions come
+    from the history (what a node's version command printed) or the command line: one word of a
+    tag's, a branch's or a hash's characters, never an option ('-'), never a path out ('..')."""
+    if not VERSION.fullmatch(version) or ".." in version.split("/") or ".." in version:
+        raise ConfirmError(visible(f"version {version!r} is not one a checkout command may be given: one word of "
+                                   "letters, digits and . _ + @ : / -, not starting with - or ., without '..'"))
+    return version
+
+
 async def put_at(fan: "Fanout", host, pb: Playbook, version: str) -> None:
     """The workload at ``version`` on ``host``, by the playbook's checkout command, and its version
     command then saying so; else ConfirmError."""
-    if version.startswith("-"):  # a version the node said, never an option of the user's checkout command
-        raise ConfirmError(visible(f"version {version!r} starts with '-': the checkout command would read it as an option"))
-    try:
-        script = home_script(pb.checkout + (version,), "checkout", CHECKOUT_TIMEOUT)
+    checked_version(version)
+    try:  # the version one quoted word of its own: no '~/' of the playbook's words applies to it
+        script = home_script(pb.checkout, "checkout", CHECKOUT_TIMEOUT) + " " + quote(version, "version")
     except UnsafeValue as e:
         raise ConfirmError(f"version {visible(version)!r} cannot be checked out: {e}") from None
     r = await fan.run(host, ["sh", "-c", script], timeout=CHECKOUT_TIMEOUT + 10, limit=ANSWER_LIMIT)
@@ -86,27 +100,40 @@ async def _put_back(fan: "Fanout", host, pb: Playbook, done: Confirmation, versi
         done.restore_error = f"{e}: the workload was not put back at {version}; check it out yourself"
 
 
-async def confirm(fan: "Fanout", inventory: "Inventory", pb: Playbook, target: Target, *, embedded: bool,
-                  store_root: Path, rounds: int = 1, gpus: tuple[int, ...] | None = None, poll: float = 5.0,
-                  on_run: Callable[[str, str, "RunManifest"], None] = lambda side, version, m: None) -> Confirmation:
-    """Run the playbook at A and B in the order A, B, B, A (``rounds`` times), the workload put back
-    at its version afterwards. A checkout or a run that fails ends the runs (``Confirmation.error``);
-    the workload is put back all the same (``Confirmation.restore_error`` where it could not be).
-    ConfirmError: nothing was run (no checkout command, no host, no version to come back to)."""
+def _one_host(inventory: "Inventory", pb: Playbook, embedded: bool):
+    """The one host the workload is checked out on, or ConfirmError: a lab playbook of several hosts
+    would run versions fleet did not put there on the others."""
     if not pb.checkout:
         raise ConfirmError(f"{pb.path}: the playbook has no checkout command, so fleet cannot put the workload "
-                           "at a version (add e.g. checkout: [git, -C, ~/proj, checkout, --quiet])")
+                           "at a version (add e.g. checkout: [git, -C, ~/proj, switch, --detach, --quiet])")
+    if not pb.on_slurm and len(inventory.select([pb.target["hosts"]])) > 1:
+        raise ConfirmError(f"{pb.path}: its target names several hosts, and the workload is checked out on one: "
+                           "confirm a change with a playbook of one host")
     host = workload_host(inventory, pb, embedded=embedded)
     if host is None:
         raise ConfirmError(f"{pb.path}: its target names no host to check the workload out on")
+    return host
+
+
+async def confirm(fan: "Fanout", inventory: "Inventory", pb: Playbook, done: Confirmation, *, embedded: bool,
+                  store_root: Path, rounds: int = 1, gpus: tuple[int, ...] | None = None, poll: float = 5.0,
+                  on_run: Callable[[str, str, "RunManifest"], None] = lambda side, version, m: None) -> Confirmation:
+    """Run the playbook at ``done.target``'s A and B in the order A, B, B, A (``rounds`` times), the
+    workload put back at its version afterwards, what happened kept in ``done`` (the caller's, so that
+    an interrupted confirmation can still say where the workload was left). A checkout or a run that
+    fails ends the runs (``done.error``); the workload is put back all the same (``done.restore_error``
+    where it could not be). ConfirmError: nothing was run or checked out (no checkout command, several
+    hosts, a version no checkout command may be given, no version to come back to)."""
+    host = _one_host(inventory, pb, embedded)
+    checked_version(done.target.before), checked_version(done.target.after)
     start = await workload_version(fan, host, pb.version)
     if start["version"] is None:
         raise ConfirmError(start["version_error"])
-    done = Confirmation(target)
+    checked_version(start["version"])  # where the workload goes back to: checked before it leaves
     try:
         await _runs(fan, inventory, pb, done, host, embedded=embedded, store_root=store_root, rounds=rounds,
                     gpus=gpus, poll=poll, on_run=on_run)
-    except ConfirmError as e:
+    except (FleetError, UnsafeValue) as e:  # a checkout, a run, Slurm or a value refused: said, the workload put back
         done.error = str(e)
     finally:  # also on Ctrl-C: the workload is left as it was found
         await _put_back(fan, host, pb, done, start["version"])
