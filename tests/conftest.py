@@ -175,8 +175,10 @@ def _reached(func, seen: dict) -> str:
     return seen[func]
 
 
-# croniter runs `file` (platform.architecture()) when it is first imported: imported here, before any
-# test's guard, so that no test is failed for the import order of a library.
+# Libraries that run a program when first imported, imported here, before any test's guard, so that no
+# test is failed for the import order of a library: croniter runs `file` (platform.architecture()),
+# asyncssh `ldconfig` (ctypes.util.find_library, for its post-quantum key exchange).
+import asyncssh  # noqa: E402,F401
 import croniter  # noqa: E402,F401
 
 GUARD = "_a_pure_test_starts_nothing"  # the guard below, which every test uses: not itself a start
