@@ -51,7 +51,8 @@ def main() -> None:
             cpu, wall = write_gib(new, block, size)
             os.sync()
             rows.append({"size_mib": args.size_mib, "pause_s": pause, "cpu_s": round(cpu, 3), "wall_s": round(wall, 3)})
-            print(f"freed 1 GiB, waited {pause:4.1f} s, wrote 1 GiB: CPU {cpu:.2f} s, wall {wall:.2f} s", flush=True)
+            print(f"freed {args.size_mib} MiB, waited {pause:4.1f} s, wrote {args.size_mib} MiB: CPU {cpu:.2f} s, "
+                  f"wall {wall:.2f} s", flush=True)
             old, new = new, old
     finally:
         for p in (old, new):

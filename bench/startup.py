@@ -24,6 +24,7 @@ import argparse
 import json
 import os
 import re
+import shutil
 import statistics
 import subprocess
 import sys
@@ -141,6 +142,13 @@ def main() -> None:
                     help="also ssh through a ControlMaster socket, and a command on an open asyncssh connection")
     a = ap.parse_args()
     scratch = Path(tempfile.mkdtemp(prefix="fleet-startup-"))
+    try:
+        measure(a, scratch)
+    finally:  # the two snapshots are this run's own
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def measure(a: argparse.Namespace, scratch: Path) -> None:
     refs = {}
     snaps = {}
     for label, ref in (("before", a.before), ("after", a.after)):

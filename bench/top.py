@@ -154,6 +154,13 @@ def main() -> None:
     if shutil.which("xargs") is None or shutil.which("ssh") is None:
         raise SystemExit("the peer needs xargs and OpenSSH's ssh")
     gpustat = install_gpustat()
+    try:
+        run_counts(a, gpustat)
+    finally:  # the peer's install is this run's own
+        shutil.rmtree(PEER["dir"], ignore_errors=True)
+
+
+def run_counts(a: argparse.Namespace, gpustat: str) -> None:
     commit = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True,
                             text=True).stdout.strip()
     doc = {"commit": commit, "machine": {"cores": os.cpu_count(), "python": platform.python_version()},

@@ -149,6 +149,7 @@ def main() -> None:
               f"({min(ratios):.2f}-{max(ratios):.2f}) |")
     commit = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True,
                             text=True).stdout.strip()
+    args.out.mkdir(parents=True, exist_ok=True)
     out = args.out / f"transfer-{args.size_mib}-{commit}{'-' + args.label if args.label else ''}.json"
     dirty = subprocess.run(["git", "-C", str(REPO), "status", "--porcelain", "--", "fleet"], capture_output=True,
                            text=True).stdout.splitlines()

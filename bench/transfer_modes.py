@@ -202,6 +202,7 @@ def main() -> None:
                             text=True).stdout.strip()
     dirty = subprocess.run(["git", "-C", str(REPO), "status", "--porcelain", "--", "fleet"], capture_output=True,
                            text=True).stdout.splitlines()
+    args.out.mkdir(parents=True, exist_ok=True)
     out = args.out / f"transfer-modes-{commit}-{args.label}.json"
     out.write_text(json.dumps({"size_mib": args.size_mib, "runs": args.runs, "fleet_commit": commit,
                                "variants": variants,

@@ -85,6 +85,7 @@ def main() -> None:
               f"{paired[mib]:.2f} |")
     commit = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True,
                             text=True).stdout.strip()
+    args.out.mkdir(parents=True, exist_ok=True)
     out = args.out / f"transfer-threshold-{commit}.json"
     out.write_text(json.dumps({"runs": args.runs, "fleet_commit": commit, "seconds": walls,
                                "openssh_over_asyncssh_time_paired": paired}, indent=1))

@@ -40,14 +40,14 @@ def test_the_change_points_benchmark_scores_fleet_on_every_kind_of_history(tmp_p
     assert len(scenarios) == 7 and scenarios["code step +5%"]["fleet"]["placed"] == 4
 
 
-def bench(tmp_path, *argv: str, timeout: float = 300) -> subprocess.CompletedProcess:
+def bench(*argv: str, timeout: float = 300) -> subprocess.CompletedProcess:
     r = subprocess.run([sys.executable, *argv], cwd=REPO, capture_output=True, text=True, timeout=timeout)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     return r
 
 
 def test_the_probe_benchmark_probes_every_host_and_counts_its_sessions(tmp_path):
-    r = bench(tmp_path, "bench/probe.py", "--hosts", "2", "--runs", "1", "--node-runs", "1", "--out", str(tmp_path))
+    r = bench("bench/probe.py", "--hosts", "2", "--runs", "1", "--node-runs", "1", "--out", str(tmp_path))
     doc = json.loads((tmp_path / "probe-2.json").read_text())
     assert len(doc["runs"]["probe"]) == 1 and len(doc["runs"]["exec true"]) == 1
     assert doc["sessions_per_host"] and min(doc["sessions_per_host"]) >= 1
@@ -56,14 +56,14 @@ def test_the_probe_benchmark_probes_every_host_and_counts_its_sessions(tmp_path)
 
 def test_the_top_benchmark_streams_from_every_host_beside_gpustat_over_ssh(tmp_path):
     out = tmp_path / "top.json"
-    bench(tmp_path, "bench/top.py", "--hosts", "2", "--seconds", "3", "--out", str(out))
+    bench("bench/top.py", "--hosts", "2", "--seconds", "3", "--out", str(out))
     [count] = json.loads(out.read_text())["results"]
     assert count["hosts"] == 2 and set(count["first_screen"]) == {"fleet", "gpustat_over_ssh"}
     assert set(count["stream"]) == {"fleet", "gpustat_over_ssh"}
 
 
 def test_the_fanout_benchmark_gets_one_line_per_host_from_fleet_and_its_peers(tmp_path):
-    bench(tmp_path, "bench/fanout.py", "--hosts", "2", "--runs", "1", "--warmup", "0", "--wait-quiet", "0",
+    bench("bench/fanout.py", "--hosts", "2", "--runs", "1", "--warmup", "0", "--wait-quiet", "0",
           "--out", str(tmp_path))
     [raw] = tmp_path.glob("fanout-2*.json")
     runs = json.loads(raw.read_text())["runs_raw"]
@@ -73,14 +73,14 @@ def test_the_fanout_benchmark_gets_one_line_per_host_from_fleet_and_its_peers(tm
 
 def test_the_startup_benchmark_times_fleet_beside_ssh(tmp_path):
     out = tmp_path / "startup.json"
-    bench(tmp_path, "bench/startup.py", "--runs", "1", "--before", "HEAD", "--after", "HEAD", "--out", str(out))
+    bench("bench/startup.py", "--runs", "1", "--before", "HEAD", "--after", "HEAD", "--out", str(out))
     doc = json.loads(out.read_text())
     assert all(len(rounds) == 1 for rounds in doc["rounds"].values()) and "ssh host true" in doc["rounds"]
     assert doc["paired_ratios"]["fleet exec one host (after) / ssh host true"] > 0
 
 
 def test_the_transfer_benchmark_brings_the_file_home_beside_scp_sftp_and_rsync(tmp_path):
-    bench(tmp_path, "bench/transfer.py", "--size-mib", "2", "--runs", "1", "--out", str(tmp_path))
+    bench("bench/transfer.py", "--size-mib", "2", "--runs", "1", "--out", str(tmp_path))
     [raw] = tmp_path.glob("transfer-2-*.json")
     doc = json.loads(raw.read_text())
     assert set(doc["paired"]) == {"fleet/scp", "fleet/sftp", "fleet/rsync", "fleet/scp-aes", "asyncssh/scp"}
@@ -88,32 +88,32 @@ def test_the_transfer_benchmark_brings_the_file_home_beside_scp_sftp_and_rsync(t
 
 
 def test_the_transfer_studies_run_their_variants_thresholds_modes_and_profile(tmp_path):
-    r = bench(tmp_path, "bench/transfer_variants.py", "--size-mib", "2", "--runs", "1")
+    r = bench("bench/transfer_variants.py", "--size-mib", "2", "--runs", "1")
     assert "| scp |" in r.stdout and "| fleet |" in r.stdout, r.stdout[-2000:]
-    bench(tmp_path, "bench/transfer_threshold.py", "--sizes-mib", "8", "--runs", "1", "--out", str(tmp_path))  # STREAM_MIN
+    bench("bench/transfer_threshold.py", "--sizes-mib", "8", "--runs", "1", "--out", str(tmp_path))  # STREAM_MIN
     [threshold] = tmp_path.glob("transfer-threshold-*.json")
     assert set(json.loads(threshold.read_text())["seconds"]["8"]) == {"asyncssh", "openssh"}
-    bench(tmp_path, "bench/transfer_modes.py", "--size-mib", "2", "--runs", "1", "--label", "smoke", "--out", str(tmp_path))
+    bench("bench/transfer_modes.py", "--size-mib", "2", "--runs", "1", "--label", "smoke", "--out", str(tmp_path))
     assert list(tmp_path.glob("transfer-modes-*-smoke.json"))
-    r = bench(tmp_path, "bench/transfer_profile.py", "--size-mib", "2", "--top", "5")
+    r = bench("bench/transfer_profile.py", "--size-mib", "2", "--top", "5")
     assert " MB/s, client CPU " in r.stdout and "function calls" in r.stdout
 
 
 def test_the_slurm_benchmark_times_fleet_beside_raw_sbatch_and_counts_slurmctlds_rpcs(tmp_path):
-    r = bench(tmp_path, "bench/slurm.py", "--runs", "1", "--out", str(tmp_path), timeout=600)
+    r = bench("bench/slurm.py", "--runs", "1", "--out", str(tmp_path), timeout=600)
     doc = json.loads((tmp_path / "slurm.json").read_text())
     assert set(doc["wall_s"]) == {"fleet", "sbatch"} and all(len(w) == 1 for w in doc["wall_s"].values())
     assert "fleet overhead over raw sbatch --wait:" in r.stdout
 
 
 def test_the_page_reuse_benchmark_writes_after_each_pause(tmp_path):
-    bench(tmp_path, "bench/page_reuse.py", "--size-mib", "8", "--pauses", "0,0.1", "--out", str(tmp_path))
+    bench("bench/page_reuse.py", "--size-mib", "8", "--pauses", "0,0.1", "--out", str(tmp_path))
     rows = json.loads((tmp_path / "page-reuse.json").read_text())["rows"]
     assert [r["pause_s"] for r in rows] == [0, 0.1] and all(r["wall_s"] > 0 for r in rows)
 
 
 def test_the_team_store_benchmark_sends_beside_boto3_and_lists_the_catalog(tmp_path):
-    r = bench(tmp_path, "bench/team_store.py", "--mib", "8", "--rounds", "1", "--memory-mib", "8",
+    r = bench("bench/team_store.py", "--mib", "8", "--rounds", "1", "--memory-mib", "8",
               "--catalogued", "100", timeout=600)
     doc = json.loads(r.stdout)
     assert [set(row) for row in doc["upload_8mib"]] == [{"fleet", "boto3"}] and list(doc["memory"]) == ["8 MiB"]
