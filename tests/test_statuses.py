@@ -13,6 +13,8 @@ from fleet.statuses import HostStatus, RunStatus
 from tests.conftest import REPO
 
 GUIDE = (REPO / "docs" / "user-guide.md").read_text()
+# A report's own status (complete, missing, summary...) is another vocabulary: only these are a host's or a run's.
+STATUS_WORDS = {s.value for s in HostStatus} | {s.value for s in RunStatus}
 
 
 def table_after(heading: str) -> list[list[str]]:
@@ -40,22 +42,41 @@ def test_the_agents_words_read_by_the_outcome_are_the_wires():
     assert words and words <= set(wire.RESULT_STATUSES)
 
 
-def test_every_run_status_the_controller_sets_is_a_run_status():
-    """No bare word assigned to a manifest's status: each is a RunStatus member or a computed one."""
-    bare = []
-    for path in sorted((REPO / "fleet").rglob("*.py")):
-        if "agent" in path.relative_to(REPO / "fleet").parts:
-            continue
-        for node in ast.walk(ast.parse(path.read_text())):
-            if not isinstance(node, ast.Assign):
-                continue
+def _bare_statuses(tree) -> list[tuple[int, str]]:
+    """Where a status is set as a bare word: assigned to ``X.status``, given as ``status=``, or as a
+    HostEntry's second argument. (Comparisons are left out: a plan's and a report's own statuses,
+    other vocabularies, share words with a host's.)"""
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign):
             targets = [t for tgt in node.targets for t in (tgt.elts if isinstance(tgt, ast.Tuple) else [tgt])]
             values = node.value.elts if isinstance(node.value, ast.Tuple) else [node.value]
-            for target, value in zip(targets, values):
-                if isinstance(target, ast.Attribute) and target.attr == "status" and \
-                        getattr(target.value, "id", "") in ("manifest", "m") and isinstance(value, ast.Constant):
-                    bare.append(f"{path.relative_to(REPO)}:{node.lineno} {value.value!r}")
+            found += [(node.lineno, v.value) for t, v in zip(targets, values)
+                      if isinstance(t, ast.Attribute) and t.attr == "status" and isinstance(v, ast.Constant)]
+        elif isinstance(node, ast.Call):
+            found += [(node.lineno, k.value.value) for k in node.keywords
+                      if k.arg == "status" and isinstance(k.value, ast.Constant) and isinstance(k.value.value, str)]
+            if getattr(node.func, "id", "") == "HostEntry" and len(node.args) > 1 and isinstance(node.args[1], ast.Constant):
+                found.append((node.lineno, node.args[1].value))
+    return found
+
+
+def test_every_status_the_controller_sets_is_spelled_by_the_enums():
+    """No bare word for a host's or a run's status outside fleet/statuses.py (the agent, which speaks
+    the wire's words, and a report's own status aside)."""
+    bare = []
+    for path in sorted((REPO / "fleet").rglob("*.py")):
+        if "agent" in path.relative_to(REPO / "fleet").parts or path.name == "statuses.py":
+            continue
+        words = [(line, w) for line, w in _bare_statuses(ast.parse(path.read_text())) if w in STATUS_WORDS]
+        bare += [f"{path.relative_to(REPO)}:{line} {w!r}" for line, w in words]
     assert bare == []
+
+
+def test_the_bare_status_finder_finds_each_way_of_spelling_one():
+    tree = ast.parse('m.status, m.error = "complete", None\nHostEntry("h", "ok")\nRunManifest(status="failed")\n'
+                     'replace(entry, status="missing")\nm.status = RunStatus.FAILED\n')
+    assert [w for _, w in _bare_statuses(tree)] == ["complete", "ok", "failed", "missing"]
 
 
 def test_the_statuses_are_the_words_the_manifests_spell():

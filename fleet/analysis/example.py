@@ -12,6 +12,7 @@ from .. import store
 from ..agent.rundir import RunDir
 from ..store.collect import sha256_of
 from ..store.manifest import HostEntry, ReportEntry, RunManifest
+from ..statuses import HostStatus, RunStatus
 
 RUN_ID = "example-h200"
 RECORDED = "tests/fixtures/ranks-h200/recorded"  # where a checkout holds them
@@ -36,7 +37,7 @@ def filed(root: Path, exports: Path) -> RunManifest:
     (the H200's)."""
     m = RunManifest(run_id=RUN_ID, site="example", day="2026-12-01", started="2026-12-01T13:18:50", user="example",
                     request={"tool": "nsys", "command": ["torchrun", "--nproc-per-node", "2", "ranks-check.py"]},
-                    status="complete")
+                    status=RunStatus.COMPLETE)
     directory = store.save(root, m)
     (directory / "vm").mkdir(mode=0o700)
     for rank in RANKS:
@@ -44,7 +45,7 @@ def filed(root: Path, exports: Path) -> RunManifest:
         shutil.copyfile(exports / path.name, path)
         rep = ReportEntry(remote=f"/recorded/{path.name}", stored=str(path), size=path.stat().st_size,
                           sha256=sha256_of(path), status="export", verified=True, summary="sqlite")
-        m.hosts.append(HostEntry("vm", "ok", rank=rank, node="vm", gpu="NVIDIA H200", reports=[rep],
+        m.hosts.append(HostEntry("vm", HostStatus.OK, rank=rank, node="vm", gpu="NVIDIA H200", reports=[rep],
                                  result={"conditions": GPU}))
     store.save(root, m)
     return m

@@ -8,6 +8,7 @@ import sys
 import click
 
 from .. import completeness, exitcodes
+from ..statuses import HostStatus
 from ..plan import MAX_TIMEOUT
 from .context import Context, exclude_option, fail, store_option, push_when_done
 from .output import echo_json, json_option
@@ -178,7 +179,7 @@ def show_lab_run(manifest, store_root, dry_run: bool, as_json: bool) -> None:
         echo_json(profile_mod.json_doc(manifest))
         return
     for h in manifest.hosts:
-        echo(profile_mod.render(h), nl=False, err=h.status not in ("ok", "planned"))
+        echo(profile_mod.render(h), nl=False, err=h.status not in (HostStatus.OK, HostStatus.PLANNED))
     if (ranks := ranks_line(manifest)):
         echo(ranks)
     if not dry_run:  # where to look next, as the Slurm path says it
