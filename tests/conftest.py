@@ -178,6 +178,7 @@ def _reached(func, seen: dict) -> str:
 # Libraries that run a program when first imported, imported here, before any test's guard, so that no
 # test is failed for the import order of a library: croniter runs `file` (platform.architecture()),
 # asyncssh `ldconfig` (ctypes.util.find_library, for its post-quantum key exchange).
+import fleet  # noqa: E402,F401  (first: its filter of asyncssh's DSA warnings applies to the import below)
 import asyncssh  # noqa: E402,F401
 import croniter  # noqa: E402,F401
 
