@@ -57,7 +57,7 @@ def checked_version(version: str) -> str:
     """A version fit to give the checkout command as its last word, or ConfirmError. Versions come
     from the history (what a node's version command printed) or the command line: one word of a
     tag's, a branch's or a hash's characters, never an option ('-'), never a path out ('..')."""
-    if not VERSION.fullmatch(version) or ".." in version.split("/") or ".." in version:
+    if not VERSION.fullmatch(version) or ".." in version:
         raise ConfirmError(visible(f"version {version!r} is not one a checkout command may be given: one word of "
                                    "letters, digits and . _ + @ : / -, not starting with - or ., without '..'"))
     return version
