@@ -169,6 +169,11 @@ def test_the_exact_test_counts_the_observed_split_however_large_the_values():
     assert c.p_value([big + .3, big + .7], [big + 1.1, big + 1.4], +1) == pytest.approx(1 / 6)
 
 
+def test_an_a_run_that_measured_nothing_is_unclear_not_a_crash():
+    v = c.judge("m", "d", runs([0.0, 100.0], [40.0, 45.0]), expected=-0.5, least=0.02)
+    assert v.verdict == c.UNCLEAR and v.why == "an A run measured 0"
+
+
 def test_runs_on_two_gpus_of_one_model_are_no_confirmation():
     two = runs([100.0, 101.0], [106.0, 107.0])
     two[2] = replace(two[2], environment=replace(H200, gpu_uuid="GPU-77b0"))

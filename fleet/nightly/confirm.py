@@ -154,7 +154,10 @@ def _compared(a: list[float], b: list[float], rel: float, direction: int, expect
     if abs(rel) < least or rel * direction < 0:
         history = f", the history's change was {expected:+.1%}" if expected is not None else ""
         return NOT_HELD, f"B is {rel:+.1%} of A{history}"
-    closest = min(b) / max(a) - 1 if direction > 0 else max(b) / min(a) - 1  # the nearest B to the nearest A
+    nearest_a, nearest_b = (max(a), min(b)) if direction > 0 else (min(a), max(b))
+    if not nearest_a:
+        return UNCLEAR, "an A run measured 0"
+    closest = nearest_b / nearest_a - 1  # the nearest B to the nearest A
     if closest * direction < least:
         return UNCLEAR, f"A and B overlap or lie closer than the least change ({closest:+.1%} at the nearest pair)"
     return HOLDS, f"every B run {'above' if direction > 0 else 'below'} every A run by {abs(closest):.1%} or more, {rel:+.1%}"
