@@ -115,16 +115,7 @@ def schedule_install(obj: Context, playbook, cron, every, name, backend, sbatch_
 
     pb = _playbook(playbook)
     root = store.root(store_root).resolve()
-    from ..store.team.config import CREDENTIAL_FILES, CREDENTIAL_LOCATIONS
-
-    # What the firing needs of this shell: fleet's settings, and where the team store's clients
-    # find their credentials (a night pushed from cron lands in the team store as it would from here).
-    kept = ("PATH", "HOME", *CREDENTIAL_LOCATIONS)
-    env = {k: v for k, v in os.environ.items() if k.startswith(("FLEET_", "SLURM_CONF")) or k in kept}
-    env.update({k: os.path.abspath(env[k]) for k in CREDENTIAL_FILES if env.get(k)})
-    env["FLEET_STORE"] = str(root)
-    if obj.inventories:
-        env["FLEET_INVENTORY"] = " ".join(str(Path(i).resolve()) for i in obj.inventories)
+    env = _firing_env(obj, root)
     here = False
     if pb.on_slurm:
         from ..slurm.cluster import choose
@@ -147,6 +138,21 @@ def schedule_install(obj: Context, playbook, cron, every, name, backend, sbatch_
         echo(f"scheduled {record['name']} ({_when(record)}) with "
              f"{record['backend']}" + (f": job {record['job_id']}" if record.get("job_id") else ""))
     echo("next: " + ", ".join(t.isoformat(" ", "minutes") for t in sched.next_times(record)))
+
+
+def _firing_env(obj: Context, root: Path) -> dict[str, str]:
+    """What a schedule's firing needs of this shell: fleet's settings, its store and inventories, and
+    where the team store's clients find their credentials (a night pushed from cron lands in the team
+    store as it would from here)."""
+    from ..store.team.config import CREDENTIAL_FILES, CREDENTIAL_LOCATIONS
+
+    kept = ("PATH", "HOME", *CREDENTIAL_LOCATIONS)
+    env = {k: v for k, v in os.environ.items() if k.startswith(("FLEET_", "SLURM_CONF")) or k in kept}
+    env.update({k: os.path.abspath(env[k]) for k in CREDENTIAL_FILES if env.get(k)})
+    env["FLEET_STORE"] = str(root)
+    if obj.inventories:
+        env["FLEET_INVENTORY"] = " ".join(str(Path(i).resolve()) for i in obj.inventories)
+    return env
 
 
 def _when(record: dict) -> str:
@@ -324,18 +330,16 @@ def _confirm_target(pb, versions, run_after, gpu, since, store_root):
     """What ``nightly confirm`` reruns (its options checked, each a one-line error, exit 2, before
     anything is checked out): the two versions named, or the change found in the history."""
     from ..nightly import confirm as verdicts
-    from ..nightly.confirm_runs import checked_version, target_from_history
+    from ..nightly.confirm_runs import checked_version, needs_checkout, target_from_history
 
     if versions and versions[0] == versions[1]:
         fail(f"--versions: A and B are both {versions[0]}; name two versions")
     if versions and (run_after or since):
         fail("--change and --since find the versions in the history; --versions names them: give one")
-    if not pb.checkout:
-        fail(f"{pb.path}: the playbook has no checkout command, so fleet cannot put the workload at a version "
-             "(add e.g. checkout: [git, -C, ~/proj, switch, --detach, --quiet])")
     if gpu is not None and pb.on_slurm:
         fail("--gpu picks a GPU on lab servers; on Slurm the job's GPUs are Slurm's to give")
     try:
+        needs_checkout(pb)
         target = verdicts.Target(*versions) if versions else target_from_history(_history(store_root), pb, run_after, since)
         checked_version(target.before), checked_version(target.after)
     except verdicts.ConfirmError as e:

@@ -141,14 +141,7 @@ async def plan_all(fan: "Fanout", hosts: list["Host"], req: ProfileRequest, *,
     unsafe = {h.name: why for h in hosts if (why := safenames.component_problem(h.name, "host name"))}
     for name, why in unsafe.items():
         runs[name].status, runs[name].error = HostStatus.FAILED, why
-    hosts = [h for h in hosts if h.name not in unsafe]
-    for h, r in zip(hosts, await agentcall.probe(fan, hosts, environment_check=False)):
-        run = runs[h.name]
-        if r.extra.get("state") is None:
-            run.status, run.error = (HostStatus.UNREACHABLE if not r.reached else HostStatus.FAILED), r.error
-        else:
-            run.state = r.extra["state"]
-    probed = [h for h in hosts if runs[h.name].state is not None]
+    probed = await _probed(fan, [h for h in hosts if h.name not in unsafe], runs)
     choices = _placed(probed, runs, req, free.count) if free is not None else {}
     for h in probed:
         choice = choices.get(h.name)
@@ -158,6 +151,17 @@ async def plan_all(fan: "Fanout", hosts: list["Host"], req: ProfileRequest, *,
             continue
         _plan_host(h, runs[h.name], req, choice)
     return runs
+
+
+async def _probed(fan: "Fanout", hosts: list["Host"], runs: dict[str, HostRun]) -> list["Host"]:
+    """The hosts whose probe answered with a state (kept in their run); the others' runs say why not."""
+    for h, r in zip(hosts, await agentcall.probe(fan, hosts, environment_check=False)):
+        run = runs[h.name]
+        if r.extra.get("state") is None:
+            run.status, run.error = (HostStatus.UNREACHABLE if not r.reached else HostStatus.FAILED), r.error
+        else:
+            run.state = r.extra["state"]
+    return [h for h in hosts if runs[h.name].state is not None]
 
 
 def _placed(hosts: list["Host"], runs: dict[str, HostRun], req: ProfileRequest, count: int | None) -> dict:
@@ -293,21 +297,12 @@ async def gather(fan: "Fanout", hosts: dict[str, "Host"], store_root: Path, run_
     for entry in manifest.hosts:
         host = hosts.get(entry.host)
         plan_doc = entry.plan or {}
-        if host is None or plan_doc.get("status") != "ok" or (
-                entry.reports and all(r.verified for r in entry.reports)):
+        if host is None or not _left_something(entry):
             continue
         node_dir = os.path.dirname(Plan.from_json(plan_doc).output)
-        result = entry.result
-        if result is None:  # fleet went away before the agent's last word: it is on the node
-            r = await fan.run(host, ["cat", "--", RunDir(node_dir).result(host.name)], timeout=GATHER_TIMEOUT)
-            if r.exit_status != 0:
-                entry.missing_why = f"no result on the node yet: {r.error or r.stderr.decode(errors='replace').strip()}"
-                continue
-            try:
-                result = entry.result = agentcall.read_answer(r.stdout.decode(errors="replace"), "profile")
-            except wire.WireError as e:
-                entry.missing_why = f"the result on the node is not readable yet: {e}"
-                continue
+        result = entry.result if entry.result is not None else await _result_on_node(fan, host, entry, node_dir)
+        if result is None:
+            continue
         entry.reports = [rep for rep in entry.reports if rep.verified]
         have = {rep.remote for rep in entry.reports}
         missing = [rep for rep in result.get("reports", []) + result.get("summaries", []) if rep["path"] not in have]
@@ -320,6 +315,27 @@ async def gather(fan: "Fanout", hosts: dict[str, "Host"], store_root: Path, run_
     manifest.status = outcome.run_status(h.status for h in manifest.hosts)
     store.save(store_root, manifest)
     return manifest
+
+
+def _left_something(entry: HostEntry) -> bool:
+    """Whether a host ran (its plan was ok) and has something not yet home: its result or a report."""
+    ran = (entry.plan or {}).get("status") == "ok"
+    return ran and not (entry.reports and all(r.verified for r in entry.reports))
+
+
+async def _result_on_node(fan: "Fanout", host: "Host", entry: HostEntry, node_dir: str) -> dict | None:
+    """The agent's result where fleet went away before its last word: read from beside the reports
+    (kept in ``entry``), or None with why in ``entry.missing_why``."""
+    r = await fan.run(host, ["cat", "--", RunDir(node_dir).result(host.name)], timeout=GATHER_TIMEOUT)
+    if r.exit_status != 0:
+        entry.missing_why = f"no result on the node yet: {r.error or r.stderr.decode(errors='replace').strip()}"
+        return None
+    try:
+        entry.result = agentcall.read_answer(r.stdout.decode(errors="replace"), "profile")
+    except wire.WireError as e:
+        entry.missing_why = f"the result on the node is not readable yet: {e}"
+        return None
+    return entry.result
 
 
 def removing(host: "Host") -> "Host | None":
@@ -344,6 +360,19 @@ def json_doc(manifest: RunManifest) -> dict:
     return doc
 
 
+def _plan_lines(p: Plan) -> list[str]:
+    """What a planned host would do: the command, the sysctls it holds, its locks and checks."""
+    lines = [f"  run:      {p.shell()}"]
+    lines += [f"  sysctl:   {name} -> {value} for the run, then restored (owned)" for name, value in p.sysctls.items()]
+    if p.gpu_locks:
+        lines.append(f"  lock:     GPU counters of {', '.join(p.gpu_locks)}")
+    if p.recheck:
+        lines.append(f"  check:    GPUs {p.recheck['gpus']} again right before the profiler starts")
+    if p.pause_dcgm:
+        lines.append("  dcgm:     profiling paused for the run, resumed after")
+    return lines
+
+
 def render(entry: HostEntry) -> str:
     """One host's plan or outcome, for people."""
     p = Plan.from_json(entry.plan) if entry.plan else None
@@ -353,18 +382,8 @@ def render(entry: HostEntry) -> str:
     if p and p.placement and p.status == "ok":
         lines.append(f"  gpu:      {p.placement}")
     if p and p.status == "ok" and entry.status == HostStatus.PLANNED:
-        lines.append(f"  run:      {p.shell()}")
-        for name, value in p.sysctls.items():
-            lines.append(f"  sysctl:   {name} -> {value} for the run, then restored (owned)")
-        if p.gpu_locks:
-            lines.append(f"  lock:     GPU counters of {', '.join(p.gpu_locks)}")
-        if p.recheck:
-            lines.append(f"  check:    GPUs {p.recheck['gpus']} again right before the profiler starts")
-        if p.pause_dcgm:
-            lines.append("  dcgm:     profiling paused for the run, resumed after")
+        lines += _plan_lines(p)
     elif refused_by_plan:
-        lines += [f"  because:  {r}" for r in p.reasons]
-        if p.remedy:
-            lines.append(f"  remedy:   {p.remedy}")
+        lines += [f"  because:  {r}" for r in p.reasons] + ([f"  remedy:   {p.remedy}"] if p.remedy else [])
     lines += outcome.detail_lines(entry)
     return "\n".join(lines) + "\n"

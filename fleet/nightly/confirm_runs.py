@@ -100,12 +100,17 @@ async def _put_back(fan: "Fanout", host, pb: Playbook, done: Confirmation, versi
         done.restore_error = f"{e}: the workload was not put back at {version}; check it out yourself"
 
 
-def _one_host(inventory: "Inventory", pb: Playbook, embedded: bool):
-    """The one host the workload is checked out on, or ConfirmError: a lab playbook of several hosts
-    would run versions fleet did not put there on the others."""
+def needs_checkout(pb: Playbook) -> None:
+    """ConfirmError unless the playbook says how to put its workload at a version."""
     if not pb.checkout:
         raise ConfirmError(f"{pb.path}: the playbook has no checkout command, so fleet cannot put the workload "
                            "at a version (add e.g. checkout: [git, -C, ~/proj, switch, --detach, --quiet])")
+
+
+def _one_host(inventory: "Inventory", pb: Playbook, embedded: bool):
+    """The one host the workload is checked out on, or ConfirmError: a lab playbook of several hosts
+    would run versions fleet did not put there on the others."""
+    needs_checkout(pb)
     if not pb.on_slurm and len(inventory.select([pb.target["hosts"]])) > 1:
         raise ConfirmError(f"{pb.path}: its target names several hosts, and the workload is checked out on one: "
                            "confirm a change with a playbook of one host")
