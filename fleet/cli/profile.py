@@ -100,6 +100,19 @@ def profile(obj: Context, hosts_, group, exclude, tool, gpus, free_count, gpu_me
         refuse_lab_options(ctx)
         return profile_on_slurm(obj, req, slurm, store_root=store_root, site=None if site == "lab" else site,
                                 dry_run=dry_run, as_json=as_json)
+    req, targets = _lab_request(ctx, req, slurm, hosts_, group, timeout, finish_timeout)
+    manifest = profile_lab_servers(obj, obj.select(targets, exclude), req, store_root=store_root, site=site,
+                                   dry_run=dry_run, as_json=as_json, finish_timeout=finish_timeout, free=free)
+    for host, why in (free.left_out if free else {}).items():
+        echo(f"{host}: not in this run: {why}", err=True)
+    show_lab_run(manifest, store_root, dry_run, as_json)
+    push_when_done(store_root, manifest, as_json)
+    sys.exit(exitcodes.for_run(manifest))
+
+
+def _lab_request(ctx, req, slurm: dict, hosts_, group, timeout, finish_timeout):
+    """The request for lab servers (with its launcher) and where it goes, each option that does not
+    belong there refused in one line."""
     refuse_options(ctx, [name for name in slurm if name not in ("partition", "cluster", "launcher")],
                    "Slurm options, for a batch job with --partition; on lab servers pick GPUs with --gpu")
     if ctx.get_parameter_source("launcher") not in (click.core.ParameterSource.DEFAULT, None):
@@ -109,13 +122,7 @@ def profile(obj: Context, hosts_, group, exclude, tool, gpus, free_count, gpu_me
     targets = ",".join(t for t in (hosts_, group) if t)
     if not targets:
         fail("name where to profile: --hosts H or --group G (lab servers), or --partition P (Slurm)")
-    manifest = profile_lab_servers(obj, obj.select(targets, exclude), req, store_root=store_root, site=site,
-                                   dry_run=dry_run, as_json=as_json, finish_timeout=finish_timeout, free=free)
-    for host, why in (free.left_out if free else {}).items():
-        echo(f"{host}: not in this run: {why}", err=True)
-    show_lab_run(manifest, store_root, dry_run, as_json)
-    push_when_done(store_root, manifest, as_json)
-    sys.exit(exitcodes.for_run(manifest))
+    return req, targets
 
 
 def lab_launcher(req, launcher: str):
