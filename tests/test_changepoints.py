@@ -215,3 +215,49 @@ def test_thresholds_must_be_finite_and_a_negative_level_keeps_its_direction(tmp_
     assert r.returncode == 2 and "thresholds.change: must be a number, 0 or more" in r.stderr
     x = [-100.0 + (i % 3) * 0.01 for i in range(10)] + [-110.0 + (i % 3) * 0.01 for i in range(10)]
     assert [round(c.rel, 2) for c in changepoints.change_points(x)] == [-0.1]  # lower, as it is
+
+
+def _clock_lock_then_code_step(seed: int) -> list[changes.Point]:
+    """A code step of +5 % at night AT, after the GPU's clocks were locked low for nights 20-23 (twice
+    as slow, the SM clock recorded at 990 MHz, no slowdown reason: a lock is no throttling) and
+    restored: the history the H100's changes check recorded (tests/fixtures/changes-h100/)."""
+    points, _ = hs.step(seed, "code")
+    locked = replace(hs.BASE, sm_clock_mhz=990.0)
+    return [replace(p, value=p.value * 2, environment=replace(locked, workload_version=p.environment.workload_version))
+            if 20 <= i < 24 else p for i, p in enumerate(points)]
+
+
+def test_clocks_locked_for_a_few_nights_are_two_environment_changes_and_hide_no_code_step():
+    found = [judge(_clock_lock_then_code_step(seed)) for seed in range(20)]
+    for s in found:
+        assert [(c.label, c.changed) for c in s.changes] == [
+            ("environment", ("SM clock 1980 -> 990 MHz",)), ("environment", ("SM clock 990 -> 1980 MHz",)),
+            ("code", ("workload v1 -> v2",))], s
+        assert [c.run_after for c in s.changes[:2]] == ["run-020", "run-024"]  # the places fleet recorded
+        assert abs(int(s.changes[2].run_after[4:]) - hs.AT) <= hs.TOLERANCE  # a 5 % step in 2 % noise: within a few
+    # what the places the environment changed add: a search over the whole series alone misses most
+    searched = [changepoints.change_points([p.value for p in _clock_lock_then_code_step(seed)]) for seed in range(20)]
+    assert sum(any(abs(c.index - hs.AT) <= hs.TOLERANCE for c in cps) for cps in searched) < 10
+
+
+def test_one_night_on_another_clock_is_no_stretch_of_its_own():
+    points, _ = hs.pure_noise(5)
+    points[30] = replace(points[30], environment=replace(hs.BASE, sm_clock_mhz=1700.0), value=points[30].value * 1.1)
+    assert judge(points).changes == []
+
+
+def test_another_users_process_seen_on_the_gpu_makes_a_night_contaminated_though_the_plan_weighed_none():
+    from fleet.nightly.environment import of_host
+    from fleet.store.manifest import HostEntry, ProcessSeen
+    seen = HostEntry(host="gx-01", status="ok", processes_seen=[
+        ProcessSeen(gpu=0, pid=2260, user="tenant", used_memory=1 << 30, foreign=True),
+        ProcessSeen(gpu=0, pid=99, user="me", used_memory=1 << 30, foreign=False)])
+    sample = {"t": 1.0, "gpu": 0, "sm_clock_mhz": 1980, "throttle": [],
+              "processes": [{"pid": 3100, "user": "bob", "used_memory": 1, "own": False},
+                            {"pid": 99, "user": "me", "used_memory": 1, "own": True}, "junk"]}
+    arrived = HostEntry(host="gx-01", status="ok", result={"conditions": {"gpus": [], "samples": [sample, 7]}})
+    m = RunManifest(run_id="r1", site="lab", day="2026-12-06", started="2026-12-06T04:29:28+0000", user="me",
+                    request={}, hosts=[seen, arrived])
+    assert of_host(seen, m).contaminated_by() == ["tenant: tenant pid 2260"]
+    assert of_host(arrived, m).contaminated_by() == ["tenant: bob pid 3100"]
+    assert of_host(HostEntry(host="gx-01", status="ok"), m).contaminated_by() == []

@@ -39,6 +39,7 @@ ALPHA = 0.005         # a change is significant below this p-value: about 0.5 fa
 PERMUTATIONS = 399    # shuffles per candidate: p-values down to 0.0025
 MIN_SIZE = 3          # points each side of a change, at least
 MIN_CHANGE = 0.02     # the medians either side differ by at least this much (relative)
+KNOWN_ALPHA = 0.05    # a step where fleet recorded a change: one test at a place named beforehand, no search
 
 
 @dataclass(frozen=True)
@@ -136,6 +137,35 @@ def p_value(x: Sequence[float], q: float, s: Settings) -> float:
             if at_least >= most:
                 return (at_least + 1) / (done + 1)
     return (at_least + 1) / (s.permutations + 1)
+
+
+def _q_at(x: Sequence[float], t: int) -> float:
+    """The statistic of the split of ``x`` at ``t`` (2 points a side at least), against all of ``x[t:]``."""
+    before, after = _pair_sums(x)
+    left, right = sum(before[:t]), sum(after[t:])   # the pairs within x[:t], within x[t:]
+    between, n = sum(before) - left - right, len(x)
+    m = n - t
+    return t * m / n * (2 * between / (t * m) - left / (t * (t - 1) / 2) - right / (m * (m - 1) / 2))
+
+
+def known_step(x: Sequence[float], t: int, s: Settings = Settings()) -> ChangePoint | None:
+    """The step at ``t`` of ``x``, a place fleet named beforehand (the environment changed there), where
+    the levels either side differ by ``s.min_change`` at least and a permutation test of the split at
+    that one place gives p < KNOWN_ALPHA; None where not. Nothing is searched, so a few runs a side
+    can show it (four nights on locked clocks between two stretches at full clocks), where a search
+    over every split of a series must beat every place it could have chosen."""
+    x = [float(v) for v in x]
+    if min(t, len(x) - t) < 2:
+        return None
+    before, after = statistics.median(x[:t]), statistics.median(x[t:])
+    if abs(_relative(before, after)) < s.min_change:
+        return None
+    observed, rng, shuffled, at_least = _q_at(x, t), random.Random(_stable_hash(x)), list(x), 0
+    for _ in range(s.permutations):
+        rng.shuffle(shuffled)
+        at_least += _q_at(shuffled, t) >= observed
+    p = (at_least + 1) / (s.permutations + 1)
+    return ChangePoint(t, before, after, _relative(before, after), p) if p < KNOWN_ALPHA else None
 
 
 def _relative(before: float, after: float) -> float:

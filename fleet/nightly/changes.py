@@ -19,13 +19,15 @@ level the newest runs sit at, and it is news. Only a recent slowdown sets the ex
 
 from __future__ import annotations
 
+import statistics
 from dataclasses import dataclass, field
 
-from .changepoints import Settings, change_points
+from .changepoints import Settings, change_points, known_step
 from .environment import Environment, differences
 
 CODE, ENVIRONMENT, UNEXPLAINED = "code", "environment", "unexplained"
 WORKLOAD = "workload "
+KNOWN_SPAN = 20  # runs either side of a known change its test looks at, at most: the levels there, not a year's
 NEAR = 3  # points either side of a change point searched for what changed: a small step in noise is placed to within a few
 
 
@@ -106,6 +108,35 @@ def _lately(clean: list[Point], newest: int) -> tuple[str, ...]:
     return tuple(dict.fromkeys(d for a, b in zip(tail, tail[1:]) for d in differences(a.environment, b.environment)))
 
 
+def _known_cuts(clean: list[Point], min_size: int) -> list[int]:
+    """Where the environment changed between clean runs and stayed changed for ``min_size`` runs either
+    side: the places fleet can name beforehand. One night on another clock is no stretch of its own."""
+    at = [i for i in range(1, len(clean)) if differences(clean[i - 1].environment, clean[i].environment)]
+    edges = [0, *at, len(clean)]
+    return [i for n, i in enumerate(at, 1) if i - edges[n - 1] >= min_size and edges[n + 1] - i >= min_size]
+
+
+def _cuts(values: list[float], known: list[int], settings: Settings) -> dict[int, float]:
+    """The change points of a series, each with its p-value. First those a search over the whole series
+    finds; then each place the environment changed, away from those, kept where the levels either side
+    moved; then a search again within each stretch between them. A change of the environment that
+    comes and goes (four nights on locked clocks, then restored) leaves no split of the whole series
+    significant, and so hides a step of the code after it."""
+    found = {cp.index: cp.p_value for cp in change_points(values, settings)}
+    for i in known:
+        if any(abs(i - j) <= NEAR for j in found):
+            continue  # a searched change is placed to within a few runs: this is its place
+        around = sorted({0, len(values), *found, *known})
+        lo, hi = max(around[around.index(i) - 1], i - KNOWN_SPAN), min(around[around.index(i) + 1], i + KNOWN_SPAN)
+        step = known_step(values[lo:hi], i - lo, settings)
+        if step is not None:
+            found[i] = step.p_value
+    edges = sorted({0, len(values), *found})
+    for lo, hi in zip(edges, edges[1:]):
+        found.update({lo + cp.index: cp.p_value for cp in change_points(values[lo:hi], settings)})
+    return dict(sorted(found.items()))
+
+
 def judge_series(metric: str, device: str, points: list[Point], settings: Settings = Settings(),
                  recent: int = 7, newest: int = 2) -> SeriesChanges:
     """The changes of one metric on one device; ``points`` oldest first; ``newest``: how many of the
@@ -113,14 +144,16 @@ def judge_series(metric: str, device: str, points: list[Point], settings: Settin
     why = [(p, p.contaminated_by()) for p in points]
     clean = [p for p, reasons in why if not reasons]
     contaminated = [(p.run_id, reasons) for p, reasons in why if reasons]
+    values = [p.value for p in clean]
+    cuts = _cuts(values, _known_cuts(clean, settings.min_size), settings)
+    edges = [0, *cuts, len(clean)]
     found = []
-    cuts = change_points([p.value for p in clean], settings)
-    edges = [0, *(cp.index for cp in cuts), len(clean)]
-    for n, cp in enumerate(cuts):
-        kind, changed = label(clean, cp.index, edges[n], edges[n + 2])
-        found.append(Change(clean[cp.index - 1].run_id, clean[cp.index].run_id, clean[cp.index].started,
-                            cp.before, cp.after, cp.rel, cp.p_value, kind, changed,
-                            recent=len(clean) - cp.index <= recent))
+    for n, (index, p_value) in enumerate(cuts.items()):
+        before, after = statistics.median(values[edges[n]:index]), statistics.median(values[index:edges[n + 2]])
+        kind, changed = label(clean, index, edges[n], edges[n + 2])
+        found.append(Change(clean[index - 1].run_id, clean[index].run_id, clean[index].started, before, after,
+                            (after - before) / abs(before) if before else 0.0, p_value, kind, changed,
+                            recent=len(clean) - index <= recent))
     return SeriesChanges(metric, device, len(points), len(clean), found, contaminated, _lately(clean, newest))
 
 

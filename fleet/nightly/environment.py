@@ -72,6 +72,30 @@ def _busy_samples(result) -> tuple[list[dict], list[str]]:
     return [s for s in samples if "gpu_idle" not in s["throttle"]], uuids
 
 
+def _whom(user, pid) -> str:
+    return f"{user if isinstance(user, str) and user else 'another user'} pid {pid}"
+
+
+def tenants_of(h: "HostEntry") -> tuple[str, ...]:
+    """Who else was on the run's GPUs, as 'tenant: ...' words: the tenants the plan weighed, the other
+    users' processes on its GPUs when the node was looked at, and those the run watch saw while it ran.
+    A tracing plan weighs no tenant (nsys beside one is allowed), yet a neighbour still slows the
+    workload: that night is no measure of the code."""
+    found = [str(t) for t in _strings(h.tenants_seen)]
+    found += [_whom(p.user, p.pid) for p in h.processes_seen if p.foreign is True and isinstance(p.pid, int)]
+    found += _others_watched(h.result)
+    return tuple(f"tenant: {t}" for t in dict.fromkeys(found))
+
+
+def _others_watched(result) -> list[str]:
+    """The processes not the run's own that the run watch's samples list, each as 'user pid N'."""
+    conditions = result.get("conditions") if isinstance(result, dict) else None
+    raw = conditions.get("samples") if isinstance(conditions, dict) else None
+    listed = [s.get("processes") for s in raw if isinstance(s, dict)] if isinstance(raw, list) else []
+    return [_whom(q.get("user"), q["pid"]) for processes in listed if isinstance(processes, list)
+            for q in processes if isinstance(q, dict) and q.get("own") is False and isinstance(q.get("pid"), int)]
+
+
 def of_host(h: "HostEntry", m: "RunManifest") -> Environment:
     busy, uuids = _busy_samples(h.result)
     clocks = [s["sm_clock_mhz"] for s in busy if "sm_clock_mhz" in s]
@@ -81,7 +105,7 @@ def of_host(h: "HostEntry", m: "RunManifest") -> Environment:
         gpu=_text(h.gpu), gpu_uuid=",".join(uuids) or None, driver=_text(h.driver),
         tool_version=_text(h.tool_version), fleet_version=_text(m.fleet), node=_text(h.node) or _text(h.host),
         sm_clock_mhz=statistics.median(clocks) if clocks else None, throttled=tuple(throttled),
-        tenants=tuple(f"tenant: {t}" for t in _strings(h.tenants_seen)) + _strings(h.given_up),
+        tenants=tenants_of(h) + _strings(h.given_up),
         workload_version=_text(playbook.get("version")))
 
 
