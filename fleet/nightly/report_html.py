@@ -31,7 +31,8 @@ STYLE = ("body{font-family:sans-serif;margin:2em;color:#222;max-width:1000px}tab
          ".kernel{font-family:monospace;font-size:12px;max-width:520px;overflow-wrap:anywhere}"
          "caption{text-align:left;font-size:13px;color:#444;padding:2px 0}"
          # kernel names run to 150 characters without a space (cuBLAS, CUTLASS templates)
-         "h3,.verdicts td:first-child{overflow-wrap:anywhere}.verdicts td:first-child{max-width:440px}")
+         "h3,.verdicts td:first-child,.changes td:first-child{overflow-wrap:anywhere}"
+         ".verdicts td:first-child{max-width:440px}.changes td:first-child{max-width:300px}")
 
 LEGEND = ("<p class='legend'>Points: one a run, on the date it started. Hollow grey points: runs with tenants "
           "on the GPU or profiler flags given up; they are shown but not used for the baseline or the verdict. "

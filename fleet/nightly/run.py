@@ -10,7 +10,7 @@ and its JSON twin.
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
@@ -160,13 +160,18 @@ class EmbeddedHistory:
         return store.compare(self.store_root, a, b)
 
 
-def _compared(history, rows: list[dict], verdicts: list) -> dict:
-    """For each metric called a regression or suspicious: the two runs it compares, and their kernels."""
-    compared = {}
+def _compared(history, rows: list[dict], found: list[changes.SeriesChanges], verdicts: list) -> dict:
+    """For each metric called a regression or suspicious: the two runs it compares, and their kernels:
+    of the level since the newest change point, or where the verdict is that change (a recent
+    slowdown), a run of the level before it and the newest."""
+    compared, level = {}, current_level(rows, found)
+    said_as_change = {(s.metric, s.device) for s in found if s.newest is not None and s.newest.rel > 0}
     for v in verdicts:
-        pair = trends.runs_compared([r for r in rows if (r["metric"], r["device"]) == (v.metric, v.device)], v)
+        key = (v.metric, v.device)
+        judged = _flagged(rows, found) if key in said_as_change else level
+        pair = trends.runs_compared([r for r in judged if (r["metric"], r["device"]) == key], v)
         if v.verdict in (trends.REGRESSION, trends.SUSPICIOUS) and pair:
-            compared[(v.metric, v.device)] = (*pair, history.compare(*pair))
+            compared[key] = (*pair, history.compare(*pair))
     return compared
 
 
@@ -190,20 +195,46 @@ def judge_changes(rows: list[dict], runs: dict, thresholds: dict) -> list[change
             for (metric, device), points in sorted(_points(rows, runs).items())]
 
 
+def _flagged(rows: list[dict], found: list[changes.SeriesChanges]) -> list[dict]:
+    """The rows, each contaminated run flagged with why (a run whose clocks were held down too, which
+    the catalog's flags do not say)."""
+    kept_out = {(s.metric, s.device, run): why for s in found for run, why in s.contaminated}
+    return [dict(r, flags=list(r["flags"]) or kept_out.get((r["metric"], r["device"], r["run_id"]), [])) for r in rows]
+
+
 def current_level(rows: list[dict], found: list[changes.SeriesChanges]) -> list[dict]:
     """The rows the threshold verdict judges: each series' runs from its newest change point on (its
-    baseline is the level the runs sit at now, not a mix of two), each contaminated run flagged with why
-    (a run whose clocks were held down too, which the catalog's flags do not say)."""
+    baseline is the level the runs sit at now, not a mix of two), flagged as :func:`_flagged` does."""
     since = {(s.metric, s.device): s.changes[-1].run_after for s in found if s.changes}
-    kept_out = {(s.metric, s.device, run): why for s in found for run, why in s.contaminated}
     level, started = [], set()
-    for r in rows:
+    for r in _flagged(rows, found):
         key = (r["metric"], r["device"])
         if since.get(key, r["run_id"]) == r["run_id"]:  # a series without a change point starts at once
             started.add(key)
         if key in started:
-            level.append(dict(r, flags=list(r["flags"]) or kept_out.get((*key, r["run_id"]), [])))
+            level.append(r)
     return level
+
+
+def with_recent_changes(verdicts: list[trends.Verdict], found: list[changes.SeriesChanges]) -> list[trends.Verdict]:
+    """The threshold verdicts, where a series' newest change point is a recent slowdown, said as that
+    change: a Regression against the level before it where the code may explain it, Suspicious where
+    nothing recorded does. The threshold verdict judges the runs since the newest change point, so
+    alone it calls the new, slower level "No change". A slowdown the environment explains stays as
+    the threshold verdict has it, with the change in its note."""
+    newest = {(s.metric, s.device): s.newest for s in found}
+    out = []
+    for v in verdicts:
+        c = newest.get((v.metric, v.device))
+        if c is None or c.rel <= 0:
+            out.append(v)
+            continue
+        said = f"changed at run {c.run_after}: {c.label}" + (f" ({'; '.join(c.changed)})" if c.changed else "")
+        verdict = trends.REGRESSION if c.label == changes.CODE or c.code_too else \
+            trends.SUSPICIOUS if c.label == changes.UNEXPLAINED else v.verdict
+        out.append(replace(v, verdict=verdict, baseline=c.before, rel=c.rel, note="; ".join(filter(None, [said, v.note])))
+                   if verdict != v.verdict else replace(v, note="; ".join(filter(None, [said, v.note]))))
+    return out
 
 
 def _series_json(found: changes.SeriesChanges) -> dict:
@@ -239,6 +270,8 @@ def _news(playbooks: list[dict], sections: list) -> dict[str, list[str]]:
             if v["verdict"] != trends.REGRESSION:
                 continue  # (its baseline is the level since the newest change point: a step after it)
             series = by_series.get((v["metric"], v["device"]))
+            if series is not None and series.newest is not None and series.newest.rel > 0:
+                continue  # the change itself, said above
             if series is not None and series.lately:
                 news["environment"].append(_line(p["name"], v["metric"], v["device"], v["rel"],
                                                  f" over the newest runs ({'; '.join(series.lately)})"))
@@ -267,9 +300,9 @@ def report(store_root: Path, playbooks: list[Playbook], out: Path, since: str | 
         shares = stragglers.judged([(run_id, runs[run_id]["stragglers"]) for run_id in dict.fromkeys(
             r["run_id"] for r in rows) if (runs[run_id] or {}).get("stragglers")])
         found = judge_changes(rows, runs, pb.thresholds)
-        level = current_level(rows, found)
-        verdicts = trends.judge_history(level, pb.thresholds)
-        sections.append((pb.name, rows, verdicts, pb.thresholds, _compared(history, level, verdicts), shares, found))
+        verdicts = with_recent_changes(trends.judge_history(current_level(rows, found), pb.thresholds), found)
+        sections.append((pb.name, rows, verdicts, pb.thresholds, _compared(history, rows, found, verdicts), shares,
+                         found))
         summary["playbooks"].append({"name": pb.name, "runs": len({r["run_id"] for r in rows}),
                                      "verdicts": [asdict(v) for v in verdicts], "stragglers": shares,
                                      "changes": [_series_json(c) for c in found]})
