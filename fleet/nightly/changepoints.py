@@ -29,6 +29,8 @@ the same verdict every morning.
 from __future__ import annotations
 
 import hashlib
+import itertools
+import math
 import random
 import statistics
 import struct
@@ -39,7 +41,9 @@ ALPHA = 0.005         # a change is significant below this p-value: about 0.5 fa
 PERMUTATIONS = 399    # shuffles per candidate: p-values down to 0.0025
 MIN_SIZE = 3          # points each side of a change, at least
 MIN_CHANGE = 0.02     # the medians either side differ by at least this much (relative)
-KNOWN_ALPHA = 0.05    # a step where fleet recorded a change: one test at a place named beforehand, no search
+KNOWN_ALPHA = 0.05    # the places fleet recorded a change of the environment, all together (each: its share)
+EXACT = 3000          # a known place's split tested over every arrangement where there are at most this many
+TIE = 1e-9            # statistics this close (relative) are equal: the same split, its sums in another order
 
 
 @dataclass(frozen=True)
@@ -132,7 +136,7 @@ def p_value(x: Sequence[float], q: float, s: Settings) -> float:
     most = s.alpha * (s.permutations + 1) - 1  # this many shuffles at least q: p >= alpha, not significant
     for done in range(1, s.permutations + 1):
         rng.shuffle(shuffled)
-        if best_split(shuffled, s.min_size)[1] >= q:
+        if best_split(shuffled, s.min_size)[1] >= q * (1 - TIE):
             at_least += 1
             if at_least >= most:
                 return (at_least + 1) / (done + 1)
@@ -148,24 +152,37 @@ def _q_at(x: Sequence[float], t: int) -> float:
     return t * m / n * (2 * between / (t * m) - left / (t * (t - 1) / 2) - right / (m * (m - 1) / 2))
 
 
-def known_step(x: Sequence[float], t: int, s: Settings = Settings()) -> ChangePoint | None:
+def _split_p(x: list[float], t: int, s: Settings) -> float:
+    """The permutation p-value of the split of ``x`` at ``t``: over every arrangement of which points
+    come first where there are few (exact: 3 runs and 3 can never give less than 0.1), else over
+    ``s.permutations`` shuffles seeded by the values."""
+    observed = _q_at(x, t) * (1 - TIE)
+    if math.comb(len(x), t) <= EXACT:
+        splits = list(itertools.combinations(range(len(x)), t))
+        at_least = sum(_q_at([x[i] for i in first] + [x[i] for i in range(len(x)) if i not in first], t) >= observed
+                       for first in map(set, splits))
+        return at_least / len(splits)
+    rng, shuffled, at_least = random.Random(_stable_hash(x)), list(x), 0
+    for _ in range(s.permutations):
+        rng.shuffle(shuffled)
+        at_least += _q_at(shuffled, t) >= observed
+    return (at_least + 1) / (s.permutations + 1)
+
+
+def known_step(x: Sequence[float], t: int, s: Settings = Settings(), alpha: float = KNOWN_ALPHA) -> ChangePoint | None:
     """The step at ``t`` of ``x``, a place fleet named beforehand (the environment changed there), where
     the levels either side differ by ``s.min_change`` at least and a permutation test of the split at
-    that one place gives p < KNOWN_ALPHA; None where not. Nothing is searched, so a few runs a side
-    can show it (four nights on locked clocks between two stretches at full clocks), where a search
-    over every split of a series must beat every place it could have chosen."""
+    that one place gives p < ``alpha`` (the caller's share of KNOWN_ALPHA); None where not. Nothing is
+    searched, so a few runs a side can show it (four nights on locked clocks between two stretches at
+    full clocks), where a search over every split must beat every place it could have chosen."""
     x = [float(v) for v in x]
     if min(t, len(x) - t) < 2:
         return None
     before, after = statistics.median(x[:t]), statistics.median(x[t:])
     if abs(_relative(before, after)) < s.min_change:
         return None
-    observed, rng, shuffled, at_least = _q_at(x, t), random.Random(_stable_hash(x)), list(x), 0
-    for _ in range(s.permutations):
-        rng.shuffle(shuffled)
-        at_least += _q_at(shuffled, t) >= observed
-    p = (at_least + 1) / (s.permutations + 1)
-    return ChangePoint(t, before, after, _relative(before, after), p) if p < KNOWN_ALPHA else None
+    p = _split_p(x, t, s)
+    return ChangePoint(t, before, after, _relative(before, after), p) if p < alpha else None
 
 
 def _relative(before: float, after: float) -> float:

@@ -22,7 +22,7 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass, field
 
-from .changepoints import Settings, change_points, known_step
+from .changepoints import KNOWN_ALPHA, Settings, change_points, known_step
 from .environment import Environment, differences
 
 CODE, ENVIRONMENT, UNEXPLAINED = "code", "environment", "unexplained"
@@ -71,11 +71,23 @@ class SeriesChanges:
     changes: list[Change] = field(default_factory=list)
     contaminated: list[tuple[str, list[str]]] = field(default_factory=list)   # (run, why), oldest first
     lately: tuple[str, ...] = ()   # what of the environment changed among the newest runs the thresholds judge
+    least: float = 0.0             # the least change that counts (the playbook's thresholds.change)
 
     @property
     def newest(self) -> Change | None:
         """The change the newest runs sit after, where it is recent."""
         return self.changes[-1] if self.changes and self.changes[-1].recent else None
+
+    def standing(self, kind: str) -> Change | None:
+        """The newest recent slowdown labelled ``kind`` (code: also an environment change where the
+        workload's version changed too) that the level the newest runs sit at has not undone: a later
+        change (a faster driver, say) neither hides it nor, where it took it back, keeps it news."""
+        now = self.changes[-1].after if self.changes else None
+        for c in reversed(self.changes):
+            of_kind = c.label == kind or (kind == CODE and c.code_too)
+            if c.recent and c.rel > 0 and of_kind and now is not None and (now - c.before) / abs(c.before) >= self.least:
+                return c
+        return None
 
 
 def _changed(a: Point, b: Point) -> list[str]:
@@ -118,23 +130,36 @@ def _known_cuts(clean: list[Point], min_size: int) -> list[int]:
 
 def _cuts(values: list[float], known: list[int], settings: Settings) -> dict[int, float]:
     """The change points of a series, each with its p-value. First those a search over the whole series
-    finds; then each place the environment changed, away from those, kept where the levels either side
-    moved; then a search again within each stretch between them. A change of the environment that
-    comes and goes (four nights on locked clocks, then restored) leaves no split of the whole series
-    significant, and so hides a step of the code after it."""
-    found = {cp.index: cp.p_value for cp in change_points(values, settings)}
-    for i in known:
-        if any(abs(i - j) <= NEAR for j in found):
-            continue  # a searched change is placed to within a few runs: this is its place
-        around = sorted({0, len(values), *found, *known})
-        lo, hi = max(around[around.index(i) - 1], i - KNOWN_SPAN), min(around[around.index(i) + 1], i + KNOWN_SPAN)
-        step = known_step(values[lo:hi], i - lo, settings)
+    finds; then each place the environment changed, away from those, tested on its own (the levels
+    between its neighbouring places, KNOWN_ALPHA shared among the places tested); then a search again
+    within each stretch between them. A change of the environment that comes and goes (four nights on
+    locked clocks, then restored) leaves no split of the whole series significant, and so hides a step
+    of the code after it."""
+    searched = {cp.index: cp.p_value for cp in change_points(values, settings)}
+    tested = [i for i in known if all(abs(i - j) > NEAR for j in searched)]  # else a searched change is its place
+    around = sorted({0, len(values), *searched, *known})
+    steps = {}
+    for i in tested:
+        lo = max(around[around.index(i) - 1], i - KNOWN_SPAN)
+        hi = min(around[around.index(i) + 1], i + KNOWN_SPAN)
+        step = known_step(values[lo:hi], i - lo, settings, KNOWN_ALPHA / len(tested))
         if step is not None:
-            found[i] = step.p_value
+            steps[i] = step
+    found = {**searched, **{i: step.p_value for i, step in steps.items()}}
     edges = sorted({0, len(values), *found})
     for lo, hi in zip(edges, edges[1:]):
         found.update({lo + cp.index: cp.p_value for cp in change_points(values[lo:hi], settings)})
-    return dict(sorted(found.items()))
+    return {i: p for i, p in sorted(found.items()) if i not in steps or _holds(values, found, i, steps[i], settings)}
+
+
+def _holds(values: list[float], found: dict[int, float], i: int, step, settings: Settings) -> bool:
+    """Whether a step tested at a known place still shows between its neighbouring change points: the
+    levels either side differ by the least change, the same way."""
+    edges = sorted({0, len(values), *found})
+    at = edges.index(i)
+    before, after = statistics.median(values[edges[at - 1]:i]), statistics.median(values[i:edges[at + 1]])
+    rel = (after - before) / abs(before) if before else 0.0
+    return abs(rel) >= settings.min_change and (rel > 0) == (step.rel > 0)
 
 
 def judge_series(metric: str, device: str, points: list[Point], settings: Settings = Settings(),
@@ -154,9 +179,10 @@ def judge_series(metric: str, device: str, points: list[Point], settings: Settin
         found.append(Change(clean[index - 1].run_id, clean[index].run_id, clean[index].started, before, after,
                             (after - before) / abs(before) if before else 0.0, p_value, kind, changed,
                             recent=len(clean) - index <= recent))
-    return SeriesChanges(metric, device, len(points), len(clean), found, contaminated, _lately(clean, newest))
+    return SeriesChanges(metric, device, len(points), len(clean), found, contaminated, _lately(clean, newest),
+                         settings.min_change)
 
 
-def slowdowns(series: list[SeriesChanges], kind: str) -> list[SeriesChanges]:
-    """The series whose newest, recent change is a slowdown labelled ``kind``."""
-    return [s for s in series if s.newest is not None and s.newest.rel > 0 and s.newest.label == kind]
+def slowdowns(series: list[SeriesChanges], kind: str) -> list[tuple[SeriesChanges, Change]]:
+    """Each series with a recent slowdown labelled ``kind`` that still stands, and that change."""
+    return [(s, c) for s in series for c in [s.standing(kind)] if c is not None and (kind == CODE or not c.code_too)]

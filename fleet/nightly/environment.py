@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ..analysis.record import typed_conditions
+from ..visible import visible
 
 if TYPE_CHECKING:
     from ..store.manifest import HostEntry, RunManifest
@@ -73,27 +74,44 @@ def _busy_samples(result) -> tuple[list[dict], list[str]]:
 
 
 def _whom(user, pid) -> str:
-    return f"{user if isinstance(user, str) and user else 'another user'} pid {pid}"
+    """'user pid N', a name from the node shown as a field (its control characters as escapes)."""
+    return f"{visible(user) if isinstance(user, str) and user else 'another user'} pid {pid}"
 
 
-def tenants_of(h: "HostEntry") -> tuple[str, ...]:
+def tenants_of(h: "HostEntry", user: str | None = None) -> tuple[str, ...]:
     """Who else was on the run's GPUs, as 'tenant: ...' words: the tenants the plan weighed, the other
     users' processes on its GPUs when the node was looked at, and those the run watch saw while it ran.
     A tracing plan weighs no tenant (nsys beside one is allowed), yet a neighbour still slows the
-    workload: that night is no measure of the code."""
+    workload: that night is no measure of the code. ``user``: the run's user where the result does not
+    name it (a Slurm rank's): the manifest's."""
     found = [str(t) for t in _strings(h.tenants_seen)]
-    found += [_whom(p.user, p.pid) for p in h.processes_seen if p.foreign is True and isinstance(p.pid, int)]
-    found += _others_watched(h.result)
+    found += [_whom(p.user, p.pid) for p in h.processes_seen if p.foreign is True and _is_pid(p.pid)]
+    found += _others_watched(h.result, user)
     return tuple(f"tenant: {t}" for t in dict.fromkeys(found))
 
 
-def _others_watched(result) -> list[str]:
-    """The processes not the run's own that the run watch's samples list, each as 'user pid N'."""
-    conditions = result.get("conditions") if isinstance(result, dict) else None
+def _is_pid(value) -> bool:
+    return type(value) is int and value > 0  # not a bool, not 0 or below
+
+
+def _others_watched(result, user: str | None) -> list[str]:
+    """Other users' processes among those the run watch's samples list, each as 'user pid N'. The watch
+    marks as not its own whatever is not below the run's profiler: the user's other ranks of a Slurm
+    step and its other processes too, which the policy excuses and which are no neighbour of another
+    user; a process whose user is unknown, or a run whose user is, counts (unsure is shared)."""
+    if not isinstance(result, dict):
+        return []
+    whose = result.get("whose")
+    runner = whose.get("user") if isinstance(whose, dict) and isinstance(whose.get("user"), str) else user
+    return [_whom(q.get("user"), q["pid"]) for q in _watched(result.get("conditions"))
+            if q.get("own") is False and _is_pid(q.get("pid")) and (runner is None or q.get("user") != runner)]
+
+
+def _watched(conditions) -> list[dict]:
+    """Every process entry of the run watch's samples that has the shape of one."""
     raw = conditions.get("samples") if isinstance(conditions, dict) else None
     listed = [s.get("processes") for s in raw if isinstance(s, dict)] if isinstance(raw, list) else []
-    return [_whom(q.get("user"), q["pid"]) for processes in listed if isinstance(processes, list)
-            for q in processes if isinstance(q, dict) and q.get("own") is False and isinstance(q.get("pid"), int)]
+    return [q for processes in listed if isinstance(processes, list) for q in processes if isinstance(q, dict)]
 
 
 def of_host(h: "HostEntry", m: "RunManifest") -> Environment:
@@ -105,7 +123,7 @@ def of_host(h: "HostEntry", m: "RunManifest") -> Environment:
         gpu=_text(h.gpu), gpu_uuid=",".join(uuids) or None, driver=_text(h.driver),
         tool_version=_text(h.tool_version), fleet_version=_text(m.fleet), node=_text(h.node) or _text(h.host),
         sm_clock_mhz=statistics.median(clocks) if clocks else None, throttled=tuple(throttled),
-        tenants=tenants_of(h) + _strings(h.given_up),
+        tenants=tenants_of(h, _text(m.user)) + _strings(h.given_up),
         workload_version=_text(playbook.get("version")))
 
 

@@ -268,7 +268,7 @@ def run_metrics(playbook: Playbook, manifest: "RunManifest") -> list[dict]:
     for h in manifest.hosts:
         summaries = {rep.summary: Path(rep.stored) for rep in h.reports
                      if rep.status == "summary" and rep.verified and rep.summary}
-        flagged = [*environment.tenants_of(h), *h.given_up]
+        flagged = [*environment.tenants_of(h, manifest.user or None), *h.given_up]
         device = f"{h.gpu or 'no GPU'} on {h.host}" + (f" rank {h.rank}" if h.rank is not None else "")
         for metric in playbook.metrics:
             for name, value in metric_values(metric, summaries).items():

@@ -165,10 +165,11 @@ def _compared(history, rows: list[dict], found: list[changes.SeriesChanges], ver
     of the level since the newest change point, or where the verdict is that change (a recent
     slowdown), a run of the level before it and the newest."""
     compared, level = {}, current_level(rows, found)
-    said_as_change = {(s.metric, s.device) for s in found if s.newest is not None and s.newest.rel > 0}
+    before_change = {(s.metric, s.device): c.before for s in found for c in [said_change(s)] if c is not None}
     for v in verdicts:
         key = (v.metric, v.device)
-        judged = _flagged(rows, found) if key in said_as_change else level
+        across_change = key in before_change and before_change[key] == v.baseline  # the verdict is that change
+        judged = _flagged(rows, found) if across_change else level
         pair = trends.runs_compared([r for r in judged if (r["metric"], r["device"]) == key], v)
         if v.verdict in (trends.REGRESSION, trends.SUSPICIOUS) and pair:
             compared[key] = (*pair, history.compare(*pair))
@@ -216,24 +217,32 @@ def current_level(rows: list[dict], found: list[changes.SeriesChanges]) -> list[
     return level
 
 
+def said_change(s: changes.SeriesChanges) -> changes.Change | None:
+    """The recent slowdown a series' verdict is said as: one the code may explain, else one nothing
+    recorded explains; None where neither stands."""
+    return s.standing(changes.CODE) or s.standing(changes.UNEXPLAINED)
+
+
 def with_recent_changes(verdicts: list[trends.Verdict], found: list[changes.SeriesChanges]) -> list[trends.Verdict]:
-    """The threshold verdicts, where a series' newest change point is a recent slowdown, said as that
-    change: a Regression against the level before it where the code may explain it, Suspicious where
-    nothing recorded does. The threshold verdict judges the runs since the newest change point, so
-    alone it calls the new, slower level "No change". A slowdown the environment explains stays as
-    the threshold verdict has it, with the change in its note."""
-    newest = {(s.metric, s.device): s.newest for s in found}
+    """The threshold verdicts, where a series has a recent slowdown found as a change point that still
+    stands, said as that change: a Regression against the level before it where the code may explain
+    it, at least Suspicious where nothing recorded does. The threshold verdict judges the runs since
+    the newest change point, so alone it calls the new, slower level "No change". A threshold
+    Regression worse than the change keeps its own figures, the change in its note."""
+    by_series = {(s.metric, s.device): said_change(s) for s in found}
     out = []
     for v in verdicts:
-        c = newest.get((v.metric, v.device))
-        if c is None or c.rel <= 0:
+        c = by_series.get((v.metric, v.device))
+        if c is None:
             out.append(v)
             continue
-        said = f"changed at run {c.run_after}: {c.label}" + (f" ({'; '.join(c.changed)})" if c.changed else "")
-        verdict = trends.REGRESSION if c.label == changes.CODE or c.code_too else \
-            trends.SUSPICIOUS if c.label == changes.UNEXPLAINED else v.verdict
-        out.append(replace(v, verdict=verdict, baseline=c.before, rel=c.rel, note="; ".join(filter(None, [said, v.note])))
-                   if verdict != v.verdict else replace(v, note="; ".join(filter(None, [said, v.note]))))
+        note = "; ".join(filter(None, [f"changed at run {c.run_after}: {c.label}"
+                                       + (f" ({'; '.join(c.changed)})" if c.changed else ""), v.note]))
+        verdict = trends.REGRESSION if c.label == changes.CODE or c.code_too else trends.SUSPICIOUS
+        if v.verdict == trends.REGRESSION and (verdict != trends.REGRESSION or (v.rel or 0) >= c.rel):
+            out.append(replace(v, note=note))
+        else:
+            out.append(replace(v, verdict=verdict, baseline=c.before, rel=c.rel, note=note))
     return out
 
 
@@ -260,18 +269,17 @@ def _news(playbooks: list[dict], sections: list) -> dict[str, list[str]]:
     for p, section in zip(playbooks, sections):
         found = section[6]
         for kind in (changes.CODE, changes.UNEXPLAINED, changes.ENVIRONMENT):
-            for c in changes.slowdowns(found, kind):
-                what = f" ({'; '.join(c.newest.changed)})" if c.newest.changed else ""
-                key = NEWS_OF[kind] if not c.newest.code_too else "regressions"  # both changed: it may be the code
-                news[key].append(_line(p["name"], c.metric, c.device, c.newest.rel,
-                                       f", changed at run {c.newest.run_after}: {kind}{what}"))
+            for s, c in changes.slowdowns(found, kind):  # code: an environment change with the workload's too
+                what = f" ({'; '.join(c.changed)})" if c.changed else ""
+                news[NEWS_OF[kind]].append(_line(p["name"], s.metric, s.device, c.rel,
+                                                 f", changed at run {c.run_after}: {c.label}{what}"))
         by_series = {(c.metric, c.device): c for c in found}
         for v in p["verdicts"]:
             if v["verdict"] != trends.REGRESSION:
                 continue  # (its baseline is the level since the newest change point: a step after it)
             series = by_series.get((v["metric"], v["device"]))
-            if series is not None and series.newest is not None and series.newest.rel > 0:
-                continue  # the change itself, said above
+            if series is not None and series.standing(changes.CODE) is not None:
+                continue  # a regression already, said above as the change
             if series is not None and series.lately:
                 news["environment"].append(_line(p["name"], v["metric"], v["device"], v["rel"],
                                                  f" over the newest runs ({'; '.join(series.lately)})"))
