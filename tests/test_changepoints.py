@@ -267,15 +267,35 @@ def test_three_runs_a_side_of_a_known_place_can_never_be_significant_however_the
     """3 and 3 runs have 20 arrangements, 2 of them this split or its mirror: p = 0.1 exactly. Sums
     of values near 1e9 taken in another order differ in their last bits and must still tie."""
     x = [0.9974e9, 0.9951e9, 1.0003e9, 1.03e9 * 1.3, 1.0084e9 * 1.3, 1.0267e9 * 1.3]
-    assert changepoints.known_step(x, 3) is None
-    assert changepoints._split_p(x, 3, changepoints.Settings()) == pytest.approx(0.1)
+    assert changepoints.known_step(x, 3).p_value == pytest.approx(0.1)
+    assert changepoints.holm({3: 0.1}) == set()
 
 
-def test_an_environment_that_changes_every_few_runs_makes_no_change_in_pure_noise():
-    for seed in range(10):
+def test_holm_holds_the_places_in_the_order_of_their_p_values_and_stops_at_the_first_that_fails():
+    assert changepoints.holm({5: 0.029, 9: 0.0025, 13: 0.002}) == {5, 9, 13}  # 0.002 < .05/3, .0025 < .05/2, .029 < .05
+    assert changepoints.holm({5: 0.03, 9: 0.0025, 13: 0.04}) == {9}  # 0.03 >= .05/2: it and all after it fail
+    assert changepoints.holm({}) == set()
+
+
+def _recorded_changes_in_noise(every: int, workload_too: bool, histories: int = 100) -> list[changes.Change]:
+    found = []
+    for seed in range(histories):
         points, _ = hs.pure_noise(seed)
-        points = [replace(p, environment=replace(p.environment, driver=f"580.{i // 5}")) for i, p in enumerate(points)]
-        assert judge(points).changes == [], seed
+        points = [replace(p, environment=replace(p.environment, driver=f"580.{i // every}",
+                                                 workload_version=f"v{i // every}" if workload_too else "v1"))
+                  for i, p in enumerate(points)]
+        found += judge(points).changes
+    return found
+
+
+def test_places_where_the_environment_changed_raise_few_false_changes_in_noise_and_no_false_regression():
+    """Pure 2 % noise, the driver changed every 15 nights: the places are tested together (Holm, at
+    0.05), a few false environment changes per 100 histories (said, no exit status of their own).
+    Deployed with a new workload version each time, a step there must also pass the search's level,
+    since it would be called the code's (exit 7): about none."""
+    assert len(_recorded_changes_in_noise(15, workload_too=False)) <= 5
+    deployed = _recorded_changes_in_noise(5, workload_too=True)
+    assert sum(c.label == changes.CODE or c.code_too for c in deployed) <= 1
 
 
 def test_clocks_locked_for_exactly_three_nights_lose_neither_place_nor_the_code_step():

@@ -41,8 +41,8 @@ ALPHA = 0.005         # a change is significant below this p-value: about 0.5 fa
 PERMUTATIONS = 399    # shuffles per candidate: p-values down to 0.0025
 MIN_SIZE = 3          # points each side of a change, at least
 MIN_CHANGE = 0.02     # the medians either side differ by at least this much (relative)
-KNOWN_ALPHA = 0.05    # the places fleet recorded a change of the environment, all together (each: its share)
-EXACT = 3000          # a known place's split tested over every arrangement where there are at most this many
+KNOWN_ALPHA = 0.05    # the places fleet recorded a change, all together (Holm's step-down among them)
+EXACT = 10000         # a known place's split tested over every arrangement where there are at most this many
 TIE = 1e-9            # statistics this close (relative) are equal: the same split, its sums in another order
 
 
@@ -169,20 +169,32 @@ def _split_p(x: list[float], t: int, s: Settings) -> float:
     return (at_least + 1) / (s.permutations + 1)
 
 
-def known_step(x: Sequence[float], t: int, s: Settings = Settings(), alpha: float = KNOWN_ALPHA) -> ChangePoint | None:
-    """The step at ``t`` of ``x``, a place fleet named beforehand (the environment changed there), where
-    the levels either side differ by ``s.min_change`` at least and a permutation test of the split at
-    that one place gives p < ``alpha`` (the caller's share of KNOWN_ALPHA); None where not. Nothing is
+def known_step(x: Sequence[float], t: int, s: Settings = Settings()) -> ChangePoint | None:
+    """The step at ``t`` of ``x``, a place fleet named beforehand (the environment or the workload's
+    version changed there), with the p-value of a permutation test of the split at that one place,
+    where the levels either side differ by ``s.min_change`` at least; None where not. Nothing is
     searched, so a few runs a side can show it (four nights on locked clocks between two stretches at
-    full clocks), where a search over every split must beat every place it could have chosen."""
+    full clocks), where a search over every split must beat every place it could have chosen; the
+    caller judges the p-values of all its places together (:func:`holm`)."""
     x = [float(v) for v in x]
     if min(t, len(x) - t) < 2:
         return None
     before, after = statistics.median(x[:t]), statistics.median(x[t:])
     if abs(_relative(before, after)) < s.min_change:
         return None
-    p = _split_p(x, t, s)
-    return ChangePoint(t, before, after, _relative(before, after), p) if p < alpha else None
+    return ChangePoint(t, before, after, _relative(before, after), _split_p(x, t, s))
+
+
+def holm(p_values: dict[int, float], alpha: float = KNOWN_ALPHA) -> set[int]:
+    """The places whose tests hold together at ``alpha`` (Holm's step-down: the smallest p against
+    alpha / m, the next against alpha / (m - 1), ..., stopping at the first that fails): the chance
+    that any one of them is noise stays under alpha, however many places are tested."""
+    held, m = set(), len(p_values)
+    for k, (place, p) in enumerate(sorted(p_values.items(), key=lambda item: item[1])):
+        if p >= alpha / (m - k):
+            break
+        held.add(place)
+    return held
 
 
 def _relative(before: float, after: float) -> float:

@@ -22,7 +22,7 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass, field
 
-from .changepoints import KNOWN_ALPHA, Settings, change_points, known_step
+from .changepoints import KNOWN_ALPHA, Settings, change_points, holm, known_step
 from .environment import Environment, differences
 
 CODE, ENVIRONMENT, UNEXPLAINED = "code", "environment", "unexplained"
@@ -121,17 +121,19 @@ def _lately(clean: list[Point], newest: int) -> tuple[str, ...]:
 
 
 def _known_cuts(clean: list[Point], min_size: int) -> list[int]:
-    """Where the environment changed between clean runs and stayed changed for ``min_size`` runs either
-    side: the places fleet can name beforehand. One night on another clock is no stretch of its own."""
-    at = [i for i in range(1, len(clean)) if differences(clean[i - 1].environment, clean[i].environment)]
+    """Where the environment or the workload's version changed between clean runs and stayed so for
+    ``min_size`` runs either side: the places fleet can name beforehand. One night on another clock is
+    no stretch of its own, nor is a version a night."""
+    at = [i for i in range(1, len(clean)) if _changed(clean[i - 1], clean[i])]
     edges = [0, *at, len(clean)]
     return [i for n, i in enumerate(at, 1) if i - edges[n - 1] >= min_size and edges[n + 1] - i >= min_size]
 
 
-def _cuts(values: list[float], known: list[int], settings: Settings) -> dict[int, float]:
+def _cuts(values: list[float], known: list[int], settings: Settings, versions: set[int] = frozenset()) -> dict[int, float]:
     """The change points of a series, each with its p-value. First those a search over the whole series
-    finds; then each place the environment changed, away from those, tested on its own (the levels
-    between its neighbouring places, KNOWN_ALPHA shared among the places tested); then a search again
+    finds; then each place the environment or the workload's version changed, away from those, tested
+    on its own (the levels between its neighbouring places; Holm's step-down over the places tested,
+    at KNOWN_ALPHA); then a search again
     within each stretch between them. A change of the environment that comes and goes (four nights on
     locked clocks, then restored) leaves no split of the whole series significant, and so hides a step
     of the code after it."""
@@ -142,9 +144,13 @@ def _cuts(values: list[float], known: list[int], settings: Settings) -> dict[int
     for i in tested:
         lo = max(around[around.index(i) - 1], i - KNOWN_SPAN)
         hi = min(around[around.index(i) + 1], i + KNOWN_SPAN)
-        step = known_step(values[lo:hi], i - lo, settings, KNOWN_ALPHA / len(tested))
+        step = known_step(values[lo:hi], i - lo, settings)
         if step is not None:
             steps[i] = step
+    held = holm({i: step.p_value for i, step in steps.items()}, KNOWN_ALPHA)  # the tests of all the places
+    # where the workload's version changed, a slowdown may be called the code's (exit 7): such a step must
+    # also pass the search's own level, so weekly deployments in noise raise no false alarm
+    steps = {i: step for i, step in steps.items() if i in held and (i not in versions or step.p_value < settings.alpha)}
     found = {**searched, **{i: step.p_value for i, step in steps.items()}}
     edges = sorted({0, len(values), *found})
     for lo, hi in zip(edges, edges[1:]):
@@ -170,7 +176,9 @@ def judge_series(metric: str, device: str, points: list[Point], settings: Settin
     clean = [p for p, reasons in why if not reasons]
     contaminated = [(p.run_id, reasons) for p, reasons in why if reasons]
     values = [p.value for p in clean]
-    cuts = _cuts(values, _known_cuts(clean, settings.min_size), settings)
+    known = _known_cuts(clean, settings.min_size)
+    versions = {i for i in known if any(what.startswith(WORKLOAD) for what in _changed(clean[i - 1], clean[i]))}
+    cuts = _cuts(values, known, settings, versions)
     edges = [0, *cuts, len(clean)]
     found = []
     for n, (index, p_value) in enumerate(cuts.items()):

@@ -92,7 +92,7 @@ for check in $CHECKS; do
         || echo "slurm-check: no Slurm on this node; the check gives fleet's agent the environment slurmd and srun would"
       if [ -n "$why" ]; then note "SKIP  slurm-check: this node cannot run it: $why"; else run_check slurm 90 180; fi ;;
     nightly) run_check nightly 150 330 ;;
-    changes) run_check changes 380 520 ;;
+    changes) run_check changes 300 560 ;;
     record) run_check record 100 260 ;;
     twogpu)
       if [ "$(nvidia-smi -L | grep -c '^GPU')" -ge 2 ]; then run_check twogpu 60 150
