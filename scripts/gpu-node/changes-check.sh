@@ -59,7 +59,8 @@ tenant_down
 step "lock the GPU's clocks low (this disposable machine's GPU, no other tenant): nvidia-smi -lgc 990,990"
 if nvidia-smi -i 0 -lgc 990,990 > "$D/clocks-locked.txt" 2>&1; then LOCKED=1; WERE_LOCKED=1; cat "$D/clocks-locked.txt"
 else echo "the clocks cannot be locked here: $(tail -1 "$D/clocks-locked.txt"); the environment change is not expected"; fi
-for i in 5 6 7 8; do one_run "$i" "v1, clocks ${LOCKED:+locked}${LOCKED:-as they were}" "$CHECK_TMP/plain.yaml"; done
+CLOCKS=$([ -n "$LOCKED" ] && echo locked || echo "as they were")
+for i in 5 6 7 8; do one_run "$i" "v1, clocks $CLOCKS" "$CHECK_TMP/plain.yaml"; done
 restore_clocks
 for i in 9 10 11 12 13 14; do one_run "$i" "v1, clocks restored" "$CHECK_TMP/plain.yaml"; done
 echo v2 > "$VERSION_FILE"
