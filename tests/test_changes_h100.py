@@ -11,7 +11,8 @@ import os
 import re
 import shutil
 
-from tests.conftest import REPO, run_fleet
+from tests.conftest import REPO
+from tests.harness.store_runs import judged_copy
 from tests.harness.browser import CHROMIUM, screenshot
 
 FIXTURE = REPO / "tests" / "fixtures" / "changes-h100"
@@ -21,12 +22,7 @@ DEVICE = "NVIDIA H100 80GB HBM3 on vm"
 
 
 def test_the_h100_history_names_the_locked_clocks_keeps_the_tenants_night_out_and_blames_v2(tmp_path):
-    st = tmp_path / "store"
-    shutil.copytree(FIXTURE / "lab", st / "lab")
-    env = {"FLEET_STORE": str(st)}
-    assert run_fleet("reports", "reindex", env=env).stdout.strip() == "catalogued 22 runs"
-    out = tmp_path / "site" / "nightly.html"
-    r = run_fleet("nightly", "report", str(REPO / "playbooks" / "reference.yaml"), "--out", str(out), env=env)
+    r, out = judged_copy(FIXTURE, tmp_path / "store", runs=22)
     assert r.returncode == 7, r.stdout + r.stderr
     assert "over 18 run(s)" in r.stdout  # the confirmation's runs are kept apart
     # nsys is allowed beside a tenant, so the plan weighed none; the node and the run watch saw one
@@ -48,13 +44,8 @@ def test_the_h100_history_names_the_locked_clocks_keeps_the_tenants_night_out_an
 
 
 def test_the_page_of_that_history_draws_the_changes_in_their_colours_and_the_tenants_night_hollow(tmp_path):
-    st = tmp_path / "store"
-    shutil.copytree(FIXTURE / "lab", st / "lab")
-    env = {"FLEET_STORE": str(st)}
-    run_fleet("reports", "reindex", env=env)
-    out = tmp_path / "site" / "nightly.html"
-    assert run_fleet("nightly", "report", str(REPO / "playbooks" / "reference.yaml"), "--out", str(out),
-                     env=env).returncode == 7
+    r, out = judged_copy(FIXTURE, tmp_path / "store", runs=22)
+    assert r.returncode == 7
     assert CHROMIUM, "chromium is not installed: scripts/test installs it (Debian's chromium package)"
     png = tmp_path / "nightly-changes.png"
     dom = screenshot(out, png, size="1000,2200")

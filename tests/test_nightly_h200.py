@@ -14,8 +14,9 @@ from pathlib import Path
 from urllib.parse import unquote
 
 from fleet.kernelnames import WIDTH, short_name
-from tests.conftest import REPO, run_fleet
+from tests.conftest import REPO
 from tests.harness.browser import CHROMIUM, screenshot
+from tests.harness.store_runs import judged_copy
 
 FIXTURE = REPO / "tests" / "fixtures" / "nightly-h200"
 RUNS = ["20261130-221624-9aa0", "20261130-221639-6cb5", "20261130-221655-4d61", "20261130-221709-ccc0",
@@ -24,12 +25,7 @@ GEMM = "sm80_xmma_gemm_f32f32_f32f32_f32_tn_n_tilesize128x128x8_stage3_warpsize2
 
 
 def test_the_h200_history_is_judged_a_regression_and_drawn_with_its_times_band_and_kernels(tmp_path):
-    st = tmp_path / "moved store"
-    shutil.copytree(FIXTURE / "lab", st / "lab")
-    env = {"FLEET_STORE": str(st)}
-    assert run_fleet("reports", "reindex", env=env).stdout.strip() == "catalogued 7 runs"
-    out = tmp_path / "site" / "nightly.html"
-    r = run_fleet("nightly", "report", str(REPO / "playbooks" / "reference.yaml"), "--out", str(out), env=env)
+    r, out = judged_copy(FIXTURE, tmp_path / "moved store", runs=7)
     assert r.returncode == 7, r.stdout + r.stderr
     verdicts = {v["metric"]: v for v in json.loads(out.with_suffix(".json").read_text())["playbooks"][0]["verdicts"]}
     assert verdicts["kernel *gemm*"]["verdict"] == "Regression" and verdicts["kernel *gemm*"]["points"] == 7

@@ -100,3 +100,15 @@ def plant(root, name: str, values: list[float], versions: list[str], drivers: li
 def noisy(n: int, seed: int, level: float = 1e9) -> list[float]:
     rng = random.Random(seed)
     return [level * (1 + rng.gauss(0, 0.005)) for _ in range(n)]
+
+
+def judged_copy(fixture: Path, at: Path, runs: int):
+    """A recorded store's lab runs (``fixture``/lab) copied to ``at``, catalogued again there (which must
+    find ``runs`` runs), and judged by ``fleet nightly report`` of the reference playbook: the command's
+    result and the page's path (its JSON beside it)."""
+    from tests.conftest import REPO, run_fleet
+    shutil.copytree(fixture / "lab", at / "lab")
+    env = {"FLEET_STORE": str(at)}
+    assert run_fleet("reports", "reindex", env=env).stdout.strip() == f"catalogued {runs} runs"
+    out = at.parent / "site" / "nightly.html"
+    return run_fleet("nightly", "report", str(REPO / "playbooks" / "reference.yaml"), "--out", str(out), env=env), out
