@@ -20,6 +20,7 @@ from . import confirm as verdicts
 from .confirm import ConfirmError, Measured, Target
 from .environment import Environment, of_manifest
 from .playbook import Playbook
+from .lock import playbook_lock
 from .run import history_of, home_script, judge_changes, run_playbook, workload_host, workload_version
 
 if TYPE_CHECKING:
@@ -129,6 +130,13 @@ async def confirm(fan: "Fanout", inventory: "Inventory", pb: Playbook, done: Con
     fails ends the runs (``done.error``); the workload is put back all the same (``done.restore_error``
     where it could not be). ConfirmError: nothing was run or checked out (no checkout command, several
     hosts, a version no checkout command may be given, no version to come back to)."""
+    with playbook_lock(store_root, pb.name, "a confirmation"):  # no scheduled run measures the version checked out
+        return await _confirm(fan, inventory, pb, done, embedded=embedded, store_root=store_root, rounds=rounds,
+                              gpus=gpus, poll=poll, on_run=on_run)
+
+
+async def _confirm(fan: "Fanout", inventory: "Inventory", pb: Playbook, done: Confirmation, *, embedded: bool,
+                   store_root: Path, rounds: int, gpus, poll: float, on_run) -> Confirmation:
     host = _one_host(inventory, pb, embedded)
     checked_version(done.target.before), checked_version(done.target.after)
     start = await workload_version(fan, host, pb.version)

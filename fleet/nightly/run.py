@@ -9,6 +9,7 @@ and its JSON twin.
 
 from __future__ import annotations
 
+import contextlib
 import json
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
@@ -20,6 +21,7 @@ from . import changes, stragglers, trends
 from .changepoints import Settings
 from ..store.manifest import RunManifest, new_run_id
 from .environment import Environment, run_facts
+from .lock import playbook_lock
 from .playbook import Playbook, run_metrics
 from ..plan import LabPart, ProfileRequest
 from ..safenames import quote
@@ -81,6 +83,15 @@ async def run_playbook(fan: "Fanout", inventory: "Inventory", pb: Playbook, *, e
     it says while it runs goes to ``progress``, as ``fleet profile``'s does. A run of ``fleet nightly
     confirm`` (``confirm``: its side and version) keeps its metrics under ``confirm``, where neither
     catalog indexes them: it is no night of the playbook's history."""
+    # a confirmation holds the playbook's lock for all its runs; a dry run starts nothing
+    with contextlib.nullcontext() if dry_run or confirm is not None else playbook_lock(store_root, pb.name, "a run"):
+        return await _run_playbook(fan, inventory, pb, embedded=embedded, store_root=store_root, dry_run=dry_run,
+                                   poll=poll, progress=progress, gpus=gpus, confirm=confirm)
+
+
+async def _run_playbook(fan: "Fanout", inventory: "Inventory", pb: Playbook, *, embedded: bool, store_root: Path,
+                        dry_run: bool, poll: float, progress: Progress, gpus: tuple[int, ...] | None,
+                        confirm: dict | None) -> RunManifest:
     req = request_for(pb, gpus)
     asked = workload_host(inventory, pb, embedded=embedded)
     if pb.on_slurm:
