@@ -358,3 +358,43 @@ def test_the_users_own_other_processes_and_a_pid_that_is_no_number_are_no_tenant
     assert tenants_of(rank) == ("tenant: me pid 101", "tenant: bob\\x1b[2J pid 7")  # no user known: unsure is shared
     lab = replace(rank, result={"whose": {"host": "gx-01", "user": "me"}, "conditions": {"samples": samples}})
     assert tenants_of(lab, "someone-else") == ("tenant: bob\\x1b[2J pid 7",)
+
+
+def test_a_faster_driver_as_fast_as_the_code_got_slower_still_leaves_the_code_regression_said():
+    """Code +10 % at run 53, a driver 9 % faster at 57: the level now is about the old one, yet the
+    code's slowdown stands once the driver's step, the environment's alone, is taken out."""
+    for seed in range(10):
+        rng, points = random.Random(seed), []
+        for i in range(60):
+            value, env = 1e9 * (1 + rng.gauss(0, 0.01)), hs.BASE
+            if i >= 53:
+                value, env = value * 1.10, replace(env, workload_version="v2")
+            if i >= 57:
+                value, env = value * 0.91, replace(env, driver="581.0")
+            points.append(changes.Point(f"run-{i:03d}", f"s{i:03d}", value, env))
+        verdict, news = _news_of(points, THRESHOLDS)
+        assert verdict.verdict == "Regression" and len(news["regressions"]) == 1, (seed, verdict, news)
+
+
+def test_a_searched_change_near_a_recorded_place_is_put_at_that_place():
+    """A step in noise is placed to within a few runs; where the workload's version changed within
+    them, the change is there: its run, its medians, and how long it is recent."""
+    moved = 0
+    for seed in range(30):
+        points, _ = hs.step(seed, "code")
+        found = [c for c in judge(points).changes if c.label == "code"]
+        assert all(c.run_after == f"run-{hs.AT:03d}" for c in found), (seed, found)
+        moved += bool(found)
+    assert moved >= 29
+
+
+def test_the_exact_permutation_test_of_a_place_is_quick_and_the_same_as_counting_every_arrangement():
+    import itertools
+    import math
+    rng = random.Random(4)
+    x = [1 + rng.gauss(0, 0.02) for _ in range(10)]
+    x[6:] = [v * 1.03 for v in x[6:]]
+    observed = changepoints._q_at(x, 6)
+    count = sum(changepoints._q_at([x[i] for i in first] + [x[i] for i in range(10) if i not in first], 6)
+                >= observed * (1 - changepoints.TIE) for first in map(set, itertools.combinations(range(10), 6)))
+    assert changepoints._split_p(x, 6, changepoints.Settings()) == pytest.approx(count / math.comb(10, 6))

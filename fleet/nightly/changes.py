@@ -82,12 +82,22 @@ class SeriesChanges:
         """The newest recent slowdown labelled ``kind`` (code: also an environment change where the
         workload's version changed too) that the level the newest runs sit at has not undone: a later
         change (a faster driver, say) neither hides it nor, where it took it back, keeps it news."""
-        now = self.changes[-1].after if self.changes else None
-        for c in reversed(self.changes):
+        for n in range(len(self.changes) - 1, -1, -1):
+            c = self.changes[n]
             of_kind = c.label == kind or (kind == CODE and c.code_too)
-            if c.recent and c.rel > 0 and of_kind and now is not None and (now - c.before) / abs(c.before) >= self.least:
+            if c.recent and c.rel > 0 and of_kind and c.before and (self._now_but_environment(n) - c.before) / abs(
+                    c.before) >= self.least:
                 return c
         return None
+
+    def _now_but_environment(self, n: int) -> float:
+        """The level the newest runs sit at, with the steps of the environment alone after change ``n``
+        taken out: a faster driver after a code regression does not undo the code's."""
+        now = self.changes[-1].after
+        for later in self.changes[n + 1:]:
+            if later.label == ENVIRONMENT and not later.code_too and later.after:
+                now *= later.before / later.after
+        return now
 
 
 def _changed(a: Point, b: Point) -> list[str]:
@@ -138,6 +148,20 @@ def _cuts(values: list[float], known: list[int], settings: Settings, versions: s
     locked clocks, then restored) leaves no split of the whole series significant, and so hides a step
     of the code after it."""
     searched = {cp.index: cp.p_value for cp in change_points(values, settings)}
+    steps = _known_steps(values, known, searched, settings, versions)
+    found = {**searched, **{i: step.p_value for i, step in steps.items()}}
+    edges = sorted({0, len(values), *found})
+    for lo, hi in zip(edges, edges[1:]):
+        found.update({lo + cp.index: cp.p_value for cp in change_points(values[lo:hi], settings)})
+    found = _snapped(found, known)
+    while failing := [i for i in steps if i in found and not _holds(values, found, i, steps[i], settings)]:
+        del found[min(failing, key=lambda i: abs(steps[i].rel))]  # one at a time: the others judged anew
+    return dict(sorted(found.items()))
+
+
+def _known_steps(values: list[float], known: list[int], searched: dict[int, float], settings: Settings,
+                 versions: set[int]) -> dict:
+    """The steps at the known places away from the searched changes that hold together (Holm)."""
     tested = [i for i in known if all(abs(i - j) > NEAR for j in searched)]  # else a searched change is its place
     around = sorted({0, len(values), *searched, *known})
     steps = {}
@@ -150,12 +174,18 @@ def _cuts(values: list[float], known: list[int], settings: Settings, versions: s
     held = holm({i: step.p_value for i, step in steps.items()}, KNOWN_ALPHA)  # the tests of all the places
     # where the workload's version changed, a slowdown may be called the code's (exit 7): such a step must
     # also pass the search's own level, so weekly deployments in noise raise no false alarm
-    steps = {i: step for i, step in steps.items() if i in held and (i not in versions or step.p_value < settings.alpha)}
-    found = {**searched, **{i: step.p_value for i, step in steps.items()}}
-    edges = sorted({0, len(values), *found})
-    for lo, hi in zip(edges, edges[1:]):
-        found.update({lo + cp.index: cp.p_value for cp in change_points(values[lo:hi], settings)})
-    return {i: p for i, p in sorted(found.items()) if i not in steps or _holds(values, found, i, steps[i], settings)}
+    return {i: step for i, step in steps.items() if i in held and (i not in versions or step.p_value < settings.alpha)}
+
+
+def _snapped(found: dict[int, float], known: list[int]) -> dict[int, float]:
+    """Each searched change within NEAR runs of a place fleet recorded moved to that place: a step in
+    noise is placed to within a few runs, and the place is where it is (its run, its medians, how
+    long it has been recent)."""
+    out = {}
+    for i, p in sorted(found.items()):
+        close = [k for k in known if abs(k - i) <= NEAR and k not in found]
+        out[min(close, key=lambda k: abs(k - i)) if i not in known and close else i] = p
+    return out
 
 
 def _holds(values: list[float], found: dict[int, float], i: int, step, settings: Settings) -> bool:
