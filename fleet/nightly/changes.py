@@ -142,11 +142,10 @@ def _known_cuts(clean: list[Point], min_size: int) -> list[int]:
 def _cuts(values: list[float], known: list[int], settings: Settings, versions: set[int] = frozenset()) -> dict[int, float]:
     """The change points of a series, each with its p-value. First those a search over the whole series
     finds; then each place the environment or the workload's version changed, away from those, tested
-    on its own (the levels between its neighbouring places; Holm's step-down over the places tested,
-    at KNOWN_ALPHA); then a search again
-    within each stretch between them. A change of the environment that comes and goes (four nights on
-    locked clocks, then restored) leaves no split of the whole series significant, and so hides a step
-    of the code after it."""
+    on its own (:func:`_known_steps`); then a search again within each stretch between them; then each
+    searched change put at a recorded place near it, and each tested step that no longer shows dropped.
+    A change of the environment that comes and goes (four nights on locked clocks, then restored)
+    leaves no split of the whole series significant, and so hides a step of the code after it."""
     searched = {cp.index: cp.p_value for cp in change_points(values, settings)}
     steps = _known_steps(values, known, searched, settings, versions)
     found = {**searched, **{i: step.p_value for i, step in steps.items()}}
