@@ -320,19 +320,25 @@ def _news_of(points, thresholds):
 THRESHOLDS = {"regression": 0.10, "suspicious": 0.05, "consecutive": 2, "baseline_runs": 7, "min_runs": 3, "change": 0.02}
 
 
+def _code_then_faster_driver(seed: int, code: float, driver: float) -> list[changes.Point]:
+    """60 runs at 1 % noise: the workload's v2 ``code`` times as slow from run 53, a driver ``driver``
+    times as fast from run 57."""
+    rng, points = random.Random(seed), []
+    for i in range(60):
+        value, env = 1e9 * (1 + rng.gauss(0, 0.01)), hs.BASE
+        if i >= 53:
+            value, env = value * code, replace(env, workload_version="v2")
+        if i >= 57:
+            value, env = value * driver, replace(env, driver="581.0")
+        points.append(changes.Point(f"run-{i:03d}", f"s{i:03d}", value, env))
+    return points
+
+
 def test_a_faster_driver_after_a_code_slowdown_hides_neither_the_regression_nor_its_news():
     """Code +8 % at run 53, a driver 3 % faster at 57: the newest change is the driver's, yet the
     code's slowdown stands (+5 % on the level before it) and is the verdict."""
     for seed in range(10):
-        rng, points = random.Random(seed), []
-        for i in range(60):
-            value, env = 1e9 * (1 + rng.gauss(0, 0.01)), hs.BASE
-            if i >= 53:
-                value, env = value * 1.08, replace(env, workload_version="v2")
-            if i >= 57:
-                value, env = value * 0.97, replace(env, driver="581.0")
-            points.append(changes.Point(f"run-{i:03d}", f"s{i:03d}", value, env))
-        verdict, news = _news_of(points, THRESHOLDS)
+        verdict, news = _news_of(_code_then_faster_driver(seed, 1.08, 0.97), THRESHOLDS)
         assert verdict.verdict == "Regression" and verdict.note.startswith("changed at run run-05"), (seed, verdict)
         assert len(news["regressions"]) == 1 and "code (workload v1 -> v2)" in news["regressions"][0]
 
@@ -364,15 +370,7 @@ def test_a_faster_driver_as_fast_as_the_code_got_slower_still_leaves_the_code_re
     """Code +10 % at run 53, a driver 9 % faster at 57: the level now is about the old one, yet the
     code's slowdown stands once the driver's step, the environment's alone, is taken out."""
     for seed in range(10):
-        rng, points = random.Random(seed), []
-        for i in range(60):
-            value, env = 1e9 * (1 + rng.gauss(0, 0.01)), hs.BASE
-            if i >= 53:
-                value, env = value * 1.10, replace(env, workload_version="v2")
-            if i >= 57:
-                value, env = value * 0.91, replace(env, driver="581.0")
-            points.append(changes.Point(f"run-{i:03d}", f"s{i:03d}", value, env))
-        verdict, news = _news_of(points, THRESHOLDS)
+        verdict, news = _news_of(_code_then_faster_driver(seed, 1.10, 0.91), THRESHOLDS)
         assert verdict.verdict == "Regression" and len(news["regressions"]) == 1, (seed, verdict, news)
 
 
