@@ -171,16 +171,16 @@ class EmbeddedHistory:
         return store.compare(self.store_root, a, b)
 
 
-def _compared(history, rows: list[dict], found: list[changes.SeriesChanges], verdicts: list) -> dict:
+def _compared(history, rows: list[dict], level: list[dict], found: list[changes.SeriesChanges], verdicts: list) -> dict:
     """For each metric called a regression or suspicious: the two runs it compares, and their kernels:
     of the level since the newest change point, or where the verdict is that change (a recent
     slowdown), a run of the level before it and the newest."""
-    compared, level = {}, current_level(rows, found)
+    compared, flagged = {}, _flagged(rows, found)
     before_change = {(s.metric, s.device): c.before for s in found for c in [said_change(s)] if c is not None}
     for v in verdicts:
         key = (v.metric, v.device)
         across_change = key in before_change and before_change[key] == v.baseline  # the verdict is that change
-        judged = _flagged(rows, found) if across_change else level
+        judged = flagged if across_change else level
         pair = trends.runs_compared([r for r in judged if (r["metric"], r["device"]) == key], v)
         if v.verdict in (trends.REGRESSION, trends.SUSPICIOUS) and pair:
             compared[key] = (*pair, history.compare(*pair))
@@ -319,9 +319,10 @@ def report(store_root: Path, playbooks: list[Playbook], out: Path, since: str | 
         shares = stragglers.judged([(run_id, runs[run_id]["stragglers"]) for run_id in dict.fromkeys(
             r["run_id"] for r in rows) if (runs[run_id] or {}).get("stragglers")])
         found = judge_changes(rows, runs, pb.thresholds)
-        verdicts = with_recent_changes(trends.judge_history(current_level(rows, found), pb.thresholds), found)
-        sections.append((pb.name, rows, verdicts, pb.thresholds, _compared(history, rows, found, verdicts), shares,
-                         found))
+        level = current_level(rows, found)
+        verdicts = with_recent_changes(trends.judge_history(level, pb.thresholds), found)
+        sections.append((pb.name, rows, verdicts, pb.thresholds, _compared(history, rows, level, found, verdicts),
+                         shares, found))
         summary["playbooks"].append({"name": pb.name, "runs": len({r["run_id"] for r in rows}),
                                      "verdicts": [asdict(v) for v in verdicts], "stragglers": shares,
                                      "changes": [_series_json(c) for c in found]})
