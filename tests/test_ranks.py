@@ -207,6 +207,41 @@ def test_one_export_of_a_launcher_and_its_workers_is_split_into_ranks_by_their_m
     assert unmarked.verdicts[0]["rank"] == "h01 pid 4001"
 
 
+def launched_run(tmp_path: Path, scenario: nx.Scenario, launcher: str | None, host: str = "h02") -> Path:
+    """A lab run of ``fleet profile --launcher torchrun``: each worker under its own nsys, its report
+    named by its rank (``h02/rank1.sqlite``), the workers marking no rank; ``launcher`` None: the same
+    files in a run fleet did not launch (a host whose reports are so named by chance)."""
+    root = tmp_path / "store"
+    plan = {"command": {"launcher": [launcher, "--nproc-per-node", "2"]}} if launcher else {"command": {}}
+    m = RunManifest(run_id=RUN, site="lab", day="2026-12-01", request={"tool": "nsys", "gpus": [0]},
+                    status="complete", hosts=[HostEntry(host, "ok", plan=plan)])
+    directory = store.save(root, m)
+    (directory / host).mkdir()
+    for r in range(len(scenario.plants)):
+        path = nx.write(directory / host / f"rank{r}.sqlite", scenario, r, nx.recorded_schema(), nx.recorded_names(),
+                        UUIDS, mark_rank=False)
+        m.hosts[0].reports.append(ReportEntry(stored=str(path), size=path.stat().st_size, sha256=sha256_of(path),
+                                              status="export", verified=True, summary="sqlite"))
+    store.save(root, m)
+    return root
+
+
+def test_ranks_a_launcher_started_each_under_nsys_are_named_by_their_reports_with_the_pid_beside(tmp_path):
+    plants = [nx.Plant(kernels=20), nx.Plant(kernels=20), nx.Plant(kernels=60)]
+    root = launched_run(tmp_path / "a", nx.Scenario(plants), "torchrun")
+    a = analysis(root)
+    assert [(r.label, r.rank) for r in a.ranks] == [("rank 0", 0), ("rank 1", 1), ("rank 2", 2)]
+    assert a.verdicts[0]["rank"] == "rank 2" and not a.notes
+    out = run_fleet("reports", "ranks", RUN, "--sync-range", "sync", "--store", str(root))
+    assert out.returncode == 0, out.stderr
+    pids = {r.label: r.pid for r in a.ranks}
+    assert re.search(rf"^rank 2 +h02 +{pids['rank 2']} +0 .* 12 of 12$", out.stdout, re.M), out.stdout
+    assert out.stdout.splitlines()[1].split()[:4] == ["RANK", "HOST", "PID", "GPU"]
+    # Not launched by fleet: a report's name is no rank (the host may be named rank1 itself).
+    unlaunched = analysis(launched_run(tmp_path / "b", nx.Scenario(plants), None))
+    assert [r.label for r in unlaunched.ranks] == [f"h02 pid {pids[f'rank {i}']}" for i in range(3)]
+
+
 def test_a_blocking_call_is_the_sync_where_only_gloo_is_traced_and_the_launcher_is_no_rank(tmp_path):
     root = lab_run(tmp_path, nx.Scenario([nx.Plant(kernels=20, kernel_ns=5_180_000), nx.Plant(kernels=60)],
                                          sync="osrt"))
@@ -236,7 +271,7 @@ def test_the_command_prints_the_table_the_verdict_and_json_in_fleets_envelope(tm
     assert out.returncode == 0, out.stderr
     assert re.search(r"^run \S+: 7 ranks, 12 collectives from NVTX range 'sync'; [\d.]+ rank-seconds lost waiting$",
                      out.stdout, re.M)
-    assert re.search(r"^rank 5 +node1 +5 .* 12 of 12$", out.stdout, re.M)
+    assert re.search(r"^rank 5 +node1 +\d+ +5 .* 12 of 12$", out.stdout, re.M)
     assert "straggler: rank 5, last in 12 of 12 collectives" in out.stdout and "  more work: 60 kernels" in out.stdout
     assert "no export: rank 7 (the rank left no result)" in out.stdout
     data = fleet_json(run_fleet("reports", "ranks", RUN, "--sync-range", "sync", "--store", str(root),

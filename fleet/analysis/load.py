@@ -4,7 +4,8 @@ in the store, and what fleet recorded on its node, from the run's manifest.
 A rank is one traced process that did GPU work or reached a collective. On Slurm each rank has
 its own report, so the manifest names its rank. Where one report traced several ranks (a
 launcher such as torchrun under one nsys on a lab server) a process names its rank with an
-NVTX mark ``rank N``; one that does not is named by its host and pid.
+NVTX mark ``rank N``; one that does not is named by its host and pid. Where a launcher started each
+rank under its own nsys on a lab server, the report's name says the rank (``rank2``).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from .. import store
+from ..agent.rundir import RunDir
 from ..store.manifest import HostEntry, RunManifest
 from . import export
 from .inputs import NodeRecord, RankInput, Source, same_uuid
@@ -46,8 +48,9 @@ def inputs(manifest_path: Path, m: RunManifest, source: Source) -> tuple[list[Ra
             # A launcher (torchrun) is traced too, and makes blocking calls of its own: a rank is a
             # process that did GPU work or marked NVTX ranges.
             active = [p for p in procs if p.kernels or p.ranges]
+            named = _named_rank(h, path)
             for p in active:
-                rank = h.rank if h.rank is not None and len(active) == 1 else p.rank_mark
+                rank = named if named is not None and len(active) == 1 else p.rank_mark
                 label = f"rank {rank}" if rank is not None else f"{h.host} pid {p.pid}"
                 ranks.append(RankInput(label, rank, h.host, p, node_record(h, p, m)))
     seen: dict[str, int] = {}
@@ -58,6 +61,17 @@ def inputs(manifest_path: Path, m: RunManifest, source: Source) -> tuple[list[Ra
             r.label = f"{r.label} ({r.host} pid {r.process.pid})"
     ranks.sort(key=lambda r: (r.rank is None, r.rank if r.rank is not None else 0, r.label))
     return ranks, missing, notes
+
+
+def _named_rank(h: HostEntry, path: str) -> int | None:
+    """The rank a report stands for, where fleet named it: a Slurm rank's entry says it; on a lab
+    server whose launcher (torchrun, mpirun) fleet started each rank under nsys, the report's name
+    does (``rank2.sqlite``). A lab host's own report is not read for one: the host may be called so."""
+    if h.rank is not None:
+        return h.rank
+    command = h.plan.get("command") if isinstance(h.plan, dict) else None
+    launched = isinstance(command, dict) and command.get("launcher")
+    return RunDir.report_rank(path) if launched else None
 
 
 def _gpu_index(h: HostEntry, p: export.Process, m: RunManifest, conditions: dict) -> int | None:

@@ -252,9 +252,9 @@ def print_ranks(run_id: str, found) -> None:
     shown = visible  # labels hold host names from the manifest, evidence an export's names
     echo(f"run {run_id}: {len(found.ranks)} ranks, {found.collectives} collectives from {found.source}; "
          f"{found.lost_s:.3f} rank-seconds lost waiting")
-    print_table(["RANK", "HOST", "GPU", "KERNEL s", "KERNELS", "COLLECTIVE s", "IDLE s", "STEP ms", "LOST rank-s",
-                 "LAST"],
-                [[shown(r.label), shown(r.host), gpu_words(r.gpu), f"{r.kernel_s:.3f}", str(r.kernels),
+    print_table(["RANK", "HOST", "PID", "GPU", "KERNEL s", "KERNELS", "COLLECTIVE s", "IDLE s", "STEP ms",
+                 "LOST rank-s", "LAST"],
+                [[shown(r.label), shown(r.host), str(r.pid), gpu_words(r.gpu), f"{r.kernel_s:.3f}", str(r.kernels),
                   f"{r.collective_s:.3f}", f"{r.idle_s:.3f}",
                   f"{r.step_median_s * 1e3:.1f}" if r.step_median_s is not None else "-", f"{r.lost_s:.3f}",
                   f"{r.last} of {found.collectives}"] for r in found.ranks])
