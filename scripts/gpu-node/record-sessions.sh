@@ -56,7 +56,15 @@ start() {
   BG=$!; echo "started at $(now)" >> "$c/timing.txt"
 }
 # app_pid: the workload's pid, from its first line.
-app_pid() { sed -n 's/^app started, pid \([0-9]*\)$/\1/p' "$D/$1/bg-output.txt" | head -1; }
+# (waited for, up to 30 s: the workload imports torch first)
+app_pid() {
+  local i pid
+  for i in $(seq 300); do
+    pid=$(sed -n 's/^app started, pid \([0-9]*\)$/\1/p' "$D/$1/bg-output.txt" | head -1)
+    [ -n "$pid" ] && { echo "$pid"; return; }
+    sleep 0.1
+  done
+}
 alive() { if kill -0 "$1" 2>/dev/null; then echo "workload $1 still running at $(now)"; else echo "workload $1 gone at $(now)"; fi; }
 stats() { mkdir -p "$D/$1/stats"; "$NSYS" $STATS --output "$D/$1/stats/$(basename "$2" .nsys-rep)" "$2" > /dev/null 2>&1
           for f in "$D/$1/stats/"*kern_sum*.csv; do [ -e "$f" ] && echo "$(basename "$f"): $(awk -F, 'NR>1 {n+=$3} END {print n+0}' "$f") kernels"; done; }
@@ -104,11 +112,12 @@ while kill -0 "$A" 2>/dev/null; do sleep 1; done; echo "workload ended at $(now)
 tail -2 "$D/$C/bg-output.txt"; stats $C "$W/$C.nsys-rep"
 
 step "nsys launch, then two start/stop windows"
-C=launch-windows; start $C "$NSYS" launch --session-new=fleet-d -t cuda,nvtx --sample=none "$PY" "$APP" 20
+# (nsys 2025.3's launch refuses --sample: "set on the profile and start commands")
+C=launch-windows; start $C "$NSYS" launch --session-new=fleet-d -t cuda,nvtx "$PY" "$APP" 20
 sleep 3; A=$(app_pid $C); echo "workload pid $A" >> "$D/$C/timing.txt"
 run $C "$NSYS" sessions list
 for i in 1 2; do
-  run $C "$NSYS" start --session=fleet-d --cpuctxsw=none -o "$W/$C-$i"
+  run $C "$NSYS" start --session=fleet-d --sample=none --cpuctxsw=none -o "$W/$C-$i"
   sleep 3
   run $C "$NSYS" stop --session=fleet-d
   alive "$A" | tee -a "$D/$C/timing.txt"
