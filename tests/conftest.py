@@ -72,10 +72,27 @@ def cluster(pytestconfig):
     announce(pytestconfig, "stopped the sshd hosts")
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _gpu_locks_of_this_run():
+    """The GPU counter locks of the agents this run starts, in a folder of its own (FLEET_LOCK_DIR,
+    which agents started from this process inherit): the node's is /var/lock, one for the machine,
+    where the suite's workers (pytest-xdist), or another run, would hold each other's simulated
+    GPUs, whose UUIDs are alike. Every account may lock there (1777), as in /var/lock."""
+    import shutil
+    import tempfile
+
+    folder = tempfile.mkdtemp(prefix="fleet-tests-gpu-locks-")
+    os.chmod(folder, 0o1777)
+    os.environ["FLEET_LOCK_DIR"] = folder
+    yield
+    shutil.rmtree(folder, ignore_errors=True)
+
+
 def run_fleet(*args: str, env: dict | None = None, input: str | None = None, timeout: float = 120,
               prefix: tuple[str, ...] = ()):
-    """The real command line, as a user would run it (``prefix``: started through it, e.g. nsenter)."""
-    full_env = {k: v for k, v in os.environ.items() if not k.startswith("FLEET_")}
+    """The real command line, as a user would run it (``prefix``: started through it, e.g. nsenter),
+    with no FLEET_ setting of the developer's but this run's GPU locks folder."""
+    full_env = {k: v for k, v in os.environ.items() if not k.startswith("FLEET_") or k == "FLEET_LOCK_DIR"}
     full_env.update(env or {})
     return subprocess.run([*prefix, sys.executable, "-m", "fleet", *args], env=full_env, input=input,
                           capture_output=True, text=True, timeout=timeout, cwd=REPO)
@@ -203,16 +220,45 @@ def _a_pure_test_starts_nothing(request, monkeypatch):
     yield
 
 
+# What reads or writes kernel.perf_event_paranoid, the machine's one sysctl the tests change: the lab
+# (tests/harness/lab.py), the prolog's paranoid_3, conftest's perf_event_paranoid(), a test reading it.
+SYSCTL_WORDS = ("PARANOID.", "perf_event_paranoid(", "/proc/sys/kernel/perf_event_paranoid")
+SYSCTL_GROUP = "perf_event_paranoid"
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist's own, which reads the groups given here
 def pytest_collection_modifyitems(config, items):
     """A test needs services (or root) when it, a fixture it uses (however deep), or a helper of
-    tests/ either calls (however deep) starts one (or does what only root may)."""
+    tests/ either calls (however deep) starts one (or does what only root may). Then each test is
+    given its group for pytest-xdist (:func:`_groups`)."""
     seen: dict = {}
+    sysctl_modules = set()
     for item in items:
-        defs = [d for name in getattr(item, "fixturenames", ()) if name != GUARD for d in
-                (item._fixtureinfo.name2fixturedefs.get(name) or ())]
-        funcs = [f for f in [getattr(item, "function", None), *(d.func for d in defs)] if f is not None]
-        sources = [_reached(f, seen) for f in funcs]
+        sources = _sources(item, seen)
         if any(w in s for s in sources for w in SERVICE_WORDS):
             item.add_marker(pytest.mark.services)
         if any(w in s for s in sources for w in ROOT_WORDS):
             item.add_marker(pytest.mark.root)
+        if any(w in s for s in sources for w in SYSCTL_WORDS):
+            sysctl_modules.add(item.path)
+    _groups(items, sysctl_modules)
+
+
+def _sources(item, seen: dict) -> list[str]:
+    """The source of a test and of every fixture it uses, each with the helpers of tests/ it calls."""
+    defs = [d for name in getattr(item, "fixturenames", ()) if name != GUARD for d in
+            (item._fixtureinfo.name2fixturedefs.get(name) or ())]
+    funcs = [f for f in [getattr(item, "function", None), *(d.func for d in defs)] if f is not None]
+    return [_reached(f, seen) for f in funcs]
+
+
+def _groups(items, sysctl_modules: set) -> None:
+    """The suite runs on several workers (pytest-xdist, ``--dist loadgroup``, scripts/test), a group
+    to a worker. A module is one group, so its module fixtures (a lab, a Slurm cluster) start once.
+    The modules that touch kernel.perf_event_paranoid share one group, run one after another on one
+    worker: the sysctl is the machine's, and each such module sets it and asserts what it finds. That
+    group goes first, as it is the longest; the order within it, and of the rest, is kept."""
+    for item in items:
+        name = SYSCTL_GROUP if item.path in sysctl_modules else item.path.relative_to(TESTS).as_posix()
+        item.add_marker(pytest.mark.xdist_group(name))
+    items.sort(key=lambda item: item.path not in sysctl_modules)

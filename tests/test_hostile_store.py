@@ -29,7 +29,7 @@ from fleet import exitcodes, store
 from tests.conftest import REPO, fleet_json, run_fleet
 from tests.harness import fakenvml
 from tests.harness.writes import unchecked_writes
-from tests.harness.sshd import STANDINS
+from tests.harness.sshd import STANDINS, accounts_lock
 
 SYSTEM_PYTHON = "/usr/bin/python3"  # the attacker's: the test's virtualenv is root's
 NODE_REPORTS = Path("/var/tmp/fleet-root")  # where this machine's agent writes, as root
@@ -53,11 +53,13 @@ def node(lib_dir, tmp_path_factory) -> dict:
 def attacker():
     """A second account of this machine, of this test alone."""
     name = f"fhs{os.getpid() % 100000}x{next(_names)}"
-    subprocess.run(["useradd", "-M", "-s", "/usr/sbin/nologin", name], check=True, capture_output=True)
+    with accounts_lock():
+        subprocess.run(["useradd", "-M", "-s", "/usr/sbin/nologin", name], check=True, capture_output=True)
     try:
         yield name
     finally:
-        subprocess.run(["userdel", name], capture_output=True)
+        with accounts_lock():
+            subprocess.run(["userdel", name], capture_output=True)
 
 
 @pytest.fixture

@@ -49,3 +49,25 @@ def test_no_test_module_or_harness_module_imports_a_test_module():
              + [TESTS / "conftest.py"]
              for name in imported_test_modules(path.read_text())]
     assert found == [], "shared helpers belong in tests/harness/, shared fixtures in tests/conftest.py"
+
+
+def test_each_test_has_one_worker_group_and_every_user_of_the_machine_s_sysctl_shares_one(request):
+    """The suite runs on several workers, a group to each (scripts/test: pytest-xdist, --dist
+    loadgroup). Every test collected in this run has exactly one group, its module's, and every
+    test of a module that sets or reads kernel.perf_event_paranoid (the lab, the prolog's
+    paranoid_3, the docs' reader, or the file itself) has the one group they share: were it a group
+    of its own, two workers would set the machine's sysctl under each other."""
+    from tests.conftest import SYSCTL_GROUP
+
+    users = {"lab", "clean_gpus", "paranoid_3", "reader"}
+    groups_of_module: dict = {}
+    for item in request.session.items:
+        groups = [m.args[0] for m in item.iter_markers("xdist_group")]
+        assert len(groups) == 1, (item.nodeid, groups)
+        groups_of_module.setdefault(item.path, set()).add(groups[0])
+        if users & set(item.fixturenames) or "PARANOID." in item.path.read_text():
+            assert groups == [SYSCTL_GROUP], item.nodeid
+        elif groups != [SYSCTL_GROUP]:
+            assert groups == [item.path.relative_to(TESTS).as_posix()], item.nodeid
+    assert all(len(g) == 1 for g in groups_of_module.values()), groups_of_module
+    assert request.node.path in groups_of_module  # this test saw itself: the session's items are this run's

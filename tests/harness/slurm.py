@@ -42,8 +42,9 @@ def configure_login(slurm: "SlurmCluster", c, gpus: int = 2) -> None:
 
 
 def free_port_block(n: int) -> int:
-    """The first of ``n`` consecutive ports nothing listens on (loopback)."""
-    for base in range(17000 + os.getpid() % 200 * 20, 30000, 20):
+    """The first of ``n`` consecutive ports nothing listens on (loopback), from a start of this
+    process's own: the suite's workers (pytest-xdist) start their clusters at the same time."""
+    for base in range(17000 + os.getpid() % 600 * 20, 30000, 20):
         ok = True
         for port in range(base, base + n):
             with socket.socket() as s:

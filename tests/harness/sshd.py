@@ -8,6 +8,7 @@ separation) and Debian's openssh-server. Used by the tests and by bench/.
 
 from __future__ import annotations
 
+import fcntl
 import os
 import pwd
 import random
@@ -17,6 +18,7 @@ import socket
 import subprocess
 import tempfile
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -27,14 +29,33 @@ TEST_USER = "fleetci"
 STANDINS = Path(__file__).resolve().parent.parent / "standins"
 
 
+@contextmanager
+def accounts_lock():
+    """Held while an account is made or removed: the suite's workers (pytest-xdist) may all make
+    one at once, and useradd gives up on a held /etc/passwd."""
+    lock = os.open(Path(tempfile.gettempdir()) / "fleet-tests-accounts.lock",
+                   os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(lock)
+
+
 def ensure_user(name: str = TEST_USER) -> pwd.struct_passwd:
-    """A local account that can log in with a key (useradd leaves it locked)."""
+    """A local account that can log in with a key (useradd leaves it locked), looked for again
+    under the lock, as another worker may have made it meanwhile."""
     try:
         return pwd.getpwnam(name)
     except KeyError:
-        subprocess.run(["useradd", "-m", "-s", "/bin/bash", name], check=True)
-        subprocess.run(["usermod", "-p", "*", name], check=True)
-        return pwd.getpwnam(name)
+        pass
+    with accounts_lock():
+        try:
+            return pwd.getpwnam(name)
+        except KeyError:
+            subprocess.run(["useradd", "-m", "-s", "/bin/bash", name], check=True)
+            subprocess.run(["usermod", "-p", "*", name], check=True)
+            return pwd.getpwnam(name)
 
 
 def keygen(path: Path) -> str:
