@@ -10,6 +10,7 @@ checks for one node. The plan is applied, never patched: what changes at run tim
 
 from __future__ import annotations
 
+import re
 import shlex
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
@@ -29,7 +30,7 @@ DEGRADED, OK, REFUSED, NodeState = policy.DEGRADED, policy.OK, policy.REFUSED, p
 # home the report by them. Elsewhere the user's explicit choice wins and fleet drops its own
 # flag (nsys refuses an option given twice). Spellings as nsys and ncu 2025.3 take them.
 OUTPUT_OPTIONS = {"nsys": ("-o", "--output"), "ncu": ("-o", "--export")}
-USER_WINS = {"nsys": ("--sample", "--cpuctxsw", "--duration"), "ncu": ("--clock-control",)}
+USER_WINS = {"nsys": ("--sample", "--cpuctxsw", "--duration", "--session-new"), "ncu": ("--clock-control",)}
 # nsys options under which its --duration no longer counts from the workload's start: fleet's
 # --timeout is then the agent's signal at the time, not --duration.
 DURATION_MOVED_BY = ("--delay", "--capture-range", "--kill")
@@ -249,6 +250,7 @@ class Plan:
     watch: dict[str, Any] = field(default_factory=dict)     # the run watch: GPUs, allow_own, job, counters
     ranks: int | None = None                    # a launcher's ranks 0..N-1, each to leave a report; None: not known
     placement: str | None = None                # --gpu free: which GPU was chosen here, and why
+    session: str | None = None                  # nsys's named session (--session-new): a yield stops it
 
     def to_json(self) -> dict:
         doc = asdict(self)
@@ -317,30 +319,16 @@ def plan(host: str, state: policy.NodeState, req: ProfileRequest, owned_sysctls:
     chosen = policy.chosen_gpus(state, request)
     guard = policy.guards(request, req.uses_counters)
     env = {"CUDA_VISIBLE_DEVICES": ",".join(g["uuid"] for g in chosen)} if guard.pin_gpus else {}
-    given_up: list[str] = []
-    sysctls: dict[str, Any] = {}
     tools = state.get("tools") or {}
     if req.tool == "nsys":
-        sampling = verdicts["nsys-cpu-sampling"]
-        flags = [f"--output={output}", *sampling.flags]
-        if sampling.status == DEGRADED:
-            given_up.append(policy.sampling_given_up(sampling.reasons[0].split(":")[0])[1])
-        sysctls.update(sampling.sysctls)
-        if base.status == DEGRADED:
-            given_up.append("GPU activity: " + base.reasons[0])
-        if req.gpu_metrics:
-            flags.append("--gpu-metrics-devices=" + ",".join(str(g["index"]) for g in chosen))
-        if req.timeout and not _option_values("nsys", req.profiler_args, DURATION_MOVED_BY):
-            # nsys's own stop keeps the kernels; SIGTERM or SIGINT to nsys or to the workload
-            # lost every one of them on an H200 (tests/fixtures/tools-2025.3-h200)
-            flags.append(f"--duration={-int(-req.timeout // 1)}")
-        flags = _without_overridden("nsys", flags, req.profiler_args)
-        command = Command((tools["nsys"]["path"], "profile"), tuple(flags), req.profiler_args, workload,
-                          launcher=starts)
+        nsys = _nsys(host, req, verdicts, chosen, output)
+        command = Command((tools["nsys"]["path"], "profile"), nsys.flags, req.profiler_args, workload, launcher=starts)
+        given_up, sysctls, session = nsys.given_up, nsys.sysctls, nsys.session
     else:
         flags = _without_overridden("ncu", ["--clock-control", req.clock_control, "--export", output],
                                     req.profiler_args)
         command = Command((tools["ncu"]["path"],), tuple(flags), req.profiler_args, workload, launcher=starts)
+        given_up, sysctls, session = [], {}, None
     recheck = {"gpus": [g["index"] for g in chosen], "allow_own": req.allow_own} if guard.recheck else {}
     pause = guard.node_state and policy.dcgm_pause(state, chosen, req.pause_dcgm, req.uses_counters)
     notes = counters.reasons if req.uses_counters else base.reasons
@@ -349,7 +337,47 @@ def plan(host: str, state: policy.NodeState, req: ProfileRequest, owned_sysctls:
                 timeout=req.timeout, lock_wait=req.lock_wait, tool=req.tool, ranks=req.ranks,
                 nsys=(tools.get("nsys") or {}).get("path"), ncu=(tools.get("ncu") or {}).get("path"),
                 watch={"gpus": [g["index"] for g in chosen] if req.gpus is not None else None,
-                       "allow_own": req.allow_own, "job": req.job, "counters": req.uses_counters})
+                       "allow_own": req.allow_own, "job": req.job, "counters": req.uses_counters}, session=session)
+
+
+@dataclass(frozen=True)
+class NsysPart:
+    """What fleet gives nsys for a run: its flags, what was given up, the owned sysctls to set, and
+    the name of the run's nsys session (None: none)."""
+    flags: tuple[str, ...]
+    given_up: list[str]
+    sysctls: dict[str, Any]
+    session: str | None
+
+
+def _nsys(host: str, req: ProfileRequest, verdicts: dict, chosen: list[dict], output: str) -> NsysPart:
+    base, sampling = verdicts["nsys-trace"], verdicts["nsys-cpu-sampling"]
+    flags = [f"--output={output}", *sampling.flags]
+    given_up = [policy.sampling_given_up(sampling.reasons[0].split(":")[0])[1]] if sampling.status == DEGRADED else []
+    if base.status == DEGRADED:
+        given_up.append("GPU activity: " + base.reasons[0])
+    if req.gpu_metrics:
+        flags.append("--gpu-metrics-devices=" + ",".join(str(g["index"]) for g in chosen))
+        # Not under a launcher (each rank's nsys would need a session of its own) nor in a container
+        # (`nsys stop` on the node would not reach the nsys inside it): those get SIGTERM, as before.
+        if req.launcher is None and req.docker_image is None:
+            flags.append("--session-new=" + session_name(req.run_id, host))
+    if req.timeout and not _option_values("nsys", req.profiler_args, DURATION_MOVED_BY):
+        # nsys's own stop keeps the kernels; SIGTERM or SIGINT to nsys or to the workload
+        # lost every one of them on an H200 (tests/fixtures/tools-2025.3-h200)
+        flags.append(f"--duration={-int(-req.timeout // 1)}")
+    flags = _without_overridden("nsys", flags, req.profiler_args)
+    ours = [f.split("=", 1)[1] for f in flags if f.startswith("--session-new=")]
+    theirs = [v for v in _option_values("nsys", req.profiler_args, ("--session-new",)) if v]
+    return NsysPart(tuple(flags), given_up, dict(sampling.sysctls), (ours or theirs or [None])[0])
+
+
+def session_name(run_id: str, host: str) -> str:
+    """The run's nsys session on a host (``fleet-RUN-HOST``): a newcomer on a GPU whose metrics nsys
+    samples is yielded to by ``nsys stop`` of it, which keeps the report's kernels and leaves the
+    workload running (tests/fixtures/nsys-sessions-h100), where SIGTERM ended the workload and lost
+    them. Unique on the node while the run is, and of letters, digits, '.', '_' and '-' only."""
+    return re.sub(r"[^A-Za-z0-9._-]", "-", f"fleet-{run_id}-{host}")[:120]
 
 
 def _launched(host: str, req: ProfileRequest, run_dir: str) -> tuple[tuple[str, ...], tuple[str, ...], str]:

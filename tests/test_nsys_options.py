@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from fleet.plan import NSYS_REPEATABLE, NSYS_SHORT, NSYS_SWITCHES, LabPart, ProfileRequest, nsys_options, plan, \
-    profiler_args_error
+from fleet.plan import NSYS_REPEATABLE, NSYS_SHORT, NSYS_SWITCHES, LabPart, Plan, ProfileRequest, nsys_options, \
+    plan, profiler_args_error
 from fleet.slurm.launchers import unsupported
 
 TOOLS = Path(__file__).parent / "fixtures" / "tools-2025.3-h200"
@@ -122,6 +122,27 @@ def test_the_planned_nsys_command_is_one_nsys_takes_whatever_the_user_gave(tmp_p
                                   text=True, timeout=60, env={**os.environ, "TMPDIR": str(tmp_path)})
             assert done.returncode == 0, (words, done.stderr)
             (tmp_path / "r.nsys-rep").unlink()
+
+
+def test_gpu_metrics_run_in_a_session_of_the_run_s_own_and_the_user_s_named_session_wins():
+    """A yield to a newcomer stops a GPU-metrics run through nsys's session (fleet.agent.nsyssession):
+    the plan names it, once; a session the user named with -X is the one stopped; under a launcher
+    or in a container there is none (each rank's nsys, or the nsys inside, is not reached by a
+    `nsys stop` of the agent's)."""
+    def planned(profiler_args=(), **lab):
+        return plan("gpu01", state(), ProfileRequest(tool="nsys", command=("app",), run_id="20261206-120000-ab12",
+                                                     gpu_metrics=True, profiler_args=profiler_args, lab=LabPart(**lab)))
+    p = planned()
+    assert p.session == "fleet-20261206-120000-ab12-gpu01"
+    assert "--session-new=fleet-20261206-120000-ab12-gpu01" in p.command.fleet_flags
+    assert "--session-new=fleet-20261206-120000-ab12-gpu01" in p.to_json()["argv"]
+    mine = planned(("--session-new=mine",))
+    assert mine.session == "mine" and not [f for f in mine.command.fleet_flags if f.startswith("--session-new")]
+    assert nsys_options((*mine.command.fleet_flags, *mine.command.user_flags))[1] is None  # once, as nsys takes it
+    assert planned(docker_image="nvcr.io/nvidia/pytorch:25.01-py3").session is None
+    plain = plan("gpu01", state(), ProfileRequest(tool="nsys", command=("app",), run_id="r"))
+    assert plain.session is None and not [f for f in plain.command.fleet_flags if "session" in f]
+    assert Plan.from_json(p.to_json()).session == p.session  # as the plan reaches the agent
 
 
 def test_the_plan_on_a_node_refuses_them_too():

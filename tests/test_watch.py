@@ -5,6 +5,7 @@ beside for 33 s and the run said ok; a workload that exited 3 or died by SIGSEGV
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import subprocess
@@ -159,6 +160,64 @@ def test_the_users_own_process_without_allow_own_is_a_newcomer(node):
         stop([own])
     assert result["status"] == "yielded" and result["newcomer"]["pid"] == own.pid, said
     assert "--allow-own" in result["newcomer"]["why"]
+
+
+def test_nsys_with_gpu_metrics_yields_through_its_session_and_the_workload_goes_on(node, tenant):
+    """As nsys 2025.3 did on an H100 test machine (tests/fixtures/nsys-sessions-h100): `nsys stop
+    --session` ends the collection alone, the report keeps the kernels until then, and the
+    workload runs to its own end; SIGTERM, as before, ended it and lost every kernel."""
+    agent, workload = node.start("nsys", 6, gpu_metrics=True)
+    time.sleep(1.5)
+    lock = Path(os.environ["FLEET_LOCK_DIR"]) / "fleet-gpu-GPU-fa4e0000-0000-0000-0000-000000000000.lock"
+    assert not lock_is_free(lock)  # the run holds the GPU's counter lock while nsys samples its metrics
+    arrived = arrive(node, workload, {"pid": tenant.pid, "mem": 1_100 << 20, "sm": 0})
+    time.sleep(1.5)
+    assert agent.poll() is None and lock_is_free(lock)  # given back at the yield, the workload running on
+    result, said = node.result(agent)
+    ended = time.monotonic()
+    assert result["status"] == "yielded", said
+    n = result["newcomer"]
+    assert (n["pid"], n["user"]) == (tenant.pid, TENANT_USER)
+    assert n["appeared_s"] <= n["released_s"] and n["overlap_s"] < 2.0, n
+    assert "session" in n["action"] and "went on" in n["action"] and "SIGTERM" not in n["action"], n["action"]
+    # The workload was not stopped: it ran its 6 s and exited 0, nsys with it.
+    assert result["stopped"] is False and result["workload"] == {"exit_status": 0, "signal": None}, said
+    assert ended - arrived > 3.0
+    assert not [note for note in result["notes"] if "SIGTERM" in note], result["notes"]
+    [report] = [r for r in result["reports"] if r["path"].endswith(".nsys-rep")]
+    written = json.loads(Path(report["path"]).read_text())
+    assert written["kernels"] and written["stopped_by_session"], written  # the kernels until the stop are kept
+    assert written["duration"] < 6.0
+    assert "Generated:" in said  # what `nsys stop` printed, relayed
+
+
+def lock_is_free(path: Path) -> bool:
+    fd = os.open(path, os.O_RDWR)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return True
+    except BlockingIOError:
+        return False
+    finally:
+        os.close(fd)
+
+
+def test_a_session_stop_that_fails_falls_back_to_sigterm_and_says_so(node, tenant, tmp_path):
+    """An nsys whose `stop` stops nothing (exit 0, nothing said, as the real one answered for a name
+    it did not have): fleet sends SIGTERM after all, and the result says why."""
+    shim = tmp_path / "bin"
+    shim.mkdir()
+    (shim / "nsys").write_text(f"#!/bin/sh\n[ \"$1\" = stop ] && exit 0\nexec {STANDINS / 'nsys'} \"$@\"\n")
+    (shim / "nsys").chmod(0o755)
+    agent, workload = node.start("nsys", 30, gpu_metrics=True, tools={"nsys": str(shim / "nsys"),
+                                                                         "ncu": str(STANDINS / "ncu")})
+    time.sleep(1.5)
+    arrive(node, workload, {"pid": tenant.pid, "mem": 1_100 << 20, "sm": 0})
+    result, said = node.result(agent)
+    assert result["status"] == "yielded", said
+    assert "SIGTERM" in result["newcomer"]["action"] and result["stopped"] is True
+    [note] = [n for n in result["notes"] if "nsys stop --session" in n]
+    assert "exit status 0 and no report written" in note and "SIGTERM instead" in note
 
 
 def test_nsys_trace_is_not_stopped_and_notes_the_newcomer(node, tenant):

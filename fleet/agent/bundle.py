@@ -44,6 +44,7 @@ SHIPPED = {
     "fleet_agent_procs": "fleet.agent.procs",
     "fleet_agent_run": "fleet.agent.run",
     "fleet_agent_profiler": "fleet.agent.profiler",
+    "fleet_agent_nsyssession": "fleet.agent.nsyssession",
     "fleet_agent_watch": "fleet.agent.watch",
     "fleet_agent_workload": "fleet.agent.workload",
     "fleet_agent_reports": "fleet.agent.reports",

@@ -19,11 +19,12 @@ import sys
 import time
 
 try:  # as shipped by fleet, every module travels under a flat name
+    import fleet_agent_nsyssession as nsyssession
     import fleet_agent_procs as procs
     import fleet_agent_wire as wire
     import fleet_agent_workload as workload
 except ImportError:  # as part of the installed package (tests, the local machine)
-    from . import procs, wire, workload
+    from . import nsyssession, procs, wire, workload
 
 STOP_GRACE = 30.0  # seconds between repeated stop signals
 KILL_AFTER = 600.0  # a profiler still alive this long after the first stop is wedged: SIGKILL, finish its .qdstrm
@@ -44,6 +45,8 @@ YIELD_ACTION = {
            "workload was stopped with it: it carries ncu's injection and cannot go on unprofiled",
     "nsys": "nsys stopped with SIGTERM, which ends the workload and writes the report: its GPU metrics sampling "
             "cannot be stopped alone",
+    "nsys-session": "nsys stopped collecting through its session (nsys stop): the GPU metrics released, the report "
+                    "written with the kernels until then, and the workload went on unprofiled",
 }
 
 
@@ -80,13 +83,15 @@ class Ran:
     """What became of the profiler: its exit status, when it exited, why fleet stopped it (None:
     it was not), whether helpers it started still held its output, and whether it outlived
     SIGKILL (``left``: fleet stopped waiting on it)."""
-    exit_status = exited_at = why_stopped = None
+    exit_status = exited_at = why_stopped = released_at = None  # released_at: when nsys stop ended the collection
     lingering = yielded = killed = left = False
+    notes = ()
 
 
-def run_profiler(plan, relay, stop_requested, watch=None):
+def run_profiler(plan, relay, stop_requested, watch=None, released=lambda: None):
     """Runs the profiler to its end, relaying its output. ``watch`` (started here, once the
-    profiler runs) names a newcomer, to whom a counter-using run yields: stopped at once."""
+    profiler runs) names a newcomer, to whom a counter-using run yields: stopped at once
+    (``released``: called once nsys's session stopped collecting, the workload going on)."""
     env = dict(os.environ, **plan.env)
     ranks_stop = RanksStop(plan, env)
     proc = subprocess.Popen(list(ranks_stop.argv()), env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
@@ -99,7 +104,8 @@ def run_profiler(plan, relay, stop_requested, watch=None):
     sel.register(proc.stderr, selectors.EVENT_READ, sys.stderr.buffer)
     by_nsys = plan.stopped_by_nsys()
     deadline = started + plan.timeout + (NSYS_BACKSTOP if by_nsys else 0) if plan.timeout else None
-    ran, stops = Ran(), Stops(plan.tool, Started(proc.pid), lambda: rank_profilers(plan, proc), ranks_stop.mark)
+    ran, stops = Ran(), Stops(plan.tool, Started(proc.pid), lambda: rank_profilers(plan, proc), ranks_stop.mark,
+                              nsyssession.SessionStop.of(plan, env), released)
     # A workload can print nsys's disk-full line too: it is nsys's only where the disk really is full.
     relay.errors.confirm = lambda: workload.disk_is_full(env.get("TMPDIR"), os.path.dirname(plan.output))
     duration_up = False
@@ -122,28 +128,35 @@ def run_profiler(plan, relay, stop_requested, watch=None):
             stops.started.look(now)
             if relay.errors.disk_full:
                 stops.disk_full(proc, now)
-            elif watch is not None and watch.arrived.is_set():
-                stops.yield_to_newcomer(proc, now)
+            elif watch is not None and watch.arrived.is_set() and stops.released is None:
+                stops.yield_to_newcomer(proc, now, relay)
             elif told or timed_out:
                 stops.request(proc, now, "at its time limit of %gs, with a signal" % plan.timeout if timed_out
                               else "when told to stop")
-        for key, _ in sel.select(timeout=0.1) if open_streams else []:
-            data = os.read(key.fileobj.fileno(), 65536)
-            if not data:
-                sel.unregister(key.fileobj)
-                open_streams -= 1
-            else:
-                relay.write(key.data, data)
-        if not open_streams:
-            time.sleep(0.05)
+        open_streams = _relay_some(sel, relay, open_streams)
     if stops.full is not None:  # a profiler that obeyed (or died) leaves what it started: gone too
         stops.started.kill(reaped=not ran.left)
     if ran.exited_at is None:  # it exited as its output ended, between two looks (or was left)
         ran.exited_at = time.monotonic()
     ran.exit_status, ran.why_stopped = proc.returncode, stops.why or _by_duration(plan, proc, duration_up, ranks_stop)
     ran.lingering = open_streams > 0 and not ran.left  # a profiler left running holds its output itself
-    ran.yielded, ran.killed = stops.yielded is not None, stops.killed
+    ran.yielded, ran.killed, ran.released_at, ran.notes = stops.yielded is not None, stops.killed, stops.released, \
+        tuple(stops.notes)
     return ran
+
+
+def _relay_some(sel, relay, open_streams):
+    """Relays what the profiler wrote in the next 0.1 s; how many of its streams are still open."""
+    for key, _ in sel.select(timeout=0.1) if open_streams else []:
+        data = os.read(key.fileobj.fileno(), 65536)
+        if not data:
+            sel.unregister(key.fileobj)
+            open_streams -= 1
+        else:
+            relay.write(key.data, data)
+    if not open_streams:
+        time.sleep(0.05)
+    return open_streams
 
 
 def _by_duration(plan, proc, duration_up, ranks_stop):
@@ -160,10 +173,12 @@ class Stops:
     since each second the counters stay programmed is one the newcomer pays for; a profiler that
     said the disk is full sooner still. SIGKILL reaches the processes it started too."""
 
-    def __init__(self, tool, started, ranks=lambda: [], before_stop=lambda: None):
+    def __init__(self, tool, started, ranks=lambda: [], before_stop=lambda: None, session=None, released=lambda: None):
         self.tool, self.why, self.started, self.ranks, self.before_stop = tool, None, started, ranks, before_stop
         self.first = self.last = self.yielded = self.full = self.killed_at = None
         self.killed = False
+        self.session, self.released, self.notes = session, None, []  # nsys's session: a yield stops collecting
+        self.on_released = released
 
     def request(self, proc, now, why):
         if self.last is not None and now - self.last < STOP_GRACE:
@@ -172,14 +187,33 @@ class Stops:
             self.first, self.why = now, why
         self._send(proc, now, kill=now - self.first >= KILL_AFTER)
 
-    def yield_to_newcomer(self, proc, now):
+    def yield_to_newcomer(self, proc, now, relay):
+        """Through nsys's session where it has one (the workload goes on), else by a signal; a
+        session stop that fails or takes too long falls back to the signal."""
         if self.yielded is None:
-            self.yielded = self.first = now
-            self.why = "to yield the GPU to a newcomer"
-            self._send(proc, now)
+            self.yielded = now
+            if self.session is not None:
+                self.session.start(now)
+                return
+            self._yield_by_signal(proc, now)
+        elif self.session is not None:
+            stopped = self.session.poll(now, relay)
+            if stopped:
+                self.released = now
+                self.on_released()
+            elif stopped is False:
+                self.notes.append("nsys stop --session did not stop the collection (%s): fleet sent SIGTERM "
+                                  "instead, which ends the workload" % self.session.failure)
+                self.session, self.yielded = None, now
+                self._yield_by_signal(proc, now)
         elif now - self.yielded >= YIELD_KILL_AFTER and now - self.last >= 1.0:
             self._send(proc, now, kill=True)
             self.killed = True
+
+    def _yield_by_signal(self, proc, now):
+        self.first = now
+        self.why = "to yield the GPU to a newcomer"
+        self._send(proc, now)
 
     def disk_full(self, proc, now):
         if self.full is None:
@@ -309,7 +343,7 @@ def yield_action(tool, ran):
     """What yielding did, in words, for the result (None when the run did not yield)."""
     if not ran.yielded:
         return None
-    action = YIELD_ACTION.get(tool, "%s stopped" % tool)
+    action = YIELD_ACTION.get("nsys-session" if ran.released_at is not None else tool, "%s stopped" % tool)
     if ran.killed:
         action += "; it had not stopped %gs later and was killed (SIGKILL)" % YIELD_KILL_AFTER
     return action

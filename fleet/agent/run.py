@@ -140,7 +140,8 @@ def carry_out(plan, result, relay, stops, holder):
             result["status"] = "stopped"
             result["reasons"].append("told to stop (signal %d) before the profiler started" % stops[0])
             return code
-        return settle(plan, result, profile(plan, result, relay, stops), relay.errors.disk_full)
+        given_back = lambda: give_back(changes, locks, result)  # noqa: E731
+        return settle(plan, result, profile(plan, result, relay, stops, given_back), relay.errors.disk_full)
     except (owned.OwnedError, OSError) as e:
         result["status"] = "error"
         result["reasons"].append(str(e))
@@ -149,6 +150,15 @@ def carry_out(plan, result, relay, stops, holder):
         changes.put_back(result)
         for lock in locks:
             lock.release()
+
+
+def give_back(changes, locks, result):
+    """Once a yield has ended the collection alone (nsys's session stop) and the workload goes on:
+    the owned sysctls and DCGM's profiling are put back and the GPUs' counter locks released now,
+    not when the workload ends, which may be hours later."""
+    changes.put_back(result)
+    while locks:
+        locks.pop().release()
 
 
 def lock_gpus(plan, locks):
@@ -191,20 +201,22 @@ class NodeChanges:
     def put_back(self, result):
         if not self.made:
             return
+        self.made = False  # once: early where a yield gave the node back (give_back), else at the run's end
         try:
             result["restored"] = owned.privileged("release", holder=self.holder)
         except Exception as e:  # reported; the next run or `fleet repair` puts it back
             result["notes"].append("could not put back node state now (%s); `fleet repair` will" % e)
 
 
-def profile(plan, result, relay, stops):
+def profile(plan, result, relay, stops, given_back=lambda: None):
     """Runs the profiler, watched, in the run's private TMPDIR; its reports found, finished and
-    summarized into the result. What became of the profiler (profiler.Ran)."""
+    summarized into the result (``given_back``: called once a yield ended the collection and the
+    workload went on). What became of the profiler (profiler.Ran)."""
     tmp = private_tmp(plan)
     strays = reports.stray_qdstrms() if plan.tool == "nsys" else set()
     watch = watching.for_plan(plan)
     try:
-        ran = profiler.run_profiler(plan, relay, lambda: bool(stops), watch)
+        ran = profiler.run_profiler(plan, relay, lambda: bool(stops), watch, given_back)
     except BaseException:
         if watch is not None:
             watch.finish()
@@ -307,7 +319,9 @@ def unnamed_ranks(plan, reports):
 def record_run(plan, result, ran, watch, relay):
     """What the run, its watch and the profiler's output say, into the result."""
     if watch is not None:
-        seen = watch.finish(ran.exited_at, profiler.yield_action(plan.tool, ran))
+        # The counters were free once nsys's session stopped collecting (the workload went on), else once it exited.
+        released = ran.released_at if ran.released_at is not None else ran.exited_at
+        seen = watch.finish(released, profiler.yield_action(plan.tool, ran))
         result.update(newcomer=seen["newcomer"], conditions=seen["conditions"])
         result["notes"].extend(seen["notes"])
     result["exit_status"], result["stopped"] = ran.exit_status, ran.why_stopped is not None
@@ -315,6 +329,7 @@ def record_run(plan, result, ran, watch, relay):
     result["workload"] = workload.outcome(plan.tool, ran.exit_status, result["profiler_errors"])
     if ran.why_stopped:
         result["notes"].append("the workload was stopped " + ran.why_stopped)
+    result["notes"].extend(ran.notes)
     if ran.left:
         result["notes"].append("the profiler had not ended %gs after SIGKILL (stuck in the kernel): fleet stopped "
                                "waiting on it" % profiler.KILLED_WAIT)

@@ -1,0 +1,72 @@
+"""Yielding without ending the workload: ``nsys stop`` of the run's named nsys session.
+
+Runs ON THE NODE (standard library, Python 3.8), for :mod:`profiler`. A run whose nsys samples GPU
+metrics is started in a session of its own (``--session-new``, fleet.plan.session_name). Yielding
+to a newcomer through it stops the collection alone; SIGTERM to nsys ended the workload and lost
+every kernel not yet saved (tests/fixtures/tools-2025.3-h200, nsys-sigterm).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+
+SESSION_STOP_WAIT = 20.0  # seconds `nsys stop` may take (2.9 s on an H100 test machine) before SIGTERM after all
+
+
+class SessionStop:
+    """``nsys stop --session=NAME``: nsys stops collecting, writes the report with what it had
+    (kernels too), releases the GPU metrics, and the workload goes on; ``nsys profile`` then ends
+    with it (tests/fixtures/nsys-sessions-h100: 2.9 s on an H100 test machine, with GPU metrics).
+    Its output goes to an unnamed file in the run's private TMPDIR, relayed once it ended. Done
+    only where it said ``Generated:``: nsys 2025.3 stopping a session it does not have exited 0
+    and printed nothing while another session was listed."""
+
+    def __init__(self, nsys, session, env):
+        self.argv, self.env = [nsys, "stop", "--session=" + session], env
+        self.proc = self.out = self.began = None
+        self.failure = "it did not start"
+
+    @classmethod
+    def of(cls, plan, env):
+        return cls(plan.nsys, plan.session, env) if plan.tool == "nsys" and plan.session and plan.nsys else None
+
+    def start(self, now):
+        self.began = now
+        try:
+            self.out = tempfile.TemporaryFile(dir=self.env.get("TMPDIR"))
+            self.proc = subprocess.Popen(self.argv, env=self.env, stdin=subprocess.DEVNULL, stdout=self.out,
+                                         stderr=subprocess.STDOUT, start_new_session=True)
+        except OSError as e:
+            self.failure = "it could not be started: %s" % e
+
+    def poll(self, now, relay):
+        """None while it runs; True once nsys said it wrote the report; False where it failed, or
+        ran past SESSION_STOP_WAIT (then killed)."""
+        if self.proc is None:
+            return False
+        if self.proc.poll() is None:
+            if now - self.began < SESSION_STOP_WAIT:
+                return None
+            self.failure = "no answer in %gs" % SESSION_STOP_WAIT
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except OSError:
+                pass
+            self.proc.wait()
+        self.out.seek(0)
+        said = self.out.read(1 << 20)
+        self.out.close()
+        relay.write(sys.stdout.buffer, said)
+        code = self.proc.returncode
+        if code == 0 and b"Generated:" in said:
+            return True
+        if code == 0:
+            self.failure = "exit status 0 and no report written"
+        elif code > 0:  # nsys's last line: "There are no active sessions.", say
+            last = said.decode(errors="replace").strip().splitlines()[-1:]
+            self.failure = "exit status %d: %s" % (code, last[0][:200] if last else "nothing said")
+        return False
