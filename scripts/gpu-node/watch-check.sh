@@ -6,6 +6,10 @@
 #  2. the same with the agent inside a PID namespace and the tenant outside (memory only)
 #  3. a workload that exits 3, under ncu and under nsys: its status and ncu's error line recorded
 #  4. a workload that segfaults under nsys: the signal, and why its kernel summary is empty
+#  5. another user's CUDA process arrives about 10 s into a 30 s nsys --gpu-metrics run: nsys stop of
+#     the run's session ends the collection, the report keeps its kernels, the workload runs on to its
+#     end (its own "kernels launched" line after the stop); how soon the metrics were released
+# ONLY=session runs step 5 alone.
 # Transcripts go to $OUT/watch-check/, packed as $OUT/watch-check.tgz.
 set -u
 cd "$(dirname "$0")/../.."
@@ -21,8 +25,12 @@ import json, sys, time
 from fleet.agent import node, run, wire
 from fleet.plan import LabPart, ProfileRequest, plan
 tool, rd, ncu, nsys = sys.argv[1:5]
+metrics = tool == "nsys-metrics"  # nsys with --gpu-metrics
+tool = "nsys" if metrics else tool
 state = node.probe({"tools": {"ncu": ncu, "nsys": nsys}, "report_dir": rd, "environment_check": False})
-p = plan("gpu-node", state, ProfileRequest(tool=tool, command=tuple(sys.argv[5:]), run_id="watch", lab=LabPart(gpus=(0,))))
+p = plan("gpu-node", state, ProfileRequest(tool=tool, command=tuple(sys.argv[5:]), run_id="watch", gpu_metrics=metrics,
+                                           lab=LabPart(gpus=(0,))))
+print("nsys session:", p.session)
 if p.status != "ok":
     print("PLAN REFUSED:", p.reasons); sys.exit(5)
 started = time.time()
@@ -40,6 +48,11 @@ if n:
           % (n["overlap_s"], n["appeared_s"] - (n["last_clear_s"] or 0)))
 for note in r["notes"]:
     print("note:", note)
+for summary in r.get("summaries") or []:
+    if summary["path"].endswith("_cuda_gpu_kern_sum.csv"):
+        with open(summary["path"]) as f:
+            rows = [line.split(",") for line in f.read().splitlines()[1:]]
+        print("kernels in the report: %d" % sum(int(row[2]) for row in rows if len(row) > 2 and row[2].isdigit()))
 c = r.get("conditions") or {}
 print("conditions:", json.dumps(c.get("gpus")), len(c.get("samples") or []), "samples, e.g.",
       json.dumps((c.get("samples") or [None])[len(c.get("samples") or [None]) // 2]))
@@ -64,8 +77,10 @@ released() {
   local up rel; up=$(cat "$CHECK_TMP/tenant/up" 2>/dev/null); rel=$(sed -n 's/.*released_wall \([0-9.]*\).*/\1/p' "$D/$1")
   [ -n "$up" ] && [ -n "$rel" ] && "$PY" -c "print('counters released %.2f s after the tenant had CUDA up' % ($rel - $up))"
 }
+printf 'import sys, time, torch\na = torch.randn(2048, 2048, device="cuda")\nend, n = time.time() + float(sys.argv[1]), 0\nwhile time.time() < end:\n    b = a @ a\n    n += 1\n    if n %% 50 == 0:\n        torch.cuda.synchronize()\ntorch.cuda.synchronize()\nprint("workload: kernels launched", n, "ended at %%.3f" %% time.time(), flush=True)\n' > "$W/counts.py"; chmod 644 "$W/counts.py"
 {
 gpu_idle
+if [ "${ONLY:-}" != session ]; then
 step "another user's CUDA process 10 s into a 40 s ncu run"
 tenant_at 6  # its CUDA is up about 4 s after it starts
 agent 1-ncu-tenant.txt "$PY" "$W/agent.py" ncu "$W/r1" "$NCU" "$NSYS" "$PY" "$APP" 40
@@ -93,5 +108,15 @@ step "a workload that segfaults under nsys"
 agent 4-nsys-segv.txt "$PY" "$W/agent.py" nsys "$W/r4" "$NCU" "$NSYS" "$PY" "$W/ends.py" segv
 expect "watch: nsys, a workload killed by SIGSEGV: said, and why its kernels are gone" "$D/4-nsys-segv.txt" 0 \
   '"signal": "SIGSEGV"' "died with the process"
+fi
+
+step "another user's CUDA process about 10 s into a 30 s nsys --gpu-metrics run: the session stopped, the workload goes on"
+tenant_at 6
+agent 5-nsys-metrics-tenant.txt "$PY" "$W/agent.py" nsys-metrics "$W/r5" "$NCU" "$NSYS" "$PY" "$W/counts.py" 30
+released 5-nsys-metrics-tenant.txt | tee -a "$D/5-nsys-metrics-tenant.txt"
+expect "watch: nsys --gpu-metrics yields through its session, kernels kept, the workload runs on" \
+  "$D/5-nsys-metrics-tenant.txt" 0 "status yielded" '"user": "tenant"' "through its session (nsys stop)" \
+  "workload: kernels launched" '"exit_status": 0' "counters released" "!kernels in the report: 0" "kernels in the report"
+tenant_down
 gpu_idle
 } 2>&1 | tee "$D/transcript.txt"
