@@ -19,10 +19,12 @@ try:  # as shipped to a Slurm task by fleet (fleet/agent/task.py), modules trave
     from fleet_agent_rundir import RunDir
     import fleet_policy as policy
     from fleet_nsysopts import NSYS_REPEATABLE, NSYS_SHORT, NSYS_SWITCHES, nsys_options  # noqa: F401
+    from fleet_request import RECORD, LabPart, ProfileRequest, RankPart  # noqa: F401
 except ImportError:
     from . import policy
     from .agent.rundir import RunDir
     from .nsysopts import NSYS_REPEATABLE, NSYS_SHORT, NSYS_SWITCHES, nsys_options  # noqa: F401
+    from .request import RECORD, LabPart, ProfileRequest, RankPart  # noqa: F401  (what the user asks: fleet.request)
 
 DEGRADED, OK, REFUSED, NodeState = policy.DEGRADED, policy.OK, policy.REFUSED, policy.NodeState
 
@@ -96,117 +98,6 @@ def _without_overridden(tool: str, flags: list[str], user: tuple[str, ...]) -> l
 
 
 @dataclass(frozen=True)
-class LabPart:
-    """What only a run on lab servers asks (the Slurm path refuses these options): never sent to a rank."""
-    gpus: tuple[int, ...] | None = None         # --gpu: NVML indices; None: every GPU
-    timeout: float | None = None                # seconds the workload may run (nsys: --duration)
-    lock_wait: float = 0.0                      # seconds to wait for another run's GPU lock
-    docker_image: str | None = None             # the workload runs in this image (fleet.containers)
-    launcher: str | None = None                 # --launcher: what starts the ranks (mpirun), None: the command itself
-    starts: tuple[str, ...] = ()                # with it, what starts a profiler per rank (fleet.launchers.lab_launch)
-    program: tuple[str, ...] = ()               # ... and what each profiler runs
-    ranks: int | None = None                    # ... and how many ranks its command line says (None: not known)
-
-
-@dataclass(frozen=True)
-class RankPart:
-    """What a Slurm rank fills in on its node from its job (agent/task.py): never sent either."""
-    job: str | None = None                      # planned inside this job (its ranks are not tenants)
-    gpus: tuple[int, ...] | None = None         # the job's GPUs here, NVML's indices; None: every GPU
-    output_name: str | None = None              # NODE/rankN under the run's directory
-    timeout: float | None = None                # until the job's end, less --stop-before (nsys)
-
-
-# The keys of the flat record (``to_json``, a run's manifest), in its order.
-RECORD = ("tool", "command", "run_id", "gpus", "gpu_metrics", "allow_own", "pause_dcgm", "profiler_args",
-          "timeout", "lock_wait", "clock_control", "output_name", "job", "docker_image", "launcher", "starts",
-          "program", "ranks")
-
-
-@dataclass(frozen=True)
-class ProfileRequest:
-    """What the user asks for. Its own fields are what every node needs, on lab servers and in
-    each Slurm rank, where they travel as JSON (``for_rank``/``from_json``); ``lab`` holds the
-    lab servers' choices, ``rank`` what a rank completes on its node. The planner reads the
-    GPUs, the time bound and the job through the properties below, whichever part gave them."""
-    tool: str                                   # nsys | ncu
-    command: tuple[str, ...]
-    run_id: str
-    gpu_metrics: bool = False                   # nsys --gpu-metrics-devices
-    allow_own: bool = False
-    pause_dcgm: bool = False
-    profiler_args: tuple[str, ...] = ()         # passed through to nsys/ncu
-    clock_control: str = "base"                 # ncu; always explicit
-    lab: LabPart | None = None
-    rank: RankPart | None = None
-
-    @property
-    def uses_counters(self) -> bool:
-        return policy.uses_counters(self.tool, self.gpu_metrics)
-
-    @property
-    def gpus(self) -> tuple[int, ...] | None:
-        return self.rank.gpus if self.rank else self.lab.gpus if self.lab else None
-
-    @property
-    def timeout(self) -> float | None:
-        return self.rank.timeout if self.rank else self.lab.timeout if self.lab else None
-
-    @property
-    def lock_wait(self) -> float:
-        return self.lab.lock_wait if self.lab else 0.0
-
-    @property
-    def docker_image(self) -> str | None:
-        return self.lab.docker_image if self.lab else None
-
-    @property
-    def job(self) -> str | None:
-        return self.rank.job if self.rank else None
-
-    @property
-    def launcher(self) -> str | None:
-        return self.lab.launcher if self.lab else None
-
-    @property
-    def starts(self) -> tuple[str, ...]:
-        return self.lab.starts if self.lab else ()
-
-    @property
-    def program(self) -> tuple[str, ...]:
-        return self.lab.program if self.lab else ()
-
-    @property
-    def ranks(self) -> int | None:
-        return self.lab.ranks if self.lab else None
-
-    @property
-    def output_name(self) -> str | None:
-        return self.rank.output_name if self.rank else None
-
-    def for_rank(self) -> dict:
-        """What travels to every rank: the fields every node needs, no lab choice, nothing the rank fills."""
-        return {f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("lab", "rank")}
-
-    def to_json(self) -> dict:
-        """The request as a run's manifest records it: one flat document, whichever part gave a value."""
-        return {key: getattr(self, key) for key in RECORD}
-
-    @classmethod
-    def from_json(cls, doc: dict) -> "ProfileRequest":
-        """The inverse of ``to_json`` and the reader of ``for_rank``: keys it does not know are left
-        out, and so are the rank's own (a rank fills them from its job, never from the document)."""
-        own = {f.name for f in fields(cls)} - {"lab", "rank"}
-        kw = {k: v for k, v in doc.items() if k in own}
-        for key in ("command", "profiler_args"):
-            kw[key] = tuple(kw.get(key) or ())
-        lab = LabPart(**{f.name: doc[f.name] for f in fields(LabPart) if f.name in doc})
-        lab = replace(lab, gpus=tuple(lab.gpus) if lab.gpus is not None else None, starts=tuple(lab.starts or ()),
-                      program=tuple(lab.program or ()))
-        return cls(**kw, lab=lab if lab != LabPart() else None)
-
-
-@dataclass(frozen=True)
 class Command:
     """What the node runs, in parts. ``argv`` renders it, once, when it is started."""
     profiler: tuple[str, ...] = ()              # the profiler and its subcommand: (nsys, "profile") or (ncu,)
@@ -251,6 +142,7 @@ class Plan:
     ranks: int | None = None                    # a launcher's ranks 0..N-1, each to leave a report; None: not known
     placement: str | None = None                # --gpu free: which GPU was chosen here, and why
     session: str | None = None                  # nsys's named session (--session-new): a yield stops it
+    window: dict[str, Any] = field(default_factory=dict)    # start, duration, detach, output: nsys leaves the workload on
 
     def to_json(self) -> dict:
         doc = asdict(self)
@@ -269,8 +161,9 @@ class Plan:
         return cls(**kw)
 
     def stopped_by_nsys(self) -> bool:
-        """Whether nsys stops the workload at the timeout itself (fleet's --duration)."""
-        return self.tool == "nsys" and any(f.startswith("--duration=") for f in self.command.fleet_flags)
+        """Whether nsys stops the workload at the timeout itself (fleet's --duration; a window's
+        --duration ends the collection alone)."""
+        return self.tool == "nsys" and not self.window and any(f.startswith("--duration=") for f in self.command.fleet_flags)
 
     def shell(self) -> str:
         env = " ".join(f"{k}={shlex.quote(v)}" for k, v in self.env.items())
@@ -300,7 +193,7 @@ def plan(host: str, state: policy.NodeState, req: ProfileRequest, owned_sysctls:
     missing = [i for i in (req.gpus or ()) if i not in [g.get("index") for g in state.get("gpus") or []]]
     if missing:
         return Plan(host, REFUSED, (f"no GPU {missing} on this node",), "choose a GPU that `fleet probe` lists")
-    if (why := profiler_args_error(req.tool, req.profiler_args)):
+    if (why := profiler_args_error(req.tool, req.profiler_args) or window_problem(req)):
         return Plan(host, REFUSED, (why,), "leave the option out")
     if req.timeout is not None and not 0 < req.timeout <= MAX_TIMEOUT:  # NaN too
         return Plan(host, REFUSED, (f"--timeout {req.timeout!r}: must be more than 0 and at most {MAX_TIMEOUT} "
@@ -316,6 +209,8 @@ def plan(host: str, state: policy.NodeState, req: ProfileRequest, owned_sysctls:
     # Named by the inventory's host name, which is unique even where nodes share a report
     # directory (NFS) and their hostnames collide (containers); with a launcher, by rank too.
     starts, workload, output = _launched(host, req, f"{rd}/{req.run_id}")
+    window = _window(host, req, f"{rd}/{req.run_id}")
+    workload = detached(workload, window["output"]) if window.get("detach") else workload
     chosen = policy.chosen_gpus(state, request)
     guard = policy.guards(request, req.uses_counters)
     env = {"CUDA_VISIBLE_DEVICES": ",".join(g["uuid"] for g in chosen)} if guard.pin_gpus else {}
@@ -337,7 +232,8 @@ def plan(host: str, state: policy.NodeState, req: ProfileRequest, owned_sysctls:
                 timeout=req.timeout, lock_wait=req.lock_wait, tool=req.tool, ranks=req.ranks,
                 nsys=(tools.get("nsys") or {}).get("path"), ncu=(tools.get("ncu") or {}).get("path"),
                 watch={"gpus": [g["index"] for g in chosen] if req.gpus is not None else None,
-                       "allow_own": req.allow_own, "job": req.job, "counters": req.uses_counters}, session=session)
+                       "allow_own": req.allow_own, "job": req.job, "counters": req.uses_counters}, session=session,
+                window=window)
 
 
 @dataclass(frozen=True)
@@ -362,7 +258,9 @@ def _nsys(host: str, req: ProfileRequest, verdicts: dict, chosen: list[dict], ou
         # (`nsys stop` on the node would not reach the nsys inside it): those get SIGTERM, as before.
         if req.launcher is None and req.docker_image is None:
             flags.append("--session-new=" + session_name(req.run_id, host))
-    if req.timeout and not _option_values("nsys", req.profiler_args, DURATION_MOVED_BY):
+    if req.window:  # nsys's own window: it writes the report at its end and exits, the workload going on
+        flags += [f"--delay={req.window[0]}", f"--duration={req.window[1]}", "--kill=none"]
+    elif req.timeout and not _option_values("nsys", req.profiler_args, DURATION_MOVED_BY):
         # nsys's own stop keeps the kernels; SIGTERM or SIGINT to nsys or to the workload
         # lost every one of them on an H200 (tests/fixtures/tools-2025.3-h200)
         flags.append(f"--duration={-int(-req.timeout // 1)}")
@@ -370,6 +268,41 @@ def _nsys(host: str, req: ProfileRequest, verdicts: dict, chosen: list[dict], ou
     ours = [f.split("=", 1)[1] for f in flags if f.startswith("--session-new=")]
     theirs = [v for v in _option_values("nsys", req.profiler_args, ("--session-new",)) if v]
     return NsysPart(tuple(flags), given_up, dict(sampling.sysctls), (ours or theirs or [None])[0])
+
+
+WINDOW_OPTIONS = ("--delay", "--duration", "--kill", "--capture-range", "--capture-range-end")
+# --detach: the workload's output goes to a file of the run's from its start ($0: the file, made anew: set -C
+# refuses one that is there, a link too), so that it writes nowhere fleet's agent reads once the agent left.
+DETACH_SH = 'set -C; exec >"$0" 2>&1; exec "$@"'
+
+
+def window_problem(req: ProfileRequest) -> str | None:
+    """Why --window (or --detach) cannot be planned as asked, or None."""
+    if req.detach and not req.window:
+        return "--detach leaves a workload running after a window: give --window START:DURATION too"
+    if not req.window:
+        return None
+    if req.tool != "nsys":
+        return "--window is nsys's (--delay, --duration, --kill none): ncu cannot leave its workload"
+    if req.timeout is not None:
+        return "--window leaves the workload running and --timeout ends it: give one"
+    if req.launcher is not None or req.docker_image is not None:
+        return "--window is not yet for --launcher or --docker runs"
+    if (given := [o for o in WINDOW_OPTIONS if _option_values("nsys", req.profiler_args, (o,))]):
+        return f"-X {given[0]} sets nsys's window too: --window sets it"
+    return None
+
+
+def _window(host: str, req: ProfileRequest, run_dir: str) -> dict[str, Any]:
+    if not req.window:
+        return {}
+    return {"start": req.window[0], "duration": req.window[1], "detach": req.detach,
+            "output": RunDir(run_dir).workload_out(host) if req.detach else ""}
+
+
+def detached(workload: tuple[str, ...], output: str) -> tuple[str, ...]:
+    """The workload with its output in ``output``, from its start (DETACH_SH)."""
+    return ("sh", "-c", DETACH_SH, output, *workload)
 
 
 def session_name(run_id: str, host: str) -> str:

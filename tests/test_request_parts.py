@@ -61,7 +61,7 @@ def test_the_manifest_records_the_request_flat_as_before():
     doc = req.to_json()
     assert tuple(doc) == RECORD == ("tool", "command", "run_id", "gpus", "gpu_metrics", "allow_own", "pause_dcgm",
                                     "profiler_args", "timeout", "lock_wait", "clock_control", "output_name", "job",
-                                    "docker_image", "launcher", "starts", "program", "ranks")
+                                    "docker_image", "launcher", "starts", "program", "ranks", "window", "detach")
     assert (doc["gpus"], doc["timeout"], doc["lock_wait"], doc["docker_image"], doc["job"]) == \
         ((1,), 30.0, 5.0, LAB.docker_image, None)
     assert ProfileRequest.from_json(json.loads(json.dumps(doc))) == req

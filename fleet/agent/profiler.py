@@ -21,10 +21,11 @@ import time
 try:  # as shipped by fleet, every module travels under a flat name
     import fleet_agent_nsyssession as nsyssession
     import fleet_agent_procs as procs
+    import fleet_agent_window as window
     import fleet_agent_wire as wire
     import fleet_agent_workload as workload
 except ImportError:  # as part of the installed package (tests, the local machine)
-    from . import nsyssession, procs, wire, workload
+    from . import nsyssession, procs, window, wire, workload
 
 STOP_GRACE = 30.0  # seconds between repeated stop signals
 KILL_AFTER = 600.0  # a profiler still alive this long after the first stop is wedged: SIGKILL, finish its .qdstrm
@@ -84,6 +85,7 @@ class Ran:
     it was not), whether helpers it started still held its output, and whether it outlived
     SIGKILL (``left``: fleet stopped waiting on it)."""
     exit_status = exited_at = why_stopped = released_at = None  # released_at: when nsys stop ended the collection
+    window = None  # window.Window: what became of the workload after a window
     lingering = yielded = killed = left = False
     notes = ()
 
@@ -94,6 +96,8 @@ def run_profiler(plan, relay, stop_requested, watch=None, released=lambda: None)
     (``released``: called once nsys's session stopped collecting, the workload going on)."""
     env = dict(os.environ, **plan.env)
     ranks_stop = RanksStop(plan, env)
+    win = window.Window(plan)
+    win.begin()
     proc = subprocess.Popen(list(ranks_stop.argv()), env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, start_new_session=True)
     started = time.monotonic()
@@ -110,10 +114,12 @@ def run_profiler(plan, relay, stop_requested, watch=None, released=lambda: None)
     relay.errors.confirm = lambda: workload.disk_is_full(env.get("TMPDIR"), os.path.dirname(plan.output))
     duration_up = False
     open_streams = 2
-    while open_streams and (ran.exited_at is None or time.monotonic() - ran.exited_at < PIPE_GRACE) or proc.poll() is None:
+    while open_streams and (ran.exited_at is None or win.follows or time.monotonic() - ran.exited_at < PIPE_GRACE) \
+            or proc.poll() is None:
         now = time.monotonic()
         if ran.exited_at is None and proc.poll() is not None:
             ran.exited_at = now  # helpers of a killed profiler may hold its pipes open: drain a little, then go
+            win.profiler_exited(proc.pid, released)
         if ran.exited_at is None and stops.killed_at is not None and now - stops.killed_at >= KILLED_WAIT:
             ran.left = True
             break
@@ -125,24 +131,35 @@ def run_profiler(plan, relay, stop_requested, watch=None, released=lambda: None)
         # (Slurm's trap) would only reach it while it writes the report: let it finish.
         told = stop_requested() and not duration_up
         if proc.poll() is None:
-            stops.started.look(now)
-            if relay.errors.disk_full:
-                stops.disk_full(proc, now)
-            elif watch is not None and watch.arrived.is_set() and stops.released is None:
-                stops.yield_to_newcomer(proc, now, relay)
-            elif told or timed_out:
-                stops.request(proc, now, "at its time limit of %gs, with a signal" % plan.timeout if timed_out
-                              else "when told to stop")
+            _stop_if_due(plan, proc, stops, relay, watch, now, told, timed_out)
+        elif told and win.follows:  # the window is over, the workload goes on: a stop is for it
+            win.stop()
         open_streams = _relay_some(sel, relay, open_streams)
     if stops.full is not None:  # a profiler that obeyed (or died) leaves what it started: gone too
         stops.started.kill(reaped=not ran.left)
     if ran.exited_at is None:  # it exited as its output ended, between two looks (or was left)
         ran.exited_at = time.monotonic()
+        win.profiler_exited(proc.pid, released)
+    win.reap(stop_requested)
+    ran.window = win
     ran.exit_status, ran.why_stopped = proc.returncode, stops.why or _by_duration(plan, proc, duration_up, ranks_stop)
     ran.lingering = open_streams > 0 and not ran.left  # a profiler left running holds its output itself
     ran.yielded, ran.killed, ran.released_at, ran.notes = stops.yielded is not None, stops.killed, stops.released, \
         tuple(stops.notes)
     return ran
+
+
+def _stop_if_due(plan, proc, stops, relay, watch, now, told, timed_out):
+    """While the profiler runs: stopped where its disk is full, a newcomer came (a yield), fleet
+    was told to stop, or the time is up; the processes it started looked at."""
+    stops.started.look(now)
+    if relay.errors.disk_full:
+        stops.disk_full(proc, now)
+    elif watch is not None and watch.arrived.is_set() and stops.released is None:
+        stops.yield_to_newcomer(proc, now, relay)
+    elif told or timed_out:
+        stops.request(proc, now, "at its time limit of %gs, with a signal" % plan.timeout if timed_out
+                      else "when told to stop")
 
 
 def _relay_some(sel, relay, open_streams):

@@ -58,6 +58,7 @@ class RunDir:
     WHOSE = ".whose.json"                # worker-HOST-PID.whose.json: whose a Ray worker is, beside its report
     UNFINISHED = ".unfinished"           # worker-HOST-PID.unfinished: its nsys still ran when the job stopped waiting
     NSYS_REPORT = ".nsys-rep"            # what nsys adds to its -o
+    WORKLOAD_OUT = ".workload.out"       # HOST.workload.out: the output of a workload left running (--detach)
 
     def __init__(self, path: object):
         self.path = str(path)
@@ -87,6 +88,9 @@ class RunDir:
 
     def tmp(self, host: str) -> str:
         return self.file(self.TMP + host)
+
+    def workload_out(self, host: str) -> str:
+        return self.file(host + self.WORKLOAD_OUT)
 
     @classmethod
     def label(cls, rank: int | str | None, pid: int | None = None) -> str:

@@ -26,6 +26,16 @@ def image(ctx, param, value):
     return value
 
 
+def window_choice(ctx, param, value):
+    """--window START:DURATION, whole seconds (nsys's --delay and --duration take them): (start, duration)."""
+    if value is None:
+        return None
+    start, _, duration = value.partition(":")
+    if not (start.isdigit() and duration.isdigit() and len(start) < 9 and len(duration) < 9 and int(duration) > 0):
+        raise click.BadParameter(f"{value!r}: START:DURATION in whole seconds, the duration more than 0 (e.g. 60:30)")
+    return int(start), int(duration)
+
+
 def gpu_choice(ctx, param, value):
     """--gpu: NVML indices, or `free` alone (fleet chooses, by the neighbours it finds)."""
     if not value:
@@ -60,6 +70,10 @@ def gpu_choice(ctx, param, value):
 @click.option("--finish-timeout", type=click.FloatRange(0, MAX_TIMEOUT, min_open=True), callback=seconds,
               help="With --timeout: seconds past it a node may take to stop the profiler, finish the report and "
                    "answer, before fleet calls it silent (default 3600).")
+@click.option("--window", callback=window_choice, metavar="START:DURATION",
+              help="nsys: collect DURATION seconds from START seconds into the run; the workload goes on after it.")
+@click.option("--detach", is_flag=True, help="With --window: leave once the window's report is home, the workload "
+              "running on (its output in the run's folder on the node).")
 @click.option("-X", "--profiler-arg", "profiler_args", multiple=True, help="Extra argument for nsys/ncu (repeatable).")
 @click.option("--docker", "docker_image", callback=image, help="Lab servers: run the workload and the node's profiler in this "
               "Docker image, with the least privilege the plan needs.")
@@ -71,8 +85,8 @@ def gpu_choice(ctx, param, value):
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
 @click.pass_obj
 def profile(obj: Context, hosts_, group, exclude, tool, gpus, free_count, gpu_metrics, allow_own, pause_dcgm,
-            lock_wait, timeout, finish_timeout, profiler_args, docker_image, store_root, site, dry_run, as_json, command,
-            **slurm):
+            lock_wait, timeout, finish_timeout, window, detach, profiler_args, docker_image, store_root, site, dry_run,
+            as_json, command, **slurm):
     """Profile COMMAND with nsys or ncu on lab servers (--hosts, --group) or in a Slurm
     batch job (--partition), leaving every node as it was.
 
@@ -81,15 +95,15 @@ def profile(obj: Context, hosts_, group, exclude, tool, gpus, free_count, gpu_me
     nodes (or the job) to finish on their own.
     """
     from ..lab.placement import FreeGpus
-    from ..plan import LabPart, ProfileRequest, profiler_args_error
+    from ..plan import LabPart, ProfileRequest, profiler_args_error, window_problem
     from ..store.manifest import new_run_id
 
-    if (why := profiler_args_error(tool, tuple(profiler_args))):
-        fail(why)
     req = ProfileRequest(tool=tool, command=tuple(command), run_id=new_run_id(), gpu_metrics=gpu_metrics,
                          allow_own=allow_own, pause_dcgm=pause_dcgm, profiler_args=tuple(profiler_args),
                          lab=LabPart(gpus=None if gpus == ("free",) else tuple(gpus) or None, timeout=timeout,
-                                     lock_wait=lock_wait, docker_image=docker_image))
+                                     lock_wait=lock_wait, docker_image=docker_image, window=window, detach=detach))
+    if (why := profiler_args_error(tool, tuple(profiler_args)) or window_problem(req)):
+        fail(why)
     free = FreeGpus(free_count) if gpus == ("free",) else None
     if free_count is not None and free is None:
         fail("--count N picks the N least busy free GPUs: give --gpu free too")
@@ -144,6 +158,7 @@ def refuse_lab_options(ctx: click.Context) -> None:
     refuse_options(ctx, ["timeout", "lock_wait", "finish_timeout"], "on Slurm, the job's --time bounds the run (the profilers "
                    "stop --stop-before seconds ahead); --timeout and --wait are for lab servers")
     refuse_options(ctx, ["exclude"], "on Slurm, leave nodes out with --sbatch-arg=--exclude=NODES")
+    refuse_options(ctx, ["window", "detach"], "--window and --detach are for lab servers yet")
 
 
 def profile_lab_servers(obj: Context, hosts, req, *, store_root, site, dry_run, as_json, finish_timeout, free=None):

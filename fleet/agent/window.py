@@ -1,0 +1,119 @@
+"""A window of a long job: nsys collects DURATION seconds after START (``--delay``, ``--duration``,
+``--kill none``), writes its report and exits, and the workload goes on (tests/fixtures/
+nsys-sessions-h100, delay-duration: nsys exited at 13.3 s of a 20 s workload, which ran to its end).
+
+Runs ON THE NODE (standard library, Python 3.8), for :mod:`profiler`. The agent makes itself the
+subreaper of what it starts, so the workload nsys leaves behind becomes the agent's own child:
+
+* without ``--detach`` the agent goes on relaying its output and waits for its end, whose exit
+  status it then knows (a stop asked of fleet, Ctrl-C, goes to it: SIGTERM to its process group);
+* with ``--detach`` the workload's output goes to a file of the run's from its start
+  (fleet.plan.detached), and the agent leaves it running once the window's report is written: the
+  result names its pids and that file.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import time
+
+try:  # as shipped by fleet, every module travels under a flat name
+    import fleet_agent_procs as procs
+    import fleet_agent_workload as workload
+except ImportError:  # as part of the installed package (tests, the local machine)
+    from . import procs, workload
+
+PR_SET_CHILD_SUBREAPER = 36  # prctl(2): orphaned descendants are reparented to this process
+
+
+class Window:
+    """What became of the workload after a window (``plan.window``: start, duration, detach,
+    output); for a run without one, every method does nothing."""
+
+    def __init__(self, plan):
+        self.spec = plan.window or {}
+        self.left = []          # the workload's processes nsys left behind (pids)
+        self.status = None      # the first one's exit status, waited for (os.waitpid's)
+        self.adopted = self.stopped = self.exited = False
+
+    def begin(self):
+        """Before the profiler starts: the agent adopts what nsys will leave."""
+        if self.spec:
+            try:
+                libc = ctypes.CDLL(None, use_errno=True)
+                self.adopted = libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
+            except (OSError, AttributeError):
+                self.adopted = False
+
+    @property
+    def follows(self):
+        """Whether the agent stays with the workload to its end after the window (no --detach)."""
+        return bool(self.spec) and not self.spec.get("detach")
+
+    def profiler_exited(self, profiler_pid, released):
+        """nsys has exited, its window over: the processes it left, now the agent's children; the
+        node given back now (``released``: the GPU locks, DCGM, the owned sysctls), not at the
+        workload's end."""
+        if self.spec and not self.exited:
+            self.exited = True
+            self.left = sorted(procs.children(os.getpid()) - {profiler_pid})
+            released()
+
+    def stop(self):
+        """A stop asked of fleet once nsys has gone: SIGTERM to each left process's group, once."""
+        if self.stopped:
+            return
+        self.stopped = True
+        for pid in self.left:
+            try:
+                os.killpg(os.getpgid(pid), signal.SIGTERM)
+            except OSError:
+                pass
+
+    def reap(self, stop_requested):
+        """Once the workload's output has ended: the left processes waited for (a stop asked of
+        fleet meanwhile goes to them), the first one's exit status kept."""
+        pending = list(self.left) if self.follows else []
+        while pending:
+            for pid in list(pending):
+                try:
+                    done, status = os.waitpid(pid, os.WNOHANG)
+                except ChildProcessError:  # not the agent's (it could not adopt): its end is not known
+                    pending.remove(pid)
+                    continue
+                if done:
+                    pending.remove(pid)
+                    self.status = status if self.status is None and pid == self.left[0] else self.status
+            if pending and stop_requested():
+                self.stop()
+            time.sleep(0.1 if pending else 0)
+
+    def outcome(self):
+        """(the workload record, notes) for the result, or None for a run without a window."""
+        if not self.spec:
+            return None
+        said = "nsys collected %ss after %ss (--window) and wrote its report; the workload went on" % (
+            self.spec["duration"], self.spec["start"])
+        if not self.left:
+            return {"exit_status": None, "signal": None}, [said + ", and had ended by the window's end"]
+        if not self.follows:
+            running = {"pids": self.left, "output": self.spec.get("output")}
+            return ({"exit_status": None, "signal": None, "running": running},
+                    [said + " and still runs (--detach): pid %s, its output in %s" % (
+                        ", ".join(map(str, self.left)), running["output"])])
+        if self.status is None:
+            return {"exit_status": None, "signal": None}, [said + "; its end was not seen (it was not adopted)"]
+        record = _status(self.status)
+        return record, [said + " and ended by itself (%s)" % _said(record)]
+
+
+def _status(status):
+    if os.WIFSIGNALED(status):
+        return {"exit_status": None, "signal": workload.signal_name(os.WTERMSIG(status))}
+    return {"exit_status": os.WEXITSTATUS(status), "signal": None}
+
+
+def _said(record):
+    return "killed by %s" % record["signal"] if record["signal"] else "exit status %d" % record["exit_status"]

@@ -1,0 +1,117 @@
+"""Windows of a long job, through the real command line: `--window START:DURATION` has nsys collect
+then (its --delay, --duration and --kill none), write its report and exit, and the workload goes on;
+fleet stays with it to its end, or with `--detach` leaves it running, its output in the run's folder.
+
+fleet runs the agent on this machine (``ansible_connection=local``) with the simulated NVML and the
+stand-in nsys, which replays what nsys 2025.3 did on an H100 test machine for such a window
+(tests/fixtures/nsys-sessions-h100/delay-duration: nsys exited at 13.3 s of a 20 s workload, its
+report holding the window's kernels, and the workload ran to its end).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from fleet import exitcodes
+from tests.conftest import fleet_json, run_fleet
+from tests.harness import fakenvml
+from tests.harness.sshd import STANDINS
+
+
+@pytest.fixture
+def node(tmp_path):
+    scenario = tmp_path / "gpus.txt"
+    fakenvml.write_scenario(scenario, {"gpus": [{"index": 0}]})
+    inventory = tmp_path / "inv.ini"
+    inventory.write_text(f"gpu01 ansible_connection=local nsys_path={STANDINS / 'nsys'} ncu_path={STANDINS / 'ncu'} "
+                         f"ansible_python_interpreter={sys.executable} report_dir={tmp_path / 'reports'}\n")
+    env = {**fakenvml.env(fakenvml.build(tmp_path / "lib"), scenario), "FLEET_INVENTORY": str(inventory)}
+    return {"dir": tmp_path, "env": env, "store": tmp_path / "store"}
+
+
+def profile(node, *args: str):
+    return run_fleet("profile", "--hosts", "gpu01", "--store", str(node["store"]), *args, env=node["env"])
+
+
+def the_report(host: dict) -> dict:
+    """What the stand-in nsys wrote (a JSON document): the kernels it collected, the window's end."""
+    [report] = [r for r in host["reports"] if r["stored"].endswith(".nsys-rep")]
+    assert report["verified"], report
+    return json.loads(Path(report["stored"]).read_text())
+
+
+def test_a_window_keeps_its_kernels_and_the_workload_runs_on_to_its_own_end(node):
+    out = profile(node, "--window", "1:1", "--json", "--", "sh", "-c", "sleep 3; echo after the window; exit 0")
+    assert out.returncode == 0, out.stderr
+    [host] = fleet_json(out.stdout)["hosts"]
+    assert host["status"] == "ok", host
+    written = the_report(host)
+    assert written["kernels"] and written["window_ended"] and written["duration"] < 3.0, written
+    assert "after the window" in out.stderr  # the workload's own line, after nsys had gone, relayed
+    assert host["result"]["workload"] == {"exit_status": 0, "signal": None}
+    [note] = [n for n in host["result"]["notes"] if "--window" in n]
+    assert note.startswith("nsys collected 1s after 1s (--window) and wrote its report; the workload went on")
+    assert note.endswith("and ended by itself (exit status 0)")
+    assert "--delay=1" in host["plan"]["argv"] and "--duration=1" in host["plan"]["argv"]
+    assert "--kill=none" in host["plan"]["argv"]
+
+
+def test_a_workload_that_fails_after_its_window_fails_the_run(node):
+    out = profile(node, "--window", "0:1", "--", "sh", "-c", "sleep 2; exit 3")
+    assert out.returncode == exitcodes.WORKLOAD_FAILED, out.stdout + out.stderr
+    assert "gpu01: workload-failed: the workload exited 3" in out.stderr
+
+
+def test_detach_leaves_the_workload_running_with_its_output_in_the_run_s_folder(node):
+    out = profile(node, "--window", "0:1", "--detach", "--json", "--",
+                  "sh", "-c", "echo its-first-line; sleep 3; echo its-last-line")
+    assert out.returncode == 0, out.stderr
+    [host] = fleet_json(out.stdout)["hosts"]
+    running = host["result"]["workload"]["running"]
+    pids, output = running["pids"], Path(running["output"])
+    try:
+        assert host["status"] == "ok" and pids and the_report(host)["kernels"], host
+        assert all(Path(f"/proc/{pid}").exists() for pid in pids)  # fleet has answered; the workload runs on
+        assert output.parent == Path(host["plan"]["report_dir"]) and output.name == "gpu01.workload.out"
+        [note] = [n for n in host["result"]["notes"] if "--detach" in n]
+        assert re.search(rf"still runs \(--detach\): pid {pids[0]}\b.*its output in {re.escape(str(output))}$", note)
+        deadline = time.monotonic() + 30
+        while Path(f"/proc/{pids[0]}").exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert output.read_text().splitlines() == ["its-first-line", "its-last-line"]  # to its end, writing there
+        assert "its-first-line" not in (out.stdout + out.stderr).splitlines()  # it went to the file, not through fleet
+    finally:
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)  # only if the test failed before it ended: the test's own process
+            except ProcessLookupError:
+                pass
+
+
+@pytest.mark.parametrize("args, said", [
+    (("--window", "5"), "START:DURATION in whole seconds"),
+    (("--window", "5:0"), "the duration more than 0"),
+    (("--window", "-1:5"), "START:DURATION in whole seconds"),
+    (("--detach",), "--detach leaves a workload running after a window: give --window"),
+    (("--window", "1:2", "--tool", "ncu"), "ncu cannot leave its workload"),
+    (("--window", "1:2", "--timeout", "9"), "--timeout ends it: give one"),
+    (("--window", "1:2", "-X", "--delay=3"), "-X --delay sets nsys's window too"),
+])
+def test_a_window_fleet_cannot_plan_is_refused_in_one_line_before_any_host(node, args, said):
+    out = profile(node, *args, "--", "touch", str(node["dir"] / "ran"))
+    assert out.returncode == 2 and said in out.stderr, out.stderr
+    assert len(out.stderr.strip().splitlines()) <= 3 and "Traceback" not in out.stderr  # click's usage lines at most
+    assert not (node["dir"] / "ran").exists() and not node["store"].exists()
+
+
+def test_on_slurm_a_window_is_refused_for_now_before_any_job():
+    out = run_fleet("profile", "--partition", "gpu", "--window", "1:2", "--", "true")
+    assert out.returncode == 2 and "--window and --detach are for lab servers yet" in out.stderr, out.stderr
