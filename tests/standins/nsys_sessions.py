@@ -48,7 +48,7 @@ def stop_session(args):
         sys.stdout.write(open(os.path.join(SESSIONS, "no-session", "output.txt")).read().split("\n")[0] + "\n")
         return int(open(os.path.join(SESSIONS, "no-session", "status.txt")).read().split()[0])
     if name is None or not os.path.exists(session_file(name, ".pid")):
-        return 0  # launch-windows: a name it did not have, beside another session: nothing said, exit 0
+        return 0  # launch-sample-refused: a name it did not have, beside another session: nothing said, exit 0
     os.kill(int(open(session_file(name, ".pid")).read()), signal.SIGUSR1)
     deadline = time.time() + 60
     while not os.path.exists(session_file(name, ".done")) and time.time() < deadline:
