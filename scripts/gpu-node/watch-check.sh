@@ -9,7 +9,9 @@
 #  5. another user's CUDA process arrives about 10 s into a 30 s nsys --gpu-metrics run: nsys stop of
 #     the run's session ends the collection, the report keeps its kernels, the workload runs on to its
 #     end (its own "kernels launched" line after the stop); how soon the metrics were released
-# ONLY=session runs step 5 alone.
+#  6. --window 5:10 on a 60 s workload: nsys collects seconds 5 to 15 and exits with its report, the agent
+#     stays with the workload to its end (its exit status the run's); the share of its kernels the report holds
+# ONLY="session window" runs steps 5 and 6 alone (either word, one of them).
 # Transcripts go to $OUT/watch-check/, packed as $OUT/watch-check.tgz.
 set -u
 cd "$(dirname "$0")/../.."
@@ -26,10 +28,11 @@ from fleet.agent import node, run, wire
 from fleet.plan import LabPart, ProfileRequest, plan
 tool, rd, ncu, nsys = sys.argv[1:5]
 metrics = tool == "nsys-metrics"  # nsys with --gpu-metrics
-tool = "nsys" if metrics else tool
+window = (5, 10) if tool == "nsys-window" else None  # --window 5:10
+tool = "nsys" if metrics or window else tool
 state = node.probe({"tools": {"ncu": ncu, "nsys": nsys}, "report_dir": rd, "environment_check": False})
 p = plan("gpu-node", state, ProfileRequest(tool=tool, command=tuple(sys.argv[5:]), run_id="watch", gpu_metrics=metrics,
-                                           lab=LabPart(gpus=(0,))))
+                                           lab=LabPart(gpus=(0,), window=window)))
 print("nsys session:", p.session)
 if p.status != "ok":
     print("PLAN REFUSED:", p.reasons); sys.exit(5)
@@ -80,7 +83,8 @@ released() {
 printf 'import sys, time, torch\na = torch.randn(2048, 2048, device="cuda")\nend, n = time.time() + float(sys.argv[1]), 0\nwhile time.time() < end:\n    b = a @ a\n    n += 1\n    if n %% 50 == 0:\n        torch.cuda.synchronize()\ntorch.cuda.synchronize()\nprint("workload: kernels launched", n, "ended at %%.3f" %% time.time(), flush=True)\n' > "$W/counts.py"; chmod 644 "$W/counts.py"
 {
 gpu_idle
-if [ "${ONLY:-}" != session ]; then
+want() { [ -z "${ONLY:-}" ] || [[ " $ONLY " == *" $1 "* ]]; }  # want STEP: ONLY names it, or nothing
+if [ -z "${ONLY:-}" ]; then
 step "another user's CUDA process 10 s into a 40 s ncu run"
 tenant_at 6  # its CUDA is up about 4 s after it starts
 agent 1-ncu-tenant.txt "$PY" "$W/agent.py" ncu "$W/r1" "$NCU" "$NSYS" "$PY" "$APP" 40
@@ -110,13 +114,38 @@ expect "watch: nsys, a workload killed by SIGSEGV: said, and why its kernels are
   '"signal": "SIGSEGV"' "died with the process"
 fi
 
+if want session; then
 step "another user's CUDA process about 10 s into a 30 s nsys --gpu-metrics run: the session stopped, the workload goes on"
 tenant_at 6
+# nsys's own word on the session's state every 0.2 s (its `sessions list`): when the collection ended
+( until [ -e "$W/r5.done" ]; do echo "$(date +%s.%N) $("$NSYS" sessions list 2>&1 | awk '$NF == "fleet-watch-gpu-node" {print $3}')"
+    sleep 0.2; done ) > "$D/5-session-states.txt" 2>&1 &
 agent 5-nsys-metrics-tenant.txt "$PY" "$W/agent.py" nsys-metrics "$W/r5" "$NCU" "$NSYS" "$PY" "$W/counts.py" 30
+touch "$W/r5.done"; wait
 released 5-nsys-metrics-tenant.txt | tee -a "$D/5-nsys-metrics-tenant.txt"
+# the state's changes, and how long after the tenant's CUDA was up the collection was seen to end
+awk -v up="$(cat "$CHECK_TMP/tenant/up" 2>/dev/null)" '$2 != last {printf "%s %s", $1, $2; if (up) printf " (%+.2f s from the tenant up)", $1 - up; print ""; last = $2}' \
+  "$D/5-session-states.txt" | tee -a "$D/5-nsys-metrics-tenant.txt"
 expect "watch: nsys --gpu-metrics yields through its session, kernels kept, the workload runs on" \
   "$D/5-nsys-metrics-tenant.txt" 0 "status yielded" '"user": "tenant"' "through its session (nsys stop)" \
   "workload: kernels launched" '"exit_status": 0' "counters released" "!kernels in the report: 0" "kernels in the report"
 tenant_down
+fi
+
+if want window; then
+step "--window 5:10 on a 60 s workload: the report covers the window, the workload runs its 60 s"
+agent 6-nsys-window.txt "$PY" "$W/agent.py" nsys-window "$W/r6" "$NCU" "$NSYS" "$PY" "$W/counts.py" 60
+"$PY" - "$D/6-nsys-window.txt" <<'PYEOF' | tee -a "$D/6-nsys-window.txt"
+import re, sys
+text = open(sys.argv[1]).read()
+kept, launched = re.search(r"kernels in the report: (\d+)", text), re.search(r"kernels launched (\d+)", text)
+if kept and launched:
+    print("the report holds %.1f%% of the workload's kernels: about %.1f s of its 60 s"
+          % (100.0 * int(kept.group(1)) / int(launched.group(1)), 60.0 * int(kept.group(1)) / int(launched.group(1))))
+PYEOF
+expect "watch: --window 5:10, the report of the window, the workload on to its end" "$D/6-nsys-window.txt" 0 \
+  "status ok" "(--window) and wrote its report; the workload went on and ended by itself (exit status 0)" \
+  "workload: kernels launched" "!kernels in the report: 0" "of its 60 s"
+fi
 gpu_idle
 } 2>&1 | tee "$D/transcript.txt"
