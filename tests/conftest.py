@@ -88,6 +88,37 @@ def _gpu_locks_of_this_run():
     shutil.rmtree(folder, ignore_errors=True)
 
 
+# Tests that start a process every probe on the machine sees (the agent looks for MPS and DCGM daemons by
+# name, machine-wide): on several workers they run alone, while no other test runs (:func:`_machine_turns`).
+ALONE_WORDS = ('"nvidia-cuda-mps-control"', '"nv-hostengine"')
+
+
+@pytest.fixture(autouse=True)
+def _machine_turns(request, tmp_path_factory):
+    """On several workers (pytest-xdist), every test that starts something takes a shared turn on
+    the machine, and a test of ALONE_WORDS an exclusive one: its fake MPS or DCGM daemon would
+    otherwise be every other worker's probe's too. A gate taken first keeps a test that waits to
+    be alone from waiting behind an endless stream of shared turns. One process: no locks."""
+    if "PYTEST_XDIST_WORKER" not in os.environ or request.node.get_closest_marker("services") is None:
+        yield
+        return
+    import fcntl
+
+    shared_dir = tmp_path_factory.getbasetemp().parent  # this run's, the same for every worker
+    alone = any(w in _source(request.function) for w in ALONE_WORDS)
+    gate, turn = (os.open(shared_dir / name, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+                  for name in ("machine-gate.lock", "machine-turn.lock"))
+    try:
+        fcntl.flock(gate, fcntl.LOCK_EX)
+        fcntl.flock(turn, fcntl.LOCK_EX if alone else fcntl.LOCK_SH)
+        if not alone:
+            fcntl.flock(gate, fcntl.LOCK_UN)
+        yield
+    finally:
+        os.close(turn)
+        os.close(gate)
+
+
 def run_fleet(*args: str, env: dict | None = None, input: str | None = None, timeout: float = 120,
               prefix: tuple[str, ...] = ()):
     """The real command line, as a user would run it (``prefix``: started through it, e.g. nsenter),

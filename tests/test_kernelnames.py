@@ -156,4 +156,6 @@ def test_a_hostile_name_is_shortened_in_bounded_time():
     assert short_name(wide).startswith("k<T0, T1, ") and short_name(wide).endswith("…>")
     assert len(short_name(wide)) <= WIDTH
     assert short_name("\x1b]0;x\x07" * 10_000).endswith(ELLIPSIS)  # not C++: cut (the terminal replaces controls)
-    assert time.monotonic() - started < 2
+    # A bound on a hang (a name read in quadratic or worse time takes minutes here), not a timing: the suite's
+    # workers share two cores, and a second on a loaded machine says nothing.
+    assert time.monotonic() - started < 60

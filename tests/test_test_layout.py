@@ -71,3 +71,6 @@ def test_each_test_has_one_worker_group_and_every_user_of_the_machine_s_sysctl_s
             assert groups == [item.path.relative_to(TESTS).as_posix()], item.nodeid
     assert all(len(g) == 1 for g in groups_of_module.values()), groups_of_module
     assert request.node.path in groups_of_module  # this test saw itself: the session's items are this run's
+    if getattr(request.config.option, "loadgroup", False):  # a worker of scripts/test's run: xdist reads the id
+        assert all(item.nodeid.endswith("@" + next(item.iter_markers("xdist_group")).args[0])
+                   for item in request.session.items), [i.nodeid for i in request.session.items[:3]]
