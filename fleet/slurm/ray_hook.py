@@ -35,6 +35,7 @@ BLOCK_ENV = "FLEET_RAY_RUNTIME_ENV"  # {"_nsight": {...}} as JSON; else fleet_ra
 ACTORS_ENV = "FLEET_RAY_ACTORS"      # a JSON list of fnmatch patterns: the actors to profile; unset: every worker
 LOOK_EVERY = 0.05  # seconds between looks for the actor or task a worker runs
 LOOK_FOR = 3600.0  # a worker that runs nothing for an hour is named by its host and pid alone
+CLASS_WAIT = 60.0  # seconds an actor's class is waited for (its constructor runs meanwhile), then it is left out
 JOB_END_MARGIN = 5.0  # seconds kept before the job's time limit (FLEET_JOB_END), as the job's wait keeps them
 # How long, in all, the program's end waits for its actors still alive to end gracefully (each worker's
 # exit: its atexit handlers, Ray's disconnect; under a second each, all at once), before Ray's shutdown
@@ -237,22 +238,29 @@ def _record():
         ctx = _try(ray.get_runtime_context)
         actor = _try(ctx.get_actor_id) if ctx else None
         task = _try(ctx.get_task_name) if ctx else None
-        if actor or task:
-            name = _try(ctx.get_actor_name) if actor else None
-            patterns = _patterns()
-            if patterns and not (actor and chosen(name, patterns)):
-                return  # not profiled: no report to say whose it is
-            try:
-                _write({"pid": os.getpid(), "nsys_pid": _nsys_parent(), "host": socket.gethostname(),
-                        "node_id": _try(ctx.get_node_id),
-                        "actor_id": actor, "actor_name": name,
-                        "actor_class": _actor_class() if actor else None, "task": None if actor else task,
-                        "gpu_ids": [str(g) for g in _try(ray.get_gpu_ids) or []],
-                        "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES")})
-            except OSError as e:  # the worker's log says why; its report is named by host and pid alone
-                print(e, file=sys.stderr)
+        # The actor's id is set before its instance is made: its class comes soon after.
+        waiting = actor and _actor_class() is None and time.monotonic() - started < CLASS_WAIT
+        if (actor or task) and not waiting:
+            _say_whose(ray, ctx, actor, task)
             return
         time.sleep(LOOK_EVERY)
+
+
+def _say_whose(ray, ctx, actor, task):
+    """The worker's whose-file, where it is profiled (an actor the --ranks patterns choose, or any)."""
+    name = _try(ctx.get_actor_name) if actor else None
+    patterns = _patterns()
+    if patterns and not (actor and chosen(name, patterns)):
+        return  # not profiled: no report to say whose it is
+    try:
+        _write({"pid": os.getpid(), "nsys_pid": _nsys_parent(), "host": socket.gethostname(),
+                "node_id": _try(ctx.get_node_id),
+                "actor_id": actor, "actor_name": name,
+                "actor_class": _actor_class() if actor else None, "task": None if actor else task,
+                "gpu_ids": [str(g) for g in _try(ray.get_gpu_ids) or []],
+                "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES")})
+    except OSError as e:  # the worker's log says why; its report is named by host and pid alone
+        print(e, file=sys.stderr)
 
 
 def _nsys_parent():
