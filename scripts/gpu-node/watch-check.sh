@@ -117,8 +117,10 @@ fi
 if want session; then
 step "another user's CUDA process about 10 s into a 30 s nsys --gpu-metrics run: the session stopped, the workload goes on"
 tenant_at 6
-# nsys's own word on the session's state every 0.2 s (its `sessions list`): when the collection ended
-( until [ -e "$W/r5.done" ]; do echo "$(date +%s.%N) $("$NSYS" sessions list 2>&1 | awk '$NF == "fleet-watch-gpu-node" {print $3}')"
+# nsys's own word on the session's state every 0.2 s (its `sessions list`): when the collection ended. nsys
+# keeps its sessions by TMPDIR (a list without the run's own TMPDIR found none): the agent's, the run's private one.
+( until [ -e "$W/r5.done" ]; do echo "$(date +%s.%N) $(TMPDIR=$W/r5/watch/.tmp-gpu-node "$NSYS" sessions list 2>&1 |
+    awk '$NF == "fleet-watch-gpu-node" {print $3}')"
     sleep 0.2; done ) > "$D/5-session-states.txt" 2>&1 &
 agent 5-nsys-metrics-tenant.txt "$PY" "$W/agent.py" nsys-metrics "$W/r5" "$NCU" "$NSYS" "$PY" "$W/counts.py" 30
 touch "$W/r5.done"; wait
