@@ -20,8 +20,7 @@ from fleet import completeness, exitcodes, outcome
 from fleet.agent import profiler, reports, run, wire, workload
 from fleet.store.manifest import HostEntry
 from tests.conftest import fleet_json, run_fleet
-from tests.harness import fakenvml
-from tests.harness.agent_node import STANDINS, Node
+from tests.harness.agent_node import Node, local_inventory_node
 
 RECORDED = Path(__file__).parent / "fixtures" / "launchers-h200" / "3-disk-full.txt"
 # Fills a file on the tmpfs until not one byte more fits, as the recorded check's `dd` did.
@@ -111,14 +110,10 @@ def test_nsys_hanging_on_a_full_disk_is_ended_by_the_agent_with_its_workload(tmp
 def test_fleet_profile_ends_a_run_whose_disk_filled_and_says_what_to_do(tmp_path):
     """`fleet profile` on this machine, its report folder a 4 MiB tmpfs that the workload fills: the
     run ends by itself, profiler-error, truncated, exit status non-zero; nothing catalogued complete."""
-    small, store = tmp_path / "small", tmp_path / "store"
+    small = tmp_path / "small"
     small.mkdir(mode=0o700)
-    scenario = tmp_path / "gpus.txt"
-    fakenvml.write_scenario(scenario, {"gpus": [{"index": 0}]})
-    inventory = tmp_path / "inv.ini"
-    inventory.write_text(f"gpu01 ansible_connection=local nsys_path={STANDINS / 'nsys'} "
-                         f"ansible_python_interpreter={sys.executable} report_dir={small}\n")
-    env = {**fakenvml.env(fakenvml.build(tmp_path / "lib"), scenario), "FLEET_INVENTORY": str(inventory)}
+    node = local_inventory_node(tmp_path, report_dir=small)
+    env, store = node["env"], node["store"]
     (tmp_path / "filler.py").write_text(FILLER)
     nsys_pid = tmp_path / "nsys.pid"
     mount = ("unshare", "-m", "--propagation", "private", "sh", "-c",

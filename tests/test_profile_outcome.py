@@ -11,14 +11,14 @@ from __future__ import annotations
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 
 from fleet import exitcodes
 from tests.conftest import REPO, fleet_json, run_fleet
 from tests.harness import fakenvml
-from tests.harness.sshd import STANDINS, ensure_user
+from tests.harness.agent_node import local_inventory_node
+from tests.harness.sshd import ensure_user
 from tests.harness.procs import TENANT_USER, spawn, stop
 
 WORKLOAD_MEM = 300 << 20
@@ -26,13 +26,7 @@ WORKLOAD_MEM = 300 << 20
 
 @pytest.fixture
 def node(tmp_path):
-    scenario = tmp_path / "gpus.txt"
-    fakenvml.write_scenario(scenario, {"gpus": [{"index": 0}]})
-    inventory = tmp_path / "inv.ini"
-    inventory.write_text(f"gpu01 ansible_connection=local nsys_path={STANDINS / 'nsys'} ncu_path={STANDINS / 'ncu'} "
-                         f"ansible_python_interpreter={sys.executable} report_dir={tmp_path / 'reports'}\n")
-    env = {**fakenvml.env(fakenvml.build(tmp_path / "lib"), scenario), "FLEET_INVENTORY": str(inventory)}
-    return {"dir": tmp_path, "scenario": scenario, "env": env, "store": tmp_path / "store"}
+    return local_inventory_node(tmp_path)
 
 
 def profile(node, *args: str):

@@ -70,3 +70,16 @@ class Node:
                                status="truncated" if r.get("truncated") else "complete") for r in result["reports"]]
         status, why = outcome.of_result(result, reports, tool="nsys")
         return HostEntry(host="h01", status=status, missing_why=why, result=result, reports=reports), out + err
+
+
+def local_inventory_node(tmp_path: Path, report_dir: Path | None = None) -> dict:
+    """gpu01, this machine as `fleet profile --hosts gpu01` reaches it (``ansible_connection=local``):
+    one simulated GPU, the stand-in profilers, reports under ``report_dir``; the env for run_fleet."""
+    scenario = tmp_path / "gpus.txt"
+    fakenvml.write_scenario(scenario, {"gpus": [{"index": 0}]})
+    inventory = tmp_path / "inv.ini"
+    inventory.write_text(f"gpu01 ansible_connection=local nsys_path={STANDINS / 'nsys'} ncu_path={STANDINS / 'ncu'} "
+                         f"ansible_python_interpreter={sys.executable} report_dir={report_dir or tmp_path / 'reports'}\n")
+    env = {**fakenvml.env(fakenvml.build(tmp_path / "lib"), scenario), "FLEET_INVENTORY": str(inventory)}
+    return {"dir": tmp_path, "scenario": scenario, "env": env, "store": tmp_path / "store"}
+
