@@ -15,6 +15,12 @@ import sys
 import tempfile
 
 SESSION_STOP_WAIT = 20.0  # seconds `nsys stop` may take (2.9 s on an H100 test machine) before SIGTERM after all
+STATE_EVERY = 0.2  # seconds between looks at the session's state while the stop runs
+LIST_WAIT = 5.0    # seconds one `nsys sessions list` may take
+# The states nsys 2025.3 gave a session once its collection had ended (`nsys sessions list`, on an H200 test
+# machine during a stop: Collection, then Generation while the stop writes the report, then Launched; a
+# session whose workload ended is Shutdown): the GPU metrics are no longer sampled.
+COLLECTION_OVER = ("Generation", "Launched", "Shutdown")
 
 
 class SessionStop:
@@ -23,11 +29,19 @@ class SessionStop:
     with it (tests/fixtures/nsys-sessions-h100: 2.9 s on an H100 test machine, with GPU metrics).
     Its output goes to an unnamed file in the run's private TMPDIR, relayed once it ended. Done
     only where it said ``Generated:``: nsys 2025.3 stopping a session it does not have exited 0
-    and printed nothing while another session was listed."""
+    and printed nothing while another session was listed.
+
+    The stop returns only once it has written the report (5.5 s on an H200 test machine), but the
+    collection ends at once: the session's state, read meanwhile from ``nsys sessions list`` (with
+    the run's TMPDIR: nsys keeps its sessions by it), was Generation 0.16 s after the newcomer was
+    seen (docs/examples/h200-acceptance/9c3958b/2-session-states-h200). ``collection_ended`` is when
+    that was seen: the GPU is the newcomer's from then."""
 
     def __init__(self, nsys, session, env):
+        self.nsys, self.name = nsys, session
         self.argv, self.env = [nsys, "stop", "--session=" + session], env
-        self.proc = self.out = self.began = None
+        self.proc = self.out = self.began = self.collection_ended = None
+        self.looked, self.done = 0.0, False
         self.failure = "it did not start"
 
     @classmethod
@@ -47,8 +61,10 @@ class SessionStop:
         """None while it runs; True once nsys said it wrote the report; False where it failed, or
         ran past SESSION_STOP_WAIT (then killed)."""
         if self.proc is None:
+            self.done = True
             return False
         if self.proc.poll() is None:
+            self._look_at_state(now)
             if now - self.began < SESSION_STOP_WAIT:
                 return None
             self.failure = "no answer in %gs" % SESSION_STOP_WAIT
@@ -61,6 +77,7 @@ class SessionStop:
         said = self.out.read(1 << 20)
         self.out.close()
         relay.write(sys.stdout.buffer, said)
+        self.done = True
         code = self.proc.returncode
         if code == 0 and b"Generated:" in said:
             return True
@@ -70,3 +87,25 @@ class SessionStop:
             last = said.decode(errors="replace").strip().splitlines()[-1:]
             self.failure = "exit status %d: %s" % (code, last[0][:200] if last else "nothing said")
         return False
+
+    def _look_at_state(self, now):
+        """The session's state, every STATE_EVERY seconds until its collection is seen over."""
+        if self.collection_ended is not None or now - self.looked < STATE_EVERY:
+            return
+        self.looked = now
+        if session_state(self.nsys, self.name, self.env) in COLLECTION_OVER:
+            self.collection_ended = now
+
+
+def session_state(nsys, name, env):
+    """The state ``nsys sessions list`` gives the session ``name`` (Collection, Generation, ...), or
+    None (not listed, or nsys did not answer in LIST_WAIT seconds). Its rows end in the name: ID,
+    TIME, STATE, LAUNCH, NAME."""
+    try:
+        listed = subprocess.run([nsys, "sessions", "list"], env=env, stdin=subprocess.DEVNULL, capture_output=True,
+                                timeout=LIST_WAIT).stdout.decode(errors="replace")
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    rows = [line.split() for line in listed.splitlines()]
+    return next((row[2] for row in rows if len(row) == 5 and row[4] == name), None)
+

@@ -155,7 +155,7 @@ def _stop_if_due(plan, proc, stops, relay, watch, now, told, timed_out):
     stops.started.look(now)
     if relay.errors.disk_full:
         stops.disk_full(proc, now)
-    elif watch is not None and watch.arrived.is_set() and stops.released is None:
+    elif watch is not None and watch.arrived.is_set() and stops.yielding():
         stops.yield_to_newcomer(proc, now, relay)
     elif told or timed_out:
         stops.request(proc, now, "at its time limit of %gs, with a signal" % plan.timeout if timed_out
@@ -215,17 +215,25 @@ class Stops:
             self._yield_by_signal(proc, now)
         elif self.session is not None:
             stopped = self.session.poll(now, relay)
-            if stopped:
-                self.released = now
+            ended = self.session.collection_ended
+            if self.released is None and (stopped or ended is not None):  # the GPU is the newcomer's again
+                self.released = ended if ended is not None else now
                 self.on_released()
-            elif stopped is False:
+            if stopped is False and ended is None:
                 self.notes.append("nsys stop --session did not stop the collection (%s): fleet sent SIGTERM "
                                   "instead, which ends the workload" % self.session.failure)
-                self.session, self.yielded = None, now
+                self.session, self.yielded, self.released = None, now, None
                 self._yield_by_signal(proc, now)
+            elif stopped is False:
+                self.notes.append("nsys stop --session ended the collection but said no report was written (%s)"
+                                  % self.session.failure)
         elif now - self.yielded >= YIELD_KILL_AFTER and now - self.last >= 1.0:
             self._send(proc, now, kill=True)
             self.killed = True
+
+    def yielding(self):
+        """Whether a yield is still under way: not yet given back, or its session stop not yet ended."""
+        return self.released is None or (self.session is not None and not self.session.done)
 
     def _yield_by_signal(self, proc, now):
         self.first = now

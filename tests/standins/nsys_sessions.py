@@ -10,34 +10,62 @@ SESSIONS = os.path.join(os.path.dirname(os.path.realpath(__file__)), "recorded",
 
 
 class Session:
-    """The run's named session (--session-new), known to `stop --session` by a file of this user's
-    (the real nsys keeps them in its daemon): NAME.pid while it runs, NAME.done once it stopped,
-    holding what the stop prints."""
+    """The run's named session (--session-new), known to `stop --session` and `sessions list` by
+    files of this user's under its TMPDIR (the real nsys keeps them in a daemon it finds by TMPDIR:
+    a `sessions list` without the run's TMPDIR listed none, docs/examples/h200-acceptance/9c3958b):
+    NAME.pid while it runs, NAME.state its state as `sessions list` gives it, NAME.done once it
+    stopped, holding what the stop prints."""
 
     def __init__(self, name):
         self.name, self.stopped = name, False
         if name:
-            with open(session_file(name, ".pid.tmp"), "w") as f:
-                f.write(str(os.getpid()))
-            os.replace(session_file(name, ".pid.tmp"), session_file(name, ".pid"))
+            _write(session_file(name, ".pid"), str(os.getpid()))
+            self.state("Collection")
+
+    def state(self, state):
+        """Collection while it collects, Generation while the stop writes the report, then Launched."""
+        if self.name:
+            _write(session_file(self.name, ".state"), "%s %s" % (time.time(), state))
 
     def done(self, said):
-        with open(session_file(self.name, ".done.tmp"), "w") as f:
-            f.write(said)
-        os.replace(session_file(self.name, ".done.tmp"), session_file(self.name, ".done"))
+        _write(session_file(self.name, ".done"), said)
+        self.state("Launched")
 
     def close(self):
-        for ext in (".pid", ".done") if self.name else ():
+        for ext in (".pid", ".state", ".done") if self.name else ():
             try:
                 os.unlink(session_file(self.name, ext))
             except FileNotFoundError:
                 pass
 
 
+def _write(path, text):
+    with open(path + ".tmp", "w") as f:
+        f.write(text)
+    os.replace(path + ".tmp", path)
+
+
 def session_file(name, ext):
-    folder = f"/tmp/.nsys-standin-sessions-{os.getuid()}"
+    folder = os.path.join(os.environ.get("TMPDIR") or "/tmp", ".nsys-standin-sessions-%d" % os.getuid())
     os.makedirs(folder, mode=0o700, exist_ok=True)
     return os.path.join(folder, name.replace("/", "_") + ext)
+
+
+def sessions_list():
+    """`nsys sessions list`: its header and a row a session, in the widths nsys 2025.3 printed them
+    (profile-stop/output.txt)."""
+    print("%16s %12s %42s %6s %s" % ("ID", "TIME", "STATE", "LAUNCH", "NAME"))
+    folder = os.path.dirname(session_file("x", ""))
+    for entry in sorted(f for f in os.listdir(folder) if f.endswith(".state")):
+        name = entry[: -len(".state")]
+        try:
+            since, state = open(os.path.join(folder, entry)).read().split()
+            pid = int(open(session_file(name, ".pid")).read())
+        except (OSError, ValueError):
+            continue
+        elapsed = int(time.time() - float(since))
+        print("%16d %12s %42s %6d %s" % (pid, "%02d:%02d" % divmod(elapsed, 60), state, 1, name))
+    return 0
 
 
 def stop_session(args):
