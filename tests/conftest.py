@@ -263,7 +263,7 @@ def pytest_collection_modifyitems(config, items):
     tests/ either calls (however deep) starts one (or does what only root may). Then each test is
     given its group for pytest-xdist (:func:`_groups`)."""
     seen: dict = {}
-    sysctl_modules = set()
+    touching = set()
     for item in items:
         sources = _sources(item, seen)
         if any(w in s for s in sources for w in SERVICE_WORDS):
@@ -271,8 +271,8 @@ def pytest_collection_modifyitems(config, items):
         if any(w in s for s in sources for w in ROOT_WORDS):
             item.add_marker(pytest.mark.root)
         if any(w in s for s in sources for w in SYSCTL_WORDS):
-            sysctl_modules.add(item.path)
-    _groups(items, sysctl_modules)
+            touching.add(item.nodeid)
+    _groups(items, touching)
 
 
 def _sources(item, seen: dict) -> list[str]:
@@ -283,13 +283,15 @@ def _sources(item, seen: dict) -> list[str]:
     return [_reached(f, seen) for f in funcs]
 
 
-def _groups(items, sysctl_modules: set) -> None:
+def _groups(items, touching: set) -> None:
     """The suite runs on several workers (pytest-xdist, ``--dist loadgroup``, scripts/test), a group
-    to a worker. A module is one group, so its module fixtures (a lab, a Slurm cluster) start once.
-    The modules that touch kernel.perf_event_paranoid share one group, run one after another on one
-    worker: the sysctl is the machine's, and each such module sets it and asserts what it finds. That
-    group goes first, as it is the longest; the order within it, and of the rest, is kept."""
+    to a worker. A module is one group, so its module fixtures (a Slurm cluster, a team store) start
+    once. The tests that touch kernel.perf_event_paranoid (``touching``: their ids; the lab, the
+    prolog's paranoid_3, the docs' reader, the file read) share one group, run one after another on
+    one worker: the sysctl is the machine's, and each sets it and asserts what it finds. A module
+    with both kinds is in two groups, its module fixtures started in each. That group goes first, as
+    it is the longest; the order within it, and of the rest, is kept."""
     for item in items:
-        name = SYSCTL_GROUP if item.path in sysctl_modules else item.path.relative_to(TESTS).as_posix()
+        name = SYSCTL_GROUP if item.nodeid in touching else item.path.relative_to(TESTS).as_posix()
         item.add_marker(pytest.mark.xdist_group(name))
-    items.sort(key=lambda item: item.path not in sysctl_modules)
+    items.sort(key=lambda item: item.nodeid not in touching)

@@ -6,6 +6,7 @@ tests/harness/ (helpers; fixtures registered by tests/conftest.py)."""
 from __future__ import annotations
 
 import ast
+import inspect
 from pathlib import Path
 
 TESTS = Path(__file__).resolve().parent
@@ -53,24 +54,22 @@ def test_no_test_module_or_harness_module_imports_a_test_module():
 
 def test_each_test_has_one_worker_group_and_every_user_of_the_machine_s_sysctl_shares_one(request):
     """The suite runs on several workers, a group to each (scripts/test: pytest-xdist, --dist
-    loadgroup). Every test collected in this run has exactly one group, its module's, and every
-    test of a module that sets or reads kernel.perf_event_paranoid (the lab, the prolog's
-    paranoid_3, the docs' reader, or the file itself) has the one group they share: were it a group
-    of its own, two workers would set the machine's sysctl under each other."""
+    loadgroup). Every test collected in this run has exactly one group: its module's, or, for every
+    test that sets or reads kernel.perf_event_paranoid (through the lab, the prolog's paranoid_3,
+    the docs' reader, or in its own code), the one they share: were it another, two workers would
+    set the machine's sysctl under each other."""
     from tests.conftest import SYSCTL_GROUP
 
     users = {"lab", "clean_gpus", "paranoid_3", "reader"}
-    groups_of_module: dict = {}
     for item in request.session.items:
         groups = [m.args[0] for m in item.iter_markers("xdist_group")]
         assert len(groups) == 1, (item.nodeid, groups)
-        groups_of_module.setdefault(item.path, set()).add(groups[0])
-        if users & set(item.fixturenames) or "PARANOID." in item.path.read_text():
+        own = inspect.getsource(item.function) if getattr(item, "function", None) else ""
+        if users & set(item.fixturenames) or "PARANOID." in own or "perf_event_paranoid(" in own:
             assert groups == [SYSCTL_GROUP], item.nodeid
         elif groups != [SYSCTL_GROUP]:
             assert groups == [item.path.relative_to(TESTS).as_posix()], item.nodeid
-    assert all(len(g) == 1 for g in groups_of_module.values()), groups_of_module
-    assert request.node.path in groups_of_module  # this test saw itself: the session's items are this run's
+    assert request.node in request.session.items  # this test saw itself: the session's items are this run's
     if getattr(request.config.option, "loadgroup", False):  # a worker of scripts/test's run: xdist reads the id
         assert all(item.nodeid.endswith("@" + next(item.iter_markers("xdist_group")).args[0])
                    for item in request.session.items), [i.nodeid for i in request.session.items[:3]]
