@@ -163,7 +163,8 @@ class Plan:
     def stopped_by_nsys(self) -> bool:
         """Whether nsys stops the workload at the timeout itself (fleet's --duration; a window's
         --duration ends the collection alone)."""
-        return self.tool == "nsys" and not self.window and any(f.startswith("--duration=") for f in self.command.fleet_flags)
+        by_duration = any(f.startswith("--duration=") for f in self.command.fleet_flags)
+        return self.tool == "nsys" and not self.window and by_duration
 
     def shell(self) -> str:
         env = " ".join(f"{k}={shlex.quote(v)}" for k, v in self.env.items())
