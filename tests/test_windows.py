@@ -62,6 +62,14 @@ def test_a_workload_that_fails_after_its_window_fails_the_run(node):
     assert "gpu01: workload-failed: the workload exited 3" in out.stderr
 
 
+def test_a_workload_that_ends_within_its_window_is_said_by_nsys_s_exit_status(node):
+    out = profile(node, "--window", "0:5", "--json", "--", "sh", "-c", "sleep 1; exit 3")
+    assert out.returncode == exitcodes.WORKLOAD_FAILED, out.stdout + out.stderr
+    [host] = fleet_json(out.stdout)["hosts"]
+    assert host["result"]["workload"] == {"exit_status": 3, "signal": None}
+    assert "the workload ended within the window (--window 0:5)" in host["result"]["notes"]
+
+
 def test_detach_leaves_the_workload_running_with_its_output_in_the_run_s_folder(node):
     out = profile(node, "--window", "0:1", "--detach", "--json", "--",
                   "sh", "-c", "echo its-first-line; sleep 3; echo its-last-line")

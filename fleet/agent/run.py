@@ -329,7 +329,8 @@ def record_run(plan, result, ran, watch, relay):
     result["workload"] = workload.outcome(plan.tool, ran.exit_status, result["profiler_errors"])
     after = ran.window.outcome() if ran.window is not None else None
     if after is not None:  # nsys exited at the window's end: the workload's own end is the window's to say
-        result["workload"], notes = after
+        record, notes = after
+        result["workload"] = record if record is not None else result["workload"]
         result["notes"].extend(notes)
     if ran.why_stopped:
         result["notes"].append("the workload was stopped " + ran.why_stopped)

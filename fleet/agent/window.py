@@ -26,6 +26,7 @@ except ImportError:  # as part of the installed package (tests, the local machin
     from . import procs, workload
 
 PR_SET_CHILD_SUBREAPER = 36  # prctl(2): orphaned descendants are reparented to this process
+KILL_AFTER = 30.0  # seconds after the SIGTERM of a stop a workload left by the window still alive gets SIGKILL
 
 
 class Window:
@@ -36,7 +37,8 @@ class Window:
         self.spec = plan.window or {}
         self.left = []          # the workload's processes nsys left behind (pids)
         self.status = None      # the first one's exit status, waited for (os.waitpid's)
-        self.adopted = self.stopped = self.exited = False
+        self.adopted = self.exited = self.killed = False
+        self.stopped_at = None  # when a stop asked of fleet went to the workload
 
     def begin(self):
         """Before the profiler starts: the agent adopts what nsys will leave."""
@@ -62,15 +64,17 @@ class Window:
             released()
 
     def stop(self):
-        """A stop asked of fleet once nsys has gone: SIGTERM to each left process's group, once."""
-        if self.stopped:
-            return
-        self.stopped = True
-        for pid in self.left:
-            try:
-                os.killpg(os.getpgid(pid), signal.SIGTERM)
-            except OSError:
-                pass
+        """A stop asked of fleet once nsys has gone: SIGTERM to each left process's group, and
+        SIGKILL KILL_AFTER seconds later to one that has not ended by then."""
+        now = time.monotonic()
+        if self.stopped_at is None or now - self.stopped_at >= KILL_AFTER and not self.killed:
+            self.killed = self.stopped_at is not None
+            self.stopped_at = self.stopped_at or now
+            for pid in self.left:
+                try:
+                    os.killpg(os.getpgid(pid), signal.SIGKILL if self.killed else signal.SIGTERM)
+                except OSError:
+                    pass
 
     def reap(self, stop_requested):
         """Once the workload's output has ended: the left processes waited for (a stop asked of
@@ -86,18 +90,20 @@ class Window:
                 if done:
                     pending.remove(pid)
                     self.status = status if self.status is None and pid == self.left[0] else self.status
-            if pending and stop_requested():
+            if pending and (stop_requested() or self.stopped_at is not None):
                 self.stop()
             time.sleep(0.1 if pending else 0)
 
     def outcome(self):
-        """(the workload record, notes) for the result, or None for a run without a window."""
+        """(the workload record, or None where nsys's exit status says it; notes) for the result, or
+        None for a run without a window."""
         if not self.spec:
             return None
         said = "nsys collected %ss after %ss (--window) and wrote its report; the workload went on" % (
             self.spec["duration"], self.spec["start"])
-        if not self.left:
-            return {"exit_status": None, "signal": None}, [said + ", and had ended by the window's end"]
+        if not self.left:  # nsys passed its exit status on, as for any run
+            return None, ["the workload ended within the window (--window %s:%s)" % (
+                self.spec["start"], self.spec["duration"])]
         if not self.follows:
             running = {"pids": self.left, "output": self.spec.get("output")}
             return ({"exit_status": None, "signal": None, "running": running},
