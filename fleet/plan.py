@@ -267,7 +267,8 @@ def _nsys(host: str, req: ProfileRequest, verdicts: dict, chosen: list[dict], ou
         flags.append(f"--duration={-int(-req.timeout // 1)}")
     flags = _without_overridden("nsys", flags, req.profiler_args)
     ours = [f.split("=", 1)[1] for f in flags if f.startswith("--session-new=")]
-    theirs = [v for v in _option_values("nsys", req.profiler_args, ("--session-new",)) if v]
+    reachable = req.launcher is None and req.docker_image is None  # one nsys, on the node itself
+    theirs = [v for v in _option_values("nsys", req.profiler_args, ("--session-new",)) if v and reachable]
     return NsysPart(tuple(flags), given_up, dict(sampling.sysctls), (ours or theirs or [None])[0])
 
 

@@ -91,6 +91,7 @@ def _gpu_locks_of_this_run():
 # Tests that start a process every probe on the machine sees (the agent looks for MPS and DCGM daemons by
 # name, machine-wide): on several workers they run alone, while no other test runs (:func:`_machine_turns`).
 ALONE_WORDS = ('"nvidia-cuda-mps-control"', '"nv-hostengine"')
+_SEEN: dict = {}  # the sources read, for each test's turn (as the markers read them)
 
 
 @pytest.fixture(autouse=True)
@@ -105,7 +106,7 @@ def _machine_turns(request, tmp_path_factory):
     import fcntl
 
     shared_dir = tmp_path_factory.getbasetemp().parent  # this run's, the same for every worker
-    alone = any(w in _source(request.function) for w in ALONE_WORDS)
+    alone = any(w in source for source in _sources(request.node, _SEEN) for w in ALONE_WORDS)
     gate, turn = (os.open(shared_dir / name, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
                   for name in ("machine-gate.lock", "machine-turn.lock"))
     try:

@@ -140,6 +140,8 @@ def test_gpu_metrics_run_in_a_session_of_the_run_s_own_and_the_user_s_named_sess
     assert mine.session == "mine" and not [f for f in mine.command.fleet_flags if f.startswith("--session-new")]
     assert nsys_options((*mine.command.fleet_flags, *mine.command.user_flags))[1] is None  # once, as nsys takes it
     assert planned(docker_image="nvcr.io/nvidia/pytorch:25.01-py3").session is None
+    # a session the user names inside a container is not one `nsys stop` on the node reaches
+    assert planned(("--session-new=mine",), docker_image="nvcr.io/nvidia/pytorch:25.01-py3").session is None
     plain = plan("gpu01", state(), ProfileRequest(tool="nsys", command=("app",), run_id="r"))
     assert plain.session is None and not [f for f in plain.command.fleet_flags if "session" in f]
     assert Plan.from_json(p.to_json()).session == p.session  # as the plan reaches the agent

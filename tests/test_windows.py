@@ -56,6 +56,24 @@ def test_a_window_keeps_its_kernels_and_the_workload_runs_on_to_its_own_end(node
     assert "--kill=none" in host["plan"]["argv"]
 
 
+def test_a_helper_holding_the_output_after_the_workload_ended_does_not_hold_fleet(node):
+    """The workload ends 2 s in, leaving a helper of its own session (setsid) that keeps its output
+    open for 60 s: fleet waits for the workload, not for every holder of its pipes."""
+    helper = node["dir"] / "helper.pid"
+    try:
+        out = run_fleet("profile", "--hosts", "gpu01", "--store", str(node["store"]), "--window", "0:1", "--",
+                        "sh", "-c", f"setsid sh -c 'echo $$ > {helper}; exec sleep 60' & sleep 2",
+                        env=node["env"], timeout=45)
+        assert out.returncode == 0, out.stderr
+        assert "and ended by itself (exit status 0)" in out.stdout, out.stdout
+    finally:
+        if helper.exists():
+            try:
+                os.kill(int(helper.read_text()), signal.SIGKILL)  # the test's own helper, by its pid
+            except ProcessLookupError:
+                pass
+
+
 def test_a_workload_that_fails_after_its_window_fails_the_run(node):
     out = profile(node, "--window", "0:1", "--", "sh", "-c", "sleep 2; exit 3")
     assert out.returncode == exitcodes.WORKLOAD_FAILED, out.stdout + out.stderr
@@ -99,6 +117,7 @@ def test_detach_leaves_the_workload_running_with_its_output_in_the_run_s_folder(
 @pytest.mark.parametrize("args, said", [
     (("--window", "5"), "START:DURATION in whole seconds"),
     (("--window", "5:0"), "the duration more than 0"),
+    (("--window", "\u00b2:5"), "START:DURATION in whole seconds"),  # a digit to str.isdigit, not to int()
     (("--window", "-1:5"), "START:DURATION in whole seconds"),
     (("--detach",), "--detach leaves a workload running after a window: give --window"),
     (("--window", "1:2", "--tool", "ncu"), "ncu cannot leave its workload"),

@@ -107,24 +107,25 @@ def run_profiler(plan, relay, stop_requested, watch=None, released=lambda: None)
     sel.register(proc.stdout, selectors.EVENT_READ, sys.stdout.buffer)
     sel.register(proc.stderr, selectors.EVENT_READ, sys.stderr.buffer)
     by_nsys = plan.stopped_by_nsys()
-    deadline = started + plan.timeout + (NSYS_BACKSTOP if by_nsys else 0) if plan.timeout else None
     ran, stops = Ran(), Stops(plan.tool, Started(proc.pid), lambda: rank_profilers(plan, proc), ranks_stop.mark,
                               nsyssession.SessionStop.of(plan, env), released)
     # A workload can print nsys's disk-full line too: it is nsys's only where the disk really is full.
     relay.errors.confirm = lambda: workload.disk_is_full(env.get("TMPDIR"), os.path.dirname(plan.output))
     duration_up = False
     open_streams = 2
-    while open_streams and (ran.exited_at is None or win.follows or time.monotonic() - ran.exited_at < PIPE_GRACE) \
+    while open_streams and (ran.exited_at is None or win.waiting() or time.monotonic() - ran.exited_at < PIPE_GRACE) \
             or proc.poll() is None:
         now = time.monotonic()
         if ran.exited_at is None and proc.poll() is not None:
             ran.exited_at = now  # helpers of a killed profiler may hold its pipes open: drain a little, then go
-            win.profiler_exited(proc.pid, released)
+            win.profiler_exited(proc.pid, released, stops.session_pids())
         if ran.exited_at is None and stops.killed_at is not None and now - stops.killed_at >= KILLED_WAIT:
             ran.left = True
             break
-        timed_out = deadline is not None and now >= deadline
-        duration_up = by_nsys and now - started >= plan.timeout
+        # After nsys's session was stopped, its --duration may no longer count: fleet keeps the time itself.
+        by_nsys_now = by_nsys and stops.released is None
+        timed_out = plan.timeout and now >= started + plan.timeout + (NSYS_BACKSTOP if by_nsys_now else 0)
+        duration_up = by_nsys_now and now - started >= plan.timeout
         if duration_up:  # each rank's nsys stops its rank now, or soon (its --duration counts from its own start)
             ranks_stop.mark()
         # Once nsys is stopping the workload itself (its --duration is up) a stop request
@@ -139,7 +140,8 @@ def run_profiler(plan, relay, stop_requested, watch=None, released=lambda: None)
         stops.started.kill(reaped=not ran.left)
     if ran.exited_at is None:  # it exited as its output ended, between two looks (or was left)
         ran.exited_at = time.monotonic()
-        win.profiler_exited(proc.pid, released)
+        win.profiler_exited(proc.pid, released, stops.session_pids())
+    stops.finish_session(relay)
     win.reap(stop_requested)
     ran.window = win
     ran.exit_status, ran.why_stopped = proc.returncode, stops.why or _by_duration(plan, proc, duration_up, ranks_stop)
@@ -230,6 +232,23 @@ class Stops:
         elif now - self.yielded >= YIELD_KILL_AFTER and now - self.last >= 1.0:
             self._send(proc, now, kill=True)
             self.killed = True
+
+    def session_pids(self):
+        """The pid of a session stop under way (a child of the agent, never the workload)."""
+        proc = self.session.proc if self.session is not None else None
+        return {proc.pid} if proc is not None else set()
+
+    def finish_session(self, relay):
+        """A session stop still under way when nsys exited (its window over, say): seen to its end,
+        within its own bound, its output relayed and the GPU given back."""
+        while self.session is not None and self.yielded is not None and not self.session.done:
+            now = time.monotonic()
+            if self.session.poll(now, relay) is None:
+                time.sleep(0.1)
+        ended = self.session.collection_ended if self.session is not None else None
+        if self.session is not None and self.yielded is not None and self.released is None:
+            self.released = ended if ended is not None else time.monotonic()
+            self.on_released()
 
     def yielding(self):
         """Whether a yield is still under way: not yet given back, or its session stop not yet ended."""

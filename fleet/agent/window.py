@@ -39,6 +39,7 @@ class Window:
         self.status = None      # the first one's exit status, waited for (os.waitpid's)
         self.adopted = self.exited = self.killed = False
         self.stopped_at = None  # when a stop asked of fleet went to the workload
+        self.pending = []       # the left processes not yet ended (without --detach)
 
     def begin(self):
         """Before the profiler starts: the agent adopts what nsys will leave."""
@@ -54,14 +55,30 @@ class Window:
         """Whether the agent stays with the workload to its end after the window (no --detach)."""
         return bool(self.spec) and not self.spec.get("detach")
 
-    def profiler_exited(self, profiler_pid, released):
-        """nsys has exited, its window over: the processes it left, now the agent's children; the
-        node given back now (``released``: the GPU locks, DCGM, the owned sysctls), not at the
-        workload's end."""
+    def profiler_exited(self, profiler_pid, released, others=frozenset()):
+        """nsys has exited, its window over: the processes it left, now the agent's children (not
+        ``others``, the agent's own: a session stop); the node given back now (``released``: the
+        GPU locks, DCGM, the owned sysctls), not at the workload's end."""
         if self.spec and not self.exited:
             self.exited = True
-            self.left = sorted(procs.children(os.getpid()) - {profiler_pid})
+            self.left = sorted(procs.children(os.getpid()) - {profiler_pid} - set(others))
+            self.pending = list(self.left) if self.follows else []
             released()
+
+    def waiting(self):
+        """Whether the agent still waits, relaying its output, for a workload the window left: until
+        each left process has ended (reaped here as it ends), however long its helpers hold the
+        output open after it."""
+        for pid in list(self.pending):
+            try:
+                done, status = os.waitpid(pid, os.WNOHANG)
+            except ChildProcessError:  # not the agent's (it could not adopt): its end is not known
+                self.pending.remove(pid)
+                continue
+            if done:
+                self.pending.remove(pid)
+                self.status = status if self.status is None and pid == self.left[0] else self.status
+        return bool(self.pending)
 
     def stop(self):
         """A stop asked of fleet once nsys has gone: SIGTERM to each left process's group, and
@@ -78,21 +95,11 @@ class Window:
 
     def reap(self, stop_requested):
         """Once the workload's output has ended: the left processes waited for (a stop asked of
-        fleet meanwhile goes to them), the first one's exit status kept."""
-        pending = list(self.left) if self.follows else []
-        while pending:
-            for pid in list(pending):
-                try:
-                    done, status = os.waitpid(pid, os.WNOHANG)
-                except ChildProcessError:  # not the agent's (it could not adopt): its end is not known
-                    pending.remove(pid)
-                    continue
-                if done:
-                    pending.remove(pid)
-                    self.status = status if self.status is None and pid == self.left[0] else self.status
-            if pending and (stop_requested() or self.stopped_at is not None):
+        fleet meanwhile goes to them, SIGKILL 30 s after its SIGTERM), the first one's exit status kept."""
+        while self.waiting():
+            if stop_requested() or self.stopped_at is not None:
                 self.stop()
-            time.sleep(0.1 if pending else 0)
+            time.sleep(0.1)
 
     def outcome(self):
         """(the workload record, or None where nsys's exit status says it; notes) for the result, or
@@ -101,6 +108,8 @@ class Window:
             return None
         said = "nsys collected %ss after %ss (--window) and wrote its report; the workload went on" % (
             self.spec["duration"], self.spec["start"])
+        if not self.adopted:
+            return None, ["the workload's end after the window is not known: the agent could not adopt it (prctl)"]
         if not self.left:  # nsys passed its exit status on, as for any run
             return None, ["the workload ended within the window (--window %s:%s)" % (
                 self.spec["start"], self.spec["duration"])]

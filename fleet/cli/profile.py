@@ -31,7 +31,8 @@ def window_choice(ctx, param, value):
     if value is None:
         return None
     start, _, duration = value.partition(":")
-    if not (start.isdigit() and duration.isdigit() and len(start) < 9 and len(duration) < 9 and int(duration) > 0):
+    digits = all(part.isascii() and part.isdigit() and len(part) < 9 for part in (start, duration))
+    if not (digits and int(duration) > 0):
         raise click.BadParameter(f"{value!r}: START:DURATION in whole seconds, the duration more than 0 (e.g. 60:30)")
     return int(start), int(duration)
 
