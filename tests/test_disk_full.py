@@ -70,8 +70,9 @@ def test_nsys_hanging_on_a_full_disk_is_ended_by_the_agent_with_its_workload(tmp
     nsys_pid, left_pid = tmp_path / "nsys.pid", tmp_path / "left.pid"
     bystander = subprocess.Popen(["sleep", "600"], start_new_session=True)  # not the agent's: left alone
     # The workload leaves a process of its own running, fills the disk and ends; nsys then hangs. It lives
-    # a second first, so that the agent has looked at what nsys started (every LOOK_EVERY seconds).
-    script = (f"echo $PPID > {nsys_pid}; sleep 600 </dev/null & echo $! > {left_pid}; sleep 1; "
+    # 3 s first, so that the agent has looked at what nsys started (every LOOK_EVERY seconds), even on a
+    # machine the suite's other workers load (1 s was not always enough there).
+    script = (f"echo $PPID > {nsys_pid}; sleep 600 </dev/null & echo $! > {left_pid}; sleep 3; "
               f"{sys.executable} {tmp_path / 'filler.py'} {small}/filler; exit 0")
     agent, workload_pid = node.start(script, small, prefix=mount, env={"STANDIN_NSYS_FULL_DISK": variant})
     try:
