@@ -191,20 +191,11 @@ def plan(host: str, state: policy.NodeState, req: ProfileRequest, owned_sysctls:
     request = policy.Request(gpus=req.gpus, allow_own=req.allow_own, owned_sysctls=owned,
                              pause_dcgm=req.pause_dcgm, job=req.job)
     verdicts = {v.way: v for v in policy.assess(state, request)}
-    missing = [i for i in (req.gpus or ()) if i not in [g.get("index") for g in state.get("gpus") or []]]
-    if missing:
-        return Plan(host, REFUSED, (f"no GPU {missing} on this node",), "choose a GPU that `fleet probe` lists")
-    if (why := profiler_args_error(req.tool, req.profiler_args) or window_problem(req)):
-        return Plan(host, REFUSED, (why,), "leave the option out")
-    if req.timeout is not None and not 0 < req.timeout <= MAX_TIMEOUT:  # NaN too
-        return Plan(host, REFUSED, (f"--timeout {req.timeout!r}: must be more than 0 and at most {MAX_TIMEOUT} "
-                                    "seconds",), "give the seconds the workload may run")
     counters = verdicts["ncu" if req.tool == "ncu" else "nsys-gpu-metrics"]
     base = verdicts["nsys-trace"] if req.tool == "nsys" else counters
-    if base.status == REFUSED:
-        return _refuse(host, base)
-    if req.uses_counters and counters.status != OK:
-        return _refuse(host, counters)
+    refused = _asked_amiss(host, state, req) or _refused_by_policy(host, req, base, counters)
+    if refused is not None:
+        return refused
 
     rd = (state.get("report_dir") or {}).get("path") or "/var/tmp/fleet"
     # Named by the inventory's host name, which is unique even where nodes share a report
@@ -213,28 +204,56 @@ def plan(host: str, state: policy.NodeState, req: ProfileRequest, owned_sysctls:
     window = _window(host, req, f"{rd}/{req.run_id}")
     workload = detached(workload, window["output"]) if window.get("detach") else workload
     chosen = policy.chosen_gpus(state, request)
-    guard = policy.guards(request, req.uses_counters)
-    env = {"CUDA_VISIBLE_DEVICES": ",".join(g["uuid"] for g in chosen)} if guard.pin_gpus else {}
     tools = state.get("tools") or {}
     if req.tool == "nsys":
         nsys = _nsys(host, req, verdicts, chosen, output)
         command = Command((tools["nsys"]["path"], "profile"), nsys.flags, req.profiler_args, workload, launcher=starts)
-        given_up, sysctls, session = nsys.given_up, nsys.sysctls, nsys.session
     else:
         flags = _without_overridden("ncu", ["--clock-control", req.clock_control, "--export", output],
                                     req.profiler_args)
         command = Command((tools["ncu"]["path"],), tuple(flags), req.profiler_args, workload, launcher=starts)
-        given_up, sysctls, session = [], {}, None
-    recheck = {"gpus": [g["index"] for g in chosen], "allow_own": req.allow_own} if guard.recheck else {}
-    pause = guard.node_state and policy.dcgm_pause(state, chosen, req.pause_dcgm, req.uses_counters)
+        nsys = NsysPart((), [], {}, None)  # ncu gives up nothing, sets no sysctl and has no session
     notes = counters.reasons if req.uses_counters else base.reasons
-    return Plan(host, OK, tuple(notes), None, command, env, output, f"{rd}/{req.run_id}", sysctls, owned,
-                tuple(g["uuid"] for g in chosen) if guard.gpu_locks else (), recheck, pause, tuple(given_up),
+    return Plan(host, OK, tuple(notes), None, command, output=output, report_dir=f"{rd}/{req.run_id}",
+                sysctls=nsys.sysctls, owned_sysctls=owned, given_up=tuple(nsys.given_up),
                 timeout=req.timeout, lock_wait=req.lock_wait, tool=req.tool, ranks=req.ranks,
                 nsys=(tools.get("nsys") or {}).get("path"), ncu=(tools.get("ncu") or {}).get("path"),
-                watch={"gpus": [g["index"] for g in chosen] if req.gpus is not None else None,
-                       "allow_own": req.allow_own, "job": req.job, "counters": req.uses_counters}, session=session,
-                window=window)
+                session=nsys.session, window=window, **_guarded(state, req, request, chosen))
+
+
+def _guarded(state: policy.NodeState, req: ProfileRequest, request: policy.Request, chosen: list[dict]) -> dict:
+    """What guards the run, as the policy's guards for it say (the Plan's fields): the workload
+    pinned to its GPUs, their counter locks, the last-moment check, DCGM paused, the run watch."""
+    guard = policy.guards(request, req.uses_counters)
+    return {"env": {"CUDA_VISIBLE_DEVICES": ",".join(g["uuid"] for g in chosen)} if guard.pin_gpus else {},
+            "gpu_locks": tuple(g["uuid"] for g in chosen) if guard.gpu_locks else (),
+            "recheck": {"gpus": [g["index"] for g in chosen], "allow_own": req.allow_own} if guard.recheck else {},
+            "pause_dcgm": guard.node_state and policy.dcgm_pause(state, chosen, req.pause_dcgm, req.uses_counters),
+            "watch": {"gpus": [g["index"] for g in chosen] if req.gpus is not None else None,
+                      "allow_own": req.allow_own, "job": req.job, "counters": req.uses_counters}}
+
+
+def _asked_amiss(host: str, state: policy.NodeState, req: ProfileRequest) -> Plan | None:
+    """The refusal of what no node can run as asked: a GPU it lacks, profiler options the profiler
+    would refuse, a window or a timeout out of bounds; None where the request holds."""
+    missing = [i for i in (req.gpus or ()) if i not in [g.get("index") for g in state.get("gpus") or []]]
+    if missing:
+        return Plan(host, REFUSED, (f"no GPU {missing} on this node",), "choose a GPU that `fleet probe` lists")
+    if (why := profiler_args_error(req.tool, req.profiler_args) or window_problem(req)):
+        return Plan(host, REFUSED, (why,), "leave the option out")
+    if req.timeout is not None and not 0 < req.timeout <= MAX_TIMEOUT:  # NaN too
+        return Plan(host, REFUSED, (f"--timeout {req.timeout!r}: must be more than 0 and at most {MAX_TIMEOUT} "
+                                    "seconds",), "give the seconds the workload may run")
+    return None
+
+
+def _refused_by_policy(host: str, req: ProfileRequest, base: policy.Verdict, counters: policy.Verdict) -> Plan | None:
+    """The policy's refusal of the run here (the trace, or the counters it would program), or None."""
+    if base.status == REFUSED:
+        return _refuse(host, base)
+    if req.uses_counters and counters.status != OK:
+        return _refuse(host, counters)
+    return None
 
 
 @dataclass(frozen=True)
@@ -248,28 +267,42 @@ class NsysPart:
 
 
 def _nsys(host: str, req: ProfileRequest, verdicts: dict, chosen: list[dict], output: str) -> NsysPart:
-    base, sampling = verdicts["nsys-trace"], verdicts["nsys-cpu-sampling"]
+    sampling = verdicts["nsys-cpu-sampling"]
     flags = [f"--output={output}", *sampling.flags]
-    given_up = [policy.sampling_given_up(sampling.reasons[0].split(":")[0])[1]] if sampling.status == DEGRADED else []
-    if base.status == DEGRADED:
-        given_up.append("GPU activity: " + base.reasons[0])
+    # One nsys on the node itself, which `nsys stop` there reaches: not under a launcher (each rank's nsys
+    # would need a session of its own) nor in a container. Those yield with SIGTERM, as before.
+    reachable = req.launcher is None and req.docker_image is None
     if req.gpu_metrics:
         flags.append("--gpu-metrics-devices=" + ",".join(str(g["index"]) for g in chosen))
-        # Not under a launcher (each rank's nsys would need a session of its own) nor in a container
-        # (`nsys stop` on the node would not reach the nsys inside it): those get SIGTERM, as before.
-        if req.launcher is None and req.docker_image is None:
+        if reachable:
             flags.append("--session-new=" + session_name(req.run_id, host))
-    if req.window:  # nsys's own window: it writes the report at its end and exits, the workload going on
-        flags += [f"--delay={req.window[0]}", f"--duration={req.window[1]}", "--kill=none"]
-    elif req.timeout and not _option_values("nsys", req.profiler_args, DURATION_MOVED_BY):
-        # nsys's own stop keeps the kernels; SIGTERM or SIGINT to nsys or to the workload
-        # lost every one of them on an H200 (tests/fixtures/tools-2025.3-h200)
-        flags.append(f"--duration={-int(-req.timeout // 1)}")
-    flags = _without_overridden("nsys", flags, req.profiler_args)
+    flags = _without_overridden("nsys", flags + _nsys_end(req), req.profiler_args)
+    return NsysPart(tuple(flags), _given_up(verdicts), dict(sampling.sysctls), _session(req, flags, reachable))
+
+
+def _given_up(verdicts: dict) -> list[str]:
+    """What the nsys run gives up, by the policy's verdicts: CPU sampling, GPU activity."""
+    base, sampling = verdicts["nsys-trace"], verdicts["nsys-cpu-sampling"]
+    given_up = [policy.sampling_given_up(sampling.reasons[0].split(":")[0])[1]] if sampling.status == DEGRADED else []
+    return given_up + (["GPU activity: " + base.reasons[0]] if base.status == DEGRADED else [])
+
+
+def _nsys_end(req: ProfileRequest) -> list[str]:
+    """How nsys's collection ends: a window's (the report written, the workload going on), or the
+    timeout's own --duration, which keeps the kernels where SIGTERM or SIGINT to nsys or to the
+    workload lost every one of them on an H200 (tests/fixtures/tools-2025.3-h200)."""
+    if req.window:
+        return [f"--delay={req.window[0]}", f"--duration={req.window[1]}", "--kill=none"]
+    if req.timeout and not _option_values("nsys", req.profiler_args, DURATION_MOVED_BY):
+        return [f"--duration={-int(-req.timeout // 1)}"]
+    return []
+
+
+def _session(req: ProfileRequest, flags: list[str], reachable: bool) -> str | None:
+    """The run's nsys session a yield stops: fleet's, or the one the user named with -X."""
     ours = [f.split("=", 1)[1] for f in flags if f.startswith("--session-new=")]
-    reachable = req.launcher is None and req.docker_image is None  # one nsys, on the node itself
     theirs = [v for v in _option_values("nsys", req.profiler_args, ("--session-new",)) if v and reachable]
-    return NsysPart(tuple(flags), given_up, dict(sampling.sysctls), (ours or theirs or [None])[0])
+    return (ours or theirs or [None])[0]
 
 
 WINDOW_OPTIONS = ("--delay", "--duration", "--kill", "--capture-range", "--capture-range-end")
