@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from fleet import completeness, exitcodes, outcome
-from fleet.agent import profiler, reports, run, wire, workload
+from fleet.agent import procs, profiler, reports, run, wire, workload
 from fleet.store.manifest import HostEntry
 from tests.conftest import fleet_json, run_fleet
 from tests.harness.agent_node import Node, local_inventory_node
@@ -169,11 +169,11 @@ def test_a_profiler_that_outlives_sigkill_is_not_waited_on_for_ever(tmp_path, mo
     left unsent (the process stands for one that SIGKILL did not end) and the agent must still return."""
     monkeypatch.setattr(profiler, "DISK_FULL_KILL_AFTER", 0.5)
     monkeypatch.setattr(profiler, "KILLED_WAIT", 1.0)
-    monkeypatch.setattr(profiler.Started, "kill", lambda self, reaped=False: None)
+    monkeypatch.setattr(procs.Started, "kill", lambda self, reaped=False: None)
     monkeypatch.setattr(workload, "disk_is_full", lambda *folders: True)  # the disk stands for full
     (tmp_path / "hangs.py").write_text(HANGS)
     relay, pids = profiler.Relay("nsys"), []
-    monkeypatch.setattr(profiler.Started, "look", lambda self, now: pids.append(self.pid))
+    monkeypatch.setattr(procs.Started, "look", lambda self, now: pids.append(self.pid))
     try:
         ran = profiler.run_profiler(Plan([sys.executable, str(tmp_path / "hangs.py"), str(RECORDED)]), relay,
                                     lambda: False)
@@ -192,10 +192,10 @@ def test_a_profiler_left_after_sigkill_is_a_profiler_error_said_once(tmp_path, m
     monkeypatch.setattr(profiler, "STOP_GRACE", 0.2)
     monkeypatch.setattr(profiler, "KILL_AFTER", 0.5)
     monkeypatch.setattr(profiler, "KILLED_WAIT", 1.0)
-    monkeypatch.setattr(profiler.Started, "kill", lambda self, reaped=False: None)
+    monkeypatch.setattr(procs.Started, "kill", lambda self, reaped=False: None)
     (tmp_path / "hangs.py").write_text(HANGS)
     relay, pids = profiler.Relay("nsys"), []
-    monkeypatch.setattr(profiler.Started, "look", lambda self, now: pids.append(self.pid))
+    monkeypatch.setattr(procs.Started, "look", lambda self, now: pids.append(self.pid))
     plan = Plan([sys.executable, str(tmp_path / "hangs.py"), str(RECORDED)], str(tmp_path / "h01.nsys-rep"))
     plan.timeout, plan.report_dir = 0.5, str(tmp_path)
     try:

@@ -9,8 +9,10 @@ from __future__ import annotations
 import glob
 import os
 import pwd
+import signal
 
 PID_NS_INIT = 0xEFFFFFFC  # inode of the initial pid namespace (PROC_PID_INIT_INO)
+LOOK_EVERY = 0.5  # seconds between looks at the processes a profiler started, killed with it if it comes to that
 
 
 def read(path, default=None):
@@ -127,3 +129,40 @@ def descendants(pid):
         frontier = {c for p in frontier for c in children(p)} - found
         found |= frontier
     return found
+
+
+class Started:
+    """The processes the profiler started, remembered while it runs (pid -> its process group and
+    start time): a workload in a process group (or a session) of its own, as under the nsys
+    stand-in, outlives a killed profiler unless it is killed with it."""
+
+    def __init__(self, pid):
+        self.pid, self.seen, self.looked = pid, {}, None
+
+    def look(self, now):
+        if self.looked is not None and now - self.looked < LOOK_EVERY:
+            return
+        self.looked = now
+        for child in children(self.pid) - set(self.seen):
+            found = group(child)
+            if found is not None:
+                self.seen[child] = found
+
+    def kill(self, reaped=False):
+        """SIGKILL to the profiler's process group, to every live process below it, and to the group of
+        each child that led one; never a pid reused since (its start time differs). Once the profiler
+        is ``reaped`` its pid may be another process's: only the children remembered are then killed."""
+        groups, pids = (set(), set()) if reaped else ({self.pid}, descendants(self.pid))
+        for child, (pgid, start) in self.seen.items():
+            now = group(child)
+            if now is not None and now[1] != start:
+                continue
+            if pgid == child:
+                groups.add(child)
+            if now is not None:
+                pids |= {child} | descendants(child)
+        for send, target in [(os.killpg, g) for g in sorted(groups)] + [(os.kill, p) for p in sorted(pids)]:
+            try:
+                send(target, signal.SIGKILL)
+            except OSError:  # gone meanwhile (ProcessLookupError), or a setuid one not ours to signal
+                pass

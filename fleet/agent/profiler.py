@@ -34,7 +34,6 @@ KILL_AFTER = 600.0  # a profiler still alive this long after the first stop is w
 # once, SIGTERM (its own stop), and killed with the workload it started this many seconds later.
 DISK_FULL_KILL_AFTER = 5.0
 KILLED_WAIT = 30.0  # a profiler not gone this long after SIGKILL (stuck in the kernel) is left: no more waiting
-LOOK_EVERY = 0.5  # seconds between looks at the processes the profiler started, killed with it if it comes to that
 PIPE_GRACE = 3.0   # seconds the profiler's output is still read after it exited
 NSYS_BACKSTOP = 300.0  # nsys stopping the workload itself (--duration) then writes its report: stop it only this late
 YIELD_KILL_AFTER = 10.0  # a profiler still programming counters this long after yielding to a newcomer: SIGKILL
@@ -107,14 +106,13 @@ def run_profiler(plan, relay, stop_requested, watch=None, released=lambda: None)
     sel.register(proc.stdout, selectors.EVENT_READ, sys.stdout.buffer)
     sel.register(proc.stderr, selectors.EVENT_READ, sys.stderr.buffer)
     by_nsys = plan.stopped_by_nsys()
-    ran, stops = Ran(), Stops(plan.tool, Started(proc.pid), lambda: rank_profilers(plan, proc), ranks_stop.mark,
+    ran, stops = Ran(), Stops(plan.tool, procs.Started(proc.pid), lambda: rank_profilers(plan, proc), ranks_stop.mark,
                               nsyssession.SessionStop.of(plan, env), released)
     # A workload can print nsys's disk-full line too: it is nsys's only where the disk really is full.
     relay.errors.confirm = lambda: workload.disk_is_full(env.get("TMPDIR"), os.path.dirname(plan.output))
     duration_up = False
     open_streams = 2
-    while open_streams and (ran.exited_at is None or win.waiting() or time.monotonic() - ran.exited_at < PIPE_GRACE) \
-            or proc.poll() is None:
+    while _running(proc, ran, win, open_streams):
         now = time.monotonic()
         if ran.exited_at is None and proc.poll() is not None:
             ran.exited_at = now  # helpers of a killed profiler may hold its pipes open: drain a little, then go
@@ -122,10 +120,7 @@ def run_profiler(plan, relay, stop_requested, watch=None, released=lambda: None)
         if ran.exited_at is None and stops.killed_at is not None and now - stops.killed_at >= KILLED_WAIT:
             ran.left = True
             break
-        # After nsys's session was stopped, its --duration may no longer count: fleet keeps the time itself.
-        by_nsys_now = by_nsys and stops.released is None
-        timed_out = plan.timeout and now >= started + plan.timeout + (NSYS_BACKSTOP if by_nsys_now else 0)
-        duration_up = by_nsys_now and now - started >= plan.timeout
+        timed_out, duration_up = _time_up(plan, now - started, by_nsys and stops.released is None)
         if duration_up:  # each rank's nsys stops its rank now, or soon (its --duration counts from its own start)
             ranks_stop.mark()
         # Once nsys is stopping the workload itself (its --duration is up) a stop request
@@ -136,6 +131,33 @@ def run_profiler(plan, relay, stop_requested, watch=None, released=lambda: None)
         elif told and win.follows:  # the window is over, the workload goes on: a stop is for it
             win.stop()
         open_streams = _relay_some(sel, relay, open_streams)
+    _after_profiler(ran, proc, stops, win, relay, released, stop_requested)
+    ran.exit_status, ran.why_stopped = proc.returncode, stops.why or _by_duration(plan, proc, duration_up, ranks_stop)
+    ran.lingering = open_streams > 0 and not ran.left  # a profiler left running holds its output itself
+    return ran
+
+
+def _running(proc, ran, win, open_streams):
+    """Whether the loop goes on: the profiler runs, or its output is still open (drained for
+    PIPE_GRACE seconds after it exited, or while a window's workload it left runs on)."""
+    if proc.poll() is None:
+        return True
+    return bool(open_streams) and (ran.exited_at is None or win.waiting()
+                                   or time.monotonic() - ran.exited_at < PIPE_GRACE)
+
+
+def _time_up(plan, elapsed, by_nsys):
+    """(fleet's time limit is up, nsys's own --duration is up). ``by_nsys``: nsys stops the
+    workload at the limit itself, so fleet's signal waits NSYS_BACKSTOP seconds more; not after
+    nsys's session was stopped, where its --duration may no longer count."""
+    if not plan.timeout:
+        return False, False
+    return elapsed >= plan.timeout + (NSYS_BACKSTOP if by_nsys else 0), by_nsys and elapsed >= plan.timeout
+
+
+def _after_profiler(ran, proc, stops, win, relay, released, stop_requested):
+    """Once the profiler's loop is over: what it started gone where it said its disk was full, a
+    session stop still under way seen to its end, a window's workload waited for; into ``ran``."""
     if stops.full is not None:  # a profiler that obeyed (or died) leaves what it started: gone too
         stops.started.kill(reaped=not ran.left)
     if ran.exited_at is None:  # it exited as its output ended, between two looks (or was left)
@@ -144,11 +166,8 @@ def run_profiler(plan, relay, stop_requested, watch=None, released=lambda: None)
     stops.finish_session(relay)
     win.reap(stop_requested)
     ran.window = win
-    ran.exit_status, ran.why_stopped = proc.returncode, stops.why or _by_duration(plan, proc, duration_up, ranks_stop)
-    ran.lingering = open_streams > 0 and not ran.left  # a profiler left running holds its output itself
     ran.yielded, ran.killed, ran.released_at, ran.notes = stops.yielded is not None, stops.killed, stops.released, \
         tuple(stops.notes)
-    return ran
 
 
 def _stop_if_due(plan, proc, stops, relay, watch, now, told, timed_out):
@@ -279,48 +298,11 @@ class Stops:
         self.last = now
 
 
-class Started:
-    """The processes the profiler started, remembered while it runs (pid -> its process group and
-    start time): a workload in a process group (or a session) of its own, as under the nsys
-    stand-in, outlives a killed profiler unless it is killed with it."""
-
-    def __init__(self, pid):
-        self.pid, self.seen, self.looked = pid, {}, None
-
-    def look(self, now):
-        if self.looked is not None and now - self.looked < LOOK_EVERY:
-            return
-        self.looked = now
-        for child in procs.children(self.pid) - set(self.seen):
-            found = procs.group(child)
-            if found is not None:
-                self.seen[child] = found
-
-    def kill(self, reaped=False):
-        """SIGKILL to the profiler's process group, to every live process below it, and to the group of
-        each child that led one; never a pid reused since (its start time differs). Once the profiler
-        is ``reaped`` its pid may be another process's: only the children remembered are then killed."""
-        groups, pids = (set(), set()) if reaped else ({self.pid}, procs.descendants(self.pid))
-        for child, (pgid, start) in self.seen.items():
-            now = procs.group(child)
-            if now is not None and now[1] != start:
-                continue
-            if pgid == child:
-                groups.add(child)
-            if now is not None:
-                pids |= {child} | procs.descendants(child)
-        for send, target in [(os.killpg, g) for g in sorted(groups)] + [(os.kill, p) for p in sorted(pids)]:
-            try:
-                send(target, signal.SIGKILL)
-            except OSError:  # gone meanwhile (ProcessLookupError), or a setuid one not ours to signal
-                pass
-
-
 def stop(proc, tool, ranks=lambda: []):
     """nsys: SIGTERM to nsys alone, which stops the application and writes the report (under a
     launcher, to each rank's nsys: ``ranks``). ncu: SIGINT to its process group, as Ctrl-C in a
     terminal would. Only a profiler that ignored that for KILL_AFTER seconds gets SIGKILL
-    (:meth:`Started.kill`; its .qdstrm is finished after)."""
+    (:meth:`procs.Started.kill`; its .qdstrm is finished after)."""
     for pid in (ranks() if tool == "nsys" else []) or [proc.pid]:
         try:
             if tool == "nsys":
