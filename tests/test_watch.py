@@ -5,7 +5,6 @@ beside for 33 s and the run said ok; a workload that exited 3 or died by SIGSEGV
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
 import subprocess
@@ -15,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from fleet.agent import run, wire
+from fleet.agent import locks, run, wire
 from tests.harness import fakenvml
 from tests.harness.sshd import ensure_user
 from tests.harness.procs import TENANT_USER, spawn, stop
@@ -169,7 +168,7 @@ def test_nsys_with_gpu_metrics_yields_through_its_session_and_the_workload_goes_
     node.env["STANDIN_IMPORT_SECONDS"] = "5"  # the stop writes the report for 5 s: the collection ended before
     agent, workload = node.start("nsys", 9, gpu_metrics=True)
     time.sleep(1.5)
-    lock = Path(os.environ["FLEET_LOCK_DIR"]) / "fleet-gpu-GPU-fa4e0000-0000-0000-0000-000000000000.lock"
+    lock = locks.GPULock("GPU-fa4e0000-0000-0000-0000-000000000000", os.environ["FLEET_LOCK_DIR"])
     assert not lock_is_free(lock)  # the run holds the GPU's counter lock while nsys samples its metrics
     arrived = arrive(node, workload, {"pid": tenant.pid, "mem": 1_100 << 20, "sm": 0})
     time.sleep(1.5)
@@ -193,15 +192,11 @@ def test_nsys_with_gpu_metrics_yields_through_its_session_and_the_workload_goes_
     assert "Generated:" in said  # what `nsys stop` printed, relayed
 
 
-def lock_is_free(path: Path) -> bool:
-    fd = os.open(path, os.O_RDWR)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+def lock_is_free(lock: locks.GPULock) -> bool:
+    if lock.acquire():
+        lock.release()
         return True
-    except BlockingIOError:
-        return False
-    finally:
-        os.close(fd)
+    return False
 
 
 def test_a_session_stop_that_fails_falls_back_to_sigterm_and_says_so(node, tenant, tmp_path):
