@@ -30,7 +30,7 @@ def _stored(manifest_path: Path, h: HostEntry) -> list[str]:
 
 def inputs(manifest_path: Path, m: RunManifest, source: Source) -> tuple[list[RankInput], list[dict], list[str]]:
     """The ranks with exports, the ranks without (label and why), and notes on what was read."""
-    ranks, missing, notes = [], [], []
+    ranks, missing = [], []
     calls = (source.sync_call,) if source.sync_call else ()
     for h in m.hosts:
         who = f"rank {h.rank}" if h.rank is not None else h.host
@@ -38,29 +38,39 @@ def inputs(manifest_path: Path, m: RunManifest, source: Source) -> tuple[list[Ra
         if not paths:
             why = h.missing_why or ("its export did not come home" if h.reports else f"status {h.status}")
             missing.append({"label": who, "why": why})
-            continue
         for path in paths:
             try:
-                procs = export.read(path, calls)
+                ranks += _ranks_of(h, path, export.read(path, calls), m)
             except export.ExportError as e:
                 missing.append({"label": who, "why": str(e)})
-                continue
-            # A launcher (torchrun) is traced too, and makes blocking calls of its own: a rank is a
-            # process that did GPU work or marked NVTX ranges.
-            active = [p for p in procs if p.kernels or p.ranges]
-            named = _named_rank(h, path)
-            for p in active:
-                rank = named if named is not None and len(active) == 1 else p.rank_mark
-                label = f"rank {rank}" if rank is not None else f"{h.host} pid {p.pid}"
-                ranks.append(RankInput(label, rank, h.host, p, node_record(h, p, m)))
-    seen: dict[str, int] = {}
-    for r in ranks:  # two processes claiming one rank (marks, or a rank's children) stay apart
+    notes = _apart(ranks)
+    ranks.sort(key=lambda r: (r.rank is None, r.rank if r.rank is not None else 0, r.label))
+    return ranks, missing, notes
+
+
+def _ranks_of(h: HostEntry, path: str, procs: list, m: RunManifest) -> list[RankInput]:
+    """The ranks of one export: each process that did GPU work or marked NVTX ranges (a launcher,
+    torchrun, is traced too, and makes blocking calls of its own), named by its rank."""
+    active = [p for p in procs if p.kernels or p.ranges]
+    named = _named_rank(h, path)
+    found = []
+    for p in active:
+        rank = named if named is not None and len(active) == 1 else p.rank_mark
+        label = f"rank {rank}" if rank is not None else f"{h.host} pid {p.pid}"
+        found.append(RankInput(label, rank, h.host, p, node_record(h, p, m)))
+    return found
+
+
+def _apart(ranks: list[RankInput]) -> list[str]:
+    """Two processes claiming one rank (marks, or a rank's children) kept apart: the second is
+    named by its host and pid too; a note for each."""
+    notes, seen = [], {}
+    for r in ranks:
         seen[r.label] = seen.get(r.label, 0) + 1
         if seen[r.label] > 1:
             notes.append(f"{r.label} named twice: the second is {r.host} pid {r.process.pid}")
             r.label = f"{r.label} ({r.host} pid {r.process.pid})"
-    ranks.sort(key=lambda r: (r.rank is None, r.rank if r.rank is not None else 0, r.label))
-    return ranks, missing, notes
+    return notes
 
 
 def _named_rank(h: HostEntry, path: str) -> int | None:
