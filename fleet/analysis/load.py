@@ -109,19 +109,22 @@ def node_record(h: HostEntry, p: export.Process, m: RunManifest) -> NodeRecord:
     conditions = conditions if isinstance(conditions, dict) else {}
     index = _gpu_index(h, p, m, conditions)
     samples = [s for s in conditions.get("samples") or [] if isinstance(s, dict) and s.get("gpu") == index]
-    tenants: dict[str, None] = {}
-    for seen in h.processes_seen:
-        if seen.foreign and (index is None or seen.gpu == index):
-            tenants[f"pid {seen.pid} ({seen.user or 'unknown user'})"] = None
-    for s in samples:
-        for q in s.get("processes") or []:
-            if isinstance(q, dict) and q.get("own") is False:
-                tenants[f"pid {q.get('pid')} ({q.get('user') or 'unknown user'})"] = None
-    if not tenants:
-        for t in h.tenants_seen:
-            if index is None or t.startswith(f"GPU {index}:") or not t.startswith("GPU "):
-                tenants[t] = None
-    return NodeRecord(index, list(tenants), samples)
+    return NodeRecord(index, _tenants(h, index, samples), samples)
+
+
+def _tenants(h: HostEntry, index: int | None, samples: list[dict]) -> list[str]:
+    """Who else was on the GPU: the foreign processes fleet saw at the start and in the samples,
+    once each; else, from a result older than those, the tenants it named on that GPU."""
+    return _foreign(h, index, samples) or list(dict.fromkeys(
+        t for t in h.tenants_seen if index is None or t.startswith(f"GPU {index}:") or not t.startswith("GPU ")))
+
+
+def _foreign(h: HostEntry, index: int | None, samples: list[dict]) -> list[str]:
+    at_start = [f"pid {seen.pid} ({seen.user or 'unknown user'})" for seen in h.processes_seen
+                if seen.foreign and (index is None or seen.gpu == index)]
+    sampled = [f"pid {q.get('pid')} ({q.get('user') or 'unknown user'})" for s in samples
+               for q in s.get("processes") or [] if isinstance(q, dict) and q.get("own") is False]
+    return list(dict.fromkeys(at_start + sampled))
 
 
 def analyze_run(store_root: Path, m: RunManifest, source: Source, step_range: str | None, record=None):
