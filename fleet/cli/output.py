@@ -219,7 +219,6 @@ def print_stats(found, top: int, full_names: bool = False) -> None:
 
     shown = visible  # a kernel or range name is the workload's: no escape sequence reaches the terminal
 
-    labels = [shown(c.label) for c in found.columns]
     echo(f"run {found.run_id} ({found.tool}, {found.status}): top {top} by total time")
     if found.left_out:
         echo(shown(f"not in these tables: {said(found.left_out)}"))
@@ -228,17 +227,22 @@ def print_stats(found, top: int, full_names: bool = False) -> None:
         echo(shown(f"in them, though not ok: {said(not_ok)}"))
     for section in found.sections:
         echo(f"\n{section.title}")
-        rows = section.top(top)
-        if rows and len(labels) == 1:
-            print_table(["TOTAL ms", "COUNT", "MEAN ms", "NAME"],
-                        [[f"{t / 1e6:.3f}", str(n), f"{t / 1e6 / n:.3f}" if n else "-",
-                          shown(section.shown(name, full_names))] for name, by in rows for t, n in by.values()])
-        elif rows:
-            print_table([f"{label} ms" for label in labels] + ["NAME"],
-                        [[f"{by[c.label][0] / 1e6:.3f}" if c.label in by else "-" for c in found.columns]
-                        + [shown(section.shown(name, full_names))] for name, by in rows])
+        _print_section(section, section.top(top), found.columns, full_names)
         for label, why in section.notes.items():
             echo(f"{shown(label)}: {shown(why)}")
+
+
+def _print_section(section, rows, columns, full_names: bool) -> None:
+    """One section's table: for one column its total, count and mean; else a column a host or rank."""
+    shown = visible  # the workload named its kernels and ranges: no escape sequence reaches the terminal
+    if rows and len(columns) == 1:
+        print_table(["TOTAL ms", "COUNT", "MEAN ms", "NAME"],
+                    [[f"{t / 1e6:.3f}", str(n), f"{t / 1e6 / n:.3f}" if n else "-",
+                      shown(section.shown(name, full_names))] for name, by in rows for t, n in by.values()])
+    elif rows:
+        print_table([f"{shown(c.label)} ms" for c in columns] + ["NAME"],
+                    [[f"{by[c.label][0] / 1e6:.3f}" if c.label in by else "-" for c in columns]
+                     + [shown(section.shown(name, full_names))] for name, by in rows])
 
 
 def gpu_words(gpu: dict) -> str:
