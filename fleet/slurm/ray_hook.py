@@ -173,18 +173,7 @@ def _end_actors(bound):
 
         if not ray.is_initialized():
             return []
-        here = _try(lambda: ray.get_runtime_context().get_node_id())
-        ending = {}
-        for actor, handle in list(_created.items()):
-            info = _try(lambda: state.actors(actor_id=actor))
-            if not info or info.get("IsDetached") or info.get("State") != "ALIVE":
-                continue
-            try:
-                handle.__ray_terminate__.remote()
-            except Exception:  # Ray refused the call: its shutdown ends the actor, as it would have
-                continue
-            node = (info.get("Address") or {}).get("NodeID")
-            ending[actor] = info.get("Pid") if node and node == here else None
+        ending = _terminate(state, _try(lambda: ray.get_runtime_context().get_node_id()))
         if ending:
             print("fleet: ending the Ray program's %d actors still alive under nsys before Ray's shutdown, as Ray "
                   "documents a graceful end, so that nsys writes their reports (up to %d s)" % (len(ending), bound),
@@ -200,6 +189,23 @@ def _end_actors(bound):
     except Exception as e:  # Ray's own shutdown still runs; the program's log says why, in one line
         print("fleet: the Ray program's actors were not ended before Ray's shutdown: %s" % e, file=sys.stderr)
         return []
+
+
+def _terminate(state, here):
+    """Each actor the program made, alive and not detached, asked to end (Ray's graceful end):
+    actor id -> its worker's pid where it runs on this node (``here``), else None."""
+    ending = {}
+    for actor, handle in list(_created.items()):
+        info = _try(lambda: state.actors(actor_id=actor))
+        if not info or info.get("IsDetached") or info.get("State") != "ALIVE":
+            continue
+        try:
+            handle.__ray_terminate__.remote()
+        except Exception:  # Ray refused the call: its shutdown ends the actor, as it would have
+            continue
+        node = (info.get("Address") or {}).get("NodeID")
+        ending[actor] = info.get("Pid") if node and node == here else None
+    return ending
 
 
 def _ended(state, actor, pid):
