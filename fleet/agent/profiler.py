@@ -114,11 +114,7 @@ def run_profiler(plan, relay, stop_requested, watch=None, released=lambda: None)
     open_streams = 2
     while _running(proc, ran, win, open_streams):
         now = time.monotonic()
-        if ran.exited_at is None and proc.poll() is not None:
-            ran.exited_at = now  # helpers of a killed profiler may hold its pipes open: drain a little, then go
-            win.profiler_exited(proc.pid, released, stops.session_pids())
-        if ran.exited_at is None and stops.killed_at is not None and now - stops.killed_at >= KILLED_WAIT:
-            ran.left = True
+        if _exited_or_left(ran, proc, stops, win, released, now):
             break
         timed_out, duration_up = _time_up(plan, now - started, by_nsys and stops.released is None)
         if duration_up:  # each rank's nsys stops its rank now, or soon (its --duration counts from its own start)
@@ -135,6 +131,16 @@ def run_profiler(plan, relay, stop_requested, watch=None, released=lambda: None)
     ran.exit_status, ran.why_stopped = proc.returncode, stops.why or _by_duration(plan, proc, duration_up, ranks_stop)
     ran.lingering = open_streams > 0 and not ran.left  # a profiler left running holds its output itself
     return ran
+
+
+def _exited_or_left(ran, proc, stops, win, released, now):
+    """Notes the profiler's exit once seen (a window's workload then goes on); True where it
+    outlived SIGKILL for KILLED_WAIT seconds (stuck in the kernel): it is left, no more waited on."""
+    if ran.exited_at is None and proc.poll() is not None:
+        ran.exited_at = now  # helpers of a killed profiler may hold its pipes open: drain a little, then go
+        win.profiler_exited(proc.pid, released, stops.session_pids())
+    ran.left = ran.exited_at is None and stops.killed_at is not None and now - stops.killed_at >= KILLED_WAIT
+    return ran.left
 
 
 def _running(proc, ran, win, open_streams):
