@@ -78,7 +78,7 @@ for check in $CHECKS; do
     probe) run_check probe 60 150 ;;
     profile) run_check profile 150 360 ;;
     namespace) run_check namespace 60 150 ;;
-    watch) run_check watch 100 200 ;;
+    watch) run_check watch 100 300 ;;
     metrics) run_check metrics 40 100 ;;
     top) run_check top 70 150 ;;
     slurm)
