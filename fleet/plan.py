@@ -20,11 +20,13 @@ try:  # as shipped to a Slurm task by fleet (fleet/agent/task.py), modules trave
     import fleet_policy as policy
     from fleet_nsysopts import NSYS_REPEATABLE, NSYS_SHORT, NSYS_SWITCHES, nsys_options  # noqa: F401
     from fleet_request import RECORD, LabPart, ProfileRequest, RankPart  # noqa: F401
+    import fleet_windows as windows
 except ImportError:
     from . import policy
     from .agent.rundir import RunDir
     from .nsysopts import NSYS_REPEATABLE, NSYS_SHORT, NSYS_SWITCHES, nsys_options  # noqa: F401
     from .request import RECORD, LabPart, ProfileRequest, RankPart  # noqa: F401  (what the user asks: fleet.request)
+    from . import windows
 
 DEGRADED, OK, REFUSED, NodeState = policy.DEGRADED, policy.OK, policy.REFUSED, policy.NodeState
 
@@ -143,6 +145,7 @@ class Plan:
     placement: str | None = None                # --gpu free: which GPU was chosen here, and why
     session: str | None = None                  # nsys's named session (--session-new): a yield stops it
     window: dict[str, Any] = field(default_factory=dict)    # start, duration, detach, output: nsys leaves the workload on
+    capture: dict[str, Any] = field(default_factory=dict)   # range, nvtx, repeat: the windows the workload opens
 
     def to_json(self) -> dict:
         doc = asdict(self)
@@ -218,7 +221,8 @@ def plan(host: str, state: policy.NodeState, req: ProfileRequest, owned_sysctls:
                 sysctls=nsys.sysctls, owned_sysctls=owned, given_up=tuple(nsys.given_up),
                 timeout=req.timeout, lock_wait=req.lock_wait, tool=req.tool, ranks=req.ranks,
                 nsys=(tools.get("nsys") or {}).get("path"), ncu=(tools.get("ncu") or {}).get("path"),
-                session=nsys.session, window=window, **_guarded(state, req, request, chosen))
+                session=nsys.session, window=window, capture=windows.capture(req),
+                **_guarded(state, req, request, chosen))
 
 
 def _guarded(state: policy.NodeState, req: ProfileRequest, request: policy.Request, chosen: list[dict]) -> dict:
@@ -288,11 +292,12 @@ def _given_up(verdicts: dict) -> list[str]:
 
 
 def _nsys_end(req: ProfileRequest) -> list[str]:
-    """How nsys's collection ends: a window's (the report written, the workload going on), or the
-    timeout's own --duration, which keeps the kernels where SIGTERM or SIGINT to nsys or to the
-    workload lost every one of them on an H200 (tests/fixtures/tools-2025.3-h200)."""
-    if req.window:
-        return [f"--delay={req.window[0]}", f"--duration={req.window[1]}", "--kill=none"]
+    """How nsys's collection ends: a window's (fleet.windows: the report written, the workload going
+    on), or the timeout's own --duration, which keeps the kernels where SIGTERM or SIGINT to nsys or
+    to the workload lost every one of them on an H200 (tests/fixtures/tools-2025.3-h200). A Slurm
+    rank's time bound with a window the workload opens is the agent's signal, not --duration."""
+    if (flags := windows.nsys_flags(req)):
+        return flags
     if req.timeout and not _option_values("nsys", req.profiler_args, DURATION_MOVED_BY):
         return [f"--duration={-int(-req.timeout // 1)}"]
     return []
@@ -305,27 +310,15 @@ def _session(req: ProfileRequest, flags: list[str], reachable: bool) -> str | No
     return (ours or theirs or [None])[0]
 
 
-WINDOW_OPTIONS = ("--delay", "--duration", "--kill", "--capture-range", "--capture-range-end")
 # --detach: the workload's output goes to a file of the run's from its start ($0: the file, made anew: set -C
 # refuses one that is there, a link too), so that it writes nowhere fleet's agent reads once the agent left.
 DETACH_SH = 'set -C; exec >"$0" 2>&1; exec "$@"'
 
 
 def window_problem(req: ProfileRequest) -> str | None:
-    """Why --window (or --detach) cannot be planned as asked, or None."""
-    if req.detach and not req.window:
-        return "--detach leaves a workload running after a window: give --window START:DURATION too"
-    if not req.window:
-        return None
-    if req.tool != "nsys":
-        return "--window is nsys's (--delay, --duration, --kill none): ncu cannot leave its workload"
-    if req.timeout is not None:
-        return "--window leaves the workload running and --timeout ends it: give one"
-    if req.launcher is not None or req.docker_image is not None:
-        return "--window is not yet for --launcher or --docker runs"
-    if (given := [o for o in WINDOW_OPTIONS if _option_values("nsys", req.profiler_args, (o,))]):
-        return f"-X {given[0]} sets nsys's window too: --window sets it"
-    return None
+    """Why the request's window (--window, --nvtx-window, --cuda-profiler-window, with --detach or
+    --repeat) cannot be planned as asked, or None (fleet.windows)."""
+    return windows.problem(req, lambda option: _option_values("nsys", req.profiler_args, (option,)))
 
 
 def _window(host: str, req: ProfileRequest, run_dir: str) -> dict[str, Any]:

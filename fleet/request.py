@@ -37,10 +37,13 @@ class RankPart:
     timeout: float | None = None                # until the job's end, less --stop-before (nsys)
 
 
+# A window the workload opens travels to the ranks only where asked: a job without one reads as before.
+WINDOW_FIELDS = ("nvtx_window", "cuda_profiler_window", "repeat")
+
 # The keys of the flat record (``to_json``, a run's manifest), in its order.
 RECORD = ("tool", "command", "run_id", "gpus", "gpu_metrics", "allow_own", "pause_dcgm", "profiler_args",
           "timeout", "lock_wait", "clock_control", "output_name", "job", "docker_image", "launcher", "starts",
-          "program", "ranks", "window", "detach")
+          "program", "ranks", "window", "detach", "nvtx_window", "cuda_profiler_window", "repeat")
 
 
 @dataclass(frozen=True)
@@ -57,6 +60,9 @@ class ProfileRequest:
     pause_dcgm: bool = False
     profiler_args: tuple[str, ...] = ()         # passed through to nsys/ncu
     clock_control: str = "base"                 # ncu; always explicit
+    nvtx_window: str | None = None              # --nvtx-window RANGE[@DOMAIN]: nsys collects within it (fleet.windows)
+    cuda_profiler_window: bool = False          # --cuda-profiler-window: from cudaProfilerStart() to Stop()
+    repeat: int | None = None                   # --repeat N: that many of those windows, a report each
     lab: LabPart | None = None
     rank: RankPart | None = None
 
@@ -114,7 +120,8 @@ class ProfileRequest:
 
     def for_rank(self) -> dict:
         """What travels to every rank: the fields every node needs, no lab choice, nothing the rank fills."""
-        return {f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("lab", "rank")}
+        return {f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("lab", "rank")
+                and not (f.name in WINDOW_FIELDS and getattr(self, f.name) == f.default)}
 
     def to_json(self) -> dict:
         """The request as a run's manifest records it: one flat document, whichever part gave a value."""

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import json
 import shlex
-from dataclasses import fields
+from dataclasses import fields, replace
 
 from fleet.plan import RECORD, LabPart, ProfileRequest, RankPart, plan
+from fleet.request import WINDOW_FIELDS
 from fleet.slurm import options
 from fleet.slurm.script import JobFiles, JobSpec, render
 
@@ -27,7 +28,11 @@ def test_what_a_rank_receives_holds_no_lab_choice_and_nothing_the_rank_fills():
                          profiler_args=("--set=full",), lab=LAB)
     sent = rank_request(render(req, options.checked(JobSpec(partition="gpu", nodes=2), req), FILES))
     own = {f.name for f in fields(ProfileRequest)} - {"lab", "rank"}
-    assert set(sent) == own
+    assert set(sent) == own - set(WINDOW_FIELDS)  # a window the workload opens travels only where asked
+    windowed = replace(req, tool="nsys", profiler_args=(), nvtx_window="step", repeat=2)
+    got = rank_request(render(windowed, options.checked(JobSpec(partition="gpu", nodes=2), windowed), FILES))
+    assert set(got) == own - {"cuda_profiler_window"} and (got["nvtx_window"], got["repeat"]) == ("step", 2)
+    assert ProfileRequest.from_json(got) == replace(windowed, lab=None, command=())  # the command goes in COMMAND
     assert not set(sent) & ({f.name for f in fields(LabPart)} | {f.name for f in fields(RankPart)})
     assert sent["allow_own"] is True and sent["profiler_args"] == ["--set=full"] and sent["command"] == []
     got = ProfileRequest.from_json(sent)
@@ -61,7 +66,8 @@ def test_the_manifest_records_the_request_flat_as_before():
     doc = req.to_json()
     assert tuple(doc) == RECORD == ("tool", "command", "run_id", "gpus", "gpu_metrics", "allow_own", "pause_dcgm",
                                     "profiler_args", "timeout", "lock_wait", "clock_control", "output_name", "job",
-                                    "docker_image", "launcher", "starts", "program", "ranks", "window", "detach")
+                                    "docker_image", "launcher", "starts", "program", "ranks", "window", "detach",
+                                        "nvtx_window", "cuda_profiler_window", "repeat")
     assert (doc["gpus"], doc["timeout"], doc["lock_wait"], doc["docker_image"], doc["job"]) == \
         ((1,), 30.0, 5.0, LAB.docker_image, None)
     assert ProfileRequest.from_json(json.loads(json.dumps(doc))) == req

@@ -403,3 +403,40 @@ def test_fleet_cancel_20_times_gives_every_rank_the_same_verdict(hpc, tmp_path):
         seen.append(sorted((h["rank"], h["status"], h.get("missing_why")) for h in m["hosts"]))
     assert all([status for _, status, _ in ranks] == ["ok"] * 4 for ranks in seen), seen
     hpc.slurm.wait_idle()
+
+
+def test_four_ranks_each_take_their_nvtx_windows_and_run_on(hpc, tmp_path):
+    """--nvtx-window on Slurm: every rank's nsys collects within the rank's own `step` ranges (two,
+    --repeat 2), each window its own report, and the ranks run on to their end."""
+    steps = 'for i in 1 2 3; do sleep 0.3; echo step >> "$STANDIN_NVTX_LOG"; done; echo "rank $SLURM_PROCID ran on"'
+    r = fleet(hpc, tmp_path, "--nodes", "2", "--ntasks-per-node", "2", "--nvtx-window", "step", "--repeat", "2",
+              "--", "sh", "-c", steps)
+    assert r.returncode == 0, r.stderr + r.stdout
+    m = manifest(tmp_path)
+    assert m["status"] == "complete" and [h["status"] for h in m["hosts"]] == ["ok"] * 4, m["hosts"]
+    stored = sorted(Path(rep["stored"]).relative_to(Path(rep["stored"]).parents[1]).as_posix()
+                    for h in m["hosts"] for rep in h["reports"] if rep["stored"].endswith(".nsys-rep"))
+    assert stored == [f"{node}/rank{rank}.{k}.nsys-rep" for node, rank in
+                      (("node1", 0), ("node1", 1), ("node2", 2), ("node2", 3)) for k in (1, 2)]
+    assert all("nsys collected 2 windows (NVTX range 'step'), and the workload went on to its end"
+               in h["result"]["notes"] for h in m["hosts"])
+    log = Path(m["slurm"]["log"]["stored"]).read_text()
+    assert all(f"rank {i} ran on" in log for i in range(4))
+    no_drained_nodes(hpc)
+
+
+def test_a_rank_that_opens_no_window_fails_it_and_the_others_windows_are_kept(hpc, tmp_path):
+    steps = '[ "$SLURM_PROCID" -lt 2 ] && echo step >> "$STANDIN_NVTX_LOG"; sleep 0.3; echo "rank $SLURM_PROCID ended"'
+    r = fleet(hpc, tmp_path, "--nodes", "2", "--ntasks-per-node", "2", "--nvtx-window", "step", "--", "sh", "-c", steps)
+    assert r.returncode != 0, r.stdout
+    m = manifest(tmp_path)
+    assert m["status"] == "partial", m["status"]
+    assert [(h["rank"], h["status"]) for h in m["hosts"]] == [(0, "ok"), (1, "ok"), (2, "failed"), (3, "failed")]
+    for h in m["hosts"][2:]:
+        assert ("no window was taken: the workload never opened one (NVTX range 'step') while nsys ran, and nsys "
+                "collects nothing outside it") in h["result"]["reasons"]
+    assert all([rep for rep in h["reports"] if rep["stored"].endswith("rank%d.nsys-rep" % h["rank"])]
+               for h in m["hosts"][:2])
+    log = Path(m["slurm"]["log"]["stored"]).read_text()
+    assert all(f"rank {i} ended" in log for i in range(4)) and "Traceback" not in log, log
+    no_drained_nodes(hpc)

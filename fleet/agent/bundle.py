@@ -36,6 +36,7 @@ SHIPPED = {
     "fleet_policy_verdicts": "fleet.policy.verdicts",
     "fleet_plan": "fleet.plan",
     "fleet_request": "fleet.request",
+    "fleet_windows": "fleet.windows",
     "fleet_nsysopts": "fleet.nsysopts",
     "fleet_safenames": "fleet.safenames",
     "fleet_agent_files": "fleet.agent.files",

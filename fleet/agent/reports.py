@@ -144,7 +144,7 @@ def collect(plan, tail, notes, strays_before=frozenset(), killed=False, finish=T
             elif not killed:
                 notes.append(left_unfinished(leftover, tail))
             finished.add(finish_qdstrm(importer_for(plan.nsys), leftover, notes))
-    for path in sorted(glob.glob(stem + ext)):
+    for path in report_files(stem, ext):
         try:
             entry = hashed(path)
         except OSError as e:
@@ -162,6 +162,12 @@ def collect(plan, tail, notes, strays_before=frozenset(), killed=False, finish=T
             notes.append("%s is truncated: %s" % (path, cut))
         found.append(dict(entry, finished_from_qdstrm=path in finished))
     return found
+
+
+def report_files(stem, ext):
+    """The reports at the run's output name: NAME.EXT, and each window's NAME.K.EXT (nsys's capture
+    range repeated: fleet.windows), where NAME has no placeholder for K to fall in (a Slurm rank's)."""
+    return sorted(set(glob.glob(stem + ext)) | set(glob.glob(stem + ".[0-9]*" + ext)))
 
 
 def cut_short(path, tail):

@@ -33,13 +33,14 @@ try:  # as shipped by fleet, every module travels under a flat name
     import fleet_agent_reports as reports
     import fleet_agent_rundir as rundir
     import fleet_agent_watch as watching
+    import fleet_agent_window as window
     import fleet_agent_wire as wire
     import fleet_agent_workload as workload
     import fleet_plan as planner
     import fleet_policy as policy
     import fleet_safenames as safenames
 except ImportError:  # as part of the installed package (tests, the local machine)
-    from . import files, node, owned, profiler, reports, rundir, wire, workload
+    from . import files, node, owned, profiler, reports, rundir, wire, window, workload
     from . import watch as watching
     from . import locks as gpu_locks
     from . import gpus as nvml_gpus
@@ -266,10 +267,12 @@ def settle(plan, result, ran, disk_full=None):
         if not result["reports"]:
             result["reasons"].append(no_report)
         return 0
+    none_taken, taken = window.captured(plan.capture, result["reports"])
     if not result["reports"]:
         result["status"] = "no-report"
-        result["reasons"].append(no_report)
+        result["reasons"].append(none_taken or no_report)
         return 1
+    result["notes"].extend(taken)
     if (overwritten := unnamed_ranks(plan, result["reports"]) or rank_reports(plan, result)):
         result["status"] = "profiler-error"
         result["reasons"].append(overwritten)

@@ -123,8 +123,9 @@ class RunDir:
 
     @classmethod
     def report_rank(cls, path: str) -> int | None:
-        """The rank a report's file name says (``NODE/rank3.nsys-rep`` -> 3), or None."""
-        return cls.rank_of(posixpath.basename(posixpath.splitext(path)[0]))
+        """The rank a report's file name says (``NODE/rank3.nsys-rep`` -> 3, a window's
+        ``NODE/rank3.2.nsys-rep`` too), or None."""
+        return cls.rank_of(posixpath.basename(path).split(".")[0])
 
     @classmethod
     def result_place(cls, path: str) -> tuple[str, str]:

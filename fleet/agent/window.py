@@ -22,8 +22,10 @@ import time
 try:  # as shipped by fleet, every module travels under a flat name
     import fleet_agent_procs as procs
     import fleet_agent_workload as workload
+    import fleet_windows as windows
 except ImportError:  # as part of the installed package (tests, the local machine)
     from . import procs, workload
+    from .. import windows
 
 PR_SET_CHILD_SUBREAPER = 36  # prctl(2): orphaned descendants are reparented to this process
 KILL_AFTER = 30.0  # seconds after the SIGTERM of a stop a workload left by the window still alive gets SIGKILL
@@ -122,6 +124,25 @@ class Window:
             return {"exit_status": None, "signal": None}, [said + "; its end was not seen (it was not adopted)"]
         record = _status(self.status)
         return record, [said + " and ended by itself (%s)" % _said(record)]
+
+
+def captured(spec, reports):
+    """What the windows the workload opens (``plan.capture``: range, nvtx, repeat) gave, by the
+    reports nsys wrote (each window its own, NAME.1 to NAME.N with --repeat): (why no window was
+    taken, or None; notes for the result)."""
+    if not spec:
+        return None, []
+    opened, asked = windows.opened_by(spec), spec["repeat"]
+    taken = len([r for r in reports if r["path"].endswith(".nsys-rep")])
+    if not taken:
+        return ("no window was taken: the workload never opened one (%s) while nsys ran, and nsys collects "
+                "nothing outside it" % opened), []
+    said = "nsys collected %d window%s (%s), and the workload went on to its end" % (
+        taken, "s" if taken > 1 else "", opened)
+    if taken < asked:
+        said += "; %d of the %d asked (--repeat %d): the workload opened it %d times" % (
+            taken, asked, asked, taken)
+    return None, [said]
 
 
 def _status(status):

@@ -75,6 +75,12 @@ def gpu_choice(ctx, param, value):
               help="nsys: collect DURATION seconds from START seconds into the run; the workload goes on after it.")
 @click.option("--detach", is_flag=True, help="With --window: leave once the window's report is home, the workload "
               "running on (its output in the run's folder on the node).")
+@click.option("--nvtx-window", metavar="RANGE[@DOMAIN]", help="nsys: collect while the workload is in this NVTX range "
+              "(the first one, or --repeat N of them); the workload goes on after it.")
+@click.option("--cuda-profiler-window", is_flag=True, help="nsys: collect from the workload's cudaProfilerStart() to its "
+              "cudaProfilerStop() (the first, or --repeat N); the workload goes on after it.")
+@click.option("--repeat", type=click.IntRange(1, 100), metavar="N", help="With --nvtx-window or --cuda-profiler-window: "
+              "N windows, each its own report.")
 @click.option("-X", "--profiler-arg", "profiler_args", multiple=True, help="Extra argument for nsys/ncu (repeatable).")
 @click.option("--docker", "docker_image", callback=image, help="Lab servers: run the workload and the node's profiler in this "
               "Docker image, with the least privilege the plan needs.")
@@ -86,8 +92,8 @@ def gpu_choice(ctx, param, value):
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
 @click.pass_obj
 def profile(obj: Context, hosts_, group, exclude, tool, gpus, free_count, gpu_metrics, allow_own, pause_dcgm,
-            lock_wait, timeout, finish_timeout, window, detach, profiler_args, docker_image, store_root, site, dry_run,
-            as_json, command, **slurm):
+            lock_wait, timeout, finish_timeout, window, detach, nvtx_window, cuda_profiler_window, repeat,
+            profiler_args, docker_image, store_root, site, dry_run, as_json, command, **slurm):
     """Profile COMMAND with nsys or ncu on lab servers (--hosts, --group) or in a Slurm
     batch job (--partition), leaving every node as it was.
 
@@ -101,6 +107,7 @@ def profile(obj: Context, hosts_, group, exclude, tool, gpus, free_count, gpu_me
 
     req = ProfileRequest(tool=tool, command=tuple(command), run_id=new_run_id(), gpu_metrics=gpu_metrics,
                          allow_own=allow_own, pause_dcgm=pause_dcgm, profiler_args=tuple(profiler_args),
+                         nvtx_window=nvtx_window, cuda_profiler_window=cuda_profiler_window, repeat=repeat,
                          lab=LabPart(gpus=None if gpus == ("free",) else tuple(gpus) or None, timeout=timeout,
                                      lock_wait=lock_wait, docker_image=docker_image, window=window, detach=detach))
     if (why := profiler_args_error(tool, tuple(profiler_args)) or window_problem(req)):
