@@ -11,7 +11,8 @@
 #   BUDGET  seconds the whole matrix may take (default 500); a check that no longer fits is
 #           skipped with a line saying so
 #   CHECKS  the checks to run (default: probe profile namespace watch metrics slurm top; twogpu on a node
-#           with two GPUs; nightly, the reference playbook's runs and report, and record, the
+#           with two GPUs; windows, the windows a workload opens and a lab torchrun of 3 ranks; nightly,
+#           the reference playbook's runs and report, and record, the
 #           real tools' behaviour recorded for the stand-ins, only when named)
 # What is left under $OUT, at most eight files: summary.txt (one PASS, FAIL or SKIP line per step),
 # matrix.txt (everything printed), and a NAME-check.tgz for each check run (its transcripts, the
@@ -80,6 +81,7 @@ for check in $CHECKS; do
     namespace) run_check namespace 60 150 ;;
     watch) run_check watch 100 300 ;;
     metrics) run_check metrics 40 100 ;;
+    windows) run_check windows 120 240 ;;
     top) run_check top 70 150 ;;
     slurm)
       why=""
