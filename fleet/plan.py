@@ -274,12 +274,13 @@ def _nsys(host: str, req: ProfileRequest, verdicts: dict, chosen: list[dict], ou
     sampling = verdicts["nsys-cpu-sampling"]
     flags = [f"--output={output}", *sampling.flags]
     # One nsys on the node itself, which `nsys stop` there reaches: not under a launcher (each rank's nsys
-    # would need a session of its own) nor in a container. Those yield with SIGTERM, as before.
+    # would need a session of its own) nor in a container. Those yield with SIGTERM, as before. The
+    # session is every such run's: a yield stops it, and so does Ctrl-C's "leave the workload running".
     reachable = req.launcher is None and req.docker_image is None
     if req.gpu_metrics:
         flags.append("--gpu-metrics-devices=" + ",".join(str(g["index"]) for g in chosen))
-        if reachable:
-            flags.append("--session-new=" + session_name(req.run_id, host))
+    if reachable:
+        flags.append("--session-new=" + session_name(req.run_id, host))
     flags = _without_overridden("nsys", flags + _nsys_end(req), req.profiler_args)
     return NsysPart(tuple(flags), _given_up(verdicts), dict(sampling.sysctls), _session(req, flags, reachable))
 

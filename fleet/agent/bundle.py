@@ -48,6 +48,7 @@ SHIPPED = {
     "fleet_agent_profiler": "fleet.agent.profiler",
     "fleet_agent_nsyssession": "fleet.agent.nsyssession",
     "fleet_agent_window": "fleet.agent.window",
+    "fleet_agent_ranksstop": "fleet.agent.ranksstop",
     "fleet_agent_watch": "fleet.agent.watch",
     "fleet_agent_workload": "fleet.agent.workload",
     "fleet_agent_reports": "fleet.agent.reports",

@@ -21,13 +21,15 @@ import time
 try:  # as shipped by fleet, every module travels under a flat name
     import fleet_agent_nsyssession as nsyssession
     import fleet_agent_procs as procs
+    import fleet_agent_ranksstop as ranksstop
     import fleet_agent_window as window
     import fleet_agent_wire as wire
     import fleet_agent_workload as workload
 except ImportError:  # as part of the installed package (tests, the local machine)
-    from . import nsyssession, procs, window, wire, workload
+    from . import nsyssession, procs, ranksstop, window, wire, workload
 
 STOP_GRACE = 30.0  # seconds between repeated stop signals
+LEAVE = signal.SIGUSR1  # fleet's Ctrl-C, "leave the workload running": the collection ends alone (fleet.cli.interrupt)
 KILL_AFTER = 600.0  # a profiler still alive this long after the first stop is wedged: SIGKILL, finish its .qdstrm
 # nsys that said the disk is full cannot finish a report there: nsys 2025.3 then never exited, the workload
 # ended (tests/fixtures/launchers-h200/3-disk-full.txt; waited on for 40 s, once 200 s). It is stopped at
@@ -89,12 +91,13 @@ class Ran:
     notes = ()
 
 
-def run_profiler(plan, relay, stop_requested, watch=None, released=lambda: None):
+def run_profiler(plan, relay, stop_requested, watch=None, released=lambda: None, leave_requested=lambda: False):
     """Runs the profiler to its end, relaying its output. ``watch`` (started here, once the
     profiler runs) names a newcomer, to whom a counter-using run yields: stopped at once
-    (``released``: called once nsys's session stopped collecting, the workload going on)."""
+    (``released``: called once nsys's session stopped collecting, the workload going on).
+    ``leave_requested``: Ctrl-C's "leave the workload running" (LEAVE): the run ends without it."""
     env = dict(os.environ, **plan.env)
-    ranks_stop = RanksStop(plan, env)
+    ranks_stop = ranksstop.RanksStop(plan, env)
     win = window.Window(plan)
     win.begin()
     proc = subprocess.Popen(list(ranks_stop.argv()), env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
@@ -115,6 +118,10 @@ def run_profiler(plan, relay, stop_requested, watch=None, released=lambda: None)
     while _running(proc, ran, win, open_streams):
         now = time.monotonic()
         if _exited_or_left(ran, proc, stops, win, released, now):
+            break
+        if leave_requested() and _may_leave(proc, stops, win, relay, now):
+            win.let_go(proc, [key.fileobj for key in sel.get_map().values()])
+            open_streams = 0  # the workload's output is the drainer's now
             break
         timed_out, duration_up = _time_up(plan, now - started, by_nsys and stops.released is None)
         if duration_up:  # each rank's nsys stops its rank now, or soon (its --duration counts from its own start)
@@ -143,6 +150,15 @@ def _exited_or_left(ran, proc, stops, win, released, now):
     return ran.left
 
 
+def _may_leave(proc, stops, win, relay, now):
+    """Whether the agent may go now, at Ctrl-C's "leave the workload running": nsys's collection
+    ended through its session, its report written; or nsys gone after a window, the workload
+    followed. A run whose collection cannot be ended alone is stopped instead (Stops.leave)."""
+    if proc.poll() is None:
+        return stops.leave(proc, now, relay)
+    return win.follows
+
+
 def _running(proc, ran, win, open_streams):
     """Whether the loop goes on: the profiler runs, or its output is still open (drained for
     PIPE_GRACE seconds after it exited, or while a window's workload it left runs on)."""
@@ -166,7 +182,7 @@ def _after_profiler(ran, proc, stops, win, relay, released, stop_requested):
     session stop still under way seen to its end, a window's workload waited for; into ``ran``."""
     if stops.full is not None:  # a profiler that obeyed (or died) leaves what it started: gone too
         stops.started.kill(reaped=not ran.left)
-    if ran.exited_at is None:  # it exited as its output ended, between two looks (or was left)
+    if ran.exited_at is None and win.running_on is None:  # it exited as its output ended, between two looks
         ran.exited_at = time.monotonic()
         win.profiler_exited(proc.pid, released, stops.session_pids())
     stops.finish_session(relay)
@@ -222,6 +238,7 @@ class Stops:
         self.first = self.last = self.yielded = self.full = self.killed_at = None
         self.killed = False
         self.session, self.released, self.notes = session, None, []  # nsys's session: a yield stops collecting
+        self.leaving = None  # when Ctrl-C asked to leave the workload running
         self.on_released = released
 
     def request(self, proc, now, why):
@@ -243,9 +260,7 @@ class Stops:
         elif self.session is not None:
             stopped = self.session.poll(now, relay)
             ended = self.session.collection_ended
-            if self.released is None and (stopped or ended is not None):  # the GPU is the newcomer's again
-                self.released = ended if ended is not None else now
-                self.on_released()
+            self._released_now(now, bool(stopped))  # the GPU is the newcomer's again
             if stopped is False and ended is None:
                 self.notes.append("nsys stop --session did not stop the collection (%s): fleet sent SIGTERM "
                                   "instead, which ends the workload" % self.session.failure)
@@ -257,6 +272,39 @@ class Stops:
         elif now - self.yielded >= YIELD_KILL_AFTER and now - self.last >= 1.0:
             self._send(proc, now, kill=True)
             self.killed = True
+
+    def leave(self, proc, now, relay):
+        """Ctrl-C's "leave the workload running": nsys's collection stopped through its session
+        (as a yield's), True once its report is written. Without a session (ncu, a launcher's ranks,
+        a container), or where the session stop failed, the profiler is stopped instead, as Ctrl-C's
+        other choice: False then, until it has ended."""
+        if self.session is not None and self.yielded is not None:  # a yield already stops it: done with it
+            return not self.yielding()
+        if self.session is not None and self.leaving is None:
+            self.leaving = now
+            self.session.start(now)
+            return False
+        if self.session is not None:
+            stopped = self.session.poll(now, relay)
+            if stopped is None or stopped:
+                self._released_now(now, bool(stopped))
+                return bool(stopped)
+            self.notes.append("Ctrl-C asked to leave the workload running, but nsys stop --session did not stop the "
+                              "collection (%s): fleet sent SIGTERM instead, which ends the workload" % self.session.failure)
+            self.session = None
+        elif self.leaving is None:
+            self.notes.append("Ctrl-C asked to leave the workload running, but %s's collection cannot be ended alone "
+                              "(no nsys session here): it was stopped, with the workload" % self.tool)
+        self.leaving = self.leaving or now
+        self.request(proc, now, "when told to stop")
+        return False
+
+    def _released_now(self, now, stopped):
+        """The GPU given back once the collection is seen over (nsys's session state, or its stop's end)."""
+        ended = self.session.collection_ended
+        if self.released is None and (stopped or ended is not None):
+            self.released = ended if ended is not None else now
+            self.on_released()
 
     def session_pids(self):
         """The pid of a session stop under way (a child of the agent, never the workload)."""
@@ -327,48 +375,6 @@ def rank_profilers(plan, proc):
     if not plan.command.launcher:
         return []
     return procs.started_below(proc.pid, (*plan.command.profiler[1:], *plan.command.fleet_flags))
-
-
-# Run by the launcher in front of each rank's nsys: nsys's own exit status, except once the stop file
-# is there, when 0. Open MPI's mpirun takes a rank's non-zero exit for a failed job and SIGTERMs, then
-# SIGKILLs, the other ranks' process groups; nsys exits 143 when its rank dies of the stop's SIGTERM
-# (tests/standins/nsys, nsys-app-exit3), so the first rank to stop would cut the others' reports
-# short. A SIGTERM from the launcher still reaches nsys (the same process group); sh waits for it.
-RANK_SCRIPT = 'stop=$1; shift; trap : TERM; "$@"; status=$?; if [ -e "$stop" ]; then exit 0; fi; exit $status'
-STOP_FILE = "fleet-ranks-stop"
-
-
-class RanksStop:
-    """Under a launcher (nsys per rank), the stop file in the run's private TMPDIR: written (O_NOFOLLOW)
-    before fleet stops the run, or as nsys's --duration comes up, so that no rank stopping makes the
-    launcher abort the others. A rank that fails on its own before that still fails the run."""
-
-    def __init__(self, plan, env):
-        tmp = env.get("TMPDIR")
-        self.path = os.path.join(tmp, STOP_FILE) if plan.command.launcher and plan.tool == "nsys" and tmp else None
-        self.plan, self.marked = plan, False
-        if self.path:
-            try:
-                os.unlink(self.path)  # one left by an earlier agent of this run
-            except FileNotFoundError:
-                pass
-
-    def argv(self):
-        command = self.plan.command
-        if not self.path:
-            return command.argv()
-        k = len(command.wrapper) + len(command.launcher)
-        argv = command.argv()
-        return (*argv[:k], "sh", "-c", RANK_SCRIPT, "fleet-rank", self.path, *argv[k:])
-
-    def mark(self):
-        if not self.path or self.marked:
-            return
-        try:
-            os.close(os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600))
-        except OSError:
-            return  # no stop file: a rank's exit is then taken as it is, as before
-        self.marked = True
 
 
 def yield_action(tool, ran):

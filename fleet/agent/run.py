@@ -73,7 +73,7 @@ def main(args, stops=None):
     # the workload's own processes on the GPU from those of others (fleet.completeness).
     result["whose"] = dict({"host": plan.host, "user": node.user_name(os.getuid())}, **(result.get("whose") or {}))
     stops = [] if stops is None else stops
-    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, profiler.LEAVE):
         signal.signal(sig, lambda s, f: stops.append(s))
     relay, code = profiler.Relay(plan.tool), 1
     problem = unsafe_paths(plan) or ranks_problem(plan)
@@ -217,7 +217,8 @@ def profile(plan, result, relay, stops, given_back=lambda: None):
     strays = reports.stray_qdstrms() if plan.tool == "nsys" else set()
     watch = watching.for_plan(plan)
     try:
-        ran = profiler.run_profiler(plan, relay, lambda: bool(stops), watch, given_back)
+        ran = profiler.run_profiler(plan, relay, lambda: any(s != profiler.LEAVE for s in stops), watch, given_back,
+                                    lambda: profiler.LEAVE in stops)
     except BaseException:
         if watch is not None:
             watch.finish()

@@ -17,16 +17,24 @@ from __future__ import annotations
 import ctypes
 import os
 import signal
+import subprocess
+import sys
 import time
 
 try:  # as shipped by fleet, every module travels under a flat name
     import fleet_agent_procs as procs
+    import fleet_agent_rundir as rundir
     import fleet_agent_workload as workload
     import fleet_windows as windows
 except ImportError:  # as part of the installed package (tests, the local machine)
-    from . import procs, workload
+    from . import procs, rundir, workload
     from .. import windows
 
+# The workload's output once the agent has gone (Ctrl-C's "leave it running"), copied by a process of
+# its own from the pipes the agent read into the run's file: argv[1] the file's fd, the rest the pipes'.
+DRAIN = ("import os, select, sys\nout = int(sys.argv[1])\nfds = [int(a) for a in sys.argv[2:]]\n"
+         "while fds:\n    for fd in select.select(fds, [], [])[0]:\n        data = os.read(fd, 65536)\n"
+         "        if data:\n            os.write(out, data)\n        else:\n            fds.remove(fd)\n")
 PR_SET_CHILD_SUBREAPER = 36  # prctl(2): orphaned descendants are reparented to this process
 KILL_AFTER = 30.0  # seconds after the SIGTERM of a stop a workload left by the window still alive gets SIGKILL
 
@@ -37,6 +45,10 @@ class Window:
 
     def __init__(self, plan):
         self.spec = plan.window or {}
+        where = getattr(plan, "report_dir", ""), getattr(plan, "host", "")
+        self.output = rundir.RunDir(where[0]).workload_out(where[1]) if all(where) else None
+        self.running_on = None  # left running at Ctrl-C's "leave it running": its pids and output (let_go)
+        self.let_go_said = None
         self.left = []          # the workload's processes nsys left behind (pids)
         self.status = None      # the first one's exit status, waited for (os.waitpid's)
         self.adopted = self.exited = self.killed = False
@@ -55,7 +67,7 @@ class Window:
     @property
     def follows(self):
         """Whether the agent stays with the workload to its end after the window (no --detach)."""
-        return bool(self.spec) and not self.spec.get("detach")
+        return bool(self.spec) and not self.spec.get("detach") and self.running_on is None
 
     def profiler_exited(self, profiler_pid, released, others=frozenset()):
         """nsys has exited, its window over: the processes it left, now the agent's children (not
@@ -103,9 +115,45 @@ class Window:
                 self.stop()
             time.sleep(0.1)
 
+    def let_go(self, profiler, streams):
+        """Ctrl-C's "leave the workload running", once nsys's collection has ended (its session
+        stopped; ``profiler`` runs on with the workload) or nsys has gone after a window: the
+        workload's output from now on (``streams``, the pipes the agent read) goes to the run's
+        file by a drainer of its own, and the agent leaves it all running."""
+        left = [profiler.pid] if profiler.poll() is None else list(self.left)
+        output, why = self._drain(streams)
+        self.running_on, self.pending = {"pids": left, "output": output}, []
+        how = ("nsys stopped collecting (nsys stop of its session) and wrote its report" if profiler.poll() is None
+               else "nsys had written the window's report")
+        self.let_go_said = "Ctrl-C: %s, and the workload runs on: pid %s%s, its output %s" % (
+            how, ", ".join(map(str, left)), " (nsys, the workload below it)" if profiler.poll() is None else "",
+            "in %s" % output if output else "dropped (%s)" % why)
+
+    def _drain(self, streams):
+        """(the file the drainer writes, or None; why not). Made anew in the run's folder, never
+        through a link; a file there already (--detach's) is not written over."""
+        try:
+            out = os.open(self.output, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_APPEND, 0o600)
+            output, why = self.output, None
+        except (OSError, TypeError) as e:
+            out, output, why = os.open(os.devnull, os.O_WRONLY), None, "%s: %s" % (self.output, e)
+        fds = [s.fileno() for s in streams]
+        try:
+            subprocess.Popen([sys.executable or "python3", "-I", "-c", DRAIN, str(out)] + [str(fd) for fd in fds],
+                             pass_fds=[out] + fds, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL, start_new_session=True)
+        except OSError as e:
+            output, why = None, "the drainer could not start: %s" % e
+        os.close(out)
+        for stream in streams:
+            stream.close()
+        return output, why
+
     def outcome(self):
         """(the workload record, or None where nsys's exit status says it; notes) for the result, or
-        None for a run without a window."""
+        None for a run without a window, nor left running at Ctrl-C."""
+        if self.running_on is not None:
+            return {"exit_status": None, "signal": None, "running": self.running_on}, [self.let_go_said]
         if not self.spec:
             return None
         said = "nsys collected %ss after %ss (--window) and wrote its report; the workload went on" % (

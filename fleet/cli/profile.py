@@ -98,8 +98,10 @@ def profile(obj: Context, hosts_, group, exclude, tool, gpus, free_count, gpu_me
     batch job (--partition), leaving every node as it was.
 
     ncu and GPU metrics are refused on a GPU with any other tenant. Ctrl-C stops the
-    profiler with SIGTERM so the report is finished; a second Ctrl-C leaves the
-    nodes (or the job) to finish on their own.
+    profiler with SIGTERM so the report is finished (in a terminal, for nsys on lab
+    servers, it asks first whether to leave the workload running instead, nsys alone
+    stopping its collection); a second Ctrl-C leaves the nodes (or the job) to finish
+    on their own.
     """
     from ..lab.placement import FreeGpus
     from ..plan import LabPart, ProfileRequest, profiler_args_error, window_problem
@@ -176,7 +178,9 @@ def profile_lab_servers(obj: Context, hosts, req, *, store_root, site, dry_run, 
     from .interrupt import run as run_interruptible, stop_on_signals
 
     async def go():
-        stop = stop_on_signals("stopping the profilers (SIGTERM), waiting for their reports")
+        leave = ("stopping the collection (nsys stop of each node's session), leaving the workloads running; "
+                 "waiting for the reports") if req.tool == "nsys" and not (req.launcher or req.docker_image) else None
+        stop = stop_on_signals("stopping the profilers (SIGTERM), waiting for their reports", leave)
         from .output import byte_progress
 
         async with obj.fanout_for_run() as fan:

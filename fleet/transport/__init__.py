@@ -11,13 +11,13 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING, Awaitable, Callable, Iterable, Sequence
 
-from .base import TAIL, TERM_GRACE, Result, Sink, Transport, drive
+from .base import TAIL, TERM_GRACE, Result, Sink, StopRequest, Transport, drive
 
 if TYPE_CHECKING:
     from ..inventory import Host
     from .settings import SSHSettings
 
-__all__ = ["Result", "Sink", "TAIL", "TERM_GRACE", "Transport", "drive", "Fanout", "DEFAULT_CONCURRENCY"]
+__all__ = ["Result", "Sink", "StopRequest", "TAIL", "TERM_GRACE", "Transport", "drive", "Fanout", "DEFAULT_CONCURRENCY"]
 
 DEFAULT_CONCURRENCY = 64  # as clush's default fanout
 

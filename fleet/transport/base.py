@@ -89,6 +89,18 @@ TERM_GRACE = 10.0
 ABANDON_AFTER = 1.0
 
 
+class StopRequest(asyncio.Event):
+    """A stop asked of running commands (Ctrl-C): set once, and the signal they then get, by name:
+    TERM, they end; USR1, fleet's agent stops the profiler's collection and leaves the workload
+    running (fleet.cli.interrupt asks which)."""
+    signal = "TERM"
+
+
+def stop_signal(stop: asyncio.Event | None) -> str:
+    """The signal that ends a command: its stop request's once that is set, else TERM (a timeout)."""
+    return getattr(stop, "signal", "TERM") if stop is not None and stop.is_set() else "TERM"
+
+
 class Transport:
     """Runs an argument vector on one host. Implementations: ssh, local.
 

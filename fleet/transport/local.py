@@ -12,7 +12,7 @@ import os
 import signal
 from typing import TYPE_CHECKING, Callable, Sequence
 
-from .base import TERM_GRACE, Result, Sink, Transport, drive
+from .base import TERM_GRACE, Result, Sink, Transport, drive, stop_signal
 
 if TYPE_CHECKING:
     from ..inventory import Host
@@ -42,7 +42,8 @@ class LocalTransport(Transport):
 
         try:
             out, err, why, abandoned = await drive(proc.stdout.read, proc.stderr.read, proc.wait(),
-                                        lambda: signal_group(signal.SIGTERM), lambda: signal_group(signal.SIGKILL),
+                                        lambda: signal_group(getattr(signal, "SIG" + stop_signal(stop))),
+                                        lambda: signal_group(signal.SIGKILL),
                                         timeout=timeout, grace=grace, sink=sink, stop=stop)
         except asyncio.CancelledError:
             signal_group(signal.SIGTERM)

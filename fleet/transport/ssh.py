@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Callable, Sequence
 import asyncssh
 from asyncssh.config import SSHClientConfig
 
-from .base import TERM_GRACE, Result, Sink, Transport, drive
+from .base import TERM_GRACE, Result, Sink, Transport, drive, stop_signal
 from ..inventory.connection import (ConnectionOptionError, agent_for_keys, expand_proxy_command, host_port,
                                     number, route, ssh_args, yes_no)
 from .connect_errors import DROPPED, JumpFailed, SilentServer, Watched, client_keys, connect_error
@@ -242,7 +242,7 @@ class SSHTransport(Transport):
             except (asyncssh.Error, OSError):
                 pass  # the command ended before reading its input (python3 missing, say): its status tells
             out, err, why, abandoned = await drive(proc.stdout.read, proc.stderr.read, proc.wait(check=False),
-                                        lambda: _signal(proc, "TERM"), proc.close,
+                                        lambda: _signal(proc, stop_signal(stop)), proc.close,
                                         timeout=timeout, grace=grace, sink=sink, stop=stop)
         except asyncio.CancelledError:
             _signal(proc, "TERM")
