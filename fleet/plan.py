@@ -325,8 +325,11 @@ def window_problem(req: ProfileRequest) -> str | None:
 def _window(host: str, req: ProfileRequest, run_dir: str) -> dict[str, Any]:
     if not req.window:
         return {}
-    return {"start": req.window[0], "duration": req.window[1], "detach": req.detach,
+    spec = {"start": req.window[0], "duration": req.window[1], "detach": req.detach,
             "output": RunDir(run_dir).workload_out(host) if req.detach else ""}
+    if req.rank is not None and req.rank.window_at is not None:  # a Slurm rank's: when every rank's window starts
+        spec["at"] = req.rank.window_at
+    return spec
 
 
 def detached(workload: tuple[str, ...], output: str) -> tuple[str, ...]:

@@ -35,6 +35,8 @@ class RankPart:
     gpus: tuple[int, ...] | None = None         # the job's GPUs here, NVML's indices; None: every GPU
     output_name: str | None = None              # NODE/rankN under the run's directory
     timeout: float | None = None                # until the job's end, less --stop-before (nsys)
+    window: tuple[int, int] | None = None       # --window: (this rank's delay to the job's common start, duration)
+    window_at: int | None = None                # ... that start, epoch seconds: the same for every rank
 
 
 # A window the workload opens travels to the ranks only where asked: a job without one reads as before.
@@ -108,7 +110,7 @@ class ProfileRequest:
 
     @property
     def window(self) -> tuple[int, int] | None:
-        return self.lab.window if self.lab else None
+        return self.rank.window if self.rank else self.lab.window if self.lab else None
 
     @property
     def detach(self) -> bool:

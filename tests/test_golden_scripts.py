@@ -25,7 +25,7 @@ import pytest
 
 from fleet import containers
 from fleet.containers import Container
-from fleet.plan import ProfileRequest
+from fleet.plan import LabPart, ProfileRequest
 from fleet.policy import docker_privileges
 from fleet.slurm import options
 from fleet.slurm.script import JobFiles, JobSpec, render
@@ -61,6 +61,9 @@ SCRIPTS = {
                                              sbatch_args=("--constraint=h100",)), FILES),
     "srun-ncu.sbatch": (request("ncu", profiler_args=("--set=full",)), SHAPE, FILES),
     "srun-gpu-metrics.sbatch": (request(gpu_metrics=True), SHAPE, FILES),
+    # --window: one moment for every rank's window, exported to the ranks; --nvtx-window --repeat: in the request
+    "srun-window.sbatch": (request(lab=LabPart(window=(60, 30))), SHAPE, FILES),
+    "srun-nvtx-window.sbatch": (request(nvtx_window="step", repeat=2), SHAPE, FILES),
     # --export=NONE: no PATH in the job, so the agent's Python is the inventory's, by absolute path.
     "srun-export-none.sbatch": (request(), replace(SHAPE, sbatch_args=("--export=NONE",)),
                                 replace(FILES, python="/opt/py311/bin/python3.11",

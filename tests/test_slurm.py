@@ -5,6 +5,7 @@ the fake NVML (loaded by the real pynvml in every task) and GRES backed by devic
 from __future__ import annotations
 
 import asyncio
+import calendar
 import csv
 import json
 import re
@@ -439,4 +440,30 @@ def test_a_rank_that_opens_no_window_fails_it_and_the_others_windows_are_kept(hp
                for h in m["hosts"][:2])
     log = Path(m["slurm"]["log"]["stored"]).read_text()
     assert all(f"rank {i} ended" in log for i in range(4)) and "Traceback" not in log, log
+    no_drained_nodes(hpc)
+
+
+def test_four_ranks_take_the_same_time_window_and_run_on(hpc, tmp_path):
+    """--window on Slurm: the window counts from one moment of the batch script's, so every rank's
+    nsys collects the same seconds, whenever srun started it, exits with its report written, and
+    the rank's agent stays with the workload to its end."""
+    work = 'sleep 4; echo "rank $SLURM_PROCID after the window"'
+    r = fleet(hpc, tmp_path, "--nodes", "2", "--ntasks-per-node", "2", "--window", "2:1", "--", "sh", "-c", work)
+    assert r.returncode == 0, r.stderr + r.stdout
+    m = manifest(tmp_path)
+    assert m["status"] == "complete" and [h["status"] for h in m["hosts"]] == ["ok"] * 4, m["hosts"]
+    said = [n for h in m["hosts"] for n in h["result"]["notes"] if "(--window" in n]
+    starts = {re.search(r"nsys collected 1s from (\S+) \(--window, the moment every rank's window starts\)", n).group(1)
+              for n in said}
+    assert len(said) == 4 and len(starts) == 1, said  # one moment for every rank
+    at = calendar.timegm(time.strptime(starts.pop(), "%Y-%m-%dT%H:%M:%SZ"))
+    for h in m["hosts"]:
+        [report] = [rep for rep in h["reports"] if rep["stored"].endswith(".nsys-rep")]
+        written = json.loads(Path(report["stored"]).read_text())
+        assert written["window_ended"] and written["kernels"] and written["options"]["--kill"] == "none", written
+        # each rank's nsys began collecting at that moment, its own delay counted from its own start
+        assert abs(written["started"] + float(written["options"]["--delay"]) - at) < 1.5, (written, at)
+        assert any(n.endswith("and ended by itself (exit status 0)") for n in h["result"]["notes"]), h["result"]
+    log = Path(m["slurm"]["log"]["stored"]).read_text()
+    assert all(f"rank {i} after the window" in log for i in range(4))
     no_drained_nodes(hpc)

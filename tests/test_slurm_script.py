@@ -328,3 +328,15 @@ def test_an_nsys_rank_runs_until_the_jobs_end_less_stop_before_and_slurms_slack(
     # Slurm's INFINITE limit reads as a year from the start: a duration that long, not a refusal
     year = time_to_run({"FLEET_JOB_END": str(365 * 86400)}, 120, "nsys", now=0)
     assert year == 365 * 86400 - 180
+
+
+def test_each_rank_s_window_is_its_delay_to_the_moment_every_rank_s_window_starts():
+    from fleet.agent.task import rank_window
+
+    env = {"FLEET_WINDOW_FROM": "1000"}
+    # srun started this rank 3.4 s after the script's moment: 60 s after it is 56.6 s away, rounded up
+    assert rank_window(env, [60, 30], now=1003.4) == ((57, 30), 1060)
+    assert rank_window(env, [60, 30], now=1070) == ((0, 30), None)  # started late: at once, not the others' moment
+    assert rank_window({}, [60, 30], now=5) == ((60, 30), None)  # no moment to count from: its own start
+    assert rank_window({"FLEET_WINDOW_FROM": "1e3"}, [60, 30]) == ((60, 30), None)
+    assert rank_window(env, None) == (None, None) and rank_window(env, ["60", 30]) == (None, None)

@@ -131,6 +131,12 @@ def test_a_window_fleet_cannot_plan_is_refused_in_one_line_before_any_host(node,
     assert not (node["dir"] / "ran").exists() and not node["store"].exists()
 
 
-def test_on_slurm_a_window_is_refused_for_now_before_any_job():
-    out = run_fleet("profile", "--partition", "gpu", "--window", "1:2", "--", "true")
-    assert out.returncode == 2 and "--window and --detach are for lab servers yet" in out.stderr, out.stderr
+def test_on_slurm_detach_is_refused_for_now_before_any_job():
+    out = run_fleet("profile", "--partition", "gpu", "--window", "1:2", "--detach", "--", "true")
+    assert out.returncode == 2 and "--detach is for lab servers yet" in out.stderr, out.stderr
+
+
+def test_on_slurm_a_window_is_for_srun_s_ranks_yet():
+    out = run_fleet("profile", "--partition", "gpu", "--window", "1:2", "--launcher", "torchrun", "--dry-run", "--",
+                    "torchrun", "--nproc-per-node", "2", "train.py")
+    assert out.returncode == 2 and "--window on Slurm is for srun's ranks yet" in out.stderr, out.stderr

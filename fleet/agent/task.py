@@ -94,6 +94,26 @@ def time_to_run(env, stop_before, tool, now=None):
     return int(left) if 1 <= left <= planner.MAX_TIMEOUT else None
 
 
+def rank_window(env, window, now=None):
+    """(this rank's --window as nsys's delay and duration, the moment every rank's window starts) for
+    --window START:DURATION: START seconds after the batch script's FLEET_WINDOW_FROM, less the time
+    since, so that the ranks srun started one after another collect the same seconds, and every
+    rank's nsys exits at the same moment, its report written; (None, None) without a window. Where
+    the script's moment is not readable, the rank counts from its own start; where it is past, the
+    rank's window starts at once (and its note does not claim the others' moment)."""
+    if not (isinstance(window, list) and len(window) == 2 and all(isinstance(v, int) for v in window)):
+        return None, None
+    start, duration = window
+    since = env.get("FLEET_WINDOW_FROM") or ""
+    if not (since.isascii() and since.isdigit()):
+        return (start, duration), None
+    at = int(since) + start
+    away = at - (time.time() if now is None else now)
+    if away < 0:  # srun started this rank after the moment: its window starts now, not with the others'
+        return (0, duration), None
+    return (-int(-away // 1), duration), at
+
+
 def plan_rank(args, env, label, command):
     """The rank's plan, made from this node's state as it is now, and what the manifest needs of it."""
     node_name = env.get("SLURMD_NODENAME") or socket.gethostname()
@@ -102,8 +122,10 @@ def plan_rank(args, env, label, command):
     state["prolog_verdict"] = prolog_verdict(env, args.get("prolog_expected", False))
     gpus = policy.job_gpu_indices(slurm_gpu_ids(env), state.get("gpus") or [])
     req = planner.ProfileRequest.from_json(args["request"])
+    window, window_at = rank_window(env, args.get("window"))
     rank = planner.RankPart(job=env.get("SLURM_JOB_ID"), gpus=gpus, output_name="%s/%s" % (node_name, label),
-                            timeout=time_to_run(env, args.get("stop_before"), req.tool))
+                            timeout=time_to_run(env, args.get("stop_before"), req.tool), window=window,
+                            window_at=window_at)
     req = replace(req, command=tuple(command), rank=rank)
     plan = planner.plan(label, state, req)
     context = dict(wire.facts(state, req.gpus, req.tool), slurm_node=node_name, job_id=env.get("SLURM_JOB_ID"),

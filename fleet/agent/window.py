@@ -158,6 +158,10 @@ class Window:
             return None
         said = "nsys collected %ss after %ss (--window) and wrote its report; the workload went on" % (
             self.spec["duration"], self.spec["start"])
+        if isinstance(self.spec.get("at"), int):  # a Slurm rank's: counted to one moment for every rank
+            said = "nsys collected %ss from %s (--window, the moment every rank's window starts) and wrote its " \
+                   "report; the workload went on" % (self.spec["duration"], time.strftime(
+                       "%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.spec["at"])))
         if not self.adopted:
             return None, ["the workload's end after the window is not known: the agent could not adopt it (prctl)"]
         if not self.left:  # nsys passed its exit status on, as for any run

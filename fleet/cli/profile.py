@@ -168,7 +168,8 @@ def refuse_lab_options(ctx: click.Context) -> None:
     refuse_options(ctx, ["timeout", "lock_wait", "finish_timeout"], "on Slurm, the job's --time bounds the run (the profilers "
                    "stop --stop-before seconds ahead); --timeout and --wait are for lab servers")
     refuse_options(ctx, ["exclude"], "on Slurm, leave nodes out with --sbatch-arg=--exclude=NODES")
-    refuse_options(ctx, ["window", "detach"], "--window and --detach are for lab servers yet")
+    refuse_options(ctx, ["detach"], "--detach is for lab servers yet: on Slurm the job runs on after a --window, and "
+                   "fleet brings the reports home at its end (--no-wait and fleet gather: later)")
 
 
 def profile_lab_servers(obj: Context, hosts, req, *, store_root, site, dry_run, as_json, finish_timeout, free=None):

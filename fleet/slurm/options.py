@@ -248,4 +248,13 @@ def launch_problem(raw: JobSpec, req: "ProfileRequest") -> str | None:
     return (profiler_args_error(req.tool, tuple(req.profiler_args))
             or launchers.unsupported(raw.launcher, req.tool, req.profiler_args, req.gpu_metrics)
             or launchers.command_problem(raw.launcher, req.command)
-            or launchers.container_problem(raw.launcher, raw.container))
+            or launchers.container_problem(raw.launcher, raw.container)
+            or _window_problem(raw, req))
+
+
+def _window_problem(raw: JobSpec, req: "ProfileRequest") -> str | None:
+    """--window on Slurm: each rank's agent stays with its workload once nsys has gone, which it
+    can where it started that nsys itself (srun's ranks); not yet beside another launcher, or in a container."""
+    if req.window and (raw.launcher != "srun" or raw.container is not None):
+        return "--window on Slurm is for srun's ranks yet, without a container"
+    return None

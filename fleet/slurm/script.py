@@ -58,7 +58,19 @@ def task_args(req, spec: CheckedJobSpec, files: JobFiles) -> dict:
     return {"mode": "task", "request": dict(req.for_rank(), command=[]), "report_dir": files.task_root,
             "launcher": spec.launcher, "ranks": list(spec.ranks) if spec.ranks is not None else None,
             "tools": dict(files.tools), "prolog_expected": files.prolog, "stop_before": spec.stop_before,
-            **({"nonce": files.nonce} if files.nonce else {})}
+            **({"nonce": files.nonce} if files.nonce else {}), **({"window": list(req.window)} if req.window else {})}
+
+
+def _window_lines(req) -> list[str]:
+    """With --window: the moment the window counts from, one for every rank (each rank's nsys is
+    given the delay from its own start to START seconds after it: fleet/agent/task.py)."""
+    if not req.window:
+        return []
+    return ["# --window counts from here, the same moment for every rank, wherever srun starts it.",
+            "FLEET_WINDOW_FROM=$(date +%s)",
+            "export FLEET_WINDOW_FROM",
+            "case ${SLURM_EXPORT_ENV:-ALL} in [Aa][Ll][Ll]*) ;; "
+            "*) export SLURM_EXPORT_ENV=\"$SLURM_EXPORT_ENV,FLEET_WINDOW_FROM\" ;; esac"]
 
 
 def request_doc(req, files: JobFiles) -> dict:
@@ -165,6 +177,7 @@ def render(req, spec: CheckedJobSpec, files: JobFiles) -> str:
              "# named alone (SLURM_EXPORT_ENV, which sbatch sets from --export): add the job's end to them.",
              "case ${SLURM_EXPORT_ENV:-ALL} in [Aa][Ll][Ll]*) ;; [Nn][Oo][Nn][Ee]) export SLURM_EXPORT_ENV=FLEET_JOB_END ;; "
              "*) export SLURM_EXPORT_ENV=\"$SLURM_EXPORT_ENV,FLEET_JOB_END\" ;; esac",
+             *_window_lines(req),
              "",
              f"{launch.line} &",
              "step=$!",
