@@ -122,7 +122,7 @@ class Window:
         file by a drainer of its own, and the agent leaves it all running."""
         left = [profiler.pid] if profiler.poll() is None else list(self.left)
         output, why = self._drain(streams)
-        self.running_on, self.pending = {"pids": left, "output": output}, []
+        self.running_on, self.pending = running_record(left, output), []
         how = ("nsys stopped collecting (nsys stop of its session) and wrote its report" if profiler.poll() is None
                else "nsys had written the window's report")
         self.let_go_said = "Ctrl-C: %s, and the workload runs on: pid %s%s, its output %s" % (
@@ -168,7 +168,7 @@ class Window:
             return None, ["the workload ended within the window (--window %s:%s)" % (
                 self.spec["start"], self.spec["duration"])]
         if not self.follows:
-            running = {"pids": self.left, "output": self.spec.get("output")}
+            running = running_record(self.left, self.spec.get("output"))
             return ({"exit_status": None, "signal": None, "running": running},
                     [said + " and still runs (--detach): pid %s, its output in %s" % (
                         ", ".join(map(str, self.left)), running["output"])])
@@ -176,6 +176,15 @@ class Window:
             return {"exit_status": None, "signal": None}, [said + "; its end was not seen (it was not adopted)"]
         record = _status(self.status)
         return record, [said + " and ended by itself (%s)" % _said(record)]
+
+
+def running_record(pids, output):
+    """What the result says of a workload left running: its pids, each one's start time (clock ticks
+    since boot, None for one gone already) and the boot's id, which tell it from a later process
+    given the same pid (fleet jobs, fleet cancel), and the file its output goes to."""
+    started = [(procs.lineage(pid) or (None, None, None))[2] for pid in pids]
+    boot = (procs.read("/proc/sys/kernel/random/boot_id") or "").strip() or None
+    return {"pids": list(pids), "started": started, "boot": boot, "output": output}
 
 
 def captured(spec, reports):

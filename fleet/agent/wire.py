@@ -132,7 +132,10 @@ FILE = {"path": str, "size": non_negative, "sha256": sha256, "status": str_or_no
 FILE_REQUIRED = ("path", "size", "sha256")
 NEWCOMER = {"gpu": int_or_none, "pid": int_or_none, "user": str_or_none, "used_memory": int_or_none,
             "unseen": bool, "appeared_s": number_or_none, "overlap_s": number_or_none, "action": str_or_none}
-WORKLOAD = {"exit_status": int_or_none, "signal": str_or_none}
+WORKLOAD = {"exit_status": int_or_none, "signal": str_or_none, "running": (dict, type(None))}
+# A workload left running on the node (--detach, Ctrl-C's "leave it running"): its pids, each one's start
+# time in clock ticks since boot and the boot's id (a pid used again later is not it), and its output's file.
+RUNNING = {"pids": [non_negative], "started": [int_or_none], "boot": str_or_none, "output": str_or_none}
 RESULT = {
     "status": one_of(*RESULT_STATUSES), "host": str_or_none, "node": str_or_none, "reasons": [str], "notes": [str],
     "given_up": [str], "reports": [FILE], "summaries": [FILE], "changed": dict, "restored": (dict, type(None)),
@@ -189,6 +192,8 @@ def problems(body, kind):
                           for p in check(f, FILE, "%s[%d]" % (key, i), FILE_REQUIRED)]
             wrong += check(body.get("newcomer") or {}, NEWCOMER, "newcomer")
             wrong += check(body.get("workload") or {}, WORKLOAD, "workload")
+            running = (body.get("workload") or {}).get("running") if not wrong else None
+            wrong += check(running, RUNNING, "workload.running", ("pids", "started")) if running is not None else []
         return wrong
     if kind == "probe":
         wrong = check(body, PROBE)

@@ -37,6 +37,11 @@ class Session:
                 os.unlink(session_file(self.name, ext))
             except FileNotFoundError:
                 pass
+        if self.name:  # the stand-in's own bookkeeping goes with its last session
+            try:
+                os.rmdir(os.path.dirname(session_file(self.name, "")))
+            except OSError:
+                pass
 
 
 def _write(path, text):
