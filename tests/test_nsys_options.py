@@ -124,7 +124,7 @@ def test_the_planned_nsys_command_is_one_nsys_takes_whatever_the_user_gave(tmp_p
             (tmp_path / "r.nsys-rep").unlink()
 
 
-def test_gpu_metrics_run_in_a_session_of_the_run_s_own_and_the_user_s_named_session_wins():
+def test_nsys_runs_in_a_session_of_the_run_s_own_and_the_user_s_named_session_wins():
     """A yield to a newcomer stops a GPU-metrics run through nsys's session (fleet.agent.nsyssession):
     the plan names it, once; a session the user named with -X is the one stopped; under a launcher
     or in a container there is none (each rank's nsys, or the nsys inside, is not reached by a
@@ -142,8 +142,9 @@ def test_gpu_metrics_run_in_a_session_of_the_run_s_own_and_the_user_s_named_sess
     assert planned(docker_image="nvcr.io/nvidia/pytorch:25.01-py3").session is None
     # a session the user names inside a container is not one `nsys stop` on the node reaches
     assert planned(("--session-new=mine",), docker_image="nvcr.io/nvidia/pytorch:25.01-py3").session is None
+    # every nsys the agent reaches has one: Ctrl-C's "leave the workload running" stops it too
     plain = plan("gpu01", state(), ProfileRequest(tool="nsys", command=("app",), run_id="r"))
-    assert plain.session is None and not [f for f in plain.command.fleet_flags if "session" in f]
+    assert plain.session == "fleet-r-gpu01" and "--session-new=fleet-r-gpu01" in plain.command.fleet_flags
     assert Plan.from_json(p.to_json()).session == p.session  # as the plan reaches the agent
 
 

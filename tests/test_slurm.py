@@ -177,7 +177,7 @@ def test_cancelled_job_leaves_clean_state_and_says_so(hpc, tmp_path):
         would = run_fleet("cancel", m["run_id"], "--dry-run", env=env)
         assert (would.returncode, would.stdout) == (0, f"fleetci: would cancel job(s) {job}\n"), would.stderr
         doc = fleet_json(run_fleet("cancel", m["run_id"], "--dry-run", "--json", env=env).stdout, "cancel")
-        assert doc == {"dry_run": True, "cancelled": [{"cluster": "fleetci", "job_ids": [job]}]}
+        assert doc == {"dry_run": True, "cancelled": [{"cluster": "fleetci", "job_ids": [job]}], "stopped": []}
         time.sleep(2)  # time for a cancellation to show, had there been one
         assert hpc.slurm.run("squeue", "-h", "-j", job, "-o", "%T").stdout.strip() == "RUNNING"
         c = run_fleet("cancel", m["run_id"], env=env)

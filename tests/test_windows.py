@@ -140,3 +140,57 @@ def test_on_slurm_a_window_is_for_srun_s_ranks_yet():
     out = run_fleet("profile", "--partition", "gpu", "--window", "1:2", "--launcher", "torchrun", "--dry-run", "--",
                     "torchrun", "--nproc-per-node", "2", "train.py")
     assert out.returncode == 2 and "--window on Slurm is for srun's ranks yet" in out.stderr, out.stderr
+
+
+def _left(node, *args):
+    out = run_fleet("jobs", "--store", str(node["store"]), "--json", *args, env=node["env"])
+    assert out.returncode == 0, out.stderr
+    return fleet_json(out.stdout)["left_running"]
+
+
+def test_fleet_jobs_shows_a_detached_workload_and_fleet_cancel_ends_it(node):
+    out = profile(node, "--window", "0:1", "--detach", "--json", "--", "sh", "-c", "echo started; sleep 60")
+    assert out.returncode == 0, out.stderr
+    doc = fleet_json(out.stdout)
+    pids = doc["hosts"][0]["result"]["workload"]["running"]["pids"]
+    try:
+        [row] = _left(node)
+        assert (row["run_id"], row["host"], row["pids"], row["state"]) == (doc["run_id"], "gpu01", pids, "running")
+        table = run_fleet("jobs", "--store", str(node["store"]), env=node["env"])
+        assert re.search(rf"{doc['run_id']}\s+gpu01\s+{pids[0]}\s+running\s+\S+gpu01\.workload\.out", table.stdout)
+        said = run_fleet("cancel", doc["run_id"], "--store", str(node["store"]), env=node["env"])
+        assert said.returncode == 0 and f"SIGTERM to pid {pids[0]}" in said.stdout, said.stdout + said.stderr
+        deadline = time.monotonic() + 20
+        while Path(f"/proc/{pids[0]}").exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not Path(f"/proc/{pids[0]}").exists()
+        assert [r["state"] for r in _left(node)] == ["ended"]
+        assert _left(node) == []  # a run whose workloads have all ended is no longer looked at
+    finally:
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)  # the test's own process, where it failed before it ended
+            except ProcessLookupError:
+                pass
+
+
+def test_a_pid_that_is_no_longer_the_workload_is_neither_shown_running_nor_stopped(node):
+    out = profile(node, "--window", "0:1", "--detach", "--json", "--", "sh", "-c", "sleep 60")
+    doc = fleet_json(out.stdout)
+    pids = doc["hosts"][0]["result"]["workload"]["running"]["pids"]
+    try:
+        [manifest] = node["store"].glob(f"*/*/{doc['run_id']}/manifest.json")
+        recorded = json.loads(manifest.read_text())
+        recorded["hosts"][0]["result"]["workload"]["running"]["started"][0] += 1  # as a later process of that pid
+        manifest.write_text(json.dumps(recorded))
+        said = run_fleet("cancel", doc["run_id"], "--store", str(node["store"]), env=node["env"])
+        assert said.returncode == 0, said.stderr
+        time.sleep(1)  # a SIGTERM sent would have ended `sleep` by now
+        assert Path(f"/proc/{pids[0]}").exists()  # not that process: never signalled
+        assert [r["state"] for r in _left(node)] == ["ended"]
+    finally:
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass

@@ -200,14 +200,18 @@ def _stored(store_root, run_ids=()) -> list["RunManifest"]:
 @json_option
 @click.pass_obj
 def jobs(obj: Context, run_ids, store_root, as_json):
-    """Slurm jobs of runs not yet gathered (or of RUN_IDS): one squeue call per cluster."""
+    """Slurm jobs of runs not yet gathered (or of RUN_IDS): one squeue call per cluster; and the
+    workloads lab runs left running (--detach, Ctrl-C), one look a host."""
     from ..slurm import runs
+    from ..lab import leftrunning
 
     groups = runs.by_cluster(obj.inventory, _stored(store_root, run_ids), on_skipped=None if run_ids else (
         lambda why: echo(f"fleet: {why}", err=True)))
+    left = _left_running(store_root, run_ids)
 
     async def go():
         async with obj.fanout_for_run() as fan:
+            await leftrunning.look(fan, obj.inventory, [item for _, items in left for item in items])
             return await runs.job_rows(fan, groups)
 
     from ..slurm.jobs import SlurmError
@@ -216,15 +220,39 @@ def jobs(obj: Context, run_ids, store_root, as_json):
         rows = asyncio.run(go())
     except SlurmError as e:
         fail(str(e), exitcodes.of_error(e))
+    for folder, items in left:
+        leftrunning.unmark_ended(folder, items)
+    lab = [item for _, items in left for item in items]
     if as_json:
-        echo_json({"jobs": rows})
+        echo_json({"jobs": rows, "left_running": [item.to_json() for item in lab]})
         return
+    _print_jobs(rows, lab)
+
+
+def _print_jobs(rows: list[dict], lab: list) -> None:
+    """The Slurm jobs' table (even empty, where nothing was left running), then the lab's workloads left running."""
     from .output import print_table
 
-    print_table(["RUN", "CLUSTER", "JOB", "STATE", "REASON", "NODES", "TIME"],
-                [[r["run_id"], r["cluster"], r["job_id"] or "", r["state"] or "",
-                  r["reason"] if r["reason"] not in (None, "None") else "", r["nodes"] or "", r["elapsed"] or ""]
-                 for r in rows], status_column=3)
+    if rows or not lab:
+        print_table(["RUN", "CLUSTER", "JOB", "STATE", "REASON", "NODES", "TIME"],
+                    [[r["run_id"], r["cluster"], r["job_id"] or "", r["state"] or "",
+                      r["reason"] if r["reason"] not in (None, "None") else "", r["nodes"] or "", r["elapsed"] or ""]
+                     for r in rows], status_column=3)
+    if lab:
+        if rows:
+            echo()
+            echo("left running on lab servers:")
+        print_table(["RUN", "HOST", "PIDS", "STATE", "OUTPUT"],
+                    [[i.run_id, i.host, ",".join(map(str, i.pids)), i.state if not i.why else f"{i.state}: {i.why}",
+                      i.output or ""] for i in lab], status_column=3)
+
+
+def _left_running(store_root, run_ids=()):
+    from .. import store
+    from ..lab import leftrunning
+
+    return leftrunning.in_store(store.root(store_root), tuple(run_ids), on_skipped=lambda why: echo(
+        f"fleet: {why}", err=True))
 
 
 @click.command()
@@ -234,32 +262,44 @@ def jobs(obj: Context, run_ids, store_root, as_json):
 @json_option
 @click.pass_obj
 def cancel(obj: Context, run_ids, store_root, dry_run, as_json):
-    """Cancel the Slurm jobs of RUN_IDS (scancel); the profilers get SIGTERM and finish their reports."""
+    """Cancel the Slurm jobs of RUN_IDS (scancel); the profilers get SIGTERM and finish their reports.
+    A lab run's workload left running (--detach, Ctrl-C) gets SIGTERM, where it is still that process."""
+    from ..lab import leftrunning
     from ..slurm import runs
     from ..slurm.jobs import SlurmError
 
     groups = runs.by_cluster(obj.inventory, _stored(store_root, run_ids))
+    lab = [item for _, items in _left_running(store_root, run_ids) for item in items]
     if dry_run:  # from the manifests alone: the jobs fleet would scancel, whatever state they are in now
-        would = [(name, ids) for name, _, ids in runs.jobs_of(groups)]
-        if as_json:
-            return echo_json({"dry_run": True, "cancelled": [{"cluster": c, "job_ids": ids} for c, ids in would]})
-        for cluster, ids in would:
-            echo(f"{cluster}: would cancel job(s) {', '.join(ids)}")
-        return
+        return _say_cancelled([(name, ids) for name, _, ids in runs.jobs_of(groups)], lab, as_json, dry_run=True)
 
     async def go():
         async with obj.fanout_for_run() as fan:
+            await leftrunning.end(fan, obj.inventory, lab)
             return await runs.cancel(fan, groups)
 
     try:
         cancelled = asyncio.run(go())
     except SlurmError as e:
         fail(str(e), exitcodes.of_error(e))
+    _say_cancelled(cancelled, lab, as_json, dry_run=False)
+
+
+def _say_cancelled(jobs: list, lab: list, as_json: bool, dry_run: bool) -> None:
+    """What fleet cancel did (or, --dry-run, would do): the clusters' jobs, the lab's workloads left running."""
     if as_json:
-        return echo_json({"dry_run": False,
-                          "cancelled": [{"cluster": cluster, "job_ids": ids} for cluster, ids in cancelled]})
-    for cluster, ids in cancelled:
-        echo(f"{cluster}: cancelled job(s) {', '.join(ids)}")
+        return echo_json({"dry_run": dry_run, "cancelled": [{"cluster": c, "job_ids": ids} for c, ids in jobs],
+                          "stopped": [item.to_json() for item in lab]})
+    for cluster, ids in jobs:
+        echo(f"{cluster}: {'would cancel' if dry_run else 'cancelled'} job(s) {', '.join(ids)}")
+    for item in lab:
+        pids = ", ".join(map(str, item.pids))
+        if dry_run:
+            echo(f"{item.host}: would stop run {item.run_id}'s workload left running (pid {pids}), where it still runs")
+        elif item.state == "ended":
+            echo(f"{item.host}: run {item.run_id}'s workload left running: SIGTERM to pid {pids} where it still ran")
+        else:
+            echo(f"{item.host}: run {item.run_id}'s workload left running: not stopped ({item.why})")
 
 
 @click.group("slurm")

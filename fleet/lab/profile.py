@@ -22,7 +22,7 @@ from ..store.manifest import HostEntry, ReportEntry, RunManifest
 from ..plan import LabPart, Plan, ProfileRequest, plan
 from ..policy import NO_SAMPLING_FLAGS, NodeState, docker_privileges, tool_found
 from ..transport import Result
-from . import placement
+from . import leftrunning, placement
 from .ranks import LAB_LAUNCHERS, with_missing_ranks
 
 if TYPE_CHECKING:
@@ -285,7 +285,7 @@ async def profile(fan: "Fanout", hosts: list["Host"], req: ProfileRequest, *, st
                       gathering=gathering, finish_timeout=finish_timeout)
     manifest.hosts = with_missing_ranks([entry_for(req, r) for r in runs])
     manifest.status = outcome.run_status(h.status for h in manifest.hosts)
-    store.save(store_root, manifest)
+    leftrunning.mark(store.save(store_root, manifest), manifest)  # `fleet jobs` finds it, `fleet cancel` ends it
     return manifest
 
 
