@@ -21,6 +21,7 @@ import pytest
 
 from fleet import exitcodes
 from tests.conftest import fleet_json, run_fleet
+from tests.harness import fakenvml
 from tests.harness.agent_node import local_inventory_node
 
 
@@ -188,6 +189,29 @@ def test_a_pid_that_is_no_longer_the_workload_is_neither_shown_running_nor_stopp
         time.sleep(1)  # a SIGTERM sent would have ended `sleep` by now
         assert Path(f"/proc/{pids[0]}").exists()  # not that process: never signalled
         assert [r["state"] for r in _left(node)] == ["ended"]
+    finally:
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+
+def test_fleet_top_names_the_run_whose_workload_it_left_running(node):
+    out = profile(node, "--window", "0:1", "--detach", "--json", "--", "sh", "-c", "sleep 60")
+    doc = fleet_json(out.stdout)
+    pids = doc["hosts"][0]["result"]["workload"]["running"]["pids"]
+    try:
+        fakenvml.write_scenario(node["scenario"], {"gpus": [{"index": 0, "processes": [
+            {"pid": pids[0], "used_memory": 1 << 30}, {"pid": os.getpid(), "used_memory": 1 << 30}]}]})
+        env = {**node["env"], "FLEET_STORE": str(node["store"])}
+        look = run_fleet("top", "gpu01", "--once", "--json", env=env)
+        assert look.returncode == 0, look.stderr
+        [gpu] = fleet_json(look.stdout.splitlines()[0])["gpus"]
+        marked = {p["pid"]: p.get("left_running") for p in gpu["processes"]}
+        assert marked == {pids[0]: doc["run_id"], os.getpid(): None}, gpu["processes"]
+        table = run_fleet("top", "gpu01", "--once", env=env)
+        assert f"(fleet run {doc['run_id']}, left running)" in table.stdout, table.stdout
     finally:
         for pid in pids:
             try:

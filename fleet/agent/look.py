@@ -83,6 +83,7 @@ def named(processes):
         container, job = cgroup_of(p["pid"])
         p["command"] = command_of(p["pid"])
         p["container"] = container
+        p["session"] = (procfs.lineage(p["pid"]) or (None, None, None))[1]  # a workload fleet left running: by it
         if job and not p.get("slurm_job"):
             p["slurm_job"] = job
     return processes

@@ -181,10 +181,13 @@ class Window:
 def running_record(pids, output):
     """What the result says of a workload left running: its pids, each one's start time (clock ticks
     since boot, None for one gone already) and the boot's id, which tell it from a later process
-    given the same pid (fleet jobs, fleet cancel), and the file its output goes to."""
-    started = [(procs.lineage(pid) or (None, None, None))[2] for pid in pids]
+    given the same pid (fleet jobs, fleet cancel), the file its output goes to, and its session
+    (nsys's, the workload below it in it), by which fleet top tells its GPU processes."""
+    lineages = [procs.lineage(pid) or (None, None, None) for pid in pids]
     boot = (procs.read("/proc/sys/kernel/random/boot_id") or "").strip() or None
-    return {"pids": list(pids), "started": started, "boot": boot, "output": output}
+    session = next((sid for _, sid, _ in lineages if sid is not None), None)  # fleet top finds its processes by it
+    return {"pids": list(pids), "started": [began for _, _, began in lineages], "boot": boot, "output": output,
+            "session": session}
 
 
 def captured(spec, reports):

@@ -135,7 +135,8 @@ NEWCOMER = {"gpu": int_or_none, "pid": int_or_none, "user": str_or_none, "used_m
 WORKLOAD = {"exit_status": int_or_none, "signal": str_or_none, "running": (dict, type(None))}
 # A workload left running on the node (--detach, Ctrl-C's "leave it running"): its pids, each one's start
 # time in clock ticks since boot and the boot's id (a pid used again later is not it), and its output's file.
-RUNNING = {"pids": [non_negative], "started": [int_or_none], "boot": str_or_none, "output": str_or_none}
+RUNNING = {"pids": [non_negative], "started": [int_or_none], "boot": str_or_none, "output": str_or_none,
+           "session": int_or_none}
 RESULT = {
     "status": one_of(*RESULT_STATUSES), "host": str_or_none, "node": str_or_none, "reasons": [str], "notes": [str],
     "given_up": [str], "reports": [FILE], "summaries": [FILE], "changed": dict, "restored": (dict, type(None)),
@@ -159,7 +160,7 @@ LOOK_GPU = {"index": int, "processes": [dict], "process_list_error": str_or_none
             "memory_used_by_processes": int_or_none, "sampled_pids": (list, type(None)),
             "memory_total": int_or_none, "memory_used": int_or_none, "activity": dict, "conditions": dict}
 LOOK_PROCESS = dict(PROCESS, name=str_or_none, command=str_or_none, container=str_or_none,
-                    slurm_job=str_or_none, foreign=bool, why=str_or_none)
+                    slurm_job=str_or_none, foreign=bool, why=str_or_none, session=int_or_none)
 CONDITIONS = {"sm_clock_mhz": int_or_none, "mem_clock_mhz": int_or_none, "throttle": (list, type(None)),
               "temperature_c": int_or_none, "power_w": number_or_none}
 LOOK = {"host": str_or_none, "seq": non_negative, "time": number_or_none, "gpus": [dict], "state": dict}

@@ -43,8 +43,9 @@ def _who(g) -> str:
     for p in g.processes:
         job = f" job {p['slurm_job']}" if p.get("slurm_job") else ""
         box = f" [{p['container']}]" if p.get("container") else ""
+        left = f" (fleet run {p['left_running']}, left running)" if p.get("left_running") else ""
         people.append(f"{p.get('user') or '?'}:{p['pid']} {_gib(p.get('used_memory'))}G "
-                      f"{(p.get('command') or p.get('name') or p.get('why') or '')[:40]}{job}{box}")
+                      f"{(p.get('command') or p.get('name') or p.get('why') or '')[:40]}{job}{box}{left}")
     people += [f"unseen: {u}" for u in g.unseen]
     return "; ".join(people) or "-"
 
@@ -179,6 +180,23 @@ class Recorder:
             os.replace(f"{self.path}.partial", self.path)
 
 
+def _left_running() -> dict:
+    """The workloads fleet runs left running (--detach, Ctrl-C), by host and session, from the store."""
+    from .. import store
+    from ..lab import leftrunning
+
+    return leftrunning.by_session(store.root(None))  # no store, or one fleet does not use: nothing marked
+
+
+def _mark_left_running(view, left: dict) -> None:
+    """Each GPU process of a workload a fleet run left running named by that run (``left_running``)."""
+    for g in view.gpus if left else ():
+        for p in g.processes:
+            run_id = left.get((view.host, p.get("session")))
+            if run_id:
+                p["left_running"] = run_id
+
+
 async def _run(obj: Context, hosts, *, once: bool, interval: float, count: int | None, as_json: bool,
                recorder: Recorder, shown, job=None, partition=None):
     """The look until its end or Ctrl-C; ``shown`` paints the latest views each interval.
@@ -191,8 +209,10 @@ async def _run(obj: Context, hosts, *, once: bool, interval: float, count: int |
 
     stop = stop_on_signals("stopping the look")
     latest = {h.name: HostView(h.name) for h in hosts or ()}  # in the targets' order; a job's nodes as they come
+    left = _left_running()
 
     def on_view(v) -> None:
+        _mark_left_running(v, left)
         latest[v.host] = v
         if v.seq is not None or v.error:
             recorder.write(_view_json(v, interval))

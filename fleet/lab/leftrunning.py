@@ -44,6 +44,7 @@ class LeftRunning:
     started: list[int | None]
     boot: str | None
     output: str | None
+    session: int | None = None  # its processes' session (nsys's): fleet top marks them by it
     state: str = "unknown"     # running | ended | unknown (the host did not answer)
     why: str | None = None     # why unknown
 
@@ -66,9 +67,10 @@ def of_entry(run_id: str, entry: "HostEntry") -> LeftRunning | None:
     pids, started = _pids(running.get("pids")), running.get("started")
     if not pids or not isinstance(started, list) or len(started) != len(pids):
         return None
-    boot, output = running.get("boot"), running.get("output")
+    boot, output, session = running.get("boot"), running.get("output"), running.get("session")
     return LeftRunning(run_id, entry.host, pids, [s if _whole(s) else None for s in started],
-                       boot if isinstance(boot, str) else None, output if isinstance(output, str) else None)
+                       boot if isinstance(boot, str) else None, output if isinstance(output, str) else None,
+                       session if _whole(session) and session > 0 else None)
 
 
 def _whole(value) -> bool:
@@ -106,6 +108,16 @@ def in_store(store_root: Path, run_ids: tuple[str, ...] = (),
         if items:
             found.append((folder, items))
     return found
+
+
+def by_session(store_root: Path) -> dict[tuple[str, int], str]:
+    """(host, session) -> run id of every workload the store's runs left running, for fleet top to
+    mark its processes (a label only: what fleet jobs and fleet cancel act on is checked by start time)."""
+    try:
+        found = in_store(store_root)
+    except (UnsafeStore, OSError):
+        return {}
+    return {(item.host, item.session): item.run_id for _, items in found for item in items if item.session}
 
 
 def read_look(answer: str, left: LeftRunning) -> str:
