@@ -10,6 +10,7 @@ report holding the window's kernels, and the workload ran to its end).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -143,6 +144,26 @@ def test_on_slurm_a_window_is_for_srun_s_ranks_yet():
     assert out.returncode == 2 and "--window on Slurm is for srun's ranks yet" in out.stderr, out.stderr
 
 
+@contextlib.contextmanager
+def left_running(node, script: str):
+    """A run of ``script`` left running by --window 0:1 --detach: (fleet's answer, its pids), killed after."""
+    out = profile(node, "--window", "0:1", "--detach", "--json", "--", "sh", "-c", script)
+    assert out.returncode == 0, out.stderr
+    doc = fleet_json(out.stdout)
+    pids = doc["hosts"][0]["result"]["workload"]["running"]["pids"]
+    try:
+        yield doc, pids
+
+
+def kill_own(pids) -> None:
+    """The test's own processes, by pid, where the test failed before they ended."""
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
 def _left(node, *args):
     out = run_fleet("jobs", "--store", str(node["store"]), "--json", *args, env=node["env"])
     assert out.returncode == 0, out.stderr
@@ -150,11 +171,7 @@ def _left(node, *args):
 
 
 def test_fleet_jobs_shows_a_detached_workload_and_fleet_cancel_ends_it(node):
-    out = profile(node, "--window", "0:1", "--detach", "--json", "--", "sh", "-c", "echo started; sleep 60")
-    assert out.returncode == 0, out.stderr
-    doc = fleet_json(out.stdout)
-    pids = doc["hosts"][0]["result"]["workload"]["running"]["pids"]
-    try:
+    with left_running(node, "echo started; sleep 60") as (doc, pids):
         [row] = _left(node)
         assert (row["run_id"], row["host"], row["pids"], row["state"]) == (doc["run_id"], "gpu01", pids, "running")
         table = run_fleet("jobs", "--store", str(node["store"]), env=node["env"])
@@ -167,19 +184,10 @@ def test_fleet_jobs_shows_a_detached_workload_and_fleet_cancel_ends_it(node):
         assert not Path(f"/proc/{pids[0]}").exists()
         assert [r["state"] for r in _left(node)] == ["ended"]
         assert _left(node) == []  # a run whose workloads have all ended is no longer looked at
-    finally:
-        for pid in pids:
-            try:
-                os.kill(pid, signal.SIGKILL)  # the test's own process, where it failed before it ended
-            except ProcessLookupError:
-                pass
 
 
 def test_a_pid_that_is_no_longer_the_workload_is_neither_shown_running_nor_stopped(node):
-    out = profile(node, "--window", "0:1", "--detach", "--json", "--", "sh", "-c", "sleep 60")
-    doc = fleet_json(out.stdout)
-    pids = doc["hosts"][0]["result"]["workload"]["running"]["pids"]
-    try:
+    with left_running(node, "sleep 60") as (doc, pids):
         [manifest] = node["store"].glob(f"*/*/{doc['run_id']}/manifest.json")
         recorded = json.loads(manifest.read_text())
         recorded["hosts"][0]["result"]["workload"]["running"]["started"][0] += 1  # as a later process of that pid
@@ -189,19 +197,10 @@ def test_a_pid_that_is_no_longer_the_workload_is_neither_shown_running_nor_stopp
         time.sleep(1)  # a SIGTERM sent would have ended `sleep` by now
         assert Path(f"/proc/{pids[0]}").exists()  # not that process: never signalled
         assert [r["state"] for r in _left(node)] == ["ended"]
-    finally:
-        for pid in pids:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
 
 
 def test_fleet_top_names_the_run_whose_workload_it_left_running(node):
-    out = profile(node, "--window", "0:1", "--detach", "--json", "--", "sh", "-c", "sleep 60")
-    doc = fleet_json(out.stdout)
-    pids = doc["hosts"][0]["result"]["workload"]["running"]["pids"]
-    try:
+    with left_running(node, "sleep 60") as (doc, pids):
         fakenvml.write_scenario(node["scenario"], {"gpus": [{"index": 0, "processes": [
             {"pid": pids[0], "used_memory": 1 << 30}, {"pid": os.getpid(), "used_memory": 1 << 30}]}]})
         env = {**node["env"], "FLEET_STORE": str(node["store"])}
@@ -212,9 +211,3 @@ def test_fleet_top_names_the_run_whose_workload_it_left_running(node):
         assert marked == {pids[0]: doc["run_id"], os.getpid(): None}, gpu["processes"]
         table = run_fleet("top", "gpu01", "--once", env=env)
         assert f"(fleet run {doc['run_id']}, left running)" in table.stdout, table.stdout
-    finally:
-        for pid in pids:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass

@@ -135,6 +135,34 @@ print("app done, rank", os.environ.get("RANK", os.environ.get("SLURM_PROCID")), 
 PYEOF
 }
 
+# write_steps_app FILE: GEMMs for SECONDS (its argument), 10 a step, each step an NVTX range "step", 50 ms
+# apart, cudaProfilerStart before step 20 and cudaProfilerStop after step 40; its pid first, and last
+# "app done: kernels launched K steps S at T" (record-sessions.sh recorded nsys with it; windows-check.sh).
+write_steps_app() {
+  cat > "$1" <<'PYEOF'
+import os, sys, time, torch
+seconds = float(sys.argv[1])
+a = torch.randn(2048, 2048, device="cuda")
+end = time.time() + seconds
+launched = step = 0
+print("app started, pid", os.getpid(), flush=True)
+while time.time() < end:
+    if step == 20:
+        torch.cuda.cudart().cudaProfilerStart()
+    with torch.cuda.nvtx.range("step"):
+        for _ in range(10):
+            b = a @ a
+            launched += 1
+        torch.cuda.synchronize()
+    if step == 40:
+        torch.cuda.cudart().cudaProfilerStop()
+    step += 1
+    time.sleep(0.05)
+print("app done: kernels launched", launched, "steps", step, "at", round(time.time(), 3), flush=True)
+PYEOF
+  chmod 644 "$1"
+}
+
 # pack TOP NAME: TOP/NAME/ becomes TOP/NAME.tgz, without the reports themselves (their sizes are
 # listed in TOP/NAME/reports.txt first) nor nsys's SQLite exports, so that what comes back stays small.
 pack() {

@@ -13,28 +13,7 @@ TOP=${OUT:-/tmp}; D=$TOP/record-sessions; mkdir -p "$D"
 trap 'pack "$TOP" record-sessions' EXIT
 W=$CHECK_TMP/sessions; mkdir -p "$W"; chmod 755 "$W"
 APP=$W/steps.py  # GEMMs for SECONDS, each step an NVTX range "step"; cudaProfilerStart/Stop around steps 20-40
-cat > "$APP" <<'PYEOF'
-import os, sys, time, torch
-seconds = float(sys.argv[1])
-a = torch.randn(2048, 2048, device="cuda")
-end = time.time() + seconds
-launched = step = 0
-print("app started, pid", os.getpid(), flush=True)
-while time.time() < end:
-    if step == 20:
-        torch.cuda.cudart().cudaProfilerStart()
-    with torch.cuda.nvtx.range("step"):
-        for _ in range(10):
-            b = a @ a
-            launched += 1
-        torch.cuda.synchronize()
-    if step == 40:
-        torch.cuda.cudart().cudaProfilerStop()
-    step += 1
-    time.sleep(0.05)
-print("app done: kernels launched", launched, "steps", step, "at", round(time.time(), 3), flush=True)
-PYEOF
-chmod 644 "$APP"
+write_steps_app "$APP"
 BASE="-t cuda,nvtx --sample=none --cpuctxsw=none"
 STATS="stats -q --report cuda_gpu_kern_sum,nvtx_sum --format csv"
 now() { date +%s.%N | cut -c1-14; }

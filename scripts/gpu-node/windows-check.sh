@@ -17,28 +17,7 @@ W=$CHECK_TMP/windows; mkdir -p "$W"; chmod 755 "$W"
 STORE=$CHECK_TMP/windows-store
 TORCHRUN=/opt/torch/.venv/bin/torchrun
 APP=$W/steps.py  # as scripts/gpu-node/record-sessions.sh's: the recording the stand-in replays
-cat > "$APP" <<'PYEOF'
-import os, sys, time, torch
-seconds = float(sys.argv[1])
-a = torch.randn(2048, 2048, device="cuda")
-end = time.time() + seconds
-launched = step = 0
-print("app started, pid", os.getpid(), flush=True)
-while time.time() < end:
-    if step == 20:
-        torch.cuda.cudart().cudaProfilerStart()
-    with torch.cuda.nvtx.range("step"):
-        for _ in range(10):
-            b = a @ a
-            launched += 1
-        torch.cuda.synchronize()
-    if step == 40:
-        torch.cuda.cudart().cudaProfilerStop()
-    step += 1
-    time.sleep(0.05)
-print("app done: kernels launched", launched, "steps", step, "at", round(time.time(), 3), flush=True)
-PYEOF
-chmod 644 "$APP"
+write_steps_app "$APP"
 
 # watch_reports FILE: every 0.2 s, each new .nsys-rep under the node's run folders and when it was
 # first seen (this script's clock, epoch seconds), until killed; its pid in WATCHER.
