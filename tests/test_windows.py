@@ -153,6 +153,8 @@ def left_running(node, script: str):
     pids = doc["hosts"][0]["result"]["workload"]["running"]["pids"]
     try:
         yield doc, pids
+    finally:
+        kill_own(pids)
 
 
 def kill_own(pids) -> None:
