@@ -289,8 +289,9 @@ class Stops:
             if stopped is None or stopped:
                 self._released_now(now, bool(stopped))
                 return bool(stopped)
-            self.notes.append("Ctrl-C asked to leave the workload running, but nsys stop --session did not stop the "
-                              "collection (%s): fleet sent SIGTERM instead, which ends the workload" % self.session.failure)
+            self.notes.append("Ctrl-C asked to leave the workload running, but nsys stop --session did not stop "
+                              "the collection (%s): fleet sent SIGTERM instead, which ends the workload"
+                              % self.session.failure)
             self.session = None
         elif self.leaving is None:
             self.notes.append("Ctrl-C asked to leave the workload running, but %s's collection cannot be ended alone "

@@ -120,13 +120,14 @@ class Window:
         stopped; ``profiler`` runs on with the workload) or nsys has gone after a window: the
         workload's output from now on (``streams``, the pipes the agent read) goes to the run's
         file by a drainer of its own, and the agent leaves it all running."""
-        left = [profiler.pid] if profiler.poll() is None else list(self.left)
+        nsys_runs = profiler.poll() is None
+        left = [profiler.pid] if nsys_runs else list(self.left)
         output, why = self._drain(streams)
         self.running_on, self.pending = running_record(left, output), []
-        how = ("nsys stopped collecting (nsys stop of its session) and wrote its report" if profiler.poll() is None
+        how = ("nsys stopped collecting (nsys stop of its session) and wrote its report" if nsys_runs
                else "nsys had written the window's report")
         self.let_go_said = "Ctrl-C: %s, and the workload runs on: pid %s%s, its output %s" % (
-            how, ", ".join(map(str, left)), " (nsys, the workload below it)" if profiler.poll() is None else "",
+            how, ", ".join(map(str, left)), " (nsys, the workload below it)" if nsys_runs else "",
             "in %s" % output if output else "dropped (%s)" % why)
 
     def _drain(self, streams):

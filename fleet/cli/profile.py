@@ -77,10 +77,10 @@ def gpu_choice(ctx, param, value):
               "running on (its output in the run's folder on the node).")
 @click.option("--nvtx-window", metavar="RANGE[@DOMAIN]", help="nsys: collect while the workload is in this NVTX range "
               "(the first one, or --repeat N of them); the workload goes on after it.")
-@click.option("--cuda-profiler-window", is_flag=True, help="nsys: collect from the workload's cudaProfilerStart() to its "
-              "cudaProfilerStop() (the first, or --repeat N); the workload goes on after it.")
-@click.option("--repeat", type=click.IntRange(1, 100), metavar="N", help="With --nvtx-window or --cuda-profiler-window: "
-              "N windows, each its own report.")
+@click.option("--cuda-profiler-window", is_flag=True, help="nsys: collect from the workload's cudaProfilerStart() "
+              "to its cudaProfilerStop() (the first, or --repeat N); the workload goes on after it.")
+@click.option("--repeat", type=click.IntRange(1, 100), metavar="N", help="With --nvtx-window or "
+              "--cuda-profiler-window: N windows, each its own report.")
 @click.option("-X", "--profiler-arg", "profiler_args", multiple=True, help="Extra argument for nsys/ncu (repeatable).")
 @click.option("--docker", "docker_image", callback=image, help="Lab servers: run the workload and the node's profiler in this "
               "Docker image, with the least privilege the plan needs.")
