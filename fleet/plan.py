@@ -229,7 +229,8 @@ def _guarded(state: policy.NodeState, req: ProfileRequest, request: policy.Reque
     """What guards the run, as the policy's guards for it say (the Plan's fields): the workload
     pinned to its GPUs, their counter locks, the last-moment check, DCGM paused, the run watch."""
     guard = policy.guards(request, req.uses_counters)
-    return {"env": {"CUDA_VISIBLE_DEVICES": ",".join(g["uuid"] for g in chosen)} if guard.pin_gpus else {},
+    pinned = {"CUDA_VISIBLE_DEVICES": ",".join(g["uuid"] for g in chosen)} if guard.pin_gpus else {}
+    return {"env": {**pinned, **windows.app_env(req)},
             "gpu_locks": tuple(g["uuid"] for g in chosen) if guard.gpu_locks else (),
             "recheck": {"gpus": [g["index"] for g in chosen], "allow_own": req.allow_own} if guard.recheck else {},
             "pause_dcgm": guard.node_state and policy.dcgm_pause(state, chosen, req.pause_dcgm, req.uses_counters),

@@ -9,8 +9,9 @@ Each was seen with nsys 2025.3 on an H100 test machine (tests/fixtures/nsys-sess
   then adopts the workload (fleet.agent.window).
 * ``--nvtx-window RANGE[@DOMAIN]``: nsys's NVTX capture range. Collection starts where the
   workload opens the range and stops where it closes it (``--capture-range-end=stop``: "Target
-  app will continue running"). ``NSYS_NVTX_PROFILER_REGISTER_ONLY=0`` lets a range named by a
-  plain string (``torch.cuda.nvtx.range_push("step")``) open it too, not only a registered one.
+  app will continue running"). ``NSYS_NVTX_PROFILER_REGISTER_ONLY=0`` in the workload's
+  environment lets a range named by a plain string (``torch.cuda.nvtx.range_push("step")``) open
+  it too, not only a registered one (the recording gave it with --env-var).
 * ``--cuda-profiler-window``: from the workload's ``cudaProfilerStart()`` to its
   ``cudaProfilerStop()`` (cuda-api: steps 20 to 40 of 170, the workload ran to its end).
 * ``--repeat N`` with either: N windows, each its own report, ``NAME.1`` to ``NAME.N``
@@ -27,11 +28,16 @@ import re
 # given twice, and fleet reads the outcome by the window it asked).
 WINDOW_OPTIONS = ("--delay", "--duration", "--kill", "--capture-range", "--capture-range-end", "--nvtx-capture")
 MOST_REPEATS = 100     # windows one run may ask nsys for: each is a report of its own
+# What each window option has nsys do, for the line refusing it to ncu.
+NSYS_OPTIONS = {"--window": "--delay, --duration, --kill none", "--nvtx-window": "--capture-range=nvtx",
+                "--cuda-profiler-window": "--capture-range=cudaProfilerApi"}
 RANGE_MOST = 200       # characters of an NVTX range's name (with its domain) fleet passes on
 CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 UNESCAPED_AT = re.compile(r"(?<!\\)@")  # nsys's help: "'@' can be escaped with backslash"
-# With it, ranges named by plain strings open an NVTX capture range, not registered strings alone.
-NVTX_ANY_STRING = "NSYS_NVTX_PROFILER_REGISTER_ONLY=0"
+# With it, ranges named by plain strings open an NVTX capture range, not registered strings alone. In
+# nsys's environment, which the workload inherits: an -X --env-var of the user's beside fleet's would be
+# an option given twice, which nsys refuses.
+NVTX_ANY_STRING = {"NSYS_NVTX_PROFILER_REGISTER_ONLY": "0"}
 
 
 def nvtx_range_problem(value: object) -> str | None:
@@ -65,7 +71,8 @@ def problem(req, given_to_nsys) -> str | None:
         return "--repeat N takes windows the workload opens: give --nvtx-window or --cuda-profiler-window too"
     if not windows:
         return None
-    return _run_problem(req, windows) or _value_problem(req) or _nsys_words_problem(req, windows[0], given_to_nsys)
+    # The values first: a request read from a job's files may hold any type.
+    return _value_problem(req) or _run_problem(req, windows) or _nsys_words_problem(req, windows[0], given_to_nsys)
 
 
 def _run_problem(req, windows: list[str]) -> str | None:
@@ -73,7 +80,7 @@ def _run_problem(req, windows: list[str]) -> str | None:
     if len(windows) > 1:
         return "%s and %s each set nsys's window: give one" % (windows[0], windows[1])
     if req.tool != "nsys":
-        return "%s is nsys's (%s): ncu cannot leave its workload" % (windows[0], " ".join(nsys_flags(req)[:2]))
+        return "%s is nsys's (%s): ncu cannot leave its workload" % (windows[0], NSYS_OPTIONS[windows[0]])
     if req.lab is not None and req.lab.timeout is not None:
         return "%s leaves the workload running and --timeout ends it: give one" % windows[0]
     if req.launcher is not None or req.docker_image is not None:
@@ -82,11 +89,22 @@ def _run_problem(req, windows: list[str]) -> str | None:
 
 
 def _value_problem(req) -> str | None:
+    """Why a window's value is not of its kind (a request from a job's files may hold anything)."""
     if req.nvtx_window is not None and (why := nvtx_range_problem(req.nvtx_window)):
         return why
-    if req.repeat is not None and not (isinstance(req.repeat, int) and 1 <= req.repeat <= MOST_REPEATS):
-        return "--repeat %r: from 1 to %d windows" % (req.repeat, MOST_REPEATS)
+    if req.repeat is not None and not (_count(req.repeat) and 1 <= req.repeat <= MOST_REPEATS):
+        return "--repeat %.40r: from 1 to %d windows" % (req.repeat, MOST_REPEATS)
+    if req.window is not None and not (isinstance(req.window, (tuple, list)) and len(req.window) == 2
+                                       and all(_count(v) for v in req.window) and req.window[1] > 0):
+        return "--window %.40r: START:DURATION in whole seconds, the duration more than 0" % (req.window,)
+    if not isinstance(req.cuda_profiler_window, bool):
+        return "--cuda-profiler-window %.40r: on or off" % (req.cuda_profiler_window,)
     return None
+
+
+def _count(value) -> bool:
+    """A whole number of 0 or more, not a bool (which Python counts as one)."""
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
 def _nsys_words_problem(req, window: str, given_to_nsys) -> str | None:
@@ -106,11 +124,15 @@ def nsys_flags(req) -> list[str]:
         return ["--delay=%d" % req.window[0], "--duration=%d" % req.window[1], "--kill=none"]
     end = "repeat:%d" % req.repeat if req.repeat else "stop"
     if req.nvtx_window:
-        return ["--capture-range=nvtx", "--nvtx-capture=" + req.nvtx_window, "--capture-range-end=" + end,
-                "--env-var=" + NVTX_ANY_STRING]
+        return ["--capture-range=nvtx", "--nvtx-capture=" + req.nvtx_window, "--capture-range-end=" + end]
     if req.cuda_profiler_window:
         return ["--capture-range=cudaProfilerApi", "--capture-range-end=" + end]
     return []
+
+
+def app_env(req) -> dict:
+    """What the workload's environment needs for the request's window (inherited from nsys's)."""
+    return dict(NVTX_ANY_STRING) if req.nvtx_window else {}
 
 
 def capture(req) -> dict:

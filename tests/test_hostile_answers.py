@@ -337,10 +337,12 @@ def test_a_look_at_a_workload_left_running_reads_only_its_own_shape():
 
     boot = "0f6b5a4e-2d1c-4b7a-9e8f-1a2b3c4d5e6f"
     left = LeftRunning("r", "gpu01", [41, 42], [1000, 2000], boot, "/x/gpu01.workload.out")
-    assert read_look(f"{boot}\n41 1000\n", left) == "running"
-    assert read_look(f"{boot}\n41 1001\n42 2001\n", left) == "ended"  # the pids given to later processes
-    assert read_look(f"{boot.replace('0f', '1f')}\n41 1000\n", left) == "ended"  # another boot
-    assert read_look(f"{boot}\n", left) == "ended"
-    for hostile in ("", "not a boot id\n41 1000", f"{boot}\n41 1000; rm -rf /", f"{boot}\n41\n", f"{boot}\n-1 5"):
+    look = "fleet-left-running-look\n"
+    assert read_look(f"motd of a .bashrc\n{look}{boot}\n41 1000\n", left) == "running"
+    assert read_look(f"{look}{boot}\n41 1001\n42 2001\n", left) == "ended"  # the pids given to later processes
+    assert read_look(f"{look}{boot.replace('0f', '1f')}\n41 1000\n", left) == "ended"  # another boot
+    assert read_look(f"{look}{boot}\n", left) == "ended"
+    for hostile in ("", f"{boot}\n41 1000", f"{look}not a boot id\n41 1000", f"{look}{boot}\n41 1000; rm -rf /",
+                    f"{look}{boot}\n41\n", f"{look}{boot}\n-1 5"):
         with pytest.raises(ValueError):
             read_look(hostile, left)

@@ -100,8 +100,8 @@ def run_profiler(plan, relay, stop_requested, watch=None, released=lambda: None,
     ranks_stop = ranksstop.RanksStop(plan, env)
     win = window.Window(plan)
     win.begin()
-    proc = subprocess.Popen(list(ranks_stop.argv()), env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, start_new_session=True)
+    proc = subprocess.Popen(win.timed(list(ranks_stop.argv())), env=env, stdin=subprocess.DEVNULL,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
     started = time.monotonic()
     if watch is not None:
         watch.begin(proc.pid, started)
@@ -119,8 +119,9 @@ def run_profiler(plan, relay, stop_requested, watch=None, released=lambda: None,
         now = time.monotonic()
         if _exited_or_left(ran, proc, stops, win, released, now):
             break
-        if leave_requested() and _may_leave(proc, stops, win, relay, now):
-            win.let_go(proc, [key.fileobj for key in sel.get_map().values()])
+        leaving = _may_leave(proc, stops, win, relay, now) if leave_requested() else None
+        if leaving:
+            win.let_go(proc, [key.fileobj for key in sel.get_map().values()], nsys_runs=leaving == "collection")
             open_streams = 0  # the workload's output is the drainer's now
             break
         timed_out, duration_up = _time_up(plan, now - started, by_nsys and stops.released is None)
@@ -151,12 +152,13 @@ def _exited_or_left(ran, proc, stops, win, released, now):
 
 
 def _may_leave(proc, stops, win, relay, now):
-    """Whether the agent may go now, at Ctrl-C's "leave the workload running": nsys's collection
-    ended through its session, its report written; or nsys gone after a window, the workload
-    followed. A run whose collection cannot be ended alone is stopped instead (Stops.leave)."""
+    """Whether the agent may go now, at Ctrl-C's "leave the workload running", and why: "collection",
+    nsys's collection ended through its session, its report written (nsys runs on with the
+    workload); "window", nsys gone after a window, the workload followed; else None. A run whose
+    collection cannot be ended alone is stopped instead (Stops.leave)."""
     if proc.poll() is None:
-        return stops.leave(proc, now, relay)
-    return win.follows
+        return "collection" if stops.leave(proc, now, relay) else None
+    return "window" if win.follows else None
 
 
 def _running(proc, ran, win, open_streams):

@@ -101,7 +101,8 @@ def rank_window(env, window, now=None):
     rank's nsys exits at the same moment, its report written; (None, None) without a window. Where
     the script's moment is not readable, the rank counts from its own start; where it is past, the
     rank's window starts at once (and its note does not claim the others' moment)."""
-    if not (isinstance(window, list) and len(window) == 2 and all(isinstance(v, int) for v in window)):
+    if not (isinstance(window, list) and len(window) == 2
+            and all(isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= planner.MAX_TIMEOUT for v in window)):
         return None, None
     start, duration = window
     since = env.get("FLEET_WINDOW_FROM") or ""

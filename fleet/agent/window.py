@@ -32,9 +32,25 @@ except ImportError:  # as part of the installed package (tests, the local machin
 
 # The workload's output once the agent has gone (Ctrl-C's "leave it running"), copied by a process of
 # its own from the pipes the agent read into the run's file: argv[1] the file's fd, the rest the pipes'.
-DRAIN = ("import os, select, sys\nout = int(sys.argv[1])\nfds = [int(a) for a in sys.argv[2:]]\n"
-         "while fds:\n    for fd in select.select(fds, [], [])[0]:\n        data = os.read(fd, 65536)\n"
-         "        if data:\n            os.write(out, data)\n        else:\n            fds.remove(fd)\n")
+# It reads to the end whatever happens to the file (a full disk: the rest goes nowhere), so that the
+# workload never meets a pipe without a reader.
+DRAIN = """import os, select, sys
+out = int(sys.argv[1])
+fds = [int(a) for a in sys.argv[2:]]
+while fds:
+    for fd in select.select(fds, [], [])[0]:
+        try:
+            data = os.read(fd, 65536)
+        except OSError:
+            data = b""
+        if not data:
+            fds.remove(fd)
+        while data:
+            try:
+                data = data[os.write(out, data):]
+            except OSError:
+                out, data = os.open(os.devnull, os.O_WRONLY), b""
+"""
 PR_SET_CHILD_SUBREAPER = 36  # prctl(2): orphaned descendants are reparented to this process
 KILL_AFTER = 30.0  # seconds after the SIGTERM of a stop a workload left by the window still alive gets SIGKILL
 
@@ -54,6 +70,19 @@ class Window:
         self.adopted = self.exited = self.killed = False
         self.stopped_at = None  # when a stop asked of fleet went to the workload
         self.pending = []       # the left processes not yet ended (without --detach)
+
+    def timed(self, argv):
+        """The profiler's words with a Slurm rank's --delay counted again now, just before nsys starts
+        (the plan counted it before the rank's checks): to the moment every rank's window starts
+        (``at``), to the nearest second; a rank past it starts at once and no longer claims it."""
+        at = self.spec.get("at")
+        if not isinstance(at, int) or "--delay=%s" % self.spec.get("start") not in argv:
+            return argv
+        away = at - time.time()
+        if away < -1:
+            self.spec = dict(self.spec, at=None)
+        delay = "--delay=%d" % max(0, int(round(away)))
+        return [delay if word == "--delay=%s" % self.spec["start"] else word for word in argv]
 
     def begin(self):
         """Before the profiler starts: the agent adopts what nsys will leave."""
@@ -101,7 +130,7 @@ class Window:
         if self.stopped_at is None or now - self.stopped_at >= KILL_AFTER and not self.killed:
             self.killed = self.stopped_at is not None
             self.stopped_at = self.stopped_at or now
-            for pid in self.left:
+            for pid in self.pending:  # those reaped are gone: their pids may be another's now
                 try:
                     os.killpg(os.getpgid(pid), signal.SIGKILL if self.killed else signal.SIGTERM)
                 except OSError:
@@ -115,12 +144,11 @@ class Window:
                 self.stop()
             time.sleep(0.1)
 
-    def let_go(self, profiler, streams):
+    def let_go(self, profiler, streams, nsys_runs):
         """Ctrl-C's "leave the workload running", once nsys's collection has ended (its session
-        stopped; ``profiler`` runs on with the workload) or nsys has gone after a window: the
-        workload's output from now on (``streams``, the pipes the agent read) goes to the run's
-        file by a drainer of its own, and the agent leaves it all running."""
-        nsys_runs = profiler.poll() is None
+        stopped; ``profiler`` runs on with the workload: ``nsys_runs``) or nsys has gone after a
+        window: the workload's output from now on (``streams``, the pipes the agent read) goes to
+        the run's file by a drainer of its own, and the agent leaves it all running."""
         left = [profiler.pid] if nsys_runs else list(self.left)
         output, why = self._drain(streams)
         self.running_on, self.pending = running_record(left, output), []
@@ -143,8 +171,8 @@ class Window:
             subprocess.Popen([sys.executable or "python3", "-I", "-c", DRAIN, str(out)] + [str(fd) for fd in fds],
                              pass_fds=[out] + fds, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                              stderr=subprocess.DEVNULL, start_new_session=True)
-        except OSError as e:
-            output, why = None, "the drainer could not start: %s" % e
+        except OSError as e:  # its pipes then close with the agent: the workload may end at its next write
+            output, why = None, "the drainer could not start: %s; it may end at its next write" % e
         os.close(out)
         for stream in streams:
             stream.close()

@@ -60,10 +60,14 @@ def stop_on_signals(message: str, leave: str | None = None) -> StopRequest:
                 main.cancel()
             return
         if sig == signal.SIGINT and leave is not None and _terminal():
+            try:
+                loop.add_reader(sys.stdin.fileno(), answered)
+            except (OSError, ValueError, NotImplementedError):  # no way to hear the answer: end both
+                decided("TERM", message)
+                return
+            asking.append(sys.stdin.fileno())
             sys.stderr.write(QUESTION)
             sys.stderr.flush()
-            asking.append(sys.stdin.fileno())
-            loop.add_reader(asking[0], answered)
             return
         decided("TERM", message)
 
@@ -73,10 +77,11 @@ def stop_on_signals(message: str, leave: str | None = None) -> StopRequest:
 
 
 def _terminal() -> bool:
-    """Whether there is someone to ask: stdin and stderr both a terminal."""
+    """Whether there is someone to ask: stdin and stderr both a terminal, fleet in its foreground
+    (a fleet in the background that read it would be stopped, SIGTTIN)."""
     try:
-        return sys.stdin.isatty() and sys.stderr.isatty()
-    except (AttributeError, ValueError):
+        return sys.stdin.isatty() and sys.stderr.isatty() and os.tcgetpgrp(sys.stdin.fileno()) == os.getpgrp()
+    except (AttributeError, ValueError, OSError):
         return False
 
 

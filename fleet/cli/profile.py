@@ -179,8 +179,10 @@ def profile_lab_servers(obj: Context, hosts, req, *, store_root, site, dry_run, 
     from .interrupt import run as run_interruptible, stop_on_signals
 
     async def go():
+        # Not with --timeout: the workload ends at it anyway, and its bound is the wait's.
         leave = ("stopping the collection (nsys stop of each node's session), leaving the workloads running; "
-                 "waiting for the reports") if req.tool == "nsys" and not (req.launcher or req.docker_image) else None
+                 "waiting for the reports") if req.tool == "nsys" and not (req.launcher or req.docker_image
+                                                                           or req.timeout) else None
         stop = stop_on_signals("stopping the profilers (SIGTERM), waiting for their reports", leave)
         from .output import byte_progress
 

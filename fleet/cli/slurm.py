@@ -296,8 +296,11 @@ def _say_cancelled(jobs: list, lab: list, as_json: bool, dry_run: bool) -> None:
         pids = ", ".join(map(str, item.pids))
         if dry_run:
             echo(f"{item.host}: would stop run {item.run_id}'s workload left running (pid {pids}), where it still runs")
+        elif item.signalled:
+            echo(f"{item.host}: run {item.run_id}'s workload left running: SIGTERM to pid "
+                 f"{', '.join(map(str, item.signalled))}")
         elif item.state == "ended":
-            echo(f"{item.host}: run {item.run_id}'s workload left running: SIGTERM to pid {pids} where it still ran")
+            echo(f"{item.host}: run {item.run_id}'s workload left running had ended already (pid {pids})")
         else:
             echo(f"{item.host}: run {item.run_id}'s workload left running: not stopped ({item.why})")
 

@@ -11,7 +11,7 @@ workload. What a node answers is checked line by line against that shape, never 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -27,8 +27,10 @@ if TYPE_CHECKING:
 
 MARK = "left-running"
 LOOK_TIMEOUT = 20.0  # seconds one host's look may take
-# Each pid given, as "PID STARTTIME" while it exists (its 20th field past the command's ")"), after the boot's id.
-LOOK = ('cat /proc/sys/kernel/random/boot_id; for p; do '
+# Each pid given, as "PID STARTTIME" while it exists (its 20th field past the command's ")"), after the boot's
+# id, after a line of its own (what a shell's start-up files print comes before it, and is not read).
+MARKER = "fleet-left-running-look"
+LOOK = ('echo ' + MARKER + '; cat /proc/sys/kernel/random/boot_id; for p; do '
         's=$(sed "s/.*) //" "/proc/$p/stat" 2>/dev/null | cut -d" " -f20) && [ -n "$s" ] && echo "$p $s"; done; exit 0')
 BOOT = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 PID_LINE = re.compile(r"([0-9]{1,10}) ([0-9]{1,20})")
@@ -45,12 +47,13 @@ class LeftRunning:
     boot: str | None
     output: str | None
     session: int | None = None  # its processes' session (nsys's): fleet top marks them by it
+    signalled: list[int] = field(default_factory=list)  # fleet cancel: the pids that got its SIGTERM
     state: str = "unknown"     # running | ended | unknown (the host did not answer)
     why: str | None = None     # why unknown
 
     def to_json(self) -> dict:
         return {"run_id": self.run_id, "host": self.host, "pids": self.pids, "state": self.state,
-                "output": self.output, "why": self.why}
+                "output": self.output, "why": self.why, "signalled": self.signalled}
 
 
 def mark(directory: Path, manifest: "RunManifest") -> None:
@@ -69,7 +72,8 @@ def of_entry(run_id: str, entry: "HostEntry") -> LeftRunning | None:
         return None
     boot, output, session = running.get("boot"), running.get("output"), running.get("session")
     return LeftRunning(run_id, entry.host, pids, [s if _whole(s) else None for s in started],
-                       boot if isinstance(boot, str) else None, output if isinstance(output, str) else None,
+                       boot if isinstance(boot, str) and BOOT.fullmatch(boot) else None,
+                       output if isinstance(output, str) else None,
                        session if _whole(session) and session > 0 else None)
 
 
@@ -123,6 +127,7 @@ def by_session(store_root: Path) -> dict[tuple[str, int], str]:
 def read_look(answer: str, left: LeftRunning) -> str:
     """running or ended, by a host's answer to LOOK; ValueError for one not of its shape."""
     lines = answer.splitlines()
+    lines = lines[len(lines) - lines[::-1].index(MARKER):] if MARKER in lines else []
     if not lines or not BOOT.fullmatch(lines[0].strip()):
         raise ValueError("no boot id in the answer")
     now = {}
@@ -158,15 +163,20 @@ async def look(fan: "Fanout", inventory: "Inventory", left: list[LeftRunning]) -
     await asyncio.gather(*(one(item) for item in left))
 
 
-# Each pid given with its start time, after the boot's id: SIGTERM to those that are still that process.
+# Each pid given with its start time, after the boot's id: SIGTERM to those that are still that process,
+# to its process group where it leads one (nsys's, the workload's), as the agent's own stop does; each
+# pid signalled said back.
 END = ('[ "$(cat /proc/sys/kernel/random/boot_id)" = "$1" ] || exit 0; shift; while [ $# -gt 1 ]; do '
-       'p=$1; want=$2; shift 2; s=$(sed "s/.*) //" "/proc/$p/stat" 2>/dev/null | cut -d" " -f20); '
-       'if [ -n "$s" ] && [ "$s" = "$want" ] && kill -TERM "$p" 2>/dev/null; then echo "$p"; fi; done; exit 0')
+       'p=$1; want=$2; shift 2; f=$(sed "s/.*) //" "/proc/$p/stat" 2>/dev/null); '
+       's=$(echo "$f" | cut -d" " -f20); g=$(echo "$f" | cut -d" " -f3); '
+       'if [ -n "$s" ] && [ "$s" = "$want" ]; then '
+       'if [ "$g" = "$p" ]; then kill -s TERM -- "-$p" 2>/dev/null && echo "$p"; '
+       'else kill -s TERM "$p" 2>/dev/null && echo "$p"; fi; fi; done; exit 0')
 
 
 async def end(fan: "Fanout", inventory: "Inventory", left: list[LeftRunning]) -> None:
     """SIGTERM to each one still running, where it is still that process (its boot and start
-    time); its state then "ended" where each of its pids was signalled or was gone already."""
+    time): ``signalled`` the pids that got it (none: each had ended already); its state "ended"."""
     import asyncio
 
     async def one(item: LeftRunning) -> None:
@@ -179,6 +189,8 @@ async def end(fan: "Fanout", inventory: "Inventory", left: list[LeftRunning]) ->
         if not r.ok:
             item.why = r.error or f"the stop exited {r.exit_status}"
             return
+        said = r.stdout.decode(errors="replace").split()
+        item.signalled = [pid for pid in item.pids if str(pid) in said]
         item.state = "ended"
 
     await asyncio.gather(*(one(item) for item in left))

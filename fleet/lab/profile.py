@@ -313,7 +313,7 @@ async def gather(fan: "Fanout", hosts: dict[str, "Host"], store_root: Path, run_
                                                             allow_own=completeness.allows_own(plan_doc))
     manifest.hosts = with_missing_ranks(manifest.hosts)
     manifest.status = outcome.run_status(h.status for h in manifest.hosts)
-    store.save(store_root, manifest)
+    leftrunning.mark(store.save(store_root, manifest), manifest)
     return manifest
 
 

@@ -45,8 +45,8 @@ class LocalTransport(Transport):
                                         lambda: signal_group(getattr(signal, "SIG" + stop_signal(stop))),
                                         lambda: signal_group(signal.SIGKILL),
                                         timeout=timeout, grace=grace, sink=sink, stop=stop)
-        except asyncio.CancelledError:
-            signal_group(signal.SIGTERM)
+        except asyncio.CancelledError:  # a second Ctrl-C: the first one's signal (USR1 leaves the workload running)
+            signal_group(getattr(signal, "SIG" + stop_signal(stop)))
             raise
         status = proc.returncode
         died_of = signal.Signals(-status).name if status is not None and status < 0 else None

@@ -244,8 +244,8 @@ class SSHTransport(Transport):
             out, err, why, abandoned = await drive(proc.stdout.read, proc.stderr.read, proc.wait(check=False),
                                         lambda: _signal(proc, stop_signal(stop)), proc.close,
                                         timeout=timeout, grace=grace, sink=sink, stop=stop)
-        except asyncio.CancelledError:
-            _signal(proc, "TERM")
+        except asyncio.CancelledError:  # a second Ctrl-C: the first one's signal (USR1 leaves the workload running)
+            _signal(proc, stop_signal(stop))
             raise
         except (asyncssh.Error, OSError) as e:
             return Result(host.name, error=f"connection lost while running: {e}", error_kind="unreachable")
