@@ -183,19 +183,24 @@ def _look_problems(body):
     return wrong
 
 
+def _profile_problems(body):
+    """Every way a profile's result is not of RESULT's shape, its files', newcomer's and workload's."""
+    wrong = check(body, RESULT, required=("status",))
+    if wrong:
+        return wrong
+    for key in ("reports", "summaries"):
+        wrong += [p for i, f in enumerate(body.get(key, []))
+                  for p in check(f, FILE, "%s[%d]" % (key, i), FILE_REQUIRED)]
+    wrong += check(body.get("newcomer") or {}, NEWCOMER, "newcomer")
+    wrong += check(body.get("workload") or {}, WORKLOAD, "workload")
+    running = (body.get("workload") or {}).get("running") if not wrong else None
+    return wrong + (check(running, RUNNING, "workload.running", ("pids", "started")) if running is not None else [])
+
+
 def problems(body, kind):
     """Every way an answer's body is not of its kind's shape (empty: it may be used)."""
     if kind == "profile":
-        wrong = check(body, RESULT, required=("status",))
-        if not wrong:
-            for key in ("reports", "summaries"):
-                wrong += [p for i, f in enumerate(body.get(key, []))
-                          for p in check(f, FILE, "%s[%d]" % (key, i), FILE_REQUIRED)]
-            wrong += check(body.get("newcomer") or {}, NEWCOMER, "newcomer")
-            wrong += check(body.get("workload") or {}, WORKLOAD, "workload")
-            running = (body.get("workload") or {}).get("running") if not wrong else None
-            wrong += check(running, RUNNING, "workload.running", ("pids", "started")) if running is not None else []
-        return wrong
+        return _profile_problems(body)
     if kind == "probe":
         wrong = check(body, PROBE)
         for i, gpu in enumerate(body.get("gpus") or [] if not wrong else []):
