@@ -31,10 +31,10 @@ LOOK_TIMEOUT = 20.0  # seconds one host's look may take
 # id, after a line of its own (what a shell's start-up files print comes before it, and is not read).
 MARKER = "fleet-left-running-look"
 LOOK = ('echo ' + MARKER + '; cat /proc/sys/kernel/random/boot_id; for p; do '
-        's=$(sed "s/.*) //" "/proc/$p/stat" 2>/dev/null | cut -d" " -f20) && [ -n "$s" ] && echo "$p $s"; done; exit 0')
+        's=$(sed "s/.*) //" "/proc/$p/stat" 2>/dev/null | cut -d" " -f20) && [ -n "$s" ] && echo "$p $s"; '
+        'done; exit 0')
 BOOT = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 PID_LINE = re.compile(r"([0-9]{1,10}) ([0-9]{1,20})")
-SIGNAL = "TERM"
 
 
 @dataclass
