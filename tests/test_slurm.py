@@ -447,8 +447,10 @@ def test_four_ranks_take_the_same_time_window_and_run_on(hpc, tmp_path):
     """--window on Slurm: the window counts from one moment of the batch script's, so every rank's
     nsys collects the same seconds, whenever srun started it, exits with its report written, and
     the rank's agent stays with the workload to its end."""
-    work = 'sleep 4; echo "rank $SLURM_PROCID after the window"'
-    r = fleet(hpc, tmp_path, "--nodes", "2", "--ntasks-per-node", "2", "--window", "2:1", "--", "sh", "-c", work)
+    # START 6 s: time for srun to start every rank and its agent to probe, on a loaded 2-core machine (a rank
+    # past the moment starts at once, and its note does not claim the others' moment)
+    work = 'sleep 9; echo "rank $SLURM_PROCID after the window"'
+    r = fleet(hpc, tmp_path, "--nodes", "2", "--ntasks-per-node", "2", "--window", "6:1", "--", "sh", "-c", work)
     assert r.returncode == 0, r.stderr + r.stdout
     m = manifest(tmp_path)
     assert m["status"] == "complete" and [h["status"] for h in m["hosts"]] == ["ok"] * 4, m["hosts"]

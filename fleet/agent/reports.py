@@ -129,21 +129,7 @@ def collect(plan, tail, notes, strays_before=frozenset(), killed=False, finish=T
                              LINGER_WAIT if finish else FULL_LINGER_WAIT)
             adopt_strays(plan, tail, notes, strays_before)
         found_elsewhere(plan, tail, notes, ext)  # nsys exits 0 then: whatever its exit status
-        # At the run's own output name the data is this run's: finished whatever nsys's exit status.
-        for leftover in sorted(glob.glob(stem + ".qdstrm")):
-            report = leftover[: -len(".qdstrm")] + ext
-            if os.path.exists(report) and os.path.getsize(report) > 0:
-                continue
-            if not finish:
-                notes.append("nsys's data %s is left unfinished: the disk is full, no report can be made there"
-                             % leftover)
-                continue
-            if os.path.exists(report):
-                notes.append("%s is empty, not a report: its data %s is finished instead" % (report, leftover))
-                os.unlink(report)
-            elif not killed:
-                notes.append(left_unfinished(leftover, tail))
-            finished.add(finish_qdstrm(importer_for(plan.nsys), leftover, notes))
+        finished = finish_leftovers(plan, stem, tail, notes, killed, finish)
     for path in report_files(stem, ext):
         try:
             entry = hashed(path)
@@ -162,6 +148,27 @@ def collect(plan, tail, notes, strays_before=frozenset(), killed=False, finish=T
             notes.append("%s is truncated: %s" % (path, cut))
         found.append(dict(entry, finished_from_qdstrm=path in finished))
     return found
+
+
+def finish_leftovers(plan, stem, tail, notes, killed, finish):
+    """nsys's data left at the run's own output name (NAME.qdstrm), this run's whatever nsys's exit
+    status: each finished into its report (an empty report file in its way removed first), unless
+    not to ``finish`` (the disk is full); the leftovers finished."""
+    finished = set()
+    for leftover in sorted(glob.glob(stem + ".qdstrm")):
+        report = leftover[: -len(".qdstrm")] + ".nsys-rep"
+        if os.path.exists(report) and os.path.getsize(report) > 0:
+            continue
+        if not finish:
+            notes.append("nsys's data %s is left unfinished: the disk is full, no report can be made there" % leftover)
+            continue
+        if os.path.exists(report):
+            notes.append("%s is empty, not a report: its data %s is finished instead" % (report, leftover))
+            os.unlink(report)
+        elif not killed:
+            notes.append(left_unfinished(leftover, tail))
+        finished.add(finish_qdstrm(importer_for(plan.nsys), leftover, notes))
+    return finished
 
 
 def report_files(stem, ext):
