@@ -15,13 +15,15 @@ import json
 import os
 import re
 import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 
 import pytest
 
 from fleet import exitcodes
-from tests.conftest import fleet_json, run_fleet
+from tests.conftest import REPO, fleet_json, run_fleet
 from tests.harness import fakenvml
 from tests.harness.agent_node import local_inventory_node
 
@@ -213,3 +215,28 @@ def test_fleet_top_names_the_run_whose_workload_it_left_running(node):
         assert marked == {pids[0]: doc["run_id"], os.getpid(): None}, gpu["processes"]
         table = run_fleet("top", "gpu01", "--once", env=env)
         assert f"(fleet run {doc['run_id']}, left running)" in table.stdout, table.stdout
+
+
+def test_a_stop_after_the_window_is_fleet_s_stop_not_the_workload_s_failure(node):
+    """SIGTERM to fleet once nsys has gone after its window: the workload fleet stayed with gets it
+    (its process group), and the run says it was stopped, never that the workload failed."""
+    proc = subprocess.Popen([sys.executable, "-m", "fleet", "profile", "--hosts", "gpu01", "--store", str(node["store"]),
+                             "--window", "0:1", "--json", "--", "sh", "-c", "echo started; sleep 60"],
+                            cwd=REPO, env={**os.environ, **node["env"]}, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    try:
+        deadline = time.monotonic() + 30  # the window's report written: nsys gone, the workload followed
+        while not list((node["dir"] / "reports").glob("*/gpu01-*.nsys-rep")):
+            assert time.monotonic() < deadline and proc.poll() is None, "the window never ended"
+            time.sleep(0.1)
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    [host] = fleet_json(out)["hosts"]
+    assert host["status"] == "ok" and host["result"]["stopped"], (host["status"], host["result"])
+    assert host["result"]["workload"] == {"exit_status": None, "signal": "SIGTERM"}
+    [note] = [n for n in host["result"]["notes"] if "(--window)" in n]
+    assert note.endswith("and was stopped when fleet was told to stop (killed by SIGTERM)"), note
+    assert "the workload was stopped after its window, when told to stop" in " ".join(host["result"]["notes"])

@@ -136,7 +136,7 @@ def run_profiler(plan, relay, stop_requested, watch=None, released=lambda: None,
             win.stop()
         open_streams = _relay_some(sel, relay, open_streams)
     _after_profiler(ran, proc, stops, win, relay, released, stop_requested)
-    ran.exit_status, ran.why_stopped = proc.returncode, stops.why or _by_duration(plan, proc, duration_up, ranks_stop)
+    ran.exit_status, ran.why_stopped = proc.returncode, _why_stopped(plan, proc, stops, win, duration_up, ranks_stop)
     ran.lingering = open_streams > 0 and not ran.left  # a profiler left running holds its output itself
     return ran
 
@@ -219,6 +219,12 @@ def _relay_some(sel, relay, open_streams):
     if not open_streams:
         time.sleep(0.05)
     return open_streams
+
+
+def _why_stopped(plan, proc, stops, win, duration_up, ranks_stop):
+    """Why the run was stopped, or None: fleet's stop of the profiler, nsys's own --duration, or
+    fleet's stop of the workload it stayed with after a window."""
+    return stops.why or _by_duration(plan, proc, duration_up, ranks_stop) or win.why_stopped()
 
 
 def _by_duration(plan, proc, duration_up, ranks_stop):

@@ -204,7 +204,16 @@ class Window:
         if self.status is None:
             return {"exit_status": None, "signal": None}, [said + "; its end was not seen (it was not adopted)"]
         record = _status(self.status)
+        if self.stopped_at is not None:  # Ctrl-C, fleet cancel, a Slurm job's time limit: fleet's stop, not its own end
+            return record, [said + " and was stopped when fleet was told to stop (%s)" % _said(record)]
         return record, [said + " and ended by itself (%s)" % _said(record)]
+
+    def why_stopped(self):
+        """Why fleet stopped the workload it stayed with after the window, or None."""
+        if self.stopped_at is None:
+            return None
+        return "after its window, when told to stop (SIGTERM to its process group%s)" % (
+            ", SIGKILL %gs later" % KILL_AFTER if self.killed else "")
 
 
 def running_record(pids, output):
