@@ -244,10 +244,12 @@ def test_sigint_to_ncus_group_ends_it_with_the_report_kept_as_the_real_one_did(t
         proc = subprocess.Popen([str(STANDINS / "ncu"), "-o", case, "--", "sleep", "3"], cwd=tmp_path,
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
                                 preexec_fn=start)
-        time.sleep(0.5)
+        first = proc.stdout.readline()  # ncu attached to its application: a signal before would find no ncu yet
+        assert "Connected to process" in first, first
         started = time.monotonic()
         os.killpg(proc.pid, signal.SIGINT) if group else proc.send_signal(signal.SIGINT)
         out, _ = proc.communicate(timeout=30)
+        out = first + out
         took = time.monotonic() - started
         real = recorded(case)
         if start is None:
