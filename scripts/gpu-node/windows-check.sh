@@ -29,11 +29,10 @@ watch_reports() {
    done) > "$1" 2>&1 &
   WATCHER=$!
 }
-kernels() {  # kernels FILE: the kernel count of each .nsys-rep the run brought home, by nsys stats
-  local r
-  for r in $(find "$STORE" -name '*.nsys-rep' -newer "$1" | sort); do
-    echo "$(basename "$r"): $("$NSYS" stats -q --report cuda_gpu_kern_sum --format csv "$r" 2>/dev/null \
-      | awk -F'","' 'NR > 1 {gsub(/"/, "", $3); n += $3} END {print n + 0}') kernels"
+kernels() {  # kernels FILE: the kernel count of each report the run brought home, from its kernel summary
+  local f       # (Instances, the third column of fleet's cuda_gpu_kern_sum CSV, as nsys stats writes it)
+  for f in $(find "$STORE" -name '*_cuda_gpu_kern_sum.csv' -newer "$1" | sort); do
+    echo "$(basename "$f" _cuda_gpu_kern_sum.csv): $(awk -F, 'NR > 1 {n += $3} END {print n + 0}' "$f") kernels"
   done
 }
 
