@@ -469,3 +469,22 @@ def test_four_ranks_take_the_same_time_window_and_run_on(hpc, tmp_path):
     log = Path(m["slurm"]["log"]["stored"]).read_text()
     assert all(f"rank {i} after the window" in log for i in range(4))
     no_drained_nodes(hpc)
+
+
+def test_four_ranks_each_take_their_cuda_profiler_window(hpc, tmp_path):
+    """--cuda-profiler-window on Slurm: every rank's nsys collects from its own cudaProfilerStart() to its
+    cudaProfilerStop(), one report a rank, and the rank runs on after it."""
+    api = ('sleep 0.3; echo start >> "$STANDIN_CUDA_PROFILER_LOG"; sleep 0.3; echo stop >> "$STANDIN_CUDA_PROFILER_LOG";'
+           ' sleep 0.3; echo "rank $SLURM_PROCID ran on"')
+    r = fleet(hpc, tmp_path, "--nodes", "2", "--ntasks-per-node", "2", "--cuda-profiler-window", "--", "sh", "-c", api)
+    assert r.returncode == 0, r.stderr + r.stdout
+    m = manifest(tmp_path)
+    assert m["status"] == "complete" and [h["status"] for h in m["hosts"]] == ["ok"] * 4, m["hosts"]
+    stored = sorted(Path(rep["stored"]).relative_to(Path(rep["stored"]).parents[1]).as_posix()
+                    for h in m["hosts"] for rep in h["reports"] if rep["stored"].endswith(".nsys-rep"))
+    assert stored == ["node1/rank0.nsys-rep", "node1/rank1.nsys-rep", "node2/rank2.nsys-rep", "node2/rank3.nsys-rep"]
+    assert all("nsys collected 1 window (cudaProfilerStart() to cudaProfilerStop()), and the workload went on to its "
+               "end" in h["result"]["notes"] for h in m["hosts"])
+    log = Path(m["slurm"]["log"]["stored"]).read_text()
+    assert all(f"rank {i} ran on" in log for i in range(4))
+    no_drained_nodes(hpc)
