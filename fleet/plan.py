@@ -205,7 +205,9 @@ def plan(host: str, state: policy.NodeState, req: ProfileRequest, owned_sysctls:
     # directory (NFS) and their hostnames collide (containers); with a launcher, by rank too.
     starts, workload, output = _launched(host, req, f"{rd}/{req.run_id}")
     window = _window(host, req, f"{rd}/{req.run_id}")
-    workload = detached(workload, window["output"]) if window.get("detach") else workload
+    capture = windows.capture(req, RunDir(f"{rd}/{req.run_id}").workload_out(host))
+    out_file = window.get("output") or capture.get("output")  # --detach: the workload's output, from its start
+    workload = detached(workload, out_file) if out_file else workload
     chosen = policy.chosen_gpus(state, request)
     tools = state.get("tools") or {}
     if req.tool == "nsys":
@@ -221,7 +223,7 @@ def plan(host: str, state: policy.NodeState, req: ProfileRequest, owned_sysctls:
                 sysctls=nsys.sysctls, owned_sysctls=owned, given_up=tuple(nsys.given_up),
                 timeout=req.timeout, lock_wait=req.lock_wait, tool=req.tool, ranks=req.ranks,
                 nsys=(tools.get("nsys") or {}).get("path"), ncu=(tools.get("ncu") or {}).get("path"),
-                session=nsys.session, window=window, capture=windows.capture(req),
+                session=nsys.session, window=window, capture=capture,
                 **_guarded(state, req, request, chosen))
 
 

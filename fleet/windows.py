@@ -65,8 +65,9 @@ def problem(req, given_to_nsys) -> str | None:
     """Why the request's window (or --detach, --repeat) cannot be planned as asked, or None.
     ``given_to_nsys(option)``: the values the user's -X words give nsys's option (None: no value)."""
     windows = asked(req)
-    if req.detach and not req.window:
-        return "--detach leaves a workload running after a window: give --window START:DURATION too"
+    if req.detach and not windows:
+        return ("--detach leaves a workload running after a window: give --window START:DURATION, --nvtx-window "
+                "or --cuda-profiler-window too")
     if req.repeat is not None and not (req.nvtx_window or req.cuda_profiler_window):
         return "--repeat N takes windows the workload opens: give --nvtx-window or --cuda-profiler-window too"
     if not windows:
@@ -135,13 +136,14 @@ def app_env(req) -> dict:
     return dict(NVTX_ANY_STRING) if req.nvtx_window else {}
 
 
-def capture(req) -> dict:
-    """The plan's record of a window the workload opens (None for the rest): which one, its NVTX
-    range, how many windows were asked; the agent says from it what was taken."""
+def capture(req, output: str = "") -> dict:
+    """The plan's record of a window the workload opens ({} for the rest): which one, its NVTX
+    range, how many windows were asked, and with --detach the file its output goes to (``output``):
+    the agent leaves once every window asked has its report. The agent says from it what was taken."""
     if not (req.nvtx_window or req.cuda_profiler_window):
         return {}
     return {"range": "nvtx" if req.nvtx_window else "cudaProfilerApi", "nvtx": req.nvtx_window,
-            "repeat": req.repeat or 1}
+            "repeat": req.repeat or 1, "detach": bool(req.detach), "output": output if req.detach else ""}
 
 
 def opened_by(spec: dict) -> str:

@@ -13,6 +13,8 @@ say a range they opened, or their cudaProfilerStart/Stop, as tests/standins/nsys
 from __future__ import annotations
 
 import json
+import os
+import signal
 from pathlib import Path
 
 import pytest
@@ -116,6 +118,7 @@ def test_a_workload_that_fails_after_its_windows_fails_the_run(node):
 
 @pytest.mark.parametrize("args, said", [
     (("--repeat", "2"), "--repeat N takes windows the workload opens: give --nvtx-window or --cuda-profiler-window"),
+    (("--detach",), "--detach leaves a workload running after a window: give --window START:DURATION, --nvtx-window"),
     (("--window", "1:2", "--repeat", "2"), "--repeat N takes windows the workload opens"),
     (("--nvtx-window", "step", "--cuda-profiler-window"), "--nvtx-window and --cuda-profiler-window each set"),
     (("--window", "1:2", "--nvtx-window", "step"), "--window and --nvtx-window each set nsys's window: give one"),
@@ -141,3 +144,28 @@ def test_an_escaped_at_is_part_of_the_range_s_name(node):
     out = profile(node, "--nvtx-window", "a\\@b", "--dry-run", "--", "true")
     assert out.returncode == 0, out.stderr
     assert "--nvtx-capture='a\\@b'" in out.stdout or "--nvtx-capture=a\\@b" in out.stdout, out.stdout
+
+
+def test_detach_leaves_once_every_window_asked_has_its_report(node):
+    """--detach with --repeat 2: fleet answers once both windows' reports are written (nsys writes each
+    as its window ends), the reports home, and the workload runs on, its output in the run's file."""
+    steps = 'echo first; for i in 1 2; do sleep 0.3; echo step >> "$STANDIN_NVTX_LOG"; done; sleep 20; echo last'
+    out = profile(node, "--nvtx-window", "step", "--repeat", "2", "--detach", "--json", "--", "sh", "-c", steps)
+    assert out.returncode == 0, out.stderr
+    [host] = fleet_json(out.stdout)["hosts"]
+    running = host["result"]["workload"]["running"]
+    try:
+        assert host["status"] == "ok" and len(reports(host)) == 2, host
+        assert all(Path(f"/proc/{pid}").exists() for pid in running["pids"])  # fleet answered; it runs on
+        assert Path(running["output"]).read_text().splitlines()[0] == "first"  # its own file, from its start
+        assert "nsys collected 2 windows (NVTX range 'step'), and the workload runs on (--detach)" in \
+            host["result"]["notes"]
+        [note] = [n for n in host["result"]["notes"] if n.startswith("--detach:")]
+        assert note.startswith("--detach: nsys wrote the report of every window asked, and the workload runs on: "
+                               f"pid {running['pids'][0]} (nsys, the workload below it), its output in "), note
+    finally:
+        for pid in running["pids"]:
+            try:
+                os.kill(pid, signal.SIGTERM)  # the test's own nsys, by its pid: it passes SIGTERM to the workload
+            except ProcessLookupError:
+                pass

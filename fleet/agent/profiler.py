@@ -119,9 +119,10 @@ def run_profiler(plan, relay, stop_requested, watch=None, released=lambda: None,
         now = time.monotonic()
         if _exited_or_left(ran, proc, stops, win, released, now):
             break
-        leaving = _may_leave(proc, stops, win, relay, now) if leave_requested() else None
+        leaving = _may_leave(proc, stops, win, relay, now) if leave_requested() else win.windows_written(plan, proc)
         if leaving:
-            win.let_go(proc, [key.fileobj for key in sel.get_map().values()], nsys_runs=leaving == "collection")
+            win.let_go(proc, [key.fileobj for key in sel.get_map().values()], nsys_runs=leaving != "window",
+                       detached=leaving == "detach")
             open_streams = 0  # the workload's output is the drainer's now
             break
         timed_out, duration_up = _time_up(plan, now - started, by_nsys and stops.released is None)

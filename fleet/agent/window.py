@@ -15,6 +15,7 @@ subreaper of what it starts, so the workload nsys leaves behind becomes the agen
 from __future__ import annotations
 
 import ctypes
+import glob
 import os
 import signal
 import subprocess
@@ -64,7 +65,7 @@ class Window:
         where = getattr(plan, "report_dir", ""), getattr(plan, "host", "")
         self.output = rundir.RunDir(where[0]).workload_out(where[1]) if all(where) else None
         self.running_on = None  # left running at Ctrl-C's "leave it running": its pids and output (let_go)
-        self.let_go_said = None
+        self.let_go_said = self.capture_output = None
         self.left = []          # the workload's processes nsys left behind (pids)
         self.status = None      # the first one's exit status, waited for (os.waitpid's)
         self.adopted = self.exited = self.killed = False
@@ -144,24 +145,48 @@ class Window:
                 self.stop()
             time.sleep(0.1)
 
-    def let_go(self, profiler, streams, nsys_runs):
+    def let_go(self, profiler, streams, nsys_runs, detached=False):
         """Ctrl-C's "leave the workload running", once nsys's collection has ended (its session
         stopped; ``profiler`` runs on with the workload: ``nsys_runs``) or nsys has gone after a
-        window: the workload's output from now on (``streams``, the pipes the agent read) goes to
-        the run's file by a drainer of its own, and the agent leaves it all running."""
+        window; or ``detached``, --detach once every window the workload opens has its report. The
+        output from now on (``streams``, the pipes the agent read) goes to the run's file by a
+        drainer of its own (nsys's alone with --detach, whose workload writes its file from its
+        start: it goes nowhere), and the agent leaves it all running."""
         left = [profiler.pid] if nsys_runs else list(self.left)
-        output, why = self._drain(streams)
+        output, why = self._drain(streams, to_file=not detached)
+        output = self.capture_output if detached else output
         self.running_on, self.pending = running_record(left, output), []
-        how = ("nsys stopped collecting (nsys stop of its session) and wrote its report" if nsys_runs
-               else "nsys had written the window's report")
-        self.let_go_said = "Ctrl-C: %s, and the workload runs on: pid %s%s, its output %s" % (
+        how = ("--detach: nsys wrote the report of every window asked" if detached else
+               "Ctrl-C: nsys stopped collecting (nsys stop of its session) and wrote its report" if nsys_runs
+               else "Ctrl-C: nsys had written the window's report")
+        self.let_go_said = "%s, and the workload runs on: pid %s%s, its output %s" % (
             how, ", ".join(map(str, left)), " (nsys, the workload below it)" if nsys_runs else "",
             "in %s" % output if output else "dropped (%s)" % why)
 
-    def _drain(self, streams):
+    def windows_written(self, plan, profiler):
+        """"detach" where the run has --detach with windows the workload opens and every window asked
+        has its report, whole: as many non-empty reports at the run's output name as windows asked,
+        and no data of nsys's left in the run's private TMPDIR to make one from (nsys writes each
+        window's report as it ends: docs/examples/h200-acceptance/6679068/1-windows); else None."""
+        spec = plan.capture or {}
+        if not spec.get("detach") or profiler.poll() is not None:
+            return None
+        stem = rundir.RunDir.output_glob(plan.output)
+        written = [p for p in set(glob.glob(stem + ".nsys-rep")) | set(glob.glob(stem + ".[0-9]*.nsys-rep"))
+                   if os.path.getsize(p) > 0]
+        tmp = os.environ.get("TMPDIR")
+        pending = glob.glob(os.path.join(tmp, "nsys-report-*.qdstrm")) if tmp else []
+        if len(written) < spec["repeat"] or pending:
+            return None
+        self.capture_output = spec.get("output")
+        return "detach"
+
+    def _drain(self, streams, to_file=True):
         """(the file the drainer writes, or None; why not). Made anew in the run's folder, never
         through a link; a file there already (--detach's) is not written over."""
         try:
+            if not to_file:
+                raise OSError("--detach: the workload writes its own file")
             out = os.open(self.output, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_APPEND, 0o600)
             output, why = self.output, None
         except (OSError, TypeError) as e:
@@ -239,8 +264,9 @@ def captured(spec, reports):
     if not taken:
         return ("no window was taken: the workload never opened one (%s) while nsys ran, and nsys collects "
                 "nothing outside it" % opened), []
-    said = "nsys collected %d window%s (%s), and the workload went on to its end" % (
-        taken, "s" if taken > 1 else "", opened)
+    after = "the workload runs on (--detach)" if spec.get("detach") and taken >= asked else \
+        "the workload went on to its end"
+    said = "nsys collected %d window%s (%s), and %s" % (taken, "s" if taken > 1 else "", opened, after)
     if taken < asked:
         said += "; %d of the %d asked (--repeat %d): the workload opened it %d times" % (
             taken, asked, asked, taken)
