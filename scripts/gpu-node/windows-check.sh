@@ -4,6 +4,8 @@
 #  1. --nvtx-window step --repeat 2 on a 12 s workload whose every step is an NVTX range "step": two
 #     reports, each one step's kernels; the workload runs on to its end, its own last line after the
 #     windows; when each report appeared on the node, beside the workload's end
+#  1b. the same with --detach on a 40 s workload: fleet leaves once both reports are written, the workload
+#     runs on; fleet jobs shows it, fleet cancel ends it
 #  2. --cuda-profiler-window on the same workload (cudaProfilerStart before step 20, Stop after step 40)
 #  3. --nvtx-window epoch, a range the workload never opens: what nsys does then, and fleet's verdict
 #  4. fleet profile --launcher torchrun of 3 ranks on GPU 0, then `fleet reports ranks`: named rank 0-2
@@ -44,6 +46,17 @@ kill "$WATCHER" 2>/dev/null; cat "$D/1-reports-seen.txt"
 kernels "$W/t1" | tee "$D/1-kernels.txt"
 expect "windows: --nvtx-window step --repeat 2, two reports, the workload to its end" "$D/1-nvtx-repeat.txt" 0 \
   "nsys collected 2 windows (NVTX range 'step'), and the workload went on to its end" "app done: kernels launched"
+gpu_idle
+
+step "1b. --nvtx-window step --repeat 2 --detach on a 40 s workload: fleet leaves with both reports, it runs on"
+fleet_log 1b-detach.txt profile --hosts localhost --gpu 0 --store "$STORE" --nvtx-window step --repeat 2 --detach \
+  -X --trace=cuda,nvtx -- "$PY" "$APP" 40
+expect "windows: --detach leaves with every window's report, the workload running on" "$D/1b-detach.txt" 0 \
+  "nsys wrote the report of every window asked, and the workload runs on" "!app done"
+RUN=$(sed -n 's/^run \([0-9a-f-]*\).*/\1/p' "$D/1b-detach.txt" | head -1)
+fleet_log 1b-jobs.txt jobs --store "$STORE"
+fleet_log 1b-cancel.txt cancel "${RUN:-none}" --store "$STORE"
+expect "windows: fleet cancel ends the workload --detach left" "$D/1b-cancel.txt" 0 "SIGTERM to pid"
 gpu_idle
 
 step "2. --cuda-profiler-window on the same workload"
