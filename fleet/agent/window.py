@@ -168,7 +168,7 @@ class Window:
         has its report, whole: as many non-empty reports at the run's output name as windows asked,
         and no data of nsys's left in the run's private TMPDIR to make one from (nsys writes each
         window's report as it ends: docs/examples/h200-acceptance/6679068/1-windows); else None."""
-        spec = plan.capture or {}
+        spec = getattr(plan, "capture", None) or {}
         if not spec.get("detach") or profiler.poll() is not None:
             return None
         stem = rundir.RunDir.output_glob(plan.output)
