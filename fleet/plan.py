@@ -204,10 +204,7 @@ def plan(host: str, state: policy.NodeState, req: ProfileRequest, owned_sysctls:
     # Named by the inventory's host name, which is unique even where nodes share a report
     # directory (NFS) and their hostnames collide (containers); with a launcher, by rank too.
     starts, workload, output = _launched(host, req, f"{rd}/{req.run_id}")
-    window = _window(host, req, f"{rd}/{req.run_id}")
-    capture = windows.capture(req, RunDir(f"{rd}/{req.run_id}").workload_out(host))
-    out_file = window.get("output") or capture.get("output")  # --detach: the workload's output, from its start
-    workload = detached(workload, out_file) if out_file else workload
+    window, capture, workload = _windows(host, req, f"{rd}/{req.run_id}", workload)
     chosen = policy.chosen_gpus(state, request)
     tools = state.get("tools") or {}
     if req.tool == "nsys":
@@ -323,6 +320,15 @@ def window_problem(req: ProfileRequest) -> str | None:
     """Why the request's window (--window, --nvtx-window, --cuda-profiler-window, with --detach or
     --repeat) cannot be planned as asked, or None (fleet.windows)."""
     return windows.problem(req, lambda option: _option_values("nsys", req.profiler_args, (option,)))
+
+
+def _windows(host: str, req: ProfileRequest, run_dir: str, workload: tuple[str, ...]):
+    """(the plan's time window, its windows the workload opens, the workload): with --detach, the
+    workload's output goes to the run's file from its start."""
+    window = _window(host, req, run_dir)
+    capture = windows.capture(req, RunDir(run_dir).workload_out(host))
+    out_file = window.get("output") or capture.get("output")
+    return window, capture, detached(workload, out_file) if out_file else workload
 
 
 def _window(host: str, req: ProfileRequest, run_dir: str) -> dict[str, Any]:

@@ -146,8 +146,10 @@ async def look(fan: "Fanout", inventory: "Inventory", left: list[LeftRunning]) -
     """Each one's state, by one look at its host (in parallel, each bounded)."""
     import asyncio
 
+    hosts = {h.name: h for h in inventory.select()}  # the inventory resolved once, not once a workload
+
     async def one(item: LeftRunning) -> None:
-        host = next((h for h in inventory.select() if h.name == item.host), None)
+        host = hosts.get(item.host)
         if host is None:  # a host the inventory no longer has: not looked at
             item.why = "not in the inventory now"
             return
@@ -179,8 +181,10 @@ async def end(fan: "Fanout", inventory: "Inventory", left: list[LeftRunning]) ->
     time): ``signalled`` the pids that got it (none: each had ended already); its state "ended"."""
     import asyncio
 
+    hosts = {h.name: h for h in inventory.select()}  # the inventory resolved once, not once a workload
+
     async def one(item: LeftRunning) -> None:
-        host = next((h for h in inventory.select() if h.name == item.host), None)
+        host = hosts.get(item.host)
         pairs = [str(w) for pid, began in zip(item.pids, item.started) if began is not None for w in (pid, began)]
         if host is None or item.boot is None or not pairs:
             item.why = "not in the inventory now" if host is None else "its record cannot tell it from a later process"
