@@ -239,4 +239,6 @@ def test_a_stop_after_the_window_is_fleet_s_stop_not_the_workload_s_failure(node
     assert host["result"]["workload"] == {"exit_status": None, "signal": "SIGTERM"}
     [note] = [n for n in host["result"]["notes"] if "(--window)" in n]
     assert note.endswith("and was stopped when fleet was told to stop (killed by SIGTERM)"), note
-    assert "the workload was stopped after its window, when told to stop" in " ".join(host["result"]["notes"])
+    # The report seen written, nsys may still be exiting when the SIGTERM comes: then fleet stops it
+    # and the workload (its group) as for any run, else the workload alone; either is fleet's stop.
+    assert re.search(r"the workload was stopped (after its window, )?when told to stop", " ".join(host["result"]["notes"]))
