@@ -25,6 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Iterable
 
+from .agent.messages import AgentStatus, ProfileResult
 from .statuses import HostStatus
 
 if TYPE_CHECKING:
@@ -54,65 +55,81 @@ class Verdict:
     why: str | None = None
 
 
-def classify(entry: "HostEntry") -> Verdict | None:
-    """The class of one host's or rank's report; None where none was to be made."""
+def classify(entry: "HostEntry", result: ProfileResult | None = None) -> Verdict | None:
+    """The class of one host's or rank's report (of ``result`` where given: one of its reports
+    alone, :func:`per_report`); None where none was to be made."""
     if entry.status in NO_REPORT_EXPECTED or entry.host == RAY_DRIVER:
         return None
-    result = entry.result
-    if entry.worker is not None and result is None:  # a Ray worker: Ray's nsys, no agent beside it
+    result = result or entry.answer
+    if result is None:
+        return _without_result(entry)
+    if result.said in NO_REPORT_EXPECTED:
+        return None
+    if not result.reports:
+        return _without_report(result)
+    return _cut(result) or _whose(result, allows_own(entry.plan)) or Verdict(COMPLETE)
+
+
+def _without_result(entry: "HostEntry") -> Verdict:
+    """A Ray worker's class from its report alone (Ray's nsys, no agent beside it); else missing."""
+    if entry.worker is not None:
         whole = [r for r in entry.reports if r.verified and r.status == "complete"]
         return Verdict(COMPLETE) if whole else Verdict(MISSING, entry.missing_why or "its report did not come home")
-    if not isinstance(result, dict):
-        return Verdict(MISSING, entry.missing_why or "it left no result")
-    if result.get("status") in NO_REPORT_EXPECTED:
-        return None
-    reports = [r for r in result.get("reports") or [] if isinstance(r, dict)]
-    if not reports:
-        unfinished = [n for n in result.get("notes") or [] if "unfinished" in n or "could not finish" in n]
-        if result.get("status") == "profiler-error":  # the profiler failed mid-report (the disk full): cut
-            return Verdict(TRUNCATED, unfinished[-1] if unfinished
-                           else "the profiler failed before its report was whole")
-        if unfinished:
-            return Verdict(TRUNCATED, unfinished[-1])
-        return Verdict(MISSING, "; ".join(result.get("reasons") or []) or "it left no report")
-    cut = [r["truncated"] for r in reports if isinstance(r.get("truncated"), str)]
+    return Verdict(MISSING, entry.missing_why or "it left no result")
+
+
+def _without_report(result: ProfileResult) -> Verdict:
+    """A run that named no report: cut where its profiler failed or left its data unfinished, else missing."""
+    unfinished = [n for n in result.notes if "unfinished" in n or "could not finish" in n]
+    if result.status == AgentStatus.PROFILER_ERROR:  # the profiler failed mid-report (the disk full): cut
+        return Verdict(TRUNCATED, unfinished[-1] if unfinished else "the profiler failed before its report was whole")
+    if unfinished:
+        return Verdict(TRUNCATED, unfinished[-1])
+    return Verdict(MISSING, "; ".join(result.reasons) or "it left no report")
+
+
+def _cut(result: ProfileResult) -> Verdict | None:
+    """The run's reports are not whole: one says it is cut, the profiler failed mid-report, or it was
+    killed and its report finished from what it had collected; None where none of these holds."""
+    cut = [r.truncated for r in result.reports if r.truncated is not None]
     if cut:
         return Verdict(TRUNCATED, cut[0])
-    if result.get("status") == "profiler-error":  # failed mid-report: never whole, whatever its files say
-        return Verdict(TRUNCATED, "; ".join(result.get("reasons") or []) or "the profiler failed before its report was whole")
-    killed = isinstance(result.get("exit_status"), int) and result["exit_status"] < 0
-    if killed and any(r.get("finished_from_qdstrm") for r in reports):
-        return Verdict(TRUNCATED, f"the profiler was killed (signal {-result['exit_status']}): the report was "
+    if result.status == AgentStatus.PROFILER_ERROR:  # failed mid-report: never whole, whatever its files say
+        return Verdict(TRUNCATED, "; ".join(result.reasons) or "the profiler failed before its report was whole")
+    killed = result.exit_status is not None and result.exit_status < 0
+    if killed and any(r.finished_from_qdstrm for r in result.reports):
+        return Verdict(TRUNCATED, f"the profiler was killed (signal {-result.exit_status}): the report was "
                                   "finished from the data it had collected until then")
-    if (instead := used_instead(result, allow_own=allows_own(entry.plan))):
+    return None
+
+
+def _whose(result: ProfileResult, allow_own: bool) -> Verdict | None:
+    """A whole report of the wrong process (launcher-only), or of one that was on the GPU and ran no
+    kernel (empty); None where it is the workload's."""
+    if (instead := used_instead(result, allow_own=allow_own)):
         return Verdict(LAUNCHER_ONLY, "used the GPU instead: " + instead)
     own, _ = gpu_processes(result)
-    kernels = [s for s in result.get("summaries") or [] if isinstance(s, dict) and s.get("summary") == KERNELS]
-    if own and kernels and all(s.get("size") == 0 for s in kernels):
+    kernels = [s for s in result.summaries if s.summary == KERNELS]
+    if own and kernels and all(s.size == 0 for s in kernels):
         return Verdict(EMPTY, f"no GPU kernel in the report, while {own[0]} was on the GPU")
-    return Verdict(COMPLETE)
+    return None
 
 
-def gpu_processes(result: dict, *, arrived_only: bool = False) -> tuple[list[str], list[str]]:
+def gpu_processes(result: ProfileResult, *, arrived_only: bool = False) -> tuple[list[str], list[str]]:
     """The processes the run watch saw on the run's GPUs: the wrapped command's own, and the other
     processes of the same user (another user's are neighbours, not the workload's), named; with
     ``arrived_only``, of those others only the ones not there in the first look at their GPU."""
-    user = (result.get("whose") or {}).get("user") if isinstance(result.get("whose"), dict) else None
-    samples = (result.get("conditions") or {}).get("samples") if isinstance(result.get("conditions"), dict) else None
     own: dict[int, str] = {}
     others: dict[int, str] = {}
-    first: dict[object, set[int]] = {}  # GPU -> the pids of its first sample
-    for sample in samples or []:
-        listed = [p for p in (sample.get("processes") or []) if isinstance(p, dict) and isinstance(p.get("pid"), int)] \
-            if isinstance(sample, dict) else []
-        there_at_start = first.setdefault(sample.get("gpu") if isinstance(sample, dict) else None,
-                                          {p["pid"] for p in listed})
-        for p in listed:
-            named = f"pid {p['pid']} ({p.get('name') or '?'}, GPU {sample.get('gpu')})"
-            if p.get("own") is True:
-                own.setdefault(p["pid"], named)
-            elif user is not None and p.get("user") == user and not (arrived_only and p["pid"] in there_at_start):
-                others.setdefault(p["pid"], named)
+    first: dict[int | None, set[int]] = {}  # GPU -> the pids of its first sample
+    for sample in result.samples:
+        there_at_start = first.setdefault(sample.gpu, {p.pid for p in sample.processes})
+        for p in sample.processes:
+            named = f"pid {p.pid} ({p.name or '?'}, GPU {sample.gpu})"
+            if p.own is True:
+                own.setdefault(p.pid, named)
+            elif result.user is not None and p.user == result.user and not (arrived_only and p.pid in there_at_start):
+                others.setdefault(p.pid, named)
     return list(own.values()), [v for k, v in others.items() if k not in own]
 
 
@@ -126,7 +143,7 @@ def allows_own(plan) -> bool:
     return any(isinstance(part, dict) and part.get("allow_own") is True for part in parts)
 
 
-def used_instead(result: dict, *, allow_own: bool = False) -> str | None:
+def used_instead(result: ProfileResult, *, allow_own: bool = False) -> str | None:
     """The processes that used the run's GPUs where the wrapped one never did (``launcher-only``),
     named; None where the wrapped process was on a GPU, or nobody of its user was. The one rule of
     the class and of the host's status (fleet.outcome), so a launcher-only report is never ``ok``:
@@ -149,18 +166,16 @@ def per_report(entry: "HostEntry") -> list[Verdict]:
     """The class of each report an entry stands for: one per host or rank, and one per rank's
     report on a lab server whose launcher started the ranks under the host's one agent (its plan's
     ``launcher`` words, fleet.launchers), each with its own summaries (named from its report)."""
-    result, plan = entry.result, entry.plan
+    result, plan = entry.answer, entry.plan
     launched = isinstance(plan, dict) and isinstance(plan.get("command"), dict) and plan["command"].get("launcher")
-    reports = [r for r in (result or {}).get("reports") or [] if isinstance(r, dict)] if launched else []
-    if len(reports) < 2:
+    if not launched or result is None or len(result.reports) < 2:
         verdict = classify(entry)
         return [verdict] if verdict is not None else []
-    summaries = [s for s in result.get("summaries") or [] if isinstance(s, dict) and isinstance(s.get("path"), str)]
     found = []
-    for rep in reports:
-        stem = str(rep.get("path", "")).rsplit(".", 1)[0]
-        own = [s for s in summaries if s["path"].startswith((stem + "_", stem + "."))]
-        verdict = classify(replace(entry, result=dict(result, reports=[rep], summaries=own)))
+    for rep in result.reports:
+        stem = rep.path.rsplit(".", 1)[0]
+        own = tuple(s for s in result.summaries if s.path.startswith((stem + "_", stem + ".")))
+        verdict = classify(entry, replace(result, reports=(rep,), summaries=own))
         found += [verdict] if verdict is not None else []
     return found
 

@@ -13,22 +13,13 @@ import signal
 from typing import TYPE_CHECKING, Iterable
 
 from . import completeness
+from .agent.messages import AgentStatus, Newcomer, ProfileResult
 from .statuses import HostStatus, RunStatus
 from .store.collect import is_summary
 from .visible import visible
 
 if TYPE_CHECKING:
     from .store.manifest import HostEntry, ReportEntry
-
-
-# The agent's words for its result (fleet/agent/wire.py), read into a HostStatus here alone (of_result).
-AGENT_OK, AGENT_YIELDED, AGENT_REFUSED, AGENT_STOPPED, AGENT_PROFILER_ERROR = \
-    "ok", "yielded", "refused", "stopped", "profiler-error"
-
-
-def made_reports(result: dict) -> bool:
-    """Whether the agent's result says it made reports to bring home (it ran, or yielded mid-run)."""
-    return result.get("status") in (AGENT_OK, AGENT_YIELDED)
 
 
 def lost(reports: Iterable["ReportEntry"]) -> list["ReportEntry"]:
@@ -40,89 +31,103 @@ def lost(reports: Iterable["ReportEntry"]) -> list["ReportEntry"]:
 FLEET_STOP_SIGNALS = ("SIGTERM", "SIGINT")
 
 
-def stopped_by_fleet(result: dict, fleet_stopped: bool = False) -> bool:
+def stopped_by_fleet(result: ProfileResult, fleet_stopped: bool = False) -> bool:
     """Whether fleet stopped this run: its agent saw the stop, or fleet recorded its stop before
     sending the signal (``fleet_stopped``: a Slurm job's stop marks) and the workload died by that
     signal. The record is there before the signal, so the verdict never depends on which the
     agent saw first, its own signal or its profiler's end."""
-    if result.get("stopped"):
+    if result.stopped:
         return True
-    workload = result.get("workload")
-    return fleet_stopped and isinstance(workload, dict) and workload.get("signal") in FLEET_STOP_SIGNALS
+    return fleet_stopped and result.workload is not None and result.workload.signal in FLEET_STOP_SIGNALS
 
 
-def workload_said(result: dict, fleet_stopped: bool = False) -> str | None:
+def _workload_end(result: ProfileResult) -> tuple[int | None, str | None]:
+    """The workload's exit status and the signal that killed it, from its record; from a result of an
+    agent older than that record, from the profiler's exit status, which passes the workload's on."""
+    if result.workload is not None:
+        return result.workload.exit_status, result.workload.signal
+    code = result.exit_status
+    if code is not None and code > 128 and code - 128 in signal.Signals._value2member_map_:
+        return None, signal.Signals(code - 128).name
+    return (None if code is not None and code < 0 else code), None  # below 0: the profiler itself was killed
+
+
+def workload_said(result: ProfileResult, fleet_stopped: bool = False) -> str | None:
     """'the workload exited 3' or 'the workload was killed by SIGSEGV', or None when it ended well
     or fleet itself stopped it (its time limit, Ctrl-C, Slurm's end; :func:`stopped_by_fleet`)."""
     if stopped_by_fleet(result, fleet_stopped):
         return None
-    workload = result.get("workload")
-    if isinstance(workload, dict):
-        code, sig = workload.get("exit_status"), workload.get("signal")
-    else:  # an agent older than the workload record: the profiler passes the workload's status on
-        code, sig = result.get("exit_status"), None
-        if isinstance(code, int) and code > 128 and code - 128 in signal.Signals._value2member_map_:
-            code, sig = None, signal.Signals(code - 128).name
-        elif isinstance(code, int) and code < 0:  # the profiler itself died by a signal, not the workload
-            code = None
+    code, sig = _workload_end(result)
     if sig:
         return f"the workload was killed by {sig}"
-    if isinstance(code, int) and code != 0:
+    if code is not None and code != 0:
         return f"the workload exited {code}"
     return None
 
 
-def newcomer_said(newcomer: dict) -> str:
+def newcomer_said(newcomer: Newcomer) -> str:
     """Who arrived on the GPU mid-run, when, and what fleet did about it, in one phrase."""
-    memory = newcomer.get("used_memory")
-    held = f"{memory / 2**30:.1f} GiB" if isinstance(memory, int) and memory > 0 else None
-    if newcomer.get("unseen"):
+    memory = newcomer.used_memory
+    held = f"{memory / 2**30:.1f} GiB" if memory is not None and memory > 0 else None
+    if newcomer.unseen:
         who = f"an unseen tenant ({held or 'GPU memory'} that no listed process holds)"
     else:
-        who = f"pid {newcomer.get('pid')} ({', '.join(filter(None, [newcomer.get('user') or 'unknown user', held]))})"
-    when = newcomer.get("appeared_s")
-    text = f"{who} on GPU {newcomer.get('gpu')}"
-    if isinstance(when, (int, float)):
-        text += f", {when:.1f} s after the profiler started"
-    overlap = newcomer.get("overlap_s")
-    if isinstance(overlap, (int, float)):
-        text += f"; overlapped {overlap:.1f} s"
-    if newcomer.get("action"):
-        text += f"; {newcomer['action']}"
+        who = f"pid {newcomer.pid} ({', '.join(filter(None, [newcomer.user or 'unknown user', held]))})"
+    text = f"{who} on GPU {newcomer.gpu}"
+    if newcomer.appeared_s is not None:
+        text += f", {newcomer.appeared_s:.1f} s after the profiler started"
+    if newcomer.overlap_s is not None:
+        text += f"; overlapped {newcomer.overlap_s:.1f} s"
+    if newcomer.action:
+        text += f"; {newcomer.action}"
     return text
 
 
-def of_result(result: dict | None, reports: list["ReportEntry"], *, tool: str | None = None,
+# The agent's words that end a run before any report (its own reasons say why, else these).
+NOTHING_RAN = {AgentStatus.REFUSED: (HostStatus.REFUSED, None),
+               AgentStatus.STOPPED: (HostStatus.STOPPED, "told to stop before the profiler started"),
+               # the profiler failed where no whole report can be made (the disk full)
+               AgentStatus.PROFILER_ERROR: (HostStatus.PROFILER_ERROR, "the profiler failed")}
+
+
+def of_result(result: ProfileResult | None, reports: list["ReportEntry"], *, tool: str | None = None,
               fleet_stopped: bool = False, allow_own: bool = False) -> tuple[str, str | None]:
     """(status, why) of a host or rank from its agent's result and what came home of it (and
     whether fleet recorded a stop of its run: :func:`stopped_by_fleet`; whether a lab host's run
     allowed the user's own processes: ``completeness.allows_own`` of its plan). A missing result is
-    the caller's to name (unreachable, missing, failed): this decides the rest."""
+    the caller's to name (unreachable, missing, failed): this decides the rest. The agent's words
+    become a HostStatus here alone."""
     if result is None:
         return HostStatus.FAILED, "the agent gave no result"
-    said = result.get("status")
-    reasons = "; ".join(result.get("reasons") or []) or None
-    if said == AGENT_REFUSED:
-        return HostStatus.REFUSED, reasons
-    if said == AGENT_STOPPED:
-        return HostStatus.STOPPED, reasons or "told to stop before the profiler started"
-    if said == AGENT_PROFILER_ERROR:  # the profiler failed where no whole report can be made (the disk full)
-        return HostStatus.PROFILER_ERROR, reasons or "the profiler failed"
-    if not made_reports(result):  # no-report, error, or an agent's word this fleet does not know
-        return HostStatus.FAILED, reasons or str(said)
-    if not result.get("reports"):  # "ok" with nothing to bring home has not done its job
+    reasons = "; ".join(result.reasons) or None
+    if result.status in NOTHING_RAN:
+        status, otherwise = NOTHING_RAN[result.status]
+        return status, reasons or otherwise
+    if not result.made_reports:  # no-report, error, or an agent's word this fleet does not know
+        return HostStatus.FAILED, reasons or str(result.said)
+    if not result.reports:  # "ok" with nothing to bring home has not done its job
         return HostStatus.FAILED, reasons or "the agent said ok but named no report"
+    return _of_reports(result, reports) or _of_run(result, tool, fleet_stopped, allow_own)
+
+
+def _of_reports(result: ProfileResult, reports: list["ReportEntry"]) -> tuple[str, str] | None:
+    """A lost or cut report's (status, why); None where every report came home whole."""
     gone = lost(reports)
     if gone:  # a summary that did not come home is recorded in its entry, and fails nothing
         return HostStatus.FAILED, "; ".join(rep.error or "not brought home" for rep in gone)
-    cut = [r["truncated"] for r in result["reports"] if isinstance(r, dict) and isinstance(r.get("truncated"), str)]
+    cut = [r.truncated for r in result.reports if r.truncated is not None]
     if cut:  # there and hashed, but not whole: never a complete run
         return HostStatus.PROFILER_ERROR, f"the report is truncated: {cut[0]}"
-    if said == AGENT_YIELDED:
-        return HostStatus.YIELDED, "gave the GPU's counters back to " + newcomer_said(result.get("newcomer") or {})
+    return None
+
+
+def _of_run(result: ProfileResult, tool: str | None, fleet_stopped: bool, allow_own: bool) -> tuple[str, str | None]:
+    """The status of a run whose reports came home whole: what happened while it ran."""
+    if result.status == AgentStatus.YIELDED:
+        return HostStatus.YIELDED, "gave the GPU's counters back to " + newcomer_said(result.newcomer or Newcomer())
     if (why := workload_said(result, fleet_stopped)):
         return HostStatus.WORKLOAD_FAILED, why
-    errors = result.get("profiler_errors") or []
+    errors = result.profiler_errors
     if errors:
         more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
         return HostStatus.PROFILER_ERROR, f"{tool or 'the profiler'} reported an error: {errors[0]}{more}"
@@ -168,15 +173,14 @@ def detail_lines(entry: "HostEntry", *, indent: str = "  ", hashes: bool = True)
     """What a host's or rank's outcome says below its status line: given up, notes, the workload,
     a newcomer, the profiler's errors, and every file brought home. Each is one line whatever the
     node put in it: a newline in a note is shown (``\\x0a``), never a line of fleet's own."""
-    result = entry.result or {}
+    result = entry.answer or ProfileResult()
     lines = [f"gave up:  {g}" for g in entry.given_up]
-    lines += [f"note:     {n}" for n in result.get("notes") or []]
-    newcomer = result.get("newcomer")
-    if isinstance(newcomer, dict) and entry.status != HostStatus.YIELDED:
-        lines.append(f"newcomer: {newcomer_said(newcomer)}")
+    lines += [f"note:     {n}" for n in result.notes]
+    if result.newcomer is not None and entry.status != HostStatus.YIELDED:
+        lines.append(f"newcomer: {newcomer_said(result.newcomer)}")
     if (why := workload_said(result)) and entry.status != HostStatus.WORKLOAD_FAILED:
         lines.append(f"workload: {why}")
-    lines += [f"error:    {e}" for e in (result.get("profiler_errors") or [])[:5]]
+    lines += [f"error:    {e}" for e in result.profiler_errors[:5]]
     lines += [whole] if (whole := completeness.line(entry)) else []
     lines += [report_line(rep, hashes=hashes) for rep in entry.reports]
     return [indent + visible(line) for line in lines]

@@ -175,5 +175,5 @@ def test_a_rank_whose_report_is_launcher_only_is_never_ok_even_beside_its_users_
     # theirs, beside a CPU-only workload: neither the class nor the status says launcher-only.
     allowed = replace(entries[0], status="ok", missing_why=None, plan={"watch": {"allow_own": True}})
     assert completeness.classify(allowed).cls == "complete"
-    assert outcome.of_result(allowed.result, allowed.reports, allow_own=completeness.allows_own(allowed.plan)) == \
+    assert outcome.of_result(allowed.answer, allowed.reports, allow_own=completeness.allows_own(allowed.plan)) == \
         ("ok", None)

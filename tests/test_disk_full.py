@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from fleet import completeness, exitcodes, outcome
+from fleet.agent.messages import ProfileResult
 from fleet.agent import procs, profiler, reports, run, wire, workload
 from fleet.store.manifest import HostEntry
 from tests.conftest import fleet_json, run_fleet
@@ -89,7 +90,7 @@ def test_nsys_hanging_on_a_full_disk_is_ended_by_the_agent_with_its_workload(tmp
         [result] = wire.answers(out, "profile")
         assert not wire.problems(result, "profile"), wire.problems(result, "profile")
         assert result["status"] == "profiler-error", (result, err)
-        status, why = outcome.of_result(result, [], tool="nsys")
+        status, why = outcome.of_result(ProfileResult.read(result), [], tool="nsys")
         assert status == outcome.HostStatus.PROFILER_ERROR and "Is the disk full?" in why
         assert "free space" in why and "report_dir" in why
         assert any(e.startswith("[QuadDCommon::tag_message*] = Is the disk full?") for e in result["profiler_errors"])

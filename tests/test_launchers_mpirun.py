@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from fleet import completeness, outcome
+from fleet.agent.messages import ProfileResult
 from fleet.agent import bundle, task, wire
 from fleet.plan import ProfileRequest
 from fleet.slurm.launchers import launch, script_index
@@ -99,7 +100,7 @@ def test_four_ranks_of_the_real_mpirun_are_each_under_the_agent_and_named_by_ran
         assert result["whose"]["local_rank"] == rank and result["whose"]["job"] == "77"
         reps = [ReportEntry(remote=rep["path"], size=rep["size"], sha256=rep["sha256"], status="complete",
                             verified=True)]
-        status, why = outcome.of_result(result, reps, tool="nsys")
+        status, why = outcome.of_result(ProfileResult.read(result), reps, tool="nsys")
         entries.append(HostEntry(host="node1", rank=rank, status=status, missing_why=why, result=result, reports=reps))
     assert [e.status for e in entries] == ["ok"] * 4
     assert completeness.run_lines(entries)[0] == "reports: 4 complete"

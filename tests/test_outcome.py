@@ -20,6 +20,7 @@ import pytest
 
 from fleet import exitcodes
 from fleet.agent import node, wire
+from fleet.agent.messages import ProfileResult
 from fleet.inventory import Host
 from fleet.lab import profile as lab
 from fleet.outcome import HostStatus, of_result, run_status, workload_said
@@ -149,15 +150,18 @@ def test_every_answer_maps_the_same_on_both_paths(tmp_path, answer, status, word
 
 
 def test_a_workload_stopped_by_fleet_is_no_failure_and_a_killed_profiler_is_not_the_workloads():
-    assert workload_said({"stopped": True, "workload": {"exit_status": 143}}) is None
-    assert workload_said({"exit_status": -9}) is None  # nsys itself SIGKILLed: its report is finished after
-    assert workload_said({"workload": {"exit_status": 0, "signal": None}}) is None
-    assert workload_said({"exit_status": 3}) == "the workload exited 3"
+    def said(result):
+        return workload_said(ProfileResult.read(result))
+    assert said({"stopped": True, "workload": {"exit_status": 143}}) is None
+    assert said({"exit_status": -9}) is None  # nsys itself SIGKILLed: its report is finished after
+    assert said({"workload": {"exit_status": 0, "signal": None}}) is None
+    assert said({"exit_status": 3}) == "the workload exited 3"
+    assert said({"exit_status": 137}) == "the workload was killed by SIGKILL"  # an agent older than the record
 
 
 def test_a_lost_report_fails_the_host_and_a_lost_summary_does_not():
     from fleet.store.manifest import ReportEntry
-    ok = {"status": "ok", "reports": [{"path": "/r/a"}]}
+    ok = ProfileResult.read({"status": "ok", "reports": [{"path": "/r/a"}]})
     lost_report = [ReportEntry(remote="/r/a", error="sha256 mismatch")]
     assert of_result(ok, lost_report) == (HostStatus.FAILED, "sha256 mismatch")
     kept = [ReportEntry(remote="/r/a", verified=True, status="complete"),

@@ -9,6 +9,7 @@ import re
 
 from fleet import exitcodes, outcome
 from fleet.agent import wire
+from fleet.agent.messages import AgentStatus, ProfileResult
 from fleet.statuses import HostStatus, RunStatus
 from tests.conftest import REPO
 
@@ -37,9 +38,10 @@ def test_the_guides_run_status_table_is_run_status():
     assert sorted(re.fullmatch(r"`([a-z-]+)`", r[0]).group(1) for r in rows) == sorted(s.value for s in RunStatus)
 
 
-def test_the_agents_words_read_by_the_outcome_are_the_wires():
-    words = {getattr(outcome, n) for n in dir(outcome) if n.startswith("AGENT_")}
-    assert words and words <= set(wire.RESULT_STATUSES)
+def test_the_agents_words_read_into_types_are_the_wires():
+    assert [s.value for s in AgentStatus] == list(wire.RESULT_STATUSES)
+    assert ProfileResult.read({"status": "ok"}).status is AgentStatus.OK
+    assert ProfileResult.read({"status": "done"}).status is None  # a word this fleet does not know: read as none
 
 
 def _bare_statuses(tree) -> list[tuple[int, str]]:

@@ -62,6 +62,7 @@ SHIPPED = {
     "fleet_agent_task": "fleet.agent.task",
     "fleet_agent_slurmd": "fleet.agent.slurmd",
     "fleet_agent_wire": "fleet.agent.wire",
+    "fleet_agent_messages": "fleet.agent.messages",
     "fleet_agent_codecache": "fleet.agent.codecache",
 }
 

@@ -229,3 +229,11 @@ def facts(state, gpus, tool):
                                 "used_memory": p.get("used_memory"), "foreign": p.get("foreign"),
                                 "slurm_job": p.get("slurm_job")}
                                for g in chosen for p in g.get("processes") or []]}
+
+
+def named_files(body, besides=()):
+    """The files a profile's result names for fleet to bring home (its reports, then its summaries),
+    each a dict as the node wrote it, but those whose path is in ``besides`` (already home): the
+    collector holds each to FILE's shape itself."""
+    named = [f for key in ("reports", "summaries") for f in body.get(key) or []]
+    return [f for f in named if not (isinstance(f, dict) and f.get("path") in besides)]

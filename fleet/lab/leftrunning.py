@@ -64,17 +64,14 @@ def mark(directory: Path, manifest: "RunManifest") -> None:
 
 def of_entry(run_id: str, entry: "HostEntry") -> LeftRunning | None:
     """What a host's result says it left running, where its shape holds (wire.RUNNING), or None."""
-    result = entry.result if isinstance(entry.result, dict) else {}
-    workload = result.get("workload") if isinstance(result.get("workload"), dict) else {}
-    running = workload.get("running") if isinstance(workload.get("running"), dict) else {}
-    pids, started = _pids(running.get("pids")), running.get("started")
-    if not pids or not isinstance(started, list) or len(started) != len(pids):
+    answer = entry.answer
+    running = answer.workload.running if answer is not None and answer.workload is not None else None
+    pids = _pids(list(running.pids)) if running is not None else None
+    if not pids or len(running.started) != len(pids):
         return None
-    boot, output, session = running.get("boot"), running.get("output"), running.get("session")
-    return LeftRunning(run_id, entry.host, pids, [s if _whole(s) else None for s in started],
-                       boot if isinstance(boot, str) and BOOT.fullmatch(boot) else None,
-                       output if isinstance(output, str) else None,
-                       session if _whole(session) and session > 0 else None)
+    return LeftRunning(run_id, entry.host, pids, [s if _whole(s) else None for s in running.started],
+                       running.boot if running.boot is not None and BOOT.fullmatch(running.boot) else None,
+                       running.output, running.session if _whole(running.session) and running.session > 0 else None)
 
 
 def _whole(value) -> bool:

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Callable
 
 from .. import agentcall, completeness, containers, launchers, outcome, policy, safenames, store
 from ..agent import wire
+from ..agent.messages import ProfileResult
 from ..agent.rundir import RunDir
 from ..statuses import HostStatus, RunStatus
 from ..store.bring import bring_home
@@ -252,14 +253,15 @@ async def run_planned(fan: "Fanout", hosts: list["Host"], runs: dict[str, HostRu
             if r.error_kind == "timeout":
                 run.error += f"; bring home what it finished later with: fleet gather {req.run_id}"
             return r
-        if outcome.made_reports(run.result):
+        answer = ProfileResult.read(run.result)
+        if answer.made_reports:
             via = readers.get(host.vars.get("shared_report_dir"), host)
-            run.reports += await bring_home(fan, via, run.result.get("reports", []) + run.result.get("summaries", []),
+            run.reports += await bring_home(fan, via, wire.named_files(run.result),
                                             safenames.join(out, host.name, what="host name"),
                                             node_dir=os.path.dirname(run.plan.output), gathering=gathering,
                                             read_through=via is not host, remove_for=removing(host),
                                             output=run.plan.output)
-        run.status, run.error = outcome.of_result(run.result, run.reports, tool=run.plan.tool,
+        run.status, run.error = outcome.of_result(answer, run.reports, tool=run.plan.tool,
                                                   allow_own=completeness.allows_own(run.plan))
         return r
 
@@ -305,11 +307,11 @@ async def gather(fan: "Fanout", hosts: dict[str, "Host"], store_root: Path, run_
             continue
         entry.reports = [rep for rep in entry.reports if rep.verified]
         have = {rep.remote for rep in entry.reports}
-        missing = [rep for rep in result.get("reports", []) + result.get("summaries", []) if rep["path"] not in have]
+        missing = wire.named_files(result, besides=have)
         entry.reports += await bring_home(fan, host, missing, safenames.join(path.parent, host.name, what="host name"),
                                           node_dir=node_dir, remove_for=removing(host),
                                           output=Plan.from_json(plan_doc).output)
-        entry.status, entry.missing_why = outcome.of_result(result, entry.reports, tool=plan_doc.get("tool"),
+        entry.status, entry.missing_why = outcome.of_result(ProfileResult.read(result), entry.reports, tool=plan_doc.get("tool"),
                                                             allow_own=completeness.allows_own(plan_doc))
     manifest.hosts = with_missing_ranks(manifest.hosts)
     manifest.status = outcome.run_status(h.status for h in manifest.hosts)
@@ -348,7 +350,7 @@ def entry_for(req: ProfileRequest, run: HostRun) -> HostEntry:
     return HostEntry.from_facts(
         run.host, run.status, wire.facts(run.state, run.gpus or req.gpus, req.tool) if run.state else None,
         missing_why=run.error, tenants_seen=[str(t) for t in (run.plan.tenants if run.plan else ())],
-        given_up=(run.result or {}).get("given_up") or (run.plan.given_up if run.plan else ()),
+        given_up=(ProfileResult.read(run.result).given_up if run.result else ()) or (run.plan.given_up if run.plan else ()),
         plan=run.plan.to_json() if run.plan else None, result=run.result, reports=run.reports)
 
 

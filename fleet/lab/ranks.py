@@ -31,13 +31,13 @@ def missing_ranks(entry: HostEntry) -> list[int]:
     """The ranks the host's agent says left no report, as far as the plan and the reports brought home
     bear it out: only ranks the plan counted (0..N-1), each once, none whose report came home. The
     node's word alone (wire.RESULT holds only its shape) never names more."""
-    said = entry.result.get("missing_ranks") if isinstance(entry.result, dict) else None
+    said = entry.answer.missing_ranks if entry.answer is not None else ()
     counted = (entry.plan or {}).get("ranks") if isinstance(entry.plan, dict) else None
-    if not isinstance(said, list) or isinstance(counted, bool) or not isinstance(counted, int):
+    if not said or isinstance(counted, bool) or not isinstance(counted, int):
         return []
     home = {RunDir.report_rank(r.stored) for r in entry.reports
             if r.verified and isinstance(r.stored, str) and r.stored.endswith(".nsys-rep")}
-    return sorted({r for r in said if isinstance(r, int) and not isinstance(r, bool) and 0 <= r < counted} - home)
+    return sorted({r for r in said if r < counted} - home)
 
 
 def ranks_line(manifest: RunManifest) -> str | None:

@@ -17,6 +17,7 @@ from ..analysis.record import typed_conditions
 from ..visible import visible
 
 if TYPE_CHECKING:
+    from ..agent.messages import ProfileResult
     from ..store.manifest import HostEntry, RunManifest
 
 # Clock event reasons that mean the GPU ran slower than it could (fleet/agent/gpus.py names them as
@@ -86,7 +87,7 @@ def tenants_of(h: "HostEntry", user: str | None = None) -> tuple[str, ...]:
     name it (a Slurm rank's): the manifest's."""
     found = [str(t) for t in _strings(h.tenants_seen)]
     found += [_whom(p.user, p.pid) for p in h.processes_seen if p.foreign is True and _is_pid(p.pid)]
-    found += _others_watched(h.result, user)
+    found += _others_watched(h.answer, user)
     return tuple(f"tenant: {t}" for t in dict.fromkeys(found))
 
 
@@ -94,24 +95,16 @@ def _is_pid(value) -> bool:
     return type(value) is int and value > 0  # not a bool, not 0 or below
 
 
-def _others_watched(result, user: str | None) -> list[str]:
+def _others_watched(result: ProfileResult | None, user: str | None) -> list[str]:
     """Other users' processes among those the run watch's samples list, each as 'user pid N'. The watch
     marks as not its own whatever is not below the run's profiler: the user's other ranks of a Slurm
     step and its other processes too, which the policy excuses and which are no neighbour of another
     user; a process whose user is unknown, or a run whose user is, counts (unsure is shared)."""
-    if not isinstance(result, dict):
+    if result is None:
         return []
-    whose = result.get("whose")
-    runner = whose.get("user") if isinstance(whose, dict) and isinstance(whose.get("user"), str) else user
-    return [_whom(q.get("user"), q["pid"]) for q in _watched(result.get("conditions"))
-            if q.get("own") is False and _is_pid(q.get("pid")) and (runner is None or q.get("user") != runner)]
-
-
-def _watched(conditions) -> list[dict]:
-    """Every process entry of the run watch's samples that has the shape of one."""
-    raw = conditions.get("samples") if isinstance(conditions, dict) else None
-    listed = [s.get("processes") for s in raw if isinstance(s, dict)] if isinstance(raw, list) else []
-    return [q for processes in listed if isinstance(processes, list) for q in processes if isinstance(q, dict)]
+    runner = result.user if result.user is not None else user
+    return [_whom(q.user, q.pid) for sample in result.samples for q in sample.processes
+            if q.own is False and _is_pid(q.pid) and (runner is None or q.user != runner)]
 
 
 def of_host(h: "HostEntry", m: "RunManifest") -> Environment:

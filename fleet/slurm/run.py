@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Callable
 
 from .. import outcome, safenames, store
 from ..agent import wire
+from ..agent.messages import ProfileResult
 from ..agent.bundle import script as agent_script
 from ..agent.rundir import RunDir
 from ..statuses import HostStatus, RunStatus
@@ -218,7 +219,7 @@ def rank_entry(res: dict, reports: list[ReportEntry] = (), tool: str | None = No
                fleet_stopped: bool = False) -> HostEntry:
     """A rank's entry from the result it left (its node facts are in it: ``wire.facts``'s keys),
     what came home of it, and whether fleet recorded a stop of the job (its stop marks)."""
-    status, why = outcome.of_result(res, list(reports), tool=tool, fleet_stopped=fleet_stopped)
+    status, why = outcome.of_result(ProfileResult.read(res), list(reports), tool=tool, fleet_stopped=fleet_stopped)
     return HostEntry.from_facts(
         res.get("slurm_node") or res.get("node"), status, res, rank=res.get("rank"), missing_why=why,
         tenants_seen=[t if isinstance(t, str) else _tenant_text(t) for t in res.get("tenants") or []],
@@ -300,11 +301,10 @@ async def _rank_home(fan: "Fanout", client: SlurmClient, run_dir: str, res: dict
         return HostEntry(str(node or "(malformed result)"), HostStatus.FAILED, rank=rank,
                          missing_why=f"the rank's result is malformed ({problem}); nothing of it was brought home")
     reports = []
-    if outcome.made_reports(res):
+    if ProfileResult.read(res).made_reports:
         # Written to node-local scratch, they now are in the run directory, under the same names.
         folder = RunDir(run_dir).node(node)
-        to_fetch = [dict(r, path=folder.file(os.path.basename(r["path"])))
-                    for r in (res.get("reports") or []) + (res.get("summaries") or [])]
+        to_fetch = [dict(r, path=folder.file(os.path.basename(r["path"]))) for r in wire.named_files(res)]
         reports = await bring_home(fan, client.login, to_fetch, directory / node, node_dir=folder.path,
                                    gathering=gathering)
     return rank_entry(res, reports, tool, fleet_stopped=fleet_stopped)

@@ -80,15 +80,14 @@ def _killed(entry: "HostEntry", stopped_by_fleet: bool) -> bool:
     """Whether the job's end stopped this rank: no result, or one that says it was stopped or
     that its workload did not exit 0 (a rank that had finished first is left as it is); not
     one fleet's own stop ended first (``stopped_by_fleet``: fleet stopped it ahead of the end)."""
-    res = entry.result or {}
-    if not res:
+    res = entry.answer
+    if not entry.result or res is None:
         return True
     if stopped_by_fleet and outcome.stopped_by_fleet(res, True):
         return False
-    workload = res.get("workload") if isinstance(res.get("workload"), dict) else {}
-    if workload.get("signal") or workload.get("exit_status") not in (None, 0):
+    if res.workload is not None and (res.workload.signal or res.workload.exit_status not in (None, 0)):
         return True
-    return bool(res.get("stopped")) and not stopped_by_fleet
+    return res.stopped and not stopped_by_fleet
 
 
 def job_end_verdict(state: str | None, hosts: list, *, requeues: int = 0,

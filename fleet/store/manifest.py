@@ -18,6 +18,7 @@ import time
 from dataclasses import asdict, dataclass, field, fields
 from typing import TYPE_CHECKING, Any, Iterable
 
+from ..agent.messages import ProfileResult
 from ..errors import FleetError
 from .. import __version__
 from ..statuses import HostStatus, RunStatus
@@ -124,6 +125,11 @@ class HostEntry(_Record):
                    tenants_seen=list(tenants_seen), given_up=list(given_up),
                    processes_seen=[ProcessSeen.from_json(p) for p in facts.get("processes_seen") or []],
                    plan=plan, result=result, reports=list(reports))
+
+    @property
+    def answer(self) -> ProfileResult | None:
+        """The agent's result read into its types (fleet.agent.messages); None where it left none."""
+        return ProfileResult.read(self.result) if isinstance(self.result, dict) else None
 
     def actor_matches(self, which: str) -> bool:
         """Whether ``which`` names this Ray worker by its actor: its name, its class, or both

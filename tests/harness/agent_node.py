@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 from fleet.agent import wire
+from fleet.agent.messages import ProfileResult
 from fleet import outcome
 from fleet.store.manifest import HostEntry, ReportEntry
 from tests.harness import fakenvml
@@ -68,7 +69,7 @@ class Node:
         assert not wire.problems(result, "profile"), wire.problems(result, "profile")
         reports = [ReportEntry(remote=r["path"], size=r["size"], sha256=r["sha256"], verified=True,
                                status="truncated" if r.get("truncated") else "complete") for r in result["reports"]]
-        status, why = outcome.of_result(result, reports, tool="nsys")
+        status, why = outcome.of_result(ProfileResult.read(result), reports, tool="nsys")
         return HostEntry(host="h01", status=status, missing_why=why, result=result, reports=reports), out + err
 
 
