@@ -124,30 +124,45 @@ def private_dir(path, root, what="the report directory"):
     for level, part in enumerate([None] + parts):
         if part is not None:
             current = os.path.join(current, part)
-        if not os.path.lexists(current):
-            try:
-                os.mkdir(current, 0o700)
-            except FileExistsError:
-                pass  # made by a concurrent run (or planted): checked below either way
-            except FileNotFoundError:
-                os.makedirs(current, 0o700)  # the root's own missing parents (a fresh scratch path)
-        try:
-            fd = os.open(current, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
-        except OSError as e:
-            raise UnsafePath("refusing %s %s: %s" % (what, current, _lstat_problem(current, uid) or e.strerror))
-        try:
-            st = os.fstat(fd)
-            if level == 0 and parts and _shared_parent(st):
-                continue
-            why = _own_dir_problem(current, st, uid)
-            if why:
-                raise UnsafePath("refusing %s %s" % (what, why))
-            if stat.S_IMODE(st.st_mode) & 0o077:
-                os.fchmod(fd, 0o700)
-                narrowed.append("%s (was %o)" % (current, stat.S_IMODE(st.st_mode)))
-        finally:
-            os.close(fd)
+        _made(current)
+        shared_root_above = level == 0 and bool(parts)
+        narrowed += _held_private(current, uid, what, shared_root_above)
     return narrowed
+
+
+def _made(directory):
+    """``directory`` made, 0700, where nothing is at its path yet."""
+    if os.path.lexists(directory):
+        return
+    try:
+        os.mkdir(directory, 0o700)
+    except FileExistsError:
+        pass  # made by a concurrent run (or planted): checked by the caller either way
+    except FileNotFoundError:
+        os.makedirs(directory, 0o700)  # the root's own missing parents (a fresh scratch path)
+
+
+def _held_private(directory, uid, what, shared_root_above):
+    """``directory`` opened without following a link and held to the user's own, 0700 (narrowed
+    where it was open: said in the list returned); a shared parent (root's, sticky) passes as the
+    root above a path (``shared_root_above``). UnsafePath where it is anything else."""
+    try:
+        fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    except OSError as e:
+        raise UnsafePath("refusing %s %s: %s" % (what, directory, _lstat_problem(directory, uid) or e.strerror))
+    try:
+        st = os.fstat(fd)
+        if shared_root_above and _shared_parent(st):
+            return []
+        why = _own_dir_problem(directory, st, uid)
+        if why:
+            raise UnsafePath("refusing %s %s" % (what, why))
+        if stat.S_IMODE(st.st_mode) & 0o077:
+            os.fchmod(fd, 0o700)
+            return ["%s (was %o)" % (directory, stat.S_IMODE(st.st_mode))]
+        return []
+    finally:
+        os.close(fd)
 
 
 def _lstat_problem(path, uid):

@@ -338,20 +338,32 @@ def privileged(op, **kw):
         raise NoRoot("changing node state needs root, and this node has no sudo: %s" % NO_ROOT_REMEDY)
     except subprocess.TimeoutExpired:
         raise OwnedError("as root through sudo -n: no answer within 120 s")
+    doc = _sudo_answer(out)
+    if out.returncode != 0 or not isinstance(doc, dict) or "error" in doc:
+        raise _sudo_failure(out, doc)
+    return doc.get("value")
+
+
+def _sudo_answer(out):
+    """The answer of the agent re-run under sudo (a "repair" answer), {} where it gave none, or
+    {"error": ...} saying what it printed instead."""
     text = out.stdout.decode(errors="replace")
     try:
-        doc = wire.read(text, "repair") if out.returncode in (0, 1) else {}
+        return wire.read(text, "repair") if out.returncode in (0, 1) else {}
     except wire.WireError as e:
-        doc = {"error": "%s: %.200r" % (e, text.strip()[-200:])} if text.strip() else {}
-    if out.returncode != 0 or not isinstance(doc, dict) or "error" in doc:
-        said = out.stderr.decode(errors="replace").strip().splitlines()[-1:] or ["no output"]
-        why = doc.get("error") if isinstance(doc, dict) and doc.get("error") else said[0]
-        if "password is required" in why or "may not run sudo" in why or "not in the sudoers" in why:
-            raise NoRoot("as root through sudo -n: %s: %s" % (why, NO_ROOT_REMEDY))
-        if isinstance(doc, dict) and doc.get("nothing_changed") is True:
-            raise NoRoot("as root through sudo -n: %s" % why)
-        raise OwnedError("as root through sudo -n: %s" % why)
-    return doc.get("value")
+        return {"error": "%s: %.200r" % (e, text.strip()[-200:])} if text.strip() else {}
+
+
+def _sudo_failure(out, doc):
+    """Why the step as root failed: NoRoot where sudo would not run it (or it changed nothing),
+    else OwnedError."""
+    said = out.stderr.decode(errors="replace").strip().splitlines()[-1:] or ["no output"]
+    why = doc.get("error") if isinstance(doc, dict) and doc.get("error") else said[0]
+    if "password is required" in why or "may not run sudo" in why or "not in the sudoers" in why:
+        return NoRoot("as root through sudo -n: %s: %s" % (why, NO_ROOT_REMEDY))
+    if isinstance(doc, dict) and doc.get("nothing_changed") is True:
+        return NoRoot("as root through sudo -n: %s" % why)
+    return OwnedError("as root through sudo -n: %s" % why)
 
 
 def through_sudo(mode):

@@ -175,16 +175,25 @@ class Watch:
         self._last_look = now
         for n in found:
             if self.counters and self.newcomer is None:
-                self.newcomer = {"gpu": n.gpu, "pid": n.pid, "user": n.user, "used_memory": n.used_memory,
-                                 "unseen": n.unseen, "why": n.why, "appeared_s": at, "last_clear_s": clear,
-                                 "overlap_s": None, "action": None}
-                self.arrived.set()
+                self._arrived(n, at, clear)
             elif not self.counters and n.key not in self._noted and len(self._noted) < MAX_NOTES:
-                self._noted.add(n.key)
-                who = n.why if n.unseen else str(policy.Tenant(n.gpu, n.pid, n.user, n.used_memory, n.why))
-                self.notes.append("a newcomer joined the GPU %.1f s after the profiler started (%s): nsys trace "
-                                  "programs no counters and went on, but the kernel times it measured from then "
-                                  "on were shared" % (at, who))
+                self._note(n, at)
+
+    def _arrived(self, n, at, clear):
+        """A newcomer beside counters: recorded (``at``: seconds since the profiler started; ``clear``:
+        the last look that saw none) and said at once, for the profiler to yield."""
+        self.newcomer = {"gpu": n.gpu, "pid": n.pid, "user": n.user, "used_memory": n.used_memory,
+                         "unseen": n.unseen, "why": n.why, "appeared_s": at, "last_clear_s": clear,
+                         "overlap_s": None, "action": None}
+        self.arrived.set()
+
+    def _note(self, n, at):
+        """A newcomer beside a trace: nothing to yield, but the times measured from then on were shared."""
+        self._noted.add(n.key)
+        who = n.why if n.unseen else str(policy.Tenant(n.gpu, n.pid, n.user, n.used_memory, n.why))
+        self.notes.append("a newcomer joined the GPU %.1f s after the profiler started (%s): nsys trace "
+                          "programs no counters and went on, but the kernel times it measured from then "
+                          "on were shared" % (at, who))
 
     def _sample(self, nv, handles, looks, now):
         t = round(now - self.started, 3)

@@ -111,20 +111,34 @@ def check(value, shape, where="", required=()):
         why = shape(value)
         return ["%s: %s (%.60r)" % (where or "answer", why, value)] if why else []
     if isinstance(shape, list):
-        if not isinstance(value, list) or len(value) > MAX_ITEMS:
-            return ["%s: not a list" % where]
-        return [p for i, item in enumerate(value) for p in check(item, shape[0], "%s[%d]" % (where, i))]
+        return _check_list(value, shape[0], where)
     if isinstance(shape, dict):
-        if not isinstance(value, dict):
-            return ["%s: not an object" % (where or "answer")]
-        wrong = ["%s: missing" % (where + "." + k if where else k) for k in required if k not in value]
-        for key, sub in shape.items():
-            if key in value:
-                wrong += check(value[key], sub, where + "." + key if where else key)
-        return wrong
+        return _check_object(value, shape, where, required)
     if not isinstance(value, shape) or (isinstance(value, bool) and shape in (int, (int, float))):
         return ["%s: not %s (%.60r)" % (where or "answer", getattr(shape, "__name__", shape), value)]
     return []
+
+
+def _check_list(value, item_shape, where):
+    """A list (of at most MAX_ITEMS) each of whose items is of ``item_shape``."""
+    if not isinstance(value, list) or len(value) > MAX_ITEMS:
+        return ["%s: not a list" % where]
+    return [p for i, item in enumerate(value) for p in check(item, item_shape, "%s[%d]" % (where, i))]
+
+
+def _check_object(value, shape, where, required):
+    """An object with each of ``required``, and each key of ``shape`` it has of that key's shape."""
+    if not isinstance(value, dict):
+        return ["%s: not an object" % (where or "answer")]
+    wrong = ["%s: missing" % _member(where, k) for k in required if k not in value]
+    for key, sub in shape.items():
+        if key in value:
+            wrong += check(value[key], sub, _member(where, key))
+    return wrong
+
+
+def _member(where, key):
+    return where + "." + key if where else key
 
 
 FILE = {"path": str, "size": non_negative, "sha256": sha256, "status": str_or_none, "summary": str_or_none,
