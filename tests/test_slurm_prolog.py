@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from fleet.agent import slurmd
+from fleet.agent import nodeconfig, slurmd
 from fleet.agent.wire import answers
 from tests.conftest import announce, run_fleet
 from tests.harness.procs import TENANT_USER
@@ -37,7 +37,7 @@ def test_an_opted_in_job_holds_the_owned_sysctl_until_its_epilog(node):
     assert PARANOID.read_text().strip() == "2"
     verdict = json.loads((Path(node["config"]["jobs_dir"]) / "4242" / "verdict.json").read_text())
     assert verdict["job"] == "4242" and verdict["tenants"] == []
-    assert slurmd.task_prolog(node["env"], slurmd.load_config(node["config_path"])) == [
+    assert slurmd.task_prolog(node["env"], nodeconfig.load_config(node["config_path"])) == [
         f"export FLEET_PROLOG_VERDICT={node['config']['jobs_dir']}/4242/verdict.json"]
     assert run(node, "epilog") == 0
     assert PARANOID.read_text().strip() == "3"
@@ -105,7 +105,7 @@ def test_fleets_own_directories_must_be_roots(node):
 def test_a_broken_config_is_logged_and_the_node_stays_in_service(node, broken):
     Path(node["config_path"]).write_text(broken)
     write_request(node, {"fleet": 1, "sysctls": ["kernel.perf_event_paranoid"]})
-    default_log = Path(slurmd.DEFAULTS["log_file"])  # the config could not say where: the default
+    default_log = Path(nodeconfig.DEFAULTS["log_file"])  # the config could not say where: the default
     before = default_log.read_text() if default_log.exists() else ""
     assert run(node, "prolog") == 0 and PARANOID.read_text().strip() == "3"
     assert "is not JSON" in default_log.read_text()[len(before):]

@@ -45,12 +45,13 @@ try:  # as shipped by fleet, every module travels under a flat name
     import fleet_agent_files as files
     import fleet_agent_gpus as nvml_gpus
     import fleet_agent_node as node
+    import fleet_agent_nodeconfig as nodeconfig
     import fleet_agent_owned as owned
     import fleet_agent_reports as reports
     import fleet_agent_rundir as rundir
     import fleet_policy as policy
 except ImportError:  # as part of the installed package
-    from . import files, node, owned, reports, rundir
+    from . import files, node, nodeconfig, owned, reports, rundir
     from . import gpus as nvml_gpus
     from .. import policy
 
@@ -58,56 +59,11 @@ REQUEST_NAME = rundir.RunDir.REQUEST  # in the job's working directory: its run 
 REQUEST_MAX = 65536
 REQUEST_KEYS = {"fleet": int, "run_id": str, "tool": str, "sysctls": list, "pause_dcgm": bool, "allow_own": bool,
                 "gpu_metrics": bool}
-DEFAULTS = {"owned_sysctls": {}, "baseline_sysctls": {}, "jobs_dir": "/run/fleet/jobs", "state_dir": "/var/lib/fleet",
-            "log_file": "/var/log/fleet/slurm.log", "fail_closed": False, "pause_dcgm": False,
-            "qdstrm_importer": None, "finish_timeout": 120}
 VERDICT_ENV = "FLEET_PROLOG_VERDICT"
-
-
-class ConfigError(Exception):
-    """The node's fleet config is missing, unsafe or malformed: fleet does nothing."""
 
 
 class NodeFault(Exception):
     """Node state fleet changed could not be put back."""
-
-
-# --- the admin's config (trusted once checked) ---
-
-def load_config(path):
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
-    except OSError as e:
-        raise ConfigError("cannot open %s: %s" % (path, e))
-    with os.fdopen(fd) as f:
-        st = os.fstat(f.fileno())
-        if not stat.S_ISREG(st.st_mode) or st.st_uid != 0 or st.st_mode & 0o022:
-            raise ConfigError("%s must be a regular file owned by root and writable by root alone" % path)
-        try:
-            doc = json.load(f)
-        except (ValueError, RecursionError) as e:  # nested past the stack: the depth json.load bounds
-            raise ConfigError("%s is not JSON: %s" % (path, e))
-    if not isinstance(doc, dict):
-        raise ConfigError("%s must hold a JSON object" % path)
-    config = dict(DEFAULTS, **doc)
-    sysctls = config["owned_sysctls"]
-    if not isinstance(sysctls, dict) or not all(isinstance(k, str) and isinstance(v, (int, str))
-                                                for k, v in sysctls.items()):
-        raise ConfigError("%s: owned_sysctls must map sysctl names to values" % path)
-    baselines = config["baseline_sysctls"]
-    if not isinstance(baselines, dict) or not all(isinstance(k, str) and isinstance(v, (int, str))
-                                                  for k, v in baselines.items()):
-        raise ConfigError("%s: baseline_sysctls must map sysctl names to the node's own values" % path)
-    for key in ("jobs_dir", "state_dir", "log_file"):
-        if not isinstance(config[key], str) or not config[key].startswith("/"):
-            raise ConfigError("%s: %s must be an absolute path" % (path, key))
-    importer = config["qdstrm_importer"]
-    if importer is not None and not (isinstance(importer, str) and importer.startswith("/")):
-        raise ConfigError("%s: qdstrm_importer must be an absolute path, or null to use the installed one" % path)
-    timeout = config["finish_timeout"]
-    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout <= 3600:
-        raise ConfigError("%s: finish_timeout must be a number of seconds from 1 to 3600" % path)
-    return config
 
 
 # --- what slurmd tells about the job (set by slurmd itself, not by the user) ---
@@ -115,7 +71,7 @@ def load_config(path):
 def job_of(env):
     job_id, uid = env.get("SLURM_JOB_ID", ""), env.get("SLURM_JOB_UID", "")
     if not job_id.isdigit() or not uid.isdigit():
-        raise ConfigError("not run by slurmd: SLURM_JOB_ID and SLURM_JOB_UID are missing")
+        raise nodeconfig.ConfigError("not run by slurmd: SLURM_JOB_ID and SLURM_JOB_UID are missing")
     gpus = env.get("SLURM_JOB_GPUS") or env.get("CUDA_VISIBLE_DEVICES") or ""  # Slurm's ids, not NVML's
     return {"id": job_id, "uid": int(uid), "gid": int(env.get("SLURM_JOB_GID") or uid),
             "gpus": tuple(int(g) for g in gpus.split(",") if g.strip().isdigit()) or None,
@@ -224,7 +180,7 @@ def job_dir(config, job):
     os.makedirs(jobs, mode=0o755, exist_ok=True)
     st = os.lstat(jobs)
     if not stat.S_ISDIR(st.st_mode) or st.st_uid != 0 or st.st_mode & 0o022:
-        raise ConfigError("%s must be a directory owned by root and writable by root alone" % jobs)
+        raise nodeconfig.ConfigError("%s must be a directory owned by root and writable by root alone" % jobs)
     return os.path.join(jobs, job["id"])
 
 
@@ -347,7 +303,7 @@ def task_prolog(env, config):
     (slurmd runs the TaskProlog as the job's user, so it only reads.)"""
     job_id = env.get("SLURM_JOB_ID", "")
     if not job_id.isdigit():
-        raise ConfigError("not run by slurmd: SLURM_JOB_ID is missing")
+        raise nodeconfig.ConfigError("not run by slurmd: SLURM_JOB_ID is missing")
     verdict = os.path.join(config["jobs_dir"], job_id, "verdict.json")
     return ["export %s=%s" % (VERDICT_ENV, verdict)] if os.path.exists(verdict) else []
 
@@ -375,9 +331,9 @@ def main(args, env=None):
         import sys
         print(json.dumps({"python": "%d.%d.%d" % tuple(sys.version_info[:3])}))
         return 0 if sys.version_info >= (3, 8) else 3
-    config = dict(DEFAULTS)
+    config = dict(nodeconfig.DEFAULTS)
     try:
-        config = load_config(args.get("config", "/etc/fleet/node.json"))
+        config = nodeconfig.load_config(args.get("config", "/etc/fleet/node.json"))
         if op == "task-prolog":
             for line in task_prolog(env, config):
                 print(line)
