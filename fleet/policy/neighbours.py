@@ -87,6 +87,18 @@ def prolog_tenants(verdict: dict | None, job: str | None, uuids: list | None = N
     them: then they count as shared, and so does a GPU of the rank the verdict does not name."""
     if verdict is None:
         return []
+    why = _prolog_silent(verdict, job)
+    if why:
+        return [f"the node's prolog verdict says nothing of the GPUs ({why}): they count as shared"]
+    by_gpu = verdict.get("by_gpu")
+    if uuids and isinstance(by_gpu, dict) and all(isinstance(u, str) and u for u in uuids):
+        return [t for uuid in uuids for t in _gpu_tenants(by_gpu, uuid)]
+    return [str(t) for t in verdict["tenants"]]
+
+
+def _prolog_silent(verdict: dict, job: str | None) -> str | None:
+    """Why the prolog's verdict says nothing of this job's GPUs (its error, another job's, NVML
+    unseen, no tenants list), or None where it is whole."""
     why = verdict.get("error")
     if why is None and str(verdict.get("job")) != str(job):
         why = f"it is job {verdict.get('job')}'s, not job {job}'s"
@@ -94,17 +106,15 @@ def prolog_tenants(verdict: dict | None, job: str | None, uuids: list | None = N
         why = "root could not see the GPUs through NVML"
     elif why is None and not isinstance(verdict.get("tenants"), list):
         why = "it names no tenants list"
-    if why:
-        return [f"the node's prolog verdict says nothing of the GPUs ({why}): they count as shared"]
-    by_gpu = verdict.get("by_gpu")
-    if uuids and isinstance(by_gpu, dict) and all(isinstance(u, str) and u for u in uuids):
-        out = []
-        for uuid in uuids:
-            seen = by_gpu.get(uuid)
-            out += ([str(t) for t in seen] if isinstance(seen, list) else
-                    [f"the node's prolog verdict says nothing of GPU {uuid}: it counts as shared"])
-        return out
-    return [str(t) for t in verdict["tenants"]]
+    return why
+
+
+def _gpu_tenants(by_gpu: dict, uuid: str) -> list[str]:
+    """The tenants the prolog saw on one GPU; a GPU it does not name counts as shared."""
+    seen = by_gpu.get(uuid)
+    if isinstance(seen, list):
+        return [str(t) for t in seen]
+    return [f"the node's prolog verdict says nothing of GPU {uuid}: it counts as shared"]
 
 
 def chosen_gpus(state: NodeState, request: Request) -> list[dict]:
@@ -139,30 +149,39 @@ def _unseen(state: NodeState, request: Request) -> list[tuple[int, int | None, s
     """(GPU, bytes the lists do not explain or None, why) for each chosen GPU that shows
     processes the process lists hide: the one reading of the signals behind ``unseen_tenants``
     and ``newcomers``."""
-    out = []
     other_ns = state.get("host_pid_namespace") is not True
     ns = "in another PID namespace" if state.get("host_pid_namespace") is False else "perhaps in another PID namespace"
     where = f" (the agent is {ns})" if other_ns else ""
+    out = []
     for g in chosen_gpus(state, request):
-        listed = g.get("processes") or []
         if g.get("process_list_error"):
             out.append((g["index"], None, f"GPU {g['index']}: NVML does not list its processes ({g['process_list_error']})"))
             continue
-        by_processes = g.get("memory_used_by_processes")
-        counted = [p.get("used_memory") for p in listed]
-        unexplained = by_processes - sum(counted) if by_processes is not None and None not in counted else None
-        if unexplained is not None and unexplained > UNSEEN_SLACK:
-            out.append((g["index"], unexplained, f"GPU {g['index']}: {unexplained / 2**30:.1f} GiB in use by processes "
-                        f"not visible from here{where}"))
-        elif other_ns and [p for p in g.get("sampled_pids") or [] if p not in {q.get("pid") for q in listed}]:
-            # The samples name every process, ours by our namespace's pids (as the lists do), the
-            # others' by theirs (measured on an H200 test machine): one not listed is not ours.
-            out.append((g["index"], None, f"GPU {g['index']}: its utilization samples name processes not visible "
-                        f"from here{where}"))
-        elif other_ns and unexplained is None:
-            out.append((g["index"], None, f"GPU {g['index']}: the agent is {ns}, where NVML lists no process of the "
-                        "others, and this driver gives no memory figure to check that against"))
+        found = _unseen_on(g, other_ns, ns, where)
+        out += [found] if found else []
     return out
+
+
+def _unseen_on(g: dict, other_ns: bool, ns: str, where: str) -> tuple[int, int | None, str] | None:
+    """What shows processes on one GPU that its list hides: memory the listed processes do not
+    account for, utilization samples of processes not listed, or, from another PID namespace, no
+    memory figure to check the list against; None where nothing does."""
+    listed = g.get("processes") or []
+    by_processes = g.get("memory_used_by_processes")
+    counted = [p.get("used_memory") for p in listed]
+    unexplained = by_processes - sum(counted) if by_processes is not None and None not in counted else None
+    if unexplained is not None and unexplained > UNSEEN_SLACK:
+        return (g["index"], unexplained, f"GPU {g['index']}: {unexplained / 2**30:.1f} GiB in use by processes "
+                f"not visible from here{where}")
+    if other_ns and [p for p in g.get("sampled_pids") or [] if p not in {q.get("pid") for q in listed}]:
+        # The samples name every process, ours by our namespace's pids (as the lists do), the
+        # others' by theirs (measured on an H200 test machine): one not listed is not ours.
+        return (g["index"], None, f"GPU {g['index']}: its utilization samples name processes not visible "
+                f"from here{where}")
+    if other_ns and unexplained is None:
+        return (g["index"], None, f"GPU {g['index']}: the agent is {ns}, where NVML lists no process of the "
+                "others, and this driver gives no memory figure to check that against")
+    return None
 
 
 def unseen_tenants(state: NodeState, request: Request) -> list[str]:
