@@ -117,37 +117,74 @@ def _metric(path: Path, i: int, m: Any, where: Any) -> Metric:
 def load(path: str | Path) -> Playbook:
     path = Path(path)
     doc = read_yaml(path)
+    _check_keys(path, doc)
+    name = _name(path, doc)
+    command = _command(path, doc)
+    target = _target(path, doc)
+    tool, args = _profiler(path, doc)
+    metrics = _metrics(path, doc)
+    thresholds = _thresholds(path, doc)
+    return Playbook(name, str(path), command, dict(target), tool, args, metrics, thresholds, _ranks(path, doc),
+                    *_workload(path, doc))
+
+
+def _check_keys(path: Path, doc: Any) -> None:
+    """The file is a mapping, and of known keys only."""
     if not hasattr(doc, "line_of"):
         raise PlaybookError(f"{path}:1", "a playbook is a mapping (name, target, command, metrics, ...)")
     for key in doc:
         if key not in PLAYBOOK_KEYS:
             raise _fail(path, doc, key, _unknown("key", key, PLAYBOOK_KEYS))
+
+
+def _name(path: Path, doc: Any) -> str:
+    """``name: resnet-nightly``, or the file's stem: it names the playbook's schedule and history."""
     name = doc.get("name", path.stem)
     if not safenames.is_safe(name):
         raise _fail(path, doc, "name" if "name" in doc else None,
                     f"name: {name!r} must be {safenames.RULE} (it names the playbook's schedule and its history)")
+    return name
+
+
+def _command(path: Path, doc: Any) -> tuple[str, ...]:
+    """``command: [python3, bench.py, --steps, '100']``: the workload to profile, as words."""
     command = doc.get("command")
     if isinstance(command, str) or not command or not all(isinstance(w, (str, int, float)) for w in command):
         raise _fail(path, doc, "command" if "command" in doc else None,
                     "command must be a list of words, e.g. [python3, bench.py, --steps, '100']")
+    return tuple(str(w) for w in command)
+
+
+def _target(path: Path, doc: Any) -> Any:
+    """``target: {partition: gpu, nodes: 2}`` (Slurm) or ``{hosts: lab}``: where the playbook runs."""
     target = doc.get("target")
     if not hasattr(target, "line_of") or not ({"partition", "cluster", "hosts"} & set(target)):
         raise _fail(path, doc, "target" if "target" in doc else None,
                     "target must be a mapping with partition (Slurm) or hosts (lab servers)")
     for key, value in target.items():
-        if key not in TARGET_KEYS:
-            raise _fail(path, target, key, "target: " + _unknown("key", key, TARGET_KEYS))
-        if not isinstance(value, TARGET_KEYS[key]) or isinstance(value, bool):
-            raise _fail(path, target, key, f"target.{key}: must be a {TARGET_KEYS[key].__name__}, not {value!r}")
-        try:  # what sbatch would not take, or would read as more #SBATCH lines or shell
-            slurm_options.check_field(key, value)
-            if key == "ranks":
-                slurm_options.parse_ranks(",".join(map(str, value)))
-        except UnsafeValue as e:
-            raise _fail(path, target, key, f"target.{key}: {e}") from None
+        _target_field(path, target, key, value)
     if target.get("launcher", "srun") not in LAUNCHERS:
         raise _fail(path, target, "launcher", f"target.launcher: one of {', '.join(LAUNCHERS)}, "
                                               f"not {target['launcher']!r}")
+    return target
+
+
+def _target_field(path: Path, target: Any, key: Any, value: Any) -> None:
+    """One of the target's keys: known, of its type, and safe to hand to sbatch."""
+    if key not in TARGET_KEYS:
+        raise _fail(path, target, key, "target: " + _unknown("key", key, TARGET_KEYS))
+    if not isinstance(value, TARGET_KEYS[key]) or isinstance(value, bool):
+        raise _fail(path, target, key, f"target.{key}: must be a {TARGET_KEYS[key].__name__}, not {value!r}")
+    try:  # what sbatch would not take, or would read as more #SBATCH lines or shell
+        slurm_options.check_field(key, value)
+        if key == "ranks":
+            slurm_options.parse_ranks(",".join(map(str, value)))
+    except UnsafeValue as e:
+        raise _fail(path, target, key, f"target.{key}: {e}") from None
+
+
+def _profiler(path: Path, doc: Any) -> tuple[str, tuple[str, ...]]:
+    """``tool: nsys`` (or ncu) and its ``profiler_args``, checked as ``fleet profile -X`` checks them."""
     tool = doc.get("tool", "nsys")
     if tool not in ("nsys", "ncu"):
         raise _fail(path, doc, "tool", "tool must be nsys or ncu")
@@ -156,10 +193,19 @@ def load(path: str | Path) -> Playbook:
         raise _fail(path, doc, "profiler_args", "profiler_args must be a list of words, e.g. [--trace=cuda,nvtx]")
     if (why := profiler_args_error(tool, tuple(str(a) for a in args))):  # as `fleet profile -X` would say
         raise _fail(path, doc, "profiler_args", why)
+    return tool, tuple(str(a) for a in args)
+
+
+def _metrics(path: Path, doc: Any) -> tuple[Metric, ...]:
+    """``metrics: [{kind: gpu_kernel_total}, ...]``: what to track; the total GPU kernel time if none."""
     given = doc.get("metrics") or [{"kind": "gpu_kernel_total"}]
     if not isinstance(given, list):
         raise _fail(path, doc, "metrics", "metrics must be a list, e.g. [{kind: gpu_kernel_total}]")
-    metrics = [_metric(path, i, m, doc.get("metrics")) for i, m in enumerate(given)]
+    return tuple(_metric(path, i, m, doc.get("metrics")) for i, m in enumerate(given))
+
+
+def _thresholds(path: Path, doc: Any) -> dict[str, float]:
+    """``thresholds: {regression: 0.1}``: the defaults, with those given in their place."""
     thresholds = dict(DEFAULT_THRESHOLDS)
     given = doc.get("thresholds")
     if given is not None and not hasattr(given, "line_of"):
@@ -171,8 +217,7 @@ def load(path: str | Path) -> Playbook:
         if not isinstance(value, (int, float)) or isinstance(value, bool) or not 0 <= value < float("inf"):
             raise _fail(path, given, key, f"thresholds.{key}: must be a number, 0 or more, not {value!r}")
         thresholds[key] = value
-    return Playbook(name, str(path), tuple(str(w) for w in command), dict(target), tool,
-                    tuple(str(a) for a in args), tuple(metrics), thresholds, _ranks(path, doc), *_workload(path, doc))
+    return thresholds
 
 
 def _workload(path: Path, doc: Any) -> tuple[tuple[str, ...], tuple[str, ...]]:
@@ -232,22 +277,47 @@ def _total(row: dict) -> float:
     return float(row.get("Total Time (ns)") or row.get("Total Time") or 0)
 
 
-def metric_values(metric: Metric, summaries: dict[str, Path]) -> dict[str, float]:
-    """name -> value (ns) for one metric of one rank, from its stored ``nsys stats`` CSV files."""
-    kern = _rows(summaries["cuda_gpu_kern_sum"]) if "cuda_gpu_kern_sum" in summaries else []
-    if metric.kind == "gpu_kernel_total":
-        return {metric.label: sum(_total(r) for r in kern)} if kern else {}
-    if metric.kind == "kernel":
-        hits = [r for r in kern if fnmatch.fnmatchcase(r.get("Name", ""), metric.name or "")]
-        return {metric.label: sum(_total(r) for r in hits)} if hits else {}
-    if metric.kind == "top_kernels":
-        top = sorted(kern, key=_total, reverse=True)[:metric.count]
-        return {f"kernel {r.get('Name')}": _total(r) for r in top}
-    if metric.kind == "ncu":
-        return ncu_value(metric, summaries["ncu_raw"]) if "ncu_raw" in summaries else {}
+def _summed(metric: Metric, rows: list[dict]) -> dict[str, float]:
+    """The rows' total time under the metric's label; nothing when no row is there."""
+    return {metric.label: sum(_total(r) for r in rows)} if rows else {}
+
+
+def _kernel_total(metric: Metric, kern: list[dict], summaries: dict[str, Path]) -> dict[str, float]:
+    """``gpu_kernel_total``: every kernel's time."""
+    return _summed(metric, kern)
+
+
+def _kernel(metric: Metric, kern: list[dict], summaries: dict[str, Path]) -> dict[str, float]:
+    """``kernel``: the time of the kernels whose names match the glob."""
+    hits = [r for r in kern if fnmatch.fnmatchcase(r.get("Name", ""), metric.name or "")]
+    return _summed(metric, hits)
+
+
+def _top_kernels(metric: Metric, kern: list[dict], summaries: dict[str, Path]) -> dict[str, float]:
+    """``top_kernels``: the longest kernels, each its own value."""
+    top = sorted(kern, key=_total, reverse=True)[:metric.count]
+    return {f"kernel {r.get('Name')}": _total(r) for r in top}
+
+
+def _ncu(metric: Metric, kern: list[dict], summaries: dict[str, Path]) -> dict[str, float]:
+    """``ncu``: from the run's raw ncu page, when it has one."""
+    return ncu_value(metric, summaries["ncu_raw"]) if "ncu_raw" in summaries else {}
+
+
+def _nvtx(metric: Metric, kern: list[dict], summaries: dict[str, Path]) -> dict[str, float]:
+    """``nvtx``: the time of the ranges whose names match the glob."""
     nvtx = _rows(summaries["nvtx_sum"]) if "nvtx_sum" in summaries else []
     hits = [r for r in nvtx if fnmatch.fnmatchcase(r.get("Range", r.get("Name", "")), metric.name or "")]
-    return {metric.label: sum(_total(r) for r in hits)} if hits else {}
+    return _summed(metric, hits)
+
+
+_METRIC_READERS = {"gpu_kernel_total": _kernel_total, "kernel": _kernel, "top_kernels": _top_kernels, "ncu": _ncu}
+
+
+def metric_values(metric: Metric, summaries: dict[str, Path]) -> dict[str, float]:
+    """name -> value (ns) for one metric of one rank, from its stored ``nsys stats`` CSV files."""
+    kern = _rows(summaries["cuda_gpu_kern_sum"]) if "cuda_gpu_kern_sum" in summaries else []  # read for every kind
+    return _METRIC_READERS.get(metric.kind, _nvtx)(metric, kern, summaries)
 
 
 def ncu_value(metric: Metric, csv_path: Path) -> dict[str, float]:

@@ -30,12 +30,19 @@ def of_run(store_root: Path, m: RunManifest, settings: dict) -> dict | None:
     if len(found.ranks) < 2:
         return None
     top = found.verdicts[0] if found.verdicts else None
+    flags = _tenants(m, found)
+    return {"straggler": top["rank"] if top else None, "share": top["last"] / top["of"] if top else 0.0,
+            "lost_s": found.lost_s, "ranks": len(found.ranks), "collectives": found.collectives,
+            "causes": [c["cause"] for c in top["causes"]] if top else [], "flags": flags}
+
+
+def _tenants(m: RunManifest, found) -> list[str]:
+    """The run's flags, each once: the tenants seen on its hosts, then the other users' processes
+    that the analysis found sharing a GPU."""
     tenants = [f"tenant: {t}" for h in m.hosts for t in h.tenants_seen]
     tenants += [f"tenant: {c['evidence']}" for v in found.verdicts for c in v["causes"]
                 if c["cause"] == "shared GPU" and "another user's process" in c["evidence"]]
-    return {"straggler": top["rank"] if top else None, "share": top["last"] / top["of"] if top else 0.0,
-            "lost_s": found.lost_s, "ranks": len(found.ranks), "collectives": found.collectives,
-            "causes": [c["cause"] for c in top["causes"]] if top else [], "flags": list(dict.fromkeys(tenants))}
+    return list(dict.fromkeys(tenants))
 
 
 @functools.lru_cache(maxsize=2)
