@@ -80,24 +80,26 @@ class NoCollectives(FleetError, LookupError):
     """No collective in the exports: the message says what to name."""
 
 
-def analyze(inputs: list[RankInput], source: Source, step_range: str | None = "step",
-            missing: list[dict] = ()) -> Analysis:
-    """The analysis of the ranks given; ``missing``: {"label", "why"} of ranks that left no export."""
-    syncs = {r.label: source.collectives(r.process) for r in inputs}
-    present = [r for r in inputs if syncs[r.label]]
-    notes = [f"{r.label}: no {source.describe()} in its trace; left out" for r in inputs if not syncs[r.label]]
+def _two_or_more(present: list[RankInput], source: Source) -> None:
+    """Refuse fewer than two ranks with a collective, saying how to name the sync where none was named."""
     if len(present) < 2:
         raise NoCollectives(f"no {source.describe()} on two ranks or more"
                             + ("" if source.sync_range or source.sync_call else
                                ": name the workload's sync with --sync-range NAME (an NVTX range) or "
                                "--sync-call NAME (a blocking call, e.g. pthread_cond_wait)"))
+
+
+def _compared(present: list[RankInput], syncs: dict, notes: list[str]) -> int:
+    """How many collectives are compared: the fewest any rank reached (a note where they differ)."""
     n = min(len(syncs[r.label]) for r in present)
     if any(len(syncs[r.label]) != n for r in present):
         counts = ", ".join(f"{r.label} {len(syncs[r.label])}" for r in present)
         notes.append(f"the ranks reached different numbers of collectives ({counts}): the first {n} compared")
-    matched = {r.label: syncs[r.label][:n] for r in present}
-    gpus = {r.label: gpu_of(r) for r in present}
-    stats = {r.label: rank_stats(r, matched[r.label], step_range, gpus[r.label]) for r in present}
+    return n
+
+
+def _per_collective(matched: dict, stats: dict, n: int) -> list[dict]:
+    """Each collective's straggler (the shortest wait) and waits; counts it last and the others' losses."""
     per = []
     for i in range(n):
         waits = {label: (e - s) for label, (s, e) in ((lb, matched[lb][i]) for lb in matched)}
@@ -106,6 +108,21 @@ def analyze(inputs: list[RankInput], source: Source, step_range: str | None = "s
         for label, w in waits.items():
             stats[label].lost_s += (w - waits[last]) / 1e9
         per.append({"straggler": last, "waits_s": {lb: w / 1e9 for lb, w in waits.items()}})
+    return per
+
+
+def analyze(inputs: list[RankInput], source: Source, step_range: str | None = "step",
+            missing: list[dict] = ()) -> Analysis:
+    """The analysis of the ranks given; ``missing``: {"label", "why"} of ranks that left no export."""
+    syncs = {r.label: source.collectives(r.process) for r in inputs}
+    present = [r for r in inputs if syncs[r.label]]
+    notes = [f"{r.label}: no {source.describe()} in its trace; left out" for r in inputs if not syncs[r.label]]
+    _two_or_more(present, source)
+    n = _compared(present, syncs, notes)
+    matched = {r.label: syncs[r.label][:n] for r in present}
+    gpus = {r.label: gpu_of(r) for r in present}
+    stats = {r.label: rank_stats(r, matched[r.label], step_range, gpus[r.label]) for r in present}
+    per = _per_collective(matched, stats, n)
     found = verdicts(present, matched, stats, gpus, source, n, list(missing), per)
     return Analysis(source.describe(), n, list(stats.values()), per, found, notes, list(missing),
                     timeline(present, matched, step_range))

@@ -133,6 +133,21 @@ def _same_gpu(sample: RecordSample, r: RankInput) -> bool:
     return same_uuid(sample.uuid, uuid)
 
 
+def _rank_samples(record: Record, r: RankInput) -> list[RecordSample]:
+    """The record's samples of the rank's host and GPU taken while it was traced (none without its span)."""
+    span = span_s(r.process)
+    return [s for s in record.samples if span and s.host == r.host and span[0] <= s.time <= span[1]
+            and _same_gpu(s, r)]
+
+
+def _add_tenants(r: RankInput, mine: list[RecordSample], owner: str) -> None:
+    """The other users' processes the rank's samples show, added once each to its node's tenants."""
+    for q in (q for s in mine for q in s.processes):
+        who = f"pid {q['pid']} ({q['user'] or 'unknown user'})"
+        if q["foreign"] and q["user"] != owner and q["pid"] != r.process.pid and who not in r.node.tenants:
+            r.node.tenants.append(who)
+
+
 def fold(record: Record, ranks: list[RankInput], owner: str) -> str:
     """Each rank's samples of the record, where fleet recorded none on its node, and the other
     users' processes they show as its tenants; what was matched, as a note. ``owner``: the run's
@@ -140,16 +155,11 @@ def fold(record: Record, ranks: list[RankInput], owner: str) -> str:
     every user's process foreign): the run's own user's, and the rank's own pid, are never tenants."""
     matched = 0
     for r in ranks:
-        span = span_s(r.process)
-        mine = [s for s in record.samples if span and s.host == r.host and span[0] <= s.time <= span[1]
-                and _same_gpu(s, r)]
+        mine = _rank_samples(record, r)
         if not mine or r.node.samples:  # fleet's own watch of the GPU, where it ran, is the record
             continue
         r.node.samples += [s.as_watched() for s in mine]
-        for q in (q for s in mine for q in s.processes):
-            who = f"pid {q['pid']} ({q['user'] or 'unknown user'})"
-            if q["foreign"] and q["user"] != owner and q["pid"] != r.process.pid and who not in r.node.tenants:
-                r.node.tenants.append(who)
+        _add_tenants(r, mine, owner)
         matched += 1
     skipped = f"; {record.skipped} line(s) not of fleet top's shape skipped" if record.skipped else ""
     return (f"the node's record {Path(record.path).name}: {len(record.samples)} GPU sample(s), matched to "

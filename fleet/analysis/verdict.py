@@ -39,43 +39,79 @@ def verdict(s: RankInput, present: list[RankInput], matched: dict, gpus: dict, s
             missing: list[dict], per: list[dict], last: int) -> dict:
     caused = [i for i, c in enumerate(per) if c["straggler"] == s.label]
     others = [r for r in present if r is not s]
-    mine = [w for i, w in enumerate(windows(s.process, matched[s.label], source)) if i in caused]
-    theirs = [[w for i, w in enumerate(windows(r.process, matched[r.label], source)) if i in caused] for r in others]
-    flat = [w for ws in theirs for w in ws]
-    wait = _median(per[i]["waits_s"][s.label] for i in caused) * 1e9
-    other_wait = _median(v * 1e9 for i in caused for lb, v in per[i]["waits_s"].items() if lb != s.label)
+    mine, flat = _caused_windows(s, others, matched, source, caused)
+    wait, other_wait = _waits(s, per, caused)
     doc = {"rank": s.label, "last": last, "of": n, "wait_ms": wait / 1e6, "others_wait_ms": other_wait / 1e6,
            "lost_s": sum(v - per[i]["waits_s"][s.label] for i in caused for v in per[i]["waits_s"].values()),
            "gpu": gpus[s.label], "causes": []}
-    causes = doc["causes"]
     if other_wait and wait >= EVEN * other_wait:
-        causes.append(_even(s, wait, other_wait, missing))
+        doc["causes"].append(_even(s, wait, other_wait, missing))
         return _summed(doc)
+    doc["causes"] += _causes(s, others, gpus, mine, flat)
+    return _summed(doc)
+
+
+def _caused_windows(s: RankInput, others: list[RankInput], matched: dict, source: Source,
+                    caused: list[int]) -> tuple[list, list]:
+    """The windows before each collective the straggler was last at: its own, and the other
+    ranks' all together."""
+    mine = [w for i, w in enumerate(windows(s.process, matched[s.label], source)) if i in caused]
+    theirs = [[w for i, w in enumerate(windows(r.process, matched[r.label], source)) if i in caused] for r in others]
+    return mine, [w for ws in theirs for w in ws]
+
+
+def _waits(s: RankInput, per: list[dict], caused: list[int]) -> tuple[float, float]:
+    """The straggler's median wait (ns) in the collectives it was last at, and the other ranks'."""
+    wait = _median(per[i]["waits_s"][s.label] for i in caused) * 1e9
+    other_wait = _median(v * 1e9 for i in caused for lb, v in per[i]["waits_s"].items() if lb != s.label)
+    return wait, other_wait
+
+
+def _causes(s: RankInput, others: list[RankInput], gpus: dict, mine: list, flat: list) -> list[dict]:
+    """The causes of a clear straggler, in the order of the module's checks; "none found" without one."""
     shared = _shared(s, others, gpus)
-    causes += shared
-    count, o_count = _median(w.kernels for w in mine), _median(w.kernels for w in flat)
-    k_ns, o_k_ns = _median(w.kernel_ns for w in mine), _median(w.kernel_ns for w in flat)
+    causes = shared + _work(mine, flat, bool(shared)) + _cpu_gap(mine, flat) + _clocks(s, others)
+    return causes or [_none_found(mine)]
+
+
+def _kernels(ws: list) -> tuple[float, float]:
+    """The median kernel count and kernel time (ns) of the windows."""
+    return _median(w.kernels for w in ws), _median(w.kernel_ns for w in ws)
+
+
+def _work(mine: list, flat: list, shared: bool) -> list[dict]:
+    """More kernels than the other ranks before each collective, or else (on a GPU not shared, where
+    per-kernel times compare) the same work taking longer."""
+    (count, k_ns), (o_count, o_k_ns) = _kernels(mine), _kernels(flat)
     if count >= MORE * o_count and count - o_count >= 1:
-        causes.append({"cause": "more work", "evidence":
-                       f"{count:.0f} kernels ({_ms(k_ns)}) in the window before each collective it was last at, "
-                       f"against {o_count:.0f} ({_ms(o_k_ns)}) on the other ranks"})
-    elif not shared and k_ns >= MORE * o_k_ns:
-        causes.append({"cause": "slower kernels", "evidence":
-                       f"about the same work ({count:.0f} kernels against {o_count:.0f}) took {_ms(k_ns)} "
-                       f"against {_ms(o_k_ns)} on the other ranks"})
+        return [{"cause": "more work", "evidence":
+                 f"{count:.0f} kernels ({_ms(k_ns)}) in the window before each collective it was last at, "
+                 f"against {o_count:.0f} ({_ms(o_k_ns)}) on the other ranks"}]
+    if not shared and k_ns >= MORE * o_k_ns:
+        return [{"cause": "slower kernels", "evidence":
+                 f"about the same work ({count:.0f} kernels against {o_count:.0f}) took {_ms(k_ns)} "
+                 f"against {_ms(o_k_ns)} on the other ranks"}]
+    return []
+
+
+def _cpu_gap(mine: list, flat: list) -> list[dict]:
+    """The straggler's GPU idle most of each window, well beyond the other ranks': the CPU side."""
     idle = _median(w.length - w.busy_ns for w in mine)
     o_idle, o_len = _median(w.length - w.busy_ns for w in flat), _median(w.length for w in flat)
     length = _median(w.length for w in mine)
     if length and idle >= 0.5 * length and idle - o_idle >= 0.2 * max(o_len, 1):
-        causes.append({"cause": "CPU gap", "evidence":
-                       f"its GPU was idle {_ms(idle)} of the {_ms(length)} before each collective it was last at "
-                       f"(the other ranks: {_ms(o_idle)} of {_ms(o_len)}): the time went on the CPU side"})
-    causes += _clocks(s, others)
-    if not causes:
-        causes.append({"cause": "none found", "evidence":
-                       f"the same work ({count:.0f} kernels, {_ms(k_ns)}), no idle GPU, no shared GPU, no "
-                       f"throttling recorded: look at what happened before it entered each collective"})
-    return _summed(doc)
+        return [{"cause": "CPU gap", "evidence":
+                 f"its GPU was idle {_ms(idle)} of the {_ms(length)} before each collective it was last at "
+                 f"(the other ranks: {_ms(o_idle)} of {_ms(o_len)}): the time went on the CPU side"}]
+    return []
+
+
+def _none_found(mine: list) -> dict:
+    """No cause the checks know: the straggler's work was as the others', so look before each collective."""
+    count, k_ns = _kernels(mine)
+    return {"cause": "none found", "evidence":
+            f"the same work ({count:.0f} kernels, {_ms(k_ns)}), no idle GPU, no shared GPU, no "
+            f"throttling recorded: look at what happened before it entered each collective"}
 
 
 def _summed(doc: dict) -> dict:
