@@ -51,24 +51,35 @@ def _bracket_ranges(body: str, pattern: str) -> list[tuple[range, int | None]]:
     if not body.strip():
         raise HostPatternError(f"empty range [] in {pattern!r}")
     if ":" in body:  # Ansible form: exactly one range, optional stride
-        parts = body.split(":")
-        if len(parts) not in (2, 3) or not all(parts[:2]):
-            raise HostPatternError(f"bad range [{body}] in {pattern!r}: expected [start:end] or [start:end:stride]")
-        start, end = parts[0], parts[1]
-        step = 1
-        if len(parts) == 3:
-            if not parts[2].isdigit() or int(parts[2]) < 1:
-                raise HostPatternError(f"bad stride {parts[2]!r} in {pattern!r}: a positive integer is needed")
-            step = int(parts[2])
-        if start.isdigit() and end.isdigit():
-            if start.startswith("0") and len(start) > 1 and len(start) != len(end):
-                raise HostPatternError(f"bad range [{body}] in {pattern!r}: a zero-padded start needs an end "
-                                       "of the same width (as Ansible requires)")
-            return [_numeric(start, end, step, pattern)]
-        if len(start) == len(end) == 1 and start in string.ascii_letters and end in string.ascii_letters:
-            return [_alpha(start, end, step, pattern)]
-        raise HostPatternError(f"bad range [{body}] in {pattern!r}: both ends must be numbers or single letters")
-    ranges = []  # Slurm form: comma-separated items and lo-hi ranges
+        return [_ansible_range(body, pattern)]
+    return _slurm_ranges(body, pattern)
+
+
+def _ansible_range(body: str, pattern: str) -> tuple[range, int | None]:
+    """The one range of an Ansible bracket, ``start:end`` or ``start:end:stride``, of numbers
+    or of letters."""
+    parts = body.split(":")
+    if len(parts) not in (2, 3) or not all(parts[:2]):
+        raise HostPatternError(f"bad range [{body}] in {pattern!r}: expected [start:end] or [start:end:stride]")
+    start, end = parts[0], parts[1]
+    step = 1
+    if len(parts) == 3:
+        if not parts[2].isdigit() or int(parts[2]) < 1:
+            raise HostPatternError(f"bad stride {parts[2]!r} in {pattern!r}: a positive integer is needed")
+        step = int(parts[2])
+    if start.isdigit() and end.isdigit():
+        if start.startswith("0") and len(start) > 1 and len(start) != len(end):
+            raise HostPatternError(f"bad range [{body}] in {pattern!r}: a zero-padded start needs an end "
+                                   "of the same width (as Ansible requires)")
+        return _numeric(start, end, step, pattern)
+    if len(start) == len(end) == 1 and start in string.ascii_letters and end in string.ascii_letters:
+        return _alpha(start, end, step, pattern)
+    raise HostPatternError(f"bad range [{body}] in {pattern!r}: both ends must be numbers or single letters")
+
+
+def _slurm_ranges(body: str, pattern: str) -> list[tuple[range, int | None]]:
+    """The ranges of a Slurm bracket: comma-separated items, each N or lo-hi."""
+    ranges = []
     for item in body.split(","):
         item = item.strip()
         if re.fullmatch(r"\d+", item):
@@ -135,6 +146,24 @@ def fold(names: Iterable[str]) -> str:
     Only the last run of digits of a name is folded, which covers the way
     clusters are named; names that do not fit are listed as they are.
     """
+    groups, plain = _numbered_groups(names)
+    _join_padded(groups)
+    parts = list(plain)
+    for (prefix, suffix, width), numbers in groups.items():
+        numbers = sorted(set(numbers))
+        if not numbers:
+            continue
+        if len(numbers) == 1:
+            parts.append(f"{prefix}{str(numbers[0]).zfill(width)}{suffix}")
+            continue
+        parts.append(f"{prefix}[{','.join(_runs(numbers, width))}]{suffix}")
+    return ",".join(sorted(parts))
+
+
+def _numbered_groups(names: Iterable[str]) -> tuple[dict[tuple[str, str, int], list[int]],
+                                                   list[str]]:
+    """The names' numbers, grouped by (what comes before them, after them, their zero-padded
+    width); and the names without a number, as they are. Each name once."""
     groups: dict[tuple[str, str, int], list[int]] = {}
     plain: list[str] = []
     for name in dict.fromkeys(names):
@@ -145,29 +174,30 @@ def fold(names: Iterable[str]) -> str:
         digits = m[2]
         width = len(digits) if digits.startswith("0") and len(digits) > 1 else 0
         groups.setdefault((m[1], m[3], width), []).append(int(digits))
-    # gpu09 (padded) and gpu10 (no leading zero) belong to one padded set.
+    return groups, plain
+
+
+def _join_padded(groups: dict[tuple[str, str, int], list[int]]) -> None:
+    """Moves each unpadded number as wide as a padded group's into that group, in place:
+    gpu09 (padded) and gpu10 (no leading zero) belong to one padded set."""
     for (prefix, suffix, width) in [k for k in groups if k[2]]:
         loose = groups.get((prefix, suffix, 0), [])
         same = [n for n in loose if len(str(n)) == width]
         if same:
             groups[(prefix, suffix, width)] += same
             groups[(prefix, suffix, 0)] = [n for n in loose if len(str(n)) != width]
-    parts = list(plain)
-    for (prefix, suffix, width), numbers in groups.items():
-        numbers = sorted(set(numbers))
-        if not numbers:
+
+
+def _runs(numbers: list[int], width: int) -> list[str]:
+    """Sorted ``numbers`` as runs of consecutive ones, ``01-03`` or ``07``, each zero-padded
+    to ``width``."""
+    runs, start, prev = [], numbers[0], numbers[0]
+    for n in numbers[1:] + [None]:
+        if n is not None and n == prev + 1:
+            prev = n
             continue
-        if len(numbers) == 1:
-            parts.append(f"{prefix}{str(numbers[0]).zfill(width)}{suffix}")
-            continue
-        runs, start, prev = [], numbers[0], numbers[0]
-        for n in numbers[1:] + [None]:
-            if n is not None and n == prev + 1:
-                prev = n
-                continue
-            lo, hi = str(start).zfill(width), str(prev).zfill(width)
-            runs.append(lo if start == prev else f"{lo}-{hi}")
-            if n is not None:
-                start = prev = n
-        parts.append(f"{prefix}[{','.join(runs)}]{suffix}")
-    return ",".join(sorted(parts))
+        lo, hi = str(start).zfill(width), str(prev).zfill(width)
+        runs.append(lo if start == prev else f"{lo}-{hi}")
+        if n is not None:
+            start = prev = n
+    return runs

@@ -235,17 +235,27 @@ def rank_count(launcher: str, command: list[str], profiler_args: tuple[str, ...]
         return None, "nsys's --capture-range: a rank that never opens the range leaves no report"
     options = launcher_options(list(command), launcher)
     if launcher == "mpirun":
-        if any(word == "--app" for word, _ in options):
-            return None, "mpirun's --app: its appfile says how many ranks"
-        given = [(word, values[0]) for word, values in options if word in MPIRUN_NP and values]
-        if not given:
-            return None, "mpirun's command line gives no -np: it starts one rank per slot"
-        word, value = given[-1]  # the last one given wins, as Open MPI 4.1's mpirun takes it
-        return _counted(f"mpirun's {word}", value, "it starts one rank per slot")
-    valued = [(word.split("=", 1)[0], word.split("=", 1)[1] if "=" in word else values[0] if values else "")
-              for word, values in options]
-    abbreviated = [w for w, _ in valued if w not in (*TORCHRUN_NPROC, TORCHRUN_NNODES) and len(w) > 2 and any(
-        name.startswith(w) for name in (*TORCHRUN_NPROC, TORCHRUN_NNODES))]
+        return _mpirun_count(options)
+    return _torchrun_count(options)
+
+
+def _mpirun_count(options: list[tuple[str, tuple[str, ...]]]) -> tuple[int | None, str]:
+    """:func:`rank_count` for mpirun's ``options``: its last -np (or -n, -c), unless an appfile
+    says how many."""
+    if any(word == "--app" for word, _ in options):
+        return None, "mpirun's --app: its appfile says how many ranks"
+    given = [(word, values[0]) for word, values in options if word in MPIRUN_NP and values]
+    if not given:
+        return None, "mpirun's command line gives no -np: it starts one rank per slot"
+    word, value = given[-1]  # the last one given wins, as Open MPI 4.1's mpirun takes it
+    return _counted(f"mpirun's {word}", value, "it starts one rank per slot")
+
+
+def _torchrun_count(options: list[tuple[str, tuple[str, ...]]]) -> tuple[int | None, str]:
+    """:func:`rank_count` for torchrun's ``options``: its last --nproc-per-node, on one node
+    only."""
+    valued = [_torchrun_value(word, values) for word, values in options]
+    abbreviated = _abbreviated_counts(valued)
     if abbreviated:  # argparse takes a long option's prefix for it
         return None, f"torchrun's {abbreviated[0]} may stand for one of its counts: give it in full"
     nnodes = [v for w, v in valued if w == TORCHRUN_NNODES]
@@ -258,6 +268,23 @@ def rank_count(launcher: str, command: list[str], profiler_args: tuple[str, ...]
     if value in ("auto", "cpu", "gpu", "xpu"):  # torchrun counts those itself, on the node
         return None, f"torchrun's {word} {value}: torchrun counts them on the node"
     return _counted(f"torchrun's {word}", value, "")
+
+
+def _abbreviated_counts(valued: list[tuple[str, str]]) -> list[str]:
+    """torchrun's options among ``valued`` that are no count itself but the start of one's name
+    (``--nproc``), which argparse would take for it."""
+    counts = (*TORCHRUN_NPROC, TORCHRUN_NNODES)
+    return [w for w, _ in valued if w not in counts and len(w) > 2 and any(
+        name.startswith(w) for name in counts)]
+
+
+def _torchrun_value(word: str, values: tuple[str, ...]) -> tuple[str, str]:
+    """(one of torchrun's options, its value), given as ``--name=VALUE`` or ``--name VALUE``
+    ("" where it has none)."""
+    if "=" in word:
+        name, value = word.split("=", 1)
+        return name, value
+    return word, values[0] if values else ""
 
 
 def _counted(said: str, value: str, zero: str) -> tuple[int | None, str]:

@@ -63,16 +63,29 @@ def nsys_options(words: tuple[str, ...]) -> tuple[list[tuple[str, str | None, st
         name, why = _nsys_switch(word)
         if name is None:
             return found, f"nsys 2025.3 refuses {word}: {why}"
-        attached = word.partition("=")[2] if word.startswith("--") and "=" in word else \
-            word[2:] if not word.startswith("--") and len(word) > 2 else None
+        attached = _attached(word)
         if attached is None and name not in NSYS_VALUE_OPTIONAL:
             if i == len(words):
                 return found, f"nsys 2025.3 refuses {word} without its value: give one (-X {word} -X VALUE)"
             attached, word, i = words[i], f"{word} {words[i]}", i + 1
         found.append((name, attached, word))
+    return found, _given_twice(found)
+
+
+def _attached(word: str) -> str | None:
+    """The value a switch's own word carries (``--output=x``, ``-ox``), or None: then the next
+    word is its value."""
+    if word.startswith("--"):
+        return word.partition("=")[2] if "=" in word else None
+    return word[2:] if len(word) > 2 else None
+
+
+def _given_twice(found: list[tuple[str, str | None, str]]) -> str | None:
+    """Why nsys refuses the first switch of ``found`` given again (in any spelling) that may be
+    given only once, or None."""
     seen: dict[str, str] = {}
     for name, _, word in found:
         if name in seen and name not in NSYS_REPEATABLE:
-            return found, f"nsys 2025.3 refuses {name} given twice ({seen[name]}, {word}): give it once"
+            return f"nsys 2025.3 refuses {name} given twice ({seen[name]}, {word}): give it once"
         seen.setdefault(name, word)
-    return found, None
+    return None

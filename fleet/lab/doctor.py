@@ -39,6 +39,12 @@ def diagnosis(host: "Host", r: Result) -> dict:
 def problems(state: dict) -> dict[str, policy.Finding]:
     """The five problems of the design, one finding each: placement, wrapping and collection
     read here from the node's state; permissions and neighbours are the policy's."""
+    return {"placement": _placement(state), "wrapping": _wrapping(state),
+            "collection": _collection(state), **policy.findings(state)}
+
+
+def _placement(state: dict) -> policy.Finding:
+    """Whether nsys and ncu were found on the node, and whether root could run them safely."""
     tools = [f"{t} {(policy.tool_found(state, t) or {}).get('version') or ''} at "
              f"{policy.tool_found(state, t)['path']}".replace("  ", " ") if policy.tool_found(state, t)
              else f"{t} missing" for t in ("nsys", "ncu")]
@@ -48,23 +54,31 @@ def problems(state: dict) -> dict[str, policy.Finding]:
                   if f and f.get("writable_by_others") and state.get("euid") == 0]
     if changeable:  # root would run code another account chose: never "placement ok"
         placement = policy.Finding("bad", "; ".join(changeable) + ": as root fleet will not run it")
+    return placement
+
+
+def _wrapping(state: dict) -> policy.Finding:
+    """Where the agent ran (host, container, Slurm job): the wrapping itself is chosen per
+    command."""
     where = f"in a {state['container']} container" if state.get("container") else "on the host"
-    wrapping = policy.Finding("n/a", f"chosen per command (srun, torchrun, mpirun); agent ran {where}"
-                                     + (f" inside Slurm job {state['slurm_job']}" if state.get("slurm_job") else ""))
+    return policy.Finding("n/a", f"chosen per command (srun, torchrun, mpirun); agent ran {where}"
+                                 + (f" inside Slurm job {state['slurm_job']}" if state.get("slurm_job") else ""))
+
+
+def _collection(state: dict) -> policy.Finding:
+    """Whether the report directory can take the reports: writable, on disk, with room."""
     rd = state.get("report_dir") or {}
     if "error" in rd or not rd:
-        collection = policy.Finding("bad", f"report directory: {rd.get('error', 'unknown')}")
-    else:
-        free = rd.get("free_bytes") or 0
-        text, status = f"{rd['path']} ({rd.get('fstype')}), {free / 2**30:.1f} GiB free", policy.OK
-        if not rd.get("writable"):
-            status, text = "bad", text + ", NOT writable"
-        elif rd.get("memory_backed"):
-            status, text = "warn", text + ": memory-backed, large reports eat the node's RAM"
-        elif free < 2 * 2**30:
-            status, text = "warn", text + ": little room for reports"
-        collection = policy.Finding(status, text)
-    return {"placement": placement, "wrapping": wrapping, "collection": collection, **policy.findings(state)}
+        return policy.Finding("bad", f"report directory: {rd.get('error', 'unknown')}")
+    free = rd.get("free_bytes") or 0
+    text, status = f"{rd['path']} ({rd.get('fstype')}), {free / 2**30:.1f} GiB free", policy.OK
+    if not rd.get("writable"):
+        status, text = "bad", text + ", NOT writable"
+    elif rd.get("memory_backed"):
+        status, text = "warn", text + ": memory-backed, large reports eat the node's RAM"
+    elif free < 2 * 2**30:
+        status, text = "warn", text + ": little room for reports"
+    return policy.Finding(status, text)
 
 
 def worst(diagnoses: list[dict]) -> str:
@@ -104,23 +118,35 @@ def render_probe(host: str, r: Result) -> str:
     head = f"{host}: "
     if not nvml.get("available"):
         return _text([head + f"no GPU: {nvml.get('error')}"])
+    flags = _probe_flags(state)
+    lines = [head + f"driver {nvml.get('driver')}, {len(state['gpus'])} GPU(s)"
+             + (f" [{', '.join(flags)}]" if flags else "")]
+    for g in state["gpus"]:
+        lines += _gpu_lines(state, g)
+    return _text(lines)
+
+
+def _probe_flags(state: dict) -> list[str]:
+    """The node's services that share its GPUs, for the probe's first line: MPS, DCGM."""
     flags = []
     if (state.get("mps") or {}).get("control_daemon"):
         flags.append("MPS")
     if policy.dcgm_running(state):
         flags.append("DCGM")
-    lines = [head + f"driver {nvml.get('driver')}, {len(state['gpus'])} GPU(s)" + (f" [{', '.join(flags)}]" if flags else "")]
-    for g in state["gpus"]:
-        mig = " MIG" if (g.get("mig_mode") or {}).get("current") == 1 else ""
-        lines.append(f"  GPU {g['index']} {g['name']} ({g['architecture_name']}{mig}, {g['compute_mode']}) "
-                     f"{_gib(g.get('memory_used'))}/{_gib(g.get('memory_total'))} GiB")
-        for p in g.get("processes") or []:
-            who = p.get("user") or "?"
-            tag = "  FOREIGN" if p.get("foreign") else ""
-            lines.append(f"      pid {p['pid']:<8} {who:<12} {_gib(p.get('used_memory')):>6} GiB  "
-                         f"{','.join(p['kinds'])} {p.get('name') or ''}{tag}")
-        unseen = policy.unseen_tenants(state, policy.Request(gpus=(g["index"],)))
-        if not g.get("processes"):
-            lines.append("      no processes listed" if unseen else "      no processes")
-        lines += [f"      UNSEEN  {u.split(': ', 1)[1]}" for u in unseen]
-    return _text(lines)
+    return flags
+
+
+def _gpu_lines(state: dict, g: dict) -> list[str]:
+    """One GPU's lines of the probe: the GPU, each of its processes, and the tenants not seen."""
+    mig = " MIG" if (g.get("mig_mode") or {}).get("current") == 1 else ""
+    lines = [f"  GPU {g['index']} {g['name']} ({g['architecture_name']}{mig}, {g['compute_mode']}) "
+             f"{_gib(g.get('memory_used'))}/{_gib(g.get('memory_total'))} GiB"]
+    for p in g.get("processes") or []:
+        who = p.get("user") or "?"
+        tag = "  FOREIGN" if p.get("foreign") else ""
+        lines.append(f"      pid {p['pid']:<8} {who:<12} {_gib(p.get('used_memory')):>6} GiB  "
+                     f"{','.join(p['kinds'])} {p.get('name') or ''}{tag}")
+    unseen = policy.unseen_tenants(state, policy.Request(gpus=(g["index"],)))
+    if not g.get("processes"):
+        lines.append("      no processes listed" if unseen else "      no processes")
+    return lines + [f"      UNSEEN  {u.split(': ', 1)[1]}" for u in unseen]

@@ -44,15 +44,7 @@ def read_manifest(path: Path) -> RunManifest:
     store (catalog, stats, open, pull, nightly) reads the files where they are. One that cannot
     be read, or whose fields are not of their types, is a CatalogError naming it."""
     try:
-        doc = json.loads(private.read_text(path))
-        problem = _container_problem(doc)
-        if not problem:
-            m = RunManifest.from_json(doc)
-            problem = shape_problem(m) or _request_problem(m.request) or _folder_problem(m, path)
-        if not problem:
-            entries = [rep for h in m.hosts for rep in h.reports] + ([m.slurm.log] if m.slurm and m.slurm.log else [])
-            for rep in entries:
-                rep.stored = here(path, rep.stored) or ""
+        m, problem = _checked(json.loads(private.read_text(path)), path)
     except UnsafeStore:
         raise
     except (ManifestError, ValueError, TypeError, AttributeError, RecursionError) as e:
@@ -62,6 +54,26 @@ def read_manifest(path: Path) -> RunManifest:
     if problem:
         raise CatalogError(f"{path}: {problem}") from None
     return m
+
+
+def _checked(doc: object, path: Path) -> tuple[RunManifest | None, str | None]:
+    """(the run the manifest ``doc`` at ``path`` holds, each stored file's path as it is now; None)
+    or (None, the first problem found in it)."""
+    problem = _container_problem(doc)
+    if problem:
+        return None, problem
+    m = RunManifest.from_json(doc)
+    problem = shape_problem(m) or _request_problem(m.request) or _folder_problem(m, path)
+    if problem:
+        return None, problem
+    for rep in _stored_files(m):
+        rep.stored = here(path, rep.stored) or ""
+    return m, None
+
+
+def _stored_files(m: RunManifest) -> list:
+    """The files the run's manifest names in the store: each host's reports, and the Slurm log."""
+    return [rep for h in m.hosts for rep in h.reports] + ([m.slurm.log] if m.slurm and m.slurm.log else [])
 
 
 # A run whose job may still be in Slurm's hands: `fleet jobs` and `fleet gather` look for these.
@@ -134,6 +146,8 @@ def _request_problem(request: dict) -> str | None:
 
 
 def _type_problem(value: object, declared: str, name: str) -> str | None:
+    """Why ``value`` of the field ``name`` is of none of the types ``declared`` (``int | None``)
+    or out of its type's bounds, or None."""
     for option in (o.strip() for o in declared.split("|")):
         if option == "None":
             if value is None:
@@ -144,14 +158,20 @@ def _type_problem(value: object, declared: str, name: str) -> str | None:
             return None  # a type the manifest's classes build themselves (a record): checked above
         if not isinstance(value, _TYPES[base]) or (base in ("int", "float") and isinstance(value, bool)):
             continue
-        if base == "int" and abs(value) > numbers.INTEGER_MAX:
-            return f"{name} is {str(value)[:40]}, out of bounds"
-        if base == "float":
-            try:
-                numbers.real(value, name)
-            except ValueError as e:
-                return str(e)
-        if inner.startswith("str") and not all(isinstance(v, str) for v in value):
-            return f"{name} holds something other than text"
-        return None
+        return _bounds_problem(value, base, inner, name)
     return f"{name} is {value!r:.60}, not {declared}"
+
+
+def _bounds_problem(value, base: str, inner: str, name: str) -> str | None:
+    """Why ``value``, of the type ``base`` (of ``inner``'s, for a list), is out of bounds: a
+    number too large or not finite, a list of words holding something else; or None."""
+    if base == "int" and abs(value) > numbers.INTEGER_MAX:
+        return f"{name} is {str(value)[:40]}, out of bounds"
+    if base == "float":
+        try:
+            numbers.real(value, name)
+        except ValueError as e:
+            return str(e)
+    if inner.startswith("str") and not all(isinstance(v, str) for v in value):
+        return f"{name} holds something other than text"
+    return None

@@ -59,24 +59,13 @@ async def client_keys(files: tuple[str, ...], agent_path) -> tuple[list, object 
     agent = None
     for name in files:
         path = os.path.expanduser(name)
-        try:
-            keys.append(asyncssh.read_private_key(path))
+        key = _unencrypted_key(name, path)
+        if key is not None:
+            keys.append(key)
             continue
-        except asyncssh.KeyImportError as e:
-            if "passphrase" not in str(e).lower():
-                raise KeyProblem(f"key {name} cannot be used: {e}") from None
-        except OSError as e:
-            raise KeyProblem(f"key {name} cannot be read: {e.strerror or e}") from None
-        try:
-            public = asyncssh.read_public_key(path + ".pub")
-        except (OSError, asyncssh.KeyImportError):
-            raise KeyProblem(f"key {name} is encrypted, and without {name}.pub beside it fleet cannot find it "
-                             "in ssh-agent: add it with `ssh-add` and keep its .pub") from None
-        if agent is None and agent_path is not None and (agent_path != () or os.environ.get("SSH_AUTH_SOCK")):
-            try:
-                agent = await asyncssh.connect_agent(agent_path)
-            except (OSError, asyncssh.Error):
-                agent = None
+        public = _public_half(name, path)
+        if agent is None:
+            agent = await _open_agent(agent_path)
         held = await agent.get_keys() if agent is not None else []
         match = [k for k in held if k.public_data == public.public_data]
         if not match:
@@ -85,6 +74,39 @@ async def client_keys(files: tuple[str, ...], agent_path) -> tuple[list, object 
             raise KeyProblem(f"key {name} is encrypted and ssh-agent does not hold it: add it with `ssh-add {name}`")
         keys.append(match[0])
     return keys, agent
+
+
+def _unencrypted_key(name: str, path: str):
+    """The key file ``path`` (named ``name``) read, or None where it needs a passphrase; KeyProblem
+    where it cannot be read or used."""
+    try:
+        return asyncssh.read_private_key(path)
+    except asyncssh.KeyImportError as e:
+        if "passphrase" not in str(e).lower():
+            raise KeyProblem(f"key {name} cannot be used: {e}") from None
+    except OSError as e:
+        raise KeyProblem(f"key {name} cannot be read: {e.strerror or e}") from None
+    return None
+
+
+def _public_half(name: str, path: str):
+    """An encrypted key's public half, ``path``.pub, by which ssh-agent's copy is found."""
+    try:
+        return asyncssh.read_public_key(path + ".pub")
+    except (OSError, asyncssh.KeyImportError):
+        raise KeyProblem(f"key {name} is encrypted, and without {name}.pub beside it fleet cannot find it "
+                         "in ssh-agent: add it with `ssh-add` and keep its .pub") from None
+
+
+async def _open_agent(agent_path):
+    """A connection to ssh-agent (``agent_path``; () for SSH_AUTH_SOCK's), or None where there is
+    none to be had: no agent named, or none answering."""
+    if agent_path is None or (agent_path == () and not os.environ.get("SSH_AUTH_SOCK")):
+        return None
+    try:
+        return await asyncssh.connect_agent(agent_path)
+    except (OSError, asyncssh.Error):
+        return None
 
 
 def connect_error(host: "Host", e: BaseException, settings: SSHSettings,

@@ -92,6 +92,25 @@ def ssh_command(*, address: str, options: dict, identity_files: tuple[str, ...],
         return None
     if not known_hosts or len(config_paths) > 1:  # nothing trusted: asyncssh says so, clearly
         return None
+    said = _said(options, identity_files, identities_only)
+    if said is None:  # an option ssh cannot be told
+        return None
+    config = config_paths[0] if config_paths else "/dev/null"
+    if not all(_WORD.match(word) for word in [config, *known_hosts, *(value for _, value in said)]):
+        return None
+    out = [ssh, "-n", "-T", "-x", "-a", "-F", config]
+    for keyword, value in said:
+        out += ["-o", f"{keyword}={value}"]
+    out += ["-o", "UserKnownHostsFile=" + " ".join(known_hosts)]  # each checked above: one word
+    for fixed in _FIXED:
+        out += ["-o", fixed]
+    return out + ["--", address]
+
+
+def _said(options: dict, identity_files: tuple[str, ...],
+          identities_only: bool) -> list[tuple[str, str]] | None:
+    """The keys and asyncssh's ``options`` as ssh_config's (keyword, value) pairs, in their order;
+    None where an option has no such spelling here."""
     said = [("IdentityFile", path) for path in identity_files]
     if identities_only:
         said.append(("IdentitiesOnly", "yes"))
@@ -103,16 +122,7 @@ def ssh_command(*, address: str, options: dict, identity_files: tuple[str, ...],
         keyword, spell = _SAID[key]
         if (spelled := spell(value)) is not None:  # None: left to ssh_config and ssh's defaults
             said.append((keyword, spelled))
-    config = config_paths[0] if config_paths else "/dev/null"
-    if not all(_WORD.match(word) for word in [config, *known_hosts, *(value for _, value in said)]):
-        return None
-    out = [ssh, "-n", "-T", "-x", "-a", "-F", config]
-    for keyword, value in said:
-        out += ["-o", f"{keyword}={value}"]
-    out += ["-o", "UserKnownHostsFile=" + " ".join(known_hosts)]  # each checked above: one word
-    for fixed in _FIXED:
-        out += ["-o", fixed]
-    return out + ["--", address]
+    return said
 
 
 async def openssh_copy(command: list[str], remote: str, local: str, dst, offset: int, size: int,

@@ -39,6 +39,14 @@ if TYPE_CHECKING:
     from ..inventory import Host
 
 
+# The inventory's ssh options asyncssh takes one for one, in the order they are read: each one's
+# asyncssh keyword, and what reads its value (None: the word as it is).
+_GIVEN = (("Port", "port", number), ("User", "username", None), ("ConnectTimeout", "connect_timeout", number),
+          ("ServerAliveInterval", "keepalive_interval", number),
+          ("ServerAliveCountMax", "keepalive_count_max", number),
+          ("ForwardAgent", "agent_forwarding", yes_no), ("TCPKeepAlive", "tcp_keepalive", yes_no))
+
+
 class SSHTransport(Transport):
     def __init__(self, settings: SSHSettings):
         self.settings = settings
@@ -61,29 +69,24 @@ class SSHTransport(Transport):
         args = ssh_args(host)
         opts = self._base_options(host)
         given = args.options
-        if "Port" in given:
-            opts["port"] = number(given["Port"], "Port", host)
-        if "User" in given:
-            opts["username"] = given["User"]
-        if "ConnectTimeout" in given:
-            opts["connect_timeout"] = number(given["ConnectTimeout"], "ConnectTimeout", host)
-        if "ServerAliveInterval" in given and number(given["ServerAliveInterval"], "ServerAliveInterval", host):
-            opts["keepalive_interval"] = number(given["ServerAliveInterval"], "ServerAliveInterval", host)
-        if "ServerAliveCountMax" in given:
-            opts["keepalive_count_max"] = number(given["ServerAliveCountMax"], "ServerAliveCountMax", host)
-        for name, keyword in (("ForwardAgent", "agent_forwarding"), ("TCPKeepAlive", "tcp_keepalive")):
+        for name, keyword, read in _GIVEN:
             if name in given:
-                opts[keyword] = yes_no(given[name], name, host)
+                value = read(given[name], name, host) if read else given[name]
+                if name == "ServerAliveInterval" and not value:
+                    continue  # 0: fleet's own keepalive interval stays
+                opts[keyword] = value
         if "Compression" in given:
-            opts["compression_algs"] = ["zlib@openssh.com", "zlib", "none"] if yes_no(given["Compression"], "Compression",
-                                                                                     host) else ["none"]
+            compress = yes_no(given["Compression"], "Compression", host)
+            opts["compression_algs"] = ["zlib@openssh.com", "zlib", "none"] if compress else ["none"]
         if "IdentityAgent" in given:
             agent = given["IdentityAgent"]
             opts["agent_path"] = None if agent.lower() == "none" else os.path.expanduser(agent)
-        if "IdentitiesOnly" in given and yes_no(given["IdentitiesOnly"], "IdentitiesOnly", host) and args.identity_files:
+        if ("IdentitiesOnly" in given and yes_no(given["IdentitiesOnly"], "IdentitiesOnly", host)
+                and args.identity_files):
             opts["agent_path"] = None  # only the keys named; those ssh-agent holds are found by _client_keys
         if args.proxy_command:
-            opts["proxy_command"] = ["/bin/sh", "-c", expand_proxy_command(args.proxy_command, host, opts, self._local_user)]
+            proxy = expand_proxy_command(args.proxy_command, host, opts, self._local_user)
+            opts["proxy_command"] = ["/bin/sh", "-c", proxy]
         return opts
 
     def _base_options(self, host: "Host") -> dict:
