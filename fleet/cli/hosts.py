@@ -29,11 +29,21 @@ def inventory_list(obj: Context, targets, exclude, as_json):
     """List the hosts that TARGETS name (default: all), with their merged variables."""
     hosts = obj.select(targets, exclude)
     if as_json:
-        groups = {g: [h for h in members if h in {x.name for x in hosts}]
-                  for g, members in obj.inventory.groups.items()}
-        echo_json({"sources": obj.inventory.sources, "hosts": [h.to_json() for h in hosts],
-                   "groups": {g: m for g, m in groups.items() if m}})
-        return
+        _echo_listing_json(obj.inventory, hosts)
+    else:
+        _echo_host_table(hosts)
+
+
+def _echo_listing_json(inv, hosts) -> None:
+    """The selected hosts as JSON, with the groups that hold any of them (only those hosts)."""
+    groups = {g: [h for h in members if h in {x.name for x in hosts}]
+              for g, members in inv.groups.items()}
+    echo_json({"sources": inv.sources, "hosts": [h.to_json() for h in hosts],
+               "groups": {g: m for g, m in groups.items() if m}})
+
+
+def _echo_host_table(hosts) -> None:
+    """The selected hosts as a table: name, address, user, groups and how fleet reaches each."""
     rows = [(h.name, h.address + (f":{h.port}" if h.port else ""), h.user or "", ",".join(h.groups), h.connection)
             for h in hosts]
     widths = [max([len(r[i]) for r in rows] + [len(t)]) for i, t in enumerate(("HOST", "ADDRESS", "USER", "GROUPS"))]

@@ -121,46 +121,60 @@ class Builder:
         """The inventory; ``vars_of(kind, names)`` merges the vars files of groups or of a host
         (``kind`` is 'group_vars' or 'host_vars') in the order Ansible reads them."""
         self._check_cycles()
+        self._attach_to_all()
+        depth = self._depths()
+        self._settle_ungrouped()
+        members = {g: self._members(g) for g in self.groups}
+        hosts: dict[str, Host] = {}
+        for name in self.host_vars:
+            in_groups = sorted((g for g in self.groups if g != "all" and name in members[g]),
+                               key=lambda g: (depth[g], self.groups[g].priority, g))
+            hosts[name] = self._host(name, in_groups, vars_of)
+        return Inventory(hosts, {g: self._ansible_order(g) for g in self.groups}, sources, warnings=self.warnings)
+
+    def _attach_to_all(self) -> None:
+        """'ungrouped' first among the children of 'all', then every top-level group."""
         # 'ungrouped' is the first child of 'all' in Ansible (it is made with the inventory)
         children = self.groups["all"].children
         self.groups["all"].children = {"ungrouped": children.pop("ungrouped", ""), **children}
         for group in self.groups.values():  # top-level groups are children of all
             if group.name != "all" and not any(group.name in g.children for g in self.groups.values()):
                 self.groups["all"].children.setdefault(group.name, group.where)
-        depth = self._depths()
+
+    def _settle_ungrouped(self) -> None:
+        """As Ansible: a host in no group but all is in 'ungrouped', and only such a host."""
         members = {g: self._members(g) for g in self.groups}
-        for name in self.host_vars:  # as Ansible: a host in no group but all is in 'ungrouped'
+        for name in self.host_vars:
             in_any = any(name in members[g] for g in self.groups if g not in ("all", "ungrouped"))
             if in_any:
                 self.groups["ungrouped"].hosts.pop(name, None)
             else:
                 self.groups["ungrouped"].hosts.setdefault(name, self.host_where[name])
-        members = {g: self._members(g) for g in self.groups}
-        hosts: dict[str, Host] = {}
-        for name in self.host_vars:
-            in_groups = sorted((g for g in self.groups if g != "all" and name in members[g]),
-                               key=lambda g: (depth[g], self.groups[g].priority, g))
-            merged: dict[str, Any] = {}
-            # Weakest first, in the order of Ansible's VariableManager.get_vars and its default
-            # VARIABLE_PRECEDENCE: the inventory's vars of all, then of each group (by depth,
-            # priority, name); then the vars files: group_vars/all, then each group's; then the
-            # host's own vars and its host_vars files. So group_vars/all beats an inline [gpu:vars].
-            # Every value was checked where it was set, and merging replaces whole values.
-            merged.update(self.groups["all"].vars)
-            for g in in_groups:
-                merged.update(self.groups[g].vars)
-            merged.update(vars_of("group_vars", ["all"]))
-            merged.update(vars_of("group_vars", in_groups))
-            merged.update(self.host_vars[name])
-            merged.update(vars_of("host_vars", [name]))
-            address = merged.get("ansible_ssh_host") or merged.get("ansible_host")
-            if not address and not _HOSTNAME.match(name):
-                raise InventoryError(self.host_where[name],
-                                     f"host {name!r} has no address: its name is not a host name and no ansible_host is set")
-            unused = {k: v for k, v in merged.items() if not usable(k, v)}  # warned where they were set
-            used = {k: v for k, v in merged.items() if k not in unused}
-            hosts[name] = Host(name, used, tuple(in_groups), self.host_where[name], unused)
-        return Inventory(hosts, {g: self._ansible_order(g) for g in self.groups}, sources, warnings=self.warnings)
+
+    def _host(self, name: str, in_groups: list[str],
+              vars_of: Callable[[str, list[str]], dict[str, Any]]) -> Host:
+        """One host with its variables merged; ``in_groups`` weakest first."""
+        merged: dict[str, Any] = {}
+        # Weakest first, in the order of Ansible's VariableManager.get_vars and its default
+        # VARIABLE_PRECEDENCE: the inventory's vars of all, then of each group (by depth,
+        # priority, name); then the vars files: group_vars/all, then each group's; then the
+        # host's own vars and its host_vars files. So group_vars/all beats an inline [gpu:vars].
+        # Every value was checked where it was set, and merging replaces whole values.
+        merged.update(self.groups["all"].vars)
+        for g in in_groups:
+            merged.update(self.groups[g].vars)
+        merged.update(vars_of("group_vars", ["all"]))
+        merged.update(vars_of("group_vars", in_groups))
+        merged.update(self.host_vars[name])
+        merged.update(vars_of("host_vars", [name]))
+        address = merged.get("ansible_ssh_host") or merged.get("ansible_host")
+        if not address and not _HOSTNAME.match(name):
+            raise InventoryError(self.host_where[name],
+                                 f"host {name!r} has no address: its name is not a host name "
+                                 "and no ansible_host is set")
+        unused = {k: v for k, v in merged.items() if not usable(k, v)}  # warned where they were set
+        used = {k: v for k, v in merged.items() if k not in unused}
+        return Host(name, used, tuple(in_groups), self.host_where[name], unused)
 
     def _ansible_order(self, name: str) -> list[str]:
         """A group's hosts in the order Ansible's Group.get_hosts gives them (the order its

@@ -101,49 +101,61 @@ def ssh_args(host: "Host") -> SSHArgs:
 
 
 def _read(host: "Host", variable: str, put) -> None:
+    words = _words(host, variable)
+    i = 0
+    while i < len(words):
+        i = _read_option(host, variable, words, i, put) + 1
+
+
+def _words(host: "Host", variable: str) -> list[str]:
+    """The variable's ssh arguments split as a shell splits them; none when it is unset or empty."""
     text = host.vars.get(variable)
     if text is None or text == "":
-        return
+        return []
     if not isinstance(text, str):
         raise ConnectionOptionError(f"{host.name}: {variable} must be a string of ssh arguments, "
                                     f"not {type(text).__name__}")
     try:
-        words = shlex.split(text)
+        return shlex.split(text)
     except ValueError as e:
         raise ConnectionOptionError(f"{host.name}: {variable} cannot be split as a shell splits it: {e}") from None
-    i = 0
-    while i < len(words):
-        word = words[i]
-        if not word.startswith("-") or len(word) < 2:
-            raise ConnectionOptionError(_refusal(host, variable, word, "ssh arguments are options, not a host "
-                                                 "or a command"))
-        j = 1
-        while j < len(word):  # bundled flags: -Cq, -p2222, -oPort=22
-            flag = word[j]
-            if flag in _WITH_VALUE or flag in _OTHER_WITH_VALUE:
-                value = word[j + 1:]
-                if not value:
-                    i += 1
-                    if i == len(words):
-                        raise ConnectionOptionError(_refusal(host, variable, f"-{flag}", "a value is missing"))
-                    value = words[i]
-                if flag == "o":
-                    name, _, rest = value.replace("=", " ", 1).partition(" ")
-                    put(name, rest.strip(), variable, f"-o {value}")
-                elif flag in _WITH_VALUE:
-                    put(_WITH_VALUE[flag], value, variable, f"-{flag} {value}")
-                else:
-                    raise ConnectionOptionError(_refusal(host, variable, f"-{flag} {value}",
-                                                         "fleet cannot honour this option"))
-                break
-            if flag in _FLAGS:
-                put(*_FLAGS[flag], variable, f"-{flag}")
-            elif flag in _FLAGS_SERVED:
-                pass
-            else:
-                raise ConnectionOptionError(_refusal(host, variable, f"-{flag}", "fleet cannot honour this option"))
-            j += 1
-        i += 1
+
+
+def _read_option(host: "Host", variable: str, words: list[str], i: int, put) -> int:
+    """The options of ``words[i]`` (bundled flags: -Cq, -p2222, -oPort=22), and the value the last
+    of them takes; the index of the last word read."""
+    word = words[i]
+    if not word.startswith("-") or len(word) < 2:
+        raise ConnectionOptionError(_refusal(host, variable, word, "ssh arguments are options, not a host "
+                                             "or a command"))
+    for j in range(1, len(word)):
+        flag = word[j]
+        if flag in _WITH_VALUE or flag in _OTHER_WITH_VALUE:
+            value = word[j + 1:]
+            if not value:
+                i += 1
+                if i == len(words):
+                    raise ConnectionOptionError(_refusal(host, variable, f"-{flag}", "a value is missing"))
+                value = words[i]
+            _put_with_value(host, variable, flag, value, put)
+            break
+        if flag in _FLAGS:
+            put(*_FLAGS[flag], variable, f"-{flag}")
+        elif flag not in _FLAGS_SERVED:
+            raise ConnectionOptionError(_refusal(host, variable, f"-{flag}", "fleet cannot honour this option"))
+    return i
+
+
+def _put_with_value(host: "Host", variable: str, flag: str, value: str, put) -> None:
+    """An option that takes a value: ``-o Name=value``, one ssh names (``-p``), or one refused."""
+    if flag == "o":
+        name, _, rest = value.replace("=", " ", 1).partition(" ")
+        put(name, rest.strip(), variable, f"-o {value}")
+    elif flag in _WITH_VALUE:
+        put(_WITH_VALUE[flag], value, variable, f"-{flag} {value}")
+    else:
+        raise ConnectionOptionError(_refusal(host, variable, f"-{flag} {value}",
+                                             "fleet cannot honour this option"))
 
 
 def _refusal(host: "Host", variable: str, shown: str, why: str) -> str:
@@ -222,8 +234,17 @@ def route(host: "Host", config_paths: list[str], local_user: str) -> dict[str, A
     port = number(given["Port"], "Port", host) if "Port" in given else None
     config = SSHClientConfig.load(None, config_paths, False, False, False, local_user,
                                   given.get("User") or (), host.address, port or ())
-    jumps = args.jumps or [j for j in str(config.get("ProxyJump") or "none").split(",") if j.lower() != "none"]
-    proxy = args.proxy_command or config.get("ProxyCommand")
     return {"user": given.get("User") or config.get("User") or local_user, "port": port or config.get("Port") or 22,
             "keys": list(args.identity_files) or [str(k) for k in config.get("IdentityFile", ())],
-            "jumps": jumps, "proxy_command": " ".join(proxy) if isinstance(proxy, (list, tuple)) else proxy}
+            "jumps": _jumps(args, config), "proxy_command": _proxy_command(args, config)}
+
+
+def _jumps(args: SSHArgs, config) -> list[str]:
+    """The jump hosts: the inventory's ProxyJump, else ssh_config's."""
+    return args.jumps or [j for j in str(config.get("ProxyJump") or "none").split(",") if j.lower() != "none"]
+
+
+def _proxy_command(args: SSHArgs, config) -> str | None:
+    """The proxy command: the inventory's, else ssh_config's (a list in some asyncssh versions)."""
+    proxy = args.proxy_command or config.get("ProxyCommand")
+    return " ".join(proxy) if isinstance(proxy, (list, tuple)) else proxy

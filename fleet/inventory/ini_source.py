@@ -81,14 +81,7 @@ def read_inventory(text: str, file: str, builder: Builder) -> None:
         if not line or line[0] in "#;":
             continue
         if m := _SECTION.match(line):
-            group, state = m[1], m[2] or "hosts"
-            if state not in ("hosts", "children", "vars"):
-                raise InventoryError(where, f"section [{group}:{state}] has an unknown type {state!r} "
-                                            "(expected [group], [group:vars] or [group:children])")
-            if state == "vars" and group not in builder.groups and group not in declared:
-                raise InventoryError(where, f"[{group}:vars] is for a group that is not defined: add a "
-                                            f"[{group}] section")
-            builder.group(group, where)
+            group, state = _section(builder, m, declared, where)
             continue
         if line.startswith("[") and line.endswith("]"):
             raise InventoryError(where, f"invalid section {line!r}: a group name without spaces, "
@@ -96,18 +89,41 @@ def read_inventory(text: str, file: str, builder: Builder) -> None:
         if state == "hosts":
             _host_line(builder, group, line, where)
         elif state == "vars":
-            if "=" not in line:
-                raise InventoryError(where, f"expected key=value, got {line!r}")
-            key, value = (part.strip() for part in line.split("=", 1))
-            builder.group_var(group, key, parse_value(value, where), where)
+            _vars_line(builder, group, line, where)
         else:
-            m = _GROUP_LINE.match(line)
-            if not m:
-                raise InventoryError(where, f"expected a group name, got {line!r}")
-            if m[1] not in declared and m[1] not in builder.groups:
-                raise InventoryError(where, f"[{group}:children] names {m[1]!r}, a group not declared in this "
-                                            f"file (add a [{m[1]}] section)")
-            builder.child(group, m[1], where)
+            _children_line(builder, group, line, declared, where)
+
+
+def _section(builder: Builder, m: re.Match, declared: set[str], where: str) -> tuple[str, str]:
+    """A section header's group and type (hosts, children or vars), the group declared."""
+    group, state = m[1], m[2] or "hosts"
+    if state not in ("hosts", "children", "vars"):
+        raise InventoryError(where, f"section [{group}:{state}] has an unknown type {state!r} "
+                                    "(expected [group], [group:vars] or [group:children])")
+    if state == "vars" and group not in builder.groups and group not in declared:
+        raise InventoryError(where, f"[{group}:vars] is for a group that is not defined: add a "
+                                    f"[{group}] section")
+    builder.group(group, where)
+    return group, state
+
+
+def _vars_line(builder: Builder, group: str, line: str, where: str) -> None:
+    """A line of ``[group:vars]``: one ``key=value``, everything after the first ``=`` the value."""
+    if "=" not in line:
+        raise InventoryError(where, f"expected key=value, got {line!r}")
+    key, value = (part.strip() for part in line.split("=", 1))
+    builder.group_var(group, key, parse_value(value, where), where)
+
+
+def _children_line(builder: Builder, group: str, line: str, declared: set[str], where: str) -> None:
+    """A line of ``[group:children]``: a group this file declares."""
+    m = _GROUP_LINE.match(line)
+    if not m:
+        raise InventoryError(where, f"expected a group name, got {line!r}")
+    if m[1] not in declared and m[1] not in builder.groups:
+        raise InventoryError(where, f"[{group}:children] names {m[1]!r}, a group not declared in this "
+                                    f"file (add a [{m[1]}] section)")
+    builder.child(group, m[1], where)
 
 
 def _declared_groups(lines: list[str]) -> set[str]:

@@ -173,20 +173,34 @@ def check_variable(key: Any, value: Any, where: str) -> str | None:
         raise InventoryError(where, f"{key}: a vault-encrypted value; fleet does not decrypt Ansible Vault "
                                     "(see 'What fleet leaves out' in docs/inventory.md)")
     if key in VARIABLES:
-        problem = VARIABLES[key][0](value)
-        if problem and not usable(key, value):
-            return (f"{key}: {problem}; fleet will not use this value (another role's variable of the "
-                    "same name?)")
-        if problem is None and isinstance(value, str) and _TEMPLATE.search(value):
-            problem = "fleet does not evaluate Jinja templates: give the value itself"
-        if problem:
-            raise InventoryError(where, f"{key}: {problem}")
-    elif key not in ANSIBLE_VARIABLES:
-        hint = difflib.get_close_matches(key, VARIABLES, n=1, cutoff=0.8)
-        if hint and _one_edit(key, hint[0]) and VARIABLES[hint[0]][0](value) is None:
-            raise InventoryError(where, f"unknown variable {key!r}; did you mean {hint[0]!r}?")
-        if hint:
-            return f"{key!r} is not fleet's, and is kept (did you mean {hint[0]!r}?)"
+        return _check_own(key, value, where)
+    if key not in ANSIBLE_VARIABLES:
+        return _check_unknown(key, value, where)
+    return None
+
+
+def _check_own(key: str, value: Any, where: str) -> str | None:
+    """A value of one of fleet's variables: refused when bad, unless it has another role's shape
+    (then a warning); a Jinja template is refused too."""
+    problem = VARIABLES[key][0](value)
+    if problem and not usable(key, value):
+        return (f"{key}: {problem}; fleet will not use this value (another role's variable of the "
+                "same name?)")
+    if problem is None and isinstance(value, str) and _TEMPLATE.search(value):
+        problem = "fleet does not evaluate Jinja templates: give the value itself"
+    if problem:
+        raise InventoryError(where, f"{key}: {problem}")
+    return None
+
+
+def _check_unknown(key: str, value: Any, where: str) -> str | None:
+    """A name neither fleet's nor Ansible's: refused when it is one edit from one of fleet's and its
+    value fits that one, else kept with a warning when it is close to one."""
+    hint = difflib.get_close_matches(key, VARIABLES, n=1, cutoff=0.8)
+    if hint and _one_edit(key, hint[0]) and VARIABLES[hint[0]][0](value) is None:
+        raise InventoryError(where, f"unknown variable {key!r}; did you mean {hint[0]!r}?")
+    if hint:
+        return f"{key!r} is not fleet's, and is kept (did you mean {hint[0]!r}?)"
     return None
 
 

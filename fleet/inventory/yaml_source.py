@@ -176,30 +176,12 @@ def _group(builder: Builder, name: Any, body: Any, file: str, line: int) -> None
         return
     if not isinstance(body, _Map):
         raise InventoryError(where, f"group {name!r} must be a mapping of {', '.join(_GROUP_KEYS)}")
-    for key in body:
-        if key not in _GROUP_KEYS:
-            hint = difflib.get_close_matches(str(key), _GROUP_KEYS, n=1)
-            more = f"; did you mean {hint[0]!r}?" if hint else ""
-            raise InventoryError(f"{file}:{body.line_of(key)}",
-                                 f"unknown key {key!r} in group {name!r} (expected {', '.join(_GROUP_KEYS)}){more}")
-    for key in _GROUP_KEYS:
-        value = body.get(key)
-        if isinstance(value, str) and key != "vars":  # Ansible reads `hosts: h1` as one host
-            body[key] = value = _Map({value: None})
-            value.line, value.lines = body.line_of(key), {}
-        if value is not None and not isinstance(value, _Map):
-            raise InventoryError(f"{file}:{body.line_of(key)}", f"'{key}' of group {name!r} must be a mapping")
+    _check_group_keys(body, name, file)
+    _check_group_sections(body, name, file)
     variables = body.get("vars") or _Map()
     for key, value in variables.items():
         builder.group_var(name, key, value, f"{file}:{variables.line_of(key)}")
-    hosts = body.get("hosts") or _Map()
-    for pattern, hvars in hosts.items():
-        hwhere = f"{file}:{hosts.line_of(pattern)}"
-        if hvars is not None and not isinstance(hvars, _Map):
-            raise InventoryError(hwhere, f"host {pattern!r} must map to its variables (or nothing)")
-        for host in builder.hosts(name, pattern, hwhere):
-            for key, value in (hvars or _Map()).items():
-                builder.host_var(host, key, value, f"{file}:{hvars.line_of(key)}")
+    _group_hosts(builder, name, body.get("hosts") or _Map(), file)
     children = body.get("children") or _Map()
     for child, child_body in children.items():
         cline = children.line_of(child)
@@ -207,37 +189,88 @@ def _group(builder: Builder, name: Any, body: Any, file: str, line: int) -> None
         builder.child(name, child, f"{file}:{cline}")
 
 
+def _check_group_keys(body: _Map, name: Any, file: str) -> None:
+    """Refuse a key of a group other than hosts, children and vars, with the one it likely meant."""
+    for key in body:
+        if key not in _GROUP_KEYS:
+            hint = difflib.get_close_matches(str(key), _GROUP_KEYS, n=1)
+            more = f"; did you mean {hint[0]!r}?" if hint else ""
+            raise InventoryError(f"{file}:{body.line_of(key)}",
+                                 f"unknown key {key!r} in group {name!r} (expected {', '.join(_GROUP_KEYS)}){more}")
+
+
+def _check_group_sections(body: _Map, name: Any, file: str) -> None:
+    """Each of a group's hosts, children and vars is a mapping (or nothing); ``hosts: h1`` and
+    ``children: g1`` are made one-key mappings in place, as Ansible reads them."""
+    for key in _GROUP_KEYS:
+        value = body.get(key)
+        if isinstance(value, str) and key != "vars":  # Ansible reads `hosts: h1` as one host
+            body[key] = value = _Map({value: None})
+            value.line, value.lines = body.line_of(key), {}
+        if value is not None and not isinstance(value, _Map):
+            raise InventoryError(f"{file}:{body.line_of(key)}", f"'{key}' of group {name!r} must be a mapping")
+
+
+def _group_hosts(builder: Builder, name: Any, hosts: _Map, file: str) -> None:
+    """The hosts of a group's ``hosts:``, each pattern with the variables it maps to."""
+    for pattern, hvars in hosts.items():
+        hwhere = f"{file}:{hosts.line_of(pattern)}"
+        if hvars is not None and not isinstance(hvars, _Map):
+            raise InventoryError(hwhere, f"host {pattern!r} must map to its variables (or nothing)")
+        for host in builder.hosts(name, pattern, hwhere):
+            for key, value in (hvars or _Map()).items():
+                builder.host_var(host, key, value, f"{file}:{hvars.line_of(key)}")
+
+
 def read_listing(doc: _Map, file: str, builder: Builder) -> None:
     """What ``ansible-inventory --list`` writes (with or without ``--export``), read as Ansible's
     script plugin reads it: groups list their hosts and children, ``_meta.hostvars`` the variables."""
-    meta = doc.get("_meta")
-    hostvars = meta.get("hostvars") if isinstance(meta, _Map) else None
-    if hostvars is not None and not isinstance(hostvars, _Map):
-        raise InventoryError(f"{file}:{meta.line_of('hostvars')}", "'_meta.hostvars' must be a mapping")
+    hostvars = _listing_hostvars(doc, file)
     seen: dict[str, None] = {}
     for name, body in doc.items():
         if name == "_meta":
             continue
         where = f"{file}:{doc.line_of(name)}"
-        builder.group(name, where)
-        if isinstance(body, list):
-            body = {"hosts": body}
-        if not isinstance(body, dict):
-            raise InventoryError(where, f"group {name!r} must be a mapping of hosts, children, vars")
-        for key, kind in (("hosts", list), ("children", list), ("vars", dict)):
-            if body.get(key) is not None and not isinstance(body[key], kind):
-                at = f"{file}:{body.line_of(key)}" if isinstance(body, _Map) else where
-                raise InventoryError(at, f"'{key}' of group {name!r} must be a {kind.__name__}")
-        at = (lambda key: f"{file}:{body.line_of(key)}") if isinstance(body, _Map) else (lambda key: where)
-        for host in body.get("hosts") or []:
-            seen.update(dict.fromkeys(builder.hosts(name, host, at("hosts"), literal=True)))
-        for key, value in (body.get("vars") or _Map()).items():
-            builder.group_var(name, key, value, f"{file}:{body['vars'].line_of(key)}")
-        for child in body.get("children") or []:
-            builder.child(name, child, at("children"))
+        seen.update(dict.fromkeys(_listing_group(builder, name, body, file, where)))
     for host in seen:
         variables = (hostvars or {}).get(host) or _Map()
         if not isinstance(variables, _Map):
             raise InventoryError(f"{file}:{hostvars.line_of(host)}", f"the variables of {host!r} must be a mapping")
         for key, value in variables.items():
             builder.host_var(host, key, value, f"{file}:{variables.line_of(key)}")
+
+
+def _listing_hostvars(doc: _Map, file: str) -> _Map | None:
+    """The listing's ``_meta.hostvars``, or None where it gives none."""
+    meta = doc.get("_meta")
+    hostvars = meta.get("hostvars") if isinstance(meta, _Map) else None
+    if hostvars is not None and not isinstance(hostvars, _Map):
+        raise InventoryError(f"{file}:{meta.line_of('hostvars')}", "'_meta.hostvars' must be a mapping")
+    return hostvars
+
+
+def _listing_group(builder: Builder, name: Any, body: Any, file: str, where: str) -> list[str]:
+    """One group of a listing (a mapping, or a list of its hosts); the hosts it names."""
+    builder.group(name, where)
+    if isinstance(body, list):
+        body = {"hosts": body}
+    if not isinstance(body, dict):
+        raise InventoryError(where, f"group {name!r} must be a mapping of hosts, children, vars")
+    _check_listing_sections(body, name, file, where)
+    at = (lambda key: f"{file}:{body.line_of(key)}") if isinstance(body, _Map) else (lambda key: where)
+    hosts: list[str] = []
+    for host in body.get("hosts") or []:
+        hosts += builder.hosts(name, host, at("hosts"), literal=True)
+    for key, value in (body.get("vars") or _Map()).items():
+        builder.group_var(name, key, value, f"{file}:{body['vars'].line_of(key)}")
+    for child in body.get("children") or []:
+        builder.child(name, child, at("children"))
+    return hosts
+
+
+def _check_listing_sections(body: dict, name: Any, file: str, where: str) -> None:
+    """A listing's group lists its hosts and children and maps its vars."""
+    for key, kind in (("hosts", list), ("children", list), ("vars", dict)):
+        if body.get(key) is not None and not isinstance(body[key], kind):
+            at = f"{file}:{body.line_of(key)}" if isinstance(body, _Map) else where
+            raise InventoryError(at, f"'{key}' of group {name!r} must be a {kind.__name__}")
