@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import os
 import sys
 from typing import TYPE_CHECKING
 
@@ -336,26 +335,13 @@ def slurm_group():
 def slurm_install(obj: Context, prefix, python_path, owned, cluster, baseline, jobs_dir, state_dir, log_file,
                   fail_closed, pause_dcgm, qdstrm_importer, finish_timeout, do_apply, no_node_check, as_json):
     """Print (or, with --apply, write) the slurm.conf lines, the wrapper scripts and the node config."""
-    from ..slurm.install import NodeSetup, apply, baselines, interpreter_problem, nodes_problem
+    from ..slurm.install import NodeSetup, apply, baselines, check_options, check_python
 
     sysctls = dict(_cluster(obj, None, cluster).login.vars.get("owned_sysctls") or {}) if cluster else {}
-    given: dict = {}
-    for option, items, into in (("--owned-sysctl", owned, sysctls), ("--baseline-sysctl", baseline, given)):
-        for item in items:
-            name, sep, value = item.partition("=")
-            if not sep or not name:
-                fail(f"{option} takes NAME=VALUE, not {item!r}")
-            into[name] = int(value) if value.lstrip("-").isdigit() else value
-    if (stray := sorted(set(given) - set(sysctls))):
-        fail(f"--baseline-sysctl {stray[0]}: not an owned sysctl (--owned-sysctl)")
-    if qdstrm_importer and not qdstrm_importer.startswith("/"):
-        fail("--qdstrm-importer takes an absolute path (the epilog gets no PATH)")
-    if (why := interpreter_problem(python_path)):  # before anything is written: it would drain every node
-        fail(f"{why}; nothing written" if do_apply else why)
-    if do_apply and os.geteuid() != 0:
-        fail("fleet slurm install --apply writes files slurmd runs as root: run it as root", exitcodes.FAILED)
-    if do_apply and not no_node_check and (why := nodes_problem(python_path)):  # and on each node, as slurmd will
-        fail(f"{why}; nothing written")
+    sysctls.update(_sysctl_items("--owned-sysctl", owned))
+    given = _sysctl_items("--baseline-sysctl", baseline)
+    check_options(sysctls, given, qdstrm_importer)
+    check_python(python_path, writing=do_apply, on_nodes=not no_node_check)
     setup = NodeSetup(prefix, python_path, sysctls, jobs_dir, state_dir, log_file, fail_closed, pause_dcgm,
                       qdstrm_importer, finish_timeout, baselines(sysctls, given))
     written = []
@@ -367,7 +353,24 @@ def slurm_install(obj: Context, prefix, python_path, owned, cluster, baseline, j
     if as_json:
         files = {path: {"mode": f"{mode:o}", "bytes": len(content)} for path, (content, mode) in setup.files().items()}
         return echo_json({"files": files, "written": written, "slurm_conf": setup.slurm_conf()})
-    if do_apply:
+    _print_install(setup, written, do_apply)
+
+
+def _sysctl_items(option: str, items) -> dict:
+    """--owned-sysctl's or --baseline-sysctl's NAME=VALUE items (a whole number as an int)."""
+    values: dict = {}
+    for item in items:
+        name, sep, value = item.partition("=")
+        if not sep or not name:
+            fail(f"{option} takes NAME=VALUE, not {item!r}")
+        values[name] = int(value) if value.lstrip("-").isdigit() else value
+    return values
+
+
+def _print_install(setup, written: list[str], applied: bool) -> None:
+    """The files written (with --apply), else each file as it would be written; then the lines
+    slurm.conf needs."""
+    if applied:
         for path in written:
             echo(f"wrote {path}")
     else:

@@ -58,18 +58,28 @@ def choose(inventory: Inventory, partition: str | None, name: str | None = None,
         raise TargetError("no Slurm cluster in the inventory: set slurm_login (the login node's host name) "
                           "on the group of the cluster")
     if name is not None:
-        chosen = {k: c for k, c in known.items() if k == name or name in inventory.groups and
-                  k in inventory.groups[name]}
-        if not chosen:
-            raise TargetError(f"no Slurm cluster named {name!r}; known: {', '.join(sorted(known))}")
-        known = chosen
+        known = _named(inventory, known, name)
     if partition is not None and len(known) > 1:
         known = {k: c for k, c in known.items() if not c.partitions or partition in c.partitions} or known
     if len(known) > 1:
         raise TargetError(f"several Slurm clusters could take this job ({', '.join(sorted(known))}): "
                           "choose one with --cluster")
     cluster = next(iter(known.values()))
+    _check_partition(cluster, partition)
+    return cluster
+
+
+def _named(inventory: Inventory, known: dict[str, Cluster], name: str) -> dict[str, Cluster]:
+    """The clusters ``name`` names: the one of that login host, or those of that inventory group."""
+    chosen = {k: c for k, c in known.items() if k == name or name in inventory.groups and
+              k in inventory.groups[name]}
+    if not chosen:
+        raise TargetError(f"no Slurm cluster named {name!r}; known: {', '.join(sorted(known))}")
+    return chosen
+
+
+def _check_partition(cluster: Cluster, partition: str | None) -> None:
+    """A partition asked for must be among the cluster's slurm_partitions, where it lists any."""
     if partition is not None and cluster.partitions and partition not in cluster.partitions:
         raise TargetError(f"partition {partition!r} is not among those fleet may use on {cluster.name}: "
                           f"{', '.join(cluster.partitions)} (slurm_partitions in the inventory)")
-    return cluster

@@ -24,8 +24,10 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .. import exitcodes
 from ..agent.bundle import script as agent_script
 from ..agent.rundir import RunDir
+from ..errors import FleetError
 
 OPS = {"prolog": "Prolog", "epilog": "Epilog", "task-prolog": "TaskProlog"}
 NEEDS = (3, 8)  # the agent's oldest Python (tests/test_bundle.py holds it to that)
@@ -33,6 +35,7 @@ VERSION = "import sys; print('%d.%d.%d' % sys.version_info[:3])"
 # The wrappers' last guard: the interpreter starts and is new enough, or the hook says why and exits 0.
 GUARD = ("import sys; sys.exit(0 if sys.version_info >= %r else 'it is Python %%d.%%d; the agent needs %d.%d or newer'"
          " %% sys.version_info[:2])" % (NEEDS, *NEEDS))
+AS_ROOT = "fleet slurm install --apply writes files slurmd runs as root: run it as root"
 
 
 @dataclass(frozen=True)
@@ -112,6 +115,38 @@ def baselines(owned: dict, given: dict) -> dict:
     return out
 
 
+class InstallRefused(FleetError):
+    """``fleet slurm install`` refused before anything is written: one line, a usage error."""
+
+
+class NotRoot(InstallRefused):
+    """--apply run by a user other than root: slurmd runs the files as root, so only root may
+    write them."""
+
+    exit_status = exitcodes.FAILED
+
+
+def check_options(owned: dict, given: dict, qdstrm_importer: str | None) -> None:
+    """InstallRefused for a baseline given for a sysctl that is not owned, or a QdstrmImporter not
+    named by absolute path (the epilog gets no PATH)."""
+    if (stray := sorted(set(given) - set(owned))):
+        raise InstallRefused(f"--baseline-sysctl {stray[0]}: not an owned sysctl (--owned-sysctl)")
+    if qdstrm_importer and not qdstrm_importer.startswith("/"):
+        raise InstallRefused("--qdstrm-importer takes an absolute path (the epilog gets no PATH)")
+
+
+def check_python(python: str, *, writing: bool, on_nodes: bool) -> None:
+    """InstallRefused, before anything is written, for a ``python`` that cannot run the hooks (it
+    would drain every node): here; then, ``writing``, NotRoot unless this is root, and
+    (``on_nodes``) on each node through a step, as slurmd will run it."""
+    if (why := interpreter_problem(python)):
+        raise InstallRefused(f"{why}; nothing written" if writing else why)
+    if writing and os.geteuid() != 0:
+        raise NotRoot(AS_ROOT)
+    if writing and on_nodes and (why := nodes_problem(python)):
+        raise InstallRefused(f"{why}; nothing written")
+
+
 def interpreter_problem(python: str) -> str | None:
     """Why ``python`` cannot run the hooks, in one line naming it and its version, or None: it is
     run here with the bundled agent (its hooks' modules compiled and imported, as on a node)."""
@@ -147,51 +182,82 @@ NODE_CHECK = ('v=$("$0" -I -c "$1" 2>/dev/null </dev/null); out=$("$0" -I -c "$2
 STEP_BOUND = 120  # seconds the checking step may take, from submission (it waits for free nodes)
 
 
+class _Unchecked(FleetError):
+    """Why the nodes could not be checked at all: sinfo or srun failed, or no node is in service
+    (said by nodes_problem in its answer, never raised to the user)."""
+
+
 def nodes_problem(python: str, env: dict | None = None) -> str | None:
     """Why ``python`` cannot run the hooks on some node of the cluster, in one line naming the
     node, the path and its version; None when every node that can take a step ran the agent's
     check with it. One step, a task on each node, through the cluster's own srun."""
     try:
+        nodes = _nodes_in_service(env)
+        ran = _check_step(python, nodes, env)
+    except _Unchecked as e:
+        return f"cannot check --python {python} on the nodes: {e}"
+    said = _said(ran.stdout)
+    for node in nodes:
+        if node not in said:
+            why = ran.stderr.decode(errors="replace").strip().splitlines()[-1:] or [f"exit status {ran.returncode}"]
+            return f"cannot check --python {python} on {node}: the step did not run there: {why[0]}"
+        if (why := _node_problem(python, node, *said[node])):
+            return why
+    return None
+
+
+def _nodes_in_service(env: dict | None) -> list[str]:
+    """The nodes sinfo lists in service (idle, mixed, allocated or completing), sorted."""
+    try:
         listed = subprocess.run(["sinfo", "-h", "-N", "-o", "%N %t"], capture_output=True, text=True, timeout=30,
                                 env=env)
     except (OSError, subprocess.SubprocessError) as e:
-        return f"cannot check --python {python} on the nodes: sinfo: {getattr(e, 'strerror', None) or e}"
+        raise _Unchecked(f"sinfo: {getattr(e, 'strerror', None) or e}") from e
     if listed.returncode != 0:
-        return f"cannot check --python {python} on the nodes: sinfo: {listed.stderr.strip() or listed.returncode}"
+        raise _Unchecked(f"sinfo: {listed.stderr.strip() or listed.returncode}")
     nodes = sorted({n for n, state in (line.split()[:2] for line in listed.stdout.splitlines() if len(line.split()) > 1)
                     if state.rstrip("*~#!%$@^-") in ("idle", "mix", "alloc", "comp")})
     if not nodes:
-        return f"cannot check --python {python} on the nodes: sinfo lists none in service"
+        raise _Unchecked("sinfo lists none in service")
+    return nodes
+
+
+def _check_step(python: str, nodes: list[str], env: dict | None) -> subprocess.CompletedProcess:
+    """The checking step, a task on each of ``nodes`` (NODE_CHECK), run to its end; what it said."""
     from ..agent.bundle import BOOTSTRAP, bundle
     cmd = ["srun", f"--nodelist={','.join(nodes)}", f"--nodes={len(nodes)}", f"--ntasks={len(nodes)}",
            "--ntasks-per-node=1", "--input=all", "--time=2", "--immediate=60", "--job-name=fleet-install-check", "--quiet",
            "sh", "-c", NODE_CHECK, python, VERSION, BOOTSTRAP, json.dumps({"mode": "slurmd", "op": "check"})]
     try:
-        ran = subprocess.run(cmd, input=bundle(), capture_output=True, timeout=STEP_BOUND, env=env)
+        return subprocess.run(cmd, input=bundle(), capture_output=True, timeout=STEP_BOUND, env=env)
     except (OSError, subprocess.SubprocessError) as e:
-        return f"cannot check --python {python} on the nodes: srun: {getattr(e, 'strerror', None) or e}"
+        raise _Unchecked(f"srun: {getattr(e, 'strerror', None) or e}") from e
+
+
+def _said(stdout: bytes) -> dict[str, tuple[str, str, str]]:
+    """Each node's "@@check" line from the step's output: node -> (status, version, last line)."""
     said = {}
-    for line in ran.stdout.decode(errors="replace").splitlines():
+    for line in stdout.decode(errors="replace").splitlines():
         parts = line.split(" ", 4)
         if len(parts) >= 4 and parts[0] == "@@check":
             said[parts[1]] = (parts[2], parts[3], parts[4] if len(parts) > 4 else "")
-    for node in nodes:
-        if node not in said:
-            why = ran.stderr.decode(errors="replace").strip().splitlines()[-1:] or [f"exit status {ran.returncode}"]
-            return f"cannot check --python {python} on {node}: the step did not run there: {why[0]}"
-        status, version, last = said[node]
-        if status != "0" and version == "-":
-            return f"--python {python} does not start on {node}: {last or f'exit status {status}'}"
-        if status != "0":
-            return f"--python {python} on {node} (Python {version}) cannot run fleet's agent: {last}; the hooks " \
-                   "need Python %d.%d or newer" % NEEDS
+    return said
+
+
+def _node_problem(python: str, node: str, status: str, version: str, last: str) -> str | None:
+    """Why ``python`` failed the agent's check on ``node``, from what its task said, or None."""
+    if status != "0" and version == "-":
+        return f"--python {python} does not start on {node}: {last or f'exit status {status}'}"
+    if status != "0":
+        return f"--python {python} on {node} (Python {version}) cannot run fleet's agent: {last}; the hooks " \
+               "need Python %d.%d or newer" % NEEDS
     return None
 
 
 def apply(setup: NodeSetup) -> list[str]:
     """Write the files (as root: they are run by slurmd as root, so only root may change them)."""
     if os.geteuid() != 0:
-        raise PermissionError("fleet slurm install --apply writes files slurmd runs as root: run it as root")
+        raise PermissionError(AS_ROOT)
     Path(setup.prefix).mkdir(mode=0o755, parents=True, exist_ok=True)
     written = []
     for path, (content, mode) in setup.files().items():

@@ -92,40 +92,67 @@ def launch(launcher: str, command: list[str], agent: list[str], run_dir: str, co
         raise LauncherError(why)  # else the workload would run outside the container it was asked into
     task = "FLEET_TASK=(" + " ".join(quote(w, "the agent's command (ansible_python_interpreter)")
                                      for w in agent) + ")"
+    srun_opts, pre = _container_words(container, run_dir, scratch)
+    if launcher == "srun":
+        return Launch((task,), f"srun {_srun_options(srun_opts)}{pre}"
+                               "\"${FLEET_TASK[@]}\" \"${COMMAND[@]}\"")
+    if launcher == "mpirun":
+        return _mpirun(command, task, pre)
+    if launcher == "torchrun":
+        return _torchrun(command, task, container, srun_opts, pre)
+    if launcher == "ray":
+        return _ray(run_dir, tool, profiler_args, actors)
+    raise LauncherError(f"unknown launcher {launcher!r}: one of {', '.join(LAUNCHERS)}")
+
+
+def _container_words(container: Container | None, run_dir: str,
+                     scratch: str | None) -> tuple[list[str], str]:
+    """Where the container's words go: pyxis's are srun's options (returned as words), Apptainer's a
+    prefix in front of the task (returned quoted, with its trailing space)."""
     inside = slurm_words(container, run_dir, scratch)
     srun_opts = inside if container and container.kind == "pyxis" else []
     prefix = inside if container and container.kind == "apptainer" else []
     pre = " ".join(quote(w, "the container") for w in prefix)
-    pre = pre + " " if pre else ""
-    if launcher == "srun":
-        opts = " ".join(quote(w, "the container") for w in srun_opts)
-        return Launch((task,), f"srun {opts + ' ' if opts else ''}{pre}\"${{FLEET_TASK[@]}}\" \"${{COMMAND[@]}}\"")
-    if launcher in ("torchrun", "mpirun"):
-        k = script_index(command, launcher)
-        program = f"\"${{COMMAND[@]:{k}}}\""
-        if launcher == "mpirun":  # mpirun runs in the batch shell and starts every rank itself
-            return Launch((task, f"LAUNCH=({_slices(0, k, [])} {pre}\"${{FLEET_TASK[@]}}\" {program})"),
-                          "\"${LAUNCH[@]}\"")
-        # --no-python: torchrun execs the wrapper, which runs python on the script itself, the
-        # python torchrun would have run (python -m for a module: torchrun's own -m cannot go
-        # with --no-python, so it moves; the interpreter's, in python -m torch.distributed.run, stays).
-        # In a container, the container's python3: the node's torchrun may not be the one inside.
-        modules = torchrun_modules(command, k)
-        no_python = any(w in ("--no-python", "--no_python") for w in command[:k])
-        python = "\"$FLEET_PYTHON\"" if not container else "python3"
-        python = "" if no_python else (f"{python} -m " if modules else f"{python} ")
-        # torchrun itself in the container (Apptainer's prefix, or pyxis's srun options), as the image's.
-        injected = (f"{pre}{_slices(0, k, modules + end_of_options(command, k))} --no-python "
-                    f"\"${{FLEET_TASK[@]}}\" {python}{program}")
-        opts = " ".join(quote(w, "the container") for w in srun_opts)
-        # One torchrun per node; it starts that node's workers.
-        setup = () if no_python or container else torchrun_python(command)
-        return Launch((task, *setup, f"LAUNCH=({injected})"),
-                      f"srun --ntasks-per-node=1 --nodes=\"$SLURM_JOB_NUM_NODES\" {opts + ' ' if opts else ''}"
-                      "\"${LAUNCH[@]}\"")
-    if launcher == "ray":
-        return _ray(run_dir, tool, profiler_args, actors)
-    raise LauncherError(f"unknown launcher {launcher!r}: one of {', '.join(LAUNCHERS)}")
+    return srun_opts, (pre + " " if pre else "")
+
+
+def _srun_options(srun_opts: list[str]) -> str:
+    """srun's options for the container (pyxis), quoted, with a trailing space; empty for none."""
+    opts = " ".join(quote(w, "the container") for w in srun_opts)
+    return opts + " " if opts else ""
+
+
+def _mpirun(command: list[str], task: str, pre: str) -> Launch:
+    """mpirun runs in the batch shell and starts every rank itself, each through the agent
+    (FLEET_TASK) in front of the program."""
+    k = script_index(command, "mpirun")
+    program = f"\"${{COMMAND[@]:{k}}}\""
+    return Launch((task, f"LAUNCH=({_slices(0, k, [])} {pre}\"${{FLEET_TASK[@]}}\" {program})"),
+                  "\"${LAUNCH[@]}\"")
+
+
+def _torchrun(command: list[str], task: str, container: Container | None, srun_opts: list[str],
+              pre: str) -> Launch:
+    """One torchrun per node, started by srun; it execs each of that node's workers through the
+    agent (FLEET_TASK), which runs the python torchrun would have run."""
+    k = script_index(command, "torchrun")
+    program = f"\"${{COMMAND[@]:{k}}}\""
+    # --no-python: torchrun execs the wrapper, which runs python on the script itself, the
+    # python torchrun would have run (python -m for a module: torchrun's own -m cannot go
+    # with --no-python, so it moves; the interpreter's, in python -m torch.distributed.run, stays).
+    # In a container, the container's python3: the node's torchrun may not be the one inside.
+    modules = torchrun_modules(command, k)
+    no_python = any(w in ("--no-python", "--no_python") for w in command[:k])
+    python = "\"$FLEET_PYTHON\"" if not container else "python3"
+    python = "" if no_python else (f"{python} -m " if modules else f"{python} ")
+    # torchrun itself in the container (Apptainer's prefix, or pyxis's srun options), as the image's.
+    injected = (f"{pre}{_slices(0, k, modules + end_of_options(command, k))} --no-python "
+                f"\"${{FLEET_TASK[@]}}\" {python}{program}")
+    opts = _srun_options(srun_opts)
+    # One torchrun per node; it starts that node's workers.
+    setup = () if no_python or container else torchrun_python(command)
+    return Launch((task, *setup, f"LAUNCH=({injected})"),
+                  f"srun --ntasks-per-node=1 --nodes=\"$SLURM_JOB_NUM_NODES\" {opts}\"${{LAUNCH[@]}}\"")
 
 
 def _ray(run_dir: str, tool: str, profiler_args, actors) -> Launch:

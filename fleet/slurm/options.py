@@ -223,14 +223,27 @@ def checked(raw: JobSpec, req: "ProfileRequest") -> CheckedJobSpec:
 
 
 def _check_ranks(raw: JobSpec) -> None:
+    """The ranks to profile, where some are chosen: actor name patterns with Ray, else rank numbers
+    that the job has (where its shape is fleet's to read)."""
     if raw.ranks is None:
         return
     if raw.launcher == "ray":  # actor name patterns (launchers.actor_patterns)
-        if not raw.ranks or not all(isinstance(r, str) and r and check_text(r, "--ranks") for r in raw.ranks):
-            raise UnsafeValue(f"--ranks: with --launcher ray, actor name patterns, not {list(raw.ranks)!r}")
+        _check_actor_patterns(raw.ranks)
         return
     if not raw.ranks or not all(isinstance(r, int) and not isinstance(r, bool) and r >= 0 for r in raw.ranks):
         raise UnsafeValue(f"--ranks: at least one rank, each 0 or more, not {list(raw.ranks)!r}")
+    _check_ranks_exist(raw)
+
+
+def _check_actor_patterns(ranks) -> None:
+    """With --launcher ray, --ranks is at least one actor name pattern, each one line of text."""
+    if not ranks or not all(isinstance(r, str) and r and check_text(r, "--ranks") for r in ranks):
+        raise UnsafeValue(f"--ranks: with --launcher ray, actor name patterns, not {list(ranks)!r}")
+
+
+def _check_ranks_exist(raw: JobSpec) -> None:
+    """srun's ranks are the job's tasks: a rank past them would never be profiled. Not checked
+    where --sbatch-arg shapes the tasks (--ntasks-per-gpu ...), or another launcher starts them."""
     total = raw.ntasks or (raw.nodes or 1) * (raw.ntasks_per_node or 1)
     shaped_elsewhere = any(a.startswith("--ntasks") for a in raw.sbatch_args)  # --ntasks-per-gpu ...
     if raw.launcher == "srun" and not shaped_elsewhere and max(raw.ranks) >= total:
