@@ -282,31 +282,42 @@ class SlurmClient:
         ask = [j for j in job_ids if j not in self._terminal]
         found: dict[str, JobState] = {}
         if ask:
-            use_json = self.info is not None and self.info.version >= JSON_FILTERS_FROM
-            if use_json:
-                r = await self._sh("squeue", BOUNDED + 'bounded squeue --json --states=all --jobs="$1"', ",".join(ask))
-            else:
-                r = await self._sh("squeue", BOUNDED + 'bounded squeue --noheader --states=all --jobs="$1" '
-                                   '--format="$2"', ",".join(ask), SQUEUE_FORMAT)
-            # squeue exits 1 ("Invalid job id") when every job asked for has left it.
-            self._silent(r, "squeue")
-            text = r.stdout.decode(errors="replace")
-            found = (parse_squeue_json(text) if use_json and text.strip().startswith("{")
-                     else parse_squeue_text(text))
-            gone = [j for j in ask if j not in found]
-            if gone:
-                found.update(await self._after_squeue(gone))
-            age = self.info.min_job_age if self.info is not None else DEFAULT_MIN_JOB_AGE
-            for job, st in list(found.items()):
-                since = (submitted or {}).get(job)
-                waited = time.time() - since if since is not None else None
-                if st.state == "GONE" and waited is not None and waited < age:
-                    found[job] = JobState(job, "UNKNOWN", f"not in slurmctld's records {int(waited)} s after "
-                                          f"submission (it keeps a job {age} s, MinJobAge)")
+            found = self._not_gone_yet(await self._squeue(ask), submitted)
         for job, st in found.items():
             if st.terminal:
                 self._terminal[job] = st
         return {j: self._terminal.get(j) or found.get(j) or JobState(j, "UNKNOWN") for j in job_ids}
+
+    async def _squeue(self, ask: list[str]) -> dict[str, JobState]:
+        """The jobs' states in one ``squeue`` call; those that have left it, from :meth:`_after_squeue`."""
+        use_json = self.info is not None and self.info.version >= JSON_FILTERS_FROM
+        if use_json:
+            r = await self._sh("squeue", BOUNDED + 'bounded squeue --json --states=all --jobs="$1"', ",".join(ask))
+        else:
+            r = await self._sh("squeue", BOUNDED + 'bounded squeue --noheader --states=all --jobs="$1" '
+                               '--format="$2"', ",".join(ask), SQUEUE_FORMAT)
+        # squeue exits 1 ("Invalid job id") when every job asked for has left it.
+        self._silent(r, "squeue")
+        text = r.stdout.decode(errors="replace")
+        found = (parse_squeue_json(text) if use_json and text.strip().startswith("{")
+                 else parse_squeue_text(text))
+        gone = [j for j in ask if j not in found]
+        if gone:
+            found.update(await self._after_squeue(gone))
+        return found
+
+    def _not_gone_yet(self, found: dict[str, JobState],
+                      submitted: dict[str, float] | None) -> dict[str, JobState]:
+        """``found``, where a job GONE was submitted within MinJobAge: UNKNOWN, as slurmctld has
+        not let it go yet."""
+        age = self.info.min_job_age if self.info is not None else DEFAULT_MIN_JOB_AGE
+        for job, st in list(found.items()):
+            since = (submitted or {}).get(job)
+            waited = time.time() - since if since is not None else None
+            if st.state == "GONE" and waited is not None and waited < age:
+                found[job] = JobState(job, "UNKNOWN", f"not in slurmctld's records {int(waited)} s after "
+                                      f"submission (it keeps a job {age} s, MinJobAge)")
+        return found
 
     async def _after_squeue(self, jobs: list[str]) -> dict[str, JobState]:
         """Jobs no longer in squeue: once, from accounting, or from scontrol while it remembers them."""

@@ -39,10 +39,7 @@ async def workers_home(fan: "Fanout", via: "Host", run_dir: str, lines: list[str
     still ran when the job stopped waiting) is missing, its report never counted."""
     hosts = []
     marks, extras = made_of_reports([found for found in map(file_mark, lines) if found is not None])
-    whose = {found["path"]: found for found in marks if RunDir.is_whose(found["path"])}
-    unfinished = {RunDir.ray_base(found["path"]) for found in marks if RunDir.is_unfinished(found["path"])}
-    reported = {RunDir.ray_base(found["path"]) for found in marks
-                if not (RunDir.is_whose(found["path"]) or RunDir.is_unfinished(found["path"]))}
+    whose, unfinished, reported = _listed(marks)
     for found in marks:
         path, base = found["path"], RunDir.ray_base(found["path"])
         if RunDir.is_unfinished(path):
@@ -59,6 +56,16 @@ async def workers_home(fan: "Fanout", via: "Host", run_dir: str, lines: list[str
             continue
         hosts.append(await _reported(fan, via, run_dir, found, said, directory, extras.get(base, [])))
     return hosts
+
+
+def _listed(marks: list[dict]) -> tuple[dict[str, dict], set[str], set[str]]:
+    """What the listing says of the workers: their whose files (by path), and the workers (by
+    base) marked unfinished and those that left a report."""
+    whose = {found["path"]: found for found in marks if RunDir.is_whose(found["path"])}
+    unfinished = {RunDir.ray_base(found["path"]) for found in marks if RunDir.is_unfinished(found["path"])}
+    reported = {RunDir.ray_base(found["path"]) for found in marks
+                if not (RunDir.is_whose(found["path"]) or RunDir.is_unfinished(found["path"]))}
+    return whose, unfinished, reported
 
 
 def made_of_reports(marks: list[dict]) -> tuple[list[dict], dict[str, list[dict]]]:
@@ -203,9 +210,14 @@ def ray_worker_name(reports: list) -> str | None:
         return None
     words = [doc.get(k) for k in ("actor_class", "actor_name", "task")]
     who = " ".join(w for w in words if isinstance(w, str) and w) or "worker"
+    named = (who + " " + _worker_where(doc)).strip()[:200]
+    return "".join(c if c.isprintable() else "?" for c in named)  # the job's words reach a terminal
+
+
+def _worker_where(doc: dict) -> str:
+    """Where a whose file says its worker ran, of what it says: ``on node1, GPU 0, pid 123``."""
     gpus = [g for g in doc.get("gpu_ids") or [] if isinstance(g, str)] if isinstance(doc.get("gpu_ids"), list) else []
     where = [f"on {doc['host']}" if isinstance(doc.get("host"), str) else None,
              f"GPU {','.join(gpus)}" if gpus else None,
              f"pid {doc['pid']}" if isinstance(doc.get("pid"), int) else None]
-    named = (who + " " + ", ".join(w for w in where if w)).strip()[:200]
-    return "".join(c if c.isprintable() else "?" for c in named)  # the job's words reach a terminal
+    return ", ".join(w for w in where if w)

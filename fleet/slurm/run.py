@@ -4,7 +4,7 @@ Three steps, each a few round trips to the login node: ``prepare`` (Slurm's
 version and the user's home: one call, read-only, also for ``--dry-run``),
 ``submit`` (the agent and the script put in the run's directory and
 ``sbatch``ed: one call), ``watch`` (one batched status call per interval, with
-backoff) and ``gather`` (every rank's result read in one call, then its
+backoff: :mod:`fleet.slurm.watch`) and ``gather`` (every rank's result read in one call, then its
 reports fetched and verified against the sha256 the compute node computed).
 The manifest is written at each step, so ``fleet gather RUN`` can finish a run
 whose fleet went away.
@@ -32,27 +32,17 @@ from ..store.collect import fetch_verified
 from ..store.manifest import HostEntry, ReportEntry, RunManifest, SlurmInfo
 from ..plan import ProfileRequest
 from .cluster import Cluster
-from .jobs import JobState, NoGPUs, SlurmClient, SlurmctldSilent, SlurmError, file_mark
+from .jobs import JobState, NoGPUs, SlurmClient, file_mark
 from .raygather import driver_entry, ray_home
 from .results import this_runs
-from .states import job_end_verdict, job_refusal, never_starts, no_gpus, why_missing
+from .states import job_end_verdict, job_refusal, no_gpus, why_missing
+from .watch import NeverStarts, watch
 from ..containers import nsight_dirs, slurm_words
 from .script import AGENT_FILE, REQUEST_FILE, SCRIPT_FILE, JobFiles, render, request_doc
 from .options import CheckedJobSpec
 
 if TYPE_CHECKING:
     from ..transport import Fanout
-
-POLL_FIRST = 0.5    # seconds; then each wait 1.5x longer, up to the poll interval
-WATCH_FAILURES = 10  # status calls failing in a row before fleet gives up watching (the job goes on)
-SILENT_POLL = 30    # seconds: the longest wait between asks while slurmctld does not answer
-REQUEUED = {"REQUEUED", "REQUEUE_FED", "REQUEUE_HOLD", "PENDING", "CONFIGURING"}  # a job that ran, back in line
-
-
-class NeverStarts(SlurmError):
-    """The job pends for a reason Slurm never clears by itself: it was cancelled (or kept, with
-    --keep-pending), and the run ends."""
-
 
 @dataclass
 class Prepared:
@@ -156,65 +146,6 @@ async def submit(client: SlurmClient, prep: Prepared) -> str:
     return await client.submit(prep.files.run_dir, files, SCRIPT_FILE)
 
 
-async def watch(client: SlurmClient, job_id: str, *, poll: float = 5.0, stop: asyncio.Event | None = None,
-                on_state: Callable[[JobState], None] = lambda s: None, submitted: float | None = None,
-                keep_pending: bool = False, run_dir: str | None = None) -> JobState:
-    """Until the job ends. A stop request (Ctrl-C) cancels a job that has not started, and sends
-    SIGTERM to a running job's steps once: the profilers stop their applications and finish
-    their reports, and the job ends. While slurmctld does not answer, the job's state is
-    unknown: fleet keeps asking, less often, and says since when. A job pending for a reason
-    Slurm never clears is cancelled (kept with ``keep_pending``): NeverStarts. The state
-    returned carries ``requeues``, the times the job went back in line after it ran."""
-    interval, last, stopping, failures, silent_since, ran, requeues = POLL_FIRST, None, False, 0, None, False, 0
-    completing = False  # a job that ran, seen COMPLETING: RUNNING again next means requeued between two asks
-    while True:
-        try:
-            st = (await client.states([job_id], {job_id: submitted} if submitted else None))[job_id]
-            failures, silent_since = 0, None
-        except SlurmctldSilent:
-            silent_since = silent_since or time.time()
-            st = JobState(job_id, "UNKNOWN", "slurmctld not answering since "
-                          + time.strftime("%H:%M:%S", time.localtime(silent_since)))
-        except SlurmError as e:  # the login node busy or unreachable for a moment: keep watching
-            failures += 1
-            if failures >= WATCH_FAILURES:
-                raise
-            st = JobState(job_id, "UNKNOWN", f"status call failed ({e}); asking again")
-        if st.state == "RUNNING":
-            requeues += completing
-            ran, completing = True, False
-        elif ran and st.state in REQUEUED:
-            ran, completing, requeues = False, False, requeues + 1
-        elif ran and st.state == "COMPLETING":
-            completing = True
-        if (st.state, st.reason) != last:
-            on_state(st)
-            last = (st.state, st.reason)
-        if st.terminal:
-            st.requeues = requeues
-            return st
-        if st.state == "PENDING" and (why := never_starts(st.reason)):
-            if not keep_pending:
-                await client.cancel([job_id])
-            raise NeverStarts(f"job {job_id} can never start: {st.reason} ({why}); "
-                              + ("kept in the queue (--keep-pending)" if keep_pending else
-                                 "cancelled it (--keep-pending keeps such a job)"))
-        if stop is not None and stop.is_set() and not stopping:
-            try:  # a job that has not started has no profilers to stop: it goes from the queue
-                await client.cancel([job_id], signal=None if st.state == "PENDING" else "TERM",
-                                    run_dirs=[run_dir] if run_dir else [])  # fleet's stop recorded first
-                stopping = True
-            except SlurmError as e:  # slurmctld silent: asked again at the next poll
-                on_state(JobState(job_id, st.state, f"could not stop the job yet ({e}); trying again"))
-                await asyncio.sleep(interval)
-        try:
-            await asyncio.wait_for(stop.wait() if stop is not None and not stopping else asyncio.sleep(interval),
-                                   interval)
-        except asyncio.TimeoutError:
-            pass
-        interval = min(interval * 1.5, max(poll, SILENT_POLL) if silent_since else poll)
-
-
 def rank_entry(res: dict, reports: list[ReportEntry] = (), tool: str | None = None, *,
                fleet_stopped: bool = False) -> HostEntry:
     """A rank's entry from the result it left (its node facts are in it: ``wire.facts``'s keys),
@@ -237,13 +168,7 @@ async def gather(fan: "Fanout", client: SlurmClient, manifest: RunManifest, dire
     slurm = manifest.slurm
     found, marks = await client.read_results(slurm.run_dir)
     results, refused = this_runs(found, marks, slurm.result_nonce)
-    if state is not None:
-        slurm.state, slurm.exit_code, slurm.nodes, slurm.reason = state.state, state.exit_code, state.nodes, \
-            state.reason
-    exit_mark = marks.get(RunDir.JOB_EXIT, "")  # the listing names the job's marks as the run folder does
-    slurm.job_exit = int(exit_mark) if exit_mark.lstrip("-").isdigit() else None
-    slurm.stopped_before_time_limit = RunDir.JOB_STOPPED in marks
-    log = RunDir("").batch_log_of(slurm.job_id)
+    _job_end(slurm, state, marks)
     found = file_mark(marks.get("slurm", ""))  # slurm-JOBID.out
     if found and file_problem(found, slurm.run_dir) is None:
         slurm.log = ReportEntry.from_json(await fetch_verified(
@@ -260,23 +185,8 @@ async def gather(fan: "Fanout", client: SlurmClient, manifest: RunManifest, dire
     hosts = sorted(await asyncio.gather(*(one(res) for res in results)) + refused, key=lambda e: (
         not isinstance(e.rank, int), e.rank if isinstance(e.rank, int) else 0, e.host))
     hosts += await ray_home(fan, client, slurm.run_dir, marks["ray"], directory) + driver_entry(slurm, refusal)
-    seen = {e.rank for e in hosts}
-    ranks = expected_ranks(slurm.spec)
-    orphans = _orphans(marks["orphan"])
-    for rank in ranks if ranks is not None else ([] if hosts else [0]):
-        if rank in seen:
-            continue
-        if rank in orphans:  # killed before it wrote its result: the report it finished comes home
-            node, found = orphans[rank]
-            reports = await bring_home(fan, client.login, [found], directory / node,
-                                       node_dir=RunDir(slurm.run_dir).node(node).path,
-                                       gathering=gathering)
-            hosts.append(HostEntry(node, HostStatus.MISSING, rank=rank, reports=reports, missing_why=(
-                f"rank {rank} on {node} left no result (it was killed first; job {state.state if state else 'unknown'}"
-                f", see {log}); the report it left was brought home, unchecked by its agent")))
-        else:
-            hosts.append(HostEntry("(no result)", HostStatus.MISSING, rank=rank,
-                                   missing_why=why_missing(rank, state.state if state else None, log, refusal, tail)))
+    hosts += await _missing_ranks(fan, client, slurm, hosts, marks["orphan"], directory, state, gathering,
+                                  refusal, tail)
     restarts = marks.get(RunDir.JOB_RESTARTS, "")  # Slurm's own count, which no gap between two looks misses
     slurm.requeues = max(slurm.requeues, state.requeues if state is not None else 0,
                          int(restarts) if restarts.isdigit() and len(restarts) < 6 else 0)
@@ -286,6 +196,43 @@ async def gather(fan: "Fanout", client: SlurmClient, manifest: RunManifest, dire
     manifest.status = RunStatus.CANCELLED if state is not None and state.state == "CANCELLED" else \
         outcome.run_status(h.status for h in manifest.hosts)
     return manifest
+
+
+def _job_end(slurm: SlurmInfo, state: JobState | None, marks: dict) -> None:
+    """The job's end as Slurm said it (``state``) and as its batch script marked it (``marks``)."""
+    if state is not None:
+        slurm.state, slurm.exit_code, slurm.nodes, slurm.reason = state.state, state.exit_code, state.nodes, \
+            state.reason
+    exit_mark = marks.get(RunDir.JOB_EXIT, "")  # the listing names the job's marks as the run folder does
+    slurm.job_exit = int(exit_mark) if exit_mark.lstrip("-").isdigit() else None
+    slurm.stopped_before_time_limit = RunDir.JOB_STOPPED in marks
+
+
+async def _missing_ranks(fan: "Fanout", client: SlurmClient, slurm: SlurmInfo, hosts: list[HostEntry],
+                         orphan_lines: list[str], directory: Path, state: JobState | None, gathering,
+                         refusal: str | None, tail: str) -> list[HostEntry]:
+    """A missing entry for each rank expected that left no result among ``hosts``, and why; with the
+    report it finished where it was killed before writing its result."""
+    seen = {e.rank for e in hosts}
+    ranks = expected_ranks(slurm.spec)
+    orphans = _orphans(orphan_lines)
+    log = RunDir("").batch_log_of(slurm.job_id)
+    missing = []
+    for rank in ranks if ranks is not None else ([] if hosts else [0]):
+        if rank in seen:
+            continue
+        if rank in orphans:  # killed before it wrote its result: the report it finished comes home
+            node, found = orphans[rank]
+            reports = await bring_home(fan, client.login, [found], directory / node,
+                                       node_dir=RunDir(slurm.run_dir).node(node).path,
+                                       gathering=gathering)
+            missing.append(HostEntry(node, HostStatus.MISSING, rank=rank, reports=reports, missing_why=(
+                f"rank {rank} on {node} left no result (it was killed first; job {state.state if state else 'unknown'}"
+                f", see {log}); the report it left was brought home, unchecked by its agent")))
+        else:
+            missing.append(HostEntry("(no result)", HostStatus.MISSING, rank=rank,
+                                     missing_why=why_missing(rank, state.state if state else None, log, refusal, tail)))
+    return missing
 
 
 async def _rank_home(fan: "Fanout", client: SlurmClient, run_dir: str, res: dict, directory: Path,
