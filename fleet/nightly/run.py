@@ -143,15 +143,16 @@ async def workload_version(fan: "Fanout", host, words: tuple[str, ...]) -> dict:
     return {"version": None, "version_error": visible(f"{' '.join(words)} on {host.name}: {why}")[:200]}
 
 
-def run_info(store_root: Path, run_id: str) -> dict:
-    """What the report shows of a run (:func:`.environment.run_facts`), with its folder and reports."""
+def run_place(store_root: Path, run_id: str) -> tuple[dict, "RunManifest"] | None:
+    """Where a run of the embedded store is (its folder, its reports there) and its manifest; None
+    where it cannot be read."""
     try:
         path = store.manifest_of(store_root, run_id)
         m = store.read_manifest(path)
     except (LookupError, store.CatalogError):
-        return {}
+        return None
     reports = [r.stored for h in m.hosts for r in h.reports if r.stored and Path(r.stored).exists()]
-    return {"dir": str(path.parent), "reports": reports, **run_facts(m)}
+    return {"dir": str(path.parent), "reports": reports}, m
 
 
 class EmbeddedHistory:
@@ -164,8 +165,8 @@ class EmbeddedHistory:
     def metric_history(self, playbook: str, since: str | None) -> list[dict]:
         return store.metric_history(self.store_root, playbook, since)
 
-    def run_info(self, run_id: str) -> dict:
-        return run_info(self.store_root, run_id)
+    def run_place(self, run_id: str) -> tuple[dict, "RunManifest"] | None:
+        return run_place(self.store_root, run_id)
 
     def compare(self, a: str, b: str) -> list[dict]:
         return store.compare(self.store_root, a, b)
@@ -300,11 +301,13 @@ def _news(playbooks: list[dict], sections: list) -> dict[str, list[str]]:
 
 
 def history_of(history, pb: Playbook, since: str | None, runs: dict) -> list[dict]:
-    """The playbook's metric rows, oldest first; each run's facts (``run_info``) added to ``runs``."""
+    """The playbook's metric rows, oldest first; what the report shows of each run (where it is, and
+    :func:`.environment.run_facts` of its manifest) added to ``runs``."""
     rows = history.metric_history(pb.name, since)
     for r in rows:
         if r["run_id"] not in runs:
-            runs[r["run_id"]] = history.run_info(r["run_id"])
+            found = history.run_place(r["run_id"])
+            runs[r["run_id"]] = {**found[0], **run_facts(found[1])} if found is not None else {}
     return rows
 
 

@@ -178,14 +178,14 @@ class TeamHistory:
             rows = catalog.metric_history(conn, playbook, since)
         return [dict(r, flags=r["flags"] if isinstance(r["flags"], list) else []) for r in rows]
 
-    def run_info(self, run_id: str) -> dict:
+    def run_place(self, run_id: str) -> tuple[dict, RunManifest] | None:
+        """Where a run of the team store is (its owner's objects; no report on this machine) and its
+        manifest; None where it cannot be read."""
         try:
             owner, m, _ = manifest(self.team, run_id)
         except (LookupError, ValueError):
-            return {}
-        from ...nightly.environment import run_facts
-
-        return {"dir": f"{self.team.objects} (team store, {owner}'s run {run_id})", "reports": [], **run_facts(m)}
+            return None
+        return {"dir": f"{self.team.objects} (team store, {owner}'s run {run_id})", "reports": []}, m
 
     def compare(self, a: str, b: str) -> list[dict]:
         from ..queries import kernel_changes
