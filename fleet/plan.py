@@ -16,14 +16,14 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
 try:  # as shipped to a Slurm task by fleet (fleet/agent/task.py), modules travel under flat names
-    from fleet_agent_rundir import RunDir
+    from fleet_rundir import RunDir
     import fleet_policy as policy
     from fleet_nsysopts import NSYS_REPEATABLE, NSYS_SHORT, NSYS_SWITCHES, nsys_options  # noqa: F401
     from fleet_request import RECORD, LabPart, ProfileRequest, RankPart  # noqa: F401
     import fleet_windows as windows
 except ImportError:
     from . import policy
-    from .agent.rundir import RunDir
+    from .rundir import RunDir
     from .nsysopts import NSYS_REPEATABLE, NSYS_SHORT, NSYS_SWITCHES, nsys_options  # noqa: F401
     from .request import RECORD, LabPart, ProfileRequest, RankPart  # noqa: F401  (what the user asks: fleet.request)
     from . import windows

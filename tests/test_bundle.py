@@ -4,8 +4,10 @@ A node has a ``python3`` of 3.8 or newer and nothing else: every shipped
 module may import only the standard library, ``pynvml`` and other shipped
 modules (the standard library as this Python names it: one added after 3.8,
 like ``tomllib``, is vermin's to catch), and fleet's own must not use anything
-newer than Python 3.8. The lists come from ``bundle.SHIPPED``, so a module
-added there is held to both. pynvml is third-party: only its imports are ours
+newer than Python 3.8. The lists come from ``bundle.shipped()``, what the agent's
+modes import, so a module that starts to travel is held to both; every other module of
+the agent's package but the bundle itself is held to Python 3.8 too (it is written to
+the node's rules, as the wire's typed messages are before the node builds them). pynvml is third-party: only its imports are ours
 to check.
 """
 
@@ -27,9 +29,11 @@ import pytest
 
 from fleet.agent import bundle, owned, wire
 
-SOURCES = {name: bundle.source_path(name) for name in bundle.SHIPPED}
-FLEETS_OWN = {name: path for name, path in SOURCES.items() if bundle.SHIPPED[name].startswith("fleet.")}
-ALLOWED = set(sys.stdlib_module_names) | set(bundle.SHIPPED)
+SOURCES = {name: bundle.source_path(name) for name in bundle.shipped()}
+AGENT_PACKAGE = {"fleet_agent_" + p.stem: p for p in sorted((Path(bundle.__file__).parent).glob("*.py"))
+                 if p.stem not in ("__init__", "bundle")}
+FLEETS_OWN = {**{name: path for name, path in SOURCES.items() if name.startswith("fleet_")}, **AGENT_PACKAGE}
+ALLOWED = set(sys.stdlib_module_names) | set(bundle.shipped())
 NODE_PYTHON = "/usr/bin/python3"
 
 
@@ -53,12 +57,12 @@ def imports(tree: ast.Module, module: str):
 
 
 def foreign_imports(name: str) -> list[str]:
-    module = bundle.SHIPPED[name]
+    module = bundle.shipped()[name]
     tree = ast.parse(SOURCES[name].read_text(encoding="utf-8"))
     wrong = []
     for line, imported in imports(tree, module):
         if imported.startswith("fleet."):  # the installed package's fallback: only to what is shipped too
-            ok = imported in bundle.SHIPPED.values()
+            ok = imported in bundle.shipped().values()
         else:
             ok = imported.split(".")[0] in ALLOWED
         if not ok:
@@ -66,9 +70,20 @@ def foreign_imports(name: str) -> list[str]:
     return wrong
 
 
-@pytest.mark.parametrize("name", sorted(bundle.SHIPPED))
+@pytest.mark.parametrize("name", sorted(bundle.shipped()))
 def test_a_shipped_module_imports_only_the_standard_library_and_what_is_shipped(name):
     assert foreign_imports(name) == []
+
+
+def test_what_travels_is_what_the_modes_import_by_flat_name():
+    """Found in the sources, never listed: each mode's module and what it imports, transitively."""
+    shipped = bundle.shipped()
+    assert set(bundle.MODES.values()) <= set(shipped) and shipped["fleet_agent_run"] == "fleet.agent.run"
+    assert {"fleet_agent_profiler", "fleet_agent_wire", "fleet_rundir", "fleet_plan", "pynvml"} <= set(shipped)
+    assert all("_" not in module for module in shipped.values())  # a flat name reads back as one module
+    assert bundle._flat_imports("try:\n    import fleet_agent_x as x\nexcept ImportError:\n    from . import x\n"
+                                "from fleet_policy_y import *\nimport os\n") == {"fleet_agent_x", "fleet_policy_y"}
+    assert "fleet_agent_bundle" not in shipped  # the controller's: it builds what travels
 
 
 def test_every_mode_is_served_by_a_shipped_module_with_a_main():
@@ -76,7 +91,7 @@ def test_every_mode_is_served_by_a_shipped_module_with_a_main():
         tree = ast.parse(SOURCES[name].read_text(encoding="utf-8"))
         assert any(isinstance(n, ast.FunctionDef) and n.name == "main" for n in tree.body), (mode, name)
     module, attribute = bundle.HAND_OVER
-    assert module in bundle.SHIPPED and getattr(owned, attribute, "missing") is None
+    assert module in bundle.shipped() and getattr(owned, attribute, "missing") is None
 
 
 def vermin() -> str:
@@ -131,9 +146,9 @@ def evaluated_type_expressions(tree: ast.Module):
 
 @pytest.mark.parametrize("name", sorted(FLEETS_OWN))
 def test_fleets_shipped_modules_evaluate_no_type_unions_or_builtin_generics(name):
-    tree = ast.parse(SOURCES[name].read_text(encoding="utf-8"))
-    assert postpones_annotations(tree), f"{SOURCES[name]} must have `from __future__ import annotations`: its annotations run on Python 3.8"
-    assert [f"{SOURCES[name]}:{line}: {text}" for line, text in evaluated_type_expressions(tree)] == []
+    tree = ast.parse(FLEETS_OWN[name].read_text(encoding="utf-8"))
+    assert postpones_annotations(tree), f"{FLEETS_OWN[name]} must have `from __future__ import annotations`: its annotations run on Python 3.8"
+    assert [f"{FLEETS_OWN[name]}:{line}: {text}" for line, text in evaluated_type_expressions(tree)] == []
 
 
 # --- the agent's own bytes, handed to the sudo re-run by the loader (owned.SHIPPED_AS) ---

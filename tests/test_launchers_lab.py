@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from fleet.agent.rundir import RunDir
+from fleet.rundir import RunDir
 from fleet.exitcodes import PARTIAL
 from fleet.launchers import LauncherError, rank_count
 from tests.conftest import REPO, fleet_json, run_fleet

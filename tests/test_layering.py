@@ -12,12 +12,12 @@ from tests.conftest import REPO
 
 FLEET = REPO / "fleet"
 # The controller's own use of the agent package: the wire (framing and shapes of every answer) and
-# its typed messages (an answer read into types), the bundle (what travels to the nodes, built here), the one rule for private folders and files,
-# which the store keeps on this machine as the agent keeps it on the node, and the names of a run's
-# files (shipped and pure: the node writes them by the names the controller reads), and the rules
-# for a SQLite file fleet did not write, which the node's summaries and the controller's reader of
-# exports hold it to alike.
-CONTROLLER_MAY_IMPORT = {"fleet.agent.wire", "fleet.agent.messages", "fleet.agent.bundle", "fleet.agent.files", "fleet.agent.rundir",
+# its typed messages (an answer read into types), the bundle (what travels to the nodes, built
+# here), the one rule for private folders and files, which the store keeps on this machine as the
+# agent keeps it on the node, and the rules for a SQLite file fleet did not write, which the node's
+# summaries and the controller's reader of exports hold it to alike. (The names of a run's files,
+# shipped and pure, are fleet/rundir.py, beside the plan: no part of the agent's.)
+CONTROLLER_MAY_IMPORT = {"fleet.agent.wire", "fleet.agent.messages", "fleet.agent.bundle", "fleet.agent.files",
                          "fleet.agent.sqlitefile"}
 # `fleet slurm prolog|epilog|taskprolog`: slurmd runs the hooks through the installed entry point,
 # on the node; that command is the agent itself, run in-process.

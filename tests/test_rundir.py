@@ -1,4 +1,4 @@
-"""The names of a run's files (fleet/agent/rundir.py): spelled in one place, and read back as written.
+"""The names of a run's files (fleet/rundir.py): spelled in one place, and read back as written.
 
 Every module of fleet names a run's files through ``RunDir``; the walk below fails on a module that
 spells one itself, so a copy cannot come back. The round trips hold the forward names to their
@@ -21,8 +21,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from fleet.agent import rayend, rundir, task
-from fleet.agent.rundir import RunDir
+from fleet import rundir
+from fleet.agent import rayend, task
+from fleet.rundir import RunDir
 from fleet.plan import ProfileRequest
 from fleet.slurm import jobs, launchers, options, ray_hook, results
 from fleet.slurm import run as slurm_run
@@ -33,7 +34,7 @@ FLEET = REPO / "fleet"
 # fleet/slurm/ray_hook.py runs in the Ray program's own Python, written into the job verbatim (the
 # golden ray.sbatch holds its text): it cannot import RunDir, so it spells two names itself, and
 # test_the_ray_hook_writes_and_reads_the_names_rundir_gives holds them to RunDir's.
-SPELLS_ITS_OWN = {FLEET / "agent" / "rundir.py", FLEET / "slurm" / "ray_hook.py"}
+SPELLS_ITS_OWN = {FLEET / "rundir.py", FLEET / "slurm" / "ray_hook.py"}
 
 NAMES = [RunDir.AGENT, RunDir.SCRIPT, RunDir.REQUEST, RunDir.JOB_EXIT, RunDir.JOB_STOPPED, RunDir.JOB_REFUSED,
          RunDir.BATCH_LOG, RunDir.RESULT, RunDir.TMP, RunDir.RANK, RunDir.PID, RunDir.RAY, RunDir.RAY_HOOK,
@@ -85,7 +86,7 @@ def test_no_module_but_rundir_spells_the_name_of_a_run_file():
     for path in sorted(FLEET.rglob("*.py")):
         if path not in SPELLS_ITS_OWN:
             wrong += spellings(path)
-    assert wrong == [], "name the file through fleet.agent.rundir.RunDir:\n" + "\n".join(wrong)
+    assert wrong == [], "name the file through fleet.rundir.RunDir:\n" + "\n".join(wrong)
 
 
 def test_the_walk_sees_spellings_in_strings_and_f_strings_but_not_in_docstrings_or_comments():
@@ -100,7 +101,7 @@ def test_the_walk_sees_spellings_in_strings_and_f_strings_but_not_in_docstrings_
     found = [(line, name) for line, text in strings_of(source) for name, pattern in OWNED.items()
              if re.search(pattern, text)]
     assert sorted(found) == [(5, RunDir.RESULT), (6, "slurm-*.out"), (7, "rank*"), (8, "/ray"), (8, "ray/"), (8, "worker-")]
-    assert spellings(FLEET / "agent" / "rundir.py")  # and it would see RunDir's own, were they elsewhere
+    assert spellings(FLEET / "rundir.py")  # and it would see RunDir's own, were they elsewhere
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -242,7 +243,7 @@ def test_a_ray_worker_s_files_are_listed_as_ray_s_and_read_back(tmp_path, monkey
     assert [RunDir.is_unfinished(p) for p in listed] == [False, True, False]  # .nsys-rep, .unfinished, .whose.json
 
 
-def test_rundir_is_the_agent_s_own_module():
+def test_rundir_is_shipped_with_the_agent():
     """Shipped, so the node and the controller name the same files (tests/test_bundle.py holds it to 3.8)."""
     from fleet.agent import bundle
-    assert bundle.SHIPPED["fleet_agent_rundir"] == rundir.__name__
+    assert bundle.shipped()["fleet_rundir"] == rundir.__name__

@@ -1,7 +1,7 @@
 """What fleet ships to a node, and how: the one boundary between the controller and the agent.
 
 The agent travels on the command's stdin as one zlib-compressed Python script:
-a small loader and the source of every module in ``SHIPPED``, each compiled on
+a small loader and the source of every module in ``shipped()``, each compiled on
 the node only when it is imported (``pynvml`` only where an NVIDIA driver is),
 and kept compiled there, for the next call, in a private cache of the user's
 (``fleet/agent/codecache.py``).
@@ -12,59 +12,20 @@ uncompressed, is what ``fleet slurm install`` and a Slurm run write as
 Shipped modules import one another by their flat names here (falling back to
 the package's relative imports when they run from the installed package), and
 otherwise only the standard library: tests/test_bundle.py holds every module
-in ``SHIPPED`` to that, and to Python 3.8.
+in ``shipped()`` to that, and to Python 3.8.
 
 This module itself stays on the controller.
 """
 
 from __future__ import annotations
 
+import ast
 import base64
 import hashlib
 import importlib.util
 import zlib
 from functools import lru_cache
 from pathlib import Path
-
-# The flat name each module travels under -> the module whose source it is.
-SHIPPED = {
-    "pynvml": "pynvml",  # the NVML binding (nvidia-ml-py), third-party and pure Python
-    "fleet_policy": "fleet.policy",
-    "fleet_policy_vocabulary": "fleet.policy.vocabulary",
-    "fleet_policy_permissions": "fleet.policy.permissions",
-    "fleet_policy_neighbours": "fleet.policy.neighbours",
-    "fleet_policy_verdicts": "fleet.policy.verdicts",
-    "fleet_plan": "fleet.plan",
-    "fleet_request": "fleet.request",
-    "fleet_windows": "fleet.windows",
-    "fleet_nsysopts": "fleet.nsysopts",
-    "fleet_safenames": "fleet.safenames",
-    "fleet_agent_files": "fleet.agent.files",
-    "fleet_agent_node": "fleet.agent.node",
-    "fleet_agent_gpus": "fleet.agent.gpus",
-    "fleet_agent_look": "fleet.agent.look",
-    "fleet_agent_procs": "fleet.agent.procs",
-    "fleet_agent_run": "fleet.agent.run",
-    "fleet_agent_profiler": "fleet.agent.profiler",
-    "fleet_agent_nsyssession": "fleet.agent.nsyssession",
-    "fleet_agent_window": "fleet.agent.window",
-    "fleet_agent_ranksstop": "fleet.agent.ranksstop",
-    "fleet_agent_watch": "fleet.agent.watch",
-    "fleet_agent_workload": "fleet.agent.workload",
-    "fleet_agent_reports": "fleet.agent.reports",
-    "fleet_agent_summaries": "fleet.agent.summaries",
-    "fleet_agent_rayend": "fleet.agent.rayend",
-    "fleet_agent_sqlitefile": "fleet.agent.sqlitefile",
-    "fleet_agent_nodeconfig": "fleet.agent.nodeconfig",
-    "fleet_agent_owned": "fleet.agent.owned",
-    "fleet_agent_locks": "fleet.agent.locks",
-    "fleet_agent_rundir": "fleet.agent.rundir",
-    "fleet_agent_task": "fleet.agent.task",
-    "fleet_agent_slurmd": "fleet.agent.slurmd",
-    "fleet_agent_wire": "fleet.agent.wire",
-    "fleet_agent_messages": "fleet.agent.messages",
-    "fleet_agent_codecache": "fleet.agent.codecache",
-}
 
 # The agent's modes (the "mode" of its JSON argument) -> the shipped module whose main() serves it.
 MODES = {
@@ -138,9 +99,45 @@ sys.exit(__import__(_MODES[_args.get("mode", "probe")]).main(_args))
 '''
 
 
+def module_of(flat_name: str) -> str:
+    """The module a flat name stands for: ``fleet_agent_wire`` is ``fleet.agent.wire`` (no module
+    of fleet's that travels has an underscore in its name; tests/test_bundle.py holds it so)."""
+    return flat_name.replace("_", ".") if flat_name.startswith("fleet_") else flat_name
+
+
+def _flat_imports(source: str) -> set[str]:
+    """The flat names a shipped module imports: ``import fleet_agent_wire as wire``, ``from
+    fleet_policy_neighbours import *``, ``import pynvml`` (its relative imports are the installed
+    package's fallback, the same modules)."""
+    found = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            found.add(node.module)
+    return {name for name in found if name.startswith("fleet_") or name == "pynvml"}
+
+
+@lru_cache(maxsize=1)
+def shipped() -> dict[str, str]:
+    """What travels to a node, as flat name -> module: the modules that start its work (each
+    mode's, the code cache the loader asks for, the one it hands the agent's bytes to) and every
+    module they import by flat name, found in their sources, never listed by hand."""
+    found: dict[str, str] = {}
+    todo = sorted(set(MODES.values()) | {CODE_CACHE, HAND_OVER[0]})
+    while todo:
+        name = todo.pop()
+        if name in found:
+            continue
+        found[name] = module_of(name)
+        if name != "pynvml":  # third-party: what it imports is its own
+            todo += sorted(_flat_imports(source_path(name).read_text(encoding="utf-8")) - set(found))
+    return dict(sorted(found.items()))
+
+
 def source_path(flat_name: str) -> Path:
     """Where the source of a shipped module is on this machine."""
-    module = SHIPPED[flat_name]
+    module = module_of(flat_name)
     spec = importlib.util.find_spec(module)
     if spec is None or spec.origin is None:
         if module == "pynvml":
@@ -152,7 +149,7 @@ def source_path(flat_name: str) -> Path:
 @lru_cache(maxsize=1)
 def sources() -> dict[str, str]:
     """Each shipped module's source, by the flat name it travels under."""
-    return {name: source_path(name).read_text(encoding="utf-8") for name in SHIPPED}
+    return {name: source_path(name).read_text(encoding="utf-8") for name in shipped()}
 
 
 def digests() -> dict[str, str]:

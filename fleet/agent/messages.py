@@ -3,8 +3,9 @@
 
 The node still writes the dict that :data:`wire.RESULT` holds to its shape; this reads it. Reading
 never fails: a value not of its type reads as absent, so a result from an older agent, or from a
-manifest in the store, reads as well as a fresh answer that :func:`wire.read` checked. Shipped beside
-the wire (standard library, Python 3.8), so that the node can build the same types.
+manifest in the store, reads as well as a fresh answer that :func:`wire.read` checked. Written to the
+agent's rules (standard library, Python 3.8; tests/test_bundle.py holds it to them), so that the node
+can build the same types: it travels once a shipped module imports it.
 """
 
 from __future__ import annotations

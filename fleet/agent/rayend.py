@@ -34,9 +34,10 @@ import time
 try:  # as shipped by fleet, every module travels under a flat name
     import fleet_agent_procs as procs
     import fleet_agent_reports as reports
-    import fleet_agent_rundir as rundir
+    import fleet_rundir as rundir
 except ImportError:  # as part of the installed package (tests, the local machine)
-    from . import procs, reports, rundir
+    from . import procs, reports
+    from .. import rundir
 
 RunDir = rundir.RunDir
 NSYS_WAIT = 60.0                   # seconds the workers' nsys are waited for, in all

@@ -24,11 +24,12 @@ import time
 try:  # as shipped by fleet, every module travels under a flat name
     import fleet_agent_files as files
     import fleet_agent_node as node
-    import fleet_agent_rundir as rundir
+    import fleet_rundir as rundir
     import fleet_agent_summaries as summaries
     import fleet_agent_workload as workload
 except ImportError:  # as part of the installed package (tests, the local machine)
-    from . import files, node, rundir, summaries, workload
+    from . import files, node, summaries, workload
+    from .. import rundir
 
 SUMMARIES = rundir.RunDir.NSYS_SUMMARIES  # nsys stats reports kept beside each report
 # Each report is exported to NAME.sqlite once; the summaries are made from that export, which is kept

@@ -31,7 +31,7 @@ try:  # as shipped by fleet, every module travels under a flat name
     import fleet_agent_owned as owned
     import fleet_agent_profiler as profiler
     import fleet_agent_reports as reports
-    import fleet_agent_rundir as rundir
+    import fleet_rundir as rundir
     import fleet_agent_watch as watching
     import fleet_agent_window as window
     import fleet_agent_wire as wire
@@ -40,12 +40,12 @@ try:  # as shipped by fleet, every module travels under a flat name
     import fleet_policy as policy
     import fleet_safenames as safenames
 except ImportError:  # as part of the installed package (tests, the local machine)
-    from . import files, node, owned, profiler, reports, rundir, wire, window, workload
+    from . import files, node, owned, profiler, reports, wire, window, workload
     from . import watch as watching
     from . import locks as gpu_locks
     from . import gpus as nvml_gpus
     from .. import plan as planner
-    from .. import policy, safenames
+    from .. import policy, rundir, safenames
 
 REFUSED_EXIT = 5
 

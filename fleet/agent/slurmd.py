@@ -48,12 +48,12 @@ try:  # as shipped by fleet, every module travels under a flat name
     import fleet_agent_nodeconfig as nodeconfig
     import fleet_agent_owned as owned
     import fleet_agent_reports as reports
-    import fleet_agent_rundir as rundir
+    import fleet_rundir as rundir
     import fleet_policy as policy
 except ImportError:  # as part of the installed package
-    from . import files, node, nodeconfig, owned, reports, rundir
+    from . import files, node, nodeconfig, owned, reports
     from . import gpus as nvml_gpus
-    from .. import policy
+    from .. import policy, rundir
 
 REQUEST_NAME = rundir.RunDir.REQUEST  # in the job's working directory: its run folder
 REQUEST_MAX = 65536

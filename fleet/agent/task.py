@@ -27,14 +27,14 @@ try:  # as shipped by fleet, every module travels under a flat name
     import fleet_agent_files as files
     import fleet_agent_node as node
     import fleet_agent_run as run
-    import fleet_agent_rundir as rundir
+    import fleet_rundir as rundir
     import fleet_agent_wire as wire
     import fleet_plan as planner
     import fleet_policy as policy
 except ImportError:  # as part of the installed package
-    from . import files, node, run, rundir, wire
+    from . import files, node, run, wire
     from .. import plan as planner
-    from .. import policy
+    from .. import policy, rundir
 
 SIGNAL_SLACK = 60  # seconds: Slurm may send --signal's USR1 up to this much before the time asked
 

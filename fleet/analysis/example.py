@@ -9,7 +9,7 @@ import shutil
 from pathlib import Path
 
 from .. import store
-from ..agent.rundir import RunDir
+from ..rundir import RunDir
 from ..store.collect import sha256_of
 from ..store.manifest import HostEntry, ReportEntry, RunManifest
 from ..statuses import HostStatus, RunStatus

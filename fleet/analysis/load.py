@@ -13,7 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from .. import store
-from ..agent.rundir import RunDir
+from ..rundir import RunDir
 from ..store.manifest import HostEntry, RunManifest
 from . import export
 from .inputs import NodeRecord, RankInput, Source, same_uuid

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Callable
 from .. import agentcall, completeness, containers, launchers, outcome, policy, safenames, store
 from ..agent import wire
 from ..agent.messages import ProfileResult
-from ..agent.rundir import RunDir
+from ..rundir import RunDir
 from ..statuses import HostStatus, RunStatus
 from ..store.bring import bring_home
 from ..store.manifest import HostEntry, ReportEntry, RunManifest

@@ -4,7 +4,7 @@ each named as a ``missing`` entry of its own, and the line saying when the count
 from __future__ import annotations
 
 from .. import launchers
-from ..agent.rundir import RunDir
+from ..rundir import RunDir
 from ..outcome import HostStatus
 from ..store.manifest import HostEntry, RunManifest
 

@@ -31,7 +31,7 @@ from urllib.parse import urlsplit
 
 from .. import outcome, store
 from ..agent.bundle import bundle
-from ..agent.rundir import RunDir
+from ..rundir import RunDir
 from ..agentcall import agent_argv
 from ..errors import FleetError
 from ..statuses import HostStatus, RunStatus

@@ -26,7 +26,7 @@ from pathlib import Path
 
 from .. import exitcodes
 from ..agent.bundle import script as agent_script
-from ..agent.rundir import RunDir
+from ..rundir import RunDir
 from ..errors import FleetError
 
 OPS = {"prolog": "Prolog", "epilog": "Epilog", "task-prolog": "TaskProlog"}

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 
 from .. import exitcodes
 from ..errors import FleetError
-from ..agent.rundir import RunDir
+from ..rundir import RunDir
 from . import results
 
 if TYPE_CHECKING:

@@ -15,7 +15,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..agent.rundir import RunDir
+from ..rundir import RunDir
 from ..containers import Container, slurm_words
 # Where each launcher's options end, shared with the lab servers' path; named here as before.
 from ..launchers import (LAUNCHERS, MPIRUN_TWO_VALUES, MPIRUN_VALUE, TORCHRUN_FLAGS, LauncherError,  # noqa: F401

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 from .. import outcome, safenames
 from ..completeness import RAY_DRIVER
-from ..agent.rundir import RunDir
+from ..rundir import RunDir
 from ..outcome import HostStatus
 from ..store.bring import bring_home
 from ..store.manifest import WHOSE, HostEntry

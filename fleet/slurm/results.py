@@ -15,7 +15,7 @@ import hmac
 from .. import safenames
 from ..agentcall import cut_strings
 from ..agent import wire
-from ..agent.rundir import RunDir
+from ..rundir import RunDir
 from ..outcome import HostStatus
 from ..store.manifest import HostEntry
 

@@ -25,7 +25,7 @@ from .. import outcome, safenames, store
 from ..agent import wire
 from ..agent.messages import ProfileResult
 from ..agent.bundle import script as agent_script
-from ..agent.rundir import RunDir
+from ..rundir import RunDir
 from ..statuses import HostStatus, RunStatus
 from ..store.bring import bring_home, file_problem
 from ..store.collect import fetch_verified

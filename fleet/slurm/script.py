@@ -24,7 +24,7 @@ import os
 from dataclasses import dataclass, field
 
 from .. import policy
-from ..agent.rundir import RunDir
+from ..rundir import RunDir
 from ..safenames import quote, sbatch_word
 from . import launchers
 from .options import CheckedJobSpec

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 
 from .. import safenames
 from ..agent import wire
-from ..agent.rundir import RunDir
+from ..rundir import RunDir
 from .collect import fetch_verified
 from .manifest import ReportEntry
 
