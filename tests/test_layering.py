@@ -207,3 +207,50 @@ def test_the_architecture_docs_package_list_names_every_package_and_module_of_fl
     actual = {p.stem if p.is_file() else p.name for p in FLEET.iterdir()
               if (p.suffix == ".py" and p.stem not in ("__init__", "__main__")) or (p / "__init__.py").exists()}
     assert named == actual
+
+
+# --- the layers: no import runs back up ---
+
+def layers() -> dict[str, int]:
+    """docs/architecture.md's layer table: each top-level package or module of fleet -> its layer."""
+    doc = (REPO / "docs" / "architecture.md").read_text()
+    table = doc[doc.index("## The layers"):].split("\n## ")[0]
+    found: dict[str, int] = {}
+    for row in re.findall(r"^\| (\d) [^|]+\|[^|]+\| ([^|]+) \|$", table, re.M):
+        for name in re.findall(r"`([a-z_]+)(?:\.py|/)`", row[1]):
+            assert name not in found, f"{name} is on two layers"
+            found[name] = int(row[0])
+    return found
+
+
+def unit_of(module: str) -> str:
+    """The top-level package or module a module of fleet belongs to (``fleet`` itself: __init__)."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else "__init__"
+
+
+def upward_imports(graph: dict[str, set[str]], layer_of: dict[str, int]) -> list[str]:
+    return sorted(f"{a} (layer {layer_of[unit_of(a)]}) imports {b} (layer {layer_of[unit_of(b)]})"
+                  for a, imported in graph.items() for b in imported
+                  if layer_of[unit_of(b)] > layer_of[unit_of(a)])
+
+
+def test_every_package_and_module_of_fleet_is_on_one_layer():
+    top = {p.stem if p.is_file() else p.name for p in FLEET.iterdir()
+           if p.suffix == ".py" or (p / "__init__.py").exists()}
+    assert set(layers()) == top
+
+
+def test_no_import_runs_back_up_the_layers():
+    """Function-level and TYPE_CHECKING imports count too: a module that needs one above it is
+    above it, however the import is placed."""
+    assert upward_imports(import_graph(), layers()) == []
+
+
+def test_the_layer_check_finds_an_import_that_runs_back_up():
+    """It would pass on nothing: the store importing the nightly report, the plan a part of the agent."""
+    graph = {"fleet.store.read": {"fleet.nightly.environment"}, "fleet.plan": {"fleet.agent.rundir"},
+             "fleet.lab.profile": {"fleet.store.manifest", "fleet.plan"}}
+    assert upward_imports(graph, layers()) == [
+        "fleet.plan (layer 1) imports fleet.agent.rundir (layer 2)",
+        "fleet.store.read (layer 3) imports fleet.nightly.environment (layer 6)"]
