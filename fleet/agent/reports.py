@@ -264,12 +264,7 @@ def summarize(nsys, reports, notes):
         except Exception as e:  # in a thread: an extra that failed is a note, never a traceback or the report's loss
             done[i] = ([], ["the export and summaries of %s could not be made: %s" % (reports[i]["path"], e)])
     for first in range(0, len(reports), EXPORTS_AT_ONCE):
-        workers = [threading.Thread(target=one, args=(i,))
-                   for i in range(first, min(first + EXPORTS_AT_ONCE, len(reports)))]
-        for w in workers:
-            w.start()
-        for w in workers:
-            w.join()
+        summaries.in_threads(one, range(first, min(first + EXPORTS_AT_ONCE, len(reports))))
     out = []
     for entries, said in done:
         out.extend(entries)

@@ -318,12 +318,18 @@ def write(export, summaries, path_of):
         except Exception as e:  # a summary that cannot be made is a note, never the report's loss
             failed[name] = TimeoutError("read for longer than %d s: stopped" % READ_S) \
                 if sqlitefile.interrupted(e) else e
-    workers = [threading.Thread(target=one, args=(name,)) for name in summaries]
+    in_threads(one, summaries)
+    return failed
+
+
+def in_threads(work, items):
+    """``work(item)`` for each of ``items``, each in a thread of its own: all started, then all
+    waited for. The one way the node's extras (exports, summaries) run side by side."""
+    workers = [threading.Thread(target=work, args=(item,)) for item in items]
     for w in workers:
         w.start()
     for w in workers:
         w.join()
-    return failed
 
 
 def cpus():
