@@ -18,7 +18,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from fleet.store.collect import fetch_verified  # noqa: E402
+from fleet.collection.fetch import fetch_verified  # noqa: E402
 from fleet.inventory import load  # noqa: E402
 from fleet.transport import Fanout  # noqa: E402
 from fleet.transport.settings import SSHSettings  # noqa: E402

@@ -24,7 +24,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from fleet.inventory import load  # noqa: E402
-from fleet.store.collect import fetch_verified  # noqa: E402
+from fleet.collection.fetch import fetch_verified  # noqa: E402
 from fleet.transport import Fanout, openssh_fetch  # noqa: E402
 from fleet.transport.settings import SSHSettings  # noqa: E402
 from bench.transfer import Routes, random_report  # noqa: E402

@@ -28,7 +28,7 @@ sys.path.insert(0, str(REPO))
 
 import asyncssh  # noqa: E402
 
-from fleet.store.collect import fetch_verified  # noqa: E402
+from fleet.collection.fetch import fetch_verified  # noqa: E402
 from fleet.inventory import load  # noqa: E402
 from fleet.transport import Fanout  # noqa: E402
 from fleet.transport import ssh as fleet_ssh  # noqa: E402

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Iterable
 from . import completeness
 from .agent.messages import AgentStatus, Newcomer, ProfileResult
 from .statuses import HostStatus, RunStatus
-from .store.collect import is_summary
+from .collection.fetch import is_summary
 from .visible import visible
 
 if TYPE_CHECKING:

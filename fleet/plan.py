@@ -18,15 +18,15 @@ from typing import Any
 try:  # as shipped to a Slurm task by fleet (fleet/agent/task.py), modules travel under flat names
     from fleet_rundir import RunDir
     import fleet_policy as policy
-    from fleet_nsysopts import NSYS_REPEATABLE, NSYS_SHORT, NSYS_SWITCHES, nsys_options  # noqa: F401
+    from fleet_wrapping_nsysopts import NSYS_REPEATABLE, NSYS_SHORT, NSYS_SWITCHES, nsys_options  # noqa: F401
     from fleet_request import RECORD, LabPart, ProfileRequest, RankPart  # noqa: F401
-    import fleet_windows as windows
+    import fleet_wrapping_windows as windows
 except ImportError:
     from . import policy
     from .rundir import RunDir
-    from .nsysopts import NSYS_REPEATABLE, NSYS_SHORT, NSYS_SWITCHES, nsys_options  # noqa: F401
+    from .wrapping.nsysopts import NSYS_REPEATABLE, NSYS_SHORT, NSYS_SWITCHES, nsys_options  # noqa: F401
     from .request import RECORD, LabPart, ProfileRequest, RankPart  # noqa: F401  (what the user asks: fleet.request)
-    from . import windows
+    from .wrapping import windows
 
 DEGRADED, OK, REFUSED, NodeState = policy.DEGRADED, policy.OK, policy.REFUSED, policy.NodeState
 
@@ -293,7 +293,7 @@ def _given_up(verdicts: dict) -> list[str]:
 
 
 def _nsys_end(req: ProfileRequest) -> list[str]:
-    """How nsys's collection ends: a window's (fleet.windows: the report written, the workload going
+    """How nsys's collection ends: a window's (fleet.wrapping.windows: the report written, the workload going
     on), or the timeout's own --duration, which keeps the kernels where SIGTERM or SIGINT to nsys or
     to the workload lost every one of them on an H200 (tests/fixtures/tools-2025.3-h200). A Slurm
     rank's time bound with a window the workload opens is the agent's signal, not --duration."""
@@ -318,7 +318,7 @@ DETACH_SH = 'set -C; exec >"$0" 2>&1; exec "$@"'
 
 def window_problem(req: ProfileRequest) -> str | None:
     """Why the request's window (--window, --nvtx-window, --cuda-profiler-window, with --detach or
-    --repeat) cannot be planned as asked, or None (fleet.windows)."""
+    --repeat) cannot be planned as asked, or None (fleet.wrapping.windows)."""
     return windows.problem(req, lambda option: _option_values("nsys", req.profiler_args, (option,)))
 
 
@@ -357,8 +357,8 @@ def session_name(run_id: str, host: str) -> str:
 def _launched(host: str, req: ProfileRequest, run_dir: str) -> tuple[tuple[str, ...], tuple[str, ...], str]:
     """(what starts the profilers, the program, the output name). With --launcher on a lab server, a
     profiler per rank: ``mpirun OPTS nsys profile -o HOST/rank%q{OMPI_COMM_WORLD_RANK} -- PROGRAM``
-    (the words made on the controller, fleet.launchers.lab_launch), one agent holding the host's
-    checks for all of them (why: :mod:`fleet.launchers`)."""
+    (the words made on the controller, fleet.wrapping.launchers.lab_launch), one agent holding the host's
+    checks for all of them (why: :mod:`fleet.wrapping.launchers`)."""
     if req.launcher is None:
         return (), req.command, f"{run_dir}/{req.output_name or host + '-%p'}"
     return req.starts, req.program, RunDir(run_dir).node(host).file(RunDir.rank_report(req.launcher))

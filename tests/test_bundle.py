@@ -16,6 +16,7 @@ from __future__ import annotations
 import ast
 import builtins
 import hashlib
+import importlib.util
 import json
 import os
 import pwd
@@ -37,6 +38,13 @@ ALLOWED = set(sys.stdlib_module_names) | set(bundle.shipped())
 NODE_PYTHON = "/usr/bin/python3"
 
 
+def is_module(name: str) -> bool:
+    try:
+        return importlib.util.find_spec(name) is not None
+    except ModuleNotFoundError:
+        return False
+
+
 def imports(tree: ast.Module, module: str):
     """(line, what) for every import anywhere in the module, relative ones made absolute
     (``from . import node`` in fleet.agent.run is fleet.agent.node)."""
@@ -47,8 +55,9 @@ def imports(tree: ast.Module, module: str):
             yield n.lineno, n.module
         elif isinstance(n, ast.ImportFrom):
             package = module.rsplit(".", n.level)[0]
-            if n.module:
-                yield n.lineno, f"{package}.{n.module}"
+            if n.module:  # `from ..wrapping import windows` imports the module fleet.wrapping.windows
+                base = f"{package}.{n.module}"
+                yield from ((n.lineno, f"{base}.{a.name}" if is_module(f"{base}.{a.name}") else base) for a in n.names)
             else:
                 yield from ((n.lineno, f"{package}.{a.name}") for a in n.names)
         elif (isinstance(n, ast.Call) and n.args and isinstance(n.args[0], ast.Constant)

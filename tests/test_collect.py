@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from fleet.store.collect import fetch_verified
+from fleet.collection.fetch import fetch_verified
 from fleet.inventory import load
 from fleet.transport import Fanout
 from fleet.transport.settings import SSHSettings

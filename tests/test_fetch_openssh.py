@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from fleet.inventory import load
-from fleet.store.collect import fetch_verified
+from fleet.collection.fetch import fetch_verified
 from fleet.transport import Fanout, openssh_fetch, ssh_fetch
 from fleet.transport.settings import SSHSettings
 from tests.harness.procs import descendants

@@ -23,8 +23,8 @@ from dataclasses import replace
 
 import pytest
 
-from fleet import containers
-from fleet.containers import Container
+from fleet.wrapping import containers
+from fleet.wrapping.containers import Container
 from fleet.plan import LabPart, ProfileRequest
 from fleet.policy import docker_privileges
 from fleet.slurm import options

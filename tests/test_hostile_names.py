@@ -25,7 +25,7 @@ from fleet.agent.bundle import BOOTSTRAP, bundle
 from fleet.inventory import Host, InventoryError, load
 from fleet.lab import profile
 from fleet.plan import ProfileRequest, plan
-from fleet.store.bring import bring_home
+from fleet.collection.bring import bring_home
 from fleet.store.manifest import RunManifest, SlurmInfo
 from fleet.transport import Fanout
 from fleet.transport.settings import SSHSettings

@@ -240,7 +240,7 @@ def test_a_partial_copy_planted_as_a_link_is_not_written_through(cluster, tmp_pa
     import hashlib
 
     from fleet.inventory import load
-    from fleet.store.collect import fetch_verified
+    from fleet.collection.fetch import fetch_verified
     from fleet.transport import Fanout
     from fleet.transport.settings import SSHSettings
 

@@ -20,7 +20,7 @@ import pytest
 
 from fleet.rundir import RunDir
 from fleet.exitcodes import PARTIAL
-from fleet.launchers import LauncherError, rank_count
+from fleet.wrapping.launchers import LauncherError, rank_count
 from tests.conftest import REPO, fleet_json, run_fleet
 from tests.harness.lab import fleet, scenario, wait_for
 from tests.harness.procs import TENANT_USER
@@ -159,7 +159,7 @@ def test_an_mpirun_command_fleet_cannot_keep_to_the_host_is_refused_before_any_h
 
 
 def test_torchrun_with_a_double_dash_before_its_script_keeps_its_options_and_no_python_before_the_profiler():
-    from fleet.launchers import lab_launch
+    from fleet.wrapping.launchers import lab_launch
     starts, program = lab_launch("torchrun", ["torchrun", "--nproc-per-node", "2", "--", "train.py", "--lr", "1"])
     assert starts[-4:] == ("torchrun", "--nproc-per-node", "2", "--no-python") and "--" not in starts[5:]
     assert program == ("PYTHON", "train.py", "--lr", "1")
@@ -389,7 +389,7 @@ def test_the_lab_torchrun_line_puts_the_python_torchrun_would_run_before_the_scr
                                                                                     python_exec, want):
     """The words fleet plans for a lab server's torchrun, run by bash as the node's agent runs them:
     bash finds the worker's Python by the batch script's own rule, then execs torchrun."""
-    from fleet.launchers import PYTHON_WORD, lab_launch
+    from fleet.wrapping.launchers import PYTHON_WORD, lab_launch
 
     (tmp_path / "venv" / "bin").mkdir(parents=True)
     said = tmp_path / "argv"

@@ -79,7 +79,7 @@ def test_lab_and_slurm_import_neither_each_other_nor_the_command_line():
 def test_the_layering_test_sees_imports():
     """It would pass on nothing: it must at least find what lab/profile.py really imports."""
     names = imports_of(FLEET / "lab" / "profile.py")
-    assert {"fleet.agent.wire", "fleet.outcome", "fleet.agentcall", "fleet.store.bring"} <= names
+    assert {"fleet.agent.wire", "fleet.outcome", "fleet.agentcall", "fleet.collection.bring"} <= names
 
 
 # --- no import circles ---

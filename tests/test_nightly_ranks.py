@@ -21,7 +21,7 @@ NAME = "train-8"
 
 def nightly_run(root, day: int, scenario: nx.Scenario, tenant: bool = False) -> str:
     """One nightly run of 8 ranks filed as fleet run files it: exports, metrics, stragglers."""
-    from fleet.store.collect import sha256_of
+    from fleet.collection.fetch import sha256_of
     from fleet.store.manifest import HostEntry, ReportEntry, RunManifest
 
     run_id = f"202611{day:02d}-020000-{day:04x}"

@@ -16,7 +16,7 @@ import pytest
 from fleet import store
 from fleet.analysis import export, ranks
 from fleet.analysis.load import analyze_run
-from fleet.store.collect import sha256_of
+from fleet.collection.fetch import sha256_of
 from fleet.store.manifest import HostEntry, ReportEntry, RunManifest
 from tests.harness.browser import CHROMIUM, screenshot
 from tests.conftest import REPO, fleet_json, run_fleet

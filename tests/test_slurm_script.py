@@ -14,10 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from fleet import containers, policy
+from fleet import policy
+from fleet.wrapping import containers
 from fleet.plan import LabPart, ProfileRequest
 from fleet.slurm import jobs
-from fleet.containers import Container, ContainerError
+from fleet.wrapping.containers import Container, ContainerError
 from fleet.slurm.launchers import LauncherError, launch, script_index
 from fleet.slurm import options
 from fleet.slurm.script import JobFiles, JobSpec, render

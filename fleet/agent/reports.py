@@ -174,7 +174,7 @@ def finish_leftovers(plan, stem, tail, notes, killed, finish):
 
 def report_files(stem, ext):
     """The reports at the run's output name: NAME.EXT, and each window's NAME.K.EXT (nsys's capture
-    range repeated: fleet.windows), where NAME has no placeholder for K to fall in (a Slurm rank's)."""
+    range repeated: fleet.wrapping.windows), where NAME has no placeholder for K to fall in (a Slurm rank's)."""
     return sorted(set(glob.glob(stem + ext)) | set(glob.glob(stem + ".[0-9]*" + ext)))
 
 

@@ -26,10 +26,11 @@ try:  # as shipped by fleet, every module travels under a flat name
     import fleet_agent_procs as procs
     import fleet_rundir as rundir
     import fleet_agent_workload as workload
-    import fleet_windows as windows
+    import fleet_wrapping_windows as windows
 except ImportError:  # as part of the installed package (tests, the local machine)
     from . import procs, workload
-    from .. import rundir, windows
+    from .. import rundir
+    from ..wrapping import windows
 
 # The workload's output once the agent has gone (Ctrl-C's "leave it running"), copied by a process of
 # its own from the pipes the agent read into the run's file: argv[1] the file's fd, the rest the pipes'.

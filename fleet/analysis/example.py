@@ -10,7 +10,7 @@ from pathlib import Path
 
 from .. import store
 from ..rundir import RunDir
-from ..store.collect import sha256_of
+from ..collection.fetch import sha256_of
 from ..store.manifest import HostEntry, ReportEntry, RunManifest
 from ..statuses import HostStatus, RunStatus
 

@@ -34,7 +34,7 @@ def run_playbook(obj: Context, path: str, store_root, dry_run: bool, poll: float
     the workload's lines on stderr), or nothing while it runs when ``quiet`` (a schedule's firing)."""
     from ..nightly import run as nightly
     from .. import store
-    from ..containers import ContainerError
+    from ..wrapping.containers import ContainerError
     from ..slurm.jobs import SlurmError, SlurmRejected
     from .output import byte_progress
     from .profile import workload_writer

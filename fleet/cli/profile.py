@@ -19,7 +19,7 @@ from .terminal import echo
 
 def image(ctx, param, value):
     """An image name, never an option: ``--docker=--privileged`` is refused here, before anything."""
-    from ..containers import image_problem
+    from ..wrapping.containers import image_problem
 
     if value is not None and (why := image_problem(value, "--" + param.name.replace("_image", ""))):
         raise click.BadParameter(why)
@@ -103,7 +103,7 @@ def profile(obj: Context, hosts_, group, exclude, tool, gpus, free_count, gpu_me
     stopping its collection); a second Ctrl-C leaves the nodes (or the job) to finish
     on their own.
     """
-    from ..lab.placement import FreeGpus
+    from ..placement.free import FreeGpus
     from ..plan import LabPart, ProfileRequest, profiler_args_error, window_problem
     from ..store.manifest import new_run_id
 
@@ -152,7 +152,7 @@ def _lab_request(ctx, req, slurm: dict, hosts_, group, timeout, finish_timeout):
 def lab_launcher(req, launcher: str):
     """The request with --launcher on lab servers, or the one-line error (exit 2), nothing contacted."""
     from ..lab import profile as profile_mod
-    from ..launchers import LauncherError
+    from ..wrapping.launchers import LauncherError
 
     try:
         return profile_mod.with_launcher(req, launcher)

@@ -61,7 +61,7 @@ def slurm_options(f):
 def spec_from(opts: dict, req: "ProfileRequest") -> "CheckedJobSpec":
     """The job's shape, checked once against what sbatch takes and against the request
     (``UnsafeValue``, ``JobSpecError``: one line, exit 2), before the cluster is asked anything."""
-    from ..containers import Container, image_problem
+    from ..wrapping.containers import Container, image_problem
     from ..slurm import options
     from ..slurm.spec import JobSpec
 
@@ -106,7 +106,7 @@ def profile_on_slurm(obj: Context, req: "ProfileRequest", opts: dict, *, store_r
     from .. import store
     from .interrupt import run as run_interruptible, stop_on_signals
     from .output import byte_progress
-    from ..containers import ContainerError
+    from ..wrapping.containers import ContainerError
     from ..slurm import run as slurm_run
     from ..slurm import runs
     from ..slurm.jobs import SlurmError, SlurmRejected

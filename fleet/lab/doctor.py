@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import asdict
 from typing import TYPE_CHECKING
 
-from .. import policy
+from .. import collection, placement, policy, wrapping
 from ..transport import Result
 from ..visible import visible
 
@@ -37,48 +37,10 @@ def diagnosis(host: "Host", r: Result) -> dict:
 
 
 def problems(state: dict) -> dict[str, policy.Finding]:
-    """The five problems of the design, one finding each: placement, wrapping and collection
-    read here from the node's state; permissions and neighbours are the policy's."""
-    return {"placement": _placement(state), "wrapping": _wrapping(state),
-            "collection": _collection(state), **policy.findings(state)}
-
-
-def _placement(state: dict) -> policy.Finding:
-    """Whether nsys and ncu were found on the node, and whether root could run them safely."""
-    tools = [f"{t} {(policy.tool_found(state, t) or {}).get('version') or ''} at "
-             f"{policy.tool_found(state, t)['path']}".replace("  ", " ") if policy.tool_found(state, t)
-             else f"{t} missing" for t in ("nsys", "ncu")]
-    found = [policy.tool_found(state, t) for t in ("nsys", "ncu")]
-    placement = policy.Finding(policy.OK if all(found) else ("warn" if any(found) else "bad"), "; ".join(tools))
-    changeable = [f"{t} at {f['path']}: {f['writable_by_others']}" for t, f in zip(("nsys", "ncu"), found)
-                  if f and f.get("writable_by_others") and state.get("euid") == 0]
-    if changeable:  # root would run code another account chose: never "placement ok"
-        placement = policy.Finding("bad", "; ".join(changeable) + ": as root fleet will not run it")
-    return placement
-
-
-def _wrapping(state: dict) -> policy.Finding:
-    """Where the agent ran (host, container, Slurm job): the wrapping itself is chosen per
-    command."""
-    where = f"in a {state['container']} container" if state.get("container") else "on the host"
-    return policy.Finding("n/a", f"chosen per command (srun, torchrun, mpirun); agent ran {where}"
-                                 + (f" inside Slurm job {state['slurm_job']}" if state.get("slurm_job") else ""))
-
-
-def _collection(state: dict) -> policy.Finding:
-    """Whether the report directory can take the reports: writable, on disk, with room."""
-    rd = state.get("report_dir") or {}
-    if "error" in rd or not rd:
-        return policy.Finding("bad", f"report directory: {rd.get('error', 'unknown')}")
-    free = rd.get("free_bytes") or 0
-    text, status = f"{rd['path']} ({rd.get('fstype')}), {free / 2**30:.1f} GiB free", policy.OK
-    if not rd.get("writable"):
-        status, text = "bad", text + ", NOT writable"
-    elif rd.get("memory_backed"):
-        status, text = "warn", text + ": memory-backed, large reports eat the node's RAM"
-    elif free < 2 * 2**30:
-        status, text = "warn", text + ": little room for reports"
-    return policy.Finding(status, text)
+    """The five problems of the design, one finding each, each asked of its own door:
+    fleet/placement, fleet/wrapping, fleet/collection, and the policy's permissions and neighbours."""
+    return {"placement": placement.finding(state), "wrapping": wrapping.finding(state),
+            "collection": collection.finding(state), **policy.findings(state)}
 
 
 def worst(diagnoses: list[dict]) -> str:

@@ -13,17 +13,19 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
-from .. import agentcall, completeness, containers, launchers, outcome, policy, safenames, store
+from .. import agentcall, completeness, outcome, policy, safenames, store
 from ..agent import wire
 from ..agent.messages import ProfileResult
 from ..rundir import RunDir
 from ..statuses import HostStatus, RunStatus
-from ..store.bring import bring_home
+from ..collection.bring import bring_home
 from ..store.manifest import HostEntry, ReportEntry, RunManifest
 from ..plan import LabPart, Plan, ProfileRequest, plan
 from ..policy import NO_SAMPLING_FLAGS, NodeState, docker_privileges, tool_found
 from ..transport import Result
-from . import leftrunning, placement
+from . import leftrunning
+from ..placement import free as placement
+from ..wrapping import containers, launchers
 from .ranks import LAB_LAUNCHERS, with_missing_ranks
 
 if TYPE_CHECKING:
@@ -134,7 +136,7 @@ def with_launcher(req: ProfileRequest, launcher: str) -> ProfileRequest:
 async def plan_all(fan: "Fanout", hosts: list["Host"], req: ProfileRequest, *,
                    free: placement.FreeGpus | None = None) -> dict[str, HostRun]:
     """Round trip 1: probe every node and plan (or refuse) the run there. ``free`` (--gpu free):
-    on each host a GPU nobody else is on (fleet.lab.placement), or the ``count`` least busy of
+    on each host a GPU nobody else is on (fleet.placement.free), or the ``count`` least busy of
     them across the hosts; a host left out by the count is not in the run (``free.left_out``)."""
     runs = {h.name: HostRun(h.name) for h in hosts}
     # The inventory refuses such names when it is read; a host made some other way is kept off

@@ -3,7 +3,7 @@ each named as a ``missing`` entry of its own, and the line saying when the count
 
 from __future__ import annotations
 
-from .. import launchers
+from ..wrapping import launchers
 from ..rundir import RunDir
 from ..outcome import HostStatus
 from ..store.manifest import HostEntry, RunManifest
@@ -42,7 +42,7 @@ def missing_ranks(entry: HostEntry) -> list[int]:
 
 def ranks_line(manifest: RunManifest) -> str | None:
     """The run's line saying that its launcher's rank count was not known, and so no rank that left no
-    report is named (why, as fleet.launchers.rank_count says it); None for any other run."""
+    report is named (why, as fleet.wrapping.launchers.rank_count says it); None for any other run."""
     request = manifest.request or {}
     if request.get("launcher") not in LAB_LAUNCHERS or request.get("ranks") is not None:
         return None

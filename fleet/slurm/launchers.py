@@ -1,6 +1,6 @@
 """Where the profiler goes in the job: the real exec point of each launcher.
 
-Pure text. Where the launcher's options end is :mod:`fleet.launchers`' (the lab servers' path cuts
+Pure text. Where the launcher's options end is :mod:`fleet.wrapping.launchers`' (the lab servers' path cuts
 the command there too). A runtime that starts its own workers (torchrun, mpirun, Ray) must
 have the profiler put in front of each worker, not in front of itself: nsys in
 front of ``torchrun`` profiles the launcher and misses the ranks. The user's
@@ -16,9 +16,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..rundir import RunDir
-from ..containers import Container, slurm_words
+from ..wrapping.containers import Container, slurm_words
 # Where each launcher's options end, shared with the lab servers' path; named here as before.
-from ..launchers import (LAUNCHERS, MPIRUN_TWO_VALUES, MPIRUN_VALUE, TORCHRUN_FLAGS, LauncherError,  # noqa: F401
+from ..wrapping.launchers import (LAUNCHERS, MPIRUN_TWO_VALUES, MPIRUN_VALUE, TORCHRUN_FLAGS, LauncherError,  # noqa: F401
                          _options_start, command_problem, end_of_options, script_index, torchrun_modules,
                          torchrun_python)
 from ..safenames import check_text, quote

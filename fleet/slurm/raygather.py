@@ -14,7 +14,7 @@ from .. import outcome, safenames
 from ..completeness import RAY_DRIVER
 from ..rundir import RunDir
 from ..outcome import HostStatus
-from ..store.bring import bring_home
+from ..collection.bring import bring_home
 from ..store.manifest import WHOSE, HostEntry
 from .jobs import SlurmClient, file_mark
 

@@ -27,8 +27,8 @@ from ..agent.messages import ProfileResult
 from ..agent.bundle import script as agent_script
 from ..rundir import RunDir
 from ..statuses import HostStatus, RunStatus
-from ..store.bring import bring_home, file_problem
-from ..store.collect import fetch_verified
+from ..collection.bring import bring_home, file_problem
+from ..collection.fetch import fetch_verified
 from ..store.manifest import HostEntry, ReportEntry, RunManifest, SlurmInfo
 from ..plan import ProfileRequest
 from .cluster import Cluster
@@ -37,7 +37,7 @@ from .raygather import driver_entry, ray_home
 from .results import this_runs
 from .states import job_end_verdict, job_refusal, no_gpus, why_missing
 from .watch import NeverStarts, watch
-from ..containers import nsight_dirs, slurm_words
+from ..wrapping.containers import nsight_dirs, slurm_words
 from .script import AGENT_FILE, REQUEST_FILE, SCRIPT_FILE, JobFiles, render, request_doc
 from .options import CheckedJobSpec
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..containers import Container
+from ..wrapping.containers import Container
 
 
 @dataclass(frozen=True)

@@ -63,7 +63,7 @@ WHOSE = "whose"  # the ``summary`` of a Ray worker's whose file (fleet/slurm/ray
 
 @dataclass
 class ReportEntry(_Record):
-    """One report or summary brought home (``collect.fetch_verified``), or one that was not."""
+    """One report or summary brought home (``fetch.fetch_verified``), or one that was not."""
     remote: str = ""                      # its path on the node
     stored: str = ""                      # its path in the store
     size: int | None = None

@@ -81,7 +81,7 @@ def pull(store: Path, run_id: str, dest: Path) -> list[Pulled]:
     (it would land outside ``dest``). The copies are private as the store's are: each ``dest/HOST``
     a folder of the user's, 0700, in folders no other account can swap; files 0600, written under
     a new name and renamed into place."""
-    from .collect import sha256_of
+    from ..collection.fetch import sha256_of
 
     done = []
     for h in load_run(store, run_id).hosts:

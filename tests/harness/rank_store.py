@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from fleet import store
-from fleet.store.collect import sha256_of
+from fleet.collection.fetch import sha256_of
 from fleet.store.manifest import HostEntry, ProcessSeen, ReportEntry, RunManifest
 from tests.harness import nsys_export as nx
 from tests.harness.rank_plants import UUIDS

@@ -11,7 +11,7 @@ from contextlib import closing
 from pathlib import Path
 
 from fleet import store
-from fleet.store.collect import sha256_of
+from fleet.collection.fetch import sha256_of
 from fleet.store.manifest import HostEntry, ReportEntry, RunManifest
 
 REPO = Path(__file__).resolve().parents[2]

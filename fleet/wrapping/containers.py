@@ -15,10 +15,10 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from . import exitcodes
-from .errors import FleetError
-from .policy import DockerPrivileges
-from .safenames import UnsafeValue
+from .. import exitcodes
+from ..errors import FleetError
+from ..policy import DockerPrivileges
+from ..safenames import UnsafeValue
 
 
 class ContainerError(FleetError, ValueError):

@@ -2,7 +2,7 @@
 
 What a node names is data, never a path to follow: each file must be a plain name directly in
 the run's own folder on that node (``node_dir``), with a size and a sha256 of their shape. Only
-such files are fetched (``collect.fetch_verified``: resumable, checked, renamed into place);
+such files are fetched (``fetch.fetch_verified``: resumable, checked, renamed into place);
 any other entry is recorded as not brought home, with the reason, and nothing is read for it.
 
 Removing the node's copy (``remove_gathered_reports``) deletes less still: only a file of the
@@ -23,8 +23,8 @@ from typing import TYPE_CHECKING
 from .. import safenames
 from ..agent import wire
 from ..rundir import RunDir
-from .collect import fetch_verified
-from .manifest import ReportEntry
+from .fetch import fetch_verified
+from ..store.manifest import ReportEntry
 
 if TYPE_CHECKING:
     from ..inventory import Host

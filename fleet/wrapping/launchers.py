@@ -25,9 +25,10 @@ import os
 import re
 import shlex
 
-from . import nsysopts, safenames
+from .. import safenames
+from . import nsysopts
 from .containers import ContainerError
-from .plan import MAX_RANKS
+from ..plan import MAX_RANKS
 
 LAUNCHERS = ("srun", "torchrun", "mpirun", "ray")
 # torchrun's options that take no value (as its --help lists them: tests/fixtures/launchers-h200/

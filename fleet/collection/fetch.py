@@ -22,8 +22,8 @@ import stat
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
-from . import private
-from .errors import UnsafeStore
+from ..store import private
+from ..store.errors import UnsafeStore
 
 if TYPE_CHECKING:
     from ..inventory import Host
