@@ -254,3 +254,14 @@ def test_the_layer_check_finds_an_import_that_runs_back_up():
     assert upward_imports(graph, layers()) == [
         "fleet.plan (layer 1) imports fleet.agent.rundir (layer 2)",
         "fleet.store.read (layer 3) imports fleet.nightly.environment (layer 6)"]
+
+
+def test_every_file_the_newcomers_tour_names_exists():
+    """docs/architecture.md's tour names files to open: each one is there, and it names the doors."""
+    doc = (REPO / "docs" / "architecture.md").read_text()
+    tour = doc[doc.index("## A newcomer's tour"):].split("\n## ")[0]
+    named = set(re.findall(r"`(fleet/[\w/]+\.py)", tour))
+    assert len(named) > 30 and [n for n in sorted(named) if not (REPO / n).is_file()] == []
+    doors = ["fleet/placement/__init__.py", "fleet/wrapping/__init__.py", "fleet/collection/__init__.py",
+             "fleet/policy/permissions.py", "fleet/policy/neighbours.py", "fleet/run.py"]
+    assert set(doors) <= named

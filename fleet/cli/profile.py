@@ -125,13 +125,13 @@ def profile(obj: Context, hosts_, group, exclude, tool, gpus, free_count, gpu_me
         return profile_on_slurm(obj, req, slurm, store_root=store_root, site=None if site == "lab" else site,
                                 dry_run=dry_run, as_json=as_json)
     req, targets = _lab_request(ctx, req, slurm, hosts_, group, timeout, finish_timeout)
-    manifest = profile_lab_servers(obj, obj.select(targets, exclude), req, store_root=store_root, site=site,
-                                   dry_run=dry_run, as_json=as_json, finish_timeout=finish_timeout, free=free)
+    run = profile_lab_servers(obj, obj.select(targets, exclude), req, store_root=store_root, site=site,
+                              dry_run=dry_run, as_json=as_json, finish_timeout=finish_timeout, free=free)
     for host, why in (free.left_out if free else {}).items():
         echo(f"{host}: not in this run: {why}", err=True)
-    show_lab_run(manifest, store_root, dry_run, as_json)
-    push_when_done(store_root, manifest, as_json)
-    sys.exit(exitcodes.for_run(manifest))
+    show_lab_run(run.manifest, store_root, dry_run, as_json)
+    push_when_done(store_root, run.manifest, as_json)
+    sys.exit(run.exit_status())
 
 
 def _lab_request(ctx, req, slurm: dict, hosts_, group, timeout, finish_timeout):
@@ -173,30 +173,27 @@ def refuse_lab_options(ctx: click.Context) -> None:
 
 
 def profile_lab_servers(obj: Context, hosts, req, *, store_root, site, dry_run, as_json, finish_timeout, free=None):
-    """The lab run, Ctrl-C stopping the profilers (a second one leaves the nodes to finish): its manifest."""
-    from ..lab import profile as profile_mod
+    """The lab run (a LabRun), Ctrl-C stopping the profilers (a second one leaves the nodes to finish)."""
     from .. import store
+    from ..run import LabRun
     from .interrupt import run as run_interruptible, stop_on_signals
+    from .output import byte_progress
 
-    async def go():
-        # Not with --timeout: the workload ends at it anyway, and its bound is the wait's.
-        leave = ("stopping the collection (nsys stop of each node's session), leaving the workloads running; "
-                 "waiting for the reports") if req.tool == "nsys" and not (req.launcher or req.docker_image
-                                                                           or req.timeout) else None
-        stop = stop_on_signals("stopping the profilers (SIGTERM), waiting for their reports", leave)
-        from .output import byte_progress
-
-        async with obj.fanout_for_run() as fan:
-            with byte_progress(enabled=not as_json and not dry_run) as gathering:
-                return await profile_mod.profile(fan, hosts, req, store_root=store.root(store_root), site=site,
-                                                 dry_run=dry_run, write=workload_writer(as_json), stop=stop,
-                                                 gathering=gathering, finish_timeout=finish_timeout, free=free)
-
+    # Not with --timeout: the workload ends at it anyway, and its bound is the wait's.
+    leave = ("stopping the collection (nsys stop of each node's session), leaving the workloads running; "
+             "waiting for the reports") if req.tool == "nsys" and not (req.launcher or req.docker_image
+                                                                       or req.timeout) else None
+    run = LabRun(req, store.root(store_root), site, hosts=hosts, dry_run=dry_run, finish_timeout=finish_timeout,
+                 free=free)
     try:
-        return run_interruptible(go())
+        with byte_progress(enabled=not as_json and not dry_run) as gathering:
+            run_interruptible(run.go(
+                obj.ssh_settings(), obj.fanout, write=workload_writer(as_json), gathering=gathering,
+                stop=lambda: stop_on_signals("stopping the profilers (SIGTERM), waiting for their reports", leave)))
     except KeyboardInterrupt:  # the second Ctrl-C
         fail(f"left the nodes to finish on their own; bring the reports home later with: fleet gather {req.run_id}",
              exitcodes.INTERRUPTED)
+    return run
 
 
 def workload_writer(as_json: bool):

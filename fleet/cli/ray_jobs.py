@@ -6,7 +6,6 @@ import sys
 
 import click
 
-from .. import exitcodes
 from .context import Context, fail, store_option
 from .output import echo_json, json_option
 from .terminal import echo, say
@@ -46,6 +45,7 @@ def submit(obj: Context, address, ranks, node_dir, head, working_dir, profiler_a
     from .. import completeness, outcome, store
     from ..plan import ProfileRequest
     from ..ray import submit as ray_submit
+    from ..run import RayRun
     from ..slurm.launchers import actor_patterns
     from ..store.manifest import new_run_id
 
@@ -65,11 +65,8 @@ def submit(obj: Context, address, ranks, node_dir, head, working_dir, profiler_a
         fail(f"--head {head}: names {len(hosts)} hosts, not one")
     store.run_dir(store.root(store_root), site, req.run_id)  # a site that is no folder name stops here
 
-    async def go():
-        async with obj.fanout_for_run() as fan:
-            return await ray_submit.profile(fan, hosts[0], job, req, store_root=store.root(store_root), site=site)
-
-    manifest = asyncio.run(go())
+    run = RayRun(req, store.root(store_root), site, head=hosts[0], job=job)
+    manifest = asyncio.run(run.go(obj.ssh_settings(), obj.fanout))
     if as_json:
         echo_json(manifest.to_json())
     else:
@@ -84,4 +81,4 @@ def submit(obj: Context, address, ranks, node_dir, head, working_dir, profiler_a
         directory = store.run_dir(store.root(store_root), manifest.site, manifest.run_id)
         echo(f"run {manifest.run_id} {manifest.status}: reports in {directory} "
              f"(fleet reports show {manifest.run_id})")
-    sys.exit(exitcodes.for_run(manifest))
+    sys.exit(run.exit_status())

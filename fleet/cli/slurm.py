@@ -107,7 +107,7 @@ def profile_on_slurm(obj: Context, req: "ProfileRequest", opts: dict, *, store_r
     from .interrupt import run as run_interruptible, stop_on_signals
     from .output import byte_progress
     from ..wrapping.containers import ContainerError
-    from ..slurm import run as slurm_run
+    from ..run import SlurmRun
     from ..slurm import runs
     from ..slurm.jobs import SlurmError, SlurmRejected
 
@@ -120,18 +120,15 @@ def profile_on_slurm(obj: Context, req: "ProfileRequest", opts: dict, *, store_r
         if not as_json and not dry_run:
             echo(f"fleet: the agent's Python on the compute nodes: {note}", err=True)
 
-    async def go():
-        stop = stop_on_signals("stopping the job's profilers (SIGTERM to its steps), waiting for their reports")
-        async with obj.fanout_for_run() as fan:
-            with byte_progress(enabled=not as_json and not dry_run) as gathering:
-                return await slurm_run.profile(fan, cluster, req, spec, store_root=store.root(store_root),
-                                               site=site, dry_run=dry_run,
-                                               wait=not opts.get("no_wait"), poll=opts.get("poll") or 5.0,
-                                               stop=stop, on_state=job_state_printer(as_json), gathering=gathering,
-                                               keep_pending=bool(opts.get("keep_pending")), on_python=on_python)
-
+    run = SlurmRun(req, store.root(store_root), site, cluster=cluster, spec=spec, dry_run=dry_run,
+                   wait=not opts.get("no_wait"), poll=opts.get("poll") or 5.0,
+                   keep_pending=bool(opts.get("keep_pending")))
     try:
-        manifest = run_interruptible(go())
+        with byte_progress(enabled=not as_json and not dry_run) as gathering:
+            manifest = run_interruptible(run.go(
+                obj.ssh_settings(), obj.fanout, gathering=gathering, on_state=job_state_printer(as_json),
+                on_python=on_python, stop=lambda: stop_on_signals(
+                    "stopping the job's profilers (SIGTERM to its steps), waiting for their reports")))
     except SlurmRejected as e:
         fail(str(e), exitcodes.USAGE)
     except (SlurmError, ContainerError) as e:
@@ -149,7 +146,7 @@ def profile_on_slurm(obj: Context, req: "ProfileRequest", opts: dict, *, store_r
     else:
         echo(runs.render(manifest), nl=False)
     push_when_done(store_root, manifest, as_json)
-    sys.exit(exitcodes.for_run(manifest, waited=not opts.get("no_wait")))
+    sys.exit(run.exit_status())
 
 
 def gather_on_slurm(obj: Context, run_id: str, store_root, as_json: bool = False) -> None:
