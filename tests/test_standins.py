@@ -18,6 +18,7 @@ import pytest
 
 from fleet.agent.reports import GENERATING
 from fleet.store import kernel_rows
+from tests.harness.procs import children
 
 STANDINS = Path(__file__).parent / "standins"
 REAL = Path(__file__).parent / "fixtures" / "nsys-2025.3-h200"
@@ -182,7 +183,11 @@ def test_a_signal_to_nsys_finishes_the_report_without_kernels_and_its_duration_k
     for sig, case in ((signal.SIGTERM, "nsys-sigterm"), (signal.SIGINT, "nsys-sigint")):
         proc = subprocess.Popen([str(STANDINS / "nsys"), "profile", "-o", f"s{sig}", "--", "sleep", "30"],
                                 cwd=tmp_path, env={**os.environ, "TMPDIR": str(tmp_path)}, stdout=subprocess.DEVNULL)
-        time.sleep(1)  # collecting
+        deadline = time.monotonic() + 30  # collecting: its workload started, its handlers set before it
+        while not children(proc.pid):
+            assert time.monotonic() < deadline and proc.poll() is None, case
+            time.sleep(0.05)
+        time.sleep(0.5)  # a little of the workload's time collected
         proc.send_signal(sig)
         assert proc.wait(timeout=30) == int(recorded(case, "status.txt")), case  # 143, 130
         ours = stats(tmp_path / f"s{sig}.nsys-rep")
