@@ -129,7 +129,8 @@ def _collapse(name: str, level: int) -> str:
 def _cut(name: str, width: int) -> str:
     """The longest beginning of ``name`` that, with ``…`` and its open brackets closed, fits ``width``."""
     masked = _masked(name)
-    inside = {i for pattern in (_OPERATOR, _ATOMS) for m in pattern.finditer(name) for i in range(m.start() + 1, m.end())}
+    inside = {i for pattern in (_OPERATOR, _ATOMS) for m in pattern.finditer(name)
+              for i in range(m.start() + 1, m.end())}
     stack: list[str] = []
     best = name[:max(width - 1, 0)] + ELLIPSIS
     for i, c in enumerate(masked):

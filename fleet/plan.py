@@ -144,7 +144,8 @@ class Plan:
     ranks: int | None = None                    # a launcher's ranks 0..N-1, each to leave a report; None: not known
     placement: str | None = None                # --gpu free: which GPU was chosen here, and why
     session: str | None = None                  # nsys's named session (--session-new): a yield stops it
-    window: dict[str, Any] = field(default_factory=dict)    # start, duration, detach, output: nsys leaves the workload on
+    window: dict[str, Any] = field(default_factory=dict)    # start, duration, detach, output: nsys leaves
+                                                            # the workload on
     capture: dict[str, Any] = field(default_factory=dict)   # range, nvtx, repeat: the windows the workload opens
 
     def to_json(self) -> dict:

@@ -21,7 +21,8 @@ class LabPart:
     lock_wait: float = 0.0                      # seconds to wait for another run's GPU lock
     docker_image: str | None = None             # the workload runs in this image (fleet.wrapping.containers)
     launcher: str | None = None                 # --launcher: what starts the ranks (mpirun), None: the command itself
-    starts: tuple[str, ...] = ()                # with it, what starts a profiler per rank (fleet.wrapping.launchers.lab_launch)
+    starts: tuple[str, ...] = ()                # with it, what starts a profiler per rank
+                                                # (fleet.wrapping.launchers.lab_launch)
     program: tuple[str, ...] = ()               # ... and what each profiler runs
     ranks: int | None = None                    # ... and how many ranks its command line says (None: not known)
     window: tuple[int, int] | None = None       # --window START:DURATION: nsys collects then, the workload goes on
@@ -62,7 +63,8 @@ class ProfileRequest:
     pause_dcgm: bool = False
     profiler_args: tuple[str, ...] = ()         # passed through to nsys/ncu
     clock_control: str = "base"                 # ncu; always explicit
-    nvtx_window: str | None = None              # --nvtx-window RANGE[@DOMAIN]: nsys collects within it (fleet.wrapping.windows)
+    nvtx_window: str | None = None              # --nvtx-window RANGE[@DOMAIN]: nsys collects within it
+                                                # (fleet.wrapping.windows)
     cuda_profiler_window: bool = False          # --cuda-profiler-window: from cudaProfilerStart() to Stop()
     repeat: int | None = None                   # --repeat N: that many of those windows, a report each
     lab: LabPart | None = None

@@ -46,3 +46,23 @@ def test_the_complexity_check_measures_what_radon_cc_does():
 def test_the_outcome_and_the_classes_are_read_from_fields(name):
     """The two that read a node's answer read its typed fields: nothing in them looks into its dict."""
     assert ".get(\"status\")" not in (FLEET / name).read_text() and "result.get(" not in (FLEET / name).read_text()
+
+
+WIDTH = 120
+
+
+def too_long(source: str) -> list[int]:
+    """The numbers of ``source``'s lines longer than WIDTH characters (counted as characters, not bytes)."""
+    return [n for n, line in enumerate(source.split("\n"), 1) if len(line) > WIDTH]
+
+
+def test_no_line_is_longer_than_120():
+    """A longer line is wrapped: a string into adjacent literals, code at its brackets, a comment onto the next."""
+    assert [f"{path.relative_to(REPO)}:{n}" for path in sorted(FLEET.rglob("*.py"))
+            for n in too_long(path.read_text())] == []
+
+
+def test_the_width_check_sees_long_lines():
+    """It would pass on nothing: a line of 121 characters is found, one of 120 is not, wherever it stands."""
+    assert too_long("x" * 120 + "\n" + "y" * 121 + "\n" + "é" * 121) == [2, 3]
+    assert too_long("z" * 121) == [1] and too_long("") == []

@@ -104,7 +104,8 @@ def mig_instances(nv, h) -> list[MigInstance]:
         if m is None:
             continue
         mem = _try(lambda: nv.nvmlDeviceGetMemoryInfo(m))
-        out.append({"uuid": _s(_try(lambda: nv.nvmlDeviceGetUUID(m))), "name": _s(_try(lambda: nv.nvmlDeviceGetName(m))),
+        out.append({"uuid": _s(_try(lambda: nv.nvmlDeviceGetUUID(m))),
+                    "name": _s(_try(lambda: nv.nvmlDeviceGetName(m))),
                     "gpu_instance": _try(lambda: nv.nvmlDeviceGetGpuInstanceId(m)),
                     "compute_instance": _try(lambda: nv.nvmlDeviceGetComputeInstanceId(m)),
                     "memory_total": mem.total if mem else None})

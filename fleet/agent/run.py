@@ -12,9 +12,9 @@ find, finish and hash its reports (:mod:`reports`); put everything back.
 
 The result is one JSON document, a "profile" answer of the one wire (:mod:`wire`):
 the last line on stdout for fleet over SSH, and the ``HOST.result.json`` file
-beside the reports that a Slurm run's gather reads with the same framing. If fleet went away meanwhile (its connection closed),
-the run goes on, the node is still put back, and the file is still written; a
-result that cannot be written is an error the run reports.
+beside the reports that a Slurm run's gather reads with the same framing. If fleet went away
+meanwhile (its connection closed), the run goes on, the node is still put back, and the file is
+still written; a result that cannot be written is an error the run reports.
 """
 
 from __future__ import annotations

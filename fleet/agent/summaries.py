@@ -48,7 +48,8 @@ WHOLE_DURATION = ("CASE WHEN typeof({start}) = 'integer' AND typeof({end}) = 'in
 # :lo and :hi, see SPAN): one summary row per (grp, style).
 SOURCES = {
     # A kernel by its demangled name (a StringIds id), as nsys stats names it by default.
-    "cuda_gpu_kern_sum": "SELECT demangledName AS grp, NULL AS style, " + WHOLE_DURATION.format(start="start", end="end")
+    "cuda_gpu_kern_sum": "SELECT demangledName AS grp, NULL AS style, "
+                         + WHOLE_DURATION.format(start="start", end="end")
                          + " FROM CUPTI_ACTIVITY_KIND_KERNEL WHERE {span}",
     # An API call by its name (a StringIds id).
     "cuda_api_sum": "SELECT nameId AS grp, NULL AS style, " + WHOLE_DURATION.format(start="start", end="end")

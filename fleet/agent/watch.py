@@ -109,7 +109,8 @@ class Watch:
             self._thread.join(10)
         if self.newcomer is not None and released_at is not None:
             released = round(released_at - self.started, 3)
-            self.newcomer.update(released_s=released, overlap_s=round(max(0.0, released - self.newcomer["appeared_s"]), 3))
+            self.newcomer.update(released_s=released,
+                                 overlap_s=round(max(0.0, released - self.newcomer["appeared_s"]), 3))
         if self.newcomer is not None and action:
             self.newcomer["action"] = action
         conditions = {"gpus": self.identities, "interval_s": self.interval, "samples": self.samples}

@@ -81,7 +81,9 @@ def table(a: Analysis, straggler: str | None) -> str:
     for r in a.ranks:
         step = f"{r.step_median_s * 1e3:.1f}" if r.step_median_s is not None else "-"
         rows.append(f'<tr class="rank{" straggler" if r.label == straggler else ""}"><td>{_e(r.label)}</td>'
-                    f'<td>{_e(r.host)}</td><td>{_e(r.gpu["index"] if r.gpu.get("index") is not None else r.gpu.get("bus"))}</td><td class="num">{r.kernel_s:.3f}</td>'
+                    f'<td>{_e(r.host)}</td>'
+                    f'<td>{_e(r.gpu["index"] if r.gpu.get("index") is not None else r.gpu.get("bus"))}</td>'
+                    f'<td class="num">{r.kernel_s:.3f}</td>'
                     f'<td class="num">{r.kernels}</td><td class="num">{r.collective_s:.3f}</td>'
                     f'<td class="num">{r.idle_s:.3f}</td><td class="num">{step}</td>'
                     f'<td class="num">{r.lost_s:.3f}</td><td class="num">{r.last} of {a.collectives}</td></tr>')

@@ -104,7 +104,8 @@ def read(path: str) -> Record:
     except OSError as e:
         raise RecordError(f"--record {path}: {e.strerror}") from None
     if len(data) > RECORD_BYTES:
-        raise RecordError(f"--record {path}: more than {RECORD_BYTES >> 20} MiB: keep the look's record of the run alone")
+        raise RecordError(f"--record {path}: more than {RECORD_BYTES >> 20} MiB: "
+                          "keep the look's record of the run alone")
     record = Record(path)
     for raw in data.splitlines():
         try:

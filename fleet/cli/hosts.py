@@ -130,8 +130,10 @@ def exec_(obj: Context, targets, command, exclude, as_json, timeout, maxrc):
 # --- probe and doctor ---
 
 partition_options = [
-    click.option("--partition", "-p", help="Probe this Slurm partition's compute nodes, as a short job (one step a node)."),
-    click.option("--nodes", "-N", type=click.IntRange(1), help="With --partition: this many of its nodes (default all)."),
+    click.option("--partition", "-p",
+                 help="Probe this Slurm partition's compute nodes, as a short job (one step a node)."),
+    click.option("--nodes", "-N", type=click.IntRange(1),
+                 help="With --partition: this many of its nodes (default all)."),
     click.option("--cluster", help="With --partition: which cluster, when the inventory describes several."),
 ]
 

@@ -95,7 +95,8 @@ class _Group(click.Group):
 @click.option("--connect-timeout", default=15.0, show_default=True, type=click.FloatRange(0, min_open=True),
               envvar="FLEET_CONNECT_TIMEOUT", help="Seconds for a host's SSH connection, handshake included.")
 @click.option("--catalog", envvar="FLEET_CATALOG", metavar="URL",
-              help="The team catalog: postgresql://HOST/DB (no password: libpq reads ~/.pgpass). See docs/team-store.md.")
+              help="The team catalog: postgresql://HOST/DB (no password: libpq reads ~/.pgpass). "
+                   "See docs/team-store.md.")
 @click.option("--objects", envvar="FLEET_OBJECTS", metavar="s3://BUCKET/PREFIX",
               help="The team store's object storage (credentials and endpoint as boto3 reads them).")
 @click.option("-v", "--debug", "verbose", count=True, help="Show asyncssh's log on stderr (authentication, "

@@ -99,13 +99,15 @@ def schedule():
 @schedule.command("install")
 @click.argument("playbook", type=click.Path(exists=True, dir_okay=False))
 @click.option("--cron", help="When, as crontab takes it: '0 2 * * *', '30 9 * * MON-FRI', '@daily'.")
-@click.option("--every", help="Or every DURATION (30s, 15m, 6h, 1d); crontab and scrontab take only what cron repeats exactly.")
+@click.option("--every", help="Or every DURATION (30s, 15m, 6h, 1d); crontab and scrontab take only what cron "
+              "repeats exactly.")
 @click.option("--name", help="The schedule's name (default: the playbook's).")
 @click.option("--backend", type=click.Choice(["scrontab", "resubmit", "crontab"]),
               help="Force a way (default: the best this site has).")
 @click.option("--sbatch-arg", "sbatch_args", multiple=True, help="sbatch option for the scheduling job.")
 @store_option
-@click.option("--dry-run", is_flag=True, help="Say what would be installed (the table lines or the job); install nothing.")
+@click.option("--dry-run", is_flag=True,
+              help="Say what would be installed (the table lines or the job); install nothing.")
 @json_option
 @click.pass_obj
 def schedule_install(obj: Context, playbook, cron, every, name, backend, sbatch_args, store_root, dry_run, as_json):
@@ -340,7 +342,8 @@ def _confirm_target(pb, versions, run_after, gpu, since, store_root):
         fail("--gpu picks a GPU on lab servers; on Slurm the job's GPUs are Slurm's to give")
     try:
         needs_checkout(pb)
-        target = verdicts.Target(*versions) if versions else target_from_history(_history(store_root), pb, run_after, since)
+        target = (verdicts.Target(*versions) if versions
+                  else target_from_history(_history(store_root), pb, run_after, since))
         checked_version(target.before), checked_version(target.after)
     except verdicts.ConfirmError as e:
         fail(str(e))
@@ -378,9 +381,11 @@ def _say_confirmed(done, found, as_json: bool, err: bool = False) -> None:
                           "error": done.error, "restore_error": done.restore_error})
     for v in found:
         div, unit = scale(v.metric)
-        values = "; ".join(f"{side} " + ", ".join(f"{x / div:.4g}" for x in xs) for side, xs in (("A", v.a), ("B", v.b)))
+        values = "; ".join(f"{side} " + ", ".join(f"{x / div:.4g}" for x in xs)
+                           for side, xs in (("A", v.a), ("B", v.b)))
         say(f"{v.verdict}: {shown_metric(v.metric)} ({v.device}): {v.why}" +
-            (f" (p = {v.p_value:.3g})" if v.p_value is not None else "") + (f"; {values} {unit}" if values else ""), err)
+            (f" (p = {v.p_value:.3g})" if v.p_value is not None else "") +
+            (f"; {values} {unit}" if values else ""), err)
     for line in (done.error, done.restore_error):
         if line:
             say(f"error: {line}", err)

@@ -67,7 +67,8 @@ def gpu_choice(ctx, param, value):
 @click.option("--wait", "lock_wait", type=click.FloatRange(0, MAX_TIMEOUT), default=0.0, callback=seconds,
               help="Seconds to wait for another run's GPU lock.")
 @click.option("--timeout", type=click.FloatRange(0, MAX_TIMEOUT, min_open=True), callback=seconds,
-              help="Seconds the workload may run; then nsys stops it (its --duration, kernels kept) or ncu gets SIGINT; the report is kept.")
+              help="Seconds the workload may run; then nsys stops it (its --duration, kernels kept) or ncu gets "
+                   "SIGINT; the report is kept.")
 @click.option("--finish-timeout", type=click.FloatRange(0, MAX_TIMEOUT, min_open=True), callback=seconds,
               help="With --timeout: seconds past it a node may take to stop the profiler, finish the report and "
                    "answer, before fleet calls it silent (default 3600).")
@@ -82,11 +83,12 @@ def gpu_choice(ctx, param, value):
 @click.option("--repeat", type=click.IntRange(1, 100), metavar="N", help="With --nvtx-window or "
               "--cuda-profiler-window: N windows, each its own report.")
 @click.option("-X", "--profiler-arg", "profiler_args", multiple=True, help="Extra argument for nsys/ncu (repeatable).")
-@click.option("--docker", "docker_image", callback=image, help="Lab servers: run the workload and the node's profiler in this "
-              "Docker image, with the least privilege the plan needs.")
+@click.option("--docker", "docker_image", callback=image, help="Lab servers: run the workload and the node's "
+              "profiler in this Docker image, with the least privilege the plan needs.")
 @store_option
 @click.option("--site", default="lab", show_default=True, help="Store folder for this group of machines.")
-@click.option("--dry-run", is_flag=True, help="Print each node's plan (commands, sysctls, locks, refusals); touch nothing.")
+@click.option("--dry-run", is_flag=True,
+              help="Print each node's plan (commands, sysctls, locks, refusals); touch nothing.")
 @json_option
 @slurm_options
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
@@ -165,8 +167,8 @@ def refuse_lab_options(ctx: click.Context) -> None:
     refuse_options(ctx, ["docker_image"], "on Slurm, containers are --container-image (pyxis) or --apptainer")
     refuse_options(ctx, ["gpus", "free_count"], "on Slurm, ask for GPUs with --gpus or --gres; --gpu picks a GPU on a "
                    "lab server")
-    refuse_options(ctx, ["timeout", "lock_wait", "finish_timeout"], "on Slurm, the job's --time bounds the run (the profilers "
-                   "stop --stop-before seconds ahead); --timeout and --wait are for lab servers")
+    refuse_options(ctx, ["timeout", "lock_wait", "finish_timeout"], "on Slurm, the job's --time bounds the run "
+                   "(the profilers stop --stop-before seconds ahead); --timeout and --wait are for lab servers")
     refuse_options(ctx, ["exclude"], "on Slurm, leave nodes out with --sbatch-arg=--exclude=NODES")
     refuse_options(ctx, ["detach"], "--detach is for lab servers yet: on Slurm the job runs on after a --window, and "
                    "fleet brings the reports home at its end (--no-wait and fleet gather: later)")

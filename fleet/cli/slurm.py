@@ -27,7 +27,8 @@ SLURM_OPTIONS = [
     click.option("--ntasks-per-node", type=int, help="sbatch --ntasks-per-node."),
     click.option("--gpus", "slurm_gpus", help="sbatch --gpus (e.g. 4 or h100:4)."),
     click.option("--gres", help="sbatch --gres (e.g. gpu:2)."),
-    click.option("--time", "-t", "time_limit", help="sbatch --time (the profilers stop --stop-before seconds earlier)."),
+    click.option("--time", "-t", "time_limit",
+                 help="sbatch --time (the profilers stop --stop-before seconds earlier)."),
     click.option("--account", "-A", help="sbatch --account."),
     click.option("--qos", help="sbatch --qos."),
     click.option("--exclusive/--shared", default=None,
@@ -134,7 +135,8 @@ def profile_on_slurm(obj: Context, req: "ProfileRequest", opts: dict, *, store_r
     except (SlurmError, ContainerError) as e:
         fail(str(e), exitcodes.of_error(e))
     except KeyboardInterrupt:
-        fail(f"left the job running; bring its reports home later with: fleet gather {req.run_id}", exitcodes.INTERRUPTED)
+        fail(f"left the job running; bring its reports home later with: fleet gather {req.run_id}",
+             exitcodes.INTERRUPTED)
     if dry_run:
         if as_json:
             echo_json(manifest.to_json())
@@ -321,7 +323,8 @@ def slurm_group():
 @click.option("--fail-closed", is_flag=True, help="Drain a node whose owned state cannot be put back.")
 @click.option("--pause-dcgm", is_flag=True, help="Let jobs ask for DCGM profiling to be paused (pre-Hopper).")
 @click.option("--qdstrm-importer", type=click.Path(), metavar="PATH",
-              help="The QdstrmImporter the epilog finishes reports with (root-owned; default: newest under /opt/nvidia).")
+              help="The QdstrmImporter the epilog finishes reports with "
+                   "(root-owned; default: newest under /opt/nvidia).")
 @click.option("--finish-timeout", type=click.IntRange(1, 3600), default=120, show_default=True,
               help="Seconds the epilog may spend finishing unfinished reports.")
 @click.option("--apply", "do_apply", is_flag=True, help="Write the files on this machine (as root).")

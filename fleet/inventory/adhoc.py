@@ -126,5 +126,6 @@ def hosts(target: Target, known: dict[str, Host]) -> list[Host]:
             vars["ansible_user"] = target.user
         if target.port:
             vars["ansible_port"] = target.port
-        out.append(Host(name, vars, base.groups if base else (), base.where if base else WHERE, base.unused if base else {}))
+        out.append(Host(name, vars, base.groups if base else (), base.where if base else WHERE,
+                        base.unused if base else {}))
     return out

@@ -204,7 +204,8 @@ class Builder:
             state[name] = 1
             for child, where in self.groups[name].children.items():
                 if state.get(child) == 1:
-                    cycle = " -> ".join(path[path.index(child):] + [name, child]) if child in path else f"{name} -> {child}"
+                    cycle = (" -> ".join(path[path.index(child):] + [name, child]) if child in path
+                             else f"{name} -> {child}")
                     raise InventoryError(where, f"groups form a cycle: {cycle}")
                 if state.get(child) is None:
                     visit(child, path + [name])

@@ -62,7 +62,8 @@ def _password(v: Any) -> str | None:
 
 
 def _key_text(v: Any) -> str | None:
-    return "private keys do not belong in an inventory: name a key file (ansible_ssh_private_key_file) or use an ssh agent"
+    return ("private keys do not belong in an inventory: name a key file (ansible_ssh_private_key_file) "
+            "or use an ssh agent")
 
 
 VARIABLES: dict[str, tuple[Callable[[Any], str | None], str]] = {
@@ -94,7 +95,8 @@ VARIABLES: dict[str, tuple[Callable[[Any], str | None], str]] = {
     "owned_sysctls": (_sysctls, "sysctls fleet may set on this node, with the value to set"),
     "shared_report_dir": (_str, "label of a report directory several nodes share (NFS): read through one of them"),
     "remove_gathered_reports": (_bool, "delete a report on the node once its copy in the store is verified"),
-    "docker_seccomp_profile": (_str, "seccomp profile on the node that allows perf_event_open (CPU sampling in Docker)"),
+    "docker_seccomp_profile": (_str, "seccomp profile on the node that allows perf_event_open "
+                                     "(CPU sampling in Docker)"),
     "slurm_login": (_str, "login host of the Slurm cluster this group describes"),
     "slurm_partitions": (_str_list, "partitions of that cluster fleet may submit to"),
     "slurm_scratch": (_str, "node-local directory the ranks write reports to (copied to the run directory)"),

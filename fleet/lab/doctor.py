@@ -45,7 +45,8 @@ def problems(state: dict) -> dict[str, policy.Finding]:
 
 def worst(diagnoses: list[dict]) -> str:
     statuses = {v["status"] for d in diagnoses for v in d.get("verdicts", [])}
-    return policy.REFUSED if policy.REFUSED in statuses else policy.DEGRADED if policy.DEGRADED in statuses else policy.OK
+    return (policy.REFUSED if policy.REFUSED in statuses
+            else policy.DEGRADED if policy.DEGRADED in statuses else policy.OK)
 
 
 def _gib(n: int | None) -> str:

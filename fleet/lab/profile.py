@@ -313,7 +313,8 @@ async def gather(fan: "Fanout", hosts: dict[str, "Host"], store_root: Path, run_
         entry.reports += await bring_home(fan, host, missing, safenames.join(path.parent, host.name, what="host name"),
                                           node_dir=node_dir, remove_for=removing(host),
                                           output=Plan.from_json(plan_doc).output)
-        entry.status, entry.missing_why = outcome.of_result(ProfileResult.read(result), entry.reports, tool=plan_doc.get("tool"),
+        entry.status, entry.missing_why = outcome.of_result(ProfileResult.read(result), entry.reports,
+                                                            tool=plan_doc.get("tool"),
                                                             allow_own=completeness.allows_own(plan_doc))
     manifest.hosts = with_missing_ranks(manifest.hosts)
     manifest.status = outcome.run_status(h.status for h in manifest.hosts)
@@ -352,7 +353,8 @@ def entry_for(req: ProfileRequest, run: HostRun) -> HostEntry:
     return HostEntry.from_facts(
         run.host, run.status, wire.facts(run.state, run.gpus or req.gpus, req.tool) if run.state else None,
         missing_why=run.error, tenants_seen=[str(t) for t in (run.plan.tenants if run.plan else ())],
-        given_up=(ProfileResult.read(run.result).given_up if run.result else ()) or (run.plan.given_up if run.plan else ()),
+        given_up=((ProfileResult.read(run.result).given_up if run.result else ())
+                  or (run.plan.given_up if run.plan else ())),
         plan=run.plan.to_json() if run.plan else None, result=run.result, reports=run.reports)
 
 

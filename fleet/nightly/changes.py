@@ -28,7 +28,8 @@ from .environment import Environment, differences
 CODE, ENVIRONMENT, UNEXPLAINED = "code", "environment", "unexplained"
 WORKLOAD = "workload "
 KNOWN_SPAN = 20  # runs either side of a known change its test looks at, at most: the levels there, not a year's
-NEAR = 3  # points either side of a change point searched for what changed: a small step in noise is placed to within a few
+NEAR = 3  # points either side of a change point searched for what changed: a small step in noise is
+          # placed to within a few
 
 
 @dataclass(frozen=True)
@@ -139,7 +140,8 @@ def _known_cuts(clean: list[Point], min_size: int) -> list[int]:
     return [i for n, i in enumerate(at, 1) if i - edges[n - 1] >= min_size and edges[n + 1] - i >= min_size]
 
 
-def _cuts(values: list[float], known: list[int], settings: Settings, versions: set[int] = frozenset()) -> dict[int, float]:
+def _cuts(values: list[float], known: list[int], settings: Settings,
+          versions: set[int] = frozenset()) -> dict[int, float]:
     """The change points of a series, each with its p-value. First those a search over the whole series
     finds; then each place the environment or the workload's version changed, away from those, tested
     on its own (:func:`_known_steps`); then a search again within each stretch between them; then each

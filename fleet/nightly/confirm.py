@@ -160,7 +160,8 @@ def _compared(a: list[float], b: list[float], rel: float, direction: int, expect
     closest = nearest_b / nearest_a - 1  # the nearest B to the nearest A
     if closest * direction < least:
         return UNCLEAR, f"A and B overlap or lie closer than the least change ({closest:+.1%} at the nearest pair)"
-    return HOLDS, f"every B run {'above' if direction > 0 else 'below'} every A run by {abs(closest):.1%} or more, {rel:+.1%}"
+    return HOLDS, (f"every B run {'above' if direction > 0 else 'below'} every A run by {abs(closest):.1%} "
+                   f"or more, {rel:+.1%}")
 
 
 def judge(metric: str, device: str, runs: list[Measured], expected: float | None, least: float) -> Verdict:

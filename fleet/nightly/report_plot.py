@@ -213,7 +213,8 @@ def x_axis(a: Axes) -> list[str]:
     count = len(a.frac)
     every = max(1, math.ceil(count / ((W - LEFT - RIGHT) // 62)))
     for i, f in enumerate(a.frac):
-        parts.append(f'<line x1="{a.x(f):.1f}" x2="{a.x(f):.1f}" y1="{H - BOTTOM}" y2="{H - BOTTOM + 4}" stroke="#333"/>')
+        parts.append(f'<line x1="{a.x(f):.1f}" x2="{a.x(f):.1f}" y1="{H - BOTTOM}" y2="{H - BOTTOM + 4}" '
+                     'stroke="#333"/>')
         if i % every == 0 or i == count - 1 and (i % every) * 2 >= every:
             text = a.times[i].strftime(fmt) if a.dated else f"run {i + 1}"
             parts.append(f'<text class="xtick" x="{a.x(f):.1f}" y="{H - BOTTOM + 16}" font-size="11" fill="#333" '
@@ -231,7 +232,8 @@ def change_markers(a: Axes, found: list[tuple[int, str]]) -> list[str]:
         parts.append(f'<g class="change"><line x1="{cx:.1f}" x2="{cx:.1f}" y1="{TOP - 14}" y2="{H - BOTTOM}" '
                      f'stroke="#2e86c1" stroke-width="1.5" stroke-dasharray="2 2"/>'
                      f'<text class="change-label" x="{cx + (4 if cx < W * 0.6 else -4):.1f}" y="{TOP - 6:.1f}" '
-                     f'font-size="11" fill="#1b4f72" text-anchor="{"start" if cx < W * 0.6 else "end"}">{html_text(what)}</text><title>{html_text(what)}</title></g>')
+                     f'font-size="11" fill="#1b4f72" text-anchor="{"start" if cx < W * 0.6 else "end"}">'
+                     f'{html_text(what)}</text><title>{html_text(what)}</title></g>')
     return parts
 
 

@@ -155,7 +155,8 @@ def _unseen(state: NodeState, request: Request) -> list[tuple[int, int | None, s
     out = []
     for g in chosen_gpus(state, request):
         if g.get("process_list_error"):
-            out.append((g["index"], None, f"GPU {g['index']}: NVML does not list its processes ({g['process_list_error']})"))
+            out.append((g["index"], None,
+                        f"GPU {g['index']}: NVML does not list its processes ({g['process_list_error']})"))
             continue
         found = _unseen_on(g, other_ns, ns, where)
         out += [found] if found else []

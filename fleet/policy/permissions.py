@@ -87,7 +87,8 @@ def counter_access(state: NodeState) -> tuple[bool, str]:
     if admin_only == 0:
         return True, "RmProfilingAdminOnly=0"
     if admin_only is None:
-        return False, "cannot read RmProfilingAdminOnly from /proc/driver/nvidia/params, so counters count as restricted"
+        return False, ("cannot read RmProfilingAdminOnly from /proc/driver/nvidia/params, "
+                       "so counters count as restricted")
     return False, "RmProfilingAdminOnly=1: GPU counters are for admins only (ERR_NVGPUCTRPERM)"
 
 

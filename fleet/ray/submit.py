@@ -89,7 +89,8 @@ PREPARE = (HOME_DIR + FIRST + '[ -d "$1" ] || mkdir -p -- "$(dirname -- "$1")" 2
 EXTRAS = " ".join(f"{RunDir.RAY}/{pattern}" for pattern in RunDir.ray_extra_patterns())
 LISTING = (HOME_DIR + f'cd -- "$1" 2>/dev/null || exit 0; [ -e {RunDir.RAY} ] || [ -L {RunDir.RAY} ] || exit 0; '
            + FOLDERS +
-           f'for f in {RunDir.RAY}/*{RunDir.NSYS_REPORT} {RunDir.RAY}/*{RunDir.WHOSE} {RunDir.RAY}/*{RunDir.UNFINISHED} '
+           f'for f in {RunDir.RAY}/*{RunDir.NSYS_REPORT} {RunDir.RAY}/*{RunDir.WHOSE} '
+           f'{RunDir.RAY}/*{RunDir.UNFINISHED} '
            f'{EXTRAS}; do '
            '[ -L "$f" ] && { echo "@@$2 refused $PWD/$f is a symbolic link"; continue; }; [ -f "$f" ] || continue; '
            'set -- "$1" "$2" $(stat -c "%u %a" -- "$f"); '

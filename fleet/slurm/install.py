@@ -226,7 +226,8 @@ def _check_step(python: str, nodes: list[str], env: dict | None) -> subprocess.C
     """The checking step, a task on each of ``nodes`` (NODE_CHECK), run to its end; what it said."""
     from ..agent.bundle import BOOTSTRAP, bundle
     cmd = ["srun", f"--nodelist={','.join(nodes)}", f"--nodes={len(nodes)}", f"--ntasks={len(nodes)}",
-           "--ntasks-per-node=1", "--input=all", "--time=2", "--immediate=60", "--job-name=fleet-install-check", "--quiet",
+           "--ntasks-per-node=1", "--input=all", "--time=2", "--immediate=60",
+           "--job-name=fleet-install-check", "--quiet",
            "sh", "-c", NODE_CHECK, python, VERSION, BOOTSTRAP, json.dumps({"mode": "slurmd", "op": "check"})]
     try:
         return subprocess.run(cmd, input=bundle(), capture_output=True, timeout=STEP_BOUND, env=env)

@@ -18,9 +18,9 @@ from pathlib import Path
 from ..rundir import RunDir
 from ..wrapping.containers import Container, slurm_words
 # Where each launcher's options end, shared with the lab servers' path; named here as before.
-from ..wrapping.launchers import (LAUNCHERS, MPIRUN_TWO_VALUES, MPIRUN_VALUE, TORCHRUN_FLAGS, LauncherError,  # noqa: F401
-                         _options_start, command_problem, end_of_options, script_index, torchrun_modules,
-                         torchrun_python)
+from ..wrapping.launchers import (LAUNCHERS, MPIRUN_TWO_VALUES, MPIRUN_VALUE, TORCHRUN_FLAGS,  # noqa: F401
+                         LauncherError, _options_start, command_problem, end_of_options, script_index,
+                         torchrun_modules, torchrun_python)
 from ..safenames import check_text, quote
 from ..plan import profiler_args_error
 from .states import REFUSED_EXIT

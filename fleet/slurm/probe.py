@@ -31,7 +31,8 @@ TASK = 'echo "@@fleet-node $SLURMD_NODENAME"; out=$("$@"); rc=$?; printf %s "$ou
 LABELLED = re.compile(r"^\s*(\d+): ?(.*)$")
 # srun: one task per node, no GPUs asked for (a probe must not wait for them to be free), given
 # up when the nodes are not free within a minute; the partition's node count unless --nodes.
-SRUN = ('p="$1"; n="$2"; t="$3"; shift 3; [ -n "$n" ] || n=$(sinfo -h -p "$p" -o %D | awk \'{s+=$1} END {print s+0}\'); '
+SRUN = ('p="$1"; n="$2"; t="$3"; shift 3; '
+        '[ -n "$n" ] || n=$(sinfo -h -p "$p" -o %D | awk \'{s+=$1} END {print s+0}\'); '
         '[ "$n" -gt 0 ] || { echo "partition $p has no nodes" >&2; exit 3; }; '
         'exec srun --partition="$p" --nodes="$n" --ntasks-per-node=1 --ntasks="$n" --input=all --label '
         '--immediate=60 --time=5 --job-name=fleet-probe -- sh -c "$t" sh "$@"')

@@ -44,7 +44,8 @@ JOB_END_MARGIN = 5.0  # seconds kept before the job's time limit (FLEET_JOB_END)
 END_ACTORS_WITHIN = 10.0
 ENDED_EVERY = 0.1  # seconds between looks at whether the actors ended
 
-_created = weakref.WeakValueDictionary()  # actor id (hex) -> its handle, of those under nsys, while the program holds it
+_created = weakref.WeakValueDictionary()  # actor id (hex) -> its handle, of those under nsys, while the
+                                          # program holds it
 
 
 def _block():

@@ -177,7 +177,8 @@ def actor_stem(doc: dict | None) -> str | None:
     None where that is no safe name."""
     if not isinstance(doc, dict) or not isinstance(doc.get("pid"), int):
         return None
-    words = [re.sub(r"[^A-Za-z0-9_.-]", "_", w)[:64] for w in (doc.get(k) for k in ("actor_class", "actor_name", "task"))
+    words = [re.sub(r"[^A-Za-z0-9_.-]", "_", w)[:64]
+             for w in (doc.get(k) for k in ("actor_class", "actor_name", "task"))
              if isinstance(w, str) and w]
     stem = "-".join(words + [str(doc["pid"])])
     # Never a name Ray's own reports have (worker-HOST-PID): one worker's files would take another's.

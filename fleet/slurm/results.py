@@ -48,7 +48,8 @@ def from_file(path: str, text: str) -> tuple[dict | None, str | None]:
     body = cut_strings(found[0])
     node, label = RunDir.result_place(path)  # the listing's glob: always a result file's name
     if body.get("slurm_node") != node or body.get("host") != label:
-        return None, (f"{path} holds the result of {str(body.get('host'))[:40]!r} on {str(body.get('slurm_node'))[:40]!r}"
+        return None, (f"{path} holds the result of {str(body.get('host'))[:40]!r} "
+                      f"on {str(body.get('slurm_node'))[:40]!r}"
                       ", not of its own place")
     return body, None
 

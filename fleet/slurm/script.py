@@ -170,12 +170,14 @@ def render(req, spec: CheckedJobSpec, files: JobFiles) -> str:
              "# The job's end, for each rank's nsys to stop its workload itself before that trap would",
              "# (--duration keeps the kernels that a signal loses).",
              "end=$(TZ=UTC SLURM_TIME_FORMAT=standard squeue -h -j \"$SLURM_JOB_ID\" -o %e 2>/dev/null | head -1)",
-             "case $end in [0-9][0-9][0-9][0-9]-[0-9][0-9]-[0-9][0-9]T*) FLEET_JOB_END=$(TZ=UTC date -d \"$end\" +%s) ;; "
+             "case $end in [0-9][0-9][0-9][0-9]-[0-9][0-9]-[0-9][0-9]T*) "
+             "FLEET_JOB_END=$(TZ=UTC date -d \"$end\" +%s) ;; "
              "*) FLEET_JOB_END= ;; esac",
              "export FLEET_JOB_END",
              "# Under --export=NONE (or a list of names) srun passes its tasks Slurm's variables and those",
              "# named alone (SLURM_EXPORT_ENV, which sbatch sets from --export): add the job's end to them.",
-             "case ${SLURM_EXPORT_ENV:-ALL} in [Aa][Ll][Ll]*) ;; [Nn][Oo][Nn][Ee]) export SLURM_EXPORT_ENV=FLEET_JOB_END ;; "
+             "case ${SLURM_EXPORT_ENV:-ALL} in [Aa][Ll][Ll]*) ;; "
+             "[Nn][Oo][Nn][Ee]) export SLURM_EXPORT_ENV=FLEET_JOB_END ;; "
              "*) export SLURM_EXPORT_ENV=\"$SLURM_EXPORT_ENV,FLEET_JOB_END\" ;; esac",
              *_window_lines(req),
              "",

@@ -107,8 +107,9 @@ def job_end_verdict(state: str | None, hosts: list, *, requeues: int = 0,
         fleet_stop = state == "TIMEOUT" and (stopped_before_time_limit or stopped_by_fleet)
         for i, entry in enumerate(out):
             if entry.status == HostStatus.OK and _killed(entry, fleet_stop):
-                out[i] = replace(entry, status=HostStatus.FAILED, missing_why=f"killed by the job's end: {state} ({why}); "
-                                 "its report is kept but does not cover the whole workload")
+                out[i] = replace(entry, status=HostStatus.FAILED,
+                                 missing_why=f"killed by the job's end: {state} ({why}); "
+                                             "its report is kept but does not cover the whole workload")
     return JobEnd("; ".join(notes) or None, out)
 
 
@@ -156,7 +157,8 @@ def why_missing(rank: int, state: str | None, log: str, refusal: str | None, log
     if state == "TIMEOUT":
         return f"rank {rank} left no result: killed at the time limit before its report was finished ({log})"
     said = srun_said(log_tail)
-    return f"rank {rank} left no result (job {state or 'unknown'}; see {log})" + (f": srun said: {said}" if said else "")
+    return (f"rank {rank} left no result (job {state or 'unknown'}; see {log})"
+            + (f": srun said: {said}" if said else ""))
 
 
 def no_gpus(partition: str, gres: tuple[str, ...], asked: str) -> str | None:

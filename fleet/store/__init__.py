@@ -27,7 +27,8 @@ from .manifest_io import UNFINISHED, may_be_unfinished, read_manifest, write_man
 from .queries import compare, load_run, manifest_of, metric_history, reports, save
 from .removal import Pulled, Removal, StillRunning, pull, remove_run
 
-__all__ = ["CATALOG_VERSION", "SCHEMA", "TABLES", "CatalogDamaged", "CatalogError", "CatalogLocked", "DEFAULT_ROOT", "Pulled", "Removal",
+__all__ = ["CATALOG_VERSION", "SCHEMA", "TABLES", "CatalogDamaged", "CatalogError", "CatalogLocked", "DEFAULT_ROOT",
+           "Pulled", "Removal",
            "StillRunning", "StoreWriteError", "UNFINISHED", "UnsafeStore", "catalog", "check_run_id", "compare", "here",
            "index_manifest", "kernel_rows", "load_run", "manifest_of", "may_be_unfinished", "metric_history", "pull",
            "read_manifest", "record", "reindex", "remove_run", "reports", "root", "run_dir", "save", "write_manifest"]

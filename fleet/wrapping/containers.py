@@ -60,7 +60,8 @@ def nsight_dirs(tools: dict) -> tuple[str, ...]:
 
 def mount_path(path: str, what: str) -> str:
     """``path`` for a mount list: pyxis's --container-mounts and Apptainer's --bind split on commas and
-    colons, docker's -v on colons, so a path holding one would be read as another mount (a host folder mounted elsewhere)."""
+    colons, docker's -v on colons, so a path holding one would be read as another mount (a host
+    folder mounted elsewhere)."""
     if "," in path or ":" in path:
         raise UnsafeValue(f"{what} {path!r}: a comma or colon would split it into other mounts in the container")
     return path

@@ -120,11 +120,13 @@ def publish(conn, run: dict, reports: list[tuple], kernels: list[tuple], metrics
     A run id that another person's run holds is refused by the policies (one line)."""
     with conn.transaction():
         conn.execute(
-            "INSERT INTO fleet.runs (run_id, site, day, started, tool, command, status, manifest, manifest_sha256, pushed_from) "
+            "INSERT INTO fleet.runs "
+            "(run_id, site, day, started, tool, command, status, manifest, manifest_sha256, pushed_from) "
             "VALUES (%(run_id)s, %(site)s, %(day)s, %(started)s, %(tool)s, %(command)s, %(status)s, "
             "%(manifest)s, %(manifest_sha256)s, %(pushed_from)s) "
             "ON CONFLICT (run_id) DO UPDATE SET site = EXCLUDED.site, day = EXCLUDED.day, started = EXCLUDED.started, "
-            "tool = EXCLUDED.tool, command = EXCLUDED.command, status = EXCLUDED.status, manifest = EXCLUDED.manifest, manifest_sha256 = EXCLUDED.manifest_sha256, "
+            "tool = EXCLUDED.tool, command = EXCLUDED.command, status = EXCLUDED.status, "
+            "manifest = EXCLUDED.manifest, manifest_sha256 = EXCLUDED.manifest_sha256, "
             "pushed_from = EXCLUDED.pushed_from, pushed_at = now()", run)
         for table in ("reports", "kernels", "metrics"):
             conn.execute(f"DELETE FROM fleet.{table} WHERE run_id = %s", (run["run_id"],))
@@ -143,8 +145,8 @@ LIST_COLUMNS = ("run_id", "owner", "host", "name", "tool", "status", "sha256", "
 
 # The columns of ``fleet reports ls``'s table, made text in PostgreSQL: 100,000 rows reach the
 # terminal without a timestamp parsed or a dict built for each (the listing's whole cost otherwise).
-TABLE_COLUMNS = ("p.run_id", "r.owner", "p.host", "coalesce(p.tool, '')", "p.status", "left(coalesce(p.sha256, ''), 12)",
-                 "p.name")
+TABLE_COLUMNS = ("p.run_id", "r.owner", "p.host", "coalesce(p.tool, '')", "p.status",
+                 "left(coalesce(p.sha256, ''), 12)", "p.name")
 
 
 def _filtered(columns, host, since, tool, status, user, shared) -> tuple[str, list]:

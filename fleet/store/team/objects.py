@@ -10,8 +10,9 @@ parts each carry their CRC32, which the server checks, and the upload completes 
 file, read once as its parts were sent, has the sha256 the store verified when it brought the report
 home; the server's checksum of the parts must then be the one computed here. (CRC32 for the parts,
 not SHA-256: S3 has no whole-object SHA-256 for multipart uploads, so a SHA-256 per part would hash
-every byte twice, and the parts need only a check against damage in transit.) A part already uploaded by a cut upload (the client killed, the server restarted) is
-found again and not sent twice: an upload resumes.
+every byte twice, and the parts need only a check against damage in transit.) A part already
+uploaded by a cut upload (the client killed, the server restarted) is found again and not sent
+twice: an upload resumes.
 
 The client: botocore computes request checksums by default since 1.36, a CRC32 that some S3-compatible
 servers reject; fleet sends its own SHA-256 and asks for checksums only "when_required".
