@@ -13,8 +13,9 @@ swap or read is refused, naming the folder.
 
 One concern a module, each importing only those before it:
 ``errors``, ``numbers``, ``layout``, ``private`` -> ``manifest_io`` -> ``catalog`` ->
-``queries`` -> ``removal``; ``collect`` (bringing reports home), ``stats`` and ``viewer``
-read what these keep. Every name below is importable from ``fleet.store``.
+``queries`` -> ``removal``; ``stats`` and ``viewer`` read what these keep. Bringing reports
+home into it is collection's (:mod:`fleet.collection`). Every name below is importable from
+``fleet.store``.
 """
 
 from __future__ import annotations
