@@ -18,7 +18,7 @@ import pytest
 
 from fleet.agent.reports import GENERATING
 from fleet.store import kernel_rows
-from tests.harness.procs import children
+from tests.harness.procs import cmdline, descendants
 
 STANDINS = Path(__file__).parent / "standins"
 REAL = Path(__file__).parent / "fixtures" / "nsys-2025.3-h200"
@@ -183,8 +183,10 @@ def test_a_signal_to_nsys_finishes_the_report_without_kernels_and_its_duration_k
     for sig, case in ((signal.SIGTERM, "nsys-sigterm"), (signal.SIGINT, "nsys-sigint")):
         proc = subprocess.Popen([str(STANDINS / "nsys"), "profile", "-o", f"s{sig}", "--", "sleep", "30"],
                                 cwd=tmp_path, env={**os.environ, "TMPDIR": str(tmp_path)}, stdout=subprocess.DEVNULL)
-        deadline = time.monotonic() + 30  # collecting: its workload started, its handlers set before it
-        while not children(proc.pid):
+        # Collecting: its workload started (its handlers are set before it). Not any child: `python3`
+        # may be a version manager's shell script, whose own helpers run before Python does.
+        deadline = time.monotonic() + 30
+        while ["sleep", "30"] not in [cmdline(p) for p in descendants(proc.pid)]:
             assert time.monotonic() < deadline and proc.poll() is None, case
             time.sleep(0.05)
         time.sleep(0.5)  # a little of the workload's time collected
