@@ -15,8 +15,9 @@ burst=${BURST:-256kb}
 [ $# -gt 0 ] || { echo "usage: RATE=1gbit bench/bandwidth.sh COMMAND [ARG...]" >&2; exit 2; }
 exec unshare --net -- bash -c '
   set -euo pipefail
-  ip link set lo up
-  tc qdisc add dev lo root tbf rate "$0" burst "$1" latency 50ms
-  echo "[bandwidth] loopback held to $0 (burst $1) in a network namespace of its own" >&2
+  rate=$1 burst=$2
   shift 2
-  exec "$@"' "$rate" "$burst" "$@"
+  ip link set lo up
+  tc qdisc add dev lo root tbf rate "$rate" burst "$burst" latency 50ms
+  echo "[bandwidth] loopback held to $rate (burst $burst) in a network namespace of its own" >&2
+  exec "$@"' bandwidth "$rate" "$burst" "$@"
