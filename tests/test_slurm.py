@@ -378,32 +378,41 @@ def test_probe_and_doctor_reach_a_partitions_compute_nodes_as_a_short_job(hpc, t
 def test_fleet_cancel_20_times_gives_every_rank_the_same_verdict(hpc, tmp_path):
     """fleet cancel records its stop in the run folder before scancel's SIGTERM: a rank whose agent
     saw its profiler end before its own signal read `workload-failed` beside three `ok` ranks,
-    some of the time. Twenty cancels of four running ranks, each run's ranks all stopped by fleet."""
+    some of the time. Twenty cancels of four running ranks, each run's ranks all stopped by fleet:
+    five rounds of four jobs side by side (the cluster's 16 cores), each cancelled on its own."""
     seen = []
-    for i in range(20):
-        store = tmp_path / f"run{i}"
-        marker = f"fleet-cancel-race-{i}-{time.time_ns()}"
-        r = fleet(hpc, store, "--no-wait", "--ntasks", "4", "--", "sh", "-c", f"sleep 300; : {marker}")
-        assert r.returncode == 0, r.stderr
-        m = manifest(store)
-        deadline = time.monotonic() + 60  # every rank's workload runs under its profiler
-        while len(subprocess.run(["pgrep", "-f", f"^sh -c sleep 300; : {marker}$"], capture_output=True,
-                                 text=True).stdout.split()) < 4:
-            assert time.monotonic() < deadline, "the ranks' workloads never all started"
-            time.sleep(0.1)
-        env = {**hpc.env(), "FLEET_STORE": str(store)}
-        assert run_fleet("cancel", m["run_id"], env=env).returncode == 0
-        assert Path(m["slurm"]["run_dir"], "job.stop-asked").is_file()  # recorded, and before the signal
-        deadline = time.monotonic() + 60
-        while hpc.slurm.run("squeue", "-h", "-j", m["slurm"]["job_id"], "-o", "%T", check=False).stdout.strip():
-            assert time.monotonic() < deadline, "the cancelled job never ended"
-            time.sleep(0.2)
-        gathered = run_fleet("gather", m["run_id"], env=env)
-        m = manifest(store)
-        assert m["status"] == "cancelled", gathered.stdout + gathered.stderr
-        seen.append(sorted((h["rank"], h["status"], h.get("missing_why")) for h in m["hosts"]))
-    assert all([status for _, status, _ in ranks] == ["ok"] * 4 for ranks in seen), seen
+    for round_ in range(5):
+        runs = [_running_job(hpc, tmp_path / f"run{round_}-{k}", f"fleet-cancel-race-{round_}-{k}-{time.time_ns()}")
+                for k in range(4)]
+        for store, m in runs:
+            env = {**hpc.env(), "FLEET_STORE": str(store)}
+            assert run_fleet("cancel", m["run_id"], env=env).returncode == 0
+            assert Path(m["slurm"]["run_dir"], "job.stop-asked").is_file()  # recorded, and before the signal
+        for store, m in runs:
+            env = {**hpc.env(), "FLEET_STORE": str(store)}
+            deadline = time.monotonic() + 60
+            while hpc.slurm.run("squeue", "-h", "-j", m["slurm"]["job_id"], "-o", "%T", check=False).stdout.strip():
+                assert time.monotonic() < deadline, "the cancelled job never ended"
+                time.sleep(0.2)
+            gathered = run_fleet("gather", m["run_id"], env=env)
+            m = manifest(store)
+            assert m["status"] == "cancelled", gathered.stdout + gathered.stderr
+            seen.append(sorted((h["rank"], h["status"], h.get("missing_why")) for h in m["hosts"]))
+    assert len(seen) == 20 and all([status for _, status, _ in ranks] == ["ok"] * 4 for ranks in seen), seen
     hpc.slurm.wait_idle()
+
+
+def _running_job(hpc, store: Path, marker: str) -> tuple[Path, dict]:
+    """A run of four ranks submitted (--no-wait), returned once every rank's workload runs under its
+    profiler: its store and manifest."""
+    r = fleet(hpc, store, "--no-wait", "--ntasks", "4", "--", "sh", "-c", f"sleep 300; : {marker}")
+    assert r.returncode == 0, r.stderr
+    deadline = time.monotonic() + 60
+    while len(subprocess.run(["pgrep", "-f", f"^sh -c sleep 300; : {marker}$"], capture_output=True,
+                             text=True).stdout.split()) < 4:
+        assert time.monotonic() < deadline, "the ranks' workloads never all started"
+        time.sleep(0.1)
+    return store, manifest(store)
 
 
 def test_four_ranks_each_take_their_nvtx_windows_and_run_on(hpc, tmp_path):
