@@ -19,10 +19,10 @@ This module itself stays on the controller.
 
 from __future__ import annotations
 
-import ast
 import base64
 import hashlib
 import importlib.util
+import re
 import zlib
 from functools import lru_cache
 from pathlib import Path
@@ -105,17 +105,16 @@ def module_of(flat_name: str) -> str:
     return flat_name.replace("_", ".") if flat_name.startswith("fleet_") else flat_name
 
 
+# A shipped module's import of another by its flat name, at the start of a line (a function's own
+# import too): ``import fleet_agent_wire as wire``, ``from fleet_policy_neighbours import *``.
+FLAT_IMPORT = re.compile(r"^[ \t]*(?:import|from)[ \t]+(fleet_\w+|pynvml)\b", re.M)
+
+
 def _flat_imports(source: str) -> set[str]:
-    """The flat names a shipped module imports: ``import fleet_agent_wire as wire``, ``from
-    fleet_policy_neighbours import *``, ``import pynvml`` (its relative imports are the installed
-    package's fallback, the same modules)."""
-    found = set()
-    for node in ast.walk(ast.parse(source)):
-        if isinstance(node, ast.Import):
-            found |= {alias.name for alias in node.names}
-        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-            found.add(node.module)
-    return {name for name in found if name.startswith("fleet_") or name == "pynvml"}
+    """The flat names a shipped module imports (its relative imports are the installed package's
+    fallback, the same modules). Read by a pattern, not parsed: a fleet command builds the bundle
+    as it starts, and parsing every shipped module took a quarter of a second."""
+    return set(FLAT_IMPORT.findall(source))
 
 
 @lru_cache(maxsize=1)
