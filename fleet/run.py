@@ -59,16 +59,6 @@ class Run:
     async def _on_path(self, fan: Fanout, stop: asyncio.Event | None, **terminal: Any) -> "RunManifest":
         raise NotImplementedError
 
-    @property
-    def plans(self) -> dict[str, dict | None]:
-        """Each host's plan, as the manifest keeps it (None for a host that had none)."""
-        return {h.host: h.plan for h in self.manifest.hosts} if self.manifest else {}
-
-    @property
-    def outcome(self) -> dict[str, str]:
-        """Each host's (rank's, worker's) status."""
-        return {h.host: h.status for h in self.manifest.hosts} if self.manifest else {}
-
     def exit_status(self) -> int:
         """What the command that ran it exits with (fleet/exitcodes.py: for_run)."""
         return exitcodes.for_run(self.manifest)
