@@ -128,8 +128,15 @@ class HostEntry(_Record):
 
     @property
     def answer(self) -> ProfileResult | None:
-        """The agent's result read into its types (fleet.agent.messages); None where it left none."""
-        return ProfileResult.read(self.result) if isinstance(self.result, dict) else None
+        """The agent's result read into its types (fleet.agent.messages); None where it left none.
+        Read once for the document ``result`` holds: a run's lines ask for it several times a host,
+        and a result of many GPUs holds thousands of the watch's samples."""
+        if not isinstance(self.result, dict):
+            return None
+        read = self.__dict__.get("_answer")  # not a field: neither kept in the manifest nor compared
+        if read is None or read[0] is not self.result:
+            read = self.__dict__["_answer"] = (self.result, ProfileResult.read(self.result))
+        return read[1]
 
     def actor_matches(self, which: str) -> bool:
         """Whether ``which`` names this Ray worker by its actor: its name, its class, or both
