@@ -167,13 +167,14 @@ def scenario(tmp_path):
 # it changes (kernel.perf_event_paranoid: runs must not overlap).
 SERVICE_WORDS = ("SSHCluster(", "SlurmCluster(", "screenshot(", "CHROMIUM", "subprocess", "Popen", "run_fleet",
                  "unshare", "fakenvml.build", "lib_dir", "spawn(", "_agent(", "asyncio.run(", "ansible_list(",
-                 "importer(", "perf_event_paranoid(", "PARANOID.write_text(")
+                 "importer(", "perf_event_paranoid(", "PARANOID.write_text(", "Sysctl(")
 
 
 # What needs root: accounts made and used, files given to other accounts, the machine-wide sysctl,
 # sudoers, namespaces, and the servers (sshd and slurmd run as root).
 ROOT_WORDS = ("SSHCluster(", "SlurmCluster(", "ensure_user(", "TENANT_USER", "TEST_USER", "chown", "PARANOID.",
-              "perf_event_paranoid(", "sudoers", "unshare", "nsenter", "setuid", "skipif(os.geteuid() != 0")
+              "perf_event_paranoid(", "Sysctl(", "sudoers", "unshare", "nsenter", "setuid",
+              "skipif(os.geteuid() != 0")
 TESTS = Path(__file__).resolve().parent
 
 
@@ -252,9 +253,10 @@ def _a_pure_test_starts_nothing(request, monkeypatch):
     yield
 
 
-# What reads or writes kernel.perf_event_paranoid, the machine's one sysctl the tests change: the lab
-# (tests/harness/lab.py), the prolog's paranoid_3, conftest's perf_event_paranoid(), a test reading it.
-SYSCTL_WORDS = ("PARANOID.", "perf_event_paranoid(", "/proc/sys/kernel/perf_event_paranoid")
+# What reads or writes kernel.perf_event_paranoid, the machine's one sysctl the tests change: the
+# kernel_lab (tests/harness/lab.py), the prolog's paranoid_3, conftest's perf_event_paranoid(), a test
+# reading it. A lab (`lab`) has a value of its own (tests/harness/sysctl.py), and is not among them.
+SYSCTL_WORDS = ("PARANOID.", "perf_event_paranoid(", "/proc/sys/kernel/perf_event_paranoid", "KernelSysctl(")
 SYSCTL_GROUP = "perf_event_paranoid"
 
 
@@ -287,8 +289,8 @@ def _sources(item, seen: dict) -> list[str]:
 def _groups(items, touching: set) -> None:
     """The suite runs on several workers (pytest-xdist, ``--dist loadgroup``, scripts/test), a group
     to a worker. A module is one group, so its module fixtures (a Slurm cluster, a team store) start
-    once. The tests that touch kernel.perf_event_paranoid (``touching``: their ids; the lab, the
-    prolog's paranoid_3, the docs' reader, the file read) share one group, run one after another on
+    once. The tests that touch kernel.perf_event_paranoid (``touching``: their ids; the kernel_lab,
+    the prolog's paranoid_3, the docs' reader, the file read) share one group, run one after another on
     one worker: the sysctl is the machine's, and each sets it and asserts what it finds. A module
     with both kinds is in two groups, its module fixtures started in each. That group goes first, as
     it is the longest; the order within it, and of the rest, is kept."""

@@ -166,15 +166,30 @@ def test_a_node_that_sends_more_than_asked_is_stopped_and_the_excess_cut_off(tmp
 
 
 def test_a_file_that_changes_during_the_copy_is_never_stored(cluster, tmp_path):
-    report = node_file(cluster, "changing.nsys-rep", 48 << 20)
+    size = 64 << 20
+    report = node_file(cluster, "changing.nsys-rep", size)
     dest = tmp_path / "changing.nsys-rep"
 
     async def change(partial: Path, work) -> None:
         while not partial.exists() or partial.stat().st_size < (1 << 20):
             await asyncio.sleep(0.002)
-        with open(report["path"], "r+b") as f:  # the rest of the file, rewritten on the node
-            f.seek(40 << 20)
-            f.write(os.urandom(8 << 20))
+        # The copy is held (this test's sshd sessions stopped, by pid) while the rest of the file is
+        # rewritten on the node: flow control keeps the node's reader within the channel's window
+        # (a few MiB) of what has come, so a part well past it is read changed, however loaded the
+        # machine (a wait that merely raced the copy lost on a busy one).
+        sessions = descendants(cluster.hosts[0].pid)
+        for pid in sessions:
+            os.kill(pid, signal.SIGSTOP)
+        try:
+            start = max(40 << 20, partial.stat().st_size + (16 << 20))
+            assert start < size, "the copy ran past where the change can be made unseen"
+            with open(report["path"], "r+b") as f:
+                f.seek(start)
+                f.write(os.urandom(size - start))
+        finally:
+            for pid in sessions:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGCONT)
 
     entry, routes = fetch(cluster, report, dest, during=change)
     assert routes == ["openssh", "openssh"], routes  # the wrong hash earned one fresh copy

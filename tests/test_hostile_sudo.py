@@ -20,8 +20,9 @@ import pytest
 
 from fleet.agent import bundle, wire
 from tests.conftest import fleet_json
-from tests.harness.lab import PARANOID, fleet, held_entries
+from tests.harness.lab import fleet, held_entries
 from tests.harness.procs import TENANT_USER
+from tests.harness.sysctl import NODE_PATH
 
 pytestmark = pytest.mark.usefixtures("clean_gpus")  # the lab servers (tests/harness/lab.py), started for this module
 
@@ -41,7 +42,7 @@ def node_config(lab):
 
 
 def profile_h01(lab) -> tuple[dict, str]:
-    out = fleet(lab, "--hosts", "h01", "--json", "--", "cat", str(PARANOID))
+    out = fleet(lab, "--hosts", "h01", "--json", "--", "cat", NODE_PATH)
     assert out.returncode == 0, out.stderr
     [run] = fleet_json(out.stdout)["hosts"]
     return run, out.stderr.splitlines()[0]
@@ -98,10 +99,11 @@ def test_a_caller_of_the_sudo_step_cannot_widen_what_root_sets(lab):
             "owned": {"kernel.perf_event_paranoid": 1}, "holder": {"pid": os.getpid(), "start": None}}
     env = {"PATH": "/usr/bin:/bin", "FLEET_NODE_CONFIG": str(lab["node_config"]),
            "FLEET_STATE_DIR": str(lab["state"])}
-    out = subprocess.run(["sudo", "-n", "/usr/bin/python3", "-c", bundle.BOOTSTRAP, json.dumps(args)],
-                         input=bundle.bundle(), env=env, cwd="/", capture_output=True, timeout=60,
-                         user=user, group=pwd.getpwnam(user).pw_gid, extra_groups=[])
+    pw = pwd.getpwnam(user)  # as a session of the lab's would: in its namespace, the account's alone
+    as_user = [*lab["paranoid"].prefix, "-S", str(pw.pw_uid), "-G", str(pw.pw_gid)]
+    out = subprocess.run([*as_user, "sudo", "-n", "/usr/bin/python3", "-c", bundle.BOOTSTRAP, json.dumps(args)],
+                         input=bundle.bundle(), env=env, cwd="/", capture_output=True, timeout=60)
     doc = wire.read(out.stdout.decode(), "repair")
     assert out.returncode == 1 and doc.get("nothing_changed") is True, (out.stdout, out.stderr)
     assert "kernel.perf_event_paranoid=1 is not among the owned_sysctls" in doc["error"], doc
-    assert PARANOID.read_text().strip() == "3" and held_entries(lab) == {}
+    assert lab["paranoid"].read() == "3" and held_entries(lab) == {}

@@ -1,7 +1,8 @@
 """fleet profile over real sshd hosts with simulated GPUs and stand-in profilers.
 
 The node state these tests change is real: kernel.perf_event_paranoid of the
-machine the tests run on, flocks, and the agent's state file.
+machine the tests run on (the kernel_lab: these tests run one after another with
+the sysctl's other users), flocks, and the agent's state file.
 """
 
 from __future__ import annotations
@@ -29,12 +30,20 @@ from fleet.store import kernel_rows
 from fleet.transport import Fanout
 from fleet.transport.settings import SSHSettings
 from tests.conftest import REPO, fleet_json, recorded_kernels, run_fleet
-from tests.harness.lab import PARANOID, fleet, held_entries, kill_fleet_mid_run, scenario, wait_for
+from tests.harness.lab import fleet, held_entries, kill_fleet_mid_run, scenario, wait_for
 from tests.harness.procs import TENANT_USER, kill_recorded, spawn, stop
 from tests.harness.quoting import NASTY as NASTY_ARGS
+from tests.harness.sysctl import NODE_PATH
 
 # The lab servers (tests/harness/lab.py, a lab for this module), each test's GPUs reset around it.
 pytestmark = pytest.mark.usefixtures("clean_gpus")
+
+
+@pytest.fixture(scope="module")
+def lab(kernel_lab):
+    """This module's lab sets and puts back the machine's own perf_event_paranoid: fleet's owned
+    sysctl tested against the kernel's, not a lab's copy of it."""
+    return kernel_lab
 
 
 def lock_is_free(lab, uuid) -> bool:
@@ -52,7 +61,7 @@ def test_ncu_is_refused_beside_a_tenant_and_nothing_starts(lab):
     assert out.returncode == 5, out.stderr
     assert f"GPU 0: pid {lab['tenant']} ({TENANT_USER}, 1.7 GB) belongs to another user" in out.stderr
     assert not marker.exists() and lock_is_free(lab, "GPU-h03-0") and held_entries(lab) == {}
-    assert PARANOID.read_text().strip() == "3"
+    assert lab["paranoid"].read() == "3"
 
 
 def test_ncu_runs_alone_on_its_gpu_and_the_report_comes_home(lab):
@@ -90,14 +99,14 @@ def test_a_tenant_arriving_after_the_probe_stops_ncu_before_it_starts(lab):
 
 
 def test_owned_sysctl_is_set_for_the_run_and_restored(lab):
-    out = fleet(lab, "--hosts", "h01", "--json", "--", "cat", str(PARANOID))
+    out = fleet(lab, "--hosts", "h01", "--json", "--", "cat", NODE_PATH)
     assert out.returncode == 0, out.stderr
     [run] = fleet_json(out.stdout)["hosts"]
     assert run["plan"]["sysctls"] == {"kernel.perf_event_paranoid": 2}
     assert out.stderr.splitlines()[0] == "2"  # what the workload saw
     assert run["result"]["changed"] == {"kernel.perf_event_paranoid": {"from": "3", "to": "2"}}
     assert run["result"]["restored"]["restored"] == {"kernel.perf_event_paranoid": "3"}
-    assert PARANOID.read_text().strip() == "3" and held_entries(lab) == {}
+    assert lab["paranoid"].read() == "3" and held_entries(lab) == {}
 
 
 def test_a_sysctl_nobody_owns_is_never_touched(lab, tmp_path):
@@ -105,7 +114,7 @@ def test_a_sysctl_nobody_owns_is_never_touched(lab, tmp_path):
     del doc["all"]["children"]["cluster"]["vars"]["owned_sysctls"]
     inv = tmp_path / "inv.yaml"
     inv.write_text(yaml.safe_dump(doc))
-    out = run_fleet("profile", "--store", str(lab["out"]), "--hosts", "h01", "--json", "--", "cat", str(PARANOID),
+    out = run_fleet("profile", "--store", str(lab["out"]), "--hosts", "h01", "--json", "--", "cat", NODE_PATH,
                     env={**lab["c"].env(), "FLEET_INVENTORY": str(inv)})
     [run] = fleet_json(out.stdout)["hosts"]
     assert out.stderr.splitlines()[0] == "3" and run["plan"]["sysctls"] == {}
@@ -117,10 +126,10 @@ def test_fleet_killed_mid_run_still_leaves_the_node_as_it_was(lab):
     proc = subprocess.Popen([sys.executable, "-m", "fleet", "profile", "--store", str(lab["out"]), "--hosts", "h01",
                              "--", "sleep", "2"], env={**os.environ, **lab["c"].env()}, cwd=REPO,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    wait_for(lambda: PARANOID.read_text().strip() == "2")
+    wait_for(lambda: lab["paranoid"].read() == "2")
     proc.kill()  # SIGKILL: fleet cannot clean up; the agent on the node does
     proc.wait()
-    wait_for(lambda: PARANOID.read_text().strip() == "3" and held_entries(lab) == {})
+    wait_for(lambda: lab["paranoid"].read() == "3" and held_entries(lab) == {})
 
 
 def test_an_agent_killed_on_the_node_is_repaired_by_fleet_repair(lab):
@@ -133,19 +142,19 @@ def test_an_agent_killed_on_the_node_is_repaired_by_fleet_repair(lab):
         wait_for(lambda: held_entries(lab).get("kernel.perf_event_paranoid"))
         [agent] = held_entries(lab)["kernel.perf_event_paranoid"]["holders"]
         os.kill(agent["pid"], signal.SIGKILL)  # the agent dies without putting anything back
-        assert PARANOID.read_text().strip() == "2"
+        assert lab["paranoid"].read() == "2"
         wait_for(lambda: owned.start_time(agent["pid"]) is None)  # gone (reaped by sshd)
         held = held_entries(lab)
         out = run_fleet("repair", "h01", "--dry-run", env=lab["c"].env())
         assert (out.returncode, out.stdout) == (0, "h01: would put back kernel.perf_event_paranoid=3\n"), out.stderr
-        assert PARANOID.read_text().strip() == "2" and held_entries(lab) == held  # nothing changed, nothing written
+        assert lab["paranoid"].read() == "2" and held_entries(lab) == held  # nothing changed, nothing written
         doc = fleet_json(run_fleet("repair", "h01", "--dry-run", "--json", env=lab["c"].env()).stdout, "repair")
         assert doc["dry_run"] and doc["hosts"][0]["value"]["restored"] == {"kernel.perf_event_paranoid": "3"}
-        assert PARANOID.read_text().strip() == "2" and held_entries(lab) == held
+        assert lab["paranoid"].read() == "2" and held_entries(lab) == held
         out = run_fleet("repair", "h01", env=lab["c"].env())
         assert out.returncode == 0 and "kernel.perf_event_paranoid=3" in out.stdout, (out.stdout, out.stderr,
                                                                                      held_entries(lab))
-        assert PARANOID.read_text().strip() == "3" and held_entries(lab) == {}
+        assert lab["paranoid"].read() == "3" and held_entries(lab) == {}
     finally:
         proc.kill()
         proc.wait()
@@ -168,10 +177,10 @@ def test_two_concurrent_runs_restore_only_when_the_last_ends(lab):
     wait_for(lambda: holders() == 2)
     (gates / "first").touch()
     assert first.wait(timeout=60) == 0, first.stderr.read()
-    assert PARANOID.read_text().strip() == "2" and holders() == 1  # the second run still holds it
+    assert lab["paranoid"].read() == "2" and holders() == 1  # the second run still holds it
     (gates / "second").touch()
     assert second.wait(timeout=60) == 0, second.stderr.read()
-    assert PARANOID.read_text().strip() == "3" and held_entries(lab) == {}
+    assert lab["paranoid"].read() == "3" and held_entries(lab) == {}
 
 
 def test_shell_metacharacters_in_the_command_survive(lab):
@@ -295,7 +304,7 @@ def test_runs_land_in_the_store_with_a_manifest_and_in_the_catalog(lab, tmp_path
 def test_fleet_gather_brings_home_what_a_killed_fleet_left_on_the_node(lab, tmp_path):
     store_root = tmp_path / "store"
     kill_fleet_mid_run(lab, store_root)
-    wait_for(lambda: PARANOID.read_text().strip() == "3" and held_entries(lab) == {})
+    wait_for(lambda: lab["paranoid"].read() == "3" and held_entries(lab) == {})
     [manifest_path] = store_root.glob("lab/*/*/manifest.json")
     manifest = json.loads(manifest_path.read_text())
     assert manifest["status"] == "running" and not manifest["hosts"][0]["reports"]

@@ -55,12 +55,12 @@ def test_no_test_module_or_harness_module_imports_a_test_module():
 def test_each_test_has_one_worker_group_and_every_user_of_the_machine_s_sysctl_shares_one(request):
     """The suite runs on several workers, a group to each (scripts/test: pytest-xdist, --dist
     loadgroup). Every test collected in this run has exactly one group: its module's, or, for every
-    test that sets or reads kernel.perf_event_paranoid (through the lab, the prolog's paranoid_3,
+    test that sets or reads kernel.perf_event_paranoid (through the kernel_lab, the prolog's paranoid_3,
     the docs' reader, or in its own code), the one they share: were it another, two workers would
     set the machine's sysctl under each other."""
     from tests.conftest import SYSCTL_GROUP
 
-    users = {"lab", "clean_gpus", "paranoid_3", "reader"}
+    users = {"kernel_lab", "paranoid_3", "reader"}  # a `lab` has a value of its own (tests/harness/sysctl.py)
     for item in request.session.items:
         groups = [m.args[0] for m in item.iter_markers("xdist_group")]
         assert len(groups) == 1, (item.nodeid, groups)

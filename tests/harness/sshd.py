@@ -101,12 +101,14 @@ class SSHCluster:
     """``n`` sshd hosts named h01.., started by :meth:`start`, stopped by :meth:`stop`."""
 
     def __init__(self, n: int, *, user: str = TEST_USER, port: int = 2222, prefix: str = "h",
-                 options: dict | None = None, net: str | None = None):
+                 options: dict | None = None, net: str | None = None, launcher: list[str] | None = None):
+        """``launcher``: a command line prefix sshd is started under (a namespace's nsenter)."""
         if os.geteuid() != 0:
             raise RuntimeError("the sshd test hosts need root (sshd privilege separation)")
         if not os.access(SSHD, os.X_OK):
             raise RuntimeError(f"{SSHD} is missing: apt-get install openssh-server")
         self.user = ensure_user(user).pw_name
+        self.launcher = list(launcher or [])
         # Not under pytest's 0700 tmp: sshd reads authorized_keys as the user.
         self.dir = Path(tempfile.mkdtemp(prefix="fleet-sshd-"))
         self.dir.chmod(0o755)
@@ -153,7 +155,7 @@ class SSHCluster:
 
     def _start_one(self, h: SSHHost) -> None:
         (h.dir / "sshd_config").write_text(self._config(h))
-        subprocess.run([SSHD, "-f", str(h.dir / "sshd_config"), "-E", str(h.log)], check=True)
+        subprocess.run([*self.launcher, SSHD, "-f", str(h.dir / "sshd_config"), "-E", str(h.log)], check=True)
 
     def wait_ready(self, hosts: list[SSHHost], timeout: float = 20.0) -> None:
         deadline = time.monotonic() + timeout
@@ -279,12 +281,8 @@ class HiddenCluster(SSHCluster):
     """sshd hosts inside a :class:`HiddenNetwork`: the client cannot reach them directly."""
 
     def __init__(self, n: int, hidden: HiddenNetwork, **kwargs):
-        super().__init__(n, **kwargs)
+        super().__init__(n, launcher=hidden.prefix, **kwargs)
         self.hidden = hidden
-
-    def _start_one(self, h: SSHHost) -> None:
-        (h.dir / "sshd_config").write_text(self._config(h))
-        subprocess.run([*self.hidden.prefix, SSHD, "-f", str(h.dir / "sshd_config"), "-E", str(h.log)], check=True)
 
     def wait_ready(self, hosts: list[SSHHost], timeout: float = 20.0) -> None:
         deadline = time.monotonic() + timeout
