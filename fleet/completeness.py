@@ -80,7 +80,7 @@ def _without_result(entry: "HostEntry") -> Verdict:
 
 def _without_report(result: ProfileResult) -> Verdict:
     """A run that named no report: cut where its profiler failed or left its data unfinished, else missing."""
-    unfinished = [n for n in result.notes if "unfinished" in n or "could not finish" in n]
+    unfinished = result.unfinished  # the agent's word for each leftover of nsys's data it could not finish
     if result.status == AgentStatus.PROFILER_ERROR:  # the profiler failed mid-report (the disk full): cut
         return Verdict(TRUNCATED, unfinished[-1] if unfinished else "the profiler failed before its report was whole")
     if unfinished:

@@ -73,6 +73,9 @@ def test_the_worker_itself_wrapped_is_complete(node, tmp_path):
     assert completeness.classify(entry) == completeness.Verdict("complete"), said
     assert completeness.run_lines([entry]) == ["reports: 1 complete"]
     assert not any("whole:" in line for line in outcome.detail_lines(entry))
+    phases = entry.result["phases"]  # the run's moments on the node, each after the one before it
+    assert list(phases) == ["started", "checked", "profiler_ended", "collected", "summarized", "answered"], phases
+    assert sorted(phases.values()) == list(phases.values()) and phases["profiler_ended"] >= 3, phases
 
 
 def test_a_workload_killed_by_a_signal_on_the_gpu_leaves_an_empty_report(node, tmp_path):
@@ -177,3 +180,14 @@ def test_a_rank_whose_report_is_launcher_only_is_never_ok_even_beside_its_users_
     assert completeness.classify(allowed).cls == "complete"
     assert outcome.of_result(allowed.answer, allowed.reports, allow_own=completeness.allows_own(allowed.plan)) == \
         ("ok", None)
+
+
+def test_a_run_without_a_report_is_cut_by_the_agents_unfinished_field_never_by_the_words_of_its_notes():
+    """What the agent could not finish it says in the result's ``unfinished``; a note is prose for a
+    person, and a note that says "unfinished" (a workload's name, a path) decides nothing."""
+    said = "QdstrmImporter could not finish /r/w.qdstrm (exit 2): Qdstrm file is incomplete or invalid."
+    answer = {"status": "ok", "reports": [], "notes": [said, "the workload unfinished-job.sh ended"]}
+    prose = HostEntry(host="h01", status="failed", result=answer, reports=[])
+    assert completeness.classify(prose).cls == completeness.MISSING
+    told = HostEntry(host="h01", status="failed", result=dict(answer, unfinished=[said]), reports=[])
+    assert completeness.classify(told) == completeness.Verdict(completeness.TRUNCATED, said)

@@ -209,6 +209,9 @@ def test_an_nsys_killed_while_collecting_fails_keeping_its_data_and_saying_why(l
     kept = moved.rsplit(" was moved to ", 1)[1]  # the data nsys left, moved beside the reports
     assert any(n.startswith(f"QdstrmImporter could not finish {kept} (exit 2): Qdstrm file is incomplete or invalid.")
                for n in notes), notes
+    # the agent's word for it, which the run's class is read from (completeness), not the notes' words
+    [unfinished] = run["result"]["unfinished"]
+    assert unfinished.startswith(f"QdstrmImporter could not finish {kept} (exit 2)"), unfinished
 
 
 def test_a_held_gpu_lock_refuses_naming_the_holder_or_waits(lab):

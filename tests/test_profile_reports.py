@@ -139,8 +139,10 @@ def test_a_qdstrm_left_at_the_output_name_by_nsys_exiting_0_is_finished(lab, tmp
     env = with_nsys(lab, tmp_path, STANDIN_MISSING_LIBRARY="libdw.so.1")
     out = run_fleet("profile", "--store", str(tmp_path / "store"), "--hosts", "h02", "--json", "--", "true", env=env)
     assert out.returncode == 0, out.stdout + out.stderr
-    [host] = fleet_json(out.stdout)["hosts"]
+    run = fleet_json(out.stdout)
+    [host] = run["hosts"]
     assert host["status"] == "ok" and host["result"]["exit_status"] == 0
+    assert 0 < run["phases"]["probed"] < run["phases"]["home"], run["phases"]  # the controller's moments
     rep = report_of(host)
     assert rep["status"] == "finished-from-qdstrm" and rep["verified"]
     assert summaries_of(host)["cuda_gpu_kern_sum"]["size"] > 0  # fleet's kernel summary of it: all nsys collected
@@ -148,6 +150,7 @@ def test_a_qdstrm_left_at_the_output_name_by_nsys_exiting_0_is_finished(lab, tmp
     assert any(n.startswith("nsys left its data unfinished at ") and "Unable to retrieve the importer version" in n
                for n in notes), notes
     assert any(n.startswith("finished ") for n in notes), notes
+    assert host["result"]["unfinished"] == []  # finished: nothing of it is left unfinished
     summaries = summaries_of(host)
     assert set(summaries) == SUMMARIES and all(r["verified"] for r in summaries.values())
 

@@ -170,6 +170,7 @@ class ProfileResult:
     samples: tuple = ()             # Sample: the run watch's
     user: str | None = None         # whose run it was (its ``whose``)
     missing_ranks: tuple = ()       # a launcher's ranks that left no report, as the node says
+    unfinished: tuple = ()          # a line for each of nsys's data left without its report
 
     @classmethod
     def read(cls, d):
@@ -183,7 +184,7 @@ class ProfileResult:
             tuple(Sample.read(s) for s in _dicts(_dict(d.get("conditions")).get("samples"))),
             _str(_dict(d.get("whose")).get("user")),
             tuple(r for r in d.get("missing_ranks") or [] if _is_int(r) and r >= 0)
-            if isinstance(d.get("missing_ranks"), list) else ())
+            if isinstance(d.get("missing_ranks"), list) else (), _strs(d.get("unfinished")))
 
     @property
     def made_reports(self):

@@ -10,6 +10,7 @@ import glob
 import os
 import pwd
 import signal
+import time
 
 PID_NS_INIT = 0xEFFFFFFC  # inode of the initial pid namespace (PROC_PID_INIT_INO)
 LOOK_EVERY = 0.5  # seconds between looks at the processes a profiler started, killed with it if it comes to that
@@ -98,6 +99,35 @@ def started_below(root, words, depth=64):
                 break
             pid = up[0]
     return found
+
+
+def age():
+    """Seconds since this process started, or None where /proc does not say: the time spent
+    before a program's first line (the interpreter, the bundle's imports). The kernel counts in
+    clock ticks (10 ms)."""
+    started, uptime = stat_fields(os.getpid(), 19), read("/proc/uptime")
+    try:
+        return max(0.0, float(uptime.split()[0]) - started[0] / os.sysconf("SC_CLK_TCK"))
+    except (AttributeError, IndexError, TypeError, ValueError, OSError):
+        return None
+
+
+class Clock:
+    """The moments of a run on the node (its result's ``phases``): each name's seconds since the
+    agent's process started, so that what fleet adds to the profiler's own time can be told apart."""
+
+    def __init__(self):
+        self.zero = time.monotonic() - (age() or 0.0)
+        self.marks = {}
+
+    def begin(self):
+        """A run's own marks, the first its start: a new mapping, as one process may run several."""
+        self.marks = {}
+        return self.mark("started")
+
+    def mark(self, name):
+        self.marks[name] = round(time.monotonic() - self.zero, 3)
+        return self.marks
 
 
 def host_pid_namespace():

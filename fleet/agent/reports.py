@@ -115,12 +115,15 @@ def wait_for_writers(paths, notes, limit=LINGER_WAIT):
             waited, ", ".join(map(str, sorted(busy))) or "gone now", "; they still are" if busy else ""))
 
 
-def collect(plan, tail, notes, strays_before=frozenset(), killed=False, finish=True, disk_full=None):
+def collect(plan, tail, notes, strays_before=frozenset(), killed=False, finish=True, disk_full=None,
+            unfinished=None):
     """Every report this run produced, finished and hashed. An empty report file is not a report
     (an importer killed while writing it leaves one): it is named in a note and not listed, and
     where its data is left as NAME.qdstrm that is finished instead, unless not to ``finish`` (the
     disk is full: the importer could not write the report there either). ``disk_full``: the
-    profiler's own line saying so (the Relay's finding): every report of the run is then cut."""
+    profiler's own line saying so (the Relay's finding): every report of the run is then cut.
+    ``unfinished``: a list that gains a line for each NAME.qdstrm left without its report (the
+    result's ``unfinished``, which the controller classifies by)."""
     ext = ".nsys-rep" if plan.tool == "nsys" else ".ncu-rep"
     stem = rundir.RunDir.output_glob(plan.output)  # a pid's, or each rank's of a launcher
     found, finished = [], set()
@@ -130,7 +133,8 @@ def collect(plan, tail, notes, strays_before=frozenset(), killed=False, finish=T
                              LINGER_WAIT if finish else FULL_LINGER_WAIT)
             adopt_strays(plan, tail, notes, strays_before)
         found_elsewhere(plan, tail, notes, ext)  # nsys exits 0 then: whatever its exit status
-        finished = finish_leftovers(plan, stem, tail, notes, killed, finish)
+        finished = finish_leftovers(plan, stem, tail, notes, killed, finish,
+                                    unfinished if unfinished is not None else [])
     for path in report_files(stem, ext):
         try:
             entry = hashed(path)
@@ -151,24 +155,31 @@ def collect(plan, tail, notes, strays_before=frozenset(), killed=False, finish=T
     return found
 
 
-def finish_leftovers(plan, stem, tail, notes, killed, finish):
+def finish_leftovers(plan, stem, tail, notes, killed, finish, unfinished):
     """nsys's data left at the run's own output name (NAME.qdstrm), this run's whatever nsys's exit
     status: each finished into its report (an empty report file in its way removed first), unless
-    not to ``finish`` (the disk is full); the leftovers finished."""
+    not to ``finish`` (the disk is full); the leftovers finished. Each left without its report
+    adds its line to ``unfinished`` as well as to ``notes``."""
     finished = set()
     for leftover in sorted(glob.glob(stem + ".qdstrm")):
         report = leftover[: -len(".qdstrm")] + ".nsys-rep"
         if os.path.exists(report) and os.path.getsize(report) > 0:
             continue
         if not finish:
-            notes.append("nsys's data %s is left unfinished: the disk is full, no report can be made there" % leftover)
+            said = "nsys's data %s is left unfinished: the disk is full, no report can be made there" % leftover
+            notes.append(said)
+            unfinished.append(said)
             continue
         if os.path.exists(report):
             notes.append("%s is empty, not a report: its data %s is finished instead" % (report, leftover))
             os.unlink(report)
         elif not killed:
             notes.append(left_unfinished(leftover, tail))
-        finished.add(finish_qdstrm(importer_for(plan.nsys), leftover, notes))
+        done, said = importing(importer_for(plan.nsys), leftover)
+        notes.append(said)
+        if done is None:
+            unfinished.append(said)
+        finished.add(done)
     return finished
 
 
@@ -358,29 +369,31 @@ def ncu_metrics(ncu, reports, notes):
 
 
 def finish_qdstrm(importer, leftover, notes, timeout=IMPORT_TIMEOUT, own_group=True):
-    """The finished report's path, or None (and a note saying why). The importer runs in a
-    process group of its own (``own_group``; else in the caller's, which the caller kills),
-    killed whole at ``timeout``."""
+    """The finished report's path, or None; a note says which (:func:`importing`)."""
+    report, said = importing(importer, leftover, timeout, own_group)
+    notes.append(said)
+    return report
+
+
+def importing(importer, leftover, timeout=IMPORT_TIMEOUT, own_group=True):
+    """(the finished report's path or None, the line that says so). The importer runs in a process
+    group of its own (``own_group``; else in the caller's, which the caller kills), killed whole at
+    ``timeout``."""
     if importer is None:
-        notes.append("unfinished report %s: no QdstrmImporter found" % leftover)
-        return None
+        return None, "unfinished report %s: no QdstrmImporter found" % leftover
     try:
         proc = subprocess.Popen([importer, "-i", leftover], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                 stderr=subprocess.STDOUT, start_new_session=own_group)
     except OSError as e:
-        notes.append("QdstrmImporter %s cannot run: %s" % (importer, e))
-        return None
+        return None, "QdstrmImporter %s cannot run: %s" % (importer, e)
     try:
         said, _ = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL) if own_group else proc.kill()
         proc.communicate()
-        notes.append("QdstrmImporter did not finish %s within %d s: stopped" % (leftover, timeout))
-        return None
+        return None, "QdstrmImporter did not finish %s within %d s: stopped" % (leftover, timeout)
     report = leftover[: -len(".qdstrm")] + ".nsys-rep"
     if proc.returncode == 0 and os.path.exists(report):
-        notes.append("finished %s with %s" % (report, importer))
-        return report
-    notes.append("QdstrmImporter could not finish %s (exit %s): %s" % (
-        leftover, proc.returncode, said.decode(errors="replace").strip()[-300:]))
-    return None
+        return report, "finished %s with %s" % (report, importer)
+    return None, "QdstrmImporter could not finish %s (exit %s): %s" % (
+        leftover, proc.returncode, said.decode(errors="replace").strip()[-300:])

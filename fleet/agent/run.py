@@ -26,9 +26,10 @@ import sys
 try:  # as shipped by fleet, every module travels under a flat name
     import fleet_agent_files as files
     import fleet_agent_gpus as nvml_gpus
-    import fleet_agent_locks as gpu_locks
+    import fleet_agent_holds as holds
     import fleet_agent_node as node
     import fleet_agent_owned as owned
+    import fleet_agent_procs as procfs
     import fleet_agent_profiler as profiler
     import fleet_agent_reports as reports
     import fleet_rundir as rundir
@@ -41,13 +42,15 @@ try:  # as shipped by fleet, every module travels under a flat name
     import fleet_safenames as safenames
 except ImportError:  # as part of the installed package (tests, the local machine)
     from . import files, node, owned, profiler, reports, wire, window, workload
+    from . import procs as procfs
     from . import watch as watching
-    from . import locks as gpu_locks
+    from . import holds
     from . import gpus as nvml_gpus
     from .. import plan as planner
     from .. import policy, rundir, safenames
 
 REFUSED_EXIT = 5
+CLOCK = procfs.Clock()  # the run's phases, from the process's start (the interpreter and the bundle's imports)
 
 
 def recheck(plan):
@@ -67,7 +70,8 @@ def main(args, stops=None):
     holder = owned.me()
     # "ok" is earned at the end of carry_out, never assumed: whatever stops it early says so.
     result = {"status": "error", "host": plan.host, "node": os.uname()[1], "reasons": [], "notes": [],
-              "reports": [], "given_up": list(plan.given_up), "changed": {}, "exit_status": None}
+              "reports": [], "given_up": list(plan.given_up), "changed": {}, "exit_status": None, "unfinished": [],
+              "phases": CLOCK.begin()}
     result.update(args.get("context") or {})
     # Whose the report is (a Slurm task says more: its job, step, rank, launcher): the user, to tell
     # the workload's own processes on the GPU from those of others (fleet.completeness).
@@ -122,13 +126,13 @@ def ranks_problem(plan):
 
 def carry_out(plan, result, relay, stops, holder):
     """Locks, owned state, the last-moment check, the profiler and its reports; the node put back."""
-    locks, changes, code = [], NodeChanges(holder), 1
+    locks, changes, code = [], holds.NodeChanges(holder), 1
     try:
         if os.geteuid() == 0 and os.path.isdir(owned.STATE_DIR):
             repaired = owned.repair()
             if repaired["restored"] or repaired["dcgm_resumed"]:
                 result["notes"].append("put back what an earlier run left: %s" % repaired)
-        held = lock_gpus(plan, locks)
+        held = holds.lock_gpus(plan, locks)
         if held:
             return refuse(result, held)
         plan = changes.make(plan, result)
@@ -141,7 +145,8 @@ def carry_out(plan, result, relay, stops, holder):
             result["status"] = "stopped"
             result["reasons"].append("told to stop (signal %d) before the profiler started" % stops[0])
             return code
-        given_back = lambda: give_back(changes, locks, result)  # noqa: E731
+        given_back = lambda: holds.give_back(changes, locks, result)  # noqa: E731
+        CLOCK.mark("checked")  # locks, owned state and the last look done: the profiler starts
         return settle(plan, result, profile(plan, result, relay, stops, given_back), relay.errors.disk_full)
     except (owned.OwnedError, OSError) as e:
         result["status"] = "error"
@@ -151,62 +156,6 @@ def carry_out(plan, result, relay, stops, holder):
         changes.put_back(result)
         for lock in locks:
             lock.release()
-
-
-def give_back(changes, locks, result):
-    """Once a yield has ended the collection alone (nsys's session stop) and the workload goes on:
-    the owned sysctls and DCGM's profiling are put back and the GPUs' counter locks released now,
-    not when the workload ends, which may be hours later."""
-    changes.put_back(result)
-    while locks:
-        locks.pop().release()
-
-
-def lock_gpus(plan, locks):
-    """Takes the plan's GPU counter locks, each into ``locks``; why not where another run holds one."""
-    for uuid in plan.gpu_locks:
-        lock = gpu_locks.GPULock(uuid)
-        if not lock.acquire(plan.lock_wait):
-            h = lock.holder() or {}
-            return "GPU %s is being profiled by pid %s (user %s: %s)" % (
-                uuid, h.get("pid", "?"), h.get("user") or "?", h.get("command") or "?")
-        locks.append(lock)
-    return None
-
-
-class NodeChanges:
-    """What the run changes on the node (owned sysctls, DCGM profiling paused), always put back."""
-
-    def __init__(self, holder):
-        self.holder, self.made = holder, False
-
-    def make(self, plan, result):
-        """Sets the plan's owned sysctls and pauses DCGM; the plan to run, without CPU sampling
-        where the sysctls could not be set (trace without it rather than not at all)."""
-        if plan.sysctls:
-            try:
-                self.made = True
-                result["changed"] = owned.privileged("acquire_sysctls", wanted=plan.sysctls,
-                                                     owned=plan.owned_sysctls, holder=self.holder)
-            except (owned.OwnedError, OSError) as e:
-                # Root never answered: nothing was changed, so there is nothing to put back.
-                self.made = not isinstance(e, owned.NoRoot)
-                plan = plan.without_sampling("could not set %s (%s)" % (", ".join(plan.sysctls), e))
-                result["given_up"] = list(plan.given_up)
-        if plan.pause_dcgm:
-            self.made = True
-            owned.privileged("pause_dcgm", holder=self.holder)
-            result["changed"]["dcgm"] = "profiling paused"
-        return plan
-
-    def put_back(self, result):
-        if not self.made:
-            return
-        self.made = False  # once: early where a yield gave the node back (give_back), else at the run's end
-        try:
-            result["restored"] = owned.privileged("release", holder=self.holder)
-        except Exception as e:  # reported; the next run or `fleet repair` puts it back
-            result["notes"].append("could not put back node state now (%s); `fleet repair` will" % e)
 
 
 def profile(plan, result, relay, stops, given_back=lambda: None):
@@ -223,11 +172,13 @@ def profile(plan, result, relay, stops, given_back=lambda: None):
         if watch is not None:
             watch.finish()
         raise
+    CLOCK.mark("profiler_ended")
     record_run(plan, result, ran, watch, relay)
     exit_status, full = ran.exit_status, relay.errors.disk_full
     killed = ran.left or (exit_status is not None and exit_status < 0)  # left: SIGKILLed, not yet gone
     result["reports"] = reports.collect(plan, relay.tail, result["notes"], strays, killed=killed, finish=not full,
-                                        disk_full=full)
+                                        disk_full=full, unfinished=result["unfinished"])
+    CLOCK.mark("collected")  # finished where nsys left its data, and hashed
     result["profiler_errors"] = workload.not_handled(result["profiler_errors"], result["reports"], result["notes"])
     try:
         os.rmdir(tmp)  # what nsys left there was finished above: only a folder with nothing left goes
@@ -240,6 +191,7 @@ def profile(plan, result, relay, stops, given_back=lambda: None):
         result["notes"].extend(workload.lost_to_signal(result["workload"], result["summaries"]))
     elif plan.tool == "ncu" and plan.ncu:
         result["summaries"] = reports.ncu_metrics(plan.ncu, result["reports"], result["notes"])
+    CLOCK.mark("summarized")  # the exports and summaries made and hashed
     return ran
 
 
@@ -381,6 +333,7 @@ def result_path(plan):
 def emit(result, plan, relay, line=True):
     """The result beside the reports, and (for fleet reading our output) as the last line.
     False when it could not be left where fleet reads it."""
+    CLOCK.mark("answered")
     written = True
     try:
         report_dirs(plan)

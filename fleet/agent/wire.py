@@ -151,6 +151,8 @@ WORKLOAD = {"exit_status": int_or_none, "signal": str_or_none, "running": (dict,
 # time in clock ticks since boot and the boot's id (a pid used again later is not it), and its output's file.
 RUNNING = {"pids": [non_negative], "started": [int_or_none], "boot": str_or_none, "output": str_or_none,
            "session": int_or_none}
+# The moments of a run on the node, seconds since its agent's process started (agent/run.py).
+PHASES = ("started", "checked", "profiler_ended", "collected", "summarized", "answered")
 RESULT = {
     "status": one_of(*RESULT_STATUSES), "host": str_or_none, "node": str_or_none, "reasons": [str], "notes": [str],
     "given_up": [str], "reports": [FILE], "summaries": [FILE], "changed": dict, "restored": (dict, type(None)),
@@ -159,6 +161,8 @@ RESULT = {
     "tenants": list, "processes_seen": list, "gpu": str_or_none, "driver": str_or_none,
     "tool_version": str_or_none, "slurm_node": str_or_none, "whose": (dict, type(None)),
     "missing_ranks": [non_negative],  # a launcher's ranks that left no report (agent/run.py: rank_reports)
+    "unfinished": [str],  # a line for each of nsys's data left without its report (agent/reports.py)
+    "phases": {k: number_or_none for k in PHASES},  # each moment of the run's (agent/procs.Clock)
 }
 PROBE = {"host": str_or_none, "uid": int_or_none, "gid": int_or_none, "user": str_or_none,
          "nvml": dict, "gpus": [dict], "mps": dict, "dcgm": dict, "tools": dict, "report_dir": dict,

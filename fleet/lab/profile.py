@@ -13,7 +13,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
-from .. import agentcall, completeness, outcome, policy, safenames, store
+from .. import agentcall, completeness, outcome, policy, safenames, since_started, store
 from ..agent import wire
 from ..agent.messages import ProfileResult
 from ..rundir import RunDir
@@ -279,6 +279,7 @@ async def profile(fan: "Fanout", hosts: list["Host"], req: ProfileRequest, *, st
     store.run_dir(store_root, site, req.run_id)  # a site that is no folder name stops here, before any node
     manifest = RunManifest.begin(req, site)
     runs = list((await plan_all(fan, hosts, req, free=free)).values())
+    manifest.phases = {"probed": since_started()}  # connected, probed and planned: each node's run starts
     manifest.hosts = [entry_for(req, r) for r in runs]
     if dry_run:
         manifest.status = RunStatus.DRY_RUN
@@ -287,6 +288,7 @@ async def profile(fan: "Fanout", hosts: list["Host"], req: ProfileRequest, *, st
     directory = store.save(store_root, manifest)
     await run_planned(fan, hosts, {r.host: r for r in runs}, req, out=directory, write=write, stop=stop,
                       gathering=gathering, finish_timeout=finish_timeout)
+    manifest.phases["home"] = since_started()  # every node answered, its files home and verified
     manifest.hosts = with_missing_ranks([entry_for(req, r) for r in runs])
     manifest.status = outcome.run_status(h.status for h in manifest.hosts)
     leftrunning.mark(store.save(store_root, manifest), manifest)  # `fleet jobs` finds it, `fleet cancel` ends it

@@ -204,6 +204,7 @@ class RunManifest:
     playbook: dict | None = None  # nightly: name, path, metrics, thresholds
     error: str | None = None
     fleet: str | None = None      # the version of fleet that made the run (nightly: part of its environment)
+    phases: dict | None = None    # the controller's moments of a lab run, seconds since the command started
     schema: int = SCHEMA_VERSION  # the version it was read from; to_json writes the current one
 
     @classmethod
@@ -226,6 +227,8 @@ class RunManifest:
             doc["error"] = self.error
         if self.fleet is not None:
             doc["fleet"] = self.fleet
+        if self.phases is not None:
+            doc["phases"] = self.phases
         return doc
 
     @classmethod
