@@ -18,7 +18,7 @@
 # the libdw1/libelf1 .debs nsys's importer needs. Writes $OUT/transcript.txt, $OUT/table.txt and
 # $OUT/fixtures.tgz. BUDGET (seconds, default 330): a workload that no longer fits is skipped.
 set -u
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 1
 ROOT=$PWD
 PY=${PY:-/opt/torch/.venv/bin/python3}
 OUT=${OUT:-/tmp/time-to-report}; mkdir -p "$OUT"
@@ -178,6 +178,18 @@ import sys; t0 = float(sys.argv[1])
 for l in sys.stdin:
     t, size, path = l.split(" ", 2); print("  %+8.2f %12s %s" % (float(t) - t0, size, path.strip()))' "$t0"
   done
+  # fleet's own record of the run's moments: the controller's from the command's start, each node's from
+  # its agent's start (the manifest's phases, and each host's result's)
+  "$PY" - "$(ls -d "$STORE"/lab/*/* 2>/dev/null | tail -1)/manifest.json" <<'PYEOF'
+import json, sys
+try:
+    doc = json.load(open(sys.argv[1]))
+except (OSError, ValueError) as e:
+    sys.exit("no manifest to read the phases of: %s" % e)
+print("fleet's phases (s): controller %s" % doc.get("phases"))
+for h in doc.get("hosts", []):
+    print("  %s's agent %s" % (h.get("host"), (h.get("result") or {}).get("phases")))
+PYEOF
   "$PY" - "$label" "$RC" "$p" "$e" "$f" >> "$OUT/table.txt" <<'PYEOF'
 import sys
 label, rc, (p, e, f) = sys.argv[1], sys.argv[2], map(float, sys.argv[3:])
