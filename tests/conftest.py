@@ -187,16 +187,48 @@ def _source(obj) -> str:
         return ""
 
 
+_DEFINITIONS: dict = {}  # a module's file -> (its lines, its functions' nodes by their first line)
+
+
+def _definition(func) -> tuple:
+    """(the source of ``func``, its parsed node or None): cut from its module's file, which is read
+    and parsed once (inspect.getsource and a parse of each function's own text took most of the
+    collection's time); a function not found there (a lambda, a file gone) through inspect."""
+    import ast
+    import inspect
+
+    code = getattr(inspect.unwrap(func), "__code__", None) if callable(func) else None
+    if code is None:
+        return _source(func), None
+    if code.co_filename not in _DEFINITIONS:
+        try:
+            text = Path(code.co_filename).read_text()
+            tree = ast.parse(text)
+        except (OSError, SyntaxError, ValueError):
+            text, tree = "", ast.Module(body=[], type_ignores=[])
+        defs = [n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
+        # a function's code starts at its first decorator's line, as its node's decorators do
+        _DEFINITIONS[code.co_filename] = (text.splitlines(keepends=True),
+                                          {min([n.lineno, *(d.lineno for d in n.decorator_list)]): n for n in defs})
+    lines, nodes = _DEFINITIONS[code.co_filename]
+    node = nodes.get(code.co_firstlineno)
+    if node is None:
+        return _source(func), None
+    return "".join(lines[code.co_firstlineno - 1:node.end_lineno]), node
+
+
 def _called(func) -> list:
     """The functions of tests/ that ``func`` calls by name (``helper(...)``, ``module.helper(...)``)."""
     import ast
     import inspect
     import textwrap
 
-    try:
-        tree = ast.parse(textwrap.dedent(_source(func)))
-    except SyntaxError:
-        return []
+    source, tree = _definition(func)
+    if tree is None:
+        try:
+            tree = ast.parse(textwrap.dedent(source))
+        except SyntaxError:
+            return []
     found = []
     for node in ast.walk(tree):
         if not isinstance(node, ast.Call):
@@ -220,7 +252,7 @@ def _reached(func, seen: dict) -> str:
     """The source of ``func`` and of every function of tests/ it calls, however deep (memoized)."""
     if func in seen:
         return seen[func]
-    seen[func] = _source(func)  # a call back into itself adds nothing
+    seen[func] = _definition(func)[0]  # a call back into itself adds nothing
     seen[func] += "".join(_reached(f, seen) for f in _called(func))
     return seen[func]
 
