@@ -42,9 +42,17 @@ class Context:
         return SSHSettings.from_env(*self._ssh)
 
     def fanout_for_run(self):
+        """A pool of this command's connections, for a look that runs its own event loop (fleet top)."""
         from ..transport import Fanout
 
         return Fanout(self.ssh_settings(), concurrency=self.fanout)
+
+    def over_pool(self, work):
+        """What ``work(fan)`` (a coroutine function) returns, over a pool of this command's connections
+        opened and closed around it (fleet.transport.over_pool)."""
+        from ..transport import over_pool
+
+        return over_pool(self.ssh_settings(), self.fanout, work)
 
 
 

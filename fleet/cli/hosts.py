@@ -111,15 +111,11 @@ def exec_(obj: Context, targets, command, exclude, as_json, timeout, maxrc):
 
     hosts = obj.select(targets, exclude)
 
-    async def go():
-        async with obj.fanout_for_run() as fan:
-            with progress(len(hosts), "exec", enabled=not as_json) as advance:
-                # --json streams: each host's line as soon as it is done, for thousands of hosts
-                on_result = (lambda r: echo_json_line(r.to_json())) if as_json else advance
-                return await fan.run_all(hosts, list(command), timeout=timeout, on_result=on_result,
-                                        last_use=True)
-
-    results = asyncio.run(go())
+    with progress(len(hosts), "exec", enabled=not as_json) as advance:
+        # --json streams: each host's line as soon as it is done, for thousands of hosts
+        on_result = (lambda r: echo_json_line(r.to_json())) if as_json else advance
+        results = obj.over_pool(lambda fan: fan.run_all(hosts, list(command), timeout=timeout, on_result=on_result,
+                                                        last_use=True))
     if not as_json:
         print_gathered(results)
         if len(results) > 1 or not results[0].ok:
@@ -157,13 +153,9 @@ def _probe(obj: Context, targets, exclude, as_json, environment_check=False, par
         return _probe_partition(obj, partition, nodes, cluster, environment_check)
     hosts = obj.select(targets, exclude)
 
-    async def go():
-        async with obj.fanout_for_run() as fan:
-            with progress(len(hosts), "probe", enabled=not as_json) as advance:
-                return await agentcall.probe(fan, hosts, environment_check=environment_check, on_result=advance,
-                                             last_use=True)
-
-    return hosts, asyncio.run(go())
+    with progress(len(hosts), "probe", enabled=not as_json) as advance:
+        return hosts, obj.over_pool(lambda fan: agentcall.probe(fan, hosts, environment_check=environment_check,
+                                                                on_result=advance, last_use=True))
 
 
 def _probe_partition(obj: Context, partition, nodes, cluster_name, environment_check):
@@ -173,12 +165,9 @@ def _probe_partition(obj: Context, partition, nodes, cluster_name, environment_c
 
     cluster = choose(obj.inventory, partition, cluster_name, embedded=not obj.inventories)
 
-    async def go():
-        async with obj.fanout_for_run() as fan:
-            return await probe_partition(fan, cluster, partition, nodes, environment_check=environment_check)
-
     try:
-        found = asyncio.run(go())
+        found = obj.over_pool(lambda fan: probe_partition(fan, cluster, partition, nodes,
+                                                          environment_check=environment_check))
     except SlurmError as e:
         fail(str(e), exitcodes.of_error(e))
     return [h for h, _ in found], [r for _, r in found]
@@ -246,14 +235,11 @@ def repair(obj: Context, targets, exclude, dry_run, as_json):
 
     hosts = obj.select(targets, exclude)
 
-    async def go():
-        async with obj.fanout_for_run() as fan:
-            payload = bundle()
-            args = {"mode": "repair", **({"dry_run": True} if dry_run else {})}
-            return await fan.each(hosts, lambda h: fan.run(h, agentcall.agent_argv(h, args), input=payload),
-                                  last_use=True)
-
-    results = [agentcall.read_repair(h, r) for h, r in zip(hosts, asyncio.run(go()))]
+    payload = bundle()
+    args = {"mode": "repair", **({"dry_run": True} if dry_run else {})}
+    answers = obj.over_pool(lambda fan: fan.each(hosts, lambda h: fan.run(h, agentcall.agent_argv(h, args),
+                                                                          input=payload), last_use=True))
+    results = [agentcall.read_repair(h, r) for h, r in zip(hosts, answers)]
     docs = [{"host": h.name, **({"error": r.error} if r.error else {"value": r.extra["repair"]})}
             for h, r in zip(hosts, results)]
     if as_json:

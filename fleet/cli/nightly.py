@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import subprocess
@@ -42,17 +41,15 @@ def run_playbook(obj: Context, path: str, store_root, dry_run: bool, poll: float
 
     pb = _playbook(path)
 
-    async def go():
-        async with obj.fanout_for_run() as fan:
-            with byte_progress(enabled=not (as_json or quiet or dry_run)) as gathering:
-                progress = nightly.Progress() if quiet else nightly.Progress(
-                    write=workload_writer(as_json), on_state=job_state_printer(as_json), gathering=gathering)
-                return await nightly.run_playbook(fan, obj.inventory, pb, embedded=not obj.inventories,
-                                                  store_root=store.root(store_root), dry_run=dry_run, poll=poll,
-                                                  progress=progress)
+    def go(fan, gathering):
+        progress = nightly.Progress() if quiet else nightly.Progress(
+            write=workload_writer(as_json), on_state=job_state_printer(as_json), gathering=gathering)
+        return nightly.run_playbook(fan, obj.inventory, pb, embedded=not obj.inventories,
+                                    store_root=store.root(store_root), dry_run=dry_run, poll=poll, progress=progress)
 
     try:
-        return asyncio.run(go())
+        with byte_progress(enabled=not (as_json or quiet or dry_run)) as gathering:
+            return obj.over_pool(lambda fan: go(fan, gathering))
     except SlurmRejected as e:
         fail(str(e), exitcodes.USAGE)
     except (SlurmError, ContainerError) as e:
@@ -309,14 +306,10 @@ def nightly_confirm(obj: Context, playbook, run_after, versions, rounds, gpu, si
 
     done = Confirmation(target)
 
-    async def go():
-        async with obj.fanout_for_run() as fan:
-            return await confirm(fan, obj.inventory, pb, done, embedded=not obj.inventories,
-                                 store_root=store.root(store_root), rounds=rounds,
-                                 gpus=(gpu,) if gpu is not None else None, on_run=said)
-
     try:
-        asyncio.run(go())
+        obj.over_pool(lambda fan: confirm(fan, obj.inventory, pb, done, embedded=not obj.inventories,
+                                          store_root=store.root(store_root), rounds=rounds,
+                                          gpus=(gpu,) if gpu is not None else None, on_run=said))
     except verdicts.ConfirmError as e:  # before anything was checked out or run
         fail(str(e))
     except KeyboardInterrupt:  # the runs stopped; where the workload was left is said before leaving

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import sys
 
 import click
@@ -242,11 +241,7 @@ def gather(obj: Context, run_id, store_root, as_json):
     except LookupError as e:
         fail(str(e))
 
-    async def go():
-        async with obj.fanout_for_run() as fan:
-            return await profile_mod.gather(fan, obj.inventory.hosts, store.root(store_root), run_id)
-
-    manifest = asyncio.run(go())
+    manifest = obj.over_pool(lambda fan: profile_mod.gather(fan, obj.inventory.hosts, store.root(store_root), run_id))
     if as_json:
         echo_json(manifest.to_json())
     for h in manifest.hosts if not as_json else ():

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import sys
 from typing import TYPE_CHECKING
 
@@ -163,12 +162,8 @@ def gather_on_slurm(obj: Context, run_id: str, store_root, as_json: bool = False
     path = store.manifest_of(root, run_id)
     [(cluster, _)] = by_cluster(obj.inventory, [store.read_manifest(path)])
 
-    async def go():
-        async with obj.fanout_for_run() as fan:
-            return await slurm_run.gather_later(fan, cluster, path, root)
-
     try:
-        m = asyncio.run(go())
+        m = obj.over_pool(lambda fan: slurm_run.gather_later(fan, cluster, path, root))
     except SlurmError as e:
         fail(str(e), exitcodes.of_error(e))
     if as_json:
@@ -207,15 +202,14 @@ def jobs(obj: Context, run_ids, store_root, as_json):
         lambda why: echo(f"fleet: {why}", err=True)))
     left = _left_running(store_root, run_ids)
 
-    async def go():
-        async with obj.fanout_for_run() as fan:
-            await leftrunning.look(fan, obj.inventory, [item for _, items in left for item in items])
-            return await runs.job_rows(fan, groups)
+    async def go(fan):
+        await leftrunning.look(fan, obj.inventory, [item for _, items in left for item in items])
+        return await runs.job_rows(fan, groups)
 
     from ..slurm.jobs import SlurmError
 
     try:
-        rows = asyncio.run(go())
+        rows = obj.over_pool(go)
     except SlurmError as e:
         fail(str(e), exitcodes.of_error(e))
     for folder, items in left:
@@ -271,13 +265,12 @@ def cancel(obj: Context, run_ids, store_root, dry_run, as_json):
     if dry_run:  # from the manifests alone: the jobs fleet would scancel, whatever state they are in now
         return _say_cancelled([(name, ids) for name, _, ids in runs.jobs_of(groups)], lab, as_json, dry_run=True)
 
-    async def go():
-        async with obj.fanout_for_run() as fan:
-            await leftrunning.end(fan, obj.inventory, lab)
-            return await runs.cancel(fan, groups)
+    async def go(fan):
+        await leftrunning.end(fan, obj.inventory, lab)
+        return await runs.cancel(fan, groups)
 
     try:
-        cancelled = asyncio.run(go())
+        cancelled = obj.over_pool(go)
     except SlurmError as e:
         fail(str(e), exitcodes.of_error(e))
     _say_cancelled(cancelled, lab, as_json, dry_run=False)

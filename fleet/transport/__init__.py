@@ -17,7 +17,8 @@ if TYPE_CHECKING:
     from ..inventory import Host
     from .settings import SSHSettings
 
-__all__ = ["Result", "Sink", "StopRequest", "TAIL", "TERM_GRACE", "Transport", "drive", "Fanout", "DEFAULT_CONCURRENCY"]
+__all__ = ["Result", "Sink", "StopRequest", "TAIL", "TERM_GRACE", "Transport", "drive", "Fanout", "DEFAULT_CONCURRENCY",
+           "over_pool"]
 
 DEFAULT_CONCURRENCY = 64  # as clush's default fanout
 
@@ -135,3 +136,13 @@ class Fanout:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
+
+
+def over_pool(settings: "SSHSettings", concurrency: int, work: Callable[[Fanout], Awaitable]):
+    """What ``work(fan)`` returns, run to its end in an event loop of its own over a pool of
+    connections opened and closed around it: each command's network work, the pool below the CLI."""
+    async def go():
+        async with Fanout(settings, concurrency=concurrency) as fan:
+            return await work(fan)
+
+    return asyncio.run(go())
