@@ -1,7 +1,8 @@
 """The team store against its peers, side by side on one SeaweedFS and one PostgreSQL (started here on
 loopback as the tests start them): a 1 GiB report sent by fleet against boto3's own upload_file with the
 same part size and a SHA-256 checksum; the client's peak memory as the report grows; `fleet reports ls`
-over 100,000 catalogued runs. Prints one JSON document; run as root from the checkout's root:
+over 100,000 catalogued runs; `fleet reports push` of an embedded store of 200 small runs, then again
+(all unchanged). Prints one JSON document; run as root from the checkout's root:
 
     .venv/bin/python bench/team_store.py > bench/results/team-store-COMMIT.json
 """
@@ -20,7 +21,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tests.harness.teamstore import BUCKET, TeamSite  # noqa: E402
+from tests.harness.teamstore import BUCKET, TeamSite, embedded_run  # noqa: E402
 
 ROUNDS = 3
 
@@ -53,12 +54,30 @@ def upload_code(kind: str, path: Path, sha: str, key: str) -> str:
             "max_concurrency=objects.WORKERS))")
 
 
+def pushed(site: TeamSite, work: Path, runs: int) -> list[float]:
+    """Seconds of `fleet reports push` of an embedded store of ``runs`` small runs (a report and a
+    summary each), then of the same push again, every run unchanged."""
+    root = work / "pushed"
+    root.mkdir(mode=0o700)
+    for i in range(runs):
+        embedded_run(root, f"20261201-{i // 60:02d}{i % 60:02d}00-{i:04x}", {"gx03": f"report {i}".encode() * (i + 1)},
+                     kernel_ns=1000 + i)
+    times = []
+    for _ in ("first", "again"):
+        start = time.perf_counter()
+        r = site.fleet("reports", "push", env=site.env("alice", root))
+        times.append(round(time.perf_counter() - start, 2))
+        assert r.returncode == 0 and f"{runs} run(s) in the team store" in r.stdout, r.stderr[-2000:]
+    return times
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--mib", type=int, default=1024, help="the report sent by fleet and by boto3")
     ap.add_argument("--rounds", type=int, default=ROUNDS)
     ap.add_argument("--memory-mib", default="128,512,1024,2048", help="the reports whose peak memory is measured")
     ap.add_argument("--catalogued", type=int, default=100_000, help="runs in the catalog `reports ls` lists")
+    ap.add_argument("--pushed", type=int, default=200, help="runs of an embedded store `reports push` sends")
     a = ap.parse_args()
     upload = "upload_1gib" if a.mib == 1024 else f"upload_{a.mib}mib"
     site = TeamSite(people=("alice",))
@@ -104,6 +123,7 @@ def main() -> None:
                 times.append(round(time.perf_counter() - start, 2))
                 assert r.returncode == 0, r.stderr
             results[f"fleet {' '.join(args)} ({a.catalogued:,} runs)"] = times
+        results[f"fleet reports push ({a.pushed} runs): first, again"] = pushed(site, work, a.pushed)
     finally:
         site.stop()
     print(json.dumps(results, indent=2))

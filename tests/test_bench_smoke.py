@@ -114,7 +114,8 @@ def test_the_page_reuse_benchmark_writes_after_each_pause(tmp_path):
 
 def test_the_team_store_benchmark_sends_beside_boto3_and_lists_the_catalog(tmp_path):
     r = bench("bench/team_store.py", "--mib", "8", "--rounds", "1", "--memory-mib", "8",
-              "--catalogued", "100", timeout=600)
+              "--catalogued", "100", "--pushed", "3", timeout=600)
     doc = json.loads(r.stdout)
+    assert len(doc["fleet reports push (3 runs): first, again"]) == 2
     assert [set(row) for row in doc["upload_8mib"]] == [{"fleet", "boto3"}] and list(doc["memory"]) == ["8 MiB"]
     assert len(doc["fleet reports ls (100 runs)"]) == 1

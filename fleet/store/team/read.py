@@ -112,9 +112,10 @@ def push_runs(team: TeamStore, store_root: Path, run_ids: list[str] | None,
     that fails is said and the others go on; one the catalog is unreachable for stops the rest."""
     ids = run_ids if run_ids else finished_runs(store_root)
     report = PushReport()
+    s3 = objects.LazyClient()  # one for every run of the push
     for run_id in ids:
         try:
-            done = push.push_run(team, store_root, layout.check_run_id(run_id))
+            done = push.push_run(team, store_root, layout.check_run_id(run_id), s3=s3)
         except TeamUnavailable as e:
             report.failed.append((run_id, str(e)))
             on_run(run_id, None, str(e))
