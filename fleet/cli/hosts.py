@@ -234,7 +234,6 @@ def repair(obj: Context, targets, exclude, dry_run, as_json):
     from ..agent.bundle import bundle
 
     hosts = obj.select(targets, exclude)
-
     payload = bundle()
     args = {"mode": "repair", **({"dry_run": True} if dry_run else {})}
     answers = obj.over_pool(lambda fan: fan.each(hosts, lambda h: fan.run(h, agentcall.agent_argv(h, args),
@@ -244,7 +243,14 @@ def repair(obj: Context, targets, exclude, dry_run, as_json):
             for h, r in zip(hosts, results)]
     if as_json:
         echo_json({"dry_run": dry_run, "hosts": docs})
-    for doc in docs if not as_json else ():
+    else:
+        _say_repaired(docs, dry_run)
+    sys.exit(exitcodes.for_results(results))
+
+
+def _say_repaired(docs: list[dict], dry_run: bool) -> None:
+    """A line a host: what was (or would be) put back, or why the host could not say."""
+    for doc in docs:
         if doc.get("error"):
             error = doc["error"]
             echo(error if error.startswith(f"{doc['host']}:") else f"{doc['host']}: {error}", err=True)
@@ -254,7 +260,6 @@ def repair(obj: Context, targets, exclude, dry_run, as_json):
         resumed = "; DCGM profiling " + ("would be " if dry_run else "") + "resumed"
         echo(f"{doc['host']}: " + ("would put back " if dry_run and done["restored"] else "") + restored
              + (resumed if done.get("dcgm_resumed") else ""))
-    sys.exit(exitcodes.for_results(results))
 
 
 # --- hosts ---
