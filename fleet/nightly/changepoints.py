@@ -73,6 +73,12 @@ def _pair_sums(x: Sequence[float]) -> tuple[list[float], list[float]]:
     In O(n log n), not O(n^2): the points already passed are kept in a Fenwick tree over the
     values' ranks (counts and sums), and the sum over all the others of a value is found from the
     sorted values; a year of nights and hundreds of shuffles stay well under a second a series."""
+    return _sums_in_order(*_ranked(x))
+
+
+def _ranked(x: Sequence[float]) -> tuple[list[int], list[float], list[float]]:
+    """(each point's rank among the values, from 1; the values in ascending order; each rank's sum
+    of distances to all the values): what the shuffles of one series share, made once for all."""
     n = len(x)
     order = sorted(range(n), key=x.__getitem__)
     rank = [0] * n
@@ -82,18 +88,24 @@ def _pair_sums(x: Sequence[float]) -> tuple[list[float], list[float]]:
     prefix = [0.0]
     for v in ascending:
         prefix.append(prefix[-1] + v)
+    to_all = [(r * v - prefix[r]) + (prefix[n] - prefix[r + 1]) - (n - r - 1) * v for r, v in enumerate(ascending)]
+    return rank, ascending, to_all
+
+
+def _sums_in_order(rank: list[int], ascending: list[float], to_all: list[float]) -> tuple[list[float], list[float]]:
+    """:func:`_pair_sums` of the series whose k-th point has the value of rank ``rank[k]``."""
+    n = len(rank)
     counts, sums = [0] * (n + 1), [0.0] * (n + 1)
     before, after, passed_sum = [0.0] * n, [0.0] * n, 0.0
-    for k, v in enumerate(x):
-        less, less_sum, j = 0, 0.0, rank[k] - 1
+    for k, r in enumerate(rank):
+        v = ascending[r - 1]
+        less, less_sum, j = 0, 0.0, r - 1
         while j > 0:
             less, less_sum, j = less + counts[j], less_sum + sums[j], j & (j - 1)
         before[k] = (less * v - less_sum) + (passed_sum - less_sum) - (k - less) * v
-        r = rank[k] - 1  # its place among all the values
-        to_all = (r * v - prefix[r]) + (prefix[n] - prefix[r + 1]) - (n - r - 1) * v
-        after[k] = to_all - before[k]
+        after[k] = to_all[r - 1] - before[k]
         passed_sum += v
-        j = rank[k]
+        j = r
         while j <= n:
             counts[j], sums[j], j = counts[j] + 1, sums[j] + v, j + (j & -j)
     return before, after
@@ -101,10 +113,14 @@ def _pair_sums(x: Sequence[float]) -> tuple[list[float], list[float]]:
 
 def best_split(x: Sequence[float], min_size: int = MIN_SIZE) -> tuple[int, float]:
     """(t, q(t)) of the split of ``x`` with the largest statistic; (0, 0.0) where none is allowed."""
-    n = len(x)
-    if n < 2 * min_size:
+    if len(x) < 2 * min_size:
         return 0, 0.0
-    before, after = _pair_sums(x)
+    return _best_of(*_pair_sums(x), min_size)
+
+
+def _best_of(before: list[float], after: list[float], min_size: int) -> tuple[int, float]:
+    """:func:`best_split` from the series' pair sums."""
+    n = len(before)
     total = sum(before)
     left = sum(before[:min_size])        # pairs within x[:t]
     right = sum(after[min_size:])        # pairs within x[t:]
@@ -131,12 +147,14 @@ def p_value(x: Sequence[float], q: float, s: Settings) -> float:
     """The share of shuffles of ``x`` whose best split is at least ``q``. The shuffling stops as soon
     as the answer cannot fall below ``s.alpha`` (most candidates in noise stop within a few dozen)."""
     rng = random.Random(_stable_hash(x))
-    shuffled = list(x)
+    # The ranks are shuffled, not the values: the same draws give the same arrangements, while the
+    # values' order and sums, the same for every arrangement, are found once.
+    shuffled, ascending, to_all = _ranked(x)
     at_least = 0
     most = s.alpha * (s.permutations + 1) - 1  # this many shuffles at least q: p >= alpha, not significant
     for done in range(1, s.permutations + 1):
         rng.shuffle(shuffled)
-        if best_split(shuffled, s.min_size)[1] >= q * (1 - TIE):
+        if _best_of(*_sums_in_order(shuffled, ascending, to_all), s.min_size)[1] >= q * (1 - TIE):
             at_least += 1
             if at_least >= most:
                 return (at_least + 1) / (done + 1)
