@@ -253,18 +253,28 @@ class SSHCluster:
         self.stop()
 
 
+def namespace_holder(kind: str, *options: str) -> subprocess.Popen:
+    """A `sleep` in a namespace of its own of ``kind`` (``net``, ``mnt``: unshare's -n, -m), once
+    it is in it: the test's own process, which others enter with nsenter -t PID and it stops by pid."""
+    flag = {"net": "-n", "mnt": "-m"}[kind]
+    holder = subprocess.Popen(["unshare", flag, *options, "sleep", "infinity"])
+    mine = os.readlink(f"/proc/self/ns/{kind}")
+    deadline = time.monotonic() + 10
+    while os.readlink(f"/proc/{holder.pid}/ns/{kind}") == mine:  # unshare has not run yet
+        if time.monotonic() > deadline:
+            holder.kill()
+            holder.wait()
+            raise RuntimeError(f"unshare {flag} did not make a {kind} namespace")
+        time.sleep(0.01)
+    return holder
+
+
 class HiddenNetwork:
     """A network namespace of its own (nothing but its loopback), where sshd hosts are out of the
     client's reach, as hosts behind a bastion are. Its holder process is the test's, stopped by pid."""
 
     def __init__(self) -> None:
-        self.holder = subprocess.Popen(["unshare", "-n", "sleep", "infinity"])
-        mine = os.readlink("/proc/self/ns/net")
-        deadline = time.monotonic() + 10
-        while os.readlink(f"/proc/{self.holder.pid}/ns/net") == mine:  # unshare has not run yet
-            if time.monotonic() > deadline:
-                raise RuntimeError("unshare -n did not make a network namespace")
-            time.sleep(0.01)
+        self.holder = namespace_holder("net")
         subprocess.run([*self.prefix, "ip", "link", "set", "lo", "up"], check=True)
 
     @property

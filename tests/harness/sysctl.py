@@ -13,12 +13,12 @@ the real one, set for the lab and put back after, in the group that runs alone."
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 import tempfile
-import time
 from pathlib import Path
+
+from tests.harness.sshd import namespace_holder
 
 NODE_PATH = "/proc/sys/kernel/perf_event_paranoid"  # where a node's processes find it
 
@@ -34,21 +34,16 @@ class PrivateSysctl:
         self.file = self.dir / "perf_event_paranoid"
         self.file.write_text(value + "\n")
         self.file.chmod(0o644)  # as the kernel's: root alone writes it
-        self.holder = subprocess.Popen(["unshare", "-m", "--propagation", "slave", "sleep", "infinity"])
         try:
-            self._wait_for_namespace()
+            self.holder = namespace_holder("mnt", "--propagation", "slave")
+        except BaseException:
+            shutil.rmtree(self.dir, ignore_errors=True)
+            raise
+        try:
             subprocess.run([*self.prefix, "mount", "--bind", str(self.file), NODE_PATH], check=True)
         except BaseException:
             self.stop()
             raise
-
-    def _wait_for_namespace(self) -> None:
-        mine = os.readlink("/proc/self/ns/mnt")
-        deadline = time.monotonic() + 10
-        while os.readlink(f"/proc/{self.holder.pid}/ns/mnt") == mine:  # unshare has not run yet
-            if time.monotonic() > deadline:
-                raise RuntimeError("unshare -m did not make a mount namespace")
-            time.sleep(0.01)
 
     @property
     def prefix(self) -> list[str]:
