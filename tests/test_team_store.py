@@ -179,6 +179,28 @@ def test_an_embedded_store_of_200_runs_is_pushed_whole_and_pushing_again_changes
     assert len(keys) == len(set(keys)) == 400  # each report and each summary, once
 
 
+@pytest.mark.services  # starts SeaweedFS and PostgreSQL (tests/harness/teamservers.py)
+def test_a_run_the_catalog_refuses_mid_push_is_said_and_the_runs_after_it_go_on_the_same_connection(site, tmp_path):
+    """A push keeps one catalog connection for all its runs: a refusal is rolled back on it, so the
+    next run is not refused for a transaction left aborted."""
+    taken = "20261203-094500-7a4e"
+    alices = store_of(tmp_path, "alices")
+    embedded_run(alices, taken, {"gx07": b"alice's run"})
+    assert push(site, "alice", alices).returncode == 0
+    root = store_of(tmp_path)
+    mine = ["20261203-094400-c001", taken, "20261203-094600-c003"]
+    for run_id in mine:
+        embedded_run(root, run_id, {"gx08": run_id.encode()})
+    r = push(site, "carol", root)
+    assert r.returncode != 0 and taken in r.stdout + r.stderr, r.stdout + r.stderr
+    assert r.stdout.count(": pushed (") == 2, r.stdout
+    seen = site.psql("SELECT run_id FROM fleet.runs WHERE run_id LIKE '20261203-094%' ORDER BY run_id",
+                     role="carol").stdout.split()
+    assert seen == [mine[0], mine[2]]  # alice's run is not carol's to see, nor overwritten
+    assert site.psql(f"SELECT manifest_sha256 <> '' FROM fleet.runs WHERE run_id = '{taken}'",
+                     role="alice").stdout.strip() == "t"
+
+
 class CutAfter:
     """An S3 client that does everything the real one does, and calls ``cut`` once ``method`` has
     been called ``after`` times (the cut lands between two requests, as a crash would)."""

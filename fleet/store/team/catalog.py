@@ -63,6 +63,33 @@ def connected(team: TeamStore) -> Iterator:
         conn.close()
 
 
+@contextmanager
+def unit(conn) -> Iterator:
+    """One run's work on a connection kept for several (a push of many runs): committed at its end;
+    a refusal rolled back and said as TeamError, the connection left for the next run; a connection
+    lost, TeamUnavailable."""
+    psycopg = _psycopg()
+    try:
+        yield conn
+        conn.commit()
+    except psycopg.OperationalError as e:
+        raise TeamUnavailable(f"the team catalog went away: {_first_line(e)}") from None
+    except psycopg.Error as e:
+        _roll_back(conn)
+        raise TeamError(f"the team catalog refused: {_first_line(e)}") from None
+    except BaseException:
+        _roll_back(conn)
+        raise
+
+
+def _roll_back(conn) -> None:
+    psycopg = _psycopg()
+    try:
+        conn.rollback()
+    except psycopg.Error as e:
+        raise TeamUnavailable(f"the team catalog went away: {_first_line(e)}") from None
+
+
 def _first_line(e: Exception) -> str:
     text = str(e).strip().splitlines()
     return text[0] if text else type(e).__name__

@@ -87,15 +87,19 @@ def _unique(reports: list[tuple]) -> list[tuple]:
     return list(seen.values())
 
 
-def push_run(team: TeamStore, store_root: Path, run_id: str, *, s3=None) -> Pushed:
+def push_run(team: TeamStore, store_root: Path, run_id: str, *, s3=None, conn=None) -> Pushed:
     """Push one run of the embedded store (see the module); TeamError/TeamUnavailable on failure,
-    with nothing visible in the catalog that was not there before."""
+    with nothing visible in the catalog that was not there before. ``conn``: a catalog connection
+    kept for several runs (the run committed on it, or rolled back); else one of its own."""
+    if conn is None:
+        with catalog.connected(team) as own:
+            return push_run(team, store_root, run_id, s3=s3, conn=own)
     manifest_path = _manifest_path(store_root, run_id)
     m = read_manifest(manifest_path)
     if m.status in NOT_YET:
         raise TeamError(f"run {run_id} is {m.status}: it is pushed once it has finished")
     digest = manifest_digest(manifest_path)
-    with catalog.connected(team) as conn:
+    with catalog.unit(conn):
         catalog.check_version(conn)
         owner = catalog.whoami(conn)
         there = catalog.pushed_digest(conn, run_id)

@@ -112,21 +112,35 @@ def push_runs(team: TeamStore, store_root: Path, run_ids: list[str] | None,
     that fails is said and the others go on; one the catalog is unreachable for stops the rest."""
     ids = run_ids if run_ids else finished_runs(store_root)
     report = PushReport()
-    s3 = objects.LazyClient()  # one for every run of the push
-    for run_id in ids:
-        try:
-            done = push.push_run(team, store_root, layout.check_run_id(run_id), s3=s3)
-        except TeamUnavailable as e:
-            report.failed.append((run_id, str(e)))
-            on_run(run_id, None, str(e))
-            break
-        except (TeamError, LookupError, ValueError, OSError) as e:
-            report.failed.append((run_id, str(e)))
-            on_run(run_id, None, str(e))
-            continue
-        report.pushed.append(done)
-        on_run(run_id, done, None)
+    s3 = objects.LazyClient()  # one S3 client and one catalog connection for every run of the push
+    try:
+        with catalog.connected(team) as conn:
+            for run_id in ids:
+                if not _push_one(team, store_root, run_id, s3, conn, report, on_run):
+                    break
+    except TeamUnavailable as e:  # not reached at all: the first run says so (later, each run has said its own)
+        if ids and not (report.failed or report.pushed):
+            report.failed.append((ids[0], str(e)))
+            on_run(ids[0], None, str(e))
     return report
+
+
+def _push_one(team: TeamStore, store_root: Path, run_id: str, s3, conn, report: PushReport,
+              on_run: Callable[[str, "push.Pushed | None", str | None], None]) -> bool:
+    """One run pushed, or its failure said; False where the catalog is gone and the push stops."""
+    try:
+        done = push.push_run(team, store_root, layout.check_run_id(run_id), s3=s3, conn=conn)
+    except TeamUnavailable as e:
+        report.failed.append((run_id, str(e)))
+        on_run(run_id, None, str(e))
+        return False
+    except (TeamError, LookupError, ValueError, OSError) as e:
+        report.failed.append((run_id, str(e)))
+        on_run(run_id, None, str(e))
+        return True
+    report.pushed.append(done)
+    on_run(run_id, done, None)
+    return True
 
 
 def finished_runs(store_root: Path) -> list[str]:
