@@ -53,12 +53,8 @@ def connected(team: TeamStore) -> Iterator:
     except psycopg.OperationalError as e:
         raise TeamUnavailable(f"the team catalog cannot be reached: {_first_line(e)}") from None
     try:
-        with conn:
+        with unit(conn):  # committed at the end, or rolled back and said in one line
             yield conn
-    except psycopg.OperationalError as e:
-        raise TeamUnavailable(f"the team catalog went away: {_first_line(e)}") from None
-    except psycopg.Error as e:
-        raise TeamError(f"the team catalog refused: {_first_line(e)}") from None
     finally:
         conn.close()
 
