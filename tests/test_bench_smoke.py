@@ -87,6 +87,16 @@ def test_the_transfer_benchmark_brings_the_file_home_beside_scp_sftp_and_rsync(t
     assert all(len(sides[name]) == 1 for sides in doc["mb_per_s"].values() for name in sides)
 
 
+def test_the_transfer_benchmark_brings_a_runs_report_and_export_home_beside_the_peers_that_compress(tmp_path):
+    bench("bench/transfer.py", "--content", "export", "--size-mib", "2", "--report-mib", "1", "--runs", "1",
+          "--label", "export", "--out", str(tmp_path))
+    [raw] = tmp_path.glob("transfer-2-*-export.json")
+    doc = json.loads(raw.read_text())
+    assert set(doc["paired"]) == {"fleet/fleet-raw", "fleet/scp", "fleet/scp-C", "fleet/rsync-z"}
+    # fleet is in every pair: two files each time, in a warm-up and a round
+    assert doc["bytes"] >= (3 << 20) and len(doc["fleet_routes"]["fleet"]) == len(doc["pairs"]) * 2 * 2
+
+
 def test_the_transfer_studies_run_their_variants_thresholds_modes_and_profile(tmp_path):
     r = bench("bench/transfer_variants.py", "--size-mib", "2", "--runs", "1")
     assert "| scp |" in r.stdout and "| fleet |" in r.stdout, r.stdout[-2000:]

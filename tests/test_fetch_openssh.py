@@ -1,6 +1,7 @@
 """Large reports through OpenSSH's own client, over real sshd: the bytes, the sha256, resume, the
 store's rules, and a hostile node (a link at the path, a file that shrinks or changes, a stall),
-with asyncssh carrying the file wherever ssh cannot."""
+with asyncssh carrying the file wherever ssh cannot; raw, and compressed with the node's zstd as
+over a slow link (``wire``), where a node's stream that is not what fleet asked for is refused."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import os
 import shutil
 import signal
 import stat
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -19,7 +21,7 @@ import pytest
 
 from fleet.inventory import load
 from fleet.collection.fetch import fetch_verified
-from fleet.transport import Fanout, openssh_fetch, ssh_fetch
+from fleet.transport import Fanout, compressed, openssh_fetch, ssh_fetch
 from fleet.transport.settings import SSHSettings
 from tests.harness.procs import descendants
 from tests.harness.sshd import SSHCluster, keygen
@@ -31,6 +33,15 @@ SMALL_MIN = 1 << 20  # the paths' thresholds, lowered so that files of a few MiB
 def low_thresholds(monkeypatch):
     monkeypatch.setattr(openssh_fetch, "OPENSSH_MIN", SMALL_MIN)
     monkeypatch.setattr(ssh_fetch, "STREAM_MIN", SMALL_MIN)
+
+
+@pytest.fixture(params=["raw", "zstd"])
+def wire(request, monkeypatch) -> str:
+    """The way a large file comes: "raw", or "zstd" as from a host whose link is slow."""
+    if request.param == "zstd":
+        assert shutil.which("zstd"), "zstd is missing here: apt-get install zstd (scripts/test installs it)"
+        monkeypatch.setattr(compressed.LinkRates, "slow", lambda self, host: True)
+    return {"raw": "openssh", "zstd": "openssh-zstd"}[request.param]
 
 
 def node_file(cluster, name: str, size: int) -> dict:
@@ -68,23 +79,23 @@ def fetch(cluster, report, dest, config=None, during=None):
     return asyncio.run(go())
 
 
-def test_a_large_report_comes_through_openssh_whole_checked_and_private(cluster, tmp_path):
-    report = node_file(cluster, "big.nsys-rep", 5 << 20)
+def test_a_large_report_comes_through_openssh_whole_checked_and_private(cluster, tmp_path, wire):
+    report = node_file(cluster, f"big-{wire}.nsys-rep", 5 << 20)
     dest = tmp_path / "store" / "big.nsys-rep"
     dest.parent.mkdir(mode=0o700)
     entry, routes = fetch(cluster, report, dest)
-    assert routes == ["openssh"] and entry["verified"], entry
+    assert routes == [wire] and entry["verified"], entry
     assert dest.read_bytes() == Path(report["path"]).read_bytes()
     assert stat.S_IMODE(dest.stat().st_mode) == 0o600 and not dest.with_name(dest.name + ".partial").exists()
 
 
-def test_a_cut_copy_resumes_through_openssh_from_what_arrived(cluster, tmp_path):
-    report = node_file(cluster, "resume.nsys-rep", 4 << 20)
+def test_a_cut_copy_resumes_through_openssh_from_what_arrived(cluster, tmp_path, wire):
+    report = node_file(cluster, f"resume-{wire}.nsys-rep", 4 << 20)
     dest = tmp_path / "resume.nsys-rep"
     data = Path(report["path"]).read_bytes()
     dest.with_name(dest.name + ".partial").write_bytes(data[:(1 << 20) + 7])
     entry, routes = fetch(cluster, report, dest)
-    assert routes == ["openssh"] and entry["verified"] and entry["resumed_from"] == (1 << 20) + 7, entry
+    assert routes == [wire] and entry["verified"] and entry["resumed_from"] == (1 << 20) + 7, entry
     assert dest.read_bytes() == data
 
 
@@ -100,9 +111,9 @@ def test_a_link_planted_as_the_partial_copy_is_never_written_through(cluster, tm
 
 
 @pytest.mark.parametrize("size", [3 << 20, 64 << 10], ids=["openssh", "sftp"])
-def test_a_link_at_the_node_path_is_not_followed(cluster, tmp_path, size):
-    report = node_file(cluster, f"link-{size}.nsys-rep", size)
-    target = Path(report["path"]).with_name(f"target-{size}")
+def test_a_link_at_the_node_path_is_not_followed(cluster, tmp_path, size, wire):
+    report = node_file(cluster, f"link-{size}-{wire}.nsys-rep", size)
+    target = Path(report["path"]).with_name(f"target-{size}-{wire}")
     os.replace(report["path"], target)
     os.symlink(target, report["path"])  # same bytes, same sha256: only the link tells
     dest = tmp_path / "link.nsys-rep"
@@ -111,8 +122,8 @@ def test_a_link_at_the_node_path_is_not_followed(cluster, tmp_path, size):
     assert "symbolic link" in entry["error"] and "kept" in entry["error"]
 
 
-def test_a_file_shorter_than_the_node_said_is_a_clear_error_and_what_came_is_kept(cluster, tmp_path):
-    report = node_file(cluster, "shrunk.nsys-rep", 4 << 20)
+def test_a_file_shorter_than_the_node_said_is_a_clear_error_and_what_came_is_kept(cluster, tmp_path, wire):
+    report = node_file(cluster, f"shrunk-{wire}.nsys-rep", 4 << 20)
     os.truncate(report["path"], 3 << 20)
     dest = tmp_path / "shrunk.nsys-rep"
     entry, routes = fetch(cluster, report, dest)
@@ -121,17 +132,17 @@ def test_a_file_shorter_than_the_node_said_is_a_clear_error_and_what_came_is_kep
     assert dest.with_name(dest.name + ".partial").read_bytes() == Path(report["path"]).read_bytes()
 
 
-def test_a_file_grown_after_the_node_hashed_it_brings_only_the_bytes_hashed(cluster, tmp_path):
-    report = node_file(cluster, "grown.nsys-rep", 3 << 20)
+def test_a_file_grown_after_the_node_hashed_it_brings_only_the_bytes_hashed(cluster, tmp_path, wire):
+    report = node_file(cluster, f"grown-{wire}.nsys-rep", 3 << 20)
     with open(report["path"], "ab") as f:
         f.write(os.urandom(1 << 20))
     dest = tmp_path / "grown.nsys-rep"
     entry, routes = fetch(cluster, report, dest)
-    assert routes == ["openssh"] and entry["verified"] and dest.stat().st_size == 3 << 20, entry
+    assert routes == [wire] and entry["verified"] and dest.stat().st_size == 3 << 20, entry
 
 
-def test_the_connection_cut_mid_copy_leaves_a_prefix_that_resumes_through_openssh(cluster, tmp_path):
-    report = node_file(cluster, "cut.nsys-rep", 48 << 20)
+def test_the_connection_cut_mid_copy_leaves_a_prefix_that_resumes_through_openssh(cluster, tmp_path, wire):
+    report = node_file(cluster, f"cut-{wire}.nsys-rep", 48 << 20)
     dest = tmp_path / "cut.nsys-rep"
     h01 = cluster.hosts[0]
 
@@ -149,7 +160,7 @@ def test_the_connection_cut_mid_copy_leaves_a_prefix_that_resumes_through_openss
     assert not first["verified"] and 0 < got < report["size"], (first, got)
     assert dest.with_name(dest.name + ".partial").read_bytes() == data[:got]  # a clean prefix
     second, routes = fetch(cluster, report, dest)
-    assert routes == ["openssh"] and second["verified"] and second["resumed_from"] == got, second
+    assert routes == [wire] and second["verified"] and second["resumed_from"] == got, second
     assert dest.read_bytes() == data
 
 
@@ -163,6 +174,75 @@ def test_a_node_that_sends_more_than_asked_is_stopped_and_the_excess_cut_off(tmp
         entry, _ = fetch(node, report, dest)
     assert not entry["verified"] and "sent more than the 4194304 bytes" in entry["error"], entry
     assert dest.with_name(dest.name + ".partial").stat().st_size == 4 << 20 and not dest.exists()
+
+
+@pytest.mark.parametrize("sent, why", [
+    ("printf Z; head -c 67108864 /dev/zero | zstd -1 -q -c", "sent more than the 4194304 bytes"),  # 64 MiB in 2 KiB
+    ("printf R; head -c 6291456 /dev/zero", "sent more than the 4194304 bytes"),
+    ("head -c 6291456 /dev/zero", "neither of fleet's marks"),
+    ("printf Z; head -c 1048576 /dev/urandom", "not zstd's"),
+], ids=["a-stream-that-inflates-past-the-size", "raw-past-the-size", "no-mark", "not-zstd"])
+def test_a_node_whose_compressed_stream_is_not_what_was_asked_is_refused(tmp_path, monkeypatch, sent, why):
+    # Its own sshd answers every command with ``sent``, whatever was asked; nothing past the 4 MiB
+    # its result named is written, however far a small stream would inflate.
+    monkeypatch.setattr(compressed.LinkRates, "slow", lambda self, host: True)
+    with SSHCluster(1, options={"ForceCommand": sent}) as node:
+        report = {"path": "/nonexistent/big.sqlite", "size": 4 << 20, "sha256": hashlib.sha256(bytes(4 << 20)).hexdigest()}
+        dest = tmp_path / "big.sqlite"
+        entry, _ = fetch(node, report, dest)
+    assert not entry["verified"] and why in entry["error"] and not dest.exists(), entry
+    assert dest.with_name(dest.name + ".partial").stat().st_size <= 4 << 20
+
+
+def test_a_node_without_zstd_sends_the_file_raw_when_asked_to_compress(tmp_path, monkeypatch):
+    monkeypatch.setattr(compressed.LinkRates, "slow", lambda self, host: True)
+    tools = Path(tempfile.mkdtemp(prefix="fleet-node-path-"))  # the node's PATH: what the command needs, no zstd
+    tools.chmod(0o755)
+    for tool in ("sh", "dd", "nice"):
+        (tools / tool).symlink_to(shutil.which(tool))
+    with SSHCluster(1, options={"SetEnv": f"PATH={tools}"}) as node:
+        report = node_file(node, "raw.sqlite", 3 << 20)
+        dest = tmp_path / "raw.sqlite"
+        entry, routes = fetch(node, report, dest)
+        sent = Path(report["path"]).read_bytes()
+    shutil.rmtree(tools)
+    assert routes == ["openssh"] and entry["verified"] and dest.read_bytes() == sent, entry
+
+
+@pytest.mark.parametrize("slow_link, second", [(float("inf"), "openssh-zstd"), (0.0, "openssh")], ids=["slow", "fast"])
+def test_after_a_slow_copy_a_hosts_next_large_file_comes_compressed(cluster, tmp_path, monkeypatch, slow_link, second):
+    # Whether a link is slow is known from the host's last large raw copy: none before the first.
+    monkeypatch.setattr(compressed, "SLOW_LINK", slow_link)
+    monkeypatch.setattr(compressed, "MEASURED_FROM", 1 << 20)
+    reports = [node_file(cluster, f"pair-{slow_link}-{i}.sqlite", 3 << 20) for i in range(2)]
+
+    async def go():
+        host = load([cluster.inventory]).select(["h01"])[0]
+        async with Fanout(SSHSettings(config=str(cluster.ssh_config))) as fan:
+            routes = Routes(fan)
+            entries = [await fetch_verified(routes, host, r, tmp_path / Path(r["path"]).name) for r in reports]
+            return entries, routes.seen
+
+    entries, routes = asyncio.run(go())
+    assert routes == ["openssh", second] and all(e["verified"] for e in entries), (routes, entries)
+
+
+def test_a_links_rate_is_known_only_from_large_raw_copies(monkeypatch):
+    monkeypatch.setattr(compressed, "zstandard", object())  # as where this machine can undo zstd
+    links = compressed.LinkRates()
+    assert not links.slow("n1")  # nothing known: raw
+    links.heard("n1", "sftp", 1 << 30, 100.0)  # SFTP carries small files only: its rate is not the link's
+    links.heard("n1", "openssh", 1 << 20, 10.0)  # too small to tell
+    assert not links.slow("n1")
+    links.heard("n1", "stream", 259 << 20, 2.4)  # 113 MB/s: about 1 Gbit/s
+    assert links.slow("n1") and not links.slow("n2")
+    links.heard("n1", "openssh-zstd", 259 << 20, 100.0)  # a compressed copy's rate is not the link's
+    assert links.slow("n1")
+    links.heard("n1", "openssh", 1 << 30, 1.0)  # 1 GB/s: a fast link after all
+    assert not links.slow("n1")
+    monkeypatch.setattr(compressed, "zstandard", None)
+    links.heard("n1", "stream", 259 << 20, 2.4)
+    assert not links.slow("n1")  # nothing here undoes zstd: raw
 
 
 def test_a_file_that_changes_during_the_copy_is_never_stored(cluster, tmp_path):
@@ -192,14 +272,16 @@ def test_a_file_that_changes_during_the_copy_is_never_stored(cluster, tmp_path):
                     os.kill(pid, signal.SIGCONT)
 
     entry, routes = fetch(cluster, report, dest, during=change)
-    assert routes == ["openssh", "openssh"], routes  # the wrong hash earned one fresh copy
+    # The wrong hash earned one fresh copy; the first, held, came slowly enough that the second is
+    # compressed (the link's rate is all the transport knows).
+    assert routes == ["openssh", "openssh-zstd"], routes
     assert not entry["verified"] and "differs" in entry["error"] and not dest.exists(), entry
     assert not dest.with_name(dest.name + ".partial").exists()
 
 
-def test_a_node_that_stops_sending_is_given_up_within_the_bound(cluster, tmp_path, monkeypatch):
+def test_a_node_that_stops_sending_is_given_up_within_the_bound(cluster, tmp_path, monkeypatch, wire):
     monkeypatch.setattr(ssh_fetch, "STALL_SECONDS", 1.0)
-    fifo = cluster.scratch("openssh-reports") / "stalled.nsys-rep"
+    fifo = cluster.scratch("openssh-reports") / f"stalled-{wire}.nsys-rep"
     os.mkfifo(fifo)
     fifo.chmod(0o666)
     report = {"path": str(fifo), "size": 4 << 20, "sha256": "0" * 64}

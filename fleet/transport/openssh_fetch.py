@@ -35,7 +35,7 @@ import time
 from typing import Callable
 
 from ..errors import FleetError
-from . import ssh_fetch
+from . import compressed, ssh_fetch
 from .ssh_fetch import check_end, read_command
 
 # Below this ssh's own start and handshake (0.28 s on the test bed, a third of it OpenSSH's
@@ -126,40 +126,62 @@ def _said(options: dict, identity_files: tuple[str, ...],
 
 
 async def openssh_copy(command: list[str], remote: str, local: str, dst, offset: int, size: int,
-                       on_block: Callable[[memoryview], None] | None) -> None:
+                       on_block: Callable[[memoryview], None] | None, compress: bool = False) -> str:
     """``remote`` from ``offset`` to ``size`` through ``command`` (``ssh_command``'s), appended to
     ``dst`` (the file ``local``, opened by the store); ``on_block`` sees each block as it lands
-    (a view, valid during the call only). ssh writes straight into ``dst``, in order; a thread
-    reads each block back as it lands and hashes it (two copies of each byte fewer than through a
-    pipe and a write here). Raises OpenSSHRefused where ssh itself failed before a byte, OSError
-    for anything else."""
-    remote_command = read_command(remote, offset, size - offset)
+    (a view, valid during the call only). Raw, ssh writes straight into ``dst``, in order, and a
+    thread reads each block back as it lands and hashes it (two copies of each byte fewer than
+    through a pipe and a write here). ``compress``: the node sends it zstd-compressed where it can
+    (``compressed``), and a thread here undoes that, writes and hashes as it arrives. Returns the
+    way it came ("openssh", "openssh-zstd"). Raises OpenSSHRefused where ssh itself failed before
+    a byte, OSError for anything else."""
+    compress = compress and compressed.available()
+    want = size - offset
+    remote_command = (compressed.read_command_compressed if compress else read_command)(remote, offset, want)
     dst.flush()
-    reader = _reader_of(local, dst)
-    with reader, tempfile.TemporaryFile() as errors:
-        proc = subprocess.Popen([*command, remote_command], stdin=subprocess.DEVNULL, stdout=dst.fileno(),
-                                stderr=errors, env={**os.environ, "SSH_ASKPASS_REQUIRE": "never"})
-        follow = asyncio.get_running_loop().run_in_executor(None, _follow, proc, reader.fileno(), dst.fileno(),
-                                                            offset, size - offset, on_block)
-        try:
-            got, trouble = await asyncio.shield(follow)
-        except BaseException:  # cancelled: ssh goes, and the thread ends with it
-            proc.kill()
-            with contextlib.suppress(Exception):
-                await follow
-            raise
-        finally:
-            status = await asyncio.to_thread(proc.wait)
+    with contextlib.ExitStack() as stack:
+        errors = stack.enter_context(tempfile.TemporaryFile())
+        if compress:
+            proc = _ssh(command, remote_command, subprocess.PIPE, errors)
+            stack.callback(proc.stdout.close)
+            follow = (compressed.inflate, proc, proc.stdout.fileno(), dst.fileno(), want, on_block)
+        else:
+            reader = stack.enter_context(_reader_of(local, dst))
+            proc = _ssh(command, remote_command, dst.fileno(), errors)
+            follow = (_follow, proc, reader.fileno(), dst.fileno(), offset, want, on_block)
+        got, trouble, way, status = await _until_ended(proc, follow)
         errors.seek(0)
         said = errors.read(4096)
     if trouble == "stalled":
         raise OSError(f"`{remote_command}` sent nothing for {ssh_fetch.STALL_SECONDS:g} s: given up")
     if trouble == "too much":
-        raise OSError(f"`{remote_command}` sent more than the {size - offset} bytes asked for: stopped, "
+        raise OSError(f"`{remote_command}` sent more than the {want} bytes asked for: stopped, "
                       "and the rest cut off")
     if status == 255 and got == 0:
         raise OpenSSHRefused(said.decode(errors="replace").strip() or "ssh exited with status 255")
-    check_end(remote_command, status, said, got, size - offset)
+    check_end(remote_command, status, said, got, want)
+    return way
+
+
+def _ssh(command: list[str], remote_command: str, stdout, errors) -> subprocess.Popen:
+    return subprocess.Popen([*command, remote_command], stdin=subprocess.DEVNULL, stdout=stdout, stderr=errors,
+                            env={**os.environ, "SSH_ASKPASS_REQUIRE": "never"})
+
+
+async def _until_ended(proc: subprocess.Popen, follow: tuple) -> tuple[int, str | None, str, int]:
+    """The thread ``follow`` (a function and its arguments) run to its end beside ssh, then ssh's
+    status: (bytes, trouble, way, status). Cancelled, ssh goes, and the thread ends with it."""
+    running = asyncio.get_running_loop().run_in_executor(None, *follow)
+    try:
+        got, trouble, way = await asyncio.shield(running)
+    except BaseException:
+        proc.kill()
+        with contextlib.suppress(Exception):
+            await running
+        raise
+    finally:
+        status = await asyncio.to_thread(proc.wait)
+    return got, trouble, way, status
 
 
 def _reader_of(local: str, dst):
@@ -173,11 +195,11 @@ def _reader_of(local: str, dst):
 
 
 def _follow(proc: subprocess.Popen, reader: int, writer: int, offset: int, want: int,
-            on_block) -> tuple[int, str | None]:
+            on_block) -> tuple[int, str | None, str]:
     """In a thread: each block ssh writes from ``offset`` on, read back and handed to ``on_block``
     in order, until ssh ends and all is read, or a stall. The file's size is watched, not only
     what has been read: past ``want`` bytes ssh is stopped and the excess cut off (more than the
-    node said is never kept). Returns the bytes read and None, "stalled" or "too much"."""
+    node said is never kept). Returns the bytes read, None, "stalled" or "too much", and "openssh"."""
     buffer = bytearray(READ_SIZE)  # one buffer, reused: no fresh memory per block
     view = memoryview(buffer)
     read, written, quiet_since = offset, offset, time.monotonic()
@@ -188,7 +210,7 @@ def _follow(proc: subprocess.Popen, reader: int, writer: int, offset: int, want:
             proc.kill()
             proc.wait()
             os.ftruncate(writer, offset + want)
-            return read - offset, "too much"
+            return read - offset, "too much", "openssh"
         if read < written:
             n = os.preadv(reader, [view[:min(READ_SIZE, written - read)]], read)
             if on_block is not None:
@@ -197,9 +219,9 @@ def _follow(proc: subprocess.Popen, reader: int, writer: int, offset: int, want:
             continue
         if proc.poll() is not None:
             if os.fstat(writer).st_size <= read:  # ssh has ended and every byte it wrote is read
-                return read - offset, None
+                return read - offset, None, "openssh"
             continue
         if time.monotonic() - quiet_since > ssh_fetch.STALL_SECONDS:
             proc.kill()
-            return read - offset, "stalled"
+            return read - offset, "stalled", "openssh"
         time.sleep(FOLLOW_PAUSE)

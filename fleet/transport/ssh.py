@@ -17,6 +17,7 @@ import getpass
 import ipaddress
 import os
 import random
+import time
 import shlex
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Sequence
@@ -31,9 +32,8 @@ from .connect_errors import DROPPED, JumpFailed, SilentServer, Watched, client_k
 from .known_hosts import RunKnownHosts
 from .settings import SSHSettings
 from .ssh_config import config_mentions, keepalives, known_hosts_same_for_every_host, preferred_ciphers
-from . import openssh_fetch
-from . import ssh_fetch
-from .ssh_fetch import SFTP_SESSIONS, _ordered_copy, _stream_copy, refuse_link
+from . import compressed, openssh_fetch
+from .ssh_fetch import SFTP_SESSIONS, asyncssh_copy
 
 if TYPE_CHECKING:
     from ..inventory import Host
@@ -61,6 +61,7 @@ class SSHTransport(Transport):
         self._keepalive_in_config: bool | None = None
         self._tunnels: dict[str, asyncssh.SSHClientConnection | None] = {}  # each host's jump hosts
         self._asyncssh_only: set[str] = set()  # hosts whose files OpenSSH's client could not fetch
+        self._links = compressed.LinkRates()  # how fast each host's large files came: slow ones come compressed
 
     def options(self, host: "Host") -> dict:
         """asyncssh keyword arguments from the inventory (its ssh arguments included, checked by
@@ -261,17 +262,22 @@ class SSHTransport(Transport):
 
     async def fetch(self, host: "Host", remote: str, local: str, offset: int = 0,
                     on_block: Callable[[bytes], None] | None = None, size: int | None = None) -> str:
-        """From ``offset`` on, appended, to resume; returns the way it came ("openssh", "stream",
-        "sftp"). ``local`` is written through ``open_partial``: made afresh (O_EXCL, 0600) or the
-        copy resumed, never through a link.
+        """From ``offset`` on, appended, to resume; returns the way it came ("openssh",
+        "openssh-zstd", "stream", "sftp"). ``local`` is written through ``open_partial``: made
+        afresh (O_EXCL, 0600) or the copy resumed, never through a link. How fast a large raw copy
+        came is kept: it decides whether this host's next large files come compressed."""
+        started = time.monotonic()
+        way = await self._fetch(host, remote, local, offset, on_block, size)
+        if size is not None:
+            self._links.heard(host.name, way, size - offset, time.monotonic() - started)
+        return way
 
-        A rest of ``OPENSSH_MIN`` or more, of a file whose ``size`` the node's result gave, goes
+    async def _fetch(self, host: "Host", remote: str, local: str, offset: int,
+                     on_block: Callable[[bytes], None] | None, size: int | None) -> str:
+        """A rest of ``OPENSSH_MIN`` or more, of a file whose ``size`` the node's result gave, goes
         through OpenSSH's own client where this host's connection can be said to it
-        (``openssh_fetch``). Otherwise SFTP over the host's connection opens the file (a clear
-        error when it is missing or unreadable) and tells its size: a small rest is read over
-        SFTP; a large one (>= STREAM_MIN) comes as the raw stdout of ``dd`` on an exec channel,
-        as asyncssh's SFTP client costs about half again as much client CPU per byte as a
-        plain channel, and on a busy client that decides the rate."""
+        (``openssh_fetch``), compressed where the host's link is slow (``compressed``); anything
+        else over the host's asyncssh connection (``ssh_fetch.asyncssh_copy``)."""
         from ..agent.files import open_partial
 
         gate = self._sftp_gates.setdefault(host.name, asyncio.Semaphore(SFTP_SESSIONS))
@@ -280,25 +286,12 @@ class SSHTransport(Transport):
             try:
                 async with gate:
                     with open_partial(local, offset) as dst:
-                        await openssh_fetch.openssh_copy(command, remote, local, dst, offset, size, on_block)
-                return "openssh"
+                        return await openssh_fetch.openssh_copy(command, remote, local, dst, offset, size, on_block,
+                                                                compress=self._links.slow(host.name))
             except openssh_fetch.OpenSSHRefused:
                 self._asyncssh_only.add(host.name)  # nothing was written: asyncssh starts at the same offset
         try:
-            conn = await self.connection(host)
-            async with gate:
-                async with conn.start_sftp_client() as sftp:
-                    await refuse_link(sftp, remote)
-                    async with sftp.open(remote, "rb") as src:
-                        if size is None:  # else what the node's result named: never more is asked for
-                            size = (await src.stat()).size
-                        if size is None or size - offset < ssh_fetch.STREAM_MIN:  # read when used: tests lower it
-                            with open_partial(local, offset) as dst:
-                                await _ordered_copy(src, dst, offset, on_block)
-                            return "sftp"
-                with open_partial(local, offset) as dst:
-                    await _stream_copy(conn, remote, dst, offset, size, on_block)
-                return "stream"
+            return await asyncssh_copy(await self.connection(host), gate, remote, local, offset, size, on_block)
         except asyncssh.Error as e:
             raise OSError(f"{host.name}:{remote}: {e}") from e
 

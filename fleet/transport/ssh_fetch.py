@@ -37,6 +37,31 @@ STALL_SECONDS = 60.0       # a stream that sends nothing this long is given up (
 #                            a FIFO at the path): keepalives only notice a silent connection, not a silent command
 
 
+async def asyncssh_copy(conn: asyncssh.SSHClientConnection, gate: asyncio.Semaphore, remote: str, local: str,
+                        offset: int, size: int | None, on_block: Callable[[bytes], None] | None) -> str:
+    """``remote`` from ``offset`` on over the host's asyncssh connection; returns "sftp" or
+    "stream". SFTP opens the file (a clear error when it is missing or unreadable) and tells its
+    size: a small rest is read over SFTP; a large one (>= STREAM_MIN) comes as the raw stdout of
+    ``dd`` on an exec channel, as asyncssh's SFTP client costs about half again as much client
+    CPU per byte as a plain channel, and on a busy client that decides the rate. ``gate`` bounds
+    the host's transfers at once."""
+    from ..agent.files import open_partial
+
+    async with gate:
+        async with conn.start_sftp_client() as sftp:
+            await refuse_link(sftp, remote)
+            async with sftp.open(remote, "rb") as src:
+                if size is None:  # else what the node's result named: never more is asked for
+                    size = (await src.stat()).size
+                if size is None or size - offset < STREAM_MIN:
+                    with open_partial(local, offset) as dst:
+                        await _ordered_copy(src, dst, offset, on_block)
+                    return "sftp"
+        with open_partial(local, offset) as dst:
+            await _stream_copy(conn, remote, dst, offset, size, on_block)
+        return "stream"
+
+
 async def _ordered_copy(src, dst, offset: int, on_block: Callable[[bytes], None] | None) -> None:
     """Read in large chunks (pipelined inside asyncssh, and the next chunk asked for while this
     one is written and hashed in a thread) and write them in order, so that whatever a cut
@@ -161,7 +186,8 @@ def check_end(command: str, status: int | None, stderr: bytes, got: int, want: i
         why = stderr.decode(errors="replace").strip() or f"exit status {status}"
         raise OSError(f"`{command}` failed: {why}")
     if got != want:  # the file shrank, or the login shell wrote to stdout
-        raise OSError(f"`{command}` gave {got} bytes, {want} expected")
+        said = stderr.decode(errors="replace").strip()
+        raise OSError(f"`{command}` gave {got} bytes, {want} expected" + (f": {said}" if said else ""))
 
 
 async def refuse_link(sftp: asyncssh.SFTPClient, remote: str) -> None:
