@@ -12,6 +12,17 @@ trap 'pack "$TOP" top-check' EXIT
 export FLEET_STORE=$D/store
 W=$CHECK_TMP/top; mkdir -p "$W"; chmod 755 "$W"
 APP=$W/app.py; write_app "$APP"; chmod 644 "$APP"
+# A workload of a fixed number of kernels, for ncu alone and beside a look: APP runs for a time, and
+# ncu's replay slows it by as much as the machine happens to, so its kernel count is not the same twice.
+FIXED=$W/fixed.py; cat > "$FIXED" <<'PYEOF'
+import torch
+a = torch.randn(2048, 2048, device="cuda")
+for _ in range(12):
+    b = a @ a
+torch.cuda.synchronize()
+print("fixed done: 12 matrix products", flush=True)
+PYEOF
+chmod 644 "$FIXED"
 
 # ncu_kernels FILE: the kernels ncu's report in FILE lists (one "..., Context N, Stream M, ..." line each).
 ncu_kernels() { grep -c ', Context [0-9]*, Stream [0-9]*' "$1"; }
@@ -59,12 +70,12 @@ cat "$D/agent-cpu.txt"
 expect "top: the agent's CPU per sample under 1 % of one core at 1 Hz" "$D/agent-cpu.txt" 0 "per sample"
 
 step "ncu alone, then with a look beside it"
-{ echo "\$ $(q "$NCU" --clock-control none -c 30 "$PY" "$APP" 2 nonvtx)"
-  "$NCU" --clock-control none -c 30 "$PY" "$APP" 2 nonvtx > "$W/ncu-alone.txt" 2>&1; echo "ncu exit $?"
+{ echo "\$ $(q "$NCU" --clock-control none -c 30 "$PY" "$FIXED")"
+  "$NCU" --clock-control none -c 30 "$PY" "$FIXED" > "$W/ncu-alone.txt" 2>&1; echo "ncu exit $?"
   echo "kernels profiled: $(ncu_kernels "$W/ncu-alone.txt")"; grep -E '==ERROR==' "$W/ncu-alone.txt"
   "$PY" -m fleet top --json --interval 0.5 > "$W/look-ncu.jsonl" 2>&1 &
   FLEET=$!; sleep 3
-  "$NCU" --clock-control none -c 30 "$PY" "$APP" 2 nonvtx > "$W/ncu-look.txt" 2>&1; echo "ncu exit $? (with the look)"
+  "$NCU" --clock-control none -c 30 "$PY" "$FIXED" > "$W/ncu-look.txt" 2>&1; echo "ncu exit $? (with the look)"
   kill -INT "$FLEET"; wait "$FLEET"
   echo "kernels profiled with the look: $(ncu_kernels "$W/ncu-look.txt"); samples the look took meanwhile: $(grep -c '"seq"' "$W/look-ncu.jsonl")"
   grep -E '==ERROR==' "$W/ncu-look.txt"

@@ -122,8 +122,9 @@ tenant_at 6
 ( until [ -e "$W/r5.done" ]; do echo "$(date +%s.%N) $(TMPDIR=$W/r5/watch/.tmp-gpu-node "$NSYS" sessions list 2>&1 |
     awk '$NF == "fleet-watch-gpu-node" {print $3}')"
     sleep 0.2; done ) > "$D/5-session-states.txt" 2>&1 &
+STATES=$!  # waited for by pid: a bare `wait` would also wait out the tenant's 120 s sleep
 agent 5-nsys-metrics-tenant.txt "$PY" "$W/agent.py" nsys-metrics "$W/r5" "$NCU" "$NSYS" "$PY" "$W/counts.py" 30
-touch "$W/r5.done"; wait
+touch "$W/r5.done"; wait "$STATES"
 released 5-nsys-metrics-tenant.txt | tee -a "$D/5-nsys-metrics-tenant.txt"
 # the state's changes, and how long after the tenant's CUDA was up the collection was seen to end
 awk -v up="$(cat "$CHECK_TMP/tenant/up" 2>/dev/null)" '$2 != last {printf "%s %s", $1, $2; if (up) printf " (%+.2f s from the tenant up)", $1 - up; print ""; last = $2}' \
