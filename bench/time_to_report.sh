@@ -17,6 +17,8 @@
 # with rank0.sqlite and rank1.sqlite). WHL: wheels fleet needs that the node's Python lacks; DEPS:
 # the libdw1/libelf1 .debs nsys's importer needs. Writes $OUT/transcript.txt, $OUT/table.txt and
 # $OUT/fixtures.tgz. BUDGET (seconds, default 330): a workload that no longer fits is skipped.
+# WORKLOADS (default: true small-kernels-10s small-kernels-30s) and ROUNDS (default 1): each named
+# workload that many times, round after round, a table row each.
 set -u
 cd "$(dirname "$0")/.." || exit 1
 ROOT=$PWD
@@ -148,16 +150,17 @@ fi  # FIXTURES
 echo "| workload | nsys profile | nsys export | profile + export | fleet profile | goal | met |" > "$OUT/table.txt"
 echo "|---|---|---|---|---|---|---|" >> "$OUT/table.txt"
 STORE=$T/store
-workload() {  # LABEL SECONDS(for the budget) CMD...
-  local label=$1 need=$2; shift 2
+workload() {  # KIND ROUND SECONDS(for the budget) CMD...
+  local kind=$1 round=$2 need=$3; shift 3
+  local label=$kind; [ "$round" -gt 1 ] && label=$kind-r$round
   if [ $((SECONDS + need)) -gt "$BUDGET" ]; then echo; echo "SKIP $label: about ${need}s left to run, ${SECONDS}s of $BUDGET used"; return; fi
   echo; echo "### $label"
-  local steps=(); [ "$label" != true ] && steps=("$T/$label.steps")
+  local steps=(); [ "$kind" != true ] && steps=("$T/$label.steps")
   run "$label-nsys" "$NSYS" profile -t "$TRACE" -f true -o "$T/$label" "$@" "${steps[@]}"; local p=$LAST
   [ -s "$T/$label.steps" ] && echo "(steps done: $(cat "$T/$label.steps"))"
   run "$label-export" "$NSYS" export --type sqlite -f true -o "$T/$label.sqlite" "$T/$label.nsys-rep"; local e=$LAST
   ls -la "$T/$label.nsys-rep" "$T/$label.sqlite"
-  if [ "$label" = small-kernels-10s ]; then  # fleet's summaries against nsys stats, at a million rows
+  if [ "$label" = small-kernels-10s ]; then  # (the first round only) fleet's summaries against nsys stats, at a million rows
     stats_of "$T/$label.sqlite" "$T/nsys-$label"; echo "(nsys stats from the export alone: ${LAST}s)"
     local t; t=$(now); summaries_of "$T/$label.sqlite" "$T/ours-$label"; echo "(fleet's summaries: $(since "$t")s)"
     compare "$T/nsys-$label" "$T/ours-$label"
@@ -190,7 +193,7 @@ print("fleet's phases (s): controller %s" % doc.get("phases"))
 for h in doc.get("hosts", []):
     print("  %s's agent %s" % (h.get("host"), (h.get("result") or {}).get("phases")))
 PYEOF
-  "$PY" - "$label" "$RC" "$p" "$e" "$f" >> "$OUT/table.txt" <<'PYEOF'
+  "$PY" - "$kind" "$RC" "$p" "$e" "$f" >> "$OUT/table.txt" <<'PYEOF'
 import sys
 label, rc, (p, e, f) = sys.argv[1], sys.argv[2], map(float, sys.argv[3:])
 if label == "true":
@@ -203,8 +206,15 @@ if rc != "0":
 print("| %s | %.1f s | %.1f s | %.1f s | %.1f s | %s (%.1f s) | %s |" % (label, p, e, p + e, f, goal, limit, met))
 PYEOF
 }
-workload true 10 /bin/true
-workload small-kernels-10s 90 "$PY" "$T/small_kernels.py" 10
-workload small-kernels-30s 190 "$PY" "$T/small_kernels.py" 30
+for round in $(seq 1 "${ROUNDS:-1}"); do
+  for kind in ${WORKLOADS:-true small-kernels-10s small-kernels-30s}; do
+    case $kind in
+      true) workload true "$round" 10 /bin/true ;;
+      small-kernels-10s) workload "$kind" "$round" 90 "$PY" "$T/small_kernels.py" 10 ;;
+      small-kernels-30s) workload "$kind" "$round" 190 "$PY" "$T/small_kernels.py" 30 ;;
+      *) echo "no workload $kind (true, small-kernels-10s, small-kernels-30s)"; exit 2 ;;
+    esac
+  done
+done
 echo; cat "$OUT/table.txt"
 echo "(${SECONDS}s in all)"
