@@ -23,6 +23,7 @@ INTERNAL = {
     "fleet.hostlist.HostPatternError", "fleet.hostlist.TooManyNames",  # -> InventoryError, TargetError
     "fleet.transport.connect_errors.SilentServer", "fleet.transport.connect_errors.KeyProblem",
     "fleet.transport.connect_errors.JumpFailed",  # -> a host's unreachable result
+    "fleet.transport.compressed.Stalled",  # -> the copy's "stalled", said by the fetch
 }
 # Modules other work is changing now, whose errors are to take the base there; then removed from
 # here (the list is to end empty).
