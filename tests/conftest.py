@@ -325,8 +325,15 @@ def _groups(items, touching: set) -> None:
     the prolog's paranoid_3, the docs' reader, the file read) share one group, run one after another on
     one worker: the sysctl is the machine's, and each sets it and asserts what it finds. A module
     with both kinds is in two groups, its module fixtures started in each. That group goes first, as
-    it is the longest; the order within it, and of the rest, is kept."""
+    it is the longest; the order within it, and of the rest, is kept. A test that starts nothing (no
+    ``services`` marker) is a group of its own: it shares nothing worth keeping on one worker, and a
+    module of many such tests (the change points' hundred histories a test) spreads over them all."""
     for item in items:
-        name = SYSCTL_GROUP if item.nodeid in touching else item.path.relative_to(TESTS).as_posix()
+        if item.nodeid in touching:
+            name = SYSCTL_GROUP
+        elif item.get_closest_marker("services") is None:
+            name = item.nodeid
+        else:
+            name = item.path.relative_to(TESTS).as_posix()
         item.add_marker(pytest.mark.xdist_group(name))
     items.sort(key=lambda item: item.nodeid not in touching)
