@@ -160,7 +160,7 @@ workload() {  # KIND ROUND SECONDS(for the budget) CMD...
   [ -s "$T/$label.steps" ] && echo "(steps done: $(cat "$T/$label.steps"))"
   run "$label-export" "$NSYS" export --type sqlite -f true -o "$T/$label.sqlite" "$T/$label.nsys-rep"; local e=$LAST
   ls -la "$T/$label.nsys-rep" "$T/$label.sqlite"
-  if [ "$label" = small-kernels-10s ]; then  # (the first round only) fleet's summaries against nsys stats, at a million rows
+  if [ "$label" = small-kernels-10s ]; then  # round 1: fleet's summaries against nsys stats, at a million rows
     stats_of "$T/$label.sqlite" "$T/nsys-$label"; echo "(nsys stats from the export alone: ${LAST}s)"
     local t; t=$(now); summaries_of "$T/$label.sqlite" "$T/ours-$label"; echo "(fleet's summaries: $(since "$t")s)"
     compare "$T/nsys-$label" "$T/ours-$label"

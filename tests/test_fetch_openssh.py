@@ -141,25 +141,48 @@ def test_a_file_grown_after_the_node_hashed_it_brings_only_the_bytes_hashed(clus
     assert routes == [wire] and entry["verified"] and dest.stat().st_size == 3 << 20, entry
 
 
-def test_the_connection_cut_mid_copy_leaves_a_prefix_that_resumes_through_openssh(cluster, tmp_path, wire):
-    report = node_file(cluster, f"cut-{wire}.nsys-rep", 48 << 20)
-    dest = tmp_path / "cut.nsys-rep"
-    h01 = cluster.hosts[0]
+def node_path_with_a_dd_that_stops(held: int) -> Path:
+    """The node's PATH for one sshd (its SetEnv): sh, nice and zstd as they are, and a dd that sends
+    the first ``held`` bytes of what it was asked for and then holds the connection open without a
+    byte more, until the file ``resume`` appears beside it; from then on, the real dd."""
+    tools = Path(tempfile.mkdtemp(prefix="fleet-node-path-"))
+    tools.chmod(0o755)
+    for tool in ("sh", "nice", "zstd"):
+        (tools / tool).symlink_to(shutil.which(tool))
+    real = {tool: shutil.which(tool) for tool in ("dd", "head", "sleep")}
+    (tools / "dd").write_text(f"""#!/bin/sh
+if [ -e {tools}/resume ]; then exec {real['dd']} "$@"; fi
+{real['dd']} "$@" | {real['head']} -c {held}
+exec {real['sleep']} 300
+""")
+    (tools / "dd").chmod(0o755)
+    return tools
 
-    async def cut(partial: Path, work) -> None:
-        while not partial.exists() or partial.stat().st_size < (4 << 20):
-            await asyncio.sleep(0.002)
-            assert not work.done(), work.result()
-        for pid in descendants(h01.pid):  # this test's sshd sessions only, by pid
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
 
-    first, _ = fetch(cluster, report, dest, during=cut)
-    got = dest.with_name(dest.name + ".partial").stat().st_size
-    data = Path(report["path"]).read_bytes()
-    assert not first["verified"] and 0 < got < report["size"], (first, got)
-    assert dest.with_name(dest.name + ".partial").read_bytes() == data[:got]  # a clean prefix
-    second, routes = fetch(cluster, report, dest)
+def test_the_connection_cut_mid_copy_leaves_a_prefix_that_resumes_through_openssh(tmp_path, wire):
+    # The node's dd stops after 8 MiB of the 48 and holds on: the cut comes while the copy waits, so
+    # that it is cut mid-copy however fast or loaded this machine is.
+    tools = node_path_with_a_dd_that_stops(8 << 20)
+    with SSHCluster(1, options={"SetEnv": f"PATH={tools}"}) as node:
+        report = node_file(node, f"cut-{wire}.nsys-rep", 48 << 20)
+        dest = tmp_path / "cut.nsys-rep"
+
+        async def cut(partial: Path, work) -> None:
+            while not partial.exists() or partial.stat().st_size < (4 << 20):
+                await asyncio.sleep(0.002)
+                assert not work.done(), work.result()
+            for pid in descendants(node.hosts[0].pid):  # this test's sshd sessions only, by pid
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+
+        first, _ = fetch(node, report, dest, during=cut)
+        got = dest.with_name(dest.name + ".partial").stat().st_size
+        data = Path(report["path"]).read_bytes()
+        assert not first["verified"] and 0 < got <= 8 << 20, (first, got)  # what the node sent, no more
+        assert dest.with_name(dest.name + ".partial").read_bytes() == data[:got]  # a clean prefix
+        (tools / "resume").touch()
+        second, routes = fetch(node, report, dest)
+    shutil.rmtree(tools)
     assert routes == [wire] and second["verified"] and second["resumed_from"] == got, second
     assert dest.read_bytes() == data
 
