@@ -13,6 +13,7 @@ import socket
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import yaml
@@ -379,11 +380,13 @@ def test_fleet_cancel_20_times_gives_every_rank_the_same_verdict(hpc, tmp_path):
     """fleet cancel records its stop in the run folder before scancel's SIGTERM: a rank whose agent
     saw its profiler end before its own signal read `workload-failed` beside three `ok` ranks,
     some of the time. Twenty cancels of four running ranks, each run's ranks all stopped by fleet:
-    five rounds of four jobs side by side (the cluster's 16 cores), each cancelled on its own."""
+    five rounds of four jobs side by side (the cluster's 16 cores), each cancelled on its own. A
+    round's four are submitted at once: each waits mostly for Slurm to start it."""
     seen = []
     for round_ in range(5):
-        runs = [_running_job(hpc, tmp_path / f"run{round_}-{k}", f"fleet-cancel-race-{round_}-{k}-{time.time_ns()}")
-                for k in range(4)]
+        with ThreadPoolExecutor(4) as pool:
+            runs = list(pool.map(lambda k: _running_job(hpc, tmp_path / f"run{round_}-{k}",
+                                                        f"fleet-cancel-race-{round_}-{k}-{time.time_ns()}"), range(4)))
         for store, m in runs:
             env = {**hpc.env(), "FLEET_STORE": str(store)}
             assert run_fleet("cancel", m["run_id"], env=env).returncode == 0
