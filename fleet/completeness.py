@@ -163,12 +163,12 @@ def line(entry: "HostEntry") -> str | None:
 
 
 def per_report(entry: "HostEntry") -> list[Verdict]:
-    """The class of each report an entry stands for: one per host or rank, and one per rank's
-    report on a lab server whose launcher started the ranks under the host's one agent (its plan's
-    ``launcher`` words, fleet.wrapping.launchers), each with its own summaries (named from its report)."""
-    result, plan = entry.answer, entry.plan
-    launched = isinstance(plan, dict) and isinstance(plan.get("command"), dict) and plan["command"].get("launcher")
-    if not launched or result is None or len(result.reports) < 2:
+    """The class of each report an entry stands for: one per host or rank, and one per report where
+    its agent made several: each rank's on a lab server whose launcher started the ranks under the
+    host's one agent (fleet.wrapping.launchers), each window's (--repeat), each with its own
+    summaries (named from its report)."""
+    result = entry.answer
+    if result is None or len(result.reports) < 2:
         verdict = classify(entry)
         return [verdict] if verdict is not None else []
     found = []

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from fleet import exitcodes
+from fleet import completeness, exitcodes, store
 from tests.conftest import fleet_json, run_fleet
 from tests.harness.agent_node import local_inventory_node
 
@@ -87,6 +87,9 @@ def test_fewer_windows_than_asked_are_kept_and_said(node):
     assert len(reports(host)) == 3
     [note] = [n for n in host["result"]["notes"] if n.startswith("nsys collected")]
     assert note.endswith("; 3 of the 5 asked (--repeat 5): the workload opened it 3 times"), note
+    # the run's count is of reports, each window's its own, not of hosts
+    manifest = store.read_manifest(store.manifest_of(node["store"], fleet_json(out.stdout)["run_id"]))
+    assert completeness.run_lines(manifest.hosts) == ["reports: 3 complete"]
 
 
 def test_a_window_the_workload_never_opens_is_said_and_fails_the_run(node):
