@@ -5,6 +5,7 @@ format the client had come to refuse, and every host said "no probe answer from 
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -14,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import REPO
+from tests.harness import fakenvml
 
 # Each benchmark starts sshd hosts, a Slurm cluster or the team store's servers in a process of its own, as root.
 pytestmark = [pytest.mark.services, pytest.mark.root]
@@ -67,7 +69,8 @@ def test_the_fanout_benchmark_gets_one_line_per_host_from_fleet_and_its_peers(tm
           "--out", str(tmp_path))
     [raw] = tmp_path.glob("fanout-2*.json")
     runs = json.loads(raw.read_text())["runs_raw"]
-    assert set(runs) == {"fleet", "pdsh", "clush", "xargs", "pdsh-c25519", "clush-c25519", "xargs-c25519", "bare-asyncssh"}
+    assert set(runs) == {"fleet", "pdsh", "clush", "xargs", "pdsh-c25519", "clush-c25519", "xargs-c25519",
+                         "bare-asyncssh"}
     assert all([(r["rc"], r["ok"]) for r in rs] == [(0, 2)] for rs in runs.values()), runs  # one line from each host
 
 
@@ -129,3 +132,15 @@ def test_the_team_store_benchmark_sends_beside_boto3_and_lists_the_catalog(tmp_p
     assert len(doc["fleet reports push (3 runs): first, again"]) == 2
     assert [set(row) for row in doc["upload_8mib"]] == [{"fleet", "boto3"}] and list(doc["memory"]) == ["8 MiB"]
     assert len(doc["fleet reports ls (100 runs)"]) == 1
+
+
+def test_the_agent_profile_times_the_shipped_agent_and_names_where_its_time_goes(tmp_path):
+    scenario = tmp_path / "gpus.txt"
+    fakenvml.write_scenario(scenario, {"gpus": [{"index": 0}]})
+    env = {**os.environ, **fakenvml.env(fakenvml.build(tmp_path / "lib"), scenario),
+           "PATH": f"{REPO / 'tests' / 'standins'}:{os.environ['PATH']}"}  # the node's nsys and ncu, asked --version
+    argv = ["bench/agent_profile.py", "--python", sys.executable, "--runs", "1", "--top", "40"]
+    r = subprocess.run([sys.executable, *argv], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert re.search(r"medians of 1: agent [0-9.]+ ms, its probe's sections [0-9.]+ ms", r.stdout), r.stdout
+    assert "fleet_agent_node.py" in r.stdout and "(tools)" in r.stdout, r.stdout  # the probe, and its tools' section
