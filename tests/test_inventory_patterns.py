@@ -1,8 +1,9 @@
 """Host patterns mean what they mean in Ansible: for each pattern, fleet picks the hosts the real
 ``ansible PATTERN --list-hosts`` (ansible-core, the test's oracle; read for all of a site's
 patterns in one process, as that command reads one, and held to the command on a few) lists, in
-the same order; or, where Ansible picks none, fleet refuses in one line. Where fleet's own range reading of the same
-words would name other hosts, fleet refuses, and its message names Ansible's reading.
+the same order; or, where Ansible picks none, fleet refuses in one line. Where fleet's own range
+reading of the same words would name other hosts, fleet refuses, and its message names Ansible's
+reading.
 
 Two sites: the YAML example of docs/inventory.md (read from the doc itself) and an INI site with
 nested groups, a rack, a fabric, hosts that are down, letters and domain names.
