@@ -163,26 +163,28 @@ def test_the_connection_cut_mid_copy_leaves_a_prefix_that_resumes_through_openss
     # The node's dd stops after 8 MiB of the 48 and holds on: the cut comes while the copy waits, so
     # that it is cut mid-copy however fast or loaded this machine is.
     tools = node_path_with_a_dd_that_stops(8 << 20)
-    with SSHCluster(1, options={"SetEnv": f"PATH={tools}"}) as node:
-        report = node_file(node, f"cut-{wire}.nsys-rep", 48 << 20)
-        dest = tmp_path / "cut.nsys-rep"
+    try:
+        with SSHCluster(1, options={"SetEnv": f"PATH={tools}"}) as node:
+            report = node_file(node, f"cut-{wire}.nsys-rep", 48 << 20)
+            dest = tmp_path / "cut.nsys-rep"
 
-        async def cut(partial: Path, work) -> None:
-            while not partial.exists() or partial.stat().st_size < (4 << 20):
-                await asyncio.sleep(0.002)
-                assert not work.done(), work.result()
-            for pid in descendants(node.hosts[0].pid):  # this test's sshd sessions only, by pid
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(pid, signal.SIGKILL)
+            async def cut(partial: Path, work) -> None:
+                while not partial.exists() or partial.stat().st_size < (4 << 20):
+                    await asyncio.sleep(0.002)
+                    assert not work.done(), work.result()
+                for pid in descendants(node.hosts[0].pid):  # this test's sshd sessions only, by pid
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(pid, signal.SIGKILL)
 
-        first, _ = fetch(node, report, dest, during=cut)
-        got = dest.with_name(dest.name + ".partial").stat().st_size
-        data = Path(report["path"]).read_bytes()
-        assert not first["verified"] and 0 < got <= 8 << 20, (first, got)  # what the node sent, no more
-        assert dest.with_name(dest.name + ".partial").read_bytes() == data[:got]  # a clean prefix
-        (tools / "resume").touch()
-        second, routes = fetch(node, report, dest)
-    shutil.rmtree(tools)
+            first, _ = fetch(node, report, dest, during=cut)
+            got = dest.with_name(dest.name + ".partial").stat().st_size
+            data = Path(report["path"]).read_bytes()
+            assert not first["verified"] and 0 < got <= 8 << 20, (first, got)  # what the node sent, no more
+            assert dest.with_name(dest.name + ".partial").read_bytes() == data[:got]  # a clean prefix
+            (tools / "resume").touch()
+            second, routes = fetch(node, report, dest)
+    finally:
+        shutil.rmtree(tools)
     assert routes == [wire] and second["verified"] and second["resumed_from"] == got, second
     assert dest.read_bytes() == data
 
