@@ -5,7 +5,6 @@ format the client had come to refuse, and every host said "no probe answer from 
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
 import subprocess
@@ -15,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import REPO
-from tests.harness import fakenvml
+from tests.harness.agent_node import Node
 
 # Each benchmark starts sshd hosts, a Slurm cluster or the team store's servers in a process of its own, as root.
 pytestmark = [pytest.mark.services, pytest.mark.root]
@@ -135,10 +134,7 @@ def test_the_team_store_benchmark_sends_beside_boto3_and_lists_the_catalog(tmp_p
 
 
 def test_the_agent_profile_times_the_shipped_agent_and_names_where_its_time_goes(tmp_path):
-    scenario = tmp_path / "gpus.txt"
-    fakenvml.write_scenario(scenario, {"gpus": [{"index": 0}]})
-    env = {**os.environ, **fakenvml.env(fakenvml.build(tmp_path / "lib"), scenario),
-           "PATH": f"{REPO / 'tests' / 'standins'}:{os.environ['PATH']}"}  # the node's nsys and ncu, asked --version
+    env = Node(tmp_path).env  # a simulated H200, the stand-in nsys and ncu on PATH (asked --version)
     argv = ["bench/agent_profile.py", "--python", sys.executable, "--runs", "1", "--top", "40"]
     r = subprocess.run([sys.executable, *argv], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]

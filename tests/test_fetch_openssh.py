@@ -141,14 +141,20 @@ def test_a_file_grown_after_the_node_hashed_it_brings_only_the_bytes_hashed(clus
     assert routes == [wire] and entry["verified"] and dest.stat().st_size == 3 << 20, entry
 
 
+def node_path(*tools: str) -> Path:
+    """A folder for one sshd's PATH (its SetEnv): only ``tools``, as this machine has them."""
+    path = Path(tempfile.mkdtemp(prefix="fleet-node-path-"))
+    path.chmod(0o755)
+    for tool in tools:
+        (path / tool).symlink_to(shutil.which(tool))
+    return path
+
+
 def node_path_with_a_dd_that_stops(held: int) -> Path:
-    """The node's PATH for one sshd (its SetEnv): sh, nice and zstd as they are, and a dd that sends
-    the first ``held`` bytes of what it was asked for and then holds the connection open without a
-    byte more, until the file ``resume`` appears beside it; from then on, the real dd."""
-    tools = Path(tempfile.mkdtemp(prefix="fleet-node-path-"))
-    tools.chmod(0o755)
-    for tool in ("sh", "nice", "zstd"):
-        (tools / tool).symlink_to(shutil.which(tool))
+    """The node's PATH: sh, nice and zstd as they are, and a dd that sends the first ``held`` bytes
+    of what it was asked for and then holds the connection open without a byte more, until the file
+    ``resume`` appears beside it; from then on, the real dd."""
+    tools = node_path("sh", "nice", "zstd")
     real = {tool: shutil.which(tool) for tool in ("dd", "head", "sleep")}
     (tools / "dd").write_text(f"""#!/bin/sh
 if [ -e {tools}/resume ]; then exec {real['dd']} "$@"; fi
@@ -221,10 +227,7 @@ def test_a_node_whose_compressed_stream_is_not_what_was_asked_is_refused(tmp_pat
 
 def test_a_node_without_zstd_sends_the_file_raw_when_asked_to_compress(tmp_path, monkeypatch):
     monkeypatch.setattr(compressed.LinkRates, "slow", lambda self, host: True)
-    tools = Path(tempfile.mkdtemp(prefix="fleet-node-path-"))  # the node's PATH: what the command needs, no zstd
-    tools.chmod(0o755)
-    for tool in ("sh", "dd", "nice"):
-        (tools / tool).symlink_to(shutil.which(tool))
+    tools = node_path("sh", "dd", "nice")  # what the command needs, no zstd
     with SSHCluster(1, options={"SetEnv": f"PATH={tools}"}) as node:
         report = node_file(node, "raw.sqlite", 3 << 20)
         dest = tmp_path / "raw.sqlite"
