@@ -13,6 +13,8 @@ from typing import TYPE_CHECKING, Callable
 
 from .agent import wire
 from .agent.bundle import BOOTSTRAP, bundle
+from .agent.messages import RepairAnswer
+from .policy.nodestate import NodeState
 from .transport import Result
 
 if TYPE_CHECKING:
@@ -75,7 +77,7 @@ def agent_args(host: "Host", owner_uid: int | None = None, environment_check: bo
 
 
 def read_state(host: "Host", r: Result) -> Result:
-    """Turn the agent's output into ``r.extra['state']``, or a clear per-host error."""
+    """Turn the agent's output into ``r.extra['state']`` (a :class:`NodeState`), or a clear per-host error."""
     if r.error and (not r.reached or r.error_kind == "agent"):  # unreachable, or an answer past its bound
         return r
     python = host.vars.get("ansible_python_interpreter", "python3")
@@ -91,33 +93,39 @@ def read_state(host: "Host", r: Result) -> Result:
         r.error, r.error_kind = f"agent failed on {host.name}: {last}", r.error_kind or "agent"
         return r
     try:
-        r.extra["state"] = read_answer(r.stdout.decode("utf-8", "replace"), "probe")
+        r.extra["state"] = NodeState.read(read_answer(r.stdout.decode("utf-8", "replace"), "probe"))
         r.stdout = b""  # kept parsed: with thousands of hosts, not twice
     except wire.WireError as e:
         r.error, r.error_kind = f"{host.name}: {e}", "agent"
     return r
 
 
+def probed_document(r: Result) -> dict | None:
+    """The probe's answer as the agent wrote it (its strings cut), for ``--json``; None where none came."""
+    state = r.extra.get("state")
+    return state.document if state is not None else None
+
+
 def read_repair(host: "Host", r: Result) -> Result:
-    """``fleet repair``'s answer from the agent: ``r.extra['repair']`` (what was put back), or one
-    line in ``r.error``; the agent may print its own error, print nothing, or something else."""
+    """``fleet repair``'s answer from the agent: ``r.extra['repair']`` (what was put back, a
+    ``messages.Repaired``), or one line in ``r.error``; the agent may print its own error, print
+    nothing, or something else."""
     if r.error and not r.reached:
         return r
     text = r.stdout.decode("utf-8", "replace")
     try:
-        doc = read_answer(text, "repair")
+        answer = RepairAnswer.read(read_answer(text, "repair"))
     except wire.WireError:
-        doc = None
-    done = doc.get("value") if isinstance(doc, dict) else None
-    if isinstance(doc, dict) and isinstance(doc.get("error"), str):
-        r.error, r.error_kind = f"{host.name}: {doc['error']}", "agent"
-    elif not isinstance(done, dict) or not isinstance(done.get("restored"), dict):
+        answer = RepairAnswer()
+    if answer.error is not None:
+        r.error, r.error_kind = f"{host.name}: {answer.error}", "agent"
+    elif answer.value is None:
         err = r.stderr.decode("utf-8", "replace").strip().splitlines()
         why = err[-1] if err else f"it printed {text.strip()[:80]!r}" if text.strip() else "it printed nothing"
         r.error, r.error_kind = (f"{host.name}: the agent gave no repair result (exit status "
                                  f"{r.exit_status}): {why}"), "agent"
     else:
-        r.extra["repair"] = done
+        r.extra["repair"] = answer.value
     return r
 
 

@@ -9,12 +9,14 @@ A line past :data:`LINE_LIMIT` ends that host's look. A host whose last sample i
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable
 
 from .agent import wire
+from .agent.messages import Activity, Conditions, LookGpu, LookProcess, LookSample
 from .agentcall import cut_strings
 from .policy import neighbours, verdicts
+from .policy.nodestate import Gpu, NodeState
 from .policy.vocabulary import Request
 
 LINE_LIMIT = 4 << 20   # bytes of one sample's line: a few KB a GPU; a node sending more is not believed
@@ -31,9 +33,9 @@ class GpuView:
     name: str | None
     memory_used: int | None
     memory_total: int | None
-    activity: dict
-    conditions: dict
-    processes: list[dict]
+    activity: Activity
+    conditions: Conditions
+    processes: list[LookProcess]
     unseen: list[str]           # what shows processes the lists hide (another PID namespace)
     ncu: str                    # the verdict for ncu there now: ok or refused
     ncu_reasons: tuple[str, ...]
@@ -43,8 +45,9 @@ class GpuView:
     def to_json(self) -> dict:
         return {"host": self.host, "index": self.index, "name": self.name, "uuid": self.uuid,
                 "memory_used": self.memory_used,
-                "memory_total": self.memory_total, "activity": self.activity, "conditions": self.conditions,
-                "processes": self.processes, "unseen": self.unseen, "ncu": self.ncu,
+                "memory_total": self.memory_total, "activity": self.activity.to_json(),
+                "conditions": self.conditions.to_json(), "processes": [p.to_json() for p in self.processes],
+                "unseen": self.unseen, "ncu": self.ncu,
                 "ncu_reasons": list(self.ncu_reasons), "free": self.free}
 
 
@@ -56,7 +59,7 @@ class HostView:
     sampled_at: float | None = None        # the node's clock at that sample
     gpus: list[GpuView] = field(default_factory=list)
     error: str | None = None
-    state: dict | None = field(default=None, repr=False)  # the node's probed state, from its first line
+    state: NodeState | None = field(default=None, repr=False)  # the node's probed state, from its first line
     started: float = field(default_factory=time.monotonic)
 
     def stale(self, now: float, interval: float) -> bool:
@@ -68,33 +71,34 @@ class HostView:
         return now - self.received > STALE_AFTER * interval
 
 
-def _merged(state: dict, look: dict) -> dict:
+def _merged(state: NodeState, sample: LookSample) -> NodeState:
     """The probed state with each GPU's people and memory as this sample saw them."""
-    fresh = {g["index"]: g for g in look["gpus"]}
-    gpus = [dict(g, **{k: fresh[g["index"]][k] for k in ("processes", "process_list_error",
-                                                           "memory_used_by_processes", "sampled_pids")
-                       if k in fresh.get(g["index"], {})})
-            for g in state.get("gpus") or [] if isinstance(g, dict) and g.get("index") in fresh]
-    return dict(state, gpus=gpus)
+    fresh = {g.index: Gpu.read(g.document) for g in sample.gpus}
+    return replace(state, gpus=tuple(
+        replace(g, processes=fresh[g.index].processes, process_list_error=fresh[g.index].process_list_error,
+                memory_used_by_processes=fresh[g.index].memory_used_by_processes,
+                sampled_pids=fresh[g.index].sampled_pids)
+        for g in state.gpus if g.index in fresh))
 
 
-def judge(host: str, state: dict, look: dict) -> list[GpuView]:
+def judge(host: str, state: NodeState, sample: LookSample) -> list[GpuView]:
     """Each GPU of one sample, with the policy's verdict for ncu on it alone."""
-    merged = _merged(state, look)
-    known = {g["index"]: g for g in merged["gpus"]}
-    views = []
-    for g in look["gpus"]:
-        request = Request(gpus=(g["index"],))
-        verdict = verdicts.counters(merged, request, "ncu", "ncu") if g["index"] in known else None
-        shared = neighbours.sharing(merged, request) if g["index"] in known else [("not in the node's state", "")]
-        views.append(GpuView(
-            host, g["index"], known.get(g["index"], {}).get("name"), g.get("memory_used"), g.get("memory_total"),
-            g["activity"], g.get("conditions") or {}, g["processes"],
-            neighbours.unseen_tenants(merged, request) if g["index"] in known else [],
-            verdict.status if verdict else "refused",
-            verdict.reasons if verdict else ("the node's first sample did not describe this GPU",),
-            not shared, known.get(g["index"], {}).get("uuid")))
-    return views
+    merged = _merged(state, sample)
+    known = {g.index: g for g in merged.gpus}
+    return [_view(host, merged, known[g.index] if g.index in known else None, g) for g in sample.gpus]
+
+
+def _view(host: str, merged: NodeState, probed: Gpu | None, g: LookGpu) -> GpuView:
+    """One GPU of a sample as the look shows it; ``probed``: the node's state of it, None where the
+    node's first sample did not describe it (then it counts as refused and shared)."""
+    request = Request(gpus=(g.index,))
+    if probed is None:
+        return GpuView(host, g.index, None, g.memory_used, g.memory_total, g.activity, g.conditions,
+                       list(g.processes), [], "refused", ("the node's first sample did not describe this GPU",), False)
+    verdict = verdicts.counters(merged, request, "ncu", "ncu")
+    return GpuView(host, g.index, probed.name, g.memory_used, g.memory_total, g.activity, g.conditions,
+                   list(g.processes), neighbours.unseen_tenants(merged, request), verdict.status, verdict.reasons,
+                   not neighbours.sharing(merged, request), probed.uuid)
 
 
 class Lines:
@@ -115,16 +119,23 @@ class Lines:
             self.buf.clear()
 
 
-def take(view: HostView, body: dict, on_view: Callable[[HostView], None]) -> None:
-    """One sample of a host's look, held to its shape, judged and shown."""
+def sample_of(body: dict) -> tuple[LookSample | None, str | None]:
+    """A sample's body held to its shape and read (its strings cut), or why it is not taken."""
     wrong = wire.problems(body, "look")
     if wrong:
-        view.error = f"its look is malformed: {'; '.join(wrong[:2])}"
-    elif view.state is None and "state" not in body:
+        return None, f"its look is malformed: {'; '.join(wrong[:2])}"
+    return LookSample.read(cut_strings(body)), None
+
+
+def take(view: HostView, body: dict, on_view: Callable[[HostView], None]) -> None:
+    """One sample of a host's look, held to its shape, judged and shown."""
+    sample, why = sample_of(body)
+    if sample is None:
+        view.error = why
+    elif view.state is None and sample.state is None:
         view.error = "its look began without the node's state"
     else:
-        body = cut_strings(body)
-        view.state = body.get("state") or view.state
-        view.seq, view.received, view.sampled_at = body["seq"], time.monotonic(), body.get("time")
-        view.gpus = judge(view.host, view.state, body)
+        view.state = NodeState.read(sample.state) if sample.state is not None else view.state
+        view.seq, view.received, view.sampled_at = sample.seq, time.monotonic(), sample.time
+        view.gpus = judge(view.host, view.state, sample)
     on_view(view)

@@ -201,47 +201,55 @@ def plan(host: str, state: policy.NodeState, req: ProfileRequest, owned_sysctls:
     if refused is not None:
         return refused
 
-    rd = (state.get("report_dir") or {}).get("path") or "/var/tmp/fleet"
+    rd = (state.report_dir and state.report_dir.path) or "/var/tmp/fleet"
     # Named by the inventory's host name, which is unique even where nodes share a report
     # directory (NFS) and their hostnames collide (containers); with a launcher, by rank too.
     starts, workload, output = _launched(host, req, f"{rd}/{req.run_id}")
     window, capture, workload = _windows(host, req, f"{rd}/{req.run_id}", workload)
     chosen = policy.chosen_gpus(state, request)
-    tools = state.get("tools") or {}
+    tools = state.tools
     if req.tool == "nsys":
         nsys = _nsys(host, req, verdicts, chosen, output)
-        command = Command((tools["nsys"]["path"], "profile"), nsys.flags, req.profiler_args, workload, launcher=starts)
+        command = Command((tools.nsys.path, "profile"), nsys.flags, req.profiler_args, workload, launcher=starts)
     else:
         flags = _without_overridden("ncu", ["--clock-control", req.clock_control, "--export", output],
                                     req.profiler_args)
-        command = Command((tools["ncu"]["path"],), tuple(flags), req.profiler_args, workload, launcher=starts)
+        command = Command((tools.ncu.path,), tuple(flags), req.profiler_args, workload, launcher=starts)
         nsys = NsysPart((), [], {}, None)  # ncu gives up nothing, sets no sysctl and has no session
     notes = counters.reasons if req.uses_counters else base.reasons
     return Plan(host, OK, tuple(notes), None, command, output=output, report_dir=f"{rd}/{req.run_id}",
                 sysctls=nsys.sysctls, owned_sysctls=owned, given_up=tuple(nsys.given_up),
                 timeout=req.timeout, lock_wait=req.lock_wait, tool=req.tool, ranks=req.ranks,
-                nsys=(tools.get("nsys") or {}).get("path"), ncu=(tools.get("ncu") or {}).get("path"),
+                nsys=tools.nsys and tools.nsys.path, ncu=tools.ncu and tools.ncu.path,
                 session=nsys.session, window=window, capture=capture,
                 **_guarded(state, req, request, chosen))
 
 
-def _guarded(state: policy.NodeState, req: ProfileRequest, request: policy.Request, chosen: list[dict]) -> dict:
+def _guarded(state: policy.NodeState, req: ProfileRequest, request: policy.Request,
+             chosen: tuple[policy.Gpu, ...]) -> dict:
     """What guards the run, as the policy's guards for it say (the Plan's fields): the workload
     pinned to its GPUs, their counter locks, the last-moment check, DCGM paused, the run watch."""
     guard = policy.guards(request, req.uses_counters)
-    pinned = {"CUDA_VISIBLE_DEVICES": ",".join(g["uuid"] for g in chosen)} if guard.pin_gpus else {}
+    pinned = {"CUDA_VISIBLE_DEVICES": ",".join(_uuid(g) for g in chosen)} if guard.pin_gpus else {}
     return {"env": {**pinned, **windows.app_env(req)},
-            "gpu_locks": tuple(g["uuid"] for g in chosen) if guard.gpu_locks else (),
-            "recheck": {"gpus": [g["index"] for g in chosen], "allow_own": req.allow_own} if guard.recheck else {},
+            "gpu_locks": tuple(_uuid(g) for g in chosen) if guard.gpu_locks else (),
+            "recheck": {"gpus": [g.index for g in chosen], "allow_own": req.allow_own} if guard.recheck else {},
             "pause_dcgm": guard.node_state and policy.dcgm_pause(state, chosen, req.pause_dcgm, req.uses_counters),
-            "watch": {"gpus": [g["index"] for g in chosen] if req.gpus is not None else None,
+            "watch": {"gpus": [g.index for g in chosen] if req.gpus is not None else None,
                       "allow_own": req.allow_own, "job": req.job, "counters": req.uses_counters}}
+
+
+def _uuid(g: policy.Gpu) -> str:
+    """A GPU's UUID, by which a run pins and locks it: a GPU the node names none for cannot be."""
+    if g.uuid is None:
+        raise ValueError(f"GPU {g.index} has no UUID in the node's state")
+    return g.uuid
 
 
 def _asked_amiss(host: str, state: policy.NodeState, req: ProfileRequest) -> Plan | None:
     """The refusal of what no node can run as asked: a GPU it lacks, profiler options the profiler
     would refuse, a window or a timeout out of bounds; None where the request holds."""
-    missing = [i for i in (req.gpus or ()) if i not in [g.get("index") for g in state.get("gpus") or []]]
+    missing = [i for i in (req.gpus or ()) if i not in [g.index for g in state.gpus]]
     if missing:
         return Plan(host, REFUSED, (f"no GPU {missing} on this node",), "choose a GPU that `fleet probe` lists")
     if (why := profiler_args_error(req.tool, req.profiler_args) or window_problem(req)):
@@ -271,7 +279,8 @@ class NsysPart:
     session: str | None
 
 
-def _nsys(host: str, req: ProfileRequest, verdicts: dict, chosen: list[dict], output: str) -> NsysPart:
+def _nsys(host: str, req: ProfileRequest, verdicts: dict, chosen: tuple[policy.Gpu, ...],
+          output: str) -> NsysPart:
     sampling = verdicts["nsys-cpu-sampling"]
     flags = [f"--output={output}", *sampling.flags]
     # One nsys on the node itself, which `nsys stop` there reaches: not under a launcher (each rank's nsys
@@ -279,7 +288,7 @@ def _nsys(host: str, req: ProfileRequest, verdicts: dict, chosen: list[dict], ou
     # session is every such run's: a yield stops it, and so does Ctrl-C's "leave the workload running".
     reachable = req.launcher is None and req.docker_image is None
     if req.gpu_metrics:
-        flags.append("--gpu-metrics-devices=" + ",".join(str(g["index"]) for g in chosen))
+        flags.append("--gpu-metrics-devices=" + ",".join(str(g.index) for g in chosen))
     if reachable:
         flags.append("--session-new=" + session_name(req.run_id, host))
     flags = _without_overridden("nsys", flags + _nsys_end(req), req.profiler_args)

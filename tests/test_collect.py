@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from fleet.agent.messages import ReportFile
 from fleet.collection.fetch import fetch_verified
 from fleet.inventory import load
 from fleet.transport import Fanout
@@ -32,9 +33,9 @@ def fetch(cluster, report, dest, fan=None):
     async def go():
         host = load([cluster.inventory]).select(["h01"])[0]
         if fan is not None:
-            return await fetch_verified(fan, host, report, dest)
+            return await fetch_verified(fan, host, ReportFile.read(report), dest)
         async with Fanout(SSHSettings(config=str(cluster.ssh_config))) as f:
-            return await fetch_verified(f, host, report, dest)
+            return await fetch_verified(f, host, ReportFile.read(report), dest)
     return asyncio.run(go())
 
 
@@ -111,7 +112,7 @@ def test_the_connection_cut_mid_transfer_then_resumed_and_verified(cluster, tmp_
     async def go():
         host = load([cluster.inventory]).select(["h01"])[0]
         async with Fanout(SSHSettings(config=str(cluster.ssh_config))) as fan:
-            first = asyncio.ensure_future(fetch_verified(fan, host, report, dest))
+            first = asyncio.ensure_future(fetch_verified(fan, host, ReportFile.read(report), dest))
             while not partial.exists() or partial.stat().st_size < (4 << 20):
                 await asyncio.sleep(0.005)
                 assert not first.done(), first.result()
@@ -125,7 +126,7 @@ def test_the_connection_cut_mid_transfer_then_resumed_and_verified(cluster, tmp_
                     os.kill(pid, signal.SIGKILL)
             cut = await first
             got = partial.stat().st_size if partial.exists() else 0
-            second = await fetch_verified(fan, host, report, dest)
+            second = await fetch_verified(fan, host, ReportFile.read(report), dest)
             return cut, got, second
 
     cut, got, second = asyncio.run(go())

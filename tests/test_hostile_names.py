@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from fleet import exitcodes, safenames, store
+from fleet import exitcodes, policy, safenames, store
 from fleet.agent import node, run, wire
 from fleet.agent.bundle import BOOTSTRAP, bundle
 from fleet.inventory import Host, InventoryError, load
@@ -149,7 +149,8 @@ def test_the_agent_on_the_node_refuses_a_plan_that_writes_outside_its_run(tmp_pa
     reports = tmp_path / "var" / "reports"
     state = node.probe({"tools": {"nsys": str(STANDINS / "nsys")}, "report_dir": str(reports),
                         "environment_check": False})
-    p = plan("h01", state, ProfileRequest(tool="nsys", command=("touch", str(tmp_path / "ran")), run_id="r"))
+    p = plan("h01", policy.NodeState.read(state), ProfileRequest(tool="nsys", command=("touch", str(tmp_path / "ran")),
+                                                                 run_id="r"))
     run_dir, before = str(reports / "r"), tree(tmp_path)
     doc = {k: v.replace("RUNROOT", str(reports)).replace("RUN", run_dir) for k, v in change.items()}
     out = shipped_agent(replace(p, **doc).to_json())

@@ -240,6 +240,7 @@ def test_a_partial_copy_planted_as_a_link_is_not_written_through(cluster, tmp_pa
     import hashlib
 
     from fleet.inventory import load
+    from fleet.agent.messages import ReportFile
     from fleet.collection.fetch import fetch_verified
     from fleet.transport import Fanout
     from fleet.transport.settings import SSHSettings
@@ -260,8 +261,8 @@ def test_a_partial_copy_planted_as_a_link_is_not_written_through(cluster, tmp_pa
     async def go():
         host = load([cluster.inventory]).select(["h01"])[0]
         async with Fanout(SSHSettings(config=str(cluster.ssh_config))) as fan:
-            return await fetch_verified(fan, host, {"path": str(node_copy), "size": len(data),
-                                                    "sha256": hashlib.sha256(data).hexdigest()}, dest)
+            return await fetch_verified(fan, host, ReportFile(str(node_copy), len(data),
+                                                              hashlib.sha256(data).hexdigest()), dest)
     entry = asyncio.run(go())
     assert victim.read_text() == "precious\n"
     assert entry["verified"], entry

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from fleet import exitcodes, store
+from fleet import exitcodes, policy, store
 from fleet.lab import profile
 from fleet.agent import node, task
 from fleet.store.manifest import (SCHEMA_VERSION, HostEntry, ManifestError, ProcessSeen, ReportEntry, RunManifest,
@@ -110,7 +110,8 @@ def test_processes_seen_have_the_same_keys_on_lab_servers_and_on_slurm(monkeypat
              "gpus": [{"index": 0, "uuid": "GPU-0", "name": "NVIDIA H200", "processes": [
                  {"pid": 4242, "user": "bob", "used_memory": 10**9, "foreign": True, "slurm_job": "77"}]}]}
     req = ProfileRequest(tool="nsys", command=("true",), run_id="20261130-000000-abcd")
-    lab = profile.entry_for(req, profile.HostRun("h01", "planned", plan("h01", state, req), state))
+    read = policy.NodeState.read(state)
+    lab = profile.entry_for(req, profile.HostRun("h01", "planned", plan("h01", read, req), read))
     # On Slurm the rank plans itself on its node and its result carries what it saw there.
     monkeypatch.setattr(node, "probe", lambda args: state)
     _, context = task.plan_rank({"request": {"tool": "nsys", "run_id": req.run_id}, "report_dir": "/scratch/fleet"},

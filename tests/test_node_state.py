@@ -1,9 +1,10 @@
-"""The node's state has one shape: the TypedDicts of fleet/policy/vocabulary.py name exactly the
-keys the agent fills, as the shipped agent's probe answers over the wire, and the wire's shapes
-name no key besides them."""
+"""The node's state has one shape: the dataclasses of fleet/policy/nodestate.py name exactly the
+keys the agent fills, as the shipped agent's probe answers over the wire; their reader keeps every
+value the agent sent; and the wire's shapes name no key besides them."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import pwd
@@ -15,59 +16,93 @@ import typing
 from pathlib import Path
 
 from fleet.agent import bundle, wire
-from fleet.policy import vocabulary as v
+from fleet.policy import nodestate as ns
 from tests.harness import fakenvml
 from tests.harness.sshd import STANDINS
 
-# Reached from NodeState but filled by no probe: a section's error (a collector that failed) and
-# what a Slurm rank adds of its node's prolog (agent/task.py).
-NOT_PROBED = {v.SectionError, v.PrologVerdict}
+# Reached from NodeState but filled by no probe: what a Slurm rank adds of its node's prolog
+# (agent/task.py), and what the reader keeps besides the document's keys.
+NOT_PROBED = {ns.PrologVerdict}
 ADDED_BY_A_RANK = {"prolog_verdict"}
+READER_ONLY = {"errors", "document"}
 
 
 def all_keys(cls) -> set[str]:
-    return set(cls.__required_keys__ | cls.__optional_keys__)
+    """The document's keys a dataclass reads: its fields, less what the reader keeps of its own."""
+    return {f.name for f in dataclasses.fields(cls)} - (READER_ONLY if cls is ns.NodeState else set())
 
 
-def _dict_arms(hint) -> list:
-    """The TypedDicts a hint allows (``X | None``, ``X | SectionError``, ``X``)."""
-    if typing.is_typeddict(hint):
-        return [hint]
+def _arms(hint) -> list:
+    """The hint's alternatives (``X | None``, ``X``)."""
     if typing.get_origin(hint) in (typing.Union, types.UnionType):
-        return [a for a in typing.get_args(hint) if typing.is_typeddict(a)]
-    return []
+        return list(typing.get_args(hint))
+    return [hint]
 
 
-def walk(value, hint, where: str, seen: dict, wrong: list) -> None:
-    """Holds ``value`` to ``hint``: each dict's keys to its TypedDict's (every required key there,
-    none it does not name), and records which keys of each TypedDict were seen."""
-    arms = _dict_arms(hint)
-    if arms and isinstance(value, dict):
-        fits = [c for c in arms if c.__required_keys__ <= set(value) <= all_keys(c)]
-        if not fits:
-            wrong.append(f"{where}: keys {sorted(value)} fit none of {[c.__name__ for c in arms]}")
+def _class_arm(hint):
+    found = [a for a in _arms(hint) if dataclasses.is_dataclass(a)]
+    return found[0] if found else None
+
+
+def _item_hint(hint):
+    """The items' hint of a ``Tuple[X, ...]`` arm (a list in the document), or None."""
+    for arm in _arms(hint):
+        if typing.get_origin(arm) in (tuple, typing.Tuple):
+            return typing.get_args(arm)[0]
+    return None
+
+
+def walk(value, hint, where: str, seen: dict, wrong: list, section: bool = False) -> None:
+    """Holds ``value`` (the document) to ``hint``: each dict's keys to its dataclass's fields (none it
+    does not name; a failed section's ``{"error": ...}`` where the probe may leave one), and records
+    which fields of each dataclass were seen."""
+    cls = _class_arm(hint)
+    if cls is not None and isinstance(value, dict):
+        if section and set(value) == {"error"}:
             return
-        cls = fits[0]
+        extra = set(value) - all_keys(cls)
+        if extra:
+            wrong.append(f"{where}: keys {sorted(extra)} are not fields of {cls.__name__}")
+            return
         seen.setdefault(cls, set()).update(value)
         hints = typing.get_type_hints(cls)
         for key, item in value.items():
-            walk(item, hints[key], f"{where}.{key}", seen, wrong)
-    elif arms and value is not None and not any(a in (str, int) for a in typing.get_args(hint)):
+            walk(item, hints[key], f"{where}.{key}", seen, wrong, cls is ns.NodeState and key in ns.SECTIONS)
+    elif cls is not None and value is not None:
         wrong.append(f"{where}: {value!r} is no object")
-    elif typing.get_origin(hint) in (list, typing.List) and isinstance(value, list):
+    elif _item_hint(hint) is not None and isinstance(value, list):
         for i, item in enumerate(value):
-            walk(item, typing.get_args(hint)[0], f"{where}[{i}]", seen, wrong)
+            walk(item, _item_hint(hint), f"{where}[{i}]", seen, wrong)
+
+
+def kept(read, value, where: str, wrong: list) -> None:
+    """Whether the reader kept ``value`` (the document) as ``read``: every key's value, a list as a
+    tuple, an object as its dataclass, a failed section in ``errors``."""
+    if dataclasses.is_dataclass(read) and isinstance(value, dict):
+        for key, item in value.items():
+            if isinstance(read, ns.NodeState) and isinstance(item, dict) and set(item) == {"error"}:
+                if read.errors.get(key) != item["error"]:
+                    wrong.append(f"{where}.{key}: the section's error is not kept")
+                continue
+            kept(getattr(read, key), item, f"{where}.{key}", wrong)
+    elif isinstance(value, list):
+        if not isinstance(read, tuple) or len(read) != len(value):
+            wrong.append(f"{where}: {value!r} read as {read!r}")
+            return
+        for i, (r, v) in enumerate(zip(read, value)):
+            kept(r, v, f"{where}[{i}]", wrong)
+    elif read != value:
+        wrong.append(f"{where}: {value!r} read as {read!r}")
 
 
 def reachable(cls, out: set | None = None) -> set:
-    """Every TypedDict ``cls`` holds, however deep."""
+    """Every dataclass ``cls`` holds, however deep."""
     out = set() if out is None else out
     out.add(cls)
     for hint in typing.get_type_hints(cls).values():
-        for part in [hint, *typing.get_args(hint), *(a for h in typing.get_args(hint) for a in typing.get_args(h))]:
-            for arm in _dict_arms(part):
-                if arm not in out:
-                    reachable(arm, out)
+        for part in (_class_arm(hint), _class_arm(_item_hint(hint)) if _item_hint(hint) else None):
+            if part is not None and part not in out:
+                reachable(part, out)
     return out
 
 
@@ -99,8 +134,9 @@ def unused_pid() -> int:
 def test_the_probe_fills_exactly_the_node_states_keys(tmp_path):
     """Two nodes that between them show every key: GPUs with an own process, another account's and
     one whose pid cannot be seen, a GPU in MIG mode; nsys as found, an ncu others could change, DCGM's
-    port listening; and a node where NVML fails to start. A key the agent adds, renames or drops without the type, or
-    one the type names that the agent never fills, fails here."""
+    port listening; and a node where NVML fails to start. A key the agent adds, renames or drops
+    without the type, one the type names that the agent never fills, or a value the reader does not
+    keep, fails here."""
     lib = fakenvml.build(tmp_path / "lib")
     nobody = pwd.getpwnam("nobody")
     own = subprocess.Popen(["sleep", "300"], stdin=subprocess.DEVNULL, start_new_session=True)
@@ -132,10 +168,11 @@ def test_the_probe_fills_exactly_the_node_states_keys(tmp_path):
     seen: dict = {}
     wrong: list = []
     for i, state in enumerate(states):
-        assert set(state) == all_keys(v.NodeState) - ADDED_BY_A_RANK, i
-        walk(state, v.NodeState, f"state{i}", seen, wrong)
+        assert set(state) == all_keys(ns.NodeState) - ADDED_BY_A_RANK, i
+        walk(state, ns.NodeState, f"state{i}", seen, wrong)
+        kept(ns.NodeState.read(state), state, f"state{i}", wrong)
     assert wrong == []
-    unfilled = {cls.__name__: sorted(all_keys(cls) - seen.get(cls, set())) for cls in reachable(v.NodeState)
+    unfilled = {cls.__name__: sorted(all_keys(cls) - seen.get(cls, set())) for cls in reachable(ns.NodeState)
                 if cls not in NOT_PROBED}
     assert {name: keys for name, keys in unfilled.items() if keys} == {"NodeState": sorted(ADDED_BY_A_RANK)}
     processes = states[0]["gpus"][0]["processes"]
@@ -144,19 +181,23 @@ def test_the_probe_fills_exactly_the_node_states_keys(tmp_path):
 
 def test_the_wire_holds_a_probe_to_keys_of_the_node_state():
     """What the controller checks of a probe's answer names keys the agent fills, under the same names."""
-    assert set(wire.PROBE) <= all_keys(v.NodeState)
-    assert set(wire.GPU) <= all_keys(v.Gpu)
-    assert set(wire.PROCESS) <= all_keys(v.GpuProcess)
+    assert set(wire.PROBE) <= all_keys(ns.NodeState)
+    assert set(wire.GPU) <= all_keys(ns.Gpu)
+    assert set(wire.PROCESS) <= all_keys(ns.GpuProcess)
 
 
-def test_the_walk_finds_a_key_the_type_does_not_name():
-    """It would pass on nothing: an extra key, a missing one and a wrong nesting are each found."""
+def test_the_walk_finds_a_key_the_type_does_not_name_and_a_value_the_reader_drops():
+    """It would pass on nothing: an extra key, one deep down, an object that is none, a failed
+    section where none may fail, and a value the reader leaves out are each found."""
     wrong: list = []
     walk({"index": 0, "processes": [], "process_list_error": None, "memory_used_by_processes": None,
-          "sampled_pids": [], "surprise": 1}, v.GpuLook, "gpu", {}, wrong)
-    walk({"available": True}, v.Nvml, "nvml", {}, wrong)
-    walk({"gpus": [{"index": 0}]}, v.NodeState, "state", {}, wrong)
-    assert [w.split(":")[0] for w in wrong] == ["gpu", "nvml", "state.gpus[0]"]
+          "sampled_pids": [], "surprise": 1}, ns.Gpu, "gpu", {}, wrong)
+    walk({"gpus": [{"index": 0, "processes": [{"pid": 1, "surprise": 2}]}]}, ns.NodeState, "state", {}, wrong)
+    walk({"nvml": 3, "report_dir": {"error": "OSError: gone"}, "mps": {"error": "no"}}, ns.NodeState, "node", {},
+         wrong)
+    kept(ns.Gpu(index=0), {"index": 0, "name": "H200"}, "read", wrong)
+    assert [w.split(":")[0] for w in wrong] == ["gpu", "state.gpus[0].processes[0]", "node.nvml", "node.mps",
+                                                 "read.name"]
 
 
 def test_a_docker_run_where_the_other_profiler_was_not_found():
@@ -166,10 +207,11 @@ def test_a_docker_run_where_the_other_profiler_was_not_found():
     from fleet.plan import LabPart, ProfileRequest, plan
 
     nsys = "/opt/nvidia/nsight-systems/2025.3.1/bin/nsys"
-    state = {"uid": 1001, "gid": 1001, "euid": 1001, "perf_event_paranoid": 2, "host_pid_namespace": True,
-             "nvml": {"available": True, "error": None}, "report_dir": {"path": "/var/tmp/fleet-ana", "writable": True},
-             "tools": {"nsys": {"path": nsys, "found_by": "PATH"}, "ncu": None},
-             "gpus": [{"index": 0, "uuid": "GPU-a", "processes": []}]}
+    state = ns.NodeState.read({
+        "uid": 1001, "gid": 1001, "euid": 1001, "perf_event_paranoid": 2, "host_pid_namespace": True,
+        "nvml": {"available": True, "error": None}, "report_dir": {"path": "/var/tmp/fleet-ana", "writable": True},
+        "tools": {"nsys": {"path": nsys, "found_by": "PATH"}, "ncu": None},
+        "gpus": [{"index": 0, "uuid": "GPU-a", "processes": []}]})
     req = ProfileRequest(tool="nsys", command=("python3", "app.py"), run_id="r", lab=LabPart(docker_image="pytorch:25.01"))
     argv = in_docker(plan("h01", state, req), state, req, None).command.argv()
     mounts = [argv[i + 1] for i, w in enumerate(argv) if w == "-v"]

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from fleet import policy
 from fleet.plan import NSYS_REPEATABLE, NSYS_SHORT, NSYS_SWITCHES, LabPart, Plan, ProfileRequest, nsys_options, \
     plan, profiler_args_error
 from fleet.slurm.launchers import unsupported
@@ -23,18 +24,19 @@ STANDIN = Path(__file__).parent / "standins" / "nsys"
 HELP = (TOOLS / "nsys-profile-help" / "output.txt").read_text()
 
 
-def state(perf_event_paranoid: int = 2) -> dict:
+def state(perf_event_paranoid: int = 2) -> policy.NodeState:
     """A node as the agent describes it: two idle Hopper GPUs, nsys and ncu, a user at this level."""
     gpu = {"architecture": 9, "mig_mode": {"current": 0, "pending": 0}, "processes": []}
-    return {"euid": 1000, "uid": 1000, "perf_event_paranoid": perf_event_paranoid, "host_pid_namespace": True,
-            "capabilities": {"sys_admin": False, "perfmon": False},
-            "nvidia": {"driver_loaded": True, "profiling_admin_only": 0}, "nvml": {"available": True},
-            "gpus": [{**gpu, "index": 0, "uuid": "GPU-a"}, {**gpu, "index": 1, "uuid": "GPU-b"}],
-            "mps": {"control_daemon": [], "servers": []}, "dcgm": {"hostengine": [], "exporter": [], "listening": []},
-            "tools": {"nsys": {"path": "/opt/nsys", "version": "2025.3.1"},
-                      "ncu": {"path": "/opt/ncu", "version": "2025.3.1"}},
-            "report_dir": {"path": "/var/tmp/fleet-alice", "writable": True, "free_bytes": 10**11,
-                           "memory_backed": False}}
+    return policy.NodeState.read({
+        "euid": 1000, "uid": 1000, "perf_event_paranoid": perf_event_paranoid, "host_pid_namespace": True,
+        "capabilities": {"sys_admin": False, "perfmon": False},
+        "nvidia": {"driver_loaded": True, "profiling_admin_only": 0}, "nvml": {"available": True},
+        "gpus": [{**gpu, "index": 0, "uuid": "GPU-a"}, {**gpu, "index": 1, "uuid": "GPU-b"}],
+        "mps": {"control_daemon": [], "servers": []}, "dcgm": {"hostengine": [], "exporter": [], "listening": []},
+        "tools": {"nsys": {"path": "/opt/nsys", "version": "2025.3.1"},
+                  "ncu": {"path": "/opt/ncu", "version": "2025.3.1"}},
+        "report_dir": {"path": "/var/tmp/fleet-alice", "writable": True, "free_bytes": 10**11,
+                       "memory_backed": False}})
 # A switch's heading line in the help: "\t-t, --trace=", "\t(Experimental) --syscall",
 # "\t--nvtx-domain-[include|exclude]=" (two switches).
 HEADING = re.compile(r"^\t(?:\(\w+\) )?(?:(-\w), )?--([\w-]+)(?:\[([\w|-]+)\])?", re.M)

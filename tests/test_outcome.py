@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from fleet import exitcodes
+from fleet import exitcodes, policy
 from fleet.agent import node, wire
 from fleet.agent.messages import ProfileResult
 from fleet.inventory import Host
@@ -89,6 +89,7 @@ def on_lab(tmp_path: Path, answer: dict):
     req = ProfileRequest(tool="nsys", command=("true",), run_id="20261201-000000-abcd")
     state = node.probe({"tools": {"nsys": str(STANDINS / "nsys")}, "report_dir": str(tmp_path / "node"),
                         "environment_check": False})
+    state = policy.NodeState.read(state)
     run = lab.HostRun("h01", HostStatus.PLANNED, plan=plan("h01", state, req), state=state)
     assert run.plan.status == "ok", run.plan.reasons
     os.makedirs(os.path.dirname(run.plan.output), mode=0o700, exist_ok=True)

@@ -4,6 +4,7 @@ verdicts promise (no rule of its own)."""
 from __future__ import annotations
 
 import itertools
+from dataclasses import replace
 
 import pytest
 
@@ -77,7 +78,7 @@ PROLOG = [
 @pytest.mark.parametrize("verdict,expected", PROLOG)
 def test_prolog_verdict_fails_closed(verdict, expected):
     """It counted as "no tenants" when it saw no GPU, named no list, or was another job's."""
-    found = policy.prolog_tenants(verdict, "41")
+    found = policy.prolog_tenants(None if verdict is None else policy.PrologVerdict.read(verdict), "41")
     assert len(found) == len(expected) and all(e in f for e, f in zip(expected, found)), found
 
 
@@ -85,9 +86,9 @@ def test_dcgm_inside_a_job_is_the_prologs_to_pause():
     """A rank's plan paused DCGM itself, as the job's user: every rank failed with "needs root"."""
     s = state(gpus__0__architecture=8, dcgm__hostengine=[99])
     req = ProfileRequest(tool="ncu", command=("x",), run_id="r", pause_dcgm=True, rank=RankPart(job="41", gpus=(0,)))
-    refused = plan("rank0", dict(s, prolog_verdict=WHOLE), req)
+    refused = plan("rank0", replace(s, prolog_verdict=policy.PrologVerdict.read(WHOLE)), req)
     assert refused.status == REFUSED and "prolog did not pause" in refused.reasons[-1]
-    paused = plan("rank0", dict(s, prolog_verdict=dict(WHOLE, dcgm="paused")), req)
+    paused = plan("rank0", replace(s, prolog_verdict=policy.PrologVerdict.read(dict(WHOLE, dcgm="paused"))), req)
     assert paused.status == OK and paused.pause_dcgm is False and paused.sysctls == {}
 
 
@@ -267,13 +268,13 @@ JOB_GPUS = [
 def test_a_jobs_gpus_are_found_by_device_not_by_index(ids, gpus, expected):
     """Slurm's ids were taken as NVML indices: in a job with constrained devices the check looked
     at another GPU than the job's, or refused every rank ("no GPU [0]") where NVML saw none."""
-    assert policy.job_gpu_indices(ids, gpus) == expected
+    assert policy.job_gpu_indices(ids, tuple(policy.Gpu.read(g) for g in gpus)) == expected
 
 
 def test_a_rank_whose_nvml_sees_no_gpu_still_gets_a_trace():
     s = state(gpus=[], nvml={"available": False, "error": "no device in this job's cgroup"})
     req = ProfileRequest(tool="nsys", command=("x",), run_id="r",
-                         rank=RankPart(job="41", gpus=policy.job_gpu_indices((0,), [])))
+                         rank=RankPart(job="41", gpus=policy.job_gpu_indices((0,), ())))
     p = plan("rank0", s, req)
     assert p.status == OK and any(g.startswith("GPU activity") for g in p.given_up)
 
@@ -292,15 +293,15 @@ FREE = [
 @pytest.mark.parametrize("changes,expected", FREE)
 def test_free_gpus_follow_the_counters_refusal_and_put_the_least_busy_first(changes, expected):
     s = state(**changes)
-    assert [g["index"] for g in policy.free_gpus(s, Request())] == expected
-    for g in s["gpus"]:  # free exactly where ncu would be allowed on that GPU alone
-        ncu = verdicts(s, Request(gpus=(g["index"],)))["ncu"].status
-        assert (ncu == OK) == (g["index"] in expected), (g["index"], ncu)
-    assert len(policy.not_free(s, Request())) == len(s["gpus"]) - len(expected)
+    assert [g.index for g in policy.free_gpus(s, Request())] == expected
+    for g in s.gpus:  # free exactly where ncu would be allowed on that GPU alone
+        ncu = verdicts(s, Request(gpus=(g.index,)))["ncu"].status
+        assert (ncu == OK) == (g.index in expected), (g.index, ncu)
+    assert len(policy.not_free(s, Request())) == len(s.gpus) - len(expected)
 
 
 def test_your_own_process_makes_a_gpu_not_free_unless_allowed():
     s = state(gpus__0__processes=[proc(5, user="alice", uid=1000)])
-    assert [g["index"] for g in policy.free_gpus(s, Request())] == [1]
+    assert [g.index for g in policy.free_gpus(s, Request())] == [1]
     assert policy.not_free(s, Request())[0].startswith("GPU 0: tenant: GPU 0: pid 5 (alice")
-    assert [g["index"] for g in policy.free_gpus(s, Request(allow_own=True))] == [0, 1]
+    assert [g.index for g in policy.free_gpus(s, Request(allow_own=True))] == [0, 1]

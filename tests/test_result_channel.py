@@ -10,13 +10,14 @@ from pathlib import Path
 
 from fleet.agent import node, run, wire
 from fleet.plan import ProfileRequest, plan
+from fleet.policy import NodeState
 
 STANDINS = Path(__file__).parent / "standins"
 
 
 def _plan(report_dir: Path):
-    state = node.probe({"tools": {"nsys": str(STANDINS / "nsys")}, "report_dir": str(report_dir),
-                        "environment_check": False})
+    state = NodeState.read(node.probe({"tools": {"nsys": str(STANDINS / "nsys")}, "report_dir": str(report_dir),
+                                       "environment_check": False}))
     p = plan("h01", state, ProfileRequest(tool="nsys", command=("true",), run_id="r"))
     assert p.status == "ok", p.reasons
     return p
@@ -73,7 +74,8 @@ def test_a_workload_cannot_forge_the_result_nor_hide_the_real_one(tmp_path):
     fake = tmp_path / "nsys"
     fake.write_text(FORGER.replace("MARK", repr(wire.MARK)))
     fake.chmod(0o755)
-    state = node.probe({"tools": {"nsys": str(fake)}, "report_dir": str(tmp_path), "environment_check": False})
+    state = NodeState.read(node.probe({"tools": {"nsys": str(fake)}, "report_dir": str(tmp_path),
+                                       "environment_check": False}))
     p = plan("h01", state, ProfileRequest(tool="nsys", command=("true",), run_id="r"))
     out = _agent(p, result_line=True)
     [result] = wire.answers(out.stdout, "profile")

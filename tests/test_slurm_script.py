@@ -195,12 +195,13 @@ def test_ncu_is_mounted_from_its_own_install_folder():
     assert containers.nsight_dirs({"ncu": "/usr/local/cuda/bin/ncu"}) == ("/usr/local/cuda",)
 
 
-def _lab_state(euid: int, paranoid: int) -> dict:
-    return {"uid": 1001, "gid": 1001, "euid": euid, "perf_event_paranoid": paranoid, "host_pid_namespace": True,
-            "nvml": {"available": True}, "report_dir": {"path": "/var/tmp/fleet-ana", "writable": True},
-            "tools": {"nsys": {"path": "/opt/nvidia/nsight-systems/2025.3.1/bin/nsys"},
-                      "ncu": {"path": "/opt/nvidia/nsight-compute/2025.3.1/ncu"}},
-            "gpus": [{"index": 0, "uuid": "GPU-a", "processes": []}, {"index": 1, "uuid": "GPU-b", "processes": []}]}
+def _lab_state(euid: int, paranoid: int) -> policy.NodeState:
+    return policy.NodeState.read({
+        "uid": 1001, "gid": 1001, "euid": euid, "perf_event_paranoid": paranoid, "host_pid_namespace": True,
+        "nvml": {"available": True}, "report_dir": {"path": "/var/tmp/fleet-ana", "writable": True},
+        "tools": {"nsys": {"path": "/opt/nvidia/nsight-systems/2025.3.1/bin/nsys"},
+                  "ncu": {"path": "/opt/nvidia/nsight-compute/2025.3.1/ncu"}},
+        "gpus": [{"index": 0, "uuid": "GPU-a", "processes": []}, {"index": 1, "uuid": "GPU-b", "processes": []}]})
 
 
 def _docker_plan(tool: str, euid: int = 1001, paranoid: int = 2, seccomp: str | None = None, gpus=None):
@@ -278,10 +279,10 @@ def test_sacct_and_scontrol_answers_parse():
 
 
 def test_the_jobs_own_processes_are_not_tenants_but_another_jobs_are():
-    state = {"gpus": [{"index": 0, "processes": [
+    state = policy.NodeState.read({"gpus": [{"index": 0, "processes": [
         {"pid": 10, "foreign": False, "slurm_job": "41"},    # another rank of this job
         {"pid": 11, "foreign": False, "slurm_job": "40"},    # the same user's other job
-        {"pid": 12, "foreign": True, "user": "bob"}]}]}
+        {"pid": 12, "foreign": True, "user": "bob"}]}]})
     found = policy.tenants(state, policy.Request(job="41"))
     assert [t.pid for t in found] == [11, 12]
     assert [t.pid for t in policy.tenants(state, policy.Request())] == [10, 11, 12]

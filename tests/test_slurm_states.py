@@ -66,15 +66,16 @@ def test_a_requeue_is_said():
 
 
 def test_the_prologs_verdict_narrows_to_the_ranks_own_gpus_by_uuid():
-    verdict = {"job": "7", "nvml": True, "tenants": ["GPU 1: pid 9 (bob) belongs to another user"],
-               "by_gpu": {"GPU-a": [], "GPU-b": ["GPU 1: pid 9 (bob) belongs to another user"]}}
+    document = {"job": "7", "nvml": True, "tenants": ["GPU 1: pid 9 (bob) belongs to another user"],
+                "by_gpu": {"GPU-a": [], "GPU-b": ["GPU 1: pid 9 (bob) belongs to another user"]}}
+    verdict = policy.PrologVerdict.read(document)
     assert policy.prolog_tenants(verdict, "7", ["GPU-a"]) == []
     assert policy.prolog_tenants(verdict, "7", ["GPU-b"]) == ["GPU 1: pid 9 (bob) belongs to another user"]
-    assert policy.prolog_tenants(verdict, "7") == verdict["tenants"]  # the rank's GPUs unknown: the whole job's
+    assert policy.prolog_tenants(verdict, "7") == document["tenants"]  # the rank's GPUs unknown: the whole job's
     [unnamed] = policy.prolog_tenants(verdict, "7", ["GPU-c"])  # a GPU the prolog did not look at
     assert "says nothing of GPU GPU-c" in unnamed
-    older = {k: v for k, v in verdict.items() if k != "by_gpu"}  # a prolog from before: job-wide
-    assert policy.prolog_tenants(older, "7", ["GPU-a"]) == verdict["tenants"]
+    older = {k: v for k, v in document.items() if k != "by_gpu"}  # a prolog from before: job-wide
+    assert policy.prolog_tenants(policy.PrologVerdict.read(older), "7", ["GPU-a"]) == document["tenants"]
 
 
 def test_the_user_guides_table_of_states_and_reasons_says_what_fleet_does():

@@ -28,8 +28,9 @@ AGENT = """
 import json, sys
 from fleet.agent import node, run
 from fleet.plan import LabPart, ProfileRequest, plan
+from fleet.policy import NodeState
 a = json.loads(sys.argv[1])
-state = node.probe({"tools": a["tools"], "report_dir": a["report_dir"], "environment_check": False})
+state = NodeState.read(node.probe({"tools": a["tools"], "report_dir": a["report_dir"], "environment_check": False}))
 p = plan("h01", state, ProfileRequest(tool=a["tool"], command=tuple(a["command"]), run_id="r", lab=LabPart(gpus=(0,)),
          allow_own=a.get("allow_own", False), gpu_metrics=a.get("gpu_metrics", False)))
 if p.status != "ok":

@@ -7,16 +7,12 @@ the lists hide: the driver lists only the caller's PID namespace (seen on an H20
 from ``unshare --pid`` a tenant's process is not listed), but its memory in use
 (``nvmlDeviceGetMemoryInfo`` v2 ``used``, which leaves out the driver's reservation) and the
 process-utilization samples count every process. :func:`fleet.policy.unseen_tenants` compares
-them.
+them. Each GPU is a dict of the document, read as ``policy.nodestate.Gpu``.
 """
 
 from __future__ import annotations
 
 import ctypes
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:  # the shapes the policy reads; nothing of it is imported on a node
-    from ..policy.vocabulary import Gpu, GpuLook, GpuProcess, MigInstance, Nvml
 
 try:  # as shipped by fleet, every module travels under a flat name
     import fleet_agent_procs as procfs
@@ -29,7 +25,7 @@ COMPUTE_MODES = {0: "default", 1: "exclusive-thread", 2: "prohibited", 3: "exclu
 NO_ID = 0xFFFFFFFF  # gpuInstanceId/computeInstanceId of a process outside MIG
 
 
-def gpus(procs, owner_uid) -> tuple[Nvml, list[Gpu]]:
+def gpus(procs, owner_uid) -> tuple[dict, list[dict]]:
     try:
         ctypes.CDLL("libnvidia-ml.so.1")  # before paying for pynvml: is there a driver at all?
     except OSError as e:
@@ -41,7 +37,7 @@ def gpus(procs, owner_uid) -> tuple[Nvml, list[Gpu]]:
     except nv.NVMLError as e:
         return {"available": False, "error": "nvmlInit failed: %s" % e}, []
     try:
-        info: Nvml = {"available": True, "error": None,
+        info: dict = {"available": True, "error": None,
                       "driver": _s(nv.nvmlSystemGetDriverVersion()),
                       "cuda_driver": _try(nv.nvmlSystemGetCudaDriverVersion),
                       "nvml_version": _try(lambda: _s(nv.nvmlSystemGetNVMLVersion()))}
@@ -61,7 +57,7 @@ def _try(fn, default=None):
         return default
 
 
-def gpu(nv, index, procs, owner_uid) -> Gpu:
+def gpu(nv, index, procs, owner_uid) -> dict:
     h = nv.nvmlDeviceGetHandleByIndex(index)
     arch = _try(lambda: nv.nvmlDeviceGetArchitecture(h))
     mig = _try(lambda: nv.nvmlDeviceGetMigMode(h), [None, None])
@@ -70,19 +66,19 @@ def gpu(nv, index, procs, owner_uid) -> Gpu:
     util = _try(lambda: nv.nvmlDeviceGetUtilizationRates(h))
     mode = _try(lambda: nv.nvmlDeviceGetComputeMode(h))
     listed, list_error = gpu_processes(nv, h, procs, owner_uid)
-    out: Gpu = {"index": index, "uuid": _s(nv.nvmlDeviceGetUUID(h)), "name": _s(nv.nvmlDeviceGetName(h)),
-                "minor": _try(lambda: nv.nvmlDeviceGetMinorNumber(h)),  # /dev/nvidiaN: how Slurm's gres names it
-                "architecture": arch, "architecture_name": ARCHITECTURES.get(arch, "arch %s" % arch),
-                "mig_mode": {"current": mig[0], "pending": mig[1]},
-                "compute_mode": COMPUTE_MODES.get(mode, mode),
-                "memory_total": mem.total if mem else None, "memory_used": mem.used if mem else None,
-                # v2: what processes hold, every PID namespace's (v1's used also counts the reservation)
-                "memory_used_by_processes": by_processes.used if by_processes else None,
-                "memory_reserved": by_processes.reserved if by_processes else None,
-                "utilization": {"gpu": util.gpu, "memory": util.memory} if util else None,
-                "sampled_pids": sampled_pids(nv, h),
-                "mig_instances": mig_instances(nv, h) if mig[0] == 1 else [],
-                "processes": listed, "process_list_error": list_error}
+    out: dict = {"index": index, "uuid": _s(nv.nvmlDeviceGetUUID(h)), "name": _s(nv.nvmlDeviceGetName(h)),
+                 "minor": _try(lambda: nv.nvmlDeviceGetMinorNumber(h)),  # /dev/nvidiaN: how Slurm's gres names it
+                 "architecture": arch, "architecture_name": ARCHITECTURES.get(arch, "arch %s" % arch),
+                 "mig_mode": {"current": mig[0], "pending": mig[1]},
+                 "compute_mode": COMPUTE_MODES.get(mode, mode),
+                 "memory_total": mem.total if mem else None, "memory_used": mem.used if mem else None,
+                 # v2: what processes hold, every PID namespace's (v1's used also counts the reservation)
+                 "memory_used_by_processes": by_processes.used if by_processes else None,
+                 "memory_reserved": by_processes.reserved if by_processes else None,
+                 "utilization": {"gpu": util.gpu, "memory": util.memory} if util else None,
+                 "sampled_pids": sampled_pids(nv, h),
+                 "mig_instances": mig_instances(nv, h) if mig[0] == 1 else [],
+                 "processes": listed, "process_list_error": list_error}
     return out
 
 
@@ -97,8 +93,8 @@ def sampled_pids(nv, h):
         return None
 
 
-def mig_instances(nv, h) -> list[MigInstance]:
-    out: list[MigInstance] = []
+def mig_instances(nv, h) -> list[dict]:
+    out: list[dict] = []
     for i in range(_try(lambda: nv.nvmlDeviceGetMaxMigDeviceCount(h), 0)):
         m = _try(lambda: nv.nvmlDeviceGetMigDeviceHandleByIndex(h, i))
         if m is None:
@@ -112,7 +108,7 @@ def mig_instances(nv, h) -> list[MigInstance]:
     return out
 
 
-def gpu_processes(nv, h, procs, owner_uid) -> tuple[list[GpuProcess], str | None]:
+def gpu_processes(nv, h, procs, owner_uid) -> tuple[list[dict], str | None]:
     lists = (("compute", nv.nvmlDeviceGetComputeRunningProcesses),
              ("graphics", nv.nvmlDeviceGetGraphicsRunningProcesses),
              ("mps", nv.nvmlDeviceGetMPSComputeRunningProcesses))
@@ -194,7 +190,7 @@ def conditions(nv, h):
     return {k: v for k, v in out.items() if v is not None}
 
 
-def look(nv, h, index, procs, owner_uid) -> GpuLook:
+def look(nv, h, index, procs, owner_uid) -> dict:
     """Who is on one GPU now, in the shape ``gpu`` gives and the policy reads: its process lists,
     the memory processes hold and the utilization samples. The memory is read before and after
     the lists and the lesser kept, so a workload allocating meanwhile is not taken for memory

@@ -173,7 +173,7 @@ def looked_at(state):
     except ImportError:  # as part of the installed package
         from . import task
         from .. import policy
-    chosen = policy.job_gpu_indices(task.slurm_gpu_ids(os.environ), state["gpus"])
+    chosen = policy.job_gpu_indices(task.slurm_gpu_ids(os.environ), policy.NodeState.read(state).gpus)
     return every if chosen is None else list(chosen)
 
 

@@ -1,4 +1,5 @@
-"""fleet's node agent: everything fleet needs to know about one node, as JSON.
+"""fleet's node agent: everything fleet needs to know about one node, as JSON (the document
+``policy.nodestate.NodeState.read`` reads).
 
 This file runs ON THE NODE, sent over the transport with the NVML binding
 (``pynvml`` from nvidia-ml-py) and run by the node's own ``python3``:
@@ -19,11 +20,6 @@ import stat
 import subprocess
 import sys
 import time
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:  # the shape of the document (the policy's words); nothing of it is imported on a node
-    from ..policy.vocabulary import Capabilities, Dcgm, Mps, NodeState, NvidiaParams, ReportDir, Tool, Tools
-
 try:  # as shipped by fleet, every module travels under a flat name
     import fleet_agent_files as files
     import fleet_agent_gpus as nvml_gpus
@@ -67,7 +63,7 @@ def container():
     return None
 
 
-def capabilities() -> Capabilities:
+def capabilities() -> dict:
     status = read("/proc/self/status", "")
     m = re.search(r"^CapEff:\s*([0-9a-f]+)", status, re.M)
     eff = int(m.group(1), 16) if m else 0
@@ -75,7 +71,7 @@ def capabilities() -> Capabilities:
             "perfmon": bool(eff >> CAP_PERFMON & 1)}
 
 
-def nvidia_params() -> NvidiaParams:
+def nvidia_params() -> dict:
     text = read("/proc/driver/nvidia/params")
     if text is None:
         return {"driver_loaded": os.path.exists("/proc/driver/nvidia"), "profiling_admin_only": None}
@@ -95,7 +91,7 @@ def listeners(ports):
     return sorted(found)
 
 
-def daemons(procs) -> tuple[Mps, Dcgm]:
+def daemons(procs) -> tuple[dict, dict]:
     named = lambda names: sorted(pid for pid, (comm, _) in procs.items() if comm in names)
     mps = named(MPS_NAMES)
     return ({"control_daemon": [p for p in mps if procs[p][0] == MPS_NAMES[0]],
@@ -126,10 +122,10 @@ def _version_key(path):
     return [int(x) for x in re.findall(r"\d+", path)]
 
 
-def find_tool(tool, override) -> Tool | None:
+def find_tool(tool, override) -> dict | None:
     for path, source in candidates(tool, override):
         if os.path.isfile(path) and os.access(path, os.X_OK):
-            found: Tool = {"path": os.path.realpath(path), "found_by": source}
+            found: dict = {"path": os.path.realpath(path), "found_by": source}
             changeable = changeable_by_others(found["path"])
             if changeable:
                 found["writable_by_others"] = changeable
@@ -160,7 +156,7 @@ def changeable_by_others(path):
         path = parent
 
 
-def tools(overrides, environment_check=True) -> Tools:
+def tools(overrides, environment_check=True) -> dict:
     found = {t: find_tool(t, overrides.get(t)) for t in ("nsys", "ncu")}
     runs = {}
     if os.geteuid() == 0:  # as root, a program another account can change is not run, not even for --version
@@ -213,7 +209,7 @@ def parse_status(text):
 
 # --- where reports go ---
 
-def report_dir(path) -> ReportDir:
+def report_dir(path) -> dict:
     path = os.path.expanduser(path or "/var/tmp/fleet-%s" % user_name(os.getuid()))
     probe = path
     while not os.path.exists(probe) and probe != os.path.dirname(probe):
@@ -239,7 +235,7 @@ def mount_type(path):
 
 # --- the document ---
 
-def probe(args) -> NodeState:
+def probe(args) -> dict:
     started = time.monotonic()
     owner_uid = args.get("owner_uid", os.getuid())
     procs = processes()

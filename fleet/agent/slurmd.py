@@ -208,8 +208,9 @@ def prolog(env, config):
     procs = node.processes()
     nvml, gpus = nvml_gpus.gpus(procs, job["uid"])
     mps, dcgm = node.daemons(procs)
-    state = {"gpus": gpus, "mps": mps, "dcgm": dcgm, "host_pid_namespace": node.host_pid_namespace()}
-    indices = policy.job_gpu_indices(job["gpus"], gpus)
+    state = policy.NodeState.read({"gpus": gpus, "mps": mps, "dcgm": dcgm,
+                                   "host_pid_namespace": node.host_pid_namespace()})
+    indices = policy.job_gpu_indices(job["gpus"], state.gpus)
     seen = policy.Request(gpus=indices, allow_own=request.get("allow_own", False), job=job["id"])
     verdict = {"job": job["id"], "gpus": job["gpus"], "nvml": nvml.get("available"), "checked": time.time(),
                "tenants": [str(t) for t in policy.tenants(state, seen)] + policy.unseen_tenants(state, seen),
@@ -239,9 +240,9 @@ def tenants_by_gpu(state, seen):
     of a job with one GPU per task is refused only for tenants on its own GPU."""
     out = {}
     for g in policy.chosen_gpus(state, seen):
-        if g.get("uuid"):
-            one = policy.Request(gpus=(g["index"],), allow_own=seen.allow_own, job=seen.job)
-            out[g["uuid"]] = [str(t) for t in policy.tenants(state, one)] + policy.unseen_tenants(state, one)
+        if g.uuid:
+            one = policy.Request(gpus=(g.index,), allow_own=seen.allow_own, job=seen.job)
+            out[g.uuid] = [str(t) for t in policy.tenants(state, one)] + policy.unseen_tenants(state, one)
     return out
 
 

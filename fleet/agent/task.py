@@ -28,11 +28,10 @@ try:  # as shipped by fleet, every module travels under a flat name
     import fleet_agent_node as node
     import fleet_agent_run as run
     import fleet_rundir as rundir
-    import fleet_agent_wire as wire
     import fleet_plan as planner
     import fleet_policy as policy
 except ImportError:  # as part of the installed package
-    from . import files, node, run, wire
+    from . import files, node, run
     from .. import plan as planner
     from .. import policy, rundir
 
@@ -66,9 +65,10 @@ def slurm_gpu_ids(env):
     return None
 
 
-def prolog_verdict(env, expected) -> policy.PrologVerdict | None:
-    """What fleet's Slurm prolog (fleet slurm install) saw on the job's GPUs, as root: None where
-    no prolog is installed, else its document, or ``{"error": ...}`` when there is none to read
+def prolog_verdict(env, expected) -> dict | None:
+    """What fleet's Slurm prolog (fleet slurm install) saw on the job's GPUs, as root (the document
+    ``policy.PrologVerdict`` reads): None where no prolog is installed, else its document, or
+    ``{"error": ...}`` when there is none to read
     although the cluster has the prolog (``expected``), or it cannot be read (the policy then
     counts the GPUs as shared)."""
     path = env.get("FLEET_PROLOG_VERDICT")
@@ -118,10 +118,11 @@ def rank_window(env, window, now=None):
 def plan_rank(args, env, label, command):
     """The rank's plan, made from this node's state as it is now, and what the manifest needs of it."""
     node_name = env.get("SLURMD_NODENAME") or socket.gethostname()
-    state = node.probe({"tools": args.get("tools") or {}, "environment_check": False,
-                        "report_dir": args["report_dir"]})
-    state["prolog_verdict"] = prolog_verdict(env, args.get("prolog_expected", False))
-    gpus = policy.job_gpu_indices(slurm_gpu_ids(env), state.get("gpus") or [])
+    document = node.probe({"tools": args.get("tools") or {}, "environment_check": False,
+                           "report_dir": args["report_dir"]})
+    document["prolog_verdict"] = prolog_verdict(env, args.get("prolog_expected", False))
+    state = policy.NodeState.read(document)
+    gpus = policy.job_gpu_indices(slurm_gpu_ids(env), state.gpus)
     req = planner.ProfileRequest.from_json(args["request"])
     window, window_at = rank_window(env, args.get("window"))
     rank = planner.RankPart(job=env.get("SLURM_JOB_ID"), gpus=gpus, output_name="%s/%s" % (node_name, label),
@@ -129,10 +130,10 @@ def plan_rank(args, env, label, command):
                             window_at=window_at)
     req = replace(req, command=tuple(command), rank=rank)
     plan = planner.plan(label, state, req)
-    context = dict(wire.facts(state, req.gpus, req.tool), slurm_node=node_name, job_id=env.get("SLURM_JOB_ID"),
+    context = dict(state.facts(req.gpus, req.tool).to_json(), slurm_node=node_name, job_id=env.get("SLURM_JOB_ID"),
                    directory=rundir.RunDir(os.path.join(args["report_dir"], req.run_id)).node(node_name).path)
     launcher = args.get("launcher", "srun")
-    uuids = [g.get("uuid") for g in state.get("gpus") or [] if gpus is None or g.get("index") in gpus]
+    uuids = [g.uuid for g in state.chosen(gpus)]
     context["whose"] = whose(env, launcher, rank_of(env, launcher), node_name, uuids)
     return plan, context
 

@@ -160,7 +160,7 @@ class Watch:
         return [i for i in wanted if 0 <= i < count]
 
     def _state(self, looks):
-        return {"gpus": looks, "host_pid_namespace": self._host_ns}
+        return policy.NodeState.read({"gpus": looks, "host_pid_namespace": self._host_ns})
 
     def _judge(self, looks, now, first):
         state = self._state(looks)

@@ -233,25 +233,14 @@ def problems(body, kind):
     return ["%s: no such kind of answer" % kind]
 
 
-def facts(state, gpus, tool):
-    """What a run's manifest records of the node it ran on, from its probed state: the same keys
-    whether fleet read the state over SSH (lab servers) or the rank made it on the node (Slurm).
-    ``gpus``: the indices the run was given, None for every GPU."""
-    chosen = [g for g in state.get("gpus") or [] if gpus is None or g.get("index") in gpus]
-    found = (state.get("tools") or {}).get(tool)
-    return {"node": state.get("host"),
-            "gpu": ", ".join(sorted(set(g.get("name") or "?" for g in chosen))) or None,
-            "driver": (state.get("nvml") or {}).get("driver"),
-            "tool_version": found.get("version") if isinstance(found, dict) else None,
-            "processes_seen": [{"gpu": g["index"], "pid": p.get("pid"), "user": p.get("user"),
-                                "used_memory": p.get("used_memory"), "foreign": p.get("foreign"),
-                                "slurm_job": p.get("slurm_job")}
-                               for g in chosen for p in g.get("processes") or []]}
-
-
 def named_files(body, besides=()):
     """The files a profile's result names for fleet to bring home (its reports, then its summaries),
     each a dict as the node wrote it, but those whose path is in ``besides`` (already home): the
     collector holds each to FILE's shape itself."""
     named = [f for key in ("reports", "summaries") for f in body.get(key) or []]
     return [f for f in named if not (isinstance(f, dict) and f.get("path") in besides)]
+
+
+def named_path(entry):
+    """The path a file's entry names, for the record of one not fetched (None where it names none)."""
+    return entry.get("path") if isinstance(entry, dict) else None

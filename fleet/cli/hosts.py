@@ -182,12 +182,13 @@ def _probe_partition(obj: Context, partition, nodes, cluster_name, environment_c
 def probe(obj: Context, targets, exclude, partition, nodes, cluster, as_json):
     """The GPUs of each node and who is on them (user, pid, memory); MIG, MPS, DCGM.
     With --partition, the compute nodes of a Slurm partition."""
+    from ..agentcall import probed_document
     from ..lab.doctor import render_probe
 
     hosts, results = _probe(obj, targets, exclude, as_json, partition=partition, nodes=nodes, cluster=cluster)
     if as_json:
         echo_json({"nodes": [{"host": h.name, "error": r.error, "error_kind": r.error_kind,
-                              "state": r.extra.get("state")} for h, r in zip(hosts, results)]})
+                              "state": probed_document(r)} for h, r in zip(hosts, results)]})
     else:
         for h, r in zip(hosts, results):
             echo(render_probe(h.name, r), nl=False, err=r.error is not None)
@@ -239,27 +240,26 @@ def repair(obj: Context, targets, exclude, dry_run, as_json):
     answers = obj.over_pool(lambda fan: fan.each(hosts, lambda h: fan.run(h, agentcall.agent_argv(h, args),
                                                                           input=payload), last_use=True))
     results = [agentcall.read_repair(h, r) for h, r in zip(hosts, answers)]
-    docs = [{"host": h.name, **({"error": r.error} if r.error else {"value": r.extra["repair"]})}
-            for h, r in zip(hosts, results)]
     if as_json:
-        echo_json({"dry_run": dry_run, "hosts": docs})
+        echo_json({"dry_run": dry_run, "hosts": [
+            {"host": h.name, **({"error": r.error} if r.error else {"value": r.extra["repair"].to_json()})}
+            for h, r in zip(hosts, results)]})
     else:
-        _say_repaired(docs, dry_run)
+        for h, r in zip(hosts, results):
+            _say_repaired(h.name, r, dry_run)
     sys.exit(exitcodes.for_results(results))
 
 
-def _say_repaired(docs: list[dict], dry_run: bool) -> None:
-    """A line a host: what was (or would be) put back, or why the host could not say."""
-    for doc in docs:
-        if doc.get("error"):
-            error = doc["error"]
-            echo(error if error.startswith(f"{doc['host']}:") else f"{doc['host']}: {error}", err=True)
-            continue
-        done = doc["value"]
-        restored = ", ".join(f"{k}={v}" for k, v in done["restored"].items()) or "nothing to put back"
-        resumed = "; DCGM profiling " + ("would be " if dry_run else "") + "resumed"
-        echo(f"{doc['host']}: " + ("would put back " if dry_run and done["restored"] else "") + restored
-             + (resumed if done.get("dcgm_resumed") else ""))
+def _say_repaired(host: str, r, dry_run: bool) -> None:
+    """A host's line: what was (or would be) put back, or why the host could not say."""
+    if r.error:
+        echo(r.error if r.error.startswith(f"{host}:") else f"{host}: {r.error}", err=True)
+        return
+    done = r.extra["repair"]
+    restored = ", ".join(f"{k}={v}" for k, v in done.restored.items()) or "nothing to put back"
+    resumed = "; DCGM profiling " + ("would be " if dry_run else "") + "resumed"
+    echo(f"{host}: " + ("would put back " if dry_run and done.restored else "") + restored
+         + (resumed if done.dcgm_resumed else ""))
 
 
 # --- hosts ---

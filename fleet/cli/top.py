@@ -9,6 +9,7 @@ import json
 import os
 import sys
 import time
+from dataclasses import replace
 
 import click
 
@@ -28,10 +29,10 @@ def _pct(value) -> str:
     return "-" if value is None else f"{value:.0f}%"
 
 
-def _activity_cells(a: dict) -> list[str]:
-    if a["source"] == "gpm":
-        return [_pct(a.get(key)) for _, key in ACTIVITY_COLUMNS]
-    return [f"util {_pct(a.get('utilization'))}", "-", "-", "-"]  # the plain figure, said as such
+def _activity_cells(a) -> list[str]:
+    if a.source == "gpm":
+        return [_pct(a.metric(key)) for _, key in ACTIVITY_COLUMNS]
+    return [f"util {_pct(a.utilization)}", "-", "-", "-"]  # the plain figure, said as such
 
 
 def _gib(n) -> str:
@@ -41,20 +42,20 @@ def _gib(n) -> str:
 def _who(g) -> str:
     people = []
     for p in g.processes:
-        job = f" job {p['slurm_job']}" if p.get("slurm_job") else ""
-        box = f" [{p['container']}]" if p.get("container") else ""
-        left = f" (fleet run {p['left_running']}, left running)" if p.get("left_running") else ""
-        people.append(f"{p.get('user') or '?'}:{p['pid']} {_gib(p.get('used_memory'))}G "
-                      f"{(p.get('command') or p.get('name') or p.get('why') or '')[:40]}{job}{box}{left}")
+        job = f" job {p.slurm_job}" if p.slurm_job else ""
+        box = f" [{p.container}]" if p.container else ""
+        left = f" (fleet run {p.left_running}, left running)" if p.left_running else ""
+        people.append(f"{p.user or '?'}:{p.pid} {_gib(p.used_memory)}G "
+                      f"{(p.command or p.name or p.why or '')[:40]}{job}{box}{left}")
     people += [f"unseen: {u}" for u in g.unseen]
     return "; ".join(people) or "-"
 
 
-def _conditions(c: dict) -> list[str]:
-    throttle = [str(t) for t in c.get("throttle") or [] if t != "gpu_idle"]  # the wire checks a list, not its items
-    return [f"{c['power_w']:.0f}W" if c.get("power_w") is not None else "-",
-            str(c.get("sm_clock_mhz", "-")), f"{c['temperature_c']}C" if c.get("temperature_c") is not None else "-",
-            ",".join(throttle) or "-"]
+def _conditions(c) -> list[str]:
+    throttle = [t for t in c.throttle or () if t != "gpu_idle"]
+    return [f"{c.power_w:.0f}W" if c.power_w is not None else "-",
+            str(c.sm_clock_mhz) if c.sm_clock_mhz is not None else "-",
+            f"{c.temperature_c}C" if c.temperature_c is not None else "-", ",".join(throttle) or "-"]
 
 
 def gpu_row(g) -> list[str]:
@@ -68,9 +69,9 @@ HEADERS = ["HOST", "GPU", "MEM GiB", *(h for h, _ in ACTIVITY_COLUMNS), "POWER",
 
 def _chosen(views, free_only: bool, user: str | None, sort: str):
     gpus = [g for v in views for g in v.gpus
-            if (not free_only or g.free) and (user is None or any(p.get("user") == user for p in g.processes))]
+            if (not free_only or g.free) and (user is None or any(p.user == user for p in g.processes))]
     key = {"host": lambda g: (g.host, g.index), "memory": lambda g: -(g.memory_used or 0),
-           "activity": lambda g: -(g.activity.get("sm_activity") or g.activity.get("utilization") or 0),
+           "activity": lambda g: -(g.activity.metric("sm_activity") or g.activity.utilization or 0),
            "free": lambda g: (not g.free, g.host, g.index)}[sort]
     return sorted(gpus, key=key)
 
@@ -191,10 +192,12 @@ def _left_running() -> dict:
 def _mark_left_running(view, left: dict) -> None:
     """Each GPU process of a workload a fleet run left running named by that run (``left_running``)."""
     for g in view.gpus if left else ():
-        for p in g.processes:
-            run_id = left.get((view.host, p.get("session")))
-            if run_id:
-                p["left_running"] = run_id
+        g.processes = [_marked(p, left, view.host) for p in g.processes]
+
+
+def _marked(p, left: dict, host: str):
+    """The process, named by the fleet run that left its session running, if one did."""
+    return replace(p, left_running=left[(host, p.session)]) if (host, p.session) in left else p
 
 
 async def _run(obj: Context, hosts, *, once: bool, interval: float, count: int | None, as_json: bool,

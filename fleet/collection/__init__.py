@@ -25,16 +25,16 @@ from .. import policy
 ROOM = 2 * 2**30  # bytes free under which a report folder is said to have little room
 
 
-def finding(state: dict) -> policy.Finding:
+def finding(state: policy.NodeState) -> policy.Finding:
     """Whether the report directory can take the reports: writable, on disk, with room."""
-    rd = state.get("report_dir") or {}
-    if "error" in rd or not rd:
-        return policy.Finding("bad", f"report directory: {rd.get('error', 'unknown')}")
-    free = rd.get("free_bytes") or 0
-    text, status = f"{rd['path']} ({rd.get('fstype')}), {free / 2**30:.1f} GiB free", policy.OK
-    if not rd.get("writable"):
+    rd = state.report_dir
+    if rd is None:
+        return policy.Finding("bad", f"report directory: {state.section_error('report_dir') or 'unknown'}")
+    free = rd.free_bytes or 0
+    text, status = f"{rd.path} ({rd.fstype}), {free / 2**30:.1f} GiB free", policy.OK
+    if not rd.writable:
         status, text = "bad", text + ", NOT writable"
-    elif rd.get("memory_backed"):
+    elif rd.memory_backed:
         status, text = "warn", text + ": memory-backed, large reports eat the node's RAM"
     elif free < ROOM:
         status, text = "warn", text + ": little room for reports"

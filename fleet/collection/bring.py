@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 
 from .. import safenames
 from ..agent import wire
+from ..agent.messages import ReportFile
 from ..rundir import RunDir
 from .fetch import fetch_verified
 from ..store.manifest import ReportEntry
@@ -75,21 +76,27 @@ async def bring_home(fan: "Fanout", via: "Host", to_fetch: list, dest_dir: Path,
     whose agent wrote them asked for its copies to go (``remove_gathered_reports``), and the plan's
     ``output`` says which names are its agent's (see the module)."""
     checked = [(report, file_problem(report, node_dir)) for report in to_fetch]
+    files = [ReportFile.read(report) if problem is None else None for report, problem in checked]
     if gathering is not None:
-        gathering.expect(sum(r["size"] for r, problem in checked if problem is None))
+        gathering.expect(sum(f.size for f in files if f is not None))
     entries = []
-    for report, problem in checked:
-        if problem:
-            remote = report.get("path") if isinstance(report, dict) else None
-            entries.append(ReportEntry(remote=str(remote), error=problem))
+    for (report, problem), f in zip(checked, files):
+        if f is None:
+            entries.append(ReportEntry(remote=str(wire.named_path(report)), error=problem))
             continue
-        dest = dest_dir / os.path.basename(report["path"])
-        entry = await fetch_verified(fan, via, report, dest, gathering.advance if gathering else None)
+        entry = await fetch_verified(fan, via, f, dest_dir / os.path.basename(f.path),
+                                     gathering.advance if gathering else None)
         if read_through:
             entry["read_through"] = via.name
         if remove_for is not None and output and entry["verified"]:
             await _remove(fan, remove_for, output, entry)
-        if report.get("summary") is not None:  # an extra made of a report: a CSV summary, or its SQLite export
-            entry.update(status="export" if report.get("kind") == "export" else "summary", summary=report["summary"])
-        entries.append(ReportEntry.from_json(entry))
+        entries.append(ReportEntry.from_json(_as_made(entry, f)))
     return entries
+
+
+def _as_made(entry: dict, f: ReportFile) -> dict:
+    """A fetched file's entry, marked as an extra made of a report where it is one: a CSV summary,
+    or the report's SQLite export."""
+    if f.summary is not None:
+        entry.update(status="export" if f.kind == "export" else "summary", summary=f.summary)
+    return entry

@@ -22,6 +22,7 @@ import stat
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
+from ..agent.messages import ReportFile
 from ..store import private
 from ..store.errors import UnsafeStore
 
@@ -64,20 +65,21 @@ def is_summary(entry) -> bool:
     return entry.status in ("summary", "export")
 
 
-async def fetch_verified(fan: "Fanout", host: "Host", report: dict, dest: Path,
+async def fetch_verified(fan: "Fanout", host: "Host", report: ReportFile, dest: Path,
                          progress: Callable[[int], None] | None = None) -> dict:
-    """Copy one report (``path``, ``size``, ``sha256`` from the node) to ``dest``;
-    ``progress`` hears of every block that arrives (a byte progress bar)."""
+    """Copy one report (its ``path``, ``size`` and ``sha256`` from the node, each of its shape:
+    ``bring.file_problem``) to ``dest``; ``progress`` hears of every block that arrives (a byte
+    progress bar)."""
     partial = dest.with_name(dest.name + ".partial")
-    entry = {"remote": report["path"], "stored": str(dest), "size": report["size"], "sha256": report["sha256"],
-             "status": "truncated" if report.get("truncated") else
-                       "finished-from-qdstrm" if report.get("finished_from_qdstrm") else "complete",
+    entry = {"remote": report.path, "stored": str(dest), "size": report.size, "sha256": report.sha256,
+             "status": "truncated" if report.truncated else
+                       "finished-from-qdstrm" if report.finished_from_qdstrm else "complete",
              "verified": False}
     try:
         private.check_folder(dest.parent, dest.parent.parent)
         for _ in range(2):  # a wrong hash earns one fresh copy
             have = _resumable(partial)
-            if have > report["size"]:
+            if have > report.size:
                 partial.unlink()
                 have = 0
             # The hash is computed as the bytes arrive; only a resumed prefix is read again.
@@ -90,10 +92,10 @@ async def fetch_verified(fan: "Fanout", host: "Host", report: dict, dest: Path,
 
             # An empty file is fetched too (nsys stats writes empty CSVs): that copies it, or says
             # the node no longer has it, where skipping would leave no .partial to rename.
-            if have < report["size"] or not partial.exists():
-                await fan.fetch(host, report["path"], str(partial), offset=have, on_block=arrived, size=report["size"])
+            if have < report.size or not partial.exists():
+                await fan.fetch(host, report.path, str(partial), offset=have, on_block=arrived, size=report.size)
                 entry["resumed_from"] = have or None
-            if digest.hexdigest() == report["sha256"]:
+            if digest.hexdigest() == report.sha256:
                 private.rename_into_place(partial, dest)
                 entry["verified"] = True
                 return entry

@@ -45,7 +45,7 @@ class HostRun:
     host: str
     status: str = HostStatus.PENDING
     plan: Plan | None = None
-    state: dict | None = None        # what the probe found
+    state: NodeState | None = None   # what the probe found
     result: dict | None = None       # the agent's document
     reports: list[ReportEntry] = field(default_factory=list)
     error: str | None = None
@@ -212,10 +212,11 @@ def in_docker(p: Plan, state: NodeState, req: ProfileRequest, seccomp_profile: s
     if granted.given_up:
         p = p.without_sampling(granted.given_up)
     uuids = p.env.get("CUDA_VISIBLE_DEVICES")
-    tools = {t: (tool_found(state, t) or {}).get("path") for t in ("nsys", "ncu")}  # a tool not found is None
+    found = {t: tool_found(state, t) for t in ("nsys", "ncu")}
+    tools = {t: f.path for t, f in found.items() if f is not None}
     wrapper = containers.docker_run(
-        containers.Container("docker", req.docker_image, containers.nsight_dirs({k: v for k, v in tools.items() if v})),
-        p.report_dir, user=f"{state.get('uid')}:{state.get('gid')}", gpus=tuple(uuids.split(",")) if uuids else None,
+        containers.Container("docker", req.docker_image, containers.nsight_dirs(tools)),
+        p.report_dir, user=f"{state.uid}:{state.gid}", gpus=tuple(uuids.split(",")) if uuids else None,
         privileges=granted)
     env = {k: v for k, v in p.env.items() if k != "CUDA_VISIBLE_DEVICES"}  # --gpus chose them
     return replace(p, command=replace(p.command, wrapper=tuple(wrapper)), env=env)
@@ -353,7 +354,7 @@ def removing(host: "Host") -> "Host | None":
 def entry_for(req: ProfileRequest, run: HostRun) -> HostEntry:
     """A lab host's manifest entry: its node's facts from the state the probe found."""
     return HostEntry.from_facts(
-        run.host, run.status, wire.facts(run.state, run.gpus or req.gpus, req.tool) if run.state else None,
+        run.host, run.status, run.state.facts(run.gpus or req.gpus, req.tool) if run.state else None,
         missing_why=run.error, tenants_seen=[str(t) for t in (run.plan.tenants if run.plan else ())],
         given_up=((ProfileResult.read(run.result).given_up if run.result else ())
                   or (run.plan.given_up if run.plan else ())),

@@ -21,13 +21,13 @@ from .. import policy
 TOOLS = ("nsys", "ncu")
 
 
-def finding(state: dict) -> policy.Finding:
+def finding(state: policy.NodeState) -> policy.Finding:
     """Whether nsys and ncu were found on the node, and whether root could run them safely."""
     found = [policy.tool_found(state, t) for t in TOOLS]
-    tools = [f"{t} {f.get('version') or ''} at {f['path']}".replace("  ", " ") if f else f"{t} missing"
+    tools = [f"{t} {f.version or ''} at {f.path}".replace("  ", " ") if f else f"{t} missing"
              for t, f in zip(TOOLS, found)]
-    changeable = [f"{t} at {f['path']}: {f['writable_by_others']}" for t, f in zip(TOOLS, found)
-                  if f and f.get("writable_by_others") and state.get("euid") == 0]
+    changeable = [f"{t} at {f.path}: {f.writable_by_others}" for t, f in zip(TOOLS, found)
+                  if f and f.writable_by_others and policy.privileged(state)]
     if changeable:  # root would run code another account chose: never "placement ok"
         return policy.Finding("bad", "; ".join(changeable) + ": as root fleet will not run it")
     return policy.Finding(policy.OK if all(found) else ("warn" if any(found) else "bad"), "; ".join(tools))

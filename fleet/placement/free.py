@@ -31,26 +31,26 @@ def _gib(n) -> str:
     return f"{(n or 0) / 2**30:.1f} GiB"
 
 
-def _chosen_line(g: dict, free_here: int) -> str:
-    util = (g.get("utilization") or {}).get("gpu") if isinstance(g.get("utilization"), dict) else None
-    busy = f"{_gib(g.get('memory_used_by_processes'))} in use" + (f", {util} % utilization" if util is not None else "")
-    return f"GPU {g['index']} chosen: nobody else is on it ({busy}; {free_here} free GPU(s) on this host)"
+def _chosen_line(g: policy.Gpu, free_here: int) -> str:
+    util = g.utilization.gpu if g.utilization is not None else None
+    busy = f"{_gib(g.memory_used_by_processes)} in use" + (f", {util} % utilization" if util is not None else "")
+    return f"GPU {g.index} chosen: nobody else is on it ({busy}; {free_here} free GPU(s) on this host)"
 
 
-def per_host(states: dict[str, dict], request: policy.Request) -> dict[str, Choice]:
+def per_host(states: dict[str, policy.NodeState], request: policy.Request) -> dict[str, Choice]:
     """A free GPU on each host, the least busy; a host with none is refused, naming who is where."""
     out = {}
     for host, state in states.items():
         free = policy.free_gpus(state, request)
         if free:
-            out[host] = Choice(free[0]["index"], _chosen_line(free[0], len(free)), busy=policy.busyness(free[0]))
+            out[host] = Choice(free[0].index, _chosen_line(free[0], len(free)), busy=policy.busyness(free[0]))
         else:
             taken = policy.not_free(state, request) or ["the node lists no GPU"]
             out[host] = Choice(None, "--gpu free: no free GPU here: " + "; ".join(taken), refused=True)
     return out
 
 
-def across(states: dict[str, dict], request: policy.Request, count: int) -> dict[str, Choice]:
+def across(states: dict[str, policy.NodeState], request: policy.Request, count: int) -> dict[str, Choice]:
     """The ``count`` least busy free GPUs across the hosts, one a host; every host refused when
     fewer are free (the run asked for that many)."""
     each = per_host(states, request)

@@ -11,9 +11,11 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 try:  # as shipped, the policy's parts travel under flat names (fleet/agent/bundle.py)
-    from fleet_policy_vocabulary import HOPPER, OK, Finding, NodeState, Request, Tenant
+    from fleet_policy_nodestate import Gpu, NodeState, PrologVerdict
+    from fleet_policy_vocabulary import HOPPER, OK, Finding, Request, Tenant
 except ImportError:
-    from .vocabulary import HOPPER, OK, Finding, NodeState, Request, Tenant
+    from .nodestate import Gpu, NodeState, PrologVerdict
+    from .vocabulary import HOPPER, OK, Finding, Request, Tenant
 
 __all__ = ["exclusive_node", "Guards", "guards", "job_gpu_indices", "dcgm_running", "pre_hopper", "dcgm_pause",
            "prolog_tenants", "chosen_gpus", "tenants", "UNSEEN_SLACK", "unseen_tenants", "NEWCOMER_UNSEEN_BYTES",
@@ -44,45 +46,43 @@ def guards(request: Request, counters: bool) -> Guards:
                   pin_gpus=request.gpus is not None and not in_job, node_state=not in_job)
 
 
-def job_gpu_indices(slurm_ids: tuple[int, ...] | None, gpus: list[dict]) -> tuple[int, ...] | None:
+def job_gpu_indices(slurm_ids: tuple[int, ...] | None, gpus: tuple[Gpu, ...]) -> tuple[int, ...] | None:
     """NVML's indices of the GPUs Slurm gave a job (None: every GPU visible). Slurm names them by
     its own ids (gres.conf's /dev/nvidiaN), not by NVML's numbering, which in a job with
     constrained devices counts only the allocated GPUs from 0: matched by the device's minor
     number. Where an id finds no device, every visible GPU counts as the job's: more GPUs
     checked for neighbours, never another one than the job's."""
-    by_minor = {g.get("minor"): g["index"] for g in gpus if g.get("minor") is not None}
+    by_minor = {g.minor: g.index for g in gpus if g.minor is not None}
     if not slurm_ids or not all(i in by_minor for i in slurm_ids):
         return None
     return tuple(sorted(by_minor[i] for i in slurm_ids))
 
 
 def dcgm_running(state: NodeState) -> bool:
-    dcgm = state.get("dcgm") or {}
-    return bool(dcgm.get("hostengine") or dcgm.get("exporter") or dcgm.get("listening"))
+    return bool(state.dcgm.hostengine or state.dcgm.exporter or state.dcgm.listening)
 
 
 def _dcgm_pausable(state: NodeState) -> bool:
     """``dcgmi profile --pause`` reaches a host engine: a running nv-hostengine or port 5555.
     A dcgm-exporter with its embedded engine cannot be paused from outside."""
-    dcgm = state.get("dcgm") or {}
-    return bool(dcgm.get("hostengine")) or any((l or {}).get("port") == 5555 for l in dcgm.get("listening") or [])
+    return bool(state.dcgm.hostengine) or any(listener.port == 5555 for listener in state.dcgm.listening)
 
 
-def pre_hopper(gpus: list[dict]) -> list[int]:
+def pre_hopper(gpus: tuple[Gpu, ...]) -> list[int]:
     """GPUs on which DCGM's profiling metrics and a profiler cannot share the counters."""
-    return [g["index"] for g in gpus if (g.get("architecture") or 0) < HOPPER]
+    return [g.index for g in gpus if (g.architecture or 0) < HOPPER]
 
 
-def dcgm_pause(state: NodeState, gpus: list[dict], asked: bool, counters: bool) -> bool:
+def dcgm_pause(state: NodeState, gpus: tuple[Gpu, ...], asked: bool, counters: bool) -> bool:
     """Whether fleet pauses DCGM profiling for the run: the one condition the verdict promises,
     the planner plans and the Slurm prolog carries out."""
     return bool(counters and asked and dcgm_running(state) and _dcgm_pausable(state) and pre_hopper(gpus))
 
 
-def prolog_tenants(verdict: dict | None, job: str | None, uuids: list | None = None) -> list[str]:
+def prolog_tenants(verdict: PrologVerdict | None, job: str | None, uuids: list | None = None) -> list[str]:
     """Tenants that fleet's Slurm prolog, as root, saw on job ``job``'s GPUs, or on the rank's
     own (``uuids``: its GPUs' UUIDs) where the verdict has them GPU by GPU (``by_gpu``). ``verdict``
-    is None where no prolog is installed, else the prolog's document, or ``{"error": ...}`` when
+    is None where no prolog is installed, else the prolog's verdict, or one of ``error`` alone when
     none can be read. Anything but a whole verdict of this job that saw the GPUs says nothing of
     them: then they count as shared, and so does a GPU of the rank the verdict does not name."""
     if verdict is None:
@@ -90,55 +90,51 @@ def prolog_tenants(verdict: dict | None, job: str | None, uuids: list | None = N
     why = _prolog_silent(verdict, job)
     if why:
         return [f"the node's prolog verdict says nothing of the GPUs ({why}): they count as shared"]
-    by_gpu = verdict.get("by_gpu")
-    if uuids and isinstance(by_gpu, dict) and all(isinstance(u, str) and u for u in uuids):
-        return [t for uuid in uuids for t in _gpu_tenants(by_gpu, uuid)]
-    return [str(t) for t in verdict["tenants"]]
+    if uuids and verdict.by_gpu is not None and all(isinstance(u, str) and u for u in uuids):
+        return [t for uuid in uuids for t in _gpu_tenants(verdict.by_gpu, uuid)]
+    return list(verdict.tenants or ())
 
 
-def _prolog_silent(verdict: dict, job: str | None) -> str | None:
+def _prolog_silent(verdict: PrologVerdict, job: str | None) -> str | None:
     """Why the prolog's verdict says nothing of this job's GPUs (its error, another job's, NVML
     unseen, no tenants list), or None where it is whole."""
-    why = verdict.get("error")
-    if why is None and str(verdict.get("job")) != str(job):
-        why = f"it is job {verdict.get('job')}'s, not job {job}'s"
-    elif why is None and verdict.get("nvml") is not True:
+    why = verdict.error
+    if why is None and str(verdict.job) != str(job):
+        why = f"it is job {verdict.job}'s, not job {job}'s"
+    elif why is None and verdict.nvml is not True:
         why = "root could not see the GPUs through NVML"
-    elif why is None and not isinstance(verdict.get("tenants"), list):
+    elif why is None and verdict.tenants is None:
         why = "it names no tenants list"
     return why
 
 
 def _gpu_tenants(by_gpu: dict, uuid: str) -> list[str]:
     """The tenants the prolog saw on one GPU; a GPU it does not name counts as shared."""
-    seen = by_gpu.get(uuid)
-    if isinstance(seen, list):
-        return [str(t) for t in seen]
+    seen = by_gpu[uuid] if uuid in by_gpu else None
+    if seen is not None:
+        return list(seen)
     return [f"the node's prolog verdict says nothing of GPU {uuid}: it counts as shared"]
 
 
-def chosen_gpus(state: NodeState, request: Request) -> list[dict]:
-    gpus = state.get("gpus") or []
-    if request.gpus is None:
-        return gpus
-    return [g for g in gpus if g.get("index") in request.gpus]
+def chosen_gpus(state: NodeState, request: Request) -> tuple[Gpu, ...]:
+    return state.chosen(request.gpus)
 
 
 def tenants(state: NodeState, request: Request) -> list[Tenant]:
     """Everyone else on the chosen GPUs. An unresolvable pid counts as someone else."""
     out = []
-    mps_servers = set((state.get("mps") or {}).get("servers") or [])
+    mps_servers = set(state.mps.servers)
     for g in chosen_gpus(state, request):
-        for p in g.get("processes") or []:
-            if p.get("pid") in mps_servers or p.get("name") == "nvidia-cuda-mps-server":
+        for p in g.processes:
+            if p.pid in mps_servers or p.name == "nvidia-cuda-mps-server":
                 why = "is an MPS server: its clients share this GPU"
-            elif p.get("foreign", True):
-                why = p.get("why") or "belongs to another user"
-            elif request.allow_own or (request.job is not None and p.get("slurm_job") == request.job):
+            elif p.foreign:
+                why = p.why or "belongs to another user"
+            elif request.allow_own or (request.job is not None and p.slurm_job == request.job):
                 continue  # other ranks of the same job are the workload, not neighbours
             else:
                 why = "is your own other process (pass --allow-own to let it stay)"
-            out.append(Tenant(g["index"], p["pid"], p.get("user"), p.get("used_memory"), why))
+            out.append(Tenant(g.index, p.pid, p.user, p.used_memory, why))
     return out
 
 
@@ -149,38 +145,37 @@ def _unseen(state: NodeState, request: Request) -> list[tuple[int, int | None, s
     """(GPU, bytes the lists do not explain or None, why) for each chosen GPU that shows
     processes the process lists hide: the one reading of the signals behind ``unseen_tenants``
     and ``newcomers``."""
-    other_ns = state.get("host_pid_namespace") is not True
-    ns = "in another PID namespace" if state.get("host_pid_namespace") is False else "perhaps in another PID namespace"
+    other_ns = state.host_pid_namespace is not True
+    ns = "in another PID namespace" if state.host_pid_namespace is False else "perhaps in another PID namespace"
     where = f" (the agent is {ns})" if other_ns else ""
     out = []
     for g in chosen_gpus(state, request):
-        if g.get("process_list_error"):
-            out.append((g["index"], None,
-                        f"GPU {g['index']}: NVML does not list its processes ({g['process_list_error']})"))
+        if g.process_list_error:
+            out.append((g.index, None, f"GPU {g.index}: NVML does not list its processes ({g.process_list_error})"))
             continue
         found = _unseen_on(g, other_ns, ns, where)
         out += [found] if found else []
     return out
 
 
-def _unseen_on(g: dict, other_ns: bool, ns: str, where: str) -> tuple[int, int | None, str] | None:
+def _unseen_on(g: Gpu, other_ns: bool, ns: str, where: str) -> tuple[int, int | None, str] | None:
     """What shows processes on one GPU that its list hides: memory the listed processes do not
     account for, utilization samples of processes not listed, or, from another PID namespace, no
     memory figure to check the list against; None where nothing does."""
-    listed = g.get("processes") or []
-    by_processes = g.get("memory_used_by_processes")
-    counted = [p.get("used_memory") for p in listed]
+    listed = g.processes
+    by_processes = g.memory_used_by_processes
+    counted = [p.used_memory for p in listed]
     unexplained = by_processes - sum(counted) if by_processes is not None and None not in counted else None
     if unexplained is not None and unexplained > UNSEEN_SLACK:
-        return (g["index"], unexplained, f"GPU {g['index']}: {unexplained / 2**30:.1f} GiB in use by processes "
+        return (g.index, unexplained, f"GPU {g.index}: {unexplained / 2**30:.1f} GiB in use by processes "
                 f"not visible from here{where}")
-    if other_ns and [p for p in g.get("sampled_pids") or [] if p not in {q.get("pid") for q in listed}]:
+    if other_ns and [p for p in g.sampled_pids or () if p not in {q.pid for q in listed}]:
         # The samples name every process, ours by our namespace's pids (as the lists do), the
         # others' by theirs (measured on an H200 test machine): one not listed is not ours.
-        return (g["index"], None, f"GPU {g['index']}: its utilization samples name processes not visible "
+        return (g.index, None, f"GPU {g.index}: its utilization samples name processes not visible "
                 f"from here{where}")
     if other_ns and unexplained is None:
-        return (g["index"], None, f"GPU {g['index']}: the agent is {ns}, where NVML lists no process of the "
+        return (g.index, None, f"GPU {g.index}: the agent is {ns}, where NVML lists no process of the "
                 "others, and this driver gives no memory figure to check that against")
     return None
 
@@ -237,9 +232,9 @@ def unexplained_memory(state: NodeState, request: Request) -> dict:
     """GPU -> bytes in use that no listed process explains (where the driver gives both figures)."""
     out = {}
     for g in chosen_gpus(state, request):
-        counted = [p.get("used_memory") for p in g.get("processes") or []]
-        if g.get("memory_used_by_processes") is not None and None not in counted:
-            out[g["index"]] = g["memory_used_by_processes"] - sum(counted)
+        counted = [p.used_memory for p in g.processes]
+        if g.memory_used_by_processes is not None and None not in counted:
+            out[g.index] = g.memory_used_by_processes - sum(counted)
     return out
 
 
@@ -250,31 +245,30 @@ def sharing(state: NodeState, request: Request) -> list[tuple[str, str]]:
              for t in tenants(state, request)]
     found += [(f"unseen tenant: {u}", "run fleet from the host's PID namespace (the host's shell, docker --pid=host), "
                "or in a Slurm job on whole nodes") for u in unseen_tenants(state, request)]
-    if (state.get("mps") or {}).get("control_daemon"):
+    if state.mps.control_daemon:
         found.append(("an MPS control daemon runs on this node: clients of any user may share the GPU",
                       "profile where MPS is off"))
     for g in chosen_gpus(state, request):
-        if (g.get("mig_mode") or {}).get("current") == 1:
-            found.append((f"GPU {g['index']} is in MIG mode: its other instances may belong to others, "
+        if g.mig:
+            found.append((f"GPU {g.index} is in MIG mode: its other instances may belong to others, "
                           "and counters and clocks are shared", "profile on a GPU with MIG disabled"))
-    seen_by_prolog = prolog_tenants(state.get("prolog_verdict"), request.job,
-                                    [g.get("uuid") for g in chosen_gpus(state, request)] if request.gpus else None)
+    seen_by_prolog = prolog_tenants(state.prolog_verdict, request.job,
+                                    [g.uuid for g in chosen_gpus(state, request)] if request.gpus else None)
     # the node's Slurm prolog, as root, saw someone on the job's GPUs
     found += [(f"tenant seen by the node's prolog: {t}", "run where the job's GPUs are free") for t in seen_by_prolog]
     return found
 
 
-def busyness(g: dict) -> tuple:
+def busyness(g: Gpu) -> tuple:
     """How busy a free GPU is, least first: memory in use by processes, then utilization."""
-    util = g.get("utilization") if isinstance(g.get("utilization"), dict) else {}
-    return (g.get("memory_used_by_processes") or g.get("memory_used") or 0, util.get("gpu") or 0, g.get("index", 0))
+    return (g.memory_used_by_processes or g.memory_used or 0, (g.utilization and g.utilization.gpu) or 0, g.index)
 
 
-def free_gpus(state: NodeState, request: Request) -> list[dict]:
+def free_gpus(state: NodeState, request: Request) -> list[Gpu]:
     """The node's GPUs (among the request's, if it names some) that nobody else may be using now,
     by the rule that refuses ncu there (``sharing``): no tenant, nothing unseen, no MPS, no MIG,
     nothing the prolog saw. Least busy first. What ``--gpu free`` chooses from."""
-    free = [g for g in chosen_gpus(state, request) if not sharing(state, replace(request, gpus=(g["index"],)))]
+    free = [g for g in chosen_gpus(state, request) if not sharing(state, replace(request, gpus=(g.index,)))]
     return sorted(free, key=busyness)
 
 
@@ -282,9 +276,9 @@ def not_free(state: NodeState, request: Request) -> list[str]:
     """Why each of the node's GPUs is not free: its first sharing reason, one line a GPU."""
     out = []
     for g in chosen_gpus(state, request):
-        found = sharing(state, replace(request, gpus=(g["index"],)))
+        found = sharing(state, replace(request, gpus=(g.index,)))
         if found:
-            out.append(f"GPU {g['index']}: {found[0][0]}")
+            out.append(f"GPU {g.index}: {found[0][0]}")
     return out
 
 
@@ -294,7 +288,7 @@ def dcgm_for_counters(state: NodeState, request: Request) -> tuple[bool, tuple[s
     old = pre_hopper(chosen_gpus(state, request))
     pause = dcgm_pause(state, chosen_gpus(state, request), request.pause_dcgm, True)
     if pause and request.job is not None:  # in a job the prolog pauses DCGM, as root
-        pause = (state.get("prolog_verdict") or {}).get("dcgm") == "paused"
+        pause = state.prolog_verdict is not None and state.prolog_verdict.dcgm == "paused"
     if not (dcgm_running(state) and old and not pause):
         return pause, None
     if request.pause_dcgm and request.job is not None:
@@ -312,11 +306,11 @@ def neighbours_finding(state: NodeState) -> Finding:
     """``fleet doctor``'s line for problem 5: everyone on the node's GPUs, the user's own
     processes too (a person wants to see them), and MIG, MPS and DCGM."""
     everyone = tenants(state, Request())
-    flags = [f"MIG on GPU {g['index']}" for g in state["gpus"] if (g.get("mig_mode") or {}).get("current") == 1]
-    if (state.get("mps") or {}).get("control_daemon"):
+    flags = [f"MIG on GPU {g.index}" for g in state.gpus if g.mig]
+    if state.mps.control_daemon:
         flags.append("MPS")
     if dcgm_running(state):
         flags.append("DCGM")
     parts = [str(t) for t in everyone] + unseen_tenants(state, Request()) + flags
     return Finding("warn" if parts else OK, "; ".join(parts) if parts else
-                   f"no other process on {len(state['gpus'])} GPU(s)")
+                   f"no other process on {len(state.gpus)} GPU(s)")

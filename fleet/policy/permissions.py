@@ -12,13 +12,14 @@ from dataclasses import dataclass
 from typing import Any, Dict
 
 try:  # as shipped, the policy's parts travel under flat names (fleet/agent/bundle.py)
-    from fleet_policy_vocabulary import DEGRADED, NO_SAMPLING_FLAGS, OK, PARANOID_SYSCTL, REFUSED, Finding, NodeState, \
-        Request, Verdict
-except ImportError:
-    from .vocabulary import DEGRADED, NO_SAMPLING_FLAGS, OK, PARANOID_SYSCTL, REFUSED, Finding, NodeState, Request, \
+    from fleet_policy_nodestate import NodeState, Tool
+    from fleet_policy_vocabulary import DEGRADED, NO_SAMPLING_FLAGS, OK, PARANOID_SYSCTL, REFUSED, Finding, Request, \
         Verdict
+except ImportError:
+    from .nodestate import NodeState, Tool
+    from .vocabulary import DEGRADED, NO_SAMPLING_FLAGS, OK, PARANOID_SYSCTL, REFUSED, Finding, Request, Verdict
 
-__all__ = ["tool_found", "sampling_given_up", "held_sysctls", "DockerPrivileges", "docker_privileges",
+__all__ = ["tool_found", "privileged", "sampling_given_up", "held_sysctls", "DockerPrivileges", "docker_privileges",
            "nsys_cpu_sampling", "sudo_sysctls"]
 
 
@@ -49,9 +50,9 @@ def docker_privileges(tool: str, counters: bool, sampling: bool, seccomp_profile
     return DockerPrivileges(counters, seccomp_profile if sampling else None, given_up)
 
 
-def tool_found(state: NodeState, name: str) -> dict | None:
-    tool = (state.get("tools") or {}).get(name)  # None also when the tools section failed ({"error": ...})
-    return tool if isinstance(tool, dict) else None
+def tool_found(state: NodeState, name: str) -> Tool | None:
+    """The tool as the node found it; None also when the tools section failed."""
+    return state.tools.named(name)
 
 
 def tool_refused(state: NodeState, name: str, way: str) -> Verdict | None:
@@ -59,8 +60,8 @@ def tool_refused(state: NodeState, name: str, way: str) -> Verdict | None:
     tool = tool_found(state, name)
     if tool is None:
         return with_way(_missing(name), way)
-    if privileged(state) and tool.get("writable_by_others"):
-        return Verdict(way, REFUSED, (f"{name} at {tool.get('path')}: {tool['writable_by_others']}, so another "
+    if privileged(state) and tool.writable_by_others:
+        return Verdict(way, REFUSED, (f"{name} at {tool.path}: {tool.writable_by_others}, so another "
                                       "account could change what fleet would run as root",),
                        f"make it root's and not writable by others (chown root, chmod go-w), or set {name}_path "
                        "to a copy that is")
@@ -76,13 +77,12 @@ def _missing(name: str) -> Verdict:
 
 
 def privileged(state: NodeState) -> bool:
-    return state.get("euid") == 0
+    return state.euid == 0
 
 
 def counter_access(state: NodeState) -> tuple[bool, str]:
-    caps = state.get("capabilities") or {}
-    admin_only = (state.get("nvidia") or {}).get("profiling_admin_only")
-    if privileged(state) or caps.get("sys_admin"):
+    admin_only = state.nvidia.profiling_admin_only if state.nvidia is not None else None
+    if privileged(state) or state.capabilities.sys_admin:
         return True, "root or CAP_SYS_ADMIN"
     if admin_only == 0:
         return True, "RmProfilingAdminOnly=0"
@@ -94,10 +94,9 @@ def counter_access(state: NodeState) -> tuple[bool, str]:
 
 def nvml_reason(state: NodeState) -> str | None:
     """Why no GPU can be seen through NVML on this node, or None where they can."""
-    nvml = state.get("nvml") or {}
-    if not nvml.get("available"):
-        return f"no GPU visible through NVML ({nvml.get('error') or 'unavailable'})"
-    if not state.get("gpus"):
+    if not state.nvml.available:
+        return f"no GPU visible through NVML ({state.nvml.error or 'unavailable'})"
+    if not state.gpus:
         return "NVML lists no GPU on this node"
     return None
 
@@ -108,12 +107,12 @@ def with_way(v: Verdict, way: str) -> Verdict:
 
 def report_dir_refused(state: NodeState, way: str) -> Verdict | None:
     """Reports go only where the user alone can write (another account could redirect them)."""
-    rd = state.get("report_dir") or {}
-    if rd.get("unsafe"):
-        return Verdict(way, REFUSED, (f"report directory: {rd['unsafe']}",),
+    rd = state.report_dir
+    if rd is not None and rd.unsafe:
+        return Verdict(way, REFUSED, (f"report directory: {rd.unsafe}",),
                        "remove it, or set report_dir in the inventory to a directory of your own")
-    if rd.get("writable") is False:
-        return Verdict(way, REFUSED, (f"report directory {rd.get('path')} is not writable",),
+    if rd is not None and rd.writable is False:
+        return Verdict(way, REFUSED, (f"report directory {rd.path} is not writable",),
                        "set report_dir in the inventory to a directory you can write")
     return None
 
@@ -121,7 +120,7 @@ def report_dir_refused(state: NodeState, way: str) -> Verdict | None:
 def nsys_cpu_sampling(state: NodeState, request: Request) -> Verdict:
     if (refused := tool_refused(state, "nsys", "nsys-cpu-sampling")):
         return refused
-    level = state.get("perf_event_paranoid")
+    level = state.perf_event_paranoid
     if privileged(state):
         return Verdict("nsys-cpu-sampling", OK, ("running as root: process-tree and system-wide sampling",))
     owned = request.owned_sysctls.get(PARANOID_SYSCTL)
@@ -143,7 +142,7 @@ def nsys_cpu_sampling(state: NodeState, request: Request) -> Verdict:
 def permissions_finding(state: NodeState) -> Finding:
     """``fleet doctor``'s line for problem 4: CPU sampling and the GPU counters."""
     allowed, how = counter_access(state)
-    level = state.get("perf_event_paranoid")
+    level = state.perf_event_paranoid
     return Finding(OK if allowed and (level is not None and level <= 2 or privileged(state)) else "warn",
                    f"perf_event_paranoid={level}; GPU counters: {'yes, ' if allowed else 'no: '}{how}")
 

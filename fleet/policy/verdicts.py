@@ -13,12 +13,14 @@ try:  # as shipped, the policy's parts travel under flat names (fleet/agent/bund
     from fleet_policy_neighbours import dcgm_for_counters, neighbours_finding, sharing, tenants, unseen_tenants
     from fleet_policy_permissions import counter_access, nsys_cpu_sampling, nvml_reason, permissions_finding, \
         report_dir_refused, tool_refused
-    from fleet_policy_vocabulary import DEGRADED, OK, REFUSED, Finding, NodeState, Request, Verdict
+    from fleet_policy_nodestate import NodeState
+    from fleet_policy_vocabulary import DEGRADED, OK, REFUSED, Finding, Request, Verdict
 except ImportError:
     from .neighbours import dcgm_for_counters, neighbours_finding, sharing, tenants, unseen_tenants
     from .permissions import counter_access, nsys_cpu_sampling, nvml_reason, permissions_finding, report_dir_refused, \
         tool_refused
-    from .vocabulary import DEGRADED, OK, REFUSED, Finding, NodeState, Request, Verdict
+    from .nodestate import NodeState
+    from .vocabulary import DEGRADED, OK, REFUSED, Finding, Request, Verdict
 
 __all__ = ["nsys_trace", "counters", "assess", "findings"]
 

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 from ..agent.bundle import bundle
 from ..inventory import Host
-from ..agentcall import agent_args, agent_argv, read_state
+from ..agentcall import agent_args, agent_argv, probed_document, read_state
 from ..transport import Result
 from .cluster import Cluster
 from .jobs import LoginUnreachable, SlurmClient, SlurmError
@@ -82,5 +82,5 @@ async def probe_partition(fan: "Fanout", cluster: Cluster, partition: str, nodes
 
 
 def as_json(found: list[tuple[Host, Result]]) -> list[dict]:
-    return [{"host": h.name, "error": r.error, "error_kind": r.error_kind, "state": r.extra.get("state")}
+    return [{"host": h.name, "error": r.error, "error_kind": r.error_kind, "state": probed_document(r)}
             for h, r in found]

@@ -15,6 +15,7 @@ import hmac
 from .. import safenames
 from ..agentcall import cut_strings
 from ..agent import wire
+from ..agent.messages import ProfileResult
 from ..rundir import RunDir
 from ..outcome import HostStatus
 from ..store.manifest import HostEntry
@@ -46,10 +47,10 @@ def from_file(path: str, text: str) -> tuple[dict | None, str | None]:
         return None, f"{path} holds {len(found) or 'no'} answer{'s' if len(found) != 1 else ''} of fleet's agent, " \
                      "not one"
     body = cut_strings(found[0])
+    answer = ProfileResult.read(body)
     node, label = RunDir.result_place(path)  # the listing's glob: always a result file's name
-    if body.get("slurm_node") != node or body.get("host") != label:
-        return None, (f"{path} holds the result of {str(body.get('host'))[:40]!r} "
-                      f"on {str(body.get('slurm_node'))[:40]!r}"
+    if answer.slurm_node != node or answer.host != label:
+        return None, (f"{path} holds the result of {str(answer.host)[:40]!r} on {str(answer.slurm_node)[:40]!r}"
                       ", not of its own place")
     return body, None
 
@@ -59,8 +60,8 @@ def not_this_runs(body: dict, nonce: str | None) -> str | None:
     carried a nonce (``nonce`` None) are read as they were."""
     if nonce is None:
         return None
-    said = body.get("nonce")
-    if isinstance(said, str) and hmac.compare_digest(said.encode(), nonce.encode()):
+    said = ProfileResult.read(body).nonce
+    if said is not None and hmac.compare_digest(said.encode(), nonce.encode()):
         return None
     return "it does not carry this run's nonce: not written by this run's agent"
 
@@ -103,7 +104,8 @@ def this_runs(found: list[dict], marks: dict, nonce: str | None) -> tuple[list[d
     results = []
     for res in found:
         if (why := not_this_runs(res, nonce)):
-            refused.append(refused_entry(RunDir(str(res.get("slurm_node"))).result(str(res.get("host"))), why))
+            answer = ProfileResult.read(res)
+            refused.append(refused_entry(RunDir(str(answer.slurm_node)).result(str(answer.host)), why))
         else:
             results.append(res)
     return results, refused

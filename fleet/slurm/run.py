@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Callable
 
 from .. import outcome, safenames, store
 from ..agent import wire
-from ..agent.messages import ProfileResult
+from ..agent.messages import ProfileResult, ReportFile
 from ..agent.bundle import script as agent_script
 from ..rundir import RunDir
 from ..statuses import HostStatus, RunStatus
@@ -148,17 +148,12 @@ async def submit(client: SlurmClient, prep: Prepared) -> str:
 
 def rank_entry(res: dict, reports: list[ReportEntry] = (), tool: str | None = None, *,
                fleet_stopped: bool = False) -> HostEntry:
-    """A rank's entry from the result it left (its node facts are in it: ``wire.facts``'s keys),
+    """A rank's entry from the result it left (its node facts are in it: ``NodeState.facts``),
     what came home of it, and whether fleet recorded a stop of the job (its stop marks)."""
-    status, why = outcome.of_result(ProfileResult.read(res), list(reports), tool=tool, fleet_stopped=fleet_stopped)
-    return HostEntry.from_facts(
-        res.get("slurm_node") or res.get("node"), status, res, rank=res.get("rank"), missing_why=why,
-        tenants_seen=[t if isinstance(t, str) else _tenant_text(t) for t in res.get("tenants") or []],
-        given_up=res.get("given_up") or [], result=res, reports=reports)
-
-
-def _tenant_text(t: dict) -> str:
-    return f"GPU {t.get('gpu')}: pid {t.get('pid')} ({t.get('user') or 'unknown user'}) {t.get('why')}"
+    answer = ProfileResult.read(res)
+    status, why = outcome.of_result(answer, list(reports), tool=tool, fleet_stopped=fleet_stopped)
+    return HostEntry.from_facts(answer.node, status, answer.facts, rank=answer.rank, missing_why=why,
+                                tenants_seen=answer.tenants, given_up=answer.given_up, result=res, reports=reports)
 
 
 async def gather(fan: "Fanout", client: SlurmClient, manifest: RunManifest, directory: Path,
@@ -171,8 +166,9 @@ async def gather(fan: "Fanout", client: SlurmClient, manifest: RunManifest, dire
     _job_end(slurm, state, marks)
     found = file_mark(marks.get("slurm", ""))  # slurm-JOBID.out
     if found and file_problem(found, slurm.run_dir) is None:
-        slurm.log = ReportEntry.from_json(await fetch_verified(
-            fan, client.login, found, directory / os.path.basename(found["path"])))
+        log = ReportFile.read(found)
+        slurm.log = ReportEntry.from_json(await fetch_verified(fan, client.login, log,
+                                                               directory / os.path.basename(log.path)))
     tool = (manifest.request or {}).get("tool")
     tail = _log_tail(slurm.log)
     refusal = job_refusal(slurm.job_exit, tail, RunDir.JOB_REFUSED in marks)
@@ -239,16 +235,16 @@ async def _rank_home(fan: "Fanout", client: SlurmClient, run_dir: str, res: dict
                      gathering, tool: str | None, fleet_stopped: bool = False) -> HostEntry:
     """One rank's result, held to its shape, and what it names brought home from its node's folder."""
     wrong = wire.problems(res, "profile")
-    node = res.get("slurm_node") or res.get("node")
+    answer = ProfileResult.read(res)
+    node = answer.node
     # The node's name comes from a result file in the run directory, which the job can write:
     # one that is not a folder name, or a result not of its shape, brings nothing home.
     problem = "; ".join(wrong[:3]) if wrong else safenames.component_problem(node, "the node name in a rank's result")
     if problem:
-        rank = res.get("rank") if isinstance(res.get("rank"), int) else None
-        return HostEntry(str(node or "(malformed result)"), HostStatus.FAILED, rank=rank,
+        return HostEntry(str(node or "(malformed result)"), HostStatus.FAILED, rank=answer.rank,
                          missing_why=f"the rank's result is malformed ({problem}); nothing of it was brought home")
     reports = []
-    if ProfileResult.read(res).made_reports:
+    if answer.made_reports:
         # Written to node-local scratch, they now are in the run directory, under the same names.
         folder = RunDir(run_dir).node(node)
         to_fetch = [dict(r, path=folder.file(os.path.basename(r["path"]))) for r in wire.named_files(res)]

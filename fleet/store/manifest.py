@@ -19,6 +19,7 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import TYPE_CHECKING, Any, Iterable
 
 from ..agent.messages import ProfileResult
+from ..policy.nodestate import NodeFacts
 from ..errors import FleetError
 from .. import __version__
 from ..statuses import HostStatus, RunStatus
@@ -111,19 +112,18 @@ class HostEntry(_Record):
     reports: list[ReportEntry] = field(default_factory=list)
 
     @classmethod
-    def from_facts(cls, host: str, status: str, facts: dict | None, *, rank: int | None = None,
+    def from_facts(cls, host: str, status: str, facts: NodeFacts | None, *, rank: int | None = None,
                    missing_why: str | None = None, tenants_seen: Iterable[str] = (), given_up: Iterable[str] = (),
                    plan: dict | None = None, result: dict | None = None,
                    reports: Iterable[ReportEntry] = ()) -> "HostEntry":
-        """The entry of a host or rank whose node was looked at. ``facts`` has the keys of
-        ``agent.wire.facts`` (node, gpu, driver, tool_version, processes_seen): fleet makes
-        them from the probed state on lab servers; on Slurm the rank's result carries them."""
-        facts = facts or {}
-        return cls(host=host, status=status, rank=rank, node=facts.get("node"),
-                   missing_why=None if status == "ok" else missing_why, gpu=facts.get("gpu"),
-                   driver=facts.get("driver"), tool_version=facts.get("tool_version"),
+        """The entry of a host or rank whose node was looked at: fleet makes its ``facts`` from the
+        probed state on lab servers (``NodeState.facts``); on Slurm the rank's result carries them."""
+        facts = facts or NodeFacts()
+        return cls(host=host, status=status, rank=rank, node=facts.node,
+                   missing_why=None if status == "ok" else missing_why, gpu=facts.gpu,
+                   driver=facts.driver, tool_version=facts.tool_version,
                    tenants_seen=list(tenants_seen), given_up=list(given_up),
-                   processes_seen=[ProcessSeen.from_json(p) for p in facts.get("processes_seen") or []],
+                   processes_seen=[ProcessSeen.from_json(p) for p in facts.processes_seen],
                    plan=plan, result=result, reports=list(reports))
 
     @property

@@ -22,8 +22,8 @@ from __future__ import annotations
 from .. import policy
 
 
-def finding(state: dict) -> policy.Finding:
+def finding(state: policy.NodeState) -> policy.Finding:
     """Where the agent ran (host, container, Slurm job): the wrapping itself is chosen per command."""
-    where = f"in a {state['container']} container" if state.get("container") else "on the host"
+    where = f"in a {state.container} container" if state.container else "on the host"
     return policy.Finding("n/a", f"chosen per command (srun, torchrun, mpirun); agent ran {where}"
-                                 + (f" inside Slurm job {state['slurm_job']}" if state.get("slurm_job") else ""))
+                                 + (f" inside Slurm job {state.slurm_job}" if state.slurm_job else ""))

@@ -28,7 +28,8 @@ BASE = {
 }
 
 
-def state(**changes):
+def document(**changes) -> dict:
+    """The node's document as the agent writes it, changed at each ``a__0__b`` path."""
     s = copy.deepcopy(BASE)
     for path, value in changes.items():
         node = s
@@ -37,6 +38,11 @@ def state(**changes):
             node = node[int(k)] if k.isdigit() else node[k]
         node[keys[-1]] = value
     return s
+
+
+def state(**changes) -> policy.NodeState:
+    """The node's state as the policy reads it: the changed document, read as the wire's reader does."""
+    return policy.NodeState.read(document(**changes))
 
 
 def verdicts(s, request=Request()):

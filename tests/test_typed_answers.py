@@ -1,0 +1,99 @@
+"""A node's answers are read once, into types: the policy, the five doors and the readers of the
+live look and of ``fleet repair`` read fields, never a node's dict. Only the readers themselves
+(fleet/agent/wire.py, fleet/agent/messages.py, fleet/policy/nodestate.py, fleet/policy/readers.py)
+look into one."""
+
+from __future__ import annotations
+
+import ast
+import json
+from pathlib import Path
+
+from fleet import agentcall, policy
+from fleet.agent import messages, wire
+from fleet.inventory import Host
+from fleet.look import HostView, take
+from fleet.transport import Result
+from tests.conftest import REPO
+from tests.harness.node_states import document
+
+# What reads a node's state or answer after its reader: each may call .get( only on a mapping of
+# fleet's own (the inventory's host variables, the request's owned sysctls, the run watch's floor).
+READ_BY_FIELDS = ["fleet/policy/neighbours.py", "fleet/policy/permissions.py", "fleet/policy/verdicts.py",
+                  "fleet/placement/__init__.py", "fleet/placement/free.py", "fleet/wrapping/__init__.py",
+                  "fleet/collection/__init__.py", "fleet/collection/bring.py", "fleet/collection/fetch.py",
+                  "fleet/lab/doctor.py", "fleet/look.py", "fleet/cli/top.py", "fleet/slurm/results.py",
+                  "fleet/slurm/look.py"]
+HOST = Host("h01", {}, (), "test")
+FLEETS_OWN = {"request.owned_sysctls", "floor", "host.vars", "r.extra", "obj.inventory.hosts", "marks"}
+
+
+def gets(source: str) -> list[str]:
+    """The receiver of every ``X.get(...)`` call in ``source``, as written."""
+    return [ast.unparse(n.func.value) for n in ast.walk(ast.parse(source))
+            if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == "get"]
+
+
+def test_what_reads_a_nodes_answer_reads_fields_not_its_dict():
+    found = {path: [g for g in gets((REPO / path).read_text()) if g not in FLEETS_OWN] for path in READ_BY_FIELDS}
+    assert {path: receivers for path, receivers in found.items() if receivers} == {}
+
+
+def test_the_check_finds_a_get_on_a_nodes_dict():
+    """It would pass on nothing: a planted read of the state's dict is found, an inventory's is not."""
+    planted = "def f(state, host):\n    return state.get('gpus'), host.vars.get('x')\n"
+    assert [g for g in gets(planted) if g not in FLEETS_OWN] == ["state"]
+    assert all((REPO / path).exists() for path in READ_BY_FIELDS)
+
+
+def test_the_controller_reads_a_probe_into_a_node_state_and_keeps_its_document():
+    body = document(gpus__0__processes=[{"pid": 7, "user": "bob", "foreign": True, "kinds": ["compute"]}])
+    r = agentcall.read_state(HOST, Result("h01", exit_status=0, stdout=wire.frame("probe", body).encode()))
+    state = r.extra["state"]
+    assert isinstance(state, policy.NodeState) and not hasattr(state, "get")
+    assert state.gpus[0].processes[0] == policy.GpuProcess(7, ("compute",), user="bob", foreign=True)
+    assert agentcall.probed_document(r) == json.loads(json.dumps(body))
+
+
+def test_a_process_whose_owner_is_not_said_is_someone_elses():
+    """When unsure whether a GPU is shared, it is: a process the node did not mark as the user's own
+    (no ``foreign``, or not a bool) is a tenant to the policy and to the look."""
+    for said in ({}, {"foreign": None}, {"foreign": "no"}):
+        state = policy.NodeState.read(document(gpus__0__processes=[{"pid": 7, **said}]))
+        assert [t.pid for t in policy.tenants(state, policy.Request())] == [7]
+        assert messages.LookProcess.read({"pid": 7, **said}).foreign is True
+
+
+def test_a_section_that_failed_on_the_node_reads_as_absent_with_its_error():
+    state = policy.NodeState.read(document(report_dir={"error": "OSError: gone"}, tools={"error": "Timeout"}))
+    assert state.report_dir is None and state.tools == policy.Tools()
+    assert state.section_error("report_dir") == "OSError: gone" and state.section_error("tools") == "Timeout"
+    assert policy.tool_found(state, "nsys") is None
+
+
+def test_repairs_answer_is_read_into_types():
+    said = {"value": {"restored": {"kernel.perf_event_paranoid": "4"}, "dcgm_resumed": True, "held": {}}}
+    r = agentcall.read_repair(HOST, Result("h01", exit_status=0, stdout=wire.frame("repair", said).encode()))
+    assert r.extra["repair"] == messages.Repaired({"kernel.perf_event_paranoid": "4"}, True, {})
+    assert r.extra["repair"].to_json() == said["value"]
+    refused = agentcall.read_repair(HOST, Result("h01", exit_status=0, stdout=wire.frame(
+        "repair", {"value": {"restored": ["not", "a", "mapping"]}}).encode()))
+    assert refused.error and "no repair result" in refused.error and "repair" not in refused.extra
+
+
+def test_a_look_sample_is_judged_from_types():
+    state = document(gpus__0__uuid="GPU-a", gpus__0__name="H200")
+    gpu = {"index": 0, "processes": [{"pid": 9, "user": "bob", "foreign": True, "command": "python train.py"}],
+           "process_list_error": None, "memory_used_by_processes": 2 << 30, "sampled_pids": [],
+           "memory_total": 80 << 30, "memory_used": 3 << 30,
+           "activity": {"source": "utilization", "utilization": 40, "why": "GPM not supported"},
+           "conditions": {"sm_clock_mhz": 1980, "throttle": ["gpu_idle"]}}
+    seen = []
+    view = HostView("h01")
+    take(view, {"host": "n1", "seq": 0, "time": 1.5, "gpus": [gpu], "state": state}, seen.append)
+    [g] = view.gpus
+    assert (g.name, g.uuid, g.ncu, g.free) == ("H200", "GPU-a", "refused", False)
+    assert g.processes == [messages.LookProcess(9, "bob", command="python train.py")]
+    assert g.activity.utilization == 40 and g.conditions.throttle == ("gpu_idle",)
+    assert g.to_json()["conditions"] == {"sm_clock_mhz": 1980, "throttle": ["gpu_idle"]}
+    assert any("pid 9 (bob" in reason for reason in g.ncu_reasons)
