@@ -23,7 +23,7 @@ READ_BY_FIELDS = ["fleet/policy/neighbours.py", "fleet/policy/permissions.py", "
                   "fleet/placement/__init__.py", "fleet/placement/free.py", "fleet/wrapping/__init__.py",
                   "fleet/collection/__init__.py", "fleet/collection/bring.py", "fleet/collection/fetch.py",
                   "fleet/lab/doctor.py", "fleet/look.py", "fleet/cli/top.py", "fleet/slurm/results.py",
-                  "fleet/slurm/look.py"]
+                  "fleet/slurm/look.py", "fleet/agentcall.py"]
 HOST = Host("h01", {}, (), "test")
 FLEETS_OWN = {"request.owned_sysctls", "floor", "host.vars", "r.extra", "obj.inventory.hosts", "marks"}
 

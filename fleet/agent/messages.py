@@ -106,6 +106,31 @@ class Newcomer:
 
 
 @dataclass(frozen=True)
+class Conditions:
+    """The clocks, temperature, power and throttle reasons of a GPU at a sample (wire.CONDITIONS: a
+    live look's, and the run watch's in a result); each None where the node could not read it."""
+    sm_clock_mhz: float | None = None
+    mem_clock_mhz: float | None = None
+    throttle: tuple | None = None   # NVML's reasons, as words
+    temperature_c: float | None = None
+    power_w: float | None = None
+
+    @classmethod
+    def read(cls, d):
+        throttle = d.get("throttle")
+        return cls(number_of(d.get("sm_clock_mhz")), number_of(d.get("mem_clock_mhz")),
+                   tuple(str(t) for t in throttle) if isinstance(throttle, list) else None,
+                   number_of(d.get("temperature_c")), number_of(d.get("power_w")))
+
+    def to_json(self):
+        """As the node writes them: only what it could read."""
+        doc = {"sm_clock_mhz": self.sm_clock_mhz, "mem_clock_mhz": self.mem_clock_mhz,
+               "throttle": list(self.throttle) if self.throttle is not None else None,
+               "temperature_c": self.temperature_c, "power_w": self.power_w}
+        return {k: v for k, v in doc.items() if v is not None}
+
+
+@dataclass(frozen=True)
 class SampledProcess:
     """A process one of the run watch's samples listed on its GPU; ``own``: below the run's profiler."""
     pid: int
@@ -121,14 +146,22 @@ class SampledProcess:
 
 @dataclass(frozen=True)
 class Sample:
-    """One of the run watch's samples of one GPU: its processes (those with a pid)."""
+    """One of the run watch's samples of one GPU: its processes (those with a pid), and its clocks,
+    temperature, power and throttle reasons at ``t`` (the node's clock)."""
     gpu: int | None
     processes: tuple
+    t: float | None = None
+    conditions: Conditions = Conditions()
 
     @classmethod
     def read(cls, d):
         return cls(int_of(d.get("gpu")), tuple(SampledProcess.read(p) for p in dicts_of(d.get("processes"))
-                                             if is_int(p.get("pid"))))
+                                             if is_int(p.get("pid"))), number_of(d.get("t")), Conditions.read(d))
+
+    @property
+    def busy(self):
+        """Whether the GPU was not idle at the sample (NVML's gpu_idle reason is not among them)."""
+        return "gpu_idle" not in (self.conditions.throttle or ())
 
 
 @dataclass(frozen=True)
@@ -148,6 +181,7 @@ class ProfileResult:
     workload: Workload | None = None
     newcomer: Newcomer | None = None
     samples: tuple = ()             # Sample: the run watch's
+    watched_gpus: tuple = ()        # (NVML index or None, UUID) of each GPU the run watch named
     user: str | None = None         # whose run it was (its ``whose``)
     missing_ranks: tuple = ()       # a launcher's ranks that left no report, as the node says
     unfinished: tuple = ()          # a line for each of nsys's data left without its report
@@ -170,6 +204,8 @@ class ProfileResult:
             Workload.read(workload) if isinstance(workload, dict) else None,
             Newcomer.read(newcomer) if isinstance(newcomer, dict) else None,
             tuple(Sample.read(s) for s in dicts_of(dict_of(d.get("conditions")).get("samples"))),
+            tuple((int_of(g.get("index")), u) for g in dicts_of(dict_of(d.get("conditions")).get("gpus"))
+                  if (u := str_of(g.get("uuid")))),
             str_of(dict_of(d.get("whose")).get("user")),
             tuple(r for r in d.get("missing_ranks") or [] if is_int(r) and r >= 0)
             if isinstance(d.get("missing_ranks"), list) else (), strs_of(d.get("unfinished")),
@@ -180,6 +216,10 @@ class ProfileResult:
     def node(self):
         """The rank's node: Slurm's name of it, else the name its agent found."""
         return self.slurm_node or self.facts.node
+
+    @property
+    def gpu_uuids(self):
+        return tuple(uuid for _, uuid in self.watched_gpus)
 
     @property
     def made_reports(self):
@@ -283,31 +323,6 @@ class Activity:
     def to_json(self):
         plain = {"source": self.source, "utilization": self.utilization}
         return dict(plain, **self.metrics) if self.source == "gpm" else dict(plain, why=self.why)
-
-
-@dataclass(frozen=True)
-class Conditions:
-    """The clocks, temperature, power and throttle reasons of a GPU at a sample (wire.CONDITIONS);
-    each None where the node could not read it."""
-    sm_clock_mhz: int | None = None
-    mem_clock_mhz: int | None = None
-    throttle: tuple | None = None   # NVML's reasons, as words
-    temperature_c: int | None = None
-    power_w: float | None = None
-
-    @classmethod
-    def read(cls, d):
-        throttle = d.get("throttle")
-        return cls(int_of(d.get("sm_clock_mhz")), int_of(d.get("mem_clock_mhz")),
-                   tuple(str(t) for t in throttle) if isinstance(throttle, list) else None,
-                   int_of(d.get("temperature_c")), number_of(d.get("power_w")))
-
-    def to_json(self):
-        """As the node writes them: only what it could read."""
-        doc = {"sm_clock_mhz": self.sm_clock_mhz, "mem_clock_mhz": self.mem_clock_mhz,
-               "throttle": list(self.throttle) if self.throttle is not None else None,
-               "temperature_c": self.temperature_c, "power_w": self.power_w}
-        return {k: v for k, v in doc.items() if v is not None}
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,7 @@ class NodeRecord:
     (manifest: processes_seen, tenants_seen; the result's ``conditions``), by GPU index."""
     gpu_index: int | None = None
     tenants: list[str] = field(default_factory=list)          # words, one a tenant
-    samples: list[dict] = field(default_factory=list)         # conditions' samples of that GPU
+    samples: list = field(default_factory=list)               # messages.Sample: the watch's of that GPU
 
 
 @dataclass

@@ -13,6 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from .. import store
+from ..agent.messages import ProfileResult, Sample
 from ..rundir import RunDir
 from ..store.manifest import HostEntry, RunManifest
 from . import export
@@ -84,16 +85,16 @@ def _named_rank(h: HostEntry, path: str) -> int | None:
     return RunDir.report_rank(path) if launched else None
 
 
-def _gpu_index(h: HostEntry, p: export.Process, m: RunManifest, conditions: dict) -> int | None:
+def _gpu_index(h: HostEntry, p: export.Process, m: RunManifest, answer: ProfileResult | None) -> int | None:
     """NVML's index of the process's GPU: by its UUID in the conditions fleet recorded; else, on a
     lab server, the CUDA device among the GPUs the run asked for (fleet pins them in that order),
     or CUDA's id; else (a Slurm rank) unknown."""
     gpu = p.gpus[0] if p.gpus else None
     if gpu is None:
         return None
-    for g in conditions.get("gpus") or []:
-        if isinstance(g, dict) and gpu.uuid and same_uuid(g.get("uuid"), gpu.uuid):
-            return g.get("index")
+    for index, uuid in answer.watched_gpus if answer is not None else ():
+        if gpu.uuid and same_uuid(uuid, gpu.uuid):
+            return index
     if h.rank is not None:  # a Slurm rank sees only the GPUs Slurm gave it: CUDA's 0 may be any of the node's
         return None
     asked = m.request.get("gpus") or []
@@ -105,25 +106,23 @@ def _gpu_index(h: HostEntry, p: export.Process, m: RunManifest, conditions: dict
 def node_record(h: HostEntry, p: export.Process, m: RunManifest) -> NodeRecord:
     """The tenants and the sampled conditions of the process's GPU, as fleet recorded them
     (the result's ``conditions`` may be absent: results older than it lack it)."""
-    conditions = (h.result or {}).get("conditions")
-    conditions = conditions if isinstance(conditions, dict) else {}
-    index = _gpu_index(h, p, m, conditions)
-    samples = [s for s in conditions.get("samples") or [] if isinstance(s, dict) and s.get("gpu") == index]
+    answer = h.answer
+    index = _gpu_index(h, p, m, answer)
+    samples = [s for s in answer.samples if s.gpu == index] if answer is not None else []
     return NodeRecord(index, _tenants(h, index, samples), samples)
 
 
-def _tenants(h: HostEntry, index: int | None, samples: list[dict]) -> list[str]:
+def _tenants(h: HostEntry, index: int | None, samples: list[Sample]) -> list[str]:
     """Who else was on the GPU: the foreign processes fleet saw at the start and in the samples,
     once each; else, from a result older than those, the tenants it named on that GPU."""
     return _foreign(h, index, samples) or list(dict.fromkeys(
         t for t in h.tenants_seen if index is None or t.startswith(f"GPU {index}:") or not t.startswith("GPU ")))
 
 
-def _foreign(h: HostEntry, index: int | None, samples: list[dict]) -> list[str]:
+def _foreign(h: HostEntry, index: int | None, samples: list[Sample]) -> list[str]:
     at_start = [f"pid {seen.pid} ({seen.user or 'unknown user'})" for seen in h.processes_seen
                 if seen.foreign and (index is None or seen.gpu == index)]
-    sampled = [f"pid {q.get('pid')} ({q.get('user') or 'unknown user'})" for s in samples
-               for q in s.get("processes") or [] if isinstance(q, dict) and q.get("own") is False]
+    sampled = [f"pid {q.pid} ({q.user or 'unknown user'})" for s in samples for q in s.processes if q.own is False]
     return list(dict.fromkeys(at_start + sampled))
 
 

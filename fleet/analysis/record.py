@@ -20,6 +20,7 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..agent.messages import Conditions, Sample, SampledProcess
 from ..errors import FleetError
 from .export import Process
 from .inputs import RankInput, same_uuid
@@ -41,10 +42,10 @@ class RecordSample:
     conditions: dict
     processes: list[dict]
 
-    def as_watched(self) -> dict:
-        """The sample in the shape fleet's watch records a run's conditions (agent/watch.py)."""
-        return {"t": self.time, "gpu": self.index, **self.conditions, "from": "record",
-                "processes": [{"pid": q["pid"], "user": q["user"], "own": not q["foreign"]} for q in self.processes]}
+    def as_watched(self) -> Sample:
+        """The sample as fleet's watch records a run's conditions (agent/watch.py)."""
+        processes = tuple(SampledProcess(q["pid"], q["user"], own=not q["foreign"]) for q in self.processes)
+        return Sample(self.index, processes, self.time, Conditions.read(self.conditions))
 
 
 @dataclass

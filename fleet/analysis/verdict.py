@@ -156,7 +156,7 @@ def _shared(s: RankInput, others: list[RankInput], gpus: dict) -> list[dict]:
 
 
 def _sm_clock(r: RankInput) -> float | None:
-    clocks = [x["sm_clock_mhz"] for x in r.node.samples if isinstance(x.get("sm_clock_mhz"), (int, float))]
+    clocks = [x.conditions.sm_clock_mhz for x in r.node.samples if x.conditions.sm_clock_mhz is not None]
     return _median(clocks) if clocks else None
 
 
@@ -164,7 +164,7 @@ def _throttled(r: RankInput) -> tuple[list[str], int]:
     """The throttle reasons sampled on the rank's GPU (an idle GPU's reason is no slowdown)."""
     reasons, hit = {}, 0
     for x in r.node.samples:
-        found = [t for t in x.get("throttle") or [] if "idle" not in str(t).lower()]
+        found = [t for t in x.conditions.throttle or () if "idle" not in t.lower()]
         hit += bool(found)
         for t in found:
             reasons[str(t)] = None

@@ -13,7 +13,6 @@ import statistics
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from ..analysis.record import typed_conditions
 from ..visible import visible
 
 if TYPE_CHECKING:
@@ -62,16 +61,6 @@ def _strings(value) -> tuple[str, ...]:
     return tuple(v for v in value if isinstance(v, str)) if isinstance(value, list) else ()
 
 
-def _busy_samples(result) -> tuple[list[dict], list[str]]:
-    """The typed samples of a run's conditions where the GPU was not idle, and its GPUs' UUIDs."""
-    conditions = result.get("conditions") if isinstance(result, dict) else None
-    if not isinstance(conditions, dict):
-        return [], []
-    gpus = conditions.get("gpus") if isinstance(conditions.get("gpus"), list) else []
-    uuids = [g["uuid"] for g in gpus if isinstance(g, dict) and _text(g.get("uuid"))]
-    raw = conditions.get("samples") if isinstance(conditions.get("samples"), list) else []
-    samples = [typed_conditions(s) for s in raw if isinstance(s, dict)]
-    return [s for s in samples if "gpu_idle" not in s["throttle"]], uuids
 
 
 def _whom(user, pid) -> str:
@@ -108,10 +97,12 @@ def _others_watched(result: ProfileResult | None, user: str | None) -> list[str]
 
 
 def of_host(h: "HostEntry", m: "RunManifest") -> Environment:
-    busy, uuids = _busy_samples(h.result)
-    clocks = [s["sm_clock_mhz"] for s in busy if "sm_clock_mhz" in s]
-    throttled = sorted({why for s in busy for why in s["throttle"] if why in SLOWDOWNS})
+    answer = h.answer
+    busy = [s.conditions for s in answer.samples if s.busy] if answer is not None else []
+    clocks = [c.sm_clock_mhz for c in busy if c.sm_clock_mhz is not None]
+    throttled = sorted({why for c in busy for why in c.throttle or () if why in SLOWDOWNS})
     playbook = m.playbook if isinstance(m.playbook, dict) else {}
+    uuids = answer.gpu_uuids if answer is not None else ()
     return Environment(
         gpu=_text(h.gpu), gpu_uuid=",".join(uuids) or None, driver=_text(h.driver),
         tool_version=_text(h.tool_version), fleet_version=_text(m.fleet), node=_text(h.node) or _text(h.host),
