@@ -26,11 +26,12 @@ cat > "$W/agent.py" <<'PYEOF'
 import json, sys, time
 from fleet.agent import node, run, wire
 from fleet.plan import LabPart, ProfileRequest, plan
+from fleet.policy import NodeState
 tool, rd, ncu, nsys = sys.argv[1:5]
 metrics = tool == "nsys-metrics"  # nsys with --gpu-metrics
 window = (5, 10) if tool == "nsys-window" else None  # --window 5:10
 tool = "nsys" if metrics or window else tool
-state = node.probe({"tools": {"ncu": ncu, "nsys": nsys}, "report_dir": rd, "environment_check": False})
+state = NodeState.read(node.probe({"tools": {"ncu": ncu, "nsys": nsys}, "report_dir": rd, "environment_check": False}))
 p = plan("gpu-node", state, ProfileRequest(tool=tool, command=tuple(sys.argv[5:]), run_id="watch", gpu_metrics=metrics,
                                            lab=LabPart(gpus=(0,), window=window)))
 print("nsys session:", p.session)
