@@ -35,6 +35,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from fleet.agent.messages import ReportFile  # noqa: E402
 from fleet.collection.fetch import fetch_verified  # noqa: E402
 from fleet.inventory import load  # noqa: E402
 from fleet.transport import Fanout, openssh_fetch  # noqa: E402
@@ -62,7 +63,8 @@ def fleet_get(c: SSHCluster, reports: list[dict], dest: Path, seen: list, openss
         host = load([c.inventory]).select(["h01"])[0]
         async with Fanout(SSHSettings(config=str(c.ssh_config))) as fan:
             for report in reports:
-                entry = await fetch_verified(Routes(fan, seen), host, report, dest / Path(report["path"]).name)
+                entry = await fetch_verified(Routes(fan, seen), host, ReportFile.read(report),
+                                             dest / Path(report["path"]).name)
                 assert entry["verified"], entry
     least, library = openssh_fetch.OPENSSH_MIN, compressed.zstandard
     openssh_fetch.OPENSSH_MIN = least if openssh else 1 << 62

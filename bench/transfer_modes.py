@@ -33,6 +33,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from fleet.agent.messages import ReportFile  # noqa: E402
 from fleet.collection.fetch import fetch_verified  # noqa: E402
 from fleet.inventory import load  # noqa: E402
 from fleet.transport import Fanout  # noqa: E402
@@ -105,7 +106,7 @@ def fleet_get(c: SSHCluster, report: dict, dest: Path, knobs: dict[str, int], fl
             conn = await fan.transport_for(host).connection(host)
             seq = conn._recv_seq
             if floor is None:
-                entry = await fetch_verified(fan, host, report, dest)
+                entry = await fetch_verified(fan, host, ReportFile.read(report), dest)
                 assert entry["verified"], entry
             else:  # the stream alone: what asyncssh's receiving costs, with no write (and no hash)
                 digest = hashlib.sha256() if floor == "hash" else None

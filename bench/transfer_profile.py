@@ -18,6 +18,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from fleet.agent.messages import ReportFile  # noqa: E402
 from fleet.collection.fetch import fetch_verified  # noqa: E402
 from fleet.inventory import load  # noqa: E402
 from fleet.transport import Fanout  # noqa: E402
@@ -45,7 +46,7 @@ def main() -> None:
                 prof = cProfile.Profile()
                 t0, c0 = time.monotonic(), time.process_time()
                 prof.enable()
-                entry = await fetch_verified(fan, host, report, dest / "out")
+                entry = await fetch_verified(fan, host, ReportFile.read(report), dest / "out")
                 prof.disable()
                 wall, cpu = time.monotonic() - t0, time.process_time() - c0
                 assert entry["verified"], entry

@@ -24,6 +24,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from fleet.inventory import load  # noqa: E402
+from fleet.agent.messages import ReportFile  # noqa: E402
 from fleet.collection.fetch import fetch_verified  # noqa: E402
 from fleet.transport import Fanout, compressed, openssh_fetch  # noqa: E402
 from fleet.transport.settings import SSHSettings  # noqa: E402
@@ -49,7 +50,7 @@ async def rounds(c: SSHCluster, reports: dict[int, dict], dest: Path, runs: int)
                     openssh_fetch.OPENSSH_MIN = 0 if way == "openssh" else 1 << 62
                     seen: list = []
                     start = time.monotonic()
-                    entry = await fetch_verified(Routes(fan, seen), host, report, dest / f"{way}.out")
+                    entry = await fetch_verified(Routes(fan, seen), host, ReportFile.read(report), dest / f"{way}.out")
                     wall = time.monotonic() - start
                     assert entry["verified"] and seen == [way if way == "openssh" else "stream"], (entry, seen)
                     print(f"[threshold] round {round_} {mib:>4} MiB {way:<8} {wall:6.3f} s", flush=True)

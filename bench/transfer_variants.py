@@ -28,6 +28,7 @@ sys.path.insert(0, str(REPO))
 
 import asyncssh  # noqa: E402
 
+from fleet.agent.messages import ReportFile  # noqa: E402
 from fleet.collection.fetch import fetch_verified  # noqa: E402
 from fleet.inventory import load  # noqa: E402
 from fleet.transport import Fanout  # noqa: E402
@@ -259,7 +260,7 @@ def variants(ctx: Ctx, cfg: Path, dest: Path):
     def fleet():
         async def go():
             async with Fanout(SSHSettings(config=str(ctx.c.ssh_config))) as fan:
-                e = await fetch_verified(fan, ctx.host, r, dest / "fleet.out")
+                e = await fetch_verified(fan, ctx.host, ReportFile.read(r), dest / "fleet.out")
                 assert e["verified"], e
         asyncio.run(go())
         return None

@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from fleet.inventory import load
+from fleet.agent.messages import ReportFile
 from fleet.collection.fetch import fetch_verified
 from fleet.transport import Fanout, compressed, openssh_fetch, ssh_fetch
 from fleet.transport.settings import SSHSettings
@@ -72,7 +73,7 @@ def fetch(cluster, report, dest, config=None, during=None):
         host = load([cluster.inventory]).select(["h01"])[0]
         async with Fanout(SSHSettings(config=str(config or cluster.ssh_config))) as fan:
             routes = Routes(fan)
-            work = asyncio.ensure_future(fetch_verified(routes, host, report, dest))
+            work = asyncio.ensure_future(fetch_verified(routes, host, ReportFile.read(report), dest))
             if during is not None:
                 await during(dest.with_name(dest.name + ".partial"), work)
             return await work, routes.seen
@@ -248,7 +249,8 @@ def test_after_a_slow_copy_a_hosts_next_large_file_comes_compressed(cluster, tmp
         host = load([cluster.inventory]).select(["h01"])[0]
         async with Fanout(SSHSettings(config=str(cluster.ssh_config))) as fan:
             routes = Routes(fan)
-            entries = [await fetch_verified(routes, host, r, tmp_path / Path(r["path"]).name) for r in reports]
+            entries = [await fetch_verified(routes, host, ReportFile.read(r), tmp_path / Path(r["path"]).name)
+                       for r in reports]
             return entries, routes.seen
 
     entries, routes = asyncio.run(go())
@@ -281,6 +283,7 @@ def test_a_file_that_changes_during_the_copy_is_never_stored(cluster, tmp_path):
     async def change(partial: Path, work) -> None:
         while not partial.exists() or partial.stat().st_size < (1 << 20):
             await asyncio.sleep(0.002)
+            assert not work.done(), work.result()  # a copy that ended first fails here, never waits on
         # The copy is held (this test's sshd sessions stopped, by pid) while the rest of the file is
         # rewritten on the node: flow control keeps the node's reader within the channel's window
         # (a few MiB) of what has come, so a part well past it is read changed, however loaded the
