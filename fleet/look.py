@@ -129,7 +129,12 @@ def sample_of(body: dict) -> tuple[LookSample | None, str | None]:
 
 def take(view: HostView, body: dict, on_view: Callable[[HostView], None]) -> None:
     """One sample of a host's look, held to its shape, judged and shown."""
-    sample, why = sample_of(body)
+    take_sample(view, *sample_of(body), on_view)
+
+
+def take_sample(view: HostView, sample: LookSample | None, why: str | None,
+                on_view: Callable[[HostView], None]) -> None:
+    """A sample already read (``sample_of``), judged and shown; ``why`` where it was not taken."""
     if sample is None:
         view.error = why
     elif view.state is None and sample.state is None:

@@ -39,13 +39,13 @@ class RecordSample:
     time: float                    # the node's clock, seconds since the epoch
     index: int
     uuid: str | None
-    conditions: dict
+    conditions: Conditions
     processes: list[dict]
 
     def as_watched(self) -> Sample:
         """The sample as fleet's watch records a run's conditions (agent/watch.py)."""
         processes = tuple(SampledProcess(q["pid"], q["user"], own=not q["foreign"]) for q in self.processes)
-        return Sample(self.index, processes, self.time, Conditions.read(self.conditions))
+        return Sample(self.index, processes, self.time, self.conditions)
 
 
 @dataclass
@@ -62,14 +62,6 @@ def _number(value) -> float | None:
         return float(value) if math.isfinite(value) else None
     except OverflowError:  # an integer past a double
         return None
-
-
-def typed_conditions(c: dict) -> dict:
-    """The conditions the verdicts read, each of its type; any other value left out."""
-    found = {k: _number(c.get(k)) for k in ("sm_clock_mhz", "mem_clock_mhz", "temperature_c", "power_w")}
-    throttle = c.get("throttle")
-    found["throttle"] = [t for t in throttle if isinstance(t, str)] if isinstance(throttle, list) else []
-    return {k: v for k, v in found.items() if v is not None}
 
 
 def _processes(listed: list) -> list[dict]:
@@ -92,7 +84,7 @@ def _gpu_samples(line: dict) -> list[RecordSample] | None:
                 and isinstance(g.get("processes"), list)):
             return None
         uuid = g.get("uuid") if isinstance(g.get("uuid"), str) else None
-        found.append(RecordSample(host, when, g["index"], uuid, typed_conditions(g["conditions"]),
+        found.append(RecordSample(host, when, g["index"], uuid, Conditions.read(g["conditions"]),
                                   _processes(g["processes"])))
     return found
 

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Callable
 from ..agent import wire
 from ..agent.bundle import bundle
 from ..agentcall import agent_args, agent_argv
-from ..look import CLOSE_GRACE, START_BOUND, HostView, Lines, sample_of, take
+from ..look import CLOSE_GRACE, START_BOUND, HostView, Lines, sample_of, take_sample
 from .cluster import Cluster
 from .jobs import BOUNDED, LoginUnreachable, SlurmError
 from .options import name
@@ -67,8 +67,8 @@ class Tasks:
         found = wire.answers(self.pieces[task], "look")
         if found:
             del self.pieces[task]
-            sample, _ = sample_of(found[-1])
-            take(self._view(task, sample.host if sample is not None else None), found[-1], self.on_view)
+            sample, why = sample_of(found[-1])
+            take_sample(self._view(task, sample.host if sample is not None else None), sample, why, self.on_view)
 
     def _view(self, task: str, host: str | None) -> HostView:
         """The task's view, named once by the node its first frame names: a name not of a node
