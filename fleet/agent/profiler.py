@@ -137,6 +137,7 @@ def run_profiler(plan, relay, stop_requested, watch=None, released=lambda: None,
             win.stop()
         open_streams = _relay_some(sel, relay, open_streams)
     _after_profiler(ran, proc, stops, win, relay, released, stop_requested)
+    duration_up = duration_was_up(plan, ran, started, duration_up, by_nsys and stops.released is None)
     ran.exit_status, ran.why_stopped = proc.returncode, _why_stopped(plan, proc, stops, win, duration_up, ranks_stop)
     ran.lingering = open_streams > 0 and not ran.left  # a profiler left running holds its output itself
     return ran
@@ -146,7 +147,8 @@ def _exited_or_left(ran, proc, stops, win, released, now):
     """Notes the profiler's exit once seen (a window's workload then goes on); True where it
     outlived SIGKILL for KILLED_WAIT seconds (stuck in the kernel): it is left, no more waited on."""
     if ran.exited_at is None and proc.poll() is not None:
-        ran.exited_at = now  # helpers of a killed profiler may hold its pipes open: drain a little, then go
+        # read after the poll, not ``now``: a profiler that ended between the two is not dated before its end
+        ran.exited_at = time.monotonic()  # helpers of a killed profiler may hold its pipes open: drain, then go
         win.profiler_exited(proc.pid, released, stops.session_pids())
     ran.left = ran.exited_at is None and stops.killed_at is not None and now - stops.killed_at >= KILLED_WAIT
     return ran.left
@@ -178,6 +180,16 @@ def _time_up(plan, elapsed, by_nsys):
     if not plan.timeout:
         return False, False
     return elapsed >= plan.timeout + (NSYS_BACKSTOP if by_nsys else 0), by_nsys and elapsed >= plan.timeout
+
+
+def duration_was_up(plan, ran, started, duration_up, by_nsys):
+    """Whether nsys's own --duration was up when the profiler ended: seen by the loop, or by the
+    time the profiler's exit was seen. Its --duration counts from its own start, after ``started``,
+    so an exit at or past the limit came no sooner than its stop, though no look at the clock fell
+    between the limit and the exit (one look every 0.1 s or more)."""
+    if duration_up or ran.exited_at is None:
+        return duration_up
+    return _time_up(plan, ran.exited_at - started, by_nsys)[1]
 
 
 def _after_profiler(ran, proc, stops, win, relay, released, stop_requested):
