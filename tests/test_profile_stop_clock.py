@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import signal
 
-from fleet.agent import profiler
+from fleet.agent import timelimit
 
 
 class Plan:
@@ -27,23 +27,23 @@ class Exited:
 
 
 def test_an_exit_at_the_limit_that_no_look_saw_coming_is_nsys_own_stop():
-    assert profiler.duration_was_up(Plan(), Exited(3.05), 100.0, False, True)
-    assert profiler.duration_was_up(Plan(), Exited(3.0), 100.0, False, True)
+    assert timelimit.duration_was_up(Plan(), Exited(3.05), 100.0, False, True)
+    assert timelimit.duration_was_up(Plan(), Exited(3.0), 100.0, False, True)
 
 
 def test_the_stop_is_said_only_for_nsys_own_143_past_the_limit():
     class Proc:
         returncode = 128 + signal.SIGTERM
-    up = profiler.duration_was_up(Plan(), Exited(3.05), 100.0, False, True)
-    assert "by nsys (--duration)" in profiler._by_duration(Plan(), Proc(), up, _Unmarked())
-    early = profiler.duration_was_up(Plan(), Exited(2.9), 100.0, False, True)
-    assert not early and profiler._by_duration(Plan(), Proc(), early, _Unmarked()) is None
+    up = timelimit.duration_was_up(Plan(), Exited(3.05), 100.0, False, True)
+    assert "by nsys (--duration)" in timelimit.by_duration(Plan(), Proc(), up, _Unmarked())
+    early = timelimit.duration_was_up(Plan(), Exited(2.9), 100.0, False, True)
+    assert not early and timelimit.by_duration(Plan(), Proc(), early, _Unmarked()) is None
 
 
 def test_a_limit_fleet_signals_itself_or_an_exit_not_seen_is_no_nsys_stop():
-    assert not profiler.duration_was_up(Plan(), Exited(3.05), 100.0, False, False)  # fleet's signal, not nsys
-    assert not profiler.duration_was_up(Plan(), Exited(None), 100.0, False, True)
-    assert profiler.duration_was_up(Plan(), Exited(None), 100.0, True, True)  # the loop saw it: kept
+    assert not timelimit.duration_was_up(Plan(), Exited(3.05), 100.0, False, False)  # fleet's signal, not nsys
+    assert not timelimit.duration_was_up(Plan(), Exited(None), 100.0, False, True)
+    assert timelimit.duration_was_up(Plan(), Exited(None), 100.0, True, True)  # the loop saw it: kept
 
 
 class _Unmarked:

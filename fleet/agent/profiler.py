@@ -22,11 +22,12 @@ try:  # as shipped by fleet, every module travels under a flat name
     import fleet_agent_nsyssession as nsyssession
     import fleet_agent_procs as procs
     import fleet_agent_ranksstop as ranksstop
+    import fleet_agent_timelimit as timelimit
     import fleet_agent_window as window
     import fleet_agent_wire as wire
     import fleet_agent_workload as workload
 except ImportError:  # as part of the installed package (tests, the local machine)
-    from . import nsyssession, procs, ranksstop, window, wire, workload
+    from . import nsyssession, procs, ranksstop, timelimit, window, wire, workload
 
 STOP_GRACE = 30.0  # seconds between repeated stop signals
 LEAVE = signal.SIGUSR1  # fleet's Ctrl-C, "leave the workload running": the collection ends alone (fleet.cli.interrupt)
@@ -37,7 +38,6 @@ KILL_AFTER = 600.0  # a profiler still alive this long after the first stop is w
 DISK_FULL_KILL_AFTER = 5.0
 KILLED_WAIT = 30.0  # a profiler not gone this long after SIGKILL (stuck in the kernel) is left: no more waiting
 PIPE_GRACE = 3.0   # seconds the profiler's output is still read after it exited
-NSYS_BACKSTOP = 300.0  # nsys stopping the workload itself (--duration) then writes its report: stop it only this late
 YIELD_KILL_AFTER = 10.0  # a profiler still programming counters this long after yielding to a newcomer: SIGKILL
 # What yielding does, by profiler (as measured on an H200 test machine, tests/fixtures/tools-2025.3-h200,
 # ncu-sigint-by-agent): SIGINT to ncu's group ends it within 0.25 s with its report kept, and shuts the
@@ -50,7 +50,6 @@ YIELD_ACTION = {
     "nsys-session": "nsys stopped collecting through its session (nsys stop): the GPU metrics released, the report "
                     "written with the kernels until then, and the workload went on unprofiled",
 }
-
 
 
 class Relay:
@@ -125,7 +124,7 @@ def run_profiler(plan, relay, stop_requested, watch=None, released=lambda: None,
                        detached=leaving == "detach")
             open_streams = 0  # the workload's output is the drainer's now
             break
-        timed_out, duration_up = _time_up(plan, now - started, by_nsys and stops.released is None)
+        timed_out, duration_up = timelimit.time_up(plan, now - started, by_nsys and stops.released is None)
         if duration_up:  # each rank's nsys stops its rank now, or soon (its --duration counts from its own start)
             ranks_stop.mark()
         # Once nsys is stopping the workload itself (its --duration is up) a stop request
@@ -137,7 +136,7 @@ def run_profiler(plan, relay, stop_requested, watch=None, released=lambda: None,
             win.stop()
         open_streams = _relay_some(sel, relay, open_streams)
     _after_profiler(ran, proc, stops, win, relay, released, stop_requested)
-    duration_up = duration_was_up(plan, ran, started, duration_up, by_nsys and stops.released is None)
+    duration_up = timelimit.duration_was_up(plan, ran, started, duration_up, by_nsys and stops.released is None)
     ran.exit_status, ran.why_stopped = proc.returncode, _why_stopped(plan, proc, stops, win, duration_up, ranks_stop)
     ran.lingering = open_streams > 0 and not ran.left  # a profiler left running holds its output itself
     return ran
@@ -171,25 +170,6 @@ def _running(proc, ran, win, open_streams):
         return True
     return bool(open_streams) and (ran.exited_at is None or win.waiting()
                                    or time.monotonic() - ran.exited_at < PIPE_GRACE)
-
-
-def _time_up(plan, elapsed, by_nsys):
-    """(fleet's time limit is up, nsys's own --duration is up). ``by_nsys``: nsys stops the
-    workload at the limit itself, so fleet's signal waits NSYS_BACKSTOP seconds more; not after
-    nsys's session was stopped, where its --duration may no longer count."""
-    if not plan.timeout:
-        return False, False
-    return elapsed >= plan.timeout + (NSYS_BACKSTOP if by_nsys else 0), by_nsys and elapsed >= plan.timeout
-
-
-def duration_was_up(plan, ran, started, duration_up, by_nsys):
-    """Whether nsys's own --duration was up when the profiler ended: seen by the loop, or by the
-    time the profiler's exit was seen. Its --duration counts from its own start, after ``started``,
-    so an exit at or past the limit came no sooner than its stop, though no look at the clock fell
-    between the limit and the exit (one look every 0.1 s or more)."""
-    if duration_up or ran.exited_at is None:
-        return duration_up
-    return _time_up(plan, ran.exited_at - started, by_nsys)[1]
 
 
 def _after_profiler(ran, proc, stops, win, relay, released, stop_requested):
@@ -237,15 +217,7 @@ def _relay_some(sel, relay, open_streams):
 def _why_stopped(plan, proc, stops, win, duration_up, ranks_stop):
     """Why the run was stopped, or None: fleet's stop of the profiler, nsys's own --duration, or
     fleet's stop of the workload it stayed with after a window."""
-    return stops.why or _by_duration(plan, proc, duration_up, ranks_stop) or win.why_stopped()
-
-
-def _by_duration(plan, proc, duration_up, ranks_stop):
-    """Why nsys's own --duration stopped the run (its --kill sigterm, not an end of the workload's
-    own; under a launcher each rank's 143 made 0 by RanksStop), or None."""
-    if duration_up and (proc.returncode == 128 + signal.SIGTERM or ranks_stop.marked and proc.returncode == 0):
-        return "at its time limit of %gs, by nsys (--duration), its kernels until then kept" % plan.timeout
-    return None
+    return stops.why or timelimit.by_duration(plan, proc, duration_up, ranks_stop) or win.why_stopped()
 
 
 class Stops:
