@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+from collections import Counter
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -14,7 +15,7 @@ import pytest
 # The harness's helpers assert as the tests do: rewritten like test modules, so a failure says what it saw.
 pytest.register_assert_rewrite("tests.harness")
 
-from tests.harness import fakenvml  # noqa: E402
+from tests.harness import fakenvml, groups  # noqa: E402
 from tests.harness.sshd import SSHCluster  # noqa: E402
 
 # Fixtures several test modules use, each module that asks getting its own (module scope): the lab
@@ -324,10 +325,12 @@ def _groups(items, touching: set) -> None:
     once. The tests that touch kernel.perf_event_paranoid (``touching``: their ids; the kernel_lab,
     the prolog's paranoid_3, the docs' reader, the file read) share one group, run one after another on
     one worker: the sysctl is the machine's, and each sets it and asserts what it finds. A module
-    with both kinds is in two groups, its module fixtures started in each. That group goes first, as
-    it is the longest; the order within it, and of the rest, is kept. A test that starts nothing (no
-    ``services`` marker) is a group of its own: it shares nothing worth keeping on one worker, and a
-    module of many such tests (the change points' hundred histories a test) spreads over them all."""
+    with both kinds is in two groups, its module fixtures started in each.
+    A test that starts nothing (no ``services`` marker) is a group of its own: it shares nothing worth
+    keeping on one worker, and a module of many such tests (the change points' hundred histories a
+    test) spreads over them all. The groups are handed out longest first (tests/harness/groups.py:
+    the seconds each took in a whole run), the order within a group kept."""
+    group_of, tests_of, services = {}, Counter(), set()
     for item in items:
         if item.nodeid in touching:
             name = SYSCTL_GROUP
@@ -336,4 +339,14 @@ def _groups(items, touching: set) -> None:
         else:
             name = item.path.relative_to(TESTS).as_posix()
         item.add_marker(pytest.mark.xdist_group(name))
-    items.sort(key=lambda item: item.nodeid not in touching)
+        group_of[item.nodeid], tests_of[name] = name, tests_of[name] + 1
+        if item.get_closest_marker("services") is not None:
+            services.add(name)
+    seconds = groups.weights(tests_of, services)
+    items.sort(key=lambda item: -seconds[group_of[item.nodeid]])  # stable: a group's own order kept
+
+
+def pytest_configure(config):
+    """pytest-xdist hands out the groups in the order given above, not by their count of tests."""
+    if hasattr(config.option, "loadscopereorder"):
+        config.option.loadscopereorder = False

@@ -78,3 +78,40 @@ def test_each_test_has_one_worker_group_and_every_user_of_the_machine_s_sysctl_s
     if getattr(request.config.option, "loadgroup", False):  # a worker of scripts/test's run: xdist reads the id
         assert all(item.nodeid.endswith("@" + next(item.iter_markers("xdist_group")).args[0])
                    for item in request.session.items), [i.nodeid for i in request.session.items[:3]]
+
+
+def test_the_groups_are_handed_out_longest_first_and_a_group_keeps_its_own_order(request):
+    """A group runs on one worker; one started last is the suite's tail. The session's items are in
+    the order pytest-xdist hands their groups out (its own reordering by count of tests turned off):
+    by the seconds each group took in a whole run (tests/group-seconds.json), longest first, a
+    group's tests together and in their module's order."""
+    from tests.harness import groups
+
+    order = [next(item.iter_markers("xdist_group")).args[0] for item in request.session.items]
+    firsts = list(dict.fromkeys(order))
+    assert len(firsts) == len(set(order)) and order == sorted(order, key=firsts.index), "a group's tests apart"
+    tests_of = {g: order.count(g) for g in firsts}
+    services = {g for g in firsts if "::" not in g}
+    seconds = groups.weights(tests_of, services)
+    assert [seconds[g] for g in firsts] == sorted((seconds[g] for g in firsts), reverse=True)
+    if getattr(request.config.option, "loadgroup", False):
+        assert request.config.option.loadscopereorder is False  # else xdist would sort by count of tests
+    for group in firsts:  # a module's tests in a group run in the order they are written
+        lines = [(i.path, i.function.__code__.co_firstlineno) for i in request.session.items
+                 if next(i.iter_markers("xdist_group")).args[0] == group and getattr(i, "function", None)]
+        assert all(a <= b for a, b in zip(lines, lines[1:]) if a[0] == b[0]), group
+
+
+def test_a_junit_report_gives_each_shared_group_its_seconds_and_leaves_a_test_s_own_out(tmp_path):
+    from tests.harness import groups
+
+    report = tmp_path / "suite.xml"
+    report.write_text('<testsuites><testsuite>'
+                      '<testcase classname="tests.test_a" name="test_x@test_a.py" time="10.4"/>'
+                      '<testcase classname="tests.test_a" name="test_y@test_a.py" time="2.2"/>'
+                      '<testcase classname="tests.test_b" name="test_z@perf_event_paranoid" time="7"/>'
+                      '<testcase classname="tests.test_c" name="test_p@tests/test_c.py::test_p" time="0.1"/>'
+                      '</testsuite></testsuites>')
+    assert groups.from_junit(report) == {"perf_event_paranoid": 7, "test_a.py": 13}
+    weights = groups.weights({"test_a.py": 2, "test_new.py": 4, "tests/test_c.py::test_p": 1}, {"test_a.py", "test_new.py"})
+    assert weights["test_new.py"] == 4 * groups.UNKNOWN_TEST_S and weights["tests/test_c.py::test_p"] == groups.PURE_TEST_S
