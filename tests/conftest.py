@@ -339,7 +339,8 @@ def _groups(items, touching: set) -> None:
         else:
             name = item.path.relative_to(TESTS).as_posix()
         item.add_marker(pytest.mark.xdist_group(name))
-        group_of[item.nodeid], tests_of[name] = name, tests_of[name] + 1
+        group_of[item.nodeid] = name
+        tests_of[name] += 1
         if item.get_closest_marker("services") is not None:
             services.add(name)
     seconds = groups.weights(tests_of, services)

@@ -39,23 +39,6 @@ def job_state(hpc, job: str) -> str:
     return hpc.slurm.run("squeue", "-h", "-t", "all", "-j", job, "-o", "%T", check=False).stdout.strip()
 
 
-def steps_of(hpc, job: str) -> list[int]:
-    """The pids of this cluster's slurmstepd for ``job`` (``slurmstepd: [JOB.batch]``, ``[JOB.0]``):
-    another worker's cluster numbers its jobs from 1 too, so a step is this one's only where it
-    carries this cluster's SLURM_CONF, which slurmd passes on."""
-    ours = f"SLURM_CONF={hpc.slurm.conf}".encode()
-    found = []
-    for proc in Path("/proc").iterdir():
-        try:
-            title = (proc / "cmdline").read_bytes()
-            if proc.name.isdigit() and title.startswith(f"slurmstepd: [{job}.".encode()) and \
-                    ours in (proc / "environ").read_bytes().split(b"\0"):
-                found.append(int(proc.name))
-        except OSError:  # gone since
-            continue
-    return found
-
-
 def wait_state(hpc, job: str, want: str, timeout: float = 60) -> None:
     deadline = time.monotonic() + timeout
     while job_state(hpc, job) != want:
@@ -397,7 +380,7 @@ def test_a_job_requeued_under_the_run_is_said_and_its_last_start_is_gathered(hpc
         # the first start's steps to be gone: the end of its batch script (killed) reaching slurmctld
         # after the second start had begun was taken for the second's, which ended FAILED.
         deadline = time.monotonic() + 60
-        while steps_of(hpc, job):
+        while hpc.slurm.steps(job):
             assert time.monotonic() < deadline, f"the first start of job {job} never ended"
             time.sleep(0.2)
         hpc.slurm.run("scontrol", "update", f"jobid={job}", "StartTime=now")  # not Slurm's wait before a requeued job starts

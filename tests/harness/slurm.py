@@ -176,6 +176,21 @@ PartitionName=debug Nodes=node1 MaxTime=30 State=UP
                 raise RuntimeError(f"Slurm nodes not idle after {timeout} s: {states}\n{logs}")
             time.sleep(0.1)
 
+    def steps(self, job: str) -> list[int]:
+        """The pids of this cluster's slurmstepd for ``job`` (``slurmstepd: [JOB.batch]``, ``[JOB.0]``):
+        another worker's cluster numbers its jobs from 1 too, so a step is this one's only where it
+        carries this cluster's SLURM_CONF, which slurmd passes on."""
+        ours = f"SLURM_CONF={self.conf}".encode()
+        found = []
+        for proc in Path("/proc").iterdir():
+            try:
+                if proc.name.isdigit() and (proc / "cmdline").read_bytes().startswith(f"slurmstepd: [{job}.".encode()) \
+                        and ours in (proc / "environ").read_bytes().split(b"\0"):
+                    found.append(int(proc.name))
+            except OSError:  # gone since
+                continue
+        return found
+
     def stop(self) -> None:
         """Every job cancelled (their slurmstepd and processes gone), then the daemons, by pid."""
         if self.conf.exists() and self.pids:
