@@ -376,14 +376,7 @@ def test_a_job_requeued_under_the_run_is_said_and_its_last_start_is_gathered(hpc
         time.sleep(3)  # fleet has seen it running
         hpc.slurm.run("scontrol", "requeue", job)  # as Slurm does for a node lost with requeue allowed
         wait_state(hpc, job, "PENDING")
-        # Slurm waits before it starts a requeued job again; the test does not. So it waits instead for
-        # the first start's steps to be gone: the end of its batch script (killed) reaching slurmctld
-        # after the second start had begun was taken for the second's, which ended FAILED.
-        deadline = time.monotonic() + 60
-        while hpc.slurm.steps(job):
-            assert time.monotonic() < deadline, f"the first start of job {job} never ended"
-            time.sleep(0.2)
-        hpc.slurm.run("scontrol", "update", f"jobid={job}", "StartTime=now")  # not Slurm's wait before a requeued job starts
+        hpc.slurm.start_requeued_now(job)
         out, err = proc.communicate(timeout=240)
     finally:
         proc.kill()

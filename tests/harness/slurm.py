@@ -191,6 +191,19 @@ PartitionName=debug Nodes=node1 MaxTime=30 State=UP
                 continue
         return found
 
+    def start_requeued_now(self, job: str) -> None:
+        """Start a requeued ``job`` again at once, where Slurm itself would wait. Not before its first
+        start's steps are gone: that start's end reaching slurmctld after the second start began was
+        taken for the second's. And not in the second its credential was revoked: slurmd refuses a
+        credential made in that second (``cred->ctime <= revoked``), and slurmctld then ends the job
+        FAILED without running its script ("Job credential revoked")."""
+        deadline = time.monotonic() + 60
+        while self.steps(job):
+            assert time.monotonic() < deadline, f"the first start of job {job} never ended"
+            time.sleep(0.2)
+        time.sleep(1.05 - time.time() % 1)  # the revoke came before its steps ended: the next second is clear
+        self.run("scontrol", "update", f"jobid={job}", "StartTime=now")
+
     def stop(self) -> None:
         """Every job cancelled (their slurmstepd and processes gone), then the daemons, by pid."""
         if self.conf.exists() and self.pids:
