@@ -351,7 +351,7 @@ def submitted(ray_head, tmp_path, *fleet_args: str, actors=("trainer-a", "traine
     r = run_fleet("ray", "submit", "--address", ray_head.address, "--store", str(store), "--node-dir",
                   str(tmp_path / "nodes"), "--working-dir", str(app), *fleet_args, "--", "python", "job.py", *actors,
                   env={"PATH": ray_head.env["PATH"], "RAY_AUTH_MODE": "disabled"}, timeout=180)
-    assert r.returncode == 0, r.stdout + r.stderr
+    assert r.returncode == 0, r.stdout + r.stderr + ray_head.said()
     said = json.loads(r.stderr.split("actors ", 1)[1].split("\n", 1)[0])  # the job's log, on stderr
     [path] = store.glob("ray/*/*/manifest.json")
     return json.loads(path.read_text()), said, r
@@ -433,6 +433,7 @@ def submitted_three(ray_head, tmp_path, exit_status: int, *fleet_args: str):
     r = run_fleet("ray", "submit", "--address", ray_head.address, "--store", str(store), "--node-dir",
                   str(tmp_path / "nodes"), "--working-dir", str(app), *fleet_args, "--", "python", "job.py",
                   str(exit_status), env={"PATH": ray_head.env["PATH"], "RAY_AUTH_MODE": "disabled"}, timeout=180)
+    assert "actors " in r.stderr, r.stdout + r.stderr + ray_head.said()  # the job ran and said its actors
     pids = json.loads(r.stderr.split("actors ", 1)[1].split("\n", 1)[0])  # the job's log, on stderr
     return store, pids, r
 

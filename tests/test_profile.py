@@ -200,7 +200,7 @@ def test_an_nsys_killed_while_collecting_fails_keeping_its_data_and_saying_why(l
                     'echo $$ > "$0"; kill -KILL $PPID; exec sleep 300.25', str(pidfile))
     finally:
         kill_recorded(pidfile, ["sleep", "300.25"])  # this test's workload, by its pid
-    assert out.returncode == 1, out.stderr
+    assert out.returncode == 1, out.stdout + out.stderr  # --json: what fleet found is on stdout
     [run] = fleet_json(out.stdout)["hosts"]
     notes = [n for n in run["result"]["notes"] if isinstance(n, str)]
     assert run["status"] == "failed" and not [r for r in run["reports"] if r["status"] != "summary"], run

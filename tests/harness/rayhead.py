@@ -19,17 +19,33 @@ from pathlib import Path
 # ray start's port options: each given a free port, so no two heads (or anything else) collide.
 PORTS = ("port", "dashboard-port", "ray-client-server-port", "object-manager-port", "node-manager-port",
          "dashboard-agent-listen-port", "dashboard-agent-grpc-port", "runtime-env-agent-port", "metrics-export-port")
+# Below the kernel's ephemeral ports, which every outgoing connection of the suite takes from: a port
+# found free there (bound to 0, then closed) could be some client's source port by the time the head,
+# seconds later, binds it, and a Ray agent that cannot bind its port takes the raylet down with it.
+# The other harnesses keep below 30000 (Slurm's daemons, the team servers).
+EPHEMERAL = Path("/proc/sys/net/ipv4/ip_local_port_range")
+BLOCKS_FROM = 30000
+
+
+def bindable(port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
 
 
 def free_ports(n: int) -> list[int]:
-    socks = [socket.socket() for _ in range(n)]
-    try:
-        for s in socks:
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
+    """``n`` consecutive ports nothing has bound, from a block of this process's own between 30000 and
+    the first ephemeral port: the suite's workers (pytest-xdist) start their heads at the same time."""
+    low = int(EPHEMERAL.read_text().split()[0]) if EPHEMERAL.exists() else 32768
+    blocks = (low - BLOCKS_FROM) // n
+    for k in range(blocks):
+        base = BLOCKS_FROM + (os.getpid() + k) % blocks * n
+        if all(bindable(p) for p in range(base, base + n)):
+            return list(range(base, base + n))
+    raise RuntimeError(f"no {n} free ports between {BLOCKS_FROM} and {low} for a Ray head")
 
 
 def session_members(sid: int) -> list[int]:
@@ -75,6 +91,13 @@ class RayHead:
                 pass
             time.sleep(0.5)
         raise RuntimeError(f"the Ray head's dashboard did not answer in {timeout} s")
+
+    def said(self) -> str:
+        """Whether the head still runs, and the last of what it said: for a test's failure message."""
+        if self.proc is None:
+            return "\n(the Ray head was never started)"
+        state = "runs" if self.proc.poll() is None else f"exited {self.proc.returncode}"
+        return f"\n(the Ray head {state}; its log ends:)\n" + Path(self.log.name).read_text()[-3000:]
 
     def stop(self) -> None:
         """SIGTERM to ray start (it stops its own processes), then SIGKILL to what is left of its session."""
