@@ -40,7 +40,8 @@ def cut_strings(doc):
             f"{doc[:STRING_LIMIT]} [cut: {len(doc) - STRING_LIMIT} more characters]"
     if isinstance(doc, list):
         if len(doc) > STRINGS_LIMIT and all(isinstance(v, str) for v in doc):
-            return [cut_strings(v) for v in doc[:STRINGS_LIMIT]] + [f"[cut: {len(doc) - STRINGS_LIMIT} more]"]
+            return [cut_strings(v)
+                    for v in doc[:STRINGS_LIMIT]] + [f"[cut: {len(doc) - STRINGS_LIMIT} more]"]
         return [cut_strings(v) for v in doc]
     if isinstance(doc, dict):
         return {k: cut_strings(v) for k, v in doc.items()}
@@ -62,12 +63,14 @@ def agent_call(host: "Host", args: dict) -> tuple[list[str], bytes]:
     """The command line and stdin of an agent call whose arguments may be long (a plan holds the
     workload's command): they follow the agent on stdin, where no argv limit applies."""
     python = host.vars.get("ansible_python_interpreter", "python3")
-    return [python, "-c", BOOTSTRAP, "-"], bundle() + json.dumps(args, separators=(",", ":")).encode()
+    return [python, "-c", BOOTSTRAP, "-"], bundle() + json.dumps(args,
+                                                                 separators=(",", ":")).encode()
 
 
 def agent_args(host: "Host", owner_uid: int | None = None, environment_check: bool = True) -> dict:
     """What the agent needs from the inventory; ``nsys status -e`` only when asked (doctor)."""
-    args: dict = {"tools": {t: host.vars[f"{t}_path"] for t in ("nsys", "ncu") if host.vars.get(f"{t}_path")},
+    args: dict = {"tools": {t: host.vars[f"{t}_path"] for t in ("nsys", "ncu")
+                            if host.vars.get(f"{t}_path")},
                   "environment_check": environment_check}
     if host.vars.get("report_dir"):
         args["report_dir"] = host.vars["report_dir"]
@@ -77,19 +80,23 @@ def agent_args(host: "Host", owner_uid: int | None = None, environment_check: bo
 
 
 def read_state(host: "Host", r: Result) -> Result:
-    """Turn the agent's output into ``r.extra['state']`` (a :class:`NodeState`), or a clear per-host error."""
-    if r.error and (not r.reached or r.error_kind == "agent"):  # unreachable, or an answer past its bound
+    """Turn the agent's output into ``r.extra['state']`` (a :class:`NodeState`), or a clear per-host
+    error."""
+    # unreachable, or an answer past its bound
+    if r.error and (not r.reached or r.error_kind == "agent"):
         return r
     python = host.vars.get("ansible_python_interpreter", "python3")
     err = r.stderr.decode("utf-8", "replace").strip()
     if r.exit_status == 127 or (r.exit_status and "not found" in err and python in err):
-        r.error, r.error_kind = (f"{python} not found on {host.name}: fleet's agent needs Python 3.8 or newer there "
-                                 "(set ansible_python_interpreter to its path)"), "no-python"
+        r.error, r.error_kind = (f"{python} not found on {host.name}: fleet's agent needs Python "
+                                 "3.8 or newer there (set "
+                                 "ansible_python_interpreter to its path)"), "no-python"
         return r
     if r.exit_status != 0 or r.error:
         last = err.splitlines()[-1] if err else (r.error or f"exit status {r.exit_status}")
         if "SyntaxError" in err:
-            last = f"{python} on {host.name} is too old for fleet's agent (3.8 or newer needed): {last}"
+            last = (f"{python} on {host.name} is too old for fleet's agent "
+                    f"(3.8 or newer needed): {last}")
         r.error, r.error_kind = f"agent failed on {host.name}: {last}", r.error_kind or "agent"
         return r
     try:
@@ -101,7 +108,8 @@ def read_state(host: "Host", r: Result) -> Result:
 
 
 def probed_document(r: Result) -> dict | None:
-    """The probe's answer as the agent wrote it (its strings cut), for ``--json``; None where none came."""
+    """The probe's answer as the agent wrote it (its strings cut), for ``--json``; None where none
+    came."""
     state = r.extra.get("state")
     return state.document if state is not None else None
 
@@ -121,7 +129,8 @@ def read_repair(host: "Host", r: Result) -> Result:
         r.error, r.error_kind = f"{host.name}: {answer.error}", "agent"
     elif answer.value is None:
         err = r.stderr.decode("utf-8", "replace").strip().splitlines()
-        why = err[-1] if err else f"it printed {text.strip()[:80]!r}" if text.strip() else "it printed nothing"
+        why = (err[-1] if err else f"it printed {text.strip()[:80]!r}"
+               if text.strip() else "it printed nothing")
         r.error, r.error_kind = (f"{host.name}: the agent gave no repair result (exit status "
                                  f"{r.exit_status}): {why}"), "agent"
     else:
@@ -129,7 +138,8 @@ def read_repair(host: "Host", r: Result) -> Result:
     return r
 
 
-async def probe(fan: "Fanout", hosts: list["Host"], *, owner_uid: int | None = None, environment_check: bool = True,
+async def probe(fan: "Fanout", hosts: list["Host"], *, owner_uid: int | None = None,
+                environment_check: bool = True,
                 timeout: float = 120.0, on_result: Callable[[Result], None] | None = None,
                 last_use: bool = False) -> list[Result]:
     """One round trip per host; each Result carries ``extra['state']`` or an error. ``last_use``:
@@ -138,7 +148,8 @@ async def probe(fan: "Fanout", hosts: list["Host"], *, owner_uid: int | None = N
 
     async def one(host: "Host") -> Result:
         args = agent_args(host, owner_uid, environment_check)
-        r = await fan.run(host, agent_argv(host, args), input=payload, timeout=timeout, limit=PROBE_LIMIT)
+        r = await fan.run(host, agent_argv(host, args), input=payload, timeout=timeout,
+                          limit=PROBE_LIMIT)
         return read_state(host, r)
 
     return await fan.each(hosts, one, on_result, last_use=last_use)

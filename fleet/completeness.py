@@ -31,21 +31,27 @@ from .statuses import HostStatus
 if TYPE_CHECKING:
     from .store.manifest import HostEntry
 
-COMPLETE, EMPTY, TRUNCATED, LAUNCHER_ONLY, MISSING = "complete", "empty", "truncated", "launcher-only", "missing"
+COMPLETE, EMPTY, TRUNCATED, LAUNCHER_ONLY, MISSING = ("complete", "empty", "truncated",
+                                                      "launcher-only", "missing")
 CLASSES = (COMPLETE, EMPTY, TRUNCATED, LAUNCHER_ONLY, MISSING)
-NO_REPORT_EXPECTED = (HostStatus.REFUSED, HostStatus.STOPPED, HostStatus.PLANNED, HostStatus.PENDING)
-RAY_DRIVER = "(driver)"  # a Ray program's own line (fleet/slurm/raygather.py): not a rank, no report of its own
+NO_REPORT_EXPECTED = (HostStatus.REFUSED, HostStatus.STOPPED, HostStatus.PLANNED,
+                      HostStatus.PENDING)
+# a Ray program's own line (fleet/slurm/raygather.py): not a rank, no report of its own
+RAY_DRIVER = "(driver)"
 KERNELS = "cuda_gpu_kern_sum"  # the summary that is empty when a report holds no GPU kernel
 MAX_NAMED = 3
 
 # What to do instead, said once a run has reports of the class.
 ADVICE = {
-    LAUNCHER_ONLY: "the profiled process never used the GPU, while the process named used it: profile the worker, "
-                   "not its driver or launcher (with torchrun, mpirun or Ray pass --launcher, and fleet wraps each "
-                   "worker; a worker started beforehand by a daemon is profiled where it is started)",
-    EMPTY: "the process was on the GPU but its report holds no GPU activity: a workload killed by a signal loses "
-           "it; let it end on its own, or give --timeout, which nsys stops it at with its kernels kept",
-    TRUNCATED: "the report is cut: give its node's report folder room (report_dir in the inventory) and run again",
+    LAUNCHER_ONLY: "the profiled process never used the GPU, while the process named used it: "
+                   "profile the worker, not its driver or launcher (with torchrun, mpirun or Ray "
+                   "pass --launcher, and fleet wraps each worker; a worker started beforehand by a "
+                   "daemon is profiled where it is started)",
+    EMPTY: "the process was on the GPU but its report holds no GPU activity: a workload killed by "
+           "a signal loses it; let it end on its own, or give --timeout, which nsys "
+           "stops it at with its kernels kept",
+    TRUNCATED: "the report is cut: give its node's report folder room (report_dir in "
+               "the inventory) and run again",
 }
 
 
@@ -74,31 +80,41 @@ def _without_result(entry: "HostEntry") -> Verdict:
     """A Ray worker's class from its report alone (Ray's nsys, no agent beside it); else missing."""
     if entry.worker is not None:
         whole = [r for r in entry.reports if r.verified and r.status == "complete"]
-        return Verdict(COMPLETE) if whole else Verdict(MISSING, entry.missing_why or "its report did not come home")
+        return Verdict(COMPLETE) if whole else Verdict(MISSING, entry.missing_why
+                                                       or "its report did not come home")
     return Verdict(MISSING, entry.missing_why or "it left no result")
 
 
 def _without_report(result: ProfileResult) -> Verdict:
-    """A run that named no report: cut where its profiler failed or left its data unfinished, else missing."""
-    unfinished = result.unfinished  # the agent's word for each leftover of nsys's data it could not finish
-    if result.status == AgentStatus.PROFILER_ERROR:  # the profiler failed mid-report (the disk full): cut
-        return Verdict(TRUNCATED, unfinished[-1] if unfinished else "the profiler failed before its report was whole")
+    """A run that named no report: cut where its profiler failed or left its data unfinished, else
+    missing."""
+    # the agent's word for each leftover of nsys's data it could not finish
+    unfinished = result.unfinished
+    # the profiler failed mid-report (the disk full): cut
+    if result.status == AgentStatus.PROFILER_ERROR:
+        return Verdict(TRUNCATED, unfinished[-1] if unfinished
+                       else "the profiler failed before its report was whole")
     if unfinished:
         return Verdict(TRUNCATED, unfinished[-1])
     return Verdict(MISSING, "; ".join(result.reasons) or "it left no report")
 
 
 def _cut(result: ProfileResult) -> Verdict | None:
-    """The run's reports are not whole: one says it is cut, the profiler failed mid-report, or it was
-    killed and its report finished from what it had collected; None where none of these holds."""
+    """The run's reports are not whole: one says it is cut, the profiler failed mid-report, or it
+    was killed and its report finished from what it had collected; None where none of these
+    holds."""
     cut = [r.truncated for r in result.reports if r.truncated is not None]
     if cut:
         return Verdict(TRUNCATED, cut[0])
-    if result.status == AgentStatus.PROFILER_ERROR:  # failed mid-report: never whole, whatever its files say
-        return Verdict(TRUNCATED, "; ".join(result.reasons) or "the profiler failed before its report was whole")
+    # failed mid-report: never whole, whatever its files say
+    if result.status == AgentStatus.PROFILER_ERROR:
+        return Verdict(TRUNCATED,
+                       "; ".join(result.reasons)
+                       or "the profiler failed before its report was whole")
     killed = result.exit_status is not None and result.exit_status < 0
     if killed and any(r.finished_from_qdstrm for r in result.reports):
-        return Verdict(TRUNCATED, f"the profiler was killed (signal {-result.exit_status}): the report was "
+        return Verdict(TRUNCATED,
+                       f"the profiler was killed (signal {-result.exit_status}): the report was "
                                   "finished from the data it had collected until then")
     return None
 
@@ -115,7 +131,8 @@ def _whose(result: ProfileResult, allow_own: bool) -> Verdict | None:
     return None
 
 
-def gpu_processes(result: ProfileResult, *, arrived_only: bool = False) -> tuple[list[str], list[str]]:
+def gpu_processes(result: ProfileResult, *, arrived_only: bool = False) -> tuple[list[str],
+                                                                                 list[str]]:
     """The processes the run watch saw on the run's GPUs: the wrapped command's own, and the other
     processes of the same user (another user's are neighbours, not the workload's), named; with
     ``arrived_only``, of those others only the ones not there in the first look at their GPU."""
@@ -128,7 +145,8 @@ def gpu_processes(result: ProfileResult, *, arrived_only: bool = False) -> tuple
             named = f"pid {p.pid} ({p.name or '?'}, GPU {sample.gpu})"
             if p.own is True:
                 own.setdefault(p.pid, named)
-            elif result.user is not None and p.user == result.user and not (arrived_only and p.pid in there_at_start):
+            elif (result.user is not None and p.user == result.user
+                  and not (arrived_only and p.pid in there_at_start)):
                 others.setdefault(p.pid, named)
     return list(own.values()), [v for k, v in others.items() if k not in own]
 

@@ -14,12 +14,17 @@ DEGRADED = 4        # doctor: some way to profile works only with features given
 REFUSED = 5         # policy refused to run (e.g. ncu beside another tenant); nothing was started
 PARTIAL = 6         # profile: some hosts brought reports home, others were refused or failed
 REGRESSION = 7      # nightly report: some metric is called a Regression
-YIELDED = 8         # profile: the profiler gave the GPU's counters back to a newcomer mid-run (report kept)
+# profile: the profiler gave the GPU's counters back to a newcomer mid-run (report kept)
+YIELDED = 8
 WORKLOAD_FAILED = 9  # profile: the workload exited non-zero or died by a signal (report kept)
-NO_REPORTS = 10     # reports stats/compare: the run left nothing to read (refused, failed, none came home)
-UNEXPLAINED = 11    # nightly report: a recent slowdown that nothing fleet recorded explains (a person must look)
-NOT_CONFIRMED = 12  # nightly confirm: the change did not hold when rerun, or the reruns could not tell
-INTERRUPTED = 130   # a second Ctrl-C left the run to finish on its own (128 + SIGINT, as shells say)
+# reports stats/compare: the run left nothing to read (refused, failed, none came home)
+NO_REPORTS = 10
+# nightly report: a recent slowdown that nothing fleet recorded explains (a person must look)
+UNEXPLAINED = 11
+# nightly confirm: the change did not hold when rerun, or the reruns could not tell
+NOT_CONFIRMED = 12
+# a second Ctrl-C left the run to finish on its own (128 + SIGINT, as shells say)
+INTERRUPTED = 130
 
 
 def fail(message: str, code: int = USAGE) -> None:
@@ -64,8 +69,10 @@ def for_results(results) -> int:
     return code
 
 
-# A host's (or rank's) status -> its exit status; any other is FAILED (docs/user-guide.md's table, held by a test).
-FOR_HOST = {HostStatus.OK: OK, HostStatus.PLANNED: OK, HostStatus.REFUSED: REFUSED, HostStatus.UNREACHABLE: UNREACHABLE,
+# A host's (or rank's) status -> its exit status; any other is FAILED (docs/user-guide.md's table,
+# held by a test).
+FOR_HOST = {HostStatus.OK: OK, HostStatus.PLANNED: OK, HostStatus.REFUSED: REFUSED,
+            HostStatus.UNREACHABLE: UNREACHABLE,
             HostStatus.YIELDED: YIELDED, HostStatus.WORKLOAD_FAILED: WORKLOAD_FAILED}
 
 
@@ -90,7 +97,8 @@ def for_run(manifest, *, waited: bool = True) -> int:
     ``--no-wait`` did not, so a submitted run is then what was asked."""
     if manifest.status in UNFINISHED:
         return PARTIAL if waited else OK  # gather: the job has not ended yet
-    if manifest.status == RunStatus.CANCELLED:  # a cancelled job did not do its job, whatever its ranks did
+    # a cancelled job did not do its job, whatever its ranks did
+    if manifest.status == RunStatus.CANCELLED:
         return FAILED
     if not manifest.hosts:  # a job that was never submitted, or left nothing at all
         return OK if manifest.status in (RunStatus.COMPLETE, RunStatus.DRY_RUN) else FAILED

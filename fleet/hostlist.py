@@ -47,7 +47,8 @@ def _alpha(start: str, end: str, step: int, pattern: str) -> tuple[range, None]:
 
 def _bracket_ranges(body: str, pattern: str) -> list[tuple[range, int | None]]:
     """The ranges one bracket stands for, not yet expanded: ``01:16[:2]``, ``a:f`` or ``1-3,7``.
-    Each is (numbers, zero-padded width), or (indices into string.ascii_letters, None) for letters."""
+    Each is (numbers, zero-padded width), or (indices into string.ascii_letters, None) for
+    letters."""
     if not body.strip():
         raise HostPatternError(f"empty range [] in {pattern!r}")
     if ":" in body:  # Ansible form: exactly one range, optional stride
@@ -60,21 +61,25 @@ def _ansible_range(body: str, pattern: str) -> tuple[range, int | None]:
     or of letters."""
     parts = body.split(":")
     if len(parts) not in (2, 3) or not all(parts[:2]):
-        raise HostPatternError(f"bad range [{body}] in {pattern!r}: expected [start:end] or [start:end:stride]")
+        raise HostPatternError(f"bad range [{body}] in {pattern!r}: expected "
+                               "[start:end] or [start:end:stride]")
     start, end = parts[0], parts[1]
     step = 1
     if len(parts) == 3:
         if not parts[2].isdigit() or int(parts[2]) < 1:
-            raise HostPatternError(f"bad stride {parts[2]!r} in {pattern!r}: a positive integer is needed")
+            raise HostPatternError(f"bad stride {parts[2]!r} in {pattern!r}: "
+                                   "a positive integer is needed")
         step = int(parts[2])
     if start.isdigit() and end.isdigit():
         if start.startswith("0") and len(start) > 1 and len(start) != len(end):
-            raise HostPatternError(f"bad range [{body}] in {pattern!r}: a zero-padded start needs an end "
-                                   "of the same width (as Ansible requires)")
+            raise HostPatternError(f"bad range [{body}] in {pattern!r}: a zero-padded start needs "
+                                   "an end of the same width (as Ansible requires)")
         return _numeric(start, end, step, pattern)
-    if len(start) == len(end) == 1 and start in string.ascii_letters and end in string.ascii_letters:
+    if (len(start) == len(end) == 1 and start in string.ascii_letters
+        and end in string.ascii_letters):
         return _alpha(start, end, step, pattern)
-    raise HostPatternError(f"bad range [{body}] in {pattern!r}: both ends must be numbers or single letters")
+    raise HostPatternError(f"bad range [{body}] in {pattern!r}: both ends must "
+                           "be numbers or single letters")
 
 
 def _slurm_ranges(body: str, pattern: str) -> list[tuple[range, int | None]]:
@@ -92,7 +97,8 @@ def _slurm_ranges(body: str, pattern: str) -> list[tuple[range, int | None]]:
 
 
 def _values(ranges: list[tuple[range, int | None]]) -> list[str]:
-    return [string.ascii_letters[i] if width is None else str(i).zfill(width) for r, width in ranges for i in r]
+    return [string.ascii_letters[i] if width is None else str(i).zfill(width) for r, width in ranges
+            for i in r]
 
 
 def expand(pattern: str) -> list[str]:

@@ -35,8 +35,8 @@ OPEN, CLOSE = "<([", ">)]"
 # Text whose brackets are not brackets, hidden (same length) before the name's structure is read:
 # an operator's own symbol (``operator ()``, ``operator<<``), and the compilers' spellings of an
 # anonymous namespace (nsys and ncu write ``<unnamed>``, c++filt ``(anonymous namespace)``).
-_OPERATOR = re.compile(r"\boperator\s*(?:<=>|<<=|>>=|->\*|->|\(\)|\[\]|<<|>>|<=|>=|==|!=|&&|\|\||\+\+|--"
-                       r"|[-+*/%^&|~!=<>,]=?|\s(?:new|delete)(?:\[\])?)")
+_OPERATOR = re.compile(r"\boperator\s*(?:<=>|<<=|>>=|->\*|->|\(\)|\[\]|<<|>>|<=|>=|==|!=|&&|\|\||"
+                       r"\+\+|--|[-+*/%^&|~!=<>,]=?|\s(?:new|delete)(?:\[\])?)")
 _ATOMS = re.compile(r"<unnamed>|\(anonymous namespace\)|\[lambda\]")
 _CAST = re.compile(r"\((?:(?:unsigned|signed) )?(?:char|short|int|long|long long|__int128|unsigned|"
                    r"(?:unsigned )?(?:short|int|long|long long)|size_t)\)(-?\d+)")
@@ -46,7 +46,8 @@ _QUALIFIER = re.compile(r"(?<![\w:])(?:void (?=[A-Za-z_]))?(?:[A-Za-z_]\w*::)+(?
                         r"|(?<![\w:])void (?=[A-Za-z_])")
 # A lambda, and the lambdas and call operators it holds: ``::[lambda() (instance 1)]::operator ()()
 # const::[lambda(float) (instance 1)]`` is one lambda of the function before it.
-_LAMBDAS = re.compile(r"::\[lambda\b[^\]]*\](?:::operator \(\)\([^()]*\)(?: const)?::\[lambda\b[^\]]*\])*")
+_LAMBDAS = (re.compile(r"::\[lambda\b[^\]]*\](?:::operator \(\)\([^()]*\)(?: "
+                       r"const)?::\[lambda\b[^\]]*\])*"))
 
 
 def _masked(name: str) -> str:
@@ -92,12 +93,14 @@ def base_name(name: str) -> str:
         return name  # "(...)" alone, or after a space: words in brackets, not a parameter list
     head, masked_head = name[:start], masked[:start]
     spaces = [i for i, c in enumerate(masked_head) if c == " " and depths[i] == 0]
-    return head[spaces[-1] + 1:].lstrip("*&") if spaces else head  # "void *f()": the "*" is the type's
+    # "void *f()": the "*" is the type's
+    return head[spaces[-1] + 1:].lstrip("*&") if spaces else head
 
 
 def _unqualified(name: str) -> str:
     """Inside the brackets, each name without its namespaces and a function type without its
-    ``void``: ``Kernel<void at::native::f<float>(…)::[lambda]>`` is ``Kernel<f<float>(…)::[lambda]>``."""
+    ``void``: ``Kernel<void at::native::f<float>(…)::[lambda]>`` is
+    ``Kernel<f<float>(…)::[lambda]>``."""
     masked = _masked(name)
     depths = _depths(masked)
     if depths is None:
@@ -111,7 +114,8 @@ def _unqualified(name: str) -> str:
 
 
 def _collapse(name: str, level: int) -> str:
-    """Every bracket nested ``level`` deep or deeper emptied: ``a<b<c>>`` at level 2 is ``a<b<…>>``."""
+    """Every bracket nested ``level`` deep or deeper emptied: ``a<b<c>>`` at level 2 is
+    ``a<b<…>>``."""
     masked = _masked(name)
     depths = _depths(masked)
     if depths is None:
@@ -127,7 +131,8 @@ def _collapse(name: str, level: int) -> str:
 
 
 def _cut(name: str, width: int) -> str:
-    """The longest beginning of ``name`` that, with ``…`` and its open brackets closed, fits ``width``."""
+    """The longest beginning of ``name`` that, with ``…`` and its open brackets closed, fits
+    ``width``."""
     masked = _masked(name)
     inside = {i for pattern in (_OPERATOR, _ATOMS) for m in pattern.finditer(name)
               for i in range(m.start() + 1, m.end())}
@@ -135,7 +140,8 @@ def _cut(name: str, width: int) -> str:
     best = name[:max(width - 1, 0)] + ELLIPSIS
     for i, c in enumerate(masked):
         closers = "".join(CLOSE[OPEN.index(o)] for o in reversed(stack))
-        if i + 1 + len(closers) <= width and i not in inside:  # never within "[lambda]" or "operator<"
+        # never within "[lambda]" or "operator<"
+        if i + 1 + len(closers) <= width and i not in inside:
             best = name[:i].rstrip(" ,:") + ELLIPSIS + closers
         elif i > width:
             break
@@ -159,7 +165,8 @@ def short_name(name: str, width: int = WIDTH) -> str:
     depths = _depths(_masked(short))
     if depths is None:  # not C++ (or cut short by the tool): only its length is bounded
         return short if len(short) <= width else short[:width - 1] + ELLIPSIS
-    # from the deepest level up (a hostile name's thousand levels: the first pass empties all below 16)
+    # from the deepest level up (a hostile name's thousand levels: the first pass empties all below
+    # 16)
     for level in range(min(max(depths, default=0), MAX_LEVELS), 1, -1):
         if len(short) <= width:
             return short

@@ -19,7 +19,8 @@ from .policy import neighbours, verdicts
 from .policy.nodestate import Gpu, NodeState
 from .policy.vocabulary import Request
 
-LINE_LIMIT = 4 << 20   # bytes of one sample's line: a few KB a GPU; a node sending more is not believed
+# bytes of one sample's line: a few KB a GPU; a node sending more is not believed
+LINE_LIMIT = 4 << 20
 STALE_AFTER = 3        # intervals without a sample before a host is shown stale
 START_BOUND = 60.0     # seconds for a host's first sample (its connection and probe included)
 CLOSE_GRACE = 1.0      # seconds between a look's end and its session's kill
@@ -46,7 +47,8 @@ class GpuView:
         return {"host": self.host, "index": self.index, "name": self.name, "uuid": self.uuid,
                 "memory_used": self.memory_used,
                 "memory_total": self.memory_total, "activity": self.activity.to_json(),
-                "conditions": self.conditions.to_json(), "processes": [p.to_json() for p in self.processes],
+                "conditions": self.conditions.to_json(),
+                "processes": [p.to_json() for p in self.processes],
                 "unseen": self.unseen, "ncu": self.ncu,
                 "ncu_reasons": list(self.ncu_reasons), "free": self.free}
 
@@ -59,11 +61,13 @@ class HostView:
     sampled_at: float | None = None        # the node's clock at that sample
     gpus: list[GpuView] = field(default_factory=list)
     error: str | None = None
-    state: NodeState | None = field(default=None, repr=False)  # the node's probed state, from its first line
+    # the node's probed state, from its first line
+    state: NodeState | None = field(default=None, repr=False)
     started: float = field(default_factory=time.monotonic)
 
     def stale(self, now: float, interval: float) -> bool:
-        """No sample for STALE_AFTER intervals (the first may take START_BOUND: a connection and a probe)."""
+        """No sample for STALE_AFTER intervals (the first may take START_BOUND: a connection and a
+        probe)."""
         if self.error is not None:
             return False
         if self.received is None:
@@ -75,7 +79,8 @@ def _merged(state: NodeState, sample: LookSample) -> NodeState:
     """The probed state with each GPU's people and memory as this sample saw them."""
     fresh = {g.index: Gpu.read(g.document) for g in sample.gpus}
     return replace(state, gpus=tuple(
-        replace(g, processes=fresh[g.index].processes, process_list_error=fresh[g.index].process_list_error,
+        replace(g, processes=fresh[g.index].processes,
+                process_list_error=fresh[g.index].process_list_error,
                 memory_used_by_processes=fresh[g.index].memory_used_by_processes,
                 sampled_pids=fresh[g.index].sampled_pids)
         for g in state.gpus if g.index in fresh))
@@ -85,7 +90,8 @@ def judge(host: str, state: NodeState, sample: LookSample) -> list[GpuView]:
     """Each GPU of one sample, with the policy's verdict for ncu on it alone."""
     merged = _merged(state, sample)
     known = {g.index: g for g in merged.gpus}
-    return [_view(host, merged, known[g.index] if g.index in known else None, g) for g in sample.gpus]
+    return [_view(host, merged, known[g.index] if g.index in known else None,
+                  g) for g in sample.gpus]
 
 
 def _view(host: str, merged: NodeState, probed: Gpu | None, g: LookGpu) -> GpuView:
@@ -94,11 +100,13 @@ def _view(host: str, merged: NodeState, probed: Gpu | None, g: LookGpu) -> GpuVi
     request = Request(gpus=(g.index,))
     if probed is None:
         return GpuView(host, g.index, None, g.memory_used, g.memory_total, g.activity, g.conditions,
-                       list(g.processes), [], "refused", ("the node's first sample did not describe this GPU",), False)
+                       list(g.processes), [], "refused",
+                       ("the node's first sample did not describe this GPU",), False)
     verdict = verdicts.counters(merged, request, "ncu", "ncu")
-    return GpuView(host, g.index, probed.name, g.memory_used, g.memory_total, g.activity, g.conditions,
-                   list(g.processes), neighbours.unseen_tenants(merged, request), verdict.status, verdict.reasons,
-                   not neighbours.sharing(merged, request), probed.uuid)
+    return GpuView(host, g.index, probed.name, g.memory_used, g.memory_total, g.activity,
+                   g.conditions,
+                   list(g.processes), neighbours.unseen_tenants(merged, request), verdict.status,
+                   verdict.reasons, not neighbours.sharing(merged, request), probed.uuid)
 
 
 class Lines:
@@ -115,7 +123,8 @@ class Lines:
             line, self.buf = bytes(self.buf[:end]), self.buf[end + 1:]
             self.on_line(line.decode("utf-8", "replace"))
         if len(self.buf) > LINE_LIMIT:
-            self.error = f"sent a line of more than {LINE_LIMIT >> 20} MiB: its look is not believed"
+            self.error = (f"sent a line of more than {LINE_LIMIT >> 20} "
+                          "MiB: its look is not believed")
             self.buf.clear()
 
 

@@ -38,18 +38,21 @@ def stopped_by_fleet(result: ProfileResult, fleet_stopped: bool = False) -> bool
     agent saw first, its own signal or its profiler's end."""
     if result.stopped:
         return True
-    return fleet_stopped and result.workload is not None and result.workload.signal in FLEET_STOP_SIGNALS
+    return (fleet_stopped and result.workload is not None
+            and result.workload.signal in FLEET_STOP_SIGNALS)
 
 
 def _workload_end(result: ProfileResult) -> tuple[int | None, str | None]:
-    """The workload's exit status and the signal that killed it, from its record; from a result of an
-    agent older than that record, from the profiler's exit status, which passes the workload's on."""
+    """The workload's exit status and the signal that killed it, from its record; from a result of
+    an agent older than that record, from the profiler's exit status, which passes the workload's
+    on."""
     if result.workload is not None:
         return result.workload.exit_status, result.workload.signal
     code = result.exit_status
     if code is not None and code > 128 and code - 128 in signal.Signals._value2member_map_:
         return None, signal.Signals(code - 128).name
-    return (None if code is not None and code < 0 else code), None  # below 0: the profiler itself was killed
+    # below 0: the profiler itself was killed
+    return (None if code is not None and code < 0 else code), None
 
 
 def workload_said(result: ProfileResult, fleet_stopped: bool = False) -> str | None:
@@ -72,7 +75,8 @@ def newcomer_said(newcomer: Newcomer) -> str:
     if newcomer.unseen:
         who = f"an unseen tenant ({held or 'GPU memory'} that no listed process holds)"
     else:
-        who = f"pid {newcomer.pid} ({', '.join(filter(None, [newcomer.user or 'unknown user', held]))})"
+        who = (f"pid {newcomer.pid} "
+               f"({', '.join(filter(None, [newcomer.user or 'unknown user', held]))})")
     text = f"{who} on GPU {newcomer.gpu}"
     if newcomer.appeared_s is not None:
         text += f", {newcomer.appeared_s:.1f} s after the profiler started"
@@ -85,12 +89,14 @@ def newcomer_said(newcomer: Newcomer) -> str:
 
 # The agent's words that end a run before any report (its own reasons say why, else these).
 NOTHING_RAN = {AgentStatus.REFUSED: (HostStatus.REFUSED, None),
-               AgentStatus.STOPPED: (HostStatus.STOPPED, "told to stop before the profiler started"),
+               AgentStatus.STOPPED: (HostStatus.STOPPED,
+                                     "told to stop before the profiler started"),
                # the profiler failed where no whole report can be made (the disk full)
                AgentStatus.PROFILER_ERROR: (HostStatus.PROFILER_ERROR, "the profiler failed")}
 
 
-def of_result(result: ProfileResult | None, reports: list["ReportEntry"], *, tool: str | None = None,
+def of_result(result: ProfileResult | None, reports: list["ReportEntry"], *,
+              tool: str | None = None,
               fleet_stopped: bool = False, allow_own: bool = False) -> tuple[str, str | None]:
     """(status, why) of a host or rank from its agent's result and what came home of it (and
     whether fleet recorded a stop of its run: :func:`stopped_by_fleet`; whether a lab host's run
@@ -121,18 +127,23 @@ def _of_reports(result: ProfileResult, reports: list["ReportEntry"]) -> tuple[st
     return None
 
 
-def _of_run(result: ProfileResult, tool: str | None, fleet_stopped: bool, allow_own: bool) -> tuple[str, str | None]:
+def _of_run(result: ProfileResult, tool: str | None, fleet_stopped: bool,
+            allow_own: bool) -> tuple[str, str | None]:
     """The status of a run whose reports came home whole: what happened while it ran."""
     if result.status == AgentStatus.YIELDED:
-        return HostStatus.YIELDED, "gave the GPU's counters back to " + newcomer_said(result.newcomer or Newcomer())
+        return (HostStatus.YIELDED, "gave the GPU's counters back to "
+                + newcomer_said(result.newcomer or Newcomer()))
     if (why := workload_said(result, fleet_stopped)):
         return HostStatus.WORKLOAD_FAILED, why
     errors = result.profiler_errors
     if errors:
         more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
-        return HostStatus.PROFILER_ERROR, f"{tool or 'the profiler'} reported an error: {errors[0]}{more}"
-    if (instead := completeness.used_instead(result, allow_own=allow_own)):  # wrong process: the class's own rule
-        return HostStatus.FAILED, f"the profiled process never used the GPU; {instead} did (launcher-only)"
+        return (HostStatus.PROFILER_ERROR,
+                f"{tool or 'the profiler'} reported an error: {errors[0]}{more}")
+    # wrong process: the class's own rule
+    if (instead := completeness.used_instead(result, allow_own=allow_own)):
+        return (HostStatus.FAILED,
+                f"the profiled process never used the GPU; {instead} did (launcher-only)")
     return HostStatus.OK, None
 
 
@@ -144,7 +155,8 @@ def run_status(host_statuses: Iterable[str]) -> RunStatus:
         return RunStatus.COMPLETE
     if any(s == HostStatus.OK for s in statuses):
         return RunStatus.PARTIAL
-    if statuses and len(set(statuses)) == 1 and statuses[0] in (HostStatus.YIELDED, HostStatus.WORKLOAD_FAILED):
+    if statuses and len(set(statuses)) == 1 and statuses[0] in (HostStatus.YIELDED,
+                                                                HostStatus.WORKLOAD_FAILED):
         return RunStatus(statuses[0])
     return RunStatus.FAILED
 
@@ -152,7 +164,8 @@ def run_status(host_statuses: Iterable[str]) -> RunStatus:
 def status_line(who: str, entry: "HostEntry", *, why: bool = True, indent: str = "") -> str:
     """A host's, rank's or worker's status line, as every path prints it (with its reason unless
     ``why`` is false): one line, whatever the node put in the reason."""
-    return indent + visible(f"{who}: {entry.status}" + (f": {entry.missing_why}" if why and entry.missing_why else ""))
+    return indent + visible(f"{who}: {entry.status}" + (f": {entry.missing_why}" if why
+                                                        and entry.missing_why else ""))
 
 
 def report_line(rep: "ReportEntry", *, hashes: bool = True) -> str:

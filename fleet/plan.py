@@ -18,14 +18,17 @@ from typing import Any
 try:  # as shipped to a Slurm task by fleet (fleet/agent/task.py), modules travel under flat names
     from fleet_rundir import RunDir
     import fleet_policy as policy
-    from fleet_wrapping_nsysopts import NSYS_REPEATABLE, NSYS_SHORT, NSYS_SWITCHES, nsys_options  # noqa: F401
+    from fleet_wrapping_nsysopts import (NSYS_REPEATABLE, NSYS_SHORT,  # noqa: F401
+                                         NSYS_SWITCHES, nsys_options)
     from fleet_request import RECORD, LabPart, ProfileRequest, RankPart  # noqa: F401
     import fleet_wrapping_windows as windows
 except ImportError:
     from . import policy
     from .rundir import RunDir
-    from .wrapping.nsysopts import NSYS_REPEATABLE, NSYS_SHORT, NSYS_SWITCHES, nsys_options  # noqa: F401
-    from .request import RECORD, LabPart, ProfileRequest, RankPart  # noqa: F401  (what the user asks: fleet.request)
+    from .wrapping.nsysopts import (NSYS_REPEATABLE, NSYS_SHORT,  # noqa: F401
+                                    NSYS_SWITCHES, nsys_options)
+    # what the user asks: fleet.request
+    from .request import RECORD, LabPart, ProfileRequest, RankPart  # noqa: F401
     from .wrapping import windows
 
 DEGRADED, OK, REFUSED, NodeState = policy.DEGRADED, policy.OK, policy.REFUSED, policy.NodeState
@@ -34,7 +37,8 @@ DEGRADED, OK, REFUSED, NodeState = policy.DEGRADED, policy.OK, policy.REFUSED, p
 # home the report by them. Elsewhere the user's explicit choice wins and fleet drops its own
 # flag (nsys refuses an option given twice). Spellings as nsys and ncu 2025.3 take them.
 OUTPUT_OPTIONS = {"nsys": ("-o", "--output"), "ncu": ("-o", "--export")}
-USER_WINS = {"nsys": ("--sample", "--cpuctxsw", "--duration", "--session-new"), "ncu": ("--clock-control",)}
+USER_WINS = {"nsys": ("--sample", "--cpuctxsw", "--duration", "--session-new"),
+             "ncu": ("--clock-control",)}
 # nsys options under which its --duration no longer counts from the workload's start: fleet's
 # --timeout is then the agent's signal at the time, not --duration.
 DURATION_MOVED_BY = ("--delay", "--capture-range", "--kill")
@@ -46,11 +50,13 @@ def _names(word: str, name: str) -> bool:
     (``--exp`` for ``--export``, seen with 2025.3), and a short one's value attached."""
     given = word.split("=", 1)[0]
     if name.startswith("--"):
-        return given == name or (given.startswith("--") and len(given) > 2 and name.startswith(given))
+        return given == name or (given.startswith("--") and len(given) > 2
+                                 and name.startswith(given))
     return word == name or (word.startswith(name) and len(word) > len(name))
 
 
-def _option_values(tool: str, words: tuple[str, ...], spellings: tuple[str, ...]) -> list[str | None]:
+def _option_values(tool: str, words: tuple[str, ...],
+                   spellings: tuple[str, ...]) -> list[str | None]:
     """The values the words give any of these options (None for one given without a value)."""
     if tool == "nsys":
         wanted = {NSYS_SHORT.get(s, s) for s in spellings}
@@ -75,11 +81,13 @@ def profiler_args_error(tool: str, args: tuple[str, ...]) -> str | None:
     if tool == "nsys" and (why := nsys_options(args)[1]):
         return why
     if _option_values(tool, args, OUTPUT_OPTIONS.get(tool, ())):
-        return (f"-X {' / '.join(OUTPUT_OPTIONS[tool])} is fleet's: it names each report so it can find, hash and "
-                "bring it home (reports land in the store, --store; `fleet reports pull RUN DIR` copies them out)")
+        return (f"-X {' / '.join(OUTPUT_OPTIONS[tool])} is fleet's: it names each report so it can "
+                "find, hash and bring it home (reports land in the store, --store; `fleet reports "
+                "pull RUN DIR` copies them out)")
     if _option_values(tool, args, policy.COUNTER_OPTIONS.get(tool, ())):
-        return ("-X --gpu-metrics-devices would program the counters of GPUs fleet has not checked for tenants: "
-                "pass --gpu-metrics, and fleet samples the GPUs the run was given once they are free")
+        return ("-X --gpu-metrics-devices would program the counters of GPUs fleet has not checked "
+                "for tenants: pass --gpu-metrics, and fleet samples the GPUs the run "
+                "was given once they are free")
     return None
 
 
@@ -102,16 +110,20 @@ def _without_overridden(tool: str, flags: list[str], user: tuple[str, ...]) -> l
 @dataclass(frozen=True)
 class Command:
     """What the node runs, in parts. ``argv`` renders it, once, when it is started."""
-    profiler: tuple[str, ...] = ()              # the profiler and its subcommand: (nsys, "profile") or (ncu,)
-    fleet_flags: tuple[str, ...] = ()           # what fleet passes: output, clock control, sampling given up
+    # the profiler and its subcommand: (nsys, "profile") or (ncu,)
+    profiler: tuple[str, ...] = ()
+    # what fleet passes: output, clock control, sampling given up
+    fleet_flags: tuple[str, ...] = ()
     user_flags: tuple[str, ...] = ()            # -X: the user's own profiler flags
     workload: tuple[str, ...] = ()
-    wrapper: tuple[str, ...] = ()               # what the profiler runs inside: docker run ... IMAGE
-    launcher: tuple[str, ...] = ()              # what starts one profiler per rank: mpirun and its options
+    # what the profiler runs inside: docker run ... IMAGE
+    wrapper: tuple[str, ...] = ()
+    # what starts one profiler per rank: mpirun and its options
+    launcher: tuple[str, ...] = ()
 
     def argv(self) -> tuple[str, ...]:
-        return (*self.wrapper, *self.launcher, *self.profiler, *self.fleet_flags, *self.user_flags, "--",
-                *self.workload)
+        return (*self.wrapper, *self.launcher, *self.profiler, *self.fleet_flags, *self.user_flags,
+                "--", *self.workload)
 
     @classmethod
     def from_json(cls, doc: dict) -> "Command":
@@ -126,12 +138,14 @@ class Plan:
     remedy: str | None = None
     command: Command = Command()
     env: dict[str, str] = field(default_factory=dict)
-    output: str = ""                            # report name without extension (placeholders allowed)
+    # report name without extension (placeholders allowed)
+    output: str = ""
     report_dir: str = ""
     sysctls: dict[str, Any] = field(default_factory=dict)   # owned sysctls to set for the run
     owned_sysctls: dict[str, Any] = field(default_factory=dict)
     gpu_locks: tuple[str, ...] = ()             # GPU UUIDs whose counters the run takes
-    recheck: dict[str, Any] = field(default_factory=dict)   # last-moment tenant check before the profiler
+    # last-moment tenant check before the profiler
+    recheck: dict[str, Any] = field(default_factory=dict)
     pause_dcgm: bool = False
     given_up: tuple[str, ...] = ()
     tenants: tuple[policy.Tenant, ...] = ()
@@ -140,17 +154,22 @@ class Plan:
     tool: str = ""
     nsys: str | None = None                     # for finishing a leftover .qdstrm
     ncu: str | None = None                      # for reading an ncu report's metrics on the node
-    watch: dict[str, Any] = field(default_factory=dict)     # the run watch: GPUs, allow_own, job, counters
-    ranks: int | None = None                    # a launcher's ranks 0..N-1, each to leave a report; None: not known
+    # the run watch: GPUs, allow_own, job, counters
+    watch: dict[str, Any] = field(default_factory=dict)
+    # a launcher's ranks 0..N-1, each to leave a report; None: not known
+    ranks: int | None = None
     placement: str | None = None                # --gpu free: which GPU was chosen here, and why
-    session: str | None = None                  # nsys's named session (--session-new): a yield stops it
-    window: dict[str, Any] = field(default_factory=dict)    # start, duration, detach, output: nsys leaves
-                                                            # the workload on
-    capture: dict[str, Any] = field(default_factory=dict)   # range, nvtx, repeat: the windows the workload opens
+    # nsys's named session (--session-new): a yield stops it
+    session: str | None = None
+    # start, duration, detach, output: nsys leaves the workload on
+    window: dict[str, Any] = field(default_factory=dict)
+    # range, nvtx, repeat: the windows the workload opens
+    capture: dict[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> dict:
         doc = asdict(self)
-        doc["argv"] = list(self.command.argv()) if self.status == OK else []  # for people and logs only
+        # for people and logs only
+        doc["argv"] = list(self.command.argv()) if self.status == OK else []
         return doc
 
     @classmethod
@@ -160,8 +179,10 @@ class Plan:
         kw["command"] = Command.from_json(doc.get("command") or {})
         for key in ("reasons", "gpu_locks", "given_up"):
             kw[key] = tuple(kw.get(key) or ())
-        kw["tenants"] = tuple(t if isinstance(t, policy.Tenant) else policy.Tenant(**t) if isinstance(t, dict)
-                              else policy.Tenant(-1, -1, None, None, str(t)) for t in kw.get("tenants") or ())
+        kw["tenants"] = tuple(t if isinstance(t, policy.Tenant) else policy.Tenant(**t)
+                              if isinstance(t, dict)
+                              else policy.Tenant(-1, -1, None, None, str(t))
+                              for t in kw.get("tenants") or ())
         return cls(**kw)
 
     def stopped_by_nsys(self) -> bool:
@@ -182,7 +203,8 @@ class Plan:
             return self
         extra = tuple(f for f in _without_overridden("nsys", list(flags), self.command.user_flags)
                       if f not in self.command.fleet_flags)
-        return replace(self, command=replace(self.command, fleet_flags=self.command.fleet_flags + extra),
+        return replace(self, command=replace(self.command, fleet_flags=self.command.fleet_flags
+                                             + extra),
                        sysctls={}, given_up=self.given_up + (line,))
 
 
@@ -190,7 +212,8 @@ def _refuse(host: str, v: policy.Verdict) -> Plan:
     return Plan(host, REFUSED, v.reasons, v.remedy, tenants=v.tenants)
 
 
-def plan(host: str, state: policy.NodeState, req: ProfileRequest, owned_sysctls: dict[str, Any] | None = None) -> Plan:
+def plan(host: str, state: policy.NodeState, req: ProfileRequest,
+         owned_sysctls: dict[str, Any] | None = None) -> Plan:
     owned = dict(owned_sysctls or {})
     request = policy.Request(gpus=req.gpus, allow_own=req.allow_own, owned_sysctls=owned,
                              pause_dcgm=req.pause_dcgm, job=req.job)
@@ -210,14 +233,18 @@ def plan(host: str, state: policy.NodeState, req: ProfileRequest, owned_sysctls:
     tools = state.tools
     if req.tool == "nsys":
         nsys = _nsys(host, req, verdicts, chosen, output)
-        command = Command((tools.nsys.path, "profile"), nsys.flags, req.profiler_args, workload, launcher=starts)
+        command = Command((tools.nsys.path, "profile"), nsys.flags, req.profiler_args, workload,
+                          launcher=starts)
     else:
-        flags = _without_overridden("ncu", ["--clock-control", req.clock_control, "--export", output],
+        flags = _without_overridden("ncu", ["--clock-control", req.clock_control, "--export",
+                                            output],
                                     req.profiler_args)
-        command = Command((tools.ncu.path,), tuple(flags), req.profiler_args, workload, launcher=starts)
+        command = Command((tools.ncu.path,), tuple(flags), req.profiler_args, workload,
+                          launcher=starts)
         nsys = NsysPart((), [], {}, None)  # ncu gives up nothing, sets no sysctl and has no session
     notes = counters.reasons if req.uses_counters else base.reasons
-    return Plan(host, OK, tuple(notes), None, command, output=output, report_dir=f"{rd}/{req.run_id}",
+    return Plan(host, OK, tuple(notes), None, command, output=output,
+                report_dir=f"{rd}/{req.run_id}",
                 sysctls=nsys.sysctls, owned_sysctls=owned, given_up=tuple(nsys.given_up),
                 timeout=req.timeout, lock_wait=req.lock_wait, tool=req.tool, ranks=req.ranks,
                 nsys=tools.nsys and tools.nsys.path, ncu=tools.ncu and tools.ncu.path,
@@ -233,8 +260,10 @@ def _guarded(state: policy.NodeState, req: ProfileRequest, request: policy.Reque
     pinned = {"CUDA_VISIBLE_DEVICES": ",".join(_uuid(g) for g in chosen)} if guard.pin_gpus else {}
     return {"env": {**pinned, **windows.app_env(req)},
             "gpu_locks": tuple(_uuid(g) for g in chosen) if guard.gpu_locks else (),
-            "recheck": {"gpus": [g.index for g in chosen], "allow_own": req.allow_own} if guard.recheck else {},
-            "pause_dcgm": guard.node_state and policy.dcgm_pause(state, chosen, req.pause_dcgm, req.uses_counters),
+            "recheck": {"gpus": [g.index for g in chosen], "allow_own": req.allow_own}
+            if guard.recheck else {},
+            "pause_dcgm": guard.node_state and policy.dcgm_pause(state, chosen, req.pause_dcgm,
+                                                                 req.uses_counters),
             "watch": {"gpus": [g.index for g in chosen] if req.gpus is not None else None,
                       "allow_own": req.allow_own, "job": req.job, "counters": req.uses_counters}}
 
@@ -251,17 +280,21 @@ def _asked_amiss(host: str, state: policy.NodeState, req: ProfileRequest) -> Pla
     would refuse, a window or a timeout out of bounds; None where the request holds."""
     missing = [i for i in (req.gpus or ()) if i not in [g.index for g in state.gpus]]
     if missing:
-        return Plan(host, REFUSED, (f"no GPU {missing} on this node",), "choose a GPU that `fleet probe` lists")
+        return Plan(host, REFUSED, (f"no GPU {missing} on this node",),
+                    "choose a GPU that `fleet probe` lists")
     if (why := profiler_args_error(req.tool, req.profiler_args) or window_problem(req)):
         return Plan(host, REFUSED, (why,), "leave the option out")
     if req.timeout is not None and not 0 < req.timeout <= MAX_TIMEOUT:  # NaN too
-        return Plan(host, REFUSED, (f"--timeout {req.timeout!r}: must be more than 0 and at most {MAX_TIMEOUT} "
-                                    "seconds",), "give the seconds the workload may run")
+        return Plan(host, REFUSED, (f"--timeout {req.timeout!r}: must be more than 0 and at most "
+                                    f"{MAX_TIMEOUT} seconds",),
+                    "give the seconds the workload may run")
     return None
 
 
-def _refused_by_policy(host: str, req: ProfileRequest, base: policy.Verdict, counters: policy.Verdict) -> Plan | None:
-    """The policy's refusal of the run here (the trace, or the counters it would program), or None."""
+def _refused_by_policy(host: str, req: ProfileRequest, base: policy.Verdict,
+                       counters: policy.Verdict) -> Plan | None:
+    """The policy's refusal of the run here (the trace, or the counters it would program), or
+    None."""
     if base.status == REFUSED:
         return _refuse(host, base)
     if req.uses_counters and counters.status != OK:
@@ -283,30 +316,34 @@ def _nsys(host: str, req: ProfileRequest, verdicts: dict, chosen: tuple[policy.G
           output: str) -> NsysPart:
     sampling = verdicts["nsys-cpu-sampling"]
     flags = [f"--output={output}", *sampling.flags]
-    # One nsys on the node itself, which `nsys stop` there reaches: not under a launcher (each rank's nsys
-    # would need a session of its own) nor in a container. Those yield with SIGTERM, as before. The
-    # session is every such run's: a yield stops it, and so does Ctrl-C's "leave the workload running".
+    # One nsys on the node itself, which `nsys stop` there reaches: not under a launcher (each
+    # rank's nsys would need a session of its own) nor in a container. Those yield with SIGTERM, as
+    # before. The session is every such run's: a yield stops it, and so does Ctrl-C's "leave the
+    # workload running".
     reachable = req.launcher is None and req.docker_image is None
     if req.gpu_metrics:
         flags.append("--gpu-metrics-devices=" + ",".join(str(g.index) for g in chosen))
     if reachable:
         flags.append("--session-new=" + session_name(req.run_id, host))
     flags = _without_overridden("nsys", flags + _nsys_end(req), req.profiler_args)
-    return NsysPart(tuple(flags), _given_up(verdicts), dict(sampling.sysctls), _session(req, flags, reachable))
+    return NsysPart(tuple(flags), _given_up(verdicts), dict(sampling.sysctls),
+                    _session(req, flags, reachable))
 
 
 def _given_up(verdicts: dict) -> list[str]:
     """What the nsys run gives up, by the policy's verdicts: CPU sampling, GPU activity."""
     base, sampling = verdicts["nsys-trace"], verdicts["nsys-cpu-sampling"]
-    given_up = [policy.sampling_given_up(sampling.reasons[0].split(":")[0])[1]] if sampling.status == DEGRADED else []
+    given_up = ([policy.sampling_given_up(sampling.reasons[0].split(":")[0])[1]]
+                if sampling.status == DEGRADED else [])
     return given_up + (["GPU activity: " + base.reasons[0]] if base.status == DEGRADED else [])
 
 
 def _nsys_end(req: ProfileRequest) -> list[str]:
-    """How nsys's collection ends: a window's (fleet.wrapping.windows: the report written, the workload going
-    on), or the timeout's own --duration, which keeps the kernels where SIGTERM or SIGINT to nsys or
-    to the workload lost every one of them on an H200 (tests/fixtures/tools-2025.3-h200). A Slurm
-    rank's time bound with a window the workload opens is the agent's signal, not --duration."""
+    """How nsys's collection ends: a window's (fleet.wrapping.windows: the report written, the
+    workload going on), or the timeout's own --duration, which keeps the kernels where SIGTERM or
+    SIGINT to nsys or to the workload lost every one of them on an H200
+    (tests/fixtures/tools-2025.3-h200). A Slurm rank's time bound with a window the workload opens
+    is the agent's signal, not --duration."""
     if (flags := windows.nsys_flags(req)):
         return flags
     if req.timeout and not _option_values("nsys", req.profiler_args, DURATION_MOVED_BY):
@@ -317,12 +354,14 @@ def _nsys_end(req: ProfileRequest) -> list[str]:
 def _session(req: ProfileRequest, flags: list[str], reachable: bool) -> str | None:
     """The run's nsys session a yield stops: fleet's, or the one the user named with -X."""
     ours = [f.split("=", 1)[1] for f in flags if f.startswith("--session-new=")]
-    theirs = [v for v in _option_values("nsys", req.profiler_args, ("--session-new",)) if v and reachable]
+    theirs = [v for v in _option_values("nsys", req.profiler_args, ("--session-new",)) if v
+              and reachable]
     return (ours or theirs or [None])[0]
 
 
-# --detach: the workload's output goes to a file of the run's from its start ($0: the file, made anew: set -C
-# refuses one that is there, a link too), so that it writes nowhere fleet's agent reads once the agent left.
+# --detach: the workload's output goes to a file of the run's from its start ($0: the file, made
+# anew: set -C refuses one that is there, a link too), so that it writes nowhere fleet's agent reads
+# once the agent left.
 DETACH_SH = 'set -C; exec >"$0" 2>&1; exec "$@"'
 
 
@@ -346,7 +385,8 @@ def _window(host: str, req: ProfileRequest, run_dir: str) -> dict[str, Any]:
         return {}
     spec = {"start": req.window[0], "duration": req.window[1], "detach": req.detach,
             "output": RunDir(run_dir).workload_out(host) if req.detach else ""}
-    if req.rank is not None and req.rank.window_at is not None:  # a Slurm rank's: when every rank's window starts
+    # a Slurm rank's: when every rank's window starts
+    if req.rank is not None and req.rank.window_at is not None:
         spec["at"] = req.rank.window_at
     return spec
 
@@ -364,11 +404,13 @@ def session_name(run_id: str, host: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]", "-", f"fleet-{run_id}-{host}")[:120]
 
 
-def _launched(host: str, req: ProfileRequest, run_dir: str) -> tuple[tuple[str, ...], tuple[str, ...], str]:
+def _launched(host: str, req: ProfileRequest, run_dir: str) -> tuple[tuple[str, ...],
+                                                                     tuple[str, ...], str]:
     """(what starts the profilers, the program, the output name). With --launcher on a lab server, a
     profiler per rank: ``mpirun OPTS nsys profile -o HOST/rank%q{OMPI_COMM_WORLD_RANK} -- PROGRAM``
-    (the words made on the controller, fleet.wrapping.launchers.lab_launch), one agent holding the host's
-    checks for all of them (why: :mod:`fleet.wrapping.launchers`)."""
+    (the words made on the controller, fleet.wrapping.launchers.lab_launch), one agent holding the
+    host's checks for all of them (why: :mod:`fleet.wrapping.launchers`)."""
     if req.launcher is None:
         return (), req.command, f"{run_dir}/{req.output_name or host + '-%p'}"
-    return req.starts, req.program, RunDir(run_dir).node(host).file(RunDir.rank_report(req.launcher))
+    return (req.starts, req.program,
+            RunDir(run_dir).node(host).file(RunDir.rank_report(req.launcher)))

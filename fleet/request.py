@@ -15,37 +15,50 @@ except ImportError:
 
 @dataclass(frozen=True)
 class LabPart:
-    """What only a run on lab servers asks (the Slurm path refuses these options): never sent to a rank."""
+    """What only a run on lab servers asks (the Slurm path refuses these options): never sent to a
+    rank."""
     gpus: tuple[int, ...] | None = None         # --gpu: NVML indices; None: every GPU
     timeout: float | None = None                # seconds the workload may run (nsys: --duration)
     lock_wait: float = 0.0                      # seconds to wait for another run's GPU lock
-    docker_image: str | None = None             # the workload runs in this image (fleet.wrapping.containers)
-    launcher: str | None = None                 # --launcher: what starts the ranks (mpirun), None: the command itself
+    # the workload runs in this image (fleet.wrapping.containers)
+    docker_image: str | None = None
+    # --launcher: what starts the ranks (mpirun), None: the command itself
+    launcher: str | None = None
     starts: tuple[str, ...] = ()                # with it, what starts a profiler per rank
                                                 # (fleet.wrapping.launchers.lab_launch)
     program: tuple[str, ...] = ()               # ... and what each profiler runs
-    ranks: int | None = None                    # ... and how many ranks its command line says (None: not known)
-    window: tuple[int, int] | None = None       # --window START:DURATION: nsys collects then, the workload goes on
-    detach: bool = False                        # --detach: with it, fleet leaves once the window's report is home
+    # ... and how many ranks its command line says (None: not known)
+    ranks: int | None = None
+    # --window START:DURATION: nsys collects then, the workload goes on
+    window: tuple[int, int] | None = None
+    # --detach: with it, fleet leaves once the window's report is home
+    detach: bool = False
 
 
 @dataclass(frozen=True)
 class RankPart:
     """What a Slurm rank fills in on its node from its job (agent/task.py): never sent either."""
-    job: str | None = None                      # planned inside this job (its ranks are not tenants)
-    gpus: tuple[int, ...] | None = None         # the job's GPUs here, NVML's indices; None: every GPU
+    # planned inside this job (its ranks are not tenants)
+    job: str | None = None
+    # the job's GPUs here, NVML's indices; None: every GPU
+    gpus: tuple[int, ...] | None = None
     output_name: str | None = None              # NODE/rankN under the run's directory
     timeout: float | None = None                # until the job's end, less --stop-before (nsys)
-    window: tuple[int, int] | None = None       # --window: (this rank's delay to the job's common start, duration)
-    window_at: int | None = None                # ... that start, epoch seconds: the same for every rank
+    # --window: (this rank's delay to the job's common start, duration)
+    window: tuple[int, int] | None = None
+    # ... that start, epoch seconds: the same for every rank
+    window_at: int | None = None
 
 
-# A window the workload opens travels to the ranks only where asked: a job without one reads as before.
+# A window the workload opens travels to the ranks only where asked: a job without one reads as
+# before.
 WINDOW_FIELDS = ("nvtx_window", "cuda_profiler_window", "repeat")
 
 # The keys of the flat record (``to_json``, a run's manifest), in its order.
-RECORD = ("tool", "command", "run_id", "gpus", "gpu_metrics", "allow_own", "pause_dcgm", "profiler_args",
-          "timeout", "lock_wait", "clock_control", "output_name", "job", "docker_image", "launcher", "starts",
+RECORD = ("tool", "command", "run_id", "gpus", "gpu_metrics", "allow_own", "pause_dcgm",
+          "profiler_args",
+          "timeout", "lock_wait", "clock_control", "output_name", "job", "docker_image", "launcher",
+          "starts",
           "program", "ranks", "window", "detach", "nvtx_window", "cuda_profiler_window", "repeat")
 
 
@@ -63,10 +76,12 @@ class ProfileRequest:
     pause_dcgm: bool = False
     profiler_args: tuple[str, ...] = ()         # passed through to nsys/ncu
     clock_control: str = "base"                 # ncu; always explicit
-    nvtx_window: str | None = None              # --nvtx-window RANGE[@DOMAIN]: nsys collects within it
-                                                # (fleet.wrapping.windows)
-    cuda_profiler_window: bool = False          # --cuda-profiler-window: from cudaProfilerStart() to Stop()
-    repeat: int | None = None                   # --repeat N: that many of those windows, a report each
+    # --nvtx-window RANGE[@DOMAIN]: nsys collects within it (fleet.wrapping.windows)
+    nvtx_window: str | None = None
+    # --cuda-profiler-window: from cudaProfilerStart() to Stop()
+    cuda_profiler_window: bool = False
+    # --repeat N: that many of those windows, a report each
+    repeat: int | None = None
     lab: LabPart | None = None
     rank: RankPart | None = None
 
@@ -123,12 +138,14 @@ class ProfileRequest:
         return self.rank.output_name if self.rank else None
 
     def for_rank(self) -> dict:
-        """What travels to every rank: the fields every node needs, no lab choice, nothing the rank fills."""
+        """What travels to every rank: the fields every node needs, no lab choice, nothing the rank
+        fills."""
         return {f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("lab", "rank")
                 and not (f.name in WINDOW_FIELDS and getattr(self, f.name) == f.default)}
 
     def to_json(self) -> dict:
-        """The request as a run's manifest records it: one flat document, whichever part gave a value."""
+        """The request as a run's manifest records it: one flat document, whichever part gave a
+        value."""
         return {key: getattr(self, key) for key in RECORD}
 
     @classmethod
@@ -140,6 +157,8 @@ class ProfileRequest:
         for key in ("command", "profiler_args"):
             kw[key] = tuple(kw.get(key) or ())
         lab = LabPart(**{f.name: doc[f.name] for f in fields(LabPart) if f.name in doc})
-        lab = replace(lab, gpus=tuple(lab.gpus) if lab.gpus is not None else None, starts=tuple(lab.starts or ()),
-                      program=tuple(lab.program or ()), window=tuple(lab.window) if lab.window else None)
+        lab = replace(lab, gpus=tuple(lab.gpus) if lab.gpus is not None else None,
+                      starts=tuple(lab.starts or ()),
+                      program=tuple(lab.program or ()), window=tuple(lab.window) if lab.window
+                      else None)
         return cls(**kw, lab=lab if lab != LabPart() else None)

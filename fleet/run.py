@@ -47,7 +47,8 @@ class Run:
     manifest: "RunManifest | None" = field(default=None, init=False)
 
     async def go(self, settings: "SSHSettings", concurrency: int, *,
-                 stop: Callable[[], asyncio.Event | None] = lambda: None, **terminal: Any) -> "RunManifest":
+                 stop: Callable[[], asyncio.Event | None] = lambda: None,
+                 **terminal: Any) -> "RunManifest":
         """The run carried out over a pool of connections of its own, opened and closed here.
         ``stop`` makes the stop request inside the run's event loop (a terminal's signals);
         ``terminal`` is what the path shows as it goes (see each kind's ``_on_path``)."""
@@ -56,7 +57,8 @@ class Run:
             self.manifest = await self._on_path(fan, requested, **terminal)
         return self.manifest
 
-    async def _on_path(self, fan: Fanout, stop: asyncio.Event | None, **terminal: Any) -> "RunManifest":
+    async def _on_path(self, fan: Fanout, stop: asyncio.Event | None,
+                       **terminal: Any) -> "RunManifest":
         raise NotImplementedError
 
     def exit_status(self) -> int:
@@ -66,16 +68,20 @@ class Run:
 
 @dataclass
 class LabRun(Run):
-    """A run on lab servers over SSH: each host probed, planned, run and its reports brought home."""
+    """A run on lab servers over SSH: each host probed, planned, run and its reports brought
+    home."""
     hosts: list["Host"] = field(default_factory=list)
     dry_run: bool = False
     finish_timeout: float | None = None
     free: "FreeGpus | None" = None   # --gpu free [--count N]
 
     async def _on_path(self, fan: Fanout, stop: asyncio.Event | None, *,
-                       write: Callable[[str, str], None] = lambda s, t: None, gathering=None) -> "RunManifest":
-        return await lab_profile.profile(fan, self.hosts, self.request, store_root=self.store_root, site=self.site,
-                                         dry_run=self.dry_run, write=write, stop=stop, gathering=gathering,
+                       write: Callable[[str, str], None] = lambda s, t: None,
+                       gathering=None) -> "RunManifest":
+        return await lab_profile.profile(fan, self.hosts, self.request, store_root=self.store_root,
+                                         site=self.site,
+                                         dry_run=self.dry_run, write=write, stop=stop,
+                                         gathering=gathering,
                                          finish_timeout=self.finish_timeout, free=self.free)
 
 
@@ -90,9 +96,12 @@ class SlurmRun(Run):
     keep_pending: bool = False
 
     async def _on_path(self, fan: Fanout, stop: asyncio.Event | None, *, gathering=None,
-                       on_state: Callable = lambda s: None, on_python: Callable = lambda s: None) -> "RunManifest":
-        return await slurm_run.profile(fan, self.cluster, self.request, self.spec, store_root=self.store_root,
-                                       site=self.site, dry_run=self.dry_run, wait=self.wait, poll=self.poll,
+                       on_state: Callable = lambda s: None,
+                       on_python: Callable = lambda s: None) -> "RunManifest":
+        return await slurm_run.profile(fan, self.cluster, self.request, self.spec,
+                                       store_root=self.store_root,
+                                       site=self.site, dry_run=self.dry_run, wait=self.wait,
+                                       poll=self.poll,
                                        stop=stop, on_state=on_state, gathering=gathering,
                                        keep_pending=self.keep_pending, on_python=on_python)
 
@@ -107,6 +116,7 @@ class RayRun(Run):
     head: "Host | None" = None
     job: "ray_submit.RayJob | None" = None
 
-    async def _on_path(self, fan: Fanout, stop: asyncio.Event | None, **terminal: Any) -> "RunManifest":
-        return await ray_submit.profile(fan, self.head, self.job, self.request, store_root=self.store_root,
-                                        site=self.site)
+    async def _on_path(self, fan: Fanout, stop: asyncio.Event | None,
+                       **terminal: Any) -> "RunManifest":
+        return await ray_submit.profile(fan, self.head, self.job, self.request,
+                                        store_root=self.store_root, site=self.site)

@@ -27,7 +27,8 @@ RANK_VARS = {"srun": ("SLURM_PROCID",), "torchrun": ("RANK",),
 # ... and its rank on this node. Open MPI's names as its mpirun gives them to each rank
 # (tests/fixtures/openmpi-env/), torchrun's as its documentation and its workers' environment say.
 LOCAL_RANK_VARS = {"srun": ("SLURM_LOCALID",), "torchrun": ("LOCAL_RANK",),
-                   "mpirun": ("OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "PMIX_LOCAL_RANK", "SLURM_LOCALID")}
+                   "mpirun": ("OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "PMIX_LOCAL_RANK",
+                              "SLURM_LOCALID")}
 # The placeholders nsys (and ncu) expand in an output name: %p the pid, %q{VAR} a variable's value.
 PLACEHOLDER = re.compile(r"%p|%q\{[^}]*\}")
 
@@ -37,28 +38,41 @@ class RunDir:
 
     AGENT = "fleet-agent.py"             # the agent as one file (fleet/agent/bundle.py's script)
     SCRIPT = "job.sbatch"                # the batch script
-    REQUEST = "fleet-request.json"       # what the job asks of a node's fleet prolog (agent/slurmd.py)
-    JOB_EXIT = "job.exit"                # the job's exit status, written by the batch script once its workload ended
-    JOB_STOPPED = "job.stopped"          # when the USR1 trap stopped the profilers before the time limit
+    # what the job asks of a node's fleet prolog (agent/slurmd.py)
+    REQUEST = "fleet-request.json"
+    # the job's exit status, written by the batch script once its workload ended
+    JOB_EXIT = "job.exit"
+    # when the USR1 trap stopped the profilers before the time limit
+    JOB_STOPPED = "job.stopped"
     JOB_REFUSED = "job.refused"          # the batch script's own check refused to start anything
-    JOB_STOP_ASKED = "job.stop-asked"    # fleet cancel or Ctrl-C: written before their signal is sent
-    JOB_RESTARTS = "job.restarts"        # Slurm's restart count as the batch script last started (requeues)
+    # fleet cancel or Ctrl-C: written before their signal is sent
+    JOB_STOP_ASKED = "job.stop-asked"
+    # Slurm's restart count as the batch script last started (requeues)
+    JOB_RESTARTS = "job.restarts"
     BATCH_LOG = "slurm-%j.out"           # sbatch's --output pattern: %j is the job id
-    RESULT = ".result.json"              # HOST.result.json: a host's or rank's result (a "profile" answer)
-    TMP = ".tmp-"                        # .tmp-HOST: the private TMPDIR of a host's or rank's profiler
-    RANK = "rank"                        # rankN: a rank's label; its reports and result are named by it
+    # HOST.result.json: a host's or rank's result (a "profile" answer)
+    RESULT = ".result.json"
+    # .tmp-HOST: the private TMPDIR of a host's or rank's profiler
+    TMP = ".tmp-"
+    # rankN: a rank's label; its reports and result are named by it
+    RANK = "rank"
     PID = "pid"                          # pidN: the label of a task whose launcher gave it no rank
     RAY = "ray"                          # Ray's workers' reports, whose files and fleet's hook
     RAY_HOOK = "fleet_ray_hook.py"       # fleet/slurm/ray_hook.py, as the batch script writes it
     RAY_HOOK_BLOCK = "fleet_ray_hook.json"  # the _nsight block the hook reads
-    NSYS_SUMMARIES = ("cuda_gpu_kern_sum", "cuda_api_sum", "nvtx_sum")  # REPORT_NAME.csv beside each nsys report
+    # REPORT_NAME.csv beside each nsys report
+    NSYS_SUMMARIES = ("cuda_gpu_kern_sum", "cuda_api_sum", "nvtx_sum")
     NSYS_EXPORT = ".sqlite"              # REPORT.sqlite: an nsys report's SQLite export, beside it
-    RAY_WORKER = "worker-"               # worker-HOST-PID.nsys-rep: Ray's nsight plugin, from RAY_REPORTS
+    # worker-HOST-PID.nsys-rep: Ray's nsight plugin, from RAY_REPORTS
+    RAY_WORKER = "worker-"
     RAY_REPORTS = RAY_WORKER + "%h-%p"   # nsys's -o for Ray's workers: %h the host, %p the pid
-    WHOSE = ".whose.json"                # worker-HOST-PID.whose.json: whose a Ray worker is, beside its report
-    UNFINISHED = ".unfinished"           # worker-HOST-PID.unfinished: its nsys still ran when the job stopped waiting
+    # worker-HOST-PID.whose.json: whose a Ray worker is, beside its report
+    WHOSE = ".whose.json"
+    # worker-HOST-PID.unfinished: its nsys still ran when the job stopped waiting
+    UNFINISHED = ".unfinished"
     NSYS_REPORT = ".nsys-rep"            # what nsys adds to its -o
-    WORKLOAD_OUT = ".workload.out"       # HOST.workload.out: the output of a workload left running (--detach)
+    # HOST.workload.out: the output of a workload left running (--detach)
+    WORKLOAD_OUT = ".workload.out"
 
     def __init__(self, path: object):
         self.path = str(path)
@@ -112,14 +126,16 @@ class RunDir:
 
     @staticmethod
     def output_as(output: str, word: str) -> str:
-        """A profiler's output name with ``word`` for its placeholders: a name of fleet's beside its reports."""
+        """A profiler's output name with ``word`` for its placeholders: a name of fleet's beside its
+        reports."""
         return PLACEHOLDER.sub(word, output)
 
     @classmethod
     def rank_of(cls, label: str) -> int | None:
         """The rank a label says (``rank3`` -> 3), or None."""
         rank = label[len(cls.RANK):]
-        return int(rank) if label.startswith(cls.RANK) and rank.isdigit() and len(rank) < 10 else None
+        return (int(rank) if label.startswith(cls.RANK) and rank.isdigit() and len(rank) < 10
+                else None)
 
     @classmethod
     def report_rank(cls, path: str) -> int | None:
@@ -225,7 +241,8 @@ class RunDir:
 
     @classmethod
     def ray_extra_patterns(cls) -> tuple:
-        """The names of the files made of Ray workers' reports, as shell patterns (listed beside them)."""
+        """The names of the files made of Ray workers' reports, as shell patterns (listed beside
+        them)."""
         return tuple(cls.ray_extras(cls.RAY_WORKER + "*"))
 
     @classmethod

@@ -57,7 +57,8 @@ def component_problem(name: object, what: str) -> str | None:
     """Why ``name`` cannot name an entry of a directory (``what`` says what it is), or None."""
     if is_component(name):
         return None
-    return "%s %s cannot name a folder or file: it must be %s" % (what, _shown(name), COMPONENT_RULE)
+    return "%s %s cannot name a folder or file: it must be %s" % (what, _shown(name),
+                                                                  COMPONENT_RULE)
 
 
 def check_component(name: object, what: str) -> str:
@@ -85,8 +86,8 @@ def _shown(name: object) -> str:
 
 
 def count_problem(value: object, what: str, most: int) -> str | None:
-    """Why ``value`` is not a count from 1 to ``most`` (an int, or a word of ASCII decimal digits as a
-    user types one: no sign, no space), or None."""
+    """Why ``value`` is not a count from 1 to ``most`` (an int, or a word of ASCII decimal digits as
+    a user types one: no sign, no space), or None."""
     if isinstance(value, str) and value.isascii() and value.isdigit():
         value = int(value)
     if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= most:
@@ -122,6 +123,6 @@ def sbatch_word(value: object, what: str) -> str:
     and takes ' and " as quotes, so a value holding either is refused rather than read two ways."""
     text = check_text(value, what)
     if m := re.search(r"[\\'\"]", text):
-        raise UnsafeValue(f"{what}: {m.group()!r} in {text!r} would be read differently by sbatch's "
-                          f"#SBATCH parser and by bash")
+        raise UnsafeValue(f"{what}: {m.group()!r} in {text!r} would be read differently by "
+                          f"sbatch's #SBATCH parser and by bash")
     return quote(text, what)

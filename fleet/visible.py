@@ -16,7 +16,8 @@ from urllib.parse import quote
 # C0 (newline and tab included), DEL, C1, and the format characters that reorder or hide text:
 # bidirectional overrides and isolates, line and paragraph separators, zero-width joiners and marks.
 UNSEEN = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200b-\u200f\u2028-\u202e\u2060-\u2069\ufeff]")
-UNSEEN_BUT_LINES = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200b-\u200f\u2028-\u202e\u2060-\u2069\ufeff]")
+UNSEEN_BUT_LINES = (
+    re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200b-\u200f\u2028-\u202e\u2060-\u2069\ufeff]"))
 
 
 def _escape(m: re.Match) -> str:
@@ -26,7 +27,8 @@ def _escape(m: re.Match) -> str:
 
 def visible(text, lines: bool = False) -> str:
     """``text`` with every control character shown as its escape (``\\x1b``, ``\\u202e``);
-    ``lines``: newlines and tabs kept (a block fleet laid out), else they are shown too (a field)."""
+    ``lines``: newlines and tabs kept (a block fleet laid out), else they are shown too (a
+    field)."""
     return (UNSEEN_BUT_LINES if lines else UNSEEN).sub(_escape, str(text))
 
 

@@ -48,7 +48,7 @@ def test_the_outcome_and_the_classes_are_read_from_fields(name):
     assert ".get(\"status\")" not in (FLEET / name).read_text() and "result.get(" not in (FLEET / name).read_text()
 
 
-WIDTH = 120
+WIDTH = 100
 
 
 def too_long(source: str) -> list[int]:
@@ -56,13 +56,13 @@ def too_long(source: str) -> list[int]:
     return [n for n, line in enumerate(source.split("\n"), 1) if len(line) > WIDTH]
 
 
-def test_no_line_is_longer_than_120():
+def test_no_line_is_longer_than_100():
     """A longer line is wrapped: a string into adjacent literals, code at its brackets, a comment onto the next."""
     assert [f"{path.relative_to(REPO)}:{n}" for path in sorted(FLEET.rglob("*.py"))
             for n in too_long(path.read_text())] == []
 
 
 def test_the_width_check_sees_long_lines():
-    """It would pass on nothing: a line of 121 characters is found, one of 120 is not, wherever it stands."""
-    assert too_long("x" * 120 + "\n" + "y" * 121 + "\n" + "é" * 121) == [2, 3]
-    assert too_long("z" * 121) == [1] and too_long("") == []
+    """It would pass on nothing: a line of 101 characters is found, one of 100 is not, wherever it stands."""
+    assert too_long("x" * 100 + "\n" + "y" * 101 + "\n" + "é" * 101) == [2, 3]
+    assert too_long("z" * 101) == [1] and too_long("") == []

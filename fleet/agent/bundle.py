@@ -36,12 +36,14 @@ MODES = {
     "owned": "fleet_agent_owned",  # one step re-run under sudo -n (owned.privileged)
     "task": "fleet_agent_task",
     "slurmd": "fleet_agent_slurmd",
-    "ray-end": "fleet_agent_rayend",  # a Ray run's end: its workers' nsys waited for, their reports summarized
+    # a Ray run's end: its workers' nsys waited for, their reports summarized
+    "ray-end": "fleet_agent_rayend",
 }
 
 # How fleet starts its agent, the only code on the remote command line: read the compressed script
 # from stdin into `b`, and run it in this same namespace, so the loader finds the bytes there.
-BOOTSTRAP = "import sys,zlib;b=sys.stdin.buffer.read();exec(compile(zlib.decompress(b),'<fleet-agent>','exec'))"
+BOOTSTRAP = ("import sys,zlib;b=sys.stdin.buffer.read();"
+             "exec(compile(zlib.decompress(b),'<fleet-agent>','exec'))")
 
 # The shipped module that keeps compiled modules on the node between calls (see its docstring).
 CODE_CACHE = "fleet_agent_codecache"
@@ -64,12 +66,14 @@ _MODES = {modes}
 _SHIPPED_AS = ({bootstrap!r}, b) if "b" in globals() else None
 def _source(name):
     start, end = _PARTS[name]
-    return __import__("zlib").decompress(__import__("binascii").a2b_base64(_PACKED)[start:end]).decode("utf-8")
+    return __import__("zlib").decompress(__import__("binascii").a2b_base64(_PACKED)[start:end])\
+.decode("utf-8")
 _CACHE = []  # the node's code cache ({code_cache!r}) once asked for: [] not yet, [None] none to use
 def _compiled(name):
     filename = "<fleet-agent>/" + name + ".py"
     if not _CACHE:
-        _CACHE.append(None)  # the cache's own modules, imported now, compile as they would without it
+        _CACHE.append(None)  # the cache's own modules, imported now, compile as they would \
+without it
         try:
             _CACHE[0] = __import__({code_cache!r}).CodeCache.open()
         except Exception:  # refused (not the user's own, a link) or unusable: compile every module
@@ -81,7 +85,8 @@ class _Shipped:
     """Modules that travelled with the agent, compiled only when imported (importlib.abc's bases
     are left out: importing importlib.abc costs more than the rest of the loader)."""
     def find_spec(self, name, path=None, target=None):
-        return __import__("importlib.machinery").machinery.ModuleSpec(name, self) if name in _PARTS else None
+        return __import__("importlib.machinery").machinery.ModuleSpec(name, self) \
+if name in _PARTS else None
     def create_module(self, spec):
         return None
     def exec_module(self, module):
@@ -90,7 +95,8 @@ class _Shipped:
             module.{hand_over_attribute} = _SHIPPED_AS
 sys.meta_path.insert(0, _Shipped())
 _args = sys.argv[1] if len(sys.argv) > 1 else "{{}}"
-if _args == "-" and "b" in globals():  # the arguments follow the compressed agent on stdin (no argv limit)
+if _args == "-" and "b" in globals():  # the arguments follow the compressed agent on stdin \
+(no argv limit)
     _rest = __import__("zlib").decompressobj()
     _rest.decompress(b)
     _args = _rest.unused_data.decode()
@@ -130,7 +136,8 @@ def shipped() -> dict[str, str]:
             continue
         found[name] = module_of(name)
         if name != "pynvml":  # third-party: what it imports is its own
-            todo += sorted(_flat_imports(source_path(name).read_text(encoding="utf-8")) - set(found))
+            todo += sorted(_flat_imports(source_path(name).read_text(encoding="utf-8"))
+                           - set(found))
     return dict(sorted(found.items()))
 
 
@@ -152,7 +159,8 @@ def sources() -> dict[str, str]:
 
 
 def digests() -> dict[str, str]:
-    """Each shipped module's SHA-256 (of its UTF-8 source): what names it in the node's code cache."""
+    """Each shipped module's SHA-256 (of its UTF-8 source): what names it in the node's code
+    cache."""
     return {name: hashlib.sha256(text.encode()).hexdigest() for name, text in sources().items()}
 
 
@@ -164,8 +172,10 @@ def script() -> str:
         packed.append(zlib.compress(text.encode(), 9))
         parts[name], at = (at, at + len(packed[-1])), at + len(packed[-1])
     module, attribute = HAND_OVER
-    return _LOADER.format(packed=base64.b64encode(b"".join(packed)).decode("ascii"), parts=repr(parts),
-                          digests=repr(digests()), modes=repr(MODES), bootstrap=BOOTSTRAP, code_cache=CODE_CACHE,
+    return _LOADER.format(packed=base64.b64encode(b"".join(packed)).decode("ascii"),
+                          parts=repr(parts),
+                          digests=repr(digests()), modes=repr(MODES), bootstrap=BOOTSTRAP,
+                          code_cache=CODE_CACHE,
                           hand_over_module=module, hand_over_attribute=attribute)
 
 

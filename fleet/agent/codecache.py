@@ -100,7 +100,8 @@ class CodeCache:
             return None
         try:
             st = os.fstat(fd)
-            if not stat.S_ISREG(st.st_mode) or st.st_uid != self.uid or stat.S_IMODE(st.st_mode) & 0o077:
+            if (not stat.S_ISREG(st.st_mode) or st.st_uid != self.uid
+                or stat.S_IMODE(st.st_mode) & 0o077):
                 return None  # not one this account wrote for itself: never run
             with os.fdopen(os.dup(fd), "rb") as f:
                 data = f.read()
@@ -119,8 +120,8 @@ class CodeCache:
     def _write(self, entry, data):
         # No fsync: an entry a crash leaves short fails its reading above and is written again.
         partial = "%s.%s.%d.tmp" % (entry, os.uname().nodename, os.getpid())
-        fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600,
-                     dir_fd=self.fd)
+        fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                     0o600, dir_fd=self.fd)
         try:
             with os.fdopen(fd, "wb") as f:
                 f.write(data)

@@ -149,7 +149,8 @@ def _held_private(directory, uid, what, shared_root_above):
     try:
         fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
     except OSError as e:
-        raise UnsafePath("refusing %s %s: %s" % (what, directory, _lstat_problem(directory, uid) or e.strerror))
+        raise UnsafePath("refusing %s %s: %s" % (what, directory, _lstat_problem(directory, uid)
+                                                 or e.strerror))
     try:
         st = os.fstat(fd)
         if shared_root_above and _shared_parent(st):
@@ -219,8 +220,8 @@ def root_owned_problem(path):
     if not stat.S_ISREG(st.st_mode):
         return "%s is not a regular file" % path
     if st.st_uid != 0 or st.st_mode & 0o022:
-        return "%s must belong to root and be writable by root alone (it belongs to %s, mode %o)" % (
-            path, account(st.st_uid), stat.S_IMODE(st.st_mode))
+        return ("%s must belong to root and be writable by root alone (it belongs to %s, "
+                "mode %o)" % (path, account(st.st_uid), stat.S_IMODE(st.st_mode)))
     why = _ancestor_problem(path, 0)
     return "%s: %s" % (path, why) if why else None
 
@@ -234,13 +235,14 @@ def open_partial(path, offset):
             os.unlink(path)  # a stale copy, or something planted: unlinking never follows a link
         except FileNotFoundError:
             pass
-        return os.fdopen(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600), "wb")
+        return os.fdopen(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600),
+                         "wb")
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW)
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid() or st.st_size != offset:
-            raise UnsafePath("%s is not the partial copy fleet left there (a regular file of yours, %d bytes): "
-                             "not resumed" % (path, offset))
+            raise UnsafePath("%s is not the partial copy fleet left there (a regular file of "
+                             "yours, %d bytes): not resumed" % (path, offset))
     except BaseException:
         os.close(fd)
         raise
@@ -258,8 +260,9 @@ def rename_private(src, dst):
     try:
         st = os.fstat(fd)
         if st.st_uid != os.geteuid() or st.st_mode & 0o022:
-            raise UnsafePath("refusing to rename into %s: it belongs to %s, mode %o (not a directory of yours "
-                             "closed to others)" % (folder, account(st.st_uid), stat.S_IMODE(st.st_mode)))
+            raise UnsafePath("refusing to rename into %s: it belongs to %s, mode %o (not a "
+                             "directory of yours closed to others)" % (folder, account(st.st_uid),
+                                                                       stat.S_IMODE(st.st_mode)))
         os.replace(os.path.basename(src), os.path.basename(dst), src_dir_fd=fd, dst_dir_fd=fd)
     finally:
         os.close(fd)

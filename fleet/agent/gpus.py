@@ -29,7 +29,8 @@ def gpus(procs, owner_uid) -> tuple[dict, list[dict]]:
     try:
         ctypes.CDLL("libnvidia-ml.so.1")  # before paying for pynvml: is there a driver at all?
     except OSError as e:
-        return {"available": False, "error": "libnvidia-ml.so.1 cannot be loaded (no NVIDIA driver?): %s" % e}, []
+        return {"available": False,
+                "error": "libnvidia-ml.so.1 cannot be loaded (no NVIDIA driver?): %s" % e}, []
     import pynvml as nv  # shipped with the agent
 
     try:
@@ -66,13 +67,18 @@ def gpu(nv, index, procs, owner_uid) -> dict:
     util = _try(lambda: nv.nvmlDeviceGetUtilizationRates(h))
     mode = _try(lambda: nv.nvmlDeviceGetComputeMode(h))
     listed, list_error = gpu_processes(nv, h, procs, owner_uid)
-    out: dict = {"index": index, "uuid": _s(nv.nvmlDeviceGetUUID(h)), "name": _s(nv.nvmlDeviceGetName(h)),
-                 "minor": _try(lambda: nv.nvmlDeviceGetMinorNumber(h)),  # /dev/nvidiaN: how Slurm's gres names it
-                 "architecture": arch, "architecture_name": ARCHITECTURES.get(arch, "arch %s" % arch),
+    out: dict = {"index": index, "uuid": _s(nv.nvmlDeviceGetUUID(h)),
+                 "name": _s(nv.nvmlDeviceGetName(h)),
+                 # /dev/nvidiaN: how Slurm's gres names it
+                 "minor": _try(lambda: nv.nvmlDeviceGetMinorNumber(h)),
+                 "architecture": arch, "architecture_name": ARCHITECTURES.get(arch,
+                                                                              "arch %s" % arch),
                  "mig_mode": {"current": mig[0], "pending": mig[1]},
                  "compute_mode": COMPUTE_MODES.get(mode, mode),
-                 "memory_total": mem.total if mem else None, "memory_used": mem.used if mem else None,
-                 # v2: what processes hold, every PID namespace's (v1's used also counts the reservation)
+                 "memory_total": mem.total if mem else None, "memory_used": mem.used if mem
+                 else None,
+                 # v2: what processes hold, every PID namespace's (v1's used also counts the
+                 # reservation)
                  "memory_used_by_processes": by_processes.used if by_processes else None,
                  "memory_reserved": by_processes.reserved if by_processes else None,
                  "utilization": {"gpu": util.gpu, "memory": util.memory} if util else None,
@@ -125,7 +131,8 @@ def gpu_processes(nv, h, procs, owner_uid) -> tuple[list[dict], str | None]:
             entry["kinds"].append(kind)
             if p.usedGpuMemory is not None:
                 entry["used_memory"] = max(entry["used_memory"] or 0, p.usedGpuMemory)
-            for field, name in (("gpuInstanceId", "gpu_instance"), ("computeInstanceId", "compute_instance")):
+            for field, name in (("gpuInstanceId", "gpu_instance"),
+                                ("computeInstanceId", "compute_instance")):
                 value = getattr(p, field, None)
                 entry[name] = None if value in (None, NO_ID) else value
     # The driver lists only processes of the caller's PID namespace, under that namespace's pids
@@ -134,7 +141,8 @@ def gpu_processes(nv, h, procs, owner_uid) -> tuple[list[dict], str | None]:
     for entry in found.values():
         comm_uid = procs.get(entry["pid"])
         if comm_uid is None:  # gone meanwhile, or not ours to see: cannot be vouched for
-            entry.update(user=None, uid=None, name=None, foreign=True, why="pid not visible from the agent")
+            entry.update(user=None, uid=None, name=None, foreign=True,
+                         why="pid not visible from the agent")
         else:
             entry.update(user=procfs.user_name(comm_uid[1]), uid=comm_uid[1], name=comm_uid[0],
                          foreign=comm_uid[1] != owner_uid)
@@ -155,7 +163,8 @@ def slurm_job_of(pid):
 # --- what the run watch reads (fleet/agent/watch.py) ---
 
 # Clock event reasons (nvml.h's nvmlClocksEventReason*, formerly ...ThrottleReason*): bit -> name.
-CLOCK_REASONS = {0x1: "gpu_idle", 0x2: "applications_clocks_setting", 0x4: "sw_power_cap", 0x8: "hw_slowdown",
+CLOCK_REASONS = {0x1: "gpu_idle", 0x2: "applications_clocks_setting", 0x4: "sw_power_cap",
+                 0x8: "hw_slowdown",
                  0x10: "sync_boost", 0x20: "sw_thermal_slowdown", 0x40: "hw_thermal_slowdown",
                  0x80: "hw_power_brake_slowdown", 0x100: "display_clock_setting"}
 
@@ -164,12 +173,14 @@ def identity(nv, h, index):
     """The GPU a run's conditions are of: index, UUID, model and PCI bus id."""
     pci = _try(lambda: nv.nvmlDeviceGetPciInfo(h))
     return {"index": index, "uuid": _s(_try(lambda: nv.nvmlDeviceGetUUID(h))),
-            "name": _s(_try(lambda: nv.nvmlDeviceGetName(h))), "pci_bus_id": _s(pci.busId) if pci else None}
+            "name": _s(_try(lambda: nv.nvmlDeviceGetName(h))), "pci_bus_id": _s(pci.busId) if pci
+            else None}
 
 
 def clock_reasons(nv, h):
     """The reasons the clocks are held where they are, by name; None where the driver gives none."""
-    for name in ("nvmlDeviceGetCurrentClocksEventReasons", "nvmlDeviceGetCurrentClocksThrottleReasons"):
+    for name in ("nvmlDeviceGetCurrentClocksEventReasons",
+                 "nvmlDeviceGetCurrentClocksThrottleReasons"):
         fn = getattr(nv, name, None)
         bits = _try(lambda: fn(h)) if fn else None
         if bits is not None:

@@ -25,7 +25,8 @@ def give_back(changes, locks, result):
 
 
 def lock_gpus(plan, locks):
-    """Takes the plan's GPU counter locks, each into ``locks``; why not where another run holds one."""
+    """Takes the plan's GPU counter locks, each into ``locks``; why not where another run holds
+    one."""
     for uuid in plan.gpu_locks:
         lock = gpu_locks.GPULock(uuid)
         if not lock.acquire(plan.lock_wait):
@@ -64,8 +65,10 @@ class NodeChanges:
     def put_back(self, result):
         if not self.made:
             return
-        self.made = False  # once: early where a yield gave the node back (give_back), else at the run's end
+        # once: early where a yield gave the node back (give_back), else at the run's end
+        self.made = False
         try:
             result["restored"] = owned.privileged("release", holder=self.holder)
         except Exception as e:  # reported; the next run or `fleet repair` puts it back
-            result["notes"].append("could not put back node state now (%s); `fleet repair` will" % e)
+            result["notes"].append("could not put back node state now "
+                                   "(%s); `fleet repair` will" % e)

@@ -55,10 +55,12 @@ class GPULock:
         try:
             fd = os.open(self.path, os.O_RDONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK, 0o644)
         except OSError as e:
-            raise OwnedError("cannot open the GPU lock %s: %s%s" % (self.path, e.strerror, _made_by(self.path)))
+            raise OwnedError("cannot open the GPU lock %s: %s%s" % (self.path, e.strerror,
+                                                                    _made_by(self.path)))
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             os.close(fd)
-            raise OwnedError("the GPU lock %s is not a regular file%s" % (self.path, _made_by(self.path)))
+            raise OwnedError("the GPU lock %s is not a regular file%s" % (self.path,
+                                                                          _made_by(self.path)))
         deadline = time.monotonic() + wait
         while True:
             try:
@@ -81,7 +83,8 @@ class GPULock:
 def _made_by(path):
     try:
         uid = os.lstat(path).st_uid
-        return " (made by %s; an admin can remove it)" % pwd.getpwuid(uid).pw_name if uid != os.geteuid() else ""
+        return (" (made by %s; an admin can remove it)" % pwd.getpwuid(uid).pw_name
+                if uid != os.geteuid() else "")
     except (OSError, KeyError):
         return ""
 

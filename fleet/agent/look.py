@@ -59,7 +59,8 @@ class OnDemand:
 
 
 def cgroup_of(pid):
-    """(container, Slurm job) a process runs in, as its cgroup path says; (None, None) if neither."""
+    """(container, Slurm job) a process runs in, as its cgroup path says; (None, None) if
+    neither."""
     text = procfs.read("/proc/%d/cgroup" % pid, "") or ""
     container = next((w for w in CONTAINER_WORDS if w in text), None)
     job = None
@@ -83,7 +84,8 @@ def named(processes):
         container, job = cgroup_of(p["pid"])
         p["command"] = command_of(p["pid"])
         p["container"] = container
-        p["session"] = (procfs.lineage(p["pid"]) or (None, None, None))[1]  # a workload fleet left running: by it
+        # a workload fleet left running: by it
+        p["session"] = (procfs.lineage(p["pid"]) or (None, None, None))[1]
         if job and not p.get("slurm_job"):
             p["slurm_job"] = job
     return processes
@@ -156,7 +158,8 @@ def look_gpu(nv, h, index, gpm, owner_uid):
 
 
 def sample(nv, handles, gpms, owner_uid, seq):
-    host = os.environ.get("SLURMD_NODENAME") or socket.gethostname()  # in a job's step: Slurm's name of the node
+    # in a job's step: Slurm's name of the node
+    host = os.environ.get("SLURMD_NODENAME") or socket.gethostname()
     return {"host": host, "seq": seq, "time": round(time.time(), 3),
             "gpus": [look_gpu(nv, h, i, gpms[i], owner_uid) for i, h in handles.items()]}
 
@@ -173,7 +176,8 @@ def looked_at(state):
     except ImportError:  # as part of the installed package
         from . import task
         from .. import policy
-    chosen = policy.job_gpu_indices(task.slurm_gpu_ids(os.environ), policy.NodeState.read(state).gpus)
+    chosen = policy.job_gpu_indices(task.slurm_gpu_ids(os.environ),
+                                    policy.NodeState.read(state).gpus)
     return every if chosen is None else list(chosen)
 
 
@@ -214,7 +218,8 @@ def stream(nv, args, state):
             if not _send(body) or os.getppid() != parent:  # the reader, or the session, has gone
                 return
             seq += 1
-            if (isinstance(samples, int) and seq >= samples) or time.monotonic() - started >= lifetime:
+            if (isinstance(samples,
+                           int) and seq >= samples) or time.monotonic() - started >= lifetime:
                 return
     finally:
         for g in gpms.values():
@@ -224,7 +229,8 @@ def stream(nv, args, state):
 def main(args):
     state = node.probe(dict(args, environment_check=False))
     if not state["nvml"].get("available"):
-        _send({"host": state["host"], "seq": 0, "time": round(time.time(), 3), "gpus": [], "state": state})
+        _send({"host": state["host"], "seq": 0, "time": round(time.time(), 3), "gpus": [],
+               "state": state})
         return 0
     import pynvml as nv  # shipped with the agent; the probe found the library
 

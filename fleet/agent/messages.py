@@ -5,9 +5,9 @@ dict. (The probe's answer, which the policy reads on the node too, is ``policy.n
 
 The node still writes the dict that :data:`wire.RESULT` holds to its shape; this reads it. Reading
 never fails: a value not of its type reads as absent, so a result from an older agent, or from a
-manifest in the store, reads as well as a fresh answer that :func:`wire.read` checked. Written to the
-agent's rules (standard library, Python 3.8; tests/test_bundle.py holds it to them), so that the node
-can build the same types: it travels once a shipped module imports it.
+manifest in the store, reads as well as a fresh answer that :func:`wire.read` checked. Written to
+the agent's rules (standard library, Python 3.8; tests/test_bundle.py holds it to them), so that the
+node can build the same types: it travels once a shipped module imports it.
 """
 
 from __future__ import annotations
@@ -43,16 +43,18 @@ class ReportFile:
     size: int | None = None
     sha256: str | None = None
     status: str | None = None
-    summary: str | None = None          # the summary's kind (cuda_gpu_kern_sum, ...), None for a report
+    # the summary's kind (cuda_gpu_kern_sum, ...), None for a report
+    summary: str | None = None
     truncated: str | None = None        # why the report is cut, None where it is whole
     finished_from_qdstrm: bool = False  # the report finished from the data of a killed profiler
     kind: str | None = None             # "export" for a report's SQLite export
 
     @classmethod
     def read(cls, d):
-        return cls(d["path"], int_of(d.get("size")), str_of(d.get("sha256")), str_of(d.get("status")),
-                   str_of(d.get("summary")), str_of(d.get("truncated")), d.get("finished_from_qdstrm") is True,
-                   str_of(d.get("kind")))
+        return cls(d["path"], int_of(d.get("size")), str_of(d.get("sha256")),
+                   str_of(d.get("status")),
+                   str_of(d.get("summary")), str_of(d.get("truncated")),
+                   d.get("finished_from_qdstrm") is True, str_of(d.get("kind")))
 
 
 @dataclass(frozen=True)
@@ -74,7 +76,8 @@ class Running:
 
 @dataclass(frozen=True)
 class Workload:
-    """How the wrapped command ended (wire.WORKLOAD): its exit status, or the signal that killed it."""
+    """How the wrapped command ended (wire.WORKLOAD): its exit status, or the signal that killed
+    it."""
     exit_status: int | None = None
     signal: str | None = None
     running: Running | None = None
@@ -100,9 +103,10 @@ class Newcomer:
 
     @classmethod
     def read(cls, d):
-        return cls(int_of(d.get("gpu")), int_of(d.get("pid")), str_of(d.get("user")), int_of(d.get("used_memory")),
-                   d.get("unseen") is True, number_of(d.get("appeared_s")), number_of(d.get("overlap_s")),
-                   str_of(d.get("action")))
+        return cls(int_of(d.get("gpu")), int_of(d.get("pid")), str_of(d.get("user")),
+                   int_of(d.get("used_memory")),
+                   d.get("unseen") is True, number_of(d.get("appeared_s")),
+                   number_of(d.get("overlap_s")), str_of(d.get("action")))
 
 
 @dataclass(frozen=True)
@@ -132,7 +136,8 @@ class Conditions:
 
 @dataclass(frozen=True)
 class SampledProcess:
-    """A process one of the run watch's samples listed on its GPU; ``own``: below the run's profiler."""
+    """A process one of the run watch's samples listed on its GPU; ``own``: below the run's
+    profiler."""
     pid: int
     user: str | None = None
     name: str | None = None
@@ -141,7 +146,8 @@ class SampledProcess:
     @classmethod
     def read(cls, d):
         own = d.get("own")
-        return cls(d["pid"], str_of(d.get("user")), str_of(d.get("name")), own if isinstance(own, bool) else None)
+        return cls(d["pid"], str_of(d.get("user")), str_of(d.get("name")),
+                   own if isinstance(own, bool) else None)
 
 
 @dataclass(frozen=True)
@@ -155,8 +161,10 @@ class Sample:
 
     @classmethod
     def read(cls, d):
-        return cls(int_of(d.get("gpu")), tuple(SampledProcess.read(p) for p in dicts_of(d.get("processes"))
-                                             if is_int(p.get("pid"))), number_of(d.get("t")), Conditions.read(d))
+        return cls(int_of(d.get("gpu")), tuple(SampledProcess.read(p)
+                                               for p in dicts_of(d.get("processes"))
+                                             if is_int(p.get("pid"))), number_of(d.get("t")),
+                   Conditions.read(d))
 
     @property
     def busy(self):
@@ -166,8 +174,8 @@ class Sample:
 
 @dataclass(frozen=True)
 class ProfileResult:
-    """What an agent said of one run (wire.RESULT), typed. ``said`` is its word as written, ``status``
-    that word where fleet knows it (None: an agent's word this fleet does not know)."""
+    """What an agent said of one run (wire.RESULT), typed. ``said`` is its word as written,
+    ``status`` that word where fleet knows it (None: an agent's word this fleet does not know)."""
     said: str | None = None
     status: AgentStatus | None = None
     reasons: tuple = ()
@@ -204,13 +212,14 @@ class ProfileResult:
             Workload.read(workload) if isinstance(workload, dict) else None,
             Newcomer.read(newcomer) if isinstance(newcomer, dict) else None,
             tuple(Sample.read(s) for s in dicts_of(dict_of(d.get("conditions")).get("samples"))),
-            tuple((int_of(g.get("index")), u) for g in dicts_of(dict_of(d.get("conditions")).get("gpus"))
+            tuple((int_of(g.get("index")),
+                   u) for g in dicts_of(dict_of(d.get("conditions")).get("gpus"))
                   if (u := str_of(g.get("uuid")))),
             str_of(dict_of(d.get("whose")).get("user")),
             tuple(r for r in d.get("missing_ranks") or [] if is_int(r) and r >= 0)
             if isinstance(d.get("missing_ranks"), list) else (), strs_of(d.get("unfinished")),
-            str_of(d.get("host")), str_of(d.get("slurm_node")), int_of(d.get("rank")), _tenant_lines(d.get("tenants")),
-            str_of(d.get("nonce")), NodeFacts.read(d))
+            str_of(d.get("host")), str_of(d.get("slurm_node")), int_of(d.get("rank")),
+            _tenant_lines(d.get("tenants")), str_of(d.get("nonce")), NodeFacts.read(d))
 
     @property
     def node(self):
@@ -247,20 +256,23 @@ class Repaired:
     held: dict = field(default_factory=dict)
 
     def to_json(self):
-        return {"restored": dict(self.restored), "dcgm_resumed": self.dcgm_resumed, "held": dict(self.held)}
+        return {"restored": dict(self.restored), "dcgm_resumed": self.dcgm_resumed,
+                "held": dict(self.held)}
 
 
 @dataclass(frozen=True)
 class RepairAnswer:
     """A "repair" answer (wire.REPAIR): what was put back, or the agent's one-line error."""
-    value: Repaired | None = None   # None: no value of its shape (an object with a ``restored`` object)
+    # None: no value of its shape (an object with a ``restored`` object)
+    value: Repaired | None = None
     error: str | None = None
 
     @classmethod
     def read(cls, d):
         value = dict_of(d.get("value"))
         restored = value.get("restored")
-        held = {str(k): list(v) for k, v in dict_of(value.get("held")).items() if isinstance(v, list)}
+        held = {str(k): list(v) for k, v in dict_of(value.get("held")).items() if isinstance(v,
+                                                                                             list)}
         return cls(Repaired(dict(restored), value.get("dcgm_resumed") is True, held)
                    if isinstance(restored, dict) else None, str_of(d.get("error")))
 
@@ -286,27 +298,32 @@ class LookProcess:
     @classmethod
     def read(cls, d):
         foreign = d.get("foreign")
-        return cls(d["pid"], str_of(d.get("user")), int_of(d.get("uid")), int_of(d.get("used_memory")),
+        return cls(d["pid"], str_of(d.get("user")), int_of(d.get("uid")),
+                   int_of(d.get("used_memory")),
                    str_of(d.get("name")), str_of(d.get("command")), str_of(d.get("container")),
                    str_of(d.get("slurm_job")),
-                   foreign if isinstance(foreign, bool) else True, str_of(d.get("why")), int_of(d.get("session")),
-                   strs_of(d.get("kinds")))
+                   foreign if isinstance(foreign, bool) else True, str_of(d.get("why")),
+                   int_of(d.get("session")), strs_of(d.get("kinds")))
 
     def to_json(self):
-        return {"pid": self.pid, "user": self.user, "uid": self.uid, "used_memory": self.used_memory,
+        return {"pid": self.pid, "user": self.user, "uid": self.uid,
+                "used_memory": self.used_memory,
                 "name": self.name, "command": self.command, "container": self.container,
-                "slurm_job": self.slurm_job, "foreign": self.foreign, "why": self.why, "session": self.session,
-                "kinds": list(self.kinds), **({"left_running": self.left_running} if self.left_running else {})}
+                "slurm_job": self.slurm_job, "foreign": self.foreign, "why": self.why,
+                "session": self.session,
+                "kinds": list(self.kinds),
+                **({"left_running": self.left_running} if self.left_running else {})}
 
 
-ACTIVITY_METRICS = ("sm_activity", "sm_occupancy", "tensor_activity", "dram_bandwidth", "fp32_activity",
-                    "fp16_activity", "fp64_activity")
+ACTIVITY_METRICS = ("sm_activity", "sm_occupancy", "tensor_activity", "dram_bandwidth",
+                    "fp32_activity", "fp16_activity", "fp64_activity")
 
 
 @dataclass(frozen=True)
 class Activity:
-    """How hard a GPU worked over a look's interval (wire.ACTIVITY): GPM's metrics, each a percentage
-    (None where GPM has none), or only the plain utilization (``source`` "utilization") and why."""
+    """How hard a GPU worked over a look's interval (wire.ACTIVITY): GPM's metrics, each a
+    percentage (None where GPM has none), or only the plain utilization (``source`` "utilization")
+    and why."""
     source: str
     utilization: float | None = None
     why: str | None = None
@@ -315,7 +332,8 @@ class Activity:
     @classmethod
     def read(cls, d):
         return cls(d["source"], number_of(d.get("utilization")), str_of(d.get("why")),
-                   {k: number_of(d.get(k)) for k in ACTIVITY_METRICS} if d["source"] == "gpm" else {})
+                   {k: number_of(d.get(k)) for k in ACTIVITY_METRICS} if d["source"] == "gpm"
+                   else {})
 
     def metric(self, name):
         return self.metrics[name] if name in self.metrics else None
@@ -348,8 +366,8 @@ class LookGpu:
 
 @dataclass(frozen=True)
 class LookSample:
-    """One sample of a live look (wire.LOOK): its GPUs, and in a look's first sample the node's probed
-    state as the agent wrote it (for ``policy.NodeState.read``)."""
+    """One sample of a live look (wire.LOOK): its GPUs, and in a look's first sample the node's
+    probed state as the agent wrote it (for ``policy.NodeState.read``)."""
     seq: int
     host: str | None = None
     time: float | None = None       # the node's clock
@@ -360,5 +378,6 @@ class LookSample:
     def read(cls, d):
         """``d`` is of the wire's shape (wire.problems checked it)."""
         state = d.get("state")
-        return cls(d["seq"], str_of(d.get("host")), number_of(d.get("time")), tuple(LookGpu.read(g) for g in d["gpus"]),
+        return cls(d["seq"], str_of(d.get("host")), number_of(d.get("time")),
+                   tuple(LookGpu.read(g) for g in d["gpus"]),
                    state if isinstance(state, dict) and state else None)

@@ -74,7 +74,8 @@ def capabilities() -> dict:
 def nvidia_params() -> dict:
     text = read("/proc/driver/nvidia/params")
     if text is None:
-        return {"driver_loaded": os.path.exists("/proc/driver/nvidia"), "profiling_admin_only": None}
+        return {"driver_loaded": os.path.exists("/proc/driver/nvidia"),
+                "profiling_admin_only": None}
     m = re.search(r"^RmProfilingAdminOnly:\s*(\d+)", text, re.M)
     return {"driver_loaded": True, "profiling_admin_only": int(m.group(1)) if m else None}
 
@@ -99,7 +100,8 @@ def daemons(procs) -> tuple[dict, dict]:
              "pipe_directory": os.environ.get("CUDA_MPS_PIPE_DIRECTORY")},
             {"hostengine": [p for p in named(DCGM_NAMES) if procs[p][0] == DCGM_NAMES[0]],
              "exporter": [p for p in named(DCGM_NAMES) if procs[p][0] == DCGM_NAMES[1]],
-             "listening": [{"port": p, "usual_owner": DCGM_PORTS[p]} for p in listeners(set(DCGM_PORTS))]})
+             "listening": [{"port": p, "usual_owner": DCGM_PORTS[p]}
+                           for p in listeners(set(DCGM_PORTS))]})
 
 
 # --- profilers ---
@@ -111,8 +113,10 @@ def candidates(tool, override):
     if path:
         yield path, "PATH"
     patterns = {"nsys": ["/opt/nvidia/nsight-systems/*/bin/nsys", "/usr/local/cuda/bin/nsys",
-                         "/usr/local/cuda-*/bin/nsys", "/opt/nvidia/nsight-compute/*/host/target-linux-x64/nsys"],
-                "ncu": ["/usr/local/cuda/bin/ncu", "/usr/local/cuda-*/bin/ncu", "/opt/nvidia/nsight-compute/*/ncu"]}
+                         "/usr/local/cuda-*/bin/nsys",
+                         "/opt/nvidia/nsight-compute/*/host/target-linux-x64/nsys"],
+                "ncu": ["/usr/local/cuda/bin/ncu", "/usr/local/cuda-*/bin/ncu",
+                        "/opt/nvidia/nsight-compute/*/ncu"]}
     for pattern in patterns[tool]:
         for path in sorted(glob.glob(pattern), key=_version_key, reverse=True):
             yield path, pattern
@@ -159,7 +163,8 @@ def changeable_by_others(path):
 def tools(overrides, environment_check=True) -> dict:
     found = {t: find_tool(t, overrides.get(t)) for t in ("nsys", "ncu")}
     runs = {}
-    if os.geteuid() == 0:  # as root, a program another account can change is not run, not even for --version
+    # as root, a program another account can change is not run, not even for --version
+    if os.geteuid() == 0:
         unsafe = {t for t, info in found.items() if info and info.get("writable_by_others")}
     else:
         unsafe = set()
@@ -181,7 +186,8 @@ def tools(overrides, environment_check=True) -> dict:
 
 def _start(argv):
     try:
-        return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL)
     except OSError as e:
         return e
 
@@ -216,7 +222,8 @@ def report_dir(path) -> dict:
         probe = os.path.dirname(probe)
     st = os.statvfs(probe)
     fstype = mount_type(os.path.realpath(probe))
-    return {"path": path, "exists": os.path.isdir(path), "writable": os.access(probe, os.W_OK | os.X_OK),
+    return {"path": path, "exists": os.path.isdir(path), "writable": os.access(probe,
+                                                                               os.W_OK | os.X_OK),
             "free_bytes": st.f_bavail * st.f_frsize, "fstype": fstype,
             "memory_backed": fstype in ("tmpfs", "ramfs"), "unsafe": files.problem(path)}
 
@@ -250,8 +257,8 @@ def probe(args) -> dict:
         "host": socket.gethostname(),
         "kernel": platform.release(),
         "python": platform.python_version(),
-        "uid": os.getuid(), "gid": os.getgid(), "euid": os.geteuid(), "user": user_name(os.getuid()),
-        "owner_uid": owner_uid,
+        "uid": os.getuid(), "gid": os.getgid(), "euid": os.geteuid(),
+        "user": user_name(os.getuid()), "owner_uid": owner_uid,
         "container": section(container),
         "host_pid_namespace": host_pid_namespace(),
         "slurm_job": os.environ.get("SLURM_JOB_ID"),

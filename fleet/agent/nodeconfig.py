@@ -1,7 +1,8 @@
 """The node's own word on what fleet may change as root: its root-owned config (as ``fleet slurm
 install`` writes it). Its ``owned_sysctls`` are all the agent sets as root reached through sudo,
 whatever the caller asked for (the rule: ``policy.sudo_sysctls``). Slurm's Prolog and Epilog
-(``fleet/agent/slurmd.py``) read the same file whole, every value of it checked: :func:`load_config`.
+(``fleet/agent/slurmd.py``) read the same file whole, every value of it checked:
+:func:`load_config`.
 
 Runs ON THE NODE (standard library only, Python 3.8).
 """
@@ -37,25 +38,33 @@ def owned_sysctls(path=None):
     with os.fdopen(fd, "rb") as f:
         st = os.fstat(f.fileno())
         if not stat.S_ISREG(st.st_mode) or st.st_uid != 0 or st.st_mode & 0o022:
-            return None, "the node's config %s is not a regular file of root's that only root can write" % path
+            return (None,
+                    "the node's config %s is not a regular file of root's "
+                    "that only root can write" % path)
         why = files.root_owned_problem(path)
         if why:
             return None, "the node's config %s" % why
         data = f.read(NODE_CONFIG_LIMIT + 1)
     try:
         doc = json.loads(data.decode("utf-8")) if len(data) <= NODE_CONFIG_LIMIT else None
-    except (ValueError, RecursionError):  # not JSON, or nested past the stack (the depth json.loads bounds)
+    # not JSON, or nested past the stack (the depth json.loads bounds)
+    except (ValueError, RecursionError):
         doc = None
     sysctls = doc.get("owned_sysctls", {}) if isinstance(doc, dict) else None
     if not isinstance(sysctls, dict) or not all(isinstance(k, str) and isinstance(v, (int, str))
-                                                and not isinstance(v, bool) for k, v in sysctls.items()):
-        return None, "the node's config %s is not a JSON object whose owned_sysctls maps names to values" % path
+                                                and not isinstance(v, bool)
+                                                for k, v in sysctls.items()):
+        return (None,
+                "the node's config %s is not a JSON object whose "
+                "owned_sysctls maps names to values" % path)
     return sysctls, None
 
 
-# --- the config as slurmd's Prolog and Epilog read it (fleet/agent/slurmd.py): trusted once checked ---
+# --- the config as slurmd's Prolog and Epilog read it (fleet/agent/slurmd.py): trusted once checked
+# ---
 
-DEFAULTS = {"owned_sysctls": {}, "baseline_sysctls": {}, "jobs_dir": "/run/fleet/jobs", "state_dir": "/var/lib/fleet",
+DEFAULTS = {"owned_sysctls": {}, "baseline_sysctls": {}, "jobs_dir": "/run/fleet/jobs",
+            "state_dir": "/var/lib/fleet",
             "log_file": "/var/log/fleet/slurm.log", "fail_closed": False, "pause_dcgm": False,
             "qdstrm_importer": None, "finish_timeout": 120}
 
@@ -66,7 +75,8 @@ class ConfigError(Exception):
 
 def load_config(path):
     """The admin's config at ``path``: a regular file of root's that root alone may write, a JSON
-    object, each value of its kind (DEFAULTS for the keys it leaves out). ConfigError says why not."""
+    object, each value of its kind (DEFAULTS for the keys it leaves out). ConfigError says why
+    not."""
     config = dict(DEFAULTS, **_read_root_json(path))
     for key, right, said in CONFIG_VALUES:
         if not right(config[key]):
@@ -83,10 +93,12 @@ def _read_root_json(path):
     with os.fdopen(fd) as f:
         st = os.fstat(f.fileno())
         if not stat.S_ISREG(st.st_mode) or st.st_uid != 0 or st.st_mode & 0o022:
-            raise ConfigError("%s must be a regular file owned by root and writable by root alone" % path)
+            raise ConfigError("%s must be a regular file owned by root and "
+                              "writable by root alone" % path)
         try:
             doc = json.load(f)
-        except (ValueError, RecursionError) as e:  # nested past the stack: the depth json.load bounds
+        # nested past the stack: the depth json.load bounds
+        except (ValueError, RecursionError) as e:
             raise ConfigError("%s is not JSON: %s" % (path, e))
     if not isinstance(doc, dict):
         raise ConfigError("%s must hold a JSON object" % path)
@@ -94,7 +106,8 @@ def _read_root_json(path):
 
 
 def _sysctl_map(value):
-    return isinstance(value, dict) and all(isinstance(k, str) and isinstance(v, (int, str)) for k, v in value.items())
+    return isinstance(value, dict) and all(isinstance(k, str) and isinstance(v, (int, str))
+                                           for k, v in value.items())
 
 
 def _absolute(value):
@@ -112,7 +125,8 @@ CONFIG_VALUES = (
     ("jobs_dir", _absolute, "must be an absolute path"),
     ("state_dir", _absolute, "must be an absolute path"),
     ("log_file", _absolute, "must be an absolute path"),
-    ("qdstrm_importer", lambda v: v is None or _absolute(v), "must be an absolute path, or null to use the "
+    ("qdstrm_importer", lambda v: v is None or _absolute(v),
+     "must be an absolute path, or null to use the "
                                                               "installed one"),
     ("finish_timeout", _seconds, "must be a number of seconds from 1 to 3600"),
 )

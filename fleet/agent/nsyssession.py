@@ -14,12 +14,13 @@ import subprocess
 import sys
 import tempfile
 
-SESSION_STOP_WAIT = 20.0  # seconds `nsys stop` may take (2.9 s on an H100 test machine) before SIGTERM after all
+# seconds `nsys stop` may take (2.9 s on an H100 test machine) before SIGTERM after all
+SESSION_STOP_WAIT = 20.0
 STATE_EVERY = 0.2  # seconds between looks at the session's state while the stop runs
 LIST_WAIT = 2.0    # seconds one `nsys sessions list` may take (0.05 s on an H100 test machine)
-# The states nsys 2025.3 gave a session once its collection had ended (`nsys sessions list`, on an H200 test
-# machine during a stop: Collection, then Generation while the stop writes the report, then Launched; a
-# session whose workload ended is Shutdown): the GPU metrics are no longer sampled.
+# The states nsys 2025.3 gave a session once its collection had ended (`nsys sessions list`, on an
+# H200 test machine during a stop: Collection, then Generation while the stop writes the report,
+# then Launched; a session whose workload ended is Shutdown): the GPU metrics are no longer sampled.
 COLLECTION_OVER = ("Generation", "Launched", "Shutdown")
 
 
@@ -46,13 +47,15 @@ class SessionStop:
 
     @classmethod
     def of(cls, plan, env):
-        return cls(plan.nsys, plan.session, env) if plan.tool == "nsys" and plan.session and plan.nsys else None
+        return cls(plan.nsys, plan.session,
+                   env) if plan.tool == "nsys" and plan.session and plan.nsys else None
 
     def start(self, now):
         self.began = now
         try:
             self.out = tempfile.TemporaryFile(dir=self.env.get("TMPDIR"))
-            self.proc = subprocess.Popen(self.argv, env=self.env, stdin=subprocess.DEVNULL, stdout=self.out,
+            self.proc = subprocess.Popen(self.argv, env=self.env, stdin=subprocess.DEVNULL,
+                                         stdout=self.out,
                                          stderr=subprocess.STDOUT, start_new_session=True)
         except OSError as e:
             self.failure = "it could not be started: %s" % e
@@ -71,7 +74,8 @@ class SessionStop:
             try:
                 os.killpg(self.proc.pid, signal.SIGKILL)
                 self.proc.wait(5)
-            except (OSError, subprocess.TimeoutExpired):  # gone, or stuck in the kernel: not waited on longer
+            # gone, or stuck in the kernel: not waited on longer
+            except (OSError, subprocess.TimeoutExpired):
                 pass
         self.out.seek(0)
         said = self.out.read(1 << 20)
@@ -102,7 +106,8 @@ def session_state(nsys, name, env):
     None (not listed, or nsys did not answer in LIST_WAIT seconds). Its rows end in the name: ID,
     TIME, STATE, LAUNCH, NAME."""
     try:
-        listed = subprocess.run([nsys, "sessions", "list"], env=env, stdin=subprocess.DEVNULL, capture_output=True,
+        listed = subprocess.run([nsys, "sessions", "list"], env=env, stdin=subprocess.DEVNULL,
+                                capture_output=True,
                                 timeout=LIST_WAIT).stdout.decode(errors="replace")
     except (OSError, subprocess.TimeoutExpired):
         return None

@@ -39,7 +39,8 @@ except ImportError:  # as part of the installed package (tests, the local machin
     from . import files, nodeconfig, wire
     from .. import policy
 
-# How this agent was shipped, so a step that needs root can run the same agent again under `sudo -n`:
+# How this agent was shipped, so a step that needs root can run the same agent again under `sudo
+# -n`:
 # (the bootstrap one-liner, the compressed agent it read from stdin). Set by the bundle's loader
 # (fleet/agent/bundle.py) right after it loads this module. None when the agent runs from a file
 # (Slurm) or from the installed package: there is nothing to hand to sudo then.
@@ -72,7 +73,8 @@ def start_time(pid):
 
 
 def me():
-    return {"pid": os.getpid(), "start": start_time(os.getpid()), "user": pwd.getpwuid(os.getuid()).pw_name}
+    return {"pid": os.getpid(), "start": start_time(os.getpid()),
+            "user": pwd.getpwuid(os.getuid()).pw_name}
 
 
 JOB_GRACE = 300  # seconds a job's marker counts as alive before its slurmstepd is seen
@@ -118,20 +120,24 @@ def _safe_dir(path):
     os.makedirs(path, mode=0o700, exist_ok=True)
     st = os.lstat(path)
     if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o022:
-        raise OwnedError("%s must be a directory owned by uid %d and not writable by others" % (path, os.geteuid()))
+        raise OwnedError("%s must be a directory owned by uid %d and not writable by "
+                         "others" % (path, os.geteuid()))
 
 
 class State:
     """The state file, under its lock, as a context manager: ``with State() as s: ...``."""
 
     def __init__(self, directory=None, read_only=False):
-        self.dir, self.read_only = directory or STATE_DIR, read_only  # read_only: `repair --dry-run`
+        # read_only: `repair --dry-run`
+        self.dir, self.read_only = directory or STATE_DIR, read_only
 
     def __enter__(self):
         if os.geteuid() != 0:
-            raise OwnedError("changing node state needs root (log in as root, or use the Slurm prolog)")
+            raise OwnedError("changing node state needs root (log in as "
+                             "root, or use the Slurm prolog)")
         _safe_dir(self.dir)
-        self._lock = os.open(os.path.join(self.dir, "state.lock"), os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+        self._lock = os.open(os.path.join(self.dir, "state.lock"),
+                             os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
         fcntl.flock(self._lock, fcntl.LOCK_EX)
         try:
             self.data = self._read(os.path.join(self.dir, "state.json"))
@@ -149,15 +155,17 @@ class State:
         with os.fdopen(fd) as f:
             st = os.fstat(f.fileno())
             if st.st_uid != os.geteuid() or st.st_mode & 0o077:
-                raise OwnedError("%s is not private to uid %d: refusing to trust it" % (path, os.geteuid()))
+                raise OwnedError("%s is not private to uid %d: refusing to "
+                                 "trust it" % (path, os.geteuid()))
             try:
                 doc = json.load(f)
                 why = _malformed(doc)
             except ValueError as e:
                 why = "not JSON: %s" % e
         if why:  # what was changed, and from what, is unknown: nothing is put back by guess
-            raise OwnedError("%s is corrupt (%s): fleet cannot tell what to put back; restore the sysctls it "
-                             "names by hand (or `fleet repair` after fixing it), then remove it" % (path, why))
+            raise OwnedError("%s is corrupt (%s): fleet cannot tell what to put back; restore the "
+                             "sysctls it names by hand (or `fleet repair` after fixing it), "
+                             "then remove it" % (path, why))
         return doc
 
     def __exit__(self, *exc):
@@ -188,7 +196,8 @@ def _malformed(doc):
         return "no 'sysctls' mapping"
     for name, entry in doc["sysctls"].items():
         if not (isinstance(entry, dict) and isinstance(entry.get("original"), str)
-                and isinstance(entry.get("holders"), list) and all(holder_ok(h) for h in entry["holders"])):
+                and isinstance(entry.get("holders"), list)
+                and all(holder_ok(h) for h in entry["holders"])):
             return "the entry for %r is not {original, value, holders}" % name
     dcgm = doc.get("dcgm")
     if dcgm is not None and not (isinstance(dcgm, dict) and isinstance(dcgm.get("holders"), list)
@@ -219,7 +228,8 @@ def acquire_sysctls(wanted, owned, holder, state_dir=None, baselines=None):
     it is LostRecord, and is not recorded with its changed value as the original."""
     for name, value in wanted.items():
         if name not in owned or str(owned[name]) != str(value):
-            raise OwnedError("%s=%s is not owned by fleet on this node (owned_sysctls)" % (name, value))
+            raise OwnedError("%s=%s is not owned by fleet on this node (owned_sysctls)" % (name,
+                                                                                           value))
     changes = {}
     with State(state_dir) as s:
         _drop_dead(s)
@@ -228,7 +238,8 @@ def acquire_sysctls(wanted, owned, holder, state_dir=None, baselines=None):
             if entry is None:
                 original = read_sysctl(name)
                 _check_baseline(name, original, baselines, s.dir)
-                entry = s.data["sysctls"][name] = {"original": original, "value": str(value), "holders": []}
+                entry = s.data["sysctls"][name] = {"original": original, "value": str(value),
+                                                   "holders": []}
                 write_sysctl(name, value)
             if not any(_same(h, holder) for h in entry["holders"]):  # a prolog run twice holds once
                 entry["holders"].append(holder)
@@ -240,8 +251,9 @@ def acquire_sysctls(wanted, owned, holder, state_dir=None, baselines=None):
 def _check_baseline(name, now, baselines, state_dir):
     base = (baselines or {}).get(name)
     if base is not None and now != str(base):
-        raise LostRecord("%s is %s on this node, not its baseline %s, and no record in %s says who changed it "
-                         "(the state record was lost): not put back on a guess, nor taken as its original"
+        raise LostRecord("%s is %s on this node, not its baseline %s, and no record in %s says who "
+                         "changed it (the state record was lost): not put back on a guess, nor "
+                         "taken as its original"
                          % (name, now, base, os.path.join(state_dir, "state.json")))
 
 
@@ -261,7 +273,8 @@ def off_baseline(baselines, state_dir=None):
 def release(holder, state_dir=None):
     """Leave every entry this holder joined; put back what nobody holds any more."""
     with State(state_dir) as s:
-        for entry in list(s.data["sysctls"].values()) + ([s.data["dcgm"]] if s.data.get("dcgm") else []):
+        for entry in list(s.data["sysctls"].values()) + ([s.data["dcgm"]] if s.data.get("dcgm")
+                                                         else []):
             entry["holders"] = [h for h in entry["holders"] if not _same(h, holder)]
         return _settle(s)
 
@@ -279,7 +292,8 @@ def repair(state_dir=None, dry_run=False):
 
 
 def _drop_dead(s):
-    for entry in list(s.data["sysctls"].values()) + ([s.data["dcgm"]] if s.data.get("dcgm") else []):
+    for entry in list(s.data["sysctls"].values()) + ([s.data["dcgm"]] if s.data.get("dcgm")
+                                                     else []):
         entry["holders"] = [h for h in entry["holders"] if alive(h)]
 
 
@@ -300,9 +314,11 @@ def _settle(s, dry_run=False):
 
 
 def dcgmi(args):
-    out = subprocess.run(["dcgmi"] + args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=60)
+    out = subprocess.run(["dcgmi"] + args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                         timeout=60)
     if out.returncode != 0:
-        raise OwnedError("dcgmi %s failed: %s" % (" ".join(args), out.stdout.decode(errors="replace").strip()))
+        raise OwnedError("dcgmi %s failed: %s" % (" ".join(args),
+                                                  out.stdout.decode(errors="replace").strip()))
 
 
 def pause_dcgm(holder, state_dir=None):
@@ -316,7 +332,8 @@ def pause_dcgm(holder, state_dir=None):
         _settle(s)
 
 
-OPS = {"repair": repair, "acquire_sysctls": acquire_sysctls, "release": release, "pause_dcgm": pause_dcgm}
+OPS = {"repair": repair, "acquire_sysctls": acquire_sysctls, "release": release,
+       "pause_dcgm": pause_dcgm}
 
 
 NO_ROOT_REMEDY = ("run as root, have an admin allow it without a password (sudoers), "
@@ -324,18 +341,22 @@ NO_ROOT_REMEDY = ("run as root, have an admin allow it without a password (sudoe
 
 
 def privileged(op, **kw):
-    """Do one state-changing step as root: directly, or by running this agent again under ``sudo -n``."""
+    """Do one state-changing step as root: directly, or by running this agent again under ``sudo
+    -n``."""
     if os.geteuid() == 0:
         return OPS[op](**kw)
     if SHIPPED_AS is None:
-        raise NoRoot("changing node state needs root, and this agent cannot re-run itself under sudo")
+        raise NoRoot("changing node state needs root, and this agent "
+                     "cannot re-run itself under sudo")
     bootstrap, bundle = SHIPPED_AS
     try:
         out = subprocess.run(["sudo", "-n", sys.executable, "-c", bootstrap,
                               json.dumps(dict(kw, mode="owned", op=op))],
-                             input=bundle, stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=120)
+                             input=bundle, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             timeout=120)
     except FileNotFoundError:
-        raise NoRoot("changing node state needs root, and this node has no sudo: %s" % NO_ROOT_REMEDY)
+        raise NoRoot("changing node state needs root, and this node has "
+                     "no sudo: %s" % NO_ROOT_REMEDY)
     except subprocess.TimeoutExpired:
         raise OwnedError("as root through sudo -n: no answer within 120 s")
     doc = _sudo_answer(out)
@@ -387,7 +408,8 @@ def main(args):
     kw = {k: v for k, v in args.items() if k not in ("mode", "op")}
     result = {"host": os.uname()[1]}
     try:
-        result["value"] = _as_root(op, kw, args.get("mode")) if os.geteuid() == 0 else privileged(op, **kw)
+        result["value"] = _as_root(op, kw,
+                                   args.get("mode")) if os.geteuid() == 0 else privileged(op, **kw)
     except NoRoot as e:
         result["error"], result["nothing_changed"] = str(e), True
     except (OwnedError, OSError) as e:

@@ -13,7 +13,8 @@ import signal
 import time
 
 PID_NS_INIT = 0xEFFFFFFC  # inode of the initial pid namespace (PROC_PID_INIT_INO)
-LOOK_EVERY = 0.5  # seconds between looks at the processes a profiler started, killed with it if it comes to that
+# seconds between looks at the processes a profiler started, killed with it if it comes to that
+LOOK_EVERY = 0.5
 
 
 def read(path, default=None):
@@ -114,7 +115,8 @@ def age():
 
 class Clock:
     """The moments of a run on the node (its result's ``phases``): each name's seconds since the
-    agent's process started, so that what fleet adds to the profiler's own time can be told apart."""
+    agent's process started, so that what fleet adds to the profiler's own time can be told
+    apart."""
 
     def __init__(self):
         self.zero = time.monotonic() - (age() or 0.0)
@@ -148,7 +150,8 @@ def children(pid):
     (/proc/PID/task/TID/children), else (a kernel without that file) found by their parent."""
     lists = glob.glob("/proc/%d/task/*/children" % pid)
     if not lists and os.path.isdir("/proc/%d" % pid):
-        return {p for p in (int(e) for e in os.listdir("/proc") if e.isdigit()) if (lineage(p) or (None,))[0] == pid}
+        return {p for p in (int(e) for e in os.listdir("/proc") if e.isdigit())
+                if (lineage(p) or (None,))[0] == pid}
     return {int(c) for path in lists for c in (read(path) or "").split()}
 
 
@@ -179,9 +182,10 @@ class Started:
                 self.seen[child] = found
 
     def kill(self, reaped=False):
-        """SIGKILL to the profiler's process group, to every live process below it, and to the group of
-        each child that led one; never a pid reused since (its start time differs). Once the profiler
-        is ``reaped`` its pid may be another process's: only the children remembered are then killed."""
+        """SIGKILL to the profiler's process group, to every live process below it, and to the group
+        of each child that led one; never a pid reused since (its start time differs). Once the
+        profiler is ``reaped`` its pid may be another process's: only the children remembered are
+        then killed."""
         groups, pids = (set(), set()) if reaped else ({self.pid}, descendants(self.pid))
         for child, (pgid, start) in self.seen.items():
             now = group(child)
@@ -191,8 +195,10 @@ class Started:
                 groups.add(child)
             if now is not None:
                 pids |= {child} | descendants(child)
-        for send, target in [(os.killpg, g) for g in sorted(groups)] + [(os.kill, p) for p in sorted(pids)]:
+        for send, target in [(os.killpg, g) for g in sorted(groups)] + [(os.kill,
+                                                                         p) for p in sorted(pids)]:
             try:
                 send(target, signal.SIGKILL)
-            except OSError:  # gone meanwhile (ProcessLookupError), or a setuid one not ours to signal
+            # gone meanwhile (ProcessLookupError), or a setuid one not ours to signal
+            except OSError:
                 pass

@@ -30,25 +30,33 @@ except ImportError:  # as part of the installed package (tests, the local machin
     from . import nsyssession, procs, ranksstop, timelimit, window, wire, workload
 
 STOP_GRACE = 30.0  # seconds between repeated stop signals
-LEAVE = signal.SIGUSR1  # fleet's Ctrl-C, "leave the workload running": the collection ends alone (fleet.cli.interrupt)
-KILL_AFTER = 600.0  # a profiler still alive this long after the first stop is wedged: SIGKILL, finish its .qdstrm
-# nsys that said the disk is full cannot finish a report there: nsys 2025.3 then never exited, the workload
-# ended (tests/fixtures/launchers-h200/3-disk-full.txt; waited on for 40 s, once 200 s). It is stopped at
-# once, SIGTERM (its own stop), and killed with the workload it started this many seconds later.
+# fleet's Ctrl-C, "leave the workload running": the collection ends alone (fleet.cli.interrupt)
+LEAVE = signal.SIGUSR1
+# a profiler still alive this long after the first stop is wedged: SIGKILL, finish its .qdstrm
+KILL_AFTER = 600.0
+# nsys that said the disk is full cannot finish a report there: nsys 2025.3 then never exited, the
+# workload ended (tests/fixtures/launchers-h200/3-disk-full.txt; waited on for 40 s, once 200 s). It
+# is stopped at once, SIGTERM (its own stop), and killed with the workload it started this many
+# seconds later.
 DISK_FULL_KILL_AFTER = 5.0
-KILLED_WAIT = 30.0  # a profiler not gone this long after SIGKILL (stuck in the kernel) is left: no more waiting
+# a profiler not gone this long after SIGKILL (stuck in the kernel) is left: no more waiting
+KILLED_WAIT = 30.0
 PIPE_GRACE = 3.0   # seconds the profiler's output is still read after it exited
-YIELD_KILL_AFTER = 10.0  # a profiler still programming counters this long after yielding to a newcomer: SIGKILL
-# What yielding does, by profiler (as measured on an H200 test machine, tests/fixtures/tools-2025.3-h200,
-# ncu-sigint-by-agent): SIGINT to ncu's group ends it within 0.25 s with its report kept, and shuts the
-# workload down, whose process holds ncu's injection, so it cannot go on unprofiled.
+# a profiler still programming counters this long after yielding to a newcomer: SIGKILL
+YIELD_KILL_AFTER = 10.0
+# What yielding does, by profiler (as measured on an H200 test machine,
+# tests/fixtures/tools-2025.3-h200, ncu-sigint-by-agent): SIGINT to ncu's group ends it within 0.25
+# s with its report kept, and shuts the workload down, whose process holds ncu's injection, so it
+# cannot go on unprofiled.
 YIELD_ACTION = {
-    "ncu": "ncu stopped with SIGINT (as Ctrl-C), its report kept with the kernels profiled until then; the "
-           "workload was stopped with it: it carries ncu's injection and cannot go on unprofiled",
-    "nsys": "nsys stopped with SIGTERM, which ends the workload and writes the report: its GPU metrics sampling "
-            "cannot be stopped alone",
-    "nsys-session": "nsys stopped collecting through its session (nsys stop): the GPU metrics released, the report "
-                    "written with the kernels until then, and the workload went on unprofiled",
+    "ncu": "ncu stopped with SIGINT (as Ctrl-C), its report kept with the kernels profiled until "
+           "then; the workload was stopped with it: it carries ncu's "
+           "injection and cannot go on unprofiled",
+    "nsys": "nsys stopped with SIGTERM, which ends the workload and writes the report: its GPU "
+            "metrics sampling cannot be stopped alone",
+    "nsys-session": "nsys stopped collecting through its session (nsys stop): the GPU metrics "
+                    "released, the report written with the kernels until then, and "
+                    "the workload went on unprofiled",
 }
 
 
@@ -61,7 +69,8 @@ class Relay:
         self.dead = False
         self.tail = b""
         self.ends_line = True  # whether what went to our stdout ends with a newline
-        self.errors = workload.ErrorLines(tool)  # the profiler's own error lines, wherever in its output
+        # the profiler's own error lines, wherever in its output
+        self.errors = workload.ErrorLines(tool)
 
     def write(self, stream, data, ours=False):
         self.tail = (self.tail + data)[-65536:]
@@ -84,13 +93,15 @@ class Ran:
     """What became of the profiler: its exit status, when it exited, why fleet stopped it (None:
     it was not), whether helpers it started still held its output, and whether it outlived
     SIGKILL (``left``: fleet stopped waiting on it)."""
-    exit_status = exited_at = why_stopped = released_at = None  # released_at: when nsys stop ended the collection
+    # released_at: when nsys stop ended the collection
+    exit_status = exited_at = why_stopped = released_at = None
     window = None  # window.Window: what became of the workload after a window
     lingering = yielded = killed = left = False
     notes = ()
 
 
-def run_profiler(plan, relay, stop_requested, watch=None, released=lambda: None, leave_requested=lambda: False):
+def run_profiler(plan, relay, stop_requested, watch=None, released=lambda: None,
+                 leave_requested=lambda: False):
     """Runs the profiler to its end, relaying its output. ``watch`` (started here, once the
     profiler runs) names a newcomer, to whom a counter-using run yields: stopped at once
     (``released``: called once nsys's session stopped collecting, the workload going on).
@@ -108,24 +119,30 @@ def run_profiler(plan, relay, stop_requested, watch=None, released=lambda: None,
     sel.register(proc.stdout, selectors.EVENT_READ, sys.stdout.buffer)
     sel.register(proc.stderr, selectors.EVENT_READ, sys.stderr.buffer)
     by_nsys = plan.stopped_by_nsys()
-    ran, stops = Ran(), Stops(plan.tool, procs.Started(proc.pid), lambda: rank_profilers(plan, proc), ranks_stop.mark,
+    ran, stops = Ran(), Stops(plan.tool, procs.Started(proc.pid),
+                              lambda: rank_profilers(plan, proc), ranks_stop.mark,
                               nsyssession.SessionStop.of(plan, env), released)
-    # A workload can print nsys's disk-full line too: it is nsys's only where the disk really is full.
-    relay.errors.confirm = lambda: workload.disk_is_full(env.get("TMPDIR"), os.path.dirname(plan.output))
+    # A workload can print nsys's disk-full line too: it is nsys's only where the disk really is
+    # full.
+    relay.errors.confirm = lambda: workload.disk_is_full(env.get("TMPDIR"),
+                                                         os.path.dirname(plan.output))
     duration_up = False
     open_streams = 2
     while _running(proc, ran, win, open_streams):
         now = time.monotonic()
         if _exited_or_left(ran, proc, stops, win, released, now):
             break
-        leaving = _may_leave(proc, stops, win, relay, now) if leave_requested() else win.windows_written(plan, proc)
+        leaving = _may_leave(proc, stops, win, relay,
+                             now) if leave_requested() else win.windows_written(plan, proc)
         if leaving:
-            win.let_go(proc, [key.fileobj for key in sel.get_map().values()], nsys_runs=leaving != "window",
-                       detached=leaving == "detach")
+            win.let_go(proc, [key.fileobj for key in sel.get_map().values()],
+                       nsys_runs=leaving != "window", detached=leaving == "detach")
             open_streams = 0  # the workload's output is the drainer's now
             break
-        timed_out, duration_up = timelimit.time_up(plan, now - started, by_nsys and stops.released is None)
-        if duration_up:  # each rank's nsys stops its rank now, or soon (its --duration counts from its own start)
+        timed_out, duration_up = timelimit.time_up(plan, now - started, by_nsys
+                                                   and stops.released is None)
+        # each rank's nsys stops its rank now, or soon (its --duration counts from its own start)
+        if duration_up:
             ranks_stop.mark()
         # Once nsys is stopping the workload itself (its --duration is up) a stop request
         # (Slurm's trap) would only reach it while it writes the report: let it finish.
@@ -136,27 +153,34 @@ def run_profiler(plan, relay, stop_requested, watch=None, released=lambda: None,
             win.stop()
         open_streams = _relay_some(sel, relay, open_streams)
     _after_profiler(ran, proc, stops, win, relay, released, stop_requested)
-    duration_up = timelimit.duration_was_up(plan, ran, started, duration_up, by_nsys and stops.released is None)
-    ran.exit_status, ran.why_stopped = proc.returncode, _why_stopped(plan, proc, stops, win, duration_up, ranks_stop)
-    ran.lingering = open_streams > 0 and not ran.left  # a profiler left running holds its output itself
+    duration_up = timelimit.duration_was_up(plan, ran, started, duration_up, by_nsys
+                                            and stops.released is None)
+    ran.exit_status, ran.why_stopped = proc.returncode, _why_stopped(plan, proc, stops, win,
+                                                                     duration_up, ranks_stop)
+    # a profiler left running holds its output itself
+    ran.lingering = open_streams > 0 and not ran.left
     return ran
 
 
 def _exited_or_left(ran, proc, stops, win, released, now):
     """Notes the profiler's exit once seen (a window's workload then goes on); True where it
-    outlived SIGKILL for KILLED_WAIT seconds (stuck in the kernel): it is left, no more waited on."""
+    outlived SIGKILL for KILLED_WAIT seconds (stuck in the kernel): it is left, no more waited
+    on."""
     if ran.exited_at is None and proc.poll() is not None:
-        # read after the poll, not ``now``: a profiler that ended between the two is not dated before its end
-        ran.exited_at = time.monotonic()  # helpers of a killed profiler may hold its pipes open: drain, then go
+        # read after the poll, not ``now``: a profiler that ended between the two is not dated
+        # before its end
+        # helpers of a killed profiler may hold its pipes open: drain, then go
+        ran.exited_at = time.monotonic()
         win.profiler_exited(proc.pid, released, stops.session_pids())
-    ran.left = ran.exited_at is None and stops.killed_at is not None and now - stops.killed_at >= KILLED_WAIT
+    ran.left = (ran.exited_at is None and stops.killed_at is not None and now
+                - stops.killed_at >= KILLED_WAIT)
     return ran.left
 
 
 def _may_leave(proc, stops, win, relay, now):
-    """Whether the agent may go now, at Ctrl-C's "leave the workload running", and why: "collection",
-    nsys's collection ended through its session, its report written (nsys runs on with the
-    workload); "window", nsys gone after a window, the workload followed; else None. A run whose
+    """Whether the agent may go now, at Ctrl-C's "leave the workload running", and why:
+    "collection", nsys's collection ended through its session, its report written (nsys runs on with
+    the workload); "window", nsys gone after a window, the workload followed; else None. A run whose
     collection cannot be ended alone is stopped instead (Stops.leave)."""
     if proc.poll() is None:
         return "collection" if stops.leave(proc, now, relay) else None
@@ -177,14 +201,15 @@ def _after_profiler(ran, proc, stops, win, relay, released, stop_requested):
     session stop still under way seen to its end, a window's workload waited for; into ``ran``."""
     if stops.full is not None:  # a profiler that obeyed (or died) leaves what it started: gone too
         stops.started.kill(reaped=not ran.left)
-    if ran.exited_at is None and win.running_on is None:  # it exited as its output ended, between two looks
+    # it exited as its output ended, between two looks
+    if ran.exited_at is None and win.running_on is None:
         ran.exited_at = time.monotonic()
         win.profiler_exited(proc.pid, released, stops.session_pids())
     stops.finish_session(relay)
     win.reap(stop_requested)
     ran.window = win
-    ran.yielded, ran.killed, ran.released_at, ran.notes = stops.yielded is not None, stops.killed, stops.released, \
-        tuple(stops.notes)
+    ran.yielded, ran.killed, ran.released_at, ran.notes = (stops.yielded is not None, stops.killed,
+                                                           stops.released, tuple(stops.notes))
 
 
 def _stop_if_due(plan, proc, stops, relay, watch, now, told, timed_out):
@@ -196,7 +221,8 @@ def _stop_if_due(plan, proc, stops, relay, watch, now, told, timed_out):
     elif watch is not None and watch.arrived.is_set() and stops.yielding():
         stops.yield_to_newcomer(proc, now, relay)
     elif told or timed_out:
-        stops.request(proc, now, "at its time limit of %gs, with a signal" % plan.timeout if timed_out
+        stops.request(proc, now, "at its time limit of %gs, with a signal" % plan.timeout
+                      if timed_out
                       else "when told to stop")
 
 
@@ -217,7 +243,8 @@ def _relay_some(sel, relay, open_streams):
 def _why_stopped(plan, proc, stops, win, duration_up, ranks_stop):
     """Why the run was stopped, or None: fleet's stop of the profiler, nsys's own --duration, or
     fleet's stop of the workload it stayed with after a window."""
-    return stops.why or timelimit.by_duration(plan, proc, duration_up, ranks_stop) or win.why_stopped()
+    return stops.why or timelimit.by_duration(plan, proc, duration_up,
+                                              ranks_stop) or win.why_stopped()
 
 
 class Stops:
@@ -226,11 +253,14 @@ class Stops:
     since each second the counters stay programmed is one the newcomer pays for; a profiler that
     said the disk is full sooner still. SIGKILL reaches the processes it started too."""
 
-    def __init__(self, tool, started, ranks=lambda: [], before_stop=lambda: None, session=None, released=lambda: None):
-        self.tool, self.why, self.started, self.ranks, self.before_stop = tool, None, started, ranks, before_stop
+    def __init__(self, tool, started, ranks=lambda: [], before_stop=lambda: None, session=None,
+                 released=lambda: None):
+        self.tool, self.why, self.started, self.ranks, self.before_stop = (tool, None, started,
+                                                                           ranks, before_stop)
         self.first = self.last = self.yielded = self.full = self.killed_at = None
         self.killed = False
-        self.session, self.released, self.notes = session, None, []  # nsys's session: a yield stops collecting
+        # nsys's session: a yield stops collecting
+        self.session, self.released, self.notes = session, None, []
         self.leaving = None  # when Ctrl-C asked to leave the workload running
         self.on_released = released
 
@@ -255,12 +285,14 @@ class Stops:
             ended = self.session.collection_ended
             self._released_now(now, bool(stopped))  # the GPU is the newcomer's again
             if stopped is False and ended is None:
-                self.notes.append("nsys stop --session did not stop the collection (%s): fleet sent SIGTERM "
-                                  "instead, which ends the workload" % self.session.failure)
+                self.notes.append("nsys stop --session did not stop the collection (%s): fleet "
+                                  "sent SIGTERM instead, which ends the "
+                                  "workload" % self.session.failure)
                 self.session, self.yielded, self.released = None, now, None
                 self._yield_by_signal(proc, now)
             elif stopped is False:
-                self.notes.append("nsys stop --session ended the collection but said no report was written (%s)"
+                self.notes.append("nsys stop --session ended the collection but said no report was "
+                                  "written (%s)"
                                   % self.session.failure)
         elif now - self.yielded >= YIELD_KILL_AFTER and now - self.last >= 1.0:
             self._send(proc, now, kill=True)
@@ -271,7 +303,8 @@ class Stops:
         (as a yield's), True once its report is written. Without a session (ncu, a launcher's ranks,
         a container), or where the session stop failed, the profiler is stopped instead, as Ctrl-C's
         other choice: False then, until it has ended."""
-        if self.session is not None and self.yielded is not None:  # a yield already stops it: done with it
+        # a yield already stops it: done with it
+        if self.session is not None and self.yielded is not None:
             return not self.yielding()
         if self.session is not None and self.leaving is None:
             self.leaving = now
@@ -282,19 +315,22 @@ class Stops:
             if stopped is None or stopped:
                 self._released_now(now, bool(stopped))
                 return bool(stopped)
-            self.notes.append("Ctrl-C asked to leave the workload running, but nsys stop --session did not stop "
-                              "the collection (%s): fleet sent SIGTERM instead, which ends the workload"
+            self.notes.append("Ctrl-C asked to leave the workload running, but nsys stop --session "
+                              "did not stop the collection (%s): fleet sent SIGTERM instead, which "
+                              "ends the workload"
                               % self.session.failure)
             self.session = None
         elif self.leaving is None:
-            self.notes.append("Ctrl-C asked to leave the workload running, but %s's collection cannot be ended alone "
-                              "(no nsys session here): it was stopped, with the workload" % self.tool)
+            self.notes.append("Ctrl-C asked to leave the workload running, but %s's collection "
+                              "cannot be ended alone (no nsys session here): it was stopped, "
+                              "with the workload" % self.tool)
         self.leaving = self.leaving or now
         self.request(proc, now, "when told to stop")
         return False
 
     def _released_now(self, now, stopped):
-        """The GPU given back once the collection is seen over (nsys's session state, or its stop's end)."""
+        """The GPU given back once the collection is seen over (nsys's session state, or its stop's
+        end)."""
         ended = self.session.collection_ended
         if self.released is None and (stopped or ended is not None):
             self.released = ended if ended is not None else now
@@ -318,7 +354,8 @@ class Stops:
             self.on_released()
 
     def yielding(self):
-        """Whether a yield is still under way: not yet given back, or its session stop not yet ended."""
+        """Whether a yield is still under way: not yet given back, or its session stop not yet
+        ended."""
         return self.released is None or (self.session is not None and not self.session.done)
 
     def _yield_by_signal(self, proc, now):
@@ -330,8 +367,9 @@ class Stops:
         if self.full is None:
             self.full = now
             self.first = self.first or now
-            self.why = ("after the profiler said the disk is full, where it cannot finish its report: SIGTERM, "
-                        "then SIGKILL %gs later with the processes it started" % DISK_FULL_KILL_AFTER)
+            self.why = ("after the profiler said the disk is full, where it cannot finish its "
+                        "report: SIGTERM, then SIGKILL %gs later with the processes it "
+                        "started" % DISK_FULL_KILL_AFTER)
             self._send(proc, now)
         elif now - self.full >= DISK_FULL_KILL_AFTER and now - self.last >= 1.0:
             self._send(proc, now, kill=True)
@@ -357,7 +395,8 @@ def stop(proc, tool, ranks=lambda: []):
                 os.kill(pid, signal.SIGTERM)
             else:
                 os.killpg(pid, signal.SIGINT)
-        except OSError:  # gone (ProcessLookupError), or a rank's pid reused by another user's process since
+        # gone (ProcessLookupError), or a rank's pid reused by another user's process since
+        except OSError:
             pass
 
 
@@ -375,7 +414,8 @@ def yield_action(tool, ran):
     """What yielding did, in words, for the result (None when the run did not yield)."""
     if not ran.yielded:
         return None
-    action = YIELD_ACTION.get("nsys-session" if ran.released_at is not None else tool, "%s stopped" % tool)
+    action = YIELD_ACTION.get("nsys-session" if ran.released_at is not None else tool,
+                              "%s stopped" % tool)
     if ran.killed:
         action += "; it had not stopped %gs later and was killed (SIGKILL)" % YIELD_KILL_AFTER
     return action

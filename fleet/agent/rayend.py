@@ -41,11 +41,15 @@ except ImportError:  # as part of the installed package (tests, the local machin
 
 RunDir = rundir.RunDir
 NSYS_WAIT = 60.0                   # seconds the workers' nsys are waited for, in all
-WAIT_ENV = "FLEET_RAY_NSYS_WAIT"   # the job's environment may say another bound, in seconds (a larger trace)
-JOB_END_MARGIN = 5.0               # seconds kept before the job's time limit (FLEET_JOB_END) to say what is unfinished
+# the job's environment may say another bound, in seconds (a larger trace)
+WAIT_ENV = "FLEET_RAY_NSYS_WAIT"
+# seconds kept before the job's time limit (FLEET_JOB_END) to say what is unfinished
+JOB_END_MARGIN = 5.0
 WAIT_EVERY = 0.2                   # seconds between looks at /proc
-SUMMARIES_NEED = 60                # seconds before the job's time limit below which no export is begun
-NOT_ALL = 3                        # the exit status when something was not done (each said on stderr)
+# seconds before the job's time limit below which no export is begun
+SUMMARIES_NEED = 60
+# the exit status when something was not done (each said on stderr)
+NOT_ALL = 3
 
 
 def _said(line):
@@ -94,17 +98,19 @@ def wait_for_nsys(output, bound=NSYS_WAIT):
     deadline = time.monotonic() + bound
     running = nsys_of_this_run(output)
     if running:
-        _said("the Ray program has ended; waiting up to %d s for the nsys of %d Ray workers to write their "
-              "reports" % (max(0, bound), len(running)))
+        _said("the Ray program has ended; waiting up to %d s for the nsys of %d Ray workers to "
+              "write their reports" % (max(0, bound), len(running)))
     while running and time.monotonic() < deadline:
         time.sleep(WAIT_EVERY)
         running = nsys_of_this_run(output)
     for pid in sorted(running):
         try:
             base = os.path.basename(_unfinished(os.path.dirname(output), pid))
-        except OSError as e:  # a link or a folder the job put in the mark's place: said, the others marked
+        # a link or a folder the job put in the mark's place: said, the others marked
+        except OSError as e:
             base = "of nsys pid %d (not marked: %s)" % (pid, e.strerror)
-        _said("after %d s the nsys of Ray worker %s (pid %d) still runs: its report is missing or unfinished"
+        _said("after %d s the nsys of Ray worker %s (pid %d) still runs: its report is missing or "
+              "unfinished"
               % (max(0, bound), base, pid))
     return sorted(running)
 
@@ -113,7 +119,8 @@ def _unfinished(folder, nsys_pid):
     """Mark the worker of the nsys ``nsys_pid`` unfinished: named as its report is (from the whose
     file that names this nsys, else from its worker still running), else by the nsys's own pid."""
     worker, here = None, RunDir.ray_worker(socket.gethostname(), "")
-    for name in os.listdir(folder):  # this node's workers only: another node's nsys may have the same pid
+    # this node's workers only: another node's nsys may have the same pid
+    for name in os.listdir(folder):
         if name.startswith(here) and name.endswith(RunDir.WHOSE):
             try:
                 with open(os.path.join(folder, name)) as f:
@@ -140,7 +147,8 @@ def _private_folder(folder):
     except OSError as e:
         return "%s cannot be read (%s)" % (folder, e.strerror)
     if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o077:
-        return "%s is not this user's own closed folder (uid %d, mode %o)" % (folder, st.st_uid, st.st_mode & 0o7777)
+        return "%s is not this user's own closed folder (uid %d, mode %o)" % (folder, st.st_uid,
+                                                                              st.st_mode & 0o7777)
     return None
 
 
@@ -148,7 +156,8 @@ def finished_reports(folder):
     """The worker reports in ``folder`` to summarize: regular files of this user's, not marked
     unfinished, in name order; each other one said."""
     found = []
-    for path in sorted(glob.glob(os.path.join(glob.escape(folder), RunDir.RAY_WORKER + "*" + RunDir.NSYS_REPORT))):
+    for path in sorted(glob.glob(os.path.join(glob.escape(folder), RunDir.RAY_WORKER + "*"
+                                              + RunDir.NSYS_REPORT))):
         if os.path.lexists(RunDir.ray_base(path) + RunDir.UNFINISHED):
             continue
         try:
@@ -176,7 +185,8 @@ def summarize(folder, nsys):
                 os.unlink(path)
     for note in notes:
         _said(note)
-    _said("the export and summaries of %d Ray worker report(s) made (%d files)" % (len(workers), len(made)))
+    _said("the export and summaries of %d Ray worker report(s) made (%d files)" % (len(workers),
+                                                                                   len(made)))
     return not notes
 
 
@@ -195,10 +205,11 @@ def main(args):
     nsys = args.get("nsys") or shutil.which("nsys")
     end = _whole(os.environ.get("FLEET_JOB_END"))
     if end is not None and end - time.time() < SUMMARIES_NEED:
-        _said("the job's time limit is less than %d s away: the Ray workers' reports are kept without their "
-              "export and summaries" % SUMMARIES_NEED)
+        _said("the job's time limit is less than %d s away: the Ray workers' reports are kept "
+              "without their export and summaries" % SUMMARIES_NEED)
         return NOT_ALL
     if not nsys:
-        _said("no nsys on PATH here: the Ray workers' reports are kept without their export and summaries")
+        _said("no nsys on PATH here: the Ray workers' reports are kept "
+              "without their export and summaries")
         return NOT_ALL
     return 0 if summarize(folder, nsys) and not unfinished else NOT_ALL

@@ -32,19 +32,24 @@ except ImportError:  # as part of the installed package (tests, the local machin
     from .. import rundir
 
 SUMMARIES = rundir.RunDir.NSYS_SUMMARIES  # nsys stats reports kept beside each report
-# Each report is exported to NAME.sqlite once; the summaries are made from that export, which is kept
-# too, as a report of its own kind, for the cross-rank analysis at home (fleet.analysis.ranks).
+# Each report is exported to NAME.sqlite once; the summaries are made from that export, which is
+# kept too, as a report of its own kind, for the cross-rank analysis at home (fleet.analysis.ranks).
 EXPORT = "sqlite"
 EXPORTS_AT_ONCE = 4  # nsys exports of one run's reports at a time: each is mostly one busy thread
 STATS_TIMEOUT = 600.0  # nsys export of a large report takes minutes; one that hangs is given up
-LINGER_WAIT = 120.0  # seconds a killed nsys's helpers may go on writing its data before fleet takes it
+# seconds a killed nsys's helpers may go on writing its data before fleet takes it
+LINGER_WAIT = 120.0
 FULL_LINGER_WAIT = 5.0  # the same on a full disk, where they can write nothing more
-DISK_FULL = tuple(words.encode() for words in workload.DISK_FULL_WORDS)  # what a profiler says when the disk filled
-FULL_MARGIN = workload.FULL_MARGIN  # bytes: a report's folder with less free when it is taken is full, the report cut
-IMPORT_TIMEOUT = 600.0  # QdstrmImporter on a large collection takes minutes; one that hangs is stopped
+# what a profiler says when the disk filled
+DISK_FULL = tuple(words.encode() for words in workload.DISK_FULL_WORDS)
+# bytes: a report's folder with less free when it is taken is full, the report cut
+FULL_MARGIN = workload.FULL_MARGIN
+# QdstrmImporter on a large collection takes minutes; one that hangs is stopped
+IMPORT_TIMEOUT = 600.0
 # nsys 2025.3 generating a report: "Generating '/tmp/nsys-report-90af.qdstrm'", then its progress,
 # "\r[1/1] [0%   ] vm-1694.nsys-rep" (the report's base name), as seen on an H200 test machine.
-GENERATING = re.compile(rb"Generating '([^'\n]+\.qdstrm)'\s*\[\d+/\d+\] \[[^\]\n]*\] ([^/\s]+\.nsys-rep)")
+GENERATING = (re.compile(rb"Generating '([^'\n]+\.qdstrm)'\s*\[\d+/\d+\] "
+                         rb"\[[^\]\n]*\] ([^/\s]+\.nsys-rep)"))
 
 
 def importer_for(nsys):
@@ -112,7 +117,8 @@ def wait_for_writers(paths, notes, limit=LINGER_WAIT):
     waited = time.monotonic() - started
     if waited >= 1:
         notes.append("waited %.0f s for processes the profiler left (%s) to finish writing%s" % (
-            waited, ", ".join(map(str, sorted(busy))) or "gone now", "; they still are" if busy else ""))
+            waited, ", ".join(map(str, sorted(busy))) or "gone now", "; they still are" if busy
+            else ""))
 
 
 def collect(plan, tail, notes, strays_before=frozenset(), killed=False, finish=True, disk_full=None,
@@ -128,9 +134,10 @@ def collect(plan, tail, notes, strays_before=frozenset(), killed=False, finish=T
     stem = rundir.RunDir.output_glob(plan.output)  # a pid's, or each rank's of a launcher
     found, finished = [], set()
     if plan.tool == "nsys":
-        if killed:  # only a killed nsys leaves its data in TMPDIR, where other runs' data may be too
-            wait_for_writers(sorted(stray_qdstrms() - set(strays_before)) + glob.glob(stem + ".*"), notes,
-                             LINGER_WAIT if finish else FULL_LINGER_WAIT)
+        # only a killed nsys leaves its data in TMPDIR, where other runs' data may be too
+        if killed:
+            wait_for_writers(sorted(stray_qdstrms() - set(strays_before)) + glob.glob(stem + ".*"),
+                             notes, LINGER_WAIT if finish else FULL_LINGER_WAIT)
             adopt_strays(plan, tail, notes, strays_before)
         found_elsewhere(plan, tail, notes, ext)  # nsys exits 0 then: whatever its exit status
         finished = finish_leftovers(plan, stem, tail, notes, killed, finish,
@@ -142,10 +149,11 @@ def collect(plan, tail, notes, strays_before=frozenset(), killed=False, finish=T
             notes.append("%s not taken: %s" % (path, e))
             continue
         if entry["size"] == 0:
-            notes.append("%s is empty, not a report: the profiler was stopped while writing it" % path)
+            notes.append("%s is empty, not a report: the profiler was "
+                         "stopped while writing it" % path)
             continue
-        # nsys's own disk-full line is the Relay's to find (anchored, the disk seen full): in the tail it
-        # may be the workload's words, which share nsys's pipes
+        # nsys's own disk-full line is the Relay's to find (anchored, the disk seen full): in the
+        # tail it may be the workload's words, which share nsys's pipes
         cut = "the profiler said: %s" % disk_full[-200:] if disk_full else \
             cut_short(path, b"" if plan.tool == "nsys" else tail)
         if cut:
@@ -166,12 +174,14 @@ def finish_leftovers(plan, stem, tail, notes, killed, finish, unfinished):
         if os.path.exists(report) and os.path.getsize(report) > 0:
             continue
         if not finish:
-            said = "nsys's data %s is left unfinished: the disk is full, no report can be made there" % leftover
+            said = ("nsys's data %s is left unfinished: the disk is full, no report "
+                    "can be made there" % leftover)
             notes.append(said)
             unfinished.append(said)
             continue
         if os.path.exists(report):
-            notes.append("%s is empty, not a report: its data %s is finished instead" % (report, leftover))
+            notes.append("%s is empty, not a report: its data %s is finished instead" % (report,
+                                                                                         leftover))
             os.unlink(report)
         elif not killed:
             notes.append(left_unfinished(leftover, tail))
@@ -185,7 +195,8 @@ def finish_leftovers(plan, stem, tail, notes, killed, finish, unfinished):
 
 def report_files(stem, ext):
     """The reports at the run's output name: NAME.EXT, and each window's NAME.K.EXT (nsys's capture
-    range repeated: fleet.wrapping.windows), where NAME has no placeholder for K to fall in (a Slurm rank's)."""
+    range repeated: fleet.wrapping.windows), where NAME has no placeholder for K to fall in (a Slurm
+    rank's)."""
     return sorted(set(glob.glob(stem + ext)) | set(glob.glob(stem + ".[0-9]*" + ext)))
 
 
@@ -198,8 +209,8 @@ def cut_short(path, tail):
     except OSError:
         st = None
     if st is not None and st.f_bavail * st.f_frsize < FULL_MARGIN:
-        return "its folder %s had %d bytes free when it was taken: the disk filled while it was written" % (
-            os.path.dirname(path), st.f_bavail * st.f_frsize)
+        return ("its folder %s had %d bytes free when it was taken: the disk filled while it was "
+                "written" % (os.path.dirname(path), st.f_bavail * st.f_frsize))
     said = [line for line in tail.splitlines() if any(words in line for words in DISK_FULL)]
     if said:
         return "the profiler said: %s" % said[-1].strip().decode(errors="replace")[-200:]
@@ -208,7 +219,8 @@ def cut_short(path, tail):
 
 def adopt_strays(plan, tail, notes, strays_before):
     """The data a killed nsys left in TMPDIR, moved beside the reports: as NAME.qdstrm when nsys
-    said it was generating NAME from it (then killed while it did), else as NAME-unfinishedN.qdstrm."""
+    said it was generating NAME from it (then killed while it did), else as
+    NAME-unfinishedN.qdstrm."""
     generating = dict(GENERATING.findall(tail))
     pattern = rundir.RunDir.output_glob(plan.output) + ".nsys-rep"
     for i, stray in enumerate(sorted(stray_qdstrms() - set(strays_before))):
@@ -218,10 +230,12 @@ def adopt_strays(plan, tail, notes, strays_before):
             target = rundir.RunDir.output_as(plan.output, "unfinished%d" % i) + ".qdstrm"
             name = generating.get(stray.encode(), b"").decode(errors="replace")
             base = os.path.join(os.path.dirname(plan.output), name)[: -len(".nsys-rep")]
-            if name and fnmatch.fnmatchcase(base + ".nsys-rep", pattern) and not os.path.exists(base + ".qdstrm"):
+            if name and fnmatch.fnmatchcase(base + ".nsys-rep",
+                                            pattern) and not os.path.exists(base + ".qdstrm"):
                 target = base + ".qdstrm"
             os.replace(stray, target)
-            notes.append("nsys ended before writing its report; its data %s was moved to %s" % (stray, target))
+            notes.append("nsys ended before writing its report; its data %s was "
+                         "moved to %s" % (stray, target))
         except OSError:
             continue
 
@@ -240,15 +254,18 @@ def found_elsewhere(plan, tail, notes, ext):
         except OSError:
             continue
         if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid():
-            notes.append("nsys named %s as its report, which is not a regular file of ours: left there" % path)
+            notes.append("nsys named %s as its report, which is not a regular "
+                         "file of ours: left there" % path)
             continue
         if target == plan.output + ext or os.path.lexists(target):
-            notes.append("nsys wrote %s because the name was taken; left there (%s exists)" % (path, target))
+            notes.append("nsys wrote %s because the name was taken; left there "
+                         "(%s exists)" % (path, target))
             continue
         try:
             os.replace(path, target)  # /tmp is sticky: a file of ours there is renamed only by us
         except OSError as e:
-            notes.append("nsys wrote %s because the name was taken; it could not be moved: %s" % (path, e))
+            notes.append("nsys wrote %s because the name was taken; it could "
+                         "not be moved: %s" % (path, e))
             continue
         notes.append("nsys wrote %s because the name was taken; moved to %s" % (path, target))
 
@@ -257,8 +274,10 @@ def left_unfinished(leftover, tail):
     """What to say of a .qdstrm nsys left at the output name though it was not killed: nsys 2025.3
     does so, and exits 0, when its importer cannot run (seen on an H200 test machine: libdw.so.1
     missing), after saying so at its start."""
-    said = [line.strip().decode(errors="replace") for line in tail.splitlines() if b"importer" in line.lower()]
-    return "nsys left its data unfinished at %s%s" % (leftover, "; it said: " + " ".join(said[-2:]) if said else "")
+    said = [line.strip().decode(errors="replace") for line in tail.splitlines()
+            if b"importer" in line.lower()]
+    return "nsys left its data unfinished at %s%s" % (leftover, "; it said: "
+                                                      + " ".join(said[-2:]) if said else "")
 
 
 def summarize(nsys, reports, notes):
@@ -272,8 +291,11 @@ def summarize(nsys, reports, notes):
     def one(i):
         try:
             done[i] = summarize_one(nsys, reports[i])
-        except Exception as e:  # in a thread: an extra that failed is a note, never a traceback or the report's loss
-            done[i] = ([], ["the export and summaries of %s could not be made: %s" % (reports[i]["path"], e)])
+        # in a thread: an extra that failed is a note, never a traceback or the report's loss
+        except Exception as e:
+            done[i] = ([],
+                       ["the export and summaries of %s could not be made: "
+                        "%s" % (reports[i]["path"], e)])
     for first in range(0, len(reports), EXPORTS_AT_ONCE):
         summaries.in_threads(one, range(first, min(first + EXPORTS_AT_ONCE, len(reports))))
     out = []
@@ -297,8 +319,8 @@ def summarize_one(nsys, rep):
     for name in SUMMARIES:
         path = "%s_%s.csv" % (base, name)
         if name in failed:
-            notes.append("the %s summary of %s could not be made from its export: %s" % (name, rep["path"],
-                                                                                          failed[name]))
+            notes.append("the %s summary of %s could not be made from its export: %s"
+                         % (name, rep["path"], failed[name]))
             continue
         try:
             out.append(dict(hashed(path), report=rep["path"], summary=name))
@@ -310,7 +332,8 @@ def summarize_one(nsys, rep):
 
 
 class Hashing:
-    """:func:`hashed` of a file, in a thread of its own (hashlib works without the interpreter's lock)."""
+    """:func:`hashed` of a file, in a thread of its own (hashlib works without the interpreter's
+    lock)."""
 
     def __init__(self, path):
         self.path, self.entry, self.error = path, None, None
@@ -335,34 +358,42 @@ def export_of(nsys, report, path, notes):
     """The path of ``report``'s SQLite export (made anew: one left by an earlier run of the same
     name is not this report's); None, and a note, when nsys made none."""
     try:
-        done = subprocess.run([nsys, "export", "--type", "sqlite", "--force-overwrite", "true", "--output", path,
-                               report], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=STATS_TIMEOUT)
+        done = subprocess.run([nsys, "export", "--type", "sqlite", "--force-overwrite", "true",
+                               "--output", path,
+                               report], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                              timeout=STATS_TIMEOUT)
     except (OSError, subprocess.TimeoutExpired) as e:
         notes.append("nsys export failed on %s: %s" % (report, e))
         return None
     if done.returncode != 0 or not os.path.exists(path):
         said = done.stdout.decode(errors="replace").strip()[-300:]
-        notes.append("nsys export wrote no SQLite export of %s (exit %d)%s" % (report, done.returncode,
-                                                                           ": " + said if said else ""))
+        notes.append("nsys export wrote no SQLite export of %s (exit %d)%s" % (report,
+                                                                               done.returncode,
+                                                                           ": " + said if said
+                                                                               else ""))
         return None
     return path
 
 
 def ncu_metrics(ncu, reports, notes):
-    """Every metric of each ncu report, per kernel (``ncu --import --page raw --csv``), beside it."""
+    """Every metric of each ncu report, per kernel (``ncu --import --page raw --csv``), beside
+    it."""
     out = []
     for rep in reports:
         path = rep["path"][: -len(".ncu-rep")] + "_ncu_raw.csv"
         try:
-            with os.fdopen(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600), "wb") as f:
-                done = subprocess.run([ncu, "--import", rep["path"], "--page", "raw", "--csv"], stdout=f,
-                                      stderr=subprocess.PIPE, timeout=STATS_TIMEOUT)
+            with os.fdopen(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW,
+                                   0o600), "wb") as f:
+                done = subprocess.run([ncu, "--import", rep["path"], "--page", "raw", "--csv"],
+                                      stdout=f, stderr=subprocess.PIPE, timeout=STATS_TIMEOUT)
             entry = hashed(path)
         except (OSError, subprocess.TimeoutExpired) as e:
             notes.append("ncu --import failed on %s: %s" % (rep["path"], e))
             continue
         if done.returncode != 0:
-            notes.append("ncu --import failed on %s: %s" % (rep["path"], done.stderr.decode(errors="replace")[-300:]))
+            notes.append("ncu --import failed on %s: %s" % (rep["path"],
+                                                            done.stderr.decode(
+                                                                errors="replace")[-300:]))
             continue
         out.append(dict(entry, report=rep["path"], summary="ncu_raw"))
     return out
@@ -382,7 +413,8 @@ def importing(importer, leftover, timeout=IMPORT_TIMEOUT, own_group=True):
     if importer is None:
         return None, "unfinished report %s: no QdstrmImporter found" % leftover
     try:
-        proc = subprocess.Popen([importer, "-i", leftover], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+        proc = subprocess.Popen([importer, "-i", leftover], stdin=subprocess.DEVNULL,
+                                stdout=subprocess.PIPE,
                                 stderr=subprocess.STDOUT, start_new_session=own_group)
     except OSError as e:
         return None, "QdstrmImporter %s cannot run: %s" % (importer, e)

@@ -50,7 +50,8 @@ except ImportError:  # as part of the installed package (tests, the local machin
     from .. import policy, rundir, safenames
 
 REFUSED_EXIT = 5
-CLOCK = procfs.Clock()  # the run's phases, from the process's start (the interpreter and the bundle's imports)
+# the run's phases, from the process's start (the interpreter and the bundle's imports)
+CLOCK = procfs.Clock()
 
 
 def recheck(plan):
@@ -66,16 +67,19 @@ def recheck(plan):
 
 def main(args, stops=None):
     """``stops`` collects stop signals already caught by a caller (a Slurm task, while planning)."""
-    plan = args["plan"] if isinstance(args["plan"], planner.Plan) else planner.Plan.from_json(args["plan"])
+    plan = args["plan"] if isinstance(args["plan"],
+                                      planner.Plan) else planner.Plan.from_json(args["plan"])
     holder = owned.me()
     # "ok" is earned at the end of carry_out, never assumed: whatever stops it early says so.
-    result = {"status": "error", "host": plan.host, "node": os.uname()[1], "reasons": [], "notes": [],
-              "reports": [], "given_up": list(plan.given_up), "changed": {}, "exit_status": None, "unfinished": [],
-              "phases": CLOCK.begin()}
+    result = {"status": "error", "host": plan.host, "node": os.uname()[1], "reasons": [],
+              "notes": [],
+              "reports": [], "given_up": list(plan.given_up), "changed": {}, "exit_status": None,
+              "unfinished": [], "phases": CLOCK.begin()}
     result.update(args.get("context") or {})
     # Whose the report is (a Slurm task says more: its job, step, rank, launcher): the user, to tell
     # the workload's own processes on the GPU from those of others (fleet.completeness).
-    result["whose"] = dict({"host": plan.host, "user": node.user_name(os.getuid())}, **(result.get("whose") or {}))
+    result["whose"] = dict({"host": plan.host, "user": node.user_name(os.getuid())},
+                           **(result.get("whose") or {}))
     stops = [] if stops is None else stops
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, profiler.LEAVE):
         signal.signal(sig, lambda s, f: stops.append(s))
@@ -107,10 +111,12 @@ def unsafe_paths(plan):
     if problem or not plan.output:
         return problem
     run_dir = os.path.normpath(plan.report_dir)
-    problem = safenames.component_problem(os.path.basename(plan.report_dir.rstrip("/")), "the plan's run id")
+    problem = safenames.component_problem(os.path.basename(plan.report_dir.rstrip("/")),
+                                          "the plan's run id")
     out_dir = os.path.normpath(os.path.dirname(plan.output))
     if not problem and out_dir != run_dir and not out_dir.startswith(run_dir + os.sep):
-        problem = "the plan's output %r is not inside its run directory %s" % (plan.output, plan.report_dir)
+        problem = "the plan's output %r is not inside its run directory %s" % (plan.output,
+                                                                               plan.report_dir)
     return problem
 
 
@@ -125,7 +131,8 @@ def ranks_problem(plan):
 
 
 def carry_out(plan, result, relay, stops, holder):
-    """Locks, owned state, the last-moment check, the profiler and its reports; the node put back."""
+    """Locks, owned state, the last-moment check, the profiler and its reports; the node put
+    back."""
     locks, changes, code = [], holds.NodeChanges(holder), 1
     try:
         if os.geteuid() == 0 and os.path.isdir(owned.STATE_DIR):
@@ -143,11 +150,13 @@ def carry_out(plan, result, relay, stops, holder):
         result["notes"].extend("narrowed %s to 0700" % d for d in report_dirs(plan))
         if stops:  # cancelled, or a time limit near, before anything ran: start nothing
             result["status"] = "stopped"
-            result["reasons"].append("told to stop (signal %d) before the profiler started" % stops[0])
+            result["reasons"].append("told to stop (signal %d) before "
+                                     "the profiler started" % stops[0])
             return code
         given_back = lambda: holds.give_back(changes, locks, result)  # noqa: E731
         CLOCK.mark("checked")  # locks, owned state and the last look done: the profiler starts
-        return settle(plan, result, profile(plan, result, relay, stops, given_back), relay.errors.disk_full)
+        return settle(plan, result, profile(plan, result, relay, stops, given_back),
+                      relay.errors.disk_full)
     except (owned.OwnedError, OSError) as e:
         result["status"] = "error"
         result["reasons"].append(str(e))
@@ -166,8 +175,8 @@ def profile(plan, result, relay, stops, given_back=lambda: None):
     strays = reports.stray_qdstrms() if plan.tool == "nsys" else set()
     watch = watching.for_plan(plan)
     try:
-        ran = profiler.run_profiler(plan, relay, lambda: any(s != profiler.LEAVE for s in stops), watch, given_back,
-                                    lambda: profiler.LEAVE in stops)
+        ran = profiler.run_profiler(plan, relay, lambda: any(s != profiler.LEAVE for s in stops),
+                                    watch, given_back, lambda: profiler.LEAVE in stops)
     except BaseException:
         if watch is not None:
             watch.finish()
@@ -175,13 +184,17 @@ def profile(plan, result, relay, stops, given_back=lambda: None):
     CLOCK.mark("profiler_ended")
     record_run(plan, result, ran, watch, relay)
     exit_status, full = ran.exit_status, relay.errors.disk_full
-    killed = ran.left or (exit_status is not None and exit_status < 0)  # left: SIGKILLed, not yet gone
-    result["reports"] = reports.collect(plan, relay.tail, result["notes"], strays, killed=killed, finish=not full,
+    # left: SIGKILLed, not yet gone
+    killed = ran.left or (exit_status is not None and exit_status < 0)
+    result["reports"] = reports.collect(plan, relay.tail, result["notes"], strays, killed=killed,
+                                        finish=not full,
                                         disk_full=full, unfinished=result["unfinished"])
     CLOCK.mark("collected")  # finished where nsys left its data, and hashed
-    result["profiler_errors"] = workload.not_handled(result["profiler_errors"], result["reports"], result["notes"])
+    result["profiler_errors"] = workload.not_handled(result["profiler_errors"], result["reports"],
+                                                     result["notes"])
     try:
-        os.rmdir(tmp)  # what nsys left there was finished above: only a folder with nothing left goes
+        # what nsys left there was finished above: only a folder with nothing left goes
+        os.rmdir(tmp)
     except OSError:
         pass
     if full:  # nsys export and stats write beside the report, on the full disk
@@ -204,15 +217,16 @@ def settle(plan, result, ran, disk_full=None):
     if ran.left and not disk_full:
         result["status"] = "profiler-error"
         result["reasons"].append(
-            "the profiler was killed (SIGKILL) and had not ended %gs later (stuck in the kernel): its session was "
-            "cut, and whatever report it left is not whole" % profiler.KILLED_WAIT)
+            "the profiler was killed (SIGKILL) and had not ended %gs later (stuck in the kernel): "
+            "its session was cut, and whatever report it left is not whole" % profiler.KILLED_WAIT)
         return 1
     if disk_full:
         result["status"] = "profiler-error"
         result["reasons"].append(
-            "the profiler said the disk is full (%s): no whole report can be written there, and fleet stopped it; "
-            "free space where the run's folder %s is, or give the node a report folder with room (report_dir in "
-            "the inventory: the profiler's temporary folder, TMPDIR, is the run's own in there)"
+            "the profiler said the disk is full (%s): no whole report can be written there, and "
+            "fleet stopped it; free space where the run's folder %s is, or give the node a report "
+            "folder with room (report_dir in the inventory: the profiler's temporary folder, "
+            "TMPDIR, is the run's own in there)"
             % (disk_full, plan.report_dir))
         return 1
     if (result.get("newcomer") or {}).get("action"):
@@ -250,8 +264,9 @@ def rank_reports(plan, result):
             found[rank] = rep["path"]
     past = sorted(rank for rank in found if rank >= plan.ranks)
     if past:
-        return ("a report of rank %d (%s), past the %d ranks the launcher's command line says it starts: the "
-                "launcher started others than fleet counted, so which ranks left no report cannot be told"
+        return ("a report of rank %d (%s), past the %d ranks the launcher's command line says it "
+                "starts: the launcher started others than fleet counted, so which ranks left no "
+                "report cannot be told"
                 % (past[0], found[past[0]], plan.ranks))
     result["missing_ranks"] = [rank for rank in range(plan.ranks) if rank not in found]
     return None
@@ -267,15 +282,17 @@ def unnamed_ranks(plan, reports):
     unnamed = rundir.RunDir.output_as(plan.output, "")
     if not any(os.path.splitext(rep["path"])[0] == unnamed for rep in reports):
         return None
-    return ("the ranks' reports are named by %s, which the launcher did not set in its ranks: every rank wrote "
-            "%s, each over the last (Open MPI's mpirun sets it; MPICH's does not)" % (
+    return ("the ranks' reports are named by %s, which the launcher did not set in its ranks: "
+            "every rank wrote %s, each over the last (Open MPI's mpirun "
+            "sets it; MPICH's does not)" % (
                 rundir.PLACEHOLDER.search(plan.output).group(0), unnamed))
 
 
 def record_run(plan, result, ran, watch, relay):
     """What the run, its watch and the profiler's output say, into the result."""
     if watch is not None:
-        # The counters were free once nsys's session stopped collecting (the workload went on), else once it exited.
+        # The counters were free once nsys's session stopped collecting (the workload went on), else
+        # once it exited.
         released = ran.released_at if ran.released_at is not None else ran.exited_at
         seen = watch.finish(released, profiler.yield_action(plan.tool, ran))
         result.update(newcomer=seen["newcomer"], conditions=seen["conditions"])
@@ -284,7 +301,8 @@ def record_run(plan, result, ran, watch, relay):
     result["profiler_errors"] = relay.errors.close()
     result["workload"] = workload.outcome(plan.tool, ran.exit_status, result["profiler_errors"])
     after = ran.window.outcome() if ran.window is not None else None
-    if after is not None:  # nsys exited at the window's end: the workload's own end is the window's to say
+    # nsys exited at the window's end: the workload's own end is the window's to say
+    if after is not None:
         record, notes = after
         result["workload"] = record if record is not None else result["workload"]
         result["notes"].extend(notes)
@@ -292,11 +310,11 @@ def record_run(plan, result, ran, watch, relay):
         result["notes"].append("the workload was stopped " + ran.why_stopped)
     result["notes"].extend(ran.notes)
     if ran.left:
-        result["notes"].append("the profiler had not ended %gs after SIGKILL (stuck in the kernel): fleet stopped "
-                               "waiting on it" % profiler.KILLED_WAIT)
+        result["notes"].append("the profiler had not ended %gs after SIGKILL (stuck in the "
+                               "kernel): fleet stopped waiting on it" % profiler.KILLED_WAIT)
     if ran.lingering:
-        result["notes"].append("the profiler exited while processes it started still hold its output open; "
-                               "they were left running")
+        result["notes"].append("the profiler exited while processes it started still hold its "
+                               "output open; they were left running")
 
 
 def refuse(result, *reasons):
@@ -326,7 +344,8 @@ def report_dirs(plan):
 
 
 def result_path(plan):
-    """Beside the host's reports: the run's folder on a lab server, a rank's node's folder on Slurm."""
+    """Beside the host's reports: the run's folder on a lab server, a rank's node's folder on
+    Slurm."""
     return rundir.RunDir(os.path.dirname(plan.output)).result(plan.host)
 
 

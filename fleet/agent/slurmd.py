@@ -57,8 +57,8 @@ except ImportError:  # as part of the installed package
 
 REQUEST_NAME = rundir.RunDir.REQUEST  # in the job's working directory: its run folder
 REQUEST_MAX = 65536
-REQUEST_KEYS = {"fleet": int, "run_id": str, "tool": str, "sysctls": list, "pause_dcgm": bool, "allow_own": bool,
-                "gpu_metrics": bool}
+REQUEST_KEYS = {"fleet": int, "run_id": str, "tool": str, "sysctls": list, "pause_dcgm": bool,
+                "allow_own": bool, "gpu_metrics": bool}
 VERDICT_ENV = "FLEET_PROLOG_VERDICT"
 
 
@@ -71,8 +71,10 @@ class NodeFault(Exception):
 def job_of(env):
     job_id, uid = env.get("SLURM_JOB_ID", ""), env.get("SLURM_JOB_UID", "")
     if not job_id.isdigit() or not uid.isdigit():
-        raise nodeconfig.ConfigError("not run by slurmd: SLURM_JOB_ID and SLURM_JOB_UID are missing")
-    gpus = env.get("SLURM_JOB_GPUS") or env.get("CUDA_VISIBLE_DEVICES") or ""  # Slurm's ids, not NVML's
+        raise nodeconfig.ConfigError("not run by slurmd: SLURM_JOB_ID "
+                                     "and SLURM_JOB_UID are missing")
+    # Slurm's ids, not NVML's
+    gpus = env.get("SLURM_JOB_GPUS") or env.get("CUDA_VISIBLE_DEVICES") or ""
     return {"id": job_id, "uid": int(uid), "gid": int(env.get("SLURM_JOB_GID") or uid),
             "gpus": tuple(int(g) for g in gpus.split(",") if g.strip().isdigit()) or None,
             "work_dir": env.get("SLURM_JOB_WORK_DIR") or ""}
@@ -121,7 +123,8 @@ def as_user(job, fn, timeout=30.0):
     finally:
         os.close(read_end)
         try:
-            os.killpg(pid, signal.SIGKILL)  # whatever it left behind (or all of it, at the deadline)
+            # whatever it left behind (or all of it, at the deadline)
+            os.killpg(pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
             pass
         _, status = os.waitpid(pid, 0)
@@ -180,7 +183,8 @@ def job_dir(config, job):
     os.makedirs(jobs, mode=0o755, exist_ok=True)
     st = os.lstat(jobs)
     if not stat.S_ISDIR(st.st_mode) or st.st_uid != 0 or st.st_mode & 0o022:
-        raise nodeconfig.ConfigError("%s must be a directory owned by root and writable by root alone" % jobs)
+        raise nodeconfig.ConfigError("%s must be a directory owned by root and "
+                                     "writable by root alone" % jobs)
     return os.path.join(jobs, job["id"])
 
 
@@ -191,13 +195,15 @@ def prolog(env, config):
     done = {"job": job["id"], "opted_in": False}
     try:
         repaired = owned.repair(config["state_dir"])  # what an earlier job left behind
-    except (owned.OwnedError, OSError) as e:  # a node whose state is unknown is not given to the next job
+    # a node whose state is unknown is not given to the next job
+    except (owned.OwnedError, OSError) as e:
         raise NodeFault("could not put the node back before job %s: %s" % (job["id"], e))
     if repaired["restored"] or repaired["dcgm_resumed"]:
         done["repaired"] = repaired
     request, ignored = read_request(job)
     if request is None:
-        if ignored:  # a request file that is there but refused: logged, and the job runs as if it had none
+        # a request file that is there but refused: logged, and the job runs as if it had none
+        if ignored:
             done.update(opted_in=True, ignored_request=ignored)
         return done  # not opted in: one file look-up, nothing else
     done["opted_in"] = True
@@ -212,24 +218,30 @@ def prolog(env, config):
                                    "host_pid_namespace": node.host_pid_namespace()})
     indices = policy.job_gpu_indices(job["gpus"], state.gpus)
     seen = policy.Request(gpus=indices, allow_own=request.get("allow_own", False), job=job["id"])
-    verdict = {"job": job["id"], "gpus": job["gpus"], "nvml": nvml.get("available"), "checked": time.time(),
-               "tenants": [str(t) for t in policy.tenants(state, seen)] + policy.unseen_tenants(state, seen),
+    verdict = {"job": job["id"], "gpus": job["gpus"], "nvml": nvml.get("available"),
+               "checked": time.time(),
+               "tenants": [str(t) for t in policy.tenants(state, seen)]
+               + policy.unseen_tenants(state, seen),
                "by_gpu": tenants_by_gpu(state, seen), "dcgm": None}
     holder = owned.job_holder(job["id"], config["jobs_dir"])
-    wanted = {n: config["owned_sysctls"][n] for n in request["sysctls"] if n in config["owned_sysctls"]}
+    wanted = {n: config["owned_sysctls"][n] for n in request["sysctls"]
+              if n in config["owned_sysctls"]}
     done["ignored_sysctls"] = [n for n in request["sysctls"] if n not in config["owned_sysctls"]]
     if wanted:
         try:
-            done["sysctls"] = owned.acquire_sysctls(wanted, config["owned_sysctls"], holder, config["state_dir"],
+            done["sysctls"] = owned.acquire_sysctls(wanted, config["owned_sysctls"], holder,
+                                                    config["state_dir"],
                                                     baselines=config["baseline_sysctls"])
         except owned.LostRecord as e:
             raise NodeFault("job %s: %s" % (job["id"], e))
     chosen = policy.chosen_gpus(state, seen)
     counters = policy.uses_counters(request.get("tool", ""), request.get("gpu_metrics", False))
-    if policy.dcgm_pause(state, chosen, request.get("pause_dcgm", False) and config["pause_dcgm"] is True, counters):
+    if policy.dcgm_pause(state, chosen, request.get("pause_dcgm", False)
+                         and config["pause_dcgm"] is True, counters):
         owned.pause_dcgm(holder, config["state_dir"])
         done["dcgm"] = verdict["dcgm"] = "paused"
-    # Last: it says what was done. Readable by the job's ranks, which plan with it as the job's user.
+    # Last: it says what was done. Readable by the job's ranks, which plan with it as the job's
+    # user.
     files.write_private(os.path.join(marker, "verdict.json"), json.dumps(verdict), mode=0o644)
     done["tenants"] = verdict["tenants"]
     return done
@@ -242,7 +254,8 @@ def tenants_by_gpu(state, seen):
     for g in policy.chosen_gpus(state, seen):
         if g.uuid:
             one = policy.Request(gpus=(g.index,), allow_own=seen.allow_own, job=seen.job)
-            out[g.uuid] = [str(t) for t in policy.tenants(state, one)] + policy.unseen_tenants(state, one)
+            out[g.uuid] = [str(t) for t in policy.tenants(state,
+                                                          one)] + policy.unseen_tenants(state, one)
     return out
 
 
@@ -275,7 +288,8 @@ def finish_leftovers(job, config):
     writing the report left it empty), finished by the job's user with the importer the node's
     config names, never one the job chose, all of it within the config's ``finish_timeout``."""
     importer = config["qdstrm_importer"] or reports.installed_importer()
-    why = files.root_owned_problem(importer) if importer else "no QdstrmImporter installed under /opt/nvidia"
+    why = (files.root_owned_problem(importer) if importer
+           else "no QdstrmImporter installed under /opt/nvidia")
     if why:
         return ["unfinished reports left as they are: %s" % why]
     budget = float(config["finish_timeout"])
@@ -283,7 +297,8 @@ def finish_leftovers(job, config):
 
     def finish():
         notes = []
-        for leftover in glob.glob(rundir.RunDir(glob.escape(job["work_dir"])).node("*").file("*.qdstrm")):
+        for leftover in glob.glob(rundir.RunDir(glob.escape(job["work_dir"])).node("*").file(
+            "*.qdstrm")):
             report = leftover[: -len(".qdstrm")] + ".nsys-rep"
             left = budget - (time.monotonic() - started)
             if left < 1:
@@ -296,7 +311,8 @@ def finish_leftovers(job, config):
         return json.dumps(notes).encode()
 
     out = as_user(job, finish, timeout=budget + 5)
-    return json.loads(out) if out else ["finishing unfinished reports failed or ran out of time (%d s)" % budget]
+    return (json.loads(out) if out
+            else ["finishing unfinished reports failed or ran out of time (%d s)" % budget])
 
 
 def task_prolog(env, config):
@@ -317,7 +333,8 @@ def log(config, level, message):
     syslog.syslog(level, line)
     try:
         os.makedirs(os.path.dirname(config["log_file"]), mode=0o755, exist_ok=True)
-        fd = os.open(config["log_file"], os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+        fd = os.open(config["log_file"], os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW,
+                     0o644)
         with os.fdopen(fd, "a") as f:
             f.write("%s %s\n" % (time.strftime("%Y-%m-%dT%H:%M:%S"), line))
     except OSError:
@@ -347,6 +364,7 @@ def main(args, env=None):
         log(config, syslog.LOG_ERR, "%s: NODE FAULT: %s" % (op, e))
         return 1 if config.get("fail_closed") is True else 0
     except Exception as e:  # fleet's own fault: logged, and the node stays in service
-        log(config, syslog.LOG_ERR, "%s failed (node left in service): %s: %s" % (op, type(e).__name__, e))
+        log(config, syslog.LOG_ERR,
+            "%s failed (node left in service): %s: %s" % (op, type(e).__name__, e))
         return 0
 

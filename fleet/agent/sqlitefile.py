@@ -86,13 +86,17 @@ def plain_tables(db, tables):
         if str(name).lower() not in wanted:
             continue
         if kind == "view":
-            raise Refused("%s is a view, not a table: an export's tables are stored rows; refused" % name)
+            raise Refused("%s is a view, not a table: an export's tables "
+                          "are stored rows; refused" % name)
         if kind == "table" and str(sql or "").lstrip().upper().startswith("CREATE VIRTUAL"):
-            raise Refused("%s is a virtual table: an export's tables are stored rows; refused" % name)
+            raise Refused("%s is a virtual table: an export's tables "
+                          "are stored rows; refused" % name)
         if kind == "table":
             found.add(wanted[str(name).lower()])
     for name in sorted(found):
-        generated = [row[1] for row in db.execute("PRAGMA table_xinfo('%s')" % name) if row[6] in (2, 3)]
+        generated = [row[1] for row in db.execute("PRAGMA table_xinfo('%s')" % name)
+                     if row[6] in (2, 3)]
         if generated:
-            raise Refused("%s.%s is a generated column: an export stores its values; refused" % (name, generated[0]))
+            raise Refused("%s.%s is a generated column: an export stores its values; "
+                          "refused" % (name, generated[0]))
     return found

@@ -36,14 +36,15 @@ HEADERS = {
     "cuda_api_sum": TIMES.format(count="Num Calls") + ",Name",
     "nvtx_sum": TIMES.format(count="Instances") + ",Style,Range",
 }
-# The table each summary needs: a report without it (CUDA or NVTX not traced) has nothing of that kind.
-TABLES = {"cuda_gpu_kern_sum": "CUPTI_ACTIVITY_KIND_KERNEL", "cuda_api_sum": "CUPTI_ACTIVITY_KIND_RUNTIME",
-          "nvtx_sum": "NVTX_EVENTS"}
+# The table each summary needs: a report without it (CUDA or NVTX not traced) has nothing of that
+# kind.
+TABLES = {"cuda_gpu_kern_sum": "CUPTI_ACTIVITY_KIND_KERNEL",
+          "cuda_api_sum": "CUPTI_ACTIVITY_KIND_RUNTIME", "nvtx_sum": "NVTX_EVENTS"}
 
 # A row's duration, NULL where its start or end is not a whole number (SQLite would take 'soon' as
 # 0 and make a duration of it): the export is the job's to write, and such a row fails the summary.
-WHOLE_DURATION = ("CASE WHEN typeof({start}) = 'integer' AND typeof({end}) = 'integer' THEN {end} - {start} END "
-                  "AS dur")
+WHOLE_DURATION = ("CASE WHEN typeof({start}) = 'integer' AND typeof({end}) = 'integer' THEN {end} "
+                  "- {start} END AS dur")
 # Each summary's rows as (grp, style, dur), from the rows of its table in {span} (its rowids between
 # :lo and :hi, see SPAN): one summary row per (grp, style).
 SOURCES = {
@@ -52,12 +53,14 @@ SOURCES = {
                          + WHOLE_DURATION.format(start="start", end="end")
                          + " FROM CUPTI_ACTIVITY_KIND_KERNEL WHERE {span}",
     # An API call by its name (a StringIds id).
-    "cuda_api_sum": "SELECT nameId AS grp, NULL AS style, " + WHOLE_DURATION.format(start="start", end="end")
+    "cuda_api_sum": "SELECT nameId AS grp, NULL AS style, " + WHOLE_DURATION.format(start="start",
+                                                                                    end="end")
                     + " FROM CUPTI_ACTIVITY_KIND_RUNTIME WHERE {span}",
-    # A push/pop (59, 70) or start/end (60, 71) range as DOMAIN:TEXT (":step" in the default domain),
-    # its text inline or registered (textId); one never ended lasts until the last event (:last).
-    "nvtx_sum": "WITH domains AS (SELECT domainId AS id, globalTid AS tid, text AS name, min(start) "
-                "FROM NVTX_EVENTS WHERE eventType = 75 GROUP BY 1, 2) "
+    # A push/pop (59, 70) or start/end (60, 71) range as DOMAIN:TEXT (":step" in the default
+    # domain), its text inline or registered (textId); one never ended lasts until the last event
+    # (:last).
+    "nvtx_sum": "WITH domains AS (SELECT domainId AS id, globalTid AS tid, text AS name, "
+                "min(start) FROM NVTX_EVENTS WHERE eventType = 75 GROUP BY 1, 2) "
                 "SELECT coalesce(d.name, '') || ':' || coalesce(s.value, e.text) AS grp, "
                 "CASE WHEN e.eventType IN (59, 70) THEN 'PushPop' ELSE 'StartEnd' END AS style, "
                 + WHOLE_DURATION.format(start="e.start", end="coalesce(e.end, :last)") +
@@ -72,9 +75,10 @@ SPAN = {"cuda_gpu_kern_sum": "rowid", "cuda_api_sum": "rowid", "nvtx_sum": "e.ro
 WHOLE = None
 # Each distinct duration of a group once, with how often it occurs, in order: one sort in SQLite (a
 # run of small kernels has millions of rows, and far fewer distinct durations), the rest exact.
-DISTINCT = "SELECT grp, style, dur, count(*) FROM ({source}) GROUP BY grp, style, dur ORDER BY grp, style, dur"
-# That sort is most of a summary's time (3.4 s for the API calls of 30 s of small kernels, seen on an
-# H200 test machine), and SQLite sorts in one thread: a large table is cut into spans of rowids,
+DISTINCT = ("SELECT grp, style, dur, count(*) FROM ({source}) GROUP BY grp, style, "
+            "dur ORDER BY grp, style, dur")
+# That sort is most of a summary's time (3.4 s for the API calls of 30 s of small kernels, seen on
+# an H200 test machine), and SQLite sorts in one thread: a large table is cut into spans of rowids,
 # each sorted and read whole in a thread of its own (SQLite works without the interpreter's lock; a
 # span only sorted there, then read in one thread, left half of SQLite's work and a merge of every
 # row in Python in that one thread: 2.2 and 1.9 s for 2.5 million API calls on a 2-core VM). A
@@ -121,7 +125,8 @@ def _array(values):
     values = list(values)
     try:
         return array.array("q", values)
-    except (TypeError, OverflowError):  # a duration past 64 bits, or not a whole number: kept as it is
+    # a duration past 64 bits, or not a whole number: kept as it is
+    except (TypeError, OverflowError):
         return values
 
 
@@ -132,16 +137,18 @@ class Group:
         self.grp, self.style, self.runs = grp, style, runs
 
     def nth(self, k):
-        """The k-th shortest duration, from 1: a span alone reads it off its counts; several spans, the
-        shortest duration with k or more at most as long, found by halving: among whole numbers
+        """The k-th shortest duration, from 1: a span alone reads it off its counts; several spans,
+        the shortest duration with k or more at most as long, found by halving: among whole numbers
         between the shortest and the longest (it is one of the durations: the count changes only at
         them), else among the durations themselves."""
         if len(self.runs) == 1:
             run = self.runs[0]
             return run.durations[bisect.bisect_left(run.upto, k)]
         whole = all(isinstance(r.durations, array.array) for r in self.runs)
-        values = None if whole else sorted(set(itertools.chain.from_iterable(r.durations for r in self.runs)))
-        lo, hi = (min(r.durations[0] for r in self.runs), max(r.durations[-1] for r in self.runs)) if whole \
+        values = None if whole else sorted(set(itertools.chain.from_iterable(r.durations
+                                                                             for r in self.runs)))
+        lo, hi = (min(r.durations[0] for r in self.runs),
+                  max(r.durations[-1] for r in self.runs)) if whole \
             else (0, len(values) - 1)
         while lo < hi:
             mid = (lo + hi) // 2
@@ -155,8 +162,10 @@ class Group:
         """(total, count, mean, median, min, max, sample standard deviation), the sums exact."""
         n = sum(r.upto[-1] for r in self.runs)
         total = sum(sum(map(operator.mul, r.durations, r.counts)) for r in self.runs)
-        squares = sum(sum(map(operator.mul, map(operator.mul, r.durations, r.durations), r.counts)) for r in self.runs)
-        median = (self.nth((n + 1) // 2) + self.nth((n + 2) // 2)) / 2  # the middle one, or the middle two's mean
+        squares = sum(sum(map(operator.mul, map(operator.mul, r.durations, r.durations), r.counts))
+                      for r in self.runs)
+        # the middle one, or the middle two's mean
+        median = (self.nth((n + 1) // 2) + self.nth((n + 2) // 2)) / 2
         stdev = math.sqrt((n * squares - total * total) / (n * (n - 1))) if n > 1 else 0.0
         low, high = min(r.durations[0] for r in self.runs), max(r.durations[-1] for r in self.runs)
         return total, n, total / n, median, low, high, stdev
@@ -178,7 +187,8 @@ def spans(db, table, threads):
 
 def sqlite_order(key):
     """A (grp, style) group's place as SQLite orders it: NULL, numbers, text, then blobs."""
-    return tuple((0, 0) if v is None else (1, v) if isinstance(v, (int, float)) else (2, v) if isinstance(v, str)
+    return tuple((0, 0) if v is None else (1, v) if isinstance(v, (int, float)) else (2, v)
+                 if isinstance(v, str)
                  else (3, v) for v in key)
 
 
@@ -203,8 +213,10 @@ class SortedSpan:
                                         {"lo": lo, "hi": hi, "last": last})
                     for key, rows in itertools.groupby(cursor, key=operator.itemgetter(0, 1)):
                         rows = list(rows)
-                        if rows[0][2] is None:  # NULL sorts first: a row whose start or end is no integer
-                            raise ValueError("%s: a start or end that is not an integer" % TABLES[summary])
+                        # NULL sorts first: a row whose start or end is no integer
+                        if rows[0][2] is None:
+                            raise ValueError("%s: a start or end that is not "
+                                             "an integer" % TABLES[summary])
                         self.runs[key] = Run(rows)
                 finally:
                     db.close()
@@ -216,7 +228,8 @@ def groups(export, db, summary, threads, until):
     """The summary's groups in SQLite's order of them, each with its runs of distinct durations;
     the threads' queries interrupted at ``until`` as ``db``'s are."""
     last = db.execute(LAST_EVENT).fetchone()[0] if summary == "nvtx_sum" else None
-    parts = [SortedSpan(export, summary, span, last, until) for span in spans(db, TABLES[summary], threads)]
+    parts = [SortedSpan(export, summary, span, last, until) for span in spans(db, TABLES[summary],
+                                                                              threads)]
     workers = [threading.Thread(target=p.sort) for p in parts[1:]]
     for w in workers:
         w.start()
@@ -228,7 +241,8 @@ def groups(export, db, summary, threads, until):
         if p.error is not None:
             raise p.error
     keys = sorted(set().union(*(p.runs for p in parts)), key=sqlite_order)
-    return [Group(grp, style, [p.runs[(grp, style)] for p in parts if (grp, style) in p.runs]) for grp, style in keys]
+    return [Group(grp, style, [p.runs[(grp, style)] for p in parts if (grp, style) in p.runs])
+            for grp, style in keys]
 
 
 def names(db, summary, grps):
@@ -242,7 +256,8 @@ def names(db, summary, grps):
     found = {}
     for i in range(0, len(ids), 500):  # SQLite's limit on the number of parameters, kept well under
         chunk = ids[i:i + 500]
-        found.update(db.execute("SELECT id, value FROM StringIds WHERE id IN (%s)" % ",".join("?" * len(chunk)), chunk))
+        found.update(db.execute("SELECT id, value FROM StringIds WHERE id IN (%s)" % ",".join(
+            "?" * len(chunk)), chunk))
     if summary == "cuda_api_sum":
         found = {k: v[:-6] if v[-6:-4] == "_v" else v for k, v in found.items()}
     return found
@@ -258,7 +273,8 @@ def tenths(x):
         return None
     with decimal.localcontext() as context:
         context.prec = 40
-        return float(decimal.Decimal(x).quantize(decimal.Decimal("0.1"), rounding=decimal.ROUND_HALF_UP))
+        return float(decimal.Decimal(x).quantize(decimal.Decimal("0.1"),
+                                                 rounding=decimal.ROUND_HALF_UP))
 
 
 def rows_of(export, db, summary, threads, until):
@@ -302,7 +318,8 @@ def write(export, summaries, path_of):
     that kept it from being made}."""
     failed = {}
     try:
-        sqlitefile.check_regular_file(export)  # a named pipe would hold every summary's open for ever
+        # a named pipe would hold every summary's open for ever
+        sqlitefile.check_regular_file(export)
     except sqlitefile.Refused as e:
         return dict((name, e) for name in summaries)
     threads = cpus()

@@ -52,8 +52,8 @@ def whose(env, launcher, rank, node_name, gpu_uuids):
     """Whose this rank's report is, as the launcher told the worker at its exec point: kept in its
     result, so that every report says which job, step, rank and GPUs it is of, whatever its name."""
     return {"job": env.get("SLURM_JOB_ID"), "step": env.get("SLURM_STEP_ID"), "rank": rank,
-            "local_rank": rank_of(env, launcher, LOCAL_RANK_VARS), "host": node_name, "gpu_uuids": list(gpu_uuids),
-            "launcher": launcher, "pid": os.getpid()}
+            "local_rank": rank_of(env, launcher, LOCAL_RANK_VARS), "host": node_name,
+            "gpu_uuids": list(gpu_uuids), "launcher": launcher, "pid": os.getpid()}
 
 
 def slurm_gpu_ids(env):
@@ -95,14 +95,16 @@ def time_to_run(env, stop_before, tool, now=None):
 
 
 def rank_window(env, window, now=None):
-    """(this rank's --window as nsys's delay and duration, the moment every rank's window starts) for
+    """(this rank's --window as nsys's delay and duration, the moment every rank's window starts)
+    for
     --window START:DURATION: START seconds after the batch script's FLEET_WINDOW_FROM, less the time
     since, so that the ranks srun started one after another collect the same seconds, and every
     rank's nsys exits at the same moment, its report written; (None, None) without a window. Where
     the script's moment is not readable, the rank counts from its own start; where it is past, the
     rank's window starts at once (and its note does not claim the others' moment)."""
     if not (isinstance(window, list) and len(window) == 2
-            and all(isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= planner.MAX_TIMEOUT for v in window)):
+            and all(isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= planner.MAX_TIMEOUT
+                    for v in window)):
         return None, None
     start, duration = window
     since = env.get("FLEET_WINDOW_FROM") or ""
@@ -110,13 +112,15 @@ def rank_window(env, window, now=None):
         return (start, duration), None
     at = int(since) + start
     away = at - (time.time() if now is None else now)
-    if away < 0:  # srun started this rank after the moment: its window starts now, not with the others'
+    # srun started this rank after the moment: its window starts now, not with the others'
+    if away < 0:
         return (0, duration), None
     return (-int(-away // 1), duration), at
 
 
 def plan_rank(args, env, label, command):
-    """The rank's plan, made from this node's state as it is now, and what the manifest needs of it."""
+    """The rank's plan, made from this node's state as it is now, and what the manifest needs of
+    it."""
     node_name = env.get("SLURMD_NODENAME") or socket.gethostname()
     document = node.probe({"tools": args.get("tools") or {}, "environment_check": False,
                            "report_dir": args["report_dir"]})
@@ -125,13 +129,16 @@ def plan_rank(args, env, label, command):
     gpus = policy.job_gpu_indices(slurm_gpu_ids(env), state.gpus)
     req = planner.ProfileRequest.from_json(args["request"])
     window, window_at = rank_window(env, args.get("window"))
-    rank = planner.RankPart(job=env.get("SLURM_JOB_ID"), gpus=gpus, output_name="%s/%s" % (node_name, label),
-                            timeout=time_to_run(env, args.get("stop_before"), req.tool), window=window,
-                            window_at=window_at)
+    rank = planner.RankPart(job=env.get("SLURM_JOB_ID"), gpus=gpus,
+                            output_name="%s/%s" % (node_name, label),
+                            timeout=time_to_run(env, args.get("stop_before"), req.tool),
+                            window=window, window_at=window_at)
     req = replace(req, command=tuple(command), rank=rank)
     plan = planner.plan(label, state, req)
-    context = dict(state.facts(req.gpus, req.tool).to_json(), slurm_node=node_name, job_id=env.get("SLURM_JOB_ID"),
-                   directory=rundir.RunDir(os.path.join(args["report_dir"], req.run_id)).node(node_name).path)
+    context = dict(state.facts(req.gpus, req.tool).to_json(), slurm_node=node_name,
+                   job_id=env.get("SLURM_JOB_ID"),
+                   directory=rundir.RunDir(os.path.join(args["report_dir"],
+                                                        req.run_id)).node(node_name).path)
     launcher = args.get("launcher", "srun")
     uuids = [g.uuid for g in state.chosen(gpus)]
     context["whose"] = whose(env, launcher, rank_of(env, launcher), node_name, uuids)
@@ -139,14 +146,16 @@ def plan_rank(args, env, label, command):
 
 
 def refuse(plan, context, report_root):
-    """No profiler, no workload: the refusal goes where fleet gathers results, and to the job's log."""
-    result = dict(context, status="refused", host=plan.host, reasons=list(plan.reasons), remedy=plan.remedy,
-                  tenants=[str(t) for t in plan.tenants], reports=[])
+    """No profiler, no workload: the refusal goes where fleet gathers results, and to the job's
+    log."""
+    result = dict(context, status="refused", host=plan.host, reasons=list(plan.reasons),
+                  remedy=plan.remedy, tenants=[str(t) for t in plan.tenants], reports=[])
     sys.stderr.write("fleet: %s on %s refused, nothing was run: %s\n" % (
         plan.host, context["slurm_node"], "; ".join(plan.reasons)))
     try:
         files.private_dir(context["directory"], root=report_root)
-        files.write_private(rundir.RunDir(context["directory"]).result(plan.host), run.frame(result))
+        files.write_private(rundir.RunDir(context["directory"]).result(plan.host),
+                            run.frame(result))
     except OSError as e:
         sys.stderr.write("fleet: %s: could not write the refusal's result: %s\n" % (plan.host, e))
     return run.REFUSED_EXIT

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import signal
 
-NSYS_BACKSTOP = 300.0  # nsys stopping the workload itself (--duration) then writes its report: stop it only this late
+# nsys stopping the workload itself (--duration) then writes its report: stop it only this late
+NSYS_BACKSTOP = 300.0
 
 
 def time_up(plan, elapsed, by_nsys):
@@ -19,7 +20,8 @@ def time_up(plan, elapsed, by_nsys):
     nsys's session was stopped, where its --duration may no longer count."""
     if not plan.timeout:
         return False, False
-    return elapsed >= plan.timeout + (NSYS_BACKSTOP if by_nsys else 0), by_nsys and elapsed >= plan.timeout
+    return elapsed >= plan.timeout + (NSYS_BACKSTOP if by_nsys
+                                      else 0), by_nsys and elapsed >= plan.timeout
 
 
 def duration_was_up(plan, ran, started, duration_up, by_nsys):
@@ -35,6 +37,8 @@ def duration_was_up(plan, ran, started, duration_up, by_nsys):
 def by_duration(plan, proc, duration_up, ranks_stop):
     """Why nsys's own --duration stopped the run (its --kill sigterm, not an end of the workload's
     own; under a launcher each rank's 143 made 0 by RanksStop), or None."""
-    if duration_up and (proc.returncode == 128 + signal.SIGTERM or ranks_stop.marked and proc.returncode == 0):
-        return "at its time limit of %gs, by nsys (--duration), its kernels until then kept" % plan.timeout
+    if duration_up and (proc.returncode == 128 + signal.SIGTERM or ranks_stop.marked
+                        and proc.returncode == 0):
+        return ("at its time limit of %gs, by nsys (--duration), its kernels "
+                "until then kept" % plan.timeout)
     return None

@@ -45,7 +45,8 @@ class Processes:
     def __init__(self, root):
         self.root = root
         self._seen = {}  # pid -> (start time, (name, uid), in the workload's tree)
-        self._gone = {}  # workload pids gone from /proc, which NVML may list a moment longer -> (name, uid)
+        # workload pids gone from /proc, which NVML may list a moment longer -> (name, uid)
+        self._gone = {}
 
     def _entry(self, pid):
         lineage = procfs.lineage(pid)
@@ -56,7 +57,8 @@ class Processes:
             return (None, self._gone[pid], True) if pid in self._gone else None
         hit = self._seen.get(pid)
         if hit is None or hit[0] != lineage[2]:  # new, or the pid was reused
-            hit = self._seen[pid] = (lineage[2], procfs.process(pid), self._below_root(pid, lineage))
+            hit = self._seen[pid] = (lineage[2], procfs.process(pid),
+                                     self._below_root(pid, lineage))
         return hit
 
     def get(self, pid):
@@ -110,7 +112,8 @@ class Watch:
         if self.newcomer is not None and released_at is not None:
             released = round(released_at - self.started, 3)
             self.newcomer.update(released_s=released,
-                                 overlap_s=round(max(0.0, released - self.newcomer["appeared_s"]), 3))
+                                 overlap_s=round(max(0.0, released - self.newcomer["appeared_s"]),
+                                                 3))
         if self.newcomer is not None and action:
             self.newcomer["action"] = action
         conditions = {"gpus": self.identities, "interval_s": self.interval, "samples": self.samples}
@@ -164,11 +167,14 @@ class Watch:
 
     def _judge(self, looks, now, first):
         state = self._state(looks)
-        workload = frozenset(p["pid"] for g in looks for p in g["processes"] if self.procs.workload(p["pid"]))
+        workload = frozenset(p["pid"] for g in looks
+                             for p in g["processes"] if self.procs.workload(p["pid"]))
         for gpu, unexplained in policy.unexplained_memory(state, self.request).items():
             self._floor[gpu] = min(self._floor.get(gpu, unexplained), unexplained)
-        found = policy.newcomers(state, self.request, workload, self.contained, self._floor, self._known)
-        if first and not self.counters:  # allowed to stay when the run began (a trace warned of them)
+        found = policy.newcomers(state, self.request, workload, self.contained, self._floor,
+                                 self._known)
+        # allowed to stay when the run began (a trace warned of them)
+        if first and not self.counters:
             self._known = frozenset(n.key for n in found)
             found = []
         at = round(now - self.started, 3)
@@ -181,7 +187,8 @@ class Watch:
                 self._note(n, at)
 
     def _arrived(self, n, at, clear):
-        """A newcomer beside counters: recorded (``at``: seconds since the profiler started; ``clear``:
+        """A newcomer beside counters: recorded (``at``: seconds since the profiler started;
+        ``clear``:
         the last look that saw none) and said at once, for the profiler to yield."""
         self.newcomer = {"gpu": n.gpu, "pid": n.pid, "user": n.user, "used_memory": n.used_memory,
                          "unseen": n.unseen, "why": n.why, "appeared_s": at, "last_clear_s": clear,
@@ -189,19 +196,21 @@ class Watch:
         self.arrived.set()
 
     def _note(self, n, at):
-        """A newcomer beside a trace: nothing to yield, but the times measured from then on were shared."""
+        """A newcomer beside a trace: nothing to yield, but the times measured from then on were
+        shared."""
         self._noted.add(n.key)
         who = n.why if n.unseen else str(policy.Tenant(n.gpu, n.pid, n.user, n.used_memory, n.why))
-        self.notes.append("a newcomer joined the GPU %.1f s after the profiler started (%s): nsys trace "
-                          "programs no counters and went on, but the kernel times it measured from then "
-                          "on were shared" % (at, who))
+        self.notes.append("a newcomer joined the GPU %.1f s after the profiler started (%s): nsys "
+                          "trace programs no counters and went on, but the kernel times it "
+                          "measured from then on were shared" % (at, who))
 
     def _sample(self, nv, handles, looks, now):
         t = round(now - self.started, 3)
         for (i, h), g in zip(handles, looks):
             sample = dict({"t": t, "gpu": i}, **nvml_gpus.conditions(nv, h))
             sample["processes"] = [{"pid": p["pid"], "user": p.get("user"), "name": p.get("name"),
-                                    "used_memory": p.get("used_memory"), "own": self.procs.workload(p["pid"])}
+                                    "used_memory": p.get("used_memory"),
+                                    "own": self.procs.workload(p["pid"])}
                                    for p in g["processes"]]
             self.samples.append(sample)
         if len(self.samples) > MAX_SAMPLES * max(1, len(handles)):

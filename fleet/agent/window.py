@@ -32,10 +32,10 @@ except ImportError:  # as part of the installed package (tests, the local machin
     from .. import rundir
     from ..wrapping import windows
 
-# The workload's output once the agent has gone (Ctrl-C's "leave it running"), copied by a process of
-# its own from the pipes the agent read into the run's file: argv[1] the file's fd, the rest the pipes'.
-# It reads to the end whatever happens to the file (a full disk: the rest goes nowhere), so that the
-# workload never meets a pipe without a reader.
+# The workload's output once the agent has gone (Ctrl-C's "leave it running"), copied by a process
+# of its own from the pipes the agent read into the run's file: argv[1] the file's fd, the rest the
+# pipes'. It reads to the end whatever happens to the file (a full disk: the rest goes nowhere), so
+# that the workload never meets a pipe without a reader.
 DRAIN = """import os, select, sys
 out = int(sys.argv[1])
 fds = [int(a) for a in sys.argv[2:]]
@@ -54,7 +54,8 @@ while fds:
                 out, data = os.open(os.devnull, os.O_WRONLY), b""
 """
 PR_SET_CHILD_SUBREAPER = 36  # prctl(2): orphaned descendants are reparented to this process
-KILL_AFTER = 30.0  # seconds after the SIGTERM of a stop a workload left by the window still alive gets SIGKILL
+# seconds after the SIGTERM of a stop a workload left by the window still alive gets SIGKILL
+KILL_AFTER = 30.0
 
 
 class Window:
@@ -65,7 +66,8 @@ class Window:
         self.spec = plan.window or {}
         where = getattr(plan, "report_dir", ""), getattr(plan, "host", "")
         self.output = rundir.RunDir(where[0]).workload_out(where[1]) if all(where) else None
-        self.running_on = None  # left running at Ctrl-C's "leave it running": its pids and output (let_go)
+        # left running at Ctrl-C's "leave it running": its pids and output (let_go)
+        self.running_on = None
         self.let_go_said = self.capture_output = None
         self.left = []          # the workload's processes nsys left behind (pids)
         self.status = None      # the first one's exit status, waited for (os.waitpid's)
@@ -74,9 +76,10 @@ class Window:
         self.pending = []       # the left processes not yet ended (without --detach)
 
     def timed(self, argv):
-        """The profiler's words with a Slurm rank's --delay counted again now, just before nsys starts
-        (the plan counted it before the rank's checks): to the moment every rank's window starts
-        (``at``), to the nearest second; a rank past it starts at once and no longer claims it."""
+        """The profiler's words with a Slurm rank's --delay counted again now, just before nsys
+        starts (the plan counted it before the rank's checks): to the moment every rank's window
+        starts (``at``), to the nearest second; a rank past it starts at once and no longer claims
+        it."""
         at = self.spec.get("at")
         if not isinstance(at, int) or "--delay=%s" % self.spec.get("start") not in argv:
             return argv
@@ -140,7 +143,8 @@ class Window:
 
     def reap(self, stop_requested):
         """Once the workload's output has ended: the left processes waited for (a stop asked of
-        fleet meanwhile goes to them, SIGKILL 30 s after its SIGTERM), the first one's exit status kept."""
+        fleet meanwhile goes to them, SIGKILL 30 s after its SIGTERM), the first one's exit status
+        kept."""
         while self.waiting():
             if stop_requested() or self.stopped_at is not None:
                 self.stop()
@@ -158,22 +162,27 @@ class Window:
         output = self.capture_output if detached else output
         self.running_on, self.pending = running_record(left, output), []
         how = ("--detach: nsys wrote the report of every window asked" if detached else
-               "Ctrl-C: nsys stopped collecting (nsys stop of its session) and wrote its report" if nsys_runs
+               "Ctrl-C: nsys stopped collecting (nsys stop of its session) and wrote its report"
+               if nsys_runs
                else "Ctrl-C: nsys had written the window's report")
         self.let_go_said = "%s, and the workload runs on: pid %s%s, its output %s" % (
             how, ", ".join(map(str, left)), " (nsys, the workload below it)" if nsys_runs else "",
             "in %s" % output if output else "dropped (%s)" % why)
 
     def windows_written(self, plan, profiler):
-        """"detach" where the run has --detach with windows the workload opens and every window asked
-        has its report, whole: as many non-empty reports at the run's output name as windows asked,
-        and no data of nsys's left in the run's private TMPDIR to make one from (nsys writes each
-        window's report as it ends: docs/examples/h200-acceptance/6679068/1-windows); else None."""
+        """"detach" where the run has --detach with windows the workload opens and every window
+        asked has its report, whole: as many non-empty reports at the run's output name as windows
+        asked, and no data of nsys's left in the run's private TMPDIR to make one from (nsys writes
+        each window's report as it ends: docs/examples/h200-acceptance/6679068/1-windows); else
+        None."""
         spec = getattr(plan, "capture", None) or {}
         if not spec.get("detach") or profiler.poll() is not None:
             return None
         stem = rundir.RunDir.output_glob(plan.output)
-        written = [p for p in set(glob.glob(stem + ".nsys-rep")) | set(glob.glob(stem + ".[0-9]*.nsys-rep"))
+        written = [p
+                   for p in set(glob.glob(stem
+                                          + ".nsys-rep")) | set(glob.glob(stem
+                                                                          + ".[0-9]*.nsys-rep"))
                    if os.path.getsize(p) > 0]
         tmp = os.environ.get("TMPDIR")
         pending = glob.glob(os.path.join(tmp, "nsys-report-*.qdstrm")) if tmp else []
@@ -188,16 +197,20 @@ class Window:
         try:
             if not to_file:
                 raise OSError("--detach: the workload writes its own file")
-            out = os.open(self.output, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_APPEND, 0o600)
+            out = os.open(self.output,
+                          os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_APPEND, 0o600)
             output, why = self.output, None
         except (OSError, TypeError) as e:
             out, output, why = os.open(os.devnull, os.O_WRONLY), None, "%s: %s" % (self.output, e)
         fds = [s.fileno() for s in streams]
         try:
-            subprocess.Popen([sys.executable or "python3", "-I", "-c", DRAIN, str(out)] + [str(fd) for fd in fds],
-                             pass_fds=[out] + fds, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+            subprocess.Popen([sys.executable or "python3", "-I", "-c", DRAIN, str(out)]
+                             + [str(fd) for fd in fds],
+                             pass_fds=[out] + fds, stdin=subprocess.DEVNULL,
+                             stdout=subprocess.DEVNULL,
                              stderr=subprocess.DEVNULL, start_new_session=True)
-        except OSError as e:  # its pipes then close with the agent: the workload may end at its next write
+        # its pipes then close with the agent: the workload may end at its next write
+        except OSError as e:
             output, why = None, "the drainer could not start: %s; it may end at its next write" % e
         os.close(out)
         for stream in streams:
@@ -208,17 +221,22 @@ class Window:
         """(the workload record, or None where nsys's exit status says it; notes) for the result, or
         None for a run without a window, nor left running at Ctrl-C."""
         if self.running_on is not None:
-            return {"exit_status": None, "signal": None, "running": self.running_on}, [self.let_go_said]
+            return {"exit_status": None, "signal": None,
+                    "running": self.running_on}, [self.let_go_said]
         if not self.spec:
             return None
-        said = "nsys collected %ss after %ss (--window) and wrote its report; the workload went on" % (
-            self.spec["duration"], self.spec["start"])
-        if isinstance(self.spec.get("at"), int):  # a Slurm rank's: counted to one moment for every rank
-            said = "nsys collected %ss from %s (--window, the moment every rank's window starts) and wrote its " \
-                   "report; the workload went on" % (self.spec["duration"], time.strftime(
-                       "%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.spec["at"])))
+        said = ("nsys collected %ss after %ss (--window) and wrote its report; the workload "
+                "went on" % (self.spec["duration"], self.spec["start"]))
+        # a Slurm rank's: counted to one moment for every rank
+        if isinstance(self.spec.get("at"), int):
+            said = ("nsys collected %ss from %s (--window, the moment every rank's window starts) "
+                    "and wrote its report; the workload went on" % (
+                        self.spec["duration"],
+                        time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.spec["at"]))))
         if not self.adopted:
-            return None, ["the workload's end after the window is not known: the agent could not adopt it (prctl)"]
+            return (None,
+                    ["the workload's end after the window is not known: the agent could not adopt "
+                     "it (prctl)"])
         if not self.left:  # nsys passed its exit status on, as for any run
             return None, ["the workload ended within the window (--window %s:%s)" % (
                 self.spec["start"], self.spec["duration"])]
@@ -228,10 +246,14 @@ class Window:
                     [said + " and still runs (--detach): pid %s, its output in %s" % (
                         ", ".join(map(str, self.left)), running["output"])])
         if self.status is None:
-            return {"exit_status": None, "signal": None}, [said + "; its end was not seen (it was not adopted)"]
+            return {"exit_status": None, "signal": None}, [said
+                                                           + "; its end was not seen (it was not "
+                                                             "adopted)"]
         record = _status(self.status)
-        if self.stopped_at is not None:  # Ctrl-C, fleet cancel, a Slurm job's time limit: fleet's stop, not its own end
-            return record, [said + " and was stopped when fleet was told to stop (%s)" % _said(record)]
+        # Ctrl-C, fleet cancel, a Slurm job's time limit: fleet's stop, not its own end
+        if self.stopped_at is not None:
+            return record, [said
+                            + " and was stopped when fleet was told to stop (%s)" % _said(record)]
         return record, [said + " and ended by itself (%s)" % _said(record)]
 
     def why_stopped(self):
@@ -249,9 +271,10 @@ def running_record(pids, output):
     (nsys's, the workload below it in it), by which fleet top tells its GPU processes."""
     lineages = [procs.lineage(pid) or (None, None, None) for pid in pids]
     boot = (procs.read("/proc/sys/kernel/random/boot_id") or "").strip() or None
-    session = next((sid for _, sid, _ in lineages if sid is not None), None)  # fleet top finds its processes by it
-    return {"pids": list(pids), "started": [began for _, _, began in lineages], "boot": boot, "output": output,
-            "session": session}
+    # fleet top finds its processes by it
+    session = next((sid for _, sid, _ in lineages if sid is not None), None)
+    return {"pids": list(pids), "started": [began for _, _, began in lineages], "boot": boot,
+            "output": output, "session": session}
 
 
 def captured(spec, reports):
@@ -263,11 +286,12 @@ def captured(spec, reports):
     opened, asked = windows.opened_by(spec), spec["repeat"]
     taken = len([r for r in reports if r["path"].endswith(".nsys-rep")])
     if not taken:
-        return ("no window was taken: the workload never opened one (%s) while nsys ran, and nsys collects "
-                "nothing outside it" % opened), []
+        return ("no window was taken: the workload never opened one (%s) while nsys ran, and nsys "
+                "collects nothing outside it" % opened), []
     after = "the workload runs on (--detach)" if spec.get("detach") and taken >= asked else \
         "the workload went on to its end"
-    said = "nsys collected %d window%s (%s), and %s" % (taken, "s" if taken > 1 else "", opened, after)
+    said = "nsys collected %d window%s (%s), and %s" % (taken, "s" if taken > 1 else "", opened,
+                                                        after)
     if taken < asked:
         said += "; %d of the %d asked (--repeat %d): the workload opened it %d times" % (
             taken, asked, asked, taken)
@@ -281,4 +305,5 @@ def _status(status):
 
 
 def _said(record):
-    return "killed by %s" % record["signal"] if record["signal"] else "exit status %d" % record["exit_status"]
+    return ("killed by %s" % record["signal"] if record["signal"]
+            else "exit status %d" % record["exit_status"])

@@ -24,7 +24,8 @@ KINDS = ("probe", "profile", "repair", "look")
 # What an agent says of one run (the body of a "profile" answer, and of a rank's result file).
 RESULT_STATUSES = ("ok", "refused", "stopped", "no-report", "error", "yielded", "profiler-error")
 SHA256 = re.compile(r"^[0-9a-f]{64}$")
-MAX_ITEMS = 10000  # reports, notes, reasons: more than any run makes; a node sending more is not believed
+# reports, notes, reasons: more than any run makes; a node sending more is not believed
+MAX_ITEMS = 10000
 
 
 class WireError(ValueError):
@@ -33,7 +34,8 @@ class WireError(ValueError):
 
 def frame(kind, body):
     """The one framing of an agent's answer, as a line."""
-    return MARK + json.dumps({"wire": VERSION, "kind": kind, "body": body}, separators=(",", ":")) + "\n"
+    return MARK + json.dumps({"wire": VERSION, "kind": kind, "body": body},
+                             separators=(",", ":")) + "\n"
 
 
 def answers(text, kind):
@@ -49,7 +51,8 @@ def answers(text, kind):
             continue
         try:
             doc = json.loads(line)
-        except (ValueError, RecursionError):  # cut off, or nested past the stack: no answer fleet wrote
+        # cut off, or nested past the stack: no answer fleet wrote
+        except (ValueError, RecursionError):
             continue
         if not isinstance(doc, dict):
             continue
@@ -62,7 +65,8 @@ def answers(text, kind):
 
 
 def read(text, kind):
-    """The last answer of ``kind`` in ``text``, held to its shape; WireError says why there is none."""
+    """The last answer of ``kind`` in ``text``, held to its shape; WireError says why there is
+    none."""
     found = answers(text, kind)
     if not found:
         raise WireError("no %s answer from the agent" % kind)
@@ -89,7 +93,8 @@ def int_or_none(v):
 
 
 def number_or_none(v):
-    ok = v is None or (isinstance(v, (int, float)) and not isinstance(v, bool) and v == v and abs(v) < 1e15)
+    ok = v is None or (isinstance(v, (int, float)) and not isinstance(v, bool) and v == v
+                       and abs(v) < 1e15)
     return None if ok else "not a number"
 
 
@@ -115,7 +120,8 @@ def check(value, shape, where="", required=()):
     if isinstance(shape, dict):
         return _check_object(value, shape, where, required)
     if not isinstance(value, shape) or (isinstance(value, bool) and shape in (int, (int, float))):
-        return ["%s: not %s (%.60r)" % (where or "answer", getattr(shape, "__name__", shape), value)]
+        return ["%s: not %s (%.60r)" % (where or "answer", getattr(shape, "__name__", shape),
+                                        value)]
     return []
 
 
@@ -123,7 +129,8 @@ def _check_list(value, item_shape, where):
     """A list (of at most MAX_ITEMS) each of whose items is of ``item_shape``."""
     if not isinstance(value, list) or len(value) > MAX_ITEMS:
         return ["%s: not a list" % where]
-    return [p for i, item in enumerate(value) for p in check(item, item_shape, "%s[%d]" % (where, i))]
+    return [p for i, item in enumerate(value) for p in check(item, item_shape,
+                                                             "%s[%d]" % (where, i))]
 
 
 def _check_object(value, shape, where, required):
@@ -141,47 +148,60 @@ def _member(where, key):
     return where + "." + key if where else key
 
 
-FILE = {"path": str, "size": non_negative, "sha256": sha256, "status": str_or_none, "summary": str_or_none,
-        "kind": str_or_none, "truncated": str_or_none}
+FILE = {"path": str, "size": non_negative, "sha256": sha256, "status": str_or_none,
+        "summary": str_or_none, "kind": str_or_none, "truncated": str_or_none}
 FILE_REQUIRED = ("path", "size", "sha256")
 NEWCOMER = {"gpu": int_or_none, "pid": int_or_none, "user": str_or_none, "used_memory": int_or_none,
-            "unseen": bool, "appeared_s": number_or_none, "overlap_s": number_or_none, "action": str_or_none}
+            "unseen": bool, "appeared_s": number_or_none, "overlap_s": number_or_none,
+            "action": str_or_none}
 WORKLOAD = {"exit_status": int_or_none, "signal": str_or_none, "running": (dict, type(None))}
-# A workload left running on the node (--detach, Ctrl-C's "leave it running"): its pids, each one's start
-# time in clock ticks since boot and the boot's id (a pid used again later is not it), and its output's file.
-RUNNING = {"pids": [non_negative], "started": [int_or_none], "boot": str_or_none, "output": str_or_none,
-           "session": int_or_none}
+# A workload left running on the node (--detach, Ctrl-C's "leave it running"): its pids, each one's
+# start time in clock ticks since boot and the boot's id (a pid used again later is not it), and its
+# output's file.
+RUNNING = {"pids": [non_negative], "started": [int_or_none], "boot": str_or_none,
+           "output": str_or_none, "session": int_or_none}
 # The moments of a run on the node, seconds since its agent's process started (agent/run.py).
 PHASES = ("started", "checked", "profiler_ended", "collected", "summarized", "answered")
 RESULT = {
-    "status": one_of(*RESULT_STATUSES), "host": str_or_none, "node": str_or_none, "reasons": [str], "notes": [str],
-    "given_up": [str], "reports": [FILE], "summaries": [FILE], "changed": dict, "restored": (dict, type(None)),
+    "status": one_of(*RESULT_STATUSES), "host": str_or_none, "node": str_or_none, "reasons": [str],
+    "notes": [str],
+    "given_up": [str], "reports": [FILE], "summaries": [FILE], "changed": dict,
+    "restored": (dict, type(None)),
     "exit_status": int_or_none, "stopped": bool, "rank": int_or_none, "profiler_errors": [str],
-    "workload": (dict, type(None)), "newcomer": (dict, type(None)), "conditions": (dict, type(None)),
+    "workload": (dict, type(None)), "newcomer": (dict, type(None)),
+    "conditions": (dict, type(None)),
     "tenants": list, "processes_seen": list, "gpu": str_or_none, "driver": str_or_none,
     "tool_version": str_or_none, "slurm_node": str_or_none, "whose": (dict, type(None)),
-    "missing_ranks": [non_negative],  # a launcher's ranks that left no report (agent/run.py: rank_reports)
-    "unfinished": [str],  # a line for each of nsys's data left without its report (agent/reports.py)
+    # a launcher's ranks that left no report (agent/run.py: rank_reports)
+    "missing_ranks": [non_negative],
+    # a line for each of nsys's data left without its report (agent/reports.py)
+    "unfinished": [str],
     "phases": {k: number_or_none for k in PHASES},  # each moment of the run's (agent/procs.Clock)
 }
 PROBE = {"host": str_or_none, "uid": int_or_none, "gid": int_or_none, "user": str_or_none,
          "nvml": dict, "gpus": [dict], "mps": dict, "dcgm": dict, "tools": dict, "report_dir": dict,
          "nvidia": dict, "perf_event_paranoid": int_or_none}
-GPU = {"index": int, "name": str_or_none, "uuid": str_or_none, "processes": [dict], "architecture": int_or_none}
+GPU = {"index": int, "name": str_or_none, "uuid": str_or_none, "processes": [dict],
+       "architecture": int_or_none}
 PROCESS = {"pid": int_or_none, "user": str_or_none, "uid": int_or_none, "used_memory": int_or_none}
 REPAIR = {"value": (dict, type(None)), "error": str_or_none, "host": str_or_none}
 # One sample of the live look (fleet/agent/look.py): the first carries the node's probed state.
-ACTIVITY = {"source": one_of("gpm", "utilization"), "utilization": number_or_none, "why": str_or_none,
-            **{k: number_or_none for k in ("sm_activity", "sm_occupancy", "tensor_activity", "dram_bandwidth",
+ACTIVITY = {"source": one_of("gpm", "utilization"), "utilization": number_or_none,
+            "why": str_or_none,
+            **{k: number_or_none for k in ("sm_activity", "sm_occupancy", "tensor_activity",
+                                           "dram_bandwidth",
                                             "fp32_activity", "fp16_activity", "fp64_activity")}}
 LOOK_GPU = {"index": int, "processes": [dict], "process_list_error": str_or_none,
             "memory_used_by_processes": int_or_none, "sampled_pids": (list, type(None)),
-            "memory_total": int_or_none, "memory_used": int_or_none, "activity": dict, "conditions": dict}
+            "memory_total": int_or_none, "memory_used": int_or_none, "activity": dict,
+            "conditions": dict}
 LOOK_PROCESS = dict(PROCESS, name=str_or_none, command=str_or_none, container=str_or_none,
                     slurm_job=str_or_none, foreign=bool, why=str_or_none, session=int_or_none)
-CONDITIONS = {"sm_clock_mhz": int_or_none, "mem_clock_mhz": int_or_none, "throttle": (list, type(None)),
+CONDITIONS = {"sm_clock_mhz": int_or_none, "mem_clock_mhz": int_or_none,
+              "throttle": (list, type(None)),
               "temperature_c": int_or_none, "power_w": number_or_none}
-LOOK = {"host": str_or_none, "seq": non_negative, "time": number_or_none, "gpus": [dict], "state": dict}
+LOOK = {"host": str_or_none, "seq": non_negative, "time": number_or_none, "gpus": [dict],
+        "state": dict}
 
 
 def _look_problems(body):
@@ -194,7 +214,8 @@ def _look_problems(body):
         wrong += check(gpu["activity"], ACTIVITY, where + ".activity", required=("source",))
         wrong += check(gpu.get("conditions") or {}, CONDITIONS, where + ".conditions")
         wrong += [p for j, proc in enumerate(gpu["processes"])
-                  for p in check(proc, LOOK_PROCESS, "%s.processes[%d]" % (where, j), required=("pid",))]
+                  for p in check(proc, LOOK_PROCESS, "%s.processes[%d]" % (where, j),
+                                 required=("pid",))]
         wrong += check(gpu.get("sampled_pids") or [], [int], where + ".sampled_pids")
     if not wrong and "state" in body:
         wrong += ["state." + p for p in problems(body["state"], "probe")]
@@ -202,7 +223,8 @@ def _look_problems(body):
 
 
 def _profile_problems(body):
-    """Every way a profile's result is not of RESULT's shape, its files', newcomer's and workload's."""
+    """Every way a profile's result is not of RESULT's shape, its files', newcomer's and
+    workload's."""
     wrong = check(body, RESULT, required=("status",))
     if wrong:
         return wrong
@@ -212,7 +234,8 @@ def _profile_problems(body):
     wrong += check(body.get("newcomer") or {}, NEWCOMER, "newcomer")
     wrong += check(body.get("workload") or {}, WORKLOAD, "workload")
     running = (body.get("workload") or {}).get("running") if not wrong else None
-    return wrong + (check(running, RUNNING, "workload.running", ("pids", "started")) if running is not None else [])
+    return wrong + (check(running, RUNNING, "workload.running", ("pids", "started"))
+                    if running is not None else [])
 
 
 def problems(body, kind):
@@ -242,5 +265,6 @@ def named_files(body, besides=()):
 
 
 def named_path(entry):
-    """The path a file's entry names, for the record of one not fetched (None where it names none)."""
+    """The path a file's entry names, for the record of one not fetched (None where it names
+    none)."""
     return entry.get("path") if isinstance(entry, dict) else None

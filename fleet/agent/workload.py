@@ -19,10 +19,11 @@ FULL_MARGIN = 1 << 20  # bytes: a folder with less free is full (a report taken 
 MAX_ERRORS = 20
 MAX_LINE = 300
 NCU_APP_CODE = re.compile(r"==ERROR== The application returned an error code \((-?\d+)\)")
-# What a profiler says when the disk filled under it: the C library's words (ENOSPC), and nsys 2025.3's
-# (tests/fixtures/launchers-h200/3-disk-full.txt): writing a process's termination status into its TMPDIR
-# it threw WriteStreamException, said "[QuadDCommon::tag_message*] = Is the disk full? Total size: 67108864
-# bytes, Used size: 67108864 bytes, Free size to caller: 0 bytes", and then never exited.
+# What a profiler says when the disk filled under it: the C library's words (ENOSPC), and nsys
+# 2025.3's (tests/fixtures/launchers-h200/3-disk-full.txt): writing a process's termination status
+# into its TMPDIR it threw WriteStreamException, said "[QuadDCommon::tag_message*] = Is the disk
+# full? Total size: 67108864 bytes, Used size: 67108864 bytes, Free size to caller: 0 bytes", and
+# then never exited.
 DISK_FULL_WORDS = (os.strerror(errno.ENOSPC), "Is the disk full?")
 NSYS_DISK_FULL = r"\[QuadDCommon::tag_message\*\] = " + re.escape(DISK_FULL_WORDS[1])
 DISK_FULL_LINE = {"nsys": re.compile("^" + NSYS_DISK_FULL)}
@@ -30,7 +31,8 @@ DISK_FULL_LINE = {"nsys": re.compile("^" + NSYS_DISK_FULL)}
 # (tests/fixtures): "Failed to create '...': File exists.", "Importer error status: ...",
 # its disk-full line, and the usual "Error:"/"ERROR"/"FATAL" beginnings.
 ERROR_LINE = {"ncu": re.compile(r"^==ERROR== "),
-              "nsys": re.compile(r"^(Error|ERROR|FATAL|Fatal error|Failed to |Importer error status|%s)"
+              "nsys": re.compile(r"^(Error|ERROR|FATAL|Fatal error|Failed to |Importer error "
+                                 r"status|%s)"
                                  % NSYS_DISK_FULL)}
 
 
@@ -96,7 +98,8 @@ class ErrorLines:
         for rest in self._partial.values():
             self._take(rest)
         self._partial = {}
-        return self.lines + (["(%d more error lines left out)" % self.left_out] if self.left_out else [])
+        return self.lines + (["(%d more error lines left out)" % self.left_out] if self.left_out
+                             else [])
 
     def _take(self, line):
         # ncu prints ==PROF== progress and ==ERROR== on one line when they meet mid-line
@@ -104,8 +107,8 @@ class ErrorLines:
         line = line[at:] if at > 0 and self.pattern.pattern.startswith("^==ERROR") else line
         if not self.pattern.search(line):
             return
-        if self.disk_full is None and self.full_pattern is not None and self.full_pattern.search(line) \
-                and self.confirm():
+        if (self.disk_full is None and self.full_pattern is not None
+                and self.full_pattern.search(line) and self.confirm()):
             self.disk_full = line.strip()[:MAX_LINE]
         if len(self.lines) < MAX_ERRORS:
             self.lines.append(line.strip()[:MAX_LINE])
@@ -116,24 +119,26 @@ class ErrorLines:
 def lost_to_signal(outcome, summaries):
     """Why an nsys report of a workload killed by a signal has no kernels: nsys keeps CUDA
     activity only of a workload that ends or that its --duration stops (on an H200 test machine
-    a SIGSEGV after 2,000 kernels left an empty kernel summary, tests/fixtures/tools-2025.3-h200)."""
+    a SIGSEGV after 2,000 kernels left an empty kernel summary,
+    tests/fixtures/tools-2025.3-h200)."""
     empty = [s for s in summaries if s.get("summary") == "cuda_gpu_kern_sum" and not s.get("size")]
     if not outcome.get("signal") or not empty:
         return []
-    return ["the kernel summary is empty although the workload ran: it was killed by %s, and the CUDA activity nsys "
-            "had not yet saved died with the process" % outcome["signal"]]
+    return ["the kernel summary is empty although the workload ran: it was killed by %s, and the "
+            "CUDA activity nsys had not yet saved died with the process" % outcome["signal"]]
 
 
-# nsys's error lines about what fleet finishes itself (tests/fixtures/tools-2025.3-h200): its importer
-# failing (the report is finished from its .qdstrm), and a taken output name (the report it wrote
-# elsewhere is moved beside the others).
+# nsys's error lines about what fleet finishes itself (tests/fixtures/tools-2025.3-h200): its
+# importer failing (the report is finished from its .qdstrm), and a taken output name (the report it
+# wrote elsewhere is moved beside the others).
 HANDLED = ((re.compile(r"^Importer error status"), lambda reps: any(r.get("finished_from_qdstrm")
                                                                     for r in reps)),
            (re.compile(r"^Failed to create '.*': File exists"), lambda reps: bool(reps)))
 
 
 def not_handled(errors, reports, notes):
-    """The profiler's error lines less those about what fleet then did itself, which become notes."""
+    """The profiler's error lines less those about what fleet then did itself, which become
+    notes."""
     left = []
     for line in errors:
         if any(rule.match(line) and done(reports) for rule, done in HANDLED):

@@ -21,7 +21,8 @@ from . import untrusted_sqlite
 from .untrusted_sqlite import text
 
 NVTX_MARK = 34                            # NVTX_EVENTS.eventType of nvtxMark
-RANK_MARK = re.compile(r"rank[ _=:]?(\d{1,9})$", re.IGNORECASE)   # an NVTX mark "rank 3": the process's rank
+# an NVTX mark "rank 3": the process's rank
+RANK_MARK = re.compile(r"rank[ _=:]?(\d{1,9})$", re.IGNORECASE)
 
 
 class ExportError(FleetError, ValueError):
@@ -46,7 +47,8 @@ class Process:
     gpus: list[Gpu] = field(default_factory=list)
     kernels: list[tuple[int, int, str]] = field(default_factory=list)      # start, end, name
     ranges: list[tuple[int, int, str, int]] = field(default_factory=list)  # start, end, text, tid
-    calls: list[tuple[int, int, str, int]] = field(default_factory=list)   # start, end, function, tid
+    # start, end, function, tid
+    calls: list[tuple[int, int, str, int]] = field(default_factory=list)
 
     def range_times(self, name: str) -> list[tuple[int, int]]:
         return sorted((s, e) for s, e, text, _ in self.ranges if text == name)
@@ -78,7 +80,8 @@ class _Tables:
         if table not in self.present:
             return set()
         if table not in self._columns:
-            self._columns[table] = {row[1] for row in self.db.execute(f"PRAGMA table_info('{table}')")}
+            self._columns[table] = {row[1]
+                                    for row in self.db.execute(f"PRAGMA table_info('{table}')")}
         return self._columns[table]
 
     def rows(self, table: str, wanted: tuple[str, ...], ints: tuple[str, ...] = (), where: str = "",
@@ -94,7 +97,8 @@ class _Tables:
         checks = [(i, c.lstrip("!"), c.startswith("!")) for i, c in enumerate(wanted)
                   if c.lstrip("!") in ints or c.startswith("!")]
         out = []
-        for row in untrusted_sqlite.rows(self.db, table, f'SELECT {select} FROM "{table}" {where}', args):
+        for row in untrusted_sqlite.rows(self.db, table, f'SELECT {select} FROM "{table}" {where}',
+                                         args):
             for i, column, required in checks:
                 if row[i] is not None or required:
                     untrusted_sqlite.whole(row[i], table, column)
@@ -105,11 +109,13 @@ class _Tables:
 def read(path: str | Path, sync_calls: tuple[str, ...] = ()) -> list[Process]:
     """The processes of one export, by pid; ``sync_calls`` names the CUDA runtime or OS runtime
     functions (``cudaStreamSynchronize``, ``pthread_cond_wait``) whose calls are read too. An export
-    is hostile input (:mod:`.untrusted_sqlite`): any refusal is an :class:`ExportError` naming it."""
+    is hostile input (:mod:`.untrusted_sqlite`): any refusal is an :class:`ExportError` naming
+    it."""
     try:
         with untrusted_sqlite.opened(path) as db:
             tables = _Tables(db)
-            if not tables.columns("CUPTI_ACTIVITY_KIND_KERNEL") and not tables.columns("NVTX_EVENTS"):
+            if (not tables.columns("CUPTI_ACTIVITY_KIND_KERNEL")
+                and not tables.columns("NVTX_EVENTS")):
                 raise ExportError(f"{path}: no CUPTI_ACTIVITY_KIND_KERNEL nor NVTX_EVENTS table: "
                                   f"not an nsys export of a CUDA or NVTX trace")
             return _read(tables, sync_calls)
@@ -135,7 +141,8 @@ def _read(t: _Tables, sync_calls: tuple[str, ...]) -> list[Process]:
     if {"start", "end"} <= kernel:
         name = "demangledName" if "demangledName" in kernel else "shortName"
         for start, end, gpid, device, name_id in t.rows(
-                "CUPTI_ACTIVITY_KIND_KERNEL", ("!start", "!end", "globalPid", "deviceId", name), ints=("globalPid",)):
+                "CUPTI_ACTIVITY_KIND_KERNEL", ("!start", "!end", "globalPid", "deviceId", name),
+                ints=("globalPid",)):
             p = proc(_pid(gpid))
             p.kernels.append((start, end, text(strings.get(name_id)) or "?"))
             gpu = gpus.get(device) or (next(iter(gpus.values())) if len(gpus) == 1 else Gpu(
@@ -160,9 +167,10 @@ def _read_calls(t: _Tables, strings: dict, sync_calls: tuple[str, ...], proc) ->
     marks = ",".join("?" * len(ids))
     for table in ("CUPTI_ACTIVITY_KIND_RUNTIME", "OSRT_API"):
         if {"start", "end", "globalTid", "nameId"} <= t.columns(table):
-            for start, end, gtid, name_id in t.rows(table, ("!start", "!end", "globalTid", "nameId"),
-                                                    ints=("globalTid",), where=f"WHERE nameId IN ({marks})",
-                                                    args=ids):
+            for start, end, gtid, name_id in t.rows(table, ("!start", "!end", "globalTid",
+                                                            "nameId"),
+                                                    ints=("globalTid",),
+                                                    where=f"WHERE nameId IN ({marks})", args=ids):
                 proc(_pid(gtid)).calls.append((start, end, str(strings[name_id]), _tid(gtid)))
 
 

@@ -20,7 +20,8 @@ class NodeRecord:
     (manifest: processes_seen, tenants_seen; the result's ``conditions``), by GPU index."""
     gpu_index: int | None = None
     tenants: list[str] = field(default_factory=list)          # words, one a tenant
-    samples: list = field(default_factory=list)               # messages.Sample: the watch's of that GPU
+    # messages.Sample: the watch's of that GPU
+    samples: list = field(default_factory=list)
 
 
 @dataclass
@@ -47,13 +48,15 @@ class Source:
         if self.sync_range:
             return p.range_times(self.sync_range)
         if self.sync_call:
-            mine = [(s, e) for s, e, name, tid in p.calls if name == self.sync_call and tid == p.pid]
+            mine = [(s, e) for s, e, name, tid in p.calls if name == self.sync_call
+                    and tid == p.pid]
             return sorted(mine or [(s, e) for s, e, name, _ in p.calls if name == self.sync_call])
         return [(s, e) for s, e, name in p.kernels if name.startswith(NCCL_KERNELS)]
 
 
 def same_uuid(a: str | None, b: str | None) -> bool:
-    """NVML names a GPU ``GPU-c6f60d55-...``; nsys's TARGET_INFO_GPU, ``c6f60d55-...`` (H200, nsys 2025.3)."""
+    """NVML names a GPU ``GPU-c6f60d55-...``; nsys's TARGET_INFO_GPU, ``c6f60d55-...`` (H200, nsys
+    2025.3)."""
     bare = lambda u: str(u).lower().removeprefix("gpu-")  # noqa: E731
     return bool(a and b) and bare(a) == bare(b)
 
@@ -85,7 +88,8 @@ def windows(p: Process, syncs: list[tuple[int, int]], source: Source) -> list[Wi
     out, before = [], first
     for s, e in syncs:
         inside = [(ks, ke) for ks, ke in work if before <= ks < s]
-        out.append(Window(s - before, len(inside), sum(ke - ks for ks, ke in inside), busy(inside, before, s)))
+        out.append(Window(s - before, len(inside), sum(ke - ks for ks, ke in inside),
+                          busy(inside, before, s)))
         before = e
     return out
 

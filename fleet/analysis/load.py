@@ -23,13 +23,15 @@ from .inputs import NodeRecord, RankInput, Source, same_uuid
 def _stored(manifest_path: Path, h: HostEntry) -> list[str]:
     found = []
     for rep in h.reports:
-        path = store.here(manifest_path, rep.stored) if rep.status == "export" and rep.verified else None
+        path = store.here(manifest_path,
+                          rep.stored) if rep.status == "export" and rep.verified else None
         if path and Path(path).is_file():
             found.append(path)
     return found
 
 
-def inputs(manifest_path: Path, m: RunManifest, source: Source) -> tuple[list[RankInput], list[dict], list[str]]:
+def inputs(manifest_path: Path, m: RunManifest, source: Source) -> tuple[list[RankInput],
+                                                                         list[dict], list[str]]:
     """The ranks with exports, the ranks without (label and why), and notes on what was read."""
     ranks, missing = [], []
     calls = (source.sync_call,) if source.sync_call else ()
@@ -37,7 +39,8 @@ def inputs(manifest_path: Path, m: RunManifest, source: Source) -> tuple[list[Ra
         who = f"rank {h.rank}" if h.rank is not None else h.host
         paths = _stored(manifest_path, h)
         if not paths:
-            why = h.missing_why or ("its export did not come home" if h.reports else f"status {h.status}")
+            why = h.missing_why or ("its export did not come home" if h.reports
+                                    else f"status {h.status}")
             missing.append({"label": who, "why": why})
         for path in paths:
             try:
@@ -77,7 +80,8 @@ def _apart(ranks: list[RankInput]) -> list[str]:
 def _named_rank(h: HostEntry, path: str) -> int | None:
     """The rank a report stands for, where fleet named it: a Slurm rank's entry says it; on a lab
     server whose launcher (torchrun, mpirun) fleet started each rank under nsys, the report's name
-    does (``rank2.sqlite``). A lab host's own report is not read for one: the host may be called so."""
+    does (``rank2.sqlite``). A lab host's own report is not read for one: the host may be called
+    so."""
     if h.rank is not None:
         return h.rank
     command = h.plan.get("command") if isinstance(h.plan, dict) else None
@@ -85,7 +89,8 @@ def _named_rank(h: HostEntry, path: str) -> int | None:
     return RunDir.report_rank(path) if launched else None
 
 
-def _gpu_index(h: HostEntry, p: export.Process, m: RunManifest, answer: ProfileResult | None) -> int | None:
+def _gpu_index(h: HostEntry, p: export.Process, m: RunManifest,
+               answer: ProfileResult | None) -> int | None:
     """NVML's index of the process's GPU: by its UUID in the conditions fleet recorded; else, on a
     lab server, the CUDA device among the GPUs the run asked for (fleet pins them in that order),
     or CUDA's id; else (a Slurm rank) unknown."""
@@ -95,7 +100,8 @@ def _gpu_index(h: HostEntry, p: export.Process, m: RunManifest, answer: ProfileR
     for index, uuid in answer.watched_gpus if answer is not None else ():
         if gpu.uuid and same_uuid(uuid, gpu.uuid):
             return index
-    if h.rank is not None:  # a Slurm rank sees only the GPUs Slurm gave it: CUDA's 0 may be any of the node's
+    # a Slurm rank sees only the GPUs Slurm gave it: CUDA's 0 may be any of the node's
+    if h.rank is not None:
         return None
     asked = m.request.get("gpus") or []
     if isinstance(gpu.cuda_id, int) and 0 <= gpu.cuda_id < len(asked):
@@ -116,17 +122,20 @@ def _tenants(h: HostEntry, index: int | None, samples: list[Sample]) -> list[str
     """Who else was on the GPU: the foreign processes fleet saw at the start and in the samples,
     once each; else, from a result older than those, the tenants it named on that GPU."""
     return _foreign(h, index, samples) or list(dict.fromkeys(
-        t for t in h.tenants_seen if index is None or t.startswith(f"GPU {index}:") or not t.startswith("GPU ")))
+        t for t in h.tenants_seen if index is None or t.startswith(f"GPU {index}:")
+        or not t.startswith("GPU ")))
 
 
 def _foreign(h: HostEntry, index: int | None, samples: list[Sample]) -> list[str]:
     at_start = [f"pid {seen.pid} ({seen.user or 'unknown user'})" for seen in h.processes_seen
                 if seen.foreign and (index is None or seen.gpu == index)]
-    sampled = [f"pid {q.pid} ({q.user or 'unknown user'})" for s in samples for q in s.processes if q.own is False]
+    sampled = [f"pid {q.pid} ({q.user or 'unknown user'})" for s in samples for q in s.processes
+               if q.own is False]
     return list(dict.fromkeys(at_start + sampled))
 
 
-def analyze_run(store_root: Path, m: RunManifest, source: Source, step_range: str | None, record=None):
+def analyze_run(store_root: Path, m: RunManifest, source: Source, step_range: str | None,
+                record=None):
     """The analysis of run ``m`` from the exports in the store (raises ``ranks.NoCollectives``,
     or LookupError when the run has no export to read); ``record``: a ``fleet top --record``
     (:mod:`.record`) whose samples of each rank's GPU join what fleet recorded on its node."""
@@ -134,8 +143,8 @@ def analyze_run(store_root: Path, m: RunManifest, source: Source, step_range: st
 
     ranks, missing, notes = inputs(store.manifest_of(store_root, m.run_id), m, source)
     if not ranks:
-        raise LookupError(f"run {m.run_id} has no SQLite export in the store to read (runs profiled with nsys "
-                          f"by this fleet keep one beside each report)")
+        raise LookupError(f"run {m.run_id} has no SQLite export in the store to read (runs "
+                          f"profiled with nsys by this fleet keep one beside each report)")
     if record is not None:
         from .record import fold
 

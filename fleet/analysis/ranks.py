@@ -17,7 +17,8 @@ from ..errors import FleetError
 from .inputs import NodeRecord, RankInput, Source, busy, gpu_of
 from .verdict import verdicts
 
-__all__ = ["NodeRecord", "RankInput", "Source", "RankStats", "Analysis", "NoCollectives", "analyze", "gpu_of"]
+__all__ = ["NodeRecord", "RankInput", "Source", "RankStats", "Analysis", "NoCollectives", "analyze",
+           "gpu_of"]
 
 
 @dataclass
@@ -41,7 +42,8 @@ class RankStats:
         return dict(vars(self), last_share=self.last / collectives if collectives else None)
 
 
-def rank_stats(r: RankInput, syncs: list[tuple[int, int]], step_range: str | None, gpu: dict) -> RankStats:
+def rank_stats(r: RankInput, syncs: list[tuple[int, int]], step_range: str | None,
+               gpu: dict) -> RankStats:
     ks = sorted((s, e) for s, e, _ in r.process.kernels)
     span = (ks[0][0], max(e for _, e in ks)) if ks else (0, 0)
     gaps, reach = [0], span[0]
@@ -49,8 +51,10 @@ def rank_stats(r: RankInput, syncs: list[tuple[int, int]], step_range: str | Non
         gaps.append(max(0, s - reach))
         reach = max(reach, e)
     steps = [(e - s) / 1e9 for s, e in r.process.range_times(step_range)] if step_range else []
-    return RankStats(r.label, r.rank, r.host, r.process.pid, gpu, sum(e - s for s, e in ks) / 1e9, len(ks),
-                     sum(e - s for s, e in syncs) / 1e9, (span[1] - span[0] - busy(ks, *span)) / 1e9,
+    return RankStats(r.label, r.rank, r.host, r.process.pid, gpu, sum(e - s for s, e in ks) / 1e9,
+                     len(ks),
+                     sum(e - s for s, e in syncs) / 1e9,
+                     (span[1] - span[0] - busy(ks, *span)) / 1e9,
                      max(gaps) / 1e9, len(steps), statistics.median(steps) if steps else None)
 
 
@@ -72,7 +76,8 @@ class Analysis:
     def to_json(self) -> dict:
         return {"source": self.source, "collectives": self.collectives, "lost_s": self.lost_s,
                 "straggler": self.verdicts[0]["rank"] if self.verdicts else None,
-                "ranks": [r.to_json(self.collectives) for r in self.ranks], "verdicts": self.verdicts,
+                "ranks": [r.to_json(self.collectives) for r in self.ranks],
+                "verdicts": self.verdicts,
                 "per_collective": self.per_collective, "notes": self.notes, "missing": self.missing}
 
 
@@ -81,12 +86,13 @@ class NoCollectives(FleetError, LookupError):
 
 
 def _two_or_more(present: list[RankInput], source: Source) -> None:
-    """Refuse fewer than two ranks with a collective, saying how to name the sync where none was named."""
+    """Refuse fewer than two ranks with a collective, saying how to name the sync where none was
+    named."""
     if len(present) < 2:
         raise NoCollectives(f"no {source.describe()} on two ranks or more"
                             + ("" if source.sync_range or source.sync_call else
-                               ": name the workload's sync with --sync-range NAME (an NVTX range) or "
-                               "--sync-call NAME (a blocking call, e.g. pthread_cond_wait)"))
+                               ": name the workload's sync with --sync-range NAME (an NVTX range) "
+                               "or --sync-call NAME (a blocking call, e.g. pthread_cond_wait)"))
 
 
 def _compared(present: list[RankInput], syncs: dict, notes: list[str]) -> int:
@@ -94,12 +100,14 @@ def _compared(present: list[RankInput], syncs: dict, notes: list[str]) -> int:
     n = min(len(syncs[r.label]) for r in present)
     if any(len(syncs[r.label]) != n for r in present):
         counts = ", ".join(f"{r.label} {len(syncs[r.label])}" for r in present)
-        notes.append(f"the ranks reached different numbers of collectives ({counts}): the first {n} compared")
+        notes.append("the ranks reached different numbers of collectives "
+                     f"({counts}): the first {n} compared")
     return n
 
 
 def _per_collective(matched: dict, stats: dict, n: int) -> list[dict]:
-    """Each collective's straggler (the shortest wait) and waits; counts it last and the others' losses."""
+    """Each collective's straggler (the shortest wait) and waits; counts it last and the others'
+    losses."""
     per = []
     for i in range(n):
         waits = {label: (e - s) for label, (s, e) in ((lb, matched[lb][i]) for lb in matched)}
@@ -113,10 +121,12 @@ def _per_collective(matched: dict, stats: dict, n: int) -> list[dict]:
 
 def analyze(inputs: list[RankInput], source: Source, step_range: str | None = "step",
             missing: list[dict] = ()) -> Analysis:
-    """The analysis of the ranks given; ``missing``: {"label", "why"} of ranks that left no export."""
+    """The analysis of the ranks given; ``missing``: {"label", "why"} of ranks that left no
+    export."""
     syncs = {r.label: source.collectives(r.process) for r in inputs}
     present = [r for r in inputs if syncs[r.label]]
-    notes = [f"{r.label}: no {source.describe()} in its trace; left out" for r in inputs if not syncs[r.label]]
+    notes = [f"{r.label}: no {source.describe()} in its trace; left out" for r in inputs
+             if not syncs[r.label]]
     _two_or_more(present, source)
     n = _compared(present, syncs, notes)
     matched = {r.label: syncs[r.label][:n] for r in present}

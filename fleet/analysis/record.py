@@ -44,7 +44,8 @@ class RecordSample:
 
     def as_watched(self) -> Sample:
         """The sample as fleet's watch records a run's conditions (agent/watch.py)."""
-        processes = tuple(SampledProcess(q["pid"], q["user"], own=not q["foreign"]) for q in self.processes)
+        processes = tuple(SampledProcess(q["pid"], q["user"], own=not q["foreign"])
+                          for q in self.processes)
         return Sample(self.index, processes, self.time, self.conditions)
 
 
@@ -80,7 +81,8 @@ def _gpu_samples(line: dict) -> list[RecordSample] | None:
         return None
     found = []
     for g in gpus:
-        if not (isinstance(g, dict) and isinstance(g.get("index"), int) and isinstance(g.get("conditions"), dict)
+        if not (isinstance(g, dict) and isinstance(g.get("index"),
+                                                   int) and isinstance(g.get("conditions"), dict)
                 and isinstance(g.get("processes"), list)):
             return None
         uuid = g.get("uuid") if isinstance(g.get("uuid"), str) else None
@@ -112,12 +114,14 @@ def read(path: str) -> Record:
 
 
 def span_s(p: Process) -> tuple[float, float] | None:
-    """The node times (seconds) the process was traced doing anything, or None without its session's start."""
+    """The node times (seconds) the process was traced doing anything, or None without its session's
+    start."""
     events = [(s, e) for s, e, _ in p.kernels] + [(s, e) for s, e, _, _ in p.ranges] + \
              [(s, e) for s, e, _, _ in p.calls]
     if p.epoch_ns is None or not events:
         return None
-    return (p.epoch_ns + min(s for s, _ in events)) / NS, (p.epoch_ns + max(e for _, e in events)) / NS
+    return (p.epoch_ns + min(s for s, _ in events)) / NS, (p.epoch_ns
+                                                           + max(e for _, e in events)) / NS
 
 
 def _same_gpu(sample: RecordSample, r: RankInput) -> bool:
@@ -128,7 +132,8 @@ def _same_gpu(sample: RecordSample, r: RankInput) -> bool:
 
 
 def _rank_samples(record: Record, r: RankInput) -> list[RecordSample]:
-    """The record's samples of the rank's host and GPU taken while it was traced (none without its span)."""
+    """The record's samples of the rank's host and GPU taken while it was traced (none without its
+    span)."""
     span = span_s(r.process)
     return [s for s in record.samples if span and s.host == r.host and span[0] <= s.time <= span[1]
             and _same_gpu(s, r)]
@@ -138,7 +143,8 @@ def _add_tenants(r: RankInput, mine: list[RecordSample], owner: str) -> None:
     """The other users' processes the rank's samples show, added once each to its node's tenants."""
     for q in (q for s in mine for q in s.processes):
         who = f"pid {q['pid']} ({q['user'] or 'unknown user'})"
-        if q["foreign"] and q["user"] != owner and q["pid"] != r.process.pid and who not in r.node.tenants:
+        if (q["foreign"] and q["user"] != owner and q["pid"] != r.process.pid
+            and who not in r.node.tenants):
             r.node.tenants.append(who)
 
 
@@ -146,7 +152,8 @@ def fold(record: Record, ranks: list[RankInput], owner: str) -> str:
     """Each rank's samples of the record, where fleet recorded none on its node, and the other
     users' processes they show as its tenants; what was matched, as a note. ``owner``: the run's
     user. Whether a process is another's the look said from where it ran (an admin's look calls
-    every user's process foreign): the run's own user's, and the rank's own pid, are never tenants."""
+    every user's process foreign): the run's own user's, and the rank's own pid, are never
+    tenants."""
     matched = 0
     for r in ranks:
         mine = _rank_samples(record, r)
@@ -155,6 +162,7 @@ def fold(record: Record, ranks: list[RankInput], owner: str) -> str:
         r.node.samples += [s.as_watched() for s in mine]
         _add_tenants(r, mine, owner)
         matched += 1
-    skipped = f"; {record.skipped} line(s) not of fleet top's shape skipped" if record.skipped else ""
-    return (f"the node's record {Path(record.path).name}: {len(record.samples)} GPU sample(s), matched to "
-            f"{matched} of {len(ranks)} rank(s) by host, GPU and time{skipped}")
+    skipped = (f"; {record.skipped} line(s) not of fleet top's shape skipped" if record.skipped
+               else "")
+    return (f"the node's record {Path(record.path).name}: {len(record.samples)} GPU sample(s), "
+            f"matched to {matched} of {len(ranks)} rank(s) by host, GPU and time{skipped}")

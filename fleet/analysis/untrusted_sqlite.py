@@ -29,9 +29,12 @@ from pathlib import Path
 from ..agent import sqlitefile
 from ..errors import FleetError
 
-MAX_ROWS = 20_000_000          # rows one table may give (a long real trace has a few million kernels)
-MAX_VALUE_BYTES = 1 << 20      # a string or blob (SQLite's length limit; nsys's longest names are kilobytes)
-HEAP_BYTES = 256 << 20         # SQLite's own heap, this process (a process-wide limit: it only ever lowers)
+# rows one table may give (a long real trace has a few million kernels)
+MAX_ROWS = 20_000_000
+# a string or blob (SQLite's length limit; nsys's longest names are kilobytes)
+MAX_VALUE_BYTES = 1 << 20
+# SQLite's own heap, this process (a process-wide limit: it only ever lowers)
+HEAP_BYTES = 256 << 20
 READ_S = 120.0                 # one file, all its queries
 
 
@@ -48,7 +51,8 @@ def opened(path: str | Path, read_s: float = READ_S) -> Iterator[sqlite3.Connect
     db = None
     try:
         sqlitefile.check_regular_file(path)
-        db = sqlitefile.untrusted(sqlite3.connect(sqlitefile.uri(path), uri=True, isolation_level=None))
+        db = sqlitefile.untrusted(sqlite3.connect(sqlitefile.uri(path), uri=True,
+                                                  isolation_level=None))
         db.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, MAX_VALUE_BYTES)
         for pragma in ("temp_store = MEMORY", f"hard_heap_limit = {HEAP_BYTES}"):
             db.execute(f"PRAGMA {pragma}")
@@ -56,14 +60,17 @@ def opened(path: str | Path, read_s: float = READ_S) -> Iterator[sqlite3.Connect
         db.execute("SELECT count(*) FROM sqlite_master").fetchall()
         yield db
     except sqlite3.OperationalError as e:
-        raise UntrustedFileError(f"read for longer than {read_s:.0f} s: refused" if sqlitefile.interrupted(e)
+        raise UntrustedFileError(f"read for longer than {read_s:.0f} s: refused"
+                                 if sqlitefile.interrupted(e)
                                  else f"SQLite: {e}") from None
     except sqlite3.DataError:  # SQLITE_TOOBIG: past the length limit lowered above
-        raise UntrustedFileError(f"a value is longer than {MAX_VALUE_BYTES >> 20} MiB: refused") from None
+        raise UntrustedFileError("a value is longer than "
+                                 f"{MAX_VALUE_BYTES >> 20} MiB: refused") from None
     except sqlite3.DatabaseError as e:
         raise UntrustedFileError(f"not a SQLite file nsys wrote ({e})") from None
     except MemoryError:
-        raise UntrustedFileError(f"needed more than {HEAP_BYTES >> 20} MiB to read: refused") from None
+        raise UntrustedFileError(f"needed more than {HEAP_BYTES >> 20} "
+                                 "MiB to read: refused") from None
     except sqlitefile.Refused as e:
         raise UntrustedFileError(str(e)) from None
     finally:

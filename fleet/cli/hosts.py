@@ -1,4 +1,5 @@
-"""Hosts: the inventory, running commands, probing and diagnosing nodes, putting them back, host keys."""
+"""Hosts: the inventory, running commands, probing and diagnosing nodes, putting them back, host
+keys."""
 
 from __future__ import annotations
 
@@ -44,10 +45,13 @@ def _echo_listing_json(inv, hosts) -> None:
 
 def _echo_host_table(hosts) -> None:
     """The selected hosts as a table: name, address, user, groups and how fleet reaches each."""
-    rows = [(h.name, h.address + (f":{h.port}" if h.port else ""), h.user or "", ",".join(h.groups), h.connection)
+    rows = [(h.name, h.address + (f":{h.port}" if h.port else ""), h.user or "", ",".join(h.groups),
+             h.connection)
             for h in hosts]
-    widths = [max([len(r[i]) for r in rows] + [len(t)]) for i, t in enumerate(("HOST", "ADDRESS", "USER", "GROUPS"))]
-    echo("  ".join(t.ljust(w) for t, w in zip(("HOST", "ADDRESS", "USER", "GROUPS"), widths)) + "  VIA")
+    widths = [max([len(r[i]) for r in rows] + [len(t)]) for i, t in enumerate(("HOST", "ADDRESS",
+                                                                               "USER", "GROUPS"))]
+    echo("  ".join(t.ljust(w) for t, w in zip(("HOST", "ADDRESS", "USER", "GROUPS"), widths))
+         + "  VIA")
     for r in rows:
         echo("  ".join(c.ljust(w) for c, w in zip(r, widths)) + f"  {r[4]}")
 
@@ -96,9 +100,12 @@ def _routes(obj: Context, hosts) -> tuple[list[str], list[str]]:
 @click.argument("targets")
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
 @exclude_option
-@click.option("--json", "as_json", is_flag=True, help="One JSON envelope per host as it finishes (JSON lines).")
-@click.option("--timeout", type=float, help="Seconds before the command is stopped (SIGTERM) on a host.")
-@click.option("-S", "--maxrc", is_flag=True, help="Exit with the largest of the hosts' statuses (as pdsh -S); "
+@click.option("--json", "as_json", is_flag=True,
+              help="One JSON envelope per host as it finishes (JSON lines).")
+@click.option("--timeout", type=float,
+              help="Seconds before the command is stopped (SIGTERM) on a host.")
+@click.option("-S", "--maxrc", is_flag=True,
+              help="Exit with the largest of the hosts' statuses (as pdsh -S); "
               "one host's status is always its own.")
 @click.pass_obj
 def exec_(obj: Context, targets, command, exclude, as_json, timeout, maxrc):
@@ -114,8 +121,8 @@ def exec_(obj: Context, targets, command, exclude, as_json, timeout, maxrc):
     with progress(len(hosts), "exec", enabled=not as_json) as advance:
         # --json streams: each host's line as soon as it is done, for thousands of hosts
         on_result = (lambda r: echo_json_line(r.to_json())) if as_json else advance
-        results = obj.over_pool(lambda fan: fan.run_all(hosts, list(command), timeout=timeout, on_result=on_result,
-                                                        last_use=True))
+        results = obj.over_pool(lambda fan: fan.run_all(hosts, list(command), timeout=timeout,
+                                                        on_result=on_result, last_use=True))
     if not as_json:
         print_gathered(results)
         if len(results) > 1 or not results[0].ok:
@@ -127,10 +134,12 @@ def exec_(obj: Context, targets, command, exclude, as_json, timeout, maxrc):
 
 partition_options = [
     click.option("--partition", "-p",
-                 help="Probe this Slurm partition's compute nodes, as a short job (one step a node)."),
+                 help="Probe this Slurm partition's compute nodes, as a "
+                      "short job (one step a node)."),
     click.option("--nodes", "-N", type=click.IntRange(1),
                  help="With --partition: this many of its nodes (default all)."),
-    click.option("--cluster", help="With --partition: which cluster, when the inventory describes several."),
+    click.option("--cluster",
+                 help="With --partition: which cluster, when the inventory describes several."),
 ]
 
 
@@ -140,21 +149,24 @@ def with_partition_options(command):
     return command
 
 
-def _probe(obj: Context, targets, exclude, as_json, environment_check=False, partition=None, nodes=None,
-           cluster=None):
+def _probe(obj: Context, targets, exclude, as_json, environment_check=False, partition=None,
+           nodes=None, cluster=None):
     from .. import agentcall
     from .output import progress
 
     if partition is None and (nodes is not None or cluster is not None):
-        fail("--nodes and --cluster choose compute nodes of a Slurm partition: give --partition too")
+        fail("--nodes and --cluster choose compute nodes of a Slurm "
+             "partition: give --partition too")
     if partition is not None:
         if targets or exclude:
-            fail("give TARGETS (inventory hosts) or --partition (a Slurm partition's compute nodes), not both")
+            fail("give TARGETS (inventory hosts) or --partition (a Slurm "
+                 "partition's compute nodes), not both")
         return _probe_partition(obj, partition, nodes, cluster, environment_check)
     hosts = obj.select(targets, exclude)
 
     with progress(len(hosts), "probe", enabled=not as_json) as advance:
-        return hosts, obj.over_pool(lambda fan: agentcall.probe(fan, hosts, environment_check=environment_check,
+        return hosts, obj.over_pool(lambda fan: agentcall.probe(fan, hosts,
+                                                                environment_check=environment_check,
                                                                 on_result=advance, last_use=True))
 
 
@@ -185,7 +197,8 @@ def probe(obj: Context, targets, exclude, partition, nodes, cluster, as_json):
     from ..agentcall import probed_document
     from ..lab.doctor import render_probe
 
-    hosts, results = _probe(obj, targets, exclude, as_json, partition=partition, nodes=nodes, cluster=cluster)
+    hosts, results = _probe(obj, targets, exclude, as_json, partition=partition, nodes=nodes,
+                            cluster=cluster)
     if as_json:
         echo_json({"nodes": [{"host": h.name, "error": r.error, "error_kind": r.error_kind,
                               "state": probed_document(r)} for h, r in zip(hosts, results)]})
@@ -200,7 +213,8 @@ def probe(obj: Context, targets, exclude, partition, nodes, cluster, as_json):
 @exclude_option
 @with_partition_options
 @json_option
-@click.option("--strict", is_flag=True, help="Exit 4 when a way to profile is degraded, 5 when one is refused.")
+@click.option("--strict", is_flag=True,
+              help="Exit 4 when a way to profile is degraded, 5 when one is refused.")
 @click.pass_obj
 def doctor(obj: Context, targets, exclude, partition, nodes, cluster, as_json, strict):
     """Per node: the five problems (placement, wrapping, collection, permissions,
@@ -210,8 +224,8 @@ def doctor(obj: Context, targets, exclude, partition, nodes, cluster, as_json, s
     """
     from ..lab.doctor import diagnosis, render_doctor, worst
 
-    hosts, results = _probe(obj, targets, exclude, as_json, environment_check=True, partition=partition, nodes=nodes,
-                            cluster=cluster)
+    hosts, results = _probe(obj, targets, exclude, as_json, environment_check=True,
+                            partition=partition, nodes=nodes, cluster=cluster)
     diagnoses = [diagnosis(h, r) for h, r in zip(hosts, results)]
     if as_json:
         echo_json({"nodes": diagnoses})
@@ -219,7 +233,8 @@ def doctor(obj: Context, targets, exclude, partition, nodes, cluster, as_json, s
         echo("\n".join(render_doctor(d) for d in diagnoses), nl=False)
     code = exitcodes.for_results(results)
     if strict and code == exitcodes.OK:
-        code = {"refused": exitcodes.REFUSED, "degraded": exitcodes.DEGRADED}.get(worst(diagnoses), exitcodes.OK)
+        code = {"refused": exitcodes.REFUSED, "degraded": exitcodes.DEGRADED}.get(worst(diagnoses),
+                                                                                  exitcodes.OK)
     sys.exit(code)
 
 
@@ -237,12 +252,15 @@ def repair(obj: Context, targets, exclude, dry_run, as_json):
     hosts = obj.select(targets, exclude)
     payload = bundle()
     args = {"mode": "repair", **({"dry_run": True} if dry_run else {})}
-    answers = obj.over_pool(lambda fan: fan.each(hosts, lambda h: fan.run(h, agentcall.agent_argv(h, args),
-                                                                          input=payload), last_use=True))
+    answers = obj.over_pool(lambda fan: fan.each(hosts, lambda h: fan.run(h, agentcall.agent_argv(
+        h, args),
+                                                                          input=payload),
+                                                 last_use=True))
     results = [agentcall.read_repair(h, r) for h, r in zip(hosts, answers)]
     if as_json:
         echo_json({"dry_run": dry_run, "hosts": [
-            {"host": h.name, **({"error": r.error} if r.error else {"value": r.extra["repair"].to_json()})}
+            {"host": h.name, **({"error": r.error} if r.error
+                                else {"value": r.extra["repair"].to_json()})}
             for h, r in zip(hosts, results)]})
     else:
         for h, r in zip(hosts, results):
@@ -299,9 +317,9 @@ def hosts_trust(obj: Context, targets, exclude, yes, as_json):
         elif k.state == "known":
             say(f"{k.host}: {k.fingerprint} already trusted")
         elif k.state == "changed":  # as ssh does: the old key goes only by hand
-            say(f"{k.host}: {k.fingerprint} DIFFERS from the key recorded in {k.file}; not accepted. "
-                f"Once checked, remove the old one (ssh-keygen -R '{k.pattern}' -f {k.file}) "
-                "and trust again.", err=True)
+            say(f"{k.host}: {k.fingerprint} DIFFERS from the key recorded in {k.file}; not "
+                f"accepted. Once checked, remove the old one (ssh-keygen -R '{k.pattern}' -f "
+                f"{k.file}) and trust again.", err=True)
             code = exitcodes.FAILED
         else:
             say(f"{k.host}: {k.fingerprint} -> {k.file}")
@@ -313,6 +331,7 @@ def hosts_trust(obj: Context, targets, exclude, yes, as_json):
             fail("nothing recorded", exitcodes.FAILED)
     hostkeys.record(accept)  # a KnownHostsError is a FleetError: one line, exit FAILED
     if as_json:
-        echo_json({"keys": [{"host": k.host, "state": k.state, "fingerprint": k.fingerprint, "file": k.file,
+        echo_json({"keys": [{"host": k.host, "state": k.state, "fingerprint": k.fingerprint,
+                             "file": k.file,
                              "recorded": k in accept, "error": k.error} for k in offered]})
     sys.exit(code)

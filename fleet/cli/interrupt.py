@@ -22,8 +22,9 @@ import sys
 
 from ..transport import StopRequest
 
-QUESTION = ("fleet: Ctrl-C: leave the workload running, nsys stopping its collection and its report kept (l), "
-            "or end both (e, Enter)? Ctrl-C again leaves the nodes to finish on their own: ")
+QUESTION = ("fleet: Ctrl-C: leave the workload running, nsys stopping its collection and its "
+            "report kept (l), or end both (e, Enter)? Ctrl-C again leaves the "
+            "nodes to finish on their own: ")
 
 
 def stop_on_signals(message: str, leave: str | None = None) -> StopRequest:
@@ -62,7 +63,8 @@ def stop_on_signals(message: str, leave: str | None = None) -> StopRequest:
         if sig == signal.SIGINT and leave is not None and _terminal():
             try:
                 loop.add_reader(sys.stdin.fileno(), answered)
-            except (OSError, ValueError, NotImplementedError):  # no way to hear the answer: end both
+            # no way to hear the answer: end both
+            except (OSError, ValueError, NotImplementedError):
                 decided("TERM", message)
                 return
             asking.append(sys.stdin.fileno())
@@ -80,7 +82,8 @@ def _terminal() -> bool:
     """Whether there is someone to ask: stdin and stderr both a terminal, fleet in its foreground
     (a fleet in the background that read it would be stopped, SIGTTIN)."""
     try:
-        return sys.stdin.isatty() and sys.stderr.isatty() and os.tcgetpgrp(sys.stdin.fileno()) == os.getpgrp()
+        return (sys.stdin.isatty() and sys.stderr.isatty()
+                and os.tcgetpgrp(sys.stdin.fileno()) == os.getpgrp())
     except (AttributeError, ValueError, OSError):
         return False
 

@@ -26,14 +26,16 @@ def fold_results(results: Iterable[Result]) -> list[tuple[list[str], Result]]:
     for r in results:
         key = (r.stdout, r.stderr, r.exit_status, r.signal, r.error)
         groups.setdefault(key, ([], r))[0].append(r.host)
-    return sorted(groups.values(), key=lambda g: (g[1].error is not None, g[1].exit_status or 0, g[0][0]))
+    return sorted(groups.values(), key=lambda g: (g[1].error is not None, g[1].exit_status or 0,
+                                                  g[0][0]))
 
 
 def _text(b: bytes) -> str:
     return b.decode("utf-8", "surrogateescape")
 
 
-def print_gathered(results: list[Result], out: TextIO = sys.stdout, err: TextIO = sys.stderr) -> None:
+def print_gathered(results: list[Result], out: TextIO = sys.stdout,
+                   err: TextIO = sys.stderr) -> None:
     """Every distinct output once, under the folded list of hosts that gave it. The command's own
     output is relayed as it came (as ssh and clush do: it is the command the user ran); fleet's
     lines around it (hosts, statuses, errors) are shown through :func:`visible`."""
@@ -70,13 +72,14 @@ def summary(results: list[Result]) -> str:
     return ", ".join(parts)
 
 
-# --json: every command prints one envelope, {"fleet_json": 1, "command": "reports ls", "data": ...};
-# a streaming command (exec) prints one per line as its results arrive. The version changes only
-# when a field's meaning does; new fields may appear without it.
+# --json: every command prints one envelope, {"fleet_json": 1, "command": "reports ls", "data":
+# ...}; a streaming command (exec) prints one per line as its results arrive. The version changes
+# only when a field's meaning does; new fields may appear without it.
 JSON_VERSION = 1
 
 json_option = click.option("--json", "as_json", is_flag=True,
-                           help="Print the result as JSON, in fleet's envelope (docs/user-guide.md).")
+                           help="Print the result as JSON, in fleet's "
+                                "envelope (docs/user-guide.md).")
 
 
 def command_name() -> str:
@@ -158,22 +161,26 @@ def byte_progress(enabled: bool) -> Iterator[ByteProgress | None]:
     from rich.console import Console
     from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
 
-    with Progress(TextColumn("[bold]gathering"), BarColumn(), DownloadColumn(), TransferSpeedColumn(),
-                  console=Console(stderr=True), transient=True) as bar:
+    with Progress(TextColumn("[bold]gathering"), BarColumn(), DownloadColumn(),
+                  TransferSpeedColumn(), console=Console(stderr=True), transient=True) as bar:
         yield ByteProgress(bar, bar.add_task("gathering", total=0, visible=False))
 
 
 # Colour of a status word in tables: what worked, what was held back, what broke.
-STATUS_STYLES = {"ok": "green", "complete": "green", "finished-from-qdstrm": "green", "COMPLETED": "green",
+STATUS_STYLES = {"ok": "green", "complete": "green", "finished-from-qdstrm": "green",
+                 "COMPLETED": "green",
                  "RUNNING": "cyan", "PENDING": "yellow", "summary": "dim", "refused": "yellow",
-                 "partial": "yellow", "running": "cyan", "submitted": "cyan", "missing": "red", "failed": "red",
+                 "partial": "yellow", "running": "cyan", "submitted": "cyan", "missing": "red",
+                 "failed": "red",
                  "unreachable": "red", "FAILED": "red", "CANCELLED": "yellow", "TIMEOUT": "red"}
 
 
-def print_table(headers: list[str], rows: list[list[str]], status_column: int | None = None) -> None:
+def print_table(headers: list[str], rows: list[list[str]],
+                status_column: int | None = None) -> None:
     """Rows under a header. On a terminal a rich table, its statuses coloured (never under
     NO_COLOR); piped, plain columns with whole values, for grep and awk, without importing rich.
-    Every cell is shown through :func:`visible`: a kernel's, a host's or a GPU's name is another's."""
+    Every cell is shown through :func:`visible`: a kernel's, a host's or a GPU's name is
+    another's."""
     columns = _shown_columns(headers, rows)
     if not (sys.stdout.isatty() or os.environ.get("FORCE_COLOR")):
         _print_plain(columns)
@@ -198,7 +205,8 @@ def _shown_columns(headers: list[str], rows: list[list[str]]) -> list[list[str]]
     :func:`visible`. Column by column, each step over a whole column at once: 100,000 rows in a
     quarter of the time row by row took (``fleet reports ls`` of a team's catalog)."""
     columns = [list(map(str, column)) for column in zip(headers, *rows)]
-    if any(UNSEEN.search("".join(column)) for column in columns):  # most tables hold no control character
+    # most tables hold no control character
+    if any(UNSEEN.search("".join(column)) for column in columns):
         columns = [[visible(c) for c in column] for column in columns]
     return columns
 
@@ -217,7 +225,8 @@ def print_stats(found, top: int, full_names: bool = False) -> None:
     tables, and those in them whose status is not ok, are said under the title line."""
     from ..store.stats import said
 
-    shown = visible  # a kernel or range name is the workload's: no escape sequence reaches the terminal
+    # a kernel or range name is the workload's: no escape sequence reaches the terminal
+    shown = visible
 
     echo(f"run {found.run_id} ({found.tool}, {found.status}): top {top} by total time")
     if found.left_out:
@@ -233,12 +242,15 @@ def print_stats(found, top: int, full_names: bool = False) -> None:
 
 
 def _print_section(section, rows, columns, full_names: bool) -> None:
-    """One section's table: for one column its total, count and mean; else a column a host or rank."""
-    shown = visible  # the workload named its kernels and ranges: no escape sequence reaches the terminal
+    """One section's table: for one column its total, count and mean; else a column a host or
+    rank."""
+    # the workload named its kernels and ranges: no escape sequence reaches the terminal
+    shown = visible
     if rows and len(columns) == 1:
         print_table(["TOTAL ms", "COUNT", "MEAN ms", "NAME"],
                     [[f"{t / 1e6:.3f}", str(n), f"{t / 1e6 / n:.3f}" if n else "-",
-                      shown(section.shown(name, full_names))] for name, by in rows for t, n in by.values()])
+                      shown(section.shown(name, full_names))] for name, by in rows
+                     for t, n in by.values()])
     elif rows:
         print_table([f"{shown(c.label)} ms" for c in columns] + ["NAME"],
                     [[f"{by[c.label][0] / 1e6:.3f}" if c.label in by else "-" for c in columns]
@@ -254,14 +266,14 @@ def print_ranks(run_id: str, found) -> None:
     """``reports ranks``: one line for the run, a row per rank, then each straggler's verdict
     with the evidence of each cause."""
     shown = visible  # labels hold host names from the manifest, evidence an export's names
-    echo(f"run {run_id}: {len(found.ranks)} ranks, {found.collectives} collectives from {found.source}; "
-         f"{found.lost_s:.3f} rank-seconds lost waiting")
-    print_table(["RANK", "HOST", "PID", "GPU", "KERNEL s", "KERNELS", "COLLECTIVE s", "IDLE s", "STEP ms",
-                 "LOST rank-s", "LAST"],
-                [[shown(r.label), shown(r.host), str(r.pid), gpu_words(r.gpu), f"{r.kernel_s:.3f}", str(r.kernels),
-                  f"{r.collective_s:.3f}", f"{r.idle_s:.3f}",
-                  f"{r.step_median_s * 1e3:.1f}" if r.step_median_s is not None else "-", f"{r.lost_s:.3f}",
-                  f"{r.last} of {found.collectives}"] for r in found.ranks])
+    echo(f"run {run_id}: {len(found.ranks)} ranks, {found.collectives} collectives from "
+         f"{found.source}; {found.lost_s:.3f} rank-seconds lost waiting")
+    print_table(["RANK", "HOST", "PID", "GPU", "KERNEL s", "KERNELS", "COLLECTIVE s", "IDLE s",
+                 "STEP ms", "LOST rank-s", "LAST"],
+                [[shown(r.label), shown(r.host), str(r.pid), gpu_words(r.gpu), f"{r.kernel_s:.3f}",
+                  str(r.kernels), f"{r.collective_s:.3f}", f"{r.idle_s:.3f}",
+                  f"{r.step_median_s * 1e3:.1f}" if r.step_median_s is not None else "-",
+                  f"{r.lost_s:.3f}", f"{r.last} of {found.collectives}"] for r in found.ranks])
     for v in found.verdicts:
         echo(f"straggler: {shown(v['rank'])}, last in {v['last']} of {v['of']} collectives (waited "
              f"{v['wait_ms']:.1f} ms, the others {v['others_wait_ms']:.1f} ms; {v['lost_s']:.3f} "

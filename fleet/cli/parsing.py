@@ -44,7 +44,8 @@ def _takes_value(ctx: click.Context) -> dict[str, bool]:
     return names
 
 
-def split_workload(ctx: click.Context, args: list[str], leading: int) -> tuple[list[str], list[str], list[str]]:
+def split_workload(ctx: click.Context, args: list[str], leading: int) -> tuple[list[str], list[str],
+                                                                               list[str]]:
     """(fleet's options, the leading positionals, the workload) of ``args``.
 
     An unknown option stays among fleet's options, so that click refuses it by name."""
@@ -93,4 +94,5 @@ class Day(click.ParamType):
         try:
             return datetime.date.fromisoformat(str(value)).isoformat()
         except ValueError:
-            self.fail(f"{value!r} is not a date; write it as YYYY-MM-DD, e.g. 2024-05-31", param, ctx)
+            self.fail(f"{value!r} is not a date; write it as YYYY-MM-DD, e.g. 2024-05-31", param,
+                      ctx)

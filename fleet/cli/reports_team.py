@@ -1,5 +1,6 @@
 """``fleet reports`` on the team store (fleet/store/team/): the same commands and columns as on the
-embedded store, with the owner of each run, and ``push`` and ``share``, which only a team store has."""
+embedded store, with the owner of each run, and ``push`` and ``share``, which only a team store
+has."""
 
 from __future__ import annotations
 
@@ -20,8 +21,8 @@ def team_store():
 
 
 def local_store(store_root, run_ids: list[str]):
-    """Where ``stats``, ``compare``, ``ranks`` and ``open`` read runs: with a team store, a private copy
-    of those runs (fleet/store/team/read.py:materialize); else the embedded store as given."""
+    """Where ``stats``, ``compare``, ``ranks`` and ``open`` read runs: with a team store, a private
+    copy of those runs (fleet/store/team/read.py:materialize); else the embedded store as given."""
     team = team_store()
     if team is None:
         return store_root
@@ -39,8 +40,8 @@ def ls(team, *, host, since, tool, status, user, shared, as_json) -> None:
     filters = dict(host=host, since=since, tool=tool, status=status, user=user, shared=shared)
     if as_json:
         return echo_json(read.reports(team, **filters))
-    print_table(["RUN", "OWNER", "HOST", "TOOL", "STATUS", "SHA256", "NAME"], read.report_table(team, **filters),
-                status_column=4)
+    print_table(["RUN", "OWNER", "HOST", "TOOL", "STATUS", "SHA256", "NAME"],
+                read.report_table(team, **filters), status_column=4)
 
 
 def show(team, run_id: str, as_json: bool) -> None:
@@ -56,10 +57,12 @@ def show(team, run_id: str, as_json: bool) -> None:
                + (f", shared with {', '.join(groups)}" if groups else "") + f", at {m.started}: "
                f"{m.request.get('tool')} -- {' '.join(m.request.get('command') or [])}")
     for h in m.hosts:
-        who = h.host + (f" rank {h.rank}" if h.rank is not None else "") + (f" {h.worker}" if h.worker else "")
+        who = h.host + (f" rank {h.rank}" if h.rank is not None else "") + (f" {h.worker}"
+                                                                            if h.worker else "")
         say(f"  {who}: {h.status}" + (f" ({h.missing_why})" if h.missing_why else ""))
         for r in h.reports:
-            say(f"      {r.status:<21} {(r.sha256 or '')[:12]:<12}  {Path(r.stored or r.remote).name}")
+            say(f"      {r.status:<21} {(r.sha256 or '')[:12]:<12}  "
+                f"{Path(r.stored or r.remote).name}")
 
 
 def pull(team, run_id: str, dest: str, as_json: bool) -> None:
@@ -77,7 +80,8 @@ def pull(team, run_id: str, dest: str, as_json: bool) -> None:
         elif not as_json:
             echo(str(p.target))
     if as_json:
-        echo_json({"run_id": run_id, "copied": [{"host": p.host, "path": str(p.target), "verified": True}
+        echo_json({"run_id": run_id, "copied": [{"host": p.host, "path": str(p.target),
+                                                 "verified": True}
                                                 for p in pulled if p.target is not None]})
     sys.exit(code)
 
@@ -110,8 +114,10 @@ def push(team, store_root, run_ids: tuple[str, ...], as_json: bool) -> None:
         elif done.unchanged:
             echo(f"{run_id}: already in the team store, unchanged")
         else:
-            resumed = f", {done.resumed_parts} part(s) of a cut upload kept" if done.resumed_parts else ""
-            echo(f"{run_id}: pushed ({done.sent} file(s) sent, {done.already_there} already there{resumed})")
+            resumed = (f", {done.resumed_parts} part(s) of a cut upload kept" if done.resumed_parts
+                       else "")
+            echo(f"{run_id}: pushed ({done.sent} file(s) sent, "
+                 f"{done.already_there} already there{resumed})")
 
     report = read.push_runs(team, store.root(store_root), list(run_ids) or None, on_run=said)
     if as_json:

@@ -9,14 +9,15 @@ from .terminal import echo
 
 
 def team_store_or_fail():
-    """The team store the options, environment or site file name; a one-line failure where none is."""
+    """The team store the options, environment or site file name; a one-line failure where none
+    is."""
     from ..store.team.config import resolve
     from .context import fail
 
     team = resolve()
     if team is None:
-        fail("no team store is named: give --catalog and --objects, FLEET_CATALOG and FLEET_OBJECTS, "
-             "or a site config file (docs/team-store.md)")
+        fail("no team store is named: give --catalog and --objects, FLEET_CATALOG and "
+             "FLEET_OBJECTS, or a site config file (docs/team-store.md)")
     return team
 
 
@@ -28,7 +29,8 @@ def team():
 @team.command()
 @json_option
 def migrate(as_json):
-    """Bring the team catalog's schema to this fleet's version (the site's admin, as the schema's owner)."""
+    """Bring the team catalog's schema to this fleet's version (the site's admin, as the schema's
+    owner)."""
     from ..store.team import catalog
 
     before, after = catalog.migrate(team_store_or_fail())
@@ -48,7 +50,9 @@ def status(as_json):
     with catalog.connected(t) as conn:
         catalog.check_version(conn)
         me = catalog.whoami(conn)
-    doc = {"objects": str(t.objects), "named_by": t.source, "role": me, "schema": catalog.schema.VERSION}
+    doc = {"objects": str(t.objects), "named_by": t.source, "role": me,
+           "schema": catalog.schema.VERSION}
     if as_json:
         return echo_json(doc)
-    echo(f"team store: objects {doc['objects']}, catalog as {me} (schema {doc['schema']}; named by {t.source})")
+    echo(f"team store: objects {doc['objects']}, catalog as {me} (schema "
+         f"{doc['schema']}; named by {t.source})")

@@ -29,7 +29,8 @@ def finding(state: policy.NodeState) -> policy.Finding:
     """Whether the report directory can take the reports: writable, on disk, with room."""
     rd = state.report_dir
     if rd is None:
-        return policy.Finding("bad", f"report directory: {state.section_error('report_dir') or 'unknown'}")
+        return policy.Finding("bad",
+                              f"report directory: {state.section_error('report_dir') or 'unknown'}")
     free = rd.free_bytes or 0
     text, status = f"{rd.path} ({rd.fstype}), {free / 2**30:.1f} GiB free", policy.OK
     if not rd.writable:

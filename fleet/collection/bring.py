@@ -40,7 +40,8 @@ def file_problem(report: object, node_dir: str) -> str | None:
     path = report["path"]
     name = posixpath.basename(path)
     problem = safenames.component_problem(name, "the report's file name")
-    if problem:  # named by the node (or, on Slurm, by a file the job could write): kept off the store
+    # named by the node (or, on Slurm, by a file the job could write): kept off the store
+    if problem:
         return problem
     if posixpath.normpath(posixpath.dirname(path)) != posixpath.normpath(node_dir):
         return f"{path!r} is not in the run's folder on the node ({node_dir})"
@@ -59,13 +60,15 @@ async def _remove(fan: "Fanout", owner: "Host", output: str, entry: dict) -> Non
     """The node's copy of a verified file deleted through ``owner`` (the host whose agent wrote it),
     when it is named as that agent names its files; else kept, and the entry says why."""
     if not agents_name(entry["remote"], output):
-        entry["kept_on_node"] = (f"not removed: {posixpath.basename(entry['remote'])!r} is not a name fleet's agent "
-                                 f"gives {owner.name}'s files in this run ({posixpath.basename(output)}...)")
+        entry["kept_on_node"] = (f"not removed: {posixpath.basename(entry['remote'])!r} is not a "
+                                 f"name fleet's agent gives {owner.name}'s files in this run "
+                                 f"({posixpath.basename(output)}...)")
         return
     gone = await fan.run(owner, ["rm", "-f", "--", entry["remote"]])
     entry["removed_from_node"] = gone.ok
     if not gone.ok:
-        entry["kept_on_node"] = f"rm failed: {gone.error or gone.stderr.decode(errors='replace').strip()[-200:]}"
+        entry["kept_on_node"] = (
+            f"rm failed: {gone.error or gone.stderr.decode(errors='replace').strip()[-200:]}")
 
 
 async def bring_home(fan: "Fanout", via: "Host", to_fetch: list, dest_dir: Path, *, node_dir: str,

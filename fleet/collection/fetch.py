@@ -71,8 +71,8 @@ async def fetch_verified(fan: "Fanout", host: "Host", report: ReportFile, dest: 
     ``bring.file_problem``) to ``dest``; ``progress`` hears of every block that arrives (a byte
     progress bar)."""
     partial = dest.with_name(dest.name + ".partial")
-    entry = {"remote": report.path, "stored": str(dest), "size": report.size, "sha256": report.sha256,
-             "status": "truncated" if report.truncated else
+    entry = {"remote": report.path, "stored": str(dest), "size": report.size,
+             "sha256": report.sha256, "status": "truncated" if report.truncated else
                        "finished-from-qdstrm" if report.finished_from_qdstrm else "complete",
              "verified": False}
     try:
@@ -93,7 +93,8 @@ async def fetch_verified(fan: "Fanout", host: "Host", report: ReportFile, dest: 
             # An empty file is fetched too (nsys stats writes empty CSVs): that copies it, or says
             # the node no longer has it, where skipping would leave no .partial to rename.
             if have < report.size or not partial.exists():
-                await fan.fetch(host, report.path, str(partial), offset=have, on_block=arrived, size=report.size)
+                await fan.fetch(host, report.path, str(partial), offset=have, on_block=arrived,
+                                size=report.size)
                 entry["resumed_from"] = have or None
             if digest.hexdigest() == report.sha256:
                 private.rename_into_place(partial, dest)

@@ -19,12 +19,13 @@ from typing import Iterable
 from .model import Host, Inventory, InventoryError, TargetError
 from .variables import VARIABLES
 
-__all__ = ["Host", "Inventory", "InventoryError", "TargetError", "load", "local_inventory", "read_yaml",
-           "VARIABLES"]
+__all__ = ["Host", "Inventory", "InventoryError", "TargetError", "load", "local_inventory",
+           "read_yaml", "VARIABLES"]
 
 
 def __getattr__(name: str):
-    # The readers (PyYAML above all) load on first use: a command without an inventory never needs them.
+    # The readers (PyYAML above all) load on first use: a command without an inventory never needs
+    # them.
     if name == "read_yaml":
         from .yaml_source import read_yaml
 
@@ -55,13 +56,17 @@ def _read_source(file: Path, builder) -> None:
 
     text = yaml_source.read_text(file)
     if text.startswith("#!"):
-        raise InventoryError(f"{file}:1", "an inventory script: fleet does not run it; give fleet what "
-                                          f"`{file.name} --list` (or `ansible-inventory -i {file.name} --list`) writes")
+        raise InventoryError(f"{file}:1",
+                             "an inventory script: fleet does not run it; give fleet what "
+                                          f"`{file.name} --list` (or `ansible-inventory "
+                                          f"-i {file.name} --list`) writes")
     suffix = file.suffix.lower()
     if suffix == ".toml":
-        raise InventoryError(str(file), "TOML inventories are not read: write it as YAML or INI, or give "
+        raise InventoryError(str(file),
+                             "TOML inventories are not read: write it as YAML or INI, or give "
                                         "fleet what `ansible-inventory -i FILE --list` writes")
-    if suffix == ".ini" or suffix not in (".yml", ".yaml", ".json") and ini_source.looks_like_ini(text):
+    if suffix == ".ini" or suffix not in (".yml", ".yaml",
+                                          ".json") and ini_source.looks_like_ini(text):
         ini_source.read_inventory(text, str(file), builder)
         return
     doc = yaml_source.parse_yaml(text, file)
@@ -95,5 +100,5 @@ def local_inventory() -> Inventory:
     or its host name; any other target is an ad-hoc SSH host (see ``adhoc``)."""
     name = socket.gethostname() or "localhost"
     host = Host(name, {"ansible_connection": "local"}, (), "(this machine)")
-    return Inventory({name: host}, {"all": [name], "local": [name], "localhost": [name]}, ["(this machine)"],
-                     bare_names_are_hosts=True)
+    return Inventory({name: host}, {"all": [name], "local": [name], "localhost": [name]},
+                     ["(this machine)"], bare_names_are_hosts=True)

@@ -32,7 +32,8 @@ _BRACKETED_IPV6 = re.compile(r"\[([0-9A-Fa-f:.]+)\](?::(\d+))?")
 
 @dataclass(frozen=True)
 class Target:
-    """One ad-hoc target, parsed: the user and port it asked for, and the names its host part stands for."""
+    """One ad-hoc target, parsed: the user and port it asked for, and the names its host part stands
+    for."""
     user: str | None
     names: tuple[str, ...]
     port: int | None
@@ -47,7 +48,8 @@ def is_connect_target(word: str) -> bool:
     if "@" in word or _BRACKETED_IPV6.fullmatch(word) or _is_ipv6(word):
         return True
     outside = _outside_ranges(word)
-    return outside.count(":") == 1 and outside.rpartition(":")[2].isdigit() and word.rpartition(":")[2].isdigit()
+    return (outside.count(":") == 1 and outside.rpartition(":")[2].isdigit()
+            and word.rpartition(":")[2].isdigit())
 
 
 def _outside_ranges(pattern: str) -> str:
@@ -65,8 +67,8 @@ def parse(pattern: str) -> Target:
     user, at, rest = pattern.rpartition("@")
     if at:
         if not _USER.fullmatch(user):
-            raise TargetError(f"bad user {user!r} in target {pattern!r}: letters, digits, '.', '_', '-', '@', "
-                              "'\\' or '$', not starting with '-'")
+            raise TargetError(f"bad user {user!r} in target {pattern!r}: letters, digits, '.', "
+                              "'_', '-', '@', '\\' or '$', not starting with '-'")
     else:
         user = None
     if m := _BRACKETED_IPV6.fullmatch(rest):
@@ -121,7 +123,8 @@ def hosts(target: Target, known: dict[str, Host]) -> list[Host]:
         if base and (target.user or target.port):
             vars.pop("ansible_connection", None)
             for alias in ("ansible_ssh_user", "ansible_ssh_port"):
-                vars.pop(alias, None)  # the alias wins over ansible_user: it must not hide the target's
+                # the alias wins over ansible_user: it must not hide the target's
+                vars.pop(alias, None)
         if target.user:
             vars["ansible_user"] = target.user
         if target.port:

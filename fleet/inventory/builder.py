@@ -56,7 +56,8 @@ class _Group:
 
 class Builder:
     def __init__(self) -> None:
-        self.groups: dict[str, _Group] = {"all": _Group("all", ""), "ungrouped": _Group("ungrouped", "")}
+        self.groups: dict[str, _Group] = {"all": _Group("all", ""), "ungrouped": _Group("ungrouped",
+                                                                                        "")}
         self.host_vars: dict[str, dict[str, Any]] = {}
         self.host_where: dict[str, str] = {}
         self.warnings: list[str] = []  # file:line: what fleet keeps but will not use
@@ -101,7 +102,8 @@ class Builder:
         return names
 
     def group_var(self, group: str, key: Any, value: Any, where: str) -> None:
-        if key == "ansible_group_priority":  # Ansible keeps it as the group's priority, not a variable
+        # Ansible keeps it as the group's priority, not a variable
+        if key == "ansible_group_priority":
             self.groups[group].priority = group_priority(value, where)
             return
         self.warn(where, check_variable(key, value, where))
@@ -117,7 +119,8 @@ class Builder:
 
     # --- the merge ---
 
-    def build(self, sources: list[str], vars_of: Callable[[str, list[str]], dict[str, Any]]) -> Inventory:
+    def build(self, sources: list[str], vars_of: Callable[[str, list[str]],
+                                                          dict[str, Any]]) -> Inventory:
         """The inventory; ``vars_of(kind, names)`` merges the vars files of groups or of a host
         (``kind`` is 'group_vars' or 'host_vars') in the order Ansible reads them."""
         self._check_cycles()
@@ -130,7 +133,8 @@ class Builder:
             in_groups = sorted((g for g in self.groups if g != "all" and name in members[g]),
                                key=lambda g: (depth[g], self.groups[g].priority, g))
             hosts[name] = self._host(name, in_groups, vars_of)
-        return Inventory(hosts, {g: self._ansible_order(g) for g in self.groups}, sources, warnings=self.warnings)
+        return Inventory(hosts, {g: self._ansible_order(g) for g in self.groups}, sources,
+                         warnings=self.warnings)
 
     def _attach_to_all(self) -> None:
         """'ungrouped' first among the children of 'all', then every top-level group."""
@@ -138,7 +142,8 @@ class Builder:
         children = self.groups["all"].children
         self.groups["all"].children = {"ungrouped": children.pop("ungrouped", ""), **children}
         for group in self.groups.values():  # top-level groups are children of all
-            if group.name != "all" and not any(group.name in g.children for g in self.groups.values()):
+            if group.name != "all" and not any(group.name in g.children
+                                               for g in self.groups.values()):
                 self.groups["all"].children.setdefault(group.name, group.where)
 
     def _settle_ungrouped(self) -> None:
@@ -218,7 +223,8 @@ class Builder:
     def _depths(self) -> dict[str, int]:
         depth = {"all": 0}
         frontier = ["all"]
-        while frontier:  # longest path from all, as Ansible's group depth; the graph is acyclic by now
+        # longest path from all, as Ansible's group depth; the graph is acyclic by now
+        while frontier:
             nxt = []
             for g in frontier:
                 for child in self.groups[g].children:

@@ -25,7 +25,8 @@ ARG_VARIABLES = ("ansible_ssh_args", "ansible_ssh_common_args", "ansible_ssh_ext
 
 # ssh_config keywords honoured, by their lower-case spelling.
 HONOURED = {k.lower(): k for k in (
-    "Port", "User", "IdentityFile", "IdentitiesOnly", "IdentityAgent", "ConnectTimeout", "ProxyJump",
+    "Port", "User", "IdentityFile", "IdentitiesOnly", "IdentityAgent", "ConnectTimeout",
+    "ProxyJump",
     "ProxyCommand", "ServerAliveInterval", "ServerAliveCountMax", "ForwardAgent", "Compression",
     "TCPKeepAlive")}
 # Options whose purpose fleet serves by itself; what they ask for is done.
@@ -77,10 +78,12 @@ def ssh_args(host: "Host") -> SSHArgs:
         key = name.lower()
         if key in SERVED:
             if key in _SERVED_ONLY and value.lower() != _SERVED_ONLY[key]:
-                raise ConnectionOptionError(_refusal(host, variable, shown, "fleet cannot honour this value"))
+                raise ConnectionOptionError(_refusal(host, variable, shown,
+                                                     "fleet cannot honour this value"))
             served.append(shown)
         elif key not in HONOURED:
-            raise ConnectionOptionError(_refusal(host, variable, shown, "fleet cannot honour this option"))
+            raise ConnectionOptionError(_refusal(host, variable, shown,
+                                                 "fleet cannot honour this option"))
         elif key == "identityfile":
             keys.append(value)
         else:
@@ -118,7 +121,8 @@ def _words(host: "Host", variable: str) -> list[str]:
     try:
         return shlex.split(text)
     except ValueError as e:
-        raise ConnectionOptionError(f"{host.name}: {variable} cannot be split as a shell splits it: {e}") from None
+        raise ConnectionOptionError(f"{host.name}: {variable} cannot be split as a "
+                                    f"shell splits it: {e}") from None
 
 
 def _read_option(host: "Host", variable: str, words: list[str], i: int, put) -> int:
@@ -126,7 +130,8 @@ def _read_option(host: "Host", variable: str, words: list[str], i: int, put) -> 
     of them takes; the index of the last word read."""
     word = words[i]
     if not word.startswith("-") or len(word) < 2:
-        raise ConnectionOptionError(_refusal(host, variable, word, "ssh arguments are options, not a host "
+        raise ConnectionOptionError(_refusal(host, variable, word,
+                                             "ssh arguments are options, not a host "
                                              "or a command"))
     for j in range(1, len(word)):
         flag = word[j]
@@ -135,14 +140,16 @@ def _read_option(host: "Host", variable: str, words: list[str], i: int, put) -> 
             if not value:
                 i += 1
                 if i == len(words):
-                    raise ConnectionOptionError(_refusal(host, variable, f"-{flag}", "a value is missing"))
+                    raise ConnectionOptionError(_refusal(host, variable, f"-{flag}",
+                                                         "a value is missing"))
                 value = words[i]
             _put_with_value(host, variable, flag, value, put)
             break
         if flag in _FLAGS:
             put(*_FLAGS[flag], variable, f"-{flag}")
         elif flag not in _FLAGS_SERVED:
-            raise ConnectionOptionError(_refusal(host, variable, f"-{flag}", "fleet cannot honour this option"))
+            raise ConnectionOptionError(_refusal(host, variable, f"-{flag}",
+                                                 "fleet cannot honour this option"))
     return i
 
 
@@ -159,8 +166,8 @@ def _put_with_value(host: "Host", variable: str, flag: str, value: str, put) -> 
 
 
 def _refusal(host: "Host", variable: str, shown: str, why: str) -> str:
-    return (f"{host.name}: {shown!r} in {variable}: {why} (docs/inventory.md lists what fleet honours); "
-            "nothing was run there")
+    return (f"{host.name}: {shown!r} in {variable}: {why} (docs/inventory.md lists what fleet "
+            "honours); nothing was run there")
 
 
 def describe(host: "Host", resolved: dict[str, Any]) -> str:
@@ -193,13 +200,15 @@ def number(value: str, name: str, host: "Host") -> int:
     try:
         return int(value)
     except ValueError:
-        raise ConnectionOptionError(f"{host.name}: {name} {value!r} in its ssh arguments is not a number") from None
+        raise ConnectionOptionError(f"{host.name}: {name} {value!r} in its ssh "
+                                    "arguments is not a number") from None
 
 
 def yes_no(value: str, name: str, host: "Host") -> bool:
     if value.lower() in ("yes", "no"):
         return value.lower() == "yes"
-    raise ConnectionOptionError(f"{host.name}: {name} {value!r} in its ssh arguments: yes or no is needed")
+    raise ConnectionOptionError(f"{host.name}: {name} {value!r} in its ssh "
+                                "arguments: yes or no is needed")
 
 
 def expand_proxy_command(command: str, host: "Host", opts: dict[str, Any], local_user: str) -> str:
@@ -209,7 +218,8 @@ def expand_proxy_command(command: str, host: "Host", opts: dict[str, Any], local
 
     def one(m) -> str:
         if m[1] not in values:
-            raise ConnectionOptionError(f"{host.name}: %{m[1]} in ProxyCommand: fleet expands %h, %p, %r, %n, %%")
+            raise ConnectionOptionError(f"{host.name}: %{m[1]} in ProxyCommand: "
+                                        "fleet expands %h, %p, %r, %n, %%")
         return values[m[1]] if m[1] in "%p" else shlex.quote(values[m[1]])
 
     return re.sub(r"%(.)", one, command)
@@ -234,14 +244,16 @@ def route(host: "Host", config_paths: list[str], local_user: str) -> dict[str, A
     port = number(given["Port"], "Port", host) if "Port" in given else None
     config = SSHClientConfig.load(None, config_paths, False, False, False, local_user,
                                   given.get("User") or (), host.address, port or ())
-    return {"user": given.get("User") or config.get("User") or local_user, "port": port or config.get("Port") or 22,
+    return {"user": given.get("User") or config.get("User") or local_user, "port": port
+            or config.get("Port") or 22,
             "keys": list(args.identity_files) or [str(k) for k in config.get("IdentityFile", ())],
             "jumps": _jumps(args, config), "proxy_command": _proxy_command(args, config)}
 
 
 def _jumps(args: SSHArgs, config) -> list[str]:
     """The jump hosts: the inventory's ProxyJump, else ssh_config's."""
-    return args.jumps or [j for j in str(config.get("ProxyJump") or "none").split(",") if j.lower() != "none"]
+    return args.jumps or [j for j in str(config.get("ProxyJump") or "none").split(",")
+                          if j.lower() != "none"]
 
 
 def _proxy_command(args: SSHArgs, config) -> str | None:

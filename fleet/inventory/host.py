@@ -50,7 +50,8 @@ class Host:
     @property
     def port(self) -> int | None:
         port = _last_set(self.vars, "ansible_port", "ansible_ssh_port")
-        return None if port is None else int(port)  # checked on loading: a number or a string of digits
+        # checked on loading: a number or a string of digits
+        return None if port is None else int(port)
 
     @property
     def user(self) -> str | None:
@@ -70,5 +71,6 @@ class Host:
 
     @property
     def all_vars(self) -> dict[str, Any]:
-        """Every variable of the host, as ansible-inventory shows them, those fleet does not use too."""
+        """Every variable of the host, as ansible-inventory shows them, those fleet does not use
+        too."""
         return {**self.vars, **self.unused}

@@ -37,7 +37,8 @@ def parse_value(text: str, where: str) -> Any:
             value = ast.literal_eval(text)
     except (ValueError, SyntaxError):
         return text
-    except (TypeError, MemoryError, RecursionError) as e:  # `{[1]: 2}`, or nested past what Python parses
+    # `{[1]: 2}`, or nested past what Python parses
+    except (TypeError, MemoryError, RecursionError) as e:
         raise InventoryError(where, f"cannot read the value {text[:60]!r}: {e}") from None
     return _as_ansible(value)
 
@@ -121,7 +122,8 @@ def _children_line(builder: Builder, group: str, line: str, declared: set[str], 
     if not m:
         raise InventoryError(where, f"expected a group name, got {line!r}")
     if m[1] not in declared and m[1] not in builder.groups:
-        raise InventoryError(where, f"[{group}:children] names {m[1]!r}, a group not declared in this "
+        raise InventoryError(where,
+                             f"[{group}:children] names {m[1]!r}, a group not declared in this "
                                     f"file (add a [{m[1]}] section)")
     builder.child(group, m[1], where)
 

@@ -1,4 +1,5 @@
-"""What an inventory is once read: hosts with their merged variables and groups, and how targets select them.
+"""What an inventory is once read: hosts with their merged variables and groups, and how targets
+select them.
 
 This module knows nothing of file formats; ``load`` (in ``__init__``) builds an
 :class:`Inventory` from whatever sources it was given.
@@ -13,7 +14,8 @@ from ..hostlist import split_patterns
 from . import adhoc, patterns
 from .host import Host, InventoryError, TargetError
 
-__all__ = ["Host", "Inventory", "InventoryError", "TargetError"]  # Host and the errors live in host.py
+# Host and the errors live in host.py
+__all__ = ["Host", "Inventory", "InventoryError", "TargetError"]
 
 
 @dataclass
@@ -44,8 +46,8 @@ class Inventory:
         for target in targets:
             for host in self._resolve_target(target, chosen):
                 if (seen := found.get(host.name)) is not None and seen != host:
-                    raise TargetError(f"{host.name!r} is named twice with different users or ports; "
-                                      "its reports would share one folder: name it once")
+                    raise TargetError(f"{host.name!r} is named twice with different users or "
+                                      "ports; its reports would share one folder: name it once")
                 found[host.name] = host
         return found
 
@@ -65,7 +67,8 @@ class Inventory:
             # Ansible splits on every comma when there is one (gpu[1,2] is two patterns there)
             split = [p.strip() for w in words for p in w.split(",")] if "," in target else None
             groups = {**self.groups, "all": self.groups.get("all", []) + list(extra)}
-            matcher = patterns.Matcher(list(known), groups, ", ".join(self.sources) or "the inventory")
+            matcher = patterns.Matcher(list(known), groups,
+                                       ", ".join(self.sources) or "the inventory")
             patterns.range_reading(",".join(words), matcher)
             out += [known[n] for n in matcher.select(",".join(words), split)]
         return out
@@ -79,6 +82,6 @@ class Inventory:
         if pattern in chosen:
             return [chosen[pattern]]
         if any(c in pattern for c in "*?"):
-            raise TargetError(f"{pattern!r}: without an inventory, patterns match nothing; name the hosts "
-                              "(user@host:port, gpu[01-04]) or give one with -i")
+            raise TargetError(f"{pattern!r}: without an inventory, patterns match nothing; name "
+                              "the hosts (user@host:port, gpu[01-04]) or give one with -i")
         return adhoc.hosts(adhoc.parse(pattern), self.hosts)

@@ -32,7 +32,8 @@ from .host import TargetError
 
 # ansible-core's PATTERN_WITH_SUBSCRIPT, as it is.
 _SUBSCRIPT = re.compile(r"^(.+)\[(?:(-?[0-9]+)|([0-9]+)([:-])([0-9]*))\]$")
-# ansible.parsing.utils.addresses, the expressions parse_address(allow_ranges=True) uses, as they are.
+# ansible.parsing.utils.addresses, the expressions parse_address(allow_ranges=True) uses, as they
+# are.
 _NUM_RANGE = r"\[(?:[0-9]+:[0-9]+)(?::[0-9]+)?\]"
 _HEX_RANGE = r"\[(?:[0-9a-f]+:[0-9a-f]+)(?::[0-9]+)?\]"
 _ALNUM_RANGE = r"\[(?:[a-z]:[a-z]|[0-9]+:[0-9]+)(?::[0-9]+)?\]"
@@ -45,23 +46,27 @@ _ADDRESS = {
     "ipv4": re.compile(rf"^(?:{_I4}\.){{3}}{_I4}$", re.I),
     "hostname": re.compile(rf"^{_LABEL}(?:\.{_LABEL})*$", re.I),
 }
-# Compiled on first use (re keeps it): 4 ms, and a name of the inventory or a hostname never needs it.
+# Compiled on first use (re keeps it): 4 ms, and a name of the inventory or a hostname never needs
+# it.
 _IPV6 = (
-        rf"^((?:{_I6}:){{7}}{_I6}|(?:{_I6}:){{1,6}}:|(?:{_I6}:)(?::{_I6}){{1,6}}|(?:{_I6}:){{2}}(?::{_I6}){{1,5}}"
-        rf"|(?:{_I6}:){{3}}(?::{_I6}){{1,4}}|(?:{_I6}:){{4}}(?::{_I6}){{1,3}}|(?:{_I6}:){{5}}(?::{_I6}){{1,2}}"
-        rf"|(?:{_I6}:){{6}}(?::{_I6})|:(?::{_I6}){{1,6}}|{_I6}?::|(?:0:){{6}}(?:{_I6}\.){{3}}{_I6}"
-        rf"|::(?:ffff:)?(?:{_I6}\.){{3}}{_I6}|(?:0:){{5}}ffff:(?:{_I6}\.){{3}}{_I6})$")
+        rf"^((?:{_I6}:){{7}}{_I6}|(?:{_I6}:){{1,6}}:|(?:{_I6}:)(?::{_I6}){{1,6}}|"
+        rf"(?:{_I6}:){{2}}(?::{_I6}){{1,5}}|(?:{_I6}:){{3}}(?::{_I6}){{1,4}}|"
+        rf"(?:{_I6}:){{4}}(?::{_I6}){{1,3}}|(?:{_I6}:){{5}}(?::{_I6}){{1,2}}|"
+        rf"(?:{_I6}:){{6}}(?::{_I6})|:(?::{_I6}){{1,6}}|{_I6}?::|(?:0:){{6}}(?:{_I6}\.){{3}}{_I6}|"
+        rf"::(?:ffff:)?(?:{_I6}\.){{3}}{_I6}|(?:0:){{5}}ffff:(?:{_I6}\.){{3}}{_I6})$")
 _COLON_SPLIT = re.compile(r"(?:[^\s:\[\]]|\[[^\]]*\])+")
 MAX_PATTERN = 1000  # characters of one target: a regex from a playbook is run against every name
 
 
 def parse_address(text: str) -> tuple[str, int | None] | None:
-    """Ansible's ``parse_address(text, allow_ranges=True)``: (host, port), or None where it fails."""
+    """Ansible's ``parse_address(text, allow_ranges=True)``: (host, port), or None where it
+    fails."""
     port = None
     for kind in ("bracketed_hostport", "hostport"):
         if m := _ADDRESS[kind].match(text):
             text, port = m[1], int(m[2])
-    if _ADDRESS["ipv4"].match(text) or _ADDRESS["hostname"].match(text) or re.match(_IPV6, text, re.I):
+    if _ADDRESS["ipv4"].match(text) or _ADDRESS["hostname"].match(text) or re.match(_IPV6, text,
+                                                                                    re.I):
         return text, port
     return None
 
@@ -81,7 +86,8 @@ def split_host_pattern(text: str) -> list[str]:
 def order_patterns(patterns: Sequence[str]) -> list[str]:
     """Ansible's order of evaluation: the union first (``all`` if none), then ``&``, then ``!``."""
     plain = [p for p in patterns if p and p[0] not in "!&"]
-    return (plain or ["all"]) + [p for p in patterns if p[:1] == "&"] + [p for p in patterns if p[:1] == "!"]
+    return (plain or ["all"]) + [p for p in patterns if p[:1] == "&"] + [p for p in patterns
+                                                                         if p[:1] == "!"]
 
 
 def split_subscript(pattern: str) -> tuple[str, tuple[int, int | None] | None]:
@@ -97,7 +103,8 @@ def split_subscript(pattern: str) -> tuple[str, tuple[int, int | None] | None]:
     return expr, (int(start), int(end) if end else -1)
 
 
-def _subscripted(names: list[str], subscript: tuple[int, int | None] | None, pattern: str) -> list[str]:
+def _subscripted(names: list[str], subscript: tuple[int, int | None] | None,
+                 pattern: str) -> list[str]:
     """Ansible's ``_apply_subscript``, with its quirks (``[0:0]`` is the whole list)."""
     if not names or not subscript:
         return names
@@ -107,7 +114,8 @@ def _subscripted(names: list[str], subscript: tuple[int, int | None] | None, pat
     try:
         return [names[start]]
     except IndexError:
-        raise TargetError(f"{pattern!r}: no host at position {start}; it names {len(names)} host(s)") from None
+        raise TargetError(f"{pattern!r}: no host at position {start}; it names "
+                          f"{len(names)} host(s)") from None
 
 
 class Matcher:
@@ -123,9 +131,11 @@ class Matcher:
         caller split it. ``lenient``: a pattern that matches nothing picks nothing (Ansible's
         warning) instead of being refused (fleet's rule)."""
         if len(text) > MAX_PATTERN:
-            raise TargetError(f"a target of {len(text)} characters: fleet reads at most {MAX_PATTERN}")
+            raise TargetError(f"a target of {len(text)} characters: "
+                              f"fleet reads at most {MAX_PATTERN}")
         chosen: list[str] = []
-        for p in order_patterns(split_host_pattern(text) if split is None else [p for p in split if p]):
+        for p in order_patterns(split_host_pattern(text) if split is None
+                                else [p for p in split if p]):
             if p in self._known:
                 chosen.append(p)
                 continue
@@ -203,12 +213,13 @@ def range_reading(text: str, matcher: Matcher) -> None:
             continue
         ansible = matcher.select(part, lenient=True)
         if set(ansible) != set(names):
-            missing = f" ({len(names) - len(known)} of them not in the inventory)" if len(known) < len(names) else ""
+            missing = (f" ({len(names) - len(known)} of them not in the inventory)"
+                       if len(known) < len(names) else "")
             raise TargetError(
-                f"{part!r} reads two ways: as Ansible's pattern it picks {_few(ansible)}; as a range of "
-                f"names it is {_few(names)}{missing}. fleet picks neither silently: name the hosts "
-                f"({','.join(known[:4])}{',...' if len(known) > 4 else ''}), or use a glob or a '~' "
-                "regular expression (docs/inventory.md, Host patterns)")
+                f"{part!r} reads two ways: as Ansible's pattern it picks {_few(ansible)}; as a "
+                f"range of names it is {_few(names)}{missing}. fleet picks neither silently: name "
+                f"the hosts ({','.join(known[:4])}{',...' if len(known) > 4 else ''}), or use a "
+                "glob or a '~' regular expression (docs/inventory.md, Host patterns)")
 
 
 def _few(names: list[str]) -> str:

@@ -62,8 +62,8 @@ def _password(v: Any) -> str | None:
 
 
 def _key_text(v: Any) -> str | None:
-    return ("private keys do not belong in an inventory: name a key file (ansible_ssh_private_key_file) "
-            "or use an ssh agent")
+    return ("private keys do not belong in an inventory: name a key file "
+            "(ansible_ssh_private_key_file) or use an ssh agent")
 
 
 VARIABLES: dict[str, tuple[Callable[[Any], str | None], str]] = {
@@ -93,13 +93,19 @@ VARIABLES: dict[str, tuple[Callable[[Any], str | None], str]] = {
     "ncu_path": (_str, "ncu executable on the node, when it is not found by itself"),
     "report_dir": (_str, "directory on the node where profilers write reports"),
     "owned_sysctls": (_sysctls, "sysctls fleet may set on this node, with the value to set"),
-    "shared_report_dir": (_str, "label of a report directory several nodes share (NFS): read through one of them"),
-    "remove_gathered_reports": (_bool, "delete a report on the node once its copy in the store is verified"),
+    "shared_report_dir": (_str,
+                          "label of a report directory several nodes share (NFS): read through one "
+                          "of them"),
+    "remove_gathered_reports": (_bool,
+                                "delete a report on the node once its copy in the store is "
+                                "verified"),
     "docker_seccomp_profile": (_str, "seccomp profile on the node that allows perf_event_open "
                                      "(CPU sampling in Docker)"),
     "slurm_login": (_str, "login host of the Slurm cluster this group describes"),
     "slurm_partitions": (_str_list, "partitions of that cluster fleet may submit to"),
-    "slurm_scratch": (_str, "node-local directory the ranks write reports to (copied to the run directory)"),
+    "slurm_scratch": (_str,
+                      "node-local directory the ranks write reports to (copied to the run "
+                      "directory)"),
 }
 
 # Variables Ansible's connection, become and shell plugins read: fleet keeps them without using
@@ -108,19 +114,21 @@ VARIABLES: dict[str, tuple[Callable[[Any], str | None], str]] = {
 ANSIBLE_VARIABLES = frozenset("""
     ansible_become ansible_become_exe ansible_become_flags ansible_become_method ansible_become_user
     ansible_connection_timeout ansible_control_path ansible_control_path_dir ansible_group_priority
-    ansible_host_key_checking ansible_network_os ansible_pipelining ansible_remote_tmp ansible_scp_extra_args
-    ansible_scp_if_ssh ansible_sftp_batch_mode ansible_sftp_extra_args ansible_shell_executable ansible_shell_type
-    ansible_ssh_args ansible_ssh_common_args ansible_ssh_executable ansible_ssh_extra_args
-    ansible_ssh_host_key_checking ansible_ssh_pipelining ansible_ssh_retries ansible_ssh_timeout
-    ansible_ssh_transfer_method ansible_timeout ansible_su_exe ansible_su_flags ansible_su_user
-    ansible_sudo_exe ansible_sudo_flags ansible_sudo_user ansible_async_dir ansible_keep_remote_files
-    ansible_module_compression ansible_ssh_use_tty
-    ansible_ssh_password_mechanism ansible_paramiko_pty ansible_paramiko_host_key_checking
-    ansible_paramiko_look_for_keys ansible_paramiko_proxy_command ansible_paramiko_record_host_keys
-    ansible_paramiko_use_rsa_sha2_algorithms ansible_ssh_verbosity ansible_ssh_private_key_passphrase
-    ansible_private_key_passphrase ansible_system_tmpdirs ansible_local_become_strip_preamble
-    ansible_local_become_success_timeout ansible_paramiko_host ansible_paramiko_port ansible_paramiko_user
-    ansible_paramiko_private_key_file ansible_paramiko_timeout ansible_scp_executable ansible_sftp_executable
+    ansible_host_key_checking ansible_network_os ansible_pipelining ansible_remote_tmp
+    ansible_scp_extra_args ansible_scp_if_ssh ansible_sftp_batch_mode ansible_sftp_extra_args
+    ansible_shell_executable ansible_shell_type ansible_ssh_args ansible_ssh_common_args
+    ansible_ssh_executable ansible_ssh_extra_args ansible_ssh_host_key_checking
+    ansible_ssh_pipelining ansible_ssh_retries ansible_ssh_timeout ansible_ssh_transfer_method
+    ansible_timeout ansible_su_exe ansible_su_flags ansible_su_user ansible_sudo_exe
+    ansible_sudo_flags ansible_sudo_user ansible_async_dir ansible_keep_remote_files
+    ansible_module_compression ansible_ssh_use_tty ansible_ssh_password_mechanism
+    ansible_paramiko_pty ansible_paramiko_host_key_checking ansible_paramiko_look_for_keys
+    ansible_paramiko_proxy_command ansible_paramiko_record_host_keys
+    ansible_paramiko_use_rsa_sha2_algorithms ansible_ssh_verbosity
+    ansible_ssh_private_key_passphrase ansible_private_key_passphrase ansible_system_tmpdirs
+    ansible_local_become_strip_preamble ansible_local_become_success_timeout ansible_paramiko_host
+    ansible_paramiko_port ansible_paramiko_user ansible_paramiko_private_key_file
+    ansible_paramiko_timeout ansible_scp_executable ansible_sftp_executable
     ansible_ssh_pkcs11_provider ansible_sshpass_prompt ansible_su_prompt_l10n ansible_sudo_chdir
 """.split())
 
@@ -140,12 +148,14 @@ def _vaulted(value: Any) -> bool:
 # something else (galaxyproject.slurm's slurm_partitions is a list of hashes). A value of another
 # shape is the site's, kept and shown, but not used by fleet, with a warning.
 _SHAPES: dict[str, Callable[[Any], bool]] = {
-    **dict.fromkeys(("nsys_path", "ncu_path", "report_dir", "shared_report_dir", "docker_seccomp_profile",
+    **dict.fromkeys(("nsys_path", "ncu_path", "report_dir", "shared_report_dir",
+                     "docker_seccomp_profile",
                      "slurm_login", "slurm_scratch"), lambda v: isinstance(v, str)),
     "owned_sysctls": lambda v: isinstance(v, dict),
     "slurm_partitions": lambda v: isinstance(v, list) and all(isinstance(x, str) for x in v),
     # a string of true or false is evidently meant for fleet: its error says how to write it
-    "remove_gathered_reports": lambda v: isinstance(v, bool) or str(v).lower() in ("true", "false", "yes", "no"),
+    "remove_gathered_reports": lambda v: isinstance(v, bool) or str(v).lower() in ("true", "false",
+                                                                                   "yes", "no"),
 }
 
 
@@ -172,7 +182,9 @@ def check_variable(key: Any, value: Any, where: str) -> str | None:
     if not isinstance(key, str) or not key:
         raise InventoryError(where, f"bad variable name {key!r}")
     if _vaulted(value):
-        raise InventoryError(where, f"{key}: a vault-encrypted value; fleet does not decrypt Ansible Vault "
+        raise InventoryError(where,
+                             f"{key}: a vault-encrypted value; fleet does not decrypt Ansible "
+                             "Vault "
                                     "(see 'What fleet leaves out' in docs/inventory.md)")
     if key in VARIABLES:
         return _check_own(key, value, where)
@@ -213,4 +225,6 @@ def group_priority(value: Any, where: str) -> int:
             raise ValueError
         return int(value)
     except (TypeError, ValueError):
-        raise InventoryError(where, f"ansible_group_priority: a whole number is needed, not {value!r}") from None
+        raise InventoryError(where,
+                             "ansible_group_priority: a whole number is needed, not "
+                             f"{value!r}") from None

@@ -75,7 +75,8 @@ class VarsDirs:
             if doc is None or doc == "":  # Ansible skips empty files
                 doc = {}
             elif not is_mapping(doc):
-                raise InventoryError(f"{file}:1", "a vars file is a mapping of variable names to values")
+                raise InventoryError(f"{file}:1",
+                                     "a vars file is a mapping of variable names to values")
             for key, value in doc.items():
                 where = f"{file}:{doc.line_of(key)}"
                 if warning := check_variable(key, value, where):

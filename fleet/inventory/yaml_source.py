@@ -37,7 +37,8 @@ class _Loader(yaml.SafeLoader):
 
 def _construct_map(loader: _Loader, node: yaml.MappingNode) -> _Map:
     explicit = sum(1 for key, _ in node.value if key.tag != "tag:yaml.org,2002:merge")
-    loader.flatten_mapping(node)  # the pairs of `<<: *anchor` come first, the mapping's own after them
+    # the pairs of `<<: *anchor` come first, the mapping's own after them
+    loader.flatten_mapping(node)
     merged = len(node.value) - explicit
     out = _Map()
     out.line, out.lines = node.start_mark.line + 1, {}
@@ -90,13 +91,16 @@ def read_text(file: Path) -> str:
         fd = os.open(file, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
         try:
             if not stat.S_ISREG(os.fstat(fd).st_mode):
-                raise InventoryError(str(file), "not a regular file (a FIFO, a device?): fleet reads only files")
+                raise InventoryError(str(file),
+                                     "not a regular file (a FIFO, a "
+                                     "device?): fleet reads only files")
             with os.fdopen(fd, "rb", closefd=False) as f:
                 data = f.read(MAX_BYTES + 1)
         finally:
             os.close(fd)
         if len(data) > MAX_BYTES:
-            raise InventoryError(str(file), f"larger than {MAX_BYTES >> 20} MiB: not an inventory fleet reads")
+            raise InventoryError(str(file),
+                                 f"larger than {MAX_BYTES >> 20} MiB: not an inventory fleet reads")
         text = data.decode("utf-8")
     except (OSError, UnicodeDecodeError) as e:
         raise InventoryError(str(file), f"cannot read: {e}") from None
@@ -104,7 +108,8 @@ def read_text(file: Path) -> str:
         line = text.count("\n", 0, text.index("\0")) + 1
         raise InventoryError(f"{file}:{line}", "a NUL byte: this is not a text file")
     if text.startswith(VAULT_HEADER):
-        raise InventoryError(f"{file}:1", "a vault-encrypted file: fleet does not decrypt Ansible Vault "
+        raise InventoryError(f"{file}:1",
+                             "a vault-encrypted file: fleet does not decrypt Ansible Vault "
                                           "(see 'What fleet leaves out' in docs/inventory.md)")
     return text
 
@@ -131,7 +136,8 @@ def parse_yaml(text: str, file: Path) -> Any:
         if node is None:
             return None
         if _expanded_size(node, {}) > MAX_VALUES:
-            raise InventoryError(str(file), f"its YAML aliases expand to more than {MAX_VALUES:,} values "
+            raise InventoryError(str(file),
+                                 f"its YAML aliases expand to more than {MAX_VALUES:,} values "
                                             "(a YAML bomb?): fleet refuses it")
         return loader.construct_document(node)
     except yaml.MarkedYAMLError as e:
@@ -163,8 +169,9 @@ def read_inventory(doc: Any, file: str, builder: Builder) -> None:
         raise InventoryError(f"{file}:1", "an inventory is a mapping of groups (usually 'all:')")
     if "plugin" in doc:
         raise InventoryError(f"{file}:{doc.line_of('plugin')}",
-                             f"the configuration of the inventory plugin {doc['plugin']!r}: fleet does not run "
-                             "inventory plugins; give it what `ansible-inventory -i FILE --list` writes")
+                             f"the configuration of the inventory plugin {doc['plugin']!r}: fleet "
+                             "does not run inventory plugins; give it what "
+                             "`ansible-inventory -i FILE --list` writes")
     for name, body in doc.items():
         _group(builder, name, body, file, doc.line_of(name))
 
@@ -196,7 +203,8 @@ def _check_group_keys(body: _Map, name: Any, file: str) -> None:
             hint = difflib.get_close_matches(str(key), _GROUP_KEYS, n=1)
             more = f"; did you mean {hint[0]!r}?" if hint else ""
             raise InventoryError(f"{file}:{body.line_of(key)}",
-                                 f"unknown key {key!r} in group {name!r} (expected {', '.join(_GROUP_KEYS)}){more}")
+                                 f"unknown key {key!r} in group {name!r} (expected "
+                                 f"{', '.join(_GROUP_KEYS)}){more}")
 
 
 def _check_group_sections(body: _Map, name: Any, file: str) -> None:
@@ -208,7 +216,8 @@ def _check_group_sections(body: _Map, name: Any, file: str) -> None:
             body[key] = value = _Map({value: None})
             value.line, value.lines = body.line_of(key), {}
         if value is not None and not isinstance(value, _Map):
-            raise InventoryError(f"{file}:{body.line_of(key)}", f"'{key}' of group {name!r} must be a mapping")
+            raise InventoryError(f"{file}:{body.line_of(key)}",
+                                 f"'{key}' of group {name!r} must be a mapping")
 
 
 def _group_hosts(builder: Builder, name: Any, hosts: _Map, file: str) -> None:
@@ -224,7 +233,8 @@ def _group_hosts(builder: Builder, name: Any, hosts: _Map, file: str) -> None:
 
 def read_listing(doc: _Map, file: str, builder: Builder) -> None:
     """What ``ansible-inventory --list`` writes (with or without ``--export``), read as Ansible's
-    script plugin reads it: groups list their hosts and children, ``_meta.hostvars`` the variables."""
+    script plugin reads it: groups list their hosts and children, ``_meta.hostvars`` the
+    variables."""
     hostvars = _listing_hostvars(doc, file)
     seen: dict[str, None] = {}
     for name, body in doc.items():
@@ -235,7 +245,8 @@ def read_listing(doc: _Map, file: str, builder: Builder) -> None:
     for host in seen:
         variables = (hostvars or {}).get(host) or _Map()
         if not isinstance(variables, _Map):
-            raise InventoryError(f"{file}:{hostvars.line_of(host)}", f"the variables of {host!r} must be a mapping")
+            raise InventoryError(f"{file}:{hostvars.line_of(host)}",
+                                 f"the variables of {host!r} must be a mapping")
         for key, value in variables.items():
             builder.host_var(host, key, value, f"{file}:{variables.line_of(key)}")
 
@@ -245,7 +256,8 @@ def _listing_hostvars(doc: _Map, file: str) -> _Map | None:
     meta = doc.get("_meta")
     hostvars = meta.get("hostvars") if isinstance(meta, _Map) else None
     if hostvars is not None and not isinstance(hostvars, _Map):
-        raise InventoryError(f"{file}:{meta.line_of('hostvars')}", "'_meta.hostvars' must be a mapping")
+        raise InventoryError(f"{file}:{meta.line_of('hostvars')}",
+                             "'_meta.hostvars' must be a mapping")
     return hostvars
 
 
@@ -257,7 +269,8 @@ def _listing_group(builder: Builder, name: Any, body: Any, file: str, where: str
     if not isinstance(body, dict):
         raise InventoryError(where, f"group {name!r} must be a mapping of hosts, children, vars")
     _check_listing_sections(body, name, file, where)
-    at = (lambda key: f"{file}:{body.line_of(key)}") if isinstance(body, _Map) else (lambda key: where)
+    at = (lambda key: f"{file}:{body.line_of(key)}") if isinstance(body,
+                                                                   _Map) else (lambda key: where)
     hosts: list[str] = []
     for host in body.get("hosts") or []:
         hosts += builder.hosts(name, host, at("hosts"), literal=True)

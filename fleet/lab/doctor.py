@@ -16,7 +16,8 @@ from ..visible import visible
 if TYPE_CHECKING:
     from ..inventory import Host
 
-MARK = {"ok": "ok", "warn": "!!", "bad": "XX", "n/a": "--", "degraded": "degraded", "refused": "REFUSED"}
+MARK = {"ok": "ok", "warn": "!!", "bad": "XX", "n/a": "--", "degraded": "degraded",
+        "refused": "REFUSED"}
 
 
 def request_for(host: "Host") -> policy.Request:
@@ -38,7 +39,8 @@ def diagnosis(host: "Host", r: Result) -> dict:
 
 def problems(state: policy.NodeState) -> dict[str, policy.Finding]:
     """The five problems of the design, one finding each, each asked of its own door:
-    fleet/placement, fleet/wrapping, fleet/collection, and the policy's permissions and neighbours."""
+    fleet/placement, fleet/wrapping, fleet/collection, and the policy's permissions and
+    neighbours."""
     return {"placement": placement.finding(state), "wrapping": wrapping.finding(state),
             "collection": collection.finding(state), **policy.findings(state)}
 

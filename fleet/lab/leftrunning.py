@@ -27,12 +27,13 @@ if TYPE_CHECKING:
 
 MARK = "left-running"
 LOOK_TIMEOUT = 20.0  # seconds one host's look may take
-# Each pid given, as "PID STARTTIME" while it exists (its 20th field past the command's ")"), after the boot's
-# id, after a line of its own (what a shell's start-up files print comes before it, and is not read).
+# Each pid given, as "PID STARTTIME" while it exists (its 20th field past the command's ")"), after
+# the boot's id, after a line of its own (what a shell's start-up files print comes before it, and
+# is not read).
 MARKER = "fleet-left-running-look"
 LOOK = ('echo ' + MARKER + '; cat /proc/sys/kernel/random/boot_id; for p; do '
-        's=$(sed "s/.*) //" "/proc/$p/stat" 2>/dev/null | cut -d" " -f20) && [ -n "$s" ] && echo "$p $s"; '
-        'done; exit 0')
+        's=$(sed "s/.*) //" "/proc/$p/stat" 2>/dev/null | cut -d" " -f20) && [ -n "$s" ] && echo '
+        '"$p $s"; done; exit 0')
 BOOT = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 PID_LINE = re.compile(r"([0-9]{1,10}) ([0-9]{1,20})")
 
@@ -47,7 +48,8 @@ class LeftRunning:
     boot: str | None
     output: str | None
     session: int | None = None  # its processes' session (nsys's): fleet top marks them by it
-    signalled: list[int] = field(default_factory=list)  # fleet cancel: the pids that got its SIGTERM
+    # fleet cancel: the pids that got its SIGTERM
+    signalled: list[int] = field(default_factory=list)
     state: str = "unknown"     # running | ended | unknown (the host did not answer)
     why: str | None = None     # why unknown
 
@@ -65,13 +67,17 @@ def mark(directory: Path, manifest: "RunManifest") -> None:
 def of_entry(run_id: str, entry: "HostEntry") -> LeftRunning | None:
     """What a host's result says it left running, where its shape holds (wire.RUNNING), or None."""
     answer = entry.answer
-    running = answer.workload.running if answer is not None and answer.workload is not None else None
+    running = (answer.workload.running if answer is not None and answer.workload is not None
+               else None)
     pids = _pids(list(running.pids)) if running is not None else None
     if not pids or len(running.started) != len(pids):
         return None
-    return LeftRunning(run_id, entry.host, pids, [s if _whole(s) else None for s in running.started],
-                       running.boot if running.boot is not None and BOOT.fullmatch(running.boot) else None,
-                       running.output, running.session if _whole(running.session) and running.session > 0 else None)
+    return LeftRunning(run_id, entry.host, pids,
+                       [s if _whole(s) else None for s in running.started],
+                       running.boot if running.boot is not None and BOOT.fullmatch(running.boot)
+                       else None,
+                       running.output, running.session if _whole(running.session)
+                       and running.session > 0 else None)
 
 
 def _whole(value) -> bool:
@@ -113,12 +119,14 @@ def in_store(store_root: Path, run_ids: tuple[str, ...] = (),
 
 def by_session(store_root: Path) -> dict[tuple[str, int], str]:
     """(host, session) -> run id of every workload the store's runs left running, for fleet top to
-    mark its processes (a label only: what fleet jobs and fleet cancel act on is checked by start time)."""
+    mark its processes (a label only: what fleet jobs and fleet cancel act on is checked by start
+    time)."""
     try:
         found = in_store(store_root)
     except (UnsafeStore, OSError):
         return {}
-    return {(item.host, item.session): item.run_id for _, items in found for item in items if item.session}
+    return {(item.host, item.session): item.run_id for _, items in found for item in items
+            if item.session}
 
 
 def read_look(answer: str, left: LeftRunning) -> str:
@@ -143,14 +151,16 @@ async def look(fan: "Fanout", inventory: "Inventory", left: list[LeftRunning]) -
     """Each one's state, by one look at its host (in parallel, each bounded)."""
     import asyncio
 
-    hosts = {h.name: h for h in inventory.select()}  # the inventory resolved once, not once a workload
+    # the inventory resolved once, not once a workload
+    hosts = {h.name: h for h in inventory.select()}
 
     async def one(item: LeftRunning) -> None:
         host = hosts.get(item.host)
         if host is None:  # a host the inventory no longer has: not looked at
             item.why = "not in the inventory now"
             return
-        r = await fan.run(host, ["sh", "-c", LOOK, "sh", *map(str, item.pids)], timeout=LOOK_TIMEOUT)
+        r = await fan.run(host, ["sh", "-c", LOOK, "sh", *map(str, item.pids)],
+                          timeout=LOOK_TIMEOUT)
         if not r.ok:
             item.why = r.error or f"the look exited {r.exit_status}"
             return
@@ -162,11 +172,11 @@ async def look(fan: "Fanout", inventory: "Inventory", left: list[LeftRunning]) -
     await asyncio.gather(*(one(item) for item in left))
 
 
-# Each pid given with its start time, after the boot's id: SIGTERM to those that are still that process,
-# to its process group where it leads one (nsys's, the workload's), as the agent's own stop does; each
-# pid signalled said back.
-END = ('[ "$(cat /proc/sys/kernel/random/boot_id)" = "$1" ] || exit 0; shift; while [ $# -gt 1 ]; do '
-       'p=$1; want=$2; shift 2; f=$(sed "s/.*) //" "/proc/$p/stat" 2>/dev/null); '
+# Each pid given with its start time, after the boot's id: SIGTERM to those that are still that
+# process, to its process group where it leads one (nsys's, the workload's), as the agent's own stop
+# does; each pid signalled said back.
+END = ('[ "$(cat /proc/sys/kernel/random/boot_id)" = "$1" ] || exit 0; shift; while [ $# -gt 1 ]; '
+       'do p=$1; want=$2; shift 2; f=$(sed "s/.*) //" "/proc/$p/stat" 2>/dev/null); '
        's=$(echo "$f" | cut -d" " -f20); g=$(echo "$f" | cut -d" " -f3); '
        'if [ -n "$s" ] && [ "$s" = "$want" ]; then '
        'if [ "$g" = "$p" ]; then kill -s TERM -- "-$p" 2>/dev/null && echo "$p"; '
@@ -178,13 +188,16 @@ async def end(fan: "Fanout", inventory: "Inventory", left: list[LeftRunning]) ->
     time): ``signalled`` the pids that got it (none: each had ended already); its state "ended"."""
     import asyncio
 
-    hosts = {h.name: h for h in inventory.select()}  # the inventory resolved once, not once a workload
+    # the inventory resolved once, not once a workload
+    hosts = {h.name: h for h in inventory.select()}
 
     async def one(item: LeftRunning) -> None:
         host = hosts.get(item.host)
-        pairs = [str(w) for pid, began in zip(item.pids, item.started) if began is not None for w in (pid, began)]
+        pairs = [str(w) for pid, began in zip(item.pids, item.started) if began is not None
+                 for w in (pid, began)]
         if host is None or item.boot is None or not pairs:
-            item.why = "not in the inventory now" if host is None else "its record cannot tell it from a later process"
+            item.why = ("not in the inventory now" if host is None
+                        else "its record cannot tell it from a later process")
             return
         r = await fan.run(host, ["sh", "-c", END, "sh", item.boot, *pairs], timeout=LOOK_TIMEOUT)
         if not r.ok:

@@ -35,23 +35,26 @@ def _ended(view: HostView, r, stopped: bool) -> None:
     elif view.seq is None:
         err = r.stderr.decode("utf-8", "replace").strip().splitlines()
         view.error = r.error or (f"the agent ended before its first sample: {err[-1]}" if err else
-                                 f"the agent ended before its first sample (exit status {r.exit_status})")
+                                 "the agent ended before its first sample "
+                                 f"(exit status {r.exit_status})")
 
 
-async def look_host(fan: "Fanout", host: "Host", *, interval: float, samples: int | None, lifetime: float,
+async def look_host(fan: "Fanout", host: "Host", *, interval: float, samples: int | None,
+                    lifetime: float,
                     on_view: Callable[[HostView], None], stop: asyncio.Event) -> HostView:
     """One host's look, until ``samples`` came, ``lifetime`` passed or ``stop`` is set."""
     view = HostView(host.name)
     lines = Lines(lambda text: _take(view, text, on_view))
-    args = dict(agent_args(host, environment_check=False), mode="look", interval=interval, lifetime=lifetime,
-                samples=samples)
+    args = dict(agent_args(host, environment_check=False), mode="look", interval=interval,
+                lifetime=lifetime, samples=samples)
     halt = asyncio.Event()  # the look's stop, or this host's answer no longer believed
     relay = asyncio.ensure_future(stop.wait())
     relay.add_done_callback(lambda _: halt.set())
 
     def feed(stream: str, chunk: bytes) -> None:
         lines.feed(stream, chunk)
-        if lines.error or view.error:  # an overlong line or a malformed sample: its session ends here
+        # an overlong line or a malformed sample: its session ends here
+        if lines.error or view.error:
             halt.set()
 
     try:
@@ -67,12 +70,14 @@ async def look_host(fan: "Fanout", host: "Host", *, interval: float, samples: in
     return view
 
 
-async def look(fan: "Fanout", hosts: list["Host"], *, interval: float = 1.0, samples: int | None = None,
+async def look(fan: "Fanout", hosts: list["Host"], *, interval: float = 1.0,
+               samples: int | None = None,
                lifetime: float = 8 * 3600.0, on_view: Callable[[HostView], None] = lambda v: None,
                stop: asyncio.Event | None = None) -> list[HostView]:
     """Every host's look side by side, each in its own session for the whole look (not bounded by
     the fan-out: a look holds its session open)."""
     stop = stop or asyncio.Event()
-    return list(await asyncio.gather(*(look_host(fan, h, interval=interval, samples=samples, lifetime=lifetime,
+    return list(await asyncio.gather(*(look_host(fan, h, interval=interval, samples=samples,
+                                                 lifetime=lifetime,
                                                  on_view=on_view, stop=stop) for h in hosts)))
 

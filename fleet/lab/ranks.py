@@ -8,29 +8,32 @@ from ..rundir import RunDir
 from ..outcome import HostStatus
 from ..store.manifest import HostEntry, RunManifest
 
-# The launchers a lab server's run starts its ranks with (--launcher), each rank under its own profiler.
+# The launchers a lab server's run starts its ranks with (--launcher), each rank under its own
+# profiler.
 LAB_LAUNCHERS = ("mpirun", "torchrun")
 
 
 def with_missing_ranks(entries: list[HostEntry]) -> list[HostEntry]:
-    """The lab hosts' entries, each followed by one ``missing`` entry for every rank its launcher was
-    counted to start that left no report (its agent's ``missing_ranks``), named ``HOST rank K`` as a
-    Slurm rank that left nothing is: the run is then partial, never complete. Made afresh from the
-    results each time (``fleet gather`` reads a result later), so a rank is never listed twice."""
+    """The lab hosts' entries, each followed by one ``missing`` entry for every rank its launcher
+    was counted to start that left no report (its agent's ``missing_ranks``), named ``HOST rank K``
+    as a Slurm rank that left nothing is: the run is then partial, never complete. Made afresh from
+    the results each time (``fleet gather`` reads a result later), so a rank is never listed
+    twice."""
     found = []
     for entry in entries:
         if entry.rank is not None:  # on lab servers only these: made again below
             continue
         found.append(entry)
         found += [HostEntry(entry.host, HostStatus.MISSING, rank=rank, node=entry.node,
-                            missing_why=f"rank {rank} left no report") for rank in missing_ranks(entry)]
+                            missing_why=f"rank {rank} left no report")
+                  for rank in missing_ranks(entry)]
     return found
 
 
 def missing_ranks(entry: HostEntry) -> list[int]:
-    """The ranks the host's agent says left no report, as far as the plan and the reports brought home
-    bear it out: only ranks the plan counted (0..N-1), each once, none whose report came home. The
-    node's word alone (wire.RESULT holds only its shape) never names more."""
+    """The ranks the host's agent says left no report, as far as the plan and the reports brought
+    home bear it out: only ranks the plan counted (0..N-1), each once, none whose report came home.
+    The node's word alone (wire.RESULT holds only its shape) never names more."""
     said = entry.answer.missing_ranks if entry.answer is not None else ()
     counted = (entry.plan or {}).get("ranks") if isinstance(entry.plan, dict) else None
     if not said or isinstance(counted, bool) or not isinstance(counted, int):
@@ -41,8 +44,9 @@ def missing_ranks(entry: HostEntry) -> list[int]:
 
 
 def ranks_line(manifest: RunManifest) -> str | None:
-    """The run's line saying that its launcher's rank count was not known, and so no rank that left no
-    report is named (why, as fleet.wrapping.launchers.rank_count says it); None for any other run."""
+    """The run's line saying that its launcher's rank count was not known, and so no rank that left
+    no report is named (why, as fleet.wrapping.launchers.rank_count says it); None for any other
+    run."""
     request = manifest.request or {}
     if request.get("launcher") not in LAB_LAUNCHERS or request.get("ranks") is not None:
         return None

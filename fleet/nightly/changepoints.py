@@ -37,13 +37,17 @@ import struct
 from dataclasses import dataclass
 from typing import Sequence
 
-ALPHA = 0.005         # a change is significant below this p-value: about 0.5 false changes per 100 noise series
+# a change is significant below this p-value: about 0.5 false changes per 100 noise series
+ALPHA = 0.005
 PERMUTATIONS = 399    # shuffles per candidate: p-values down to 0.0025
 MIN_SIZE = 3          # points each side of a change, at least
 MIN_CHANGE = 0.02     # the medians either side differ by at least this much (relative)
-KNOWN_ALPHA = 0.05    # the places fleet recorded a change, all together (Holm's step-down among them)
-EXACT = 10000         # a known place's split tested over every arrangement where there are at most this many
-TIE = 1e-9            # statistics this close (relative) are equal: the same split, its sums in another order
+# the places fleet recorded a change, all together (Holm's step-down among them)
+KNOWN_ALPHA = 0.05
+# a known place's split tested over every arrangement where there are at most this many
+EXACT = 10000
+# statistics this close (relative) are equal: the same split, its sums in another order
+TIE = 1e-9
 
 
 @dataclass(frozen=True)
@@ -88,11 +92,13 @@ def _ranked(x: Sequence[float]) -> tuple[list[int], list[float], list[float]]:
     prefix = [0.0]
     for v in ascending:
         prefix.append(prefix[-1] + v)
-    to_all = [(r * v - prefix[r]) + (prefix[n] - prefix[r + 1]) - (n - r - 1) * v for r, v in enumerate(ascending)]
+    to_all = [(r * v - prefix[r]) + (prefix[n] - prefix[r + 1]) - (n - r - 1) * v
+              for r, v in enumerate(ascending)]
     return rank, ascending, to_all
 
 
-def _sums_in_order(rank: list[int], ascending: list[float], to_all: list[float]) -> tuple[list[float], list[float]]:
+def _sums_in_order(rank: list[int], ascending: list[float],
+                   to_all: list[float]) -> tuple[list[float], list[float]]:
     """:func:`_pair_sums` of the series whose k-th point has the value of rank ``rank[k]``."""
     n = len(rank)
     counts, sums = [0] * (n + 1), [0.0] * (n + 1)
@@ -112,7 +118,8 @@ def _sums_in_order(rank: list[int], ascending: list[float], to_all: list[float])
 
 
 def best_split(x: Sequence[float], min_size: int = MIN_SIZE) -> tuple[int, float]:
-    """(t, q(t)) of the split of ``x`` with the largest statistic; (0, 0.0) where none is allowed."""
+    """(t, q(t)) of the split of ``x`` with the largest statistic; (0, 0.0) where none is
+    allowed."""
     if len(x) < 2 * min_size:
         return 0, 0.0
     return _best_of(*_pair_sums(x), min_size)
@@ -144,14 +151,16 @@ def _stable_hash(x: Sequence[float]) -> int:
 
 
 def p_value(x: Sequence[float], q: float, s: Settings) -> float:
-    """The share of shuffles of ``x`` whose best split is at least ``q``. The shuffling stops as soon
-    as the answer cannot fall below ``s.alpha`` (most candidates in noise stop within a few dozen)."""
+    """The share of shuffles of ``x`` whose best split is at least ``q``. The shuffling stops as
+    soon as the answer cannot fall below ``s.alpha`` (most candidates in noise stop within a few
+    dozen)."""
     rng = random.Random(_stable_hash(x))
     # The ranks are shuffled, not the values: the same draws give the same arrangements, while the
     # values' order and sums, the same for every arrangement, are found once.
     shuffled, ascending, to_all = _ranked(x)
     at_least = 0
-    most = s.alpha * (s.permutations + 1) - 1  # this many shuffles at least q: p >= alpha, not significant
+    # this many shuffles at least q: p >= alpha, not significant
+    most = s.alpha * (s.permutations + 1) - 1
     for done in range(1, s.permutations + 1):
         rng.shuffle(shuffled)
         if _best_of(*_sums_in_order(shuffled, ascending, to_all), s.min_size)[1] >= q * (1 - TIE):
@@ -162,22 +171,27 @@ def p_value(x: Sequence[float], q: float, s: Settings) -> float:
 
 
 def _q_at(x: Sequence[float], t: int) -> float:
-    """The statistic of the split of ``x`` at ``t`` (2 points a side at least), against all of ``x[t:]``."""
+    """The statistic of the split of ``x`` at ``t`` (2 points a side at least), against all of
+    ``x[t:]``."""
     before, after = _pair_sums(x)
     left, right = sum(before[:t]), sum(after[t:])   # the pairs within x[:t], within x[t:]
     between, n = sum(before) - left - right, len(x)
     m = n - t
-    return t * m / n * (2 * between / (t * m) - left / (t * (t - 1) / 2) - right / (m * (m - 1) / 2))
+    return t * m / n * (2 * between / (t * m) - left / (t * (t - 1) / 2) - right / (m
+                                                                                    * (m - 1) / 2))
 
 
 def _split_p(x: list[float], t: int, s: Settings) -> float:
-    """The permutation p-value of the split of ``x`` at ``t``: over every arrangement of which points
-    come first where there are few (exact: 3 runs and 3 can never give less than 0.1), else over
+    """The permutation p-value of the split of ``x`` at ``t``: over every arrangement of which
+    points come first where there are few (exact: 3 runs and 3 can never give less than 0.1), else
+    over
     ``s.permutations`` shuffles seeded by the values."""
     n = len(x)
     if math.comb(n, t) <= EXACT:
         return _exact_split_p(x, t)
-    observed, rng, shuffled, at_least = _q_at(x, t) * (1 - TIE), random.Random(_stable_hash(x)), list(x), 0
+    observed, rng, shuffled, at_least = _q_at(x, t) * (1
+                                                       - TIE), random.Random(_stable_hash(x)), list(
+                                                           x), 0
     for _ in range(s.permutations):
         rng.shuffle(shuffled)
         at_least += _q_at(shuffled, t) >= observed
@@ -185,9 +199,9 @@ def _split_p(x: list[float], t: int, s: Settings) -> float:
 
 
 def _exact_split_p(x: list[float], t: int) -> float:
-    """The share of every arrangement of ``t`` points first whose statistic is at least the split's own.
-    The distances are taken once; it stops once the share reaches KNOWN_ALPHA, past which no test of a
-    place is kept (Holm keeps none at p >= KNOWN_ALPHA)."""
+    """The share of every arrangement of ``t`` points first whose statistic is at least the split's
+    own. The distances are taken once; it stops once the share reaches KNOWN_ALPHA, past which no
+    test of a place is kept (Holm keeps none at p >= KNOWN_ALPHA)."""
     n, m = len(x), len(x) - t
     d = [[abs(a - b) for b in x] for a in x]
     everything = sum(map(sum, d)) / 2
@@ -198,7 +212,8 @@ def _exact_split_p(x: list[float], t: int) -> float:
         within_a = sum(d[i][j] for i, j in itertools.combinations(first, 2))
         within_b = sum(d[i][j] for i, j in itertools.combinations(rest, 2))
         between = everything - within_a - within_b
-        return t * m / n * (2 * between / (t * m) - within_a / (t * (t - 1) / 2) - within_b / (m * (m - 1) / 2))
+        return t * m / n * (2 * between / (t * m) - within_a / (t * (t - 1) / 2)
+                            - within_b / (m * (m - 1) / 2))
 
     observed, total, at_least = q(tuple(range(t))) * (1 - TIE), math.comb(n, t), 0
     for first in itertools.combinations(range(n), t):
@@ -212,8 +227,8 @@ def known_step(x: Sequence[float], t: int, s: Settings = Settings()) -> ChangePo
     """The step at ``t`` of ``x``, a place fleet named beforehand (the environment or the workload's
     version changed there), with the p-value of a permutation test of the split at that one place,
     where the levels either side differ by ``s.min_change`` at least; None where not. Nothing is
-    searched, so a few runs a side can show it (four nights on locked clocks between two stretches at
-    full clocks), where a search over every split must beat every place it could have chosen; the
+    searched, so a few runs a side can show it (four nights on locked clocks between two stretches
+    at full clocks), where a search over every split must beat every place it could have chosen; the
     caller judges the p-values of all its places together (:func:`holm`)."""
     x = [float(v) for v in x]
     if min(t, len(x) - t) < 2:

@@ -26,7 +26,8 @@ from ..store.private import check_folder, check_store
 from ..visible import visible
 
 FOLDER = ".locks"
-HOLDER_MOST = 200  # characters of the holder's line shown (the file is the user's own, but a line is a line)
+# characters of the holder's line shown (the file is the user's own, but a line is a line)
+HOLDER_MOST = 200
 
 
 class PlaybookBusy(FleetError):
@@ -49,7 +50,8 @@ def _open_lock(path: Path) -> int:
 
 def _holder(fd: int) -> str:
     os.lseek(fd, 0, os.SEEK_SET)
-    return visible(os.read(fd, HOLDER_MOST).decode("utf-8", errors="replace").strip()) or "another fleet"
+    return visible(os.read(fd, HOLDER_MOST).decode("utf-8",
+                                                   errors="replace").strip()) or "another fleet"
 
 
 @contextlib.contextmanager
@@ -57,7 +59,8 @@ def playbook_lock(store_root: Path, name: str, what: str) -> Iterator[None]:
     """Hold playbook ``name``'s lock in ``store_root`` for ``what`` (``a run``, ``a confirmation``);
     PlaybookBusy at once where another holds it."""
     check_store(store_root)
-    folder = store_root / FOLDER  # a dot first: no site's name (a Slurm cluster's included) can be it
+    # a dot first: no site's name (a Slurm cluster's included) can be it
+    folder = store_root / FOLDER
     check_folder(folder, store_root)
     path = join(folder, f"playbook-{name}.lock", what="a playbook's name")
     fd = _open_lock(path)
@@ -68,7 +71,9 @@ def playbook_lock(store_root: Path, name: str, what: str) -> Iterator[None]:
             raise PlaybookBusy(f"playbook {name} is busy: {_holder(fd)}; {what} was not started "
                                "(it can start once that ends)") from None
         os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{what} by pid {os.getpid()} since {time.strftime('%Y-%m-%d %H:%M:%S')}".encode(), 0)
+        os.pwrite(fd,
+                  f"{what} by pid {os.getpid()} since "
+                  f"{time.strftime('%Y-%m-%d %H:%M:%S')}".encode(), 0)
         yield
     finally:
         os.close(fd)  # the lock goes with the file's last descriptor

@@ -30,15 +30,19 @@ if TYPE_CHECKING:
 
 METRIC_KINDS = ("gpu_kernel_total", "kernel", "top_kernels", "nvtx", "ncu")
 TARGET_KEYS = {"partition": str, "cluster": str, "hosts": str, "nodes": int, "ntasks": int,
-               "ntasks_per_node": int, "gpus": str, "gres": str, "time": str, "account": str, "qos": str,
-               "ranks": list, "launcher": str}
-PLAYBOOK_KEYS = {"name", "target", "command", "tool", "profiler_args", "metrics", "thresholds", "description",
-                 "ranks", "version", "checkout"}
-RANKS_KEYS = ("sync_range", "sync_call", "step_range", "record")  # how `fleet reports ranks` finds the syncs and steps;
-# record: a `fleet top --record` file kept running beside the nightly runs (the node's record of each)
+               "ntasks_per_node": int, "gpus": str, "gres": str, "time": str, "account": str,
+               "qos": str, "ranks": list, "launcher": str}
+PLAYBOOK_KEYS = {"name", "target", "command", "tool", "profiler_args", "metrics", "thresholds",
+                 "description", "ranks", "version", "checkout"}
+# how `fleet reports ranks` finds the syncs and steps;
+RANKS_KEYS = ("sync_range", "sync_call", "step_range", "record")
+# record: a `fleet top --record` file kept running beside the nightly runs (the node's record of
+# each)
 METRIC_KEYS = {"kind", "name", "count", "kernel"}
-DEFAULT_THRESHOLDS = {"regression": 0.10, "suspicious": 0.05, "consecutive": 2, "baseline_runs": 7, "min_runs": 3,
-                      "change": 0.02}  # change: the least relative shift a change point may be (docs/nightly.md)
+DEFAULT_THRESHOLDS = {"regression": 0.10, "suspicious": 0.05, "consecutive": 2, "baseline_runs": 7,
+                      "min_runs": 3,
+                      # change: the least relative shift a change point may be (docs/nightly.md)
+                      "change": 0.02}
 
 
 class PlaybookError(FleetError, ValueError):
@@ -60,7 +64,8 @@ class Metric:
     def label(self) -> str:
         if self.kind == "ncu":
             return f"ncu {self.name}" + ("" if self.kernel == "*" else f" of {self.kernel}")
-        return {"gpu_kernel_total": "total GPU kernel time", "top_kernels": f"top {self.count} kernels' time",
+        return {"gpu_kernel_total": "total GPU kernel time",
+                "top_kernels": f"top {self.count} kernels' time",
                 }.get(self.kind, f"{self.kind} {self.name}")
 
 
@@ -74,9 +79,12 @@ class Playbook:
     profiler_args: tuple[str, ...] = ()
     metrics: tuple[Metric, ...] = (Metric("gpu_kernel_total"),)
     thresholds: dict[str, float] = field(default_factory=lambda: dict(DEFAULT_THRESHOLDS))
-    ranks: dict[str, str] = field(default_factory=dict)   # the straggler share's sync_range, sync_call, step_range
-    version: tuple[str, ...] = ()   # a command whose first line of output is the workload's version (docs/nightly.md)
-    checkout: tuple[str, ...] = ()  # a command that puts the workload at the version given as its last word (confirm)
+    # the straggler share's sync_range, sync_call, step_range
+    ranks: dict[str, str] = field(default_factory=dict)
+    # a command whose first line of output is the workload's version (docs/nightly.md)
+    version: tuple[str, ...] = ()
+    # a command that puts the workload at the version given as its last word (confirm)
+    checkout: tuple[str, ...] = ()
 
     @property
     def on_slurm(self) -> bool:
@@ -84,12 +92,14 @@ class Playbook:
 
 
 def _fail(path: Path, doc: Any, key: Any, message: str) -> PlaybookError:
-    line = doc.line_of(key) if hasattr(doc, "line_of") and key in doc else getattr(doc, "line", None) or 1
+    line = doc.line_of(key) if hasattr(doc, "line_of") and key in doc else getattr(doc, "line",
+                                                                                   None) or 1
     return PlaybookError(f"{path}:{line}", message)
 
 
 def _unknown(what: str, key: Any, known) -> str:
-    """``unknown key 'metric' (did you mean 'metrics'?)``, or the known keys when nothing is close."""
+    """``unknown key 'metric' (did you mean 'metrics'?)``, or the known keys when nothing is
+    close."""
     close = difflib.get_close_matches(str(key), sorted(known), n=1)
     return f"unknown {what} {key!r} " + (f"(did you mean {close[0]!r}?)" if close else
                                          f"(known: {', '.join(sorted(known))})")
@@ -107,10 +117,12 @@ def _metric(path: Path, i: int, m: Any, where: Any) -> Metric:
                                      f"({'an ncu metric' if m['kind'] == 'ncu' else 'a glob'})")
     count = m.get("count", 5)
     if not isinstance(count, int) or isinstance(count, bool) or count < 1:
-        raise _fail(path, m, "count", f"metrics[{i}].count: must be a whole number of kernels, 1 or more, "
+        raise _fail(path, m, "count",
+                    f"metrics[{i}].count: must be a whole number of kernels, 1 or more, "
                                       f"not {count!r}")
     if not isinstance(m.get("kernel", "*"), str):
-        raise _fail(path, m, "kernel", f"metrics[{i}].kernel: must be a glob on kernel names, e.g. '*gemm*'")
+        raise _fail(path, m, "kernel",
+                    f"metrics[{i}].kernel: must be a glob on kernel names, e.g. '*gemm*'")
     return Metric(m["kind"], m.get("name"), count, m.get("kernel", "*"))
 
 
@@ -124,39 +136,44 @@ def load(path: str | Path) -> Playbook:
     tool, args = _profiler(path, doc)
     metrics = _metrics(path, doc)
     thresholds = _thresholds(path, doc)
-    return Playbook(name, str(path), command, dict(target), tool, args, metrics, thresholds, _ranks(path, doc),
-                    *_workload(path, doc))
+    return Playbook(name, str(path), command, dict(target), tool, args, metrics, thresholds,
+                    _ranks(path, doc), *_workload(path, doc))
 
 
 def _check_keys(path: Path, doc: Any) -> None:
     """The file is a mapping, and of known keys only."""
     if not hasattr(doc, "line_of"):
-        raise PlaybookError(f"{path}:1", "a playbook is a mapping (name, target, command, metrics, ...)")
+        raise PlaybookError(f"{path}:1",
+                            "a playbook is a mapping (name, target, command, metrics, ...)")
     for key in doc:
         if key not in PLAYBOOK_KEYS:
             raise _fail(path, doc, key, _unknown("key", key, PLAYBOOK_KEYS))
 
 
 def _name(path: Path, doc: Any) -> str:
-    """``name: resnet-nightly``, or the file's stem: it names the playbook's schedule and history."""
+    """``name: resnet-nightly``, or the file's stem: it names the playbook's schedule and
+    history."""
     name = doc.get("name", path.stem)
     if not safenames.is_safe(name):
         raise _fail(path, doc, "name" if "name" in doc else None,
-                    f"name: {name!r} must be {safenames.RULE} (it names the playbook's schedule and its history)")
+                    f"name: {name!r} must be {safenames.RULE} (it names the "
+                    "playbook's schedule and its history)")
     return name
 
 
 def _command(path: Path, doc: Any) -> tuple[str, ...]:
     """``command: [python3, bench.py, --steps, '100']``: the workload to profile, as words."""
     command = doc.get("command")
-    if isinstance(command, str) or not command or not all(isinstance(w, (str, int, float)) for w in command):
+    if isinstance(command, str) or not command or not all(isinstance(w, (str, int, float))
+                                                          for w in command):
         raise _fail(path, doc, "command" if "command" in doc else None,
                     "command must be a list of words, e.g. [python3, bench.py, --steps, '100']")
     return tuple(str(w) for w in command)
 
 
 def _target(path: Path, doc: Any) -> Any:
-    """``target: {partition: gpu, nodes: 2}`` (Slurm) or ``{hosts: lab}``: where the playbook runs."""
+    """``target: {partition: gpu, nodes: 2}`` (Slurm) or ``{hosts: lab}``: where the playbook
+    runs."""
     target = doc.get("target")
     if not hasattr(target, "line_of") or not ({"partition", "cluster", "hosts"} & set(target)):
         raise _fail(path, doc, "target" if "target" in doc else None,
@@ -174,7 +191,8 @@ def _target_field(path: Path, target: Any, key: Any, value: Any) -> None:
     if key not in TARGET_KEYS:
         raise _fail(path, target, key, "target: " + _unknown("key", key, TARGET_KEYS))
     if not isinstance(value, TARGET_KEYS[key]) or isinstance(value, bool):
-        raise _fail(path, target, key, f"target.{key}: must be a {TARGET_KEYS[key].__name__}, not {value!r}")
+        raise _fail(path, target, key,
+                    f"target.{key}: must be a {TARGET_KEYS[key].__name__}, not {value!r}")
     try:  # what sbatch would not take, or would read as more #SBATCH lines or shell
         slurm_options.check_field(key, value)
         if key == "ranks":
@@ -184,20 +202,26 @@ def _target_field(path: Path, target: Any, key: Any, value: Any) -> None:
 
 
 def _profiler(path: Path, doc: Any) -> tuple[str, tuple[str, ...]]:
-    """``tool: nsys`` (or ncu) and its ``profiler_args``, checked as ``fleet profile -X`` checks them."""
+    """``tool: nsys`` (or ncu) and its ``profiler_args``, checked as ``fleet profile -X`` checks
+    them."""
     tool = doc.get("tool", "nsys")
     if tool not in ("nsys", "ncu"):
         raise _fail(path, doc, "tool", "tool must be nsys or ncu")
     args = doc.get("profiler_args") or []
-    if isinstance(args, str) or not isinstance(args, list) or not all(isinstance(a, (str, int, float)) for a in args):
-        raise _fail(path, doc, "profiler_args", "profiler_args must be a list of words, e.g. [--trace=cuda,nvtx]")
-    if (why := profiler_args_error(tool, tuple(str(a) for a in args))):  # as `fleet profile -X` would say
+    if isinstance(args, str) or not isinstance(args,
+                                               list) or not all(isinstance(a, (str, int, float))
+                                                                for a in args):
+        raise _fail(path, doc, "profiler_args",
+                    "profiler_args must be a list of words, e.g. [--trace=cuda,nvtx]")
+    # as `fleet profile -X` would say
+    if (why := profiler_args_error(tool, tuple(str(a) for a in args))):
         raise _fail(path, doc, "profiler_args", why)
     return tool, tuple(str(a) for a in args)
 
 
 def _metrics(path: Path, doc: Any) -> tuple[Metric, ...]:
-    """``metrics: [{kind: gpu_kernel_total}, ...]``: what to track; the total GPU kernel time if none."""
+    """``metrics: [{kind: gpu_kernel_total}, ...]``: what to track; the total GPU kernel time if
+    none."""
     given = doc.get("metrics") or [{"kind": "gpu_kernel_total"}]
     if not isinstance(given, list):
         raise _fail(path, doc, "metrics", "metrics must be a list, e.g. [{kind: gpu_kernel_total}]")
@@ -214,8 +238,10 @@ def _thresholds(path: Path, doc: Any) -> dict[str, float]:
     for key, value in given.items():
         if key not in DEFAULT_THRESHOLDS:
             raise _fail(path, given, key, "thresholds: " + _unknown("key", key, DEFAULT_THRESHOLDS))
-        if not isinstance(value, (int, float)) or isinstance(value, bool) or not 0 <= value < float("inf"):
-            raise _fail(path, given, key, f"thresholds.{key}: must be a number, 0 or more, not {value!r}")
+        if not isinstance(value, (int, float)) or isinstance(value,
+                                                             bool) or not 0 <= value < float("inf"):
+            raise _fail(path, given, key,
+                        f"thresholds.{key}: must be a number, 0 or more, not {value!r}")
         thresholds[key] = value
     return thresholds
 
@@ -224,16 +250,19 @@ def _workload(path: Path, doc: Any) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """The workload's version and checkout commands; a checkout is checked by asking the version."""
     version, checkout = _words(path, doc, "version"), _words(path, doc, "checkout")
     if checkout and not version:
-        raise _fail(path, doc, "checkout", "checkout needs version too: fleet checks each checkout by asking it")
+        raise _fail(path, doc, "checkout",
+                    "checkout needs version too: fleet checks each checkout by asking it")
     return version, checkout
 
 
-WORDS_EXAMPLE = {"version": "[git, -C, ~/proj, rev-parse, HEAD]", "checkout": "[git, -C, ~/proj, checkout, --quiet]"}
+WORDS_EXAMPLE = {"version": "[git, -C, ~/proj, rev-parse, HEAD]",
+                 "checkout": "[git, -C, ~/proj, checkout, --quiet]"}
 
 
 def _words(path: Path, doc: Any, key: str) -> tuple[str, ...]:
     """``version: [git, -C, ~/proj, rev-parse, HEAD]``: how to ask the workload's version, as words;
-    ``checkout: [git, -C, ~/proj, checkout, --quiet]``: how to put it at a version (given as one more word)."""
+    ``checkout: [git, -C, ~/proj, checkout, --quiet]``: how to put it at a version (given as one
+    more word)."""
     words = doc.get(key)
     if words is None:
         return ()
@@ -259,10 +288,12 @@ def _ranks(path: Path, doc: Any) -> dict[str, str]:
         if key not in RANKS_KEYS:
             raise _fail(path, given, key, "ranks: " + _unknown("key", key, RANKS_KEYS))
         if not isinstance(value, str) or not value:
-            raise _fail(path, given, key, f"ranks.{key}: must be a name (an NVTX range, a function, or for record a "
+            raise _fail(path, given, key,
+                        f"ranks.{key}: must be a name (an NVTX range, a function, or for record a "
                                           f"file), not {value!r}")
     if "sync_range" in given and "sync_call" in given:
-        raise _fail(path, given, "sync_call", "ranks: sync_range and sync_call name the sync two ways: give one")
+        raise _fail(path, given, "sync_call",
+                    "ranks: sync_range and sync_call name the sync two ways: give one")
     return dict(given)
 
 
@@ -307,16 +338,19 @@ def _ncu(metric: Metric, kern: list[dict], summaries: dict[str, Path]) -> dict[s
 def _nvtx(metric: Metric, kern: list[dict], summaries: dict[str, Path]) -> dict[str, float]:
     """``nvtx``: the time of the ranges whose names match the glob."""
     nvtx = _rows(summaries["nvtx_sum"]) if "nvtx_sum" in summaries else []
-    hits = [r for r in nvtx if fnmatch.fnmatchcase(r.get("Range", r.get("Name", "")), metric.name or "")]
+    hits = [r for r in nvtx if fnmatch.fnmatchcase(r.get("Range", r.get("Name", "")), metric.name
+                                                   or "")]
     return _summed(metric, hits)
 
 
-_METRIC_READERS = {"gpu_kernel_total": _kernel_total, "kernel": _kernel, "top_kernels": _top_kernels, "ncu": _ncu}
+_METRIC_READERS = {"gpu_kernel_total": _kernel_total, "kernel": _kernel,
+                   "top_kernels": _top_kernels, "ncu": _ncu}
 
 
 def metric_values(metric: Metric, summaries: dict[str, Path]) -> dict[str, float]:
     """name -> value (ns) for one metric of one rank, from its stored ``nsys stats`` CSV files."""
-    kern = _rows(summaries["cuda_gpu_kern_sum"]) if "cuda_gpu_kern_sum" in summaries else []  # read for every kind
+    # read for every kind
+    kern = _rows(summaries["cuda_gpu_kern_sum"]) if "cuda_gpu_kern_sum" in summaries else []
     return _METRIC_READERS.get(metric.kind, _nvtx)(metric, kern, summaries)
 
 
@@ -328,7 +362,8 @@ def ncu_value(metric: Metric, csv_path: Path) -> dict[str, float]:
         return {}
     unit = rows[0][metric.name]
     hits = [r for r in rows[1:] if fnmatch.fnmatchcase(r.get("Kernel Name", ""), metric.kernel)]
-    values = [float(r[metric.name].replace(",", "")) for r in hits if r.get(metric.name, "").strip()]
+    values = [float(r[metric.name].replace(",", "")) for r in hits if r.get(metric.name,
+                                                                            "").strip()]
     return {f"{metric.label} ({unit})" if unit else metric.label: sum(values)} if values else {}
 
 
@@ -339,7 +374,8 @@ def run_metrics(playbook: Playbook, manifest: "RunManifest") -> list[dict]:
         summaries = {rep.summary: Path(rep.stored) for rep in h.reports
                      if rep.status == "summary" and rep.verified and rep.summary}
         flagged = [*environment.tenants_of(h, manifest.user or None), *h.given_up]
-        device = f"{h.gpu or 'no GPU'} on {h.host}" + (f" rank {h.rank}" if h.rank is not None else "")
+        device = f"{h.gpu or 'no GPU'} on {h.host}" + (f" rank {h.rank}" if h.rank is not None
+                                                       else "")
         for metric in playbook.metrics:
             for name, value in metric_values(metric, summaries).items():
                 out.append({"metric": name, "device": device, "value": value, "flags": flagged,

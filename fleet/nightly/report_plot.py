@@ -14,7 +14,8 @@ from ..visible import html_text
 from .changes import CODE, ENVIRONMENT, UNEXPLAINED
 from .trends import INSUFFICIENT, NO_CHANGE, REGRESSION, SUSPICIOUS, Verdict
 
-COLOURS = {REGRESSION: "#c0392b", SUSPICIOUS: "#d68910", NO_CHANGE: "#1e8449", INSUFFICIENT: "#7f8c8d"}
+COLOURS = {REGRESSION: "#c0392b", SUSPICIOUS: "#d68910", NO_CHANGE: "#1e8449",
+           INSUFFICIENT: "#7f8c8d"}
 W, H = 760, 250
 LEFT, RIGHT, TOP, BOTTOM = 78, 44, 34, 40
 
@@ -23,14 +24,18 @@ def scale(metric: str) -> tuple[float, str]:
     """nsys metrics are nanoseconds, shown in ms; an ncu metric carries its unit in its label
     ("ncu NAME (unit)"). Only an ncu label: a kernel's name ends in "(...)" too, as in
     "void cutlass::Kernel2<...>(T1::Params)"."""
-    unit = metric.rsplit("(", 1)[1].rstrip(")") if metric.startswith("ncu ") and metric.endswith(")") else None
+    unit = metric.rsplit("(",
+                         1)[1].rstrip(")") if metric.startswith("ncu ") and metric.endswith(
+                             ")") else None
     if unit is not None and not UNIT.fullmatch(unit):
         return 1.0, "?"  # a metric's name is a node's data: a unit that is not one is not shown
     return (1.0, unit) if unit else (1e6, "ms")
 
 
-UNIT = re.compile(r"[A-Za-z0-9%/_. -]{1,32}")  # ncu's units: nsecond, byte/second, %, cycle/usecond, inst
-KERNEL = "kernel "  # a kernel or top_kernels metric's label: "kernel " and the glob, or the kernel's name
+# ncu's units: nsecond, byte/second, %, cycle/usecond, inst
+UNIT = re.compile(r"[A-Za-z0-9%/_. -]{1,32}")
+# a kernel or top_kernels metric's label: "kernel " and the glob, or the kernel's name
+KERNEL = "kernel "
 
 
 def shown_metrics(metrics) -> dict[str, str]:
@@ -63,7 +68,8 @@ def time_labels(times: list[datetime]) -> tuple[str, str]:
         return "%Y-%m-%d", "run started (date)"
     if min(times).date() != max(times).date():
         return "%m-%d %H:%M", f"run started (month-day time, {zone})"
-    return ("%H:%M:%S" if span < 3600 else "%H:%M"), f"run started on {min(times):%Y-%m-%d} ({zone})"
+    return ("%H:%M:%S" if span < 3600
+            else "%H:%M"), f"run started on {min(times):%Y-%m-%d} ({zone})"
 
 
 def when(started: str | None) -> datetime | None:
@@ -133,7 +139,8 @@ class Axes:
         return H - BOTTOM - (H - TOP - BOTTOM) * (v - self.lo) / (self.hi - self.lo)
 
 
-def axes(points: list[dict], verdict: Verdict, level: tuple[float, float] | None, runs: dict[str, dict]) -> Axes:
+def axes(points: list[dict], verdict: Verdict, level: tuple[float, float] | None,
+         runs: dict[str, dict]) -> Axes:
     div, unit = scale(verdict.metric)
     values = [p["value"] / div for p in points]
     marks = values + ([verdict.baseline / div, level[1] / div] if level else [])
@@ -143,7 +150,8 @@ def axes(points: list[dict], verdict: Verdict, level: tuple[float, float] | None
     ticks = nice_ticks(lo, hi)
     lo, hi = min(lo, ticks[0]), max(hi, ticks[-1])
     times = [when(runs.get(p["run_id"], {}).get("started") or p.get("started")) for p in points]
-    dated = all(times) and len(set(times)) == len(times) and len({t.tzinfo is None for t in times}) == 1
+    dated = all(times) and len(set(times)) == len(times) and len({t.tzinfo is None
+                                                                  for t in times}) == 1
     if dated and times[0].tzinfo is not None:  # one zone on one axis (sites, daylight saving)
         times = [t.astimezone(times[0].tzinfo) for t in times]
     if dated:
@@ -155,13 +163,15 @@ def axes(points: list[dict], verdict: Verdict, level: tuple[float, float] | None
 
 
 def plot(points: list[dict], verdict: Verdict, t: dict, runs: dict[str, dict], found=None) -> str:
-    """``found``: the series' change points (:class:`.changes.SeriesChanges`), marked where they are,
-    its contaminated runs drawn hollow."""
+    """``found``: the series' change points (:class:`.changes.SeriesChanges`), marked where they
+    are, its contaminated runs drawn hollow."""
     level = thresholds_of(verdict, t)
     a = axes(points, verdict, level, runs)
     label = html_text(f"{shown_metric(verdict.metric)} on {verdict.device}")
-    parts = [f'<svg class="plot" role="img" width="{W}" height="{H}" viewBox="0 0 {W} {H}" aria-label="{label}">',
-             f'<title>{html_text(f"{verdict.metric} on {verdict.device}")}</title>',  # the kernel's full name
+    parts = [f'<svg class="plot" role="img" width="{W}" height="{H}" viewBox="0 0 '
+             f'{W} {H}" aria-label="{label}">',
+             # the kernel's full name
+             f'<title>{html_text(f"{verdict.metric} on {verdict.device}")}</title>',
              f'<rect x="0" y="0" width="{W}" height="{H}" fill="#fbfbfb" stroke="#ddd"/>']
     if level:
         parts += bands(a, verdict, t, level)
@@ -178,30 +188,32 @@ def bands(a: Axes, verdict: Verdict, t: dict, level: tuple[float, float]) -> lis
     """Between the suspicious and the regression level, and above it; the baseline dashed."""
     s, r, b = (a.y(v / a.div) for v in (*level, verdict.baseline))
     return [f'<rect class="band suspicious" x="{LEFT}" y="{r:.1f}" width="{W - LEFT - RIGHT}" '
-            f'height="{max(s - r, 0):.1f}" fill="#f5cba7" fill-opacity="0.5"><title>suspicious: more than '
-            f'{t["suspicious"]:.0%} over the baseline</title></rect>',
+            f'height="{max(s - r, 0):.1f}" fill="#f5cba7" fill-opacity="0.5"><title>suspicious: '
+            f'more than {t["suspicious"]:.0%} over the baseline</title></rect>',
             f'<rect class="band regression" x="{LEFT}" y="{TOP}" width="{W - LEFT - RIGHT}" '
-            f'height="{max(r - TOP, 0):.1f}" fill="#f1948a" fill-opacity="0.25"><title>regression: more than '
-            f'{t["regression"]:.0%} over the baseline</title></rect>',
-            f'<text class="band-label" x="{W - RIGHT - 4}" y="{r - 3:.1f}" font-size="10" fill="#a93226" '
-            f'text-anchor="end">+{t["regression"]:.0%} regression</text>',
-            f'<text class="band-label" x="{W - RIGHT - 4}" y="{s - 3:.1f}" font-size="10" fill="#9c640c" '
-            f'text-anchor="end">+{t["suspicious"]:.0%} suspicious</text>',
-            f'<line class="baseline" x1="{LEFT}" x2="{W - RIGHT}" y1="{b:.1f}" y2="{b:.1f}" stroke="#555" '
-            f'stroke-dasharray="5 3"/><text class="band-label" x="{W - RIGHT - 4}" y="{b + 12:.1f}" '
-            f'font-size="10" fill="#555" text-anchor="end">baseline {verdict.baseline / a.div:.4g} {a.unit}</text>']
+            f'height="{max(r - TOP, 0):.1f}" fill="#f1948a" fill-opacity="0.25"><title>regression: '
+            f'more than {t["regression"]:.0%} over the baseline</title></rect>',
+            f'<text class="band-label" x="{W - RIGHT - 4}" y="{r - 3:.1f}" font-size="10" '
+            f'fill="#a93226" text-anchor="end">+{t["regression"]:.0%} regression</text>',
+            f'<text class="band-label" x="{W - RIGHT - 4}" y="{s - 3:.1f}" font-size="10" '
+            f'fill="#9c640c" text-anchor="end">+{t["suspicious"]:.0%} suspicious</text>',
+            f'<line class="baseline" x1="{LEFT}" x2="{W - RIGHT}" y1="{b:.1f}" y2="{b:.1f}" '
+            f'stroke="#555" stroke-dasharray="5 3"/><text class="band-label" x="{W - RIGHT - 4}" '
+            f'y="{b + 12:.1f}" font-size="10" fill="#555" text-anchor="end">baseline '
+            f'{verdict.baseline / a.div:.4g} {a.unit}</text>']
 
 
 def y_axis(a: Axes) -> list[str]:
     """Ticks, grid and the unit."""
-    parts = [f'<line class="axis" x1="{LEFT}" x2="{LEFT}" y1="{TOP}" y2="{H - BOTTOM}" stroke="#333"/>']
+    parts = ([f'<line class="axis" x1="{LEFT}" x2="{LEFT}" y1="{TOP}" '
+              f'y2="{H - BOTTOM}" stroke="#333"/>'])
     for v in a.ticks:
-        parts.append(f'<line x1="{LEFT - 4}" x2="{W - RIGHT}" y1="{a.y(v):.1f}" y2="{a.y(v):.1f}" stroke="#e5e5e5"/>'
-                     f'<text class="ytick" x="{LEFT - 6}" y="{a.y(v) + 3.5:.1f}" font-size="11" fill="#333" '
-                     f'text-anchor="end">{v:.4g}</text>')
-    parts.append(f'<text class="yunit" x="14" y="{(TOP + H - BOTTOM) / 2:.1f}" font-size="11" fill="#333" '
-                 f'text-anchor="middle" transform="rotate(-90 14 {(TOP + H - BOTTOM) / 2:.1f})">{html_text(a.unit)}'
-                 f'</text>')
+        parts.append(f'<line x1="{LEFT - 4}" x2="{W - RIGHT}" y1="{a.y(v):.1f}" y2="{a.y(v):.1f}" '
+                     f'stroke="#e5e5e5"/><text class="ytick" x="{LEFT - 6}" y="{a.y(v) + 3.5:.1f}" '
+                     f'font-size="11" fill="#333" text-anchor="end">{v:.4g}</text>')
+    parts.append(f'<text class="yunit" x="14" y="{(TOP + H - BOTTOM) / 2:.1f}" font-size="11" '
+                 'fill="#333" text-anchor="middle" transform="rotate(-90 14 '
+                 f'{(TOP + H - BOTTOM) / 2:.1f})">{html_text(a.unit)}</text>')
     return parts
 
 
@@ -213,12 +225,12 @@ def x_axis(a: Axes) -> list[str]:
     count = len(a.frac)
     every = max(1, math.ceil(count / ((W - LEFT - RIGHT) // 62)))
     for i, f in enumerate(a.frac):
-        parts.append(f'<line x1="{a.x(f):.1f}" x2="{a.x(f):.1f}" y1="{H - BOTTOM}" y2="{H - BOTTOM + 4}" '
-                     'stroke="#333"/>')
+        parts.append(f'<line x1="{a.x(f):.1f}" x2="{a.x(f):.1f}" y1="{H - BOTTOM}" '
+                     f'y2="{H - BOTTOM + 4}" stroke="#333"/>')
         if i % every == 0 or i == count - 1 and (i % every) * 2 >= every:
             text = a.times[i].strftime(fmt) if a.dated else f"run {i + 1}"
-            parts.append(f'<text class="xtick" x="{a.x(f):.1f}" y="{H - BOTTOM + 16}" font-size="11" fill="#333" '
-                         f'text-anchor="middle">{text}</text>')
+            parts.append(f'<text class="xtick" x="{a.x(f):.1f}" y="{H - BOTTOM + 16}" '
+                         f'font-size="11" fill="#333" text-anchor="middle">{text}</text>')
     parts.append(f'<text x="{(LEFT + W - RIGHT) / 2:.1f}" y="{H - 6}" font-size="11" fill="#555" '
                  f'text-anchor="middle">{html_text(caption)}</text>')
     return parts
@@ -229,11 +241,12 @@ def change_markers(a: Axes, found: list[tuple[int, str]]) -> list[str]:
     parts = []
     for i, what in found:
         cx = (a.x(a.frac[i - 1]) + a.x(a.frac[i])) / 2
-        parts.append(f'<g class="change"><line x1="{cx:.1f}" x2="{cx:.1f}" y1="{TOP - 14}" y2="{H - BOTTOM}" '
-                     f'stroke="#2e86c1" stroke-width="1.5" stroke-dasharray="2 2"/>'
-                     f'<text class="change-label" x="{cx + (4 if cx < W * 0.6 else -4):.1f}" y="{TOP - 6:.1f}" '
-                     f'font-size="11" fill="#1b4f72" text-anchor="{"start" if cx < W * 0.6 else "end"}">'
-                     f'{html_text(what)}</text><title>{html_text(what)}</title></g>')
+        parts.append(f'<g class="change"><line x1="{cx:.1f}" x2="{cx:.1f}" y1="{TOP - 14}" '
+                     f'y2="{H - BOTTOM}" stroke="#2e86c1" stroke-width="1.5" stroke-dasharray="2 '
+                     f'2"/><text class="change-label" x="{cx + (4 if cx < W * 0.6 else -4):.1f}" '
+                     f'y="{TOP - 6:.1f}" font-size="11" fill="#1b4f72" '
+                     f'text-anchor="{"start" if cx < W * 0.6 else "end"}">{html_text(what)}</text>'
+                     f'<title>{html_text(what)}</title></g>')
     return parts
 
 
@@ -241,8 +254,8 @@ LABEL_COLOURS = {CODE: "#c0392b", ENVIRONMENT: "#2e86c1", UNEXPLAINED: "#8e44ad"
 
 
 def change_point_markers(a: Axes, points: list[dict], found) -> list[str]:
-    """Each change point: a solid line before the first run after it, in its label's colour, with its
-    size and label."""
+    """Each change point: a solid line before the first run after it, in its label's colour, with
+    its size and label."""
     where = {p["run_id"]: i for i, p in enumerate(points)}
     parts = []
     for c in found.changes:
@@ -251,22 +264,27 @@ def change_point_markers(a: Axes, points: list[dict], found) -> list[str]:
             continue
         cx = (a.x(a.frac[before]) + a.x(a.frac[after])) / 2  # between the clean runs either side
         colour, text = LABEL_COLOURS[c.label], f"{c.rel:+.1%} {c.label}"
-        what = f"change point: {text}" + (f" ({'; '.join(c.changed)})" if c.changed else "") + f", p={c.p_value:.3g}"
-        parts.append(f'<g class="change-point {c.label}"><line x1="{cx:.1f}" x2="{cx:.1f}" y1="{TOP}" '
-                     f'y2="{H - BOTTOM}" stroke="{colour}" stroke-width="2"/><text class="change-point-label" '
-                     f'x="{cx + 4:.1f}" y="{TOP + 12:.1f}" font-size="11" fill="{colour}">{html_text(text)}</text>'
+        what = f"change point: {text}" + (f" ({'; '.join(c.changed)})" if c.changed
+                                          else "") + f", p={c.p_value:.3g}"
+        parts.append(f'<g class="change-point {c.label}"><line x1="{cx:.1f}" x2="{cx:.1f}" '
+                     f'y1="{TOP}" y2="{H - BOTTOM}" stroke="{colour}" stroke-width="2"/><text '
+                     f'class="change-point-label" x="{cx + 4:.1f}" y="{TOP + 12:.1f}" '
+                     f'font-size="11" fill="{colour}">{html_text(text)}</text>'
                      f"<title>{html_text(what)}</title></g>")
     return parts
 
 
-def trend(a: Axes, points: list[dict], colour: str, kept_out: dict[str, list[str]] | None = None) -> list[str]:
+def trend(a: Axes, points: list[dict], colour: str,
+          kept_out: dict[str, list[str]] | None = None) -> list[str]:
     """The line through the runs, and a point for each (hollow where the run gave flags up or was
     kept out of change-point detection as contaminated)."""
     line = " ".join(f"{a.x(f):.1f},{a.y(v):.1f}" for f, v in zip(a.frac, a.values))
-    parts = [f'<polyline class="trend" points="{line}" fill="none" stroke="{colour}" stroke-width="2"/>']
+    parts = ([f'<polyline class="trend" points="{line}" fill="none" '
+              f'stroke="{colour}" stroke-width="2"/>'])
     for f, p, v, tm in zip(a.frac, points, a.values, a.times):
         flags = [str(f) for f in p.get("flags") or []] or (kept_out or {}).get(p["run_id"], [])
-        title = html_text(f"{p['run_id']}" + (f" ({tm:%Y-%m-%d %H:%M})" if tm else "") + f": {v:.4g} {a.unit}"
+        title = html_text(f"{p['run_id']}" + (f" ({tm:%Y-%m-%d %H:%M})" if tm else "")
+                          + f": {v:.4g} {a.unit}"
                             + ("; " + "; ".join(flags) if flags else ""))
         parts.append(f'<circle class="point" cx="{a.x(f):.1f}" cy="{a.y(v):.1f}" r="4" '
                      f'fill="{"#fff" if flags else colour}" stroke="{"#999" if flags else colour}">'

@@ -36,12 +36,15 @@ MARK = "# fleet-schedule:"
 UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
 
-# What crontab(5) and scrontab take besides the five fields (not @reboot: a schedule fires at times).
+# What crontab(5) and scrontab take besides the five fields (not @reboot: a schedule fires at
+# times).
 ALIASES = ("@yearly", "@annually", "@monthly", "@weekly", "@daily", "@midnight", "@hourly")
 NAMES = {"SUN", "MON", "TUE", "WED", "THU", "FRI", "SAT",
          "JAN", "FEB", "MAR", "APR", "MAY", "JUN", "JUL", "AUG", "SEP", "OCT", "NOV", "DEC"}
-# The intervals a crontab line repeats exactly: minutes dividing the hour, hours dividing the day, a day.
-EXACT = [60 * m for m in (1, 2, 3, 4, 5, 6, 10, 12, 15, 20, 30)] + [3600 * h for h in (1, 2, 3, 4, 6, 8, 12)] + [86400]
+# The intervals a crontab line repeats exactly: minutes dividing the hour, hours dividing the day, a
+# day.
+EXACT = [60 * m for m in (1, 2, 3, 4, 5, 6, 10, 12, 15, 20,
+                          30)] + [3600 * h for h in (1, 2, 3, 4, 6, 8, 12)] + [86400]
 TOOLS = {"crontab": ("crontab",), "scrontab": ("scrontab",), "resubmit": ("sbatch",)}
 RM_TOOLS = {"crontab": ("crontab",), "scrontab": ("scrontab",), "resubmit": ("squeue", "scancel")}
 
@@ -81,7 +84,8 @@ def duration(seconds: int) -> str:
 
 
 def every_cron(seconds: int) -> str:
-    """The cron expression that fires exactly every ``seconds``, or a ScheduleError naming the nearest."""
+    """The cron expression that fires exactly every ``seconds``, or a ScheduleError naming the
+    nearest."""
     if seconds == 86400:
         return "0 0 * * *"
     if seconds % 3600 == 0 and seconds in EXACT:
@@ -89,9 +93,10 @@ def every_cron(seconds: int) -> str:
     if seconds in EXACT:
         return "* * * * *" if seconds == 60 else f"*/{seconds // 60} * * * *"
     near = min(EXACT, key=lambda e: (abs(e - seconds), -e))
-    raise ScheduleError(f"cron cannot fire exactly every {duration(seconds)} (it counts minutes of the hour and "
-                        f"hours of the day): the nearest it can is --every {duration(near)} "
-                        f"(--cron '{every_cron(near)}'); the resubmit backend takes any interval")
+    raise ScheduleError(f"cron cannot fire exactly every {duration(seconds)} (it counts minutes of "
+                        "the hour and hours of the day): the nearest it can is --every "
+                        f"{duration(near)} (--cron '{every_cron(near)}'); the resubmit backend "
+                        "takes any interval")
 
 
 def check_cron(expr: str) -> str:
@@ -105,18 +110,21 @@ def check_cron(expr: str) -> str:
         return text.lower()
     fields = text.split(" ")
     if len(fields) != 5:
-        raise ScheduleError(f"a cron expression has 5 fields (minute hour day month weekday), not {expr!r}")
+        raise ScheduleError("a cron expression has 5 fields (minute hour day month weekday), not "
+                            f"{expr!r}")
     for f in fields:  # croniter also knows L, W, #, H and seconds: cron does not
-        if not re.fullmatch(r"[0-9A-Za-z*,/-]+", f) or set(re.findall(r"[A-Za-z]+", f.upper())) - NAMES:
-            raise ScheduleError(f"{expr!r}: {f!r} is not a cron field (numbers, *, ranges, steps, lists, "
-                                f"names like MON or JAN)")
+        if not re.fullmatch(r"[0-9A-Za-z*,/-]+", f) or set(re.findall(r"[A-Za-z]+",
+                                                                      f.upper())) - NAMES:
+            raise ScheduleError(f"{expr!r}: {f!r} is not a cron field (numbers, *, ranges, steps, "
+                                f"lists, names like MON or JAN)")
     if not croniter.is_valid(text):
         raise ScheduleError(f"{expr!r} is not a valid cron expression")
     return text
 
 
 def when(record: dict) -> str | None:
-    """The cron expression a crontab or scrontab line carries (None: the resubmitting job's interval)."""
+    """The cron expression a crontab or scrontab line carries (None: the resubmitting job's
+    interval)."""
     if record.get("cron"):
         return record["cron"]
     return None if record["backend"] == "resubmit" else every_cron(record["every"])
@@ -132,7 +140,8 @@ def next_times(record: dict, count: int = 3, now: float | None = None) -> list[d
         return [it.get_next(datetime) for _ in range(count)]
     base = record.get("last_fired_ts") or record.get("installed_ts") or now
     k = max(1, int((now - base) // record["every"]) + 1)
-    return [datetime.fromtimestamp(base + (k + i) * record["every"]).replace(microsecond=0) for i in range(count)]
+    return [datetime.fromtimestamp(base + (k + i) * record["every"]).replace(microsecond=0)
+            for i in range(count)]
 
 
 def next_begin(record: dict, now: float | None = None) -> str:
@@ -144,13 +153,15 @@ def next_begin(record: dict, now: float | None = None) -> str:
 
 def fleet_argv(record: dict) -> list[str]:
     # The resubmitting job runs in the folder it was submitted from, which Python's -m would put
-    # first on sys.path: -P (Python 3.11, the controller's) keeps fleet's own modules the installed ones.
+    # first on sys.path: -P (Python 3.11, the controller's) keeps fleet's own modules the installed
+    # ones.
     safe = ["-P"] if record.get("backend") == "resubmit" else []
     return [record["python"], *safe, "-m", "fleet", "schedule", "fire", check_name(record["name"])]
 
 
 def _env_words(record: dict) -> list[str]:
-    return [f"{k}={quote(v)}" for k, v in sorted(record["env"].items()) if re.fullmatch(r"[A-Za-z_]\w*", k)]
+    return [f"{k}={quote(v)}" for k, v in sorted(record["env"].items())
+            if re.fullmatch(r"[A-Za-z_]\w*", k)]
 
 
 def batch_script(record: dict) -> str:
@@ -158,23 +169,28 @@ def batch_script(record: dict) -> str:
     Its sbatch options go on sbatch's command line (``submit_next``), not into the script."""
     env = "".join(f"export {w}\n" for w in _env_words(record))
     return ("#!/bin/bash\n"
-            f"# fleet schedule {check_name(record['name'])}: {quote(record.get('cron') or duration(record['every']))}, "
-            f"playbook {quote(record['playbook'])}\n" + env + f"exec {' '.join(map(quote, fleet_argv(record)))}\n")
+            f"# fleet schedule {check_name(record['name'])}: "
+            f"{quote(record.get('cron') or duration(record['every']))}, playbook "
+            f"{quote(record['playbook'])}\n" + env
+            + f"exec {' '.join(map(quote, fleet_argv(record)))}\n")
 
 
 def crontab_line(record: dict) -> str:
     """One crontab(5) line. cron reads an unescaped % as a newline, so each is written \\%."""
     log = f"{record['dir']}/{check_name(record['name'])}.log"
-    command = " ".join([*_env_words(record), *map(quote, fleet_argv(record)), ">>", quote(log), "2>&1"])
+    command = " ".join([*_env_words(record), *map(quote, fleet_argv(record)), ">>", quote(log),
+                        "2>&1"])
     return f"{when(record)} {command.replace('%', chr(92) + '%')} {MARK}{record['name']}\n"
 
 
 def scrontab_lines(record: dict) -> str:
     out = quote(f"{record['dir']}/{check_name(record['name'])}-%j.out")
-    return f"#SCRON --job-name=fleet-schedule-{record['name']} --output={out}\n" + crontab_line(record)
+    return (f"#SCRON --job-name=fleet-schedule-{record['name']} --output={out}\n"
+            + crontab_line(record))
 
 
-def _sh(*argv: str, input: str | None = None, env: dict | None = None) -> subprocess.CompletedProcess:
+def _sh(*argv: str, input: str | None = None,
+        env: dict | None = None) -> subprocess.CompletedProcess:
     try:
         return subprocess.run(list(argv), input=input, capture_output=True, text=True,
                               env={**os.environ, **(env or {})})
@@ -183,16 +199,18 @@ def _sh(*argv: str, input: str | None = None, env: dict | None = None) -> subpro
 
 
 def _need(tools: tuple[str, ...], backend: str, env: dict) -> None:
-    """The tools on the PATH they will run with (Slurm's with the schedule's environment, crontab with ours)."""
+    """The tools on the PATH they will run with (Slurm's with the schedule's environment, crontab
+    with ours)."""
     path = (env.get("PATH") if backend == "resubmit" else None) or os.environ.get("PATH")
     for tool in tools:
         if shutil.which(tool, path=path) is None:
-            raise ScheduleError(f"the {backend} backend needs {tool}, which is not installed here (not on PATH); "
-                                f"nothing was changed")
+            raise ScheduleError(f"the {backend} backend needs {tool}, which is not installed here "
+                                f"(not on PATH); nothing was changed")
 
 
 def choose_backend(on_slurm_here: bool) -> str:
-    """scrontab where Slurm has it enabled, else the resubmitting job on a Slurm login node, else cron."""
+    """scrontab where Slurm has it enabled, else the resubmitting job on a Slurm login node, else
+    cron."""
     if on_slurm_here:
         config = _sh("scontrol", "show", "config").stdout if shutil.which("scontrol") else ""
         if shutil.which("scrontab") and re.search(r"ScronParameters\s*=.*enable", config):
@@ -237,8 +255,8 @@ def _edit_table(lister: list[str], writer: list[str], name: str, add: str = "") 
 
 
 def install(store_root: Path, name: str, playbook: str, *, cron: str | None, every: int | None,
-            on_slurm_here: bool, env: dict, sbatch_args: tuple[str, ...] = (), backend: str | None = None,
-            dry_run: bool = False) -> dict:
+            on_slurm_here: bool, env: dict, sbatch_args: tuple[str, ...] = (),
+            backend: str | None = None, dry_run: bool = False) -> dict:
     """Check everything, then set the schedule up; when that fails, nothing stays recorded. With
     ``dry_run``, every check, and the record with what would be installed (``would_install``)
     back; nothing written, submitted or edited."""
@@ -247,13 +265,17 @@ def install(store_root: Path, name: str, playbook: str, *, cron: str | None, eve
     check_name(name)
     backend = backend or choose_backend(on_slurm_here)
     d = records_dir(store_root, make=not dry_run)
-    record = {"name": name, "playbook": str(Path(playbook).resolve()), "cron": cron and check_cron(cron),
-              "every": every, "backend": backend, "python": sys.executable, "env": env, "dir": str(d),
-              "sbatch_args": list(sbatch_args), "job_id": None, "fired": 0, "installed_ts": time.time()}
+    record = {"name": name, "playbook": str(Path(playbook).resolve()), "cron": cron
+              and check_cron(cron),
+              "every": every, "backend": backend, "python": sys.executable, "env": env,
+              "dir": str(d),
+              "sbatch_args": list(sbatch_args), "job_id": None, "fired": 0,
+              "installed_ts": time.time()}
     when(record)  # --every that cron cannot repeat exactly: refused here
     _need(TOOLS[backend], backend, env)
-    lines = batch_script(record) if backend == "resubmit" else \
-        scrontab_lines(record) if backend == "scrontab" else crontab_line(record)  # quoting refusals here
+    # quoting refusals here
+    lines = (batch_script(record) if backend == "resubmit" else
+             scrontab_lines(record) if backend == "scrontab" else crontab_line(record))
     if dry_run:
         record["would_install"] = lines
         return record
@@ -277,8 +299,10 @@ def install(store_root: Path, name: str, playbook: str, *, cron: str | None, eve
 
 def submit_next(record: dict) -> str:
     name = check_name(record["name"])
-    out = _sh("sbatch", "--parsable", f"--begin={next_begin(record)}", f"--job-name=fleet-schedule-{name}",
-              f"--output={record['dir']}/{name}-%j.out", "--ntasks=1", *record.get("sbatch_args", []),
+    out = _sh("sbatch", "--parsable", f"--begin={next_begin(record)}",
+              f"--job-name=fleet-schedule-{name}",
+              f"--output={record['dir']}/{name}-%j.out", "--ntasks=1", *record.get("sbatch_args",
+                                                                                   []),
               f"{record['dir']}/{name}.sbatch", env=record["env"])
     if out.returncode != 0:
         raise ScheduleError(f"sbatch of the next occurrence failed: {out.stderr.strip()}")
@@ -286,7 +310,8 @@ def submit_next(record: dict) -> str:
 
 
 def fire(store_root: Path, name: str) -> dict:
-    """Inside the scheduled job (or cron): the next occurrence first, then this one's run is the caller's."""
+    """Inside the scheduled job (or cron): the next occurrence first, then this one's run is the
+    caller's."""
     record = load_record(store_root, name)
     if record["backend"] == "resubmit":
         record["job_id"] = submit_next(record)
@@ -301,10 +326,12 @@ def fire(store_root: Path, name: str) -> dict:
 
 def remove(store_root: Path, name: str) -> dict:
     record = load_record(store_root, name)
-    _need(RM_TOOLS[record["backend"]], record["backend"], record["env"])  # before anything is removed
+    # before anything is removed
+    _need(RM_TOOLS[record["backend"]], record["backend"], record["env"])
     (records_dir(store_root) / f"{name}.json").unlink()  # first: a running job will not resubmit
     if record["backend"] == "resubmit":
-        jobs = _sh("squeue", "-h", "-n", f"fleet-schedule-{name}", "-o", "%i", env=record["env"]).stdout.split()
+        jobs = _sh("squeue", "-h", "-n", f"fleet-schedule-{name}", "-o", "%i",
+                   env=record["env"]).stdout.split()
         if jobs:
             _sh("scancel", *jobs, env=record["env"])
         record["cancelled"] = jobs

@@ -23,7 +23,8 @@ def of_run(store_root: Path, m: RunManifest, settings: dict) -> dict | None:
 
     source = ranks.Source(settings.get("sync_range"), settings.get("sync_call"))
     try:
-        kept = _record(settings["record"]) if settings.get("record") else None  # matched to each run by time
+        # matched to each run by time
+        kept = _record(settings["record"]) if settings.get("record") else None
         found = load.analyze_run(store_root, m, source, settings.get("step_range", "step"), kept)
     except (LookupError, export.ExportError, record.RecordError) as e:
         return {"note": str(e)} if settings else None
@@ -31,7 +32,8 @@ def of_run(store_root: Path, m: RunManifest, settings: dict) -> dict | None:
         return None
     top = found.verdicts[0] if found.verdicts else None
     flags = _tenants(m, found)
-    return {"straggler": top["rank"] if top else None, "share": top["last"] / top["of"] if top else 0.0,
+    return {"straggler": top["rank"] if top else None, "share": top["last"] / top["of"] if top
+            else 0.0,
             "lost_s": found.lost_s, "ranks": len(found.ranks), "collectives": found.collectives,
             "causes": [c["cause"] for c in top["causes"]] if top else [], "flags": flags}
 
@@ -55,7 +57,8 @@ def _record(path: str):
 
 def judged(history: list[tuple[str, dict]]) -> list[dict]:
     """Each run's straggler share (oldest first) beside the baseline: the median share of up to
-    ``BASELINE_RUNS`` clean runs before it (runs with a tenant on a GPU are shown, never counted)."""
+    ``BASELINE_RUNS`` clean runs before it (runs with a tenant on a GPU are shown, never
+    counted)."""
     out, clean = [], []
     for run_id, doc in history:
         base = statistics.median(clean[-BASELINE_RUNS:]) if clean else None
@@ -69,10 +72,11 @@ def table(rows: list[dict], link) -> str:
     """The playbook's runs with several ranks: straggler, share, rank-seconds lost, baseline."""
     if not rows:
         return ""
-    head = ("<table class='stragglers'><caption>Stragglers (runs with several ranks): the rank that arrived "
-            "last at the collectives, in what share of them, and the rank-seconds the others lost waiting. "
-            "Runs with a tenant on a GPU are marked and kept out of the baseline.</caption><tr><th>run</th>"
-            "<th>straggler</th><th>share</th><th>baseline</th><th>lost rank-s</th><th>why</th><th>flags</th></tr>")
+    head = ("<table class='stragglers'><caption>Stragglers (runs with several ranks): the rank "
+            "that arrived last at the collectives, in what share of them, and the rank-seconds the "
+            "others lost waiting. Runs with a tenant on a GPU are marked and kept out of the "
+            "baseline.</caption><tr><th>run</th><th>straggler</th><th>share</th><th>baseline</th>"
+            "<th>lost rank-s</th><th>why</th><th>flags</th></tr>")
     body = []
     for r in rows:
         if "share" not in r:
@@ -82,9 +86,11 @@ def table(rows: list[dict], link) -> str:
         flagged = " flagged" if r["flags"] else ""
         base = "" if r["baseline"] is None else f"{r['baseline']:.0%}"
         body.append(f"<tr class='straggler-run{flagged}'><td>{link(r['run_id'])}</td>"
-                    f"<td>{html_text(str(r['straggler']))}</td><td class='num share'>{r['share']:.0%}</td>"
-                    f"<td class='num'>{base}</td><td class='num'>{r['lost_s']:.3f}</td>"
-                    f"<td>{html_text(', '.join(r['causes']))}</td>"
-                    f"<td>{html_text('; '.join(r['flags']) + (' (kept out of the baseline)' if r['flags'] else ''))}"
-                    f"</td></tr>")
+                    f"<td>{html_text(str(r['straggler']))}</td><td class='num "
+                    f"share'>{r['share']:.0%}</td><td class='num'>{base}</td><td "
+                    f"class='num'>{r['lost_s']:.3f}</td><td>"
+                    f"{html_text(', '.join(r['causes']))}</td><td>"
+                    f"""{html_text('; '.join(r['flags'])
+                                   + (' (kept out of the baseline)' if r['flags'] else ''))}"""
+                    "</td></tr>")
     return head + "".join(body) + "</table>"

@@ -18,7 +18,8 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass
 
-REGRESSION, SUSPICIOUS, NO_CHANGE, INSUFFICIENT = "Regression", "Suspicious", "No change", "Insufficient data"
+REGRESSION, SUSPICIOUS, NO_CHANGE, INSUFFICIENT = ("Regression", "Suspicious", "No change",
+                                                   "Insufficient data")
 
 
 @dataclass(frozen=True)
@@ -40,7 +41,8 @@ def judge(metric: str, device: str, points: list[dict], t: dict) -> Verdict:
         if points and points[-1].get("flags") else ""
     k = max(1, int(t["consecutive"]))
     if len(clean) < int(t["min_runs"]) + 1:
-        return Verdict(metric, device, INSUFFICIENT, clean[-1] if clean else None, None, None, len(points), note)
+        return Verdict(metric, device, INSUFFICIENT, clean[-1] if clean else None, None, None,
+                       len(points), note)
     latest = clean[-1]
     base = statistics.median(clean[-1 - int(t["baseline_runs"]):-1])
     rel = (latest - base) / base if base else 0.0
@@ -48,7 +50,8 @@ def judge(metric: str, device: str, points: list[dict], t: dict) -> Verdict:
         before = clean[: len(clean) - k][-int(t["baseline_runs"]):]
         start = statistics.median(before)
         if start and all((v - start) / start > t["regression"] for v in clean[-k:]):
-            return Verdict(metric, device, REGRESSION, latest, start, (latest - start) / start, len(points), note)
+            return Verdict(metric, device, REGRESSION, latest, start, (latest - start) / start,
+                           len(points), note)
     if rel > t["suspicious"]:
         return Verdict(metric, device, SUSPICIOUS, latest, base, rel, len(points), note)
     return Verdict(metric, device, NO_CHANGE, latest, base, rel, len(points), note)

@@ -30,4 +30,5 @@ def finding(state: policy.NodeState) -> policy.Finding:
                   if f and f.writable_by_others and policy.privileged(state)]
     if changeable:  # root would run code another account chose: never "placement ok"
         return policy.Finding("bad", "; ".join(changeable) + ": as root fleet will not run it")
-    return policy.Finding(policy.OK if all(found) else ("warn" if any(found) else "bad"), "; ".join(tools))
+    return policy.Finding(policy.OK if all(found) else ("warn" if any(found) else "bad"),
+                          "; ".join(tools))

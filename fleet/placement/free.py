@@ -23,7 +23,8 @@ class FreeGpus:
 class Choice:
     gpu: int | None          # the GPU chosen on the host; None: none (see ``refused``)
     why: str
-    refused: bool = False    # True: the host is refused (no free GPU); False with no GPU: left out by --count
+    # True: the host is refused (no free GPU); False with no GPU: left out by --count
+    refused: bool = False
     busy: tuple = ()         # the chosen GPU's policy.busyness, to rank hosts by
 
 
@@ -33,8 +34,10 @@ def _gib(n) -> str:
 
 def _chosen_line(g: policy.Gpu, free_here: int) -> str:
     util = g.utilization.gpu if g.utilization is not None else None
-    busy = f"{_gib(g.memory_used_by_processes)} in use" + (f", {util} % utilization" if util is not None else "")
-    return f"GPU {g.index} chosen: nobody else is on it ({busy}; {free_here} free GPU(s) on this host)"
+    busy = f"{_gib(g.memory_used_by_processes)} in use" + (f", {util} % utilization"
+                                                           if util is not None else "")
+    return (f"GPU {g.index} chosen: nobody else is on it ({busy}; "
+            f"{free_here} free GPU(s) on this host)")
 
 
 def per_host(states: dict[str, policy.NodeState], request: policy.Request) -> dict[str, Choice]:
@@ -43,14 +46,17 @@ def per_host(states: dict[str, policy.NodeState], request: policy.Request) -> di
     for host, state in states.items():
         free = policy.free_gpus(state, request)
         if free:
-            out[host] = Choice(free[0].index, _chosen_line(free[0], len(free)), busy=policy.busyness(free[0]))
+            out[host] = Choice(free[0].index, _chosen_line(free[0], len(free)),
+                               busy=policy.busyness(free[0]))
         else:
             taken = policy.not_free(state, request) or ["the node lists no GPU"]
-            out[host] = Choice(None, "--gpu free: no free GPU here: " + "; ".join(taken), refused=True)
+            out[host] = Choice(None, "--gpu free: no free GPU here: " + "; ".join(taken),
+                               refused=True)
     return out
 
 
-def across(states: dict[str, policy.NodeState], request: policy.Request, count: int) -> dict[str, Choice]:
+def across(states: dict[str, policy.NodeState], request: policy.Request,
+           count: int) -> dict[str, Choice]:
     """The ``count`` least busy free GPUs across the hosts, one a host; every host refused when
     fewer are free (the run asked for that many)."""
     each = per_host(states, request)
@@ -62,5 +68,6 @@ def across(states: dict[str, policy.NodeState], request: policy.Request, count: 
         return {h: Choice(None, why, refused=True) for h in states}
     chosen = set(ranked[:count])
     return {h: best[h] if h in chosen else
-            Choice(None, f"left out: {count} less busy free GPU(s) elsewhere" if h in best else each[h].why)
+            Choice(None, f"left out: {count} less busy free GPU(s) elsewhere" if h in best
+                   else each[h].why)
             for h in states}

@@ -4,7 +4,8 @@ No I/O here, and nothing newer than Python 3.8: the agent carries the policy to 
 its last-moment check. The node state is the agent's JSON document (``fleet/agent/node.py``),
 read once into ``nodestate.NodeState``; the request says what the user asks for. Every rule of
 problems 4 (permissions) and 5 (neighbours) lives in this package and nowhere else, and every
-verdict carries its reasons and a remedy a person can act on. Callers use ``policy.X``; the parts, one concern each:
+verdict carries its reasons and a remedy a person can act on. Callers use ``policy.X``; the parts,
+one concern each:
 
 - ``nodestate``: ``NodeState`` and its parts (``Gpu``, ``GpuProcess``, ``Tool``, ...), each read
   from the agent's document once;
@@ -22,7 +23,8 @@ verdict carries its reasons and a remedy a person can act on. Callers use ``poli
 from __future__ import annotations
 
 try:  # as shipped, the parts travel under flat names (fleet/agent/bundle.py)
-    from fleet_policy_neighbours import *  # noqa: F401,F403 (each part's __all__ is the policy's API)
+    # each part's __all__ is the policy's API
+    from fleet_policy_neighbours import *  # noqa: F401,F403
     from fleet_policy_nodestate import *  # noqa: F401,F403
     from fleet_policy_permissions import *  # noqa: F401,F403
     from fleet_policy_verdicts import *  # noqa: F401,F403

@@ -17,8 +17,10 @@ except ImportError:
     from .nodestate import Gpu, NodeState, PrologVerdict
     from .vocabulary import HOPPER, OK, Finding, Request, Tenant
 
-__all__ = ["exclusive_node", "Guards", "guards", "job_gpu_indices", "dcgm_running", "pre_hopper", "dcgm_pause",
-           "prolog_tenants", "chosen_gpus", "tenants", "UNSEEN_SLACK", "unseen_tenants", "NEWCOMER_UNSEEN_BYTES",
+__all__ = ["exclusive_node", "Guards", "guards", "job_gpu_indices", "dcgm_running", "pre_hopper",
+           "dcgm_pause",
+           "prolog_tenants", "chosen_gpus", "tenants", "UNSEEN_SLACK", "unseen_tenants",
+           "NEWCOMER_UNSEEN_BYTES",
            "Newcomer", "newcomers", "unexplained_memory", "free_gpus", "not_free", "busyness"]
 
 
@@ -46,7 +48,8 @@ def guards(request: Request, counters: bool) -> Guards:
                   pin_gpus=request.gpus is not None and not in_job, node_state=not in_job)
 
 
-def job_gpu_indices(slurm_ids: tuple[int, ...] | None, gpus: tuple[Gpu, ...]) -> tuple[int, ...] | None:
+def job_gpu_indices(slurm_ids: tuple[int, ...] | None, gpus: tuple[Gpu, ...]) -> tuple[int,
+                                                                                       ...] | None:
     """NVML's indices of the GPUs Slurm gave a job (None: every GPU visible). Slurm names them by
     its own ids (gres.conf's /dev/nvidiaN), not by NVML's numbering, which in a job with
     constrained devices counts only the allocated GPUs from 0: matched by the device's minor
@@ -65,7 +68,8 @@ def dcgm_running(state: NodeState) -> bool:
 def _dcgm_pausable(state: NodeState) -> bool:
     """``dcgmi profile --pause`` reaches a host engine: a running nv-hostengine or port 5555.
     A dcgm-exporter with its embedded engine cannot be paused from outside."""
-    return bool(state.dcgm.hostengine) or any(listener.port == 5555 for listener in state.dcgm.listening)
+    return bool(state.dcgm.hostengine) or any(listener.port == 5555
+                                              for listener in state.dcgm.listening)
 
 
 def pre_hopper(gpus: tuple[Gpu, ...]) -> list[int]:
@@ -76,10 +80,12 @@ def pre_hopper(gpus: tuple[Gpu, ...]) -> list[int]:
 def dcgm_pause(state: NodeState, gpus: tuple[Gpu, ...], asked: bool, counters: bool) -> bool:
     """Whether fleet pauses DCGM profiling for the run: the one condition the verdict promises,
     the planner plans and the Slurm prolog carries out."""
-    return bool(counters and asked and dcgm_running(state) and _dcgm_pausable(state) and pre_hopper(gpus))
+    return bool(counters and asked and dcgm_running(state) and _dcgm_pausable(state)
+                and pre_hopper(gpus))
 
 
-def prolog_tenants(verdict: PrologVerdict | None, job: str | None, uuids: list | None = None) -> list[str]:
+def prolog_tenants(verdict: PrologVerdict | None, job: str | None,
+                   uuids: list | None = None) -> list[str]:
     """Tenants that fleet's Slurm prolog, as root, saw on job ``job``'s GPUs, or on the rank's
     own (``uuids``: its GPUs' UUIDs) where the verdict has them GPU by GPU (``by_gpu``). ``verdict``
     is None where no prolog is installed, else the prolog's verdict, or one of ``error`` alone when
@@ -138,7 +144,8 @@ def tenants(state: NodeState, request: Request) -> list[Tenant]:
     return out
 
 
-UNSEEN_SLACK = 64 << 20  # bytes: a listed process's count may trail the device's; a CUDA context is ~500 MiB
+# bytes: a listed process's count may trail the device's; a CUDA context is ~500 MiB
+UNSEEN_SLACK = 64 << 20
 
 
 def _unseen(state: NodeState, request: Request) -> list[tuple[int, int | None, str]]:
@@ -146,12 +153,15 @@ def _unseen(state: NodeState, request: Request) -> list[tuple[int, int | None, s
     processes the process lists hide: the one reading of the signals behind ``unseen_tenants``
     and ``newcomers``."""
     other_ns = state.host_pid_namespace is not True
-    ns = "in another PID namespace" if state.host_pid_namespace is False else "perhaps in another PID namespace"
+    ns = ("in another PID namespace" if state.host_pid_namespace is False
+          else "perhaps in another PID namespace")
     where = f" (the agent is {ns})" if other_ns else ""
     out = []
     for g in chosen_gpus(state, request):
         if g.process_list_error:
-            out.append((g.index, None, f"GPU {g.index}: NVML does not list its processes ({g.process_list_error})"))
+            out.append((g.index, None,
+                        f"GPU {g.index}: NVML does not list its "
+                        f"processes ({g.process_list_error})"))
             continue
         found = _unseen_on(g, other_ns, ns, where)
         out += [found] if found else []
@@ -165,9 +175,11 @@ def _unseen_on(g: Gpu, other_ns: bool, ns: str, where: str) -> tuple[int, int | 
     listed = g.processes
     by_processes = g.memory_used_by_processes
     counted = [p.used_memory for p in listed]
-    unexplained = by_processes - sum(counted) if by_processes is not None and None not in counted else None
+    unexplained = (by_processes - sum(counted) if by_processes is not None and None not in counted
+                   else None)
     if unexplained is not None and unexplained > UNSEEN_SLACK:
-        return (g.index, unexplained, f"GPU {g.index}: {unexplained / 2**30:.1f} GiB in use by processes "
+        return (g.index, unexplained,
+                f"GPU {g.index}: {unexplained / 2**30:.1f} GiB in use by processes "
                 f"not visible from here{where}")
     if other_ns and [p for p in g.sampled_pids or () if p not in {q.pid for q in listed}]:
         # The samples name every process, ours by our namespace's pids (as the lists do), the
@@ -175,7 +187,8 @@ def _unseen_on(g: Gpu, other_ns: bool, ns: str, where: str) -> tuple[int, int | 
         return (g.index, None, f"GPU {g.index}: its utilization samples name processes not visible "
                 f"from here{where}")
     if other_ns and unexplained is None:
-        return (g.index, None, f"GPU {g.index}: the agent is {ns}, where NVML lists no process of the "
+        return (g.index, None,
+                f"GPU {g.index}: the agent is {ns}, where NVML lists no process of the "
                 "others, and this driver gives no memory figure to check that against")
     return None
 
@@ -208,8 +221,10 @@ class Newcomer:
         return (self.gpu, "unseen") if self.unseen else (self.gpu, self.pid)
 
 
-def newcomers(state: NodeState, request: Request, workload: frozenset = frozenset(), contained: bool = False,
-              unexplained_floor: dict | None = None, known: frozenset = frozenset()) -> list[Newcomer]:
+def newcomers(state: NodeState, request: Request, workload: frozenset = frozenset(),
+              contained: bool = False,
+              unexplained_floor: dict | None = None,
+              known: frozenset = frozenset()) -> list[Newcomer]:
     """Who, during a run, is on its GPUs besides the workload: the start check's rule
     (``tenants``, ``unseen_tenants``) less the workload's own processes. ``workload``: the pids
     of the profiler's process tree; ``contained``: the workload runs in a container, whose
@@ -219,7 +234,8 @@ def newcomers(state: NodeState, request: Request, workload: frozenset = frozense
     bytes). ``known``: the keys of those already there when a run that programs no counters
     began (they were allowed then; a counter-using run's start check let nobody stay)."""
     out = [Newcomer(t.gpu, t.pid, t.user, t.used_memory, False, t.why)
-           for t in tenants(state, replace(request, allow_own=True) if contained else request) if t.pid not in workload]
+           for t in tenants(state, replace(request, allow_own=True) if contained else request)
+           if t.pid not in workload]
     floor = unexplained_floor or {}
     for gpu, unexplained, why in _unseen(state, request):
         if unexplained is not None and unexplained - floor.get(gpu, 0) <= NEWCOMER_UNSEEN_BYTES:
@@ -241,34 +257,42 @@ def unexplained_memory(state: NodeState, request: Request) -> dict:
 def sharing(state: NodeState, request: Request) -> list[tuple[str, str]]:
     """(reason, remedy) for each way the chosen GPUs may be shared with someone, short of DCGM:
     what refuses a run that programs the counters. Tenants first, one reason each."""
-    found = [(f"tenant: {t}", "wait until the GPU is free, choose another GPU (--gpu), or trace with nsys instead")
+    found = [(f"tenant: {t}",
+              "wait until the GPU is free, choose another GPU (--gpu), or trace with nsys instead")
              for t in tenants(state, request)]
-    found += [(f"unseen tenant: {u}", "run fleet from the host's PID namespace (the host's shell, docker --pid=host), "
+    found += [(f"unseen tenant: {u}",
+               "run fleet from the host's PID namespace (the host's shell, docker --pid=host), "
                "or in a Slurm job on whole nodes") for u in unseen_tenants(state, request)]
     if state.mps.control_daemon:
-        found.append(("an MPS control daemon runs on this node: clients of any user may share the GPU",
+        found.append(("an MPS control daemon runs on this node: clients "
+                      "of any user may share the GPU",
                       "profile where MPS is off"))
     for g in chosen_gpus(state, request):
         if g.mig:
-            found.append((f"GPU {g.index} is in MIG mode: its other instances may belong to others, "
-                          "and counters and clocks are shared", "profile on a GPU with MIG disabled"))
+            found.append((f"GPU {g.index} is in MIG mode: its other instances may belong to "
+                          "others, and counters and clocks are shared",
+                          "profile on a GPU with MIG disabled"))
     seen_by_prolog = prolog_tenants(state.prolog_verdict, request.job,
-                                    [g.uuid for g in chosen_gpus(state, request)] if request.gpus else None)
+                                    [g.uuid for g in chosen_gpus(state, request)] if request.gpus
+                                    else None)
     # the node's Slurm prolog, as root, saw someone on the job's GPUs
-    found += [(f"tenant seen by the node's prolog: {t}", "run where the job's GPUs are free") for t in seen_by_prolog]
+    found += [(f"tenant seen by the node's prolog: {t}", "run where the job's GPUs are free")
+              for t in seen_by_prolog]
     return found
 
 
 def busyness(g: Gpu) -> tuple:
     """How busy a free GPU is, least first: memory in use by processes, then utilization."""
-    return (g.memory_used_by_processes or g.memory_used or 0, (g.utilization and g.utilization.gpu) or 0, g.index)
+    return (g.memory_used_by_processes or g.memory_used or 0, (g.utilization and g.utilization.gpu)
+            or 0, g.index)
 
 
 def free_gpus(state: NodeState, request: Request) -> list[Gpu]:
     """The node's GPUs (among the request's, if it names some) that nobody else may be using now,
     by the rule that refuses ncu there (``sharing``): no tenant, nothing unseen, no MPS, no MIG,
     nothing the prolog saw. Least busy first. What ``--gpu free`` chooses from."""
-    free = [g for g in chosen_gpus(state, request) if not sharing(state, replace(request, gpus=(g.index,)))]
+    free = [g for g in chosen_gpus(state, request) if not sharing(state, replace(request,
+                                                                                 gpus=(g.index,)))]
     return sorted(free, key=busyness)
 
 
@@ -292,14 +316,18 @@ def dcgm_for_counters(state: NodeState, request: Request) -> tuple[bool, tuple[s
     if not (dcgm_running(state) and old and not pause):
         return pause, None
     if request.pause_dcgm and request.job is not None:
-        return pause, (f"DCGM runs here and GPU(s) {old} predate Hopper, and the node's prolog did not pause "
-                       "DCGM profiling for this job", "ask the admins to install fleet's prolog with --pause-dcgm")
+        return pause, (f"DCGM runs here and GPU(s) {old} predate Hopper, and the node's prolog did "
+                       "not pause DCGM profiling for this job",
+                       "ask the admins to install fleet's prolog with --pause-dcgm")
     if request.pause_dcgm:
-        return pause, (f"DCGM runs here and GPU(s) {old} predate Hopper, and no DCGM host engine answers "
-                       "`dcgmi profile --pause` (dcgm-exporter's embedded engine cannot be paused from outside)",
+        return pause, (f"DCGM runs here and GPU(s) {old} predate Hopper, and no DCGM host engine "
+                       "answers `dcgmi profile --pause` (dcgm-exporter's embedded engine "
+                       "cannot be paused from outside)",
                        "run dcgm-exporter against nv-hostengine, or stop it for the run")
-    return pause, (f"DCGM runs here and GPU(s) {old} predate Hopper: DCGM profiling metrics hold the counters",
-                   "pass --pause-dcgm on a node you own (fleet pauses and always resumes DCGM profiling)")
+    return pause, (f"DCGM runs here and GPU(s) {old} predate Hopper: DCGM "
+                   "profiling metrics hold the counters",
+                   "pass --pause-dcgm on a node you own (fleet pauses and "
+                   "always resumes DCGM profiling)")
 
 
 def neighbours_finding(state: NodeState) -> Finding:

@@ -18,12 +18,16 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, Optional, Tuple
 
 try:  # as shipped, the policy's parts travel under flat names (fleet/agent/bundle.py)
-    from fleet_policy_readers import bool_of, dict_of, dicts_of, int_of, ints_of, is_int, number_of, str_of, strs_of
+    from fleet_policy_readers import (bool_of, dict_of, dicts_of, int_of, ints_of, is_int,
+                                      number_of, str_of, strs_of)
 except ImportError:
-    from .readers import bool_of, dict_of, dicts_of, int_of, ints_of, is_int, number_of, str_of, strs_of
+    from .readers import (bool_of, dict_of, dicts_of, int_of, ints_of, is_int, number_of, str_of,
+                          strs_of)
 
-__all__ = ["NodeState", "NodeFacts", "Gpu", "GpuProcess", "MigMode", "Utilization", "MigInstance", "Nvml",
-           "NvidiaParams", "Capabilities", "Mps", "Dcgm", "DcgmListener", "Tool", "Tools", "ReportDir", "PrologVerdict"]
+__all__ = ["NodeState", "NodeFacts", "Gpu", "GpuProcess", "MigMode", "Utilization", "MigInstance",
+           "Nvml",
+           "NvidiaParams", "Capabilities", "Mps", "Dcgm", "DcgmListener", "Tool", "Tools",
+           "ReportDir", "PrologVerdict"]
 
 
 def _section(v: Any) -> Optional[Dict[str, Any]]:
@@ -54,9 +58,10 @@ class GpuProcess:
     def read(cls, d: Dict[str, Any]) -> "GpuProcess":
         foreign = d.get("foreign")
         return cls(int_of(d.get("pid")), strs_of(d.get("kinds")), int_of(d.get("used_memory")),
-                   int_of(d.get("gpu_instance")), int_of(d.get("compute_instance")), str_of(d.get("user")),
-                   int_of(d.get("uid")), str_of(d.get("name")), foreign if isinstance(foreign, bool) else True,
-                   str_of(d.get("why")), str_of(d.get("slurm_job")))
+                   int_of(d.get("gpu_instance")), int_of(d.get("compute_instance")),
+                   str_of(d.get("user")),
+                   int_of(d.get("uid")), str_of(d.get("name")), foreign if isinstance(foreign, bool)
+                   else True, str_of(d.get("why")), str_of(d.get("slurm_job")))
 
 
 @dataclass(frozen=True)
@@ -122,10 +127,14 @@ class Gpu:
         return cls(
             d["index"], tuple(GpuProcess.read(p) for p in dicts_of(d.get("processes"))),
             str_of(d.get("process_list_error")), int_of(d.get("memory_used_by_processes")),
-            ints_of(sampled) if isinstance(sampled, list) else None, str_of(d.get("uuid")), str_of(d.get("name")),
-            int_of(d.get("minor")), int_of(d.get("architecture")), str_of(d.get("architecture_name")),
-            MigMode.read(dict_of(d.get("mig_mode"))), mode if isinstance(mode, str) or is_int(mode) else None,
-            int_of(d.get("memory_total")), int_of(d.get("memory_used")), int_of(d.get("memory_reserved")),
+            ints_of(sampled) if isinstance(sampled, list) else None, str_of(d.get("uuid")),
+            str_of(d.get("name")),
+            int_of(d.get("minor")), int_of(d.get("architecture")),
+            str_of(d.get("architecture_name")),
+            MigMode.read(dict_of(d.get("mig_mode"))), mode if isinstance(mode, str) or is_int(mode)
+            else None,
+            int_of(d.get("memory_total")), int_of(d.get("memory_used")),
+            int_of(d.get("memory_reserved")),
             Utilization.read(util) if isinstance(util, dict) else None,
             tuple(MigInstance.read(m) for m in dicts_of(d.get("mig_instances"))))
 
@@ -177,7 +186,8 @@ class Mps:
 
     @classmethod
     def read(cls, d: Dict[str, Any]) -> "Mps":
-        return cls(ints_of(d.get("control_daemon")), ints_of(d.get("servers")), str_of(d.get("pipe_directory")))
+        return cls(ints_of(d.get("control_daemon")), ints_of(d.get("servers")),
+                   str_of(d.get("pipe_directory")))
 
 
 @dataclass(frozen=True)
@@ -208,10 +218,12 @@ class Dcgm:
 class Tool:
     path: str                           # resolved
     found_by: str | None = None         # "inventory", "PATH" or the pattern that matched
-    writable_by_others: str | None = None  # why another account could change it (then, as root, it is not run)
+    # why another account could change it (then, as root, it is not run)
+    writable_by_others: str | None = None
     version: str | None = None          # from --version, where it was run
     version_text: str | None = None
-    status: Dict[str, str] = field(default_factory=dict)  # `nsys status -e`, where the environment check ran
+    # `nsys status -e`, where the environment check ran
+    status: Dict[str, str] = field(default_factory=dict)
 
     @classmethod
     def read(cls, d: Dict[str, Any]) -> "Tool":
@@ -228,7 +240,8 @@ class Tools:
 
     @classmethod
     def read(cls, d: Dict[str, Any]) -> "Tools":
-        return cls(*(Tool.read(t) if isinstance(t, dict) and isinstance(t.get("path"), str) else None
+        return cls(*(Tool.read(t) if isinstance(t, dict) and isinstance(t.get("path"),
+                                                                        str) else None
                      for t in (d.get("nsys"), d.get("ncu"))))
 
     def named(self, name: str) -> Tool | None:
@@ -248,8 +261,8 @@ class ReportDir:
     @classmethod
     def read(cls, d: Dict[str, Any]) -> "ReportDir":
         return cls(str_of(d.get("path")), bool_of(d.get("exists")), bool_of(d.get("writable")),
-                   int_of(d.get("free_bytes")), str_of(d.get("fstype")), bool_of(d.get("memory_backed")),
-                   str_of(d.get("unsafe")))
+                   int_of(d.get("free_bytes")), str_of(d.get("fstype")),
+                   bool_of(d.get("memory_backed")), str_of(d.get("unsafe")))
 
 
 @dataclass(frozen=True)
@@ -262,7 +275,8 @@ class PrologVerdict:
     nvml: bool | None = None
     checked: float | None = None
     tenants: Tuple[str, ...] | None = None
-    by_gpu: Dict[str, Optional[Tuple[str, ...]]] | None = None  # GPU UUID -> its tenants (None: no list)
+    # GPU UUID -> its tenants (None: no list)
+    by_gpu: Dict[str, Optional[Tuple[str, ...]]] | None = None
     dcgm: str | None = None             # "paused" where the prolog paused DCGM profiling
     error: str | None = None
 
@@ -273,7 +287,8 @@ class PrologVerdict:
             None if job is None else str(job), ints_of(gpus) if isinstance(gpus, list) else None,
             bool_of(d.get("nvml")), number_of(d.get("checked")),
             tuple(str(t) for t in tenants) if isinstance(tenants, list) else None,
-            {str(k): tuple(str(t) for t in v) if isinstance(v, list) else None for k, v in by_gpu.items()}
+            {str(k): tuple(str(t) for t in v) if isinstance(v, list) else None
+             for k, v in by_gpu.items()}
             if isinstance(by_gpu, dict) else None,
             str_of(d.get("dcgm")), None if d.get("error") is None else str(d["error"]))
 
@@ -292,11 +307,12 @@ class NodeFacts:
 
     @classmethod
     def read(cls, d: Dict[str, Any]) -> "NodeFacts":
-        return cls(str_of(d.get("node")), str_of(d.get("gpu")), str_of(d.get("driver")), str_of(d.get("tool_version")),
-                   tuple(dicts_of(d.get("processes_seen"))))
+        return cls(str_of(d.get("node")), str_of(d.get("gpu")), str_of(d.get("driver")),
+                   str_of(d.get("tool_version")), tuple(dicts_of(d.get("processes_seen"))))
 
     def to_json(self) -> Dict[str, Any]:
-        return {"node": self.node, "gpu": self.gpu, "driver": self.driver, "tool_version": self.tool_version,
+        return {"node": self.node, "gpu": self.gpu, "driver": self.driver,
+                "tool_version": self.tool_version,
                 "processes_seen": [dict(p) for p in self.processes_seen]}
 
 
@@ -319,7 +335,8 @@ class NodeState:
     gid: int | None = None
     euid: int | None = None
     user: str | None = None
-    owner_uid: int | None = None        # whose processes are the run's own (the controller's account)
+    # whose processes are the run's own (the controller's account)
+    owner_uid: int | None = None
     container: str | None = None
     host_pid_namespace: bool | None = None  # None: cannot tell
     slurm_job: str | None = None
@@ -335,25 +352,31 @@ class NodeState:
     elapsed_ms: float | None = None
     prolog_verdict: PrologVerdict | None = None  # None: no prolog installed
     errors: Dict[str, str] = field(default_factory=dict)  # section -> why its collector failed
-    # The document as the agent wrote it, for what fleet prints and stores; never read for a decision.
+    # The document as the agent wrote it, for what fleet prints and stores; never read for a
+    # decision.
     document: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
     def read(cls, d: Dict[str, Any]) -> "NodeState":
         """``d``'s GPUs each hold an int ``index`` (the wire's shape, checked before)."""
-        caps, nvidia, tools, rd = (_section(d.get(k)) for k in ("capabilities", "nvidia", "tools", "report_dir"))
+        caps, nvidia, tools, rd = (_section(d.get(k)) for k in ("capabilities", "nvidia", "tools",
+                                                                "report_dir"))
         prolog = d.get("prolog_verdict")
         return cls(
-            int_of(d.get("agent")), str_of(d.get("host")), str_of(d.get("kernel")), str_of(d.get("python")),
-            int_of(d.get("uid")), int_of(d.get("gid")), int_of(d.get("euid")), str_of(d.get("user")),
-            int_of(d.get("owner_uid")),
-            str_of(d.get("container")), bool_of(d.get("host_pid_namespace")), str_of(d.get("slurm_job")),
-            Capabilities.read(caps) if caps is not None else Capabilities(), int_of(d.get("perf_event_paranoid")),
-            NvidiaParams.read(nvidia) if nvidia is not None else None, Nvml.read(dict_of(d.get("nvml"))),
+            int_of(d.get("agent")), str_of(d.get("host")), str_of(d.get("kernel")),
+            str_of(d.get("python")),
+            int_of(d.get("uid")), int_of(d.get("gid")), int_of(d.get("euid")),
+            str_of(d.get("user")), int_of(d.get("owner_uid")),
+            str_of(d.get("container")), bool_of(d.get("host_pid_namespace")),
+            str_of(d.get("slurm_job")),
+            Capabilities.read(caps) if caps is not None else Capabilities(),
+            int_of(d.get("perf_event_paranoid")),
+            NvidiaParams.read(nvidia) if nvidia is not None else None,
+            Nvml.read(dict_of(d.get("nvml"))),
             tuple(Gpu.read(g) for g in dicts_of(d.get("gpus")) if is_int(g.get("index"))),
             Mps.read(dict_of(d.get("mps"))), Dcgm.read(dict_of(d.get("dcgm"))),
-            Tools.read(tools) if tools is not None else Tools(), ReportDir.read(rd) if rd is not None else None,
-            number_of(d.get("elapsed_ms")),
+            Tools.read(tools) if tools is not None else Tools(),
+            ReportDir.read(rd) if rd is not None else None, number_of(d.get("elapsed_ms")),
             PrologVerdict.read(prolog) if isinstance(prolog, dict) else None,
             {k: e for k in SECTIONS if (e := _error(d.get(k))) is not None}, d)
 
@@ -370,7 +393,9 @@ class NodeState:
         given, None for every GPU."""
         chosen = self.chosen(indices)
         found = self.tools.named(tool)
-        return NodeFacts(self.host, ", ".join(sorted(set(g.name or "?" for g in chosen))) or None, self.nvml.driver,
-                         found.version if found is not None else None,
-                         tuple({"gpu": g.index, "pid": p.pid, "user": p.user, "used_memory": p.used_memory,
-                                "foreign": p.foreign, "slurm_job": p.slurm_job} for g in chosen for p in g.processes))
+        return NodeFacts(self.host, ", ".join(sorted(set(g.name or "?" for g in chosen))) or None,
+                         self.nvml.driver, found.version if found is not None else None,
+                         tuple({"gpu": g.index, "pid": p.pid, "user": p.user,
+                                "used_memory": p.used_memory,
+                                "foreign": p.foreign, "slurm_job": p.slurm_job} for g in chosen
+                               for p in g.processes))

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Optional, Tuple
 
-__all__ = ["is_int", "int_of", "str_of", "number_of", "bool_of", "ints_of", "strs_of", "dict_of", "dicts_of"]
+__all__ = ["is_int", "int_of", "str_of", "number_of", "bool_of", "ints_of", "strs_of", "dict_of",
+           "dicts_of"]
 
 
 def is_int(v: Any) -> bool:
@@ -25,7 +26,8 @@ def str_of(v: Any) -> Optional[str]:
 
 
 def number_of(v: Any) -> Optional[float]:
-    """A finite number of a size a node could mean (as the wire's shapes hold numbers), else None."""
+    """A finite number of a size a node could mean (as the wire's shapes hold numbers), else
+    None."""
     ok = isinstance(v, (int, float)) and not isinstance(v, bool) and v == v and abs(v) < 1e15
     return v if ok else None
 

@@ -10,15 +10,16 @@ whole GPU. Pure and Python 3.8: it travels to the nodes.
 from __future__ import annotations
 
 try:  # as shipped, the policy's parts travel under flat names (fleet/agent/bundle.py)
-    from fleet_policy_neighbours import dcgm_for_counters, neighbours_finding, sharing, tenants, unseen_tenants
-    from fleet_policy_permissions import counter_access, nsys_cpu_sampling, nvml_reason, permissions_finding, \
-        report_dir_refused, tool_refused
+    from fleet_policy_neighbours import (dcgm_for_counters, neighbours_finding, sharing, tenants,
+                                         unseen_tenants)
+    from fleet_policy_permissions import (counter_access, nsys_cpu_sampling, nvml_reason,
+                                          permissions_finding, report_dir_refused, tool_refused)
     from fleet_policy_nodestate import NodeState
     from fleet_policy_vocabulary import DEGRADED, OK, REFUSED, Finding, Request, Verdict
 except ImportError:
     from .neighbours import dcgm_for_counters, neighbours_finding, sharing, tenants, unseen_tenants
-    from .permissions import counter_access, nsys_cpu_sampling, nvml_reason, permissions_finding, report_dir_refused, \
-        tool_refused
+    from .permissions import (counter_access, nsys_cpu_sampling, nvml_reason, permissions_finding,
+                              report_dir_refused, tool_refused)
     from .nodestate import NodeState
     from .vocabulary import DEGRADED, OK, REFUSED, Finding, Request, Verdict
 
@@ -32,8 +33,10 @@ def nsys_trace(state: NodeState, request: Request) -> Verdict:
         return refused
     if (why := nvml_reason(state)):
         return Verdict("nsys-trace", DEGRADED, (why, "only CPU-side activity can be traced"))
-    warnings = tuple(f"warning: {u}: the trace shares the GPU with them" for u in unseen_tenants(state, request))
-    return Verdict("nsys-trace", OK, ("CUDA/NVTX tracing programs no GPU counters: safe beside other tenants",)
+    warnings = tuple(f"warning: {u}: the trace shares the GPU with them"
+                     for u in unseen_tenants(state, request))
+    return Verdict("nsys-trace", OK,
+                   ("CUDA/NVTX tracing programs no GPU counters: safe beside other tenants",)
                    + warnings)
 
 
@@ -47,7 +50,9 @@ def counters(state: NodeState, request: Request, way: str, tool: str) -> Verdict
     if (why := nvml_reason(state)):
         return Verdict(way, REFUSED, (why,), "run on a node with an NVIDIA GPU and driver")
     allowed, how = counter_access(state)
-    refusals = [] if allowed else [(how, "run as root, or have an admin set NVreg_RestrictProfilingToAdminUsers=0")]
+    refusals = [] if allowed else [(how,
+                                    "run as root, or have an admin set "
+                                    "NVreg_RestrictProfilingToAdminUsers=0")]
     refusals += sharing(state, request)
     pause, dcgm = dcgm_for_counters(state, request)
     refusals += [dcgm] if dcgm else []
@@ -64,7 +69,8 @@ def counters(state: NodeState, request: Request, way: str, tool: str) -> Verdict
 def assess(state: NodeState, request: Request = Request()) -> list[Verdict]:
     """A verdict for each way to profile, in the order of WAYS."""
     return [nsys_trace(state, request), nsys_cpu_sampling(state, request),
-            counters(state, request, "nsys-gpu-metrics", "nsys"), counters(state, request, "ncu", "ncu")]
+            counters(state, request, "nsys-gpu-metrics", "nsys"), counters(state, request, "ncu",
+                                                                           "ncu")]
 
 
 def findings(state: NodeState) -> dict[str, Finding]:

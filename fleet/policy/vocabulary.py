@@ -17,7 +17,8 @@ OK, DEGRADED, REFUSED = "ok", "degraded", "refused"
 WAYS = ("nsys-trace", "nsys-cpu-sampling", "nsys-gpu-metrics", "ncu")
 HOPPER = 9  # from Hopper on, DCGM and profilers can share the counters
 PARANOID_SYSCTL = "kernel.perf_event_paranoid"
-NO_SAMPLING_FLAGS = ("--sample=none", "--cpuctxsw=none")  # --sample=none alone still traces context switches
+# --sample=none alone still traces context switches
+NO_SAMPLING_FLAGS = ("--sample=none", "--cpuctxsw=none")
 # Profiler options that choose whose counters to program: fleet alone chooses, the GPUs its
 # neighbour check covered (--gpu-metrics), so the planner refuses them among the user's -X flags.
 COUNTER_OPTIONS = {"nsys": ("--gpu-metrics-devices", "--gpu-metrics-device")}
@@ -29,7 +30,8 @@ class Request:
     allow_own: bool = False                      # the user's own other processes are not tenants
     owned_sysctls: dict[str, Any] = field(default_factory=dict)  # from the inventory
     pause_dcgm: bool = False
-    job: str | None = None                       # inside a Slurm job: its id; the job's own processes stay
+    # inside a Slurm job: its id; the job's own processes stay
+    job: str | None = None
 
 
 @dataclass(frozen=True)

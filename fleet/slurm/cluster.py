@@ -28,7 +28,8 @@ class Cluster:
         return self.login.connection == "local"
 
     def report_root(self, home: str) -> str:
-        """The absolute directory runs go under, read as the login user would (~ and relative: from home)."""
+        """The absolute directory runs go under, read as the login user would (~ and relative: from
+        home)."""
         rd = self.login.vars.get("report_dir") or DEFAULT_REPORT_DIR
         if rd == "~" or rd.startswith("~/"):
             rd = rd[2:]
@@ -41,10 +42,11 @@ def clusters(inventory: Inventory) -> dict[str, Cluster]:
         login = h.vars.get("slurm_login")
         if login:
             if login not in inventory.hosts:
-                raise TargetError(f"slurm_login {login!r} (set for {h.name}, {h.where}) is not a host "
-                                  "in the inventory: add the login node as a host")
+                raise TargetError(f"slurm_login {login!r} (set for {h.name}, {h.where}) is not a "
+                                  "host in the inventory: add the login node as a host")
             found.setdefault(login, set()).update(h.vars.get("slurm_partitions") or ())
-    return {name: Cluster(name, inventory.hosts[name], tuple(sorted(parts))) for name, parts in found.items()}
+    return {name: Cluster(name, inventory.hosts[name], tuple(sorted(parts)))
+            for name, parts in found.items()}
 
 
 def choose(inventory: Inventory, partition: str | None, name: str | None = None,
@@ -55,15 +57,16 @@ def choose(inventory: Inventory, partition: str | None, name: str | None = None,
         return Cluster("local", host)
     known = clusters(inventory)
     if not known:
-        raise TargetError("no Slurm cluster in the inventory: set slurm_login (the login node's host name) "
-                          "on the group of the cluster")
+        raise TargetError("no Slurm cluster in the inventory: set slurm_login (the login node's "
+                          "host name) on the group of the cluster")
     if name is not None:
         known = _named(inventory, known, name)
     if partition is not None and len(known) > 1:
-        known = {k: c for k, c in known.items() if not c.partitions or partition in c.partitions} or known
+        known = {k: c for k, c in known.items() if not c.partitions
+                 or partition in c.partitions} or known
     if len(known) > 1:
-        raise TargetError(f"several Slurm clusters could take this job ({', '.join(sorted(known))}): "
-                          "choose one with --cluster")
+        raise TargetError("several Slurm clusters could take this job "
+                          f"({', '.join(sorted(known))}): choose one with --cluster")
     cluster = next(iter(known.values()))
     _check_partition(cluster, partition)
     return cluster
@@ -81,5 +84,6 @@ def _named(inventory: Inventory, known: dict[str, Cluster], name: str) -> dict[s
 def _check_partition(cluster: Cluster, partition: str | None) -> None:
     """A partition asked for must be among the cluster's slurm_partitions, where it lists any."""
     if partition is not None and cluster.partitions and partition not in cluster.partitions:
-        raise TargetError(f"partition {partition!r} is not among those fleet may use on {cluster.name}: "
-                          f"{', '.join(cluster.partitions)} (slurm_partitions in the inventory)")
+        raise TargetError(f"partition {partition!r} is not among those fleet may use on "
+                          f"{cluster.name}: {', '.join(cluster.partitions)} "
+                          "(slurm_partitions in the inventory)")

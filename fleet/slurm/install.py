@@ -1,4 +1,5 @@
-"""``fleet slurm install``: the files that wire fleet into slurmd, rendered (and, with --apply, written).
+"""``fleet slurm install``: the files that wire fleet into slurmd, rendered (and, with --apply,
+written).
 
 Everything lives under one prefix (default /etc/fleet), owned by root: the
 agent as one Python file, the node config (owned sysctls and the failure
@@ -32,9 +33,10 @@ from ..errors import FleetError
 OPS = {"prolog": "Prolog", "epilog": "Epilog", "task-prolog": "TaskProlog"}
 NEEDS = (3, 8)  # the agent's oldest Python (tests/test_bundle.py holds it to that)
 VERSION = "import sys; print('%d.%d.%d' % sys.version_info[:3])"
-# The wrappers' last guard: the interpreter starts and is new enough, or the hook says why and exits 0.
-GUARD = ("import sys; sys.exit(0 if sys.version_info >= %r else 'it is Python %%d.%%d; the agent needs %d.%d or newer'"
-         " %% sys.version_info[:2])" % (NEEDS, *NEEDS))
+# The wrappers' last guard: the interpreter starts and is new enough, or the hook says why and exits
+# 0.
+GUARD = ("import sys; sys.exit(0 if sys.version_info >= %r else 'it is Python %%d.%%d; the agent "
+         "needs %d.%d or newer' %% sys.version_info[:2])" % (NEEDS, *NEEDS))
 AS_ROOT = "fleet slurm install --apply writes files slurmd runs as root: run it as root"
 
 
@@ -48,9 +50,11 @@ class NodeSetup:
     log_file: str = "/var/log/fleet/slurm.log"
     fail_closed: bool = False
     pause_dcgm: bool = False
-    qdstrm_importer: str | None = None      # None: the newest under /opt/nvidia (root's installations)
+    # None: the newest under /opt/nvidia (root's installations)
+    qdstrm_importer: str | None = None
     finish_timeout: int = 120               # seconds the epilog may spend finishing reports
-    baseline_sysctls: dict = field(default_factory=dict)  # the node's own value of each owned sysctl
+    # the node's own value of each owned sysctl
+    baseline_sysctls: dict = field(default_factory=dict)
 
     @property
     def config_path(self) -> str:
@@ -62,33 +66,37 @@ class NodeSetup:
         return f"{self.prefix}/{RunDir.AGENT}"
 
     def config(self) -> dict:
-        return {"owned_sysctls": dict(self.owned_sysctls), "jobs_dir": self.jobs_dir, "state_dir": self.state_dir,
-                "log_file": self.log_file, "fail_closed": self.fail_closed, "pause_dcgm": self.pause_dcgm,
+        return {"owned_sysctls": dict(self.owned_sysctls), "jobs_dir": self.jobs_dir,
+                "state_dir": self.state_dir,
+                "log_file": self.log_file, "fail_closed": self.fail_closed,
+                "pause_dcgm": self.pause_dcgm,
                 "qdstrm_importer": self.qdstrm_importer, "finish_timeout": self.finish_timeout,
                 "baseline_sysctls": dict(self.baseline_sysctls)}
 
     def wrapper(self, op: str) -> str:
-        args = json.dumps({"mode": "slurmd", "op": op, "config": self.config_path}, separators=(",", ":"))
+        args = json.dumps({"mode": "slurmd", "op": op, "config": self.config_path},
+                          separators=(",", ":"))
         log = shlex.quote(self.log_file)
-        return (f"#!/bin/sh\n# fleet's Slurm {OPS[op]} (written by `fleet slurm install`; see docs/slurm-admin.md).\n"
-                f"# It exits 0 on fleet's own errors (logged to syslog and {self.log_file}).\n"
-                "PATH=/usr/sbin:/usr/bin:/sbin:/bin\n"
+        return (f"#!/bin/sh\n# fleet's Slurm {OPS[op]} (written by `fleet slurm install`; see "
+                "docs/slurm-admin.md).\n# It exits 0 on fleet's own errors (logged to syslog and "
+                f"{self.log_file}).\nPATH=/usr/sbin:/usr/bin:/sbin:/bin\n"
                 f"py={shlex.quote(self.python)}\n"
-                "# The last guard: an interpreter that cannot start must not fail the hook (Slurm would drain\n"
-                "# the node). Nothing is printed: a TaskProlog's output becomes the job's environment.\n"
-                f"if ! why=$(\"$py\" -I -c {shlex.quote(GUARD)} 2>&1 </dev/null); then\n"
-                f"    msg=\"fleet slurm: {op}: $py cannot run fleet's agent ($(printf '%s' \"$why\" | tail -n 1)): "
-                "nothing done, node left in service\"\n"
+                "# The last guard: an interpreter that cannot start must not fail the hook (Slurm "
+                "would drain\n# the node). Nothing is printed: a TaskProlog's output becomes the "
+                f"job's environment.\nif ! why=$(\"$py\" -I -c {shlex.quote(GUARD)} 2>&1 "
+                f"</dev/null); then\n    msg=\"fleet slurm: {op}: $py cannot run fleet's agent "
+                "($(printf '%s' \"$why\" | tail -n 1)): nothing done, node left in service\"\n"
                 "    logger -t fleet -p daemon.err -- \"$msg\" 2>/dev/null\n"
-                f"    {{ mkdir -p -- \"$(dirname -- {log})\" && printf '%s %s\\n' \"$(date +%Y-%m-%dT%H:%M:%S)\" "
-                f"\"$msg\" >> {log}; }} 2>/dev/null\n"
+                f"    {{ mkdir -p -- \"$(dirname -- {log})\" && printf '%s %s\\n' \"$(date "
+                f"+%Y-%m-%dT%H:%M:%S)\" \"$msg\" >> {log}; }} 2>/dev/null\n"
                 "    exit 0\n"
                 "fi\n"
                 f"exec \"$py\" -I {shlex.quote(self.agent)} {shlex.quote(args)}\n")
 
     def slurm_conf(self) -> str:
-        return "".join(f"{OPS[op]}={self.prefix}/slurm-{op}\n" for op in OPS) + \
-            "PrologFlags=Alloc   # the prolog runs when the job is allocated, before its batch script\n"
+        return ("".join(f"{OPS[op]}={self.prefix}/slurm-{op}\n" for op in OPS)
+                + "PrologFlags=Alloc   # the prolog runs when the job is allocated, before its "
+                "batch script\n")
 
     def files(self) -> dict[str, tuple[bytes, int]]:
         """path -> (content, mode)"""
@@ -153,11 +161,13 @@ def interpreter_problem(python: str) -> str | None:
     if not python.startswith("/"):
         return f"--python {python}: give an absolute path (slurmd runs the hooks with no PATH)"
     try:
-        said = subprocess.run([python, "-I", "-c", VERSION], capture_output=True, text=True, timeout=30)
+        said = subprocess.run([python, "-I", "-c", VERSION], capture_output=True, text=True,
+                              timeout=30)
         version = said.stdout.strip() if said.returncode == 0 and said.stdout.strip() else None
     except (OSError, subprocess.SubprocessError) as e:
         return f"--python {python} cannot run the hooks: {getattr(e, 'strerror', None) or e}"
-    named = f"--python {python} (Python {version})" if version else f"--python {python} (no version: it did not start)"
+    named = (f"--python {python} (Python {version})" if version
+             else f"--python {python} (no version: it did not start)")
     fd, agent = tempfile.mkstemp(prefix="fleet-agent-check-", suffix=".py")
     try:
         with os.fdopen(fd, "w") as f:
@@ -171,14 +181,16 @@ def interpreter_problem(python: str) -> str | None:
     if ran.returncode != 0:
         lines = [line.strip() for line in (ran.stderr or ran.stdout).splitlines() if line.strip()]
         needs = "; the hooks need Python %d.%d or newer" % NEEDS
-        return f"{named} cannot run fleet's agent: {lines[-1] if lines else f'exit status {ran.returncode}'}{needs}"
+        return (f"{named} cannot run fleet's agent: "
+                f"{lines[-1] if lines else f'exit status {ran.returncode}'}{needs}")
     return None
 
 
 # One task per node: the interpreter's version, then the bundled agent's own check (read from
 # stdin, as on a lab server), and the node's name: "@@check NODE STATUS VERSION LAST-LINE".
-NODE_CHECK = ('v=$("$0" -I -c "$1" 2>/dev/null </dev/null); out=$("$0" -I -c "$2" "$3" 2>&1); rc=$?; '
-              'echo "@@check ${SLURMD_NODENAME:-?} $rc ${v:--} $(printf %s "$out" | tail -n 1)"')
+NODE_CHECK = ('v=$("$0" -I -c "$1" 2>/dev/null </dev/null); out=$("$0" -I -c "$2" "$3" 2>&1); '
+              'rc=$?; echo "@@check ${SLURMD_NODENAME:-?} $rc ${v:--} $(printf %s "$out" | tail -n '
+              '1)"')
 STEP_BOUND = 120  # seconds the checking step may take, from submission (it waits for free nodes)
 
 
@@ -199,7 +211,8 @@ def nodes_problem(python: str, env: dict | None = None) -> str | None:
     said = _said(ran.stdout)
     for node in nodes:
         if node not in said:
-            why = ran.stderr.decode(errors="replace").strip().splitlines()[-1:] or [f"exit status {ran.returncode}"]
+            why = (ran.stderr.decode(errors="replace").strip().splitlines()[-1:]
+                   or [f"exit status {ran.returncode}"])
             return f"cannot check --python {python} on {node}: the step did not run there: {why[0]}"
         if (why := _node_problem(python, node, *said[node])):
             return why
@@ -209,13 +222,14 @@ def nodes_problem(python: str, env: dict | None = None) -> str | None:
 def _nodes_in_service(env: dict | None) -> list[str]:
     """The nodes sinfo lists in service (idle, mixed, allocated or completing), sorted."""
     try:
-        listed = subprocess.run(["sinfo", "-h", "-N", "-o", "%N %t"], capture_output=True, text=True, timeout=30,
-                                env=env)
+        listed = subprocess.run(["sinfo", "-h", "-N", "-o", "%N %t"], capture_output=True,
+                                text=True, timeout=30, env=env)
     except (OSError, subprocess.SubprocessError) as e:
         raise _Unchecked(f"sinfo: {getattr(e, 'strerror', None) or e}") from e
     if listed.returncode != 0:
         raise _Unchecked(f"sinfo: {listed.stderr.strip() or listed.returncode}")
-    nodes = sorted({n for n, state in (line.split()[:2] for line in listed.stdout.splitlines() if len(line.split()) > 1)
+    nodes = sorted({n for n, state in (line.split()[:2] for line in listed.stdout.splitlines()
+                                       if len(line.split()) > 1)
                     if state.rstrip("*~#!%$@^-") in ("idle", "mix", "alloc", "comp")})
     if not nodes:
         raise _Unchecked("sinfo lists none in service")
@@ -225,10 +239,12 @@ def _nodes_in_service(env: dict | None) -> list[str]:
 def _check_step(python: str, nodes: list[str], env: dict | None) -> subprocess.CompletedProcess:
     """The checking step, a task on each of ``nodes`` (NODE_CHECK), run to its end; what it said."""
     from ..agent.bundle import BOOTSTRAP, bundle
-    cmd = ["srun", f"--nodelist={','.join(nodes)}", f"--nodes={len(nodes)}", f"--ntasks={len(nodes)}",
+    cmd = ["srun", f"--nodelist={','.join(nodes)}", f"--nodes={len(nodes)}",
+           f"--ntasks={len(nodes)}",
            "--ntasks-per-node=1", "--input=all", "--time=2", "--immediate=60",
            "--job-name=fleet-install-check", "--quiet",
-           "sh", "-c", NODE_CHECK, python, VERSION, BOOTSTRAP, json.dumps({"mode": "slurmd", "op": "check"})]
+           "sh", "-c", NODE_CHECK, python, VERSION, BOOTSTRAP,
+           json.dumps({"mode": "slurmd", "op": "check"})]
     try:
         return subprocess.run(cmd, input=bundle(), capture_output=True, timeout=STEP_BOUND, env=env)
     except (OSError, subprocess.SubprocessError) as e:
@@ -250,8 +266,8 @@ def _node_problem(python: str, node: str, status: str, version: str, last: str) 
     if status != "0" and version == "-":
         return f"--python {python} does not start on {node}: {last or f'exit status {status}'}"
     if status != "0":
-        return f"--python {python} on {node} (Python {version}) cannot run fleet's agent: {last}; the hooks " \
-               "need Python %d.%d or newer" % NEEDS
+        return (f"--python {python} on {node} (Python {version}) cannot run fleet's agent: {last}; "
+                "the hooks need Python %d.%d or newer" % NEEDS)
     return None
 
 

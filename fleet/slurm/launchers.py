@@ -1,7 +1,7 @@
 """Where the profiler goes in the job: the real exec point of each launcher.
 
-Pure text. Where the launcher's options end is :mod:`fleet.wrapping.launchers`' (the lab servers' path cuts
-the command there too). A runtime that starts its own workers (torchrun, mpirun, Ray) must
+Pure text. Where the launcher's options end is :mod:`fleet.wrapping.launchers`' (the lab servers'
+path cuts the command there too). A runtime that starts its own workers (torchrun, mpirun, Ray) must
 have the profiler put in front of each worker, not in front of itself: nsys in
 front of ``torchrun`` profiles the launcher and misses the ranks. The user's
 command stays a bash array (``COMMAND``) and is only ever sliced, never
@@ -18,9 +18,9 @@ from pathlib import Path
 from ..rundir import RunDir
 from ..wrapping.containers import Container, slurm_words
 # Where each launcher's options end, shared with the lab servers' path; named here as before.
-from ..wrapping.launchers import (LAUNCHERS, MPIRUN_TWO_VALUES, MPIRUN_VALUE, TORCHRUN_FLAGS,  # noqa: F401
-                         LauncherError, _options_start, command_problem, end_of_options, script_index,
-                         torchrun_modules, torchrun_python)
+from ..wrapping.launchers import (LAUNCHERS, MPIRUN_TWO_VALUES, MPIRUN_VALUE,  # noqa: F401
+                                  TORCHRUN_FLAGS, LauncherError, _options_start, command_problem,
+                                  end_of_options, script_index, torchrun_modules, torchrun_python)
 from ..safenames import check_text, quote
 from ..plan import profiler_args_error
 from .states import REFUSED_EXIT
@@ -28,29 +28,32 @@ from .states import REFUSED_EXIT
 # The run folder as the batch script names it ($RUN_DIR, set by script.render): RunDir's names are
 # plain words, so each path below is one word inside double quotes.
 IN_SCRIPT = RunDir("$RUN_DIR")
-RAY_HOOK = Path(__file__).with_name("ray_hook.py")  # written into the job's run folder as RunDir.RAY_HOOK
+# written into the job's run folder as RunDir.RAY_HOOK
+RAY_HOOK = Path(__file__).with_name("ray_hook.py")
 RAY_HOOK_END = "FLEET_RAY_HOOK_PY"
 # How the batch script's own checks refuse to start anything: the refusal mark (only it makes the
 # job's 127 and the last `fleet: ` line of its log a refusal: a program may end so too), then the
 # status. Their reason is that last line, said just before.
 REFUSE = (f'    : > "{IN_SCRIPT.job_refused}"', f'    echo {REFUSED_EXIT} > "{IN_SCRIPT.job_exit}"',
           f"    exit {REFUSED_EXIT}")
-# Ray's nsight plugin runs `nsys profile` from PATH for each worker; without it Ray 2.60 fails the job
-# at the first worker (RuntimeEnvSetupError: "nsight is not installed"), the program already started.
+# Ray's nsight plugin runs `nsys profile` from PATH for each worker; without it Ray 2.60 fails the
+# job at the first worker (RuntimeEnvSetupError: "nsight is not installed"), the program already
+# started.
 RAY_NEEDS_NSYS = (
     "if ! command -v nsys >/dev/null 2>&1; then",
-    "    echo \"fleet: nsys is not on PATH on ${SLURMD_NODENAME:-this node}: Ray's nsight plugin runs nsys from PATH "
-    "for every worker (else RuntimeEnvSetupError: nsight is not installed); nothing was started: put nsys's folder "
-    "on the job's PATH\" >&2",
+    "    echo \"fleet: nsys is not on PATH on ${SLURMD_NODENAME:-this node}: Ray's nsight plugin "
+    "runs nsys from PATH for every worker (else RuntimeEnvSetupError: nsight is not installed); "
+    "nothing was started: put nsys's folder on the job's PATH\" >&2",
     *REFUSE,
     "fi")
-# Ray execs each worker through `bash -c` (ray/_private/runtime_env/context.py, exec_worker). A batch job
-# inherits SSH_CLIENT from the login session that submitted it (sbatch exports the environment); with it
-# set, at a shell level under 2 (the batch shell's raylet's), Debian's bash reads ~/.bashrc even for
-# `bash -c` (SSH_SOURCE_BASHRC), and a .bashrc that puts another Python first (pyenv init, conda
-# activate, module load) wins over the workers' PATH fleet's hook sets: `nsys profile ... python`
-# then runs a Python without Ray, every worker fails to import ray, Ray starts it again, and the
-# program waits for its actors forever. Nobody is logged in through a batch job: the job forgets it.
+# Ray execs each worker through `bash -c` (ray/_private/runtime_env/context.py, exec_worker). A
+# batch job inherits SSH_CLIENT from the login session that submitted it (sbatch exports the
+# environment); with it set, at a shell level under 2 (the batch shell's raylet's), Debian's bash
+# reads ~/.bashrc even for `bash -c` (SSH_SOURCE_BASHRC), and a .bashrc that puts another Python
+# first (pyenv init, conda activate, module load) wins over the workers' PATH fleet's hook sets:
+# `nsys profile ... python` then runs a Python without Ray, every worker fails to import ray, Ray
+# starts it again, and the program waits for its actors forever. Nobody is logged in through a batch
+# job: the job forgets it.
 RAY_NO_LOGIN_SHELL = "unset SSH_CLIENT SSH2_CLIENT SSH_CONNECTION SSH_TTY"
 
 
@@ -68,11 +71,13 @@ def container_problem(launcher: str, container: Container | None) -> str | None:
     if container is None:
         return None
     if launcher == "ray":
-        return ("with --launcher ray, the program runs in the batch shell and Ray starts its workers itself: "
-                "no container of fleet's would reach them; leave out --container-image and --apptainer")
+        return ("with --launcher ray, the program runs in the batch shell and Ray starts its "
+                "workers itself: no container of fleet's would reach them; leave out "
+                "--container-image and --apptainer")
     if launcher == "mpirun" and container.kind == "pyxis":
-        return ("with --launcher mpirun, mpirun starts the ranks itself, not srun, so pyxis cannot put them in "
-                "the image: use --apptainer (mpirun starts each rank in it), or --launcher srun")
+        return ("with --launcher mpirun, mpirun starts the ranks itself, not srun, so pyxis cannot "
+                "put them in the image: use --apptainer (mpirun starts each rank in it), or "
+                "--launcher srun")
     return None
 
 
@@ -82,14 +87,17 @@ def actor_patterns(text: str) -> tuple[str, ...]:
     check_text(text, "--ranks")
     patterns = tuple(p.strip() for p in text.split(",") if p.strip())
     if not patterns:
-        raise LauncherError(f"--ranks {text!r}: with --launcher ray, actor name patterns, e.g. 'trainer-*'")
+        raise LauncherError(f"--ranks {text!r}: with --launcher ray, actor name patterns, e.g. "
+                            "'trainer-*'")
     return patterns
 
 
-def launch(launcher: str, command: list[str], agent: list[str], run_dir: str, container: Container | None, *,
+def launch(launcher: str, command: list[str], agent: list[str], run_dir: str,
+           container: Container | None, *,
            tool: str = "nsys", profiler_args=(), scratch: str | None = None, actors=()) -> Launch:
     if why := container_problem(launcher, container):
-        raise LauncherError(why)  # else the workload would run outside the container it was asked into
+        # else the workload would run outside the container it was asked into
+        raise LauncherError(why)
     task = "FLEET_TASK=(" + " ".join(quote(w, "the agent's command (ansible_python_interpreter)")
                                      for w in agent) + ")"
     srun_opts, pre = _container_words(container, run_dir, scratch)
@@ -145,14 +153,16 @@ def _torchrun(command: list[str], task: str, container: Container | None, srun_o
     no_python = any(w in ("--no-python", "--no_python") for w in command[:k])
     python = "\"$FLEET_PYTHON\"" if not container else "python3"
     python = "" if no_python else (f"{python} -m " if modules else f"{python} ")
-    # torchrun itself in the container (Apptainer's prefix, or pyxis's srun options), as the image's.
+    # torchrun itself in the container (Apptainer's prefix, or pyxis's srun options), as the
+    # image's.
     injected = (f"{pre}{_slices(0, k, modules + end_of_options(command, k))} --no-python "
                 f"\"${{FLEET_TASK[@]}}\" {python}{program}")
     opts = _srun_options(srun_opts)
     # One torchrun per node; it starts that node's workers.
     setup = () if no_python or container else torchrun_python(command)
     return Launch((task, *setup, f"LAUNCH=({injected})"),
-                  f"srun --ntasks-per-node=1 --nodes=\"$SLURM_JOB_NUM_NODES\" {opts}\"${{LAUNCH[@]}}\"")
+                  "srun --ntasks-per-node=1 --nodes=\"$SLURM_JOB_NUM_NODES\" "
+                  f"{opts}\"${{LAUNCH[@]}}\"")
 
 
 def _ray(run_dir: str, tool: str, profiler_args, actors) -> Launch:
@@ -164,25 +174,30 @@ def _ray(run_dir: str, tool: str, profiler_args, actors) -> Launch:
     # Ray starts its own workers: its runtime_env hook (fleet_ray_hook, fleet/slurm/ray_hook.py)
     # adds this _nsight block to the program's ray.init, with no change to the program, or to
     # the actors named by FLEET_RAY_ACTORS only.
-    chosen = ([f"export FLEET_RAY_ACTORS={quote(json.dumps(list(actors)), '--ranks')}"] if actors else [])
+    chosen = ([f"export FLEET_RAY_ACTORS={quote(json.dumps(list(actors)), '--ranks')}"] if actors
+              else [])
     return Launch((f'[ -d "{IN_SCRIPT.ray}" ] || mkdir -m 0700 -- "{IN_SCRIPT.ray}"',
-                   f"export FLEET_RAY_RUNTIME_ENV={quote(json.dumps(block, sort_keys=True), 'Ray runtime_env')}",
+                   "export FLEET_RAY_RUNTIME_ENV="
+                   f"{quote(json.dumps(block, sort_keys=True), 'Ray runtime_env')}",
                    *chosen,
                    *RAY_NEEDS_NSYS,
                    RAY_NO_LOGIN_SHELL,
                    f'printf \'%s\\n\' "$FLEET_RAY_RUNTIME_ENV" > "{IN_SCRIPT.ray_hook_block}"',
-                   f"cat > \"{IN_SCRIPT.ray_hook}\" <<'{RAY_HOOK_END}'", *hook.splitlines(), RAY_HOOK_END,
-                   "export RAY_RUNTIME_ENV_HOOK=fleet_ray_hook.runtime_env_hook",
+                   f"cat > \"{IN_SCRIPT.ray_hook}\" <<'{RAY_HOOK_END}'", *hook.splitlines(),
+                   RAY_HOOK_END, "export RAY_RUNTIME_ENV_HOOK=fleet_ray_hook.runtime_env_hook",
                    f'export PYTHONPATH="{IN_SCRIPT.ray}${{PYTHONPATH:+:$PYTHONPATH}}"',
-                   "# Each worker's report is worker-HOST-PID; whose it is (actor or task) is beside it."),
+                   "# Each worker's report is worker-HOST-PID; whose it is (actor or task) is "
+                   "beside it."),
                   "\"${COMMAND[@]}\"",
                   # Ray leaves its workers' nsys writing their reports as the program exits: the job
                   # waits for them (bounded), else its end loses them; then each finished report's
-                  # export and summaries, as a rank's agent makes them, with the nsys Ray ran, so that
-                  # stats, compare and ranks read a Ray run (fleet/agent/rayend.py).
-                  # -I: the job's PYTHONPATH (the run's ray/, for the hook) is no place for the agent's imports.
+                  # export and summaries, as a rank's agent makes them, with the nsys Ray ran, so
+                  # that stats, compare and ranks read a Ray run (fleet/agent/rayend.py).
+                  # -I: the job's PYTHONPATH (the run's ray/, for the hook) is no place for the
+                  # agent's imports.
                   (f'"$FLEET_PYTHON" -I "{IN_SCRIPT.agent}" '
-                   + quote(json.dumps({"mode": "ray-end", "output": block["_nsight"]["o"]}, sort_keys=True),
+                   + quote(json.dumps({"mode": "ray-end", "output": block["_nsight"]["o"]},
+                                      sort_keys=True),
                            "the run directory"),))
 
 
@@ -196,14 +211,16 @@ def _slices(start: int, end: int, drop: list[int]) -> str:
     return " ".join(parts)
 
 
-def unsupported(launcher: str, tool: str, profiler_args=(), gpu_metrics: bool = False) -> str | None:
+def unsupported(launcher: str, tool: str, profiler_args=(),
+                gpu_metrics: bool = False) -> str | None:
     """Why this launcher cannot run the request as fleet promises, or None. Ray starts its own
     workers under its own nsys, with no fleet agent beside them to look at the GPU first."""
     if launcher != "ray":
         return None
     if tool != "nsys" or gpu_metrics:
-        return ("with --launcher ray only an nsys trace is possible: Ray's workers start without fleet's agent, "
-                "so nothing checks their GPUs for tenants before counters are programmed")
+        return ("with --launcher ray only an nsys trace is possible: Ray's workers start without "
+                "fleet's agent, so nothing checks their GPUs for tenants before counters are "
+                "programmed")
     # Ray takes nsys's options without dashes and passes a one-letter key as -K VALUE, a longer
     # one as --KEY=VALUE (ray_runtime_env): checked as the words nsys then reads.
     words = [(f"-{k}", v or "true") if len(k) == 1 else (f"--{k}={v or 'true'}",)
@@ -215,7 +232,8 @@ def ray_runtime_env(run_dir: str, tool: str, profiler_args=()) -> dict:
     """Ray's own nsys integration (``runtime_env={"_nsight": {...}}``): options without dashes."""
     if tool != "nsys":
         raise LauncherError("Ray's runtime_env integration exists for nsys only")
-    options: dict = {"t": "cuda,nvtx,osrt", "o": RunDir(run_dir).ray_reports}  # one folder, made by the script
+    # one folder, made by the script
+    options: dict = {"t": "cuda,nvtx,osrt", "o": RunDir(run_dir).ray_reports}
     for arg in profiler_args:
         key, _, value = arg.lstrip("-").partition("=")
         options[key] = value or "true"

@@ -31,14 +31,18 @@ if TYPE_CHECKING:
 
 LABELLED = re.compile(r"^\s*(\d{1,6}): ?(.*)$")
 JOB_ID = re.compile(r"\d{1,12}")
-NODE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")  # a node as sinfo names it; anything else is not believed
-NODES_LIMIT = 10_000  # nodes of one partition: more than any cluster fleet would look at from one client
-PIECES_LIMIT = 4 << 20  # bytes of one task's frame being joined: past it, that task's look is not believed
+# a node as sinfo names it; anything else is not believed
+NODE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
+# nodes of one partition: more than any cluster fleet would look at from one client
+NODES_LIMIT = 10_000
+# bytes of one task's frame being joined: past it, that task's look is not believed
+PIECES_LIMIT = 4 << 20
 # The job's node count from slurmctld, then the step: one task a node, the look's agent in each.
-SRUN = (BOUNDED + 'j="$1"; shift; n=$(bounded squeue -h -j "$j" -t RUNNING -o %D 2>/dev/null | head -1); '
+SRUN = (BOUNDED
+        + 'j="$1"; shift; n=$(bounded squeue -h -j "$j" -t RUNNING -o %D 2>/dev/null | head -1); '
         '[ -n "$n" ] || { echo "job $j is not running (or not yours to see)" >&2; exit 3; }; '
-        'exec srun --jobid="$j" --overlap --nodes="$n" --ntasks-per-node=1 --ntasks="$n" --input=all --label '
-        '--job-name=fleet-top -- "$@"')
+        'exec srun --jobid="$j" --overlap --nodes="$n" --ntasks-per-node=1 --ntasks="$n" '
+        '--input=all --label --job-name=fleet-top -- "$@"')
 
 
 class Tasks:
@@ -61,14 +65,16 @@ class Tasks:
         else:
             return
         if len(self.pieces[task]) > PIECES_LIMIT:
-            self._view(task, f"task {task}").error = "sent a frame past its bound: its look is not believed"
+            self._view(task, f"task {task}").error = ("sent a frame past its bound: its look is "
+                                                      "not believed")
             del self.pieces[task]
             return
         found = wire.answers(self.pieces[task], "look")
         if found:
             del self.pieces[task]
             sample, why = sample_of(found[-1])
-            take_sample(self._view(task, sample.host if sample is not None else None), sample, why, self.on_view)
+            take_sample(self._view(task, sample.host if sample is not None else None), sample, why,
+                        self.on_view)
 
     def _view(self, task: str, host: str | None) -> HostView:
         """The task's view, named once by the node its first frame names: a name not of a node
@@ -90,11 +96,12 @@ async def look_job(fan: "Fanout", cluster: Cluster, job_id: str, *, interval: fl
     if not JOB_ID.fullmatch(job_id or ""):
         raise SlurmError(f"--job {job_id!r}: a Slurm job id is its number")
     login = cluster.login
-    args = dict(agent_args(login, environment_check=False), mode="look", interval=interval, lifetime=lifetime,
-                samples=samples)
+    args = dict(agent_args(login, environment_check=False), mode="look", interval=interval,
+                lifetime=lifetime, samples=samples)
     tasks = Tasks(on_view)
     lines = Lines(lambda text: tasks.line(text))
-    r = await fan.run(login, ["sh", "-c", SRUN, "sh", job_id, *agent_argv(login, args)], input=bundle(),
+    r = await fan.run(login, ["sh", "-c", SRUN, "sh", job_id, *agent_argv(login, args)],
+                      input=bundle(),
                       sink=lines.feed, stop=stop, timeout=lifetime + START_BOUND, grace=CLOSE_GRACE)
     if r.error and not r.reached:
         raise LoginUnreachable(f"{login.name} (login node) unreachable: {r.error}")
@@ -109,7 +116,8 @@ async def partition_nodes(fan: "Fanout", cluster: Cluster, partition: str) -> li
     """The nodes of ``partition`` (several, comma-separated, as sbatch takes them), one each, in
     sinfo's order; a name not of a node name's shape is refused, never passed on to SSH."""
     name(partition, "--partition", many=True)
-    r = await fan.run(cluster.login, ["sh", "-c", BOUNDED + 'bounded sinfo -h -N -p "$1" -o %N', "sh", partition],
+    r = await fan.run(cluster.login, ["sh", "-c", BOUNDED + 'bounded sinfo -h -N -p "$1" -o %N',
+                                      "sh", partition],
                       timeout=120)
     if r.error and not r.reached:
         raise LoginUnreachable(f"{cluster.login.name} (login node) unreachable: {r.error}")
@@ -121,8 +129,11 @@ async def partition_nodes(fan: "Fanout", cluster: Cluster, partition: str) -> li
     nodes = list(dict.fromkeys(line.strip() for line in said.splitlines() if line.strip()))
     wrong = [n for n in nodes if not NODE_NAME.fullmatch(n)]
     if wrong or len(nodes) > NODES_LIMIT:
-        raise SlurmError(f"sinfo on {cluster.login.name} named " + (f"{wrong[0][:80]!r}, not a node's name" if wrong
-                                                                      else f"more than {NODES_LIMIT} nodes"))
+        raise SlurmError(f"sinfo on {cluster.login.name} named " + (f"{wrong[0][:80]!r}, not a "
+                                                                    "node's name" if wrong
+                                                                      else "more than "
+                                                                           f"{NODES_LIMIT} nodes"))
     if not nodes:
-        raise SlurmError(f"partition {partition} has no nodes on {cluster.name} (sinfo -p {partition})")
+        raise SlurmError(f"partition {partition} has no nodes on {cluster.name} (sinfo -p "
+                         f"{partition})")
     return nodes

@@ -34,9 +34,12 @@ if TYPE_CHECKING:
 DEFAULT_STOP_BEFORE = 120  # seconds; less when the time limit is short (``fit_stop_before``)
 
 NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.+-]{0,127}")         # a partition, account or QOS
-GRES_ITEM = re.compile(r"[A-Za-z][A-Za-z0-9_.-]*(:[A-Za-z0-9_.-]+)?(:[0-9]+[KMGkmg]?)?")  # name[[:type]:count]
-GPUS_ITEM = re.compile(r"([A-Za-z0-9_.-]+:)?[0-9]+")                                      # [type:]count
-TIME = re.compile(r"(?:(?P<d>\d+)-(?P<dh>\d+)(?::(?P<dm>\d+)(?::(?P<ds>\d+))?)?"          # D-HH[:MM[:SS]]
+# name[[:type]:count]
+GRES_ITEM = re.compile(r"[A-Za-z][A-Za-z0-9_.-]*(:[A-Za-z0-9_.-]+)?(:[0-9]+[KMGkmg]?)?")
+# [type:]count
+GPUS_ITEM = re.compile(r"([A-Za-z0-9_.-]+:)?[0-9]+")
+# D-HH[:MM[:SS]]
+TIME = re.compile(r"(?:(?P<d>\d+)-(?P<dh>\d+)(?::(?P<dm>\d+)(?::(?P<ds>\d+))?)?"
                   r"|(?P<h>\d+):(?P<hm>\d+):(?P<hs>\d+)"                                  # HH:MM:SS
                   r"|(?P<m>\d+)(?::(?P<ms>\d+))?)")                                       # MM[:SS]
 NO_LIMIT = {"infinite", "unlimited"}
@@ -44,7 +47,8 @@ OPTION = re.compile(r"--(?P<name>[a-z][a-z0-9-]*)(?:=(?P<value>.*))?", re.S)
 
 # Options fleet sets, or that would take the job out of fleet's hands, and what to do instead.
 RESERVED = {
-    "output": "fleet sends the job's log to the run directory", "error": "fleet gathers the job's log, stderr too",
+    "output": "fleet sends the job's log to the run directory",
+    "error": "fleet gathers the job's log, stderr too",
     "input": "the job reads no file as its input", "signal": "use --stop-before",
     "chdir": "the job starts in its run directory, where the prolog looks; use --workdir",
     "job-name": "fleet names the job after its run", "wrap": "fleet writes the batch script",
@@ -62,7 +66,8 @@ def name(value: str, what: str, *, many: bool = False) -> str:
     """A partition, account or QOS name (``many``: a comma-separated list, as --partition takes)."""
     check_text(value, what)
     if not all(NAME.fullmatch(n) for n in (value.split(",") if many else [value])):
-        raise UnsafeValue(f"{what}: {value!r} is not a Slurm name (letters, digits, '_', '.', '+' or '-'"
+        raise UnsafeValue(f"{what}: {value!r} is not a Slurm name (letters, digits, '_', '.', '+' "
+                          "or '-'"
                           + (", several separated by commas)" if many else ")"))
     return value
 
@@ -75,10 +80,11 @@ def time_seconds(value: str) -> int | None:
         return None
     m = TIME.fullmatch(value)
     if not m:
-        raise UnsafeValue(f"--time: {value!r} is not a Slurm time (MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM, "
-                          f"D-HH:MM:SS or UNLIMITED)")
+        raise UnsafeValue(f"--time: {value!r} is not a Slurm time (MM, MM:SS, HH:MM:SS, D-HH, "
+                          f"D-HH:MM, D-HH:MM:SS or UNLIMITED)")
     n = {k: int(v) if v else 0 for k, v in m.groupdict().items()}
-    seconds = (n["d"] * 86400 + n["dh"] * 3600 + n["dm"] * 60 + n["ds"] + n["h"] * 3600 + n["hm"] * 60 + n["hs"]
+    seconds = (n["d"] * 86400 + n["dh"] * 3600 + n["dm"] * 60 + n["ds"] + n["h"] * 3600
+               + n["hm"] * 60 + n["hs"]
                + n["m"] * 60 + n["ms"])
     return seconds or None  # Slurm: a time limit of 0 is none
 
@@ -100,7 +106,8 @@ def sbatch_arg(arg: str) -> str:
     for option, why in RESERVED.items():
         if option.startswith(m["name"]):  # sbatch takes an unambiguous prefix for the option
             said = "" if option == m["name"] else f" (sbatch reads it as --{option})"
-            raise UnsafeValue(f"--sbatch-arg: --{m['name']}{said} is set by fleet, not through --sbatch-arg: {why}")
+            raise UnsafeValue(f"--sbatch-arg: --{m['name']}{said} is set by fleet, "
+                              f"not through --sbatch-arg: {why}")
     if m["value"] is not None:
         sbatch_word(m["value"], f"--sbatch-arg {arg!r}")
     return arg
@@ -117,7 +124,8 @@ def parse_ranks(text: str) -> tuple[int, ...]:
     check_text(text, "--ranks")
     words = [w.strip() for w in text.split(",")]
     if not all(w.isdigit() for w in words):
-        raise UnsafeValue(f"--ranks takes rank numbers (0 or more) separated by commas, not {text!r}")
+        raise UnsafeValue("--ranks takes rank numbers (0 or more) "
+                          f"separated by commas, not {text!r}")
     return tuple(sorted({int(w) for w in words}))
 
 
@@ -128,19 +136,21 @@ def fit_stop_before(stop_before, time: str | None, limit: int | None) -> tuple[i
     leaves no time to run is refused."""
     if stop_before is not None:
         if not isinstance(stop_before, int) or isinstance(stop_before, bool) or stop_before < 1:
-            raise UnsafeValue(f"--stop-before: must be 1 second or more, not {stop_before!r} (the profilers "
-                              f"are stopped that long before the time limit so their reports are finished)")
+            raise UnsafeValue(f"--stop-before: must be 1 second or more, not {stop_before!r} (the "
+                              "profilers are stopped that long before the time limit "
+                              "so their reports are finished)")
         if limit is not None and stop_before >= limit:
-            raise UnsafeValue(f"--stop-before {stop_before} is not less than --time {time} ({limit} s): "
-                              f"the profilers would be stopped as the job starts; give a longer --time or a "
-                              f"smaller --stop-before")
+            raise UnsafeValue(f"--stop-before {stop_before} is not less than --time {time} "
+                              f"({limit} s): the profilers would be stopped as the job starts; "
+                              f"give a longer --time or a smaller --stop-before")
         return stop_before, None
     if limit is None or DEFAULT_STOP_BEFORE <= limit // 2:
         return DEFAULT_STOP_BEFORE, None
     fitted = max(1, limit // 2)
     return fitted, (
-        f"--time {time} leaves no room for the default --stop-before {DEFAULT_STOP_BEFORE}: the profilers "
-        f"stop {fitted} s before the limit (Slurm may signal up to 60 s early; give --stop-before to choose)")
+        f"--time {time} leaves no room for the default --stop-before {DEFAULT_STOP_BEFORE}: the "
+        f"profilers stop {fitted} s before the limit (Slurm may signal up to 60 s early; "
+        "give --stop-before to choose)")
 
 
 # Each field of a JobSpec (and a playbook's target) that reaches an #SBATCH line, and its check.
@@ -186,7 +196,8 @@ class CheckedJobSpec(JobSpec):
 
     def __post_init__(self):
         if self.made_by is not _MADE_BY_CHECKED:
-            raise TypeError("a CheckedJobSpec is made by fleet.slurm.options.checked, from a JobSpec")
+            raise TypeError("a CheckedJobSpec is made by "
+                            "fleet.slurm.options.checked, from a JobSpec")
 
     def to_json(self) -> dict:
         """The job's shape as the manifest keeps it: the JobSpec's fields, as checked."""
@@ -194,8 +205,8 @@ class CheckedJobSpec(JobSpec):
 
 
 def checked(raw: JobSpec, req: "ProfileRequest") -> CheckedJobSpec:
-    """``raw`` checked once against what sbatch takes and against ``req`` (the tool, the command, the
-    profiler's options): a CheckedJobSpec with its stop time fitted, else UnsafeValue or
+    """``raw`` checked once against what sbatch takes and against ``req`` (the tool, the command,
+    the profiler's options): a CheckedJobSpec with its stop time fitted, else UnsafeValue or
     JobSpecError, before the cluster is asked anything."""
     if isinstance(raw, CheckedJobSpec):
         raise TypeError("this JobSpec is checked already: pass the CheckedJobSpec on")
@@ -230,7 +241,8 @@ def _check_ranks(raw: JobSpec) -> None:
     if raw.launcher == "ray":  # actor name patterns (launchers.actor_patterns)
         _check_actor_patterns(raw.ranks)
         return
-    if not raw.ranks or not all(isinstance(r, int) and not isinstance(r, bool) and r >= 0 for r in raw.ranks):
+    if not raw.ranks or not all(isinstance(r, int) and not isinstance(r, bool) and r >= 0
+                                for r in raw.ranks):
         raise UnsafeValue(f"--ranks: at least one rank, each 0 or more, not {list(raw.ranks)!r}")
     _check_ranks_exist(raw)
 
@@ -245,10 +257,11 @@ def _check_ranks_exist(raw: JobSpec) -> None:
     """srun's ranks are the job's tasks: a rank past them would never be profiled. Not checked
     where --sbatch-arg shapes the tasks (--ntasks-per-gpu ...), or another launcher starts them."""
     total = raw.ntasks or (raw.nodes or 1) * (raw.ntasks_per_node or 1)
-    shaped_elsewhere = any(a.startswith("--ntasks") for a in raw.sbatch_args)  # --ntasks-per-gpu ...
+    # --ntasks-per-gpu ...
+    shaped_elsewhere = any(a.startswith("--ntasks") for a in raw.sbatch_args)
     if raw.launcher == "srun" and not shaped_elsewhere and max(raw.ranks) >= total:
-        raise UnsafeValue(f"--ranks: the job has {total} rank(s), 0 to {total - 1}; rank {max(raw.ranks)} "
-                          f"would never be profiled")
+        raise UnsafeValue(f"--ranks: the job has {total} rank(s), 0 to {total - 1}; rank "
+                          f"{max(raw.ranks)} would never be profiled")
 
 
 def launch_problem(raw: JobSpec, req: "ProfileRequest") -> str | None:
@@ -267,7 +280,8 @@ def launch_problem(raw: JobSpec, req: "ProfileRequest") -> str | None:
 
 def _window_problem(raw: JobSpec, req: "ProfileRequest") -> str | None:
     """--window on Slurm: each rank's agent stays with its workload once nsys has gone, which it
-    can where it started that nsys itself (srun's ranks); not yet beside another launcher, or in a container."""
+    can where it started that nsys itself (srun's ranks); not yet beside another launcher, or in a
+    container."""
     if req.window and (raw.launcher != "srun" or raw.container is not None):
         return "--window on Slurm is for srun's ranks yet, without a container"
     return None

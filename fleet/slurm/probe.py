@@ -27,15 +27,16 @@ if TYPE_CHECKING:
     from ..transport import Fanout
 
 NODE_MARK, EXIT_MARK = "@@fleet-node ", "@@fleet-exit "
-TASK = 'echo "@@fleet-node $SLURMD_NODENAME"; out=$("$@"); rc=$?; printf %s "$out" | base64; echo "@@fleet-exit $rc"' 
+TASK = ('echo "@@fleet-node $SLURMD_NODENAME"; out=$("$@"); rc=$?; printf %s "$out" | '
+        'base64; echo "@@fleet-exit $rc"') 
 LABELLED = re.compile(r"^\s*(\d+): ?(.*)$")
 # srun: one task per node, no GPUs asked for (a probe must not wait for them to be free), given
 # up when the nodes are not free within a minute; the partition's node count unless --nodes.
 SRUN = ('p="$1"; n="$2"; t="$3"; shift 3; '
         '[ -n "$n" ] || n=$(sinfo -h -p "$p" -o %D | awk \'{s+=$1} END {print s+0}\'); '
         '[ "$n" -gt 0 ] || { echo "partition $p has no nodes" >&2; exit 3; }; '
-        'exec srun --partition="$p" --nodes="$n" --ntasks-per-node=1 --ntasks="$n" --input=all --label '
-        '--immediate=60 --time=5 --job-name=fleet-probe -- sh -c "$t" sh "$@"')
+        'exec srun --partition="$p" --nodes="$n" --ntasks-per-node=1 --ntasks="$n" --input=all '
+        '--label --immediate=60 --time=5 --job-name=fleet-probe -- sh -c "$t" sh "$@"')
 
 
 def node_results(text: str, errors: str, login: Host) -> list[tuple[Host, Result]]:
@@ -49,7 +50,8 @@ def node_results(text: str, errors: str, login: Host) -> list[tuple[Host, Result
                 into.setdefault(m.group(1), []).append(m.group(2))
     found = []
     for task, lines in sorted(out.items(), key=lambda kv: int(kv[0])):
-        node = lines[0][len(NODE_MARK):].strip() if lines and lines[0].startswith(NODE_MARK) else f"task{task}"
+        node = (lines[0][len(NODE_MARK):].strip() if lines and lines[0].startswith(NODE_MARK)
+                else f"task{task}")
         host = Host(node, dict(login.vars), (), f"a compute node of the job from {login.name}")
         body = [line for line in lines[1:] if not line.startswith(EXIT_MARK)]
         ended = [line[len(EXIT_MARK):].strip() for line in lines if line.startswith(EXIT_MARK)]
@@ -57,8 +59,10 @@ def node_results(text: str, errors: str, login: Host) -> list[tuple[Host, Result
             stdout = base64.b64decode("".join(body), validate=True)
         except (binascii.Error, ValueError):
             stdout = b""
-        status = int(ended[-1]) if ended and ended[-1].isdigit() else 1  # no status: the task was cut short
-        r = Result(node, exit_status=status, stdout=stdout, stderr="\n".join(err.get(task, [])).encode())
+        # no status: the task was cut short
+        status = int(ended[-1]) if ended and ended[-1].isdigit() else 1
+        r = Result(node, exit_status=status, stdout=stdout,
+                   stderr="\n".join(err.get(task, [])).encode())
         found.append((host, read_state(host, r)))
     return found
 
@@ -70,10 +74,12 @@ async def probe_partition(fan: "Fanout", cluster: Cluster, partition: str, nodes
     client = SlurmClient(fan, cluster.login)
     args = agent_args(cluster.login, environment_check=environment_check)
     argv = agent_argv(cluster.login, args)
-    r = await client._sh("srun", SRUN, partition, str(nodes or ""), TASK, *argv, input=bundle(), timeout=300)
+    r = await client._sh("srun", SRUN, partition, str(nodes or ""), TASK, *argv, input=bundle(),
+                         timeout=300)
     if r.error and not r.reached:
         raise LoginUnreachable(f"{cluster.login.name} (login node) unreachable: {r.error}")
-    found = node_results(r.stdout.decode(errors="replace"), r.stderr.decode(errors="replace"), cluster.login)
+    found = node_results(r.stdout.decode(errors="replace"), r.stderr.decode(errors="replace"),
+                         cluster.login)
     if not found:
         said = [line for line in r.stderr.decode(errors="replace").splitlines() if line.strip()]
         raise SlurmError(f"srun on {cluster.login.name} ran no probe on partition {partition}: "
@@ -82,5 +88,6 @@ async def probe_partition(fan: "Fanout", cluster: Cluster, partition: str, nodes
 
 
 def as_json(found: list[tuple[Host, Result]]) -> list[dict]:
-    return [{"host": h.name, "error": r.error, "error_kind": r.error_kind, "state": probed_document(r)}
+    return [{"host": h.name, "error": r.error, "error_kind": r.error_kind,
+             "state": probed_document(r)}
             for h, r in found]

@@ -31,21 +31,26 @@ import time
 import weakref
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-BLOCK_ENV = "FLEET_RAY_RUNTIME_ENV"  # {"_nsight": {...}} as JSON; else fleet_ray_hook.json beside this file
-ACTORS_ENV = "FLEET_RAY_ACTORS"      # a JSON list of fnmatch patterns: the actors to profile; unset: every worker
+# {"_nsight": {...}} as JSON; else fleet_ray_hook.json beside this file
+BLOCK_ENV = "FLEET_RAY_RUNTIME_ENV"
+# a JSON list of fnmatch patterns: the actors to profile; unset: every worker
+ACTORS_ENV = "FLEET_RAY_ACTORS"
 LOOK_EVERY = 0.05  # seconds between looks for the actor or task a worker runs
 LOOK_FOR = 3600.0  # a worker that runs nothing for an hour is named by its host and pid alone
-CLASS_WAIT = 60.0  # seconds an actor's class is waited for (its constructor runs meanwhile), then it is left out
-JOB_END_MARGIN = 5.0  # seconds kept before the job's time limit (FLEET_JOB_END), as the job's wait keeps them
-# How long, in all, the program's end waits for its actors still alive to end gracefully (each worker's
-# exit: its atexit handlers, Ray's disconnect; under a second each, all at once), before Ray's shutdown
-# kills what is left; less where the job's time limit is nearer. Short: an actor busy with a task ends
-# only after it (tasks Ray would have killed run on), and one that never finishes costs every exit this.
+# seconds an actor's class is waited for (its constructor runs meanwhile), then it is left out
+CLASS_WAIT = 60.0
+# seconds kept before the job's time limit (FLEET_JOB_END), as the job's wait keeps them
+JOB_END_MARGIN = 5.0
+# How long, in all, the program's end waits for its actors still alive to end gracefully (each
+# worker's exit: its atexit handlers, Ray's disconnect; under a second each, all at once), before
+# Ray's shutdown kills what is left; less where the job's time limit is nearer. Short: an actor busy
+# with a task ends only after it (tasks Ray would have killed run on), and one that never finishes
+# costs every exit this.
 END_ACTORS_WITHIN = 10.0
 ENDED_EVERY = 0.1  # seconds between looks at whether the actors ended
 
-_created = weakref.WeakValueDictionary()  # actor id (hex) -> its handle, of those under nsys, while the
-                                          # program holds it
+# actor id (hex) -> its handle, of those under nsys, while the program holds it
+_created = weakref.WeakValueDictionary()
 
 
 def _block():
@@ -63,18 +68,22 @@ def _patterns():
 
 def chosen(name, patterns):
     """Whether the actor named ``name`` is one to profile."""
-    return not patterns or (isinstance(name, str) and any(fnmatch.fnmatchcase(name, p) for p in patterns))
+    return not patterns or (isinstance(name, str) and any(fnmatch.fnmatchcase(name,
+                                                                              p) for p in patterns))
 
 
 def runtime_env_hook(runtime_env):
     """The program's runtime_env with fleet's ``_nsight`` (its output names are fleet's, to find
-    the reports), or only the chosen actors', and the worker hook; the program's own keys are kept."""
+    the reports), or only the chosen actors', and the worker hook; the program's own keys are
+    kept."""
     env = dict(runtime_env or {})
     block, patterns = dict(_block()), _patterns()
-    block["o"] = os.path.expanduser(block["o"])  # fleet ray submit's default: ~ of the user Ray runs as, here
+    # fleet ray submit's default: ~ of the user Ray runs as, here
+    block["o"] = os.path.expanduser(block["o"])
     private_folder(os.path.dirname(block["o"]))  # refused before the program starts
     env_vars = dict(env.get("env_vars") or {})
-    env_vars.setdefault("PYTHONPATH", os.pathsep.join(p for p in (HERE, os.environ.get("PYTHONPATH")) if p))
+    env_vars.setdefault("PYTHONPATH",
+                        os.pathsep.join(p for p in (HERE, os.environ.get("PYTHONPATH")) if p))
     env_vars[BLOCK_ENV] = json.dumps({"_nsight": block})  # the workers' folder, on any node
     env_vars.setdefault("PATH", _python_first())
     if patterns:
@@ -95,7 +104,8 @@ def _python_first():
     folder = os.path.dirname(sys.executable)
     found = os.path.join(folder, "python")
     if not (os.path.exists(found) and os.path.samefile(found, sys.executable)):
-        folder = os.path.join(HERE, "python-bin")  # a folder of fleet's, with ``python`` this Python
+        # a folder of fleet's, with ``python`` this Python
+        folder = os.path.join(HERE, "python-bin")
         os.makedirs(folder, mode=0o700, exist_ok=True)
         if not os.path.lexists(os.path.join(folder, "python")):
             os.symlink(sys.executable, os.path.join(folder, "python"))
@@ -103,9 +113,10 @@ def _python_first():
 
 
 def _watch_actors(patterns, block):
-    """An actor created with a name that matches the patterns gets ``_nsight`` in its own runtime_env
-    (Ray merges it over the job's), the others none; without patterns all run under the job's. Each is
-    remembered weakly (Ray still ends one the program dropped), to be ended at its end (end_actors)."""
+    """An actor created with a name that matches the patterns gets ``_nsight`` in its own
+    runtime_env (Ray merges it over the job's), the others none; without patterns all run under the
+    job's. Each is remembered weakly (Ray still ends one the program dropped), to be ended at its
+    end (end_actors)."""
     from ray.actor import ActorClass
     from ray._private.utils import parse_runtime_env_for_task_or_actor
 
@@ -120,16 +131,18 @@ def _watch_actors(patterns, block):
             own["_nsight"] = block
             options["runtime_env"] = parse_runtime_env_for_task_or_actor(own)
         handle = create(self, args, kwargs, **options)
-        # Not a detached actor (it outlives the job by design), nor one get_if_exists may have found (another
-        # job's), nor what is no actor handle as Ray 2.60 makes one.
+        # Not a detached actor (it outlives the job by design), nor one get_if_exists may have found
+        # (another job's), nor what is no actor handle as Ray 2.60 makes one.
         actor = _try(lambda: handle._actor_id.hex())
-        if actor and profiled and options.get("lifetime") != "detached" and not options.get("get_if_exists"):
+        if (actor and profiled and options.get("lifetime") != "detached"
+            and not options.get("get_if_exists")):
             _created[actor] = handle
         return handle
 
     _remote.fleet_ray_hook = True
     ActorClass._remote = _remote
-    atexit.register(end_actors)  # after Ray's shutdown was registered (at import ray): run before it
+    # after Ray's shutdown was registered (at import ray): run before it
+    atexit.register(end_actors)
     _end_actors_before_shutdown()
 
 
@@ -156,13 +169,15 @@ def end_actors(bound=END_ACTORS_WITHIN):
     asked in a thread of its own: one that does not answer (its head gone) is waited on no longer
     than that. The ids of those still alive then (Ray's shutdown kills them, nsys with them)."""
     end = os.environ.get("FLEET_JOB_END", "")
-    bound = max(0.0, min(bound, float(end) - time.time() - 2 * JOB_END_MARGIN)) if end.isdigit() else bound
+    bound = max(0.0, min(bound, float(end) - time.time() - 2
+                         * JOB_END_MARGIN)) if end.isdigit() else bound
     left = []
     asking = threading.Thread(target=lambda: left.extend(_end_actors(bound)), daemon=True)
     asking.start()
     asking.join(bound + 1.0)
     if asking.is_alive():
-        print("fleet: Ray's GCS did not answer within %d s: Ray's shutdown goes on" % bound, file=sys.stderr)
+        print("fleet: Ray's GCS did not answer within %d s: Ray's shutdown goes on" % bound,
+              file=sys.stderr)
     return sorted(left)
 
 
@@ -176,19 +191,22 @@ def _end_actors(bound):
             return []
         ending = _terminate(state, _try(lambda: ray.get_runtime_context().get_node_id()))
         if ending:
-            print("fleet: ending the Ray program's %d actors still alive under nsys before Ray's shutdown, as Ray "
-                  "documents a graceful end, so that nsys writes their reports (up to %d s)" % (len(ending), bound),
+            print("fleet: ending the Ray program's %d actors still alive under nsys before Ray's "
+                  "shutdown, as Ray documents a graceful end, so that nsys writes their reports "
+                  "(up to %d s)" % (len(ending), bound),
                   file=sys.stderr, flush=True)
         while ending and time.monotonic() < deadline:
             ending = {a: pid for a, pid in ending.items() if not _ended(state, a, pid)}
             if ending:
                 time.sleep(ENDED_EVERY)
         if ending:
-            print("fleet: after %d s %d Ray actors still ran: Ray's shutdown kills them, and their nsys with them"
+            print("fleet: after %d s %d Ray actors still ran: Ray's shutdown kills them, and their "
+                  "nsys with them"
                   % (bound, len(ending)), file=sys.stderr, flush=True)
         return sorted(ending)
     except Exception as e:  # Ray's own shutdown still runs; the program's log says why, in one line
-        print("fleet: the Ray program's actors were not ended before Ray's shutdown: %s" % e, file=sys.stderr)
+        print("fleet: the Ray program's actors were not ended before Ray's shutdown: %s" % e,
+              file=sys.stderr)
         return []
 
 
@@ -210,8 +228,9 @@ def _terminate(state, here):
 
 
 def _ended(state, actor, pid):
-    """Whether the actor is dead in Ray's GCS and, where its worker runs here, its process has exited
-    (its parent, nsys, then writes the report: Ray's shutdown leaves it; until then it would kill it)."""
+    """Whether the actor is dead in Ray's GCS and, where its worker runs here, its process has
+    exited (its parent, nsys, then writes the report: Ray's shutdown leaves it; until then it would
+    kill it)."""
     info = _try(lambda: state.actors(actor_id=actor))
     if info and info.get("State") != "DEAD":
         return False
@@ -233,7 +252,8 @@ def _stat(pid):
 
 
 def in_worker():
-    """In each Ray worker, at its start: whose the worker is, written once it runs an actor or a task."""
+    """In each Ray worker, at its start: whose the worker is, written once it runs an actor or a
+    task."""
     threading.Thread(target=_record, name="fleet-whose", daemon=True).start()
 
 
@@ -254,7 +274,8 @@ def _record():
 
 
 def _say_whose(ray, ctx, actor, task):
-    """The worker's whose-file, where it is profiled (an actor the --ranks patterns choose, or any)."""
+    """The worker's whose-file, where it is profiled (an actor the --ranks patterns choose, or
+    any)."""
     name = _try(ctx.get_actor_name) if actor else None
     patterns = _patterns()
     if patterns and not (actor and chosen(name, patterns)):
@@ -306,9 +327,10 @@ def _reports_dir():
 
 
 def private_folder(folder):
-    """The run's ``ray/``, made 0700 (and the run's folder) where missing; refused, naming the folder,
-    unless every folder from it up to / holds as the head's check holds them (fleet/ray/submit.py;
-    docs/architecture.md, "The Ray hook": another account could swap ``ray/``)."""
+    """The run's ``ray/``, made 0700 (and the run's folder) where missing; refused, naming the
+    folder, unless every folder from it up to / holds as the head's check holds them
+    (fleet/ray/submit.py; docs/architecture.md, "The Ray hook": another account could swap
+    ``ray/``)."""
     run = os.path.dirname(folder)
     _links_held(folder)
     _walk_up(run, 1, made=False)  # before anything is made in another's folder
@@ -321,13 +343,14 @@ def private_folder(folder):
 
 def _links_held(path):
     """Each link on ``path`` as given is root's or this user's: another's could be pointed elsewhere
-    once the folders it leads to were checked (the walk checks where links lead, as they lead now)."""
+    once the folders it leads to were checked (the walk checks where links lead, as they lead
+    now)."""
     path = os.path.abspath(path)
     while path != "/":
         st = _try(lambda: os.lstat(path))
         if st is not None and stat.S_ISLNK(st.st_mode) and st.st_uid not in (0, os.geteuid()):
-            raise OSError("fleet: refusing the Ray run's folder: %s is a link of uid %d, who could point it "
-                          "elsewhere" % (path, st.st_uid))
+            raise OSError("fleet: refusing the Ray run's folder: %s is a link of uid %d, who could "
+                          "point it elsewhere" % (path, st.st_uid))
         path = os.path.dirname(path)
 
 
@@ -336,22 +359,25 @@ def _walk_up(path, level, made=True):
     the run's folder this user's and no one else's to write, each above that too, or root's where
     no account may rename what is not its own (/tmp: sticky). ``made``: False before the folders
     are made, when one not yet there is passed over."""
-    path = os.path.join(os.path.realpath(os.path.dirname(path)), os.path.basename(path))  # not followed
+    # not followed
+    path = os.path.join(os.path.realpath(os.path.dirname(path)), os.path.basename(path))
     while True:
         st = _try(lambda: os.lstat(path)) or os.stat_result((0,) * 10)
         mode = st.st_mode & 0o7777
         rooted = level >= 2 and st.st_uid == 0 and not (mode & 0o002 and not mode & 0o1000)
         mine = st.st_uid == os.geteuid() and not mode & (0o077 if level == 0 else 0o022)
         if (made or os.path.lexists(path)) and not (stat.S_ISDIR(st.st_mode) and (rooted or mine)):
-            raise OSError("fleet: refusing the Ray run's folder: %s is not this user's (or root's, above the run's "
-                          "folder), or another account may write in it (uid %d, mode %o)" % (path, st.st_uid, mode))
+            raise OSError("fleet: refusing the Ray run's folder: %s is not this user's (or root's, "
+                          "above the run's folder), or another account may write in it (uid %d, "
+                          "mode %o)" % (path, st.st_uid, mode))
         if path in ("/", ""):
             return
         path, level = os.path.dirname(path), level + 1
 
 
 def _write(doc):
-    path = os.path.join(_reports_dir(), "worker-%s-%d.whose.json" % (socket.gethostname(), os.getpid()))
+    path = os.path.join(_reports_dir(), "worker-%s-%d.whose.json" % (socket.gethostname(),
+                                                                     os.getpid()))
     partial = path + ".partial"
     fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
     with os.fdopen(fd, "w") as f:

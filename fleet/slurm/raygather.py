@@ -1,6 +1,6 @@
-"""Ray's workers brought home from a Slurm job: each ``worker-HOST-PID.nsys-rep`` Ray's nsight plugin
-wrote, with the ``.whose.json`` fleet's Ray hook (fleet/slurm/ray_hook.py) wrote beside it, read as
-the job's data: bounded, checked, never a path to follow."""
+"""Ray's workers brought home from a Slurm job: each ``worker-HOST-PID.nsys-rep`` Ray's nsight
+plugin wrote, with the ``.whose.json`` fleet's Ray hook (fleet/slurm/ray_hook.py) wrote beside it,
+read as the job's data: bounded, checked, never a path to follow."""
 
 from __future__ import annotations
 
@@ -48,13 +48,16 @@ async def workers_home(fan: "Fanout", via: "Host", run_dir: str, lines: list[str
             continue
         if RunDir.is_whose(path):
             if base not in reported:
-                hosts.append(await _missing(fan, via, run_dir, found, directory, unfinished=base in unfinished))
+                hosts.append(await _missing(fan, via, run_dir, found, directory,
+                                            unfinished=base in unfinished))
             continue
         said = whose.get(base + RunDir.WHOSE)
         if base in unfinished:  # what is at its name is what nsys had written when the job ended
-            hosts.append(await _missing(fan, via, run_dir, said or found, directory, unfinished=True))
+            hosts.append(await _missing(fan, via, run_dir, said or found, directory,
+                                        unfinished=True))
             continue
-        hosts.append(await _reported(fan, via, run_dir, found, said, directory, extras.get(base, [])))
+        hosts.append(await _reported(fan, via, run_dir, found, said, directory,
+                                     extras.get(base, [])))
     return hosts
 
 
@@ -62,7 +65,8 @@ def _listed(marks: list[dict]) -> tuple[dict[str, dict], set[str], set[str]]:
     """What the listing says of the workers: their whose files (by path), and the workers (by
     base) marked unfinished and those that left a report."""
     whose = {found["path"]: found for found in marks if RunDir.is_whose(found["path"])}
-    unfinished = {RunDir.ray_base(found["path"]) for found in marks if RunDir.is_unfinished(found["path"])}
+    unfinished = {RunDir.ray_base(found["path"]) for found in marks
+                  if RunDir.is_unfinished(found["path"])}
     reported = {RunDir.ray_base(found["path"]) for found in marks
                 if not (RunDir.is_whose(found["path"]) or RunDir.is_unfinished(found["path"]))}
     return whose, unfinished, reported
@@ -74,12 +78,14 @@ def made_of_reports(marks: list[dict]) -> tuple[list[dict], dict[str, list[dict]
     extras, each marked with its summary's name and kind). An export or summary of no report
     listed is left on the cluster."""
     reports = {RunDir.ray_base(f["path"]) for f in marks if f["path"].endswith(RunDir.NSYS_REPORT)}
-    made = {path: (base, what) for base in reports for path, what in RunDir.ray_extras(base).items()}
+    made = {path: (base, what) for base in reports
+            for path, what in RunDir.ray_extras(base).items()}
     others, extras = [], {}
     for found in marks:
         if found["path"] in made:
             base, (name, kind) = made[found["path"]]
-            extras.setdefault(base, []).append(dict(found, summary=name, **({"kind": kind} if kind else {})))
+            extras.setdefault(base, []).append(dict(found, summary=name,
+                                                    **({"kind": kind} if kind else {})))
         elif not found["path"].endswith((RunDir.NSYS_EXPORT, ".csv")):
             others.append(found)
     return others, extras
@@ -92,8 +98,8 @@ async def _reported(fan: "Fanout", via: "Host", run_dir: str, found: dict, said:
     node = RunDir.ray_worker_host(found["path"]) or "ray"
     if not safenames.is_component(node):  # named by a file the job wrote
         return unsafe_worker(node)
-    reports = await bring_home(fan, via, [found] + ([said] if said else []) + extras, directory / node,
-                               node_dir=RunDir(run_dir).ray)
+    reports = await bring_home(fan, via, [found] + ([said] if said else []) + extras,
+                               directory / node, node_dir=RunDir(run_dir).ray)
     for rep in reports:  # whose the report is: an extra beside it, as a summary is
         if RunDir.is_whose(rep.stored) or RunDir.is_whose(rep.remote):
             rep.status, rep.summary = "summary", WHOSE
@@ -112,7 +118,8 @@ async def _missing(fan: "Fanout", via: "Host", run_dir: str, said: dict, directo
     nsys ended before writing it (killed before or with the worker; a killed nsys leaves its data in
     its TMPDIR, not at the output name). Unfinished: its nsys still ran when the job stopped waiting
     for it, so what is at the report's name, if anything, is not the whole report; it stays on the
-    cluster as it was. Either is missing, never counted ok, where before it was left out or counted."""
+    cluster as it was. Either is missing, never counted ok, where before it was left out or
+    counted."""
     node = RunDir.ray_worker_host(said["path"]) or "ray"
     if not safenames.is_component(node):
         return unsafe_worker(node)
@@ -123,15 +130,18 @@ async def _missing(fan: "Fanout", via: "Host", run_dir: str, said: dict, directo
         rep.status, rep.summary = "summary", WHOSE
     worker = ray_worker_name(reports) or os.path.basename(RunDir.ray_base(said["path"]))
     if unfinished:
-        base = os.path.basename(RunDir.ray_base(said["path"]))  # worker-HOST-nsysPID: its worker unknown
-        left = f" (left on the cluster as {base}{RunDir.NSYS_REPORT})" if base.rsplit("-", 1)[-1].isdigit() else ""
-        why = (f"the nsys of {worker} still ran when the job stopped waiting for it after the Ray program ended: "
-               f"its report is missing or unfinished{left}")
+        # worker-HOST-nsysPID: its worker unknown
+        base = os.path.basename(RunDir.ray_base(said["path"]))
+        left = (f" (left on the cluster as {base}{RunDir.NSYS_REPORT})"
+                if base.rsplit("-", 1)[-1].isdigit() else "")
+        why = (f"the nsys of {worker} still ran when the job stopped waiting for it after the Ray "
+               f"program ended: its report is missing or unfinished{left}")
     else:
-        why = (f"{worker} ran under nsys but left no report: its nsys ended before writing one (killed before or "
-               "with its worker; Ray's shutdown kills an actor still alive then, nsys with it: fleet ends the "
-               "program's actors first at its end, but not when a signal killed the program, nor one still "
-               "running 10 s later, nor one created by another actor)")
+        why = (f"{worker} ran under nsys but left no report: its nsys ended before writing one "
+               "(killed before or with its worker; Ray's shutdown kills an actor still alive then, "
+               "nsys with it: fleet ends the program's actors first at its end, but not when a "
+               "signal killed the program, nor one still running 10 s later, nor one created by "
+               "another actor)")
     return HostEntry(node, HostStatus.MISSING, worker=worker, reports=reports, missing_why=why)
 
 
@@ -149,7 +159,9 @@ def driver_entry(slurm: "SlurmInfo", refusal: str | None) -> list[HostEntry]:
     job_exit = slurm.job_exit
     if slurm.spec.get("launcher") != "ray" or job_exit in (None, 0) or refusal:
         return []
-    return [driver_failed(f"ended with {f'signal {job_exit - 128}' if job_exit > 128 else f'exit status {job_exit}'}")]
+    return ([driver_failed(
+        "ended with "
+        f"{f'signal {job_exit - 128}' if job_exit > 128 else f'exit status {job_exit}'}")])
 
 
 def driver_failed(how: str) -> HostEntry:
@@ -165,7 +177,8 @@ def whose_doc(reports: list) -> dict | None:
             continue
         try:
             doc = json.loads(Path(rep.stored).read_text())
-        except (OSError, ValueError, RecursionError):  # 64 KB of [[[[ nests past the stack json.loads uses
+        # 64 KB of [[[[ nests past the stack json.loads uses
+        except (OSError, ValueError, RecursionError):
             return None
         return doc if isinstance(doc, dict) else None
     return None
@@ -181,7 +194,8 @@ def actor_stem(doc: dict | None) -> str | None:
              for w in (doc.get(k) for k in ("actor_class", "actor_name", "task"))
              if isinstance(w, str) and w]
     stem = "-".join(words + [str(doc["pid"])])
-    # Never a name Ray's own reports have (worker-HOST-PID): one worker's files would take another's.
+    # Never a name Ray's own reports have (worker-HOST-PID): one worker's files would take
+    # another's.
     return stem if words and safenames.is_component(stem + RunDir.NSYS_REPORT) and \
         not stem.startswith(RunDir.RAY_WORKER) else None
 
@@ -194,8 +208,10 @@ def named_by_actor(reports: list) -> None:
     stem = actor_stem(whose_doc(reports))
     base = next((Path(r.stored).name[: -len(RunDir.NSYS_REPORT)] for r in reports
                  if r.stored.endswith(RunDir.NSYS_REPORT)), None)
-    renamed = [(rep, Path(rep.stored), Path(rep.stored).with_name(stem + Path(rep.stored).name[len(base):]))
-               for rep in reports if stem and base and rep.verified and Path(rep.stored).name.startswith(base)]
+    renamed = [(rep, Path(rep.stored),
+                Path(rep.stored).with_name(stem + Path(rep.stored).name[len(base):]))
+               for rep in reports if stem and base and rep.verified
+               and Path(rep.stored).name.startswith(base)]
     if any(new.exists() for _, _, new in renamed):  # all of a worker's files renamed, or none
         return
     for rep, old, new in renamed:
@@ -205,7 +221,8 @@ def named_by_actor(reports: list) -> None:
 
 def ray_worker_name(reports: list) -> str | None:
     """A Ray worker as people know it, from the whose file it wrote (the job's, so read bounded and
-    checked): ``Trainer trainer-a on node1, GPU 0, pid 123``, or the task's function; None without one."""
+    checked): ``Trainer trainer-a on node1, GPU 0, pid 123``, or the task's function; None without
+    one."""
     doc = whose_doc(reports)
     if doc is None:
         return None
@@ -217,7 +234,9 @@ def ray_worker_name(reports: list) -> str | None:
 
 def _worker_where(doc: dict) -> str:
     """Where a whose file says its worker ran, of what it says: ``on node1, GPU 0, pid 123``."""
-    gpus = [g for g in doc.get("gpu_ids") or [] if isinstance(g, str)] if isinstance(doc.get("gpu_ids"), list) else []
+    gpus = [g for g in doc.get("gpu_ids") or [] if isinstance(g,
+                                                              str)] if isinstance(
+                                                                  doc.get("gpu_ids"), list) else []
     where = [f"on {doc['host']}" if isinstance(doc.get("host"), str) else None,
              f"GPU {','.join(gpus)}" if gpus else None,
              f"pid {doc['pid']}" if isinstance(doc.get("pid"), int) else None]

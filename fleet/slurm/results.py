@@ -26,10 +26,10 @@ RESULT_MAX = 4 << 20  # bytes: far more than any rank's result holds
 # RESULT_MAX): a mark line naming it, then its content; or a mark saying why it is not read.
 READ = (f'me=$(id -u); for f in {RunDir("").node("*").result("*")}; do '
         'if [ -L "$f" ]; then echo "$m refused $f is a symbolic link"; continue; fi; '
-        '[ -f "$f" ] || { [ ! -e "$f" ] || echo "$m refused $f is not a regular file"; continue; }; '
-        's=$(stat -c "%a %u %s" -- "$f"); '
-        'case $s in "600 $me "*) ;; *) echo "$m refused $f has mode, owner and size $s (the agent writes 600, '
-        'uid $me)"; continue ;; esac; '
+        '[ -f "$f" ] || { [ ! -e "$f" ] || echo "$m refused $f is not a regular file"; continue; '
+        '}; s=$(stat -c "%a %u %s" -- "$f"); '
+        'case $s in "600 $me "*) ;; *) echo "$m refused $f has mode, owner and size $s (the agent '
+        'writes 600, uid $me)"; continue ;; esac; '
         '[ "${s##* }" -le "$3" ] || { echo "$m refused $f is larger than $3 bytes"; continue; }; '
         'echo "$m result $f"; cat -- "$f"; echo; done; ')
 
@@ -44,14 +44,14 @@ def from_file(path: str, text: str) -> tuple[dict | None, str | None]:
     """The one answer in a result file, or why the file is not taken as one."""
     found = wire.answers(text, "profile")
     if len(found) != 1:
-        return None, f"{path} holds {len(found) or 'no'} answer{'s' if len(found) != 1 else ''} of fleet's agent, " \
-                     "not one"
+        return None, (f"{path} holds {len(found) or 'no'} answer{'s' if len(found) != 1 else ''} "
+                      "of fleet's agent, not one")
     body = cut_strings(found[0])
     answer = ProfileResult.read(body)
     node, label = RunDir.result_place(path)  # the listing's glob: always a result file's name
     if answer.slurm_node != node or answer.host != label:
-        return None, (f"{path} holds the result of {str(answer.host)[:40]!r} on {str(answer.slurm_node)[:40]!r}"
-                      ", not of its own place")
+        return None, (f"{path} holds the result of {str(answer.host)[:40]!r} on "
+                      f"{str(answer.slurm_node)[:40]!r}, not of its own place")
     return body, None
 
 
@@ -67,13 +67,16 @@ def not_this_runs(body: dict, nonce: str | None) -> str | None:
 
 
 def refused_entry(path: str, why: str) -> HostEntry:
-    """The rank a refused result file stood for, failed with the reason; nothing of it comes home."""
+    """The rank a refused result file stood for, failed with the reason; nothing of it comes
+    home."""
     node, rank = where(path)
     return HostEntry(node or "(malformed result)", HostStatus.FAILED, rank=rank,
-                     missing_why=f"the rank's result is not taken ({why}); nothing of it was brought home")
+                     missing_why=f"the rank's result is not taken ({why}); nothing of it was "
+                                 "brought home")
 
 
-def split(text: str, mark: str) -> tuple[list[tuple[str, str]], list[tuple[str, str]], list[tuple[str, str]]]:
+def split(text: str, mark: str) -> tuple[list[tuple[str, str]], list[tuple[str, str]],
+                                         list[tuple[str, str]]]:
     """The call's answer, cut at its marks: (result files with their text, refused files with why,
     every other mark as (name, value))."""
     files: list[tuple[str, list[str]]] = []
@@ -97,7 +100,8 @@ def split(text: str, mark: str) -> tuple[list[tuple[str, str]], list[tuple[str, 
     return [(path, "\n".join(lines)) for path, lines in files], refused, other
 
 
-def this_runs(found: list[dict], marks: dict, nonce: str | None) -> tuple[list[dict], list[HostEntry]]:
+def this_runs(found: list[dict], marks: dict, nonce: str | None) -> tuple[list[dict],
+                                                                          list[HostEntry]]:
     """The results of this run's agents, and an entry for each refused: a file not the agent's
     own, or a result without the run's nonce."""
     refused = [refused_entry(path, why) for path, why in marks.get("refused", [])]
@@ -105,7 +109,8 @@ def this_runs(found: list[dict], marks: dict, nonce: str | None) -> tuple[list[d
     for res in found:
         if (why := not_this_runs(res, nonce)):
             answer = ProfileResult.read(res)
-            refused.append(refused_entry(RunDir(str(answer.slurm_node)).result(str(answer.host)), why))
+            refused.append(refused_entry(RunDir(str(answer.slurm_node)).result(str(answer.host)),
+                                         why))
         else:
             results.append(res)
     return results, refused

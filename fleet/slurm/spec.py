@@ -23,9 +23,11 @@ class JobSpec:
     qos: str | None = None
     exclusive: bool | None = None           # None: for ncu and GPU metrics, yes
     sbatch_args: tuple[str, ...] = ()       # passed through as further #SBATCH lines
-    ranks: tuple[int, ...] | tuple[str, ...] | None = None  # None: every rank; Ray: actor name patterns
+    # None: every rank; Ray: actor name patterns
+    ranks: tuple[int, ...] | tuple[str, ...] | None = None
     launcher: str = "srun"                  # srun | torchrun | mpirun | ray
-    stop_before: int | None = None          # seconds before the time limit the profilers are stopped
-                                            # (None: 120, or half a shorter limit; options.fit_stop_before)
+    # seconds before the time limit the profilers are stopped (None: 120, or half a shorter limit;
+    # options.fit_stop_before)
+    stop_before: int | None = None
     workdir: str | None = None              # the job's working directory (default: the submitter's)
     container: Container | None = None

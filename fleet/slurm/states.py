@@ -29,15 +29,18 @@ if TYPE_CHECKING:
 NEVER_STARTS = (
     (re.compile(r"AccountNotAllowed"), "the partition does not allow the job's account"),
     (re.compile(r"QOSNotAllowed"), "the partition or association does not allow the job's QOS"),
-    (re.compile(r"InvalidAccount|Job's account not known.*"), "the job's account is not known to Slurm"),
+    (re.compile(r"InvalidAccount|Job's account not known.*"),
+     "the job's account is not known to Slurm"),
     (re.compile(r"InvalidQOS"), "the job's QOS is not known to Slurm"),
     (re.compile(r"PartitionTimeLimit"), "the job's time limit is above its partition's MaxTime"),
     (re.compile(r"(Assoc|QOS)Max\w*PerJob\w*"), "the job asks for more than one job may have"),
-    (re.compile(r"(Assoc|QOS)Max\w*PerNode"), "the job asks for more on a node than one job may have"),
+    (re.compile(r"(Assoc|QOS)Max\w*PerNode"),
+     "the job asks for more on a node than one job may have"),
     (re.compile(r"QOSMin\w+"), "the job asks for less than its QOS requires of a job"),
     (re.compile(r"MaxMemPerLimit"), "the job asks for more memory per CPU or node than allowed"),
     (re.compile(r"BadConstraints"), "no node can satisfy the job's requirements"),
-    (re.compile(r"DependencyNeverSatisfied"), "the job depends on a job that will never satisfy it"),
+    (re.compile(r"DependencyNeverSatisfied"),
+     "the job depends on a job that will never satisfy it"),
     (re.compile(r"ReservationDeleted"), "the job's reservation no longer exists"),
     (re.compile(r"DeadLine"), "the job can no longer meet its deadline"),
     (re.compile(r"JobHoldMaxRequeue"), "the job was requeued too often and is held"),
@@ -73,7 +76,8 @@ def never_starts(reason: str | None) -> str | None:
 @dataclass(frozen=True)
 class JobEnd:
     note: str | None                    # said on the run line and kept in the manifest
-    hosts: list                         # the ranks' entries, those the job's end killed no longer ok
+    # the ranks' entries, those the job's end killed no longer ok
+    hosts: list
 
 
 def _killed(entry: "HostEntry", stopped_by_fleet: bool) -> bool:
@@ -85,13 +89,15 @@ def _killed(entry: "HostEntry", stopped_by_fleet: bool) -> bool:
         return True
     if stopped_by_fleet and outcome.stopped_by_fleet(res, True):
         return False
-    if res.workload is not None and (res.workload.signal or res.workload.exit_status not in (None, 0)):
+    if res.workload is not None and (res.workload.signal or res.workload.exit_status not in (None,
+                                                                                             0)):
         return True
     return res.stopped and not stopped_by_fleet
 
 
 def job_end_verdict(state: str | None, hosts: list, *, requeues: int = 0,
-                    stopped_before_time_limit: bool = False, stopped_by_fleet: bool = False) -> JobEnd:
+                    stopped_before_time_limit: bool = False,
+                    stopped_by_fleet: bool = False) -> JobEnd:
     """The ranks' entries under the job's end state. NODE_FAIL, PREEMPTED, OUT_OF_MEMORY,
     TIMEOUT, BOOT_FAIL (and DEADLINE) are said; a rank they stopped is ``failed`` with the
     reason, its reports kept. At TIMEOUT a rank fleet's own stop ended ahead of the limit (its USR1
@@ -99,7 +105,8 @@ def job_end_verdict(state: str | None, hosts: list, *, requeues: int = 0,
     stays as it was."""
     notes = []
     if requeues:
-        notes.append(f"Slurm requeued the job {requeues} time(s): what was gathered is from its last start")
+        notes.append(f"Slurm requeued the job {requeues} time(s): what was "
+                     "gathered is from its last start")
     why = KILLING.get(state or "")
     out = list(hosts)
     if why:
@@ -109,7 +116,8 @@ def job_end_verdict(state: str | None, hosts: list, *, requeues: int = 0,
             if entry.status == HostStatus.OK and _killed(entry, fleet_stop):
                 out[i] = replace(entry, status=HostStatus.FAILED,
                                  missing_why=f"killed by the job's end: {state} ({why}); "
-                                             "its report is kept but does not cover the whole workload")
+                                             "its report is kept but does "
+                                             "not cover the whole workload")
     return JobEnd("; ".join(notes) or None, out)
 
 
@@ -128,7 +136,8 @@ def job_refusal(job_exit: int | None, log_tail: str, marked: bool) -> str | None
         return None
     lines = [line for line in log_tail.splitlines() if line.strip()]
     if not lines or not lines[-1].startswith("fleet: "):
-        return "the job's own check refused to start it (its reason is not the last line of the job's log)"
+        return ("the job's own check refused to start it (its reason is not "
+                "the last line of the job's log)")
     return "".join(c if c.isprintable() else "?" for c in lines[-1][len("fleet: "):])[:400]
 
 
@@ -147,7 +156,8 @@ def srun_said(log_tail: str) -> str | None:
     return None
 
 
-def why_missing(rank: int, state: str | None, log: str, refusal: str | None, log_tail: str = "") -> str:
+def why_missing(rank: int, state: str | None, log: str, refusal: str | None,
+                log_tail: str = "") -> str:
     """Why a rank left no result: the script's refusal, the job's end state, else what srun said
     in the job's log (``log``, its name; ``log_tail``, its end as it came home)."""
     if refusal:  # the batch script's own check, before anything started
@@ -155,7 +165,8 @@ def why_missing(rank: int, state: str | None, log: str, refusal: str | None, log
     if state == "CANCELLED":
         return f"rank {rank} left no result: the job was cancelled before it finished ({log})"
     if state == "TIMEOUT":
-        return f"rank {rank} left no result: killed at the time limit before its report was finished ({log})"
+        return (f"rank {rank} left no result: killed at the time limit before "
+                f"its report was finished ({log})")
     said = srun_said(log_tail)
     return (f"rank {rank} left no result (job {state or 'unknown'}; see {log})"
             + (f": srun said: {said}" if said else ""))
@@ -168,5 +179,6 @@ def no_gpus(partition: str, gres: tuple[str, ...], asked: str) -> str | None:
     names = {g.split(":", 1)[0].strip() for line in gres for g in line.split(",")}
     if not gres or "gpu" in names:
         return None
-    return (f"{asked} on partition {partition}: its nodes have no GPU (sinfo's GRES: {', '.join(gres)[:200]}), "
-            "and it reads a GPU's counters: choose a partition with GPUs; nothing was submitted")
+    return (f"{asked} on partition {partition}: its nodes have no GPU (sinfo's GRES: "
+            f"{', '.join(gres)[:200]}), and it reads a GPU's counters: choose a partition "
+            "with GPUs; nothing was submitted")

@@ -21,12 +21,15 @@ class Comparison:
 
     def header(self) -> list[str]:
         """Which run is A and which is B, as the columns name them."""
-        return [f"{letter}: run {s.run_id} ({s.tool}, {s.status}, {len(s.columns)} host(s) or rank(s))"
+        return [f"{letter}: run {s.run_id} ({s.tool}, {s.status}, {len(s.columns)} host(s) or "
+                "rank(s))"
                 for letter, s in (("A", self.a), ("B", self.b))]
 
     def notes(self) -> list[str]:
-        """What makes the totals not alike: hosts a run left out, or a different number of columns."""
-        out = [f"run {s.run_id}: not in its totals: {said(s.left_out)}" for s in (self.a, self.b) if s.left_out]
+        """What makes the totals not alike: hosts a run left out, or a different number of
+        columns."""
+        out = [f"run {s.run_id}: not in its totals: {said(s.left_out)}" for s in (self.a, self.b)
+               if s.left_out]
         if len(self.a.columns) != len(self.b.columns):
             out.append(f"run {self.a.run_id} sums {len(self.a.columns)} host(s) or rank(s), "
                        f"run {self.b.run_id} {len(self.b.columns)}")
@@ -38,9 +41,9 @@ def compare_runs(store: Path, a: RunManifest, b: RunManifest) -> Comparison:
     locked and caches flushed: their times are not alike), each with kernel summaries to read."""
     tools = [m.request.get("tool") or "nsys" for m in (a, b)]
     if tools[0] != tools[1]:
-        raise StatsError(f"run {a.run_id} is an {tools[0]} run and run {b.run_id} an {tools[1]} run: they measure "
-                         f"kernels differently (nsys as they run, ncu replayed with clocks locked), so fleet "
-                         f"compares runs of one tool")
+        raise StatsError(f"run {a.run_id} is an {tools[0]} run and run {b.run_id} an {tools[1]} "
+                         "run: they measure kernels differently (nsys as they run, ncu replayed "
+                         f"with clocks locked), so fleet compares runs of one tool")
     found = []
     for m in (a, b):
         s = run_stats(store, m, purpose="compare")
@@ -53,6 +56,7 @@ def compare_runs(store: Path, a: RunManifest, b: RunManifest) -> Comparison:
         for name, by in s.section("kernels").totals.items():
             totals.setdefault(name, [0.0, 0.0])[i] += sum(t for t, _ in by.values())
     short = kernelnames.short_names(totals)
-    rows = [{"kernel": name, "short_name": short[name], "a_ns": ta, "b_ns": tb, "change_ns": tb - ta,
-             "change": (tb - ta) / ta if ta else None} for name, (ta, tb) in totals.items()]
-    return Comparison(found[0], found[1], sorted(rows, key=lambda r: (-abs(r["change_ns"]), r["kernel"])))
+    rows = [{"kernel": name, "short_name": short[name], "a_ns": ta, "b_ns": tb, "change_ns": tb
+             - ta, "change": (tb - ta) / ta if ta else None} for name, (ta, tb) in totals.items()]
+    return Comparison(found[0], found[1],
+                      sorted(rows, key=lambda r: (-abs(r["change_ns"]), r["kernel"])))

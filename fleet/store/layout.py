@@ -9,7 +9,8 @@ from pathlib import Path
 
 from .. import safenames
 
-DEFAULT_ROOT = Path(os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share") / "fleet" / "store"
+DEFAULT_ROOT = Path(os.environ.get("XDG_DATA_HOME")
+                    or Path.home() / ".local" / "share") / "fleet" / "store"
 MANIFEST = "manifest.json"
 
 
@@ -22,7 +23,8 @@ def run_dir(store: Path, site: str, run_id: str) -> Path:
     A site or run id that is not one path component is :class:`safenames.UnsafeName`."""
     safenames.check_component(site, "the site")
     safenames.check_component(run_id, "the run id")
-    day = f"{run_id[0:4]}-{run_id[4:6]}-{run_id[6:8]}"  # slices of a safe component, joined by '-': one too
+    # slices of a safe component, joined by '-': one too
+    day = f"{run_id[0:4]}-{run_id[4:6]}-{run_id[6:8]}"
     return store / site / day / run_id
 
 
@@ -35,7 +37,8 @@ def check_run_id(run_id: str) -> str:
     """A run id as a user typed it: exact, one path component, never a pattern (the rule has
     no '*', '?' or '['), else a LookupError that says so."""
     if not safenames.is_component(run_id):
-        raise LookupError(f"{safenames.component_problem(run_id, 'the run id')} (run ids are exact, never patterns)")
+        raise LookupError(f"{safenames.component_problem(run_id, 'the run id')} (run "
+                          "ids are exact, never patterns)")
     return run_id
 
 
@@ -52,7 +55,8 @@ def here(manifest_path: Path, stored: str | None) -> str | None:
         return None
     below = parts[len(parts) - parts[::-1].index(run.name):]
     path = run.joinpath(*below)
-    if not below or ".." in below or (path.exists() and not path.resolve().is_relative_to(run.resolve())):
+    if not below or ".." in below or (path.exists()
+                                      and not path.resolve().is_relative_to(run.resolve())):
         return None
     return str(path)
 

@@ -20,7 +20,8 @@ from .layout import MANIFEST, here
 from .manifest import ManifestError, RunManifest
 
 # The declared types of the manifest's fields, as its classes spell them (str | None, list[str]).
-_TYPES = {"str": (str,), "int": (int,), "bool": (bool,), "dict": (dict,), "list": (list,), "float": (int, float)}
+_TYPES = {"str": (str,), "int": (int,), "bool": (bool,), "dict": (dict,), "list": (list,),
+          "float": (int, float)}
 
 
 def write_manifest(directory: Path, manifest: RunManifest, store: Path | None = None) -> Path:
@@ -33,9 +34,10 @@ def write_manifest(directory: Path, manifest: RunManifest, store: Path | None = 
     try:
         private.write_file(path, json.dumps(manifest.to_json(), indent=1, default=str))
     except OSError as e:
-        kept = "its reports so far, and its last manifest, are" if path.exists() else "its reports (if any) are"
-        raise StoreWriteError(f"could not write the manifest of run {manifest.run_id} ({e.strerror or e}); "
-                              f"{kept} in {directory}") from None
+        kept = ("its reports so far, and its last manifest, are"
+                if path.exists() else "its reports (if any) are")
+        raise StoreWriteError(f"could not write the manifest of run {manifest.run_id} "
+                              f"({e.strerror or e}); {kept} in {directory}") from None
     return path
 
 
@@ -73,7 +75,8 @@ def _checked(doc: object, path: Path) -> tuple[RunManifest | None, str | None]:
 
 def _stored_files(m: RunManifest) -> list:
     """The files the run's manifest names in the store: each host's reports, and the Slurm log."""
-    return [rep for h in m.hosts for rep in h.reports] + ([m.slurm.log] if m.slurm and m.slurm.log else [])
+    return [rep for h in m.hosts for rep in h.reports] + ([m.slurm.log] if m.slurm and m.slurm.log
+                                                          else [])
 
 
 # A run whose job may still be in Slurm's hands: `fleet jobs` and `fleet gather` look for these.
@@ -104,7 +107,8 @@ def shape_problem(record: object, where: str = "") -> str | None:
             problem = shape_problem(value, f"{name}.")
         elif isinstance(value, list) and value and is_dataclass(value[0]):
             problem = next(filter(None, (shape_problem(v, f"{name}[{i}].") if is_dataclass(v) else
-                                         f"{name}[{i}] is not a record" for i, v in enumerate(value))), None)
+                                         f"{name}[{i}] is not a record"
+                                         for i, v in enumerate(value))), None)
         else:
             problem = _type_problem(value, str(f.type), name)
         if problem:
@@ -122,7 +126,8 @@ def _container_problem(doc: object) -> str | None:
             return f"{key} is {doc[key]!r:.60}, not {'a list' if kind is list else 'an object'}"
     for i, host in enumerate(doc.get("hosts") or []):
         for key in ("reports", "processes_seen", "tenants_seen", "given_up"):
-            if isinstance(host, dict) and host.get(key) is not None and not isinstance(host[key], list):
+            if isinstance(host, dict) and host.get(key) is not None and not isinstance(host[key],
+                                                                                       list):
                 return f"hosts[{i}].{key} is {host[key]!r:.60}, not a list"
     return None
 
@@ -140,7 +145,8 @@ def _request_problem(request: dict) -> str | None:
     tool, command = request.get("tool"), request.get("command")
     if tool is not None and not isinstance(tool, str):
         return f"request.tool is {tool!r:.60}, not a name"
-    if command is not None and not (isinstance(command, list) and all(isinstance(w, str) for w in command)):
+    if command is not None and not (isinstance(command, list) and all(isinstance(w, str)
+                                                                      for w in command)):
         return f"request.command is {command!r:.60}, not a list of words"
     return None
 
@@ -156,7 +162,8 @@ def _type_problem(value: object, declared: str, name: str) -> str | None:
         base, _, inner = option.partition("[")
         if base not in _TYPES:
             return None  # a type the manifest's classes build themselves (a record): checked above
-        if not isinstance(value, _TYPES[base]) or (base in ("int", "float") and isinstance(value, bool)):
+        if not isinstance(value, _TYPES[base]) or (base in ("int", "float") and isinstance(value,
+                                                                                           bool)):
             continue
         return _bounds_problem(value, base, inner, name)
     return f"{name} is {value!r:.60}, not {declared}"

@@ -33,7 +33,8 @@ def check_store(store: Path) -> None:
         st = None
     except OSError as e:
         raise UnsafeStore(f"refusing the store {store}: {e.strerror}") from None
-    if st is not None and stat.S_ISDIR(st.st_mode) and st.st_mode & stat.S_ISVTX and st.st_mode & 0o002:
+    if (st is not None and stat.S_ISDIR(st.st_mode) and st.st_mode & stat.S_ISVTX
+        and st.st_mode & 0o002):
         raise UnsafeStore(f"refusing the store {store}: every account can create files in it (mode "
                           f"{stat.S_IMODE(st.st_mode):o}); give a folder of your own below it")
     why = files.problem(str(store))  # changes nothing: checked before any folder is made
@@ -68,12 +69,15 @@ def check_folder(folder: Path, store: Path) -> None:
         files.private_dir(str(folder), str(store), what=WHAT)
     except files.UnsafePath as e:
         raise UnsafeStore(str(e)) from None
-    except OSError as e:  # a read-only or full store, a folder fleet may not enter: said, not a traceback
-        raise StoreWriteError(f"cannot use the store's folder {folder}: {e.strerror or e}") from None
+    # a read-only or full store, a folder fleet may not enter: said, not a traceback
+    except OSError as e:
+        raise StoreWriteError("cannot use the store's folder "
+                              f"{folder}: {e.strerror or e}") from None
 
 
 def write_file(path: Path, text: str) -> None:
-    """``text`` as ``path``, whole or not at all, 0600, never through a link (its folder checked first)."""
+    """``text`` as ``path``, whole or not at all, 0600, never through a link (its folder checked
+    first)."""
     files.write_private(str(path), text)
 
 
@@ -91,7 +95,8 @@ def _open(path: Path, flags: int) -> int:
         return os.open(path, flags | os.O_NOFOLLOW)
     except OSError as e:
         if os.path.islink(path):
-            raise UnsafeStore(f"refusing {path}: it is a symbolic link, not a file of yours") from None
+            raise UnsafeStore(f"refusing {path}: it is a symbolic link, "
+                              "not a file of yours") from None
         raise
 
 
@@ -126,18 +131,21 @@ def catalog_file(store: Path) -> Path:
 
 
 def new_file(path: Path) -> Path:
-    """``path`` made empty by fleet (O_EXCL, O_NOFOLLOW, 0600), for a writer that opens it by name."""
+    """``path`` made empty by fleet (O_EXCL, O_NOFOLLOW, 0600), for a writer that opens it by
+    name."""
     os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600))
     return path
 
 
 def rename_into_place(src: Path, dst: Path) -> None:
-    """A file written beside ``dst`` under another name takes its place (one folder of the user's)."""
+    """A file written beside ``dst`` under another name takes its place (one folder of the
+    user's)."""
     files.rename_private(str(src), str(dst))
 
 
 def copy_file(src: Path, dst: Path) -> None:
-    """``src`` copied to ``dst`` through a new file (O_EXCL, O_NOFOLLOW, 0600) renamed into place."""
+    """``src`` copied to ``dst`` through a new file (O_EXCL, O_NOFOLLOW, 0600) renamed into
+    place."""
     tmp = dst.with_name(f"{dst.name}.{os.getpid()}.tmp")
     try:
         with open(src, "rb") as f, files.open_partial(str(tmp), 0) as out:

@@ -28,17 +28,20 @@ def save(store: Path, manifest: RunManifest) -> Path:
                 raise problem
             with db:
                 index_manifest(db, path)
-        except (sqlite3.Error, CatalogError) as e:  # the manifest is the truth: `reindex` catches up
-            raise StoreWriteError(f"run {manifest.run_id} is saved in {directory}, but the catalog could not be "
-                                  f"updated ({e}); run `fleet reports reindex` once "
-                                  + ("there is room" if "full" in str(e) else "that is put right")) from None
+        # the manifest is the truth: `reindex` catches up
+        except (sqlite3.Error, CatalogError) as e:
+            raise StoreWriteError(f"run {manifest.run_id} is saved in {directory}, but the catalog "
+                                  f"could not be updated ({e}); run `fleet reports reindex` once "
+                                  + ("there is room"
+                                     if "full" in str(e) else "that is put right")) from None
     finally:
         if db is not None:
             db.close()
     return directory
 
 
-def _catalog_to_save_in(store: Path, run_id: str) -> tuple[sqlite3.Connection | None, CatalogError | None]:
+def _catalog_to_save_in(store: Path, run_id: str) -> tuple[sqlite3.Connection | None,
+                                                           CatalogError | None]:
     """The catalog, open; or why not, when the manifest may still be written (a full disk: its
     write then says so). A damaged or locked catalog stops the save before anything is written."""
     try:
@@ -63,8 +66,8 @@ def _has_catalog(store: Path) -> bool:
     return (store / private.CATALOG_NAME).exists()
 
 
-def reports(store: Path, *, host: str | None = None, since: str | None = None, tool: str | None = None,
-            status: str | None = None) -> list[dict]:
+def reports(store: Path, *, host: str | None = None, since: str | None = None,
+            tool: str | None = None, status: str | None = None) -> list[dict]:
     where, args = [], []
     for column, value in (("host", host), ("tool", tool), ("status", status)):
         if value:
@@ -73,7 +76,8 @@ def reports(store: Path, *, host: str | None = None, since: str | None = None, t
     if since:
         where.append("started >= ?")
         args.append(since)
-    sql = "SELECT * FROM reports" + (" WHERE " + " AND ".join(where) if where else "") + " ORDER BY started, host, path"
+    sql = "SELECT * FROM reports" + (" WHERE " + " AND ".join(where) if where
+                                     else "") + " ORDER BY started, host, path"
     if not _has_catalog(store):
         return []
     with opened(store) as db:
@@ -87,7 +91,8 @@ def metric_history(store: Path, playbook: str, since: str | None = None) -> list
         return []
     with opened(store) as db:
         db.row_factory = sqlite3.Row
-        rows = db.execute("SELECT * FROM metrics WHERE playbook = ? AND started >= ? ORDER BY started, run_id",
+        rows = db.execute("SELECT * FROM metrics WHERE playbook = ? AND started "
+                          ">= ? ORDER BY started, run_id",
                           (playbook, since or "")).fetchall()
     return [dict(r, flags=_flags(r["flags"])) for r in rows]
 
@@ -126,16 +131,19 @@ def compare(store: Path, a: str, b: str) -> list[dict]:
     with opened(store) as db:
         totals: dict[str, dict[str, int]] = {}
         for run in (a, b):
-            for name, total in db.execute("SELECT name, SUM(total_ns) FROM kernels WHERE run_id = ? GROUP BY name",
+            for name, total in db.execute("SELECT name, SUM(total_ns) FROM kernels "
+                                          "WHERE run_id = ? GROUP BY name",
                                           (run,)):
                 totals.setdefault(name, {})[run] = total
     return kernel_changes(totals, a, b)
 
 
 def kernel_changes(totals: dict[str, dict[str, int]], a: str, b: str) -> list[dict]:
-    """Each kernel's total in run A and run B (``totals[kernel][run]``), those that changed most first;
-    one rule for the embedded catalog and the team catalog."""
-    rows = [{"kernel": name, "a_ns": t.get(a, 0), "b_ns": t.get(b, 0), "change_ns": t.get(b, 0) - t.get(a, 0),
-             "change": (t.get(b, 0) - t.get(a, 0)) / t[a] if t.get(a) else None} for name, t in totals.items()]
+    """Each kernel's total in run A and run B (``totals[kernel][run]``), those that changed most
+    first; one rule for the embedded catalog and the team catalog."""
+    rows = [{"kernel": name, "a_ns": t.get(a, 0), "b_ns": t.get(b, 0),
+             "change_ns": t.get(b, 0) - t.get(a, 0),
+             "change": (t.get(b, 0) - t.get(a, 0)) / t[a] if t.get(a) else None}
+            for name, t in totals.items()]
     return sorted(rows, key=lambda r: -abs(r["change_ns"]))
 

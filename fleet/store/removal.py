@@ -33,7 +33,8 @@ class Removal:
 def remove_run(store: Path, run_id: str, *, dry_run: bool = False, force: bool = False) -> Removal:
     """Delete run ``run_id``'s folder and every catalog row of it, together: the rows go in a
     transaction committed only once the folder is gone, so a folder that cannot be removed keeps
-    its rows (CatalogError says so). A run still running is refused (StillRunning) unless ``force``."""
+    its rows (CatalogError says so). A run still running is refused (StillRunning) unless
+    ``force``."""
     path = manifest_of(store, run_id)
     directory = path.parent
     private.check_folder(directory, store)
@@ -41,25 +42,29 @@ def remove_run(store: Path, run_id: str, *, dry_run: bool = False, force: bool =
         try:
             status = read_manifest(path).status
         except CatalogError:
-            status = None  # a manifest that cannot be read says nothing of a run going on: it may go
+            # a manifest that cannot be read says nothing of a run going on: it may go
+            status = None
         if status in STILL_RUNNING:
             raise StillRunning(
-                f"run {run_id} is still {status} (so its manifest says): its fleet would put it back when it next "
-                f"saves it. Wait for it to end (or `fleet gather {run_id}` a run whose fleet was stopped); "
-                f"`--force` removes it anyway")
+                f"run {run_id} is still {status} (so its manifest says): its fleet would put it "
+                f"back when it next saves it. Wait for it to end (or `fleet gather {run_id}` a run "
+                f"whose fleet was stopped); `--force` removes it anyway")
     files = sum(1 for p in directory.rglob("*") if not p.is_dir())
     with opened(store) as db:
-        rows = sum(db.execute(f"SELECT COUNT(*) FROM {table} WHERE run_id = ?", (run_id,)).fetchone()[0]
+        rows = sum(db.execute(f"SELECT COUNT(*) FROM {table} WHERE run_id = ?",
+                              (run_id,)).fetchone()[0]
                    for table in TABLES)
         if dry_run:
             return Removal(run_id, directory, files, rows)
         try:
             with db:
-                forget(db, run_id)  # its kernels and metrics too: compare and the nightly trends forget it
+                # its kernels and metrics too: compare and the nightly trends forget it
+                forget(db, run_id)
                 shutil.rmtree(directory)
         except OSError as e:
             raise CatalogError(f"could not remove run {run_id} ({directory}): {e.strerror or e}; "
-                               f"its catalog rows are kept (`fleet reports reindex` matches them to what is left)") \
+                               "its catalog rows are kept (`fleet reports reindex` "
+                               "matches them to what is left)") \
                 from None
     return Removal(run_id, directory, files, rows)
 
@@ -89,8 +94,10 @@ def pull(store: Path, run_id: str, dest: Path) -> list[Pulled]:
             if r.status == "missing":
                 continue
             name = Path(r.stored).name
-            if not r.verified:  # a summary that did not come home: the run's reports are still whole
-                done.append(Pulled(h.host, name, None, f"{name} is not in the store ({r.error})", missing=True))
+            # a summary that did not come home: the run's reports are still whole
+            if not r.verified:
+                done.append(Pulled(h.host, name, None, f"{name} is not in the store ({r.error})",
+                                   missing=True))
                 continue
             problem = (safenames.component_problem(h.host, "the host name")
                        or safenames.component_problem(name, "the report's file name"))
@@ -99,12 +106,14 @@ def pull(store: Path, run_id: str, dest: Path) -> list[Pulled]:
                 continue
             target = dest / h.host / name
             try:
-                private.check_folder(target.parent, target.parent)  # dest is the user's: not narrowed
+                # dest is the user's: not narrowed
+                private.check_folder(target.parent, target.parent)
                 private.copy_file(Path(r.stored), target)
             except (OSError, CatalogError) as e:
                 why = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
                 done.append(Pulled(h.host, name, None, f"{name} could not be copied: {why}"))
                 continue
             ok = sha256_of(target) == r.sha256
-            done.append(Pulled(h.host, name, target, None if ok else "SHA256 MISMATCH: the stored copy is damaged"))
+            done.append(Pulled(h.host, name, target, None if ok
+                               else "SHA256 MISMATCH: the stored copy is damaged"))
     return done

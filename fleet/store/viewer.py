@@ -14,7 +14,8 @@ from .manifest import RunManifest
 from .stats import StatsError, choose_columns
 
 VIEWERS = {"nsys": "nsys-ui", "ncu": "ncu-ui"}
-VIEWABLE = ("complete", "finished-from-qdstrm")  # a report whole in the store (not a summary, not missing)
+# a report whole in the store (not a summary, not missing)
+VIEWABLE = ("complete", "finished-from-qdstrm")
 
 
 @dataclass
@@ -42,14 +43,16 @@ def reports_to_open(store: Path, manifest: RunManifest, which: str | None = None
     return found
 
 
-def open_reports(store: Path, manifest: RunManifest, which: str | None = None, *, launch: bool = True) -> Opening:
+def open_reports(store: Path, manifest: RunManifest, which: str | None = None, *,
+                 launch: bool = True) -> Opening:
     """Start the tool's viewer on the reports, detached (its own session, no terminal: closing
     this shell leaves it open), when it is on PATH; else the Opening says what to run."""
     tool = manifest.request.get("tool") or "nsys"
     viewer = VIEWERS.get(tool, "nsys-ui")
     opening = Opening(viewer, reports_to_open(store, manifest, which), shutil.which(viewer))
     if opening.path and launch:
-        proc = subprocess.Popen(opening.command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+        proc = subprocess.Popen(opening.command, stdin=subprocess.DEVNULL,
+                                stdout=subprocess.DEVNULL,
                                 stderr=subprocess.DEVNULL, start_new_session=True, close_fds=True)
         opening.pid = proc.pid
     return opening

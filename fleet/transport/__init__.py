@@ -17,8 +17,8 @@ if TYPE_CHECKING:
     from ..inventory import Host
     from .settings import SSHSettings
 
-__all__ = ["Result", "Sink", "StopRequest", "TAIL", "TERM_GRACE", "Transport", "drive", "Fanout", "DEFAULT_CONCURRENCY",
-           "over_pool"]
+__all__ = ["Result", "Sink", "StopRequest", "TAIL", "TERM_GRACE", "Transport", "drive", "Fanout",
+           "DEFAULT_CONCURRENCY", "over_pool"]
 
 DEFAULT_CONCURRENCY = 64  # as clush's default fanout
 
@@ -29,7 +29,8 @@ class Fanout:
     Use as ``async with Fanout(settings) as fan: results = await fan.run_all(hosts, argv)``.
     """
 
-    def __init__(self, settings: "SSHSettings | None" = None, concurrency: int = DEFAULT_CONCURRENCY):
+    def __init__(self, settings: "SSHSettings | None" = None,
+                 concurrency: int = DEFAULT_CONCURRENCY):
         from .local import LocalTransport
 
         self._settings = settings
@@ -48,7 +49,8 @@ class Fanout:
 
     async def run(self, host: "Host", argv: Sequence[str], *, input: bytes | None = None,
                   timeout: float | None = None, sink: Sink | None = None,
-                  stop: asyncio.Event | None = None, limit: int | None = None, grace: float = TERM_GRACE) -> Result:
+                  stop: asyncio.Event | None = None, limit: int | None = None,
+                  grace: float = TERM_GRACE) -> Result:
         """Run on one host, outside the bound (callers inside :meth:`each` use this). ``limit``:
         the bytes of each stream a command that is not streamed may send; past them it is
         stopped and its answer not believed (a node's answer is data, and bounded). ``grace``:
@@ -57,13 +59,13 @@ class Fanout:
         try:
             if limit is not None and sink is None:
                 return await self._bounded(host, argv, input, timeout, stop, limit)
-            return await self.transport_for(host).run(host, argv, input=input, timeout=timeout, sink=sink,
-                                                      stop=stop, grace=grace)
+            return await self.transport_for(host).run(host, argv, input=input, timeout=timeout,
+                                                      sink=sink, stop=stop, grace=grace)
         except Exception as e:  # a bug or an unforeseen failure stays this host's problem
             return Result(host.name, error=f"{type(e).__name__}: {e}", error_kind="internal")
 
-    async def _bounded(self, host: "Host", argv: Sequence[str], input: bytes | None, timeout: float | None,
-                       stop: asyncio.Event | None, limit: int) -> Result:
+    async def _bounded(self, host: "Host", argv: Sequence[str], input: bytes | None,
+                       timeout: float | None, stop: asyncio.Event | None, limit: int) -> Result:
         bufs = {"stdout": bytearray(), "stderr": bytearray()}
         over, halt = [], asyncio.Event()
 
@@ -80,29 +82,35 @@ class Fanout:
         if relay is not None:
             relay.add_done_callback(lambda _: halt.set())
         try:
-            r = await self.transport_for(host).run(host, argv, input=input, timeout=timeout, sink=collect, stop=halt)
+            r = await self.transport_for(host).run(host, argv, input=input, timeout=timeout,
+                                                   sink=collect, stop=halt)
         finally:
             if relay is not None:
                 relay.cancel()
         r.stdout, r.stderr = bytes(bufs["stdout"]), bytes(bufs["stderr"])
         if over:
-            r.error, r.error_kind = (f"{host.name} sent more than {limit >> 20} MiB on {over[0]}: its answer is not "
-                                     "believed, and the command was stopped"), "agent"
+            r.error, r.error_kind = (f"{host.name} sent more than {limit >> 20} MiB on {over[0]}: "
+                                     "its answer is not believed, and the "
+                                     "command was stopped"), "agent"
         return r
 
     async def fetch(self, host: "Host", remote: str, local: str, offset: int = 0,
-                    on_block: Callable[[bytes], None] | None = None, size: int | None = None) -> str:
+                    on_block: Callable[[bytes], None] | None = None,
+                    size: int | None = None) -> str:
         return await self.transport_for(host).fetch(host, remote, local, offset, on_block, size)
 
-    async def run_all(self, hosts: Iterable["Host"], argv: Sequence[str], *, input: bytes | None = None,
-                      timeout: float | None = None, on_result: Callable[[Result], None] | None = None,
+    async def run_all(self, hosts: Iterable["Host"], argv: Sequence[str], *,
+                      input: bytes | None = None,
+                      timeout: float | None = None, on_result: Callable[[Result],
+                                                                        None] | None = None,
                       last_use: bool = False) -> list[Result]:
         """Run ``argv`` on every host; results come back in the hosts' order."""
-        return await self.each(hosts, lambda h: self.run(h, argv, input=input, timeout=timeout), on_result,
-                               last_use=last_use)
+        return await self.each(hosts, lambda h: self.run(h, argv, input=input, timeout=timeout),
+                               on_result, last_use=last_use)
 
     async def each(self, hosts: Iterable["Host"], work: Callable[["Host"], Awaitable[Result]],
-                   on_result: Callable[[Result], None] | None = None, *, last_use: bool = False) -> list[Result]:
+                   on_result: Callable[[Result], None] | None = None, *,
+                   last_use: bool = False) -> list[Result]:
         """Run a coroutine per host (one step or several), at most ``concurrency`` at once.
 
         ``last_use``: the run needs these hosts no more, so each host's connection is closed as
@@ -115,13 +123,15 @@ class Fanout:
                 try:
                     result = await work(host)
                 except Exception as e:
-                    result = Result(host.name, error=f"{type(e).__name__}: {e}", error_kind="internal")
+                    result = Result(host.name, error=f"{type(e).__name__}: {e}",
+                                    error_kind="internal")
             if on_result:
                 on_result(result)
             if last_use:
                 try:
                     await self.transport_for(host).release(host)
-                except Exception:  # closing a connection the run is done with must not fail the host
+                # closing a connection the run is done with must not fail the host
+                except Exception:
                     pass
             return result
 

@@ -11,7 +11,8 @@ import asyncio
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Awaitable, Callable, Sequence
 
-STOP_REQUESTED = "stop requested"  # why drive ended a command whose caller asked it to stop: no error
+# why drive ended a command whose caller asked it to stop: no error
+STOP_REQUESTED = "stop requested"
 
 if TYPE_CHECKING:
     from ..inventory import Host
@@ -47,10 +48,11 @@ class Result:
         self.exit_status = 128 + number.value if number is not None else None
 
     @classmethod
-    def ended(cls, host: str, exit_status: int | None, stdout: bytes, stderr: bytes, *, signal_name: str | None,
-              why: str | None) -> "Result":
-        """A command that ended, as every transport says it: its status, or the signal it died of; and
-        where ``drive`` had to stop it (``why``: its deadline), a timeout. A stop asked for is no error."""
+    def ended(cls, host: str, exit_status: int | None, stdout: bytes, stderr: bytes, *,
+              signal_name: str | None, why: str | None) -> "Result":
+        """A command that ended, as every transport says it: its status, or the signal it died of;
+        and where ``drive`` had to stop it (``why``: its deadline), a timeout. A stop asked for is
+        no error."""
         result = cls(host, exit_status=exit_status, stdout=stdout, stderr=stderr)
         if signal_name:
             result.killed_by(signal_name)
@@ -64,7 +66,8 @@ class Result:
 
     @property
     def reached(self) -> bool:
-        return self.error_kind not in ("unreachable", "host-key-unknown", "host-key-changed", "auth", "connect-timeout")
+        return self.error_kind not in ("unreachable", "host-key-unknown", "host-key-changed",
+                                       "auth", "connect-timeout")
 
     def to_json(self) -> dict:
         return {
@@ -97,7 +100,8 @@ class StopRequest(asyncio.Event):
 
 
 def stop_signal(stop: asyncio.Event | None) -> str:
-    """The signal that ends a command: its stop request's once that is set, else TERM (a timeout)."""
+    """The signal that ends a command: its stop request's once that is set, else TERM (a
+    timeout)."""
     return getattr(stop, "signal", "TERM") if stop is not None and stop.is_set() else "TERM"
 
 
@@ -118,7 +122,8 @@ class Transport:
         raise NotImplementedError
 
     async def fetch(self, host: "Host", remote: str, local: str, offset: int = 0,
-                    on_block: Callable[[bytes], None] | None = None, size: int | None = None) -> str:
+                    on_block: Callable[[bytes], None] | None = None,
+                    size: int | None = None) -> str:
         """Copy a file from the host to this machine, appending from ``offset`` when it is
         not 0 (a resumed transfer); ``on_block`` sees every block written, in order (to hash
         while copying). ``size``: what the node's result says the file holds, where known.
@@ -141,7 +146,8 @@ async def _ended(pumps: asyncio.Future, within: float) -> bool:
         return False
 
 
-async def drive(read_out: Callable[[int], Awaitable[bytes]], read_err: Callable[[int], Awaitable[bytes]],
+async def drive(read_out: Callable[[int], Awaitable[bytes]], read_err: Callable[[int],
+                                                                                Awaitable[bytes]],
                 wait: Awaitable, terminate: Callable[[], None], kill: Callable[[], None], *,
                 timeout: float | None, grace: float, sink: Sink | None,
                 stop: asyncio.Event | None) -> tuple[bytes, bytes, str | None, bool]:
@@ -169,9 +175,11 @@ async def drive(read_out: Callable[[int], Awaitable[bytes]], read_err: Callable[
     try:
         done, _ = await asyncio.wait([pumps, *waiters], return_when=asyncio.FIRST_COMPLETED)
         if pumps not in done:
-            why = STOP_REQUESTED if stop is not None and stop.is_set() else f"timed out after {timeout:g} s"
+            why = (STOP_REQUESTED if stop is not None
+                   and stop.is_set() else f"timed out after {timeout:g} s")
             terminate()
-            if timeout is None:  # the profiler's time to write its report; keepalives bound a dead link
+            # the profiler's time to write its report; keepalives bound a dead link
+            if timeout is None:
                 await pumps
             elif not await _ended(pumps, grace):
                 kill()

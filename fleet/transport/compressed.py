@@ -44,7 +44,8 @@ READ_SIZE = 1 << 20       # bytes decompressed, written and hashed at once
 NODE_COMPRESSOR = "nice -n 10 zstd -1 -T2 -q -c"
 
 
-SLOW_LINK = 150e6         # bytes/s: a raw copy slower than this came over a link of about 1 Gbit/s or less
+# bytes/s: a raw copy slower than this came over a link of about 1 Gbit/s or less
+SLOW_LINK = 150e6
 MEASURED_FROM = 8 << 20   # bytes: a smaller copy's rate is its start's, not the link's
 
 
@@ -55,7 +56,8 @@ class LinkRates:
         self._rates: dict[str, float] = {}
 
     def heard(self, host: str, way: str, size: int, seconds: float) -> None:
-        """A copy of ``size`` bytes came ``way`` in ``seconds``; raw ones of MEASURED_FROM or more count."""
+        """A copy of ``size`` bytes came ``way`` in ``seconds``; raw ones of MEASURED_FROM or more
+        count."""
         if way in ("openssh", "stream") and size >= MEASURED_FROM and seconds > 0:
             self._rates[host] = size / seconds
 
@@ -76,9 +78,10 @@ def available() -> bool:
 
 
 def read_command_compressed(remote: str, offset: int, count: int) -> str:
-    """The node's command that sends ``count`` bytes of ``remote`` from ``offset`` on, zstd-compressed
-    where the node has zstd: ``Z`` or ``R`` first, then the stream. A POSIX shell runs it, whatever
-    the account's login shell; the path reaches it as ``read_command`` quotes it."""
+    """The node's command that sends ``count`` bytes of ``remote`` from ``offset`` on,
+    zstd-compressed where the node has zstd: ``Z`` or ``R`` first, then the stream. A POSIX shell
+    runs it, whatever the account's login shell; the path reaches it as ``read_command`` quotes
+    it."""
     dd = read_command(remote, offset, count)
     script = (f"if command -v zstd >/dev/null 2>&1; then printf Z; {dd} | {NODE_COMPRESSOR}; "
               f"else printf R; exec {dd}; fi")
@@ -112,12 +115,15 @@ def _source(pipe: _Pipe):
     if header == RAW:
         return pipe, False
     if header == ZSTD and zstandard is not None:
-        reader = zstandard.ZstdDecompressor().stream_reader(pipe, read_size=READ_SIZE >> 2, read_across_frames=True)
+        reader = zstandard.ZstdDecompressor().stream_reader(pipe, read_size=READ_SIZE >> 2,
+                                                            read_across_frames=True)
         return reader, True
-    raise OSError(f"the node's stream began with {header[:1]!r}, neither of fleet's marks: not read")
+    raise OSError(f"the node's stream began with {header[:1]!r}, "
+                  "neither of fleet's marks: not read")
 
 
-def inflate(proc: subprocess.Popen, pipe_fd: int, writer: int, want: int, on_block) -> tuple[int, str | None, str]:
+def inflate(proc: subprocess.Popen, pipe_fd: int, writer: int, want: int,
+            on_block) -> tuple[int, str | None, str]:
     """In a thread: the file's bytes from ``pipe_fd`` (ssh's stdout) written to ``writer`` in
     order and handed to ``on_block``, until the stream ends, stalls, or would pass ``want``.
     Returns the bytes written, None, "stalled" or "too much" (then ssh is killed and nothing past

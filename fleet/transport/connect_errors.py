@@ -18,7 +18,8 @@ if TYPE_CHECKING:
 
 # Connection failures that mean "the server dropped us before auth", which is
 # what MaxStartups does; worth a retry. Everything else is reported at once.
-DROPPED = (asyncssh.ConnectionLost, ConnectionResetError, BrokenPipeError, asyncio.IncompleteReadError)
+DROPPED = (asyncssh.ConnectionLost, ConnectionResetError, BrokenPipeError,
+           asyncio.IncompleteReadError)
 
 
 class Watched(asyncssh.SSHClient):
@@ -71,7 +72,8 @@ async def client_keys(files: tuple[str, ...], agent_path) -> tuple[list, object 
         if not match:
             if agent is not None:
                 agent.close()
-            raise KeyProblem(f"key {name} is encrypted and ssh-agent does not hold it: add it with `ssh-add {name}`")
+            raise KeyProblem(f"key {name} is encrypted and ssh-agent does not hold it: "
+                             f"add it with `ssh-add {name}`")
         keys.append(match[0])
     return keys, agent
 
@@ -94,8 +96,8 @@ def _public_half(name: str, path: str):
     try:
         return asyncssh.read_public_key(path + ".pub")
     except (OSError, asyncssh.KeyImportError):
-        raise KeyProblem(f"key {name} is encrypted, and without {name}.pub beside it fleet cannot find it "
-                         "in ssh-agent: add it with `ssh-add` and keep its .pub") from None
+        raise KeyProblem(f"key {name} is encrypted, and without {name}.pub beside it fleet cannot "
+                         "find it in ssh-agent: add it with `ssh-add` and keep its .pub") from None
 
 
 async def _open_agent(agent_path):
@@ -118,39 +120,46 @@ def connect_error(host: "Host", e: BaseException, settings: SSHSettings,
     if isinstance(e, ConnectionOptionError):
         return Result(host.name, error_kind="unreachable", error=str(e))
     if isinstance(e, KeyProblem):
-        return Result(host.name, error_kind="auth", error=f"{host.name} ({where}): {e}; nothing was run")
+        return Result(host.name, error_kind="auth",
+                      error=f"{host.name} ({where}): {e}; nothing was run")
     if isinstance(e, JumpFailed):
         return Result(host.name, error_kind="unreachable",
                       error=f"{host.name} ({where}): its jump host {e.spec} failed: {e.why}")
     if isinstance(e, asyncssh.HostKeyNotVerifiable):
         if has_known_key(host):
             return Result(host.name, error_kind="host-key-changed", error=(
-                f"HOST KEY CHANGED for {host.name} ({where}): the key it offered is not the one in known_hosts. "
-                "Nothing was run. If the change is expected, remove the old key and run "
-                f"`fleet hosts trust {host.name}`."))
+                f"HOST KEY CHANGED for {host.name} ({where}): the key it offered is not the one in "
+                "known_hosts. Nothing was run. If the change is expected, remove the old key and "
+                f"run `fleet hosts trust {host.name}`."))
         return Result(host.name, error_kind="host-key-unknown", error=(
             f"host key of {host.name} ({where}) is not in known_hosts; nothing was run. "
             f"Check its fingerprint, then accept it with `fleet hosts trust {host.name}`."))
     if isinstance(e, asyncssh.PermissionDenied):
-        return Result(host.name, error_kind="auth", error=f"{host.name} ({where}) refused our keys: {e.reason}")
+        return Result(host.name, error_kind="auth",
+                      error=f"{host.name} ({where}) refused our keys: {e.reason}")
     if isinstance(e, SilentServer):
         within = f"within {settings.connect_timeout:g} s"
         return Result(host.name, error_kind="connect-timeout", error=(
             f"{host.name} ({where}) accepted the TCP connection but sent no SSH banner {within} "
             "(not an SSH server, or one too busy to answer)" if not e.banner else
-            f"{host.name} ({where}) answered as {e.banner} but did not finish the SSH handshake {within}"))
-    if isinstance(e, socket.gaierror):  # its errno is getaddrinfo's (-2), which os.strerror does not know
+            f"{host.name} ({where}) answered as {e.banner} but did not "
+            f"finish the SSH handshake {within}"))
+    # its errno is getaddrinfo's (-2), which os.strerror does not know
+    if isinstance(e, socket.gaierror):
         return Result(host.name, error_kind="unreachable",
                       error=f"{host.name}: cannot resolve {host.address!r}: {e.strerror}")
     if isinstance(e, (asyncio.TimeoutError, TimeoutError)):
         return Result(host.name, error_kind="connect-timeout",
-                      error=f"{host.name} ({where}): no TCP connection within {settings.connect_timeout:g} s "
-                            "(the host is down, or a firewall drops the packets)")
+                      error=f"{host.name} ({where}): no TCP connection within "
+                            f"{settings.connect_timeout:g} s (the host is down, or "
+                            "a firewall drops the packets)")
     if isinstance(e, DROPPED):
         return Result(host.name, error_kind="unreachable",
-                      error=f"{host.name} ({where}) dropped the connection {settings.retries + 1} times "
-                            "(sshd MaxStartups?)")
+                      error=f"{host.name} ({where}) dropped the connection {settings.retries + 1} "
+                            "times (sshd MaxStartups?)")
     if isinstance(e, OSError):
         why = os.strerror(e.errno).lower() if e.errno else str(e)
-        return Result(host.name, error_kind="unreachable", error=f"{host.name} ({where}) is unreachable: {why}")
-    return Result(host.name, error_kind="unreachable", error=f"{host.name} ({where}): {type(e).__name__}: {e}")
+        return Result(host.name, error_kind="unreachable",
+                      error=f"{host.name} ({where}) is unreachable: {why}")
+    return Result(host.name, error_kind="unreachable",
+                  error=f"{host.name} ({where}): {type(e).__name__}: {e}")

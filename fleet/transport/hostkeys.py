@@ -40,7 +40,8 @@ async def offered_key(ssh: "SSHTransport", host: "Host") -> OfferedKey:
     except (OSError, asyncssh.Error) as e:
         return OfferedKey(host.name, file, pattern, None, None, "error", f"{type(e).__name__}: {e}")
     if key is None:
-        return OfferedKey(host.name, file, pattern, None, None, "error", "the server offered no host key")
+        return OfferedKey(host.name, file, pattern, None, None, "error",
+                          "the server offered no host key")
     fingerprint = key.get_fingerprint("sha256")
     line = f"{pattern} {key.export_public_key('openssh').decode().strip()}"
     known = ssh.known_keys(host)  # the transport's own view
@@ -83,7 +84,8 @@ def _add_lines(file: str, lines: list[str]) -> None:
     if not os.path.lexists(folder):
         files.private_dir(folder, folder, what="the known_hosts folder")
     before, mode = _current(path)
-    text = before + ("" if not before or before.endswith("\n") else "\n") + "".join(line + "\n" for line in lines)
+    text = before + ("" if not before
+                     or before.endswith("\n") else "\n") + "".join(line + "\n" for line in lines)
     tmp = f"{path}.{os.getpid()}.tmp"
     with files.open_partial(tmp, 0) as f:  # made afresh: O_EXCL, O_NOFOLLOW, never a planted link
         f.write(text.encode("utf-8", errors="surrogateescape"))

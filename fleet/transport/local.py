@@ -24,7 +24,8 @@ class LocalTransport(Transport):
                   stop: asyncio.Event | None = None, grace: float = TERM_GRACE) -> Result:
         try:
             proc = await asyncio.create_subprocess_exec(
-                *argv, stdin=asyncio.subprocess.PIPE if input is not None else asyncio.subprocess.DEVNULL,
+                *argv, stdin=asyncio.subprocess.PIPE if input is not None
+                else asyncio.subprocess.DEVNULL,
                 stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
                 start_new_session=True)  # its own process group, so a stop reaches its children too
         except OSError as e:
@@ -42,21 +43,26 @@ class LocalTransport(Transport):
 
         try:
             out, err, why, abandoned = await drive(proc.stdout.read, proc.stderr.read, proc.wait(),
-                                        lambda: signal_group(getattr(signal, "SIG" + stop_signal(stop))),
+                                        lambda: signal_group(getattr(signal, "SIG"
+                                                                     + stop_signal(stop))),
                                         lambda: signal_group(signal.SIGKILL),
                                         timeout=timeout, grace=grace, sink=sink, stop=stop)
-        except asyncio.CancelledError:  # a second Ctrl-C: the first one's signal (USR1 leaves the workload running)
+        # a second Ctrl-C: the first one's signal (USR1 leaves the workload running)
+        except asyncio.CancelledError:
             signal_group(getattr(signal, "SIG" + stop_signal(stop)))
             raise
         status = proc.returncode
         died_of = signal.Signals(-status).name if status is not None and status < 0 else None
         result = Result.ended(host.name, status, out, err, signal_name=died_of, why=why)
-        if abandoned:  # killed, and still not reaped (a process stuck in the kernel): left, not awaited
-            result.error, result.error_kind = f"{why}; the command did not end when killed: left running", "timeout"
+        # killed, and still not reaped (a process stuck in the kernel): left, not awaited
+        if abandoned:
+            result.error, result.error_kind = (f"{why}; the command did not end when "
+                                               "killed: left running", "timeout")
         return result
 
     async def fetch(self, host: "Host", remote: str, local: str, offset: int = 0,
-                    on_block: Callable[[bytes], None] | None = None, size: int | None = None) -> str:
+                    on_block: Callable[[bytes], None] | None = None,
+                    size: int | None = None) -> str:
         """From ``offset`` on, appended, to resume; ``local`` made afresh (O_EXCL, 0600) or the copy
         resumed, never written through a link (``open_partial``)."""
         from ..agent.files import open_partial

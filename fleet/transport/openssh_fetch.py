@@ -44,7 +44,8 @@ from .ssh_fetch import check_end, read_command
 # (bench/transfer_threshold.py, transfer-threshold-fc52fd0.json).
 OPENSSH_MIN = 128 << 20
 READ_SIZE = 1 << 20     # bytes read back and hashed at once
-FOLLOW_PAUSE = 0.002    # seconds the reader waits when it has caught up with ssh (~1 MiB at 500 MB/s)
+# seconds the reader waits when it has caught up with ssh (~1 MiB at 500 MB/s)
+FOLLOW_PAUSE = 0.002
 
 # A value on ssh's command line: one plain word, no option, no ssh_config %-token, no quoting.
 _WORD = re.compile(r"[A-Za-z0-9_./@:+,=~][A-Za-z0-9_./@:+,=~-]*\Z")
@@ -55,7 +56,8 @@ _NAME = re.compile(r"[A-Za-z0-9_.:][A-Za-z0-9_.:-]*\Z")  # a host name or addres
 _SAID = {
     "port": ("Port", str),
     "username": ("User", str),
-    "connect_timeout": ("ConnectTimeout", lambda v: str(max(1, math.ceil(v)))),  # ssh takes whole seconds
+    # ssh takes whole seconds
+    "connect_timeout": ("ConnectTimeout", lambda v: str(max(1, math.ceil(v)))),
     "keepalive_interval": ("ServerAliveInterval", lambda v: str(max(1, math.ceil(v)))),
     "keepalive_count_max": ("ServerAliveCountMax", str),
     "tcp_keepalive": ("TCPKeepAlive", lambda v: "yes" if v else "no"),
@@ -83,7 +85,8 @@ class OpenSSHRefused(FleetError, OSError):
     ssh too old for an option. asyncssh carries this host's files instead, checking just as hard."""
 
 
-def ssh_command(*, address: str, options: dict, identity_files: tuple[str, ...], identities_only: bool,
+def ssh_command(*, address: str, options: dict, identity_files: tuple[str, ...],
+                identities_only: bool,
                 config_paths: list[str], known_hosts: list[str], proxied: bool) -> list[str] | None:
     """``ssh`` and its options up to the destination (``--`` and the address last), or None where
     this host's connection cannot be said to ssh as fleet resolved it for asyncssh."""
@@ -126,7 +129,8 @@ def _said(options: dict, identity_files: tuple[str, ...],
 
 
 async def openssh_copy(command: list[str], remote: str, local: str, dst, offset: int, size: int,
-                       on_block: Callable[[memoryview], None] | None, compress: bool = False) -> str:
+                       on_block: Callable[[memoryview], None] | None,
+                       compress: bool = False) -> str:
     """``remote`` from ``offset`` to ``size`` through ``command`` (``ssh_command``'s), appended to
     ``dst`` (the file ``local``, opened by the store); ``on_block`` sees each block as it lands
     (a view, valid during the call only). Raw, ssh writes straight into ``dst``, in order, and a
@@ -137,7 +141,8 @@ async def openssh_copy(command: list[str], remote: str, local: str, dst, offset:
     a byte, OSError for anything else."""
     compress = compress and compressed.available()
     want = size - offset
-    remote_command = (compressed.read_command_compressed if compress else read_command)(remote, offset, want)
+    remote_command = (compressed.read_command_compressed if compress
+                      else read_command)(remote, offset, want)
     dst.flush()
     with contextlib.ExitStack() as stack:
         errors = stack.enter_context(tempfile.TemporaryFile())
@@ -153,7 +158,8 @@ async def openssh_copy(command: list[str], remote: str, local: str, dst, offset:
         errors.seek(0)
         said = errors.read(4096)
     if trouble == "stalled":
-        raise OSError(f"`{remote_command}` sent nothing for {ssh_fetch.STALL_SECONDS:g} s: given up")
+        raise OSError(f"`{remote_command}` sent nothing for "
+                      f"{ssh_fetch.STALL_SECONDS:g} s: given up")
     if trouble == "too much":
         raise OSError(f"`{remote_command}` sent more than the {want} bytes asked for: stopped, "
                       "and the rest cut off")
@@ -164,8 +170,8 @@ async def openssh_copy(command: list[str], remote: str, local: str, dst, offset:
 
 
 def _ssh(command: list[str], remote_command: str, stdout, errors) -> subprocess.Popen:
-    return subprocess.Popen([*command, remote_command], stdin=subprocess.DEVNULL, stdout=stdout, stderr=errors,
-                            env={**os.environ, "SSH_ASKPASS_REQUIRE": "never"})
+    return subprocess.Popen([*command, remote_command], stdin=subprocess.DEVNULL, stdout=stdout,
+                            stderr=errors, env={**os.environ, "SSH_ASKPASS_REQUIRE": "never"})
 
 
 async def _until_ended(proc: subprocess.Popen, follow: tuple) -> tuple[int, str | None, str, int]:
@@ -199,7 +205,8 @@ def _follow(proc: subprocess.Popen, reader: int, writer: int, offset: int, want:
     """In a thread: each block ssh writes from ``offset`` on, read back and handed to ``on_block``
     in order, until ssh ends and all is read, or a stall. The file's size is watched, not only
     what has been read: past ``want`` bytes ssh is stopped and the excess cut off (more than the
-    node said is never kept). Returns the bytes read, None, "stalled" or "too much", and "openssh"."""
+    node said is never kept). Returns the bytes read, None, "stalled" or "too much", and
+    "openssh"."""
     buffer = bytearray(READ_SIZE)  # one buffer, reused: no fresh memory per block
     view = memoryview(buffer)
     read, written, quiet_since = offset, offset, time.monotonic()

@@ -63,7 +63,8 @@ def known_hosts_same_for_every_host(paths: list[str]) -> bool:
                 return False
             if key in ("host", "match"):
                 specific = key == "match" or words[1:] != ["*"]
-            elif key in ("userknownhostsfile", "globalknownhostsfile") and (specific or "%" in line):
+            elif key in ("userknownhostsfile", "globalknownhostsfile") and (specific
+                                                                            or "%" in line):
                 return False
     return True
 
@@ -75,8 +76,9 @@ def keepalives(settings: "SSHSettings", paths: list[str], local_user: str, host:
     that bound a run on a node gone silent."""
     from asyncssh.config import SSHClientConfig
 
-    config = SSHClientConfig.load(None, paths, False, False, False, local_user, host.user or (), host.address,
-                                  host.port or ())
+    config = SSHClientConfig.load(None, paths, False, False, False, local_user, host.user or (),
+                                  host.address, host.port or ())
     return {k: v for k, v in (("keepalive_interval", settings.keepalive_interval),
                               ("keepalive_count_max", settings.keepalive_count_max))
-            if not config.get("ServerAliveInterval" if k == "keepalive_interval" else "ServerAliveCountMax")}
+            if not config.get("ServerAliveInterval" if k == "keepalive_interval"
+                              else "ServerAliveCountMax")}

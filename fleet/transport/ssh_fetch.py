@@ -20,10 +20,10 @@ SFTP_CHUNK = 8 << 20  # bytes per read call; asyncssh keeps several requests in 
 # decides the rate (bench/transfer_variants.py compares the paths; docs/performance-gathering.md).
 STREAM_MIN = 8 << 20       # below one chunk the stream gains nothing over SFTP
 STREAM_WINDOW = 16 << 20   # channel window: sshd may read this far ahead of us. With asyncssh's
-#                            2 MiB, sshd stalls on window adjusts; 16 MiB measured best (4 MiB: -10%).
+# 2 MiB, sshd stalls on window adjusts; 16 MiB measured best (4 MiB: -10%).
 STREAM_PKTSIZE = 256 << 10  # our max packet size: when its socket is backed up sshd joins what it
 #                             has read into one bigger packet (~48 KiB on average instead of 32),
-#                             fewer packets for asyncssh to handle in Python (OpenSSH's limit: 256 KiB).
+# fewer packets for asyncssh to handle in Python (OpenSSH's limit: 256 KiB).
 STREAM_BATCH = 1 << 20     # bytes joined and handed to the writer thread at once. With 8 MiB
 #                            batches a 1 GiB copy took 1.56x as long (paired, slower in 9 of 9
 #                            rounds), with 2 s more client CPU and 0.7 s more of sshd's on the
@@ -33,12 +33,15 @@ STREAM_BATCH = 1 << 20     # bytes joined and handed to the writer thread at onc
 #                            (docs/performance-gathering.md, bench/transfer_modes.py)
 STREAM_QUEUED = 16         # batches waiting for the writer before the channel is paused (16 MiB)
 STREAM_RECV = 64 << 10     # bytes per socket read: see _smaller_reads
-STALL_SECONDS = 60.0       # a stream that sends nothing this long is given up (a node's file system hung,
-#                            a FIFO at the path): keepalives only notice a silent connection, not a silent command
+# a stream that sends nothing this long is given up (a node's file system hung,
+STALL_SECONDS = 60.0
+# a FIFO at the path): keepalives only notice a silent connection, not a silent command
 
 
-async def asyncssh_copy(conn: asyncssh.SSHClientConnection, gate: asyncio.Semaphore, remote: str, local: str,
-                        offset: int, size: int | None, on_block: Callable[[bytes], None] | None) -> str:
+async def asyncssh_copy(conn: asyncssh.SSHClientConnection, gate: asyncio.Semaphore, remote: str,
+                        local: str,
+                        offset: int, size: int | None, on_block: Callable[[bytes],
+                                                                          None] | None) -> str:
     """``remote`` from ``offset`` on over the host's asyncssh connection; returns "sftp" or
     "stream". SFTP opens the file (a clear error when it is missing or unreadable) and tells its
     size: a small rest is read over SFTP; a large one (>= STREAM_MIN) comes as the raw stdout of
@@ -77,7 +80,8 @@ async def _ordered_copy(src, dst, offset: int, on_block: Callable[[bytes], None]
         while ahead is not None and (block := await ahead):
             offset += len(block)
             # A short chunk is the end of the file: asking past it only makes asyncssh complain.
-            ahead = asyncio.ensure_future(src.read(SFTP_CHUNK, offset)) if len(block) == SFTP_CHUNK else None
+            ahead = asyncio.ensure_future(src.read(SFTP_CHUNK,
+                                                   offset)) if len(block) == SFTP_CHUNK else None
             await asyncio.to_thread(consume, block)
     finally:
         if ahead is not None and not ahead.done():
@@ -91,8 +95,8 @@ def read_command(remote: str, offset: int, count: int) -> str:
     the node's result said the file holds (``count_bytes``), however the file grows meanwhile.
     ``fullblock``: without it dd counts a short read (a pipe's, a network file system's) as a
     whole block of the count, and stops early."""
-    return shlex.join(["dd", f"if={remote}", "iflag=nofollow,skip_bytes,count_bytes,fullblock", f"skip={offset}",
-                       f"count={count}", "bs=1M", "status=none"])
+    return shlex.join(["dd", f"if={remote}", "iflag=nofollow,skip_bytes,count_bytes,fullblock",
+                       f"skip={offset}", f"count={count}", "bs=1M", "status=none"])
 
 
 class _StreamReceiver(asyncssh.SSHClientSession):
@@ -187,7 +191,8 @@ def check_end(command: str, status: int | None, stderr: bytes, got: int, want: i
         raise OSError(f"`{command}` failed: {why}")
     if got != want:  # the file shrank, or the login shell wrote to stdout
         said = stderr.decode(errors="replace").strip()
-        raise OSError(f"`{command}` gave {got} bytes, {want} expected" + (f": {said}" if said else ""))
+        raise OSError(f"`{command}` gave {got} bytes, {want} expected"
+                      + (f": {said}" if said else ""))
 
 
 async def refuse_link(sftp: asyncssh.SFTPClient, remote: str) -> None:

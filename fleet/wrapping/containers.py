@@ -24,7 +24,8 @@ from ..safenames import UnsafeValue
 class ContainerError(FleetError, ValueError):
     """A container that cannot be rendered as asked."""
 
-    exit_status = exitcodes.FAILED  # as the Slurm and nightly paths have ended on it (exitcodes.of_error)
+    # as the Slurm and nightly paths have ended on it (exitcodes.of_error)
+    exit_status = exitcodes.FAILED
 
 
 def image_problem(image: str, option: str) -> str | None:
@@ -45,9 +46,10 @@ class Container:
 
 
 def nsight_dirs(tools: dict) -> tuple[str, ...]:
-    """The install folder of each profiler path (…/nsight-systems-2025.3/bin/nsys → …/nsight-systems-2025.3).
-    Nsight Compute's own installer puts ``ncu`` at the top of its folder (…/nsight-compute/2025.3.1/ncu),
-    the CUDA toolkit in ``bin/`` (/usr/local/cuda/bin/ncu → /usr/local/cuda)."""
+    """The install folder of each profiler path (…/nsight-systems-2025.3/bin/nsys →
+    …/nsight-systems-2025.3). Nsight Compute's own installer puts ``ncu`` at the top of its folder
+    (…/nsight-compute/2025.3.1/ncu), the CUDA toolkit in ``bin/`` (/usr/local/cuda/bin/ncu →
+    /usr/local/cuda)."""
     dirs = []
     for name, path in tools.items():
         parent = os.path.dirname(path)
@@ -59,20 +61,23 @@ def nsight_dirs(tools: dict) -> tuple[str, ...]:
 
 
 def mount_path(path: str, what: str) -> str:
-    """``path`` for a mount list: pyxis's --container-mounts and Apptainer's --bind split on commas and
-    colons, docker's -v on colons, so a path holding one would be read as another mount (a host
+    """``path`` for a mount list: pyxis's --container-mounts and Apptainer's --bind split on commas
+    and colons, docker's -v on colons, so a path holding one would be read as another mount (a host
     folder mounted elsewhere)."""
     if "," in path or ":" in path:
-        raise UnsafeValue(f"{what} {path!r}: a comma or colon would split it into other mounts in the container")
+        raise UnsafeValue(f"{what} {path!r}: a comma or colon would split it into "
+                          "other mounts in the container")
     return path
 
 
 def slurm_words(c: Container | None, run_dir: str, scratch: str | None = None) -> list[str]:
     """srun options (pyxis) or a command prefix (apptainer) that put a Slurm task in the container,
-    with the run directory (and the node-local scratch the ranks write to, if any) mounted read-write."""
+    with the run directory (and the node-local scratch the ranks write to, if any) mounted
+    read-write."""
     if c is None:
         return []
-    written = [mount_path(run_dir, "the run directory")] + ([mount_path(scratch, "slurm_scratch")] if scratch else [])
+    written = [mount_path(run_dir, "the run directory")] + ([mount_path(scratch, "slurm_scratch")]
+                                                            if scratch else [])
     for d in c.nsight_dirs:
         mount_path(d, "the Nsight install (nsys_path / ncu_path)")
     if c.kind == "pyxis":

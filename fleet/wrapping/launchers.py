@@ -33,25 +33,33 @@ from ..plan import MAX_RANKS
 LAUNCHERS = ("srun", "torchrun", "mpirun", "ray")
 # torchrun's options that take no value (as its --help lists them: tests/fixtures/launchers-h200/
 # torchrun-help.txt, which tests/test_launchers_torchrun.py holds this to); every other takes one.
-TORCHRUN_FLAGS = {"--standalone", "--no-python", "--no_python", "-m", "--module", "--run-path", "--run_path",
-                  "--virtual-local-rank", "--virtual_local_rank"}
+TORCHRUN_FLAGS = {"--standalone", "--no-python", "--no_python", "-m", "--module", "--run-path",
+                  "--run_path", "--virtual-local-rank", "--virtual_local_rank"}
 # mpirun's options that take one value, and those that take two. Open MPI 4.1's, as its own
 # `mpirun --help all` lists them (tests/fixtures/openmpi-4.1/help-all.txt, which
 # tests/test_launchers_mpirun.py holds these to), then MPICH/Hydra's (mpiexec.hydra's -help).
 OPENMPI_VALUE = {
-    "--app", "--bind-to", "--cartofile", "--cpu-list", "--cpu-set", "--cpus-per-proc", "--cpus-per-rank",
-    "--debugger", "--default-hostfile", "--hnp", "--host", "--hostfile", "--launch-agent", "--machinefile",
-    "--map-by", "--max-restarts", "--max-vm-size", "--n", "--np", "--npernode", "--npersocket", "--ompi-server",
-    "--output-filename", "--path", "--personality", "--ppr", "--prefix", "--preload-files", "--rank-by",
-    "--rankfile", "--report-events", "--report-pid", "--report-uri", "--stdin", "--timeout", "--wd", "--wdir",
-    "--xml-file", "--xterm", "-H", "-N", "-am", "-c", "-cf", "-cpu-list", "-cpu-set", "-cpus-per-proc",
-    "-cpus-per-rank", "-debugger", "-default-hostfile", "-hnp", "-host", "-hostfile", "-launch-agent",
-    "-machinefile", "-max-restarts", "-max-vm-size", "-n", "-np", "-npernode", "-npersocket", "-ompi-server",
-    "-output-filename", "-path", "-personality", "-report-events", "-report-pid", "-report-uri", "-rf", "-stdin",
-    "-timeout", "-tune", "-wd", "-wdir", "-x", "-xml-file", "-xterm"}
+    "--app", "--bind-to", "--cartofile", "--cpu-list", "--cpu-set", "--cpus-per-proc",
+    "--cpus-per-rank",
+    "--debugger", "--default-hostfile", "--hnp", "--host", "--hostfile", "--launch-agent",
+    "--machinefile",
+    "--map-by", "--max-restarts", "--max-vm-size", "--n", "--np", "--npernode", "--npersocket",
+    "--ompi-server",
+    "--output-filename", "--path", "--personality", "--ppr", "--prefix", "--preload-files",
+    "--rank-by",
+    "--rankfile", "--report-events", "--report-pid", "--report-uri", "--stdin", "--timeout", "--wd",
+    "--wdir",
+    "--xml-file", "--xterm", "-H", "-N", "-am", "-c", "-cf", "-cpu-list", "-cpu-set",
+    "-cpus-per-proc",
+    "-cpus-per-rank", "-debugger", "-default-hostfile", "-hnp", "-host", "-hostfile",
+    "-launch-agent",
+    "-machinefile", "-max-restarts", "-max-vm-size", "-n", "-np", "-npernode", "-npersocket",
+    "-ompi-server",
+    "-output-filename", "-path", "-personality", "-report-events", "-report-pid", "-report-uri",
+    "-rf", "-stdin", "-timeout", "-tune", "-wd", "-wdir", "-x", "-xml-file", "-xterm"}
 OPENMPI_TWO_VALUES = {"--gmca", "--mca", "-gmca", "-mca"}
-HYDRA_VALUE = {"-ppn", "-map-by", "-bind-to", "-rank-by", "-hosts", "-f", "-launcher", "-bootstrap", "-iface",
-               "-genvlist", "-envlist", "-configfile"}
+HYDRA_VALUE = {"-ppn", "-map-by", "-bind-to", "-rank-by", "-hosts", "-f", "-launcher", "-bootstrap",
+               "-iface", "-genvlist", "-envlist", "-configfile"}
 HYDRA_TWO_VALUES = {"-genv", "-env"}
 MPIRUN_VALUE = OPENMPI_VALUE | HYDRA_VALUE
 MPIRUN_TWO_VALUES = OPENMPI_TWO_VALUES | HYDRA_TWO_VALUES
@@ -71,8 +79,9 @@ def script_index(command: list[str], launcher: str) -> int:
         if not word.startswith("-") or word == "-":
             return i
         i += _width(word, launcher)
-    raise LauncherError(f"with --launcher {launcher} the command is {launcher}, its options, then the program: "
-                        f"no program found after the {launcher} options in {shlex.join(command)}")
+    raise LauncherError(f"with --launcher {launcher} the command is {launcher}, its options, then "
+                        f"the program: no program found after the {launcher} "
+                        f"options in {shlex.join(command)}")
 
 
 def _width(word: str, launcher: str) -> int:
@@ -85,7 +94,8 @@ def _width(word: str, launcher: str) -> int:
 
 
 def launcher_options(command: list[str], launcher: str) -> list[tuple[str, tuple[str, ...]]]:
-    """The launcher's own options, each (the option's word, its values), as :func:`script_index` reads them."""
+    """The launcher's own options, each (the option's word, its values), as :func:`script_index`
+    reads them."""
     i, end, found = _options_start(command, launcher), script_index(command, launcher), []
     while i < end and command[i] != "--":
         width = _width(command[i], launcher)
@@ -95,7 +105,8 @@ def launcher_options(command: list[str], launcher: str) -> list[tuple[str, tuple
 
 
 def _options_start(command: list[str], launcher: str) -> int:
-    """Where the launcher's own options begin: after ``python -m torch.distributed.run``, else after argv[0]."""
+    """Where the launcher's own options begin: after ``python -m torch.distributed.run``, else after
+    argv[0]."""
     if launcher == "torchrun" and len(command) > 2 and command[1] == "-m" and os.path.basename(
             command[0]).startswith("python"):
         return 3
@@ -105,13 +116,15 @@ def _options_start(command: list[str], launcher: str) -> int:
 # What a launcher's command may start with (the program's own name, any folder): Open MPI's and
 # MPICH's names as Debian installs them; torchrun, or `python -m torch.distributed.run`. Another
 # program would take the profiler's words for its own (`--launcher mpirun -- torchrun ...`).
-LAUNCHER_NAMES = {"mpirun": ("mpirun", "mpiexec", "orterun", "mpirun.openmpi", "mpiexec.openmpi", "mpiexec.hydra",
-                             "mpirun.mpich", "mpiexec.mpich"),
+LAUNCHER_NAMES = {"mpirun": ("mpirun", "mpiexec", "orterun", "mpirun.openmpi", "mpiexec.openmpi",
+                             "mpiexec.hydra", "mpirun.mpich", "mpiexec.mpich"),
                   "torchrun": ("torchrun",)}
 # mpirun's options that start ranks on other hosts: on a lab server fleet probes, locks, watches
 # and gathers from the one host it was given, never from hosts mpirun would reach by itself.
-MPIRUN_OTHER_HOSTS = ("--host", "-host", "-H", "--hostfile", "-hostfile", "--machinefile", "-machinefile",
-                      "--default-hostfile", "-default-hostfile", "-hosts", "-f", "--rankfile", "-rf")
+MPIRUN_OTHER_HOSTS = ("--host", "-host", "-H", "--hostfile", "-hostfile", "--machinefile",
+                      "-machinefile",
+                      "--default-hostfile", "-default-hostfile", "-hosts", "-f", "--rankfile",
+                      "-rf")
 # The same through an MCA parameter (``--mca NAME VALUE``; Open MPI's orte_default_hostfile,
 # orte_default_dash_host, rmaps_rank_file_path, PRRTE's prte_default_hostfile...): any whose name
 # speaks of hosts, host files, rank files or machine files.
@@ -119,7 +132,8 @@ MCA_FLAGS = ("--mca", "-mca", "--gmca", "-gmca", "--prtemca", "-prtemca")
 MCA_OTHER_HOSTS = re.compile(r"host|rank_?file|machine_?file|param_files", re.IGNORECASE)
 # Files of mpirun's own options or MCA parameters (Open MPI's --tune, -am and --app; MPICH's
 # -configfile), read by mpirun on the node: any of them may name hosts, and fleet cannot see inside.
-MPIRUN_OPTION_FILES = ("--tune", "-tune", "-am", "--am", "--app", "-app", "-configfile", "--configfile")
+MPIRUN_OPTION_FILES = ("--tune", "-tune", "-am", "--am", "--app", "-app", "-configfile",
+                       "--configfile")
 
 
 def mpirun_other_hosts(options) -> str | None:
@@ -144,16 +158,19 @@ def command_problem(launcher: str, command) -> str | None:
         except LauncherError as e:
             return str(e)
         name = os.path.basename(command[0])
-        if name not in LAUNCHER_NAMES[launcher] and not (launcher == "torchrun" and _python_m(command)
+        if name not in LAUNCHER_NAMES[launcher] and not (launcher == "torchrun"
+                                                         and _python_m(command)
                                                          and command[2] == "torch.distributed.run"):
             return (f"with --launcher {launcher} the command starts with {launcher} itself "
                     f"({', '.join(LAUNCHER_NAMES[launcher])}), not {shlex.quote(name)}: "
                     f"fleet puts the profiler between {launcher}'s options and the program")
         if launcher == "torchrun" and any(w in ("--run-path", "--run_path") for w in command[:k]):
-            # torchrun's help: it runs the script with runpy in its own worker Python, and that "takes
-            # precedence over --no-python", by which fleet puts its agent in front of each worker.
-            return ("with --launcher torchrun, --run-path runs the script inside torchrun's own worker Python, "
-                    "where fleet cannot put the profiler in front of it: leave --run-path out")
+            # torchrun's help: it runs the script with runpy in its own worker Python, and that
+            # "takes precedence over --no-python", by which fleet puts its agent in front of each
+            # worker.
+            return ("with --launcher torchrun, --run-path runs the script inside torchrun's own "
+                    "worker Python, where fleet cannot put the profiler in "
+                    "front of it: leave --run-path out")
     return None
 
 
@@ -172,14 +189,16 @@ def torchrun_python(command: list[str]) -> tuple[str, ...]:
             '    read -r -a FLEET_SHEBANG <<< "${FLEET_SHEBANG:2}"',
             '    case "${FLEET_SHEBANG[0]##*/}" in',
             '        python*) FLEET_PYTHON=${FLEET_SHEBANG[0]} ;;',
-            '        env) [[ "${FLEET_SHEBANG[1]:-}" == python* ]] && FLEET_PYTHON=${FLEET_SHEBANG[1]} ;;',
+            '        env) [[ "${FLEET_SHEBANG[1]:-}" == python* ]] && '
+            'FLEET_PYTHON=${FLEET_SHEBANG[1]} ;;',
             '    esac',
             'fi')
 
 
 def _python_m(command: list[str]) -> bool:
     """torchrun started as ``python -m torch.distributed.run``: python's -m is not torchrun's."""
-    return len(command) > 2 and command[1] == "-m" and os.path.basename(command[0]).startswith("python")
+    return (len(command) > 2 and command[1] == "-m"
+            and os.path.basename(command[0]).startswith("python"))
 
 
 def end_of_options(command: list[str], k: int) -> list[int]:
@@ -190,10 +209,12 @@ def end_of_options(command: list[str], k: int) -> list[int]:
 
 def torchrun_modules(command: list[str], k: int) -> list[int]:
     """Where torchrun's own -m/--module stand among its options (``k``: where they end)."""
-    return [i for i in range(_options_start(command, "torchrun"), k) if command[i] in ("-m", "--module")]
+    return [i for i in range(_options_start(command, "torchrun"), k) if command[i] in ("-m",
+                                                                                       "--module")]
 
 
-# What stands for the worker's Python in a lab server's torchrun plan, until the node says which it is.
+# What stands for the worker's Python in a lab server's torchrun plan, until the node says which it
+# is.
 PYTHON_WORD = "PYTHON"
 
 
@@ -214,25 +235,30 @@ def lab_launch(launcher: str, command: list[str]) -> tuple[tuple[str, ...], tupl
     program = (PYTHON_WORD, *(["-m"] if modules else []), *command[k:])
     script = "\n".join(('n=$1; shift; COMMAND=("$@")', *torchrun_python(command),
                         'COMMAND[${#COMMAND[@]}-n]=$FLEET_PYTHON', 'exec "${COMMAND[@]}"'))
-    return ("bash", "-c", script, "fleet-torchrun", str(len(program)), *words, "--no-python"), program
+    return ("bash", "-c", script, "fleet-torchrun", str(len(program)), *words,
+            "--no-python"), program
 
 
-# The options that say how many ranks mpirun starts: Open MPI 4.1's, as its `mpirun --help all` lists
-# them (tests/fixtures/openmpi-4.1/help-all.txt: "-c|-np|--np", "-n|--n"), the last one given winning,
-# and "--np=N" refused, as that mpirun did (tests/fixtures/openmpi-4.1/np-spellings.json); MPICH's
-# -n and -np are among them. torchrun's: its --help's (tests/fixtures/launchers-h200/torchrun-help.txt).
+# The options that say how many ranks mpirun starts: Open MPI 4.1's, as its `mpirun --help all`
+# lists them (tests/fixtures/openmpi-4.1/help-all.txt: "-c|-np|--np", "-n|--n"), the last one given
+# winning, and "--np=N" refused, as that mpirun did (tests/fixtures/openmpi-4.1/np-spellings.json);
+# MPICH's
+# -n and -np are among them. torchrun's: its --help's
+# (tests/fixtures/launchers-h200/torchrun-help.txt).
 MPIRUN_NP = ("-c", "-n", "--n", "-np", "--np")
 TORCHRUN_NPROC = ("--nproc-per-node", "--nproc_per_node")
 TORCHRUN_NNODES = "--nnodes"
 
 
-def rank_count(launcher: str, command: list[str], profiler_args: tuple[str, ...] = ()) -> tuple[int | None, str]:
+def rank_count(launcher: str, command: list[str],
+               profiler_args: tuple[str, ...] = ()) -> tuple[int | None, str]:
     """(how many ranks the launcher's command line says it starts on the host, whence that is read),
     or (None, why it cannot be told from the command line alone, or why a rank may rightly leave no
     report: nsys's --capture-range, which a rank may never open); LauncherError for a count that is
     no whole number. The host's agent calls each rank 0..N-1 that left no report missing; where the
     count is not known, no rank is."""
-    if any(name == "--capture-range" for name, _, _ in nsysopts.nsys_options(tuple(profiler_args))[0]):
+    if any(name == "--capture-range"
+           for name, _, _ in nsysopts.nsys_options(tuple(profiler_args))[0]):
         return None, "nsys's --capture-range: a rank that never opens the range leaves no report"
     options = launcher_options(list(command), launcher)
     if launcher == "mpirun":
@@ -289,10 +315,12 @@ def _torchrun_value(word: str, values: tuple[str, ...]) -> tuple[str, str]:
 
 
 def _counted(said: str, value: str, zero: str) -> tuple[int | None, str]:
-    """(the count ``value`` gives, ``said`` VALUE), None for mpirun's 0 (``zero``), else LauncherError."""
+    """(the count ``value`` gives, ``said`` VALUE), None for mpirun's 0 (``zero``), else
+    LauncherError."""
     if zero and value.isascii() and value.isdigit() and int(value) == 0:
         return None, f"{said} {value}: {zero}"
-    if value.isascii() and value.isdigit() and int(value) > MAX_RANKS:  # the launcher's to start (--oversubscribe)
+    # the launcher's to start (--oversubscribe)
+    if value.isascii() and value.isdigit() and int(value) > MAX_RANKS:
         return None, f"{said} {value}: more than the {MAX_RANKS} ranks fleet counts on one host"
     if (problem := safenames.count_problem(value, said, MAX_RANKS)):
         raise LauncherError(f"{problem} (fleet expects one report per rank)")

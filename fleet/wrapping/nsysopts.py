@@ -8,30 +8,34 @@ flags with it) is.
 from __future__ import annotations
 
 # `nsys profile`'s switches in 2025.3, as the Nsight Systems user guide ("CLI Profile Command Switch
-# Options") and `nsys profile --help` list them. Each takes a value (--help's is optional); nsys reads
-# a long one's prefix shared with no other switch as that one (--out: --output), and refuses an
-# ambiguous prefix (--dur: --duration, --duration-frames), an unknown switch, and one given twice in
-# any spelling, except the four its help says may be given more than once.
+# Options") and `nsys profile --help` list them. Each takes a value (--help's is optional); nsys
+# reads a long one's prefix shared with no other switch as that one (--out: --output), and refuses
+# an ambiguous prefix (--dur: --duration, --duration-frames), an unknown switch, and one given twice
+# in any spelling, except the four its help says may be given more than once.
 NSYS_SWITCHES = tuple("--" + name for name in """
     backtrace capture-range capture-range-end command-file cpu-core-events cpuctxsw cuda-event-trace
-    cuda-flush-interval cuda-graph-trace cuda-memory-usage cuda-trace-all-apis cuda-um-cpu-page-faults
-    cuda-um-gpu-page-faults cudabacktrace dask debug-symbols delay duration duration-frames enable env-var
-    event-sample event-sampling-frequency event-sampling-interval export flush-on-cudaprofilerstop
-    force-overwrite ftrace ftrace-keep-user-config gpu-metrics-devices gpu-metrics-frequency gpu-metrics-set
-    gpu-video-device gpuctxsw help hotkey-capture ib-net-info-devices ib-net-info-files ib-net-info-output
+    cuda-flush-interval cuda-graph-trace cuda-memory-usage cuda-trace-all-apis
+    cuda-um-cpu-page-faults cuda-um-gpu-page-faults cudabacktrace dask debug-symbols delay duration
+    duration-frames enable env-var event-sample event-sampling-frequency event-sampling-interval
+    export flush-on-cudaprofilerstop force-overwrite ftrace ftrace-keep-user-config
+    gpu-metrics-devices gpu-metrics-frequency gpu-metrics-set gpu-video-device gpuctxsw help
+    hotkey-capture ib-net-info-devices ib-net-info-files ib-net-info-output
     ib-switch-congestion-device ib-switch-congestion-nic-device ib-switch-congestion-percent
     ib-switch-congestion-threshold-high ib-switch-metrics-device ib-switch-metrics-nic-device
-    inherit-environment kill mpi-impl nic-metrics nvtx-capture nvtx-domain-exclude nvtx-domain-include
-    opengl-gpu-workload os-events osrt-backtrace-stack-size osrt-backtrace-threshold osrt-file-access
-    osrt-threshold output python-backtrace python-functions-trace python-sampling python-sampling-frequency
-    pytorch resolve-symbols run-as sample samples-per-backtrace sampling-period session-new show-output
-    start-frame-index start-later stats stop-on-exit storage-metrics syscall trace trace-fork-before-exec
+    inherit-environment kill mpi-impl nic-metrics nvtx-capture nvtx-domain-exclude
+    nvtx-domain-include opengl-gpu-workload os-events osrt-backtrace-stack-size
+    osrt-backtrace-threshold osrt-file-access osrt-threshold output python-backtrace
+    python-functions-trace python-sampling python-sampling-frequency pytorch resolve-symbols run-as
+    sample samples-per-backtrace sampling-period session-new show-output start-frame-index
+    start-later stats stop-on-exit storage-metrics syscall trace trace-fork-before-exec
     vulkan-gpu-workload wait""".split())
 NSYS_SHORT = {"-b": "--backtrace", "-c": "--capture-range", "-d": "--duration", "-e": "--env-var",
-              "-f": "--force-overwrite", "-h": "--help", "-n": "--inherit-environment", "-o": "--output",
-              "-p": "--nvtx-capture", "-s": "--sample", "-t": "--trace", "-w": "--show-output", "-x": "--stop-on-exit",
-              "-Y": "--start-later", "-y": "--delay"}
-NSYS_REPEATABLE = ("--enable", "--export", "--ib-switch-congestion-device", "--ib-switch-metrics-device")
+              "-f": "--force-overwrite", "-h": "--help", "-n": "--inherit-environment",
+              "-o": "--output",
+              "-p": "--nvtx-capture", "-s": "--sample", "-t": "--trace", "-w": "--show-output",
+              "-x": "--stop-on-exit", "-Y": "--start-later", "-y": "--delay"}
+NSYS_REPEATABLE = ("--enable", "--export", "--ib-switch-congestion-device",
+                   "--ib-switch-metrics-device")
 NSYS_VALUE_OPTIONAL = ("--help",)
 NO_SUCH_SWITCH = "it has no such option (`nsys profile --help` lists them)"
 
@@ -41,7 +45,8 @@ def _nsys_switch(word: str) -> tuple[str | None, str | None]:
     if not word.startswith("--"):
         return NSYS_SHORT.get(word[:2]), None if word[:2] in NSYS_SHORT else NO_SUCH_SWITCH
     given = word.split("=", 1)[0]
-    matches = (given,) if given in NSYS_SWITCHES else tuple(s for s in NSYS_SWITCHES if s.startswith(given))
+    matches = (given,) if given in NSYS_SWITCHES else tuple(s for s in NSYS_SWITCHES
+                                                            if s.startswith(given))
     if len(matches) == 1:
         return matches[0], None
     if not matches:
@@ -66,7 +71,9 @@ def nsys_options(words: tuple[str, ...]) -> tuple[list[tuple[str, str | None, st
         attached = _attached(word)
         if attached is None and name not in NSYS_VALUE_OPTIONAL:
             if i == len(words):
-                return found, f"nsys 2025.3 refuses {word} without its value: give one (-X {word} -X VALUE)"
+                return (found,
+                        f"nsys 2025.3 refuses {word} without its value: give one (-X {word} -X "
+                        "VALUE)")
             attached, word, i = words[i], f"{word} {words[i]}", i + 1
         found.append((name, attached, word))
     return found, _given_twice(found)

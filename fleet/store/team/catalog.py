@@ -1,7 +1,8 @@
 """The team catalog: PostgreSQL through psycopg 3, as the person's own role.
 
 Every statement runs under the schema's row-level security (:mod:`.schema`): what a query here
-returns is what that person may see, and fleet adds no rule of its own on top. Every wait is bounded:
+returns is what that person may see, and fleet adds no rule of its own on top. Every wait is
+bounded:
 the connection (``connect_timeout``), each statement (``statement_timeout``) and each lock
 (``lock_timeout``). Every failure is one :class:`TeamError` line.
 """
@@ -41,13 +42,15 @@ def _psycopg():
 
 @contextmanager
 def connected(team: TeamStore) -> Iterator:
-    """A connection as the person's own role (libpq reads the password from ~/.pgpass, PGSERVICE...);
-    a failure to connect or a cut mid-way is TeamUnavailable, a refusal TeamError, each one line."""
+    """A connection as the person's own role (libpq reads the password from ~/.pgpass,
+    PGSERVICE...); a failure to connect or a cut mid-way is TeamUnavailable, a refusal TeamError,
+    each one line."""
     psycopg = _psycopg()
     try:
-        conn = psycopg.connect(team.catalog, connect_timeout=CONNECT_TIMEOUT_S, application_name="fleet",
-                               # jit off: compiling took 0.2 s of a 0.9 s listing of 100,000 runs, and
-                               # the catalog's queries are all short
+        conn = psycopg.connect(team.catalog, connect_timeout=CONNECT_TIMEOUT_S,
+                               application_name="fleet",
+                               # jit off: compiling took 0.2 s of a 0.9 s listing of 100,000 runs,
+                               # and the catalog's queries are all short
                                options=f"-c statement_timeout={STATEMENT_TIMEOUT_MS} "
                                        f"-c lock_timeout={LOCK_TIMEOUT_MS} -c jit=off")
     except psycopg.OperationalError as e:
@@ -138,32 +141,34 @@ def pushed_digest(conn, run_id: str) -> tuple[str, str] | None:
     return None if row is None else (row[0], row[1])
 
 
-def publish(conn, run: dict, reports: list[tuple], kernels: list[tuple], metrics: list[tuple]) -> None:
+def publish(conn, run: dict, reports: list[tuple], kernels: list[tuple],
+            metrics: list[tuple]) -> None:
     """One run and all its rows, in one transaction: either every row of it is there, or none is.
     A run id that another person's run holds is refused by the policies (one line)."""
     with conn.transaction():
         conn.execute(
             "INSERT INTO fleet.runs "
-            "(run_id, site, day, started, tool, command, status, manifest, manifest_sha256, pushed_from) "
-            "VALUES (%(run_id)s, %(site)s, %(day)s, %(started)s, %(tool)s, %(command)s, %(status)s, "
-            "%(manifest)s, %(manifest_sha256)s, %(pushed_from)s) "
-            "ON CONFLICT (run_id) DO UPDATE SET site = EXCLUDED.site, day = EXCLUDED.day, started = EXCLUDED.started, "
-            "tool = EXCLUDED.tool, command = EXCLUDED.command, status = EXCLUDED.status, "
-            "manifest = EXCLUDED.manifest, manifest_sha256 = EXCLUDED.manifest_sha256, "
-            "pushed_from = EXCLUDED.pushed_from, pushed_at = now()", run)
+            "(run_id, site, day, started, tool, command, status, manifest, manifest_sha256, "
+            "pushed_from) VALUES (%(run_id)s, %(site)s, %(day)s, %(started)s, %(tool)s, "
+            "%(command)s, %(status)s, %(manifest)s, %(manifest_sha256)s, %(pushed_from)s) "
+            "ON CONFLICT (run_id) DO UPDATE SET site = EXCLUDED.site, day = EXCLUDED.day, started "
+            "= EXCLUDED.started, tool = EXCLUDED.tool, command = EXCLUDED.command, status = "
+            "EXCLUDED.status, manifest = EXCLUDED.manifest, manifest_sha256 = "
+            "EXCLUDED.manifest_sha256, pushed_from = EXCLUDED.pushed_from, pushed_at = now()", run)
         for table in ("reports", "kernels", "metrics"):
             conn.execute(f"DELETE FROM fleet.{table} WHERE run_id = %s", (run["run_id"],))
         with conn.cursor() as cur:
-            cur.executemany("INSERT INTO fleet.reports (run_id, host, name, tool, status, sha256, size, gpu, driver, "
-                            "tool_version, started, object_key) VALUES (%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s)", reports)
+            cur.executemany("INSERT INTO fleet.reports (run_id, host, name, tool, status, sha256, "
+                            "size, gpu, driver, tool_version, started, object_key) VALUES "
+                            "(%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s)", reports)
             cur.executemany("INSERT INTO fleet.kernels (run_id, host, name, total_ns, instances) "
                             "VALUES (%s,%s,%s,%s,%s)", kernels)
-            cur.executemany("INSERT INTO fleet.metrics (run_id, playbook, metric, device, value, flags, started) "
-                            "VALUES (%s,%s,%s,%s,%s,%s,%s)", metrics)
+            cur.executemany("INSERT INTO fleet.metrics (run_id, playbook, metric, device, value, "
+                            "flags, started) VALUES (%s,%s,%s,%s,%s,%s,%s)", metrics)
 
 
-LIST_COLUMNS = ("run_id", "owner", "host", "name", "tool", "status", "sha256", "size", "gpu", "driver",
-                "tool_version", "started", "object_key")
+LIST_COLUMNS = ("run_id", "owner", "host", "name", "tool", "status", "sha256", "size", "gpu",
+                "driver", "tool_version", "started", "object_key")
 
 
 # The columns of ``fleet reports ls``'s table, made text in PostgreSQL: 100,000 rows reach the
@@ -175,7 +180,8 @@ TABLE_COLUMNS = ("p.run_id", "r.owner", "p.host", "coalesce(p.tool, '')", "p.sta
 def _filtered(columns, host, since, tool, status, user, shared) -> tuple[str, list]:
     """The listing's query over ``columns`` and its arguments: each filter a bound parameter."""
     where, args = [], []
-    for column, value in (("p.host", host), ("p.tool", tool), ("p.status", status), ("r.owner", user)):
+    for column, value in (("p.host", host), ("p.tool", tool), ("p.status", status),
+                          ("r.owner", user)):
         if value:
             where.append(f"{column} = %s")
             args.append(value)
@@ -184,19 +190,23 @@ def _filtered(columns, host, since, tool, status, user, shared) -> tuple[str, li
         args.append(since)
     if shared:
         where.append("EXISTS (SELECT 1 FROM fleet.run_shares s WHERE s.run_id = r.run_id)")
-    sql = (f"SELECT {', '.join(columns)} FROM fleet.reports p JOIN fleet.runs r ON r.run_id = p.run_id"
-           + (" WHERE " + " AND ".join(where) if where else "") + " ORDER BY p.started, p.host, p.name")
+    sql = (f"SELECT {', '.join(columns)} FROM fleet.reports p JOIN fleet.runs r ON r.run_id = "
+           "p.run_id"
+           + (" WHERE " + " AND ".join(where) if where else "")
+           + " ORDER BY p.started, p.host, p.name")
     return sql, args
 
 
-def reports(conn, *, host=None, since=None, tool=None, status=None, user=None, shared=False) -> list[dict]:
+def reports(conn, *, host=None, since=None, tool=None, status=None, user=None,
+            shared=False) -> list[dict]:
     """The reports this person may see, oldest first; ``shared``: only runs shared with a group."""
     sql, args = _filtered([f"p.{c}" if c != "owner" else "r.owner" for c in LIST_COLUMNS],
                           host, since, tool, status, user, shared)
     return [dict(zip(LIST_COLUMNS, row)) for row in conn.execute(sql, args)]
 
 
-def report_table(conn, *, host=None, since=None, tool=None, status=None, user=None, shared=False) -> list[tuple]:
+def report_table(conn, *, host=None, since=None, tool=None, status=None, user=None,
+                 shared=False) -> list[tuple]:
     """The same reports as :func:`reports`, as rows of text: TABLE_COLUMNS."""
     sql, args = _filtered(TABLE_COLUMNS, host, since, tool, status, user, shared)
     return conn.execute(sql, args).fetchall()
@@ -204,14 +214,17 @@ def report_table(conn, *, host=None, since=None, tool=None, status=None, user=No
 
 def manifest(conn, run_id: str) -> tuple[str, dict]:
     """(owner, manifest document) of a run this person may see; LookupError else."""
-    row = conn.execute("SELECT owner, manifest FROM fleet.runs WHERE run_id = %s", (run_id,)).fetchone()
+    row = conn.execute("SELECT owner, manifest FROM fleet.runs WHERE run_id = %s",
+                       (run_id,)).fetchone()
     if row is None:
         raise LookupError(f"no run {run_id!r} in the team store that you may see")
     return row[0], row[1]
 
 
 def shares(conn, run_id: str) -> list[str]:
-    return [r[0] for r in conn.execute("SELECT grp FROM fleet.run_shares WHERE run_id = %s ORDER BY grp", (run_id,))]
+    return [r[0]
+            for r in conn.execute("SELECT grp FROM fleet.run_shares WHERE run_id = %s ORDER BY grp",
+                                  (run_id,))]
 
 
 def share(conn, run_id: str, group: str) -> None:
@@ -219,14 +232,17 @@ def share(conn, run_id: str, group: str) -> None:
     if owner != whoami(conn):
         raise TeamError(f"run {run_id} is {owner}'s: only its owner shares it")
     if not conn.execute("SELECT pg_has_role(current_user, %s, 'MEMBER')", (group,)).fetchone()[0]:
-        raise TeamError(f"you are not a member of the group {group!r}: a run is shared only with your own groups")
+        raise TeamError(f"you are not a member of the group {group!r}: a run is "
+                        "shared only with your own groups")
     with conn.transaction():
-        conn.execute("INSERT INTO fleet.run_shares (run_id, grp) VALUES (%s, %s) ON CONFLICT DO NOTHING",
+        conn.execute("INSERT INTO fleet.run_shares (run_id, grp) VALUES "
+                     "(%s, %s) ON CONFLICT DO NOTHING",
                      (run_id, group))
 
 
 def group_exists(conn, group: str) -> bool:
-    return conn.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", (group,)).fetchone() is not None
+    return conn.execute("SELECT 1 FROM pg_roles WHERE rolname = %s",
+                        (group,)).fetchone() is not None
 
 
 def remove(conn, run_id: str) -> list[str]:
@@ -242,8 +258,9 @@ def remove(conn, run_id: str) -> list[str]:
 
 
 def metric_history(conn, playbook: str, since: str | None = None) -> list[dict]:
-    rows = conn.execute("SELECT run_id, playbook, metric, device, value, flags, started FROM fleet.metrics "
-                        "WHERE playbook = %s AND started >= %s ORDER BY started, run_id", (playbook, since or ""))
+    rows = conn.execute("SELECT run_id, playbook, metric, device, value, flags, started FROM "
+                        "fleet.metrics WHERE playbook = %s AND started >= %s ORDER BY started, "
+                        "run_id", (playbook, since or ""))
     names = ("run_id", "playbook", "metric", "device", "value", "flags", "started")
     return [dict(zip(names, r)) for r in rows]
 

@@ -25,18 +25,20 @@ from ...errors import FleetError
 
 SITE_FILES = (Path("~/.config/fleet/site.toml"), Path("/etc/fleet/site.toml"))
 BUCKET = re.compile(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]")          # S3's rule for a bucket's name
-PREFIX_PART = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,63}")       # one safe word of the key prefix
+# one safe word of the key prefix
+PREFIX_PART = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,63}")
 
 # Where libpq and boto3 find the servers and each person's credentials: names of files, profiles
 # and endpoints, never a secret. A schedule carries these into cron or a batch job, which start
 # without the person's shell; PGPASSWORD, AWS_SECRET_ACCESS_KEY and their kin are never among them.
 # Those that name a file or a folder: made absolute where the schedule is made, since cron starts
 # in another folder.
-CREDENTIAL_FILES = ("PGSERVICEFILE", "PGPASSFILE", "PGSYSCONFDIR", "PGSSLROOTCERT", "PGSSLCERT", "PGSSLKEY",
-                    "AWS_CONFIG_FILE", "AWS_SHARED_CREDENTIALS_FILE", "AWS_CA_BUNDLE")
-CREDENTIAL_LOCATIONS = (*CREDENTIAL_FILES, "PGSERVICE", "PGHOST", "PGPORT", "PGUSER", "PGDATABASE", "PGSSLMODE",
-                        "AWS_PROFILE", "AWS_DEFAULT_PROFILE", "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3",
-                        "AWS_DEFAULT_REGION", "AWS_REGION")
+CREDENTIAL_FILES = ("PGSERVICEFILE", "PGPASSFILE", "PGSYSCONFDIR", "PGSSLROOTCERT", "PGSSLCERT",
+                    "PGSSLKEY", "AWS_CONFIG_FILE", "AWS_SHARED_CREDENTIALS_FILE", "AWS_CA_BUNDLE")
+CREDENTIAL_LOCATIONS = (*CREDENTIAL_FILES, "PGSERVICE", "PGHOST", "PGPORT", "PGUSER", "PGDATABASE",
+                        "PGSSLMODE",
+                        "AWS_PROFILE", "AWS_DEFAULT_PROFILE", "AWS_ENDPOINT_URL",
+                        "AWS_ENDPOINT_URL_S3", "AWS_DEFAULT_REGION", "AWS_REGION")
 
 
 class TeamConfigError(FleetError):
@@ -65,16 +67,17 @@ def parse_objects(text: str, source: str) -> ObjectsLocation:
     if parts.scheme != "s3" or not parts.netloc:
         raise TeamConfigError(f"{source}: objects {text!r} is not s3://BUCKET/PREFIX")
     if "@" in parts.netloc or parts.query or parts.fragment:
-        raise TeamConfigError(f"{source}: objects {text!r} carries more than s3://BUCKET/PREFIX (credentials "
-                              f"come from AWS_PROFILE or ~/.aws/credentials, never from the setting)")
+        raise TeamConfigError(f"{source}: objects {text!r} carries more than s3://BUCKET/PREFIX "
+                              "(credentials come from AWS_PROFILE or "
+                              "~/.aws/credentials, never from the setting)")
     if not BUCKET.fullmatch(parts.netloc):
-        raise TeamConfigError(f"{source}: {parts.netloc!r} is not an S3 bucket name (3 to 63 lower-case "
-                              f"letters, digits, '.' or '-')")
+        raise TeamConfigError(f"{source}: {parts.netloc!r} is not an S3 bucket name (3 to 63 "
+                              f"lower-case letters, digits, '.' or '-')")
     words = tuple(w for w in parts.path.split("/") if w)
     for word in words:
         if not PREFIX_PART.fullmatch(word):
-            raise TeamConfigError(f"{source}: the prefix word {word!r} of {text!r} must be 1 to 64 letters, "
-                                  f"digits, '.', '_' or '-', not starting with '.' or '-'")
+            raise TeamConfigError(f"{source}: the prefix word {word!r} of {text!r} must be 1 to 64 "
+                                  f"letters, digits, '.', '_' or '-', not starting with '.' or '-'")
     return ObjectsLocation(parts.netloc, words)
 
 
@@ -83,12 +86,14 @@ def check_catalog(text: str, source: str) -> str:
     if text.startswith(("postgresql://", "postgres://")):
         parts = urlsplit(text)
         if parts.password is not None or re.search(r"(^|&)password=", parts.query):
-            raise TeamConfigError(f"{source}: the catalog URL holds a password; put it in ~/.pgpass (or a "
-                                  f"PGSERVICE service file) instead, where only you can read it")
+            raise TeamConfigError(f"{source}: the catalog URL holds a password; put it in "
+                                  "~/.pgpass (or a PGSERVICE service file) "
+                                  "instead, where only you can read it")
         return text
     if "=" in text:
         if re.search(r"(^|\s)password\s*=", text):
-            raise TeamConfigError(f"{source}: the catalog setting holds a password; put it in ~/.pgpass instead")
+            raise TeamConfigError(f"{source}: the catalog setting holds a "
+                                  "password; put it in ~/.pgpass instead")
         return text
     raise TeamConfigError(f"{source}: catalog {text!r} is neither a postgresql:// URL nor a libpq "
                           f"'key=value' string (e.g. service=fleet)")
@@ -110,7 +115,8 @@ def _read_site_file(path: Path) -> dict:
         with open(path, "rb") as f:
             doc = tomllib.load(f)
     except FileNotFoundError:
-        raise TeamConfigError(f"the site config {path} does not exist (FLEET_SITE_CONFIG)") from None
+        raise TeamConfigError(f"the site config {path} does not exist "
+                              "(FLEET_SITE_CONFIG)") from None
     except (OSError, tomllib.TOMLDecodeError) as e:
         raise TeamConfigError(f"the site config {path} cannot be read: {e}") from None
     unknown = sorted(set(doc) - {"catalog", "objects"})
@@ -138,7 +144,8 @@ def _named(catalog: str | None, objects: str | None, environ) -> dict[str, tuple
     return found
 
 
-def resolve(catalog: str | None = None, objects: str | None = None, environ=None) -> TeamStore | None:
+def resolve(catalog: str | None = None, objects: str | None = None,
+            environ=None) -> TeamStore | None:
     """The team store these settings name, or None for the embedded store alone. Both are needed:
     one without the other is refused, naming where the one given came from."""
     found = _named(catalog, objects, os.environ if environ is None else environ)
@@ -148,6 +155,7 @@ def resolve(catalog: str | None = None, objects: str | None = None, environ=None
     if cat is None or obj is None:
         have, lack = ("catalog", "objects") if obj is None else ("objects", "catalog")
         where = cat_source if obj is None else obj_source
-        raise TeamConfigError(f"a team store needs both a catalog and objects: {have} is set ({where}) but "
-                              f"{lack} is not (--{lack}, FLEET_{lack.upper()} or the site config file)")
+        raise TeamConfigError(f"a team store needs both a catalog and objects: {have} is set "
+                              f"({where}) but {lack} is not (--{lack}, "
+                              f"FLEET_{lack.upper()} or the site config file)")
     return TeamStore(check_catalog(cat, cat_source), parse_objects(obj, obj_source), cat_source)

@@ -14,8 +14,9 @@ every byte twice, and the parts need only a check against damage in transit.) A 
 uploaded by a cut upload (the client killed, the server restarted) is found again and not sent
 twice: an upload resumes.
 
-The client: botocore computes request checksums by default since 1.36, a CRC32 that some S3-compatible
-servers reject; fleet sends its own SHA-256 and asks for checksums only "when_required".
+The client: botocore computes request checksums by default since 1.36, a CRC32 that some
+S3-compatible servers reject; fleet sends its own SHA-256 and asks for checksums only
+"when_required".
 """
 
 from __future__ import annotations
@@ -33,7 +34,8 @@ from .catalog import TeamError, TeamUnavailable
 from .config import ObjectsLocation
 
 PART_SIZE = 64 * 1024 * 1024     # S3 allows 5 MiB to 5 GiB; 64 MiB keeps 10,000 parts above 600 GiB
-WORKERS = 8                      # parts in flight, each read from the file as it goes: memory stays flat
+# parts in flight, each read from the file as it goes: memory stays flat
+WORKERS = 8
 READ_CHUNK = 1024 * 1024
 
 
@@ -75,7 +77,8 @@ class LazyClient:
         return getattr(self._client, name)
 
 
-def key_of(location: ObjectsLocation, owner: str, site: str, run_id: str, host: str, sha256: str) -> str:
+def key_of(location: ObjectsLocation, owner: str, site: str, run_id: str, host: str,
+           sha256: str) -> str:
     return "/".join((*location.prefix, owner, site, run_id, host, sha256))
 
 
@@ -92,9 +95,10 @@ def failure(e: Exception, what: str) -> TeamError:
     _, botocore = _boto3()
     if isinstance(e, botocore.exceptions.ClientError):
         error = e.response["Error"]
-        return TeamError(f"the object store refused {what}: {error.get('Code')} {error.get('Message') or ''}".strip())
-    if isinstance(e, (botocore.exceptions.EndpointConnectionError, botocore.exceptions.ConnectionError,
-                      botocore.exceptions.ReadTimeoutError)):
+        return (TeamError(f"the object store refused {what}: {error.get('Code')} "
+                          f"{error.get('Message') or ''}".strip()))
+    if isinstance(e, (botocore.exceptions.EndpointConnectionError,
+                      botocore.exceptions.ConnectionError, botocore.exceptions.ReadTimeoutError)):
         return TeamUnavailable(f"the object store cannot be reached for {what}: {e}")
     if isinstance(e, botocore.exceptions.NoCredentialsError):
         return TeamError(f"no S3 credentials for {what}: set AWS_PROFILE or ~/.aws/credentials")
@@ -110,7 +114,8 @@ class Sent:
 
 
 def present(s3, bucket: str, key: str, sha256: str, size: int) -> bool:
-    """Whether the object is there, whole, with this content (its size and the sha256 it was sent with)."""
+    """Whether the object is there, whole, with this content (its size and the sha256 it was sent
+    with)."""
     _, botocore = _boto3()
     try:
         head = s3.head_object(Bucket=bucket, Key=key)
@@ -142,9 +147,10 @@ def _put_whole(s3, bucket: str, key: str, path: Path, sha256: str) -> None:
     data = _read_exactly(path, 0, os.stat(path).st_size)
     digest = hashlib.sha256(data).digest()
     if digest.hex() != sha256:
-        raise TeamError(f"{path} is no longer the report the store verified (sha256 {digest.hex()[:12]}, "
-                        f"not {sha256[:12]}): not sent")
-    s3.put_object(Bucket=bucket, Key=key, Body=data, ChecksumSHA256=_b64(digest), Metadata={"sha256": sha256})
+        raise TeamError(f"{path} is no longer the report the store verified (sha256 "
+                        f"{digest.hex()[:12]}, not {sha256[:12]}): not sent")
+    s3.put_object(Bucket=bucket, Key=key, Body=data, ChecksumSHA256=_b64(digest),
+                  Metadata={"sha256": sha256})
 
 
 def _read_exactly(path: Path, offset: int, length: int) -> bytes:
@@ -158,10 +164,11 @@ def _read_exactly(path: Path, offset: int, length: int) -> bytes:
 def _existing_upload(s3, bucket: str, key: str, sha256: str) -> tuple[str | None, dict[int, dict]]:
     """A multipart upload of this key and content that a cut left open, and its parts."""
     found = s3.list_multipart_uploads(Bucket=bucket, Prefix=key).get("Uploads", [])
-    for upload in sorted((u for u in found if u.get("Key") == key), key=lambda u: u.get("Initiated") or 0,
-                         reverse=True):
+    for upload in sorted((u for u in found if u.get("Key") == key), key=lambda u: u.get("Initiated")
+                         or 0, reverse=True):
         parts: dict[int, dict] = {}
-        pages = s3.get_paginator("list_parts").paginate(Bucket=bucket, Key=key, UploadId=upload["UploadId"])
+        pages = s3.get_paginator("list_parts").paginate(Bucket=bucket, Key=key,
+                                                        UploadId=upload["UploadId"])
         for page in pages:
             for part in page.get("Parts", []):
                 parts[part["PartNumber"]] = part
@@ -181,11 +188,13 @@ def _multipart(s3, bucket, key, path, sha256, size, part_size, workers) -> Sent:
     lock = threading.Lock()
 
     def send(number: int, offset: int, length: int, crc: bytes) -> None:
-        with FileRange(path, offset, length) as body:  # read again from the page cache, never held whole
-            answer = s3.upload_part(Bucket=bucket, Key=key, UploadId=upload_id, PartNumber=number, Body=body,
-                                    ContentLength=length, ChecksumCRC32=_b64(crc))
+        # read again from the page cache, never held whole
+        with FileRange(path, offset, length) as body:
+            answer = s3.upload_part(Bucket=bucket, Key=key, UploadId=upload_id, PartNumber=number,
+                                    Body=body, ContentLength=length, ChecksumCRC32=_b64(crc))
         with lock:
-            done[number] = {"PartNumber": number, "ETag": answer["ETag"], "ChecksumCRC32": _b64(crc)}
+            done[number] = {"PartNumber": number, "ETag": answer["ETag"],
+                            "ChecksumCRC32": _b64(crc)}
 
     fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
     try:
@@ -196,7 +205,8 @@ def _multipart(s3, bucket, key, path, sha256, size, part_size, workers) -> Sent:
                 crc, md5 = _digest_part(fd, offset, length, whole, with_md5=number in had)
                 digests.append(crc)
                 if _same_part(had.get(number), length, crc, md5):
-                    done[number] = {"PartNumber": number, "ETag": had[number]["ETag"], "ChecksumCRC32": _b64(crc)}
+                    done[number] = {"PartNumber": number, "ETag": had[number]["ETag"],
+                                    "ChecksumCRC32": _b64(crc)}
                     resumed += 1
                     continue
                 if len(pending) >= workers:  # memory stays at WORKERS parts, however large the file
@@ -210,8 +220,8 @@ def _multipart(s3, bucket, key, path, sha256, size, part_size, workers) -> Sent:
         os.close(fd)
     if whole.hexdigest() != sha256:
         s3.abort_multipart_upload(Bucket=bucket, Key=key, UploadId=upload_id)
-        raise TeamError(f"{path} is no longer the report the store verified (sha256 {whole.hexdigest()[:12]}, "
-                        f"not {sha256[:12]}): not sent")
+        raise TeamError(f"{path} is no longer the report the store verified (sha256 "
+                        f"{whole.hexdigest()[:12]}, not {sha256[:12]}): not sent")
     parts = [done[n] for n in sorted(done)]
     answer = s3.complete_multipart_upload(Bucket=bucket, Key=key, UploadId=upload_id,
                                           MultipartUpload={"Parts": parts})
@@ -221,7 +231,8 @@ def _multipart(s3, bucket, key, path, sha256, size, part_size, workers) -> Sent:
 
 class FileRange:
     """``length`` bytes of a file from ``offset``, as a file botocore reads a request's body from:
-    a part goes up from the file itself, so the memory a part takes is botocore's buffer, not the part."""
+    a part goes up from the file itself, so the memory a part takes is botocore's buffer, not the
+    part."""
 
     def __init__(self, path: Path, offset: int, length: int):
         self.fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
@@ -252,9 +263,11 @@ class FileRange:
         os.close(self.fd)
 
 
-def _digest_part(fd: int, offset: int, length: int, whole, *, with_md5: bool) -> tuple[bytes, str | None]:
+def _digest_part(fd: int, offset: int, length: int, whole, *, with_md5: bool) -> tuple[bytes,
+                                                                                       str | None]:
     """A part's CRC32 (and MD5, to recognise it on the server), the whole file's SHA-256 fed on the
-    way, read in chunks: the part is never held whole. hashlib and zlib let go of the GIL meanwhile."""
+    way, read in chunks: the part is never held whole. hashlib and zlib let go of the GIL
+    meanwhile."""
     crc, md5 = 0, hashlib.md5(usedforsecurity=False) if with_md5 else None
     for start in range(offset, offset + length, READ_CHUNK):
         chunk = os.pread(fd, min(READ_CHUNK, offset + length - start), start)
@@ -281,8 +294,8 @@ def _check_composite(answer: dict, digests: list[bytes], key: str, s3, bucket: s
     got = answer.get("ChecksumCRC32")
     if got is not None and got != expected:
         s3.delete_object(Bucket=bucket, Key=key)
-        raise TeamError(f"the object store holds other bytes than were sent for {key} (checksum {got}, "
-                        f"not {expected}): removed, send it again")
+        raise TeamError(f"the object store holds other bytes than were sent for {key} (checksum "
+                        f"{got}, not {expected}): removed, send it again")
 
 
 def delete(s3, bucket: str, keys: list[str]) -> None:
@@ -290,7 +303,8 @@ def delete(s3, bucket: str, keys: list[str]) -> None:
         for start in range(0, len(keys), 1000):
             batch = keys[start:start + 1000]
             if batch:
-                s3.delete_objects(Bucket=bucket, Delete={"Objects": [{"Key": k} for k in batch], "Quiet": True})
+                s3.delete_objects(Bucket=bucket, Delete={"Objects": [{"Key": k} for k in batch],
+                                                         "Quiet": True})
     except Exception as e:
         raise failure(e, "the removal") from None
 
@@ -307,7 +321,9 @@ def download(url: str, dest: Path, sha256: str, *, timeout: float = 60) -> int:
     partial = dest.with_name(f".{dest.name}.{os.getpid()}.part")
     digest, size = hashlib.sha256(), 0
     try:
-        with urllib.request.urlopen(url, timeout=timeout) as answer, files.open_partial(str(partial), 0) as out:
+        with urllib.request.urlopen(url,
+                                    timeout=timeout) as answer, files.open_partial(str(partial),
+                                                                                   0) as out:
             while chunk := answer.read(READ_CHUNK):
                 digest.update(chunk)
                 out.write(chunk)
@@ -320,7 +336,7 @@ def download(url: str, dest: Path, sha256: str, *, timeout: float = 60) -> int:
         raise TeamUnavailable(f"the object store cannot be reached for {dest.name}: {e}") from None
     if digest.hexdigest() != sha256:
         partial.unlink(missing_ok=True)
-        raise TeamError(f"{dest.name} came back with sha256 {digest.hexdigest()[:12]}, not the catalog's "
-                        f"{sha256[:12]}: not kept")
+        raise TeamError(f"{dest.name} came back with sha256 {digest.hexdigest()[:12]}, not the "
+                        f"catalog's {sha256[:12]}: not kept")
     private.rename_into_place(partial, dest)
     return size

@@ -107,7 +107,8 @@ class PushReport:
 
 
 def push_runs(team: TeamStore, store_root: Path, run_ids: list[str] | None,
-              on_run: Callable[[str, "push.Pushed | None", str | None], None] = lambda r, p, e: None) -> PushReport:
+              on_run: Callable[[str, "push.Pushed | None", str | None], None] = lambda r, p,
+              e: None) -> PushReport:
     """The runs named (or every finished run of the embedded store) pushed, each on its own: one
     that fails is said and the others go on; one the catalog is unreachable for stops the rest."""
     ids = run_ids if run_ids else finished_runs(store_root)
@@ -118,7 +119,8 @@ def push_runs(team: TeamStore, store_root: Path, run_ids: list[str] | None,
             for run_id in ids:
                 if not _push_one(team, store_root, run_id, s3, conn, report, on_run):
                     break
-    except TeamUnavailable as e:  # not reached at all: the first run says so (later, each run has said its own)
+    # not reached at all: the first run says so (later, each run has said its own)
+    except TeamUnavailable as e:
         if ids and not (report.failed or report.pushed):
             report.failed.append((ids[0], str(e)))
             on_run(ids[0], None, str(e))
@@ -144,7 +146,8 @@ def _push_one(team: TeamStore, store_root: Path, run_id: str, s3, conn, report: 
 
 
 def finished_runs(store_root: Path) -> list[str]:
-    """Every run of the embedded store that has finished, oldest first (by id: the time it began)."""
+    """Every run of the embedded store that has finished, oldest first (by id: the time it
+    began)."""
     from ..manifest_io import read_manifest
 
     if not store_root.exists():
@@ -162,7 +165,8 @@ def finished_runs(store_root: Path) -> list[str]:
 
 def after_save(store_root: Path, manifest_path: Path, status: str) -> str | None:
     """Once a run has finished: pushed to the team store, when one is named. What happened back, as
-    one line (None without a team store). Never raises: the run is saved whatever the team store says."""
+    one line (None without a team store). Never raises: the run is saved whatever the team store
+    says."""
     from .config import resolve
 
     if status in push.NOT_YET or os.environ.get("FLEET_NO_PUSH"):
@@ -173,8 +177,8 @@ def after_save(store_root: Path, manifest_path: Path, status: str) -> str | None
             return None
         done = push.push_run(team, store_root, manifest_path.parent.name)
     except (TeamError, LookupError, ValueError, OSError) as e:
-        return (f"not pushed to the team store ({e}); `fleet reports push {manifest_path.parent.name}` "
-                f"sends it later")
+        return (f"not pushed to the team store ({e}); `fleet reports push "
+                f"{manifest_path.parent.name}` sends it later")
     if done.unchanged:
         return "team store: pushed (unchanged)"
     return f"team store: pushed ({done.sent} file(s) sent, {done.already_there} already there)"
@@ -182,7 +186,8 @@ def after_save(store_root: Path, manifest_path: Path, status: str) -> str | None
 
 class TeamHistory:
     """The nightly report's runs from the team catalog (:class:`fleet.nightly.run.EmbeddedHistory`'s
-    twin): every metric of a playbook that this person may see, their own runs and the shared ones."""
+    twin): every metric of a playbook that this person may see, their own runs and the shared
+    ones."""
 
     def __init__(self, team: TeamStore):
         self.team = team
@@ -200,7 +205,8 @@ class TeamHistory:
             owner, m, _ = manifest(self.team, run_id)
         except (LookupError, ValueError):
             return None
-        return {"dir": f"{self.team.objects} (team store, {owner}'s run {run_id})", "reports": []}, m
+        return {"dir": f"{self.team.objects} (team store, {owner}'s run {run_id})",
+                "reports": []}, m
 
     def compare(self, a: str, b: str) -> list[dict]:
         from ..queries import kernel_changes
@@ -208,8 +214,8 @@ class TeamHistory:
         totals: dict[str, dict[str, int]] = {}
         with catalog.connected(self.team) as conn:
             for run in (a, b):
-                for name, total in conn.execute("SELECT name, SUM(total_ns) FROM fleet.kernels WHERE run_id = %s "
-                                                "GROUP BY name", (run,)):
+                for name, total in conn.execute("SELECT name, SUM(total_ns) FROM fleet.kernels "
+                                                "WHERE run_id = %s GROUP BY name", (run,)):
                     totals.setdefault(name, {})[run] = int(total)
         return kernel_changes(totals, a, b)
 
@@ -234,7 +240,8 @@ def materialize(team: TeamStore, run_ids: list[str], cache: Path | None = None) 
             catalog.check_version(conn)
             _, doc = catalog.manifest(conn, run_id)
             rows = [r for r in catalog.reports(conn) if r["run_id"] == run_id and r["object_key"]]
-            urls = {r["object_key"]: catalog.object_url(conn, run_id, r["object_key"]) for r in rows}
+            urls = {r["object_key"]: catalog.object_url(conn, run_id, r["object_key"])
+                    for r in rows}
         m = RunManifest.from_json(doc)
         directory = layout.run_dir(root, m.site, m.run_id)
         private.check_folder(directory, root)

@@ -1,10 +1,11 @@
 """The team catalog's schema in PostgreSQL, as numbered migrations, and who may see what.
 
 The site's admin applies them (``fleet team migrate``, as the role that owns the schema); every
-other person's fleet only reads ``fleet.schema_version`` and refuses a catalog that is older (ask the
-admin) or newer (upgrade fleet) than it knows.
+other person's fleet only reads ``fleet.schema_version`` and refuses a catalog that is older (ask
+the admin) or newer (upgrade fleet) than it knows.
 
-Who sees what is PostgreSQL's row-level security, so that it holds through ``psql`` as through fleet:
+Who sees what is PostgreSQL's row-level security, so that it holds through ``psql`` as through
+fleet:
 * a run is its owner's (``owner``, the role that pushed it: ``DEFAULT current_user`` and checked on
   every insert and update, so nobody files a run under another name);
 * a person sees their own runs, the runs shared with a group role they are a member of, and all of
@@ -73,7 +74,8 @@ ALTER TABLE fleet.runs ENABLE ROW LEVEL SECURITY;
 CREATE POLICY runs_read ON fleet.runs FOR SELECT
   USING (owner = current_user OR fleet.can_see(owner, run_id, current_user));
 CREATE POLICY runs_add ON fleet.runs FOR INSERT WITH CHECK (owner = current_user);
-CREATE POLICY runs_change ON fleet.runs FOR UPDATE USING (owner = current_user) WITH CHECK (owner = current_user);
+CREATE POLICY runs_change ON fleet.runs FOR UPDATE USING (owner = current_user)
+  WITH CHECK (owner = current_user);
 CREATE POLICY runs_remove ON fleet.runs FOR DELETE
   USING (owner = current_user OR pg_has_role(current_user, 'fleet_admin', 'MEMBER'));
 """
@@ -85,7 +87,8 @@ CREATE POLICY {t}_read ON fleet.{t} FOR SELECT
   USING (EXISTS (SELECT 1 FROM fleet.runs r WHERE r.run_id = {t}.run_id));
 CREATE POLICY {t}_write ON fleet.{t} FOR ALL
   USING (EXISTS (SELECT 1 FROM fleet.runs r WHERE r.run_id = {t}.run_id AND r.owner = current_user))
-  WITH CHECK (EXISTS (SELECT 1 FROM fleet.runs r WHERE r.run_id = {t}.run_id AND r.owner = current_user));
+  WITH CHECK (EXISTS (SELECT 1 FROM fleet.runs r WHERE r.run_id = {t}.run_id
+    AND r.owner = current_user));
 """
 
 SHARE_RULE = """
@@ -152,9 +155,10 @@ GRANT EXECUTE ON FUNCTION fleet.can_see(name, text, name) TO fleet_user;
 # site's (docs/team-store.md makes them); the migrations only use them.
 MIGRATIONS: list[str] = [
     "CREATE SCHEMA fleet;\n"
-    "CREATE TABLE fleet.schema_version (one boolean PRIMARY KEY DEFAULT true CHECK (one), version integer NOT NULL);\n"
-    "INSERT INTO fleet.schema_version (version) VALUES (0);\n"
-    "GRANT USAGE ON SCHEMA fleet TO fleet_user;\nGRANT SELECT ON fleet.schema_version TO fleet_user;\n"
+    "CREATE TABLE fleet.schema_version (one boolean PRIMARY KEY DEFAULT true CHECK (one), version "
+    "integer NOT NULL);\nINSERT INTO fleet.schema_version (version) VALUES (0);\n"
+    "GRANT USAGE ON SCHEMA fleet TO fleet_user;\nGRANT SELECT ON fleet.schema_version TO "
+    "fleet_user;\n"
     + TABLES + CAN_SEE + POLICIES
     + "".join(CHILD_POLICY.format(t=t) for t in ("reports", "kernels", "metrics", "run_shares"))
     + SHARE_RULE
