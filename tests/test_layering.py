@@ -21,7 +21,7 @@ CONTROLLER_MAY_IMPORT = {"fleet.agent.wire", "fleet.agent.messages", "fleet.agen
                          "fleet.agent.sqlitefile"}
 # `fleet slurm prolog|epilog|taskprolog`: slurmd runs the hooks through the installed entry point,
 # on the node; that command is the agent itself, run in-process.
-NODE_ENTRY_POINTS = {("fleet/cli/slurm.py", "fleet.agent.slurmd")}
+NODE_ENTRY_POINTS = {("fleet/cli/slurm_install.py", "fleet.agent.slurmd")}
 
 
 def module_name(path: Path) -> str:
@@ -161,7 +161,10 @@ def test_the_circle_finder_finds_circles_and_nothing_else():
 FUNCTION_LINES, FILE_LINES = 60, 400
 # In files other work is changing now: split there, then removed from here. The list is to end empty.
 LONG_FUNCTIONS_BEING_SPLIT: set = set()
-LONG_FILES_BEING_SPLIT: set = set()
+# The node's modules that wrapping their lines at 100 characters took past 400 lines: each is split
+# by concern in a change the GPU matrix runs after (their lines are wrapped; their code is the same).
+LONG_FILES_BEING_SPLIT: set = {"fleet/agent/owned.py", "fleet/agent/profiler.py",
+                               "fleet/agent/reports.py", "fleet/plan.py", "fleet/policy/nodestate.py"}
 
 
 def long_functions() -> list[tuple[str, str, int]]:

@@ -6,21 +6,25 @@ from typing import TYPE_CHECKING
 
 import click
 
-from .terminal import fail  # noqa: F401 (one line on stderr, ``fleet: ...``, escaped, and the exit status)
+# fail: one line on stderr, ``fleet: ...``, escaped, and the exit status
+from .terminal import fail  # noqa: F401
 
 if TYPE_CHECKING:
     from ..inventory import Inventory
+    from ..store.manifest import RunManifest
 
-exclude_option = click.option("-x", "--exclude", multiple=True, help="Hosts, groups or ranges to leave out.")
+exclude_option = click.option("-x", "--exclude", multiple=True,
+                              help="Hosts, groups or ranges to leave out.")
 store_option = click.option("--store", "store_root", type=click.Path(), envvar="FLEET_STORE",
-                            help="Report store (default ~/.local/share/fleet/store): SITE/DAY/RUN-ID/HOST/.")
+                            help="Report store (default ~/.local/share/fleet/store): "
+                                 "SITE/DAY/RUN-ID/HOST/.")
 
 
 class Context:
     """The global options (inventory, SSH settings, fan-out), read once per command."""
 
-    def __init__(self, inventories: tuple[str, ...], ssh_config: str | None, known_hosts: str | None,
-                 fanout: int, connect_timeout: float | None = None):
+    def __init__(self, inventories: tuple[str, ...], ssh_config: str | None,
+                 known_hosts: str | None, fanout: int, connect_timeout: float | None = None):
         self.inventories, self.fanout = inventories, fanout
         self._ssh = (ssh_config, known_hosts, connect_timeout)
         self._inventory: "Inventory | None" = None
@@ -42,14 +46,15 @@ class Context:
         return SSHSettings.from_env(*self._ssh)
 
     def fanout_for_run(self):
-        """A pool of this command's connections, for a look that runs its own event loop (fleet top)."""
+        """A pool of this command's connections, for a look that runs its own event loop (fleet
+        top)."""
         from ..transport import Fanout
 
         return Fanout(self.ssh_settings(), concurrency=self.fanout)
 
     def over_pool(self, work):
-        """What ``work(fan)`` (a coroutine function) returns, over a pool of this command's connections
-        opened and closed around it (fleet.transport.over_pool)."""
+        """What ``work(fan)`` (a coroutine function) returns, over a pool of this command's
+        connections opened and closed around it (fleet.transport.over_pool)."""
         from ..transport import over_pool
 
         return over_pool(self.ssh_settings(), self.fanout, work)
@@ -77,3 +82,14 @@ def push_when_done(store_root, manifest, as_json: bool = False) -> None:
 
         echo(line if line.startswith("team store:") else f"fleet: {line}",
                    err=as_json or not line.startswith("team store:"))
+
+
+def stored_run(store_root: str | None, run_id: str) -> "RunManifest":
+    """The run RUN_ID in the store (``--store``, else the default), or a one-line failure that
+    says why it is not there."""
+    from .. import store
+
+    try:
+        return store.load_run(store.root(store_root), run_id)
+    except LookupError as e:
+        fail(str(e))

@@ -27,10 +27,10 @@ COMMANDS = {
     "reports": ("reports", "reports"),
     "jobs": ("slurm", "jobs"),
     "cancel": ("slurm", "cancel"),
-    "slurm": ("slurm", "slurm_group"),
+    "slurm": ("slurm_install", "slurm_group"),
     "ray": ("ray_jobs", "ray_group"),
     "run": ("nightly", "run_cmd"),
-    "schedule": ("nightly", "schedule"),
+    "schedule": ("schedule", "schedule"),
     "nightly": ("nightly", "nightly"),
     "team": ("team", "team"),
     "top": ("top", "top"),
@@ -65,13 +65,15 @@ class _Group(click.Group):
             sys.exit(e.exit_code)
         except click.Abort:  # Ctrl-C outside a run (a prompt, a probe)
             fail("interrupted", exitcodes.INTERRUPTED)
-        sys.exit(returned if isinstance(returned, int) else exitcodes.OK)  # --help, --version: click's Exit(0)
+        # --help, --version: click's Exit(0)
+        sys.exit(returned if isinstance(returned, int) else exitcodes.OK)
 
     def invoke(self, ctx: click.Context):
         try:
             return super().invoke(ctx)
         except Exception as e:
-            # Imported only when something failed: the store's module is a cost every command would pay.
+            # Imported only when something failed: the store's module is a cost every command would
+            # pay.
             from ..errors import FleetError
             from ..safenames import UnsafeValue
 
@@ -85,25 +87,32 @@ class _Group(click.Group):
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="fleet")
 @click.option("-i", "--inventory", "inventories", multiple=True, envvar="FLEET_INVENTORY",
-              type=click.Path(), help="Ansible-style YAML inventory file or directory (repeatable). "
+              type=click.Path(),
+              help="Ansible-style YAML inventory file or directory (repeatable). "
               "Without one, targets are this machine (localhost) or hosts "
               "named [user@]host[:port], reached by SSH.")
-@click.option("--ssh-config", envvar="FLEET_SSH_CONFIG", help="ssh_config file (default ~/.ssh/config).")
-@click.option("--known-hosts", envvar="FLEET_KNOWN_HOSTS", help="known_hosts file (default: as ssh_config says).")
+@click.option("--ssh-config", envvar="FLEET_SSH_CONFIG",
+              help="ssh_config file (default ~/.ssh/config).")
+@click.option("--known-hosts", envvar="FLEET_KNOWN_HOSTS",
+              help="known_hosts file (default: as ssh_config says).")
 @click.option("-f", "--fanout", default=64, show_default=True, type=click.IntRange(1, 4096),
               help="Hosts worked on at once.")
-@click.option("--connect-timeout", default=15.0, show_default=True, type=click.FloatRange(0, min_open=True),
-              envvar="FLEET_CONNECT_TIMEOUT", help="Seconds for a host's SSH connection, handshake included.")
+@click.option("--connect-timeout", default=15.0, show_default=True,
+              type=click.FloatRange(0, min_open=True),
+              envvar="FLEET_CONNECT_TIMEOUT",
+              help="Seconds for a host's SSH connection, handshake included.")
 @click.option("--catalog", envvar="FLEET_CATALOG", metavar="URL",
               help="The team catalog: postgresql://HOST/DB (no password: libpq reads ~/.pgpass). "
                    "See docs/team-store.md.")
 @click.option("--objects", envvar="FLEET_OBJECTS", metavar="s3://BUCKET/PREFIX",
-              help="The team store's object storage (credentials and endpoint as boto3 reads them).")
-@click.option("-v", "--debug", "verbose", count=True, help="Show asyncssh's log on stderr (authentication, "
+              help="The team store's object storage (credentials and endpoint as boto3 reads "
+                   "them).")
+@click.option("-v", "--debug", "verbose", count=True,
+              help="Show asyncssh's log on stderr (authentication, "
               "key exchange); -vv, -vvv: more of it.")
 @click.pass_context
-def main(ctx: click.Context, inventories, ssh_config, known_hosts, fanout, connect_timeout, catalog, objects,
-         verbose):
+def main(ctx: click.Context, inventories, ssh_config, known_hosts, fanout, connect_timeout, catalog,
+         objects, verbose):
     """Profile GPU workloads with Nsight across shared servers and Slurm clusters."""
     for variable, value in (("FLEET_CATALOG", catalog), ("FLEET_OBJECTS", objects)):
         if value:  # the team store's one source for every layer below: fleet/store/team/config.py

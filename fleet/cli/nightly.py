@@ -1,9 +1,8 @@
-"""Nightly profiling from the command line: ``fleet run``, ``fleet schedule``, ``fleet nightly report``."""
+"""Nightly profiling from the command line: ``fleet run``, ``fleet schedule``, ``fleet nightly
+report``."""
 
 from __future__ import annotations
 
-import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -21,16 +20,17 @@ if TYPE_CHECKING:
     from ..store.manifest import RunManifest
 
 
-def _playbook(path: str):
+def loaded_playbook(path: str):
     from ..nightly.playbook import load
 
     return load(path)  # a PlaybookError is a FleetError: the CLI prints file:line and exits 2
 
 
-def run_playbook(obj: Context, path: str, store_root, dry_run: bool, poll: float = 5.0, *, as_json: bool = False,
-                 quiet: bool = False) -> "RunManifest":
+def run_playbook(obj: Context, path: str, store_root, dry_run: bool, poll: float = 5.0, *,
+                 as_json: bool = False, quiet: bool = False) -> "RunManifest":
     """The playbook's run, its progress printed as ``fleet profile`` prints it (with ``as_json``,
-    the workload's lines on stderr), or nothing while it runs when ``quiet`` (a schedule's firing)."""
+    the workload's lines on stderr), or nothing while it runs when ``quiet`` (a schedule's
+    firing)."""
     from ..nightly import run as nightly
     from .. import store
     from ..wrapping.containers import ContainerError
@@ -39,13 +39,15 @@ def run_playbook(obj: Context, path: str, store_root, dry_run: bool, poll: float
     from .profile import workload_writer
     from .slurm import job_state_printer
 
-    pb = _playbook(path)
+    pb = loaded_playbook(path)
 
     def go(fan, gathering):
         progress = nightly.Progress() if quiet else nightly.Progress(
-            write=workload_writer(as_json), on_state=job_state_printer(as_json), gathering=gathering)
+            write=workload_writer(as_json), on_state=job_state_printer(as_json),
+            gathering=gathering)
         return nightly.run_playbook(fan, obj.inventory, pb, embedded=not obj.inventories,
-                                    store_root=store.root(store_root), dry_run=dry_run, poll=poll, progress=progress)
+                                    store_root=store.root(store_root), dry_run=dry_run, poll=poll,
+                                    progress=progress)
 
     try:
         with byte_progress(enabled=not (as_json or quiet or dry_run)) as gathering:
@@ -59,11 +61,13 @@ def run_playbook(obj: Context, path: str, store_root, dry_run: bool, poll: float
 @click.command("run")
 @click.argument("playbook", type=click.Path(exists=True, dir_okay=False))
 @store_option
-@click.option("--dry-run", is_flag=True, help="What would run (the batch script on Slurm); nothing is submitted.")
+@click.option("--dry-run", is_flag=True,
+              help="What would run (the batch script on Slurm); nothing is submitted.")
 @json_option
 @click.pass_obj
 def run_cmd(obj: Context, playbook, store_root, dry_run, as_json):
-    """Run PLAYBOOK once, as fleet profile would (its progress as it prints it), and catalogue its metrics."""
+    """Run PLAYBOOK once, as fleet profile would (its progress as it prints it), and catalogue its
+    metrics."""
     from .profile import show_lab_run
 
     m = run_playbook(obj, playbook, store_root, dry_run, as_json=as_json)
@@ -71,7 +75,8 @@ def run_cmd(obj: Context, playbook, store_root, dry_run, as_json):
         echo_json(m.to_json())
     elif dry_run and m.slurm is not None:
         echo(m.slurm.script, nl=False)
-    elif m.slurm is None:  # each host's plan, or its outcome, and the run's line, as `fleet profile` says them
+    # each host's plan, or its outcome, and the run's line, as `fleet profile` says them
+    elif m.slurm is None:
         show_lab_run(m, store_root, dry_run, as_json)
     else:
         from ..slurm import runs
@@ -89,133 +94,6 @@ def run_cmd(obj: Context, playbook, store_root, dry_run, as_json):
 
 
 @click.group()
-def schedule():
-    """Run playbooks unattended (scrontab, a self-resubmitting Slurm job, or crontab)."""
-
-
-@schedule.command("install")
-@click.argument("playbook", type=click.Path(exists=True, dir_okay=False))
-@click.option("--cron", help="When, as crontab takes it: '0 2 * * *', '30 9 * * MON-FRI', '@daily'.")
-@click.option("--every", help="Or every DURATION (30s, 15m, 6h, 1d); crontab and scrontab take only what cron "
-              "repeats exactly.")
-@click.option("--name", help="The schedule's name (default: the playbook's).")
-@click.option("--backend", type=click.Choice(["scrontab", "resubmit", "crontab"]),
-              help="Force a way (default: the best this site has).")
-@click.option("--sbatch-arg", "sbatch_args", multiple=True, help="sbatch option for the scheduling job.")
-@store_option
-@click.option("--dry-run", is_flag=True,
-              help="Say what would be installed (the table lines or the job); install nothing.")
-@json_option
-@click.pass_obj
-def schedule_install(obj: Context, playbook, cron, every, name, backend, sbatch_args, store_root, dry_run, as_json):
-    """Schedule PLAYBOOK; each firing is a normal `fleet run`."""
-    from ..nightly import schedule as sched
-    from .. import store
-
-    pb = _playbook(playbook)
-    root = store.root(store_root).resolve()
-    env = _firing_env(obj, root)
-    here = False
-    if pb.on_slurm:
-        from ..slurm.cluster import choose
-
-        here = choose(obj.inventory, pb.target.get("partition"), pb.target.get("cluster"),
-                      embedded=not obj.inventories).local
-    record = sched.install(root, name or pb.name, playbook, cron=cron,
-                           every=sched.every_seconds(every) if every else None, on_slurm_here=here, env=env,
-                           sbatch_args=tuple(sbatch_args), backend=backend, dry_run=dry_run)
-    if as_json:
-        return echo_json({**record, "dry_run": dry_run,
-                          "next": [t.isoformat(timespec="seconds") for t in sched.next_times(record)]})
-    if dry_run:
-        where = {"crontab": "your crontab", "scrontab": "your scrontab",
-                 "resubmit": f"{record['dir']}/{record['name']}.sbatch, submitted with sbatch --begin"}
-        echo(f"would schedule {record['name']} ({_when(record)}) with {record['backend']}, "
-             f"adding to {where[record['backend']]}:")
-        echo(record["would_install"], nl=False)
-    else:
-        echo(f"scheduled {record['name']} ({_when(record)}) with "
-             f"{record['backend']}" + (f": job {record['job_id']}" if record.get("job_id") else ""))
-    echo("next: " + ", ".join(t.isoformat(" ", "minutes") for t in sched.next_times(record)))
-
-
-def _firing_env(obj: Context, root: Path) -> dict[str, str]:
-    """What a schedule's firing needs of this shell: fleet's settings, its store and inventories, and
-    where the team store's clients find their credentials (a night pushed from cron lands in the team
-    store as it would from here)."""
-    from ..store.team.config import CREDENTIAL_FILES, CREDENTIAL_LOCATIONS
-
-    kept = ("PATH", "HOME", *CREDENTIAL_LOCATIONS)
-    env = {k: v for k, v in os.environ.items() if k.startswith(("FLEET_", "SLURM_CONF")) or k in kept}
-    env.update({k: os.path.abspath(env[k]) for k in CREDENTIAL_FILES if env.get(k)})
-    env["FLEET_STORE"] = str(root)
-    if obj.inventories:
-        env["FLEET_INVENTORY"] = " ".join(str(Path(i).resolve()) for i in obj.inventories)
-    return env
-
-
-def _when(record: dict) -> str:
-    from ..nightly import schedule as sched
-
-    if record.get("cron"):
-        return record["cron"]
-    line = sched.when(record)
-    return f"every {sched.duration(record['every'])}" + (f", cron '{line}'" if line else "")
-
-
-@schedule.command("ls")
-@store_option
-@json_option
-def schedule_ls(store_root, as_json):
-    """The schedules and how often each has fired."""
-    from ..nightly import schedule as sched
-    from .. import store
-
-    records = [json.loads(p.read_text()) for p in sorted(sched.records_dir(store.root(store_root)).glob("*.json"))]
-    for r in records:
-        try:
-            r["next"] = [t.isoformat(timespec="seconds") for t in sched.next_times(r)]
-        except sched.ScheduleError:  # a record from before --every was checked against cron
-            r["next"] = []
-    if as_json:
-        echo_json({"schedules": records})
-        return
-    for r in records:
-        nxt = ", ".join(t.replace("T", " ")[:16] for t in r["next"])
-        echo(f"{r['name']}  {_when(r)}  {r['backend']}  fired {r['fired']}x  next {nxt}  {r['playbook']}")
-
-
-@schedule.command("rm")
-@click.argument("name")
-@store_option
-@json_option
-def schedule_rm(name, store_root, as_json):
-    """Remove a schedule (a pending scheduling job is cancelled)."""
-    from ..nightly import schedule as sched
-    from .. import store
-
-    record = sched.remove(store.root(store_root), name)
-    if as_json:
-        return echo_json({"removed": record})
-    echo(f"removed {name} ({record['backend']})")
-
-
-@schedule.command("fire", hidden=True)
-@click.argument("name")
-@store_option
-@click.pass_obj
-def schedule_fire(obj: Context, name, store_root):
-    """Run by the schedule itself: the next occurrence is set up, then the playbook runs."""
-    from ..nightly import schedule as sched
-    from .. import store
-
-    record = sched.fire(store.root(store_root), name)
-    m = run_playbook(obj, record["playbook"], store_root, False, quiet=True)
-    echo(f"schedule {name}: run {m.run_id} {m.status}")
-    push_when_done(store_root, m)  # a team store named in the site config file: the night lands there
-
-
-@click.group()
 def nightly():
     """Trends and verdicts over the catalogued runs of playbooks."""
 
@@ -223,9 +101,10 @@ def nightly():
 @nightly.command("report")
 @click.argument("playbooks", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False))
 @click.option("--since", type=Day(), help="Only runs started on or after this date (YYYY-MM-DD).")
-@click.option("--out", default="fleet-nightly.html", show_default=True, type=click.Path(dir_okay=False),
-              help="The HTML page (its JSON twin goes beside it).")
-@click.option("--notify", help="Run this shell command with the summary on its stdin (mail, chat webhook).")
+@click.option("--out", default="fleet-nightly.html", show_default=True,
+              type=click.Path(dir_okay=False), help="The HTML page (its JSON twin goes beside it).")
+@click.option("--notify",
+              help="Run this shell command with the summary on its stdin (mail, chat webhook).")
 @store_option
 @json_option
 def nightly_report(playbooks, since, out, notify, store_root, as_json):
@@ -235,8 +114,8 @@ def nightly_report(playbooks, since, out, notify, store_root, as_json):
     from ..nightly import run as nightly_mod
     from .. import store
 
-    summary = nightly_mod.report(store.root(store_root), [_playbook(p) for p in playbooks], Path(out), since,
-                                 history=_history(store_root))
+    summary = nightly_mod.report(store.root(store_root), [loaded_playbook(p) for p in playbooks],
+                                 Path(out), since, history=_history(store_root))
     text = "\n".join(_report_lines(summary) + [f"report: {out}"]) + "\n"
     if as_json:
         echo_json(summary)
@@ -257,33 +136,42 @@ def _report_lines(summary: dict) -> list[str]:
     lines = []
     for p in summary["playbooks"]:
         lines.append(f"{p['name']}: {len(p['verdicts'])} metric(s) over {p['runs']} run(s); " +
-                     ", ".join(f"{v['verdict']}: {shown_metric(v['metric'])} ({v['device']})" for v in p["verdicts"]))
+                     ", ".join(f"{v['verdict']}: {shown_metric(v['metric'])} ({v['device']})"
+                               for v in p["verdicts"]))
         kept = {c["run_id"] for s in p["changes"] for c in s["contaminated"]}
         for s in p["changes"]:
             for c in s["changes"]:
                 what = "; ".join(c["changed"]) or "nothing recorded changed"
-                lines.append(f"  change: {shown_metric(s['metric'])} ({s['device']}) {c['rel']:+.1%} at run "
-                             f"{c['run_after']}, {c['label']}{' (recent)' if c['recent'] else ''}: {what}")
+                lines.append(f"  change: {shown_metric(s['metric'])} ({s['device']}) "
+                             f"{c['rel']:+.1%} at run {c['run_after']}, "
+                             f"{c['label']}{' (recent)' if c['recent'] else ''}: {what}")
         if kept:
-            lines.append(f"  kept out as contaminated: {len(kept)} run(s) ({', '.join(sorted(kept))})")
+            lines.append(f"  kept out as contaminated: {len(kept)} run(s) "
+                         f"({', '.join(sorted(kept))})")
     lines += [f"REGRESSION {r}" for r in summary["regressions"]] + \
-        [f"UNEXPLAINED {r}" for r in summary["unexplained"]] + [f"ENVIRONMENT {r}" for r in summary["environment"]]
-    return [visible(line) for line in lines]  # kernel names and devices come from the nodes: one line each
+        [f"UNEXPLAINED {r}" for r in summary["unexplained"]] + [f"ENVIRONMENT {r}"
+                                                                for r in summary["environment"]]
+    # kernel names and devices come from the nodes: one line each
+    return [visible(line) for line in lines]
 
 
 @nightly.command("confirm")
 @click.argument("playbook", type=click.Path(exists=True, dir_okay=False))
-@click.option("--change", "run_after", metavar="RUN", help="The change point at this run (the first after it; "
+@click.option("--change", "run_after", metavar="RUN",
+              help="The change point at this run (the first after it; "
               "default: the newest change where the workload's version changed).")
 @click.option("--versions", nargs=2, metavar="A B", help="Or two versions of the workload, named.")
 @click.option("--rounds", type=click.IntRange(1, 5), default=1, show_default=True,
               help="A/B/B/A this many times (two rounds: 8 runs, and a p-value of 1/70 at best).")
-@click.option("--gpu", "gpu", type=click.IntRange(0), help="Lab servers: the GPU (NVML index) every run uses.")
-@click.option("--since", type=Day(), help="Only the history from this date (YYYY-MM-DD) is searched for the change.")
+@click.option("--gpu", "gpu", type=click.IntRange(0),
+              help="Lab servers: the GPU (NVML index) every run uses.")
+@click.option("--since", type=Day(),
+              help="Only the history from this date (YYYY-MM-DD) is searched for the change.")
 @store_option
 @json_option
 @click.pass_obj
-def nightly_confirm(obj: Context, playbook, run_after, versions, rounds, gpu, since, store_root, as_json):
+def nightly_confirm(obj: Context, playbook, run_after, versions, rounds, gpu, since, store_root,
+                    as_json):
     """Rerun the workload's versions either side of a change, A/B/B/A on the same GPU, and say
     whether the change holds. The playbook's checkout command puts the workload at a version (its
     version command checks it); the workload is put back at its version afterwards. These runs are
@@ -294,11 +182,12 @@ def nightly_confirm(obj: Context, playbook, run_after, versions, rounds, gpu, si
     from .. import store
     from .terminal import say
 
-    pb = _playbook(playbook)
+    pb = loaded_playbook(playbook)
     target = _confirm_target(pb, versions, run_after, gpu, since, store_root)
     if not as_json:
         say(f"confirming {target.before} (A) against {target.after} (B)" +
-            (f", the change at run {target.run_after}" if target.run_after else "") + f": {'ABBA' * rounds}")
+            (f", the change at run {target.run_after}" if target.run_after else "")
+            + f": {'ABBA' * rounds}")
 
     def said(side: str, version: str, m) -> None:
         if not as_json:
@@ -307,15 +196,18 @@ def nightly_confirm(obj: Context, playbook, run_after, versions, rounds, gpu, si
     done = Confirmation(target)
 
     try:
-        obj.over_pool(lambda fan: confirm(fan, obj.inventory, pb, done, embedded=not obj.inventories,
+        obj.over_pool(lambda fan: confirm(fan, obj.inventory, pb, done,
+                                          embedded=not obj.inventories,
                                           store_root=store.root(store_root), rounds=rounds,
                                           gpus=(gpu,) if gpu is not None else None, on_run=said))
     except verdicts.ConfirmError as e:  # before anything was checked out or run
         fail(str(e))
-    except KeyboardInterrupt:  # the runs stopped; where the workload was left is said before leaving
+    # the runs stopped; where the workload was left is said before leaving
+    except KeyboardInterrupt:
         _say_confirmed(done, [], as_json=False, err=True)
         raise
-    found = [] if done.error else verdicts.judge_all(done.measured, target, float(pb.thresholds["change"]))
+    found = [] if done.error else verdicts.judge_all(done.measured, target,
+                                                     float(pb.thresholds["change"]))
     _say_confirmed(done, found, as_json)
     sys.exit(exitcodes.FAILED if done.error or done.restore_error else
              exitcodes.OK if verdicts.holds(found) else exitcodes.NOT_CONFIRMED)
@@ -330,7 +222,8 @@ def _confirm_target(pb, versions, run_after, gpu, since, store_root):
     if versions and versions[0] == versions[1]:
         fail(f"--versions: A and B are both {versions[0]}; name two versions")
     if versions and (run_after or since):
-        fail("--change and --since find the versions in the history; --versions names them: give one")
+        fail("--change and --since find the versions in the history; --versions names them: "
+             "give one")
     if gpu is not None and pb.on_slurm:
         fail("--gpu picks a GPU on lab servers; on Slurm the job's GPUs are Slurm's to give")
     try:
@@ -344,8 +237,8 @@ def _confirm_target(pb, versions, run_after, gpu, since, store_root):
 
 
 def _history(store_root):
-    """Where a playbook's history is read: the team store where one is named (every run of the playbook
-    that you may see), else the embedded one."""
+    """Where a playbook's history is read: the team store where one is named (every run of the
+    playbook that you may see), else the embedded one."""
     from ..nightly.run import EmbeddedHistory
     from .. import store
     from .reports_team import team_store
@@ -368,7 +261,8 @@ def _say_confirmed(done, found, as_json: bool, err: bool = False) -> None:
     from .terminal import say
 
     if as_json:
-        return echo_json({"target": asdict(done.target), "runs": [dict(zip(("side", "version", "run_id"), r))
+        return echo_json({"target": asdict(done.target), "runs": [dict(zip(("side", "version",
+                                                                            "run_id"), r))
                                                                   for r in done.runs],
                           "verdicts": [asdict(v) for v in found], "left_at": done.left_at,
                           "error": done.error, "restore_error": done.restore_error})

@@ -4,32 +4,21 @@ from __future__ import annotations
 
 import sys
 
-from typing import TYPE_CHECKING
-
 import click
 
 from .. import exitcodes
 from .parsing import Day
-from .context import fail, store_option
+from .context import fail, store_option, stored_run
 from .output import echo_json, json_option
+from .reports_ranks import reports_ranks
 from .terminal import echo, say, visible
-
-if TYPE_CHECKING:
-    from ..store.manifest import RunManifest
-
-
-def _manifest(store_root: str | None, run_id: str) -> "RunManifest":
-    from .. import store
-
-    try:
-        return store.load_run(store.root(store_root), run_id)
-    except LookupError as e:
-        fail(str(e))
-
 
 @click.group()
 def reports():
     """The report store and its catalog."""
+
+
+reports.add_command(reports_ranks)
 
 
 @reports.command("ls")
@@ -37,7 +26,8 @@ def reports():
 @click.option("--host", help="Only reports from this host.")
 @click.option("--since", type=Day(), help="Only runs started on or after this date (YYYY-MM-DD).")
 @click.option("--tool", type=click.Choice(["nsys", "ncu"]))
-@click.option("--status", type=click.Choice(["complete", "finished-from-qdstrm", "summary", "export", "missing",
+@click.option("--status", type=click.Choice(["complete", "finished-from-qdstrm", "summary",
+                                             "export", "missing",
                                             "refused", "running"]))
 @click.option("--user", help="Only runs of this person (team store).")
 @click.option("--shared", is_flag=True, help="Only runs shared with a group (team store).")
@@ -49,22 +39,25 @@ def reports_ls(store_root, host, since, tool, status, user, shared, as_json):
 
     team = reports_team.team_store()
     if team is not None:
-        return reports_team.ls(team, host=host, since=since, tool=tool, status=status, user=user, shared=shared,
-                               as_json=as_json)
+        return reports_team.ls(team, host=host, since=since, tool=tool, status=status, user=user,
+                               shared=shared, as_json=as_json)
     if user or shared:
-        fail("--user and --shared need a team store (docs/team-store.md); the embedded store holds your runs alone")
+        fail("--user and --shared need a team store (docs/team-store.md); the "
+             "embedded store holds your runs alone")
     rows = store.reports(store.root(store_root), host=host, since=since, tool=tool, status=status)
     if as_json:
         return echo_json(rows)
     from .output import print_table
 
     print_table(["RUN", "HOST", "TOOL", "STATUS", "SHA256", "PATH"],
-                [[r["run_id"], _who(r), r["tool"], r["status"], (r["sha256"] or "")[:12], r["path"]] for r in rows],
+                [[r["run_id"], _who(r), r["tool"], r["status"], (r["sha256"] or "")[:12], r["path"]]
+                 for r in rows],
                 status_column=3)
 
 
 def _who(row: dict) -> str:
-    """A row's host, and a Ray worker's actor (``vm Trainer trainer-0``), printable: the job named it."""
+    """A row's host, and a Ray worker's actor (``vm Trainer trainer-0``), printable: the job named
+    it."""
     from ..safenames import CONTROL
 
     actor = (row.get("worker") or "").split(" on ", 1)[0]
@@ -81,14 +74,15 @@ def reports_show(run_id, store_root, as_json):
 
     if (team := reports_team.team_store()) is not None:
         return reports_team.show(team, run_id, as_json)
-    m = _manifest(store_root, run_id)
+    m = stored_run(store_root, run_id)
     if as_json:
         return echo_json(m.to_json())
     tool = m.request.get("tool")
     say(f"run {m.run_id} ({m.status}), site {m.site}, by {m.user} at {m.started}: "
          f"{tool} -- {' '.join(m.request.get('command') or [])}")
     for h in m.hosts:
-        who = h.host + (f" rank {h.rank}" if h.rank is not None else "") + (f" {h.worker}" if h.worker else "")
+        who = h.host + (f" rank {h.rank}" if h.rank is not None else "") + (f" {h.worker}"
+                                                                            if h.worker else "")
         say(f"  {who}: {h.status}" + (f" ({h.missing_why})" if h.missing_why else "")
              + (f"; {h.gpu}, driver {h.driver}, {tool} {h.tool_version}" if h.gpu else ""))
         for g in h.given_up:
@@ -124,7 +118,8 @@ def reports_pull(run_id, dest, store_root, as_json):
             echo(f"{p.target}" + (f"  {p.problem}" if p.problem else ""))
         code = code if p.problem is None or p.missing else exitcodes.FAILED
     if as_json:
-        echo_json({"run_id": run_id, "copied": [{"host": p.host, "path": str(p.target), "verified": p.problem is None}
+        echo_json({"run_id": run_id, "copied": [{"host": p.host, "path": str(p.target),
+                                                 "verified": p.problem is None}
                                                 for p in pulled if p.target is not None]})
     sys.exit(code)
 
@@ -133,7 +128,8 @@ def reports_pull(run_id, dest, store_root, as_json):
 @click.argument("run_id")
 @store_option
 @click.option("--dry-run", is_flag=True, help="Say what would be removed; remove nothing.")
-@click.option("--force", is_flag=True, help="Remove a run whose manifest says it is still running (its fleet "
+@click.option("--force", is_flag=True,
+              help="Remove a run whose manifest says it is still running (its fleet "
               "was stopped and will not save it again).")
 @json_option
 def reports_rm(run_id, store_root, dry_run, force, as_json):
@@ -157,11 +153,13 @@ def reports_rm(run_id, store_root, dry_run, force, as_json):
 
 
 full_names_option = click.option("--full-names", is_flag=True,
-                                 help="Kernel names in full, as the profiler wrote them (shortened by default).")
+                                 help="Kernel names in full, as the profiler wrote "
+                                      "them (shortened by default).")
 
 
 def _stats_failed(e) -> None:
-    """The line of a run that cannot be shown; its reasons come from nodes: :func:`fail` escapes them."""
+    """The line of a run that cannot be shown; its reasons come from nodes: :func:`fail` escapes
+    them."""
     fail(str(e), e.exit_status)
 
 
@@ -169,7 +167,8 @@ def _stats_failed(e) -> None:
 @click.argument("run_a")
 @click.argument("run_b")
 @store_option
-@click.option("--top", type=click.IntRange(1), default=15, show_default=True, help="Rows of the table.")
+@click.option("--top", type=click.IntRange(1), default=15, show_default=True,
+              help="Rows of the table.")
 @full_names_option
 @json_option
 def reports_compare(run_a, run_b, store_root, top, full_names, as_json):
@@ -180,7 +179,7 @@ def reports_compare(run_a, run_b, store_root, top, full_names, as_json):
     from .reports_team import local_store
 
     store_root = local_store(store_root, [run_a, run_b])
-    a, b = (_manifest(store_root, run) for run in (run_a, run_b))
+    a, b = (stored_run(store_root, run) for run in (run_a, run_b))
     try:
         found = comparison.compare_runs(store.root(store_root), a, b)
     except stats.StatsError as e:
@@ -201,7 +200,8 @@ def reports_compare(run_a, run_b, store_root, top, full_names, as_json):
 @click.argument("run_id")
 @click.argument("which", metavar="[HOST|RANK]", required=False)
 @store_option
-@click.option("--top", type=click.IntRange(1), default=10, show_default=True, help="Rows of each table.")
+@click.option("--top", type=click.IntRange(1), default=10, show_default=True,
+              help="Rows of each table.")
 @full_names_option
 @json_option
 def reports_stats(run_id, which, store_root, top, full_names, as_json):
@@ -213,7 +213,7 @@ def reports_stats(run_id, which, store_root, top, full_names, as_json):
     from .reports_team import local_store
 
     store_root = local_store(store_root, [run_id])
-    m = _manifest(store_root, run_id)
+    m = stored_run(store_root, run_id)
     try:
         found = stats.run_stats(store.root(store_root), m, which)
     except stats.StatsError as e:
@@ -223,104 +223,6 @@ def reports_stats(run_id, which, store_root, top, full_names, as_json):
     from .output import print_stats
 
     print_stats(found, top, full_names)
-
-
-@reports.command("ranks")
-@click.argument("run_id", required=False)
-@store_option
-@click.option("--example", type=click.Path(file_okay=False), metavar="DIR", help="Try it on the two ranks' "
-              "exports recorded on an H200, in DIR (tests/fixtures/ranks-h200/recorded of fleet's checkout), "
-              "filed in a store of their own: yours is neither read nor written.")
-@click.option("--sync-range", metavar="NAME", help="The NVTX range around the workload's blocking sync "
-              "(e.g. a gloo all-reduce); default: the NCCL kernels.")
-@click.option("--sync-call", metavar="NAME", help="A blocking call that is the sync, from the OS or CUDA runtime "
-              "trace (e.g. pthread_cond_wait, cudaStreamSynchronize).")
-@click.option("--step-range", metavar="NAME", default="step", show_default=True,
-              help="The NVTX range the workload marks each step with.")
-@click.option("--record", "record_path", type=click.Path(dir_okay=False), metavar="FILE",
-              help="A `fleet top --record FILE` kept beside the run: each rank's GPU's clocks, throttling and "
-              "tenants in it join what fleet recorded on the node.")
-@click.option("--html", "html_out", type=click.Path(dir_okay=False), help="Also write the picture as one HTML page.")
-@json_option
-def reports_ranks(run_id, store_root, example, sync_range, sync_call, step_range, record_path, html_out, as_json):
-    """Which rank was slow, and why: per rank GPU kernel, collective and idle time, NVTX steps,
-    rank-seconds lost waiting, how often it arrived last; a verdict on each straggler. RUN_ID, or
-    --example DIR to try it on a run recorded on an H200."""
-    if sync_range and sync_call:
-        fail("--sync-range and --sync-call name the sync two ways: give one")
-    if (example is None) == (run_id is None):
-        fail("give a RUN-ID, or --example DIR to try it on the run recorded on an H200 (DIR: "
-             "tests/fixtures/ranks-h200/recorded of fleet's checkout)" if run_id is None else
-             f"give RUN-ID {run_id} or --example, not both")
-    record = _record(record_path) if record_path else None
-    found = _example_ranks(example, sync_range, sync_call, step_range, record) if example is not None else \
-        _run_ranks(store_root, run_id, sync_range, sync_call, step_range, record)
-    if example is not None:
-        from ..analysis.example import RUN_ID
-
-        run_id = RUN_ID
-    if html_out:
-        from ..analysis import page
-
-        try:
-            _write_page(html_out, page.render(run_id, found))
-        except OSError as e:
-            fail(f"could not write {html_out}: {e.strerror or e}")
-    if as_json:
-        return echo_json(dict(found.to_json(), run_id=run_id, html=html_out))
-    from .output import print_ranks
-
-    print_ranks(run_id, found)
-    if html_out:
-        echo(f"page: {html_out}")
-
-
-def _record(path: str):
-    from ..analysis import record
-
-    try:
-        return record.read(path)
-    except record.RecordError as e:
-        fail(str(e))
-
-
-def _run_ranks(store_root, run_id: str, sync_range, sync_call, step_range, record=None):
-    from .. import store
-    from ..analysis import load, ranks
-    from .reports_team import local_store
-
-    store_root = local_store(store_root, [run_id])
-    m = _manifest(store_root, run_id)
-    try:
-        return load.analyze_run(store.root(store_root), m, ranks.Source(sync_range, sync_call), step_range, record)
-    except LookupError as e:  # the run, or an export in it, not in the store (an unreadable export: a FleetError)
-        fail(str(e))
-
-
-def _example_ranks(exports: str, sync_range, sync_call, step_range, record=None):
-    """The recorded H200 run's analysis from ``exports``, in a store of its own, removed after (its
-    NVTX sync range unless another sync is named)."""
-    import tempfile
-    from pathlib import Path
-
-    from ..analysis import example, load, ranks
-
-    if (why := example.missing(Path(exports))):
-        fail(why)
-    with tempfile.TemporaryDirectory(prefix="fleet-example-") as tmp:
-        root = Path(tmp) / "store"
-        source = ranks.Source(sync_range or (None if sync_call else example.SYNC_RANGE), sync_call)
-        return load.analyze_run(root, example.filed(root, Path(exports)), source, step_range, record)
-
-
-def _write_page(path: str, text: str) -> None:
-    """A page written beside its final name (never through a link) and renamed into place."""
-    import os
-
-    tmp = f"{path}.{os.getpid()}.tmp"
-    with os.fdopen(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644), "w") as f:
-        f.write(text)
-    os.replace(tmp, path)
 
 
 @reports.command("open")
@@ -336,7 +238,7 @@ def reports_open(run_id, which, store_root, as_json):
     from .reports_team import local_store
 
     store_root = local_store(store_root, [run_id])
-    m = _manifest(store_root, run_id)
+    m = stored_run(store_root, run_id)
     try:
         opening = viewer.open_reports(store.root(store_root), m, which)
     except viewer.StatsError as e:
@@ -345,8 +247,10 @@ def reports_open(run_id, which, store_root, as_json):
         echo(f"fleet: {opening_failed(e)}", err=True)
         sys.exit(exitcodes.FAILED)
     if as_json:
-        return echo_json({"run_id": run_id, "viewer": opening.viewer, "opened": opening.pid is not None,
-                          "pid": opening.pid, "command": opening.command, "reports": opening.reports})
+        return echo_json({"run_id": run_id, "viewer": opening.viewer,
+                          "opened": opening.pid is not None,
+                          "pid": opening.pid, "command": opening.command,
+                          "reports": opening.reports})
     if opening.pid is not None:
         echo(f"opened {len(opening.reports)} report(s) in {opening.viewer} (pid {opening.pid})")
     else:
@@ -356,7 +260,8 @@ def reports_open(run_id, which, store_root, as_json):
 
 
 def opening_failed(e: OSError) -> str:
-    return f"the viewer would not start: {e.strerror or e}" + (f" ({e.filename})" if e.filename else "")
+    return f"the viewer would not start: {e.strerror or e}" + (f" ({e.filename})" if e.filename
+                                                               else "")
 
 
 @reports.command("reindex")
@@ -392,7 +297,8 @@ def reports_push(run_ids, store_root, as_json):
 @click.argument("group")
 @json_option
 def reports_share(run_id, group, as_json):
-    """Let the members of GROUP (a role of the team catalog you belong to) see run RUN_ID of yours."""
+    """Let the members of GROUP (a role of the team catalog you belong to) see run RUN_ID of
+    yours."""
     from . import reports_team
     from .team import team_store_or_fail
 

@@ -1,4 +1,5 @@
-"""The Slurm side of the command line: ``fleet profile --partition``'s options, ``fleet jobs``, ``fleet cancel``."""
+"""The Slurm side of the command line: ``fleet profile --partition``'s options, ``fleet jobs``,
+``fleet cancel``."""
 
 from __future__ import annotations
 
@@ -20,7 +21,8 @@ if TYPE_CHECKING:
 
 SLURM_OPTIONS = [
     click.option("--partition", "-p", help="Slurm partition: profile in a batch job there."),
-    click.option("--cluster", help="Slurm cluster (its login host or group) when the inventory has several."),
+    click.option("--cluster",
+                 help="Slurm cluster (its login host or group) when the inventory has several."),
     click.option("--nodes", "-N", type=int, help="sbatch --nodes."),
     click.option("--ntasks", "-n", type=int, help="sbatch --ntasks."),
     click.option("--ntasks-per-node", type=int, help="sbatch --ntasks-per-node."),
@@ -31,24 +33,35 @@ SLURM_OPTIONS = [
     click.option("--account", "-A", help="sbatch --account."),
     click.option("--qos", help="sbatch --qos."),
     click.option("--exclusive/--shared", default=None,
-                 help="Whole nodes for the job. Default: exclusive for ncu and GPU metrics, shared for nsys trace."),
-    click.option("--sbatch-arg", "sbatch_args", multiple=True, help="Further sbatch option, as one word "
+                 help="Whole nodes for the job. Default: exclusive for ncu and GPU metrics, "
+                      "shared for nsys trace."),
+    click.option("--sbatch-arg", "sbatch_args", multiple=True,
+                 help="Further sbatch option, as one word "
                  "(repeatable), e.g. --sbatch-arg=--constraint=h100."),
-    click.option("--ranks", help="Profile only these ranks (e.g. 0,3); the others run unprofiled. With "
+    click.option("--ranks",
+                 help="Profile only these ranks (e.g. 0,3); the others run unprofiled. With "
                  "--launcher ray: the actors whose names match these patterns (e.g. 'trainer-*')."),
-    click.option("--launcher", type=click.Choice(["srun", "torchrun", "mpirun", "ray"]), default="srun",
-                 show_default=True, help="What starts the ranks; the profiler goes in front of each worker. On lab "
+    click.option("--launcher", type=click.Choice(["srun", "torchrun", "mpirun", "ray"]),
+                 default="srun",
+                 show_default=True,
+                 help="What starts the ranks; the profiler goes in front of each worker. On lab "
                  "servers (--hosts): mpirun or torchrun."),
-    click.option("--container-image", help="Run each task in this image (pyxis); Nsight is mounted read-only."),
+    click.option("--container-image",
+                 help="Run each task in this image (pyxis); Nsight is mounted read-only."),
     click.option("--apptainer", "apptainer_image", help="Run each task in this Apptainer image."),
-    click.option("--stop-before", type=int, help="Seconds before the time limit at which the profilers are "
+    click.option("--stop-before", type=int,
+                 help="Seconds before the time limit at which the profilers are "
                  "stopped, reports finished. Default: 120, or half a shorter --time."),
-    click.option("--workdir", help="The job's working directory (default: here on the login node, else home)."),
-    click.option("--no-wait", is_flag=True, help="Submit, print the job id and return; `fleet gather RUN` later."),
-    click.option("--keep-pending", is_flag=True, help="A job pending for a reason Slurm never clears by itself "
-                 "(e.g. PartitionTimeLimit) is left in the queue, not cancelled; fleet still ends the run."),
-    click.option("--poll", type=click.FloatRange(0, 86400, min_open=True), default=5.0, show_default=True,
-                 callback=seconds, help="Longest seconds between status calls."),
+    click.option("--workdir",
+                 help="The job's working directory (default: here on the login node, else home)."),
+    click.option("--no-wait", is_flag=True,
+                 help="Submit, print the job id and return; `fleet gather RUN` later."),
+    click.option("--keep-pending", is_flag=True,
+                 help="A job pending for a reason Slurm never clears by itself "
+                      "(e.g. PartitionTimeLimit) is left in the queue, not cancelled; fleet still "
+                      "ends the run."),
+    click.option("--poll", type=click.FloatRange(0, 86400, min_open=True), default=5.0,
+                 show_default=True, callback=seconds, help="Longest seconds between status calls."),
 ]
 
 
@@ -68,24 +81,30 @@ def spec_from(opts: dict, req: "ProfileRequest") -> "CheckedJobSpec":
     from ..slurm.launchers import actor_patterns
 
     ranks = None if opts.get("ranks") is None else (
-        actor_patterns(opts["ranks"]) if opts.get("launcher") == "ray" else options.parse_ranks(opts["ranks"]))
+        actor_patterns(opts["ranks"]) if opts.get("launcher") == "ray"
+        else options.parse_ranks(opts["ranks"]))
     if opts.get("container_image") and opts.get("apptainer_image"):
         fail("choose one of --container-image (pyxis) and --apptainer")
-    for key, option in (("container_image", "--container-image"), ("apptainer_image", "--apptainer")):
+    for key, option in (("container_image", "--container-image"),
+                        ("apptainer_image", "--apptainer")):
         if opts.get(key) is not None and (why := image_problem(opts[key], option)):
             fail(why)
     container = (Container("pyxis", opts["container_image"]) if opts.get("container_image") else
-                 Container("apptainer", opts["apptainer_image"]) if opts.get("apptainer_image") else None)
-    raw = JobSpec(partition=opts.get("partition"), nodes=opts.get("nodes"), ntasks=opts.get("ntasks"),
-                  ntasks_per_node=opts.get("ntasks_per_node"), gpus=opts.get("slurm_gpus"), gres=opts.get("gres"),
+                 Container("apptainer", opts["apptainer_image"]) if opts.get("apptainer_image")
+                 else None)
+    raw = JobSpec(partition=opts.get("partition"), nodes=opts.get("nodes"),
+                  ntasks=opts.get("ntasks"),
+                  ntasks_per_node=opts.get("ntasks_per_node"), gpus=opts.get("slurm_gpus"),
+                  gres=opts.get("gres"),
                   time=opts.get("time_limit"), account=opts.get("account"), qos=opts.get("qos"),
-                  exclusive=opts.get("exclusive"), sbatch_args=tuple(opts.get("sbatch_args") or ()), ranks=ranks,
+                  exclusive=opts.get("exclusive"), sbatch_args=tuple(opts.get("sbatch_args") or ()),
+                  ranks=ranks,
                   launcher=opts.get("launcher") or "srun", stop_before=opts.get("stop_before"),
                   workdir=opts.get("workdir"), container=container)
     return options.checked(raw, req)
 
 
-def _cluster(obj: Context, partition: str | None, name: str | None):
+def cluster_named(obj: Context, partition: str | None, name: str | None):
     from ..slurm.cluster import choose
 
     return choose(obj.inventory, partition, name, embedded=not obj.inventories)
@@ -102,7 +121,8 @@ def job_state_printer(as_json: bool):
     return on_state
 
 
-def profile_on_slurm(obj: Context, req: "ProfileRequest", opts: dict, *, store_root, site, dry_run, as_json):
+def profile_on_slurm(obj: Context, req: "ProfileRequest", opts: dict, *, store_root, site, dry_run,
+                     as_json):
     from .. import store
     from .interrupt import run as run_interruptible, stop_on_signals
     from .output import byte_progress
@@ -112,7 +132,7 @@ def profile_on_slurm(obj: Context, req: "ProfileRequest", opts: dict, *, store_r
     from ..slurm.jobs import SlurmError, SlurmRejected
 
     spec = spec_from(opts, req)
-    cluster = _cluster(obj, opts.get("partition"), opts.get("cluster"))
+    cluster = cluster_named(obj, opts.get("partition"), opts.get("cluster"))
     if spec.stop_note:
         echo(f"fleet: {spec.stop_note}", err=True)
 
@@ -126,9 +146,10 @@ def profile_on_slurm(obj: Context, req: "ProfileRequest", opts: dict, *, store_r
     try:
         with byte_progress(enabled=not as_json and not dry_run) as gathering:
             manifest = run_interruptible(run.go(
-                obj.ssh_settings(), obj.fanout, gathering=gathering, on_state=job_state_printer(as_json),
-                on_python=on_python, stop=lambda: stop_on_signals(
-                    "stopping the job's profilers (SIGTERM to its steps), waiting for their reports")))
+                obj.ssh_settings(), obj.fanout, gathering=gathering,
+                on_state=job_state_printer(as_json), on_python=on_python,
+                stop=lambda: stop_on_signals("stopping the job's profilers (SIGTERM to its steps), "
+                                             "waiting for their reports")))
     except SlurmRejected as e:
         fail(str(e), exitcodes.USAGE)
     except (SlurmError, ContainerError) as e:
@@ -151,7 +172,8 @@ def profile_on_slurm(obj: Context, req: "ProfileRequest", opts: dict, *, store_r
 
 
 def gather_on_slurm(obj: Context, run_id: str, store_root, as_json: bool = False) -> None:
-    """``fleet gather RUN`` for a Slurm run: once its job has ended, bring home what the ranks left."""
+    """``fleet gather RUN`` for a Slurm run: once its job has ended, bring home what the ranks
+    left."""
     from .. import store
     from ..slurm import run as slurm_run
     from ..slurm.jobs import SlurmError
@@ -198,8 +220,8 @@ def jobs(obj: Context, run_ids, store_root, as_json):
     from ..slurm import runs
     from ..lab import leftrunning
 
-    groups = runs.by_cluster(obj.inventory, _stored(store_root, run_ids), on_skipped=None if run_ids else (
-        lambda why: echo(f"fleet: {why}", err=True)))
+    skipped = None if run_ids else (lambda why: echo(f"fleet: {why}", err=True))
+    groups = runs.by_cluster(obj.inventory, _stored(store_root, run_ids), on_skipped=skipped)
     left = _left_running(store_root, run_ids)
 
     async def go(fan):
@@ -222,21 +244,23 @@ def jobs(obj: Context, run_ids, store_root, as_json):
 
 
 def _print_jobs(rows: list[dict], lab: list) -> None:
-    """The Slurm jobs' table (even empty, where nothing was left running), then the lab's workloads left running."""
+    """The Slurm jobs' table (even empty, where nothing was left running), then the lab's workloads
+    left running."""
     from .output import print_table
 
     if rows or not lab:
         print_table(["RUN", "CLUSTER", "JOB", "STATE", "REASON", "NODES", "TIME"],
                     [[r["run_id"], r["cluster"], r["job_id"] or "", r["state"] or "",
-                      r["reason"] if r["reason"] not in (None, "None") else "", r["nodes"] or "", r["elapsed"] or ""]
+                      r["reason"] if r["reason"] not in (None, "None") else "", r["nodes"] or "",
+                      r["elapsed"] or ""]
                      for r in rows], status_column=3)
     if lab:
         if rows:
             echo()
             echo("left running on lab servers:")
         print_table(["RUN", "HOST", "PIDS", "STATE", "OUTPUT"],
-                    [[i.run_id, i.host, ",".join(map(str, i.pids)), i.state if not i.why else f"{i.state}: {i.why}",
-                      i.output or ""] for i in lab], status_column=3)
+                    [[i.run_id, i.host, ",".join(map(str, i.pids)), i.state if not i.why
+                      else f"{i.state}: {i.why}", i.output or ""] for i in lab], status_column=3)
 
 
 def _left_running(store_root, run_ids=()):
@@ -250,20 +274,24 @@ def _left_running(store_root, run_ids=()):
 @click.command()
 @click.argument("run_ids", nargs=-1, required=True)
 @store_option
-@click.option("--dry-run", is_flag=True, help="Say which jobs would be cancelled; cancel nothing, reach no cluster.")
+@click.option("--dry-run", is_flag=True,
+              help="Say which jobs would be cancelled; cancel nothing, reach no cluster.")
 @json_option
 @click.pass_obj
 def cancel(obj: Context, run_ids, store_root, dry_run, as_json):
-    """Cancel the Slurm jobs of RUN_IDS (scancel); the profilers get SIGTERM and finish their reports.
-    A lab run's workload left running (--detach, Ctrl-C) gets SIGTERM, where it is still that process."""
+    """Cancel the Slurm jobs of RUN_IDS (scancel); the profilers get SIGTERM and finish their
+    reports. A lab run's workload left running (--detach, Ctrl-C) gets SIGTERM, where it is still
+    that process."""
     from ..lab import leftrunning
     from ..slurm import runs
     from ..slurm.jobs import SlurmError
 
     groups = runs.by_cluster(obj.inventory, _stored(store_root, run_ids))
     lab = [item for _, items in _left_running(store_root, run_ids) for item in items]
-    if dry_run:  # from the manifests alone: the jobs fleet would scancel, whatever state they are in now
-        return _say_cancelled([(name, ids) for name, _, ids in runs.jobs_of(groups)], lab, as_json, dry_run=True)
+    # from the manifests alone: the jobs fleet would scancel, whatever state they are in now
+    if dry_run:
+        return _say_cancelled([(name, ids) for name, _, ids in runs.jobs_of(groups)], lab, as_json,
+                              dry_run=True)
 
     async def go(fan):
         await leftrunning.end(fan, obj.inventory, lab)
@@ -277,114 +305,25 @@ def cancel(obj: Context, run_ids, store_root, dry_run, as_json):
 
 
 def _say_cancelled(jobs: list, lab: list, as_json: bool, dry_run: bool) -> None:
-    """What fleet cancel did (or, --dry-run, would do): the clusters' jobs, the lab's workloads left running."""
+    """What fleet cancel did (or, --dry-run, would do): the clusters' jobs, the lab's workloads left
+    running."""
     if as_json:
-        return echo_json({"dry_run": dry_run, "cancelled": [{"cluster": c, "job_ids": ids} for c, ids in jobs],
+        return echo_json({"dry_run": dry_run,
+                          "cancelled": [{"cluster": c, "job_ids": ids} for c, ids in jobs],
                           "stopped": [item.to_json() for item in lab]})
     for cluster, ids in jobs:
         echo(f"{cluster}: {'would cancel' if dry_run else 'cancelled'} job(s) {', '.join(ids)}")
     for item in lab:
         pids = ", ".join(map(str, item.pids))
         if dry_run:
-            echo(f"{item.host}: would stop run {item.run_id}'s workload left running (pid {pids}), where it still runs")
+            echo(f"{item.host}: would stop run {item.run_id}'s workload left running "
+                 f"(pid {pids}), where it still runs")
         elif item.signalled:
             echo(f"{item.host}: run {item.run_id}'s workload left running: SIGTERM to pid "
                  f"{', '.join(map(str, item.signalled))}")
         elif item.state == "ended":
-            echo(f"{item.host}: run {item.run_id}'s workload left running had ended already (pid {pids})")
+            echo(f"{item.host}: run {item.run_id}'s workload left running had ended already "
+                 f"(pid {pids})")
         else:
-            echo(f"{item.host}: run {item.run_id}'s workload left running: not stopped ({item.why})")
-
-
-@click.group("slurm")
-def slurm_group():
-    """Slurm integration for admins: install the prolog and epilog; the entry points slurmd runs."""
-
-
-@slurm_group.command("install")
-@click.option("--prefix", default="/etc/fleet", show_default=True, help="Where the files go (root-owned).")
-@click.option("--python", "python_path", default="/usr/bin/python3", show_default=True,
-              help="The compute nodes' Python 3.8+ (by absolute path: prologs get no PATH).")
-@click.option("--owned-sysctl", "owned", multiple=True, metavar="NAME=VALUE",
-              help="A sysctl jobs may have set for them, with its value (repeatable).")
-@click.option("--cluster", help="Take owned_sysctls from this inventory cluster's login host.")
-@click.option("--baseline-sysctl", "baseline", multiple=True, metavar="NAME=VALUE",
-              help="An owned sysctl's value on the nodes outside jobs (default: this machine's now).")
-@click.option("--jobs-dir", default="/run/fleet/jobs", show_default=True)
-@click.option("--state-dir", default="/var/lib/fleet", show_default=True)
-@click.option("--log-file", default="/var/log/fleet/slurm.log", show_default=True)
-@click.option("--fail-closed", is_flag=True, help="Drain a node whose owned state cannot be put back.")
-@click.option("--pause-dcgm", is_flag=True, help="Let jobs ask for DCGM profiling to be paused (pre-Hopper).")
-@click.option("--qdstrm-importer", type=click.Path(), metavar="PATH",
-              help="The QdstrmImporter the epilog finishes reports with "
-                   "(root-owned; default: newest under /opt/nvidia).")
-@click.option("--finish-timeout", type=click.IntRange(1, 3600), default=120, show_default=True,
-              help="Seconds the epilog may spend finishing unfinished reports.")
-@click.option("--apply", "do_apply", is_flag=True, help="Write the files on this machine (as root).")
-@click.option("--no-node-check", is_flag=True,
-              help="With --apply: do not check --python on each node through a step (Slurm not running yet).")
-@json_option
-@click.pass_obj
-def slurm_install(obj: Context, prefix, python_path, owned, cluster, baseline, jobs_dir, state_dir, log_file,
-                  fail_closed, pause_dcgm, qdstrm_importer, finish_timeout, do_apply, no_node_check, as_json):
-    """Print (or, with --apply, write) the slurm.conf lines, the wrapper scripts and the node config."""
-    from ..slurm.install import NodeSetup, apply, baselines, check_options, check_python
-
-    sysctls = dict(_cluster(obj, None, cluster).login.vars.get("owned_sysctls") or {}) if cluster else {}
-    sysctls.update(_sysctl_items("--owned-sysctl", owned))
-    given = _sysctl_items("--baseline-sysctl", baseline)
-    check_options(sysctls, given, qdstrm_importer)
-    check_python(python_path, writing=do_apply, on_nodes=not no_node_check)
-    setup = NodeSetup(prefix, python_path, sysctls, jobs_dir, state_dir, log_file, fail_closed, pause_dcgm,
-                      qdstrm_importer, finish_timeout, baselines(sysctls, given))
-    written = []
-    if do_apply:
-        try:
-            written = [str(path) for path in apply(setup)]
-        except OSError as e:
-            fail(str(e), exitcodes.FAILED)
-    if as_json:
-        files = {path: {"mode": f"{mode:o}", "bytes": len(content)} for path, (content, mode) in setup.files().items()}
-        return echo_json({"files": files, "written": written, "slurm_conf": setup.slurm_conf()})
-    _print_install(setup, written, do_apply)
-
-
-def _sysctl_items(option: str, items) -> dict:
-    """--owned-sysctl's or --baseline-sysctl's NAME=VALUE items (a whole number as an int)."""
-    values: dict = {}
-    for item in items:
-        name, sep, value = item.partition("=")
-        if not sep or not name:
-            fail(f"{option} takes NAME=VALUE, not {item!r}")
-        values[name] = int(value) if value.lstrip("-").isdigit() else value
-    return values
-
-
-def _print_install(setup, written: list[str], applied: bool) -> None:
-    """The files written (with --apply), else each file as it would be written; then the lines
-    slurm.conf needs."""
-    if applied:
-        for path in written:
-            echo(f"wrote {path}")
-    else:
-        for path, (content, mode) in setup.files().items():
-            if path == setup.agent:
-                echo(f"# {path} ({mode:o}): fleet's node agent, {len(content)} bytes\n")
-            else:
-                echo(f"# {path} ({mode:o})\n{content.decode()}")
-    echo(f"# Add to slurm.conf on every node (then `scontrol reconfigure`):\n{setup.slurm_conf()}", nl=False)
-
-
-def _entry(op: str):
-    @slurm_group.command(op, help=f"The Slurm {op}, run by slurmd (see `fleet slurm install`).")
-    @click.option("--config", default="/etc/fleet/node.json", show_default=True)
-    def run_op(config):
-        from ..agent import slurmd
-
-        sys.exit(slurmd.main({"op": op, "config": config}))
-
-    return run_op
-
-
-for _op in ("prolog", "epilog", "task-prolog"):
-    _entry(_op)
+            echo(f"{item.host}: run {item.run_id}'s workload left running: "
+                 f"not stopped ({item.why})")

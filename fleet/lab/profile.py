@@ -16,7 +16,6 @@ from typing import TYPE_CHECKING, Callable
 from .. import agentcall, completeness, outcome, policy, safenames, since_started, store
 from ..agent import wire
 from ..agent.messages import ProfileResult
-from ..rundir import RunDir
 from ..statuses import HostStatus, RunStatus
 from ..collection.bring import bring_home
 from ..store.manifest import HostEntry, ReportEntry, RunManifest
@@ -32,12 +31,12 @@ if TYPE_CHECKING:
     from ..inventory import Host
     from ..transport import Fanout
 
-LINE_LIMIT = 1 << 16     # bytes of output without a newline relayed as one piece (no quadratic joins)
+# bytes of output without a newline relayed as one piece (no quadratic joins)
+LINE_LIMIT = 1 << 16
 RESULT_LIMIT = 64 << 20  # bytes of the agent's result line; a node sending more is not believed
 # The agent's own bounds past --timeout (nsys's backstop, a wedged profiler's kill, the importer,
 # nsys stats) add up to well under this: a node that has not answered by then has gone silent.
 FINISH_TIMEOUT = 3600.0
-GATHER_TIMEOUT = 60.0  # reading one small result file
 
 
 @dataclass
@@ -55,7 +54,8 @@ class HostRun:
 class LineSink:
     """A host's output, line by line, prefixed when several hosts run; the agent's result line kept
     apart. Output is taken in chunks: a line is joined once, and one longer than LINE_LIMIT is
-    relayed in pieces, so a workload that never prints a newline costs no more than one that does."""
+    relayed in pieces, so a workload that never prints a newline costs no more than one that
+    does."""
 
     MARK = wire.MARK.encode()
 
@@ -85,7 +85,8 @@ class LineSink:
     def line(self, stream: str, raw: bytes) -> None:
         if stream == "stdout" and raw.startswith(self.MARK):
             try:
-                self.result, self.malformed = agentcall.read_answer(raw.decode("utf-8", "replace"), "profile"), None
+                self.result, self.malformed = agentcall.read_answer(raw.decode("utf-8", "replace"),
+                                                                    "profile"), None
             except wire.WireError as e:
                 self.malformed = str(e)
             return
@@ -108,29 +109,31 @@ def with_launcher(req: ProfileRequest, launcher: str) -> ProfileRequest:
     any host is asked anything, where that cannot be done as fleet promises."""
     if launcher not in LAB_LAUNCHERS:
         raise launchers.LauncherError(
-            f"--launcher {launcher}: on lab servers one of {', '.join(LAB_LAUNCHERS)} (srun and ray start "
-            "their workers in a Slurm job: --partition)")
+            f"--launcher {launcher}: on lab servers one of {', '.join(LAB_LAUNCHERS)} (srun and "
+            "ray start their workers in a Slurm job: --partition)")
     if (why := launchers.command_problem(launcher, req.command)):
         raise launchers.LauncherError(why)
     k = launchers.script_index(list(req.command), launcher)
     if launcher == "mpirun" and (far := launchers.mpirun_other_hosts(list(req.command[1:k]))):
         raise launchers.LauncherError(
-            f"--launcher mpirun on lab servers starts every rank on the host given (--hosts); {far} would start "
-            "ranks on hosts fleet has not checked for tenants, nor watches: give each host to --hosts")
+            "--launcher mpirun on lab servers starts every rank on the host given (--hosts); "
+            f"{far} would start ranks on hosts fleet has not checked for tenants, nor watches: "
+            "give each host to --hosts")
     if req.uses_counters:
         # Every rank runs a profiler of its own on the host's GPUs: several would program the
         # counters of one GPU at once, which the run's GPU lock (one per run) cannot keep apart.
         raise launchers.LauncherError(
-            f"--launcher {launcher} on lab servers runs one profiler per rank: ncu and --gpu-metrics program "
-            "GPU counters that only one profiler at a time may use: trace with nsys, or give ncu one rank's "
-            f"program without {launcher}")
+            f"--launcher {launcher} on lab servers runs one profiler per rank: ncu and "
+            "--gpu-metrics program GPU counters that only one profiler at a time may use: trace "
+            f"with nsys, or give ncu one rank's program without {launcher}")
     if req.docker_image:
-        raise launchers.LauncherError(f"--launcher {launcher} and --docker do not go together yet: {launcher} "
-                                      "would have to be in the image; leave out one of them")
+        raise launchers.LauncherError(f"--launcher {launcher} and --docker do not go together "
+                                      f"yet: {launcher} would have to be in the image; leave out "
+                                      "one of them")
     starts, program = launchers.lab_launch(launcher, list(req.command))
     ranks, _ = launchers.rank_count(launcher, list(req.command), tuple(req.profiler_args))
-    return replace(req, lab=replace(req.lab or LabPart(), launcher=launcher, starts=starts, program=program,
-                                    ranks=ranks))
+    return replace(req, lab=replace(req.lab or LabPart(), launcher=launcher, starts=starts,
+                                    program=program, ranks=ranks))
 
 
 async def plan_all(fan: "Fanout", hosts: list["Host"], req: ProfileRequest, *,
@@ -141,7 +144,8 @@ async def plan_all(fan: "Fanout", hosts: list["Host"], req: ProfileRequest, *,
     runs = {h.name: HostRun(h.name) for h in hosts}
     # The inventory refuses such names when it is read; a host made some other way is kept off
     # the nodes here, since its name becomes the report's, the result's and the store's paths.
-    unsafe = {h.name: why for h in hosts if (why := safenames.component_problem(h.name, "host name"))}
+    unsafe = {h.name: why for h in hosts if (why := safenames.component_problem(h.name,
+                                                                                "host name"))}
     for name, why in unsafe.items():
         runs[name].status, runs[name].error = HostStatus.FAILED, why
     probed = await _probed(fan, [h for h in hosts if h.name not in unsafe], runs)
@@ -157,30 +161,38 @@ async def plan_all(fan: "Fanout", hosts: list["Host"], req: ProfileRequest, *,
 
 
 async def _probed(fan: "Fanout", hosts: list["Host"], runs: dict[str, HostRun]) -> list["Host"]:
-    """The hosts whose probe answered with a state (kept in their run); the others' runs say why not."""
+    """The hosts whose probe answered with a state (kept in their run); the others' runs say why
+    not."""
     for h, r in zip(hosts, await agentcall.probe(fan, hosts, environment_check=False)):
         run = runs[h.name]
         if r.extra.get("state") is None:
-            run.status, run.error = (HostStatus.UNREACHABLE if not r.reached else HostStatus.FAILED), r.error
+            run.status, run.error = (HostStatus.UNREACHABLE if not r.reached
+                                     else HostStatus.FAILED), r.error
         else:
             run.state = r.extra["state"]
     return [h for h in hosts if runs[h.name].state is not None]
 
 
-def _placed(hosts: list["Host"], runs: dict[str, HostRun], req: ProfileRequest, count: int | None) -> dict:
+def _placed(hosts: list["Host"], runs: dict[str, HostRun], req: ProfileRequest,
+            count: int | None) -> dict:
     states = {h.name: runs[h.name].state for h in hosts}
     request = policy.Request(allow_own=req.allow_own)
     try:
-        return placement.across(states, request, count) if count else placement.per_host(states, request)
-    except (TypeError, KeyError, AttributeError, ValueError) as e:  # a state of its shape, with values unusable
-        return {h: placement.Choice(None, f"--gpu free: a probe answer cannot be placed on: {type(e).__name__}: {e}",
+        return placement.across(states, request, count) if count else placement.per_host(states,
+                                                                                         request)
+    # a state of its shape, with values unusable
+    except (TypeError, KeyError, AttributeError, ValueError) as e:
+        return {h: placement.Choice(None,
+                                    "--gpu free: a probe answer cannot be placed on: "
+                                    f"{type(e).__name__}: {e}",
                                     refused=True) for h in states}
 
 
 def _plan_host(h: "Host", run: HostRun, req: ProfileRequest, choice) -> None:
     """One probed host's plan, on the GPU ``choice`` gave it (--gpu free), or its refusal."""
     if choice is not None and choice.refused:
-        run.plan = Plan(h.name, policy.REFUSED, (choice.why,), "wait until a GPU is free, or name one with --gpu N")
+        run.plan = Plan(h.name, policy.REFUSED, (choice.why,),
+                        "wait until a GPU is free, or name one with --gpu N")
         run.status, run.error = HostStatus.REFUSED, choice.why
         return
     if choice is not None:
@@ -193,8 +205,8 @@ def _plan_host(h: "Host", run: HostRun, req: ProfileRequest, choice) -> None:
     except (TypeError, KeyError, AttributeError, ValueError) as e:
         # The probe's answer had its shape, yet a value in it the planner cannot use: this
         # node's answer is not believed, and the other hosts go on.
-        run.status, run.error = HostStatus.FAILED, f"{h.name}'s probe answer cannot be planned on: " \
-                                                   f"{type(e).__name__}: {e}"
+        run.status = HostStatus.FAILED
+        run.error = f"{h.name}'s probe answer cannot be planned on: {type(e).__name__}: {e}"
         run.state = None
         return
     if choice is not None:
@@ -216,19 +228,22 @@ def in_docker(p: Plan, state: NodeState, req: ProfileRequest, seccomp_profile: s
     tools = {t: f.path for t, f in found.items() if f is not None}
     wrapper = containers.docker_run(
         containers.Container("docker", req.docker_image, containers.nsight_dirs(tools)),
-        p.report_dir, user=f"{state.uid}:{state.gid}", gpus=tuple(uuids.split(",")) if uuids else None,
-        privileges=granted)
+        p.report_dir, user=f"{state.uid}:{state.gid}",
+        gpus=tuple(uuids.split(",")) if uuids else None, privileges=granted)
     env = {k: v for k, v in p.env.items() if k != "CUDA_VISIBLE_DEVICES"}  # --gpus chose them
     return replace(p, command=replace(p.command, wrapper=tuple(wrapper)), env=env)
 
 
-async def run_planned(fan: "Fanout", hosts: list["Host"], runs: dict[str, HostRun], req: ProfileRequest, *,
+async def run_planned(fan: "Fanout", hosts: list["Host"], runs: dict[str, HostRun],
+                      req: ProfileRequest, *,
                       out: Path, write: Callable[[str, str], None] = lambda s, t: None,
-                      stop: asyncio.Event | None = None, gathering=None, finish_timeout: float | None = None) -> None:
+                      stop: asyncio.Event | None = None, gathering=None,
+                      finish_timeout: float | None = None) -> None:
     """Round trip 2: the agent carries out each planned run; the reports come home. With a
     --timeout the round trip is bounded (the workload's time, then ``finish_timeout``); without
     one, SSH keepalives decide when a node has gone silent."""
-    todo = [h for h in hosts if h.name in runs and runs[h.name].status == HostStatus.PLANNED]  # --count left some out
+    # --count left some out
+    todo = [h for h in hosts if h.name in runs and runs[h.name].status == HostStatus.PLANNED]
     # Nodes that share a report directory (inventory: shared_report_dir: LABEL) are read
     # through one of them, once, instead of each over its own connection.
     readers: dict[str, "Host"] = {}
@@ -242,17 +257,22 @@ async def run_planned(fan: "Fanout", hosts: list["Host"], runs: dict[str, HostRu
     async def one(host: "Host") -> Result:
         run = runs[host.name]
         sink = LineSink(host.name, len(todo) > 1, write)
-        # The launcher is said in the result's whose, as a Slurm rank's is: each rank's report beside it.
+        # The launcher is said in the result's whose, as a Slurm rank's is: each rank's report
+        # beside it.
         context = {"whose": {"launcher": req.launcher}} if req.launcher else {}
-        argv, stdin = agentcall.agent_call(host, {"mode": "profile", "plan": run.plan.to_json(), "context": context})
-        # --timeout plus --finish-timeout bound it all: no grace past them (the agent stops itself in time)
+        argv, stdin = agentcall.agent_call(host, {"mode": "profile", "plan": run.plan.to_json(),
+                                                  "context": context})
+        # --timeout plus --finish-timeout bound it all: no grace past them (the agent stops itself
+        # in time)
         r = await fan.run(host, argv, input=stdin, sink=sink, stop=stop, timeout=bound, grace=0)
         sink.flush()
         run.result = sink.result
         if run.result is None:
-            run.status = HostStatus.UNREACHABLE if not r.reached or r.error_kind == "timeout" else HostStatus.FAILED
-            run.error = sink.malformed or r.error or f"the agent ended (exit {r.exit_status}) without a result: " \
-                                                     f"{r.stderr.decode(errors='replace').strip()[-300:]}"
+            run.status = (HostStatus.UNREACHABLE if not r.reached or r.error_kind == "timeout"
+                          else HostStatus.FAILED)
+            run.error = (sink.malformed or r.error
+                         or f"the agent ended (exit {r.exit_status}) without a result: "
+                            f"{r.stderr.decode(errors='replace').strip()[-300:]}")
             if r.error_kind == "timeout":
                 run.error += f"; bring home what it finished later with: fleet gather {req.run_id}"
             return r
@@ -261,7 +281,8 @@ async def run_planned(fan: "Fanout", hosts: list["Host"], runs: dict[str, HostRu
             via = readers.get(host.vars.get("shared_report_dir"), host)
             run.reports += await bring_home(fan, via, wire.named_files(run.result),
                                             safenames.join(out, host.name, what="host name"),
-                                            node_dir=os.path.dirname(run.plan.output), gathering=gathering,
+                                            node_dir=os.path.dirname(run.plan.output),
+                                            gathering=gathering,
                                             read_through=via is not host, remove_for=removing(host),
                                             output=run.plan.output)
         run.status, run.error = outcome.of_result(answer, run.reports, tool=run.plan.tool,
@@ -271,79 +292,34 @@ async def run_planned(fan: "Fanout", hosts: list["Host"], runs: dict[str, HostRu
     await fan.each(todo, one)
 
 
-async def profile(fan: "Fanout", hosts: list["Host"], req: ProfileRequest, *, store_root: Path, site: str,
+async def profile(fan: "Fanout", hosts: list["Host"], req: ProfileRequest, *, store_root: Path,
+                  site: str,
                   dry_run: bool = False, write: Callable[[str, str], None] = lambda s, t: None,
-                  stop: asyncio.Event | None = None, gathering=None, finish_timeout: float | None = None,
+                  stop: asyncio.Event | None = None, gathering=None,
+                  finish_timeout: float | None = None,
                   free: placement.FreeGpus | None = None) -> RunManifest:
     """Probe, plan, run; the reports and the run's manifest go into the store. The manifest back
     (for ``dry_run``, one with every host's plan, in the store nowhere). ``free``: --gpu free."""
-    store.run_dir(store_root, site, req.run_id)  # a site that is no folder name stops here, before any node
+    # a site that is no folder name stops here, before any node
+    store.run_dir(store_root, site, req.run_id)
     manifest = RunManifest.begin(req, site)
     runs = list((await plan_all(fan, hosts, req, free=free)).values())
-    manifest.phases = {"probed": since_started()}  # connected, probed and planned: each node's run starts
+    # connected, probed and planned: each node's run starts
+    manifest.phases = {"probed": since_started()}
     manifest.hosts = [entry_for(req, r) for r in runs]
     if dry_run:
         manifest.status = RunStatus.DRY_RUN
         return manifest
     # Written before anything runs, so that `fleet gather` can finish the run if fleet dies.
     directory = store.save(store_root, manifest)
-    await run_planned(fan, hosts, {r.host: r for r in runs}, req, out=directory, write=write, stop=stop,
-                      gathering=gathering, finish_timeout=finish_timeout)
+    await run_planned(fan, hosts, {r.host: r for r in runs}, req, out=directory, write=write,
+                      stop=stop, gathering=gathering, finish_timeout=finish_timeout)
     manifest.phases["home"] = since_started()  # every node answered, its files home and verified
     manifest.hosts = with_missing_ranks([entry_for(req, r) for r in runs])
     manifest.status = outcome.run_status(h.status for h in manifest.hosts)
-    leftrunning.mark(store.save(store_root, manifest), manifest)  # `fleet jobs` finds it, `fleet cancel` ends it
-    return manifest
-
-
-async def gather(fan: "Fanout", hosts: dict[str, "Host"], store_root: Path, run_id: str) -> RunManifest:
-    """Bring home what a run left on its nodes (fleet killed, a transfer that failed): the
-    agent's result is read from beside the reports, and every report not yet verified fetched."""
-    path = store.manifest_of(store_root, run_id)
-    manifest = store.read_manifest(path)
-    for entry in manifest.hosts:
-        host = hosts.get(entry.host)
-        plan_doc = entry.plan or {}
-        if host is None or not _left_something(entry):
-            continue
-        node_dir = os.path.dirname(Plan.from_json(plan_doc).output)
-        result = entry.result if entry.result is not None else await _result_on_node(fan, host, entry, node_dir)
-        if result is None:
-            continue
-        entry.reports = [rep for rep in entry.reports if rep.verified]
-        have = {rep.remote for rep in entry.reports}
-        missing = wire.named_files(result, besides=have)
-        entry.reports += await bring_home(fan, host, missing, safenames.join(path.parent, host.name, what="host name"),
-                                          node_dir=node_dir, remove_for=removing(host),
-                                          output=Plan.from_json(plan_doc).output)
-        entry.status, entry.missing_why = outcome.of_result(ProfileResult.read(result), entry.reports,
-                                                            tool=plan_doc.get("tool"),
-                                                            allow_own=completeness.allows_own(plan_doc))
-    manifest.hosts = with_missing_ranks(manifest.hosts)
-    manifest.status = outcome.run_status(h.status for h in manifest.hosts)
+    # `fleet jobs` finds it, `fleet cancel` ends it
     leftrunning.mark(store.save(store_root, manifest), manifest)
     return manifest
-
-
-def _left_something(entry: HostEntry) -> bool:
-    """Whether a host ran (its plan was ok) and has something not yet home: its result or a report."""
-    ran = (entry.plan or {}).get("status") == "ok"
-    return ran and not (entry.reports and all(r.verified for r in entry.reports))
-
-
-async def _result_on_node(fan: "Fanout", host: "Host", entry: HostEntry, node_dir: str) -> dict | None:
-    """The agent's result where fleet went away before its last word: read from beside the reports
-    (kept in ``entry``), or None with why in ``entry.missing_why``."""
-    r = await fan.run(host, ["cat", "--", RunDir(node_dir).result(host.name)], timeout=GATHER_TIMEOUT)
-    if r.exit_status != 0:
-        entry.missing_why = f"no result on the node yet: {r.error or r.stderr.decode(errors='replace').strip()}"
-        return None
-    try:
-        entry.result = agentcall.read_answer(r.stdout.decode(errors="replace"), "profile")
-    except wire.WireError as e:
-        entry.missing_why = f"the result on the node is not readable yet: {e}"
-        return None
-    return entry.result
 
 
 def removing(host: "Host") -> "Host | None":
@@ -353,16 +329,19 @@ def removing(host: "Host") -> "Host | None":
 
 def entry_for(req: ProfileRequest, run: HostRun) -> HostEntry:
     """A lab host's manifest entry: its node's facts from the state the probe found."""
-    return HostEntry.from_facts(
-        run.host, run.status, run.state.facts(run.gpus or req.gpus, req.tool) if run.state else None,
-        missing_why=run.error, tenants_seen=[str(t) for t in (run.plan.tenants if run.plan else ())],
-        given_up=((ProfileResult.read(run.result).given_up if run.result else ())
-                  or (run.plan.given_up if run.plan else ())),
-        plan=run.plan.to_json() if run.plan else None, result=run.result, reports=run.reports)
+    facts = run.state.facts(run.gpus or req.gpus, req.tool) if run.state else None
+    tenants = [str(t) for t in (run.plan.tenants if run.plan else ())]
+    given_up = ((ProfileResult.read(run.result).given_up if run.result else ())
+                or (run.plan.given_up if run.plan else ()))
+    return HostEntry.from_facts(run.host, run.status, facts, missing_why=run.error,
+                                tenants_seen=tenants, given_up=given_up,
+                                plan=run.plan.to_json() if run.plan else None, result=run.result,
+                                reports=run.reports)
 
 
 def json_doc(manifest: RunManifest) -> dict:
-    """``fleet profile --json``: the manifest, each host with ``error`` as this output always had it."""
+    """``fleet profile --json``: the manifest, each host with ``error`` as this output always had
+    it."""
     doc = manifest.to_json()
     for h in doc["hosts"]:
         h["error"] = h["missing_why"]
@@ -372,7 +351,8 @@ def json_doc(manifest: RunManifest) -> dict:
 def _plan_lines(p: Plan) -> list[str]:
     """What a planned host would do: the command, the sysctls it holds, its locks and checks."""
     lines = [f"  run:      {p.shell()}"]
-    lines += [f"  sysctl:   {name} -> {value} for the run, then restored (owned)" for name, value in p.sysctls.items()]
+    lines += [f"  sysctl:   {name} -> {value} for the run, then restored (owned)"
+              for name, value in p.sysctls.items()]
     if p.gpu_locks:
         lines.append(f"  lock:     GPU counters of {', '.join(p.gpu_locks)}")
     if p.recheck:
@@ -386,13 +366,16 @@ def render(entry: HostEntry) -> str:
     """One host's plan or outcome, for people."""
     p = Plan.from_json(entry.plan) if entry.plan else None
     refused_by_plan = p is not None and p.status == "refused"
-    who = entry.host + (f" rank {entry.rank}" if entry.rank is not None else "")  # a launcher's rank: missing
-    lines = [outcome.status_line(who, entry, why=not refused_by_plan)]  # the plan's reasons follow instead
+    # a launcher's rank: missing
+    who = entry.host + (f" rank {entry.rank}" if entry.rank is not None else "")
+    # the plan's reasons follow instead
+    lines = [outcome.status_line(who, entry, why=not refused_by_plan)]
     if p and p.placement and p.status == "ok":
         lines.append(f"  gpu:      {p.placement}")
     if p and p.status == "ok" and entry.status == HostStatus.PLANNED:
         lines += _plan_lines(p)
     elif refused_by_plan:
-        lines += [f"  because:  {r}" for r in p.reasons] + ([f"  remedy:   {p.remedy}"] if p.remedy else [])
+        lines += [f"  because:  {r}" for r in p.reasons]
+        lines += [f"  remedy:   {p.remedy}"] if p.remedy else []
     lines += outcome.detail_lines(entry)
     return "\n".join(lines) + "\n"

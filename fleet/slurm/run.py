@@ -32,7 +32,8 @@ from ..collection.fetch import fetch_verified
 from ..store.manifest import HostEntry, ReportEntry, RunManifest, SlurmInfo
 from ..plan import ProfileRequest
 from .cluster import Cluster
-from .jobs import JobState, NoGPUs, SlurmClient, file_mark
+from .jobs import NoGPUs, SlurmClient, file_mark
+from .jobstate import JobState
 from .raygather import driver_entry, ray_home
 from .results import this_runs
 from .states import job_end_verdict, job_refusal, no_gpus, why_missing
@@ -52,30 +53,39 @@ class Prepared:
     version: str
     request: dict
     cluster_name: str | None = None       # Slurm's ClusterName, as the login node said it
-    python_note: str = ""                 # which Python the agent runs with on the compute nodes, and why
+    # which Python the agent runs with on the compute nodes, and why
+    python_note: str = ""
 
 
-async def prepare(client: SlurmClient, cluster: Cluster, req: ProfileRequest, spec: CheckedJobSpec) -> Prepared:
+async def prepare(client: SlurmClient, cluster: Cluster, req: ProfileRequest,
+                  spec: CheckedJobSpec) -> Prepared:
     """What will be submitted. ``spec`` was checked against ``req`` once (``options.checked``):
     the inventory's values it takes on are checked here, before the login node is asked anything."""
-    if not isinstance(spec, CheckedJobSpec):  # a caller's slip: options.checked finds the usage errors first
-        raise TypeError(f"a job is prepared from options.checked's CheckedJobSpec, not {type(spec).__name__}")
-    tools = {t: cluster.login.vars[f"{t}_path"] for t in ("nsys", "ncu") if cluster.login.vars.get(f"{t}_path")}
+    # a caller's slip: options.checked finds the usage errors first
+    if not isinstance(spec, CheckedJobSpec):
+        raise TypeError("a job is prepared from options.checked's CheckedJobSpec, not "
+                        f"{type(spec).__name__}")
+    tools = {t: cluster.login.vars[f"{t}_path"] for t in ("nsys", "ncu")
+             if cluster.login.vars.get(f"{t}_path")}
     scratch = cluster.login.vars.get("slurm_scratch")
     inventory_values(cluster, spec, tools, scratch)
     info = await client.cluster_info(spec.partition)
-    if spec.partition and req.uses_counters and (why := no_gpus(spec.partition, info.gres, counters_word(req))):
+    if spec.partition and req.uses_counters and (why := no_gpus(spec.partition, info.gres,
+                                                                counters_word(req))):
         raise NoGPUs(why)
     root = cluster.report_root(info.home)
     python, python_note = agent_python(cluster, info.python)
     files = JobFiles(f"{root}/{req.run_id}", root, python, tools, scratch,
-                     bool(cluster.login.vars.get("fleet_slurm_prolog")), python_note, secrets.token_hex(16))
+                     bool(cluster.login.vars.get("fleet_slurm_prolog")), python_note,
+                     secrets.token_hex(16))
     # The job runs where the user is: here when fleet runs on the login node, else the login home.
     spec = replace(spec, workdir=spec.workdir or (os.getcwd() if cluster.local else info.home))
     if spec.container and not spec.container.nsight_dirs:
         spec = replace(spec, container=replace(spec.container, nsight_dirs=nsight_dirs(tools)))
-    return Prepared(spec, files, render(req, spec, files), info.version_text, request_doc(req, files),
-                    info.name if safenames.is_component(info.name) else None,  # the cluster's word: checked
+    return Prepared(spec, files, render(req, spec, files), info.version_text,
+                    request_doc(req, files),
+                    # the cluster's word: checked
+                    info.name if safenames.is_component(info.name) else None,
                     python_note)
 
 
@@ -83,18 +93,21 @@ def counters_word(req: ProfileRequest) -> str:
     return "--tool ncu" if req.tool == "ncu" else "--gpu-metrics"
 
 
-def inventory_values(cluster: Cluster, spec: CheckedJobSpec, tools: dict, scratch: str | None) -> None:
+def inventory_values(cluster: Cluster, spec: CheckedJobSpec, tools: dict,
+                     scratch: str | None) -> None:
     """UnsafeValue for an inventory value of the login host that the batch script could not take
     (the agent's Python, the run folder, scratch; the folders a container mounts), found before
     the login node is asked anything: the script would refuse it only once it had answered."""
-    report_dir = str(cluster.login.vars.get("report_dir") or "")  # under the login home, which comes later
+    # under the login home, which comes later
+    report_dir = str(cluster.login.vars.get("report_dir") or "")
     safenames.sbatch_word(report_dir, "report_dir")
     if (named := cluster.login.vars.get("ansible_python_interpreter")):
         safenames.quote(named, "the agent Python (ansible_python_interpreter)")
     if scratch is not None:
         safenames.check_text(scratch, "slurm_scratch")
     if spec.container is not None:
-        slurm_words(replace(spec.container, nsight_dirs=spec.container.nsight_dirs or nsight_dirs(tools)),
+        slurm_words(replace(spec.container, nsight_dirs=spec.container.nsight_dirs
+                            or nsight_dirs(tools)),
                     report_dir or "/", scratch)
 
 
@@ -107,28 +120,33 @@ def agent_python(cluster: Cluster, probed: str | None) -> tuple[str, str]:
     if named:
         return str(named), f"{named} (the inventory's ansible_python_interpreter)"
     if probed:
-        return probed, f"{probed} (the login node's python3; set ansible_python_interpreter to choose)"
-    return "python3", ("python3 from the job's PATH (the login node has none on its PATH: a job under "
-                       "--export=NONE will not find it; set ansible_python_interpreter)")
+        return (probed,
+                f"{probed} (the login node's python3; set ansible_python_interpreter to choose)")
+    return "python3", ("python3 from the job's PATH (the login node has none on its PATH: a job "
+                       "under --export=NONE will not find it; set ansible_python_interpreter)")
 
 
 def expected_ranks(spec: dict) -> list[int] | None:
     """The ranks that should each leave a result (``spec`` as the manifest keeps it);
     None when the launcher decides how many there are (torchrun, mpirun, Ray)."""
-    if spec.get("launcher") == "ray":  # its --ranks names actors (patterns), each a worker of its own
+    # its --ranks names actors (patterns), each a worker of its own
+    if spec.get("launcher") == "ray":
         return None
     if spec.get("ranks") is not None:
         return sorted(spec["ranks"])
     if spec.get("launcher", "srun") != "srun":
         return None
-    return list(range(spec.get("ntasks") or (spec.get("nodes") or 1) * (spec.get("ntasks_per_node") or 1)))
+    return list(range(spec.get("ntasks") or (spec.get("nodes") or 1) * (spec.get("ntasks_per_node")
+                                                                        or 1)))
 
 
 def new_manifest(req: ProfileRequest, cluster: Cluster, prep: Prepared, site: str) -> RunManifest:
     manifest = RunManifest.begin(req, site)
-    manifest.slurm = SlurmInfo(cluster=cluster.name, cluster_name=prep.cluster_name, login=cluster.login.name,
+    manifest.slurm = SlurmInfo(cluster=cluster.name, cluster_name=prep.cluster_name,
+                               login=cluster.login.name,
                                version=prep.version, python=prep.python_note or None,
-                               run_dir=prep.files.run_dir, state="SUBMITTING", spec=prep.spec.to_json(),
+                               run_dir=prep.files.run_dir, state="SUBMITTING",
+                               spec=prep.spec.to_json(),
                                script=prep.script, result_nonce=prep.files.nonce or None)
     return manifest
 
@@ -152,8 +170,10 @@ def rank_entry(res: dict, reports: list[ReportEntry] = (), tool: str | None = No
     what came home of it, and whether fleet recorded a stop of the job (its stop marks)."""
     answer = ProfileResult.read(res)
     status, why = outcome.of_result(answer, list(reports), tool=tool, fleet_stopped=fleet_stopped)
-    return HostEntry.from_facts(answer.node, status, answer.facts, rank=answer.rank, missing_why=why,
-                                tenants_seen=answer.tenants, given_up=answer.given_up, result=res, reports=reports)
+    return HostEntry.from_facts(answer.node, status, answer.facts, rank=answer.rank,
+                                missing_why=why,
+                                tenants_seen=answer.tenants, given_up=answer.given_up, result=res,
+                                reports=reports)
 
 
 async def gather(fan: "Fanout", client: SlurmClient, manifest: RunManifest, directory: Path,
@@ -168,26 +188,32 @@ async def gather(fan: "Fanout", client: SlurmClient, manifest: RunManifest, dire
     if found and file_problem(found, slurm.run_dir) is None:
         log = ReportFile.read(found)
         slurm.log = ReportEntry.from_json(await fetch_verified(fan, client.login, log,
-                                                               directory / os.path.basename(log.path)))
+                                                               directory / os.path.basename(
+                                                                   log.path)))
     tool = (manifest.request or {}).get("tool")
     tail = _log_tail(slurm.log)
     refusal = job_refusal(slurm.job_exit, tail, RunDir.JOB_REFUSED in marks)
-    fleet_stopped = RunDir.JOB_STOPPED in marks or RunDir.JOB_STOP_ASKED in marks  # recorded before its signal
+    # recorded before its signal
+    fleet_stopped = RunDir.JOB_STOPPED in marks or RunDir.JOB_STOP_ASKED in marks
 
     async def one(res: dict) -> HostEntry:
-        return await _rank_home(fan, client, slurm.run_dir, res, directory, gathering, tool, fleet_stopped)
+        return await _rank_home(fan, client, slurm.run_dir, res, directory, gathering, tool,
+                                fleet_stopped)
 
     # Ranks come home side by side (the transport bounds transfers per login connection).
     hosts = sorted(await asyncio.gather(*(one(res) for res in results)) + refused, key=lambda e: (
         not isinstance(e.rank, int), e.rank if isinstance(e.rank, int) else 0, e.host))
-    hosts += await ray_home(fan, client, slurm.run_dir, marks["ray"], directory) + driver_entry(slurm, refusal)
-    hosts += await _missing_ranks(fan, client, slurm, hosts, marks["orphan"], directory, state, gathering,
-                                  refusal, tail)
-    restarts = marks.get(RunDir.JOB_RESTARTS, "")  # Slurm's own count, which no gap between two looks misses
+    hosts += await ray_home(fan, client, slurm.run_dir, marks["ray"],
+                            directory) + driver_entry(slurm, refusal)
+    hosts += await _missing_ranks(fan, client, slurm, hosts, marks["orphan"], directory, state,
+                                  gathering, refusal, tail)
+    # Slurm's own count, which no gap between two looks misses
+    restarts = marks.get(RunDir.JOB_RESTARTS, "")
     slurm.requeues = max(slurm.requeues, state.requeues if state is not None else 0,
                          int(restarts) if restarts.isdigit() and len(restarts) < 6 else 0)
     end = job_end_verdict(slurm.state, hosts, requeues=slurm.requeues,
-                          stopped_before_time_limit=slurm.stopped_before_time_limit, stopped_by_fleet=fleet_stopped)
+                          stopped_before_time_limit=slurm.stopped_before_time_limit,
+                          stopped_by_fleet=fleet_stopped)
     slurm.end, manifest.hosts = end.note, end.hosts
     manifest.status = RunStatus.CANCELLED if state is not None and state.state == "CANCELLED" else \
         outcome.run_status(h.status for h in manifest.hosts)
@@ -197,16 +223,18 @@ async def gather(fan: "Fanout", client: SlurmClient, manifest: RunManifest, dire
 def _job_end(slurm: SlurmInfo, state: JobState | None, marks: dict) -> None:
     """The job's end as Slurm said it (``state``) and as its batch script marked it (``marks``)."""
     if state is not None:
-        slurm.state, slurm.exit_code, slurm.nodes, slurm.reason = state.state, state.exit_code, state.nodes, \
-            state.reason
-    exit_mark = marks.get(RunDir.JOB_EXIT, "")  # the listing names the job's marks as the run folder does
+        slurm.state, slurm.exit_code, slurm.nodes, slurm.reason = (state.state, state.exit_code,
+                                                                   state.nodes, state.reason)
+    # the listing names the job's marks as the run folder does
+    exit_mark = marks.get(RunDir.JOB_EXIT, "")
     slurm.job_exit = int(exit_mark) if exit_mark.lstrip("-").isdigit() else None
     slurm.stopped_before_time_limit = RunDir.JOB_STOPPED in marks
 
 
-async def _missing_ranks(fan: "Fanout", client: SlurmClient, slurm: SlurmInfo, hosts: list[HostEntry],
-                         orphan_lines: list[str], directory: Path, state: JobState | None, gathering,
-                         refusal: str | None, tail: str) -> list[HostEntry]:
+async def _missing_ranks(fan: "Fanout", client: SlurmClient, slurm: SlurmInfo,
+                         hosts: list[HostEntry],
+                         orphan_lines: list[str], directory: Path, state: JobState | None,
+                         gathering, refusal: str | None, tail: str) -> list[HostEntry]:
     """A missing entry for each rank expected that left no result among ``hosts``, and why; with the
     report it finished where it was killed before writing its result."""
     seen = {e.rank for e in hosts}
@@ -222,34 +250,42 @@ async def _missing_ranks(fan: "Fanout", client: SlurmClient, slurm: SlurmInfo, h
             reports = await bring_home(fan, client.login, [found], directory / node,
                                        node_dir=RunDir(slurm.run_dir).node(node).path,
                                        gathering=gathering)
-            missing.append(HostEntry(node, HostStatus.MISSING, rank=rank, reports=reports, missing_why=(
-                f"rank {rank} on {node} left no result (it was killed first; job {state.state if state else 'unknown'}"
-                f", see {log}); the report it left was brought home, unchecked by its agent")))
+            missing.append(HostEntry(node, HostStatus.MISSING, rank=rank, reports=reports,
+                                     missing_why=(f"rank {rank} on {node} left no result (it was "
+                                                  "killed first; job "
+                                                  f"{state.state if state else 'unknown'}, see "
+                                                  f"{log}); the report it left was brought home, "
+                                                  "unchecked by its agent")))
         else:
             missing.append(HostEntry("(no result)", HostStatus.MISSING, rank=rank,
-                                     missing_why=why_missing(rank, state.state if state else None, log, refusal, tail)))
+                                     missing_why=why_missing(rank, state.state if state else None,
+                                                             log, refusal, tail)))
     return missing
 
 
 async def _rank_home(fan: "Fanout", client: SlurmClient, run_dir: str, res: dict, directory: Path,
                      gathering, tool: str | None, fleet_stopped: bool = False) -> HostEntry:
-    """One rank's result, held to its shape, and what it names brought home from its node's folder."""
+    """One rank's result, held to its shape, and what it names brought home from its node's
+    folder."""
     wrong = wire.problems(res, "profile")
     answer = ProfileResult.read(res)
     node = answer.node
     # The node's name comes from a result file in the run directory, which the job can write:
     # one that is not a folder name, or a result not of its shape, brings nothing home.
-    problem = "; ".join(wrong[:3]) if wrong else safenames.component_problem(node, "the node name in a rank's result")
+    problem = ("; ".join(wrong[:3]) if wrong
+               else safenames.component_problem(node, "the node name in a rank's result"))
     if problem:
         return HostEntry(str(node or "(malformed result)"), HostStatus.FAILED, rank=answer.rank,
-                         missing_why=f"the rank's result is malformed ({problem}); nothing of it was brought home")
+                         missing_why=f"the rank's result is malformed ({problem}); nothing of it "
+                                     "was brought home")
     reports = []
     if answer.made_reports:
         # Written to node-local scratch, they now are in the run directory, under the same names.
         folder = RunDir(run_dir).node(node)
-        to_fetch = [dict(r, path=folder.file(os.path.basename(r["path"]))) for r in wire.named_files(res)]
-        reports = await bring_home(fan, client.login, to_fetch, directory / node, node_dir=folder.path,
-                                   gathering=gathering)
+        to_fetch = [dict(r, path=folder.file(os.path.basename(r["path"])))
+                    for r in wire.named_files(res)]
+        reports = await bring_home(fan, client.login, to_fetch, directory / node,
+                                   node_dir=folder.path, gathering=gathering)
     return rank_entry(res, reports, tool, fleet_stopped=fleet_stopped)
 
 
@@ -279,15 +315,19 @@ def _orphans(lines: list[str]) -> dict[int, tuple[str, dict]]:
     return out
 
 
-async def profile(fan: "Fanout", cluster: Cluster, req: ProfileRequest, spec: CheckedJobSpec, *, store_root: Path,
-                  site: str | None = None, dry_run: bool = False, wait: bool = True, poll: float = 5.0,
-                  stop: asyncio.Event | None = None, on_state: Callable[[JobState], None] = lambda s: None,
+async def profile(fan: "Fanout", cluster: Cluster, req: ProfileRequest, spec: CheckedJobSpec, *,
+                  store_root: Path,
+                  site: str | None = None, dry_run: bool = False, wait: bool = True,
+                  poll: float = 5.0,
+                  stop: asyncio.Event | None = None, on_state: Callable[[JobState],
+                                                                        None] = lambda s: None,
                   gathering=None, client: SlurmClient | None = None, keep_pending: bool = False,
                   on_python: Callable[[str], None] = lambda s: None) -> RunManifest:
     """The whole run; returns its manifest (for ``--dry-run``, one with the script and no job).
     It is filed under ``site``, by default the cluster's name (:func:`filing_name`)."""
     if site is not None:
-        store.run_dir(store_root, site, req.run_id)  # a site that is no folder name stops here, before the cluster
+        # a site that is no folder name stops here, before the cluster
+        store.run_dir(store_root, site, req.run_id)
     client = client or SlurmClient(fan, cluster.login)
     prep = await prepare(client, cluster, req, spec)
     manifest = new_manifest(req, cluster, prep, site or filing_name(cluster, prep.cluster_name))
@@ -299,10 +339,12 @@ async def profile(fan: "Fanout", cluster: Cluster, req: ProfileRequest, spec: Ch
     try:
         manifest.slurm.job_id = await submit(client, prep)
     except Exception as e:
-        manifest.status, manifest.error, manifest.slurm.state = RunStatus.FAILED, str(e), "NOT SUBMITTED"
+        manifest.status, manifest.error, manifest.slurm.state = (RunStatus.FAILED, str(e),
+                                                                 "NOT SUBMITTED")
         store.save(store_root, manifest)
         raise
-    on_python(prep.python_note)  # said once a job will run with it (a refused one gets its one line alone)
+    # said once a job will run with it (a refused one gets its one line alone)
+    on_python(prep.python_note)
     manifest.status, manifest.slurm.state = RunStatus.SUBMITTED, "PENDING"
     submitted = time.time()
     store.save(store_root, manifest)
@@ -310,7 +352,8 @@ async def profile(fan: "Fanout", cluster: Cluster, req: ProfileRequest, spec: Ch
         return manifest
     try:
         state = await watch(client, manifest.slurm.job_id, poll=poll, stop=stop, on_state=on_state,
-                            submitted=submitted, keep_pending=keep_pending, run_dir=manifest.slurm.run_dir)
+                            submitted=submitted, keep_pending=keep_pending,
+                            run_dir=manifest.slurm.run_dir)
     except NeverStarts as e:
         manifest.status, manifest.error = RunStatus.FAILED, str(e)
         manifest.slurm.state = "PENDING" if keep_pending else "CANCELLED"
@@ -321,7 +364,8 @@ async def profile(fan: "Fanout", cluster: Cluster, req: ProfileRequest, spec: Ch
     return manifest
 
 
-async def gather_later(fan: "Fanout", cluster: Cluster, manifest_path: Path, store_root: Path) -> RunManifest:
+async def gather_later(fan: "Fanout", cluster: Cluster, manifest_path: Path,
+                       store_root: Path) -> RunManifest:
     """``fleet gather RUN`` for a Slurm run: the job's state once, then what it left."""
     manifest = store.read_manifest(manifest_path)
     client = SlurmClient(fan, cluster.login)

@@ -11,7 +11,8 @@ from ..statuses import RunStatus
 from ..inventory import TargetError
 from ..store.errors import CatalogError, UnsafeStore
 from .cluster import Cluster, choose
-from .jobs import JobState, SlurmClient, SlurmctldSilent
+from .jobs import SlurmClient, SlurmctldSilent
+from .jobstate import JobState
 
 if TYPE_CHECKING:
     from ..inventory import Inventory
@@ -42,7 +43,8 @@ def stored(store_root: Path, run_ids: tuple[str, ...] = (),
 
 
 def by_cluster(inventory: "Inventory", manifests: list["RunManifest"],
-               on_skipped: Callable[[str], None] | None = None) -> list[tuple[Cluster, list["RunManifest"]]]:
+               on_skipped: Callable[[str], None] | None = None) -> list[tuple[Cluster,
+                                                                              list["RunManifest"]]]:
     """The runs grouped by the cluster (from the inventory) their job went to. A run whose
     cluster the inventory no longer has is a TargetError, or, listing (``on_skipped``), skipped
     and named."""
@@ -50,7 +52,8 @@ def by_cluster(inventory: "Inventory", manifests: list["RunManifest"],
     for m in manifests:
         name = m.slurm.cluster
         try:
-            cluster = choose(inventory, None, None if name == "local" else name, embedded=name == "local")
+            cluster = choose(inventory, None, None if name == "local" else name,
+                             embedded=name == "local")
         except TargetError as e:
             if on_skipped is None:
                 raise
@@ -75,13 +78,16 @@ async def job_rows(fan: "Fanout", groups: list[tuple[Cluster, list["RunManifest"
             states = {j: JobState(j, "UNKNOWN", "slurmctld not answering") for j in ids}
         for m in ms:
             st = states.get(m.slurm.job_id)
-            rows.append({"run_id": m.run_id, "cluster": m.slurm.cluster_name or cluster.name, "job_id": m.slurm.job_id,
+            rows.append({"run_id": m.run_id, "cluster": m.slurm.cluster_name or cluster.name,
+                         "job_id": m.slurm.job_id,
                          "state": st.state if st else m.slurm.state, "reason": st and st.reason,
-                         "nodes": st and st.nodes, "elapsed": st and st.elapsed, "run_status": m.status})
+                         "nodes": st and st.nodes, "elapsed": st and st.elapsed,
+                         "run_status": m.status})
     return rows
 
 
-def jobs_of(groups: list[tuple[Cluster, list["RunManifest"]]]) -> list[tuple[str, Cluster, list[str]]]:
+def jobs_of(groups: list[tuple[Cluster, list["RunManifest"]]]) -> list[tuple[str, Cluster,
+                                                                             list[str]]]:
     """Each cluster's name (:func:`shown_name`) and job ids among the runs (a run refused before
     sbatch has none)."""
     found = [(shown_name(cluster, ms), cluster, [m.slurm.job_id for m in ms if m.slurm.job_id])
@@ -89,33 +95,41 @@ def jobs_of(groups: list[tuple[Cluster, list["RunManifest"]]]) -> list[tuple[str
     return [(name, cluster, ids) for name, cluster, ids in found if ids]
 
 
-async def cancel(fan: "Fanout", groups: list[tuple[Cluster, list["RunManifest"]]]) -> list[tuple[str, list[str]]]:
+async def cancel(fan: "Fanout",
+                 groups: list[tuple[Cluster, list["RunManifest"]]]) -> list[tuple[str, list[str]]]:
     """scancel each cluster's jobs (the profilers get SIGTERM and finish their reports)."""
     done = []
     for name, cluster, ids in jobs_of(groups):
-        run_dirs = [m.slurm.run_dir for _, ms in groups for m in ms if m.slurm.job_id in ids and m.slurm.run_dir]
-        await SlurmClient(fan, cluster.login).cancel(ids, run_dirs=run_dirs)  # fleet's stop recorded first
+        run_dirs = [m.slurm.run_dir for _, ms in groups for m in ms if m.slurm.job_id in ids
+                    and m.slurm.run_dir]
+        # fleet's stop recorded first
+        await SlurmClient(fan, cluster.login).cancel(ids, run_dirs=run_dirs)
         done.append((name, ids))
     return done
 
 
 def shown_name(cluster: Cluster, manifests: list["RunManifest"]) -> str:
-    """A cluster as people know it: Slurm's ClusterName, as its runs recorded it; else the inventory's name."""
+    """A cluster as people know it: Slurm's ClusterName, as its runs recorded it; else the
+    inventory's name."""
     return next((m.slurm.cluster_name for m in manifests if m.slurm.cluster_name), cluster.name)
 
 
 def render(m: "RunManifest") -> str:
     """One Slurm run for people: the job, each rank's outcome and reports."""
     s = m.slurm
-    lines = [f"run {m.run_id}: job {s.job_id} on {s.cluster_name or s.cluster} {s.state or ''} -> {m.status}"]
+    lines = ([f"run {m.run_id}: job {s.job_id} on {s.cluster_name or s.cluster} {s.state or ''} -> "
+              f"{m.status}"])
     if m.status == RunStatus.SUBMITTED:
-        lines.append(f"  reports will be under {s.run_dir}; bring them home with: fleet gather {m.run_id}")
+        lines.append(f"  reports will be under {s.run_dir}; bring them home with: fleet gather "
+                     f"{m.run_id}")
     if s.end:
         lines.append(f"  {s.end}")
     if s.stopped_before_time_limit:
-        lines.append("  the profilers were stopped ahead of the time limit, so their reports could be finished")
+        lines.append("  the profilers were stopped ahead of the time limit, so their reports could "
+                     "be finished")
     for h in m.hosts:
-        rank = f"rank {h.rank}" if h.rank is not None else (h.worker or "?")  # a Ray worker: its actor or task
+        # a Ray worker: its actor or task
+        rank = f"rank {h.rank}" if h.rank is not None else (h.worker or "?")
         lines.append(outcome.status_line(f"{h.host} {rank}", h, indent="  "))
         lines += outcome.detail_lines(h, indent="    ", hashes=False)
     if s.log:

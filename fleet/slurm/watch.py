@@ -10,13 +10,16 @@ import time
 from dataclasses import dataclass
 from typing import Callable
 
-from .jobs import JobState, SlurmClient, SlurmctldSilent, SlurmError
+from .jobs import SlurmClient, SlurmctldSilent, SlurmError
+from .jobstate import JobState
 from .states import never_starts
 
 POLL_FIRST = 0.5    # seconds; then each wait 1.5x longer, up to the poll interval
-WATCH_FAILURES = 10  # status calls failing in a row before fleet gives up watching (the job goes on)
+# status calls failing in a row before fleet gives up watching (the job goes on)
+WATCH_FAILURES = 10
 SILENT_POLL = 30    # seconds: the longest wait between asks while slurmctld does not answer
-REQUEUED = {"REQUEUED", "REQUEUE_FED", "REQUEUE_HOLD", "PENDING", "CONFIGURING"}  # a job that ran, back in line
+# a job that ran, back in line
+REQUEUED = {"REQUEUED", "REQUEUE_FED", "REQUEUE_HOLD", "PENDING", "CONFIGURING"}
 
 
 class NeverStarts(SlurmError):
@@ -24,8 +27,10 @@ class NeverStarts(SlurmError):
     --keep-pending), and the run ends."""
 
 
-async def watch(client: SlurmClient, job_id: str, *, poll: float = 5.0, stop: asyncio.Event | None = None,
-                on_state: Callable[[JobState], None] = lambda s: None, submitted: float | None = None,
+async def watch(client: SlurmClient, job_id: str, *, poll: float = 5.0,
+                stop: asyncio.Event | None = None,
+                on_state: Callable[[JobState], None] = lambda s: None,
+                submitted: float | None = None,
                 keep_pending: bool = False, run_dir: str | None = None) -> JobState:
     """Until the job ends. A stop request (Ctrl-C) cancels a job that has not started, and sends
     SIGTERM to a running job's steps once: the profilers stop their applications and finish
@@ -58,7 +63,8 @@ class _Watching:
     failures: int = 0                   # status calls failed in a row
     silent_since: float | None = None   # since when slurmctld does not answer
     ran: bool = False
-    completing: bool = False  # a job that ran, seen COMPLETING: RUNNING again next means requeued between two asks
+    # a job that ran, seen COMPLETING: RUNNING again next means requeued between two asks
+    completing: bool = False
     requeues: int = 0
     stopping: bool = False    # the job was asked to stop
 
@@ -66,7 +72,8 @@ class _Watching:
         """The job's state: UNKNOWN, saying why, while slurmctld or the login node does not answer
         (the status call's SlurmError itself once WATCH_FAILURES calls in a row failed)."""
         try:
-            st = (await client.states([self.job_id], {self.job_id: submitted} if submitted else None))[self.job_id]
+            st = (await client.states([self.job_id], {self.job_id: submitted} if submitted
+                                      else None))[self.job_id]
             self.failures, self.silent_since = 0, None
         except SlurmctldSilent:
             self.silent_since = self.silent_since or time.time()
@@ -91,13 +98,16 @@ class _Watching:
 
     async def stop(self, client: SlurmClient, st: JobState, run_dir: str | None,
                    on_state: Callable[[JobState], None]) -> None:
-        """fleet's stop asked of Slurm: a pending job cancelled, a running one's steps sent SIGTERM."""
+        """fleet's stop asked of Slurm: a pending job cancelled, a running one's steps sent
+        SIGTERM."""
         try:  # a job that has not started has no profilers to stop: it goes from the queue
             await client.cancel([self.job_id], signal=None if st.state == "PENDING" else "TERM",
-                                run_dirs=[run_dir] if run_dir else [])  # fleet's stop recorded first
+                                # fleet's stop recorded first
+                                run_dirs=[run_dir] if run_dir else [])
             self.stopping = True
         except SlurmError as e:  # slurmctld silent: asked again at the next poll
-            on_state(JobState(self.job_id, st.state, f"could not stop the job yet ({e}); trying again"))
+            on_state(JobState(self.job_id, st.state,
+                              f"could not stop the job yet ({e}); trying again"))
             await asyncio.sleep(self.interval)
 
     async def wait(self, stop: asyncio.Event | None, poll: float) -> None:
@@ -107,7 +117,8 @@ class _Watching:
                                    else asyncio.sleep(self.interval), self.interval)
         except asyncio.TimeoutError:
             pass
-        self.interval = min(self.interval * 1.5, max(poll, SILENT_POLL) if self.silent_since else poll)
+        self.interval = min(self.interval * 1.5, max(poll, SILENT_POLL) if self.silent_since
+                            else poll)
 
 
 async def _never_starts(client: SlurmClient, job_id: str, st: JobState, why: str,

@@ -20,16 +20,20 @@ home into it is collection's (:mod:`fleet.collection`). Every name below is impo
 
 from __future__ import annotations
 
-from .catalog import CATALOG_VERSION, SCHEMA, TABLES, catalog, index_manifest, kernel_rows, record, reindex
+from .catalog import CATALOG_VERSION, SCHEMA, TABLES, catalog, index_manifest, record, reindex
 from .catalog import forget as _forget
 from .errors import CatalogDamaged, CatalogError, CatalogLocked, StoreWriteError, UnsafeStore
 from .layout import DEFAULT_ROOT, _inside, check_run_id, here, root, run_dir
 from .manifest_io import UNFINISHED, may_be_unfinished, read_manifest, write_manifest
 from .queries import compare, load_run, manifest_of, metric_history, reports, save
 from .removal import Pulled, Removal, StillRunning, pull, remove_run
+from .summary_csv import kernel_rows
 
-__all__ = ["CATALOG_VERSION", "SCHEMA", "TABLES", "CatalogDamaged", "CatalogError", "CatalogLocked", "DEFAULT_ROOT",
-           "Pulled", "Removal",
-           "StillRunning", "StoreWriteError", "UNFINISHED", "UnsafeStore", "catalog", "check_run_id", "compare", "here",
-           "index_manifest", "kernel_rows", "load_run", "manifest_of", "may_be_unfinished", "metric_history", "pull",
-           "read_manifest", "record", "reindex", "remove_run", "reports", "root", "run_dir", "save", "write_manifest"]
+__all__ = ["CATALOG_VERSION", "SCHEMA", "TABLES", "CatalogDamaged", "CatalogError", "CatalogLocked",
+           "DEFAULT_ROOT", "Pulled", "Removal",
+           "StillRunning", "StoreWriteError", "UNFINISHED", "UnsafeStore", "catalog",
+           "check_run_id", "compare", "here",
+           "index_manifest", "kernel_rows", "load_run", "manifest_of", "may_be_unfinished",
+           "metric_history", "pull",
+           "read_manifest", "record", "reindex", "remove_run", "reports", "root", "run_dir", "save",
+           "write_manifest"]

@@ -9,7 +9,6 @@ refused. Every failure of SQLite (a damaged file, a lock held past the timeout) 
 
 from __future__ import annotations
 
-import csv
 import json
 import os
 import sqlite3
@@ -19,6 +18,7 @@ from typing import Iterator
 
 from ..statuses import HostStatus
 from . import numbers, private
+from .summary_csv import checked_kernel_rows
 from .errors import CatalogDamaged, CatalogError, CatalogLocked
 from .layout import manifests
 from .manifest import WHOSE
@@ -26,10 +26,11 @@ from .manifest_io import UNFINISHED, read_manifest
 
 # PRAGMA user_version of the catalog. 0: written before the catalog had a version (its
 # rows may include the kernels and metrics of removed runs); it is rebuilt from the manifests.
-# 1: unversioned rows again from the manifests. 2: each report row names its Ray worker (``worker``), and
-# a Ray worker's whose file is no row of its own.
+# 1: unversioned rows again from the manifests. 2: each report row names its Ray worker
+# (``worker``), and a Ray worker's whose file is no row of its own.
 CATALOG_VERSION = 2
-LOCK_WAIT_S = 5.0  # how long one waits for another fleet's transaction (SQLite's default; 8 clients on one store hold)
+# how long one waits for another fleet's transaction (SQLite's default; 8 clients on one store hold)
+LOCK_WAIT_S = 5.0
 
 SCHEMA = [
     """CREATE TABLE IF NOT EXISTS runs (
@@ -51,17 +52,20 @@ def sqlite_problem(path: Path, e: sqlite3.Error) -> CatalogError:
     """What a failure of SQLite on the catalog means to its user, in one line."""
     text = str(e)
     if "locked" in text or "busy" in text:
-        return CatalogLocked(f"the catalog {path} is locked by another process ({text}); try again once it is "
-                             f"done, then `fleet reports reindex` if a run is missing from it")
-    if not isinstance(e, sqlite3.OperationalError) and isinstance(e, sqlite3.DatabaseError) or "malformed" in text:
-        return CatalogDamaged(f"the catalog {path} is damaged ({text}); `fleet reports reindex` rebuilds it "
-                              f"from the manifests")
+        return CatalogLocked(f"the catalog {path} is locked by another process ({text}); try again "
+                             "once it is done, then `fleet reports reindex` if a run is missing "
+                             "from it")
+    if (not isinstance(e, sqlite3.OperationalError) and isinstance(e, sqlite3.DatabaseError)
+            or "malformed" in text):
+        return CatalogDamaged(f"the catalog {path} is damaged ({text}); `fleet reports reindex` "
+                              f"rebuilds it from the manifests")
     return CatalogError(f"the catalog {path} could not be used ({text})")
 
 
 @contextmanager
 def opened(store: Path) -> Iterator[sqlite3.Connection]:
-    """The catalog, open; any failure of SQLite inside is a CatalogError line (see sqlite_problem)."""
+    """The catalog, open; any failure of SQLite inside is a CatalogError line (see
+    sqlite_problem)."""
     path = store / private.CATALOG_NAME
     try:
         with closing(catalog(store)) as db:
@@ -77,11 +81,12 @@ def catalog(store: Path) -> sqlite3.Connection:
     try:
         version = _version(db)
         if version > CATALOG_VERSION:
-            raise CatalogError(f"{store / private.CATALOG_NAME} is version {version}, newer than this fleet's "
-                               f"({CATALOG_VERSION}): upgrade fleet, or remove it to have it rebuilt from the "
-                               f"manifests")
+            raise CatalogError(f"{store / private.CATALOG_NAME} is version {version}, newer than "
+                               f"this fleet's ({CATALOG_VERSION}): upgrade fleet, or remove it to "
+                               f"have it rebuilt from the manifests")
         if version < CATALOG_VERSION:
-            db.execute("BEGIN IMMEDIATE")  # one process migrates; the others wait, then find it done
+            # one process migrates; the others wait, then find it done
+            db.execute("BEGIN IMMEDIATE")
             if _version(db) < CATALOG_VERSION:
                 _migrate(db, store)
             db.commit()
@@ -97,7 +102,8 @@ def _version(db: sqlite3.Connection) -> int:
 
 def _migrate(db: sqlite3.Connection, store: Path) -> None:
     """From an older catalog (or none): the tables made anew in this version's shape, then every
-    row again from the manifests, which are the truth; rows of runs removed before are gone with them."""
+    row again from the manifests, which are the truth; rows of runs removed before are gone with
+    them."""
     for table in TABLES:
         db.execute(f"DROP TABLE IF EXISTS {table}")
     for statement in SCHEMA:
@@ -136,23 +142,27 @@ def index_manifest(db: sqlite3.Connection, path: Path) -> list[str]:
     metrics, notes = _metric_rows(m)
     db.executemany("INSERT INTO metrics VALUES (?,?,?,?,?,?,?)", metrics)
     db.execute("INSERT OR REPLACE INTO runs VALUES (?,?,?,?,?,?,?,?,?)",
-               (m.run_id, m.site, m.day, m.started, m.user, tool, json.dumps(m.request.get("command")), m.status,
-                str(path)))
+               (m.run_id, m.site, m.day, m.started, m.user, tool,
+                json.dumps(m.request.get("command")), m.status, str(path)))
     for host in m.hosts:
         for rep in host.reports:
-            if rep.summary == WHOSE:  # whose a Ray worker's report is: its row names the worker itself
+            # whose a Ray worker's report is: its row names the worker itself
+            if rep.summary == WHOSE:
                 continue
             if rep.summary == "cuda_gpu_kern_sum" and rep.verified:
-                rows, bad = _kernel_rows(Path(rep.stored))
-                notes += [f"{Path(rep.stored).name}: {why}" for why in bad]  # the kernels of one summary
-                db.executemany("INSERT INTO kernels VALUES (?,?,?,?,?)", [(m.run_id, host.host, *k) for k in rows])
+                rows, bad = checked_kernel_rows(Path(rep.stored))
+                # the kernels of one summary
+                notes += [f"{Path(rep.stored).name}: {why}" for why in bad]
+                db.executemany("INSERT INTO kernels VALUES (?,?,?,?,?)",
+                               [(m.run_id, host.host, *k) for k in rows])
             db.execute("INSERT OR REPLACE INTO reports VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
-                       (m.run_id, host.host, rep.stored or rep.remote, tool, rep.status, rep.sha256, rep.size,
-                        host.gpu, host.driver, host.tool_version, m.started, host.worker))
+                       (m.run_id, host.host, rep.stored or rep.remote, tool, rep.status, rep.sha256,
+                        rep.size, host.gpu, host.driver, host.tool_version, m.started, host.worker))
         if not host.reports:
             status = ("running" if m.status in UNFINISHED else
                       "refused" if host.status == HostStatus.REFUSED else "missing")
-            placeholder = "" if host.rank is None else f"(rank {host.rank})"  # Slurm: one row a rank
+            # Slurm: one row a rank
+            placeholder = "" if host.rank is None else f"(rank {host.rank})"
             db.execute("INSERT OR REPLACE INTO reports VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
                        (m.run_id, host.host, placeholder, tool, status, None, None,
                         host.gpu, host.driver, host.tool_version, m.started, host.worker))
@@ -167,11 +177,15 @@ def _metric_rows(m) -> tuple[list[tuple], list[str]]:
     given = pb.get("metrics") or []
     for i, r in enumerate(given if isinstance(given, list) else [given]):
         try:
-            if not isinstance(r, dict) or not isinstance(r.get("metric"), str) or not isinstance(r.get("device"), str):
+            if not isinstance(r, dict) or not isinstance(r.get("metric"),
+                                                         str) or not isinstance(r.get("device"),
+                                                                                str):
                 raise ValueError("not a metric with a name and a device")
             value = numbers.real(r.get("value"), "its value")
-            rows.append((m.run_id, pb.get("name") if isinstance(pb.get("name"), str) else None, r["metric"],
-                         r["device"], value, json.dumps(r.get("flags") or [], default=str), m.started))
+            rows.append((m.run_id, pb.get("name") if isinstance(pb.get("name"), str) else None,
+                         r["metric"],
+                         r["device"], value, json.dumps(r.get("flags") or [], default=str),
+                         m.started))
         except ValueError as e:
             notes.append(f"playbook metric {i} ({e})")
     return rows, notes
@@ -212,28 +226,6 @@ def _rebuild_afresh(store: Path, why: str) -> tuple[int, list[str]]:
     finally:
         fresh.unlink(missing_ok=True)
     damage = why.split(" (", 1)[-1].split(")", 1)[0]
-    return found[0], [f"the damaged catalog {path} ({damage}): a new one was built from the manifests", *found[1]]
-
-
-def kernel_rows(csv_path: Path) -> list[tuple[str, int, int]]:
-    """(name, total ns, instances) from an ``nsys stats`` cuda_gpu_kern_sum CSV; rows whose numbers
-    are out of bounds are left out (see :func:`_kernel_rows`)."""
-    return _kernel_rows(csv_path)[0]
-
-
-def _kernel_rows(csv_path: Path) -> tuple[list[tuple[str, int, int]], list[str]]:
-    """The rows, and why each row left out was (a total of ``1e400`` fits no INTEGER)."""
-    rows, bad = [], []
-    try:
-        with open(csv_path, newline="") as f:
-            for r in csv.DictReader(f):
-                if not r.get("Name"):
-                    continue
-                try:
-                    rows.append((r["Name"], numbers.count(r["Total Time (ns)"], "Total Time (ns)"),
-                                 numbers.count(r["Instances"], "Instances")))
-                except (KeyError, ValueError) as e:
-                    bad.append(f"kernel {r['Name'][:60]!r} ({e})")
-    except (OSError, csv.Error, UnicodeDecodeError):
-        return [], []
-    return rows, bad
+    return (found[0],
+            [f"the damaged catalog {path} ({damage}): a new one was built from the manifests",
+             *found[1]])

@@ -13,16 +13,15 @@ from __future__ import annotations
 
 import fnmatch
 import getpass
-import secrets
 import time
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Iterable
 
 from ..agent.messages import ProfileResult
 from ..policy.nodestate import NodeFacts
-from ..errors import FleetError
 from .. import __version__
 from ..statuses import HostStatus, RunStatus
+from .records import ManifestError, Record, known_fields
 
 if TYPE_CHECKING:
     from ..plan import ProfileRequest
@@ -30,40 +29,12 @@ if TYPE_CHECKING:
 SCHEMA_VERSION = 2
 
 
-def new_run_id() -> str:
-    """A run's id: when it began, and four hex digits against two runs in one second."""
-    return time.strftime("%Y%m%d-%H%M%S") + "-" + secrets.token_hex(2)
-
-
-class ManifestError(FleetError, ValueError):
-    """A manifest fleet cannot read: not one, or written by a newer fleet."""
-
-
-def _known(cls, doc: Any, what: str) -> dict:
-    """The keys of ``doc`` that are fields of ``cls`` (the others take their defaults)."""
-    if not isinstance(doc, dict):
-        raise ManifestError(f"{what} is not a JSON object: {doc!r:.80}")
-    names = {f.name for f in fields(cls)}
-    return {k: v for k, v in doc.items() if k in names}
-
-
-class _Record:
-    """A dataclass that reads its JSON back, keeping only its own keys."""
-    WHAT = "a record"
-
-    def to_json(self) -> dict:
-        return asdict(self)
-
-    @classmethod
-    def from_json(cls, doc: dict):
-        return cls(**_known(cls, doc, cls.WHAT))
-
-
-WHOSE = "whose"  # the ``summary`` of a Ray worker's whose file (fleet/slurm/raygather.py): no report of its own
+# the ``summary`` of a Ray worker's whose file (fleet/slurm/raygather.py): no report of its own
+WHOSE = "whose"
 
 
 @dataclass
-class ReportEntry(_Record):
+class ReportEntry(Record):
     """One report or summary brought home (``fetch.fetch_verified``), or one that was not."""
     remote: str = ""                      # its path on the node
     stored: str = ""                      # its path in the store
@@ -72,16 +43,18 @@ class ReportEntry(_Record):
     status: str = "missing"               # complete | finished-from-qdstrm | summary | missing
     verified: bool = False
     resumed_from: int | None = None
-    summary: str | None = None            # an nsys stats / ncu CSV: which one (cuda_gpu_kern_sum, ncu_raw, ...)
+    # an nsys stats / ncu CSV: which one (cuda_gpu_kern_sum, ncu_raw, ...)
+    summary: str | None = None
     read_through: str | None = None       # fetched through this host (a shared report directory)
     removed_from_node: bool | None = None
-    kept_on_node: str | None = None        # why removal was asked for and not done (remove_gathered_reports)
+    # why removal was asked for and not done (remove_gathered_reports)
+    kept_on_node: str | None = None
     error: str | None = None
     WHAT = "a report entry"
 
 
 @dataclass
-class ProcessSeen(_Record):
+class ProcessSeen(Record):
     """A process on one of the run's GPUs when its node was looked at."""
     gpu: int | None = None
     pid: int | None = None
@@ -93,11 +66,12 @@ class ProcessSeen(_Record):
 
 
 @dataclass
-class HostEntry(_Record):
+class HostEntry(Record):
     """One lab host, Slurm rank, Ray worker, or a rank that left no result."""
     host: str                             # inventory name, Slurm node, or "(no result)"
     status: str = HostStatus.PENDING      # a HostStatus (fleet/statuses.py)
-    rank: int | None = None               # Slurm: the rank; a lab launcher's rank that left no report; else None
+    # Slurm: the rank; a lab launcher's rank that left no report; else None
+    rank: int | None = None
     worker: str | None = None             # Ray: the worker's report name
     node: str | None = None               # the node's own hostname
     missing_why: str | None = None
@@ -113,11 +87,13 @@ class HostEntry(_Record):
 
     @classmethod
     def from_facts(cls, host: str, status: str, facts: NodeFacts | None, *, rank: int | None = None,
-                   missing_why: str | None = None, tenants_seen: Iterable[str] = (), given_up: Iterable[str] = (),
+                   missing_why: str | None = None, tenants_seen: Iterable[str] = (),
+                   given_up: Iterable[str] = (),
                    plan: dict | None = None, result: dict | None = None,
                    reports: Iterable[ReportEntry] = ()) -> "HostEntry":
         """The entry of a host or rank whose node was looked at: fleet makes its ``facts`` from the
-        probed state on lab servers (``NodeState.facts``); on Slurm the rank's result carries them."""
+        probed state on lab servers (``NodeState.facts``); on Slurm the rank's result carries
+        them."""
         facts = facts or NodeFacts()
         return cls(host=host, status=status, rank=rank, node=facts.node,
                    missing_why=None if status == "ok" else missing_why, gpu=facts.gpu,
@@ -133,7 +109,8 @@ class HostEntry(_Record):
         and a result of many GPUs holds thousands of the watch's samples."""
         if not isinstance(self.result, dict):
             return None
-        read = self.__dict__.get("_answer")  # not a field: neither kept in the manifest nor compared
+        # not a field: neither kept in the manifest nor compared
+        read = self.__dict__.get("_answer")
         if read is None or read[0] is not self.result:
             read = self.__dict__["_answer"] = (self.result, ProfileResult.read(self.result))
         return read[1]
@@ -148,20 +125,23 @@ class HostEntry(_Record):
 
     @classmethod
     def from_json(cls, doc: dict) -> "HostEntry":
-        known = _known(cls, doc, "a host entry")
+        known = known_fields(cls, doc, "a host entry")
         known.setdefault("host", "?")
         for key in ("tenants_seen", "given_up", "processes_seen", "reports"):
-            known[key] = known.get(key) or []  # version 1 wrote null or nothing where there were none
+            # version 1 wrote null or nothing where there were none
+            known[key] = known.get(key) or []
         known["processes_seen"] = [ProcessSeen.from_json(p) for p in known["processes_seen"]]
         known["reports"] = [ReportEntry.from_json(r) for r in known["reports"]]
         return cls(**known)
 
 
 @dataclass
-class SlurmInfo(_Record):
+class SlurmInfo(Record):
     """The batch job of a Slurm run."""
-    cluster: str = ""                     # the inventory's name for it (the login host; --cluster takes it)
-    cluster_name: str | None = None       # Slurm's ClusterName: the store folder the run is filed under
+    # the inventory's name for it (the login host; --cluster takes it)
+    cluster: str = ""
+    # Slurm's ClusterName: the store folder the run is filed under
+    cluster_name: str | None = None
     login: str = ""
     version: str | None = None            # Slurm's, as the login node said
     run_dir: str = ""                     # the run's directory on the cluster
@@ -175,14 +155,16 @@ class SlurmInfo(_Record):
     job_exit: int | None = None           # the batch script's own exit status
     stopped_before_time_limit: bool = False
     log: ReportEntry | None = None        # slurm-JOBID.out, brought home
-    python: str | None = None             # the agent's Python on the compute nodes, and where fleet found it
-    end: str | None = None                # what the job's end state meant for the run (fleet.slurm.states)
+    # the agent's Python on the compute nodes, and where fleet found it
+    python: str | None = None
+    # what the job's end state meant for the run (fleet.slurm.states)
+    end: str | None = None
     requeues: int = 0                     # times Slurm requeued the job while fleet watched it
     result_nonce: str | None = None       # every rank's result carries it (fleet/slurm/results.py)
 
     @classmethod
     def from_json(cls, doc: dict) -> "SlurmInfo":
-        known = _known(cls, doc, "the slurm section")
+        known = known_fields(cls, doc, "the slurm section")
         known["spec"] = known.get("spec") or {}
         if known.get("log") is not None:
             known["log"] = ReportEntry.from_json(known["log"])
@@ -203,22 +185,28 @@ class RunManifest:
     slurm: SlurmInfo | None = None
     playbook: dict | None = None  # nightly: name, path, metrics, thresholds
     error: str | None = None
-    fleet: str | None = None      # the version of fleet that made the run (nightly: part of its environment)
-    phases: dict | None = None    # the controller's moments of a lab run, seconds since the command started
+    # the version of fleet that made the run (nightly: part of its environment)
+    fleet: str | None = None
+    # the controller's moments of a lab run, seconds since the command started
+    phases: dict | None = None
     schema: int = SCHEMA_VERSION  # the version it was read from; to_json writes the current one
 
     @classmethod
-    def begin(cls, req: "ProfileRequest", site: str, status: str = RunStatus.RUNNING) -> "RunManifest":
+    def begin(cls, req: "ProfileRequest", site: str,
+              status: str = RunStatus.RUNNING) -> "RunManifest":
         """What every run's manifest begins with, on lab servers and on Slurm."""
-        return cls(run_id=req.run_id, site=site, day=f"{req.run_id[0:4]}-{req.run_id[4:6]}-{req.run_id[6:8]}",
-                   started=time.strftime("%Y-%m-%dT%H:%M:%S%z"), user=getpass.getuser(), request=req.to_json(),
-                   status=status, fleet=__version__)
+        return cls(run_id=req.run_id, site=site,
+                   day=f"{req.run_id[0:4]}-{req.run_id[4:6]}-{req.run_id[6:8]}",
+                   started=time.strftime("%Y-%m-%dT%H:%M:%S%z"), user=getpass.getuser(),
+                   request=req.to_json(), status=status, fleet=__version__)
 
     def to_json(self) -> dict:
-        doc: dict[str, Any] = {"schema": SCHEMA_VERSION, "run_id": self.run_id, "site": self.site, "day": self.day,
+        doc: dict[str, Any] = {"schema": SCHEMA_VERSION, "run_id": self.run_id, "site": self.site,
+                               "day": self.day,
                                "started": self.started, "user": self.user, "request": self.request,
                                "status": self.status, "hosts": [h.to_json() for h in self.hosts]}
-        # Sections only some runs have are left out otherwise: "slurm" in a manifest says a Slurm run.
+        # Sections only some runs have are left out otherwise: "slurm" in a manifest says a Slurm
+        # run.
         if self.slurm is not None:
             doc["slurm"] = self.slurm.to_json()
         if self.playbook is not None:
@@ -233,13 +221,15 @@ class RunManifest:
 
     @classmethod
     def from_json(cls, doc: dict) -> "RunManifest":
-        known = _known(cls, doc, "a run manifest")
+        known = known_fields(cls, doc, "a run manifest")
         schema = known.get("schema", 1)  # version 1 had no schema key
         if not isinstance(schema, int) or isinstance(schema, bool) or schema < 1:
-            raise ManifestError(f"run {known.get('run_id')!r}: schema {schema!r} is not a version number")
+            raise ManifestError(f"run {known.get('run_id')!r}: schema "
+                                f"{schema!r} is not a version number")
         if schema > SCHEMA_VERSION:
-            raise ManifestError(f"run {known.get('run_id')!r} has manifest schema {schema}, newer than this fleet "
-                                f"reads ({SCHEMA_VERSION}): upgrade fleet to read it")
+            raise ManifestError(f"run {known.get('run_id')!r} has manifest schema {schema}, newer "
+                                "than this fleet reads "
+                                f"({SCHEMA_VERSION}): upgrade fleet to read it")
         if "run_id" not in known:
             raise ManifestError("a run manifest without a run_id")
         known["schema"] = schema

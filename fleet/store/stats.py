@@ -22,18 +22,17 @@ from pathlib import Path
 from .. import exitcodes, kernelnames
 from ..errors import FleetError
 from ..hostlist import fold
-from . import _inside, numbers
+from . import _inside
 from .manifest import HostEntry, RunManifest
+from .summary_csv import NCU_NAME, ncu_rows, nsys_rows
 
-# One section of the output per summary: (summary, section, what its rows are, name column, count column).
+# One section of the output per summary: (summary, section, what its rows are, name column, count
+# column).
 NSYS_SECTIONS = (("cuda_gpu_kern_sum", "kernels", "GPU kernels", "Name", "Instances"),
                  ("cuda_api_sum", "api_calls", "CUDA API calls", "Name", "Num Calls"),
                  ("nvtx_sum", "nvtx_ranges", "NVTX ranges", "Range", "Instances"))
-NSYS_TOTAL = "Total Time (ns)"
 # ncu's raw page: a header row, a units row, one row per profiled kernel launch.
-NCU_SECTION = ("ncu_raw", "kernels", "GPU kernels", "Kernel Name", None)
-NCU_DURATION = "gpu__time_duration.sum"
-NS_PER = {"ns": 1, "nsecond": 1, "us": 1e3, "usecond": 1e3, "ms": 1e6, "msecond": 1e6, "s": 1e9, "second": 1e9}
+NCU_SECTION = ("ncu_raw", "kernels", "GPU kernels", NCU_NAME, None)
 
 
 class StatsError(FleetError, LookupError):
@@ -60,7 +59,8 @@ class Column:
 
 @dataclass
 class Absent:
-    """A host, rank or worker of the run that is not in the tables, and why (the manifest's words)."""
+    """A host, rank or worker of the run that is not in the tables, and why (the manifest's
+    words)."""
     label: str
     host: str
     rank: int | None
@@ -90,7 +90,8 @@ def nothing_to(manifest: RunManifest, purpose: str, entries: list[Absent]) -> No
     if manifest.error:
         why += f"; {manifest.error}"
     tool = manifest.request.get("tool") or "nsys"
-    return NoReports(f"run {manifest.run_id} ({tool}, {manifest.status}) has no reports to {purpose}: {why}")
+    return (NoReports(f"run {manifest.run_id} ({tool}, {manifest.status}) has no "
+                      f"reports to {purpose}: {why}"))
 
 
 @dataclass
@@ -100,14 +101,16 @@ class Section:
     # name -> label -> (total ns, count); rows the top N by their total over the columns
     totals: dict[str, dict[str, tuple[float, int]]] = field(default_factory=dict)
     notes: dict[str, str] = field(default_factory=dict)   # label -> why this column has no rows
-    read: set[str] = field(default_factory=set)           # labels whose summary was read (maybe empty)
+    # labels whose summary was read (maybe empty)
+    read: set[str] = field(default_factory=set)
     short: dict[str, str] = field(default_factory=dict)   # kernels: full name -> the name shown
 
     def shown(self, name: str, full: bool = False) -> str:
         return name if full else self.short.get(name, name)
 
     def top(self, n: int) -> list[tuple[str, dict[str, tuple[float, int]]]]:
-        return sorted(self.totals.items(), key=lambda kv: (-sum(t for t, _ in kv[1].values()), kv[0]))[:n]
+        return sorted(self.totals.items(), key=lambda kv: (-sum(t for t, _ in kv[1].values()),
+                                                           kv[0]))[:n]
 
 
 @dataclass
@@ -129,7 +132,8 @@ class RunStats:
                     "by": {label: {"total_ns": t, "count": n} for label, (t, n) in by.items()}}
 
         return {"run_id": self.run_id, "tool": self.tool, "status": self.status, "top": top,
-                "columns": [vars(c) for c in self.columns], "left_out": [vars(a) for a in self.left_out],
+                "columns": [vars(c) for c in self.columns],
+                "left_out": [vars(a) for a in self.left_out],
                 **{s.key: {"rows": [row(s, name, by) for name, by in s.top(top)], "notes": s.notes}
                    for s in self.sections}}
 
@@ -143,7 +147,8 @@ def _named(manifest: RunManifest, which: str | None) -> list[HostEntry]:
             or which in (h.host, h.worker) or h.actor_matches(which)]
 
 
-def choose_columns(manifest: RunManifest, which: str | None, purpose: str = "show") -> list[HostEntry]:
+def choose_columns(manifest: RunManifest, which: str | None,
+                   purpose: str = "show") -> list[HostEntry]:
     """The run's hosts (ranks, workers) that left results, or those ``which`` names: a rank
     number, a host (for Slurm, the node: all its ranks), or a Ray worker. None of them with
     results is :class:`NoReports`, saying what each was."""
@@ -153,13 +158,15 @@ def choose_columns(manifest: RunManifest, which: str | None, purpose: str = "sho
         with_reports = [h for h in manifest.hosts if h.reports]
         known = sorted({_label(h) for h in with_reports} | {h.host for h in with_reports})
         raise StatsError(f"run {manifest.run_id} has no host or rank {which!r} with reports"
-                         + (f"; it has: {', '.join(known)}" if known else "; no host of it left any"))
+                         + (f"; it has: {', '.join(known)}" if known
+                            else "; no host of it left any"))
     if not hosts:
         raise nothing_to(manifest, purpose, [absent(h) for h in named])
     return hosts
 
 
-def run_stats(store: Path, manifest: RunManifest, which: str | None = None, purpose: str = "show") -> RunStats:
+def run_stats(store: Path, manifest: RunManifest, which: str | None = None,
+              purpose: str = "show") -> RunStats:
     """The run's tables, one column per host or rank that left reports; NoReports when none did,
     or when not one of its summaries could be read."""
     tool = manifest.request.get("tool") or "nsys"
@@ -167,7 +174,8 @@ def run_stats(store: Path, manifest: RunManifest, which: str | None = None, purp
     hosts = choose_columns(manifest, which, purpose)
     sections = [Section(key, title) for _, key, title, _, _ in specs]
     _read_columns(store, hosts, specs, sections)
-    if not any(s.read for s in sections):  # reports, but not one summary to read: say each host's first note
+    # reports, but not one summary to read: say each host's first note
+    if not any(s.read for s in sections):
         raise nothing_to(manifest, purpose, [absent(h, next(s.notes[_label(h)] for s in sections))
                                              for h in hosts])
     columns = [Column(_label(h), h.host, h.rank, h.worker, h.status, h.missing_why) for h in hosts]
@@ -187,13 +195,15 @@ def _read_columns(store: Path, hosts: list[HostEntry], specs, sections: list[Sec
             if rep is None:
                 section.notes[label] = f"no {summary} summary was made"
             elif not rep.verified:
-                section.notes[label] = f"its {summary} summary is not in the store ({rep.error or 'not brought home'})"
-            elif not _inside(store, Path(rep.stored)):  # the manifest names a file, the store decides
+                section.notes[label] = (f"its {summary} summary is not in the store "
+                                        f"({rep.error or 'not brought home'})")
+            # the manifest names a file, the store decides
+            elif not _inside(store, Path(rep.stored)):
                 section.notes[label] = f"its {summary} summary is named outside the store: not read"
             else:
                 try:
-                    rows = (_ncu_rows(Path(rep.stored)) if summary == "ncu_raw"
-                            else _nsys_rows(Path(rep.stored), name_col, count_col))
+                    rows = (ncu_rows(Path(rep.stored)) if summary == "ncu_raw"
+                            else nsys_rows(Path(rep.stored), name_col, count_col))
                 except (OSError, ValueError, csv.Error) as e:
                     section.notes[label] = f"{Path(rep.stored).name} cannot be read: {e}"
                     continue
@@ -202,49 +212,3 @@ def _read_columns(store: Path, hosts: list[HostEntry], specs, sections: list[Sec
                     section.notes[label] = f"no {title}"
                 for name, (total, count) in rows.items():
                     section.totals.setdefault(name, {})[label] = (total, count)
-
-
-def _number(text: str, column: str) -> float:
-    return numbers.real(text, column)  # bounded: a total of 1e400 is a ValueError, not infinity
-
-
-def _nsys_rows(path: Path, name_col: str, count_col: str) -> dict[str, tuple[float, int]]:
-    """name -> (total ns, count) of one ``nsys stats --format csv`` report; {} for an empty file."""
-    with open(path, newline="") as f:
-        reader = csv.DictReader(f)
-        if reader.fieldnames is None:  # 0 bytes: nothing of its kind was recorded
-            return {}
-        missing = [c for c in (NSYS_TOTAL, name_col, count_col) if c not in reader.fieldnames]
-        if missing:
-            raise ValueError(f"no column {', '.join(map(repr, missing))} (it has {', '.join(reader.fieldnames)})")
-        out: dict[str, tuple[float, int]] = {}
-        for row in reader:
-            total, count = out.get(row[name_col], (0.0, 0))
-            out[row[name_col]] = (total + _number(row[NSYS_TOTAL], NSYS_TOTAL),
-                                  count + int(_number(row[count_col], count_col)))
-        return out
-
-
-def _ncu_rows(path: Path) -> dict[str, tuple[float, int]]:
-    """Kernel name -> (total ns, launches) from ncu's raw page, its duration converted by the
-    unit its second row gives."""
-    name_col = NCU_SECTION[3]
-    with open(path, newline="") as f:
-        reader = csv.DictReader(f)
-        if reader.fieldnames is None:
-            return {}
-        missing = [c for c in (name_col, NCU_DURATION) if c not in reader.fieldnames]
-        if missing:
-            raise ValueError(f"no column {', '.join(map(repr, missing))} (run ncu with the section that "
-                             f"collects {NCU_DURATION})")
-        units = next(reader, None)
-        unit = (units or {}).get(NCU_DURATION, "")
-        if unit not in NS_PER:
-            raise ValueError(f"{NCU_DURATION} is in {unit!r}, not a unit of time fleet knows")
-        out: dict[str, tuple[float, int]] = {}
-        for row in reader:
-            if not (row.get(NCU_DURATION) or "").strip():
-                continue
-            total, count = out.get(row[name_col], (0.0, 0))
-            out[row[name_col]] = (total + _number(row[NCU_DURATION], NCU_DURATION) * NS_PER[unit], count + 1)
-        return out

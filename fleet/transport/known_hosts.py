@@ -16,8 +16,17 @@ from __future__ import annotations
 
 import binascii
 import hashlib
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 import asyncssh
+from asyncssh.config import SSHClientConfig
+
+from .ssh_config import known_hosts_same_for_every_host
+
+if TYPE_CHECKING:
+    from ..inventory import Host
 
 _WILDCARD = set("*?!/")
 
@@ -28,7 +37,8 @@ class _Hashed:
     __slots__ = ("inner", "outer", "digest")
 
     def __init__(self, salt: bytes, digest: bytes):
-        key = salt.ljust(64, b"\0") if len(salt) <= 64 else hashlib.sha1(salt).digest().ljust(64, b"\0")
+        key = salt.ljust(64, b"\0") if len(salt) <= 64 else hashlib.sha1(salt).digest().ljust(64,
+                                                                                              b"\0")
         self.inner = hashlib.sha1(bytes(b ^ 0x36 for b in key))
         self.outer = hashlib.sha1(bytes(b ^ 0x5C for b in key))
         self.digest = digest
@@ -48,7 +58,8 @@ class RunKnownHosts:
     def __init__(self, text: str):
         self._exact: dict[str, list[str]] = {}
         self._hashed: list[tuple[_Hashed, str]] = []
-        self._patterns: list[str] = []  # wildcards, negations, CIDR: matched by asyncssh on every lookup
+        # wildcards, negations, CIDR: matched by asyncssh on every lookup
+        self._patterns: list[str] = []
         for line in text.splitlines():
             words = line.split()
             if not words or words[0].startswith("#"):
@@ -78,7 +89,8 @@ class RunKnownHosts:
         names = {n for n in (host, addr) if n}
         if port:
             names |= {f"[{n}]:{port}" for n in names}
-        return asyncssh.import_known_hosts("\n".join(self._lines_for(names))).match(host, addr, port)
+        return asyncssh.import_known_hosts("\n".join(self._lines_for(names))).match(host, addr,
+                                                                                    port)
 
     __call__ = match
 
@@ -91,3 +103,48 @@ def _parse_hashed(pattern: str) -> _Hashed | None:
         return _Hashed(binascii.a2b_base64(salt), binascii.a2b_base64(digest))
     except (ValueError, binascii.Error):
         return None  # left to asyncssh, which says what is wrong with it
+
+
+class KnownHostsFiles:
+    """Which known_hosts files ssh would consult for each host, and their keys, each loaded once
+    per run: left to itself asyncssh re-reads known_hosts on every connection, which with hundreds
+    of hosts is quadratic work and most of fleet's client CPU."""
+
+    def __init__(self, given: str | None, config_paths: list[str], local_user: str):
+        self.given, self.config_paths, self.local_user = given, config_paths, local_user
+        self._loaded: dict[tuple[str, ...], RunKnownHosts] = {}
+        self._same_for_all: bool | None = None  # known_hosts files do not depend on the host
+        self._files_for_all: list[str] | None = None
+
+    def of(self, host: "Host") -> RunKnownHosts:
+        """The host's known_hosts, read once for every host that has the same files."""
+        files = tuple(self.files(host))
+        if files not in self._loaded:
+            existing = [f for f in files if os.path.isfile(f)]
+            self._loaded[files] = RunKnownHosts(
+                "".join(Path(f).read_text(encoding="utf-8", errors="replace") + "\n"
+                        for f in existing))
+        return self._loaded[files]
+
+    def files(self, host: "Host") -> list[str]:
+        """The known_hosts files ssh would consult for this host, user file first. Only ssh_config
+        is evaluated for this (asyncssh's config loader): building full connection options per host
+        cost more than the connections' own work."""
+        if self.given:
+            return [self.given]
+        if self._same_for_all is None:
+            self._same_for_all = known_hosts_same_for_every_host(self.config_paths)
+        if self._same_for_all and self._files_for_all is not None:
+            return self._files_for_all
+        config = SSHClientConfig.load(None, self.config_paths, False, False, False,
+                                      self.local_user, host.user or (), host.address,
+                                      host.port or ())
+        files = config.get("UserKnownHostsFile", ())
+        if files == []:  # "none": checked against nothing, so nothing is trusted
+            return []
+        files = list(files or [str(Path("~/.ssh/known_hosts").expanduser())])
+        files += config.get("GlobalKnownHostsFile", ["/etc/ssh/ssh_known_hosts"])
+        files = [os.path.expanduser(str(f)) for f in files]
+        if self._same_for_all:
+            self._files_for_all = files
+        return files

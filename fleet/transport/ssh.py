@@ -23,15 +23,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Sequence
 
 import asyncssh
-from asyncssh.config import SSHClientConfig
 
 from .base import TERM_GRACE, Result, Sink, Transport, drive, stop_signal
-from ..inventory.connection import (ConnectionOptionError, agent_for_keys, expand_proxy_command, host_port,
-                                    number, route, ssh_args, yes_no)
+from ..inventory.connection import (ConnectionOptionError, agent_for_keys, expand_proxy_command,
+                                    host_port, number, route, ssh_args, yes_no)
 from .connect_errors import DROPPED, JumpFailed, SilentServer, Watched, client_keys, connect_error
-from .known_hosts import RunKnownHosts
+from .known_hosts import KnownHostsFiles, RunKnownHosts
 from .settings import SSHSettings
-from .ssh_config import config_mentions, keepalives, known_hosts_same_for_every_host, preferred_ciphers
+from .ssh_config import config_mentions, keepalives, preferred_ciphers
 from . import compressed, openssh_fetch
 from .ssh_fetch import SFTP_SESSIONS, asyncssh_copy
 
@@ -41,7 +40,8 @@ if TYPE_CHECKING:
 
 # The inventory's ssh options asyncssh takes one for one, in the order they are read: each one's
 # asyncssh keyword, and what reads its value (None: the word as it is).
-_GIVEN = (("Port", "port", number), ("User", "username", None), ("ConnectTimeout", "connect_timeout", number),
+_GIVEN = (("Port", "port", number), ("User", "username", None),
+          ("ConnectTimeout", "connect_timeout", number),
           ("ServerAliveInterval", "keepalive_interval", number),
           ("ServerAliveCountMax", "keepalive_count_max", number),
           ("ForwardAgent", "agent_forwarding", yes_no), ("TCPKeepAlive", "tcp_keepalive", yes_no))
@@ -53,15 +53,16 @@ class SSHTransport(Transport):
         self._conns: dict[str, asyncio.Task] = {}
         self._per_address: dict[tuple[str, int | None], asyncio.Semaphore] = {}
         self._ciphers = preferred_ciphers()
-        self._known_hosts: dict[tuple[str, ...], RunKnownHosts] = {}
         self._local_user = getpass.getuser()
-        self._sftp_gates: dict[str, asyncio.Semaphore] = {}  # sshd's MaxSessions (10) bounds channels
-        self._same_for_all: bool | None = None  # known_hosts files do not depend on the host
-        self._files_for_all: list[str] | None = None
+        self._known_hosts = KnownHostsFiles(settings.known_hosts, self._config_paths(),
+                                            self._local_user)
+        # sshd's MaxSessions (10) bounds channels
+        self._sftp_gates: dict[str, asyncio.Semaphore] = {}
         self._keepalive_in_config: bool | None = None
         self._tunnels: dict[str, asyncssh.SSHClientConnection | None] = {}  # each host's jump hosts
         self._asyncssh_only: set[str] = set()  # hosts whose files OpenSSH's client could not fetch
-        self._links = compressed.LinkRates()  # how fast each host's large files came: slow ones come compressed
+        # how fast each host's large files came: slow ones come compressed
+        self._links = compressed.LinkRates()
 
     def options(self, host: "Host") -> dict:
         """asyncssh keyword arguments from the inventory (its ssh arguments included, checked by
@@ -78,21 +79,25 @@ class SSHTransport(Transport):
                 opts[keyword] = value
         if "Compression" in given:
             compress = yes_no(given["Compression"], "Compression", host)
-            opts["compression_algs"] = ["zlib@openssh.com", "zlib", "none"] if compress else ["none"]
+            opts["compression_algs"] = ["zlib@openssh.com", "zlib",
+                                        "none"] if compress else ["none"]
         if "IdentityAgent" in given:
             agent = given["IdentityAgent"]
             opts["agent_path"] = None if agent.lower() == "none" else os.path.expanduser(agent)
         if ("IdentitiesOnly" in given and yes_no(given["IdentitiesOnly"], "IdentitiesOnly", host)
                 and args.identity_files):
-            opts["agent_path"] = None  # only the keys named; those ssh-agent holds are found by _client_keys
+            # only the keys named; those ssh-agent holds are found by _client_keys
+            opts["agent_path"] = None
         if args.proxy_command:
             proxy = expand_proxy_command(args.proxy_command, host, opts, self._local_user)
             opts["proxy_command"] = ["/bin/sh", "-c", proxy]
         return opts
 
     def _base_options(self, host: "Host") -> dict:
-        """What every connection gets, a jump host's too: ssh_config, timeouts, keepalives, ciphers."""
-        opts: dict = {"connect_timeout": self.settings.connect_timeout, "encryption_algs": self._ciphers}
+        """What every connection gets, a jump host's too: ssh_config, timeouts, keepalives,
+        ciphers."""
+        opts: dict = {"connect_timeout": self.settings.connect_timeout,
+                      "encryption_algs": self._ciphers}
         if self.settings.config is not None:
             opts["config"] = [self.settings.config] if self.settings.config else None
         opts.update(self._keepalive(host))
@@ -105,61 +110,34 @@ class SSHTransport(Transport):
         return [self.settings.config] if self.settings.config else []
 
     def _keepalive(self, host: "Host") -> dict:
-        """fleet's keepalives where ssh_config sets none for the host (``ssh_config.keepalives``)."""
+        """fleet's keepalives where ssh_config sets none for the host
+        (``ssh_config.keepalives``)."""
         paths = self._config_paths()
         if self._keepalive_in_config is None:
-            self._keepalive_in_config = config_mentions(paths, ("serveraliveinterval", "serveralivecountmax",
-                                                                 "include"))
-        return keepalives(self.settings, paths, self._local_user, host) if self._keepalive_in_config else \
-            {"keepalive_interval": self.settings.keepalive_interval,
-             "keepalive_count_max": self.settings.keepalive_count_max}
+            self._keepalive_in_config = config_mentions(
+                paths, ("serveraliveinterval", "serveralivecountmax", "include"))
+        if self._keepalive_in_config:
+            return keepalives(self.settings, paths, self._local_user, host)
+        return {"keepalive_interval": self.settings.keepalive_interval,
+                "keepalive_count_max": self.settings.keepalive_count_max}
 
     def route(self, host: "Host") -> dict:
         """How the host will be reached (for ``inventory check``): see ``connection.route``."""
         return route(host, self._config_paths(), self._local_user)
 
     def known_hosts(self, host: "Host") -> RunKnownHosts:
-        """The host's known_hosts, loaded once per run.
-
-        Left to itself asyncssh re-reads known_hosts on every connection: with
-        hundreds of hosts that is quadratic work and most of fleet's client CPU.
-        """
-        files = tuple(self.known_hosts_files(host))
-        if files not in self._known_hosts:
-            existing = [f for f in files if os.path.isfile(f)]
-            self._known_hosts[files] = RunKnownHosts(
-                "".join(Path(f).read_text(encoding="utf-8", errors="replace") + "\n" for f in existing))
-        return self._known_hosts[files]
+        """The host's known_hosts, loaded once per run (``KnownHostsFiles``)."""
+        return self._known_hosts.of(host)
 
     def known_hosts_files(self, host: "Host") -> list[str]:
-        """The known_hosts files ssh would consult for this host, user file first.
-
-        Only ssh_config is evaluated for this (asyncssh's config loader): building
-        full connection options per host cost more than the connections' own work.
-        """
-        if self.settings.known_hosts:
-            return [self.settings.known_hosts]
-        paths = self._config_paths()
-        if self._same_for_all is None:
-            self._same_for_all = known_hosts_same_for_every_host(paths)
-        if self._same_for_all and self._files_for_all is not None:
-            return self._files_for_all
-        config = SSHClientConfig.load(None, paths, False, False, False, self._local_user,
-                                      host.user or (), host.address, host.port or ())
-        files = config.get("UserKnownHostsFile", ())
-        if files == []:  # "none": checked against nothing, so nothing is trusted
-            return []
-        files = list(files or [str(Path("~/.ssh/known_hosts").expanduser())])
-        files += config.get("GlobalKnownHostsFile", ["/etc/ssh/ssh_known_hosts"])
-        files = [os.path.expanduser(str(f)) for f in files]
-        if self._same_for_all:
-            self._files_for_all = files
-        return files
+        """The known_hosts files ssh would consult for this host, user file first."""
+        return self._known_hosts.files(host)
 
     async def connection(self, host: "Host") -> asyncssh.SSHClientConnection:
         """The host's one connection, opened on first use; raises on failure."""
         task = self._conns.get(host.name)
-        dead = task is not None and task.done() and (task.cancelled() or task.exception() or task.result().is_closed())
+        dead = task is not None and task.done() and (task.cancelled() or task.exception()
+                                                     or task.result().is_closed())
         if task is None or dead:  # first use, a failed attempt, or a connection that was cut
             task = self._conns[host.name] = asyncio.ensure_future(self._connect(host))
         return await asyncio.shield(task)
@@ -180,7 +158,8 @@ class SSHTransport(Transport):
                 try:
                     tunnel = await self._jumps(host, args.jumps)
                     conn = await asyncssh.connect(host.address, known_hosts=self.known_hosts(host),
-                                                  client_factory=lambda: watched, tunnel=tunnel or (), **opts)
+                                                  client_factory=lambda: watched, tunnel=tunnel
+                                                  or (), **opts)
                     self._tunnels[host.name] = tunnel
                     return conn
                 except DROPPED:
@@ -189,7 +168,8 @@ class SSHTransport(Transport):
                         raise
                 except (asyncio.TimeoutError, TimeoutError) as e:
                     _close(tunnel)
-                    if watched.conn is not None:  # TCP was accepted: the SSH server is what stayed silent
+                    # TCP was accepted: the SSH server is what stayed silent
+                    if watched.conn is not None:
                         raise SilentServer(watched.conn.get_extra_info("server_version")) from e
                     raise
                 except BaseException:
@@ -212,18 +192,21 @@ class SSHTransport(Transport):
             user, _, rest = spec.rpartition("@")
             name, port = host_port(rest)
             hop = Host(name, {"ansible_host": name, **({"ansible_port": port} if port else {}),
-                              **({"ansible_user": user} if user else {})}, (), f"(jump host of {host.name})")
+                              **({"ansible_user": user} if user else {})}, (),
+                       f"(jump host of {host.name})")
             opts = self._base_options(hop)
             if port:
                 opts["port"] = port
             if user:
                 opts["username"] = user
             try:
-                tunnel = await asyncssh.connect(name, known_hosts=self.known_hosts(hop), tunnel=tunnel or (), **opts)
+                tunnel = await asyncssh.connect(name, known_hosts=self.known_hosts(hop),
+                                                tunnel=tunnel or (), **opts)
             except BaseException as e:
                 _close(tunnel)
                 if isinstance(e, Exception):
-                    raise JumpFailed(spec, connect_error(hop, e, self.settings, self.has_known_key).error) from e
+                    raise JumpFailed(spec, connect_error(hop, e, self.settings,
+                                                         self.has_known_key).error) from e
                 raise
         return tunnel
 
@@ -244,24 +227,32 @@ class SSHTransport(Transport):
                     proc.stdin.write(input)
                 proc.stdin.write_eof()
             except (asyncssh.Error, OSError):
-                pass  # the command ended before reading its input (python3 missing, say): its status tells
-            out, err, why, abandoned = await drive(proc.stdout.read, proc.stderr.read, proc.wait(check=False),
+                # the command ended before reading its input (python3 missing, say): its status
+                # tells
+                pass
+            out, err, why, abandoned = await drive(proc.stdout.read, proc.stderr.read,
+                                                   proc.wait(check=False),
                                         lambda: _signal(proc, stop_signal(stop)), proc.close,
                                         timeout=timeout, grace=grace, sink=sink, stop=stop)
-        except asyncio.CancelledError:  # a second Ctrl-C: the first one's signal (USR1 leaves the workload running)
+        # a second Ctrl-C: the first one's signal (USR1 leaves the workload running)
+        except asyncio.CancelledError:
             _signal(proc, stop_signal(stop))
             raise
         except (asyncssh.Error, OSError) as e:
-            return Result(host.name, error=f"connection lost while running: {e}", error_kind="unreachable")
-        if abandoned:  # the node never answered the channel's close: nothing will come on this connection
+            return Result(host.name, error=f"connection lost while running: {e}",
+                          error_kind="unreachable")
+        # the node never answered the channel's close: nothing will come on this connection
+        if abandoned:
             self._abandon(host, conn)
             return Result(host.name, stdout=out, stderr=err, error_kind="timeout",
-                          error=f"{why}, and the node did not answer the command's end: its connection was abandoned")
+                          error=f"{why}, and the node did not answer the command's end: its "
+                                "connection was abandoned")
         return Result.ended(host.name, proc.exit_status, out, err,
                             signal_name=proc.exit_signal[0] if proc.exit_signal else None, why=why)
 
     async def fetch(self, host: "Host", remote: str, local: str, offset: int = 0,
-                    on_block: Callable[[bytes], None] | None = None, size: int | None = None) -> str:
+                    on_block: Callable[[bytes], None] | None = None,
+                    size: int | None = None) -> str:
         """From ``offset`` on, appended, to resume; returns the way it came ("openssh",
         "openssh-zstd", "stream", "sftp"). ``local`` is written through ``open_partial``: made
         afresh (O_EXCL, 0600) or the copy resumed, never through a link. How fast a large raw copy
@@ -286,26 +277,32 @@ class SSHTransport(Transport):
             try:
                 async with gate:
                     with open_partial(local, offset) as dst:
-                        return await openssh_fetch.openssh_copy(command, remote, local, dst, offset, size, on_block,
-                                                                compress=self._links.slow(host.name))
+                        return await openssh_fetch.openssh_copy(command, remote, local, dst, offset,
+                                                                size, on_block,
+                                                                compress=self._links.slow(
+                                                                    host.name))
             except openssh_fetch.OpenSSHRefused:
-                self._asyncssh_only.add(host.name)  # nothing was written: asyncssh starts at the same offset
+                # nothing was written: asyncssh starts at the same offset
+                self._asyncssh_only.add(host.name)
         try:
-            return await asyncssh_copy(await self.connection(host), gate, remote, local, offset, size, on_block)
+            return await asyncssh_copy(await self.connection(host), gate, remote, local, offset,
+                                       size, on_block)
         except asyncssh.Error as e:
             raise OSError(f"{host.name}:{remote}: {e}") from e
 
     def openssh_command(self, host: "Host") -> list[str] | None:
         """OpenSSH's ``ssh`` for this host, as fleet resolved its connection for asyncssh, up to
-        the remote command; None where that cannot be said to ssh (``openssh_fetch.ssh_command``)."""
+        the remote command; None where that cannot be said to ssh
+        (``openssh_fetch.ssh_command``)."""
         if host.name in self._asyncssh_only:
             return None
         try:
             args, route = ssh_args(host), self.route(host)
             only = yes_no(args.options.get("IdentitiesOnly", "no"), "IdentitiesOnly", host)
             return openssh_fetch.ssh_command(
-                address=host.address, options=self.options(host), identity_files=args.identity_files,
-                identities_only=only, config_paths=self._config_paths(), known_hosts=self.known_hosts_files(host),
+                address=host.address, options=self.options(host),
+                identity_files=args.identity_files, identities_only=only,
+                config_paths=self._config_paths(), known_hosts=self.known_hosts_files(host),
                 proxied=bool(route["jumps"] or route["proxy_command"]))
         except ConnectionOptionError:
             return None  # asyncssh's path gives the error

@@ -1,10 +1,10 @@
 """A run of the embedded store into the team store: its verified files up, then its catalog rows.
 
-Order is what keeps a cut harmless: every object is sent and checked first (:mod:`.objects`), and the
-run's rows commit last, in one transaction. A cut before the commit (the catalog stopped, the object
-store killed, fleet killed) leaves no visible run and no row pointing at a missing object, only
-objects (or a multipart upload) that the next push finds and keeps. A run already in the catalog
-with this very manifest is left alone: pushing again changes nothing.
+Order is what keeps a cut harmless: every object is sent and checked first (:mod:`.objects`), and
+the run's rows commit last, in one transaction. A cut before the commit (the catalog stopped, the
+object store killed, fleet killed) leaves no visible run and no row pointing at a missing object,
+only objects (or a multipart upload) that the next push finds and keeps. A run already in the
+catalog with this very manifest is left alone: pushing again changes nothing.
 
 The embedded store stays the truth on this machine: a run is pushed from it, and one that could not
 be pushed stays there, marked by the absence of its ``team.json`` (see :func:`state`).
@@ -21,15 +21,18 @@ from pathlib import Path
 
 from ...statuses import HostStatus, RunStatus
 from .. import layout, private
-from ..catalog import _kernel_rows, _metric_rows
+from ..catalog import _metric_rows
+from ..summary_csv import checked_kernel_rows
 from ..manifest import RunManifest
 from ..manifest_io import UNFINISHED, read_manifest
 from . import catalog, objects
 from .catalog import TeamError
 from .config import TeamStore
 
-MARK = "team.json"          # beside a run's manifest: where and when it was pushed, and which manifest
-NOT_YET = (*UNFINISHED, RunStatus.DRY_RUN)  # statuses of a run not finished (or never run): pushed once it is
+# beside a run's manifest: where and when it was pushed, and which manifest
+MARK = "team.json"
+# statuses of a run not finished (or never run): pushed once it is
+NOT_YET = (*UNFINISHED, RunStatus.DRY_RUN)
 
 
 @dataclass
@@ -65,17 +68,17 @@ def _rows(m: RunManifest, manifest_path: Path, keys: dict[str, str]) -> tuple[li
         for rep in host.reports:
             name = Path(rep.stored or rep.remote).name
             key = keys.get(rep.stored) if rep.verified else None
-            reports.append((m.run_id, host.host, name, tool, rep.status, rep.sha256, rep.size, host.gpu,
-                            host.driver, host.tool_version, m.started, key))
+            reports.append((m.run_id, host.host, name, tool, rep.status, rep.sha256, rep.size,
+                            host.gpu, host.driver, host.tool_version, m.started, key))
             stored = layout.here(manifest_path, rep.stored)
             if rep.summary == "cuda_gpu_kern_sum" and rep.verified and stored:
-                kernels += [(m.run_id, host.host, *k) for k in _kernel_rows(Path(stored))[0]]
+                kernels += [(m.run_id, host.host, *k) for k in checked_kernel_rows(Path(stored))[0]]
         if not host.reports:
             status = ("running" if m.status in UNFINISHED else
                       "refused" if host.status == HostStatus.REFUSED else "missing")
             placeholder = "" if host.rank is None else f"(rank {host.rank})"
-            reports.append((m.run_id, host.host, placeholder, tool, status, None, None, host.gpu, host.driver,
-                            host.tool_version, m.started, None))
+            reports.append((m.run_id, host.host, placeholder, tool, status, None, None, host.gpu,
+                            host.driver, host.tool_version, m.started, None))
     return _unique(reports), kernels, _metric_rows(m)[0]
 
 
@@ -122,7 +125,8 @@ def _manifest_path(store_root: Path, run_id: str) -> Path:
     return manifest_of(store_root, run_id)
 
 
-def _send(team: TeamStore, m: RunManifest, manifest_path: Path, owner: str, s3, result: Pushed) -> dict[str, str]:
+def _send(team: TeamStore, m: RunManifest, manifest_path: Path, owner: str, s3,
+          result: Pushed) -> dict[str, str]:
     """Every verified file of the run sent (or found there): its key by its stored path."""
     keys = {}
     for host, path, rep in _stored_files(m, manifest_path):
@@ -136,7 +140,8 @@ def _send(team: TeamStore, m: RunManifest, manifest_path: Path, owner: str, s3, 
 
 
 def _run_row(m: RunManifest, manifest_path: Path, digest: str) -> dict:
-    return {"run_id": m.run_id, "site": m.site, "day": m.day, "started": m.started, "tool": m.request.get("tool"),
+    return {"run_id": m.run_id, "site": m.site, "day": m.day, "started": m.started,
+            "tool": m.request.get("tool"),
             "command": json.dumps(m.request.get("command")), "status": m.status,
             "manifest": private.read_text(manifest_path), "manifest_sha256": digest,
             "pushed_from": socket.gethostname()}
@@ -153,7 +158,8 @@ def state(manifest_path: Path) -> str:
     "not pushed" else (never pushed, or changed since)."""
     try:
         doc = json.loads(private.read_text(manifest_path.with_name(MARK), limit=1 << 16))
-        pushed = isinstance(doc, dict) and doc.get("manifest_sha256") == manifest_digest(manifest_path)
+        pushed = isinstance(doc,
+                            dict) and doc.get("manifest_sha256") == manifest_digest(manifest_path)
     except (OSError, ValueError):
         pushed = False
     return "pushed" if pushed else "not pushed"
