@@ -8,13 +8,13 @@ STARTED = time.monotonic()  # about when the command started: a run's phases are
 
 
 def since_started() -> float:
-    """Seconds since the command started: a run's phases, what fleet adds to the profiler's own
-    time."""
+    """Seconds since the command started: a run's phases, what fleet adds to
+    the profiler's own time."""
     return round(time.monotonic() - STARTED, 3)
 
 
 # asyncssh (2.24) names DSA key classes in its type hints, and cryptography 51 warns on each such
 # name: six warnings on every command that connects. fleet never offers or accepts a DSA key
-# (OpenSSH removed DSA in 10.0), so they say nothing to a user; only these, from asyncssh, are
-# silenced.
+# (OpenSSH removed DSA in 10.0), so they say nothing to a user; only these,
+# from asyncssh, are silenced.
 warnings.filterwarnings("ignore", message="DSA is deprecated", module=r"asyncssh(\.|$)")

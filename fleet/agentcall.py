@@ -63,8 +63,8 @@ def agent_call(host: "Host", args: dict) -> tuple[list[str], bytes]:
     """The command line and stdin of an agent call whose arguments may be long (a plan holds the
     workload's command): they follow the agent on stdin, where no argv limit applies."""
     python = host.vars.get("ansible_python_interpreter", "python3")
-    return [python, "-c", BOOTSTRAP, "-"], bundle() + json.dumps(args,
-                                                                 separators=(",", ":")).encode()
+    return [python, "-c", BOOTSTRAP,
+            "-"], bundle() + json.dumps(args, separators=(",", ":")).encode()
 
 
 def agent_args(host: "Host", owner_uid: int | None = None, environment_check: bool = True) -> dict:
@@ -80,8 +80,8 @@ def agent_args(host: "Host", owner_uid: int | None = None, environment_check: bo
 
 
 def read_state(host: "Host", r: Result) -> Result:
-    """Turn the agent's output into ``r.extra['state']`` (a :class:`NodeState`), or a clear per-host
-    error."""
+    """Turn the agent's output into ``r.extra['state']`` (a :class:`NodeState`), or a
+    clear per-host error."""
     # unreachable, or an answer past its bound
     if r.error and (not r.reached or r.error_kind == "agent"):
         return r
@@ -108,8 +108,8 @@ def read_state(host: "Host", r: Result) -> Result:
 
 
 def probed_document(r: Result) -> dict | None:
-    """The probe's answer as the agent wrote it (its strings cut), for ``--json``; None where none
-    came."""
+    """The probe's answer as the agent wrote it (its strings cut), for ``--json``;
+    None where none came."""
     state = r.extra.get("state")
     return state.document if state is not None else None
 

@@ -86,8 +86,8 @@ def _without_result(entry: "HostEntry") -> Verdict:
 
 
 def _without_report(result: ProfileResult) -> Verdict:
-    """A run that named no report: cut where its profiler failed or left its data unfinished, else
-    missing."""
+    """A run that named no report: cut where its profiler failed or left its data
+    unfinished, else missing."""
     # the agent's word for each leftover of nsys's data it could not finish
     unfinished = result.unfinished
     # the profiler failed mid-report (the disk full): cut
@@ -101,8 +101,8 @@ def _without_report(result: ProfileResult) -> Verdict:
 
 def _cut(result: ProfileResult) -> Verdict | None:
     """The run's reports are not whole: one says it is cut, the profiler failed mid-report, or it
-    was killed and its report finished from what it had collected; None where none of these
-    holds."""
+    was killed and its report finished from what it had collected; None
+    where none of these holds."""
     cut = [r.truncated for r in result.reports if r.truncated is not None]
     if cut:
         return Verdict(TRUNCATED, cut[0])

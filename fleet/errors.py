@@ -1,5 +1,5 @@
-"""The one base of the errors that end a command with one line, ``fleet: MESSAGE``, and an exit
-status.
+"""The one base of the errors that end a command with one line, ``fleet:
+MESSAGE``, and an exit status.
 
 An error a user can act on derives from :class:`FleetError` (beside the builtin it always was, so
 ``except ValueError`` still catches it): ``str()`` is its whole message on one line, without the

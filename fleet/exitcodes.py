@@ -69,8 +69,8 @@ def for_results(results) -> int:
     return code
 
 
-# A host's (or rank's) status -> its exit status; any other is FAILED (docs/user-guide.md's table,
-# held by a test).
+# A host's (or rank's) status -> its exit status; any other is FAILED
+# (docs/user-guide.md's table, held by a test).
 FOR_HOST = {HostStatus.OK: OK, HostStatus.PLANNED: OK, HostStatus.REFUSED: REFUSED,
             HostStatus.UNREACHABLE: UNREACHABLE,
             HostStatus.YIELDED: YIELDED, HostStatus.WORKLOAD_FAILED: WORKLOAD_FAILED}

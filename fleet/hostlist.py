@@ -47,8 +47,8 @@ def _alpha(start: str, end: str, step: int, pattern: str) -> tuple[range, None]:
 
 def _bracket_ranges(body: str, pattern: str) -> list[tuple[range, int | None]]:
     """The ranges one bracket stands for, not yet expanded: ``01:16[:2]``, ``a:f`` or ``1-3,7``.
-    Each is (numbers, zero-padded width), or (indices into string.ascii_letters, None) for
-    letters."""
+    Each is (numbers, zero-padded width), or (indices into
+    string.ascii_letters, None) for letters."""
     if not body.strip():
         raise HostPatternError(f"empty range [] in {pattern!r}")
     if ":" in body:  # Ansible form: exactly one range, optional stride

@@ -114,8 +114,8 @@ def _unqualified(name: str) -> str:
 
 
 def _collapse(name: str, level: int) -> str:
-    """Every bracket nested ``level`` deep or deeper emptied: ``a<b<c>>`` at level 2 is
-    ``a<b<…>>``."""
+    """Every bracket nested ``level`` deep or deeper emptied: ``a<b<c>>`` at
+    level 2 is ``a<b<…>>``."""
     masked = _masked(name)
     depths = _depths(masked)
     if depths is None:
@@ -131,8 +131,8 @@ def _collapse(name: str, level: int) -> str:
 
 
 def _cut(name: str, width: int) -> str:
-    """The longest beginning of ``name`` that, with ``…`` and its open brackets closed, fits
-    ``width``."""
+    """The longest beginning of ``name`` that, with ``…`` and its open brackets
+    closed, fits ``width``."""
     masked = _masked(name)
     inside = {i for pattern in (_OPERATOR, _ATOMS) for m in pattern.finditer(name)
               for i in range(m.start() + 1, m.end())}
@@ -165,8 +165,8 @@ def short_name(name: str, width: int = WIDTH) -> str:
     depths = _depths(_masked(short))
     if depths is None:  # not C++ (or cut short by the tool): only its length is bounded
         return short if len(short) <= width else short[:width - 1] + ELLIPSIS
-    # from the deepest level up (a hostile name's thousand levels: the first pass empties all below
-    # 16)
+    # from the deepest level up (a hostile name's thousand levels: the first
+    # pass empties all below 16)
     for level in range(min(max(depths, default=0), MAX_LEVELS), 1, -1):
         if len(short) <= width:
             return short

@@ -66,8 +66,8 @@ class HostView:
     started: float = field(default_factory=time.monotonic)
 
     def stale(self, now: float, interval: float) -> bool:
-        """No sample for STALE_AFTER intervals (the first may take START_BOUND: a connection and a
-        probe)."""
+        """No sample for STALE_AFTER intervals (the first may take START_BOUND: a
+        connection and a probe)."""
         if self.error is not None:
             return False
         if self.received is None:

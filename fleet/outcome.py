@@ -44,8 +44,8 @@ def stopped_by_fleet(result: ProfileResult, fleet_stopped: bool = False) -> bool
 
 def _workload_end(result: ProfileResult) -> tuple[int | None, str | None]:
     """The workload's exit status and the signal that killed it, from its record; from a result of
-    an agent older than that record, from the profiler's exit status, which passes the workload's
-    on."""
+    an agent older than that record, from the profiler's exit status, which
+    passes the workload's on."""
     if result.workload is not None:
         return result.workload.exit_status, result.workload.signal
     code = result.exit_status

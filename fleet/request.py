@@ -15,8 +15,8 @@ except ImportError:
 
 @dataclass(frozen=True)
 class LabPart:
-    """What only a run on lab servers asks (the Slurm path refuses these options): never sent to a
-    rank."""
+    """What only a run on lab servers asks (the Slurm path refuses these options):
+    never sent to a rank."""
     gpus: tuple[int, ...] | None = None         # --gpu: NVML indices; None: every GPU
     timeout: float | None = None                # seconds the workload may run (nsys: --duration)
     lock_wait: float = 0.0                      # seconds to wait for another run's GPU lock
@@ -50,8 +50,8 @@ class RankPart:
     window_at: int | None = None
 
 
-# A window the workload opens travels to the ranks only where asked: a job without one reads as
-# before.
+# A window the workload opens travels to the ranks only where asked: a job
+# without one reads as before.
 WINDOW_FIELDS = ("nvtx_window", "cuda_profiler_window", "repeat")
 
 # The keys of the flat record (``to_json``, a run's manifest), in its order.
@@ -138,14 +138,14 @@ class ProfileRequest:
         return self.rank.output_name if self.rank else None
 
     def for_rank(self) -> dict:
-        """What travels to every rank: the fields every node needs, no lab choice, nothing the rank
-        fills."""
+        """What travels to every rank: the fields every node needs, no lab choice,
+        nothing the rank fills."""
         return {f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("lab", "rank")
                 and not (f.name in WINDOW_FIELDS and getattr(self, f.name) == f.default)}
 
     def to_json(self) -> dict:
-        """The request as a run's manifest records it: one flat document, whichever part gave a
-        value."""
+        """The request as a run's manifest records it: one flat document,
+        whichever part gave a value."""
         return {key: getattr(self, key) for key in RECORD}
 
     @classmethod

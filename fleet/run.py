@@ -68,8 +68,8 @@ class Run:
 
 @dataclass
 class LabRun(Run):
-    """A run on lab servers over SSH: each host probed, planned, run and its reports brought
-    home."""
+    """A run on lab servers over SSH: each host probed, planned, run and its
+    reports brought home."""
     hosts: list["Host"] = field(default_factory=list)
     dry_run: bool = False
     finish_timeout: float | None = None

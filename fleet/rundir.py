@@ -126,8 +126,8 @@ class RunDir:
 
     @staticmethod
     def output_as(output: str, word: str) -> str:
-        """A profiler's output name with ``word`` for its placeholders: a name of fleet's beside its
-        reports."""
+        """A profiler's output name with ``word`` for its placeholders: a name of
+        fleet's beside its reports."""
         return PLACEHOLDER.sub(word, output)
 
     @classmethod
@@ -241,8 +241,8 @@ class RunDir:
 
     @classmethod
     def ray_extra_patterns(cls) -> tuple:
-        """The names of the files made of Ray workers' reports, as shell patterns (listed beside
-        them)."""
+        """The names of the files made of Ray workers' reports, as shell patterns
+        (listed beside them)."""
         return tuple(cls.ray_extras(cls.RAY_WORKER + "*"))
 
     @classmethod

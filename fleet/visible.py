@@ -27,8 +27,8 @@ def _escape(m: re.Match) -> str:
 
 def visible(text, lines: bool = False) -> str:
     """``text`` with every control character shown as its escape (``\\x1b``, ``\\u202e``);
-    ``lines``: newlines and tabs kept (a block fleet laid out), else they are shown too (a
-    field)."""
+    ``lines``: newlines and tabs kept (a block fleet laid out), else they
+    are shown too (a field)."""
     return (UNSEEN_BUT_LINES if lines else UNSEEN).sub(_escape, str(text))
 
 

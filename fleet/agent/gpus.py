@@ -71,14 +71,14 @@ def gpu(nv, index, procs, owner_uid) -> dict:
                  "name": _s(nv.nvmlDeviceGetName(h)),
                  # /dev/nvidiaN: how Slurm's gres names it
                  "minor": _try(lambda: nv.nvmlDeviceGetMinorNumber(h)),
-                 "architecture": arch, "architecture_name": ARCHITECTURES.get(arch,
-                                                                              "arch %s" % arch),
+                 "architecture": arch,
+                 "architecture_name": ARCHITECTURES.get(arch, "arch %s" % arch),
                  "mig_mode": {"current": mig[0], "pending": mig[1]},
                  "compute_mode": COMPUTE_MODES.get(mode, mode),
                  "memory_total": mem.total if mem else None, "memory_used": mem.used if mem
                  else None,
-                 # v2: what processes hold, every PID namespace's (v1's used also counts the
-                 # reservation)
+                 # v2: what processes hold, every PID namespace's (v1's used
+                 # also counts the reservation)
                  "memory_used_by_processes": by_processes.used if by_processes else None,
                  "memory_reserved": by_processes.reserved if by_processes else None,
                  "utilization": {"gpu": util.gpu, "memory": util.memory} if util else None,

@@ -25,8 +25,8 @@ def give_back(changes, locks, result):
 
 
 def lock_gpus(plan, locks):
-    """Takes the plan's GPU counter locks, each into ``locks``; why not where another run holds
-    one."""
+    """Takes the plan's GPU counter locks, each into ``locks``; why not where
+    another run holds one."""
     for uuid in plan.gpu_locks:
         lock = gpu_locks.GPULock(uuid)
         if not lock.acquire(plan.lock_wait):

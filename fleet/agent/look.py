@@ -59,8 +59,8 @@ class OnDemand:
 
 
 def cgroup_of(pid):
-    """(container, Slurm job) a process runs in, as its cgroup path says; (None, None) if
-    neither."""
+    """(container, Slurm job) a process runs in, as its cgroup path says;
+    (None, None) if neither."""
     text = procfs.read("/proc/%d/cgroup" % pid, "") or ""
     container = next((w for w in CONTAINER_WORDS if w in text), None)
     job = None

@@ -76,8 +76,8 @@ class Running:
 
 @dataclass(frozen=True)
 class Workload:
-    """How the wrapped command ended (wire.WORKLOAD): its exit status, or the signal that killed
-    it."""
+    """How the wrapped command ended (wire.WORKLOAD): its exit status, or the
+    signal that killed it."""
     exit_status: int | None = None
     signal: str | None = None
     running: Running | None = None
@@ -136,8 +136,8 @@ class Conditions:
 
 @dataclass(frozen=True)
 class SampledProcess:
-    """A process one of the run watch's samples listed on its GPU; ``own``: below the run's
-    profiler."""
+    """A process one of the run watch's samples listed on its GPU; ``own``:
+    below the run's profiler."""
     pid: int
     user: str | None = None
     name: str | None = None
@@ -271,8 +271,8 @@ class RepairAnswer:
     def read(cls, d):
         value = dict_of(d.get("value"))
         restored = value.get("restored")
-        held = {str(k): list(v) for k, v in dict_of(value.get("held")).items() if isinstance(v,
-                                                                                             list)}
+        held = {str(k): list(v) for k, v in dict_of(value.get("held")).items()
+                if isinstance(v, list)}
         return cls(Repaired(dict(restored), value.get("dcgm_resumed") is True, held)
                    if isinstance(restored, dict) else None, str_of(d.get("error")))
 
@@ -322,8 +322,8 @@ ACTIVITY_METRICS = ("sm_activity", "sm_occupancy", "tensor_activity", "dram_band
 @dataclass(frozen=True)
 class Activity:
     """How hard a GPU worked over a look's interval (wire.ACTIVITY): GPM's metrics, each a
-    percentage (None where GPM has none), or only the plain utilization (``source`` "utilization")
-    and why."""
+    percentage (None where GPM has none), or only the plain utilization (``source``
+    "utilization") and why."""
     source: str
     utilization: float | None = None
     why: str | None = None

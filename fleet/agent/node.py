@@ -222,8 +222,8 @@ def report_dir(path) -> dict:
         probe = os.path.dirname(probe)
     st = os.statvfs(probe)
     fstype = mount_type(os.path.realpath(probe))
-    return {"path": path, "exists": os.path.isdir(path), "writable": os.access(probe,
-                                                                               os.W_OK | os.X_OK),
+    return {"path": path, "exists": os.path.isdir(path),
+            "writable": os.access(probe, os.W_OK | os.X_OK),
             "free_bytes": st.f_bavail * st.f_frsize, "fstype": fstype,
             "memory_backed": fstype in ("tmpfs", "ramfs"), "unsafe": files.problem(path)}
 

@@ -1,8 +1,8 @@
 """The node's own word on what fleet may change as root: its root-owned config (as ``fleet slurm
 install`` writes it). Its ``owned_sysctls`` are all the agent sets as root reached through sudo,
 whatever the caller asked for (the rule: ``policy.sudo_sysctls``). Slurm's Prolog and Epilog
-(``fleet/agent/slurmd.py``) read the same file whole, every value of it checked:
-:func:`load_config`.
+(``fleet/agent/slurmd.py``) read the same file whole, every value of it
+checked: :func:`load_config`.
 
 Runs ON THE NODE (standard library only, Python 3.8).
 """
@@ -60,8 +60,8 @@ def owned_sysctls(path=None):
     return sysctls, None
 
 
-# --- the config as slurmd's Prolog and Epilog read it (fleet/agent/slurmd.py): trusted once checked
-# ---
+# --- the config as slurmd's Prolog and Epilog read it (fleet/agent/slurmd.py):
+# trusted once checked ---
 
 DEFAULTS = {"owned_sysctls": {}, "baseline_sysctls": {}, "jobs_dir": "/run/fleet/jobs",
             "state_dir": "/var/lib/fleet",
@@ -75,8 +75,8 @@ class ConfigError(Exception):
 
 def load_config(path):
     """The admin's config at ``path``: a regular file of root's that root alone may write, a JSON
-    object, each value of its kind (DEFAULTS for the keys it leaves out). ConfigError says why
-    not."""
+    object, each value of its kind (DEFAULTS for the keys it leaves out).
+    ConfigError says why not."""
     config = dict(DEFAULTS, **_read_root_json(path))
     for key, right, said in CONFIG_VALUES:
         if not right(config[key]):

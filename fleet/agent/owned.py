@@ -39,8 +39,8 @@ except ImportError:  # as part of the installed package (tests, the local machin
     from . import files, nodeconfig, wire
     from .. import policy
 
-# How this agent was shipped, so a step that needs root can run the same agent again under `sudo
-# -n`:
+# How this agent was shipped, so a step that needs root can run the same
+# agent again under `sudo -n`:
 # (the bootstrap one-liner, the compressed agent it read from stdin). Set by the bundle's loader
 # (fleet/agent/bundle.py) right after it loads this module. None when the agent runs from a file
 # (Slurm) or from the installed package: there is nothing to hand to sudo then.
@@ -341,8 +341,8 @@ NO_ROOT_REMEDY = ("run as root, have an admin allow it without a password (sudoe
 
 
 def privileged(op, **kw):
-    """Do one state-changing step as root: directly, or by running this agent again under ``sudo
-    -n``."""
+    """Do one state-changing step as root: directly, or by running this agent
+    again under ``sudo -n``."""
     if os.geteuid() == 0:
         return OPS[op](**kw)
     if SHIPPED_AS is None:

@@ -115,8 +115,8 @@ def age():
 
 class Clock:
     """The moments of a run on the node (its result's ``phases``): each name's seconds since the
-    agent's process started, so that what fleet adds to the profiler's own time can be told
-    apart."""
+    agent's process started, so that what fleet adds to the profiler's own
+    time can be told apart."""
 
     def __init__(self):
         self.zero = time.monotonic() - (age() or 0.0)
@@ -184,8 +184,8 @@ class Started:
     def kill(self, reaped=False):
         """SIGKILL to the profiler's process group, to every live process below it, and to the group
         of each child that led one; never a pid reused since (its start time differs). Once the
-        profiler is ``reaped`` its pid may be another process's: only the children remembered are
-        then killed."""
+        profiler is ``reaped`` its pid may be another process's: only the children
+        remembered are then killed."""
         groups, pids = (set(), set()) if reaped else ({self.pid}, descendants(self.pid))
         for child, (pgid, start) in self.seen.items():
             now = group(child)

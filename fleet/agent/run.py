@@ -131,8 +131,8 @@ def ranks_problem(plan):
 
 
 def carry_out(plan, result, relay, stops, holder):
-    """Locks, owned state, the last-moment check, the profiler and its reports; the node put
-    back."""
+    """Locks, owned state, the last-moment check, the profiler and its
+    reports; the node put back."""
     locks, changes, code = [], holds.NodeChanges(holder), 1
     try:
         if os.geteuid() == 0 and os.path.isdir(owned.STATE_DIR):
@@ -291,8 +291,8 @@ def unnamed_ranks(plan, reports):
 def record_run(plan, result, ran, watch, relay):
     """What the run, its watch and the profiler's output say, into the result."""
     if watch is not None:
-        # The counters were free once nsys's session stopped collecting (the workload went on), else
-        # once it exited.
+        # The counters were free once nsys's session stopped collecting (the workload went
+        # on), else once it exited.
         released = ran.released_at if ran.released_at is not None else ran.exited_at
         seen = watch.finish(released, profiler.yield_action(plan.tool, ran))
         result.update(newcomer=seen["newcomer"], conditions=seen["conditions"])
@@ -344,8 +344,8 @@ def report_dirs(plan):
 
 
 def result_path(plan):
-    """Beside the host's reports: the run's folder on a lab server, a rank's node's folder on
-    Slurm."""
+    """Beside the host's reports: the run's folder on a lab server, a rank's
+    node's folder on Slurm."""
     return rundir.RunDir(os.path.dirname(plan.output)).result(plan.host)
 
 

@@ -240,8 +240,8 @@ def prolog(env, config):
                          and config["pause_dcgm"] is True, counters):
         owned.pause_dcgm(holder, config["state_dir"])
         done["dcgm"] = verdict["dcgm"] = "paused"
-    # Last: it says what was done. Readable by the job's ranks, which plan with it as the job's
-    # user.
+    # Last: it says what was done. Readable by the job's ranks, which plan
+    # with it as the job's user.
     files.write_private(os.path.join(marker, "verdict.json"), json.dumps(verdict), mode=0o644)
     done["tenants"] = verdict["tenants"]
     return done
@@ -254,8 +254,8 @@ def tenants_by_gpu(state, seen):
     for g in policy.chosen_gpus(state, seen):
         if g.uuid:
             one = policy.Request(gpus=(g.index,), allow_own=seen.allow_own, job=seen.job)
-            out[g.uuid] = [str(t) for t in policy.tenants(state,
-                                                          one)] + policy.unseen_tenants(state, one)
+            out[g.uuid] = [str(t)
+                           for t in policy.tenants(state, one)] + policy.unseen_tenants(state, one)
     return out
 
 

@@ -36,8 +36,8 @@ HEADERS = {
     "cuda_api_sum": TIMES.format(count="Num Calls") + ",Name",
     "nvtx_sum": TIMES.format(count="Instances") + ",Style,Range",
 }
-# The table each summary needs: a report without it (CUDA or NVTX not traced) has nothing of that
-# kind.
+# The table each summary needs: a report without it (CUDA or NVTX not traced)
+# has nothing of that kind.
 TABLES = {"cuda_gpu_kern_sum": "CUPTI_ACTIVITY_KIND_KERNEL",
           "cuda_api_sum": "CUPTI_ACTIVITY_KIND_RUNTIME", "nvtx_sum": "NVTX_EVENTS"}
 
@@ -53,12 +53,12 @@ SOURCES = {
                          + WHOLE_DURATION.format(start="start", end="end")
                          + " FROM CUPTI_ACTIVITY_KIND_KERNEL WHERE {span}",
     # An API call by its name (a StringIds id).
-    "cuda_api_sum": "SELECT nameId AS grp, NULL AS style, " + WHOLE_DURATION.format(start="start",
-                                                                                    end="end")
+    "cuda_api_sum": "SELECT nameId AS grp, NULL AS style, "
+    + WHOLE_DURATION.format(start="start", end="end")
                     + " FROM CUPTI_ACTIVITY_KIND_RUNTIME WHERE {span}",
     # A push/pop (59, 70) or start/end (60, 71) range as DOMAIN:TEXT (":step" in the default
-    # domain), its text inline or registered (textId); one never ended lasts until the last event
-    # (:last).
+    # domain), its text inline or registered (textId); one never ended lasts
+    # until the last event (:last).
     "nvtx_sum": "WITH domains AS (SELECT domainId AS id, globalTid AS tid, text AS name, "
                 "min(start) FROM NVTX_EVENTS WHERE eventType = 75 GROUP BY 1, 2) "
                 "SELECT coalesce(d.name, '') || ':' || coalesce(s.value, e.text) AS grp, "

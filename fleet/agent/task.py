@@ -95,8 +95,8 @@ def time_to_run(env, stop_before, tool, now=None):
 
 
 def rank_window(env, window, now=None):
-    """(this rank's --window as nsys's delay and duration, the moment every rank's window starts)
-    for
+    """(this rank's --window as nsys's delay and duration, the moment every
+    rank's window starts) for
     --window START:DURATION: START seconds after the batch script's FLEET_WINDOW_FROM, less the time
     since, so that the ranks srun started one after another collect the same seconds, and every
     rank's nsys exits at the same moment, its report written; (None, None) without a window. Where
@@ -119,8 +119,8 @@ def rank_window(env, window, now=None):
 
 
 def plan_rank(args, env, label, command):
-    """The rank's plan, made from this node's state as it is now, and what the manifest needs of
-    it."""
+    """The rank's plan, made from this node's state as it is now, and what the
+    manifest needs of it."""
     node_name = env.get("SLURMD_NODENAME") or socket.gethostname()
     document = node.probe({"tools": args.get("tools") or {}, "environment_check": False,
                            "report_dir": args["report_dir"]})
@@ -146,8 +146,8 @@ def plan_rank(args, env, label, command):
 
 
 def refuse(plan, context, report_root):
-    """No profiler, no workload: the refusal goes where fleet gathers results, and to the job's
-    log."""
+    """No profiler, no workload: the refusal goes where fleet gathers results,
+    and to the job's log."""
     result = dict(context, status="refused", host=plan.host, reasons=list(plan.reasons),
                   remedy=plan.remedy, tenants=[str(t) for t in plan.tenants], reports=[])
     sys.stderr.write("fleet: %s on %s refused, nothing was run: %s\n" % (

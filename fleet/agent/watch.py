@@ -196,8 +196,8 @@ class Watch:
         self.arrived.set()
 
     def _note(self, n, at):
-        """A newcomer beside a trace: nothing to yield, but the times measured from then on were
-        shared."""
+        """A newcomer beside a trace: nothing to yield, but the times measured
+        from then on were shared."""
         self._noted.add(n.key)
         who = n.why if n.unseen else str(policy.Tenant(n.gpu, n.pid, n.user, n.used_memory, n.why))
         self.notes.append("a newcomer joined the GPU %.1f s after the profiler started (%s): nsys "

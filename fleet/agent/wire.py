@@ -65,8 +65,8 @@ def answers(text, kind):
 
 
 def read(text, kind):
-    """The last answer of ``kind`` in ``text``, held to its shape; WireError says why there is
-    none."""
+    """The last answer of ``kind`` in ``text``, held to its shape; WireError
+    says why there is none."""
     found = answers(text, kind)
     if not found:
         raise WireError("no %s answer from the agent" % kind)
@@ -129,8 +129,8 @@ def _check_list(value, item_shape, where):
     """A list (of at most MAX_ITEMS) each of whose items is of ``item_shape``."""
     if not isinstance(value, list) or len(value) > MAX_ITEMS:
         return ["%s: not a list" % where]
-    return [p for i, item in enumerate(value) for p in check(item, item_shape,
-                                                             "%s[%d]" % (where, i))]
+    return [p for i, item in enumerate(value)
+            for p in check(item, item_shape, "%s[%d]" % (where, i))]
 
 
 def _check_object(value, shape, where, required):
@@ -156,8 +156,8 @@ NEWCOMER = {"gpu": int_or_none, "pid": int_or_none, "user": str_or_none, "used_m
             "action": str_or_none}
 WORKLOAD = {"exit_status": int_or_none, "signal": str_or_none, "running": (dict, type(None))}
 # A workload left running on the node (--detach, Ctrl-C's "leave it running"): its pids, each one's
-# start time in clock ticks since boot and the boot's id (a pid used again later is not it), and its
-# output's file.
+# start time in clock ticks since boot and the boot's id (a pid used again later is not
+# it), and its output's file.
 RUNNING = {"pids": [non_negative], "started": [int_or_none], "boot": str_or_none,
            "output": str_or_none, "session": int_or_none}
 # The moments of a run on the node, seconds since its agent's process started (agent/run.py).
@@ -223,8 +223,8 @@ def _look_problems(body):
 
 
 def _profile_problems(body):
-    """Every way a profile's result is not of RESULT's shape, its files', newcomer's and
-    workload's."""
+    """Every way a profile's result is not of RESULT's shape, its files',
+    newcomer's and workload's."""
     wrong = check(body, RESULT, required=("status",))
     if wrong:
         return wrong
@@ -265,6 +265,6 @@ def named_files(body, besides=()):
 
 
 def named_path(entry):
-    """The path a file's entry names, for the record of one not fetched (None where it names
-    none)."""
+    """The path a file's entry names, for the record of one not fetched (None
+    where it names none)."""
     return entry.get("path") if isinstance(entry, dict) else None

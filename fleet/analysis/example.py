@@ -1,8 +1,8 @@
 """``fleet reports ranks --example DIR``: the cross-rank analysis tried on two ranks' exports
 recorded on an H200 (``tests/fixtures/ranks-h200/recorded/`` of fleet's source checkout: two ranks
 under torchrun on one GPU, rank 1 with three times the matrix products), filed as a run of a store
-of their own, never the user's. The exports (2.4 MB) are not shipped in the package: DIR names
-them."""
+of their own, never the user's. The exports (2.4 MB) are not shipped in the
+package: DIR names them."""
 
 from __future__ import annotations
 
@@ -40,8 +40,8 @@ def filed(root: Path, exports: Path) -> RunManifest:
     (the H200's)."""
     m = RunManifest(run_id=RUN_ID, site="example", day="2026-12-01", started="2026-12-01T13:18:50",
                     user="example",
-                    request={"tool": "nsys", "command": ["torchrun", "--nproc-per-node", "2",
-                                                         "ranks-check.py"]},
+                    request={"tool": "nsys",
+                             "command": ["torchrun", "--nproc-per-node", "2", "ranks-check.py"]},
                     status=RunStatus.COMPLETE)
     directory = store.save(root, m)
     (directory / "vm").mkdir(mode=0o700)

@@ -109,8 +109,8 @@ class _Tables:
 def read(path: str | Path, sync_calls: tuple[str, ...] = ()) -> list[Process]:
     """The processes of one export, by pid; ``sync_calls`` names the CUDA runtime or OS runtime
     functions (``cudaStreamSynchronize``, ``pthread_cond_wait``) whose calls are read too. An export
-    is hostile input (:mod:`.untrusted_sqlite`): any refusal is an :class:`ExportError` naming
-    it."""
+    is hostile input (:mod:`.untrusted_sqlite`): any refusal is an
+    :class:`ExportError` naming it."""
     try:
         with untrusted_sqlite.opened(path) as db:
             tables = _Tables(db)
@@ -167,8 +167,8 @@ def _read_calls(t: _Tables, strings: dict, sync_calls: tuple[str, ...], proc) ->
     marks = ",".join("?" * len(ids))
     for table in ("CUPTI_ACTIVITY_KIND_RUNTIME", "OSRT_API"):
         if {"start", "end", "globalTid", "nameId"} <= t.columns(table):
-            for start, end, gtid, name_id in t.rows(table, ("!start", "!end", "globalTid",
-                                                            "nameId"),
+            for start, end, gtid, name_id in t.rows(table,
+                                                    ("!start", "!end", "globalTid", "nameId"),
                                                     ints=("globalTid",),
                                                     where=f"WHERE nameId IN ({marks})", args=ids):
                 proc(_pid(gtid)).calls.append((start, end, str(strings[name_id]), _tid(gtid)))

@@ -55,8 +55,8 @@ class Source:
 
 
 def same_uuid(a: str | None, b: str | None) -> bool:
-    """NVML names a GPU ``GPU-c6f60d55-...``; nsys's TARGET_INFO_GPU, ``c6f60d55-...`` (H200, nsys
-    2025.3)."""
+    """NVML names a GPU ``GPU-c6f60d55-...``; nsys's TARGET_INFO_GPU,
+    ``c6f60d55-...`` (H200, nsys 2025.3)."""
     bare = lambda u: str(u).lower().removeprefix("gpu-")  # noqa: E731
     return bool(a and b) and bare(a) == bare(b)
 

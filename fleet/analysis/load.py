@@ -80,8 +80,8 @@ def _apart(ranks: list[RankInput]) -> list[str]:
 def _named_rank(h: HostEntry, path: str) -> int | None:
     """The rank a report stands for, where fleet named it: a Slurm rank's entry says it; on a lab
     server whose launcher (torchrun, mpirun) fleet started each rank under nsys, the report's name
-    does (``rank2.sqlite``). A lab host's own report is not read for one: the host may be called
-    so."""
+    does (``rank2.sqlite``). A lab host's own report is not read for one: the
+    host may be called so."""
     if h.rank is not None:
         return h.rank
     command = h.plan.get("command") if isinstance(h.plan, dict) else None

@@ -86,8 +86,8 @@ class NoCollectives(FleetError, LookupError):
 
 
 def _two_or_more(present: list[RankInput], source: Source) -> None:
-    """Refuse fewer than two ranks with a collective, saying how to name the sync where none was
-    named."""
+    """Refuse fewer than two ranks with a collective, saying how to name the sync
+    where none was named."""
     if len(present) < 2:
         raise NoCollectives(f"no {source.describe()} on two ranks or more"
                             + ("" if source.sync_range or source.sync_call else
@@ -106,8 +106,8 @@ def _compared(present: list[RankInput], syncs: dict, notes: list[str]) -> int:
 
 
 def _per_collective(matched: dict, stats: dict, n: int) -> list[dict]:
-    """Each collective's straggler (the shortest wait) and waits; counts it last and the others'
-    losses."""
+    """Each collective's straggler (the shortest wait) and waits; counts it last
+    and the others' losses."""
     per = []
     for i in range(n):
         waits = {label: (e - s) for label, (s, e) in ((lb, matched[lb][i]) for lb in matched)}
@@ -121,8 +121,8 @@ def _per_collective(matched: dict, stats: dict, n: int) -> list[dict]:
 
 def analyze(inputs: list[RankInput], source: Source, step_range: str | None = "step",
             missing: list[dict] = ()) -> Analysis:
-    """The analysis of the ranks given; ``missing``: {"label", "why"} of ranks that left no
-    export."""
+    """The analysis of the ranks given; ``missing``: {"label", "why"} of
+    ranks that left no export."""
     syncs = {r.label: source.collectives(r.process) for r in inputs}
     present = [r for r in inputs if syncs[r.label]]
     notes = [f"{r.label}: no {source.describe()} in its trace; left out" for r in inputs

@@ -114,8 +114,8 @@ def read(path: str) -> Record:
 
 
 def span_s(p: Process) -> tuple[float, float] | None:
-    """The node times (seconds) the process was traced doing anything, or None without its session's
-    start."""
+    """The node times (seconds) the process was traced doing anything, or None
+    without its session's start."""
     events = [(s, e) for s, e, _ in p.kernels] + [(s, e) for s, e, _, _ in p.ranges] + \
              [(s, e) for s, e, _, _ in p.calls]
     if p.epoch_ns is None or not events:
@@ -132,8 +132,8 @@ def _same_gpu(sample: RecordSample, r: RankInput) -> bool:
 
 
 def _rank_samples(record: Record, r: RankInput) -> list[RecordSample]:
-    """The record's samples of the rank's host and GPU taken while it was traced (none without its
-    span)."""
+    """The record's samples of the rank's host and GPU taken while it was traced
+    (none without its span)."""
     span = span_s(r.process)
     return [s for s in record.samples if span and s.host == r.host and span[0] <= s.time <= span[1]
             and _same_gpu(s, r)]
@@ -152,8 +152,8 @@ def fold(record: Record, ranks: list[RankInput], owner: str) -> str:
     """Each rank's samples of the record, where fleet recorded none on its node, and the other
     users' processes they show as its tenants; what was matched, as a note. ``owner``: the run's
     user. Whether a process is another's the look said from where it ran (an admin's look calls
-    every user's process foreign): the run's own user's, and the rank's own pid, are never
-    tenants."""
+    every user's process foreign): the run's own user's, and the rank's own
+    pid, are never tenants."""
     matched = 0
     for r in ranks:
         mine = _rank_samples(record, r)

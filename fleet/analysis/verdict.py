@@ -28,8 +28,8 @@ def _median(values) -> float:
 
 def verdicts(present: list[RankInput], matched: dict, stats: dict, gpus: dict, source: Source,
              n: int, missing: list[dict], per: list[dict]) -> list[dict]:
-    """One verdict per rank that was last in a fair share of the collectives, most often last
-    first."""
+    """One verdict per rank that was last in a fair share of the collectives,
+    most often last first."""
     order = sorted(stats.values(), key=lambda s: (-s.last, s.label))
     chosen = [s for s in order if s.last and (s is order[0] or s.last / n >= VERDICT_SHARE)]
     by_label = {r.label: r for r in present}
@@ -75,8 +75,8 @@ def _waits(s: RankInput, per: list[dict], caused: list[int]) -> tuple[float, flo
 
 def _causes(s: RankInput, others: list[RankInput], gpus: dict, mine: list,
             flat: list) -> list[dict]:
-    """The causes of a clear straggler, in the order of the module's checks; "none found" without
-    one."""
+    """The causes of a clear straggler, in the order of the module's checks;
+    "none found" without one."""
     shared = _shared(s, others, gpus)
     causes = shared + _work(mine, flat, bool(shared)) + _cpu_gap(mine, flat) + _clocks(s, others)
     return causes or [_none_found(mine)]
@@ -116,8 +116,8 @@ def _cpu_gap(mine: list, flat: list) -> list[dict]:
 
 
 def _none_found(mine: list) -> dict:
-    """No cause the checks know: the straggler's work was as the others', so look before each
-    collective."""
+    """No cause the checks know: the straggler's work was as the others', so look
+    before each collective."""
     count, k_ns = _kernels(mine)
     return {"cause": "none found", "evidence":
             f"the same work ({count:.0f} kernels, {_ms(k_ns)}), no idle GPU, no shared GPU, no "

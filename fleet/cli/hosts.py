@@ -1,5 +1,5 @@
-"""Hosts: the inventory, running commands, probing and diagnosing nodes, putting them back, host
-keys."""
+"""Hosts: the inventory, running commands, probing and diagnosing nodes, putting
+them back, host keys."""
 
 from __future__ import annotations
 
@@ -48,8 +48,8 @@ def _echo_host_table(hosts) -> None:
     rows = [(h.name, h.address + (f":{h.port}" if h.port else ""), h.user or "", ",".join(h.groups),
              h.connection)
             for h in hosts]
-    widths = [max([len(r[i]) for r in rows] + [len(t)]) for i, t in enumerate(("HOST", "ADDRESS",
-                                                                               "USER", "GROUPS"))]
+    widths = [max([len(r[i]) for r in rows] + [len(t)])
+              for i, t in enumerate(("HOST", "ADDRESS", "USER", "GROUPS"))]
     echo("  ".join(t.ljust(w) for t, w in zip(("HOST", "ADDRESS", "USER", "GROUPS"), widths))
          + "  VIA")
     for r in rows:

@@ -179,8 +179,8 @@ def print_table(headers: list[str], rows: list[list[str]],
                 status_column: int | None = None) -> None:
     """Rows under a header. On a terminal a rich table, its statuses coloured (never under
     NO_COLOR); piped, plain columns with whole values, for grep and awk, without importing rich.
-    Every cell is shown through :func:`visible`: a kernel's, a host's or a GPU's name is
-    another's."""
+    Every cell is shown through :func:`visible`: a kernel's, a host's or a
+    GPU's name is another's."""
     columns = _shown_columns(headers, rows)
     if not (sys.stdout.isatty() or os.environ.get("FORCE_COLOR")):
         _print_plain(columns)
@@ -242,8 +242,8 @@ def print_stats(found, top: int, full_names: bool = False) -> None:
 
 
 def _print_section(section, rows, columns, full_names: bool) -> None:
-    """One section's table: for one column its total, count and mean; else a column a host or
-    rank."""
+    """One section's table: for one column its total, count and mean; else a
+    column a host or rank."""
     # the workload named its kernels and ranges: no escape sequence reaches the terminal
     shown = visible
     if rows and len(columns) == 1:

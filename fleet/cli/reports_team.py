@@ -1,6 +1,6 @@
 """``fleet reports`` on the team store (fleet/store/team/): the same commands and columns as on the
-embedded store, with the owner of each run, and ``push`` and ``share``, which only a team store
-has."""
+embedded store, with the owner of each run, and ``push`` and ``share``, which
+only a team store has."""
 
 from __future__ import annotations
 
@@ -57,8 +57,8 @@ def show(team, run_id: str, as_json: bool) -> None:
                + (f", shared with {', '.join(groups)}" if groups else "") + f", at {m.started}: "
                f"{m.request.get('tool')} -- {' '.join(m.request.get('command') or [])}")
     for h in m.hosts:
-        who = h.host + (f" rank {h.rank}" if h.rank is not None else "") + (f" {h.worker}"
-                                                                            if h.worker else "")
+        who = h.host + (f" rank {h.rank}" if h.rank is not None
+                        else "") + (f" {h.worker}" if h.worker else "")
         say(f"  {who}: {h.status}" + (f" ({h.missing_why})" if h.missing_why else ""))
         for r in h.reports:
             say(f"      {r.status:<21} {(r.sha256 or '')[:12]:<12}  "

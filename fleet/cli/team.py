@@ -9,8 +9,8 @@ from .terminal import echo
 
 
 def team_store_or_fail():
-    """The team store the options, environment or site file name; a one-line failure where none
-    is."""
+    """The team store the options, environment or site file name; a one-line
+    failure where none is."""
     from ..store.team.config import resolve
     from .context import fail
 
@@ -29,8 +29,8 @@ def team():
 @team.command()
 @json_option
 def migrate(as_json):
-    """Bring the team catalog's schema to this fleet's version (the site's admin, as the schema's
-    owner)."""
+    """Bring the team catalog's schema to this fleet's version (the site's admin,
+    as the schema's owner)."""
     from ..store.team import catalog
 
     before, after = catalog.migrate(team_store_or_fail())

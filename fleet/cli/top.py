@@ -193,8 +193,8 @@ class Recorder:
 
 
 def _left_running() -> dict:
-    """The workloads fleet runs left running (--detach, Ctrl-C), by host and session, from the
-    store."""
+    """The workloads fleet runs left running (--detach, Ctrl-C), by host and
+    session, from the store."""
     from .. import store
     from ..lab import leftrunning
 
@@ -203,8 +203,8 @@ def _left_running() -> dict:
 
 
 def _mark_left_running(view, left: dict) -> None:
-    """Each GPU process of a workload a fleet run left running named by that run
-    (``left_running``)."""
+    """Each GPU process of a workload a fleet run left running named by that
+    run (``left_running``)."""
     for g in view.gpus if left else ():
         g.processes = [_marked(p, left, view.host) for p in g.processes]
 

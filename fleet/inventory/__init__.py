@@ -24,8 +24,8 @@ __all__ = ["Host", "Inventory", "InventoryError", "TargetError", "load", "local_
 
 
 def __getattr__(name: str):
-    # The readers (PyYAML above all) load on first use: a command without an inventory never needs
-    # them.
+    # The readers (PyYAML above all) load on first use: a command without an
+    # inventory never needs them.
     if name == "read_yaml":
         from .yaml_source import read_yaml
 

@@ -32,8 +32,8 @@ _BRACKETED_IPV6 = re.compile(r"\[([0-9A-Fa-f:.]+)\](?::(\d+))?")
 
 @dataclass(frozen=True)
 class Target:
-    """One ad-hoc target, parsed: the user and port it asked for, and the names its host part stands
-    for."""
+    """One ad-hoc target, parsed: the user and port it asked for, and the names its
+    host part stands for."""
     user: str | None
     names: tuple[str, ...]
     port: int | None

@@ -56,8 +56,8 @@ class _Group:
 
 class Builder:
     def __init__(self) -> None:
-        self.groups: dict[str, _Group] = {"all": _Group("all", ""), "ungrouped": _Group("ungrouped",
-                                                                                        "")}
+        self.groups: dict[str, _Group] = {"all": _Group("all", ""),
+                                          "ungrouped": _Group("ungrouped", "")}
         self.host_vars: dict[str, dict[str, Any]] = {}
         self.host_where: dict[str, str] = {}
         self.warnings: list[str] = []  # file:line: what fleet keeps but will not use
@@ -119,8 +119,8 @@ class Builder:
 
     # --- the merge ---
 
-    def build(self, sources: list[str], vars_of: Callable[[str, list[str]],
-                                                          dict[str, Any]]) -> Inventory:
+    def build(self, sources: list[str],
+              vars_of: Callable[[str, list[str]], dict[str, Any]]) -> Inventory:
         """The inventory; ``vars_of(kind, names)`` merges the vars files of groups or of a host
         (``kind`` is 'group_vars' or 'host_vars') in the order Ansible reads them."""
         self._check_cycles()

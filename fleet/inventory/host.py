@@ -71,6 +71,6 @@ class Host:
 
     @property
     def all_vars(self) -> dict[str, Any]:
-        """Every variable of the host, as ansible-inventory shows them, those fleet does not use
-        too."""
+        """Every variable of the host, as ansible-inventory shows them, those
+        fleet does not use too."""
         return {**self.vars, **self.unused}

@@ -1,5 +1,5 @@
-"""What an inventory is once read: hosts with their merged variables and groups, and how targets
-select them.
+"""What an inventory is once read: hosts with their merged variables and groups, and
+how targets select them.
 
 This module knows nothing of file formats; ``load`` (in ``__init__``) builds an
 :class:`Inventory` from whatever sources it was given.

@@ -32,8 +32,8 @@ from .host import TargetError
 
 # ansible-core's PATTERN_WITH_SUBSCRIPT, as it is.
 _SUBSCRIPT = re.compile(r"^(.+)\[(?:(-?[0-9]+)|([0-9]+)([:-])([0-9]*))\]$")
-# ansible.parsing.utils.addresses, the expressions parse_address(allow_ranges=True) uses, as they
-# are.
+# ansible.parsing.utils.addresses, the expressions
+# parse_address(allow_ranges=True) uses, as they are.
 _NUM_RANGE = r"\[(?:[0-9]+:[0-9]+)(?::[0-9]+)?\]"
 _HEX_RANGE = r"\[(?:[0-9a-f]+:[0-9a-f]+)(?::[0-9]+)?\]"
 _ALNUM_RANGE = r"\[(?:[a-z]:[a-z]|[0-9]+:[0-9]+)(?::[0-9]+)?\]"
@@ -46,8 +46,8 @@ _ADDRESS = {
     "ipv4": re.compile(rf"^(?:{_I4}\.){{3}}{_I4}$", re.I),
     "hostname": re.compile(rf"^{_LABEL}(?:\.{_LABEL})*$", re.I),
 }
-# Compiled on first use (re keeps it): 4 ms, and a name of the inventory or a hostname never needs
-# it.
+# Compiled on first use (re keeps it): 4 ms, and a name of the inventory or a
+# hostname never needs it.
 _IPV6 = (
         rf"^((?:{_I6}:){{7}}{_I6}|(?:{_I6}:){{1,6}}:|(?:{_I6}:)(?::{_I6}){{1,6}}|"
         rf"(?:{_I6}:){{2}}(?::{_I6}){{1,5}}|(?:{_I6}:){{3}}(?::{_I6}){{1,4}}|"
@@ -59,8 +59,8 @@ MAX_PATTERN = 1000  # characters of one target: a regex from a playbook is run a
 
 
 def parse_address(text: str) -> tuple[str, int | None] | None:
-    """Ansible's ``parse_address(text, allow_ranges=True)``: (host, port), or None where it
-    fails."""
+    """Ansible's ``parse_address(text, allow_ranges=True)``: (host, port),
+    or None where it fails."""
     port = None
     for kind in ("bracketed_hostport", "hostport"):
         if m := _ADDRESS[kind].match(text):
@@ -86,8 +86,8 @@ def split_host_pattern(text: str) -> list[str]:
 def order_patterns(patterns: Sequence[str]) -> list[str]:
     """Ansible's order of evaluation: the union first (``all`` if none), then ``&``, then ``!``."""
     plain = [p for p in patterns if p and p[0] not in "!&"]
-    return (plain or ["all"]) + [p for p in patterns if p[:1] == "&"] + [p for p in patterns
-                                                                         if p[:1] == "!"]
+    return (plain or ["all"]) + [p for p in patterns
+                                 if p[:1] == "&"] + [p for p in patterns if p[:1] == "!"]
 
 
 def split_subscript(pattern: str) -> tuple[str, tuple[int, int | None] | None]:

@@ -233,8 +233,8 @@ def _group_hosts(builder: Builder, name: Any, hosts: _Map, file: str) -> None:
 
 def read_listing(doc: _Map, file: str, builder: Builder) -> None:
     """What ``ansible-inventory --list`` writes (with or without ``--export``), read as Ansible's
-    script plugin reads it: groups list their hosts and children, ``_meta.hostvars`` the
-    variables."""
+    script plugin reads it: groups list their hosts and children,
+    ``_meta.hostvars`` the variables."""
     hostvars = _listing_hostvars(doc, file)
     seen: dict[str, None] = {}
     for name, body in doc.items():

@@ -39,8 +39,8 @@ def diagnosis(host: "Host", r: Result) -> dict:
 
 def problems(state: policy.NodeState) -> dict[str, policy.Finding]:
     """The five problems of the design, one finding each, each asked of its own door:
-    fleet/placement, fleet/wrapping, fleet/collection, and the policy's permissions and
-    neighbours."""
+    fleet/placement, fleet/wrapping, fleet/collection, and the policy's
+    permissions and neighbours."""
     return {"placement": placement.finding(state), "wrapping": wrapping.finding(state),
             "collection": collection.finding(state), **policy.findings(state)}
 

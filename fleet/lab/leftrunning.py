@@ -28,8 +28,8 @@ if TYPE_CHECKING:
 MARK = "left-running"
 LOOK_TIMEOUT = 20.0  # seconds one host's look may take
 # Each pid given, as "PID STARTTIME" while it exists (its 20th field past the command's ")"), after
-# the boot's id, after a line of its own (what a shell's start-up files print comes before it, and
-# is not read).
+# the boot's id, after a line of its own (what a shell's start-up files print comes
+# before it, and is not read).
 MARKER = "fleet-left-running-look"
 LOOK = ('echo ' + MARKER + '; cat /proc/sys/kernel/random/boot_id; for p; do '
         's=$(sed "s/.*) //" "/proc/$p/stat" 2>/dev/null | cut -d" " -f20) && [ -n "$s" ] && echo '
@@ -119,8 +119,8 @@ def in_store(store_root: Path, run_ids: tuple[str, ...] = (),
 
 def by_session(store_root: Path) -> dict[tuple[str, int], str]:
     """(host, session) -> run id of every workload the store's runs left running, for fleet top to
-    mark its processes (a label only: what fleet jobs and fleet cancel act on is checked by start
-    time)."""
+    mark its processes (a label only: what fleet jobs and fleet cancel act on is
+    checked by start time)."""
     try:
         found = in_store(store_root)
     except (UnsafeStore, OSError):

@@ -8,8 +8,8 @@ from ..rundir import RunDir
 from ..outcome import HostStatus
 from ..store.manifest import HostEntry, RunManifest
 
-# The launchers a lab server's run starts its ranks with (--launcher), each rank under its own
-# profiler.
+# The launchers a lab server's run starts its ranks with (--launcher), each
+# rank under its own profiler.
 LAB_LAUNCHERS = ("mpirun", "torchrun")
 
 
@@ -17,8 +17,8 @@ def with_missing_ranks(entries: list[HostEntry]) -> list[HostEntry]:
     """The lab hosts' entries, each followed by one ``missing`` entry for every rank its launcher
     was counted to start that left no report (its agent's ``missing_ranks``), named ``HOST rank K``
     as a Slurm rank that left nothing is: the run is then partial, never complete. Made afresh from
-    the results each time (``fleet gather`` reads a result later), so a rank is never listed
-    twice."""
+    the results each time (``fleet gather`` reads a result later), so a rank
+    is never listed twice."""
     found = []
     for entry in entries:
         if entry.rank is not None:  # on lab servers only these: made again below
@@ -45,8 +45,8 @@ def missing_ranks(entry: HostEntry) -> list[int]:
 
 def ranks_line(manifest: RunManifest) -> str | None:
     """The run's line saying that its launcher's rank count was not known, and so no rank that left
-    no report is named (why, as fleet.wrapping.launchers.rank_count says it); None for any other
-    run."""
+    no report is named (why, as fleet.wrapping.launchers.rank_count says it);
+    None for any other run."""
     request = manifest.request or {}
     if request.get("launcher") not in LAB_LAUNCHERS or request.get("ranks") is not None:
         return None

@@ -118,8 +118,8 @@ def _sums_in_order(rank: list[int], ascending: list[float],
 
 
 def best_split(x: Sequence[float], min_size: int = MIN_SIZE) -> tuple[int, float]:
-    """(t, q(t)) of the split of ``x`` with the largest statistic; (0, 0.0) where none is
-    allowed."""
+    """(t, q(t)) of the split of ``x`` with the largest statistic; (0, 0.0)
+    where none is allowed."""
     if len(x) < 2 * min_size:
         return 0, 0.0
     return _best_of(*_pair_sums(x), min_size)
@@ -152,8 +152,8 @@ def _stable_hash(x: Sequence[float]) -> int:
 
 def p_value(x: Sequence[float], q: float, s: Settings) -> float:
     """The share of shuffles of ``x`` whose best split is at least ``q``. The shuffling stops as
-    soon as the answer cannot fall below ``s.alpha`` (most candidates in noise stop within a few
-    dozen)."""
+    soon as the answer cannot fall below ``s.alpha`` (most candidates in noise
+    stop within a few dozen)."""
     rng = random.Random(_stable_hash(x))
     # The ranks are shuffled, not the values: the same draws give the same arrangements, while the
     # values' order and sums, the same for every arrangement, are found once.
@@ -171,20 +171,20 @@ def p_value(x: Sequence[float], q: float, s: Settings) -> float:
 
 
 def _q_at(x: Sequence[float], t: int) -> float:
-    """The statistic of the split of ``x`` at ``t`` (2 points a side at least), against all of
-    ``x[t:]``."""
+    """The statistic of the split of ``x`` at ``t`` (2 points a side at least),
+    against all of ``x[t:]``."""
     before, after = _pair_sums(x)
     left, right = sum(before[:t]), sum(after[t:])   # the pairs within x[:t], within x[t:]
     between, n = sum(before) - left - right, len(x)
     m = n - t
-    return t * m / n * (2 * between / (t * m) - left / (t * (t - 1) / 2) - right / (m
-                                                                                    * (m - 1) / 2))
+    return t * m / n * (2 * between / (t * m) - left / (t * (t - 1) / 2)
+                        - right / (m * (m - 1) / 2))
 
 
 def _split_p(x: list[float], t: int, s: Settings) -> float:
     """The permutation p-value of the split of ``x`` at ``t``: over every arrangement of which
-    points come first where there are few (exact: 3 runs and 3 can never give less than 0.1), else
-    over
+    points come first where there are few (exact: 3 runs and 3 can never give
+    less than 0.1), else over
     ``s.permutations`` shuffles seeded by the values."""
     n = len(x)
     if math.comb(n, t) <= EXACT:

@@ -1,7 +1,7 @@
 """Whether a change holds: the workload's two versions either side of a change point, rerun in turn
 on the same GPU (A, B, B, A, repeated ``rounds`` times), each metric judged over those runs alone.
-Pure, no I/O (the runs themselves: :mod:`.confirm_runs`; documented in docs/nightly.md, "Confirming
-a change").
+Pure, no I/O (the runs themselves: :mod:`.confirm_runs`; documented in
+docs/nightly.md, "Confirming a change").
 
 Why A/B/B/A: the order cancels a drift that runs along the session (a GPU warming up, a neighbour's
 load on the host rising), which A, A, B, B would read as the change. Why a permutation test: with
@@ -34,8 +34,8 @@ ORDER = "ABBA"
 
 
 class ConfirmError(FleetError, ValueError):
-    """Nothing to confirm, or a confirmation that could not go on; ``str()`` is the one line
-    said."""
+    """Nothing to confirm, or a confirmation that could not go on; ``str()``
+    is the one line said."""
 
 
 @dataclass(frozen=True)
@@ -83,8 +83,8 @@ def _versions_of(change_env: tuple[Environment, Environment]) -> tuple[str, str]
 def target_of(found: list[SeriesChanges], environments: dict,
               run_after: str | None = None) -> Target:
     """The change to confirm: the one at ``run_after`` (the first clean run after it), else the
-    newest change where the workload's version changed. ``environments``: run id -> device ->
-    Environment."""
+    newest change where the workload's version changed. ``environments``: run id ->
+    device -> Environment."""
     at = [(s, c) for s in found for c in s.changes if run_after is None or c.run_after == run_after]
     if not at:
         raise ConfirmError(f"no change point at run {run_after} in the playbook's history"
@@ -104,16 +104,16 @@ def target_of(found: list[SeriesChanges], environments: dict,
                            "workload's: its version is the same either side, so there is nothing "
                            "to rerun (name two with --versions A B)")
     newest = max(with_versions, key=lambda w: (w[0], w[1]))
-    # every series that changed with the same two versions (a step is placed to within a run or two
-    # per series)
+    # every series that changed with the same two versions (a step is placed to
+    # within a run or two per series)
     chosen = [w for w in with_versions if w[2] == newest[2]]
     return Target(*newest[2], run_after=newest[1],
                   expected=tuple((s.metric, s.device, c.rel) for _, _, _, s, c in chosen))
 
 
 def p_value(a: list[float], b: list[float], direction: int) -> float:
-    """The exact one-sided permutation p-value of mean(B) - mean(A) in ``direction`` (+1: B
-    larger)."""
+    """The exact one-sided permutation p-value of mean(B) - mean(A) in
+    ``direction`` (+1: B larger)."""
     pooled, observed = a + b, direction * (statistics.fmean(b) - statistics.fmean(a))
     total = sum(pooled)
     # Sums of large values (nanoseconds) round: a split equal to the observed one must count as
@@ -160,8 +160,8 @@ def _spoiled(runs: list[Measured]) -> tuple[str, str] | None:
 
 def _compared(a: list[float], b: list[float], rel: float, direction: int, expected: float | None,
               least: float) -> tuple[str, str]:
-    """The verdict of clean runs: B beyond A by at least ``least`` in ``direction``, every run of
-    them."""
+    """The verdict of clean runs: B beyond A by at least ``least`` in
+    ``direction``, every run of them."""
     if abs(rel) < least or rel * direction < 0:
         history = f", the history's change was {expected:+.1%}" if expected is not None else ""
         return NOT_HELD, f"B is {rel:+.1%} of A{history}"
@@ -195,8 +195,8 @@ def judge(metric: str, device: str, runs: list[Measured], expected: float | None
 
 def judge_all(measured: dict[tuple[str, str], list[Measured]], target: Target,
               least: float) -> list[Verdict]:
-    """A verdict for each metric the history saw change (or, for two versions named, for every
-    metric)."""
+    """A verdict for each metric the history saw change (or, for two versions
+    named, for every metric)."""
     expected = {(m, d): rel for m, d, rel in target.expected}
     keys = list(expected) if expected else sorted(measured)
     return [judge(m, d, measured.get((m, d), []), expected.get((m, d)), least) for m, d in keys]

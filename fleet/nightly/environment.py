@@ -50,8 +50,8 @@ class Environment:
 
 
 def device_of(h: "HostEntry") -> str:
-    """The device a metric is tracked on: the GPU's model on the host, and the rank where there is
-    one."""
+    """The device a metric is tracked on: the GPU's model on the host, and the
+    rank where there is one."""
     return f"{h.gpu or 'no GPU'} on {h.host}" + (f" rank {h.rank}" if h.rank is not None else "")
 
 
@@ -91,8 +91,8 @@ def _others_watched(result: ProfileResult | None, user: str | None) -> list[str]
     """Other users' processes among those the run watch's samples list, each as 'user pid N'. The
     watch marks as not its own whatever is not below the run's profiler: the user's other ranks of a
     Slurm step and its other processes too, which the policy excuses and which are no neighbour of
-    another user; a process whose user is unknown, or a run whose user is, counts (unsure is
-    shared)."""
+    another user; a process whose user is unknown, or a run whose user is,
+    counts (unsure is shared)."""
     if result is None:
         return []
     runner = result.user if result.user is not None else user

@@ -36,8 +36,8 @@ PLAYBOOK_KEYS = {"name", "target", "command", "tool", "profiler_args", "metrics"
                  "description", "ranks", "version", "checkout"}
 # how `fleet reports ranks` finds the syncs and steps;
 RANKS_KEYS = ("sync_range", "sync_call", "step_range", "record")
-# record: a `fleet top --record` file kept running beside the nightly runs (the node's record of
-# each)
+# record: a `fleet top --record` file kept running beside the nightly runs
+# (the node's record of each)
 METRIC_KEYS = {"kind", "name", "count", "kernel"}
 DEFAULT_THRESHOLDS = {"regression": 0.10, "suspicious": 0.05, "consecutive": 2, "baseline_runs": 7,
                       "min_runs": 3,
@@ -98,8 +98,8 @@ def _fail(path: Path, doc: Any, key: Any, message: str) -> PlaybookError:
 
 
 def _unknown(what: str, key: Any, known) -> str:
-    """``unknown key 'metric' (did you mean 'metrics'?)``, or the known keys when nothing is
-    close."""
+    """``unknown key 'metric' (did you mean 'metrics'?)``, or the known keys
+    when nothing is close."""
     close = difflib.get_close_matches(str(key), sorted(known), n=1)
     return f"unknown {what} {key!r} " + (f"(did you mean {close[0]!r}?)" if close else
                                          f"(known: {', '.join(sorted(known))})")
@@ -151,8 +151,8 @@ def _check_keys(path: Path, doc: Any) -> None:
 
 
 def _name(path: Path, doc: Any) -> str:
-    """``name: resnet-nightly``, or the file's stem: it names the playbook's schedule and
-    history."""
+    """``name: resnet-nightly``, or the file's stem: it names the playbook's
+    schedule and history."""
     name = doc.get("name", path.stem)
     if not safenames.is_safe(name):
         raise _fail(path, doc, "name" if "name" in doc else None,
@@ -164,16 +164,16 @@ def _name(path: Path, doc: Any) -> str:
 def _command(path: Path, doc: Any) -> tuple[str, ...]:
     """``command: [python3, bench.py, --steps, '100']``: the workload to profile, as words."""
     command = doc.get("command")
-    if isinstance(command, str) or not command or not all(isinstance(w, (str, int, float))
-                                                          for w in command):
+    if isinstance(command,
+                  str) or not command or not all(isinstance(w, (str, int, float)) for w in command):
         raise _fail(path, doc, "command" if "command" in doc else None,
                     "command must be a list of words, e.g. [python3, bench.py, --steps, '100']")
     return tuple(str(w) for w in command)
 
 
 def _target(path: Path, doc: Any) -> Any:
-    """``target: {partition: gpu, nodes: 2}`` (Slurm) or ``{hosts: lab}``: where the playbook
-    runs."""
+    """``target: {partition: gpu, nodes: 2}`` (Slurm) or ``{hosts: lab}``:
+    where the playbook runs."""
     target = doc.get("target")
     if not hasattr(target, "line_of") or not ({"partition", "cluster", "hosts"} & set(target)):
         raise _fail(path, doc, "target" if "target" in doc else None,
@@ -202,8 +202,8 @@ def _target_field(path: Path, target: Any, key: Any, value: Any) -> None:
 
 
 def _profiler(path: Path, doc: Any) -> tuple[str, tuple[str, ...]]:
-    """``tool: nsys`` (or ncu) and its ``profiler_args``, checked as ``fleet profile -X`` checks
-    them."""
+    """``tool: nsys`` (or ncu) and its ``profiler_args``, checked as ``fleet
+    profile -X`` checks them."""
     tool = doc.get("tool", "nsys")
     if tool not in ("nsys", "ncu"):
         raise _fail(path, doc, "tool", "tool must be nsys or ncu")
@@ -220,8 +220,8 @@ def _profiler(path: Path, doc: Any) -> tuple[str, tuple[str, ...]]:
 
 
 def _metrics(path: Path, doc: Any) -> tuple[Metric, ...]:
-    """``metrics: [{kind: gpu_kernel_total}, ...]``: what to track; the total GPU kernel time if
-    none."""
+    """``metrics: [{kind: gpu_kernel_total}, ...]``: what to track; the total
+    GPU kernel time if none."""
     given = doc.get("metrics") or [{"kind": "gpu_kernel_total"}]
     if not isinstance(given, list):
         raise _fail(path, doc, "metrics", "metrics must be a list, e.g. [{kind: gpu_kernel_total}]")
@@ -238,8 +238,8 @@ def _thresholds(path: Path, doc: Any) -> dict[str, float]:
     for key, value in given.items():
         if key not in DEFAULT_THRESHOLDS:
             raise _fail(path, given, key, "thresholds: " + _unknown("key", key, DEFAULT_THRESHOLDS))
-        if not isinstance(value, (int, float)) or isinstance(value,
-                                                             bool) or not 0 <= value < float("inf"):
+        if not isinstance(value,
+                          (int, float)) or isinstance(value, bool) or not 0 <= value < float("inf"):
             raise _fail(path, given, key,
                         f"thresholds.{key}: must be a number, 0 or more, not {value!r}")
         thresholds[key] = value
@@ -261,8 +261,8 @@ WORDS_EXAMPLE = {"version": "[git, -C, ~/proj, rev-parse, HEAD]",
 
 def _words(path: Path, doc: Any, key: str) -> tuple[str, ...]:
     """``version: [git, -C, ~/proj, rev-parse, HEAD]``: how to ask the workload's version, as words;
-    ``checkout: [git, -C, ~/proj, checkout, --quiet]``: how to put it at a version (given as one
-    more word)."""
+    ``checkout: [git, -C, ~/proj, checkout, --quiet]``: how to put it at a version
+    (given as one more word)."""
     words = doc.get(key)
     if words is None:
         return ()
@@ -362,8 +362,8 @@ def ncu_value(metric: Metric, csv_path: Path) -> dict[str, float]:
         return {}
     unit = rows[0][metric.name]
     hits = [r for r in rows[1:] if fnmatch.fnmatchcase(r.get("Kernel Name", ""), metric.kernel)]
-    values = [float(r[metric.name].replace(",", "")) for r in hits if r.get(metric.name,
-                                                                            "").strip()]
+    values = [float(r[metric.name].replace(",", "")) for r in hits
+              if r.get(metric.name, "").strip()]
     return {f"{metric.label} ({unit})" if unit else metric.label: sum(values)} if values else {}
 
 

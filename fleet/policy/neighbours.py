@@ -48,8 +48,8 @@ def guards(request: Request, counters: bool) -> Guards:
                   pin_gpus=request.gpus is not None and not in_job, node_state=not in_job)
 
 
-def job_gpu_indices(slurm_ids: tuple[int, ...] | None, gpus: tuple[Gpu, ...]) -> tuple[int,
-                                                                                       ...] | None:
+def job_gpu_indices(slurm_ids: tuple[int, ...] | None,
+                    gpus: tuple[Gpu, ...]) -> tuple[int, ...] | None:
     """NVML's indices of the GPUs Slurm gave a job (None: every GPU visible). Slurm names them by
     its own ids (gres.conf's /dev/nvidiaN), not by NVML's numbering, which in a job with
     constrained devices counts only the allocated GPUs from 0: matched by the device's minor
@@ -291,8 +291,8 @@ def free_gpus(state: NodeState, request: Request) -> list[Gpu]:
     """The node's GPUs (among the request's, if it names some) that nobody else may be using now,
     by the rule that refuses ncu there (``sharing``): no tenant, nothing unseen, no MPS, no MIG,
     nothing the prolog saw. Least busy first. What ``--gpu free`` chooses from."""
-    free = [g for g in chosen_gpus(state, request) if not sharing(state, replace(request,
-                                                                                 gpus=(g.index,)))]
+    free = [g for g in chosen_gpus(state, request)
+            if not sharing(state, replace(request, gpus=(g.index,)))]
     return sorted(free, key=busyness)
 
 

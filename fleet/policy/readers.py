@@ -26,8 +26,8 @@ def str_of(v: Any) -> Optional[str]:
 
 
 def number_of(v: Any) -> Optional[float]:
-    """A finite number of a size a node could mean (as the wire's shapes hold numbers), else
-    None."""
+    """A finite number of a size a node could mean (as the wire's shapes
+    hold numbers), else None."""
     ok = isinstance(v, (int, float)) and not isinstance(v, bool) and v == v and abs(v) < 1e15
     return v if ok else None
 

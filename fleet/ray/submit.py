@@ -53,8 +53,8 @@ LIST_TIMEOUT = 120.0  # seconds for the head to list and hash the reports
 # seconds for the head to wait for the workers' nsys and summarize their reports
 END_TIMEOUT = 3600.0
 # Where a run's folder is on the nodes unless --node-dir says: the home of the user Ray runs as (its
-# ~ said on the head, by fleet's hook and by the listing), never a folder every account shares
-# (/tmp).
+# ~ said on the head, by fleet's hook and by the listing), never a folder
+# every account shares (/tmp).
 NODE_DIR = "~/.cache/fleet-ray-runs"
 # The folders another account could swap, checked on the head in NODE_DIR ($1, ~/ the home of the
 # user Ray runs as; $2 the call's nonce): ray/ the user's and private, NODE_DIR the user's and not
@@ -177,8 +177,8 @@ def write_hook(folder: Path) -> Path:
 
 
 async def submit(job: RayJob) -> tuple[int, str]:
-    """``ray job submit``'s exit status (1: the job failed) and the command, its output on
-    stderr."""
+    """``ray job submit``'s exit status (1: the job failed) and the command,
+    its output on stderr."""
     with tempfile.TemporaryDirectory(prefix="fleet-ray-") as tmp:
         argv = submit_argv(job, runtime_env(job, write_hook(Path(tmp))))
         try:

@@ -28,8 +28,8 @@ class Cluster:
         return self.login.connection == "local"
 
     def report_root(self, home: str) -> str:
-        """The absolute directory runs go under, read as the login user would (~ and relative: from
-        home)."""
+        """The absolute directory runs go under, read as the login user would (~ and
+        relative: from home)."""
         rd = self.login.vars.get("report_dir") or DEFAULT_REPORT_DIR
         if rd == "~" or rd.startswith("~/"):
             rd = rd[2:]

@@ -280,8 +280,8 @@ def launch_problem(raw: JobSpec, req: "ProfileRequest") -> str | None:
 
 def _window_problem(raw: JobSpec, req: "ProfileRequest") -> str | None:
     """--window on Slurm: each rank's agent stays with its workload once nsys has gone, which it
-    can where it started that nsys itself (srun's ranks); not yet beside another launcher, or in a
-    container."""
+    can where it started that nsys itself (srun's ranks); not yet beside another
+    launcher, or in a container."""
     if req.window and (raw.launcher != "srun" or raw.container is not None):
         return "--window on Slurm is for srun's ranks yet, without a container"
     return None

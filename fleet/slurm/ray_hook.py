@@ -44,8 +44,8 @@ JOB_END_MARGIN = 5.0
 # How long, in all, the program's end waits for its actors still alive to end gracefully (each
 # worker's exit: its atexit handlers, Ray's disconnect; under a second each, all at once), before
 # Ray's shutdown kills what is left; less where the job's time limit is nearer. Short: an actor busy
-# with a task ends only after it (tasks Ray would have killed run on), and one that never finishes
-# costs every exit this.
+# with a task ends only after it (tasks Ray would have killed run on), and one that never
+# finishes costs every exit this.
 END_ACTORS_WITHIN = 10.0
 ENDED_EVERY = 0.1  # seconds between looks at whether the actors ended
 
@@ -68,14 +68,14 @@ def _patterns():
 
 def chosen(name, patterns):
     """Whether the actor named ``name`` is one to profile."""
-    return not patterns or (isinstance(name, str) and any(fnmatch.fnmatchcase(name,
-                                                                              p) for p in patterns))
+    return not patterns or (isinstance(name,
+                                       str) and any(fnmatch.fnmatchcase(name, p) for p in patterns))
 
 
 def runtime_env_hook(runtime_env):
     """The program's runtime_env with fleet's ``_nsight`` (its output names are fleet's, to find
-    the reports), or only the chosen actors', and the worker hook; the program's own keys are
-    kept."""
+    the reports), or only the chosen actors', and the worker hook; the
+    program's own keys are kept."""
     env = dict(runtime_env or {})
     block, patterns = dict(_block()), _patterns()
     # fleet ray submit's default: ~ of the user Ray runs as, here
@@ -115,8 +115,8 @@ def _python_first():
 def _watch_actors(patterns, block):
     """An actor created with a name that matches the patterns gets ``_nsight`` in its own
     runtime_env (Ray merges it over the job's), the others none; without patterns all run under the
-    job's. Each is remembered weakly (Ray still ends one the program dropped), to be ended at its
-    end (end_actors)."""
+    job's. Each is remembered weakly (Ray still ends one the program dropped), to be ended at
+    its end (end_actors)."""
     from ray.actor import ActorClass
     from ray._private.utils import parse_runtime_env_for_task_or_actor
 
@@ -229,8 +229,8 @@ def _terminate(state, here):
 
 def _ended(state, actor, pid):
     """Whether the actor is dead in Ray's GCS and, where its worker runs here, its process has
-    exited (its parent, nsys, then writes the report: Ray's shutdown leaves it; until then it would
-    kill it)."""
+    exited (its parent, nsys, then writes the report: Ray's shutdown leaves it; until
+    then it would kill it)."""
     info = _try(lambda: state.actors(actor_id=actor))
     if info and info.get("State") != "DEAD":
         return False
@@ -252,8 +252,8 @@ def _stat(pid):
 
 
 def in_worker():
-    """In each Ray worker, at its start: whose the worker is, written once it runs an actor or a
-    task."""
+    """In each Ray worker, at its start: whose the worker is, written once it
+    runs an actor or a task."""
     threading.Thread(target=_record, name="fleet-whose", daemon=True).start()
 
 
@@ -274,8 +274,8 @@ def _record():
 
 
 def _say_whose(ray, ctx, actor, task):
-    """The worker's whose-file, where it is profiled (an actor the --ranks patterns choose, or
-    any)."""
+    """The worker's whose-file, where it is profiled (an actor the --ranks
+    patterns choose, or any)."""
     name = _try(ctx.get_actor_name) if actor else None
     patterns = _patterns()
     if patterns and not (actor and chosen(name, patterns)):
@@ -329,8 +329,8 @@ def _reports_dir():
 def private_folder(folder):
     """The run's ``ray/``, made 0700 (and the run's folder) where missing; refused, naming the
     folder, unless every folder from it up to / holds as the head's check holds them
-    (fleet/ray/submit.py; docs/architecture.md, "The Ray hook": another account could swap
-    ``ray/``)."""
+    (fleet/ray/submit.py; docs/architecture.md, "The Ray hook": another account
+    could swap ``ray/``)."""
     run = os.path.dirname(folder)
     _links_held(folder)
     _walk_up(run, 1, made=False)  # before anything is made in another's folder
@@ -343,8 +343,8 @@ def private_folder(folder):
 
 def _links_held(path):
     """Each link on ``path`` as given is root's or this user's: another's could be pointed elsewhere
-    once the folders it leads to were checked (the walk checks where links lead, as they lead
-    now)."""
+    once the folders it leads to were checked (the walk checks where links
+    lead, as they lead now)."""
     path = os.path.abspath(path)
     while path != "/":
         st = _try(lambda: os.lstat(path))
@@ -376,8 +376,8 @@ def _walk_up(path, level, made=True):
 
 
 def _write(doc):
-    path = os.path.join(_reports_dir(), "worker-%s-%d.whose.json" % (socket.gethostname(),
-                                                                     os.getpid()))
+    path = os.path.join(_reports_dir(),
+                        "worker-%s-%d.whose.json" % (socket.gethostname(), os.getpid()))
     partial = path + ".partial"
     fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
     with os.fdopen(fd, "w") as f:

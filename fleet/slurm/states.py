@@ -89,8 +89,8 @@ def _killed(entry: "HostEntry", stopped_by_fleet: bool) -> bool:
         return True
     if stopped_by_fleet and outcome.stopped_by_fleet(res, True):
         return False
-    if res.workload is not None and (res.workload.signal or res.workload.exit_status not in (None,
-                                                                                             0)):
+    if res.workload is not None and (res.workload.signal
+                                     or res.workload.exit_status not in (None, 0)):
         return True
     return res.stopped and not stopped_by_fleet
 

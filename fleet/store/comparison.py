@@ -26,8 +26,8 @@ class Comparison:
                 for letter, s in (("A", self.a), ("B", self.b))]
 
     def notes(self) -> list[str]:
-        """What makes the totals not alike: hosts a run left out, or a different number of
-        columns."""
+        """What makes the totals not alike: hosts a run left out, or a
+        different number of columns."""
         out = [f"run {s.run_id}: not in its totals: {said(s.left_out)}" for s in (self.a, self.b)
                if s.left_out]
         if len(self.a.columns) != len(self.b.columns):

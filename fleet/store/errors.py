@@ -12,8 +12,8 @@ class CatalogError(FleetError):
 
 
 class CatalogDamaged(CatalogError):
-    """The catalog's file is not a database SQLite can read; ``fleet reports reindex`` makes a new
-    one."""
+    """The catalog's file is not a database SQLite can read; ``fleet reports
+    reindex`` makes a new one."""
 
 
 class CatalogLocked(CatalogError):
@@ -26,8 +26,8 @@ class UnsafeStore(CatalogError):
 
 
 class StoreWriteError(FleetError, OSError):
-    """The store could not be written (full, read-only); the message names the run and where its
-    reports are."""
+    """The store could not be written (full, read-only); the message names the run and
+    where its reports are."""
 
     exit_status = exitcodes.FAILED
 

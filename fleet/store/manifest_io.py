@@ -145,8 +145,8 @@ def _request_problem(request: dict) -> str | None:
     tool, command = request.get("tool"), request.get("command")
     if tool is not None and not isinstance(tool, str):
         return f"request.tool is {tool!r:.60}, not a name"
-    if command is not None and not (isinstance(command, list) and all(isinstance(w, str)
-                                                                      for w in command)):
+    if command is not None and not (isinstance(command, list)
+                                    and all(isinstance(w, str) for w in command)):
         return f"request.command is {command!r:.60}, not a list of words"
     return None
 
@@ -162,8 +162,8 @@ def _type_problem(value: object, declared: str, name: str) -> str | None:
         base, _, inner = option.partition("[")
         if base not in _TYPES:
             return None  # a type the manifest's classes build themselves (a record): checked above
-        if not isinstance(value, _TYPES[base]) or (base in ("int", "float") and isinstance(value,
-                                                                                           bool)):
+        if not isinstance(value, _TYPES[base]) or (base in ("int", "float")
+                                                   and isinstance(value, bool)):
             continue
         return _bounds_problem(value, base, inner, name)
     return f"{name} is {value!r:.60}, not {declared}"

@@ -76,8 +76,8 @@ def check_folder(folder: Path, store: Path) -> None:
 
 
 def write_file(path: Path, text: str) -> None:
-    """``text`` as ``path``, whole or not at all, 0600, never through a link (its folder checked
-    first)."""
+    """``text`` as ``path``, whole or not at all, 0600, never through a link (its
+    folder checked first)."""
     files.write_private(str(path), text)
 
 
@@ -131,21 +131,21 @@ def catalog_file(store: Path) -> Path:
 
 
 def new_file(path: Path) -> Path:
-    """``path`` made empty by fleet (O_EXCL, O_NOFOLLOW, 0600), for a writer that opens it by
-    name."""
+    """``path`` made empty by fleet (O_EXCL, O_NOFOLLOW, 0600), for a writer
+    that opens it by name."""
     os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600))
     return path
 
 
 def rename_into_place(src: Path, dst: Path) -> None:
-    """A file written beside ``dst`` under another name takes its place (one folder of the
-    user's)."""
+    """A file written beside ``dst`` under another name takes its place (one
+    folder of the user's)."""
     files.rename_private(str(src), str(dst))
 
 
 def copy_file(src: Path, dst: Path) -> None:
-    """``src`` copied to ``dst`` through a new file (O_EXCL, O_NOFOLLOW, 0600) renamed into
-    place."""
+    """``src`` copied to ``dst`` through a new file (O_EXCL, O_NOFOLLOW,
+    0600) renamed into place."""
     tmp = dst.with_name(f"{dst.name}.{os.getpid()}.tmp")
     try:
         with open(src, "rb") as f, files.open_partial(str(tmp), 0) as out:

@@ -33,8 +33,8 @@ class Removal:
 def remove_run(store: Path, run_id: str, *, dry_run: bool = False, force: bool = False) -> Removal:
     """Delete run ``run_id``'s folder and every catalog row of it, together: the rows go in a
     transaction committed only once the folder is gone, so a folder that cannot be removed keeps
-    its rows (CatalogError says so). A run still running is refused (StillRunning) unless
-    ``force``."""
+    its rows (CatalogError says so). A run still running is refused
+    (StillRunning) unless ``force``."""
     path = manifest_of(store, run_id)
     directory = path.parent
     private.check_folder(directory, store)

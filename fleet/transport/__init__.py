@@ -101,8 +101,8 @@ class Fanout:
 
     async def run_all(self, hosts: Iterable["Host"], argv: Sequence[str], *,
                       input: bytes | None = None,
-                      timeout: float | None = None, on_result: Callable[[Result],
-                                                                        None] | None = None,
+                      timeout: float | None = None,
+                      on_result: Callable[[Result], None] | None = None,
                       last_use: bool = False) -> list[Result]:
         """Run ``argv`` on every host; results come back in the hosts' order."""
         return await self.each(hosts, lambda h: self.run(h, argv, input=input, timeout=timeout),

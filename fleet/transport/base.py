@@ -51,8 +51,8 @@ class Result:
     def ended(cls, host: str, exit_status: int | None, stdout: bytes, stderr: bytes, *,
               signal_name: str | None, why: str | None) -> "Result":
         """A command that ended, as every transport says it: its status, or the signal it died of;
-        and where ``drive`` had to stop it (``why``: its deadline), a timeout. A stop asked for is
-        no error."""
+        and where ``drive`` had to stop it (``why``: its deadline), a timeout. A stop
+        asked for is no error."""
         result = cls(host, exit_status=exit_status, stdout=stdout, stderr=stderr)
         if signal_name:
             result.killed_by(signal_name)
@@ -100,8 +100,8 @@ class StopRequest(asyncio.Event):
 
 
 def stop_signal(stop: asyncio.Event | None) -> str:
-    """The signal that ends a command: its stop request's once that is set, else TERM (a
-    timeout)."""
+    """The signal that ends a command: its stop request's once that is set,
+    else TERM (a timeout)."""
     return getattr(stop, "signal", "TERM") if stop is not None and stop.is_set() else "TERM"
 
 
@@ -146,8 +146,8 @@ async def _ended(pumps: asyncio.Future, within: float) -> bool:
         return False
 
 
-async def drive(read_out: Callable[[int], Awaitable[bytes]], read_err: Callable[[int],
-                                                                                Awaitable[bytes]],
+async def drive(read_out: Callable[[int], Awaitable[bytes]],
+                read_err: Callable[[int], Awaitable[bytes]],
                 wait: Awaitable, terminate: Callable[[], None], kill: Callable[[], None], *,
                 timeout: float | None, grace: float, sink: Sink | None,
                 stop: asyncio.Event | None) -> tuple[bytes, bytes, str | None, bool]:

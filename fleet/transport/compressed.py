@@ -56,8 +56,8 @@ class LinkRates:
         self._rates: dict[str, float] = {}
 
     def heard(self, host: str, way: str, size: int, seconds: float) -> None:
-        """A copy of ``size`` bytes came ``way`` in ``seconds``; raw ones of MEASURED_FROM or more
-        count."""
+        """A copy of ``size`` bytes came ``way`` in ``seconds``; raw ones of
+        MEASURED_FROM or more count."""
         if way in ("openssh", "stream") and size >= MEASURED_FROM and seconds > 0:
             self._rates[host] = size / seconds
 
@@ -80,8 +80,8 @@ def available() -> bool:
 def read_command_compressed(remote: str, offset: int, count: int) -> str:
     """The node's command that sends ``count`` bytes of ``remote`` from ``offset`` on,
     zstd-compressed where the node has zstd: ``Z`` or ``R`` first, then the stream. A POSIX shell
-    runs it, whatever the account's login shell; the path reaches it as ``read_command`` quotes
-    it."""
+    runs it, whatever the account's login shell; the path reaches it as
+    ``read_command`` quotes it."""
     dd = read_command(remote, offset, count)
     script = (f"if command -v zstd >/dev/null 2>&1; then printf Z; {dd} | {NODE_COMPRESSOR}; "
               f"else printf R; exec {dd}; fi")

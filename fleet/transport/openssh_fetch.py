@@ -205,8 +205,8 @@ def _follow(proc: subprocess.Popen, reader: int, writer: int, offset: int, want:
     """In a thread: each block ssh writes from ``offset`` on, read back and handed to ``on_block``
     in order, until ssh ends and all is read, or a stall. The file's size is watched, not only
     what has been read: past ``want`` bytes ssh is stopped and the excess cut off (more than the
-    node said is never kept). Returns the bytes read, None, "stalled" or "too much", and
-    "openssh"."""
+    node said is never kept). Returns the bytes read, None, "stalled" or "too
+    much", and "openssh"."""
     buffer = bytearray(READ_SIZE)  # one buffer, reused: no fresh memory per block
     view = memoryview(buffer)
     read, written, quiet_since = offset, offset, time.monotonic()

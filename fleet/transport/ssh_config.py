@@ -63,8 +63,8 @@ def known_hosts_same_for_every_host(paths: list[str]) -> bool:
                 return False
             if key in ("host", "match"):
                 specific = key == "match" or words[1:] != ["*"]
-            elif key in ("userknownhostsfile", "globalknownhostsfile") and (specific
-                                                                            or "%" in line):
+            elif key in ("userknownhostsfile",
+                         "globalknownhostsfile") and (specific or "%" in line):
                 return False
     return True
 

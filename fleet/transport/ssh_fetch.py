@@ -40,8 +40,8 @@ STALL_SECONDS = 60.0
 
 async def asyncssh_copy(conn: asyncssh.SSHClientConnection, gate: asyncio.Semaphore, remote: str,
                         local: str,
-                        offset: int, size: int | None, on_block: Callable[[bytes],
-                                                                          None] | None) -> str:
+                        offset: int, size: int | None,
+                        on_block: Callable[[bytes], None] | None) -> str:
     """``remote`` from ``offset`` on over the host's asyncssh connection; returns "sftp" or
     "stream". SFTP opens the file (a clear error when it is missing or unreadable) and tells its
     size: a small rest is read over SFTP; a large one (>= STREAM_MIN) comes as the raw stdout of

@@ -23,8 +23,8 @@ from .. import policy
 
 
 def finding(state: policy.NodeState) -> policy.Finding:
-    """Where the agent ran (host, container, Slurm job): the wrapping itself is chosen per
-    command."""
+    """Where the agent ran (host, container, Slurm job): the wrapping itself
+    is chosen per command."""
     where = f"in a {state.container} container" if state.container else "on the host"
     return policy.Finding("n/a", f"chosen per command (srun, torchrun, mpirun); agent ran {where}"
                                  + (f" inside Slurm job {state.slurm_job}" if state.slurm_job

@@ -48,8 +48,8 @@ class Container:
 def nsight_dirs(tools: dict) -> tuple[str, ...]:
     """The install folder of each profiler path (…/nsight-systems-2025.3/bin/nsys →
     …/nsight-systems-2025.3). Nsight Compute's own installer puts ``ncu`` at the top of its folder
-    (…/nsight-compute/2025.3.1/ncu), the CUDA toolkit in ``bin/`` (/usr/local/cuda/bin/ncu →
-    /usr/local/cuda)."""
+    (…/nsight-compute/2025.3.1/ncu), the CUDA toolkit in ``bin/``
+    (/usr/local/cuda/bin/ncu → /usr/local/cuda)."""
     dirs = []
     for name, path in tools.items():
         parent = os.path.dirname(path)
@@ -72,8 +72,8 @@ def mount_path(path: str, what: str) -> str:
 
 def slurm_words(c: Container | None, run_dir: str, scratch: str | None = None) -> list[str]:
     """srun options (pyxis) or a command prefix (apptainer) that put a Slurm task in the container,
-    with the run directory (and the node-local scratch the ranks write to, if any) mounted
-    read-write."""
+    with the run directory (and the node-local scratch the ranks write to, if
+    any) mounted read-write."""
     if c is None:
         return []
     written = [mount_path(run_dir, "the run directory")] + ([mount_path(scratch, "slurm_scratch")]

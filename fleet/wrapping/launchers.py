@@ -40,23 +40,17 @@ TORCHRUN_FLAGS = {"--standalone", "--no-python", "--no_python", "-m", "--module"
 # tests/test_launchers_mpirun.py holds these to), then MPICH/Hydra's (mpiexec.hydra's -help).
 OPENMPI_VALUE = {
     "--app", "--bind-to", "--cartofile", "--cpu-list", "--cpu-set", "--cpus-per-proc",
-    "--cpus-per-rank",
-    "--debugger", "--default-hostfile", "--hnp", "--host", "--hostfile", "--launch-agent",
-    "--machinefile",
-    "--map-by", "--max-restarts", "--max-vm-size", "--n", "--np", "--npernode", "--npersocket",
-    "--ompi-server",
-    "--output-filename", "--path", "--personality", "--ppr", "--prefix", "--preload-files",
-    "--rank-by",
-    "--rankfile", "--report-events", "--report-pid", "--report-uri", "--stdin", "--timeout", "--wd",
-    "--wdir",
-    "--xml-file", "--xterm", "-H", "-N", "-am", "-c", "-cf", "-cpu-list", "-cpu-set",
-    "-cpus-per-proc",
+    "--cpus-per-rank", "--debugger", "--default-hostfile", "--hnp", "--host", "--hostfile",
+    "--launch-agent", "--machinefile", "--map-by", "--max-restarts", "--max-vm-size", "--n", "--np",
+    "--npernode", "--npersocket", "--ompi-server", "--output-filename", "--path", "--personality",
+    "--ppr", "--prefix", "--preload-files", "--rank-by", "--rankfile", "--report-events",
+    "--report-pid", "--report-uri", "--stdin", "--timeout", "--wd", "--wdir", "--xml-file",
+    "--xterm", "-H", "-N", "-am", "-c", "-cf", "-cpu-list", "-cpu-set", "-cpus-per-proc",
     "-cpus-per-rank", "-debugger", "-default-hostfile", "-hnp", "-host", "-hostfile",
-    "-launch-agent",
-    "-machinefile", "-max-restarts", "-max-vm-size", "-n", "-np", "-npernode", "-npersocket",
-    "-ompi-server",
-    "-output-filename", "-path", "-personality", "-report-events", "-report-pid", "-report-uri",
-    "-rf", "-stdin", "-timeout", "-tune", "-wd", "-wdir", "-x", "-xml-file", "-xterm"}
+    "-launch-agent", "-machinefile", "-max-restarts", "-max-vm-size", "-n", "-np", "-npernode",
+    "-npersocket", "-ompi-server", "-output-filename", "-path", "-personality", "-report-events",
+    "-report-pid", "-report-uri", "-rf", "-stdin", "-timeout", "-tune", "-wd", "-wdir", "-x",
+    "-xml-file", "-xterm"}
 OPENMPI_TWO_VALUES = {"--gmca", "--mca", "-gmca", "-mca"}
 HYDRA_VALUE = {"-ppn", "-map-by", "-bind-to", "-rank-by", "-hosts", "-f", "-launcher", "-bootstrap",
                "-iface", "-genvlist", "-envlist", "-configfile"}

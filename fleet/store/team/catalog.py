@@ -43,8 +43,8 @@ def _psycopg():
 @contextmanager
 def connected(team: TeamStore) -> Iterator:
     """A connection as the person's own role (libpq reads the password from ~/.pgpass,
-    PGSERVICE...); a failure to connect or a cut mid-way is TeamUnavailable, a refusal TeamError,
-    each one line."""
+    PGSERVICE...); a failure to connect or a cut mid-way is TeamUnavailable, a refusal
+    TeamError, each one line."""
     psycopg = _psycopg()
     try:
         conn = psycopg.connect(team.catalog, connect_timeout=CONNECT_TIMEOUT_S,

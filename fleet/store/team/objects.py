@@ -114,8 +114,8 @@ class Sent:
 
 
 def present(s3, bucket: str, key: str, sha256: str, size: int) -> bool:
-    """Whether the object is there, whole, with this content (its size and the sha256 it was sent
-    with)."""
+    """Whether the object is there, whole, with this content (its size and the
+    sha256 it was sent with)."""
     _, botocore = _boto3()
     try:
         head = s3.head_object(Bucket=bucket, Key=key)
@@ -231,8 +231,8 @@ def _multipart(s3, bucket, key, path, sha256, size, part_size, workers) -> Sent:
 
 class FileRange:
     """``length`` bytes of a file from ``offset``, as a file botocore reads a request's body from:
-    a part goes up from the file itself, so the memory a part takes is botocore's buffer, not the
-    part."""
+    a part goes up from the file itself, so the memory a part takes is botocore's
+    buffer, not the part."""
 
     def __init__(self, path: Path, offset: int, length: int):
         self.fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
@@ -263,11 +263,11 @@ class FileRange:
         os.close(self.fd)
 
 
-def _digest_part(fd: int, offset: int, length: int, whole, *, with_md5: bool) -> tuple[bytes,
-                                                                                       str | None]:
+def _digest_part(fd: int, offset: int, length: int, whole, *,
+                 with_md5: bool) -> tuple[bytes, str | None]:
     """A part's CRC32 (and MD5, to recognise it on the server), the whole file's SHA-256 fed on the
-    way, read in chunks: the part is never held whole. hashlib and zlib let go of the GIL
-    meanwhile."""
+    way, read in chunks: the part is never held whole. hashlib and zlib let go
+    of the GIL meanwhile."""
     crc, md5 = 0, hashlib.md5(usedforsecurity=False) if with_md5 else None
     for start in range(offset, offset + length, READ_CHUNK):
         chunk = os.pread(fd, min(READ_CHUNK, offset + length - start), start)
@@ -303,8 +303,8 @@ def delete(s3, bucket: str, keys: list[str]) -> None:
         for start in range(0, len(keys), 1000):
             batch = keys[start:start + 1000]
             if batch:
-                s3.delete_objects(Bucket=bucket, Delete={"Objects": [{"Key": k} for k in batch],
-                                                         "Quiet": True})
+                s3.delete_objects(Bucket=bucket,
+                                  Delete={"Objects": [{"Key": k} for k in batch], "Quiet": True})
     except Exception as e:
         raise failure(e, "the removal") from None
 

@@ -146,8 +146,8 @@ def _push_one(team: TeamStore, store_root: Path, run_id: str, s3, conn, report: 
 
 
 def finished_runs(store_root: Path) -> list[str]:
-    """Every run of the embedded store that has finished, oldest first (by id: the time it
-    began)."""
+    """Every run of the embedded store that has finished, oldest first (by
+    id: the time it began)."""
     from ..manifest_io import read_manifest
 
     if not store_root.exists():
@@ -165,8 +165,8 @@ def finished_runs(store_root: Path) -> list[str]:
 
 def after_save(store_root: Path, manifest_path: Path, status: str) -> str | None:
     """Once a run has finished: pushed to the team store, when one is named. What happened back, as
-    one line (None without a team store). Never raises: the run is saved whatever the team store
-    says."""
+    one line (None without a team store). Never raises: the run is saved
+    whatever the team store says."""
     from .config import resolve
 
     if status in push.NOT_YET or os.environ.get("FLEET_NO_PUSH"):
@@ -186,8 +186,8 @@ def after_save(store_root: Path, manifest_path: Path, status: str) -> str | None
 
 class TeamHistory:
     """The nightly report's runs from the team catalog (:class:`fleet.nightly.run.EmbeddedHistory`'s
-    twin): every metric of a playbook that this person may see, their own runs and the shared
-    ones."""
+    twin): every metric of a playbook that this person may see, their own
+    runs and the shared ones."""
 
     def __init__(self, team: TeamStore):
         self.team = team
