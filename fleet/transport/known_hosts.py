@@ -18,7 +18,7 @@ import binascii
 import hashlib
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 import asyncssh
 from asyncssh.config import SSHClientConfig
@@ -110,7 +110,8 @@ class KnownHostsFiles:
     per run: left to itself asyncssh re-reads known_hosts on every connection, which with hundreds
     of hosts is quadratic work and most of fleet's client CPU."""
 
-    def __init__(self, given: str | None, config_paths: list[str], local_user: str):
+    def __init__(self, given: str | None, config_paths: Callable[[], list[str]], local_user: str):
+        # config_paths: asked at each lookup, as the connections ask it (~/.ssh/config may appear)
         self.given, self.config_paths, self.local_user = given, config_paths, local_user
         self._loaded: dict[tuple[str, ...], RunKnownHosts] = {}
         self._same_for_all: bool | None = None  # known_hosts files do not depend on the host
@@ -132,11 +133,12 @@ class KnownHostsFiles:
         cost more than the connections' own work."""
         if self.given:
             return [self.given]
+        paths = self.config_paths()
         if self._same_for_all is None:
-            self._same_for_all = known_hosts_same_for_every_host(self.config_paths)
+            self._same_for_all = known_hosts_same_for_every_host(paths)
         if self._same_for_all and self._files_for_all is not None:
             return self._files_for_all
-        config = SSHClientConfig.load(None, self.config_paths, False, False, False,
+        config = SSHClientConfig.load(None, paths, False, False, False,
                                       self.local_user, host.user or (), host.address,
                                       host.port or ())
         files = config.get("UserKnownHostsFile", ())

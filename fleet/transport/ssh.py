@@ -54,7 +54,7 @@ class SSHTransport(Transport):
         self._per_address: dict[tuple[str, int | None], asyncio.Semaphore] = {}
         self._ciphers = preferred_ciphers()
         self._local_user = getpass.getuser()
-        self._known_hosts = KnownHostsFiles(settings.known_hosts, self._config_paths(),
+        self._known_hosts = KnownHostsFiles(settings.known_hosts, self._config_paths,
                                             self._local_user)
         # sshd's MaxSessions (10) bounds channels
         self._sftp_gates: dict[str, asyncio.Semaphore] = {}
