@@ -97,3 +97,45 @@ def test_a_look_sample_is_judged_from_types():
     assert g.activity.utilization == 40 and g.conditions.throttle == ("gpu_idle",)
     assert g.to_json()["conditions"] == {"sm_clock_mhz": 1980, "throttle": ["gpu_idle"]}
     assert any("pid 9 (bob" in reason for reason in g.ncu_reasons)
+
+
+# --- the request a manifest keeps is read once too (RunManifest.asked) ---
+
+REQUEST_READERS = {"fleet/store/records.py", "fleet/store/manifest_io.py"}  # Asked.read; the check on reading
+
+
+def reads_of_a_request(source: str) -> list[str]:
+    """Every ``....request.get(`` or ``request.get(`` outside the agent: a look into the request's dict."""
+    return [g for g in gets(source) if g == "request" or g.endswith(".request") or g.endswith("request or {}")]
+
+
+def test_the_request_a_manifest_keeps_is_read_through_asked_alone():
+    found = {str(p.relative_to(REPO)): reads_of_a_request(p.read_text()) for p in sorted((REPO / "fleet").rglob("*.py"))
+             if "agent" not in p.parts and str(p.relative_to(REPO)) not in REQUEST_READERS}
+    assert {path: reads for path, reads in found.items() if reads} == {}
+
+
+def test_the_request_check_finds_a_look_into_the_request():
+    planted = "def f(m, manifest):\n    return m.request.get('tool'), (manifest.request or {}).get('x'), m.asked.tool\n"
+    assert reads_of_a_request(planted) == ["m.request", "(manifest.request or {})"] or \
+        reads_of_a_request(planted) == ["m.request", "manifest.request or {}"]
+    assert all((REPO / path).exists() for path in REQUEST_READERS)
+
+
+def test_asked_reads_a_request_as_fleet_writes_it_and_anything_else_as_absent():
+    from fleet.plan import ProfileRequest
+    from fleet.store.manifest import RunManifest
+    from fleet.store.records import Asked
+
+    from fleet.request import LabPart
+
+    req = ProfileRequest(tool="nsys", command=("python", "train.py"), run_id="20261207-000000-ab12",
+                         lab=LabPart(gpus=(1, 3), launcher="mpirun", ranks=4))
+    fresh = RunManifest.begin(req, "lab")  # the request's tuples, as a run made here keeps them
+    read_back = RunManifest.from_json(json.loads(json.dumps(fresh.to_json())))  # JSON's lists
+    for asked in (fresh.asked, read_back.asked):
+        assert asked == Asked("nsys", ("python", "train.py"), (1, 3), "mpirun", 4, ())
+        assert asked.said() == "nsys -- python train.py" and asked.command_json() == '["python", "train.py"]'
+    odd = Asked.read({"tool": 3, "command": "rm -rf /", "gpus": ["0", 1, True], "ranks": "2"})
+    assert odd == Asked(None, None, (1,), None, None, ())
+    assert odd.command_json() == "null" and odd.said() == "None -- "

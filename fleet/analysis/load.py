@@ -103,7 +103,7 @@ def _gpu_index(h: HostEntry, p: export.Process, m: RunManifest,
     # a Slurm rank sees only the GPUs Slurm gave it: CUDA's 0 may be any of the node's
     if h.rank is not None:
         return None
-    asked = m.request.get("gpus") or []
+    asked = m.asked.gpus
     if isinstance(gpu.cuda_id, int) and 0 <= gpu.cuda_id < len(asked):
         return asked[gpu.cuda_id]
     return gpu.cuda_id

@@ -77,9 +77,9 @@ def reports_show(run_id, store_root, as_json):
     m = stored_run(store_root, run_id)
     if as_json:
         return echo_json(m.to_json())
-    tool = m.request.get("tool")
+    tool = m.asked.tool
     say(f"run {m.run_id} ({m.status}), site {m.site}, by {m.user} at {m.started}: "
-         f"{tool} -- {' '.join(m.request.get('command') or [])}")
+        f"{m.asked.said()}")
     for h in m.hosts:
         who = h.host + (f" rank {h.rank}" if h.rank is not None else "") + (f" {h.worker}"
                                                                             if h.worker else "")

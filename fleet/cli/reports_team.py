@@ -53,9 +53,9 @@ def show(team, run_id: str, as_json: bool) -> None:
         fail(str(e))
     if as_json:
         return echo_json({"owner": owner, "shared_with": groups, **m.to_json()})
-    say(f"run {m.run_id} ({m.status}), site {m.site}, owner {owner}"
-               + (f", shared with {', '.join(groups)}" if groups else "") + f", at {m.started}: "
-               f"{m.request.get('tool')} -- {' '.join(m.request.get('command') or [])}")
+    shared = f", shared with {', '.join(groups)}" if groups else ""
+    say(f"run {m.run_id} ({m.status}), site {m.site}, owner {owner}{shared}, at {m.started}: "
+        f"{m.asked.said()}")
     for h in m.hosts:
         who = h.host + (f" rank {h.rank}" if h.rank is not None
                         else "") + (f" {h.worker}" if h.worker else "")

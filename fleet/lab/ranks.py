@@ -47,12 +47,12 @@ def ranks_line(manifest: RunManifest) -> str | None:
     """The run's line saying that its launcher's rank count was not known, and so no rank that left
     no report is named (why, as fleet.wrapping.launchers.rank_count says it);
     None for any other run."""
-    request = manifest.request or {}
-    if request.get("launcher") not in LAB_LAUNCHERS or request.get("ranks") is not None:
+    asked = manifest.asked
+    if asked.launcher not in LAB_LAUNCHERS or asked.ranks is not None:
         return None
     try:
-        _, why = launchers.rank_count(request["launcher"], list(request.get("command") or ()),
-                                      tuple(request.get("profiler_args") or ()))
-    except (launchers.LauncherError, KeyError, TypeError):
+        _, why = launchers.rank_count(asked.launcher, list(asked.command or ()),
+                                      asked.profiler_args)
+    except launchers.LauncherError:
         return None
     return f"ranks:   not counted ({why}): a rank that left no report is not named"

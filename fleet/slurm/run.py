@@ -190,7 +190,7 @@ async def gather(fan: "Fanout", client: SlurmClient, manifest: RunManifest, dire
         slurm.log = ReportEntry.from_json(await fetch_verified(fan, client.login, log,
                                                                directory / os.path.basename(
                                                                    log.path)))
-    tool = (manifest.request or {}).get("tool")
+    tool = manifest.asked.tool
     tail = _log_tail(slurm.log)
     refusal = job_refusal(slurm.job_exit, tail, RunDir.JOB_REFUSED in marks)
     # recorded before its signal

@@ -138,12 +138,12 @@ def index_manifest(db: sqlite3.Connection, path: Path) -> list[str]:
     it was left out (a metric or kernel row whose number is out of bounds) back, said."""
     m = read_manifest(path)
     forget(db, m.run_id)
-    tool = m.request.get("tool")
+    tool = m.asked.tool
     metrics, notes = _metric_rows(m)
     db.executemany("INSERT INTO metrics VALUES (?,?,?,?,?,?,?)", metrics)
     db.execute("INSERT OR REPLACE INTO runs VALUES (?,?,?,?,?,?,?,?,?)",
                (m.run_id, m.site, m.day, m.started, m.user, tool,
-                json.dumps(m.request.get("command")), m.status, str(path)))
+                m.asked.command_json(), m.status, str(path)))
     for host in m.hosts:
         for rep in host.reports:
             # whose a Ray worker's report is: its row names the worker itself

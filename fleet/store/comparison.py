@@ -39,7 +39,7 @@ class Comparison:
 def compare_runs(store: Path, a: RunManifest, b: RunManifest) -> Comparison:
     """Runs of one tool only (nsys traces kernels as they run; ncu replays each one with clocks
     locked and caches flushed: their times are not alike), each with kernel summaries to read."""
-    tools = [m.request.get("tool") or "nsys" for m in (a, b)]
+    tools = [m.asked.tool or "nsys" for m in (a, b)]
     if tools[0] != tools[1]:
         raise StatsError(f"run {a.run_id} is an {tools[0]} run and run {b.run_id} an {tools[1]} "
                          "run: they measure kernels differently (nsys as they run, ncu replayed "

@@ -21,7 +21,7 @@ from ..agent.messages import ProfileResult
 from ..policy.nodestate import NodeFacts
 from .. import __version__
 from ..statuses import HostStatus, RunStatus
-from .records import ManifestError, Record, known_fields
+from .records import Asked, ManifestError, Record, known_fields
 
 if TYPE_CHECKING:
     from ..plan import ProfileRequest
@@ -199,6 +199,11 @@ class RunManifest:
                    day=f"{req.run_id[0:4]}-{req.run_id[4:6]}-{req.run_id[6:8]}",
                    started=time.strftime("%Y-%m-%dT%H:%M:%S%z"), user=getpass.getuser(),
                    request=req.to_json(), status=status, fleet=__version__)
+
+    @property
+    def asked(self) -> Asked:
+        """What the run asked for, read from the request it keeps."""
+        return Asked.read(self.request)
 
     def to_json(self) -> dict:
         doc: dict[str, Any] = {"schema": SCHEMA_VERSION, "run_id": self.run_id, "site": self.site,

@@ -1,15 +1,17 @@
 """The records a manifest is made of, read back from its JSON: only a record's own keys are
-taken (the others keep their defaults), and what is not a JSON object is a ``ManifestError``; a
-run's id."""
+taken (the others keep their defaults), and what is not a JSON object is a ``ManifestError``; what
+a run asked for (``Asked``), read once from the request it keeps; a run's id."""
 
 from __future__ import annotations
 
+import json
 import secrets
 import time
-from dataclasses import asdict, fields
+from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 from ..errors import FleetError
+from ..policy.readers import int_of, ints_of, str_of, strs_of
 
 
 def new_run_id() -> str:
@@ -39,3 +41,36 @@ class Record:
     @classmethod
     def from_json(cls, doc: dict):
         return cls(**known_fields(cls, doc, cls.WHAT))
+
+
+def _listed(v: Any) -> list | None:
+    return list(v) if isinstance(v, (list, tuple)) else None
+
+
+@dataclass(frozen=True)
+class Asked:
+    """What a run asked for, as its manifest keeps the request (``ProfileRequest.to_json``): the
+    fields the store, its commands and the analyses read, read once. A value not of its type reads
+    as absent (``manifest_io`` refuses a stored request whose tool or command is not)."""
+    tool: str | None = None
+    command: tuple[str, ...] | None = None      # None: the request named none
+    gpus: tuple[int, ...] = ()                  # --gpu: NVML indices; (): every GPU
+    launcher: str | None = None                 # a lab run's --launcher
+    ranks: int | None = None                    # ... and how many ranks its command line says
+    profiler_args: tuple[str, ...] = ()
+
+    @classmethod
+    def read(cls, request: dict) -> "Asked":
+        # A manifest made in this process keeps the request's tuples; one read back, JSON's lists.
+        command = _listed(request.get("command"))
+        return cls(str_of(request.get("tool")), strs_of(command) if command is not None else None,
+                   ints_of(_listed(request.get("gpus"))), str_of(request.get("launcher")),
+                   int_of(request.get("ranks")), strs_of(_listed(request.get("profiler_args"))))
+
+    def command_json(self) -> str:
+        """The command as the catalogs keep it: JSON, ``null`` where the request named none."""
+        return json.dumps(list(self.command) if self.command is not None else None)
+
+    def said(self) -> str:
+        """``TOOL -- COMMAND``, as the store's commands show a run."""
+        return f"{self.tool} -- {' '.join(self.command or ())}"

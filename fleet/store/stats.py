@@ -89,7 +89,7 @@ def nothing_to(manifest: RunManifest, purpose: str, entries: list[Absent]) -> No
     why = said(entries) if entries else "it has no hosts or ranks"
     if manifest.error:
         why += f"; {manifest.error}"
-    tool = manifest.request.get("tool") or "nsys"
+    tool = manifest.asked.tool or "nsys"
     return (NoReports(f"run {manifest.run_id} ({tool}, {manifest.status}) has no "
                       f"reports to {purpose}: {why}"))
 
@@ -169,7 +169,7 @@ def run_stats(store: Path, manifest: RunManifest, which: str | None = None,
               purpose: str = "show") -> RunStats:
     """The run's tables, one column per host or rank that left reports; NoReports when none did,
     or when not one of its summaries could be read."""
-    tool = manifest.request.get("tool") or "nsys"
+    tool = manifest.asked.tool or "nsys"
     specs = (NCU_SECTION,) if tool == "ncu" else NSYS_SECTIONS
     hosts = choose_columns(manifest, which, purpose)
     sections = [Section(key, title) for _, key, title, _, _ in specs]

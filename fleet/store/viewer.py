@@ -47,7 +47,7 @@ def open_reports(store: Path, manifest: RunManifest, which: str | None = None, *
                  launch: bool = True) -> Opening:
     """Start the tool's viewer on the reports, detached (its own session, no terminal: closing
     this shell leaves it open), when it is on PATH; else the Opening says what to run."""
-    tool = manifest.request.get("tool") or "nsys"
+    tool = manifest.asked.tool or "nsys"
     viewer = VIEWERS.get(tool, "nsys-ui")
     opening = Opening(viewer, reports_to_open(store, manifest, which), shutil.which(viewer))
     if opening.path and launch:

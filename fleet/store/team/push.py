@@ -62,7 +62,7 @@ def _stored_files(m: RunManifest, manifest_path: Path) -> list[tuple]:
 
 def _rows(m: RunManifest, manifest_path: Path, keys: dict[str, str]) -> tuple[list, list, list]:
     """The catalog's rows of the run, as the embedded catalog makes them (one shape for both)."""
-    tool = m.request.get("tool")
+    tool = m.asked.tool
     reports, kernels = [], []
     for host in m.hosts:
         for rep in host.reports:
@@ -141,8 +141,7 @@ def _send(team: TeamStore, m: RunManifest, manifest_path: Path, owner: str, s3,
 
 def _run_row(m: RunManifest, manifest_path: Path, digest: str) -> dict:
     return {"run_id": m.run_id, "site": m.site, "day": m.day, "started": m.started,
-            "tool": m.request.get("tool"),
-            "command": json.dumps(m.request.get("command")), "status": m.status,
+            "tool": m.asked.tool, "command": m.asked.command_json(), "status": m.status,
             "manifest": private.read_text(manifest_path), "manifest_sha256": digest,
             "pushed_from": socket.gethostname()}
 
