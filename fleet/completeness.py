@@ -29,6 +29,7 @@ from .agent.messages import AgentStatus, ProfileResult
 from .statuses import HostStatus
 
 if TYPE_CHECKING:
+    from .plan import Plan
     from .store.manifest import HostEntry
 
 COMPLETE, EMPTY, TRUNCATED, LAUNCHER_ONLY, MISSING = ("complete", "empty", "truncated",
@@ -73,7 +74,7 @@ def classify(entry: "HostEntry", result: ProfileResult | None = None) -> Verdict
         return None
     if not result.reports:
         return _without_report(result)
-    return _cut(result) or _whose(result, allows_own(entry.plan)) or Verdict(COMPLETE)
+    return _cut(result) or _whose(result, allows_own(entry.planned)) or Verdict(COMPLETE)
 
 
 def _without_result(entry: "HostEntry") -> Verdict:
@@ -151,14 +152,13 @@ def gpu_processes(result: ProfileResult, *, arrived_only: bool = False) -> tuple
     return list(own.values()), [v for k, v in others.items() if k not in own]
 
 
-def allows_own(plan) -> bool:
-    """Whether a lab host's run was asked with --allow-own, as its plan (a Plan or its JSON) says
-    in its watch or its last-moment check; False without a plan (a Slurm rank)."""
+def allows_own(plan: "Plan | None") -> bool:
+    """Whether a lab host's run was asked with --allow-own, as its plan says in its watch or its
+    last-moment check; False without a plan (a Slurm rank)."""
     if plan is None:
         return False
-    parts = [plan.get("watch"), plan.get("recheck")] if isinstance(plan, dict) else \
-        [getattr(plan, "watch", None), getattr(plan, "recheck", None)]
-    return any(isinstance(part, dict) and part.get("allow_own") is True for part in parts)
+    return any(isinstance(part, dict) and part.get("allow_own") is True
+               for part in (plan.watch, plan.recheck))
 
 
 def used_instead(result: ProfileResult, *, allow_own: bool = False) -> str | None:

@@ -99,27 +99,42 @@ def test_a_look_sample_is_judged_from_types():
     assert any("pid 9 (bob" in reason for reason in g.ncu_reasons)
 
 
-# --- the request a manifest keeps is read once too (RunManifest.asked) ---
+# --- what a manifest keeps of a run's request and plans is read once too (.asked, .planned) ---
 
 REQUEST_READERS = {"fleet/store/records.py", "fleet/store/manifest_io.py"}  # Asked.read; the check on reading
 
 
-def reads_of_a_request(source: str) -> list[str]:
-    """Every ``....request.get(`` or ``request.get(`` outside the agent: a look into the request's dict."""
-    return [g for g in gets(source) if g == "request" or g.endswith(".request") or g.endswith("request or {}")]
+def reads_of_a_kept_dict(source: str) -> list[str]:
+    """Every ``.get(`` on a manifest's request or a host's plan (``m.request``, ``entry.plan``,
+    ``manifest.request or {}``, ``plan_doc``) outside the agent: a look into the stored dict."""
+    return [g for g in gets(source)
+            if g in ("request", "plan_doc") or g.endswith((".request", ".plan", "request or {}", "plan or {}"))]
 
 
-def test_the_request_a_manifest_keeps_is_read_through_asked_alone():
-    found = {str(p.relative_to(REPO)): reads_of_a_request(p.read_text()) for p in sorted((REPO / "fleet").rglob("*.py"))
+def test_the_request_and_plans_a_manifest_keeps_are_read_through_their_types_alone():
+    found = {str(p.relative_to(REPO)): reads_of_a_kept_dict(p.read_text()) for p in sorted((REPO / "fleet").rglob("*.py"))
              if "agent" not in p.parts and str(p.relative_to(REPO)) not in REQUEST_READERS}
     assert {path: reads for path, reads in found.items() if reads} == {}
 
 
-def test_the_request_check_finds_a_look_into_the_request():
-    planted = "def f(m, manifest):\n    return m.request.get('tool'), (manifest.request or {}).get('x'), m.asked.tool\n"
-    assert reads_of_a_request(planted) == ["m.request", "(manifest.request or {})"] or \
-        reads_of_a_request(planted) == ["m.request", "manifest.request or {}"]
+def test_the_kept_dict_check_finds_a_look_into_one():
+    planted = ("def f(m, manifest, entry):\n"
+               "    return m.request.get('tool'), (manifest.request or {}).get('x'), m.asked.tool, "
+               "entry.plan.get('ranks'), entry.planned.ranks\n")
+    assert reads_of_a_kept_dict(planted) == ["m.request", "manifest.request or {}", "entry.plan"]
     assert all((REPO / path).exists() for path in REQUEST_READERS)
+
+
+def test_a_plan_the_store_kept_reads_as_a_plan_or_as_none():
+    from fleet.store.manifest import HostEntry
+
+    kept = HostEntry("h01", plan={"host": "h01", "status": "ok", "ranks": 4, "output": "/r/h01",
+                                  "command": {"launcher": ["mpirun", "-np", "4"]}})
+    assert (kept.planned.ranks, kept.planned.output, kept.planned.command.launcher) == \
+        (4, "/r/h01", ("mpirun", "-np", "4"))
+    assert HostEntry("rank0").planned is None  # a Slurm rank keeps no plan
+    assert HostEntry("h02", plan={"host": "h02", "status": "ok", "no_such_field": 1}).planned.status == "ok"
+    assert HostEntry("h03", plan={"host": "h03", "status": "ok", "tenants": [{"bad": 1}]}).planned is None
 
 
 def test_asked_reads_a_request_as_fleet_writes_it_and_anything_else_as_absent():

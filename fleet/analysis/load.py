@@ -84,8 +84,7 @@ def _named_rank(h: HostEntry, path: str) -> int | None:
     host may be called so."""
     if h.rank is not None:
         return h.rank
-    command = h.plan.get("command") if isinstance(h.plan, dict) else None
-    launched = isinstance(command, dict) and command.get("launcher")
+    launched = h.planned is not None and h.planned.command.launcher
     return RunDir.report_rank(path) if launched else None
 
 

@@ -33,11 +33,10 @@ async def gather(fan: "Fanout", hosts: dict[str, "Host"], store_root: Path,
     path = store.manifest_of(store_root, run_id)
     manifest = store.read_manifest(path)
     for entry in manifest.hosts:
-        host = hosts.get(entry.host)
-        plan_doc = entry.plan or {}
-        if host is None or not _left_something(entry):
+        host, plan = hosts.get(entry.host), entry.planned
+        if host is None or plan is None or not _left_something(entry, plan):
             continue
-        node_dir = os.path.dirname(Plan.from_json(plan_doc).output)
+        node_dir = os.path.dirname(plan.output)
         result = (entry.result if entry.result is not None
                   else await _result_on_node(fan, host, entry, node_dir))
         if result is None:
@@ -48,21 +47,20 @@ async def gather(fan: "Fanout", hosts: dict[str, "Host"], store_root: Path,
         into = safenames.join(path.parent, host.name, what="host name")
         entry.reports += await bring_home(fan, host, missing, into, node_dir=node_dir,
                                           remove_for=removing(host),
-                                          output=Plan.from_json(plan_doc).output)
+                                          output=plan.output)
         entry.status, entry.missing_why = outcome.of_result(
-            ProfileResult.read(result), entry.reports, tool=plan_doc.get("tool"),
-            allow_own=completeness.allows_own(plan_doc))
+            ProfileResult.read(result), entry.reports, tool=plan.tool,
+            allow_own=completeness.allows_own(plan))
     manifest.hosts = with_missing_ranks(manifest.hosts)
     manifest.status = outcome.run_status(h.status for h in manifest.hosts)
     leftrunning.mark(store.save(store_root, manifest), manifest)
     return manifest
 
 
-def _left_something(entry: HostEntry) -> bool:
+def _left_something(entry: HostEntry, plan: Plan) -> bool:
     """Whether a host ran (its plan was ok) and has something not yet home: its result or a
     report."""
-    ran = (entry.plan or {}).get("status") == "ok"
-    return ran and not (entry.reports and all(r.verified for r in entry.reports))
+    return plan.status == "ok" and not (entry.reports and all(r.verified for r in entry.reports))
 
 
 async def _result_on_node(fan: "Fanout", host: "Host", entry: HostEntry,

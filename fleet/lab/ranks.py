@@ -35,7 +35,7 @@ def missing_ranks(entry: HostEntry) -> list[int]:
     home bear it out: only ranks the plan counted (0..N-1), each once, none whose report came home.
     The node's word alone (wire.RESULT holds only its shape) never names more."""
     said = entry.answer.missing_ranks if entry.answer is not None else ()
-    counted = (entry.plan or {}).get("ranks") if isinstance(entry.plan, dict) else None
+    counted = entry.planned.ranks if entry.planned is not None else None
     if not said or isinstance(counted, bool) or not isinstance(counted, int):
         return []
     home = {RunDir.report_rank(r.stored) for r in entry.reports

@@ -21,48 +21,16 @@ from ..agent.messages import ProfileResult
 from ..policy.nodestate import NodeFacts
 from .. import __version__
 from ..statuses import HostStatus, RunStatus
-from .records import Asked, ManifestError, Record, known_fields
+from .records import Asked, ManifestError, ProcessSeen, Record, ReportEntry, known_fields
 
 if TYPE_CHECKING:
-    from ..plan import ProfileRequest
+    from ..plan import Plan, ProfileRequest
 
 SCHEMA_VERSION = 2
 
 
 # the ``summary`` of a Ray worker's whose file (fleet/slurm/raygather.py): no report of its own
 WHOSE = "whose"
-
-
-@dataclass
-class ReportEntry(Record):
-    """One report or summary brought home (``fetch.fetch_verified``), or one that was not."""
-    remote: str = ""                      # its path on the node
-    stored: str = ""                      # its path in the store
-    size: int | None = None
-    sha256: str | None = None             # as the node computed it
-    status: str = "missing"               # complete | finished-from-qdstrm | summary | missing
-    verified: bool = False
-    resumed_from: int | None = None
-    # an nsys stats / ncu CSV: which one (cuda_gpu_kern_sum, ncu_raw, ...)
-    summary: str | None = None
-    read_through: str | None = None       # fetched through this host (a shared report directory)
-    removed_from_node: bool | None = None
-    # why removal was asked for and not done (remove_gathered_reports)
-    kept_on_node: str | None = None
-    error: str | None = None
-    WHAT = "a report entry"
-
-
-@dataclass
-class ProcessSeen(Record):
-    """A process on one of the run's GPUs when its node was looked at."""
-    gpu: int | None = None
-    pid: int | None = None
-    user: str | None = None
-    used_memory: int | None = None
-    foreign: bool | None = None
-    slurm_job: str | None = None
-    WHAT = "a process seen"
 
 
 @dataclass
@@ -114,6 +82,17 @@ class HostEntry(Record):
         if read is None or read[0] is not self.result:
             read = self.__dict__["_answer"] = (self.result, ProfileResult.read(self.result))
         return read[1]
+
+    @property
+    def planned(self) -> "Plan | None":
+        """The host's plan read into its type (fleet.plan.Plan); None where it has none (a Slurm
+        rank) or the store's copy is not one."""
+        from ..plan import Plan
+
+        try:
+            return Plan.from_json(self.plan) if isinstance(self.plan, dict) else None
+        except (TypeError, ValueError, AttributeError):  # not what fleet writes: no plan to read
+            return None
 
     def actor_matches(self, which: str) -> bool:
         """Whether ``which`` names this Ray worker by its actor: its name, its class, or both

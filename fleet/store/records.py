@@ -1,6 +1,7 @@
 """The records a manifest is made of, read back from its JSON: only a record's own keys are
-taken (the others keep their defaults), and what is not a JSON object is a ``ManifestError``; what
-a run asked for (``Asked``), read once from the request it keeps; a run's id."""
+taken (the others keep their defaults), and what is not a JSON object is a ``ManifestError``. The
+small ones live here (a report brought home, a process seen on a GPU), and what a run asked for
+(``Asked``), read once from the request it keeps; a run's id."""
 
 from __future__ import annotations
 
@@ -41,6 +42,38 @@ class Record:
     @classmethod
     def from_json(cls, doc: dict):
         return cls(**known_fields(cls, doc, cls.WHAT))
+
+
+@dataclass
+class ReportEntry(Record):
+    """One report or summary brought home (``fetch.fetch_verified``), or one that was not."""
+    remote: str = ""                      # its path on the node
+    stored: str = ""                      # its path in the store
+    size: int | None = None
+    sha256: str | None = None             # as the node computed it
+    status: str = "missing"               # complete | finished-from-qdstrm | summary | missing
+    verified: bool = False
+    resumed_from: int | None = None
+    # an nsys stats / ncu CSV: which one (cuda_gpu_kern_sum, ncu_raw, ...)
+    summary: str | None = None
+    read_through: str | None = None       # fetched through this host (a shared report directory)
+    removed_from_node: bool | None = None
+    # why removal was asked for and not done (remove_gathered_reports)
+    kept_on_node: str | None = None
+    error: str | None = None
+    WHAT = "a report entry"
+
+
+@dataclass
+class ProcessSeen(Record):
+    """A process on one of the run's GPUs when its node was looked at."""
+    gpu: int | None = None
+    pid: int | None = None
+    user: str | None = None
+    used_memory: int | None = None
+    foreign: bool | None = None
+    slurm_job: str | None = None
+    WHAT = "a process seen"
 
 
 def _listed(v: Any) -> list | None:
