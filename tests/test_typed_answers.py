@@ -132,6 +132,9 @@ def test_a_plan_the_store_kept_reads_as_a_plan_or_as_none():
                                   "command": {"launcher": ["mpirun", "-np", "4"]}})
     assert (kept.planned.ranks, kept.planned.output, kept.planned.command.launcher) == \
         (4, "/r/h01", ("mpirun", "-np", "4"))
+    assert kept.planned is kept.planned  # read once for the document the entry holds ...
+    kept.plan = {"host": "h01", "status": "refused"}
+    assert kept.planned.status == "refused"  # ... and again for another one
     assert HostEntry("rank0").planned is None  # a Slurm rank keeps no plan
     assert HostEntry("h02", plan={"host": "h02", "status": "ok", "no_such_field": 1}).planned.status == "ok"
     assert HostEntry("h03", plan={"host": "h03", "status": "ok", "tenants": [{"bad": 1}]}).planned is None

@@ -89,10 +89,14 @@ class HostEntry(Record):
         rank) or the store's copy is not one."""
         from ..plan import Plan
 
-        try:
-            return Plan.from_json(self.plan) if isinstance(self.plan, dict) else None
-        except (TypeError, ValueError, AttributeError):  # not what fleet writes: no plan to read
-            return None
+        read = self.__dict__.get("_planned")  # read once for the document ``plan`` holds, as answer
+        if read is None or read[0] is not self.plan:
+            try:
+                planned = Plan.from_json(self.plan) if isinstance(self.plan, dict) else None
+            except (TypeError, ValueError, AttributeError):
+                planned = None  # not what fleet writes: no plan to read
+            read = self.__dict__["_planned"] = (self.plan, planned)
+        return read[1]
 
     def actor_matches(self, which: str) -> bool:
         """Whether ``which`` names this Ray worker by its actor: its name, its class, or both
