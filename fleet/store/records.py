@@ -83,8 +83,8 @@ def _listed(v: Any) -> list | None:
 @dataclass(frozen=True)
 class Asked:
     """What a run asked for, as its manifest keeps the request (``ProfileRequest.to_json``): the
-    fields the store, its commands and the analyses read, read once. A value not of its type reads
-    as absent (``manifest_io`` refuses a stored request whose tool or command is not)."""
+    fields the store, its commands and the analyses read, read here alone. A value not of its type
+    reads as absent (``manifest_io`` refuses a stored request whose tool or command is not)."""
     tool: str | None = None
     command: tuple[str, ...] | None = None      # None: the request named none
     gpus: tuple[int, ...] = ()                  # --gpu: NVML indices; (): every GPU
