@@ -176,8 +176,7 @@ def test_a_rank_whose_report_is_launcher_only_is_never_ok_even_beside_its_users_
     assert exitcodes.for_hosts(e.status for e in entries) != exitcodes.OK
     # Under --allow-own (a lab host's plan says it) the user's own process there from the start is
     # theirs, beside a CPU-only workload: neither the class nor the status says launcher-only.
-    allowed = replace(entries[0], status="ok", missing_why=None,
-                      plan={"host": "node1", "status": "ok", "watch": {"allow_own": True}})
+    allowed = replace(entries[0], status="ok", missing_why=None, plan={"watch": {"allow_own": True}})
     assert completeness.classify(allowed).cls == "complete"
     assert outcome.of_result(allowed.answer, allowed.reports, allow_own=completeness.allows_own(allowed.planned)) == \
         ("ok", None)

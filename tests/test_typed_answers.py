@@ -137,6 +137,8 @@ def test_a_plan_the_store_kept_reads_as_a_plan_or_as_none():
     assert kept.planned.status == "refused"  # ... and again for another one
     assert HostEntry("rank0").planned is None  # a Slurm rank keeps no plan
     assert HostEntry("h02", plan={"host": "h02", "status": "ok", "no_such_field": 1}).planned.status == "ok"
+    partial = HostEntry("h04", plan={"ranks": 2}).planned  # a plan missing what every plan has
+    assert (partial.host, partial.status, partial.ranks) == ("h04", "", 2)
     assert HostEntry("h03", plan={"host": "h03", "status": "ok", "tenants": [{"bad": 1}]}).planned is None
 
 

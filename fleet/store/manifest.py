@@ -92,7 +92,9 @@ class HostEntry(Record):
         read = self.__dict__.get("_planned")  # read once for the document ``plan`` holds, as answer
         if read is None or read[0] is not self.plan:
             try:
-                planned = Plan.from_json(self.plan) if isinstance(self.plan, dict) else None
+                # host and status as an entry's plan always had them, should a partial one lack them
+                planned = (Plan.from_json({"host": self.host, "status": "", **self.plan})
+                           if isinstance(self.plan, dict) else None)
             except (TypeError, ValueError, AttributeError):
                 planned = None  # not what fleet writes: no plan to read
             read = self.__dict__["_planned"] = (self.plan, planned)
