@@ -101,14 +101,16 @@ def test_a_look_sample_is_judged_from_types():
 
 # --- what a manifest keeps of a run's request and plans is read once too (.asked, .planned) ---
 
-REQUEST_READERS = {"fleet/store/records.py", "fleet/store/manifest_io.py"}  # Asked.read; the check on reading
+# Asked.read; the check on reading; JobShape.read
+REQUEST_READERS = {"fleet/store/records.py", "fleet/store/manifest_io.py", "fleet/slurm/jobstate.py"}
 
 
 def reads_of_a_kept_dict(source: str) -> list[str]:
-    """Every ``.get(`` on a manifest's request or a host's plan (``m.request``, ``entry.plan``,
-    ``manifest.request or {}``, ``plan_doc``) outside the agent: a look into the stored dict."""
-    return [g for g in gets(source)
-            if g in ("request", "plan_doc") or g.endswith((".request", ".plan", "request or {}", "plan or {}"))]
+    """Every ``.get(`` on a manifest's request, a host's plan or a Slurm run's job shape
+    (``m.request``, ``entry.plan``, ``manifest.request or {}``, ``slurm.spec``) outside the agent:
+    a look into the stored dict."""
+    return [g for g in gets(source) if g in ("request", "plan_doc", "spec")
+            or g.endswith((".request", ".plan", ".spec", "request or {}", "plan or {}"))]
 
 
 def test_the_request_and_plans_a_manifest_keeps_are_read_through_their_types_alone():
@@ -120,8 +122,8 @@ def test_the_request_and_plans_a_manifest_keeps_are_read_through_their_types_alo
 def test_the_kept_dict_check_finds_a_look_into_one():
     planted = ("def f(m, manifest, entry):\n"
                "    return m.request.get('tool'), (manifest.request or {}).get('x'), m.asked.tool, "
-               "entry.plan.get('ranks'), entry.planned.ranks\n")
-    assert reads_of_a_kept_dict(planted) == ["m.request", "manifest.request or {}", "entry.plan"]
+               "entry.plan.get('ranks'), entry.planned.ranks, slurm.spec.get('launcher')\n")
+    assert reads_of_a_kept_dict(planted) == ["m.request", "manifest.request or {}", "entry.plan", "slurm.spec"]
     assert all((REPO / path).exists() for path in REQUEST_READERS)
 
 
@@ -159,3 +161,17 @@ def test_asked_reads_a_request_as_fleet_writes_it_and_anything_else_as_absent():
     odd = Asked.read({"tool": 3, "command": "rm -rf /", "gpus": ["0", 1, True], "ranks": "2"})
     assert odd == Asked(None, None, (1,), None, None, ())
     assert odd.command_json() == "null" and odd.said() == "None -- "
+
+
+def test_a_slurm_runs_kept_job_shape_reads_as_the_ranks_it_expects():
+    from fleet.slurm.jobstate import JobShape
+    from fleet.slurm.run import expected_ranks
+
+    assert expected_ranks(JobShape.read({"launcher": "srun", "ntasks": 3})) == [0, 1, 2]
+    assert expected_ranks(JobShape.read({"nodes": 2, "ntasks_per_node": 2})) == [0, 1, 2, 3]
+    assert expected_ranks(JobShape.read({"launcher": "srun", "ranks": (3, 1)})) == [1, 3]  # as made here
+    assert expected_ranks(JobShape.read({"launcher": "srun", "ranks": [3, 1]})) == [1, 3]  # as read back
+    assert expected_ranks(JobShape.read({"launcher": "ray", "ranks": ["trainer-*"]})) is None
+    assert expected_ranks(JobShape.read({"launcher": "torchrun", "ntasks": 2})) is None
+    assert JobShape.read({"launcher": 7, "ntasks": "3", "ranks": "0"}) == JobShape()  # not its types: absent
+

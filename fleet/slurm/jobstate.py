@@ -1,13 +1,16 @@
 """What Slurm says of its jobs and of itself, read into types: a job's state (``JobState``) from
 ``squeue`` (fixed-format text, or ``--json`` whose field names differ between Slurm versions),
-``sacct`` and ``scontrol``; the cluster's facts (``ClusterInfo``). Reading is defensive: a field
-missing or of another shape reads as unknown, never as a crash."""
+``sacct`` and ``scontrol``; the cluster's facts (``ClusterInfo``); and the job's shape as a run's
+manifest keeps it (``JobShape``). Reading is defensive: a field missing or of another shape reads
+as unknown, never as a crash."""
 
 from __future__ import annotations
 
 import json
 import re
 from dataclasses import dataclass
+
+from ..policy.readers import int_of, ints_of, str_of
 
 TERMINAL = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "PREEMPTED",
             "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE", "REVOKED", "SPECIAL_EXIT", "GONE"}
@@ -102,3 +105,22 @@ def parse_scontrol(text: str) -> JobState | None:
     return JobState(fields["JobId"], fields.get("JobState", "UNKNOWN"),
                     no_reason(fields.get("Reason")),
                     fields.get("NodeList") or None, fields.get("RunTime"), fields.get("ExitCode"))
+
+
+@dataclass(frozen=True)
+class JobShape:
+    """The job's shape as a Slurm run's manifest keeps it (``SlurmInfo.spec``, the checked
+    JobSpec): what the run's end reads of it, read here alone."""
+    launcher: str = "srun"
+    ranks: tuple[int, ...] | None = None        # --ranks: the ranks chosen (not Ray's patterns)
+    ntasks: int | None = None
+    nodes: int | None = None
+    ntasks_per_node: int | None = None
+
+    @classmethod
+    def read(cls, spec: dict) -> "JobShape":
+        ranks = spec.get("ranks")  # JSON's list once read back; the spec's tuple in this process
+        return cls(str_of(spec.get("launcher")) or "srun",
+                   ints_of(list(ranks)) if isinstance(ranks, (list, tuple)) else None,
+                   int_of(spec.get("ntasks")), int_of(spec.get("nodes")),
+                   int_of(spec.get("ntasks_per_node")))

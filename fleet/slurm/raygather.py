@@ -17,6 +17,7 @@ from ..outcome import HostStatus
 from ..collection.bring import bring_home
 from ..store.manifest import WHOSE, HostEntry
 from .jobs import SlurmClient, file_mark
+from .jobstate import JobShape
 
 if TYPE_CHECKING:
     from ..inventory import Host
@@ -157,7 +158,7 @@ def driver_entry(slurm: "SlurmInfo", refusal: str | None) -> list[HostEntry]:
     run not ok, whatever its workers left (their reports are kept); none when it ended with 0, the
     script refused to start it (said on its own), or the launcher is not Ray."""
     job_exit = slurm.job_exit
-    if slurm.spec.get("launcher") != "ray" or job_exit in (None, 0) or refusal:
+    if JobShape.read(slurm.spec).launcher != "ray" or job_exit in (None, 0) or refusal:
         return []
     return ([driver_failed(
         "ended with "

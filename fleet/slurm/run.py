@@ -33,7 +33,7 @@ from ..store.manifest import HostEntry, ReportEntry, RunManifest, SlurmInfo
 from ..plan import ProfileRequest
 from .cluster import Cluster
 from .jobs import NoGPUs, SlurmClient, file_mark
-from .jobstate import JobState
+from .jobstate import JobShape, JobState
 from .raygather import driver_entry, ray_home
 from .results import this_runs
 from .states import job_end_verdict, job_refusal, no_gpus, why_missing
@@ -126,18 +126,17 @@ def agent_python(cluster: Cluster, probed: str | None) -> tuple[str, str]:
                        "under --export=NONE will not find it; set ansible_python_interpreter)")
 
 
-def expected_ranks(spec: dict) -> list[int] | None:
-    """The ranks that should each leave a result (``spec`` as the manifest keeps it);
-    None when the launcher decides how many there are (torchrun, mpirun, Ray)."""
+def expected_ranks(shape: JobShape) -> list[int] | None:
+    """The ranks that should each leave a result; None when the launcher decides how many there
+    are (torchrun, mpirun, Ray)."""
     # its --ranks names actors (patterns), each a worker of its own
-    if spec.get("launcher") == "ray":
+    if shape.launcher == "ray":
         return None
-    if spec.get("ranks") is not None:
-        return sorted(spec["ranks"])
-    if spec.get("launcher", "srun") != "srun":
+    if shape.ranks is not None:
+        return sorted(shape.ranks)
+    if shape.launcher != "srun":
         return None
-    return list(range(spec.get("ntasks") or (spec.get("nodes") or 1) * (spec.get("ntasks_per_node")
-                                                                        or 1)))
+    return list(range(shape.ntasks or (shape.nodes or 1) * (shape.ntasks_per_node or 1)))
 
 
 def new_manifest(req: ProfileRequest, cluster: Cluster, prep: Prepared, site: str) -> RunManifest:
@@ -238,7 +237,7 @@ async def _missing_ranks(fan: "Fanout", client: SlurmClient, slurm: SlurmInfo,
     """A missing entry for each rank expected that left no result among ``hosts``, and why; with the
     report it finished where it was killed before writing its result."""
     seen = {e.rank for e in hosts}
-    ranks = expected_ranks(slurm.spec)
+    ranks = expected_ranks(JobShape.read(slurm.spec))
     orphans = _orphans(orphan_lines)
     log = RunDir("").batch_log_of(slurm.job_id)
     missing = []
