@@ -106,11 +106,12 @@ REQUEST_READERS = {"fleet/store/records.py", "fleet/store/manifest_io.py", "flee
 
 
 def reads_of_a_kept_dict(source: str) -> list[str]:
-    """Every ``.get(`` on a manifest's request, a host's plan or a Slurm run's job shape
-    (``m.request``, ``entry.plan``, ``manifest.request or {}``, ``slurm.spec``) outside the agent:
-    a look into the stored dict."""
+    """Every ``.get(`` on a manifest's request, a host's plan, a Slurm run's job shape or what a
+    playbook's run kept (``m.request``, ``entry.plan``, ``manifest.request or {}``, ``slurm.spec``,
+    ``m.playbook``) outside the agent: a look into the stored dict."""
     return [g for g in gets(source) if g in ("request", "plan_doc", "spec")
-            or g.endswith((".request", ".plan", ".spec", "request or {}", "plan or {}"))]
+            or g.endswith((".request", ".plan", ".spec", ".playbook", "request or {}", "plan or {}",
+                           "playbook or {}"))]
 
 
 def test_the_request_and_plans_a_manifest_keeps_are_read_through_their_types_alone():
@@ -122,8 +123,10 @@ def test_the_request_and_plans_a_manifest_keeps_are_read_through_their_types_alo
 def test_the_kept_dict_check_finds_a_look_into_one():
     planted = ("def f(m, manifest, entry):\n"
                "    return m.request.get('tool'), (manifest.request or {}).get('x'), m.asked.tool, "
-               "entry.plan.get('ranks'), entry.planned.ranks, slurm.spec.get('launcher')\n")
-    assert reads_of_a_kept_dict(planted) == ["m.request", "manifest.request or {}", "entry.plan", "slurm.spec"]
+               "entry.plan.get('ranks'), entry.planned.ranks, slurm.spec.get('launcher'), "
+               "(m.playbook or {}).get('metrics')\n")
+    assert reads_of_a_kept_dict(planted) == ["m.request", "manifest.request or {}", "entry.plan", "slurm.spec",
+                                             "m.playbook or {}"]
     assert all((REPO / path).exists() for path in REQUEST_READERS)
 
 
@@ -174,4 +177,23 @@ def test_a_slurm_runs_kept_job_shape_reads_as_the_ranks_it_expects():
     assert expected_ranks(JobShape.read({"launcher": "ray", "ranks": ["trainer-*"]})) is None
     assert expected_ranks(JobShape.read({"launcher": "torchrun", "ntasks": 2})) is None
     assert JobShape.read({"launcher": 7, "ntasks": "3", "ranks": "0"}) == JobShape()  # not its types: absent
+
+
+def test_what_a_playbooks_run_kept_reads_as_rows_and_what_is_not_a_row_is_said():
+    from fleet.store.manifest import RunManifest
+    from fleet.store.records import MetricRow, PlaybookRun
+
+    kept = {"name": "nightly-gemm", "version": "v1.2", "thresholds": {},
+            "metrics": [{"metric": "kernel_time", "device": "h01:0", "value": 2.5e6, "flags": ["tenant"]},
+                        {"metric": "kernel_time", "device": "h01:1", "value": 1e400, "flags": []},
+                        {"metric": 3, "device": "h01:2", "value": 1.0}],
+            "stragglers": {"straggler": 1, "share": 0.5}}
+    run = RunManifest("20261207-000000-ab12", playbook=kept).playbook_run
+    assert run.name == "nightly-gemm" and run.version == "v1.2" and run.stragglers == kept["stragglers"]
+    assert run.metrics == (MetricRow("kernel_time", "h01:0", 2.5e6, ("tenant",)),)
+    assert [why.split(" (")[0] for why in run.refused] == ["playbook metric 1", "playbook metric 2"]
+    assert "past" in run.refused[0] and "a name and a device" in run.refused[1]
+    confirming = PlaybookRun.read({"confirm": {"metrics": [{"metric": "m", "device": "d", "value": 1}]}})
+    assert confirming.metrics == () and confirming.confirm_metrics == (MetricRow("m", "d", 1.0),)
+    assert RunManifest("20261207-000000-ab13").playbook_run == PlaybookRun()  # not a playbook's run
 

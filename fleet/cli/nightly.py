@@ -85,10 +85,10 @@ def run_cmd(obj: Context, playbook, store_root, dry_run, as_json):
     if not (as_json or dry_run):
         from ..nightly.report_html import scale
 
-        for row in (m.playbook or {}).get("metrics", []):
-            flags = f"  (flagged: {'; '.join(row['flags'])})" if row["flags"] else ""
-            div, unit = scale(row["metric"])
-            echo(f"  {row['metric']} on {row['device']}: {row['value'] / div:.4g} {unit}{flags}")
+        for row in m.playbook_run.metrics:
+            flags = f"  (flagged: {'; '.join(row.flags)})" if row.flags else ""
+            div, unit = scale(row.metric)
+            echo(f"  {row.metric} on {row.device}: {row.value / div:.4g} {unit}{flags}")
     push_when_done(store_root, m, as_json)
     sys.exit(exitcodes.for_run(m))
 

@@ -94,10 +94,9 @@ async def put_at(fan: "Fanout", host, pb: Playbook, version: str) -> None:
 def _measured(m: "RunManifest", side: str) -> dict[tuple[str, str], Measured]:
     """The run's metric values, each with its device's environment."""
     environments = of_manifest(m)
-    rows = m.playbook["confirm"]["metrics"] if isinstance(m.playbook, dict) else []
-    return {(r["metric"], r["device"]): Measured(side, m.run_id, float(r["value"]),
-                                                 environments.get(r["device"], Environment()),
-                                                 tuple(map(str, r["flags"]))) for r in rows}
+    return {(r.metric, r.device): Measured(side, m.run_id, r.value,
+                                           environments.get(r.device, Environment()), r.flags)
+            for r in m.playbook_run.confirm_metrics}
 
 
 async def _put_back(fan: "Fanout", host, pb: Playbook, done: Confirmation, version: str) -> None:

@@ -105,7 +105,6 @@ def of_host(h: "HostEntry", m: "RunManifest") -> Environment:
     busy = [s.conditions for s in answer.samples if s.busy] if answer is not None else []
     clocks = [c.sm_clock_mhz for c in busy if c.sm_clock_mhz is not None]
     throttled = sorted({why for c in busy for why in c.throttle or () if why in SLOWDOWNS})
-    playbook = m.playbook if isinstance(m.playbook, dict) else {}
     uuids = answer.gpu_uuids if answer is not None else ()
     return Environment(
         gpu=_text(h.gpu), gpu_uuid=",".join(uuids) or None, driver=_text(h.driver),
@@ -113,7 +112,7 @@ def of_host(h: "HostEntry", m: "RunManifest") -> Environment:
         node=_text(h.node) or _text(h.host),
         sm_clock_mhz=statistics.median(clocks) if clocks else None, throttled=tuple(throttled),
         tenants=tenants_of(h, _text(m.user)) + _strings(h.given_up),
-        workload_version=_text(playbook.get("version")))
+        workload_version=_text(m.playbook_run.version))
 
 
 def of_manifest(m: "RunManifest") -> dict[str, Environment]:
@@ -151,5 +150,5 @@ def run_facts(m: "RunManifest") -> dict:
 
     return {"started": m.started, "host": joined("host"), "gpu": joined("gpu"),
             "driver": joined("driver"), "tool_version": joined("tool_version"),
-            "stragglers": m.playbook.get("stragglers") if isinstance(m.playbook, dict) else None,
+            "stragglers": m.playbook_run.stragglers,
             "environments": of_manifest(m)}

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Iterator
 
 from ..statuses import HostStatus
-from . import numbers, private
+from . import private
 from .summary_csv import checked_kernel_rows
 from .errors import CatalogDamaged, CatalogError, CatalogLocked
 from .layout import manifests
@@ -172,23 +172,10 @@ def index_manifest(db: sqlite3.Connection, path: Path) -> list[str]:
 def _metric_rows(m) -> tuple[list[tuple], list[str]]:
     """The playbook's metrics of run ``m`` as rows; one not of its shape, or whose value is out
     of bounds (a summary's ``1e400``), is left out and said."""
-    pb = m.playbook or {}
-    rows, notes = [], []
-    given = pb.get("metrics") or []
-    for i, r in enumerate(given if isinstance(given, list) else [given]):
-        try:
-            if not isinstance(r, dict) or not isinstance(r.get("metric"),
-                                                         str) or not isinstance(r.get("device"),
-                                                                                str):
-                raise ValueError("not a metric with a name and a device")
-            value = numbers.real(r.get("value"), "its value")
-            rows.append((m.run_id, pb.get("name") if isinstance(pb.get("name"), str) else None,
-                         r["metric"],
-                         r["device"], value, json.dumps(r.get("flags") or [], default=str),
-                         m.started))
-        except ValueError as e:
-            notes.append(f"playbook metric {i} ({e})")
-    return rows, notes
+    kept = m.playbook_run
+    rows = [(m.run_id, kept.name, r.metric, r.device, r.value, json.dumps(list(r.flags)), m.started)
+            for r in kept.metrics]
+    return rows, list(kept.refused)
 
 
 def record(store: Path, manifest_path: Path) -> None:

@@ -21,7 +21,8 @@ from ..agent.messages import ProfileResult
 from ..policy.nodestate import NodeFacts
 from .. import __version__
 from ..statuses import HostStatus, RunStatus
-from .records import Asked, ManifestError, ProcessSeen, Record, ReportEntry, known_fields
+from .records import (Asked, ManifestError, PlaybookRun, ProcessSeen, Record, ReportEntry,
+                      known_fields)
 
 if TYPE_CHECKING:
     from ..plan import Plan, ProfileRequest
@@ -189,6 +190,11 @@ class RunManifest:
     def asked(self) -> Asked:
         """What the run asked for, read from the request it keeps."""
         return Asked.read(self.request)
+
+    @property
+    def playbook_run(self) -> PlaybookRun:
+        """What a playbook's run kept (nothing for another run), read from ``playbook``."""
+        return PlaybookRun.read(self.playbook)
 
     def to_json(self) -> dict:
         doc: dict[str, Any] = {"schema": SCHEMA_VERSION, "run_id": self.run_id, "site": self.site,

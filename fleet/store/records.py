@@ -12,6 +12,7 @@ from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 from ..errors import FleetError
+from . import numbers
 from ..policy.readers import int_of, ints_of, str_of, strs_of
 
 
@@ -107,3 +108,55 @@ class Asked:
     def said(self) -> str:
         """``TOOL -- COMMAND``, as the store's commands show a run."""
         return f"{self.tool} -- {' '.join(self.command or ())}"
+
+
+@dataclass(frozen=True)
+class MetricRow:
+    """One metric of a playbook's run on one device, as its manifest keeps it."""
+    metric: str
+    device: str
+    value: float
+    flags: tuple[str, ...] = ()     # why the value is not clean (a tenant, throttling)
+
+
+def metric_rows(given: Any) -> tuple[tuple[MetricRow, ...], tuple[str, ...]]:
+    """The rows of a kept list of metrics; one not of a row's shape, or whose value is out of
+    bounds (a summary's ``1e400``), is left out and said (``playbook metric I (why)``)."""
+    rows, refused = [], []
+    for i, r in enumerate(given if isinstance(given, list) else [given]):
+        try:
+            if not (isinstance(r, dict) and isinstance(r.get("metric"), str)
+                    and isinstance(r.get("device"), str)):
+                raise ValueError("not a metric with a name and a device")
+            flags = r.get("flags") or []
+            value = numbers.real(r.get("value"), "its value")
+            rows.append(MetricRow(r["metric"], r["device"], value,
+                                  tuple(map(str, flags if isinstance(flags, list) else [flags]))))
+        except ValueError as e:
+            refused.append(f"playbook metric {i} ({e})")
+    return tuple(rows), tuple(refused)
+
+
+@dataclass(frozen=True)
+class PlaybookRun:
+    """What a playbook's run keeps in its manifest (``RunManifest.playbook``), read here alone: its
+    name, its workload's version, its metrics (a confirmation's apart: they are no night of the
+    history), the rows left out and why, and its stragglers as ``nightly.stragglers`` found them."""
+    name: str | None = None
+    version: str | None = None
+    metrics: tuple[MetricRow, ...] = ()
+    confirm_metrics: tuple[MetricRow, ...] = ()
+    refused: tuple[str, ...] = ()
+    stragglers: dict | None = None
+
+    @classmethod
+    def read(cls, doc: Any) -> "PlaybookRun":
+        if not isinstance(doc, dict):
+            return cls()
+        metrics, refused = metric_rows(doc.get("metrics") or [])
+        confirm = doc.get("confirm")
+        confirmed = (metric_rows(confirm.get("metrics") or [])[0] if isinstance(confirm, dict)
+                     else ())
+        stragglers = doc.get("stragglers")
+        return cls(str_of(doc.get("name")), str_of(doc.get("version")), metrics, confirmed,
+                   refused, stragglers if isinstance(stragglers, dict) else None)
