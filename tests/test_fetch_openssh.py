@@ -299,6 +299,9 @@ def test_a_file_that_changes_during_the_copy_is_never_stored(cluster, tmp_path):
             with open(report["path"], "r+b") as f:
                 f.seek(start)
                 f.write(os.urandom(size - start))
+            # Held long enough that the first copy's rate is below the compression's threshold
+            # however fast the rest of it goes (64 MiB in 0.6 s or more: at most 112 MB/s).
+            time.sleep(0.6)
         finally:
             for pid in sessions:
                 with contextlib.suppress(ProcessLookupError):
