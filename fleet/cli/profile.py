@@ -10,7 +10,7 @@ import click
 from .. import completeness, exitcodes
 from ..statuses import HostStatus
 from ..plan import MAX_TIMEOUT
-from .context import Context, exclude_option, fail, store_option, push_when_done
+from .context import Context, exclude_option, fail, store_option, stored_run, push_when_done
 from .output import echo_json, json_option
 from .parsing import WorkloadCommand, refuse_options, seconds
 from .slurm import gather_on_slurm, profile_on_slurm, slurm_options
@@ -281,12 +281,8 @@ def gather(obj: Context, run_id, store_root, as_json):
     from ..lab import gather as lab_gather
     from .. import store
 
-    try:
-        if store.load_run(store.root(store_root), run_id).slurm is not None:
-            return gather_on_slurm(obj, run_id, store_root, as_json)
-    except LookupError as e:
-        fail(str(e))
-
+    if stored_run(store_root, run_id).slurm is not None:
+        return gather_on_slurm(obj, run_id, store_root, as_json)
     manifest = obj.over_pool(lambda fan: lab_gather.gather(fan, obj.inventory.hosts,
                                                            store.root(store_root), run_id))
     if as_json:

@@ -71,6 +71,14 @@ class HostEntry(Record):
                    processes_seen=[ProcessSeen.from_json(p) for p in facts.processes_seen],
                    plan=plan, result=result, reports=list(reports))
 
+    def _read_once(self, name: str, doc: Any, read) -> Any:
+        """``read(doc)``, kept as ``name`` for as long as the entry holds that same document (not a
+        field: neither kept in the manifest nor compared)."""
+        kept = self.__dict__.get(name)
+        if kept is None or kept[0] is not doc:
+            kept = self.__dict__[name] = (doc, read(doc))
+        return kept[1]
+
     @property
     def answer(self) -> ProfileResult | None:
         """The agent's result read into its types (fleet.agent.messages); None where it left none.
@@ -78,28 +86,24 @@ class HostEntry(Record):
         and a result of many GPUs holds thousands of the watch's samples."""
         if not isinstance(self.result, dict):
             return None
-        # not a field: neither kept in the manifest nor compared
-        read = self.__dict__.get("_answer")
-        if read is None or read[0] is not self.result:
-            read = self.__dict__["_answer"] = (self.result, ProfileResult.read(self.result))
-        return read[1]
+        return self._read_once("_answer", self.result, ProfileResult.read)
 
     @property
     def planned(self) -> "Plan | None":
-        """The host's plan read into its type (fleet.plan.Plan); None where it has none (a Slurm
-        rank) or the store's copy is not one."""
+        """The host's plan read into its type (fleet.plan.Plan), once for the document ``plan``
+        holds; None where it has none (a Slurm rank) or the store's copy is not one."""
+        if not isinstance(self.plan, dict):
+            return None
+        return self._read_once("_planned", self.plan, self._plan_of)
+
+    def _plan_of(self, doc: dict) -> "Plan | None":
         from ..plan import Plan
 
-        read = self.__dict__.get("_planned")  # read once for the document ``plan`` holds, as answer
-        if read is None or read[0] is not self.plan:
-            try:
-                # host and status as an entry's plan always had them, should a partial one lack them
-                planned = (Plan.from_json({"host": self.host, "status": "", **self.plan})
-                           if isinstance(self.plan, dict) else None)
-            except (TypeError, ValueError, AttributeError):
-                planned = None  # not what fleet writes: no plan to read
-            read = self.__dict__["_planned"] = (self.plan, planned)
-        return read[1]
+        try:
+            # host and status as an entry's plan always had them, should a partial one lack them
+            return Plan.from_json({"host": self.host, "status": "", **doc})
+        except (TypeError, ValueError, AttributeError):
+            return None  # not what fleet writes: no plan to read
 
     def actor_matches(self, which: str) -> bool:
         """Whether ``which`` names this Ray worker by its actor: its name, its class, or both
