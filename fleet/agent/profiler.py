@@ -50,13 +50,13 @@ YIELD_KILL_AFTER = 10.0
 # cannot go on unprofiled.
 YIELD_ACTION = {
     "ncu": "ncu stopped with SIGINT (as Ctrl-C), its report kept with the kernels profiled until "
-           "then; the workload was stopped with it: it carries ncu's "
-           "injection and cannot go on unprofiled",
+           "then; the workload was stopped with it: it carries ncu's injection and cannot go on "
+           "unprofiled",
     "nsys": "nsys stopped with SIGTERM, which ends the workload and writes the report: its GPU "
             "metrics sampling cannot be stopped alone",
     "nsys-session": "nsys stopped collecting through its session (nsys stop): the GPU metrics "
-                    "released, the report written with the kernels until then, and "
-                    "the workload went on unprofiled",
+                    "released, the report written with the kernels until then, and the workload "
+                    "went on unprofiled",
 }
 
 
@@ -132,8 +132,8 @@ def run_profiler(plan, relay, stop_requested, watch=None, released=lambda: None,
         now = time.monotonic()
         if _exited_or_left(ran, proc, stops, win, released, now):
             break
-        leaving = _may_leave(proc, stops, win, relay,
-                             now) if leave_requested() else win.windows_written(plan, proc)
+        leaving = (_may_leave(proc, stops, win, relay, now) if leave_requested()
+                   else win.windows_written(plan, proc))
         if leaving:
             win.let_go(proc, [key.fileobj for key in sel.get_map().values()],
                        nsys_runs=leaving != "window", detached=leaving == "detach")

@@ -20,8 +20,8 @@ def time_up(plan, elapsed, by_nsys):
     nsys's session was stopped, where its --duration may no longer count."""
     if not plan.timeout:
         return False, False
-    return elapsed >= plan.timeout + (NSYS_BACKSTOP if by_nsys
-                                      else 0), by_nsys and elapsed >= plan.timeout
+    return (elapsed >= plan.timeout + (NSYS_BACKSTOP if by_nsys else 0),
+            by_nsys and elapsed >= plan.timeout)
 
 
 def duration_was_up(plan, ran, started, duration_up, by_nsys):
