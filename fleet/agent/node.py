@@ -160,28 +160,40 @@ def changeable_by_others(path):
         path = parent
 
 
-def tools(overrides, environment_check=True) -> dict:
-    found = {t: find_tool(t, overrides.get(t)) for t in ("nsys", "ncu")}
-    runs = {}
-    # as root, a program another account can change is not run, not even for --version
-    if os.geteuid() == 0:
-        unsafe = {t for t, info in found.items() if info and info.get("writable_by_others")}
-    else:
-        unsafe = set()
-    for t, info in found.items():  # ask every binary at once: nsys status -e takes a while
-        if info and t not in unsafe:
-            runs[(t, "version")] = _start([info["path"], "--version"])
-    if found["nsys"] and environment_check and "nsys" not in unsafe:
-        runs[("nsys", "status")] = _start([found["nsys"]["path"], "status", "-e"])
-    for (t, what), proc in runs.items():
-        out = _finish(proc)
-        if what == "version":
-            m = re.search(r"(\d{4}\.\d+\.\d+(?:\.\d+)?)", out)
-            found[t]["version"] = m.group(1) if m else None
-            found[t]["version_text"] = out.strip()[-200:]
+class ToolQuestions:
+    """The profilers found, their ``--version`` (and ``nsys status -e``) asked at once and
+    answered later: the probe asks them first, and NVML is read while they run."""
+
+    def __init__(self, overrides, environment_check=True):
+        self.found = {t: find_tool(t, overrides.get(t)) for t in ("nsys", "ncu")}
+        self.runs = {}
+        # as root, a program another account can change is not run, not even for --version
+        if os.geteuid() == 0:
+            unsafe = {t for t, info in self.found.items()
+                      if info and info.get("writable_by_others")}
         else:
-            found[t]["status"] = parse_status(out)
-    return found
+            unsafe = set()
+        for t, info in self.found.items():  # ask every binary at once: nsys status -e takes a while
+            if info and t not in unsafe:
+                self.runs[(t, "version")] = _start([info["path"], "--version"])
+        if self.found["nsys"] and environment_check and "nsys" not in unsafe:
+            self.runs[("nsys", "status")] = _start([self.found["nsys"]["path"], "status", "-e"])
+
+    def answers(self) -> dict:
+        found = self.found
+        for (t, what), proc in self.runs.items():
+            out = _finish(proc)
+            if what == "version":
+                m = re.search(r"(\d{4}\.\d+\.\d+(?:\.\d+)?)", out)
+                found[t]["version"] = m.group(1) if m else None
+                found[t]["version_text"] = out.strip()[-200:]
+            else:
+                found[t]["status"] = parse_status(out)
+        return found
+
+
+def tools(overrides, environment_check=True) -> dict:
+    return ToolQuestions(overrides, environment_check).answers()
 
 
 def _start(argv):
@@ -245,6 +257,8 @@ def mount_type(path):
 def probe(args) -> dict:
     started = time.monotonic()
     owner_uid = args.get("owner_uid", os.getuid())
+    # The profilers answer --version while NVML is read: each takes tens of milliseconds.
+    asked = section(ToolQuestions, args.get("tools", {}), args.get("environment_check", True))
     procs = processes()
     try:
         nvml, gpu_list = nvml_gpus.gpus(procs, owner_uid)
@@ -266,7 +280,7 @@ def probe(args) -> dict:
         "perf_event_paranoid": int(perf) if perf and perf.strip().lstrip("-").isdigit() else None,
         "nvidia": section(nvidia_params),
         "nvml": nvml, "gpus": gpu_list, "mps": mps, "dcgm": dcgm,
-        "tools": section(tools, args.get("tools", {}), args.get("environment_check", True)),
+        "tools": section(asked.answers) if isinstance(asked, ToolQuestions) else asked,
         "report_dir": section(report_dir, args.get("report_dir")),
         "elapsed_ms": round((time.monotonic() - started) * 1000, 1),
     }
