@@ -235,9 +235,10 @@ def test_the_other_backends_lines():
     from fleet.nightly import schedule
 
     assert schedule.every_seconds("6h") == 21600 and schedule.every_seconds("45") == 45
-    record = {"name": "n", "cron": "0 2 * * *", "every": None, "python": "/opt/fleet/bin/python",
-              "env": {"FLEET_STORE": "/srv/store"}, "dir": "/srv/store/schedules", "playbook": "/p.yaml",
-              "backend": "crontab"}
+    record = schedule.ScheduleRecord.read({
+        "name": "n", "cron": "0 2 * * *", "every": None, "python": "/opt/fleet/bin/python",
+        "env": {"FLEET_STORE": "/srv/store"}, "dir": "/srv/store/schedules", "playbook": "/p.yaml",
+        "backend": "crontab"})
     line = schedule.crontab_line(record)
     assert line.startswith("0 2 * * * FLEET_STORE=/srv/store /opt/fleet/bin/python -m fleet schedule fire n")
     assert line.rstrip().endswith("# fleet-schedule:n")

@@ -26,7 +26,8 @@ T0 = datetime(2026, 11, 29, 13, 5)  # a Sunday
 
 
 def fires(expr: str, after: datetime = T0, n: int = 3) -> list[datetime]:
-    return schedule.next_times({"cron": expr, "backend": "crontab"}, n, after.timestamp())
+    return schedule.next_times(schedule.ScheduleRecord.read({"cron": expr, "backend": "crontab"}), n,
+                               after.timestamp())
 
 
 @pytest.mark.parametrize("expr, expected", [
@@ -72,7 +73,8 @@ def test_every_cron_cannot_repeat_is_refused_with_the_nearest(every, nearest):
 
 
 def test_the_resubmitting_job_keeps_the_exact_interval():
-    record = {"cron": None, "every": 90, "backend": "resubmit", "installed_ts": T0.timestamp()}
+    record = schedule.ScheduleRecord.read({"cron": None, "every": 90, "backend": "resubmit",
+                                           "installed_ts": T0.timestamp()})
     assert schedule.next_begin(record) == "now+90"
     assert schedule.next_times(record, 3, T0.timestamp() + 100) == [T0 + timedelta(seconds=s) for s in (180, 270, 360)]
 
@@ -95,7 +97,7 @@ def test_a_crontab_line_runs_exactly_the_words_given(tmp_path):
     dump.chmod(0o755)
     record = {"name": "nightly-1.x_y", "cron": None, "every": 21600, "backend": "crontab", "python": str(dump),
               "env": {"FLEET_STORE": ODD, "HOME": "/root"}, "dir": str(tmp_path / "l o g%s"), "playbook": "/p.yaml"}
-    line = schedule.crontab_line(record)
+    line = schedule.crontab_line(schedule.ScheduleRecord.read(record))
     assert line.count("\n") == 1 and line.startswith("0 */6 * * * ")
     command = line.split(None, 5)[5].replace("\\%", "%")  # what cron hands to sh
     words = shlex.split(command, comments=True)
@@ -108,9 +110,9 @@ def test_a_crontab_line_runs_exactly_the_words_given(tmp_path):
     assert not list(tmp_path.glob("pwned*"))
     for bad in ({"env": {"FLEET_STORE": "/s\n* * * * * touch x"}}, {"dir": "/s\nx"}, {"python": "/p\rx"}):
         with pytest.raises(schedule.ScheduleError, match="newline"):
-            schedule.crontab_line({**record, **bad})
+            schedule.crontab_line(schedule.ScheduleRecord.read({**record, **bad}))
     with pytest.raises(schedule.ScheduleError, match="newline"):
-        schedule.batch_script({**record, "playbook": "/p\n#SBATCH --x"})
+        schedule.batch_script(schedule.ScheduleRecord.read({**record, "playbook": "/p\n#SBATCH --x"}))
 
 
 def lab_playbook(tmp_path: Path, name: str) -> Path:

@@ -197,3 +197,74 @@ def test_what_a_playbooks_run_kept_reads_as_rows_and_what_is_not_a_row_is_said()
     assert confirming.metrics == () and confirming.confirm_metrics == (MetricRow("m", "d", 1.0),)
     assert RunManifest("20261207-000000-ab13").playbook_run == PlaybookRun()  # not a playbook's run
 
+
+
+# --- what fleet reads back from a file, a job or a user is read once, by a reader beside its use ---
+
+# Each module, its readers (a class's ``read`` or a function, by name: the only code that may look
+# into what was read) and the mappings of fleet's own it reads with .get( besides FLEETS_OWN:
+READ_BESIDE_READERS = {
+    # a schedule's record (ScheduleRecord); the environment a firing runs with, the installing
+    # shell's or the record's as read (its names and values strings)
+    "fleet/nightly/schedule.py": ({"ScheduleRecord.read"}, {"env", "os.environ"}),
+    # the playbook fleet read (its target checked, key by key), and the environment fleet makes
+    # of this shell's
+    "fleet/cli/schedule.py": (set(), {"pb.target", "env"}),
+}
+
+
+def defined(tree: ast.AST, scope: str = "") -> dict[str, ast.AST]:
+    """Every function and class in ``tree`` by its name: ``f``, ``Class.f``, ``f.inner``."""
+    found = {}
+    for child in ast.iter_child_nodes(tree):
+        if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            name = f"{scope}.{child.name}" if scope else child.name
+            found[name] = child
+            found.update(defined(child, name))
+        else:
+            found.update(defined(child, scope))
+    return found
+
+
+def gets_outside(source: str, readers: set[str]) -> list[str]:
+    """The receiver of every ``X.get(...)`` call in ``source`` outside the functions ``readers``
+    names, and not on a literal (a ``{...}`` written there is fleet's own)."""
+    tree = ast.parse(source)
+    inside = {id(n) for name, d in defined(tree).items() if name in readers for n in ast.walk(d)}
+    return [ast.unparse(n.func.value) for n in ast.walk(tree)
+            if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == "get"
+            and id(n) not in inside and not isinstance(n.func.value, ast.Dict)]
+
+
+def test_what_a_file_a_job_or_a_user_gave_is_read_by_fields_after_its_reader():
+    found = {path: [g for g in gets_outside((REPO / path).read_text(), readers) if g not in FLEETS_OWN | own]
+             for path, (readers, own) in READ_BESIDE_READERS.items()}
+    assert {path: receivers for path, receivers in found.items() if receivers} == {}
+
+
+def test_the_reader_check_finds_a_get_outside_a_reader():
+    """It would pass on nothing: a planted read of a record's dict is found, its reader's is not,
+    nor a literal's; and each module and reader named is there."""
+    planted = ("class Kept:\n    @classmethod\n    def read(cls, doc):\n        return doc.get('a')\n"
+               "def f(doc, host):\n    return doc.get('b'), host.vars.get('c'), {'x': 1}.get(doc)\n"
+               "def g(doc):\n    def inner():\n        return doc.get('d')\n    return inner\n")
+    assert sorted(gets_outside(planted, {"Kept.read"})) == ["doc", "doc", "host.vars"]
+    assert sorted(gets_outside(planted, {"Kept.read", "g"})) == ["doc", "host.vars"]
+    for path, (readers, _) in READ_BESIDE_READERS.items():
+        assert readers <= set(defined(ast.parse((REPO / path).read_text()))), path
+
+
+def test_a_schedules_record_reads_what_is_not_of_its_type_as_absent():
+    from fleet.nightly.schedule import ScheduleRecord, next_begin
+
+    kept = {"name": "n", "playbook": "/p.yaml", "backend": "resubmit", "python": "/usr/bin/python3",
+            "dir": "/s/schedules", "cron": None, "every": 90, "env": {"PATH": "/bin"},
+            "sbatch_args": ["--qos=low"], "job_id": "7", "fired": 2, "installed_ts": 1.5e9}
+    record = ScheduleRecord.read(kept)
+    assert (record.every, record.env, record.sbatch_args, record.fired) == (90, {"PATH": "/bin"}, ("--qos=low",), 2)
+    assert record.doc is kept and next_begin(record) == "now+90"
+    odd = ScheduleRecord.read({"name": 3, "every": "90", "env": {"PATH": ["/bin"], "HOME": "/h"},
+                               "sbatch_args": "--qos=low", "fired": "2", "installed_ts": "yesterday",
+                               "job_id": 7, "cron": ["0 2 * * *"]})
+    assert odd == ScheduleRecord(env={"HOME": "/h"})
+    assert ScheduleRecord.read(["not", "a", "record"]) == ScheduleRecord() and ScheduleRecord.read(None).doc == {}

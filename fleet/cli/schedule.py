@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
@@ -13,6 +14,9 @@ from .context import Context, store_option, push_when_done
 from .nightly import loaded_playbook, run_playbook
 from .output import echo_json, json_option
 from .terminal import echo
+
+if TYPE_CHECKING:
+    from ..nightly.schedule import ScheduleRecord
 
 
 @click.group()
@@ -57,19 +61,19 @@ def schedule_install(obj: Context, playbook, cron, every, name, backend, sbatch_
                            env=env,
                            sbatch_args=tuple(sbatch_args), backend=backend, dry_run=dry_run)
     if as_json:
-        return echo_json({**record, "dry_run": dry_run,
+        return echo_json({**record.doc, "dry_run": dry_run,
                           "next": [t.isoformat(timespec="seconds")
                                    for t in sched.next_times(record)]})
     if dry_run:
         where = {"crontab": "your crontab", "scrontab": "your scrontab",
-                 "resubmit": f"{record['dir']}/{record['name']}.sbatch, submitted with "
+                 "resubmit": f"{record.dir}/{record.name}.sbatch, submitted with "
                              "sbatch --begin"}
-        echo(f"would schedule {record['name']} ({_when(record)}) with {record['backend']}, "
-             f"adding to {where[record['backend']]}:")
-        echo(record["would_install"], nl=False)
+        echo(f"would schedule {record.name} ({_when(record)}) with {record.backend}, "
+             f"adding to {where[record.backend]}:")
+        echo(record.would_install, nl=False)
     else:
-        echo(f"scheduled {record['name']} ({_when(record)}) with "
-             f"{record['backend']}" + (f": job {record['job_id']}" if record.get("job_id") else ""))
+        echo(f"scheduled {record.name} ({_when(record)}) with "
+             f"{record.backend}" + (f": job {record.job_id}" if record.job_id else ""))
     echo("next: " + ", ".join(t.isoformat(" ", "minutes") for t in sched.next_times(record)))
 
 
@@ -89,13 +93,13 @@ def _firing_env(obj: Context, root: Path) -> dict[str, str]:
     return env
 
 
-def _when(record: dict) -> str:
+def _when(record: "ScheduleRecord") -> str:
     from ..nightly import schedule as sched
 
-    if record.get("cron"):
-        return record["cron"]
+    if record.cron:
+        return record.cron
     line = sched.when(record)
-    return f"every {sched.duration(record['every'])}" + (f", cron '{line}'" if line else "")
+    return f"every {sched.duration(record.every)}" + (f", cron '{line}'" if line else "")
 
 
 @schedule.command("ls")
@@ -106,20 +110,25 @@ def schedule_ls(store_root, as_json):
     from ..nightly import schedule as sched
     from .. import store
 
-    records = [json.loads(p.read_text())
+    records = [sched.ScheduleRecord.read(json.loads(p.read_text()))
                for p in sorted(sched.records_dir(store.root(store_root)).glob("*.json"))]
-    for r in records:
-        try:
-            r["next"] = [t.isoformat(timespec="seconds") for t in sched.next_times(r)]
-        except sched.ScheduleError:  # a record from before --every was checked against cron
-            r["next"] = []
+    listed = [(r, _next_times(r)) for r in records]
     if as_json:
-        echo_json({"schedules": records})
+        echo_json({"schedules": [{**r.doc, "next": times} for r, times in listed]})
         return
-    for r in records:
-        nxt = ", ".join(t.replace("T", " ")[:16] for t in r["next"])
-        echo(f"{r['name']}  {_when(r)}  {r['backend']}  fired {r['fired']}x  "
-             f"next {nxt}  {r['playbook']}")
+    for r, times in listed:
+        nxt = ", ".join(t.replace("T", " ")[:16] for t in times)
+        echo(f"{r.name}  {_when(r)}  {r.backend}  fired {r.fired}x  "
+             f"next {nxt}  {r.playbook}")
+
+
+def _next_times(record: "ScheduleRecord") -> list[str]:
+    from ..nightly import schedule as sched
+
+    try:
+        return [t.isoformat(timespec="seconds") for t in sched.next_times(record)]
+    except sched.ScheduleError:  # a record from before --every was checked against cron
+        return []
 
 
 @schedule.command("rm")
@@ -133,8 +142,8 @@ def schedule_rm(name, store_root, as_json):
 
     record = sched.remove(store.root(store_root), name)
     if as_json:
-        return echo_json({"removed": record})
-    echo(f"removed {name} ({record['backend']})")
+        return echo_json({"removed": record.doc})
+    echo(f"removed {name} ({record.backend})")
 
 
 @schedule.command("fire", hidden=True)
@@ -147,7 +156,7 @@ def schedule_fire(obj: Context, name, store_root):
     from .. import store
 
     record = sched.fire(store.root(store_root), name)
-    m = run_playbook(obj, record["playbook"], store_root, False, quiet=True)
+    m = run_playbook(obj, record.playbook, store_root, False, quiet=True)
     echo(f"schedule {name}: run {m.run_id} {m.status}")
     # a team store named in the site config file: the night lands there
     push_when_done(store_root, m)

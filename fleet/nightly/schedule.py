@@ -23,12 +23,15 @@ import shutil
 import subprocess
 import sys
 import time
+from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 from croniter import croniter
 
 from ..errors import FleetError
+from ..policy.readers import int_of, number_of, str_of, strs_of
 
 from .. import safenames
 
@@ -51,6 +54,40 @@ RM_TOOLS = {"crontab": ("crontab",), "scrontab": ("scrontab",), "resubmit": ("sq
 
 class ScheduleError(FleetError, ValueError):
     """A schedule that cannot be made or found."""
+
+
+@dataclass(frozen=True)
+class ScheduleRecord:
+    """A schedule's record (``STORE/schedules/NAME.json``), read once: a file on disk, so a value
+    not of its type reads as absent. ``doc`` is the record as read, written back when it fires
+    and shown by ``--json`` as it is (an older fleet's keys too)."""
+    name: str | None = None
+    playbook: str | None = None         # the playbook's absolute path
+    backend: str | None = None          # crontab | scrontab | resubmit
+    python: str | None = None           # the Python that installed it, and fires it
+    dir: str | None = None              # the store's schedules folder: logs, the job's script
+    cron: str | None = None
+    every: int | None = None            # seconds
+    env: dict[str, str] = field(default_factory=dict)   # the firing's environment
+    sbatch_args: tuple[str, ...] = ()
+    job_id: str | None = None           # the resubmitting job's next occurrence
+    fired: int = 0
+    installed_ts: float | None = None
+    last_fired_ts: float | None = None
+    would_install: str | None = None    # a dry run's lines
+    doc: dict = field(default_factory=dict, compare=False, repr=False)
+
+    @classmethod
+    def read(cls, doc: Any) -> "ScheduleRecord":
+        doc = doc if isinstance(doc, dict) else {}
+        env = doc.get("env") if isinstance(doc.get("env"), dict) else {}
+        return cls(str_of(doc.get("name")), str_of(doc.get("playbook")),
+                   str_of(doc.get("backend")), str_of(doc.get("python")), str_of(doc.get("dir")),
+                   str_of(doc.get("cron")), int_of(doc.get("every")),
+                   {k: v for k, v in env.items() if isinstance(k, str) and isinstance(v, str)},
+                   strs_of(doc.get("sbatch_args")), str_of(doc.get("job_id")),
+                   int_of(doc.get("fired")) or 0, number_of(doc.get("installed_ts")),
+                   number_of(doc.get("last_fired_ts")), str_of(doc.get("would_install")), doc)
 
 
 def check_name(name: str) -> str:
@@ -122,15 +159,16 @@ def check_cron(expr: str) -> str:
     return text
 
 
-def when(record: dict) -> str | None:
+def when(record: ScheduleRecord) -> str | None:
     """The cron expression a crontab or scrontab line carries (None: the resubmitting job's
     interval)."""
-    if record.get("cron"):
-        return record["cron"]
-    return None if record["backend"] == "resubmit" else every_cron(record["every"])
+    if record.cron:
+        return record.cron
+    return None if record.backend == "resubmit" else every_cron(record.every)
 
 
-def next_times(record: dict, count: int = 3, now: float | None = None) -> list[datetime]:
+def next_times(record: ScheduleRecord, count: int = 3,
+               now: float | None = None) -> list[datetime]:
     """The next ``count`` firings, in local time (cron's): by croniter, or by the job's interval."""
     now = time.time() if now is None else now
     expr = when(record)
@@ -138,54 +176,54 @@ def next_times(record: dict, count: int = 3, now: float | None = None) -> list[d
         # implement_cron_bug: like cron, day and weekday are ANDed when either starts with '*'
         it = croniter(expr, datetime.fromtimestamp(now), implement_cron_bug=True)
         return [it.get_next(datetime) for _ in range(count)]
-    base = record.get("last_fired_ts") or record.get("installed_ts") or now
-    k = max(1, int((now - base) // record["every"]) + 1)
-    return [datetime.fromtimestamp(base + (k + i) * record["every"]).replace(microsecond=0)
+    base = record.last_fired_ts or record.installed_ts or now
+    k = max(1, int((now - base) // record.every) + 1)
+    return [datetime.fromtimestamp(base + (k + i) * record.every).replace(microsecond=0)
             for i in range(count)]
 
 
-def next_begin(record: dict, now: float | None = None) -> str:
+def next_begin(record: ScheduleRecord, now: float | None = None) -> str:
     """sbatch --begin for the next occurrence."""
-    if record.get("every"):
-        return f"now+{record['every']}"
+    if record.every:
+        return f"now+{record.every}"
     return next_times(record, 1, now)[0].strftime("%Y-%m-%dT%H:%M:%S")
 
 
-def fleet_argv(record: dict) -> list[str]:
+def fleet_argv(record: ScheduleRecord) -> list[str]:
     # The resubmitting job runs in the folder it was submitted from, which Python's -m would put
     # first on sys.path: -P (Python 3.11, the controller's) keeps fleet's own modules the installed
     # ones.
-    safe = ["-P"] if record.get("backend") == "resubmit" else []
-    return [record["python"], *safe, "-m", "fleet", "schedule", "fire", check_name(record["name"])]
+    safe = ["-P"] if record.backend == "resubmit" else []
+    return [record.python, *safe, "-m", "fleet", "schedule", "fire", check_name(record.name)]
 
 
-def _env_words(record: dict) -> list[str]:
-    return [f"{k}={quote(v)}" for k, v in sorted(record["env"].items())
+def _env_words(record: ScheduleRecord) -> list[str]:
+    return [f"{k}={quote(v)}" for k, v in sorted(record.env.items())
             if re.fullmatch(r"[A-Za-z_]\w*", k)]
 
 
-def batch_script(record: dict) -> str:
+def batch_script(record: ScheduleRecord) -> str:
     """The self-resubmitting job: fleet, on the login node, resubmits it and runs the playbook.
     Its sbatch options go on sbatch's command line (``submit_next``), not into the script."""
     env = "".join(f"export {w}\n" for w in _env_words(record))
     return ("#!/bin/bash\n"
-            f"# fleet schedule {check_name(record['name'])}: "
-            f"{quote(record.get('cron') or duration(record['every']))}, playbook "
-            f"{quote(record['playbook'])}\n" + env
+            f"# fleet schedule {check_name(record.name)}: "
+            f"{quote(record.cron or duration(record.every))}, playbook "
+            f"{quote(record.playbook)}\n" + env
             + f"exec {' '.join(map(quote, fleet_argv(record)))}\n")
 
 
-def crontab_line(record: dict) -> str:
+def crontab_line(record: ScheduleRecord) -> str:
     """One crontab(5) line. cron reads an unescaped % as a newline, so each is written \\%."""
-    log = f"{record['dir']}/{check_name(record['name'])}.log"
+    log = f"{record.dir}/{check_name(record.name)}.log"
     command = " ".join([*_env_words(record), *map(quote, fleet_argv(record)), ">>", quote(log),
                         "2>&1"])
-    return f"{when(record)} {command.replace('%', chr(92) + '%')} {MARK}{record['name']}\n"
+    return f"{when(record)} {command.replace('%', chr(92) + '%')} {MARK}{record.name}\n"
 
 
-def scrontab_lines(record: dict) -> str:
-    out = quote(f"{record['dir']}/{check_name(record['name'])}-%j.out")
-    return (f"#SCRON --job-name=fleet-schedule-{record['name']} --output={out}\n"
+def scrontab_lines(record: ScheduleRecord) -> str:
+    out = quote(f"{record.dir}/{check_name(record.name)}-%j.out")
+    return (f"#SCRON --job-name=fleet-schedule-{record.name} --output={out}\n"
             + crontab_line(record))
 
 
@@ -226,11 +264,11 @@ def records_dir(store_root: Path, make: bool = True) -> Path:
     return d
 
 
-def load_record(store_root: Path, name: str) -> dict:
+def load_record(store_root: Path, name: str) -> ScheduleRecord:
     path = records_dir(store_root) / f"{check_name(name)}.json"
     if not path.exists():
         raise ScheduleError(f"no schedule named {name!r} in {path.parent}")
-    return json.loads(path.read_text())
+    return ScheduleRecord.read(json.loads(path.read_text()))
 
 
 def _edit_table(lister: list[str], writer: list[str], name: str, add: str = "") -> None:
@@ -256,7 +294,7 @@ def _edit_table(lister: list[str], writer: list[str], name: str, add: str = "") 
 
 def install(store_root: Path, name: str, playbook: str, *, cron: str | None, every: int | None,
             on_slurm_here: bool, env: dict, sbatch_args: tuple[str, ...] = (),
-            backend: str | None = None, dry_run: bool = False) -> dict:
+            backend: str | None = None, dry_run: bool = False) -> ScheduleRecord:
     """Check everything, then set the schedule up; when that fails, nothing stays recorded. With
     ``dry_run``, every check, and the record with what would be installed (``would_install``)
     back; nothing written, submitted or edited."""
@@ -265,26 +303,25 @@ def install(store_root: Path, name: str, playbook: str, *, cron: str | None, eve
     check_name(name)
     backend = backend or choose_backend(on_slurm_here)
     d = records_dir(store_root, make=not dry_run)
-    record = {"name": name, "playbook": str(Path(playbook).resolve()), "cron": cron
-              and check_cron(cron),
-              "every": every, "backend": backend, "python": sys.executable, "env": env,
-              "dir": str(d),
-              "sbatch_args": list(sbatch_args), "job_id": None, "fired": 0,
-              "installed_ts": time.time()}
+    doc = {"name": name, "playbook": str(Path(playbook).resolve()),
+           "cron": cron and check_cron(cron), "every": every, "backend": backend,
+           "python": sys.executable, "env": env, "dir": str(d), "sbatch_args": list(sbatch_args),
+           "job_id": None, "fired": 0, "installed_ts": time.time()}
+    record = ScheduleRecord.read(doc)
     when(record)  # --every that cron cannot repeat exactly: refused here
     _need(TOOLS[backend], backend, env)
     # quoting refusals here
     lines = (batch_script(record) if backend == "resubmit" else
              scrontab_lines(record) if backend == "scrontab" else crontab_line(record))
     if dry_run:
-        record["would_install"] = lines
-        return record
+        doc["would_install"] = lines
+        return ScheduleRecord.read(doc)
     path = d / f"{name}.json"
-    path.write_text(json.dumps(record, indent=1))  # before the job: the job reads it when it starts
+    path.write_text(json.dumps(doc, indent=1))  # before the job: the job reads it when it starts
     try:
         if backend == "resubmit":
             (d / f"{name}.sbatch").write_text(lines)
-            record["job_id"] = submit_next(record)
+            doc["job_id"] = submit_next(record)
         elif backend == "scrontab":
             _edit_table(["scrontab", "-l"], ["scrontab", "-"], name, lines)
         else:
@@ -293,49 +330,51 @@ def install(store_root: Path, name: str, playbook: str, *, cron: str | None, eve
         path.unlink(missing_ok=True)
         (d / f"{name}.sbatch").unlink(missing_ok=True)
         raise
-    path.write_text(json.dumps(record, indent=1))
-    return record
+    path.write_text(json.dumps(doc, indent=1))
+    return ScheduleRecord.read(doc)
 
 
-def submit_next(record: dict) -> str:
-    name = check_name(record["name"])
+def submit_next(record: ScheduleRecord) -> str:
+    name = check_name(record.name)
     out = _sh("sbatch", "--parsable", f"--begin={next_begin(record)}",
               f"--job-name=fleet-schedule-{name}",
-              f"--output={record['dir']}/{name}-%j.out", "--ntasks=1", *record.get("sbatch_args",
-                                                                                   []),
-              f"{record['dir']}/{name}.sbatch", env=record["env"])
+              f"--output={record.dir}/{name}-%j.out", "--ntasks=1", *record.sbatch_args,
+              f"{record.dir}/{name}.sbatch", env=record.env)
     if out.returncode != 0:
         raise ScheduleError(f"sbatch of the next occurrence failed: {out.stderr.strip()}")
     return out.stdout.strip().split(";")[0]
 
 
-def fire(store_root: Path, name: str) -> dict:
+def fire(store_root: Path, name: str) -> ScheduleRecord:
     """Inside the scheduled job (or cron): the next occurrence first, then this one's run is the
     caller's."""
     record = load_record(store_root, name)
-    if record["backend"] == "resubmit":
-        record["job_id"] = submit_next(record)
-    record["fired"] += 1
-    record["last_fired"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
-    record["last_fired_ts"] = time.time()
+    fired = dict(record.doc)
+    if record.backend == "resubmit":
+        fired["job_id"] = submit_next(record)
+    fired["fired"] = record.fired + 1
+    fired["last_fired"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+    fired["last_fired_ts"] = time.time()
     path = records_dir(store_root) / f"{name}.json"
     if path.exists():  # removed meanwhile: leave it removed
-        path.write_text(json.dumps(record, indent=1))
-    return record
+        path.write_text(json.dumps(fired, indent=1))
+    return ScheduleRecord.read(fired)
 
 
-def remove(store_root: Path, name: str) -> dict:
+def remove(store_root: Path, name: str) -> ScheduleRecord:
+    """The schedule removed: its record first, then its job or its table's lines; the record
+    as it was (``cancelled``: the resubmitting job's occurrences cancelled)."""
     record = load_record(store_root, name)
     # before anything is removed
-    _need(RM_TOOLS[record["backend"]], record["backend"], record["env"])
+    _need(RM_TOOLS[record.backend], record.backend, record.env)
     (records_dir(store_root) / f"{name}.json").unlink()  # first: a running job will not resubmit
-    if record["backend"] == "resubmit":
+    if record.backend == "resubmit":
         jobs = _sh("squeue", "-h", "-n", f"fleet-schedule-{name}", "-o", "%i",
-                   env=record["env"]).stdout.split()
+                   env=record.env).stdout.split()
         if jobs:
-            _sh("scancel", *jobs, env=record["env"])
-        record["cancelled"] = jobs
-    elif record["backend"] == "scrontab":
+            _sh("scancel", *jobs, env=record.env)
+        return ScheduleRecord.read({**record.doc, "cancelled": jobs})
+    if record.backend == "scrontab":
         _edit_table(["scrontab", "-l"], ["scrontab", "-"], name)
     else:
         _edit_table(["crontab", "-l"], ["crontab", "-"], name)
