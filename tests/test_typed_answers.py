@@ -210,6 +210,8 @@ READ_BESIDE_READERS = {
     # the playbook fleet read (its target checked, key by key), and the environment fleet makes
     # of this shell's
     "fleet/cli/schedule.py": (set(), {"pb.target", "env"}),
+    # fleet top --record's lines (a file the user gives): a line, a GPU of it, a process on one
+    "fleet/analysis/record.py": ({"_gpu_samples", "RecordSample.read", "RecordProcess.read"}, set()),
 }
 
 
@@ -268,3 +270,22 @@ def test_a_schedules_record_reads_what_is_not_of_its_type_as_absent():
                                "job_id": 7, "cron": ["0 2 * * *"]})
     assert odd == ScheduleRecord(env={"HOME": "/h"})
     assert ScheduleRecord.read(["not", "a", "record"]) == ScheduleRecord() and ScheduleRecord.read(None).doc == {}
+
+
+def test_a_look_records_line_reads_what_is_not_of_its_type_as_absent_and_a_gpu_not_of_its_shape_skips_it():
+    from fleet.agent.messages import Conditions
+    from fleet.analysis.record import RecordProcess, RecordSample, _gpu_samples
+
+    gpu = {"index": 1, "uuid": "GPU-a", "conditions": {"sm_clock_mhz": 1980},
+           "processes": [{"pid": 9, "user": "bob", "foreign": True}, {"pid": 10, "user": 7, "foreign": "yes"},
+                         {"pid": "11"}, "12"]}
+    [sample] = _gpu_samples({"host": "n1", "time": 5, "gpus": [gpu]})
+    assert sample == RecordSample("n1", 5.0, 1, "GPU-a", Conditions.read({"sm_clock_mhz": 1980}),
+                                  (RecordProcess(9, "bob", True), RecordProcess(10)))
+    assert [(q.pid, q.user, q.own) for q in sample.as_watched().processes] == [(9, "bob", False), (10, None, True)]
+    assert RecordSample.read("n1", 5.0, dict(gpu, uuid=["GPU-a"])).uuid is None
+    for wrong in ({"index": "1"}, {"conditions": None}, {"processes": {}}):
+        assert RecordSample.read("n1", 5.0, dict(gpu, **wrong)) is None
+        assert _gpu_samples({"host": "n1", "time": 5, "gpus": [gpu, dict(gpu, **wrong)]}) is None  # the line skipped
+    assert _gpu_samples({"host": "n1", "time": 5, "gpus": [], "error": None}) == []
+    assert _gpu_samples({"host": 3, "time": 5, "gpus": [gpu]}) is None

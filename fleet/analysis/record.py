@@ -19,9 +19,11 @@ import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from ..agent.messages import Conditions, Sample, SampledProcess
 from ..errors import FleetError
+from ..policy.readers import str_of
 from .export import Process
 from .inputs import RankInput, same_uuid
 
@@ -33,18 +35,46 @@ class RecordError(FleetError, ValueError):
     """The record cannot be read; the message is one line."""
 
 
-@dataclass
+@dataclass(frozen=True)
+class RecordProcess:
+    """A process the look saw on a GPU: its pid, its user where the line says one, and whether
+    the look called it another's (``foreign: true``; anything else is not)."""
+    pid: int
+    user: str | None = None
+    foreign: bool = False
+
+    @classmethod
+    def read(cls, doc: Any) -> "RecordProcess | None":
+        """The process a line lists; None for what is not one with a pid."""
+        if not (isinstance(doc, dict) and isinstance(doc.get("pid"), int)):
+            return None
+        return cls(doc["pid"], str_of(doc.get("user")), doc.get("foreign") is True)
+
+
+@dataclass(frozen=True)
 class RecordSample:
     host: str
     time: float                    # the node's clock, seconds since the epoch
     index: int
     uuid: str | None
     conditions: Conditions
-    processes: list[dict]
+    processes: tuple[RecordProcess, ...]
+
+    @classmethod
+    def read(cls, host: str, when: float, gpu: Any) -> "RecordSample | None":
+        """One GPU of the line ``host`` wrote at ``when``; None for one not of top's shape (its
+        processes that are not, left out)."""
+        if not (isinstance(gpu, dict) and isinstance(gpu.get("index"), int)
+                and isinstance(gpu.get("conditions"), dict)
+                and isinstance(gpu.get("processes"), list)):
+            return None
+        seen = (RecordProcess.read(q) for q in gpu["processes"])
+        return cls(host, when, gpu["index"], str_of(gpu.get("uuid")),
+                   Conditions.read(gpu["conditions"]), tuple(q for q in seen if q is not None))
 
     def as_watched(self) -> Sample:
         """The sample as fleet's watch records a run's conditions (agent/watch.py)."""
-        processes = tuple(SampledProcess(q["pid"], q["user"], own=not q["foreign"])
+        processes = tuple(SampledProcess(q.pid, q.user, own=not q.foreign)
                           for q in self.processes)
         return Sample(self.index, processes, self.time, self.conditions)
 
@@ -65,30 +95,16 @@ def _number(value) -> float | None:
         return None
 
 
-def _processes(listed: list) -> list[dict]:
-    return [{"pid": q["pid"], "user": q.get("user") if isinstance(q.get("user"), str) else None,
-             "foreign": q.get("foreign") is True}
-            for q in listed if isinstance(q, dict) and isinstance(q.get("pid"), int)]
-
-
 def _gpu_samples(line: dict) -> list[RecordSample] | None:
-    """A line's GPUs as samples; [] for a line that holds none (a host's error, no GPU); None for
-    a line not of top's shape."""
+    """A line's GPUs as samples, the line's reader; [] for a line that holds none (a host's error,
+    no GPU); None for a line not of top's shape."""
     host, when, gpus = line.get("host"), _number(line.get("time")), line.get("gpus")
     if line.get("error") is not None or gpus == []:
         return []
     if not (isinstance(host, str) and when is not None and isinstance(gpus, list)):
         return None
-    found = []
-    for g in gpus:
-        if not (isinstance(g, dict) and isinstance(g.get("index"),
-                                                   int) and isinstance(g.get("conditions"), dict)
-                and isinstance(g.get("processes"), list)):
-            return None
-        uuid = g.get("uuid") if isinstance(g.get("uuid"), str) else None
-        found.append(RecordSample(host, when, g["index"], uuid, Conditions.read(g["conditions"]),
-                                  _processes(g["processes"])))
-    return found
+    found = [RecordSample.read(host, when, g) for g in gpus]
+    return None if any(s is None for s in found) else found
 
 
 def read(path: str) -> Record:
@@ -142,9 +158,8 @@ def _rank_samples(record: Record, r: RankInput) -> list[RecordSample]:
 def _add_tenants(r: RankInput, mine: list[RecordSample], owner: str) -> None:
     """The other users' processes the rank's samples show, added once each to its node's tenants."""
     for q in (q for s in mine for q in s.processes):
-        who = f"pid {q['pid']} ({q['user'] or 'unknown user'})"
-        if (q["foreign"] and q["user"] != owner and q["pid"] != r.process.pid
-            and who not in r.node.tenants):
+        who = f"pid {q.pid} ({q.user or 'unknown user'})"
+        if q.foreign and q.user != owner and q.pid != r.process.pid and who not in r.node.tenants:
             r.node.tenants.append(who)
 
 
