@@ -212,6 +212,11 @@ READ_BESIDE_READERS = {
     "fleet/cli/schedule.py": (set(), {"pb.target", "env"}),
     # fleet top --record's lines (a file the user gives): a line, a GPU of it, a process on one
     "fleet/analysis/record.py": ({"_gpu_samples", "RecordSample.read", "RecordProcess.read"}, set()),
+    # the rows of nsys's and ncu's summaries a playbook's metrics are read from (the store's copy
+    # of a node's files); the playbook (the user's YAML), read by load's parts; the metrics' kinds
+    "fleet/nightly/summary_rows.py": ({"SummaryRow.read", "NcuRow.read", "NcuPage.read"}, set()),
+    "fleet/nightly/playbook.py": ({"_metric", "_name", "_command", "_target", "_profiler", "_metrics",
+                                   "_thresholds", "_words", "_ranks"}, {"_METRIC_READERS"}),
 }
 
 
@@ -289,3 +294,24 @@ def test_a_look_records_line_reads_what_is_not_of_its_type_as_absent_and_a_gpu_n
         assert _gpu_samples({"host": "n1", "time": 5, "gpus": [gpu, dict(gpu, **wrong)]}) is None  # the line skipped
     assert _gpu_samples({"host": "n1", "time": 5, "gpus": [], "error": None}) == []
     assert _gpu_samples({"host": 3, "time": 5, "gpus": [gpu]}) is None
+
+
+def test_a_summarys_row_reads_a_cell_not_of_text_as_absent(tmp_path):
+    from fleet.nightly.playbook import Metric, metric_values, ncu_value
+    from fleet.nightly.summary_rows import NcuPage, NcuRow, SummaryRow
+
+    assert SummaryRow.read({"Name": "gemm", "Total Time (ns)": "", "Total Time": "7"}) == SummaryRow("gemm", None, "7")
+    short = SummaryRow.read({"Name": None, "Range": None, "Total Time (ns)": None})  # csv: a row short of its header
+    assert short == SummaryRow() and (short.total_ns, short.range_name) == (0.0, "")
+    assert SummaryRow.read({"Name": "x", "Range": ":step"}).range_name == ":step" and SummaryRow.read(["x"]) == SummaryRow()
+    assert NcuRow.read({"Kernel Name": ["gemm"], "dram__bytes.sum": "1,024"}, "dram__bytes.sum") == NcuRow(None, "1,024")
+    assert NcuPage.read([{"Kernel Name": ""}], "dram__bytes.sum") is None and NcuPage.read([], "x") is None
+    kern = tmp_path / "k.csv"
+    kern.write_text("Time (%),Total Time (ns),Instances,Name\n60,600,1,gemm_a\n40,400\n")  # the last row short
+    summaries = {"cuda_gpu_kern_sum": kern}
+    assert metric_values(Metric("gpu_kernel_total"), summaries) == {"total GPU kernel time": 1000.0}
+    assert metric_values(Metric("kernel", "gemm*"), summaries) == {"kernel gemm*": 600.0}
+    assert metric_values(Metric("top_kernels", count=2), summaries) == {"kernel gemm_a": 600.0, "kernel None": 400.0}
+    raw = tmp_path / "ncu.csv"
+    raw.write_text('"Kernel Name","dram__bytes.sum"\n"","byte"\n"gemm","1,024"\n"gemm"\n')
+    assert ncu_value(Metric("ncu", "dram__bytes.sum", kernel="gemm"), raw) == {"ncu dram__bytes.sum of gemm (byte)": 1024.0}

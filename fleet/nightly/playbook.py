@@ -9,7 +9,6 @@ summaries fleet keeps beside each report.
 
 from __future__ import annotations
 
-import csv
 import difflib
 import fnmatch
 from dataclasses import dataclass, field
@@ -24,6 +23,7 @@ from ..plan import profiler_args_error
 from ..safenames import UnsafeValue
 from ..slurm import options as slurm_options
 from ..slurm.launchers import LAUNCHERS
+from .summary_rows import NcuPage, SummaryRow, csv_rows, summary_rows
 
 if TYPE_CHECKING:
     from ..store.manifest import RunManifest
@@ -299,47 +299,39 @@ def _ranks(path: Path, doc: Any) -> dict[str, str]:
 
 # --- metrics from a run's summaries ---
 
-def _rows(csv_path: Path) -> list[dict]:
-    with open(csv_path, newline="") as f:
-        return list(csv.DictReader(f))
-
-
-def _total(row: dict) -> float:
-    return float(row.get("Total Time (ns)") or row.get("Total Time") or 0)
-
-
-def _summed(metric: Metric, rows: list[dict]) -> dict[str, float]:
+def _summed(metric: Metric, rows: list[SummaryRow]) -> dict[str, float]:
     """The rows' total time under the metric's label; nothing when no row is there."""
-    return {metric.label: sum(_total(r) for r in rows)} if rows else {}
+    return {metric.label: sum(r.total_ns for r in rows)} if rows else {}
 
 
-def _kernel_total(metric: Metric, kern: list[dict], summaries: dict[str, Path]) -> dict[str, float]:
+def _kernel_total(metric: Metric, kern: list[SummaryRow],
+                  summaries: dict[str, Path]) -> dict[str, float]:
     """``gpu_kernel_total``: every kernel's time."""
     return _summed(metric, kern)
 
 
-def _kernel(metric: Metric, kern: list[dict], summaries: dict[str, Path]) -> dict[str, float]:
+def _kernel(metric: Metric, kern: list[SummaryRow], summaries: dict[str, Path]) -> dict[str, float]:
     """``kernel``: the time of the kernels whose names match the glob."""
-    hits = [r for r in kern if fnmatch.fnmatchcase(r.get("Name", ""), metric.name or "")]
+    hits = [r for r in kern if fnmatch.fnmatchcase(r.name or "", metric.name or "")]
     return _summed(metric, hits)
 
 
-def _top_kernels(metric: Metric, kern: list[dict], summaries: dict[str, Path]) -> dict[str, float]:
+def _top_kernels(metric: Metric, kern: list[SummaryRow],
+                 summaries: dict[str, Path]) -> dict[str, float]:
     """``top_kernels``: the longest kernels, each its own value."""
-    top = sorted(kern, key=_total, reverse=True)[:metric.count]
-    return {f"kernel {r.get('Name')}": _total(r) for r in top}
+    top = sorted(kern, key=lambda r: r.total_ns, reverse=True)[:metric.count]
+    return {f"kernel {r.name}": r.total_ns for r in top}
 
 
-def _ncu(metric: Metric, kern: list[dict], summaries: dict[str, Path]) -> dict[str, float]:
+def _ncu(metric: Metric, kern: list[SummaryRow], summaries: dict[str, Path]) -> dict[str, float]:
     """``ncu``: from the run's raw ncu page, when it has one."""
     return ncu_value(metric, summaries["ncu_raw"]) if "ncu_raw" in summaries else {}
 
 
-def _nvtx(metric: Metric, kern: list[dict], summaries: dict[str, Path]) -> dict[str, float]:
+def _nvtx(metric: Metric, kern: list[SummaryRow], summaries: dict[str, Path]) -> dict[str, float]:
     """``nvtx``: the time of the ranges whose names match the glob."""
-    nvtx = _rows(summaries["nvtx_sum"]) if "nvtx_sum" in summaries else []
-    hits = [r for r in nvtx if fnmatch.fnmatchcase(r.get("Range", r.get("Name", "")), metric.name
-                                                   or "")]
+    nvtx = summary_rows(summaries["nvtx_sum"]) if "nvtx_sum" in summaries else []
+    hits = [r for r in nvtx if fnmatch.fnmatchcase(r.range_name, metric.name or "")]
     return _summed(metric, hits)
 
 
@@ -350,21 +342,21 @@ _METRIC_READERS = {"gpu_kernel_total": _kernel_total, "kernel": _kernel,
 def metric_values(metric: Metric, summaries: dict[str, Path]) -> dict[str, float]:
     """name -> value (ns) for one metric of one rank, from its stored ``nsys stats`` CSV files."""
     # read for every kind
-    kern = _rows(summaries["cuda_gpu_kern_sum"]) if "cuda_gpu_kern_sum" in summaries else []
+    kern = (summary_rows(summaries["cuda_gpu_kern_sum"]) if "cuda_gpu_kern_sum" in summaries
+            else [])
     return _METRIC_READERS.get(metric.kind, _nvtx)(metric, kern, summaries)
 
 
 def ncu_value(metric: Metric, csv_path: Path) -> dict[str, float]:
     """One ncu metric summed over the matching kernels of ``ncu --import --page raw --csv``
     (a header row, a units row, a row per kernel; numbers may carry thousands separators)."""
-    rows = _rows(csv_path)
-    if not rows or metric.name not in rows[0]:
+    page = NcuPage.read(csv_rows(csv_path), metric.name)
+    if page is None:
         return {}
-    unit = rows[0][metric.name]
-    hits = [r for r in rows[1:] if fnmatch.fnmatchcase(r.get("Kernel Name", ""), metric.kernel)]
-    values = [float(r[metric.name].replace(",", "")) for r in hits
-              if r.get(metric.name, "").strip()]
-    return {f"{metric.label} ({unit})" if unit else metric.label: sum(values)} if values else {}
+    hits = [r for r in page.launches if fnmatch.fnmatchcase(r.kernel or "", metric.kernel)]
+    values = [float(r.value.replace(",", "")) for r in hits if (r.value or "").strip()]
+    label = f"{metric.label} ({page.unit})" if page.unit else metric.label
+    return {label: sum(values)} if values else {}
 
 
 def run_metrics(playbook: Playbook, manifest: "RunManifest") -> list[dict]:
