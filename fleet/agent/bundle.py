@@ -32,6 +32,7 @@ MODES = {
     "probe": "fleet_agent_node",
     "look": "fleet_agent_look",  # fleet top: a sample a line until the reader goes
     "profile": "fleet_agent_run",
+    "lab": "fleet_agent_labrun",  # a lab server's probe, plan and run in one call
     "repair": "fleet_agent_owned",
     "owned": "fleet_agent_owned",  # one step re-run under sudo -n (owned.privileged)
     "task": "fleet_agent_task",
