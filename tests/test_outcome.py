@@ -26,6 +26,7 @@ from fleet.lab import profile as lab
 from fleet.outcome import HostStatus, of_result, run_status, workload_said
 from fleet.plan import ProfileRequest, plan
 from fleet.slurm import run as slurm
+from fleet.slurm.jobstate import JobMarks
 from fleet.store.manifest import RunManifest, SlurmInfo
 from fleet.transport import Fanout
 
@@ -111,7 +112,7 @@ class ResultsOnly:
         self.text, self.login = text, local_host()
 
     async def read_results(self, run_dir: str):
-        return wire.answers(self.text, "profile"), {"ray": [], "orphan": []}
+        return wire.answers(self.text, "profile"), JobMarks()
 
 
 def on_slurm(tmp_path: Path, answer: dict):

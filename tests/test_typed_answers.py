@@ -25,7 +25,7 @@ READ_BY_FIELDS = ["fleet/policy/neighbours.py", "fleet/policy/permissions.py", "
                   "fleet/lab/doctor.py", "fleet/look.py", "fleet/cli/top.py", "fleet/slurm/results.py",
                   "fleet/slurm/look.py", "fleet/agentcall.py"]
 HOST = Host("h01", {}, (), "test")
-FLEETS_OWN = {"request.owned_sysctls", "floor", "host.vars", "r.extra", "obj.inventory.hosts", "marks"}
+FLEETS_OWN = {"request.owned_sysctls", "floor", "host.vars", "r.extra", "obj.inventory.hosts"}
 
 
 def gets(source: str) -> list[str]:
@@ -217,6 +217,9 @@ READ_BESIDE_READERS = {
     "fleet/nightly/summary_rows.py": ({"SummaryRow.read", "NcuRow.read", "NcuPage.read"}, set()),
     "fleet/nightly/playbook.py": ({"_metric", "_name", "_command", "_target", "_profiler", "_metrics",
                                    "_thresholds", "_words", "_ranks"}, {"_METRIC_READERS"}),
+    # the job's marks, read into JobMarks where they are listed (slurm/jobs); the login host's
+    # inventory variables
+    "fleet/slurm/run.py": (set(), {"cluster.login.vars"}),
 }
 
 
@@ -315,3 +318,18 @@ def test_a_summarys_row_reads_a_cell_not_of_text_as_absent(tmp_path):
     raw = tmp_path / "ncu.csv"
     raw.write_text('"Kernel Name","dram__bytes.sum"\n"","byte"\n"gemm","1,024"\n"gemm"\n')
     assert ncu_value(Metric("ncu", "dram__bytes.sum", kernel="gemm"), raw) == {"ncu dram__bytes.sum of gemm (byte)": 1024.0}
+
+
+def test_the_marks_a_job_left_read_what_is_not_of_their_shape_as_absent():
+    from fleet.rundir import RunDir
+    from fleet.slurm.jobstate import JobMarks
+
+    listed = [(RunDir.JOB_EXIT, "-9"), (RunDir.JOB_STOPPED, "1765000000"), (RunDir.JOB_RESTARTS, "2"),
+              ("slurm", "5 " + "a" * 64 + " /r/slurm-7.out"), ("ray", "r1"), ("orphan", "o1"), ("ray", "r2")]
+    marks = JobMarks.read(listed, [("/r/n/rank0.result.json", "why")])
+    assert marks == JobMarks(-9, True, False, False, 2, "5 " + "a" * 64 + " /r/slurm-7.out", ("r1", "r2"), ("o1",),
+                             (("/r/n/rank0.result.json", "why"),))
+    for exit_mark, restarts in (("3x", "1e3"), ("--5", "123456"), ("\u00b2", "\u00b2"), ("", "-1")):
+        odd = JobMarks.read([(RunDir.JOB_EXIT, exit_mark), (RunDir.JOB_RESTARTS, restarts), (RunDir.JOB_REFUSED, "")])
+        assert (odd.job_exit, odd.restarts, odd.script_refused) == (None, 0, True)
+    assert JobMarks.read([]) == JobMarks()

@@ -25,8 +25,8 @@ from .. import exitcodes
 from ..errors import FleetError
 from ..rundir import RunDir
 from . import results
-from .jobstate import (DEFAULT_MIN_JOB_AGE, ClusterInfo, JobState, parse_sacct, parse_scontrol,
-                       parse_squeue_json, parse_squeue_text)
+from .jobstate import (DEFAULT_MIN_JOB_AGE, ClusterInfo, JobMarks, JobState, parse_sacct,
+                       parse_scontrol, parse_squeue_json, parse_squeue_text)
 
 if TYPE_CHECKING:
     from ..inventory import Host
@@ -297,19 +297,18 @@ class SlurmClient:
                            *run_dirs, *args)
         self._check(r, "scancel")
 
-    async def read_results(self, run_dir: str) -> tuple[list[dict], dict]:
+    async def read_results(self, run_dir: str) -> tuple[list[dict], JobMarks]:
         """Every rank's result document and the job's own files (exit status, stop time, the job's
         log, the reports Ray's nsys wrote, and the reports of ranks killed before they wrote a
         result, each with its size and sha256), in one call. fleet's own lines carry a nonce made
         for this call, so no line a job wrote into a file of its run reads as one of them. A
-        result file that is not the agent's own (:mod:`.results`) is in ``marks["refused"]``,
-        as (its path, why)."""
+        result file that is not the agent's own (:mod:`.results`) is in the marks'
+        ``refused_results``, as (its path, why)."""
         nonce = secrets.token_hex(16)
         r = await self._sh("results", 'cd -- "$1" 2>/dev/null || exit 0; m="@@$2"; ' + results.READ
                            + JOB_FILES, run_dir, nonce, str(results.RESULT_MAX))
         text = self._check(r, "reading the run's results")
         files, refused, other = results.split(text, f"@@{nonce} ")
-        marks: dict = {"ray": [], "orphan": [], "refused": refused}
         found = []
         for path, content in files:
             body, why = results.from_file(path, content)
@@ -317,12 +316,8 @@ class SlurmClient:
                 refused.append((path, why))
             else:
                 found.append(body)
-        for name, value in other:  # the job's own files, as this call's shell found them
-            if name in ("ray", "orphan"):
-                marks[name].append(value)
-            else:
-                marks[name] = value
-        return found, marks
+        # the job's own files, as this call's shell found them
+        return found, JobMarks.read(other, refused)
 
 
 FILE_MARK = re.compile(r"(\d{1,15}) ([0-9a-f]{64}) (/.+)")

@@ -1,16 +1,18 @@
 """What Slurm says of its jobs and of itself, read into types: a job's state (``JobState``) from
 ``squeue`` (fixed-format text, or ``--json`` whose field names differ between Slurm versions),
-``sacct`` and ``scontrol``; the cluster's facts (``ClusterInfo``); and the job's shape as a run's
-manifest keeps it (``JobShape``). Reading is defensive: a field missing or of another shape reads
-as unknown, never as a crash."""
+``sacct`` and ``scontrol``; the cluster's facts (``ClusterInfo``); the job's shape as a run's
+manifest keeps it (``JobShape``); and the marks the job left in its run folder (``JobMarks``).
+Reading is defensive: a field missing or of another shape reads as unknown, never as a crash."""
 
 from __future__ import annotations
 
 import json
 import re
 from dataclasses import dataclass
+from typing import Iterable
 
 from ..policy.readers import int_of, ints_of, str_of
+from ..rundir import RunDir
 
 TERMINAL = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "PREEMPTED",
             "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE", "REVOKED", "SPECIAL_EXIT", "GONE"}
@@ -124,3 +126,37 @@ class JobShape:
                    ints_of(list(ranks)) if isinstance(ranks, (list, tuple)) else None,
                    int_of(spec.get("ntasks")), int_of(spec.get("nodes")),
                    int_of(spec.get("ntasks_per_node")))
+
+
+@dataclass(frozen=True)
+class JobMarks:
+    """The job's own files in its run folder, as ``SlurmClient.read_results`` lists them: what the
+    batch script marked of its end (its exit status, a stop before the time limit, its own check's
+    refusal, a stop fleet asked for, the times Slurm started it again), sbatch's log, Ray's files
+    and the reports of ranks killed before their result (each listed as SIZE SHA256 PATH), and
+    the result files not taken, with why. The job can write any of them: a mark that is not of
+    its shape reads as absent."""
+    job_exit: int | None = None
+    stopped: bool = False
+    script_refused: bool = False
+    stop_asked: bool = False
+    restarts: int = 0
+    log: str = ""
+    ray: tuple[str, ...] = ()
+    orphans: tuple[str, ...] = ()
+    refused_results: tuple[tuple[str, str], ...] = ()
+
+    @classmethod
+    def read(cls, listed: list[tuple[str, str]],
+             refused_results: Iterable[tuple[str, str]] = ()) -> "JobMarks":
+        """From the listing's (name, value) lines: a job file's name and its first bytes, or
+        ``slurm``, ``ray`` or ``orphan`` and a file as listed (of sbatch's logs, the last)."""
+        marks = {name: value for name, value in listed if name not in ("ray", "orphan")}
+        exit_mark = marks.get(RunDir.JOB_EXIT, "")
+        restarts = marks.get(RunDir.JOB_RESTARTS, "")
+        return cls(int(exit_mark) if re.fullmatch(r"-?[0-9]+", exit_mark) else None,
+                   RunDir.JOB_STOPPED in marks, RunDir.JOB_REFUSED in marks,
+                   RunDir.JOB_STOP_ASKED in marks,
+                   int(restarts) if re.fullmatch(r"[0-9]{1,5}", restarts) else 0,
+                   marks.get("slurm", ""), tuple(v for k, v in listed if k == "ray"),
+                   tuple(v for k, v in listed if k == "orphan"), tuple(refused_results))

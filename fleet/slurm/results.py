@@ -19,6 +19,7 @@ from ..agent.messages import ProfileResult
 from ..rundir import RunDir
 from ..outcome import HostStatus
 from ..store.manifest import HostEntry
+from .jobstate import JobMarks
 
 RESULT_MAX = 4 << 20  # bytes: far more than any rank's result holds
 
@@ -100,11 +101,11 @@ def split(text: str, mark: str) -> tuple[list[tuple[str, str]], list[tuple[str, 
     return [(path, "\n".join(lines)) for path, lines in files], refused, other
 
 
-def this_runs(found: list[dict], marks: dict, nonce: str | None) -> tuple[list[dict],
-                                                                          list[HostEntry]]:
+def this_runs(found: list[dict], marks: JobMarks, nonce: str | None) -> tuple[list[dict],
+                                                                              list[HostEntry]]:
     """The results of this run's agents, and an entry for each refused: a file not the agent's
     own, or a result without the run's nonce."""
-    refused = [refused_entry(path, why) for path, why in marks.get("refused", [])]
+    refused = [refused_entry(path, why) for path, why in marks.refused_results]
     results = []
     for res in found:
         if (why := not_this_runs(res, nonce)):

@@ -33,7 +33,7 @@ from ..store.manifest import HostEntry, ReportEntry, RunManifest, SlurmInfo
 from ..plan import ProfileRequest
 from .cluster import Cluster
 from .jobs import NoGPUs, SlurmClient, file_mark
-from .jobstate import JobShape, JobState
+from .jobstate import JobMarks, JobShape, JobState
 from .raygather import driver_entry, ray_home
 from .results import this_runs
 from .states import job_end_verdict, job_refusal, no_gpus, why_missing
@@ -183,7 +183,7 @@ async def gather(fan: "Fanout", client: SlurmClient, manifest: RunManifest, dire
     found, marks = await client.read_results(slurm.run_dir)
     results, refused = this_runs(found, marks, slurm.result_nonce)
     _job_end(slurm, state, marks)
-    found = file_mark(marks.get("slurm", ""))  # slurm-JOBID.out
+    found = file_mark(marks.log)  # slurm-JOBID.out
     if found and file_problem(found, slurm.run_dir) is None:
         log = ReportFile.read(found)
         slurm.log = ReportEntry.from_json(await fetch_verified(fan, client.login, log,
@@ -191,9 +191,9 @@ async def gather(fan: "Fanout", client: SlurmClient, manifest: RunManifest, dire
                                                                    log.path)))
     tool = manifest.asked.tool
     tail = _log_tail(slurm.log)
-    refusal = job_refusal(slurm.job_exit, tail, RunDir.JOB_REFUSED in marks)
+    refusal = job_refusal(slurm.job_exit, tail, marks.script_refused)
     # recorded before its signal
-    fleet_stopped = RunDir.JOB_STOPPED in marks or RunDir.JOB_STOP_ASKED in marks
+    fleet_stopped = marks.stopped or marks.stop_asked
 
     async def one(res: dict) -> HostEntry:
         return await _rank_home(fan, client, slurm.run_dir, res, directory, gathering, tool,
@@ -202,14 +202,13 @@ async def gather(fan: "Fanout", client: SlurmClient, manifest: RunManifest, dire
     # Ranks come home side by side (the transport bounds transfers per login connection).
     hosts = sorted(await asyncio.gather(*(one(res) for res in results)) + refused, key=lambda e: (
         not isinstance(e.rank, int), e.rank if isinstance(e.rank, int) else 0, e.host))
-    hosts += await ray_home(fan, client, slurm.run_dir, marks["ray"],
+    hosts += await ray_home(fan, client, slurm.run_dir, list(marks.ray),
                             directory) + driver_entry(slurm, refusal)
-    hosts += await _missing_ranks(fan, client, slurm, hosts, marks["orphan"], directory, state,
-                                  gathering, refusal, tail)
+    hosts += await _missing_ranks(fan, client, slurm, hosts, list(marks.orphans), directory,
+                                  state, gathering, refusal, tail)
     # Slurm's own count, which no gap between two looks misses
-    restarts = marks.get(RunDir.JOB_RESTARTS, "")
     slurm.requeues = max(slurm.requeues, state.requeues if state is not None else 0,
-                         int(restarts) if restarts.isdigit() and len(restarts) < 6 else 0)
+                         marks.restarts)
     end = job_end_verdict(slurm.state, hosts, requeues=slurm.requeues,
                           stopped_before_time_limit=slurm.stopped_before_time_limit,
                           stopped_by_fleet=fleet_stopped)
@@ -219,15 +218,13 @@ async def gather(fan: "Fanout", client: SlurmClient, manifest: RunManifest, dire
     return manifest
 
 
-def _job_end(slurm: SlurmInfo, state: JobState | None, marks: dict) -> None:
+def _job_end(slurm: SlurmInfo, state: JobState | None, marks: JobMarks) -> None:
     """The job's end as Slurm said it (``state``) and as its batch script marked it (``marks``)."""
     if state is not None:
         slurm.state, slurm.exit_code, slurm.nodes, slurm.reason = (state.state, state.exit_code,
                                                                    state.nodes, state.reason)
-    # the listing names the job's marks as the run folder does
-    exit_mark = marks.get(RunDir.JOB_EXIT, "")
-    slurm.job_exit = int(exit_mark) if exit_mark.lstrip("-").isdigit() else None
-    slurm.stopped_before_time_limit = RunDir.JOB_STOPPED in marks
+    slurm.job_exit = marks.job_exit
+    slurm.stopped_before_time_limit = marks.stopped
 
 
 async def _missing_ranks(fan: "Fanout", client: SlurmClient, slurm: SlurmInfo,
