@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from fleet.agent.reports import GENERATING
+from fleet.agent.strays import GENERATING
 from fleet.store import kernel_rows
 from tests.harness.procs import cmdline, descendants
 

@@ -1,35 +1,34 @@
-"""A profiled run's reports on the node: found, finished, hashed and summarized.
+"""A profiled run's reports on the node: found, hashed and summarized.
 
-Runs ON THE NODE (standard library, Python 3.8), for :mod:`run`. nsys 2025.3
-collects into ``$TMPDIR/nsys-report-XXXX.qdstrm`` and writes the named report at
-the end; what it leaves when it is killed, or when its importer cannot run, is
-finished here with the installation's ``QdstrmImporter``. Next to each report go
-its SQLite export and the CSV summaries fleet keeps (made from that export by
-:mod:`summaries` as ``nsys stats`` writes them; ``ncu --import``), hashed like it.
+Runs ON THE NODE (standard library, Python 3.8), for :mod:`run`. What nsys left away from the
+report's name is taken first (:mod:`strays`), and what it left unfinished at the name is finished
+with the installation's ``QdstrmImporter`` (:mod:`qdstrm`). Next to each report go its SQLite
+export and the CSV summaries fleet keeps (made from that export by :mod:`summaries` as ``nsys
+stats`` writes them; ``ncu --import``), hashed like it.
 """
 
 from __future__ import annotations
 
-import fnmatch
 import glob
 import hashlib
 import os
-import re
-import signal
-import stat
 import subprocess
 import threading
-import time
 
 try:  # as shipped by fleet, every module travels under a flat name
     import fleet_agent_files as files
-    import fleet_agent_node as node
     import fleet_rundir as rundir
     import fleet_agent_summaries as summaries
     import fleet_agent_workload as workload
+    from fleet_agent_qdstrm import finish_leftovers
+    from fleet_agent_strays import (FULL_LINGER_WAIT, LINGER_WAIT, adopt_strays, found_elsewhere,
+                                    stray_qdstrms, wait_for_writers)
 except ImportError:  # as part of the installed package (tests, the local machine)
-    from . import files, node, summaries, workload
+    from . import files, summaries, workload
     from .. import rundir
+    from .qdstrm import finish_leftovers
+    from .strays import (FULL_LINGER_WAIT, LINGER_WAIT, adopt_strays, found_elsewhere,
+                         stray_qdstrms, wait_for_writers)
 
 SUMMARIES = rundir.RunDir.NSYS_SUMMARIES  # nsys stats reports kept beside each report
 # Each report is exported to NAME.sqlite once; the summaries are made from that export, which is
@@ -37,37 +36,10 @@ SUMMARIES = rundir.RunDir.NSYS_SUMMARIES  # nsys stats reports kept beside each 
 EXPORT = "sqlite"
 EXPORTS_AT_ONCE = 4  # nsys exports of one run's reports at a time: each is mostly one busy thread
 STATS_TIMEOUT = 600.0  # nsys export of a large report takes minutes; one that hangs is given up
-# seconds a killed nsys's helpers may go on writing its data before fleet takes it
-LINGER_WAIT = 120.0
-FULL_LINGER_WAIT = 5.0  # the same on a full disk, where they can write nothing more
 # what a profiler says when the disk filled
 DISK_FULL = tuple(words.encode() for words in workload.DISK_FULL_WORDS)
 # bytes: a report's folder with less free when it is taken is full, the report cut
 FULL_MARGIN = workload.FULL_MARGIN
-# QdstrmImporter on a large collection takes minutes; one that hangs is stopped
-IMPORT_TIMEOUT = 600.0
-# nsys 2025.3 generating a report: "Generating '/tmp/nsys-report-90af.qdstrm'", then its progress,
-# "\r[1/1] [0%   ] vm-1694.nsys-rep" (the report's base name), as seen on an H200 test machine.
-GENERATING = (re.compile(rb"Generating '([^'\n]+\.qdstrm)'\s*\[\d+/\d+\] "
-                         rb"\[[^\]\n]*\] ([^/\s]+\.nsys-rep)"))
-
-
-def importer_for(nsys):
-    """The QdstrmImporter that finishes a .qdstrm: the one of the same nsys installation,
-    else (nsys reached through a wrapper script, as module systems do) the newest installed."""
-    here = os.path.dirname(os.path.realpath(nsys)) if nsys else "/nonexistent"
-    for pattern in ("QdstrmImporter", "../*/QdstrmImporter", "../../*/QdstrmImporter"):
-        hits = sorted(glob.glob(os.path.join(here, pattern)))
-        if hits:
-            return os.path.normpath(hits[0])
-    return installed_importer()
-
-
-def installed_importer():
-    """The newest QdstrmImporter of the Nsight installations under /opt/nvidia, or None."""
-    installed = glob.glob("/opt/nvidia/nsight-systems/*/host-linux-x64/QdstrmImporter") + \
-        glob.glob("/opt/nvidia/nsight-compute/*/host/*/QdstrmImporter")
-    return sorted(installed, key=node._version_key)[-1] if installed else None
 
 
 def hashed(path):
@@ -79,46 +51,6 @@ def hashed(path):
         for block in iter(lambda: f.read(1 << 20), b""):
             h.update(block)
     return {"path": path, "size": size, "sha256": h.hexdigest()}
-
-
-def stray_qdstrms():
-    """nsys 2025.3 collects into $TMPDIR/nsys-report-XXXX.qdstrm and writes the named report
-    at the end (seen on an H200 test machine): a killed nsys leaves its data there."""
-    dirs = {os.environ.get("TMPDIR") or "/tmp", "/tmp"}
-    return {p for d in dirs for p in glob.glob(os.path.join(d, "nsys-report-*.qdstrm"))}
-
-
-def holders(paths):
-    """The pids of the processes we can see that have any of ``paths`` open."""
-    wanted, found = set(paths), set()
-    for fd_dir in glob.glob("/proc/[0-9]*/fd"):
-        try:
-            if any(os.readlink(os.path.join(fd_dir, fd)) in wanted for fd in os.listdir(fd_dir)):
-                found.add(int(fd_dir.split("/")[2]))
-        except (OSError, ValueError):
-            continue
-    return found
-
-
-def in_use(path):
-    """Whether any process we can see has the file open (another nsys still collecting into it)."""
-    return bool(holders([path]))
-
-
-def wait_for_writers(paths, notes, limit=LINGER_WAIT):
-    """A killed nsys leaves helpers that outlive it (seen on an H200 test machine: its importer,
-    started apart from nsys's own process tree, goes on writing the report): the run's new data
-    and reports are taken once nobody writes them any more, or after ``limit`` seconds."""
-    started = time.monotonic()
-    busy = holders(paths)
-    while busy and time.monotonic() - started < limit:
-        time.sleep(0.5)
-        busy = holders(paths)
-    waited = time.monotonic() - started
-    if waited >= 1:
-        notes.append("waited %.0f s for processes the profiler left (%s) to finish writing%s" % (
-            waited, ", ".join(map(str, sorted(busy))) or "gone now", "; they still are" if busy
-            else ""))
 
 
 def collect(plan, tail, notes, strays_before=frozenset(), killed=False, finish=True, disk_full=None,
@@ -163,36 +95,6 @@ def collect(plan, tail, notes, strays_before=frozenset(), killed=False, finish=T
     return found
 
 
-def finish_leftovers(plan, stem, tail, notes, killed, finish, unfinished):
-    """nsys's data left at the run's own output name (NAME.qdstrm), this run's whatever nsys's exit
-    status: each finished into its report (an empty report file in its way removed first), unless
-    not to ``finish`` (the disk is full); the leftovers finished. Each left without its report
-    adds its line to ``unfinished`` as well as to ``notes``."""
-    finished = set()
-    for leftover in sorted(glob.glob(stem + ".qdstrm")):
-        report = leftover[: -len(".qdstrm")] + ".nsys-rep"
-        if os.path.exists(report) and os.path.getsize(report) > 0:
-            continue
-        if not finish:
-            said = ("nsys's data %s is left unfinished: the disk is full, no report "
-                    "can be made there" % leftover)
-            notes.append(said)
-            unfinished.append(said)
-            continue
-        if os.path.exists(report):
-            notes.append("%s is empty, not a report: its data %s is finished instead" % (report,
-                                                                                         leftover))
-            os.unlink(report)
-        elif not killed:
-            notes.append(left_unfinished(leftover, tail))
-        done, said = importing(importer_for(plan.nsys), leftover)
-        notes.append(said)
-        if done is None:
-            unfinished.append(said)
-        finished.add(done)
-    return finished
-
-
 def report_files(stem, ext):
     """The reports at the run's output name: NAME.EXT, and each window's NAME.K.EXT (nsys's capture
     range repeated: fleet.wrapping.windows), where NAME has no placeholder for K to fall in (a Slurm
@@ -215,69 +117,6 @@ def cut_short(path, tail):
     if said:
         return "the profiler said: %s" % said[-1].strip().decode(errors="replace")[-200:]
     return None
-
-
-def adopt_strays(plan, tail, notes, strays_before):
-    """The data a killed nsys left in TMPDIR, moved beside the reports: as NAME.qdstrm when nsys
-    said it was generating NAME from it (then killed while it did), else as
-    NAME-unfinishedN.qdstrm."""
-    generating = dict(GENERATING.findall(tail))
-    pattern = rundir.RunDir.output_glob(plan.output) + ".nsys-rep"
-    for i, stray in enumerate(sorted(stray_qdstrms() - set(strays_before))):
-        try:
-            if os.stat(stray).st_uid != os.geteuid() or in_use(stray):
-                continue  # someone else's run, or a concurrent run still collecting
-            target = rundir.RunDir.output_as(plan.output, "unfinished%d" % i) + ".qdstrm"
-            name = generating.get(stray.encode(), b"").decode(errors="replace")
-            base = os.path.join(os.path.dirname(plan.output), name)[: -len(".nsys-rep")]
-            if name and fnmatch.fnmatchcase(base + ".nsys-rep",
-                                            pattern) and not os.path.exists(base + ".qdstrm"):
-                target = base + ".qdstrm"
-            os.replace(stray, target)
-            notes.append("nsys ended before writing its report; its data %s was "
-                         "moved to %s" % (stray, target))
-        except OSError:
-            continue
-
-
-def found_elsewhere(plan, tail, notes, ext):
-    """A taken name makes nsys write to /tmp/nsys-report-*.nsys-rep and still exit 0 (nsys 2025.3:
-    "Failed to create '/tmp/r1.qdstrm': File exists." and its data in /tmp/nsys-report-e0dd.*;
-    also seen as "Generated: /tmp/nsys-report-d073.nsys-rep"). The file named in its output is
-    moved beside the reports only if it is a regular file of ours: /tmp is everyone's, and a link
-    or a file another user planted under that name is never followed nor taken."""
-    for i, elsewhere in enumerate(re.findall(rb"(/tmp/nsys-report-[0-9a-f]+\.nsys-rep)", tail)):
-        path = elsewhere.decode()
-        target = rundir.RunDir.output_as(plan.output, "moved%d" % i) + ext
-        try:
-            st = os.lstat(path)
-        except OSError:
-            continue
-        if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid():
-            notes.append("nsys named %s as its report, which is not a regular "
-                         "file of ours: left there" % path)
-            continue
-        if target == plan.output + ext or os.path.lexists(target):
-            notes.append("nsys wrote %s because the name was taken; left there "
-                         "(%s exists)" % (path, target))
-            continue
-        try:
-            os.replace(path, target)  # /tmp is sticky: a file of ours there is renamed only by us
-        except OSError as e:
-            notes.append("nsys wrote %s because the name was taken; it could "
-                         "not be moved: %s" % (path, e))
-            continue
-        notes.append("nsys wrote %s because the name was taken; moved to %s" % (path, target))
-
-
-def left_unfinished(leftover, tail):
-    """What to say of a .qdstrm nsys left at the output name though it was not killed: nsys 2025.3
-    does so, and exits 0, when its importer cannot run (seen on an H200 test machine: libdw.so.1
-    missing), after saying so at its start."""
-    said = [line.strip().decode(errors="replace") for line in tail.splitlines()
-            if b"importer" in line.lower()]
-    return "nsys left its data unfinished at %s%s" % (leftover, "; it said: "
-                                                      + " ".join(said[-2:]) if said else "")
 
 
 def summarize(nsys, reports, notes):
@@ -397,35 +236,3 @@ def ncu_metrics(ncu, reports, notes):
             continue
         out.append(dict(entry, report=rep["path"], summary="ncu_raw"))
     return out
-
-
-def finish_qdstrm(importer, leftover, notes, timeout=IMPORT_TIMEOUT, own_group=True):
-    """The finished report's path, or None; a note says which (:func:`importing`)."""
-    report, said = importing(importer, leftover, timeout, own_group)
-    notes.append(said)
-    return report
-
-
-def importing(importer, leftover, timeout=IMPORT_TIMEOUT, own_group=True):
-    """(the finished report's path or None, the line that says so). The importer runs in a process
-    group of its own (``own_group``; else in the caller's, which the caller kills), killed whole at
-    ``timeout``."""
-    if importer is None:
-        return None, "unfinished report %s: no QdstrmImporter found" % leftover
-    try:
-        proc = subprocess.Popen([importer, "-i", leftover], stdin=subprocess.DEVNULL,
-                                stdout=subprocess.PIPE,
-                                stderr=subprocess.STDOUT, start_new_session=own_group)
-    except OSError as e:
-        return None, "QdstrmImporter %s cannot run: %s" % (importer, e)
-    try:
-        said, _ = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL) if own_group else proc.kill()
-        proc.communicate()
-        return None, "QdstrmImporter did not finish %s within %d s: stopped" % (leftover, timeout)
-    report = leftover[: -len(".qdstrm")] + ".nsys-rep"
-    if proc.returncode == 0 and os.path.exists(report):
-        return report, "finished %s with %s" % (report, importer)
-    return None, "QdstrmImporter could not finish %s (exit %s): %s" % (
-        leftover, proc.returncode, said.decode(errors="replace").strip()[-300:])

@@ -47,11 +47,11 @@ try:  # as shipped by fleet, every module travels under a flat name
     import fleet_agent_node as node
     import fleet_agent_nodeconfig as nodeconfig
     import fleet_agent_owned as owned
-    import fleet_agent_reports as reports
+    import fleet_agent_qdstrm as qdstrm
     import fleet_rundir as rundir
     import fleet_policy as policy
 except ImportError:  # as part of the installed package
-    from . import files, node, nodeconfig, owned, reports
+    from . import files, node, nodeconfig, owned, qdstrm
     from . import gpus as nvml_gpus
     from .. import policy, rundir
 
@@ -287,7 +287,7 @@ def finish_leftovers(job, config):
     """Reports nsys left unfinished under the job's directory (also where an importer killed while
     writing the report left it empty), finished by the job's user with the importer the node's
     config names, never one the job chose, all of it within the config's ``finish_timeout``."""
-    importer = config["qdstrm_importer"] or reports.installed_importer()
+    importer = config["qdstrm_importer"] or qdstrm.installed_importer()
     why = (files.root_owned_problem(importer) if importer
            else "no QdstrmImporter installed under /opt/nvidia")
     if why:
@@ -307,7 +307,7 @@ def finish_leftovers(job, config):
             if os.path.exists(report) and os.path.getsize(report) == 0:
                 os.unlink(report)
             if not os.path.exists(report):
-                reports.finish_qdstrm(importer, leftover, notes, timeout=left, own_group=False)
+                qdstrm.finish_qdstrm(importer, leftover, notes, timeout=left, own_group=False)
         return json.dumps(notes).encode()
 
     out = as_user(job, finish, timeout=budget + 5)

@@ -174,7 +174,7 @@ RESULT = {
     "tool_version": str_or_none, "slurm_node": str_or_none, "whose": (dict, type(None)),
     # a launcher's ranks that left no report (agent/run.py: rank_reports)
     "missing_ranks": [non_negative],
-    # a line for each of nsys's data left without its report (agent/reports.py)
+    # a line for each of nsys's data left without its report (agent/qdstrm.py)
     "unfinished": [str],
     "phases": {k: number_or_none for k in PHASES},  # each moment of the run's (agent/procs.Clock)
 }

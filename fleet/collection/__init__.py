@@ -6,7 +6,7 @@ The door to where fleet answers it. Its rules:
   ``%q{SLURM_PROCID}``, ``%h``), spelled in one place for the node and the controller;
 * the node makes sure the report exists where nsys said (it exits 0 even when it wrote
   elsewhere), finishes the ``.qdstrm`` a killed nsys left, and hashes each file
-  (fleet/agent/reports.py);
+  (fleet/agent/reports.py, with strays.py and qdstrm.py);
 * what a node names is data: only a plain file in the run's own folder is fetched
   (:mod:`.bring`), resumably, checked against the node's sha256 and renamed into place
   (:mod:`.fetch`);
