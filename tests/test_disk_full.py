@@ -18,7 +18,7 @@ import pytest
 
 from fleet import completeness, exitcodes, outcome
 from fleet.agent.messages import ProfileResult
-from fleet.agent import procs, profiler, reports, run, wire, workload
+from fleet.agent import procs, profiler, reports, run, stops, wire, workload
 from fleet.store.manifest import HostEntry
 from tests.conftest import fleet_json, run_fleet
 from tests.harness.agent_node import Node, local_inventory_node
@@ -168,7 +168,7 @@ class Plan:
 def test_a_profiler_that_outlives_sigkill_is_not_waited_on_for_ever(tmp_path, monkeypatch):
     """A process stuck in the kernel outlives SIGKILL; none can be made here at will, so the kill is
     left unsent (the process stands for one that SIGKILL did not end) and the agent must still return."""
-    monkeypatch.setattr(profiler, "DISK_FULL_KILL_AFTER", 0.5)
+    monkeypatch.setattr(stops, "DISK_FULL_KILL_AFTER", 0.5)
     monkeypatch.setattr(profiler, "KILLED_WAIT", 1.0)
     monkeypatch.setattr(procs.Started, "kill", lambda self, reaped=False: None)
     monkeypatch.setattr(workload, "disk_is_full", lambda *folders: True)  # the disk stands for full
@@ -190,8 +190,8 @@ def test_a_profiler_left_after_sigkill_is_a_profiler_error_said_once(tmp_path, m
     """A profiler that ignored its stops at its time limit and outlived SIGKILL (the kill left unsent, as
     above): its session was cut, so the run is a profiler-error, said in one reason, and its report (none
     here) truncated; never "exited None", never helpers said to hold its output."""
-    monkeypatch.setattr(profiler, "STOP_GRACE", 0.2)
-    monkeypatch.setattr(profiler, "KILL_AFTER", 0.5)
+    monkeypatch.setattr(stops, "STOP_GRACE", 0.2)
+    monkeypatch.setattr(stops, "KILL_AFTER", 0.5)
     monkeypatch.setattr(profiler, "KILLED_WAIT", 1.0)
     monkeypatch.setattr(procs.Started, "kill", lambda self, reaped=False: None)
     (tmp_path / "hangs.py").write_text(HANGS)
