@@ -168,10 +168,10 @@ def test_the_default_run_folder_is_in_the_home_of_the_user_ray_runs_as():
 def test_a_whose_file_nested_past_the_stack_names_no_actor_and_raises_nothing(tmp_path):
     """A worker's whose file is the job's to write: 64 KB of ``[[[[`` is within its size bound and
     nests past the stack json.loads uses; the worker keeps its plain name."""
-    from fleet.slurm.raygather import whose_doc
+    from fleet.slurm.raygather import whose_of
     from fleet.store.manifest import ReportEntry
 
     whose = tmp_path / "worker-node1-11.whose.json"
     whose.write_text("[" * 60_000)
     rep = ReportEntry(remote=str(whose), stored=str(whose), size=60_000, verified=True, status="complete")
-    assert whose_doc([rep]) is None
+    assert whose_of([rep]) is None

@@ -220,6 +220,9 @@ READ_BESIDE_READERS = {
     # the job's marks, read into JobMarks where they are listed (slurm/jobs); the login host's
     # inventory variables
     "fleet/slurm/run.py": (set(), {"cluster.login.vars"}),
+    # a Ray worker's whose file (Whose); the listing's whose files by path and each report's
+    # extras, which fleet makes of the listing's lines
+    "fleet/slurm/raygather.py": ({"Whose.read"}, {"whose_files", "extras"}),
 }
 
 
@@ -333,3 +336,20 @@ def test_the_marks_a_job_left_read_what_is_not_of_their_shape_as_absent():
         odd = JobMarks.read([(RunDir.JOB_EXIT, exit_mark), (RunDir.JOB_RESTARTS, restarts), (RunDir.JOB_REFUSED, "")])
         assert (odd.job_exit, odd.restarts, odd.script_refused) == (None, 0, True)
     assert JobMarks.read([]) == JobMarks()
+
+
+def test_a_ray_workers_whose_file_reads_what_is_not_of_its_type_as_absent(tmp_path):
+    from fleet.slurm.raygather import Whose, actor_stem, ray_worker_name
+    from fleet.store.manifest import ReportEntry
+
+    said = {"actor_class": "Trainer", "actor_name": "trainer-0", "host": "node1", "gpu_ids": ["0", 1], "pid": 29064}
+    assert Whose.read(said) == Whose("Trainer", "trainer-0", None, "node1", ("0",), 29064)
+    assert actor_stem(Whose.read(said)) == "Trainer-trainer-0-29064"
+    odd = Whose.read({"actor_class": ["Trainer"], "actor_name": "", "task": 3, "host": {"n": 1}, "gpu_ids": "0",
+                      "pid": "29064"})
+    assert odd == Whose(actor_name="") and odd.words == [] and actor_stem(odd) is None
+    assert Whose.read(["not", "an", "object"]) is None and actor_stem(None) is None
+    whose = tmp_path / "worker-node1-11.whose.json"
+    whose.write_text(json.dumps(dict(said, pid="11", task="train")))
+    rep = ReportEntry(remote=str(whose), stored=str(whose), size=whose.stat().st_size, verified=True)
+    assert ray_worker_name([rep]) == "Trainer trainer-0 train on node1, GPU 0"

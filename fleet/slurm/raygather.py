@@ -7,11 +7,13 @@ from __future__ import annotations
 import json
 import os
 import re
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from .. import outcome, safenames
 from ..completeness import RAY_DRIVER
+from ..policy.readers import str_of, strs_of
 from ..rundir import RunDir
 from ..outcome import HostStatus
 from ..collection.bring import bring_home
@@ -40,11 +42,11 @@ async def workers_home(fan: "Fanout", via: "Host", run_dir: str, lines: list[str
     still ran when the job stopped waiting) is missing, its report never counted."""
     hosts = []
     marks, extras = made_of_reports([found for found in map(file_mark, lines) if found is not None])
-    whose, unfinished, reported = _listed(marks)
+    whose_files, unfinished, reported = _listed(marks)
     for found in marks:
         path, base = found["path"], RunDir.ray_base(found["path"])
         if RunDir.is_unfinished(path):
-            if base not in reported and base + RunDir.WHOSE not in whose:
+            if base not in reported and base + RunDir.WHOSE not in whose_files:
                 hosts.append(await _missing(fan, via, run_dir, found, directory, unfinished=True))
             continue
         if RunDir.is_whose(path):
@@ -52,7 +54,7 @@ async def workers_home(fan: "Fanout", via: "Host", run_dir: str, lines: list[str
                 hosts.append(await _missing(fan, via, run_dir, found, directory,
                                             unfinished=base in unfinished))
             continue
-        said = whose.get(base + RunDir.WHOSE)
+        said = whose_files.get(base + RunDir.WHOSE)
         if base in unfinished:  # what is at its name is what nsys had written when the job ended
             hosts.append(await _missing(fan, via, run_dir, said or found, directory,
                                         unfinished=True))
@@ -171,7 +173,35 @@ def driver_failed(how: str) -> HostEntry:
         f"the Ray program (the job's driver) {how}; its workers' reports are kept"))
 
 
-def whose_doc(reports: list) -> dict | None:
+@dataclass(frozen=True)
+class Whose:
+    """What a Ray worker's whose file says, as fleet's Ray hook writes it: its actor's class and
+    name (or its task's function), the node and GPUs it ran on, its pid. The file is in the job's
+    folder, so the job's to write: a value not of its type reads as absent."""
+    actor_class: str | None = None
+    actor_name: str | None = None
+    task: str | None = None
+    host: str | None = None
+    gpu_ids: tuple[str, ...] = ()
+    pid: int | None = None
+
+    @classmethod
+    def read(cls, doc: Any) -> "Whose | None":
+        """None for what is not a JSON object."""
+        if not isinstance(doc, dict):
+            return None
+        pid = doc.get("pid")
+        return cls(str_of(doc.get("actor_class")), str_of(doc.get("actor_name")),
+                   str_of(doc.get("task")), str_of(doc.get("host")), strs_of(doc.get("gpu_ids")),
+                   pid if isinstance(pid, int) else None)
+
+    @property
+    def words(self) -> list[str]:
+        """Its actor's class and name, or its task's function: those it says."""
+        return [w for w in (self.actor_class, self.actor_name, self.task) if w]
+
+
+def whose_of(reports: list) -> Whose | None:
     """What a Ray worker's whose file says (the job's, so read bounded and checked), or None."""
     for rep in reports:
         if not (rep.verified and RunDir.is_whose(rep.stored)) or (rep.size or 0) > 65536:
@@ -181,20 +211,18 @@ def whose_doc(reports: list) -> dict | None:
         # 64 KB of [[[[ nests past the stack json.loads uses
         except (OSError, ValueError, RecursionError):
             return None
-        return doc if isinstance(doc, dict) else None
+        return Whose.read(doc)
     return None
 
 
-def actor_stem(doc: dict | None) -> str | None:
+def actor_stem(whose: Whose | None) -> str | None:
     """A worker's files' name in the store: its actor's class and name (or its task's function)
     and its pid, ``Trainer-trainer-0-29064``, each word cut to the characters a file name keeps;
     None where that is no safe name."""
-    if not isinstance(doc, dict) or not isinstance(doc.get("pid"), int):
+    if whose is None or whose.pid is None:
         return None
-    words = [re.sub(r"[^A-Za-z0-9_.-]", "_", w)[:64]
-             for w in (doc.get(k) for k in ("actor_class", "actor_name", "task"))
-             if isinstance(w, str) and w]
-    stem = "-".join(words + [str(doc["pid"])])
+    words = [re.sub(r"[^A-Za-z0-9_.-]", "_", w)[:64] for w in whose.words]
+    stem = "-".join(words + [str(whose.pid)])
     # Never a name Ray's own reports have (worker-HOST-PID): one worker's files would take
     # another's.
     return stem if words and safenames.is_component(stem + RunDir.NSYS_REPORT) and \
@@ -206,7 +234,7 @@ def named_by_actor(reports: list) -> None:
     store by its actor (:func:`actor_stem`: ``worker-node1-29064_cuda_api_sum.csv`` becomes
     ``Trainer-trainer-0-29064_cuda_api_sum.csv``), beside where they came; kept as they came where
     that name is taken."""
-    stem = actor_stem(whose_doc(reports))
+    stem = actor_stem(whose_of(reports))
     base = next((Path(r.stored).name[: -len(RunDir.NSYS_REPORT)] for r in reports
                  if r.stored.endswith(RunDir.NSYS_REPORT)), None)
     renamed = [(rep, Path(rep.stored),
@@ -224,21 +252,17 @@ def ray_worker_name(reports: list) -> str | None:
     """A Ray worker as people know it, from the whose file it wrote (the job's, so read bounded and
     checked): ``Trainer trainer-a on node1, GPU 0, pid 123``, or the task's function; None without
     one."""
-    doc = whose_doc(reports)
-    if doc is None:
+    whose = whose_of(reports)
+    if whose is None:
         return None
-    words = [doc.get(k) for k in ("actor_class", "actor_name", "task")]
-    who = " ".join(w for w in words if isinstance(w, str) and w) or "worker"
-    named = (who + " " + _worker_where(doc)).strip()[:200]
+    who = " ".join(whose.words) or "worker"
+    named = (who + " " + _worker_where(whose)).strip()[:200]
     return "".join(c if c.isprintable() else "?" for c in named)  # the job's words reach a terminal
 
 
-def _worker_where(doc: dict) -> str:
+def _worker_where(whose: Whose) -> str:
     """Where a whose file says its worker ran, of what it says: ``on node1, GPU 0, pid 123``."""
-    gpus = [g for g in doc.get("gpu_ids") or [] if isinstance(g,
-                                                              str)] if isinstance(
-                                                                  doc.get("gpu_ids"), list) else []
-    where = [f"on {doc['host']}" if isinstance(doc.get("host"), str) else None,
-             f"GPU {','.join(gpus)}" if gpus else None,
-             f"pid {doc['pid']}" if isinstance(doc.get("pid"), int) else None]
+    where = [f"on {whose.host}" if whose.host is not None else None,
+             f"GPU {','.join(whose.gpu_ids)}" if whose.gpu_ids else None,
+             f"pid {whose.pid}" if whose.pid is not None else None]
     return ", ".join(w for w in where if w)
