@@ -1,7 +1,8 @@
 """A node's answers are read once, into types: the policy, the five doors and the readers of the
 live look and of ``fleet repair`` read fields, never a node's dict. Only the readers themselves
 (fleet/agent/wire.py, fleet/agent/messages.py, fleet/policy/nodestate.py, fleet/policy/readers.py)
-look into one."""
+look into one. What fleet reads back from a file, a job or a user is held the same way: a module
+reads it once, by its reader, and then reads its fields."""
 
 from __future__ import annotations
 
@@ -198,7 +199,6 @@ def test_what_a_playbooks_run_kept_reads_as_rows_and_what_is_not_a_row_is_said()
     assert RunManifest("20261207-000000-ab13").playbook_run == PlaybookRun()  # not a playbook's run
 
 
-
 # --- what fleet reads back from a file, a job or a user is read once, by a reader beside its use ---
 
 # Each module, its readers (a class's ``read`` or a function, by name: the only code that may look
@@ -309,8 +309,10 @@ def test_a_summarys_row_reads_a_cell_not_of_text_as_absent(tmp_path):
     assert SummaryRow.read({"Name": "gemm", "Total Time (ns)": "", "Total Time": "7"}) == SummaryRow("gemm", None, "7")
     short = SummaryRow.read({"Name": None, "Range": None, "Total Time (ns)": None})  # csv: a row short of its header
     assert short == SummaryRow() and (short.total_ns, short.range_name) == (0.0, "")
-    assert SummaryRow.read({"Name": "x", "Range": ":step"}).range_name == ":step" and SummaryRow.read(["x"]) == SummaryRow()
-    assert NcuRow.read({"Kernel Name": ["gemm"], "dram__bytes.sum": "1,024"}, "dram__bytes.sum") == NcuRow(None, "1,024")
+    assert SummaryRow.read({"Name": "x", "Range": ":step"}).range_name == ":step"
+    assert SummaryRow.read(["x"]) == SummaryRow()
+    assert NcuRow.read({"Kernel Name": ["gemm"], "dram__bytes.sum": "1,024"}, "dram__bytes.sum") == \
+        NcuRow(None, "1,024")
     assert NcuPage.read([{"Kernel Name": ""}], "dram__bytes.sum") is None and NcuPage.read([], "x") is None
     kern = tmp_path / "k.csv"
     kern.write_text("Time (%),Total Time (ns),Instances,Name\n60,600,1,gemm_a\n40,400\n")  # the last row short
@@ -320,7 +322,8 @@ def test_a_summarys_row_reads_a_cell_not_of_text_as_absent(tmp_path):
     assert metric_values(Metric("top_kernels", count=2), summaries) == {"kernel gemm_a": 600.0, "kernel None": 400.0}
     raw = tmp_path / "ncu.csv"
     raw.write_text('"Kernel Name","dram__bytes.sum"\n"","byte"\n"gemm","1,024"\n"gemm"\n')
-    assert ncu_value(Metric("ncu", "dram__bytes.sum", kernel="gemm"), raw) == {"ncu dram__bytes.sum of gemm (byte)": 1024.0}
+    assert ncu_value(Metric("ncu", "dram__bytes.sum", kernel="gemm"), raw) == \
+        {"ncu dram__bytes.sum of gemm (byte)": 1024.0}
 
 
 def test_the_marks_a_job_left_read_what_is_not_of_their_shape_as_absent():
