@@ -28,7 +28,7 @@ from pathlib import Path
 
 import pytest
 
-from fleet.agent import bundle, owned, wire
+from fleet.agent import asroot, bundle, owned, wire
 
 SOURCES = {name: bundle.source_path(name) for name in bundle.shipped()}
 AGENT_PACKAGE = {"fleet_agent_" + p.stem: p for p in sorted((Path(bundle.__file__).parent).glob("*.py"))
@@ -100,7 +100,7 @@ def test_every_mode_is_served_by_a_shipped_module_with_a_main():
         tree = ast.parse(SOURCES[name].read_text(encoding="utf-8"))
         assert any(isinstance(n, ast.FunctionDef) and n.name == "main" for n in tree.body), (mode, name)
     module, attribute = bundle.HAND_OVER
-    assert module in bundle.shipped() and getattr(owned, attribute, "missing") is None
+    assert module in bundle.shipped() and getattr(asroot, attribute, "missing") is None
 
 
 def vermin() -> str:
@@ -160,7 +160,7 @@ def test_fleets_shipped_modules_evaluate_no_type_unions_or_builtin_generics(name
     assert [f"{FLEETS_OWN[name]}:{line}: {text}" for line, text in evaluated_type_expressions(tree)] == []
 
 
-# --- the agent's own bytes, handed to the sudo re-run by the loader (owned.SHIPPED_AS) ---
+# --- the agent's own bytes, handed to the sudo re-run by the loader (asroot.SHIPPED_AS) ---
 
 # It answers as the agent it was asked to run would: one "repair" answer of the wire.
 SUDO_STAND_IN = """#!/usr/bin/python3
@@ -211,10 +211,10 @@ def test_the_agent_from_a_file_says_it_cannot_re_run_itself_under_sudo(as_nobody
 
 def test_the_installed_package_does_the_step_itself_as_root(tmp_path):
     """Imported from the package (not shipped) nothing is handed over; as root nothing is needed."""
-    assert owned.SHIPPED_AS is None
+    assert asroot.SHIPPED_AS is None
     if os.geteuid() != 0:
         with pytest.raises(owned.OwnedError, match="cannot re-run itself under sudo"):
-            owned.privileged("repair", state_dir=str(tmp_path))
+            asroot.privileged("repair", state_dir=str(tmp_path))
     else:
-        assert owned.privileged("repair", state_dir=str(tmp_path)) == {"restored": {}, "dcgm_resumed": False,
-                                                                       "held": {}}
+        assert asroot.privileged("repair", state_dir=str(tmp_path)) == {"restored": {}, "dcgm_resumed": False,
+                                                                        "held": {}}

@@ -23,7 +23,7 @@ import pytest
 import yaml
 
 from fleet.lab import profile
-from fleet.agent import locks, owned
+from fleet.agent import holders, locks
 from fleet.inventory import load
 from fleet.plan import LabPart, ProfileRequest
 from fleet.store import kernel_rows
@@ -143,7 +143,7 @@ def test_an_agent_killed_on_the_node_is_repaired_by_fleet_repair(lab):
         [agent] = held_entries(lab)["kernel.perf_event_paranoid"]["holders"]
         os.kill(agent["pid"], signal.SIGKILL)  # the agent dies without putting anything back
         assert lab["paranoid"].read() == "2"
-        wait_for(lambda: owned.start_time(agent["pid"]) is None)  # gone (reaped by sshd)
+        wait_for(lambda: holders.start_time(agent["pid"]) is None)  # gone (reaped by sshd)
         held = held_entries(lab)
         out = run_fleet("repair", "h01", "--dry-run", env=lab["c"].env())
         assert (out.returncode, out.stdout) == (0, "h01: would put back kernel.perf_event_paranoid=3\n"), out.stderr

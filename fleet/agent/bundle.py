@@ -33,8 +33,8 @@ MODES = {
     "look": "fleet_agent_look",  # fleet top: a sample a line until the reader goes
     "profile": "fleet_agent_run",
     "lab": "fleet_agent_labrun",  # a lab server's probe, plan and run in one call
-    "repair": "fleet_agent_owned",
-    "owned": "fleet_agent_owned",  # one step re-run under sudo -n (owned.privileged)
+    "repair": "fleet_agent_asroot",
+    "owned": "fleet_agent_asroot",  # one step re-run under sudo -n (asroot.privileged)
     "task": "fleet_agent_task",
     "slurmd": "fleet_agent_slurmd",
     # a Ray run's end: its workers' nsys waited for, their reports summarized
@@ -50,8 +50,8 @@ BOOTSTRAP = ("import sys,zlib;b=sys.stdin.buffer.read();"
 CODE_CACHE = "fleet_agent_codecache"
 
 # The shipped module the loader hands the agent's own bytes to, and the attribute it sets there:
-# the steps that need root run the same agent again under `sudo -n` (owned.privileged).
-HAND_OVER = ("fleet_agent_owned", "SHIPPED_AS")
+# the steps that need root run the same agent again under `sudo -n` (asroot.privileged).
+HAND_OVER = ("fleet_agent_asroot", "SHIPPED_AS")
 
 _LOADER = '''\
 import sys

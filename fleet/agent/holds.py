@@ -8,9 +8,11 @@ Runs ON THE NODE (standard library, Python 3.8), for the agent's run (:mod:`run`
 from __future__ import annotations
 
 try:  # as shipped by fleet, every module travels under a flat name
+    import fleet_agent_asroot as asroot
     import fleet_agent_locks as gpu_locks
     import fleet_agent_owned as owned
 except ImportError:  # as part of the installed package (tests, the local machine)
+    from . import asroot
     from . import locks as gpu_locks
     from . import owned
 
@@ -49,16 +51,16 @@ class NodeChanges:
         if plan.sysctls:
             try:
                 self.made = True
-                result["changed"] = owned.privileged("acquire_sysctls", wanted=plan.sysctls,
-                                                     owned=plan.owned_sysctls, holder=self.holder)
+                result["changed"] = asroot.privileged("acquire_sysctls", wanted=plan.sysctls,
+                                                      owned=plan.owned_sysctls, holder=self.holder)
             except (owned.OwnedError, OSError) as e:
                 # Root never answered: nothing was changed, so there is nothing to put back.
-                self.made = not isinstance(e, owned.NoRoot)
+                self.made = not isinstance(e, asroot.NoRoot)
                 plan = plan.without_sampling("could not set %s (%s)" % (", ".join(plan.sysctls), e))
                 result["given_up"] = list(plan.given_up)
         if plan.pause_dcgm:
             self.made = True
-            owned.privileged("pause_dcgm", holder=self.holder)
+            asroot.privileged("pause_dcgm", holder=self.holder)
             result["changed"]["dcgm"] = "profiling paused"
         return plan
 
@@ -68,7 +70,7 @@ class NodeChanges:
         # once: early where a yield gave the node back (give_back), else at the run's end
         self.made = False
         try:
-            result["restored"] = owned.privileged("release", holder=self.holder)
+            result["restored"] = asroot.privileged("release", holder=self.holder)
         except Exception as e:  # reported; the next run or `fleet repair` puts it back
             result["notes"].append("could not put back node state now "
                                    "(%s); `fleet repair` will" % e)

@@ -11,10 +11,11 @@ Runs ON THE NODE (standard library only, Python 3.8). The rules:
   flock, so concurrent runs on a node count correctly.
 * A holder that died without leaving (fleet or the agent killed) is found by
   the next agent on the node, or by ``fleet repair``, which restore. A Slurm
-  job holds through its prolog-made marker (see ``job_holder``).
+  job holds through its prolog-made marker (:mod:`holders`).
 * The state directory belongs to root and is checked for owner, mode and
   symlinks before use: no other account can plant a value for root to
-  "restore". Changing sysctls needs root anyway.
+  "restore". Changing sysctls needs root anyway (reached through ``sudo -n``
+  where it can be: :mod:`asroot`).
 * GPU counter locks (:mod:`locks`) are flocks on files in /var/lock, one per GPU, shared by
   all users of the node; a lock dies with its process.
 """
@@ -24,27 +25,14 @@ from __future__ import annotations
 import fcntl
 import json
 import os
-import pwd
 import stat
 import subprocess
-import sys
-import time
 
 try:  # as shipped by fleet, every module travels under a flat name
-    import fleet_agent_files as files
-    import fleet_agent_nodeconfig as nodeconfig
-    import fleet_agent_wire as wire
-    import fleet_policy as policy
+    import fleet_agent_holders as holders
 except ImportError:  # as part of the installed package (tests, the local machine)
-    from . import files, nodeconfig, wire
-    from .. import policy
+    from . import holders
 
-# How this agent was shipped, so a step that needs root can run the same
-# agent again under `sudo -n`:
-# (the bootstrap one-liner, the compressed agent it read from stdin). Set by the bundle's loader
-# (fleet/agent/bundle.py) right after it loads this module. None when the agent runs from a file
-# (Slurm) or from the installed package: there is nothing to hand to sudo then.
-SHIPPED_AS = None
 STATE_DIR = os.environ.get("FLEET_STATE_DIR", "/var/lib/fleet")
 
 
@@ -58,61 +46,8 @@ class LostRecord(OwnedError):
     now is neither put back on a guess nor taken as the original to put back later."""
 
 
-class NoRoot(OwnedError):
-    """Root could not be reached at all (no sudo, sudo wants a password), or root reached through
-    sudo would set none of what was asked (the node's config does not list it): nothing changed."""
-
-
-def start_time(pid):
-    """The process's start time in clock ticks, or None when it is gone."""
-    try:
-        with open("/proc/%d/stat" % pid) as f:
-            return int(f.read().rsplit(")", 1)[1].split()[19])
-    except (OSError, IndexError, ValueError):
-        return None
-
-
-def me():
-    return {"pid": os.getpid(), "start": start_time(os.getpid()),
-            "user": pwd.getpwuid(os.getuid()).pw_name}
-
-
-JOB_GRACE = 300  # seconds a job's marker counts as alive before its slurmstepd is seen
-
-
-def job_holder(job_id, jobs_dir):
-    """A Slurm job as a holder: it lives while its marker (made by the prolog, removed by the
-    epilog) exists, and either a slurmstepd of the job runs here or the marker is new."""
-    return {"job": str(job_id), "marker": os.path.join(jobs_dir, str(job_id))}
-
-
-def _job_running(job_id):
-    prefix = "slurmstepd: [%s." % job_id
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open("/proc/%s/cmdline" % entry, "rb") as f:
-                    if f.read(64).decode(errors="replace").startswith(prefix):
-                        return True
-            except OSError:
-                continue
-    return False
-
-
-def alive(holder):
-    if "job" in holder:
-        try:
-            age = time.time() - os.lstat(holder["marker"]).st_mtime
-        except OSError:
-            return False
-        return age < JOB_GRACE or _job_running(holder["job"])
-    return start_time(holder["pid"]) == holder.get("start")
-
-
-def _same(a, b):
-    if "job" in a or "job" in b:
-        return a.get("job") == b.get("job")
-    return (a["pid"], a.get("start")) == (b["pid"], b.get("start"))
+# The holder a run registers as: this agent process (run.py asks owned.me for it).
+me = holders.me
 
 
 def _safe_dir(path):
@@ -241,7 +176,8 @@ def acquire_sysctls(wanted, owned, holder, state_dir=None, baselines=None):
                 entry = s.data["sysctls"][name] = {"original": original, "value": str(value),
                                                    "holders": []}
                 write_sysctl(name, value)
-            if not any(_same(h, holder) for h in entry["holders"]):  # a prolog run twice holds once
+            # a prolog run twice holds once
+            if not any(holders.same(h, holder) for h in entry["holders"]):
                 entry["holders"].append(holder)
             changes[name] = {"from": entry["original"], "to": str(value)}
         _settle(s)  # what only dead runs held goes back now
@@ -275,7 +211,7 @@ def release(holder, state_dir=None):
     with State(state_dir) as s:
         for entry in list(s.data["sysctls"].values()) + ([s.data["dcgm"]] if s.data.get("dcgm")
                                                          else []):
-            entry["holders"] = [h for h in entry["holders"] if not _same(h, holder)]
+            entry["holders"] = [h for h in entry["holders"] if not holders.same(h, holder)]
         return _settle(s)
 
 
@@ -294,7 +230,7 @@ def repair(state_dir=None, dry_run=False):
 def _drop_dead(s):
     for entry in list(s.data["sysctls"].values()) + ([s.data["dcgm"]] if s.data.get("dcgm")
                                                      else []):
-        entry["holders"] = [h for h in entry["holders"] if alive(h)]
+        entry["holders"] = [h for h in entry["holders"] if holders.alive(h)]
 
 
 def _settle(s, dry_run=False):
@@ -334,85 +270,3 @@ def pause_dcgm(holder, state_dir=None):
 
 OPS = {"repair": repair, "acquire_sysctls": acquire_sysctls, "release": release,
        "pause_dcgm": pause_dcgm}
-
-
-NO_ROOT_REMEDY = ("run as root, have an admin allow it without a password (sudoers), "
-                  "or profile through Slurm where fleet's prolog sets it")
-
-
-def privileged(op, **kw):
-    """Do one state-changing step as root: directly, or by running this agent
-    again under ``sudo -n``."""
-    if os.geteuid() == 0:
-        return OPS[op](**kw)
-    if SHIPPED_AS is None:
-        raise NoRoot("changing node state needs root, and this agent "
-                     "cannot re-run itself under sudo")
-    bootstrap, bundle = SHIPPED_AS
-    try:
-        out = subprocess.run(["sudo", "-n", sys.executable, "-c", bootstrap,
-                              json.dumps(dict(kw, mode="owned", op=op))],
-                             input=bundle, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                             timeout=120)
-    except FileNotFoundError:
-        raise NoRoot("changing node state needs root, and this node has "
-                     "no sudo: %s" % NO_ROOT_REMEDY)
-    except subprocess.TimeoutExpired:
-        raise OwnedError("as root through sudo -n: no answer within 120 s")
-    doc = _sudo_answer(out)
-    if out.returncode != 0 or not isinstance(doc, dict) or "error" in doc:
-        raise _sudo_failure(out, doc)
-    return doc.get("value")
-
-
-def _sudo_answer(out):
-    """The answer of the agent re-run under sudo (a "repair" answer), {} where it gave none, or
-    {"error": ...} saying what it printed instead."""
-    text = out.stdout.decode(errors="replace")
-    try:
-        return wire.read(text, "repair") if out.returncode in (0, 1) else {}
-    except wire.WireError as e:
-        return {"error": "%s: %.200r" % (e, text.strip()[-200:])} if text.strip() else {}
-
-
-def _sudo_failure(out, doc):
-    """Why the step as root failed: NoRoot where sudo would not run it (or it changed nothing),
-    else OwnedError."""
-    said = out.stderr.decode(errors="replace").strip().splitlines()[-1:] or ["no output"]
-    why = doc.get("error") if isinstance(doc, dict) and doc.get("error") else said[0]
-    if "password is required" in why or "may not run sudo" in why or "not in the sudoers" in why:
-        return NoRoot("as root through sudo -n: %s: %s" % (why, NO_ROOT_REMEDY))
-    if isinstance(doc, dict) and doc.get("nothing_changed") is True:
-        return NoRoot("as root through sudo -n: %s" % why)
-    return OwnedError("as root through sudo -n: %s" % why)
-
-
-def through_sudo(mode):
-    """Whether this agent is root reached through sudo (``owned.privileged`` re-runs it as mode
-    "owned"; sudo sets SUDO_UID): then the caller is not who decides what root changes."""
-    return os.geteuid() == 0 and (mode == "owned" or "SUDO_UID" in os.environ)
-
-
-def _as_root(op, kw, mode):
-    if op == "acquire_sysctls" and through_sudo(mode):
-        allowed, why = policy.sudo_sysctls(kw.get("wanted") or {}, *nodeconfig.owned_sysctls())
-        if why:
-            raise NoRoot(why)
-        kw = dict(kw, owned=allowed)
-    return OPS[op](**kw)
-
-
-def main(args):
-    """Entry point for ``fleet repair`` and for steps re-run under sudo: one JSON line out."""
-    op = args.get("op", "repair")
-    kw = {k: v for k, v in args.items() if k not in ("mode", "op")}
-    result = {"host": os.uname()[1]}
-    try:
-        result["value"] = _as_root(op, kw,
-                                   args.get("mode")) if os.geteuid() == 0 else privileged(op, **kw)
-    except NoRoot as e:
-        result["error"], result["nothing_changed"] = str(e), True
-    except (OwnedError, OSError) as e:
-        result["error"] = str(e)
-    sys.stdout.write(wire.frame("repair", result))
-    return 1 if "error" in result else 0

@@ -44,6 +44,7 @@ import time
 try:  # as shipped by fleet, every module travels under a flat name
     import fleet_agent_files as files
     import fleet_agent_gpus as nvml_gpus
+    import fleet_agent_holders as holders
     import fleet_agent_node as node
     import fleet_agent_nodeconfig as nodeconfig
     import fleet_agent_owned as owned
@@ -51,7 +52,7 @@ try:  # as shipped by fleet, every module travels under a flat name
     import fleet_rundir as rundir
     import fleet_policy as policy
 except ImportError:  # as part of the installed package
-    from . import files, node, nodeconfig, owned, qdstrm
+    from . import files, holders, node, nodeconfig, owned, qdstrm
     from . import gpus as nvml_gpus
     from .. import policy, rundir
 
@@ -223,7 +224,7 @@ def prolog(env, config):
                "tenants": [str(t) for t in policy.tenants(state, seen)]
                + policy.unseen_tenants(state, seen),
                "by_gpu": tenants_by_gpu(state, seen), "dcgm": None}
-    holder = owned.job_holder(job["id"], config["jobs_dir"])
+    holder = holders.job_holder(job["id"], config["jobs_dir"])
     wanted = {n: config["owned_sysctls"][n] for n in request["sysctls"]
               if n in config["owned_sysctls"]}
     done["ignored_sysctls"] = [n for n in request["sysctls"] if n not in config["owned_sysctls"]]
@@ -261,7 +262,7 @@ def tenants_by_gpu(state, seen):
 
 def epilog(env, config):
     job = job_of(env)
-    holder = owned.job_holder(job["id"], config["jobs_dir"])
+    holder = holders.job_holder(job["id"], config["jobs_dir"])
     marker = os.path.join(config["jobs_dir"], job["id"])
     done = {"job": job["id"]}
     try:
