@@ -106,3 +106,13 @@ def recorded_cases() -> dict[str, set[str]]:
         elif pattern and not line.endswith("bytes"):
             pattern = None
     return cases
+
+
+def test_only_a_large_report_has_its_summaries_made_beside_its_export(tmp_path):
+    """/bin/true's report (74 KB) is summarized in milliseconds after its export: three more exports,
+    each loading the report again, would only cost."""
+    small, big = tmp_path / "small.nsys-rep", tmp_path / "big.nsys-rep"
+    small.write_bytes(b"x" * 75_000)
+    with open(big, "wb") as f:
+        f.truncate(reports.SIDE_EXPORT_BYTES)
+    assert not reports.large(str(small)) and reports.large(str(big)) and not reports.large(str(tmp_path / "gone"))

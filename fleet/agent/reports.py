@@ -46,6 +46,9 @@ STATS_TIMEOUT = 600.0  # nsys export of a large report takes minutes; one that h
 # one busy thread each: done where the node has SIDE_EXPORT_CPUS CPUs for each report exported at
 # once, else the summaries are made from the whole export, as before.
 SIDE_EXPORT_CPUS = 4
+# A small report's summaries take little after its export (a few ms for /bin/true's): below this
+# size, three more exports would load the report again for nothing.
+SIDE_EXPORT_BYTES = 4 << 20
 # what a profiler says when the disk filled
 DISK_FULL = tuple(words.encode() for words in workload.DISK_FULL_WORDS)
 # bytes: a report's folder with less free when it is taken is full, the report cut
@@ -141,7 +144,7 @@ def summarize(nsys, reports, notes):
 
     def one(i):
         try:
-            done[i] = summarize_one(nsys, reports[i], beside)
+            done[i] = summarize_one(nsys, reports[i], beside and large(reports[i]["path"]))
         # in a thread: an extra that failed is a note, never a traceback or the report's loss
         except Exception as e:
             done[i] = ([],
@@ -154,6 +157,14 @@ def summarize(nsys, reports, notes):
         out.extend(entries)
         notes.extend(said)
     return out
+
+
+def large(report):
+    """Whether the report is large enough for its summaries to be made beside its export."""
+    try:
+        return os.stat(report).st_size >= SIDE_EXPORT_BYTES
+    except OSError:  # gone: its export will say so
+        return False
 
 
 def summarize_one(nsys, rep, beside=False):
