@@ -3,14 +3,14 @@
 Pure and Python 3.8, like :mod:`fleet.policy`, whose verdicts it follows: the policy says
 what is allowed and why; this module turns an allowed request into the exact
 profiler command (kept in parts: :class:`Command`), environment, sysctls, locks and
-checks for one node. The plan is applied, never patched: what changes at run time
+checks for one node: the user's -X flags against fleet's (:mod:`fleet.userflags`), what nsys
+is given (:mod:`fleet.nsyspart`). The plan is applied, never patched: what changes at run time
 (sampling given up, a container around it) is a new plan made by a method here.
 ``--dry-run`` prints these plans and touches nothing.
 """
 
 from __future__ import annotations
 
-import re
 import shlex
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
@@ -18,93 +18,24 @@ from typing import Any
 try:  # as shipped to a Slurm task by fleet (fleet/agent/task.py), modules travel under flat names
     from fleet_rundir import RunDir
     import fleet_policy as policy
-    from fleet_wrapping_nsysopts import (NSYS_REPEATABLE, NSYS_SHORT,  # noqa: F401
-                                         NSYS_SWITCHES, nsys_options)
+    from fleet_nsyspart import NsysPart, nsys_part
     from fleet_request import RECORD, LabPart, ProfileRequest, RankPart  # noqa: F401
+    # the user's -X flags: fleet.userflags (its profiler_args_error is read from here too)
+    from fleet_userflags import option_values, profiler_args_error, without_overridden
     import fleet_wrapping_windows as windows
 except ImportError:
     from . import policy
     from .rundir import RunDir
-    from .wrapping.nsysopts import (NSYS_REPEATABLE, NSYS_SHORT,  # noqa: F401
-                                    NSYS_SWITCHES, nsys_options)
+    from .nsyspart import NsysPart, nsys_part
     # what the user asks: fleet.request
     from .request import RECORD, LabPart, ProfileRequest, RankPart  # noqa: F401
+    from .userflags import option_values, profiler_args_error, without_overridden
     from .wrapping import windows
 
 DEGRADED, OK, REFUSED, NodeState = policy.DEGRADED, policy.OK, policy.REFUSED, policy.NodeState
 
-# The user's -X flags meet fleet's own. Output names are fleet's: it finds, hashes and brings
-# home the report by them. Elsewhere the user's explicit choice wins and fleet drops its own
-# flag (nsys refuses an option given twice). Spellings as nsys and ncu 2025.3 take them.
-OUTPUT_OPTIONS = {"nsys": ("-o", "--output"), "ncu": ("-o", "--export")}
-USER_WINS = {"nsys": ("--sample", "--cpuctxsw", "--duration", "--session-new"),
-             "ncu": ("--clock-control",)}
-# nsys options under which its --duration no longer counts from the workload's start: fleet's
-# --timeout is then the agent's signal at the time, not --duration.
-DURATION_MOVED_BY = ("--delay", "--capture-range", "--kill")
 MAX_TIMEOUT = 10 * 366 * 86400  # seconds: past any job's limit (Slurm's INFINITE reads as a year)
 MAX_RANKS = 4096  # ranks one lab host's launcher may be counted to start: past any one host's cores
-
-def _names(word: str, name: str) -> bool:
-    """Whether ``word`` gives ncu's option ``name``: ncu also takes a long option's unique prefix
-    (``--exp`` for ``--export``, seen with 2025.3), and a short one's value attached."""
-    given = word.split("=", 1)[0]
-    if name.startswith("--"):
-        return given == name or (given.startswith("--") and len(given) > 2
-                                 and name.startswith(given))
-    return word == name or (word.startswith(name) and len(word) > len(name))
-
-
-def _option_values(tool: str, words: tuple[str, ...],
-                   spellings: tuple[str, ...]) -> list[str | None]:
-    """The values the words give any of these options (None for one given without a value)."""
-    if tool == "nsys":
-        wanted = {NSYS_SHORT.get(s, s) for s in spellings}
-        return [value for name, value, _ in nsys_options(words)[0] if name in wanted]
-    found = []
-    for i, w in enumerate(words):
-        name = next((n for n in spellings if _names(w, n)), None)
-        if name is None:
-            continue
-        if "=" in w and name.startswith("--"):
-            found.append(w.split("=", 1)[1])
-        elif not name.startswith("--") and len(w) > len(name):
-            found.append(w[len(name):])
-        else:
-            found.append(words[i + 1] if i + 1 < len(words) else None)
-    return found
-
-
-def profiler_args_error(tool: str, args: tuple[str, ...]) -> str | None:
-    """Why the user's profiler flags cannot be run as given, or None: nsys would refuse them, or
-    they take what is fleet's."""
-    if tool == "nsys" and (why := nsys_options(args)[1]):
-        return why
-    if _option_values(tool, args, OUTPUT_OPTIONS.get(tool, ())):
-        return (f"-X {' / '.join(OUTPUT_OPTIONS[tool])} is fleet's: it names each report so it can "
-                "find, hash and bring it home (reports land in the store, --store; `fleet reports "
-                "pull RUN DIR` copies them out)")
-    if _option_values(tool, args, policy.COUNTER_OPTIONS.get(tool, ())):
-        return ("-X --gpu-metrics-devices would program the counters of GPUs fleet has not checked "
-                "for tenants: pass --gpu-metrics, and fleet samples the GPUs the run "
-                "was given once they are free")
-    return None
-
-
-def _without_overridden(tool: str, flags: list[str], user: tuple[str, ...]) -> list[str]:
-    """Fleet's flags less those the user chose a value for (a flag and its value go together)."""
-    chosen = {name for name in USER_WINS.get(tool, ()) if _option_values(tool, user, (name,))}
-    kept, skip = [], False
-    for i, f in enumerate(flags):
-        if skip:
-            skip = False
-            continue
-        name = f.split("=", 1)[0]
-        if name in chosen:
-            skip = "=" not in f and i + 1 < len(flags) and not flags[i + 1].startswith("-")
-            continue
-        kept.append(f)
-    return kept
 
 
 @dataclass(frozen=True)
@@ -201,7 +132,7 @@ class Plan:
         flags, line = policy.sampling_given_up(why)
         if self.tool != "nsys":
             return self
-        extra = tuple(f for f in _without_overridden("nsys", list(flags), self.command.user_flags)
+        extra = tuple(f for f in without_overridden("nsys", list(flags), self.command.user_flags)
                       if f not in self.command.fleet_flags)
         return replace(self, command=replace(self.command, fleet_flags=self.command.fleet_flags
                                              + extra),
@@ -232,13 +163,13 @@ def plan(host: str, state: policy.NodeState, req: ProfileRequest,
     chosen = policy.chosen_gpus(state, request)
     tools = state.tools
     if req.tool == "nsys":
-        nsys = _nsys(host, req, verdicts, chosen, output)
+        nsys = nsys_part(host, req, verdicts, chosen, output)
         command = Command((tools.nsys.path, "profile"), nsys.flags, req.profiler_args, workload,
                           launcher=starts)
     else:
-        flags = _without_overridden("ncu", ["--clock-control", req.clock_control, "--export",
-                                            output],
-                                    req.profiler_args)
+        flags = without_overridden("ncu", ["--clock-control", req.clock_control, "--export",
+                                           output],
+                                   req.profiler_args)
         command = Command((tools.ncu.path,), tuple(flags), req.profiler_args, workload,
                           launcher=starts)
         nsys = NsysPart((), [], {}, None)  # ncu gives up nothing, sets no sysctl and has no session
@@ -302,61 +233,6 @@ def _refused_by_policy(host: str, req: ProfileRequest, base: policy.Verdict,
     return None
 
 
-@dataclass(frozen=True)
-class NsysPart:
-    """What fleet gives nsys for a run: its flags, what was given up, the owned sysctls to set, and
-    the name of the run's nsys session (None: none)."""
-    flags: tuple[str, ...]
-    given_up: list[str]
-    sysctls: dict[str, Any]
-    session: str | None
-
-
-def _nsys(host: str, req: ProfileRequest, verdicts: dict, chosen: tuple[policy.Gpu, ...],
-          output: str) -> NsysPart:
-    sampling = verdicts["nsys-cpu-sampling"]
-    flags = [f"--output={output}", *sampling.flags]
-    # One nsys on the node itself, which `nsys stop` there reaches: not under a launcher (each
-    # rank's nsys would need a session of its own) nor in a container. Those yield with SIGTERM, as
-    # before. The session is every such run's: a yield stops it, and so does Ctrl-C's "leave the
-    # workload running".
-    reachable = req.launcher is None and req.docker_image is None
-    if req.gpu_metrics:
-        flags.append("--gpu-metrics-devices=" + ",".join(str(g.index) for g in chosen))
-    if reachable:
-        flags.append("--session-new=" + session_name(req.run_id, host))
-    flags = _without_overridden("nsys", flags + _nsys_end(req), req.profiler_args)
-    return NsysPart(tuple(flags), _given_up(verdicts), dict(sampling.sysctls),
-                    _session(req, flags, reachable))
-
-
-def _given_up(verdicts: dict) -> list[str]:
-    """What the nsys run gives up, by the policy's verdicts: CPU sampling, GPU activity."""
-    base, sampling = verdicts["nsys-trace"], verdicts["nsys-cpu-sampling"]
-    given_up = ([policy.sampling_given_up(sampling.reasons[0].split(":")[0])[1]]
-                if sampling.status == DEGRADED else [])
-    return given_up + (["GPU activity: " + base.reasons[0]] if base.status == DEGRADED else [])
-
-
-def _nsys_end(req: ProfileRequest) -> list[str]:
-    """How nsys's collection ends: a window's (fleet.wrapping.windows: the report written, the
-    workload going on), or the timeout's own --duration, which keeps the kernels where SIGTERM or
-    SIGINT to nsys or to the workload lost every one of them on an H200
-    (tests/fixtures/tools-2025.3-h200). A Slurm rank's time bound with a window the workload opens
-    is the agent's signal, not --duration."""
-    if (flags := windows.nsys_flags(req)):
-        return flags
-    if req.timeout and not _option_values("nsys", req.profiler_args, DURATION_MOVED_BY):
-        return [f"--duration={-int(-req.timeout // 1)}"]
-    return []
-
-
-def _session(req: ProfileRequest, flags: list[str], reachable: bool) -> str | None:
-    """The run's nsys session a yield stops: fleet's, or the one the user named with -X."""
-    ours = [f.split("=", 1)[1] for f in flags if f.startswith("--session-new=")]
-    theirs = [v for v in _option_values("nsys", req.profiler_args, ("--session-new",)) if v
-              and reachable]
-    return (ours or theirs or [None])[0]
 
 
 # --detach: the workload's output goes to a file of the run's from its start ($0: the file, made
@@ -368,7 +244,7 @@ DETACH_SH = 'set -C; exec >"$0" 2>&1; exec "$@"'
 def window_problem(req: ProfileRequest) -> str | None:
     """Why the request's window (--window, --nvtx-window, --cuda-profiler-window, with --detach or
     --repeat) cannot be planned as asked, or None (fleet.wrapping.windows)."""
-    return windows.problem(req, lambda option: _option_values("nsys", req.profiler_args, (option,)))
+    return windows.problem(req, lambda option: option_values("nsys", req.profiler_args, (option,)))
 
 
 def _windows(host: str, req: ProfileRequest, run_dir: str, workload: tuple[str, ...]):
@@ -396,12 +272,6 @@ def detached(workload: tuple[str, ...], output: str) -> tuple[str, ...]:
     return ("sh", "-c", DETACH_SH, output, *workload)
 
 
-def session_name(run_id: str, host: str) -> str:
-    """The run's nsys session on a host (``fleet-RUN-HOST``): a newcomer on a GPU whose metrics nsys
-    samples is yielded to by ``nsys stop`` of it, which keeps the report's kernels and leaves the
-    workload running (tests/fixtures/nsys-sessions-h100), where SIGTERM ended the workload and lost
-    them. Unique on the node while the run is, and of letters, digits, '.', '_' and '-' only."""
-    return re.sub(r"[^A-Za-z0-9._-]", "-", f"fleet-{run_id}-{host}")[:120]
 
 
 def _launched(host: str, req: ProfileRequest, run_dir: str) -> tuple[tuple[str, ...],

@@ -1,8 +1,9 @@
 """fleet reads the user's -X words as nsys 2025.3 reads its command line, and refuses what nsys
 would refuse before anything is touched: an ambiguous prefix (--dur), an unknown option, an
-option given twice, an option without its value. fleet's list of nsys's switches (fleet/plan.py)
-is held to the recorded `nsys profile --help`, and its verdicts to the nsys stand-in, which reads
-that recording itself and replays what the real nsys said (tests/fixtures/tools-2025.3-h200)."""
+option given twice, an option without its value. fleet's list of nsys's switches
+(fleet/wrapping/nsysopts.py) is held to the recorded `nsys profile --help`, and its verdicts to the
+nsys stand-in, which reads that recording itself and replays what the real nsys said
+(tests/fixtures/tools-2025.3-h200)."""
 
 from __future__ import annotations
 
@@ -15,8 +16,9 @@ from pathlib import Path
 import pytest
 
 from fleet import policy
-from fleet.plan import NSYS_REPEATABLE, NSYS_SHORT, NSYS_SWITCHES, LabPart, Plan, ProfileRequest, nsys_options, \
-    plan, profiler_args_error
+from fleet.plan import LabPart, Plan, ProfileRequest, plan
+from fleet.userflags import profiler_args_error
+from fleet.wrapping.nsysopts import NSYS_REPEATABLE, NSYS_SHORT, NSYS_SWITCHES, nsys_options
 from fleet.slurm.launchers import unsupported
 
 TOOLS = Path(__file__).parent / "fixtures" / "tools-2025.3-h200"

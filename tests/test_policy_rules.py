@@ -230,7 +230,7 @@ OWNED_BY_FLEET = [("nsys", ("-o", "mine")), ("nsys", ("--output=mine",)), ("nsys
 def test_flags_that_break_fleets_contract_are_refused_before_anything_runs(tool, user):
     """-X -o mine was accepted and the report never collected; -X --gpu-metrics-devices=all
     programmed the counters of GPUs nobody had checked for tenants."""
-    from fleet.plan import profiler_args_error
+    from fleet.userflags import profiler_args_error
 
     assert profiler_args_error(tool, user)
     p = _nsys_plan(*user, tool=tool, paranoid=2)

@@ -1,9 +1,9 @@
 """Yielding without ending the workload: ``nsys stop`` of the run's named nsys session.
 
 Runs ON THE NODE (standard library, Python 3.8), for :mod:`profiler`. A run whose nsys samples GPU
-metrics is started in a session of its own (``--session-new``, fleet.plan.session_name). Yielding
-to a newcomer through it stops the collection alone; SIGTERM to nsys ended the workload and lost
-every kernel not yet saved (tests/fixtures/tools-2025.3-h200, nsys-sigterm).
+metrics is started in a session of its own (``--session-new``, fleet.nsyspart.session_name).
+Yielding to a newcomer through it stops the collection alone; SIGTERM to nsys ended the workload
+and lost every kernel not yet saved (tests/fixtures/tools-2025.3-h200, nsys-sigterm).
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """What ``nsys profile`` takes on its command line, as nsys 2025.3 reads it: its switches, their
 short spellings, and the rules by which it refuses a command before running anything.
 
-Pure and Python 3.8: shipped with the agent, as :mod:`fleet.plan` (which checks the user's -X
-flags with it) is.
+Pure and Python 3.8: shipped with the agent, as :mod:`fleet.userflags` (which checks the user's
+-X flags with it) is.
 """
 
 from __future__ import annotations
