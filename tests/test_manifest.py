@@ -114,7 +114,7 @@ def test_processes_seen_have_the_same_keys_on_lab_servers_and_on_slurm(monkeypat
     lab = profile.entry_for(req, profile.HostRun("h01", "planned", plan("h01", read, req), read))
     # On Slurm the rank plans itself on its node and its result carries what it saw there.
     monkeypatch.setattr(node, "probe", lambda args: state)
-    _, context = task.plan_rank({"request": {"tool": "nsys", "run_id": req.run_id}, "report_dir": "/scratch/fleet"},
+    _, context = task.plan_rank(task.TaskArgs({"request": {"tool": "nsys", "run_id": req.run_id}, "report_dir": "/scratch/fleet"}),
                                 {"SLURM_JOB_ID": "78", "SLURMD_NODENAME": "node1"}, "rank0", ["true"])
     rank = rank_entry(dict(context, status="ok", rank=0, reports=[]))
     [on_lab], [on_slurm] = lab.processes_seen, rank.processes_seen

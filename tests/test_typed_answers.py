@@ -356,3 +356,21 @@ def test_a_ray_workers_whose_file_reads_what_is_not_of_its_type_as_absent(tmp_pa
     whose.write_text(json.dumps(dict(said, pid="11", task="train")))
     rep = ReportEntry(remote=str(whose), stored=str(whose), size=whose.stat().st_size, verified=True)
     assert ray_worker_name([rep]) == "Trainer trainer-0 train on node1, GPU 0"
+
+
+def test_a_ranks_task_arguments_are_read_once_and_a_value_not_of_its_kind_is_the_default():
+    """The batch script's FLEET_TASK is fleet's, yet the job's file: agent/task reads it into TaskArgs."""
+    from fleet.agent import task
+
+    given = task.TaskArgs({"request": {"tool": "nsys"}, "report_dir": "/r", "tools": ["nsys"], "launcher": 7,
+                           "ranks": "0,1", "nonce": 5, "prolog_expected": 1, "window": [1, 2], "stop_before": 30})
+    assert (given.tools, given.launcher, given.ranks, given.nonce) == ({}, "srun", None, None)
+    assert (given.prolog_expected, given.window, given.stop_before) == (True, [1, 2], 30)
+    kept = task.TaskArgs({"request": {}, "report_dir": "/r", "tools": {"nsys": "/n"}, "launcher": "torchrun",
+                          "ranks": [0, 2], "nonce": "abc"})
+    assert (kept.tools, kept.launcher, kept.ranks, kept.nonce, kept.prolog_expected) == (
+        {"nsys": "/n"}, "torchrun", [0, 2], "abc", False)
+    tree = ast.parse((REPO / "fleet/agent/task.py").read_text())
+    tree.body = [n for n in tree.body if getattr(n, "name", None) != "TaskArgs"]  # the reader itself
+    own = {"env", "table or RANK_VARS"}  # the process's environment, fleet's table of rank variables
+    assert [g for g in gets(ast.unparse(tree)) if g not in own] == []

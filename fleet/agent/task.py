@@ -41,6 +41,27 @@ SIGNAL_SLACK = 60  # seconds: Slurm may send --signal's USR1 up to this much bef
 RANK_VARS, LOCAL_RANK_VARS = rundir.RANK_VARS, rundir.LOCAL_RANK_VARS
 
 
+class TaskArgs:
+    """What the batch script's FLEET_TASK gives every rank (fleet.slurm.launchers), read once: the
+    script is written by fleet, but it is the job's file. A value missing or not of its kind reads
+    as the default the task then uses."""
+
+    def __init__(self, args):
+        self.request = args["request"]          # the request as every rank gets it (for_rank)
+        self.report_dir = args["report_dir"]
+        tools = args.get("tools")
+        self.tools = tools if isinstance(tools, dict) else {}
+        self.prolog_expected = bool(args.get("prolog_expected"))
+        self.window = args.get("window")          # checked by rank_window
+        self.stop_before = args.get("stop_before")  # checked by time_to_run
+        launcher = args.get("launcher")
+        self.launcher = launcher if isinstance(launcher, str) else "srun"
+        ranks = args.get("ranks")                 # --ranks: the ranks profiled; None: every one
+        self.ranks = ranks if isinstance(ranks, list) else None
+        nonce = args.get("nonce")                 # the run's: gather takes only results with it
+        self.nonce = nonce if isinstance(nonce, str) else None
+
+
 def rank_of(env, launcher, table=None):
     for var in (table or RANK_VARS).get(launcher, (table or RANK_VARS)["srun"]):
         if (env.get(var) or "").isdigit():
@@ -119,27 +140,27 @@ def rank_window(env, window, now=None):
 
 
 def plan_rank(args, env, label, command):
-    """The rank's plan, made from this node's state as it is now, and what the
-    manifest needs of it."""
+    """The rank's plan, made from this node's state as it is now (``args``: its
+    :class:`TaskArgs`), and what the manifest needs of it."""
     node_name = env.get("SLURMD_NODENAME") or socket.gethostname()
-    document = node.probe({"tools": args.get("tools") or {}, "environment_check": False,
-                           "report_dir": args["report_dir"]})
-    document["prolog_verdict"] = prolog_verdict(env, args.get("prolog_expected", False))
+    document = node.probe({"tools": args.tools, "environment_check": False,
+                           "report_dir": args.report_dir})
+    document["prolog_verdict"] = prolog_verdict(env, args.prolog_expected)
     state = policy.NodeState.read(document)
     gpus = policy.job_gpu_indices(slurm_gpu_ids(env), state.gpus)
-    req = planner.ProfileRequest.from_json(args["request"])
-    window, window_at = rank_window(env, args.get("window"))
+    req = planner.ProfileRequest.from_json(args.request)
+    window, window_at = rank_window(env, args.window)
     rank = planner.RankPart(job=env.get("SLURM_JOB_ID"), gpus=gpus,
                             output_name="%s/%s" % (node_name, label),
-                            timeout=time_to_run(env, args.get("stop_before"), req.tool),
+                            timeout=time_to_run(env, args.stop_before, req.tool),
                             window=window, window_at=window_at)
     req = replace(req, command=tuple(command), rank=rank)
     plan = planner.plan(label, state, req)
     context = dict(state.facts(req.gpus, req.tool).to_json(), slurm_node=node_name,
                    job_id=env.get("SLURM_JOB_ID"),
-                   directory=rundir.RunDir(os.path.join(args["report_dir"],
+                   directory=rundir.RunDir(os.path.join(args.report_dir,
                                                         req.run_id)).node(node_name).path)
-    launcher = args.get("launcher", "srun")
+    launcher = args.launcher
     uuids = [g.uuid for g in state.chosen(gpus)]
     context["whose"] = whose(env, launcher, rank_of(env, launcher), node_name, uuids)
     return plan, context
@@ -167,9 +188,9 @@ def main(args, argv=None, env=None):
     if not command:
         sys.stderr.write("fleet task: no command given\n")
         return 2
-    rank = rank_of(env, args.get("launcher", "srun"))
-    ranks = args.get("ranks")
-    if ranks is not None and rank not in ranks:
+    args = TaskArgs(args)
+    rank = rank_of(env, args.launcher)
+    if args.ranks is not None and rank not in args.ranks:
         os.execvp(command[0], command)  # not profiled: the workload exactly as given
     # From here on a stop (Slurm's SIGTERM, fleet's USR1 trap) is remembered, not fatal:
     # the rank still writes its result, and a profiler is never started after it.
@@ -179,8 +200,8 @@ def main(args, argv=None, env=None):
     label = rundir.RunDir.label(rank, os.getpid())
     plan, context = plan_rank(args, env, label, command)
     context["rank"] = rank
-    if isinstance(args.get("nonce"), str):  # the run's: gather takes only results that carry it
-        context["nonce"] = args["nonce"]
+    if args.nonce is not None:
+        context["nonce"] = args.nonce
     if plan.status != "ok":
-        return refuse(plan, context, args["report_dir"])
+        return refuse(plan, context, args.report_dir)
     return run.main({"plan": plan, "context": context, "result_line": False}, stops)
