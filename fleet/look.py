@@ -16,7 +16,8 @@ from .agent import wire
 from .agent.messages import Activity, Conditions, LookGpu, LookProcess, LookSample
 from .agentcall import cut_strings
 from .policy import neighbours, verdicts
-from .policy.nodestate import Gpu, NodeState
+from .policy.gpustate import Gpu
+from .policy.nodestate import NodeState
 from .policy.vocabulary import Request
 
 # bytes of one sample's line: a few KB a GPU; a node sending more is not believed

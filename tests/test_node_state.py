@@ -1,6 +1,6 @@
-"""The node's state has one shape: the dataclasses of fleet/policy/nodestate.py name exactly the
-keys the agent fills, as the shipped agent's probe answers over the wire; their reader keeps every
-value the agent sent; and the wire's shapes name no key besides them."""
+"""The node's state has one shape: the dataclasses of fleet/policy/nodestate.py and gpustate.py name
+exactly the keys the agent fills, as the shipped agent's probe answers over the wire; their reader
+keeps every value the agent sent; and the wire's shapes name no key besides them."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ import typing
 from pathlib import Path
 
 from fleet.agent import bundle, wire
+from fleet.policy import gpustate
 from fleet.policy import nodestate as ns
 from tests.harness import fakenvml
 from tests.harness.sshd import STANDINS
@@ -182,8 +183,8 @@ def test_the_probe_fills_exactly_the_node_states_keys(tmp_path):
 def test_the_wire_holds_a_probe_to_keys_of_the_node_state():
     """What the controller checks of a probe's answer names keys the agent fills, under the same names."""
     assert set(wire.PROBE) <= all_keys(ns.NodeState)
-    assert set(wire.GPU) <= all_keys(ns.Gpu)
-    assert set(wire.PROCESS) <= all_keys(ns.GpuProcess)
+    assert set(wire.GPU) <= all_keys(gpustate.Gpu)
+    assert set(wire.PROCESS) <= all_keys(gpustate.GpuProcess)
 
 
 def test_the_walk_finds_a_key_the_type_does_not_name_and_a_value_the_reader_drops():
@@ -191,11 +192,11 @@ def test_the_walk_finds_a_key_the_type_does_not_name_and_a_value_the_reader_drop
     section where none may fail, and a value the reader leaves out are each found."""
     wrong: list = []
     walk({"index": 0, "processes": [], "process_list_error": None, "memory_used_by_processes": None,
-          "sampled_pids": [], "surprise": 1}, ns.Gpu, "gpu", {}, wrong)
+          "sampled_pids": [], "surprise": 1}, gpustate.Gpu, "gpu", {}, wrong)
     walk({"gpus": [{"index": 0, "processes": [{"pid": 1, "surprise": 2}]}]}, ns.NodeState, "state", {}, wrong)
     walk({"nvml": 3, "report_dir": {"error": "OSError: gone"}, "mps": {"error": "no"}}, ns.NodeState, "node", {},
          wrong)
-    kept(ns.Gpu(index=0), {"index": 0, "name": "H200"}, "read", wrong)
+    kept(gpustate.Gpu(index=0), {"index": 0, "name": "H200"}, "read", wrong)
     assert [w.split(":")[0] for w in wrong] == ["gpu", "state.gpus[0].processes[0]", "node.nvml", "node.mps",
                                                  "read.name"]
 

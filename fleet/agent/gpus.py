@@ -7,7 +7,7 @@ the lists hide: the driver lists only the caller's PID namespace (seen on an H20
 from ``unshare --pid`` a tenant's process is not listed), but its memory in use
 (``nvmlDeviceGetMemoryInfo`` v2 ``used``, which leaves out the driver's reservation) and the
 process-utilization samples count every process. :func:`fleet.policy.unseen_tenants` compares
-them. Each GPU is a dict of the document, read as ``policy.nodestate.Gpu``.
+them. Each GPU is a dict of the document, read as ``policy.gpustate.Gpu``.
 """
 
 from __future__ import annotations

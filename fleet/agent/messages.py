@@ -17,11 +17,11 @@ from enum import Enum
 
 try:
     import fleet_agent_wire as wire
-    from fleet_policy_nodestate import NodeFacts
+    from fleet_policy_nodefacts import NodeFacts
     from fleet_policy_readers import dict_of, dicts_of, int_of, is_int, number_of, str_of, strs_of
 except ImportError:
     from . import wire
-    from ..policy.nodestate import NodeFacts
+    from ..policy.nodefacts import NodeFacts
     from ..policy.readers import dict_of, dicts_of, int_of, is_int, number_of, str_of, strs_of
 
 

@@ -7,8 +7,9 @@ problems 4 (permissions) and 5 (neighbours) lives in this package and nowhere el
 verdict carries its reasons and a remedy a person can act on. Callers use ``policy.X``; the parts,
 one concern each:
 
-- ``nodestate``: ``NodeState`` and its parts (``Gpu``, ``GpuProcess``, ``Tool``, ...), each read
-  from the agent's document once;
+- ``nodestate``: ``NodeState`` and its parts (``Tool``, ``Mps``, ``PrologVerdict``, ...), each read
+  from the agent's document once; ``gpustate``: each GPU's (``Gpu``, ``GpuProcess``, ``MigMode``,
+  ...); ``nodefacts``: ``NodeFacts``, what a run's manifest records of its node;
 - ``vocabulary``: ``Request``, ``Verdict``, ``Tenant``, ``Finding``, the statuses, ``WAYS``,
   ``COUNTER_OPTIONS`` (the profiler options only fleet may set), ``uses_counters``;
 - ``permissions`` (problem 4): the tool, the report directory, counter access, CPU sampling
@@ -24,13 +25,17 @@ from __future__ import annotations
 
 try:  # as shipped, the parts travel under flat names (fleet/agent/bundle.py)
     # each part's __all__ is the policy's API
+    from fleet_policy_gpustate import *  # noqa: F401,F403
     from fleet_policy_neighbours import *  # noqa: F401,F403
+    from fleet_policy_nodefacts import *  # noqa: F401,F403
     from fleet_policy_nodestate import *  # noqa: F401,F403
     from fleet_policy_permissions import *  # noqa: F401,F403
     from fleet_policy_verdicts import *  # noqa: F401,F403
     from fleet_policy_vocabulary import *  # noqa: F401,F403
 except ImportError:
+    from fleet.policy.gpustate import *  # noqa: F401,F403
     from fleet.policy.neighbours import *  # noqa: F401,F403
+    from fleet.policy.nodefacts import *  # noqa: F401,F403
     from fleet.policy.nodestate import *  # noqa: F401,F403
     from fleet.policy.permissions import *  # noqa: F401,F403
     from fleet.policy.verdicts import *  # noqa: F401,F403

@@ -11,10 +11,12 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 try:  # as shipped, the policy's parts travel under flat names (fleet/agent/bundle.py)
-    from fleet_policy_nodestate import Gpu, NodeState, PrologVerdict
+    from fleet_policy_gpustate import Gpu
+    from fleet_policy_nodestate import NodeState, PrologVerdict
     from fleet_policy_vocabulary import HOPPER, OK, Finding, Request, Tenant
 except ImportError:
-    from .nodestate import Gpu, NodeState, PrologVerdict
+    from .gpustate import Gpu
+    from .nodestate import NodeState, PrologVerdict
     from .vocabulary import HOPPER, OK, Finding, Request, Tenant
 
 __all__ = ["exclusive_node", "Guards", "guards", "job_gpu_indices", "dcgm_running", "pre_hopper",

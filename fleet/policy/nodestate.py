@@ -1,6 +1,6 @@
 """The node's state as types: one node as the agent's probe describes it (``fleet/agent/node.py``),
-read once into :class:`NodeState` and its parts, so that the policy and everything after it read
-fields, never a node's dict.
+read once into :class:`NodeState` and its parts (each GPU's: :mod:`gpustate`), so that the policy
+and everything after it read fields, never a node's dict.
 
 The agent writes the document (JSON, as it crosses the wire); :meth:`NodeState.read` reads it,
 on the controller where the probe's answer arrives (``agentcall.read_state``, the live look), and
@@ -18,16 +18,17 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, Optional, Tuple
 
 try:  # as shipped, the policy's parts travel under flat names (fleet/agent/bundle.py)
+    from fleet_policy_gpustate import Gpu
+    from fleet_policy_nodefacts import NodeFacts
     from fleet_policy_readers import (bool_of, dict_of, dicts_of, int_of, ints_of, is_int,
-                                      number_of, str_of, strs_of)
+                                      number_of, str_of)
 except ImportError:
-    from .readers import (bool_of, dict_of, dicts_of, int_of, ints_of, is_int, number_of, str_of,
-                          strs_of)
+    from .gpustate import Gpu
+    from .nodefacts import NodeFacts
+    from .readers import bool_of, dict_of, dicts_of, int_of, ints_of, is_int, number_of, str_of
 
-__all__ = ["NodeState", "NodeFacts", "Gpu", "GpuProcess", "MigMode", "Utilization", "MigInstance",
-           "Nvml",
-           "NvidiaParams", "Capabilities", "Mps", "Dcgm", "DcgmListener", "Tool", "Tools",
-           "ReportDir", "PrologVerdict"]
+__all__ = ["NodeState", "Nvml", "NvidiaParams", "Capabilities", "Mps", "Dcgm", "DcgmListener",
+           "Tool", "Tools", "ReportDir", "PrologVerdict"]
 
 
 def _section(v: Any) -> Optional[Dict[str, Any]]:
@@ -37,110 +38,6 @@ def _section(v: Any) -> Optional[Dict[str, Any]]:
 
 def _error(v: Any) -> Optional[str]:
     return str(v["error"]) if isinstance(v, dict) and "error" in v else None
-
-
-@dataclass(frozen=True)
-class GpuProcess:
-    """A process NVML lists on a GPU (gpus.gpu_processes)."""
-    pid: int | None = None
-    kinds: Tuple[str, ...] = ()         # compute, graphics, mps: the lists that name it
-    used_memory: int | None = None
-    gpu_instance: int | None = None     # MIG only
-    compute_instance: int | None = None
-    user: str | None = None
-    uid: int | None = None
-    name: str | None = None             # its comm
-    foreign: bool = True                # not the run owner's, or not visible (unsaid: someone else)
-    why: str | None = None              # only where its pid is not visible from the agent
-    slurm_job: str | None = None        # only for the owner's own processes
-
-    @classmethod
-    def read(cls, d: Dict[str, Any]) -> "GpuProcess":
-        foreign = d.get("foreign")
-        return cls(int_of(d.get("pid")), strs_of(d.get("kinds")), int_of(d.get("used_memory")),
-                   int_of(d.get("gpu_instance")), int_of(d.get("compute_instance")),
-                   str_of(d.get("user")),
-                   int_of(d.get("uid")), str_of(d.get("name")), foreign if isinstance(foreign, bool)
-                   else True, str_of(d.get("why")), str_of(d.get("slurm_job")))
-
-
-@dataclass(frozen=True)
-class MigMode:
-    current: int | None = None
-    pending: int | None = None
-
-    @classmethod
-    def read(cls, d: Dict[str, Any]) -> "MigMode":
-        return cls(int_of(d.get("current")), int_of(d.get("pending")))
-
-
-@dataclass(frozen=True)
-class Utilization:
-    gpu: int | None = None
-    memory: int | None = None
-
-    @classmethod
-    def read(cls, d: Dict[str, Any]) -> "Utilization":
-        return cls(int_of(d.get("gpu")), int_of(d.get("memory")))
-
-
-@dataclass(frozen=True)
-class MigInstance:
-    uuid: str | None = None
-    name: str | None = None
-    gpu_instance: int | None = None
-    compute_instance: int | None = None
-    memory_total: int | None = None
-
-    @classmethod
-    def read(cls, d: Dict[str, Any]) -> "MigInstance":
-        return cls(str_of(d.get("uuid")), str_of(d.get("name")), int_of(d.get("gpu_instance")),
-                   int_of(d.get("compute_instance")), int_of(d.get("memory_total")))
-
-
-@dataclass(frozen=True)
-class Gpu:
-    """One GPU: who is on it (all that the run's watch and the live look send again, gpus.look),
-    and, from the probe, what it is (gpus.gpu)."""
-    index: int
-    processes: Tuple[GpuProcess, ...] = ()
-    process_list_error: str | None = None
-    memory_used_by_processes: int | None = None  # NVML memory v2: every PID namespace's processes
-    sampled_pids: Tuple[int, ...] | None = None
-    uuid: str | None = None
-    name: str | None = None
-    minor: int | None = None            # /dev/nvidiaN: how Slurm's gres names it
-    architecture: int | None = None     # NVML's number; HOPPER and later share counters with DCGM
-    architecture_name: str | None = None
-    mig_mode: MigMode = MigMode()
-    compute_mode: str | int | None = None  # a name, or NVML's number where it has none
-    memory_total: int | None = None
-    memory_used: int | None = None
-    memory_reserved: int | None = None
-    utilization: Utilization | None = None
-    mig_instances: Tuple[MigInstance, ...] = ()
-
-    @classmethod
-    def read(cls, d: Dict[str, Any]) -> "Gpu":
-        """``d`` holds an int ``index`` (the wire's shape, checked before)."""
-        sampled, mode, util = d.get("sampled_pids"), d.get("compute_mode"), d.get("utilization")
-        return cls(
-            d["index"], tuple(GpuProcess.read(p) for p in dicts_of(d.get("processes"))),
-            str_of(d.get("process_list_error")), int_of(d.get("memory_used_by_processes")),
-            ints_of(sampled) if isinstance(sampled, list) else None, str_of(d.get("uuid")),
-            str_of(d.get("name")),
-            int_of(d.get("minor")), int_of(d.get("architecture")),
-            str_of(d.get("architecture_name")),
-            MigMode.read(dict_of(d.get("mig_mode"))), mode if isinstance(mode, str) or is_int(mode)
-            else None,
-            int_of(d.get("memory_total")), int_of(d.get("memory_used")),
-            int_of(d.get("memory_reserved")),
-            Utilization.read(util) if isinstance(util, dict) else None,
-            tuple(MigInstance.read(m) for m in dicts_of(d.get("mig_instances"))))
-
-    @property
-    def mig(self) -> bool:
-        return self.mig_mode.current == 1
 
 
 @dataclass(frozen=True)
@@ -292,28 +189,6 @@ class PrologVerdict:
             if isinstance(by_gpu, dict) else None,
             str_of(d.get("dcgm")), None if d.get("error") is None else str(d["error"]))
 
-
-@dataclass(frozen=True)
-class NodeFacts:
-    """What a run's manifest records of the node it ran on (``NodeState.facts``), the same whether
-    fleet read the state over SSH (lab servers) or a rank made it on the node and wrote it into its
-    result (Slurm), where :meth:`read` reads it back. ``processes_seen``: each process on the run's
-    GPUs as the store's ``ProcessSeen`` reads it."""
-    node: str | None = None
-    gpu: str | None = None
-    driver: str | None = None
-    tool_version: str | None = None
-    processes_seen: Tuple[Dict[str, Any], ...] = ()
-
-    @classmethod
-    def read(cls, d: Dict[str, Any]) -> "NodeFacts":
-        return cls(str_of(d.get("node")), str_of(d.get("gpu")), str_of(d.get("driver")),
-                   str_of(d.get("tool_version")), tuple(dicts_of(d.get("processes_seen"))))
-
-    def to_json(self) -> Dict[str, Any]:
-        return {"node": self.node, "gpu": self.gpu, "driver": self.driver,
-                "tool_version": self.tool_version,
-                "processes_seen": [dict(p) for p in self.processes_seen]}
 
 
 # The sections of the document whose collector may fail, leaving {"error": ...} (node.section).

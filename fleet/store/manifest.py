@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Iterable
 
 from ..agent.messages import ProfileResult
-from ..policy.nodestate import NodeFacts
+from ..policy.nodefacts import NodeFacts
 from .. import __version__
 from ..statuses import HostStatus, RunStatus
 from .records import (Asked, ManifestError, PlaybookRun, ProcessSeen, Record, ReportEntry,
