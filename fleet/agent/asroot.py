@@ -90,7 +90,7 @@ def _sudo_failure(out, doc):
 
 
 def through_sudo(mode):
-    """Whether this agent is root reached through sudo (``owned.privileged`` re-runs it as mode
+    """Whether this agent is root reached through sudo (:func:`privileged` re-runs it as mode
     "owned"; sudo sets SUDO_UID): then the caller is not who decides what root changes."""
     return os.geteuid() == 0 and (mode == "owned" or "SUDO_UID" in os.environ)
 
