@@ -139,4 +139,5 @@ def test_the_agent_profile_times_the_shipped_agent_and_names_where_its_time_goes
     r = subprocess.run([sys.executable, *argv], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     assert re.search(r"medians of 1: agent [0-9.]+ ms, its probe's sections [0-9.]+ ms", r.stdout), r.stdout
-    assert "fleet_agent_node.py" in r.stdout and "(tools)" in r.stdout, r.stdout  # the probe, and its tools' section
+    # the probe, and its tools' section: their --version asked, then answered
+    assert "fleet_agent_node.py" in r.stdout and "(answers)" in r.stdout, r.stdout
