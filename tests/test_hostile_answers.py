@@ -379,3 +379,46 @@ def test_a_look_at_a_workload_left_running_reads_only_its_own_shape():
                     f"{look}{boot}\n41\n", f"{look}{boot}\n-1 5"):
         with pytest.raises(ValueError):
             read_look(hostile, left)
+
+
+def test_a_one_call_whose_probe_answer_does_not_come_in_time_is_stopped():
+    """Without --timeout, a node whose agent hangs before its probe answer (NVML hung) was waited on for as
+    long as SSH's keepalives went on: the probe round trip had its own bound, the one call needs one too."""
+    import asyncio
+
+    from fleet.lab.linesink import LineSink, ProbeDue
+
+    async def late(answer_at: float | None) -> tuple[bool, str | None]:
+        sink = LineSink("h01", False, lambda stream, text: None, on_probe=lambda text: None)
+        due = ProbeDue(sink, None, within=0.2)
+        if answer_at is not None:
+            await asyncio.sleep(answer_at)
+            sink("stdout", wire.frame("probe", {"host": "h01"}).encode())
+        try:
+            await asyncio.wait_for(due.event.wait(), 0.5)
+        except asyncio.TimeoutError:
+            pass
+        due.close()
+        return due.event.is_set(), sink.malformed
+
+    stopped, why = asyncio.run(late(None))
+    assert stopped and why == "no probe answer from the agent within 0.2 s: the call was stopped"
+    assert asyncio.run(late(0.05)) == (False, None)  # the answer came: the call runs on
+
+
+def test_the_users_stop_reaches_a_one_call_with_its_signal():
+    import asyncio
+
+    from fleet.lab.linesink import LineSink, ProbeDue
+    from fleet.transport.base import StopRequest
+
+    async def asked() -> str:
+        stop = StopRequest()
+        due = ProbeDue(LineSink("h01", False, lambda s, t: None, on_probe=lambda t: None), stop, within=30)
+        stop.signal = "USR1"  # Ctrl-C's "leave it running"
+        stop.set()
+        await asyncio.wait_for(due.event.wait(), 1)
+        due.close()
+        return due.event.signal
+
+    assert asyncio.run(asked()) == "USR1"

@@ -4,14 +4,18 @@ and read."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Callable
 
 from .. import agentcall
 from ..agent import wire
+from ..transport.base import StopRequest
 
 # bytes of output without a newline relayed as one piece (no quadratic joins)
 LINE_LIMIT = 1 << 16
 RESULT_LIMIT = 64 << 20  # bytes of the agent's result line; a node sending more is not believed
+# Seconds a one call's probe answer may take, as long as a probe round trip may (agentcall.probe).
+PROBE_WAIT = 120.0
 
 
 class LineSink:
@@ -34,6 +38,10 @@ class LineSink:
         # Bytes on stdout before that answer, bounded as a probe round trip's output is; past the
         # bound, nothing more the node sends on stdout is read.
         self.before_probe, self.deaf = 0, False
+
+    def waiting_for_probe(self) -> bool:
+        """Whether this is a one call whose probe answer has not come (nor been given up on)."""
+        return self.on_probe is not None and not self.deaf
 
     def __call__(self, stream: str, chunk: bytes) -> None:
         if stream == "stdout" and self.on_probe is not None:
@@ -83,3 +91,33 @@ class LineSink:
             if rest:
                 self.line(stream, bytes(rest))
             rest.clear()
+
+
+class ProbeDue:
+    """A one call's stop: the user's (Ctrl-C, with its signal), or its probe's answer not come
+    within ``within`` seconds. A node whose NVML hangs answers nothing, and a run without --timeout
+    would otherwise wait on it for as long as SSH's keepalives go on. ``event`` is what the
+    transport is given; ``close`` once the call has ended."""
+
+    def __init__(self, sink: LineSink, stop: asyncio.Event | None, within: float = PROBE_WAIT):
+        self.event = StopRequest()
+        self.timer = asyncio.get_running_loop().call_later(within, self._late, sink, within)
+        self.relay = asyncio.ensure_future(stop.wait()) if stop is not None else None
+        if self.relay is not None:
+            self.relay.add_done_callback(
+                lambda done: done.cancelled() or self._stop(getattr(stop, "signal", "TERM")))
+
+    def _late(self, sink: LineSink, within: float) -> None:
+        if sink.waiting_for_probe():
+            sink.malformed = (f"no probe answer from the agent within {within:g} s: the call was "
+                              "stopped")
+            self._stop("TERM")
+
+    def _stop(self, signal: str) -> None:
+        self.event.signal = signal
+        self.event.set()
+
+    def close(self) -> None:
+        self.timer.cancel()
+        if self.relay is not None:
+            self.relay.cancel()

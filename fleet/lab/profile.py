@@ -25,7 +25,8 @@ from ..plan import LabPart, Plan, ProfileRequest, plan
 from ..policy import NO_SAMPLING_FLAGS, NodeState, docker_privileges, tool_found
 from ..transport import Result
 from . import leftrunning
-from .linesink import LineSink
+from .linesink import LineSink, ProbeDue
+from .plansaved import PlansSaved
 from ..placement import free as placement
 from ..wrapping import containers
 from .ranks import with_missing_ranks
@@ -169,14 +170,7 @@ async def run_planned(fan: "Fanout", hosts: list["Host"], runs: dict[str, HostRu
     waiting = HostStatus.PENDING if one_call else HostStatus.PLANNED
     # --count left some out
     todo = [h for h in hosts if h.name in runs and runs[h.name].status == waiting]
-    # Nodes that share a report directory (inventory: shared_report_dir: LABEL) are read
-    # through one of them, once, instead of each over its own connection.
-    readers: dict[str, "Host"] = {}
-    for h in todo:
-        label = h.vars.get("shared_report_dir")
-        if label:
-            readers.setdefault(label, h)
-
+    readers = _shared_readers(todo)
     bound = req.timeout + (finish_timeout or FINISH_TIMEOUT) if req.timeout else None
 
     async def one(host: "Host") -> Result:
@@ -185,9 +179,15 @@ async def run_planned(fan: "Fanout", hosts: list["Host"], runs: dict[str, HostRu
             lambda text: _planned_from_probe(host, run, req, text, one_call))
         sink = LineSink(host.name, len(todo) > 1, write, on_probe)
         argv, stdin = agentcall.agent_call(host, _call_args(host, run, req, one_call is not None))
-        # --timeout plus --finish-timeout bound it all: no grace past them (the agent stops itself
-        # in time)
-        r = await fan.run(host, argv, input=stdin, sink=sink, stop=stop, timeout=bound, grace=0)
+        due = ProbeDue(sink, stop) if one_call is not None else None
+        try:
+            # --timeout plus --finish-timeout bound it all: no grace past them (the agent stops
+            # itself in time)
+            r = await fan.run(host, argv, input=stdin, sink=sink,
+                              stop=due.event if due is not None else stop, timeout=bound, grace=0)
+        finally:
+            if due is not None:
+                due.close()
         sink.flush()
         if run.status != HostStatus.PLANNED:  # one call: no plan was made here, nothing ran
             _not_run(host, run, r, sink)
@@ -210,6 +210,17 @@ async def run_planned(fan: "Fanout", hosts: list["Host"], runs: dict[str, HostRu
         return r
 
     await fan.each(todo, one)
+
+
+def _shared_readers(hosts: list["Host"]) -> dict[str, "Host"]:
+    """Nodes that share a report directory (inventory: shared_report_dir: LABEL) are read through
+    one of them, once, instead of each over its own connection: {label: that host}."""
+    readers: dict[str, "Host"] = {}
+    for h in hosts:
+        label = h.vars.get("shared_report_dir")
+        if label:
+            readers.setdefault(label, h)
+    return readers
 
 
 def _call_args(host: "Host", run: HostRun, req: ProfileRequest, one_call: bool) -> dict:
@@ -300,41 +311,6 @@ async def profile(fan: "Fanout", hosts: list["Host"], req: ProfileRequest, *, st
     # `fleet jobs` finds it, `fleet cancel` ends it
     leftrunning.mark(store.save(store_root, manifest), manifest)
     return manifest
-
-
-class PlansSaved:
-    """A one-call run's manifest, saved again as the hosts' plans are made here (each node runs its
-    plan as soon as it has made it), at most every SAVE_EVERY seconds: a thousand hosts' plans
-    cost a few saves, not a thousand. Its phases say when the last plan was made."""
-
-    SAVE_EVERY = 0.5
-
-    def __init__(self, store_root: Path, manifest: RunManifest,
-                 entries: Callable[[], list[HostEntry]]):
-        self.store_root, self.manifest, self.entries = store_root, manifest, entries
-        self.last = float("-inf")
-        self.pending: asyncio.TimerHandle | None = None
-
-    def planned(self) -> None:
-        self.manifest.phases["probed"] = since_started()
-        if self.pending is not None:
-            return
-        wait = self.last + self.SAVE_EVERY - asyncio.get_running_loop().time()
-        if wait <= 0:
-            self.save()
-        else:
-            self.pending = asyncio.get_running_loop().call_later(wait, self.save)
-
-    def save(self) -> None:
-        self.pending, self.last = None, asyncio.get_running_loop().time()
-        self.manifest.hosts = self.entries()
-        store.save(self.store_root, self.manifest)
-
-    def close(self) -> None:
-        """No save after the run's own last one."""
-        if self.pending is not None:
-            self.pending.cancel()
-            self.pending = None
 
 
 def removing(host: "Host") -> "Host | None":
