@@ -25,30 +25,18 @@ from tests.conftest import REPO, fleet_json, run_fleet
 from tests.harness.procs import end_frozen
 from tests.harness.sshd import SSHCluster
 
-# On the node: the probe is the real agent's (or the forged one beside this script); the profile
-# answers with the file beside this script. A lab run's one call (its arguments follow the agent on
-# stdin) answers with both: the probe's answer, made by the real agent from the call's own probe
-# arguments, then the profile's.
+# On the node: the probe is the real agent's; the profile round trip answers with the file
+# beside this script (after reading the agent from stdin, as the real one does).
 HOSTILE_PYTHON = """#!/bin/sh
 here=$(dirname "$0")
 case "$3" in
-  -) call="$here/call.$$"; cat > "$call"; echo call >> "$here/calls"
-     if [ -f "$here/probe" ]; then cat "$here/probe"
-     else /usr/bin/python3 "$1" "$2" "$(/usr/bin/python3 "$here/probe_args.py" "$call")" < "$call"; fi
-     rm -f "$call"; echo $$ > "$here/profile.pid"
-     [ -f "$here/silent" ] && exec sleep 600
-     cat "$here/answer" ;;
+  -) cat >/dev/null;  # the profile round trip: its plan follows the agent on stdin echo $$ > "$here/profile.pid"
+                        [ -f "$here/silent" ] && exec sleep 600
+                        cat "$here/answer" ;;
   *'"mode":'*) exec /usr/bin/python3 "$@" ;;
   *) [ -f "$here/probe" ] && { cat >/dev/null; cat "$here/probe"; exit 0; }  # the probe: no mode named
      exec /usr/bin/python3 "$@" ;;
 esac
-"""
-
-# The probe's own arguments of a one call, as its agent would read them: after the compressed agent.
-PROBE_ARGS = """import json, sys, zlib
-rest = zlib.decompressobj()
-rest.decompress(open(sys.argv[1], "rb").read())
-print(json.dumps(dict(json.loads(rest.unused_data)["probe"], mode="probe")))
 """
 
 
@@ -59,7 +47,6 @@ def lab():
         node = c.scratch("hostile")
         (node / "python3").write_text(HOSTILE_PYTHON)
         (node / "python3").chmod(0o755)
-        (node / "probe_args.py").write_text(PROBE_ARGS)
         c.hosts[0].vars["ansible_python_interpreter"] = str(node / "python3")
         c.hosts[1].vars["ansible_python_interpreter"] = "/usr/bin/python3"
         c.inventory_vars = {"nsys_path": str(c.standins() / "nsys")}
@@ -69,7 +56,7 @@ def lab():
 
 @pytest.fixture(autouse=True)
 def fresh(lab):
-    for name in ("answer", "probe", "silent", "profile.pid", "calls"):
+    for name in ("answer", "probe", "silent", "profile.pid"):
         (lab["node"] / name).unlink(missing_ok=True)
     yield
     pid_file = lab["node"] / "profile.pid"
@@ -144,23 +131,6 @@ def test_a_wrong_typed_probe_answer_fails_that_host_and_the_healthy_one_is_profi
     assert host(doc, "h02")["status"] == "ok" and out.returncode == exitcodes.PARTIAL
     probed = run_fleet("probe", "h01,h02", env=lab["c"].env())
     assert "Traceback" not in probed.stderr and "h01: the agent's probe answer is malformed" in probed.stderr
-
-
-def test_a_lab_run_asks_each_node_once_and_holds_its_result_to_fleets_own_plan(lab):
-    """The probe and the run were two calls, each starting the node's Python and the agent again. Now
-    one: and a node that runs although the plan fleet made from its own probe answer refused (no
-    nsys in that answer) gains nothing by it."""
-    answer(lab, {"status": "ok", "reports": []})
-    out, doc = profile(lab, "--hosts", "h01", "--", "true")
-    assert (lab["node"] / "calls").read_text() == "call\n", out.stderr
-    assert host(doc, "h01")["status"] == "failed", out.stderr  # ok, yet no report: not believed
-    (lab["node"] / "calls").unlink()
-    answer(lab, {"host": "h01", "gpus": [], "tools": {}}, kind="probe", name="probe")
-    out, doc = profile(lab, "--hosts", "h01", "--", "true")
-    h01 = host(doc, "h01")
-    assert h01["status"] == "failed" and "ran although fleet's plan" in h01["error"], h01
-    assert "nsys" in h01["error"] and (lab["node"] / "calls").read_text() == "call\n"
-    assert out.returncode == exitcodes.FAILED and "Traceback" not in out.stderr
 
 
 def test_a_silent_node_ends_unreachable_within_the_runs_bound(lab):
@@ -346,16 +316,16 @@ def test_output_without_newlines_is_relayed_as_it_comes_and_an_endless_result_is
     """Workload output with no newlines grew quadratically (128 MB: 134 s, 692 MB of client
     memory): it was held whole until a newline came. Now it is relayed in pieces of at most
     LINE_LIMIT (and a chunk) as it arrives, and the agent's result line has its own bound."""
-    from fleet.lab import linesink
+    from fleet.lab import profile as lab_profile
 
     written = []
-    sink = linesink.LineSink("h01", False, lambda stream, text: written.append(len(text)))
+    sink = lab_profile.LineSink("h01", False, lambda stream, text: written.append(len(text)))
     chunk = b"x" * 65536
     for _ in range(64):  # 4 MiB, no newline
         sink("stderr", chunk)
-        assert len(sink.partial["stderr"]) <= linesink.LINE_LIMIT
-    assert sum(written) >= 63 * 65536 and max(written) <= linesink.LINE_LIMIT + len(chunk) + 1  # a piece a chunk
-    monkeypatch.setattr(linesink, "RESULT_LIMIT", 1 << 20)
+        assert len(sink.partial["stderr"]) <= lab_profile.LINE_LIMIT
+    assert sum(written) >= 63 * 65536 and max(written) <= lab_profile.LINE_LIMIT + len(chunk) + 1  # a piece a chunk
+    monkeypatch.setattr(lab_profile, "RESULT_LIMIT", 1 << 20)
     sink("stdout", wire.MARK.encode())
     for _ in range(20):  # a result line past its bound
         sink("stdout", chunk)
@@ -379,46 +349,3 @@ def test_a_look_at_a_workload_left_running_reads_only_its_own_shape():
                     f"{look}{boot}\n41\n", f"{look}{boot}\n-1 5"):
         with pytest.raises(ValueError):
             read_look(hostile, left)
-
-
-def test_a_one_call_whose_probe_answer_does_not_come_in_time_is_stopped():
-    """Without --timeout, a node whose agent hangs before its probe answer (NVML hung) was waited on for as
-    long as SSH's keepalives went on: the probe round trip had its own bound, the one call needs one too."""
-    import asyncio
-
-    from fleet.lab.linesink import LineSink, ProbeDue
-
-    async def late(answer_at: float | None) -> tuple[bool, str | None]:
-        sink = LineSink("h01", False, lambda stream, text: None, on_probe=lambda text: None)
-        due = ProbeDue(sink, None, within=0.2)
-        if answer_at is not None:
-            await asyncio.sleep(answer_at)
-            sink("stdout", wire.frame("probe", {"host": "h01"}).encode())
-        try:
-            await asyncio.wait_for(due.event.wait(), 0.5)
-        except asyncio.TimeoutError:
-            pass
-        due.close()
-        return due.event.is_set(), sink.malformed
-
-    stopped, why = asyncio.run(late(None))
-    assert stopped and why == "no probe answer from the agent within 0.2 s: the call was stopped"
-    assert asyncio.run(late(0.05)) == (False, None)  # the answer came: the call runs on
-
-
-def test_the_users_stop_reaches_a_one_call_with_its_signal():
-    import asyncio
-
-    from fleet.lab.linesink import LineSink, ProbeDue
-    from fleet.transport.base import StopRequest
-
-    async def asked() -> str:
-        stop = StopRequest()
-        due = ProbeDue(LineSink("h01", False, lambda s, t: None, on_probe=lambda t: None), stop, within=30)
-        stop.signal = "USR1"  # Ctrl-C's "leave it running"
-        stop.set()
-        await asyncio.wait_for(due.event.wait(), 1)
-        due.close()
-        return due.event.signal
-
-    assert asyncio.run(asked()) == "USR1"

@@ -2,7 +2,7 @@
 
 Two real sshd hosts share one report directory (``shared_report_dir``) and ask for their copies
 to be removed once verified home. h01 is hostile: its interpreter runs the real agent for the
-probe, and answers the profile by planting files in the run's folder (and beside it)
+probe, and answers the profile round trip by planting files in the run's folder (and beside it)
 and naming them all in its result, with their true sizes and sha256s, as if its agent had made
 them. h02 is an honest node with the stand-in nsys.
 """
@@ -20,21 +20,17 @@ from tests.harness.sshd import SSHCluster
 
 INTERPRETER = """#!/bin/sh
 case "$3" in
-  -) exec /usr/bin/python3 "$(dirname "$0")/answer.py" "$2" ;;  # the one call: its arguments on stdin
-  *) exec /usr/bin/python3 "$@" ;;                              # a probe alone: the real agent
+  -) exec /usr/bin/python3 "$(dirname "$0")/answer.py" ;;  # the profile round trip: plan on stdin
+  *) exec /usr/bin/python3 "$@" ;;                         # the probe: the real agent
 esac
 """
 
-# The one call's arguments follow the agent on stdin: its probe is answered by the real agent, then
-# files are planted in the run's folder (and beside it), and the profile's answer names them.
-ANSWER = """import hashlib, json, os, subprocess, sys, zlib
+# Reads the plan after the agent on stdin, plants files, and answers naming them.
+ANSWER = """import hashlib, json, os, sys
 data = sys.stdin.buffer.read()
-rest = zlib.decompressobj()
-rest.decompress(data)
-args = json.loads(rest.unused_data)
-probe = json.dumps(dict(args["probe"], mode="probe"))
-subprocess.run(["/usr/bin/python3", "-c", sys.argv[1], probe], input=data, check=True)
-run_dir = os.path.join(args["probe"]["report_dir"], args["request"]["run_id"])
+at = data.rfind(b'{"mode":"profile"')
+plan = json.JSONDecoder().raw_decode(data[at:].decode())[0]["plan"]
+run_dir = os.path.dirname(plan["output"])
 os.makedirs(run_dir, 0o700, exist_ok=True)
 named = []
 for path in (os.path.join(run_dir, "h01-4242.nsys-rep"),    # named as its agent names its reports

@@ -32,7 +32,6 @@ MODES = {
     "probe": "fleet_agent_node",
     "look": "fleet_agent_look",  # fleet top: a sample a line until the reader goes
     "profile": "fleet_agent_run",
-    "lab": "fleet_agent_labrun",  # a lab server's probe, plan and run in one call
     "repair": "fleet_agent_asroot",
     "owned": "fleet_agent_asroot",  # one step re-run under sudo -n (asroot.privileged)
     "task": "fleet_agent_task",

@@ -183,11 +183,11 @@ def _lab_request(ctx, req, slurm: dict, hosts_, group, timeout, finish_timeout):
 def lab_launcher(req, launcher: str):
     """The request with --launcher on lab servers, or the one-line error (exit 2), nothing
     contacted."""
-    from ..lab.ranks import with_launcher
+    from ..lab import profile as profile_mod
     from ..wrapping.launchers import LauncherError
 
     try:
-        return with_launcher(req, launcher)
+        return profile_mod.with_launcher(req, launcher)
     except LauncherError as e:
         fail(str(e))
 

@@ -1,10 +1,8 @@
 """``fleet profile`` on lab servers: probe, plan, run the agent, bring the reports home.
 
-One call per node: the agent probes the node, plans by the same planner and policy, and runs (its
-"lab" mode); fleet plans again from the probe's answer and holds the node's result to that plan.
-Where the plans must be made here before any node runs (--dry-run, --gpu free, --docker), two round
-trips over one connection: the probe, then the plan carried out. The policy decides; the agent acts
-on the node; this module only moves plans, output and reports, and says what happened on each node.
+Two round trips per node (the probe, then the run) over one connection. The
+policy decides; the agent acts on the node; this module only moves plans,
+output and reports, and says what happened on each node.
 """
 
 from __future__ import annotations
@@ -25,16 +23,17 @@ from ..plan import LabPart, Plan, ProfileRequest, plan
 from ..policy import NO_SAMPLING_FLAGS, NodeState, docker_privileges, tool_found
 from ..transport import Result
 from . import leftrunning
-from .linesink import LineSink, ProbeDue
-from .plansaved import PlansSaved
 from ..placement import free as placement
-from ..wrapping import containers
-from .ranks import with_missing_ranks
+from ..wrapping import containers, launchers
+from .ranks import LAB_LAUNCHERS, with_missing_ranks
 
 if TYPE_CHECKING:
     from ..inventory import Host
     from ..transport import Fanout
 
+# bytes of output without a newline relayed as one piece (no quadratic joins)
+LINE_LIMIT = 1 << 16
+RESULT_LIMIT = 64 << 20  # bytes of the agent's result line; a node sending more is not believed
 # The agent's own bounds past --timeout (nsys's backstop, a wedged profiler's kill, the importer,
 # nsys stats) add up to well under this: a node that has not answered by then has gone silent.
 FINISH_TIMEOUT = 3600.0
@@ -52,14 +51,104 @@ class HostRun:
     gpus: tuple[int, ...] | None = None  # the GPUs --gpu free chose here (else the request's)
 
 
+class LineSink:
+    """A host's output, line by line, prefixed when several hosts run; the agent's result line kept
+    apart. Output is taken in chunks: a line is joined once, and one longer than LINE_LIMIT is
+    relayed in pieces, so a workload that never prints a newline costs no more than one that
+    does."""
+
+    MARK = wire.MARK.encode()
+
+    def __init__(self, host: str, prefix: bool, write: Callable[[str, str], None]):
+        self.host, self.prefix, self.write = host, prefix, write
+        self.partial = {"stdout": bytearray(), "stderr": bytearray()}
+        self.result: dict | None = None
+        self.malformed: str | None = None  # why the agent's result could not be used
+
+    def __call__(self, stream: str, chunk: bytes) -> None:
+        buf, start = self.partial[stream], 0
+        while (end := chunk.find(b"\n", start)) >= 0:
+            buf += chunk[start:end]
+            self.line(stream, bytes(buf))
+            buf.clear()
+            start = end + 1
+        buf += chunk[start:]
+        ours = stream == "stdout" and buf[:len(self.MARK)] == self.MARK[:len(buf)]
+        if len(buf) > (RESULT_LIMIT if ours else LINE_LIMIT):
+            if ours:
+                self.malformed = f"the agent's result is over {RESULT_LIMIT >> 20} MiB"
+                buf.clear()
+            else:
+                self.piece(stream, bytes(buf))
+                buf.clear()
+
+    def line(self, stream: str, raw: bytes) -> None:
+        if stream == "stdout" and raw.startswith(self.MARK):
+            try:
+                self.result, self.malformed = agentcall.read_answer(raw.decode("utf-8", "replace"),
+                                                                    "profile"), None
+            except wire.WireError as e:
+                self.malformed = str(e)
+            return
+        self.piece(stream, raw)
+
+    def piece(self, stream: str, raw: bytes) -> None:
+        text = raw.decode("utf-8", "replace")
+        self.write(stream, f"{self.host}: {text}\n" if self.prefix else text + "\n")
+
+    def flush(self) -> None:
+        for stream, rest in self.partial.items():
+            if rest:
+                self.line(stream, bytes(rest))
+            rest.clear()
+
+
+def with_launcher(req: ProfileRequest, launcher: str) -> ProfileRequest:
+    """The request with its ranks started by ``launcher`` on each host (the plan puts the profiler
+    between the launcher's options and the program: fleet.plan._launched); LauncherError, before
+    any host is asked anything, where that cannot be done as fleet promises."""
+    if launcher not in LAB_LAUNCHERS:
+        raise launchers.LauncherError(
+            f"--launcher {launcher}: on lab servers one of {', '.join(LAB_LAUNCHERS)} (srun and "
+            "ray start their workers in a Slurm job: --partition)")
+    if (why := launchers.command_problem(launcher, req.command)):
+        raise launchers.LauncherError(why)
+    k = launchers.script_index(list(req.command), launcher)
+    if launcher == "mpirun" and (far := launchers.mpirun_other_hosts(list(req.command[1:k]))):
+        raise launchers.LauncherError(
+            "--launcher mpirun on lab servers starts every rank on the host given (--hosts); "
+            f"{far} would start ranks on hosts fleet has not checked for tenants, nor watches: "
+            "give each host to --hosts")
+    if req.uses_counters:
+        # Every rank runs a profiler of its own on the host's GPUs: several would program the
+        # counters of one GPU at once, which the run's GPU lock (one per run) cannot keep apart.
+        raise launchers.LauncherError(
+            f"--launcher {launcher} on lab servers runs one profiler per rank: ncu and "
+            "--gpu-metrics program GPU counters that only one profiler at a time may use: trace "
+            f"with nsys, or give ncu one rank's program without {launcher}")
+    if req.docker_image:
+        raise launchers.LauncherError(f"--launcher {launcher} and --docker do not go together "
+                                      f"yet: {launcher} would have to be in the image; leave out "
+                                      "one of them")
+    starts, program = launchers.lab_launch(launcher, list(req.command))
+    ranks, _ = launchers.rank_count(launcher, list(req.command), tuple(req.profiler_args))
+    return replace(req, lab=replace(req.lab or LabPart(), launcher=launcher, starts=starts,
+                                    program=program, ranks=ranks))
+
+
 async def plan_all(fan: "Fanout", hosts: list["Host"], req: ProfileRequest, *,
                    free: placement.FreeGpus | None = None) -> dict[str, HostRun]:
     """Round trip 1: probe every node and plan (or refuse) the run there. ``free`` (--gpu free):
     on each host a GPU nobody else is on (fleet.placement.free), or the ``count`` least busy of
     them across the hosts; a host left out by the count is not in the run (``free.left_out``)."""
-    runs = unplanned(hosts)
-    probed = await _probed(fan, [h for h in hosts if runs[h.name].status == HostStatus.PENDING],
-                           runs)
+    runs = {h.name: HostRun(h.name) for h in hosts}
+    # The inventory refuses such names when it is read; a host made some other way is kept off
+    # the nodes here, since its name becomes the report's, the result's and the store's paths.
+    unsafe = {h.name: why for h in hosts if (why := safenames.component_problem(h.name,
+                                                                                "host name"))}
+    for name, why in unsafe.items():
+        runs[name].status, runs[name].error = HostStatus.FAILED, why
+    probed = await _probed(fan, [h for h in hosts if h.name not in unsafe], runs)
     choices = _placed(probed, runs, req, free.count) if free is not None else {}
     for h in probed:
         choice = choices.get(h.name)
@@ -68,17 +157,6 @@ async def plan_all(fan: "Fanout", hosts: list["Host"], req: ProfileRequest, *,
             del runs[h.name]
             continue
         _plan_host(h, runs[h.name], req, choice)
-    return runs
-
-
-def unplanned(hosts: list["Host"]) -> dict[str, HostRun]:
-    """Each host's run, not yet planned. The inventory refuses names that are no safe file name
-    when it is read; a host made some other way is kept off the nodes here, since its name becomes
-    the report's, the result's and the store's paths."""
-    runs = {h.name: HostRun(h.name) for h in hosts}
-    for h in hosts:
-        if (why := safenames.component_problem(h.name, "host name")):
-            runs[h.name].status, runs[h.name].error = HostStatus.FAILED, why
     return runs
 
 
@@ -160,41 +238,43 @@ async def run_planned(fan: "Fanout", hosts: list["Host"], runs: dict[str, HostRu
                       req: ProfileRequest, *,
                       out: Path, write: Callable[[str, str], None] = lambda s, t: None,
                       stop: asyncio.Event | None = None, gathering=None,
-                      finish_timeout: float | None = None,
-                      one_call: Callable[[], None] | None = None) -> None:
+                      finish_timeout: float | None = None) -> None:
     """Round trip 2: the agent carries out each planned run; the reports come home. With a
     --timeout the round trip is bounded (the workload's time, then ``finish_timeout``); without
-    one, SSH keepalives decide when a node has gone silent. ``one_call``: the hosts are not yet
-    probed, and each is probed, planned and run in this one call (the agent's "lab" mode); it is
-    called as each host's plan is made here, from the probe's answer."""
-    waiting = HostStatus.PENDING if one_call else HostStatus.PLANNED
+    one, SSH keepalives decide when a node has gone silent."""
     # --count left some out
-    todo = [h for h in hosts if h.name in runs and runs[h.name].status == waiting]
-    readers = _shared_readers(todo)
+    todo = [h for h in hosts if h.name in runs and runs[h.name].status == HostStatus.PLANNED]
+    # Nodes that share a report directory (inventory: shared_report_dir: LABEL) are read
+    # through one of them, once, instead of each over its own connection.
+    readers: dict[str, "Host"] = {}
+    for h in todo:
+        label = h.vars.get("shared_report_dir")
+        if label:
+            readers.setdefault(label, h)
+
     bound = req.timeout + (finish_timeout or FINISH_TIMEOUT) if req.timeout else None
 
     async def one(host: "Host") -> Result:
         run = runs[host.name]
-        on_probe = None if one_call is None else (
-            lambda text: _planned_from_probe(host, run, req, text, one_call))
-        sink = LineSink(host.name, len(todo) > 1, write, on_probe)
-        argv, stdin = agentcall.agent_call(host, _call_args(host, run, req, one_call is not None))
-        due = ProbeDue(sink, stop) if one_call is not None else None
-        try:
-            # --timeout plus --finish-timeout bound it all: no grace past them (the agent stops
-            # itself in time)
-            r = await fan.run(host, argv, input=stdin, sink=sink,
-                              stop=due.event if due is not None else stop, timeout=bound, grace=0)
-        finally:
-            if due is not None:
-                due.close()
+        sink = LineSink(host.name, len(todo) > 1, write)
+        # The launcher is said in the result's whose, as a Slurm rank's is: each rank's report
+        # beside it.
+        context = {"whose": {"launcher": req.launcher}} if req.launcher else {}
+        argv, stdin = agentcall.agent_call(host, {"mode": "profile", "plan": run.plan.to_json(),
+                                                  "context": context})
+        # --timeout plus --finish-timeout bound it all: no grace past them (the agent stops itself
+        # in time)
+        r = await fan.run(host, argv, input=stdin, sink=sink, stop=stop, timeout=bound, grace=0)
         sink.flush()
-        if run.status != HostStatus.PLANNED:  # one call: no plan was made here, nothing ran
-            _not_run(host, run, r, sink)
-            return r
         run.result = sink.result
         if run.result is None:
-            _no_result(run, r, sink, req.run_id)
+            run.status = (HostStatus.UNREACHABLE if not r.reached or r.error_kind == "timeout"
+                          else HostStatus.FAILED)
+            run.error = (sink.malformed or r.error
+                         or f"the agent ended (exit {r.exit_status}) without a result: "
+                            f"{r.stderr.decode(errors='replace').strip()[-300:]}")
+            if r.error_kind == "timeout":
+                run.error += f"; bring home what it finished later with: fleet gather {req.run_id}"
             return r
         answer = ProfileResult.read(run.result)
         if answer.made_reports:
@@ -212,66 +292,6 @@ async def run_planned(fan: "Fanout", hosts: list["Host"], runs: dict[str, HostRu
     await fan.each(todo, one)
 
 
-def _shared_readers(hosts: list["Host"]) -> dict[str, "Host"]:
-    """Nodes that share a report directory (inventory: shared_report_dir: LABEL) are read through
-    one of them, once, instead of each over its own connection: {label: that host}."""
-    readers: dict[str, "Host"] = {}
-    for h in hosts:
-        label = h.vars.get("shared_report_dir")
-        if label:
-            readers.setdefault(label, h)
-    return readers
-
-
-def _call_args(host: "Host", run: HostRun, req: ProfileRequest, one_call: bool) -> dict:
-    """The agent's arguments: carry out the plan made here, or (one call) probe, plan and run."""
-    # The launcher is said in the result's whose, as a Slurm rank's is: each rank's report beside
-    # it.
-    context = {"whose": {"launcher": req.launcher}} if req.launcher else {}
-    if not one_call:
-        return {"mode": "profile", "plan": run.plan.to_json(), "context": context}
-    return {"mode": "lab", "host": host.name, "request": req.to_json(), "context": context,
-            "probe": agentcall.agent_args(host, environment_check=False),
-            "owned_sysctls": host.vars.get("owned_sysctls")}
-
-
-def _planned_from_probe(host: "Host", run: HostRun, req: ProfileRequest, text: str,
-                        planned: Callable[[], None]) -> None:
-    """One call's first answer, the probe's: read as a probe round trip's is, and planned here as
-    after one. The node plans from the same answer; what it then sends is held to this plan."""
-    r = agentcall.read_state(host, Result(host.name, exit_status=0, stdout=text.encode()))
-    if r.extra.get("state") is None:
-        run.status, run.error = HostStatus.FAILED, r.error
-        return
-    run.state = r.extra["state"]
-    _plan_host(host, run, req, None)
-    planned()
-
-
-def _not_run(host: "Host", run: HostRun, r: Result, sink: LineSink) -> None:
-    """A call in which no plan was made here: the probe's answer never came (why, as a probe
-    round trip says it), or the plan refused the run or could not be made (said already)."""
-    if run.status == HostStatus.PENDING:
-        said = agentcall.read_state(host, r)
-        run.status = HostStatus.UNREACHABLE if not r.reached else HostStatus.FAILED
-        run.error = sink.malformed or said.error or "the agent sent no probe answer"
-    elif sink.result is not None:  # a node that ran what fleet's plan refused
-        run.status = HostStatus.FAILED
-        run.error = (f"{host.name} ran although fleet's plan from its own probe answer did not: "
-                     f"{run.error}")
-
-
-def _no_result(run: HostRun, r: Result, sink: LineSink, run_id: str) -> None:
-    """A planned run whose agent ended without its answer."""
-    run.status = (HostStatus.UNREACHABLE if not r.reached or r.error_kind == "timeout"
-                  else HostStatus.FAILED)
-    run.error = (sink.malformed or r.error
-                 or f"the agent ended (exit {r.exit_status}) without a result: "
-                    f"{r.stderr.decode(errors='replace').strip()[-300:]}")
-    if r.error_kind == "timeout":
-        run.error += f"; bring home what it finished later with: fleet gather {run_id}"
-
-
 async def profile(fan: "Fanout", hosts: list["Host"], req: ProfileRequest, *, store_root: Path,
                   site: str,
                   dry_run: bool = False, write: Callable[[str, str], None] = lambda s, t: None,
@@ -283,28 +303,17 @@ async def profile(fan: "Fanout", hosts: list["Host"], req: ProfileRequest, *, st
     # a site that is no folder name stops here, before any node
     store.run_dir(store_root, site, req.run_id)
     manifest = RunManifest.begin(req, site)
-    # Planned here before any node runs: --dry-run shows the plans, --gpu free places the run
-    # across every host's probe, --docker wraps a plan in what the probe found. Otherwise each
-    # host is probed, planned and run in one call.
-    one_call = not (dry_run or free is not None or req.docker_image)
-    by_host = unplanned(hosts) if one_call else await plan_all(fan, hosts, req, free=free)
-    runs = list(by_host.values())
-    # connected, probed and planned: each node's run starts (one call: as each plan is made)
-    manifest.phases = {} if one_call else {"probed": since_started()}
+    runs = list((await plan_all(fan, hosts, req, free=free)).values())
+    # connected, probed and planned: each node's run starts
+    manifest.phases = {"probed": since_started()}
     manifest.hosts = [entry_for(req, r) for r in runs]
     if dry_run:
         manifest.status = RunStatus.DRY_RUN
         return manifest
-    # Written before anything runs, and again as each host's plan is made (one call), so that
-    # `fleet gather` can finish the run if fleet dies.
+    # Written before anything runs, so that `fleet gather` can finish the run if fleet dies.
     directory = store.save(store_root, manifest)
-    saving = PlansSaved(store_root, manifest, lambda: [entry_for(req, r) for r in runs])
-    try:
-        await run_planned(fan, hosts, by_host, req, out=directory, write=write, stop=stop,
-                          gathering=gathering, finish_timeout=finish_timeout,
-                          one_call=saving.planned if one_call else None)
-    finally:
-        saving.close()
+    await run_planned(fan, hosts, {r.host: r for r in runs}, req, out=directory, write=write,
+                      stop=stop, gathering=gathering, finish_timeout=finish_timeout)
     manifest.phases["home"] = since_started()  # every node answered, its files home and verified
     manifest.hosts = with_missing_ranks([entry_for(req, r) for r in runs])
     manifest.status = outcome.run_status(h.status for h in manifest.hosts)

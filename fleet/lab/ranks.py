@@ -1,12 +1,8 @@
-"""A lab run's launcher and its ranks: the request with its ranks started by a launcher
-(:func:`with_launcher`), which of the ranks it was counted to start left no report, each named as a
-``missing`` entry of its own, and the line saying when the count was not known."""
+"""A lab run's launcher ranks: which of the ranks its launcher was counted to start left no report,
+each named as a ``missing`` entry of its own, and the line saying when the count was not known."""
 
 from __future__ import annotations
 
-from dataclasses import replace
-
-from ..plan import LabPart, ProfileRequest
 from ..wrapping import launchers
 from ..rundir import RunDir
 from ..outcome import HostStatus
@@ -60,36 +56,3 @@ def ranks_line(manifest: RunManifest) -> str | None:
     except launchers.LauncherError:
         return None
     return f"ranks:   not counted ({why}): a rank that left no report is not named"
-
-
-def with_launcher(req: ProfileRequest, launcher: str) -> ProfileRequest:
-    """The request with its ranks started by ``launcher`` on each host (the plan puts the profiler
-    between the launcher's options and the program: fleet.plan._launched); LauncherError, before
-    any host is asked anything, where that cannot be done as fleet promises."""
-    if launcher not in LAB_LAUNCHERS:
-        raise launchers.LauncherError(
-            f"--launcher {launcher}: on lab servers one of {', '.join(LAB_LAUNCHERS)} (srun and "
-            "ray start their workers in a Slurm job: --partition)")
-    if (why := launchers.command_problem(launcher, req.command)):
-        raise launchers.LauncherError(why)
-    k = launchers.script_index(list(req.command), launcher)
-    if launcher == "mpirun" and (far := launchers.mpirun_other_hosts(list(req.command[1:k]))):
-        raise launchers.LauncherError(
-            "--launcher mpirun on lab servers starts every rank on the host given (--hosts); "
-            f"{far} would start ranks on hosts fleet has not checked for tenants, nor watches: "
-            "give each host to --hosts")
-    if req.uses_counters:
-        # Every rank runs a profiler of its own on the host's GPUs: several would program the
-        # counters of one GPU at once, which the run's GPU lock (one per run) cannot keep apart.
-        raise launchers.LauncherError(
-            f"--launcher {launcher} on lab servers runs one profiler per rank: ncu and "
-            "--gpu-metrics program GPU counters that only one profiler at a time may use: trace "
-            f"with nsys, or give ncu one rank's program without {launcher}")
-    if req.docker_image:
-        raise launchers.LauncherError(f"--launcher {launcher} and --docker do not go together "
-                                      f"yet: {launcher} would have to be in the image; leave out "
-                                      "one of them")
-    starts, program = launchers.lab_launch(launcher, list(req.command))
-    ranks, _ = launchers.rank_count(launcher, list(req.command), tuple(req.profiler_args))
-    return replace(req, lab=replace(req.lab or LabPart(), launcher=launcher, starts=starts,
-                                    program=program, ranks=ranks))

@@ -4,7 +4,7 @@ Pure text, the controller's. A runtime that starts its own workers (torchrun, mp
 have the profiler put in front of each worker, not in front of itself: nsys in front of
 ``torchrun`` profiles the launcher and misses the ranks. The Slurm batch script
 (:mod:`fleet.slurm.launchers`) and a lab server's plan (:func:`fleet.plan.plan`, from
-:func:`fleet.lab.ranks.with_launcher`) both cut the user's command where :func:`script_index`
+:func:`fleet.lab.profile.with_launcher`) both cut the user's command where :func:`script_index`
 says, and nowhere else.
 
 On a lab server the host's one agent runs ``mpirun OPTS nsys profile -o
