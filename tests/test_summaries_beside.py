@@ -11,11 +11,13 @@ import shutil
 import sqlite3
 import subprocess
 import sys
+import tempfile
+import time
 from pathlib import Path
 
 import pytest
 
-from fleet.agent import reports, summaries
+from fleet.agent import node, reports, summaries
 from tests.harness.sshd import STANDINS
 
 pytestmark = pytest.mark.services  # it runs the stand-in nsys
@@ -108,11 +110,55 @@ def recorded_cases() -> dict[str, set[str]]:
     return cases
 
 
-def test_only_a_large_report_has_its_summaries_made_beside_its_export(tmp_path):
+def test_only_a_large_report_on_a_disk_with_room_has_its_summaries_made_beside_its_export(tmp_path, monkeypatch):
     """/bin/true's report (74 KB) is summarized in milliseconds after its export: three more exports,
-    each loading the report again, would only cost."""
+    each loading the report again, would only cost. A second export needs room, and never in memory."""
     small, big = tmp_path / "small.nsys-rep", tmp_path / "big.nsys-rep"
     small.write_bytes(b"x" * 75_000)
     with open(big, "wb") as f:
         f.truncate(reports.SIDE_EXPORT_BYTES)
-    assert not reports.large(str(small)) and reports.large(str(big)) and not reports.large(str(tmp_path / "gone"))
+    on_disk = node.mount_type(str(tmp_path.resolve())) not in node.MEMORY_FS
+    assert not reports.worth_beside(str(small)) and reports.worth_beside(str(big)) == on_disk
+    assert not reports.worth_beside(str(tmp_path / "gone"))
+    with tempfile.TemporaryDirectory(dir="/dev/shm") as shm:  # tmpfs: the export would be held in memory
+        in_memory = Path(shm) / "big.nsys-rep"
+        with open(in_memory, "wb") as f:
+            f.truncate(reports.SIDE_EXPORT_BYTES)
+        assert not reports.worth_beside(str(in_memory))
+    monkeypatch.setattr(reports, "SIDE_EXPORT_ROOM", 1 << 40)  # no disk has that much free
+    assert not reports.worth_beside(str(big))
+
+
+def test_summaries_made_beside_are_kept_when_the_whole_export_fails(tmp_path):
+    """The whole export failing (its disk full, say) cost the summaries already made beside it."""
+    nsys = tmp_path / "nsys"
+    nsys.write_text(f"#!/bin/sh\ncase \"$*\" in *--tables=*) ;; *export*) echo 'disk full' >&2; exit 1;; esac\n"
+                    f"exec {STANDINS / 'nsys'} \"$@\"\n")
+    nsys.chmod(0o755)
+    rep = report(tmp_path / "r")
+    entries, notes = reports.summarize_one(str(nsys), rep, True)
+    assert {e["summary"] for e in entries} == set(reports.SUMMARIES)
+    assert len(notes) == 1 and "nsys export wrote no SQLite export" in notes[0] and "disk full" in notes[0]
+
+
+def test_a_folder_for_the_exports_beside_that_cannot_be_made_leaves_the_whole_export(tmp_path, monkeypatch):
+    def refused(*args, **kwargs):
+        raise OSError(122, "Disk quota exceeded")
+    rep = report(tmp_path / "r")
+    monkeypatch.setattr(reports.tempfile, "mkdtemp", refused)
+    entries, notes = reports.summarize_one(str(STANDINS / "nsys"), rep, True)
+    assert notes == [] and {e["summary"] for e in entries} == {*reports.SUMMARIES, reports.EXPORT}
+
+
+def test_an_exports_time_limit_counts_from_its_start(tmp_path, monkeypatch):
+    """The whole export was asked for its end only once the exports beside it were done: its limit
+    then ran from there, twice the time in all."""
+    nsys = tmp_path / "nsys"
+    nsys.write_text("#!/bin/sh\nexec sleep 30\n")
+    nsys.chmod(0o755)
+    monkeypatch.setattr(reports, "STATS_TIMEOUT", 1.0)
+    hung = reports.Export(str(nsys), str(tmp_path / "r.nsys-rep"), str(tmp_path / "r.sqlite"))
+    time.sleep(1.2)
+    started, notes = time.monotonic(), []
+    assert hung.finished(notes) is None and time.monotonic() - started < 0.5
+    assert "timed out" in notes[0]

@@ -35,6 +35,7 @@ DCGM_PORTS = {5555: "nv-hostengine", 9400: "dcgm-exporter"}
 MPS_NAMES = ("nvidia-cuda-mps-control", "nvidia-cuda-mps-server")
 DCGM_NAMES = ("nv-hostengine", "dcgm-exporter")
 TOOL_TIMEOUT = 20.0
+MEMORY_FS = ("tmpfs", "ramfs")  # file systems whose files are held in memory
 
 
 def section(fn, *args):
@@ -237,7 +238,7 @@ def report_dir(path) -> dict:
     return {"path": path, "exists": os.path.isdir(path),
             "writable": os.access(probe, os.W_OK | os.X_OK),
             "free_bytes": st.f_bavail * st.f_frsize, "fstype": fstype,
-            "memory_backed": fstype in ("tmpfs", "ramfs"), "unsafe": files.problem(path)}
+            "memory_backed": fstype in MEMORY_FS, "unsafe": files.problem(path)}
 
 
 def mount_type(path):

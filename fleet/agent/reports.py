@@ -16,9 +16,11 @@ import shutil
 import subprocess
 import tempfile
 import threading
+import time
 
 try:  # as shipped by fleet, every module travels under a flat name
     import fleet_agent_files as files
+    import fleet_agent_node as node
     import fleet_rundir as rundir
     import fleet_agent_summaries as summaries
     import fleet_agent_workload as workload
@@ -26,7 +28,7 @@ try:  # as shipped by fleet, every module travels under a flat name
     from fleet_agent_strays import (FULL_LINGER_WAIT, LINGER_WAIT, adopt_strays, found_elsewhere,
                                     stray_qdstrms, wait_for_writers)
 except ImportError:  # as part of the installed package (tests, the local machine)
-    from . import files, summaries, workload
+    from . import files, node, summaries, workload
     from .. import rundir
     from .qdstrm import finish_leftovers
     from .strays import (FULL_LINGER_WAIT, LINGER_WAIT, adopt_strays, found_elsewhere,
@@ -49,6 +51,10 @@ SIDE_EXPORT_CPUS = 4
 # A small report's summaries take little after its export (a few ms for /bin/true's): below this
 # size, three more exports would load the report again for nothing.
 SIDE_EXPORT_BYTES = 4 << 20
+# The tables the summaries read are most of an export (110 of 115 MB for that report of 38 MB), so
+# for a while the report's folder holds the export twice: only where it has room for that, eight
+# times the report free (an export was three times its report there), and never in memory (tmpfs).
+SIDE_EXPORT_ROOM = 8
 # what a profiler says when the disk filled
 DISK_FULL = tuple(words.encode() for words in workload.DISK_FULL_WORDS)
 # bytes: a report's folder with less free when it is taken is full, the report cut
@@ -144,7 +150,8 @@ def summarize(nsys, reports, notes):
 
     def one(i):
         try:
-            done[i] = summarize_one(nsys, reports[i], beside and large(reports[i]["path"]))
+            done[i] = summarize_one(nsys, reports[i],
+                                    beside and worth_beside(reports[i]["path"]))
         # in a thread: an extra that failed is a note, never a traceback or the report's loss
         except Exception as e:
             done[i] = ([],
@@ -159,12 +166,17 @@ def summarize(nsys, reports, notes):
     return out
 
 
-def large(report):
-    """Whether the report is large enough for its summaries to be made beside its export."""
+def worth_beside(report):
+    """Whether the report is large enough for its summaries to be made beside its export, and its
+    folder has room for a second export, on a disk."""
+    folder = os.path.dirname(report)
     try:
-        return os.stat(report).st_size >= SIDE_EXPORT_BYTES
+        size, room = os.stat(report).st_size, os.statvfs(folder)
     except OSError:  # gone: its export will say so
         return False
+    free = room.f_bavail * room.f_frsize
+    return (size >= SIDE_EXPORT_BYTES and free >= SIDE_EXPORT_ROOM * size
+            and node.mount_type(os.path.realpath(folder)) not in node.MEMORY_FS)
 
 
 def summarize_one(nsys, rep, beside=False):
@@ -178,19 +190,21 @@ def summarize_one(nsys, rep, beside=False):
         made = summaries_beside(nsys, rep["path"], base) if beside else {}
     finally:
         export = whole.finished(notes)
-    if export is None:
-        return out, notes
-    # The export (hundreds of MB) is hashed while the summaries left are made from it: both only
-    # read it.
-    hashing = Hashing(export)
     left = tuple(name for name in SUMMARIES if made.get(name, True) is not None)
-    failed = summaries.write(export, left, lambda name: "%s_%s.csv" % (base, name)) if left else {}
-    exported = hashing.result(notes)
+    if export is None:  # the summaries made beside it are still the report's
+        left, failed, exported = (), {n: None for n in left}, None
+    else:
+        # The export (hundreds of MB) is hashed while the summaries left are made from it: both
+        # only read it.
+        hashing = Hashing(export)
+        failed = summaries.write(export, left, lambda n: "%s_%s.csv" % (base, n)) if left else {}
+        exported = hashing.result(notes)
     for name in SUMMARIES:
         path = "%s_%s.csv" % (base, name)
         if name in failed:
-            notes.append("the %s summary of %s could not be made from its export: %s"
-                         % (name, rep["path"], failed[name]))
+            if failed[name] is not None:
+                notes.append("the %s summary of %s could not be made from its export: %s"
+                             % (name, rep["path"], failed[name]))
             continue
         try:
             out.append(dict(hashed(path), report=rep["path"], summary=name))
@@ -206,7 +220,10 @@ def summaries_beside(nsys, report, base):
     each in a thread of its own while the whole export is written, into a private folder beside
     the report that is removed after: {summary: None where it was made, else why not}."""
     made = {}
-    folder = tempfile.mkdtemp(prefix=".fleet-summaries-", dir=os.path.dirname(report))
+    try:
+        folder = tempfile.mkdtemp(prefix=".fleet-summaries-", dir=os.path.dirname(report))
+    except OSError:  # no room for it (a quota): every summary from the whole export
+        return made
     try:
         def one(name):
             part = Export(nsys, report, os.path.join(folder, name + ".sqlite"),
@@ -254,6 +271,7 @@ class Export:
 
     def __init__(self, nsys, report, path, tables=()):
         self.report, self.path = report, path
+        self.until = time.monotonic() + STATS_TIMEOUT  # from its start, however late it is asked
         argv = [nsys, "export", "--type", "sqlite", "--force-overwrite", "true"]
         argv += ["--tables=" + ",".join(tables)] if tables else []
         try:
@@ -269,7 +287,7 @@ class Export:
             notes.append("nsys export failed on %s: %s" % (self.report, self.error))
             return None
         try:
-            out, _ = self.proc.communicate(timeout=STATS_TIMEOUT)
+            out, _ = self.proc.communicate(timeout=max(0.0, self.until - time.monotonic()))
         except subprocess.TimeoutExpired as e:
             self.proc.kill()
             self.proc.communicate()
