@@ -47,8 +47,10 @@ class TaskArgs:
     as the default the task then uses."""
 
     def __init__(self, args):
-        self.request = args["request"]          # the request as every rank gets it (for_rank)
-        self.report_dir = args["report_dir"]
+        # The request as every rank gets it (for_rank), and where reports go: read only by a rank
+        # that is profiled (one outside --ranks runs its workload whatever else the script says).
+        self.request = args.get("request")
+        self.report_dir = args.get("report_dir")
         tools = args.get("tools")
         self.tools = tools if isinstance(tools, dict) else {}
         self.prolog_expected = bool(args.get("prolog_expected"))
