@@ -36,6 +36,15 @@ def report(tmp_path: Path) -> dict:
     return reports.hashed(str(tmp_path / "h01-1.nsys-rep"))
 
 
+def wrapped_nsys(tmp_path: Path, cases: str) -> Path:
+    """The stand-in nsys behind a shell `case` of its arguments: ``cases`` first (a failure, say),
+    anything else passed on."""
+    nsys = tmp_path / "nsys"
+    nsys.write_text(f"#!/bin/sh\ncase \"$*\" in {cases} esac\nexec {STANDINS / 'nsys'} \"$@\"\n")
+    nsys.chmod(0o755)
+    return nsys
+
+
 def made(rep: dict, beside: bool) -> dict[str, bytes]:
     entries, notes = reports.summarize_one(str(STANDINS / "nsys"), rep, beside)
     assert notes == [], notes
@@ -56,10 +65,7 @@ def test_summaries_made_beside_the_export_are_those_made_from_it(tmp_path):
 
 def test_a_summary_nsys_cannot_export_alone_is_made_from_the_whole_export(tmp_path):
     """An nsys that refuses --tables (older releases): each summary from the whole export, as before."""
-    nsys = tmp_path / "nsys"
-    nsys.write_text(f"#!/bin/sh\ncase \"$*\" in *--tables=*) echo 'unknown option' >&2; exit 1;; esac\n"
-                    f"exec {STANDINS / 'nsys'} \"$@\"\n")
-    nsys.chmod(0o755)
+    nsys = wrapped_nsys(tmp_path, "*--tables=*) echo 'unknown option' >&2; exit 1;;")
     rep = report(tmp_path / "r")
     entries, notes = reports.summarize_one(str(nsys), rep, True)
     assert notes == [] and {e["summary"] for e in entries} == {*reports.SUMMARIES, reports.EXPORT}
@@ -131,10 +137,7 @@ def test_only_a_large_report_on_a_disk_with_room_has_its_summaries_made_beside_i
 
 def test_summaries_made_beside_are_kept_when_the_whole_export_fails(tmp_path):
     """The whole export failing (its disk full, say) cost the summaries already made beside it."""
-    nsys = tmp_path / "nsys"
-    nsys.write_text(f"#!/bin/sh\ncase \"$*\" in *--tables=*) ;; *export*) echo 'disk full' >&2; exit 1;; esac\n"
-                    f"exec {STANDINS / 'nsys'} \"$@\"\n")
-    nsys.chmod(0o755)
+    nsys = wrapped_nsys(tmp_path, "*--tables=*) ;; *export*) echo 'disk full' >&2; exit 1;;")
     rep = report(tmp_path / "r")
     entries, notes = reports.summarize_one(str(nsys), rep, True)
     assert {e["summary"] for e in entries} == set(reports.SUMMARIES)
