@@ -190,10 +190,10 @@ def summarize_one(nsys, rep, beside=False):
         made = summaries_beside(nsys, rep["path"], base) if beside else {}
     finally:
         export = whole.finished(notes)
+    # the summaries not made beside it, to be made from the whole export
     left = tuple(name for name in SUMMARIES if made.get(name, True) is not None)
-    if export is None:  # the summaries made beside it are still the report's
-        left, failed, exported = (), {n: None for n in left}, None
-    else:
+    failed, exported = {}, None
+    if export is not None:
         # The export (hundreds of MB) is hashed while the summaries left are made from it: both
         # only read it.
         hashing = Hashing(export)
@@ -201,10 +201,11 @@ def summarize_one(nsys, rep, beside=False):
         exported = hashing.result(notes)
     for name in SUMMARIES:
         path = "%s_%s.csv" % (base, name)
+        if export is None and name in left:  # neither made beside it nor from it: its note says
+            continue
         if name in failed:
-            if failed[name] is not None:
-                notes.append("the %s summary of %s could not be made from its export: %s"
-                             % (name, rep["path"], failed[name]))
+            notes.append("the %s summary of %s could not be made from its export: %s"
+                         % (name, rep["path"], failed[name]))
             continue
         try:
             out.append(dict(hashed(path), report=rep["path"], summary=name))
