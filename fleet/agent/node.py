@@ -193,10 +193,6 @@ class ToolQuestions:
         return found
 
 
-def tools(overrides, environment_check=True) -> dict:
-    return ToolQuestions(overrides, environment_check).answers()
-
-
 def _start(argv):
     try:
         return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
