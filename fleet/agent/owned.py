@@ -46,10 +46,6 @@ class LostRecord(OwnedError):
     now is neither put back on a guess nor taken as the original to put back later."""
 
 
-# The holder a run registers as: this agent process (run.py asks owned.me for it).
-me = holders.me
-
-
 def _safe_dir(path):
     """Create or check a root-only directory; refuse anything another account could control."""
     os.makedirs(path, mode=0o700, exist_ok=True)

@@ -26,6 +26,7 @@ import sys
 try:  # as shipped by fleet, every module travels under a flat name
     import fleet_agent_files as files
     import fleet_agent_gpus as nvml_gpus
+    import fleet_agent_holders as holders
     import fleet_agent_holds as holds
     import fleet_agent_node as node
     import fleet_agent_owned as owned
@@ -44,7 +45,7 @@ except ImportError:  # as part of the installed package (tests, the local machin
     from . import files, node, owned, profiler, reports, wire, window, workload
     from . import procs as procfs
     from . import watch as watching
-    from . import holds
+    from . import holders, holds
     from . import gpus as nvml_gpus
     from .. import plan as planner
     from .. import policy, rundir, safenames
@@ -69,7 +70,7 @@ def main(args, stops=None):
     """``stops`` collects stop signals already caught by a caller (a Slurm task, while planning)."""
     plan = args["plan"] if isinstance(args["plan"],
                                       planner.Plan) else planner.Plan.from_json(args["plan"])
-    holder = owned.me()
+    holder = holders.me()
     # "ok" is earned at the end of carry_out, never assumed: whatever stops it early says so.
     result = {"status": "error", "host": plan.host, "node": os.uname()[1], "reasons": [],
               "notes": [],
