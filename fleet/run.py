@@ -23,12 +23,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
 from . import exitcodes
-from .lab import profile as lab_profile
-from .ray import submit as ray_submit
-from .slurm import run as slurm_run
 from .transport import Fanout
 
 if TYPE_CHECKING:
+    from .ray import submit as ray_submit
     from .inventory import Host
     from .placement.free import FreeGpus
     from .request import ProfileRequest
@@ -78,6 +76,7 @@ class LabRun(Run):
     async def _on_path(self, fan: Fanout, stop: asyncio.Event | None, *,
                        write: Callable[[str, str], None] = lambda s, t: None,
                        gathering=None) -> "RunManifest":
+        from .lab import profile as lab_profile  # each path's modules load only for a run on it
         return await lab_profile.profile(fan, self.hosts, self.request, store_root=self.store_root,
                                          site=self.site,
                                          dry_run=self.dry_run, write=write, stop=stop,
@@ -98,6 +97,7 @@ class SlurmRun(Run):
     async def _on_path(self, fan: Fanout, stop: asyncio.Event | None, *, gathering=None,
                        on_state: Callable = lambda s: None,
                        on_python: Callable = lambda s: None) -> "RunManifest":
+        from .slurm import run as slurm_run
         return await slurm_run.profile(fan, self.cluster, self.request, self.spec,
                                        store_root=self.store_root,
                                        site=self.site, dry_run=self.dry_run, wait=self.wait,
@@ -118,5 +118,6 @@ class RayRun(Run):
 
     async def _on_path(self, fan: Fanout, stop: asyncio.Event | None,
                        **terminal: Any) -> "RunManifest":
+        from .ray import submit as ray_submit
         return await ray_submit.profile(fan, self.head, self.job, self.request,
                                         store_root=self.store_root, site=self.site)

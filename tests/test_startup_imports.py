@@ -67,3 +67,17 @@ def test_reports_commands_import_no_ssh_stack(tmp_path):
                     ("reports", "stats", "20260101-000000-0000", "--store", str(tmp_path / "store"))):
         loaded = modules_after(run_main(*command))
         assert "sqlite3" in loaded and not loaded & {"asyncssh", "cryptography"}, (command, loaded & {"asyncssh", "cryptography"})
+
+
+def test_a_lab_run_loads_no_slurm_or_ray_path(tmp_path):
+    """A run on lab servers imports its own path alone: the Slurm and Ray paths' modules (the batch
+    script, the job watch, the Ray submission) stay unloaded, as they would add to every lab run's
+    start before its probe."""
+    code = (run_main("profile", "--hosts", "localhost", "--dry-run", "--store", str(tmp_path / "store"),
+                     "--", "true")
+            + "\nprint(' '.join(sorted(m for m in sys.modules if m.startswith('fleet.'))))")
+    out = subprocess.run([sys.executable, "-c", "import sys\n" + code], cwd=REPO, capture_output=True,
+                         text=True, timeout=120)
+    loaded = set(out.stdout.split())
+    assert "fleet.lab.profile" in loaded, out.stdout + out.stderr  # the lab run did start
+    assert not {m for m in loaded if m.startswith(("fleet.slurm.", "fleet.ray."))}, loaded
