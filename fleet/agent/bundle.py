@@ -169,7 +169,9 @@ def script() -> str:
     """The agent as one Python file: the loader and every module it may import."""
     parts, packed, at = {}, [], 0
     for name, text in sources().items():
-        packed.append(zlib.compress(text.encode(), 9))
+        # level 6, not 9: half the time (every command that reaches a node builds it, before its
+        # first answer) for 0.6 % more bytes
+        packed.append(zlib.compress(text.encode(), 6))
         parts[name], at = (at, at + len(packed[-1])), at + len(packed[-1])
     module, attribute = HAND_OVER
     return _LOADER.format(packed=base64.b64encode(b"".join(packed)).decode("ascii"),
