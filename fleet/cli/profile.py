@@ -125,7 +125,8 @@ def profile(obj: Context, hosts_, group, exclude, tool, gpus, free_count, gpu_me
     on their own.
     """
     from ..placement.free import FreeGpus
-    from ..plan import LabPart, ProfileRequest, profiler_args_error, window_problem
+    from ..plan import LabPart, ProfileRequest, window_problem
+    from ..userflags import profiler_args_error
     from ..store.records import new_run_id
 
     req = ProfileRequest(tool=tool, command=tuple(command), run_id=new_run_id(),

@@ -19,7 +19,7 @@ from .. import safenames
 from . import environment
 from ..errors import FleetError
 from ..inventory import read_yaml
-from ..plan import profiler_args_error
+from ..userflags import profiler_args_error
 from ..safenames import UnsafeValue
 from ..slurm import options as slurm_options
 from ..slurm.launchers import LAUNCHERS

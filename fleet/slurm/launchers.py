@@ -11,7 +11,6 @@ re-split, so it survives whatever its quoting.
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,7 +21,7 @@ from ..wrapping.launchers import (LAUNCHERS, MPIRUN_TWO_VALUES, MPIRUN_VALUE,  #
                                   TORCHRUN_FLAGS, LauncherError, _options_start, command_problem,
                                   end_of_options, script_index, torchrun_modules, torchrun_python)
 from ..safenames import check_text, quote
-from ..plan import profiler_args_error
+from ..userflags import profiler_args_error
 from .states import REFUSED_EXIT
 
 # The run folder as the batch script names it ($RUN_DIR, set by script.render): RunDir's names are

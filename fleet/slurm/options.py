@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 
 from ..errors import FleetError
 from ..safenames import UnsafeValue, check_text, quote, sbatch_word
-from ..plan import profiler_args_error
+from ..userflags import profiler_args_error
 from . import launchers
 from .spec import JobSpec
 
