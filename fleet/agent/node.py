@@ -119,11 +119,11 @@ def candidates(tool, override):
                 "ncu": ["/usr/local/cuda/bin/ncu", "/usr/local/cuda-*/bin/ncu",
                         "/opt/nvidia/nsight-compute/*/ncu"]}
     for pattern in patterns[tool]:
-        for path in sorted(glob.glob(pattern), key=_version_key, reverse=True):
+        for path in sorted(glob.glob(pattern), key=version_key, reverse=True):
             yield path, pattern
 
 
-def _version_key(path):
+def version_key(path):
     return [int(x) for x in re.findall(r"\d+", path)]
 
 

@@ -38,7 +38,7 @@ def installed_importer():
     """The newest QdstrmImporter of the Nsight installations under /opt/nvidia, or None."""
     installed = glob.glob("/opt/nvidia/nsight-systems/*/host-linux-x64/QdstrmImporter") + \
         glob.glob("/opt/nvidia/nsight-compute/*/host/*/QdstrmImporter")
-    return sorted(installed, key=node._version_key)[-1] if installed else None
+    return sorted(installed, key=node.version_key)[-1] if installed else None
 
 
 def finish_leftovers(plan, stem, tail, notes, killed, finish, unfinished):
