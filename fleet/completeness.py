@@ -157,8 +157,7 @@ def allows_own(plan: "Plan | None") -> bool:
     last-moment check; False without a plan (a Slurm rank)."""
     if plan is None:
         return False
-    return any(isinstance(part, dict) and part.get("allow_own") is True
-               for part in (plan.watch, plan.recheck))
+    return any(part is not None and part.allow_own is True for part in (plan.watch, plan.recheck))
 
 
 def used_instead(result: ProfileResult, *, allow_own: bool = False) -> str | None:

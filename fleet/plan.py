@@ -4,8 +4,9 @@ Pure and Python 3.8, like :mod:`fleet.policy`, whose verdicts it follows: the po
 what is allowed and why; this module turns an allowed request into the exact
 profiler command (kept in parts: :class:`Command`), environment, sysctls, locks and
 checks for one node: the user's -X flags against fleet's (:mod:`fleet.userflags`), what nsys
-is given (:mod:`fleet.nsyspart`). The plan is applied, never patched: what changes at run time
-(sampling given up, a container around it) is a new plan made by a method here.
+is given (:mod:`fleet.nsyspart`), its check, watch and windows (:mod:`fleet.planparts`). The plan
+is applied, never patched: what changes at run time (sampling given up, a container around it) is
+a new plan made by a method here.
 ``--dry-run`` prints these plans and touches nothing.
 """
 
@@ -19,6 +20,7 @@ try:  # as shipped to a Slurm task by fleet (fleet/agent/task.py), modules trave
     from fleet_rundir import RunDir
     import fleet_policy as policy
     from fleet_nsyspart import NsysPart, nsys_part
+    from fleet_planparts import CapturePart, RecheckPart, WatchPart, WindowPart, part_json
     from fleet_request import RECORD, LabPart, ProfileRequest, RankPart  # noqa: F401
     # the user's -X flags: fleet.userflags (its profiler_args_error is read from here too)
     from fleet_userflags import option_values, profiler_args_error, without_overridden
@@ -27,6 +29,7 @@ except ImportError:
     from . import policy
     from .rundir import RunDir
     from .nsyspart import NsysPart, nsys_part
+    from .planparts import CapturePart, RecheckPart, WatchPart, WindowPart, part_json
     # what the user asks: fleet.request
     from .request import RECORD, LabPart, ProfileRequest, RankPart  # noqa: F401
     from .userflags import option_values, profiler_args_error, without_overridden
@@ -36,6 +39,8 @@ DEGRADED, OK, REFUSED, NodeState = policy.DEGRADED, policy.OK, policy.REFUSED, p
 
 MAX_TIMEOUT = 10 * 366 * 86400  # seconds: past any job's limit (Slurm's INFINITE reads as a year)
 MAX_RANKS = 4096  # ranks one lab host's launcher may be counted to start: past any one host's cores
+# the plan's parts the node reads besides its command, each read by its own reader
+PARTS = {"recheck": RecheckPart, "watch": WatchPart, "window": WindowPart, "capture": CapturePart}
 
 
 @dataclass(frozen=True)
@@ -75,8 +80,8 @@ class Plan:
     sysctls: dict[str, Any] = field(default_factory=dict)   # owned sysctls to set for the run
     owned_sysctls: dict[str, Any] = field(default_factory=dict)
     gpu_locks: tuple[str, ...] = ()             # GPU UUIDs whose counters the run takes
-    # last-moment tenant check before the profiler
-    recheck: dict[str, Any] = field(default_factory=dict)
+    # last-moment tenant check before the profiler; None: none (the plan's parts: fleet.planparts)
+    recheck: RecheckPart | None = None
     pause_dcgm: bool = False
     given_up: tuple[str, ...] = ()
     tenants: tuple[policy.Tenant, ...] = ()
@@ -86,19 +91,21 @@ class Plan:
     nsys: str | None = None                     # for finishing a leftover .qdstrm
     ncu: str | None = None                      # for reading an ncu report's metrics on the node
     # the run watch: GPUs, allow_own, job, counters
-    watch: dict[str, Any] = field(default_factory=dict)
+    watch: WatchPart | None = None
     # a launcher's ranks 0..N-1, each to leave a report; None: not known
     ranks: int | None = None
     placement: str | None = None                # --gpu free: which GPU was chosen here, and why
     # nsys's named session (--session-new): a yield stops it
     session: str | None = None
     # start, duration, detach, output: nsys leaves the workload on
-    window: dict[str, Any] = field(default_factory=dict)
+    window: WindowPart | None = None
     # range, nvtx, repeat: the windows the workload opens
-    capture: dict[str, Any] = field(default_factory=dict)
+    capture: CapturePart | None = None
 
     def to_json(self) -> dict:
         doc = asdict(self)
+        for name in PARTS:  # each as the plan always wrote it, {} for none
+            doc[name] = part_json(getattr(self, name))
         # for people and logs only
         doc["argv"] = list(self.command.argv()) if self.status == OK else []
         return doc
@@ -108,6 +115,8 @@ class Plan:
         known = {f.name for f in fields(cls)}
         kw = {k: v for k, v in doc.items() if k in known}
         kw["command"] = Command.from_json(doc.get("command") or {})
+        for name, part in PARTS.items():
+            kw[name] = part.from_json(doc.get(name))
         for key in ("reasons", "gpu_locks", "given_up"):
             kw[key] = tuple(kw.get(key) or ())
         kw["tenants"] = tuple(t if isinstance(t, policy.Tenant) else policy.Tenant(**t)
@@ -191,12 +200,12 @@ def _guarded(state: policy.NodeState, req: ProfileRequest, request: policy.Reque
     pinned = {"CUDA_VISIBLE_DEVICES": ",".join(_uuid(g) for g in chosen)} if guard.pin_gpus else {}
     return {"env": {**pinned, **windows.app_env(req)},
             "gpu_locks": tuple(_uuid(g) for g in chosen) if guard.gpu_locks else (),
-            "recheck": {"gpus": [g.index for g in chosen], "allow_own": req.allow_own}
-            if guard.recheck else {},
+            "recheck": RecheckPart(tuple(g.index for g in chosen), req.allow_own)
+            if guard.recheck else None,
             "pause_dcgm": guard.node_state and policy.dcgm_pause(state, chosen, req.pause_dcgm,
                                                                  req.uses_counters),
-            "watch": {"gpus": [g.index for g in chosen] if req.gpus is not None else None,
-                      "allow_own": req.allow_own, "job": req.job, "counters": req.uses_counters}}
+            "watch": WatchPart(tuple(g.index for g in chosen) if req.gpus is not None else None,
+                               req.allow_own, req.job, req.uses_counters)}
 
 
 def _uuid(g: policy.Gpu) -> str:
@@ -252,19 +261,17 @@ def _windows(host: str, req: ProfileRequest, run_dir: str, workload: tuple[str, 
     workload's output goes to the run's file from its start."""
     window = _window(host, req, run_dir)
     capture = windows.capture(req, RunDir(run_dir).workload_out(host))
-    out_file = window.get("output") or capture.get("output")
+    out_file = (window.output if window else "") or (capture.output if capture else "")
     return window, capture, detached(workload, out_file) if out_file else workload
 
 
-def _window(host: str, req: ProfileRequest, run_dir: str) -> dict[str, Any]:
+def _window(host: str, req: ProfileRequest, run_dir: str) -> WindowPart | None:
     if not req.window:
-        return {}
-    spec = {"start": req.window[0], "duration": req.window[1], "detach": req.detach,
-            "output": RunDir(run_dir).workload_out(host) if req.detach else ""}
+        return None
     # a Slurm rank's: when every rank's window starts
-    if req.rank is not None and req.rank.window_at is not None:
-        spec["at"] = req.rank.window_at
-    return spec
+    at = req.rank.window_at if req.rank is not None else None
+    return WindowPart(req.window[0], req.window[1], req.detach,
+                      RunDir(run_dir).workload_out(host) if req.detach else "", at)
 
 
 def detached(workload: tuple[str, ...], output: str) -> tuple[str, ...]:

@@ -155,7 +155,7 @@ class Plan:
     def __init__(self, argv, output=""):
         self.env, self.timeout, self.tool, self._argv, self.output, self.launcher = {}, None, "nsys", argv, output, ()
         self.command = self
-        self.window, self.session, self.nsys = {}, None, None  # no window, no named session
+        self.window, self.session, self.nsys = None, None, None  # no window, no named session
 
     def argv(self):
         return self._argv

@@ -153,7 +153,7 @@ def test_a_job_plan_is_made_with_the_job_rules_not_patched_after():
     s = state(gpus__0__processes=[dict(TENANT, foreign=False, user="alice", slurm_job="41")])
     req = ProfileRequest(tool="ncu", command=("x",), run_id="r", rank=RankPart(job="41", gpus=(0,)))
     p = plan("rank0", s, req)
-    assert p.status == OK and p.gpu_locks == () and p.recheck == {} and "CUDA_VISIBLE_DEVICES" not in p.env
+    assert p.status == OK and p.gpu_locks == () and p.recheck is None and "CUDA_VISIBLE_DEVICES" not in p.env
     lab = plan("h", state(), ProfileRequest(tool="ncu", command=("x",), run_id="r", lab=LabPart(gpus=(0,))))
     assert lab.gpu_locks and lab.recheck and lab.env["CUDA_VISIBLE_DEVICES"]
 

@@ -57,7 +57,7 @@ def test_the_rank_part_is_what_the_plan_uses_on_the_node():
              "tools": {"nsys": {"path": "/usr/bin/nsys", "found_by": "PATH"}, "ncu": None},
              "gpus": [{"index": 0, "uuid": "GPU-a", "processes": []}, {"index": 1, "uuid": "GPU-b", "processes": []}]}
     p = plan("rank3", policy.NodeState.read(state), req)
-    assert p.output == "/var/tmp/fleet/r/n1/rank3" and p.watch["job"] == "41" and p.watch["gpus"] == [0]
+    assert p.output == "/var/tmp/fleet/r/n1/rank3" and p.watch.job == "41" and p.watch.gpus == (0,)
     assert "--duration=60" in p.command.fleet_flags and p.gpu_locks == () and p.lock_wait == 0.0
 
 

@@ -90,7 +90,9 @@ def test_an_unexpected_fault_is_an_error_not_ok(tmp_path):
             "sys.exit(run.main({'plan': json.loads(sys.argv[1])}))")
     p = _plan(tmp_path)
     from dataclasses import replace
-    p = replace(p, recheck={"gpus": [0], "allow_own": False})
+
+    from fleet.planparts import RecheckPart
+    p = replace(p, recheck=RecheckPart((0,), False))
     out = subprocess.run([sys.executable, "-c", code, json.dumps(p.to_json())], capture_output=True, text=True,
                          timeout=60)
     [result] = wire.answers(out.stdout, "profile")

@@ -374,3 +374,80 @@ def test_a_ranks_task_arguments_are_read_once_and_a_value_not_of_its_kind_is_the
     tree.body = [n for n in tree.body if getattr(n, "name", None) != "TaskArgs"]  # the reader itself
     own = {"env", "table or RANK_VARS"}  # the process's environment, fleet's table of rank variables
     assert [g for g in gets(ast.unparse(tree)) if g not in own] == []
+
+
+# --- what the node is sent is read once too: the plan's parts, by their readers (fleet/planparts) ---
+
+def planned_shapes():
+    """Plans as the planner makes them, one for each shape of its parts: none of them; a watch of
+    every GPU; the check and the watch of chosen GPUs (counters, --allow-own); a window with --detach,
+    and a Slurm rank's counted to one moment; an NVTX range repeated, with --detach; cudaProfilerApi."""
+    from fleet.plan import LabPart, ProfileRequest, RankPart, plan
+
+    state = policy.NodeState.read(document(gpus__0__uuid="GPU-a", gpus__1__uuid="GPU-b"))
+    nsys = dict(tool="nsys", command=("python", "train.py"), run_id="r")
+    asked = [ProfileRequest(**nsys),
+             ProfileRequest(tool="ncu", command=("x",), run_id="r", allow_own=True, lab=LabPart(gpus=(0, 1))),
+             ProfileRequest(**nsys, lab=LabPart(gpus=(1,), window=(60, 30), detach=True)),
+             ProfileRequest(**nsys, rank=RankPart(job="41", gpus=(0,), output_name="n1/rank0", window=(5, 30),
+                                                  window_at=1765000000)),
+             ProfileRequest(**nsys, nvtx_window="step", repeat=2, lab=LabPart(detach=True)),
+             ProfileRequest(**nsys, cuda_profiler_window=True)]
+    plans = [plan("h01", state, req) for req in asked]
+    assert [p.status for p in plans] == ["ok"] * len(asked), [p.reasons for p in plans]
+    return plans
+
+
+def test_the_plans_parts_are_written_as_plans_held_them_and_read_back_the_same():
+    from fleet.plan import PARTS, Plan
+    from fleet.planparts import part_json
+
+    plans = planned_shapes()
+    docs = [p.to_json() for p in plans]
+    assert [doc["recheck"] for doc in docs[:2]] == [{}, {"gpus": [0, 1], "allow_own": True}]
+    assert [doc["watch"] for doc in docs[:2]] == [
+        {"gpus": None, "allow_own": False, "job": None, "counters": False},
+        {"gpus": [0, 1], "allow_own": True, "job": None, "counters": True}]
+    assert docs[2]["window"] == {"start": 60, "duration": 30, "detach": True, "output": docs[2]["window"]["output"]}
+    assert docs[2]["window"]["output"].endswith("h01.workload.out") and docs[0]["window"] == {}
+    assert docs[3]["window"] == {"start": 5, "duration": 30, "detach": False, "output": "", "at": 1765000000}
+    assert docs[4]["capture"] == {"range": "nvtx", "nvtx": "step", "repeat": 2, "detach": True,
+                                  "output": docs[2]["window"]["output"]}
+    assert docs[5]["capture"] == {"range": "cudaProfilerApi", "nvtx": None, "repeat": 1, "detach": False,
+                                  "output": ""}
+    for p, doc in zip(plans, docs):
+        sent = json.loads(json.dumps(doc))  # as it crosses the wire
+        for name, part in PARTS.items():
+            assert part_json(part.from_json(sent[name])) == sent[name], name
+        assert Plan.from_json(sent) == p and Plan.from_json(sent).to_json() == doc
+
+
+def test_a_plans_part_not_of_its_shape_reads_as_none_and_a_field_not_of_its_type_as_its_default():
+    from fleet.plan import Plan
+    from fleet.planparts import CapturePart, RecheckPart, WatchPart, WindowPart
+
+    for part in (RecheckPart, WatchPart, WindowPart, CapturePart):
+        for nothing in ({}, None, [], "x", 3, ["gpus"]):
+            assert part.from_json(nothing) is None
+    # a check or a watch whose GPUs are not NVML's indices looks at every GPU, never at fewer
+    assert RecheckPart.from_json({"gpus": [0, "1"], "allow_own": 1}) == RecheckPart(None, False)
+    assert RecheckPart.from_json({"gpus": [True]}).gpus is None and RecheckPart.from_json({"x": 1}) == RecheckPart()
+    assert WatchPart.from_json({"gpus": "0", "allow_own": "yes", "job": 41, "counters": 1}) == WatchPart()
+    assert WatchPart.from_json({"gpus": [1], "job": "41", "counters": True}) == WatchPart((1,), False, "41", True)
+    # a window without a whole start and duration is none; its other fields read as their defaults
+    for odd in ({"start": "60", "duration": 30}, {"start": 60}, {"start": 60, "duration": 1.5},
+                {"start": True, "duration": 30}):
+        assert WindowPart.from_json(odd) is None
+    assert WindowPart.from_json({"start": 60, "duration": 30, "detach": "yes", "output": ["/x"], "at": "soon"}) == \
+        WindowPart(60, 30)
+    # a capture of no window fleet knows is none; a count of windows not a whole one or more is one
+    assert CapturePart.from_json({"range": "everything", "repeat": 2}) is None
+    assert CapturePart.from_json({"range": ["nvtx"]}) is None
+    assert CapturePart.from_json({"range": "nvtx", "nvtx": 7, "repeat": 0, "detach": 1, "output": None}) == \
+        CapturePart("nvtx")
+    assert CapturePart.from_json({"range": "cudaProfilerApi", "repeat": "3"}).repeat == 1
+    odd = Plan.from_json({"host": "h01", "status": "ok", "recheck": [0], "watch": "all", "window": {"start": "1"},
+                          "capture": {"range": None}})
+    assert (odd.recheck, odd.watch, odd.window, odd.capture) == (None, None, None, None)
+    assert {k: odd.to_json()[k] for k in ("recheck", "watch", "window", "capture")} == dict.fromkeys(
+        ("recheck", "watch", "window", "capture"), {})

@@ -62,7 +62,7 @@ def recheck(plan):
     if not nvml.get("available"):
         return ["NVML is not available any more: %s" % nvml.get("error")]
     state = policy.NodeState.read({"gpus": gpus, "mps": node.daemons(procs)[0]})
-    request = policy.Request(gpus=tuple(plan.recheck["gpus"]), allow_own=plan.recheck["allow_own"])
+    request = policy.Request(gpus=plan.recheck.gpus, allow_own=plan.recheck.allow_own)
     return [str(t) for t in policy.tenants(state, request)]
 
 

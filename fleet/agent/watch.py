@@ -26,10 +26,12 @@ try:  # as shipped by fleet, every module travels under a flat name
     import fleet_agent_gpus as nvml_gpus
     import fleet_agent_procs as procfs
     import fleet_policy as policy
+    from fleet_planparts import WatchPart
 except ImportError:  # as part of the installed package
     from . import gpus as nvml_gpus
     from . import procs as procfs
     from .. import policy
+    from ..planparts import WatchPart
 
 LOOK_EVERY = 0.25    # seconds between looks for a newcomer: the counters are to be free within 2 s
 SAMPLE_EVERY = 1.0   # seconds between samples of the conditions
@@ -220,14 +222,13 @@ class Watch:
 
 
 def for_plan(plan):
-    """The run's watch, from the plan's ``watch`` (its GPUs, --allow-own, the
-    Slurm job, whether it programs counters), or, in a plan from a fleet without it, from the
+    """The run's watch, from the plan's ``watch`` (a planparts.WatchPart: its GPUs, --allow-own,
+    the Slurm job, whether it programs counters), or, in a plan from a fleet without it, from the
     last-moment check's. None where neither is there."""
-    spec = dict(getattr(plan, "watch", None) or {})
-    if not spec and plan.recheck:
-        spec = dict(plan.recheck, counters=True)
-    if not spec:
+    spec = getattr(plan, "watch", None)
+    if spec is None and plan.recheck is not None:
+        spec = WatchPart(plan.recheck.gpus, plan.recheck.allow_own, counters=True)
+    if spec is None:
         return None
-    gpus = tuple(spec["gpus"]) if spec.get("gpus") is not None else None
-    request = policy.Request(gpus=gpus, allow_own=bool(spec.get("allow_own")), job=spec.get("job"))
-    return Watch(gpus, request, bool(spec.get("counters")), contained=bool(plan.command.wrapper))
+    request = policy.Request(gpus=spec.gpus, allow_own=spec.allow_own, job=spec.job)
+    return Watch(spec.gpus, request, spec.counters, contained=bool(plan.command.wrapper))

@@ -21,6 +21,7 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import replace
 
 try:  # as shipped by fleet, every module travels under a flat name
     import fleet_agent_procs as procs
@@ -59,11 +60,11 @@ KILL_AFTER = 30.0
 
 
 class Window:
-    """What became of the workload after a window (``plan.window``: start, duration, detach,
-    output); for a run without one, every method does nothing."""
+    """What became of the workload after a window (``plan.window``, a planparts.WindowPart: start,
+    duration, detach, output); for a run without one (None), every method does nothing."""
 
     def __init__(self, plan):
-        self.spec = plan.window or {}
+        self.spec = plan.window
         where = getattr(plan, "report_dir", ""), getattr(plan, "host", "")
         self.output = rundir.RunDir(where[0]).workload_out(where[1]) if all(where) else None
         # left running at Ctrl-C's "leave it running": its pids and output (let_go)
@@ -80,14 +81,13 @@ class Window:
         starts (the plan counted it before the rank's checks): to the moment every rank's window
         starts (``at``), to the nearest second; a rank past it starts at once and no longer claims
         it."""
-        at = self.spec.get("at")
-        if not isinstance(at, int) or "--delay=%s" % self.spec.get("start") not in argv:
+        if not self.spec or self.spec.at is None or "--delay=%s" % self.spec.start not in argv:
             return argv
-        away = at - time.time()
+        away = self.spec.at - time.time()
         if away < -1:
-            self.spec = dict(self.spec, at=None)
+            self.spec = replace(self.spec, at=None)
         delay = "--delay=%d" % max(0, int(round(away)))
-        return [delay if word == "--delay=%s" % self.spec["start"] else word for word in argv]
+        return [delay if word == "--delay=%s" % self.spec.start else word for word in argv]
 
     def begin(self):
         """Before the profiler starts: the agent adopts what nsys will leave."""
@@ -101,7 +101,7 @@ class Window:
     @property
     def follows(self):
         """Whether the agent stays with the workload to its end after the window (no --detach)."""
-        return bool(self.spec) and not self.spec.get("detach") and self.running_on is None
+        return bool(self.spec) and not self.spec.detach and self.running_on is None
 
     def profiler_exited(self, profiler_pid, released, others=frozenset()):
         """nsys has exited, its window over: the processes it left, now the agent's children (not
@@ -175,8 +175,8 @@ class Window:
         asked, and no data of nsys's left in the run's private TMPDIR to make one from (nsys writes
         each window's report as it ends: docs/examples/h200-acceptance/6679068/1-windows); else
         None."""
-        spec = getattr(plan, "capture", None) or {}
-        if not spec.get("detach") or profiler.poll() is not None:
+        spec = getattr(plan, "capture", None)
+        if not (spec and spec.detach) or profiler.poll() is not None:
             return None
         stem = rundir.RunDir.output_glob(plan.output)
         written = [p
@@ -186,9 +186,9 @@ class Window:
                    if os.path.getsize(p) > 0]
         tmp = os.environ.get("TMPDIR")
         pending = glob.glob(os.path.join(tmp, "nsys-report-*.qdstrm")) if tmp else []
-        if len(written) < spec["repeat"] or pending:
+        if len(written) < spec.repeat or pending:
             return None
-        self.capture_output = spec.get("output")
+        self.capture_output = spec.output
         return "detach"
 
     def _drain(self, streams, to_file=True):
@@ -226,22 +226,22 @@ class Window:
         if not self.spec:
             return None
         said = ("nsys collected %ss after %ss (--window) and wrote its report; the workload "
-                "went on" % (self.spec["duration"], self.spec["start"]))
+                "went on" % (self.spec.duration, self.spec.start))
         # a Slurm rank's: counted to one moment for every rank
-        if isinstance(self.spec.get("at"), int):
+        if self.spec.at is not None:
             said = ("nsys collected %ss from %s (--window, the moment every rank's window starts) "
                     "and wrote its report; the workload went on" % (
-                        self.spec["duration"],
-                        time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.spec["at"]))))
+                        self.spec.duration,
+                        time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.spec.at))))
         if not self.adopted:
             return (None,
                     ["the workload's end after the window is not known: the agent could not adopt "
                      "it (prctl)"])
         if not self.left:  # nsys passed its exit status on, as for any run
             return None, ["the workload ended within the window (--window %s:%s)" % (
-                self.spec["start"], self.spec["duration"])]
+                self.spec.start, self.spec.duration)]
         if not self.follows:
-            running = running_record(self.left, self.spec.get("output"))
+            running = running_record(self.left, self.spec.output)
             return ({"exit_status": None, "signal": None, "running": running},
                     [said + " and still runs (--detach): pid %s, its output in %s" % (
                         ", ".join(map(str, self.left)), running["output"])])
@@ -278,17 +278,17 @@ def running_record(pids, output):
 
 
 def captured(spec, reports):
-    """What the windows the workload opens (``plan.capture``: range, nvtx, repeat) gave, by the
-    reports nsys wrote (each window its own, NAME.1 to NAME.N with --repeat): (why no window was
-    taken, or None; notes for the result)."""
+    """What the windows the workload opens (``plan.capture``, a planparts.CapturePart: range, nvtx,
+    repeat; None: none) gave, by the reports nsys wrote (each window its own, NAME.1 to NAME.N with
+    --repeat): (why no window was taken, or None; notes for the result)."""
     if not spec:
         return None, []
-    opened, asked = windows.opened_by(spec), spec["repeat"]
+    opened, asked = windows.opened_by(spec), spec.repeat
     taken = len([r for r in reports if r["path"].endswith(".nsys-rep")])
     if not taken:
         return ("no window was taken: the workload never opened one (%s) while nsys ran, and nsys "
                 "collects nothing outside it" % opened), []
-    after = "the workload runs on (--detach)" if spec.get("detach") and taken >= asked else \
+    after = "the workload runs on (--detach)" if spec.detach and taken >= asked else \
         "the workload went on to its end"
     said = "nsys collected %d window%s (%s), and %s" % (taken, "s" if taken > 1 else "", opened,
                                                         after)

@@ -24,6 +24,11 @@ from __future__ import annotations
 
 import re
 
+try:  # as shipped with the plan, modules travel under flat names
+    from fleet_planparts import CapturePart
+except ImportError:
+    from ..planparts import CapturePart
+
 # nsys's own options that set a window: -X may not give them beside fleet's (nsys refuses an option
 # given twice, and fleet reads the outcome by the window it asked).
 WINDOW_OPTIONS = ("--delay", "--duration", "--kill", "--capture-range", "--capture-range-end",
@@ -148,21 +153,20 @@ def app_env(req) -> dict:
     return dict(NVTX_ANY_STRING) if req.nvtx_window else {}
 
 
-def capture(req, output: str = "") -> dict:
-    """The plan's record of a window the workload opens ({} for the rest): which one, its NVTX
+def capture(req, output: str = "") -> CapturePart | None:
+    """The plan's record of a window the workload opens (None for the rest): which one, its NVTX
     range, how many windows were asked, and with --detach the file its output goes to (``output``):
     the agent leaves once every window asked has its report. The agent says from it what was
     taken."""
     if not (req.nvtx_window or req.cuda_profiler_window):
-        return {}
-    return {"range": "nvtx" if req.nvtx_window else "cudaProfilerApi", "nvtx": req.nvtx_window,
-            "repeat": req.repeat or 1, "detach": bool(req.detach), "output": output if req.detach
-            else ""}
+        return None
+    return CapturePart("nvtx" if req.nvtx_window else "cudaProfilerApi", req.nvtx_window,
+                       req.repeat or 1, bool(req.detach), output if req.detach else "")
 
 
-def opened_by(spec: dict) -> str:
+def opened_by(spec: CapturePart) -> str:
     """What the window is, in words: "NVTX range 'step'", or "cudaProfilerStart() to
     cudaProfilerStop()"."""
-    if spec["range"] == "nvtx":
-        return "NVTX range %r" % spec["nvtx"]
+    if spec.range == "nvtx":
+        return "NVTX range %r" % spec.nvtx
     return "cudaProfilerStart() to cudaProfilerStop()"
