@@ -451,3 +451,30 @@ def test_a_plans_part_not_of_its_shape_reads_as_none_and_a_field_not_of_its_type
     assert (odd.recheck, odd.watch, odd.window, odd.capture) == (None, None, None, None)
     assert {k: odd.to_json()[k] for k in ("recheck", "watch", "window", "capture")} == dict.fromkeys(
         ("recheck", "watch", "window", "capture"), {})
+
+
+def test_a_calls_arguments_are_read_once_and_a_value_not_of_its_kind_is_the_default():
+    """A profile call's (RunArgs: the controller's, or a Slurm task's with its plan made there) and a
+    probe call's (ProbeArgs: the controller's, a Slurm task's, the live look's)."""
+    import os
+
+    from fleet.agent.node import ProbeArgs
+    from fleet.agent.run import RunArgs
+
+    p = planned_shapes()[1]
+    sent = RunArgs.read({"plan": json.loads(json.dumps(p.to_json())), "context": {"whose": {"launcher": "mpirun"}}})
+    assert (sent.plan, sent.context, sent.whose, sent.result_line) == (
+        p, {"whose": {"launcher": "mpirun"}}, {"launcher": "mpirun"}, True)
+    task = RunArgs.read({"plan": p, "context": {"rank": 3, "nonce": "n"}, "result_line": False})
+    assert task.plan is p and task.context == {"rank": 3, "nonce": "n"} and (task.whose, task.result_line) == ({}, False)
+    odd = RunArgs.read({"plan": p.to_json(), "context": ["whose"], "result_line": "no"})
+    assert (odd.plan, odd.context, odd.whose, odd.result_line) == (p, {}, {}, True)
+    assert RunArgs.read({"plan": p, "context": {"whose": "me"}}).whose == {}
+
+    asked = ProbeArgs.read({"owner_uid": 1001, "tools": {"nsys": "/opt/nsys/bin/nsys", "ncu": None},
+                            "environment_check": False, "report_dir": "/r"})
+    assert asked == ProbeArgs(1001, {"nsys": "/opt/nsys/bin/nsys"}, False, "/r")
+    odd = ProbeArgs.read({"owner_uid": "0", "tools": ["nsys"], "environment_check": 0, "report_dir": 7})
+    assert odd == ProbeArgs(os.getuid(), {}, True, None) == ProbeArgs.read({})
+    assert ProbeArgs.read({"owner_uid": True, "tools": {"nsys": ["/opt/nsys"]}}) == ProbeArgs(os.getuid(), {})
+

@@ -20,6 +20,8 @@ import stat
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
+
 try:  # as shipped by fleet, every module travels under a flat name
     import fleet_agent_files as files
     import fleet_agent_gpus as nvml_gpus
@@ -251,11 +253,34 @@ def mount_type(path):
 
 # --- the document ---
 
+@dataclass(frozen=True)
+class ProbeArgs:
+    """A probe call's arguments, read once (the controller's, a Slurm task's, the live look's):
+    whose processes are the user's own (``owner_uid``: the agent's uid unless said), the profilers'
+    paths the inventory gives, whether nsys checks its environment (nsys status -e) and the report
+    folder to look at. A value not of its kind reads as absent: the default."""
+    owner_uid: int
+    tools: dict
+    environment_check: bool = True
+    report_dir: str | None = None
+
+    @classmethod
+    def read(cls, args):
+        uid, tools, check = args.get("owner_uid"), args.get("tools"), args.get("environment_check")
+        tools = tools if isinstance(tools, dict) else {}
+        report_dir = args.get("report_dir")
+        return cls(uid if isinstance(uid, int) and not isinstance(uid, bool) else os.getuid(),
+                   {t: path for t, path in tools.items() if isinstance(path, str)},
+                   check if isinstance(check, bool) else True,
+                   report_dir if isinstance(report_dir, str) else None)
+
+
 def probe(args) -> dict:
     started = time.monotonic()
-    owner_uid = args.get("owner_uid", os.getuid())
+    args = ProbeArgs.read(args)
+    owner_uid = args.owner_uid
     # The profilers answer --version while NVML is read: each takes tens of milliseconds.
-    asked = section(ToolQuestions, args.get("tools", {}), args.get("environment_check", True))
+    asked = section(ToolQuestions, args.tools, args.environment_check)
     procs = processes()
     try:
         nvml, gpu_list = nvml_gpus.gpus(procs, owner_uid)
@@ -278,7 +303,7 @@ def probe(args) -> dict:
         "nvidia": section(nvidia_params),
         "nvml": nvml, "gpus": gpu_list, "mps": mps, "dcgm": dcgm,
         "tools": section(asked.answers) if isinstance(asked, ToolQuestions) else asked,
-        "report_dir": section(report_dir, args.get("report_dir")),
+        "report_dir": section(report_dir, args.report_dir),
         "elapsed_ms": round((time.monotonic() - started) * 1000, 1),
     }
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 import os
 import signal
 import sys
+from dataclasses import dataclass
 
 try:  # as shipped by fleet, every module travels under a flat name
     import fleet_agent_files as files
@@ -66,21 +67,40 @@ def recheck(plan):
     return [str(t) for t in policy.tenants(state, request)]
 
 
+@dataclass(frozen=True)
+class RunArgs:
+    """A profile call's arguments, read once: the plan (a Plan already where a Slurm task planned
+    here), what the result says besides (``context``: a launcher's, a rank's job, rank and nonce;
+    its ``whose`` goes into the result's own), and whether the result is stdout's last line too
+    (not on Slurm, where its file is the only channel). A value not of its kind reads as absent."""
+    plan: planner.Plan
+    context: dict
+    whose: dict
+    result_line: bool = True
+
+    @classmethod
+    def read(cls, args):
+        plan, context, line = args["plan"], args.get("context"), args.get("result_line")
+        context = context if isinstance(context, dict) else {}
+        whose = context.get("whose")
+        return cls(plan if isinstance(plan, planner.Plan) else planner.Plan.from_json(plan),
+                   context, whose if isinstance(whose, dict) else {},
+                   line if isinstance(line, bool) else True)
+
+
 def main(args, stops=None):
     """``stops`` collects stop signals already caught by a caller (a Slurm task, while planning)."""
-    plan = args["plan"] if isinstance(args["plan"],
-                                      planner.Plan) else planner.Plan.from_json(args["plan"])
-    holder = holders.me()
+    args = RunArgs.read(args)
+    plan, holder = args.plan, holders.me()
     # "ok" is earned at the end of carry_out, never assumed: whatever stops it early says so.
     result = {"status": "error", "host": plan.host, "node": os.uname()[1], "reasons": [],
               "notes": [],
               "reports": [], "given_up": list(plan.given_up), "changed": {}, "exit_status": None,
               "unfinished": [], "phases": CLOCK.begin()}
-    result.update(args.get("context") or {})
+    result.update(args.context)
     # Whose the report is (a Slurm task says more: its job, step, rank, launcher): the user, to tell
     # the workload's own processes on the GPU from those of others (fleet.completeness).
-    result["whose"] = dict({"host": plan.host, "user": node.user_name(os.getuid())},
-                           **(result.get("whose") or {}))
+    result["whose"] = dict({"host": plan.host, "user": node.user_name(os.getuid())}, **args.whose)
     stops = [] if stops is None else stops
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, profiler.LEAVE):
         signal.signal(sig, lambda s, f: stops.append(s))
@@ -88,7 +108,7 @@ def main(args, stops=None):
     problem = unsafe_paths(plan) or ranks_problem(plan)
     if problem:  # nothing is written: not the reports, not the result file beside them
         result["reasons"].append(problem)
-        if args.get("result_line", True):
+        if args.result_line:
             relay.write(sys.stdout.buffer, frame(result).encode(), ours=True)
         else:
             sys.stderr.write("fleet: %s\n" % problem)
@@ -99,7 +119,7 @@ def main(args, stops=None):
         result["status"], code = "error", 1
         result["reasons"].append("the agent failed: %s: %s" % (type(e).__name__, e))
     finally:  # also when carrying out broke: the result is what fleet reads
-        if not emit(result, plan, relay, line=args.get("result_line", True)) and code == 0:
+        if not emit(result, plan, relay, line=args.result_line) and code == 0:
             code = 1  # a finished run whose result is nowhere to be read has not done its job
     return code
 
