@@ -2,7 +2,8 @@
 live look and of ``fleet repair`` read fields, never a node's dict. Only the readers themselves
 (fleet/agent/wire.py, fleet/agent/messages.py, fleet/policy/nodestate.py, fleet/policy/readers.py)
 look into one. What fleet reads back from a file, a job or a user is held the same way: a module
-reads it once, by its reader, and then reads its fields."""
+reads it once, by its reader, and then reads its fields; and so is what the node is sent, a plan's
+parts and a call's arguments (fleet/planparts.py, RunArgs, ProbeArgs)."""
 
 from __future__ import annotations
 
@@ -478,3 +479,43 @@ def test_a_calls_arguments_are_read_once_and_a_value_not_of_its_kind_is_the_defa
     assert odd == ProbeArgs(os.getuid(), {}, True, None) == ProbeArgs.read({})
     assert ProbeArgs.read({"owner_uid": True, "tools": {"nsys": ["/opt/nsys"]}}) == ProbeArgs(os.getuid(), {})
 
+
+# Each module the node is sent a plan or a call's arguments through, its readers (the only code that
+# may look into what was sent) and the mappings of the agent's own it reads with .get( besides
+# FLEETS_OWN:
+READ_ON_THE_NODE = {
+    # the plan's parts, and the plan with its command
+    "fleet/planparts.py": ({"RecheckPart.from_json", "WatchPart.from_json", "WindowPart.from_json",
+                            "CapturePart.from_json"}, set()),
+    "fleet/plan.py": ({"Command.from_json", "Plan.from_json"}, set()),
+    "fleet/wrapping/windows.py": (set(), set()),
+    # the plan's window and capture; the agent's environment
+    "fleet/agent/window.py": (set(), {"os.environ"}),
+    # the plan's watch; the processes NVML listed as the agent looked, and its own tables
+    "fleet/agent/watch.py": (set(), {"p", "self._floor", "self._seen"}),
+    # a profile call's arguments (RunArgs), the plan's check; NVML's answer and the result the agent
+    # writes
+    "fleet/agent/run.py": ({"RunArgs.read"}, {"nvml", "result", "result.get('newcomer') or {}"}),
+    # a probe call's arguments (ProbeArgs); a profiler as the agent found it, the paths ProbeArgs
+    # read, the agent's environment
+    "fleet/agent/node.py": ({"ProbeArgs.read"}, {"info", "overrides", "os.environ"}),
+    # a kept plan's watch and check (allows_own); the counts it makes
+    "fleet/completeness.py": (set(), {"counts"}),
+}
+
+
+def test_what_the_node_is_sent_is_read_by_fields_after_its_reader():
+    found = {path: [g for g in gets_outside((REPO / path).read_text(), readers) if g not in FLEETS_OWN | own]
+             for path, (readers, own) in READ_ON_THE_NODE.items()}
+    assert {path: receivers for path, receivers in found.items() if receivers} == {}
+
+
+def test_the_node_reader_check_finds_a_get_on_what_was_sent():
+    """It would pass on nothing: in each module, a look into a plan's part or a call's arguments
+    planted outside its readers is found; and each reader named is there."""
+    planted = "\n\ndef planted(plan, args):\n    return plan.window.get('start'), args.get('context')\n"
+    for path, (readers, own) in READ_ON_THE_NODE.items():
+        source = (REPO / path).read_text()
+        assert readers <= set(defined(ast.parse(source))), path
+        found = [g for g in gets_outside(source + planted, readers) if g not in FLEETS_OWN | own]
+        assert found == ["plan.window", "args"], path
