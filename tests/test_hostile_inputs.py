@@ -289,6 +289,20 @@ def test_a_deeply_nested_request_is_refused_in_one_line(node):
     assert wire.answers(wire.MARK + "[" * 100_000 + "\n" + wire.MARK + '{"ok": 1}\n', "profile") == [{"ok": 1}]
 
 
+def test_a_request_of_the_wrong_shape_asks_for_nothing():
+    """The job's request file is the job's user's, read by root: each value of another type than
+    fleet writes reads as absent, never as a truthy stand-in ("yes" is not True, a string is not a
+    list of sysctls, a number in the list is no sysctl's name)."""
+    odd = slurmd.JobRequest.read({"tool": 5, "sysctls": "kernel.perf_event_paranoid",
+                                  "allow_own": "yes", "pause_dcgm": 1, "gpu_metrics": None,
+                                  "run": ["rm", "-rf", "/"]})
+    assert odd == slurmd.JobRequest()
+    mixed = slurmd.JobRequest.read({"tool": "ncu", "sysctls": [7, "kernel.perf_event_paranoid", {}],
+                                    "allow_own": True, "pause_dcgm": True, "gpu_metrics": False})
+    assert mixed == slurmd.JobRequest(tool="ncu", sysctls=("kernel.perf_event_paranoid",),
+                                      allow_own=True, pause_dcgm=True, gpu_metrics=False)
+
+
 def test_staged_tar_members_carry_the_time_of_submission():
     import io
     import tarfile

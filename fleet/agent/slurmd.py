@@ -40,6 +40,8 @@ import signal
 import stat
 import syslog
 import time
+from dataclasses import dataclass
+from typing import Optional, Tuple
 
 try:  # as shipped by fleet, every module travels under a flat name
     import fleet_agent_files as files
@@ -61,6 +63,26 @@ REQUEST_MAX = 65536
 REQUEST_KEYS = {"fleet": int, "run_id": str, "tool": str, "sysctls": list, "pause_dcgm": bool,
                 "allow_own": bool, "gpu_metrics": bool}
 VERDICT_ENV = "FLEET_PROLOG_VERDICT"
+
+
+@dataclass(frozen=True)
+class JobRequest:
+    """What a job asks of its node, read once from its request file (written by the job's user, read
+    by root): only REQUEST_KEYS of their types; any other value reads as absent."""
+    tool: Optional[str] = None
+    sysctls: Tuple[str, ...] = ()
+    pause_dcgm: bool = False
+    allow_own: bool = False
+    gpu_metrics: bool = False
+
+    @classmethod
+    def read(cls, doc):
+        kept = {k: v for k, v in doc.items()
+                if k in REQUEST_KEYS and isinstance(v, REQUEST_KEYS[k])}
+        return cls(tool=kept.get("tool"),
+                   sysctls=tuple(n for n in kept.get("sysctls", []) if isinstance(n, str)),
+                   pause_dcgm=kept.get("pause_dcgm", False), allow_own=kept.get("allow_own", False),
+                   gpu_metrics=kept.get("gpu_metrics", False))
 
 
 class NodeFault(Exception):
@@ -134,7 +156,7 @@ def as_user(job, fn, timeout=30.0):
 
 
 def read_request(job):
-    """The job's request, reduced to known keys of known types, and why it was ignored: (None, None)
+    """The job's request (a JobRequest), and why it was ignored: (None, None)
     when the job did not opt in (no request file), (None, why) when its file was refused."""
     if not job["work_dir"].startswith("/"):
         return None, None
@@ -172,9 +194,7 @@ def read_request(job):
         return None, "%s refused: nested too deeply" % path
     if not isinstance(doc, dict):
         return None, "%s refused: not a JSON object" % path
-    request = {k: v for k, v in doc.items() if k in REQUEST_KEYS and isinstance(v, REQUEST_KEYS[k])}
-    request["sysctls"] = [n for n in request.get("sysctls", []) if isinstance(n, str)]
-    return request, None
+    return JobRequest.read(doc), None
 
 
 # --- fleet's own files (root-owned) ---
@@ -218,16 +238,16 @@ def prolog(env, config):
     state = policy.NodeState.read({"gpus": gpus, "mps": mps, "dcgm": dcgm,
                                    "host_pid_namespace": node.host_pid_namespace()})
     indices = policy.job_gpu_indices(job["gpus"], state.gpus)
-    seen = policy.Request(gpus=indices, allow_own=request.get("allow_own", False), job=job["id"])
+    seen = policy.Request(gpus=indices, allow_own=request.allow_own, job=job["id"])
     verdict = {"job": job["id"], "gpus": job["gpus"], "nvml": nvml.get("available"),
                "checked": time.time(),
                "tenants": [str(t) for t in policy.tenants(state, seen)]
                + policy.unseen_tenants(state, seen),
                "by_gpu": tenants_by_gpu(state, seen), "dcgm": None}
     holder = holders.job_holder(job["id"], config["jobs_dir"])
-    wanted = {n: config["owned_sysctls"][n] for n in request["sysctls"]
+    wanted = {n: config["owned_sysctls"][n] for n in request.sysctls
               if n in config["owned_sysctls"]}
-    done["ignored_sysctls"] = [n for n in request["sysctls"] if n not in config["owned_sysctls"]]
+    done["ignored_sysctls"] = [n for n in request.sysctls if n not in config["owned_sysctls"]]
     if wanted:
         try:
             done["sysctls"] = owned.acquire_sysctls(wanted, config["owned_sysctls"], holder,
@@ -236,8 +256,9 @@ def prolog(env, config):
         except owned.LostRecord as e:
             raise NodeFault("job %s: %s" % (job["id"], e))
     chosen = policy.chosen_gpus(state, seen)
-    counters = policy.uses_counters(request.get("tool", ""), request.get("gpu_metrics", False))
-    if policy.dcgm_pause(state, chosen, request.get("pause_dcgm", False)
+    counters = policy.uses_counters(request.tool if request.tool is not None else "",
+                                    request.gpu_metrics)
+    if policy.dcgm_pause(state, chosen, request.pause_dcgm
                          and config["pause_dcgm"] is True, counters):
         owned.pause_dcgm(holder, config["state_dir"])
         done["dcgm"] = verdict["dcgm"] = "paused"
@@ -272,7 +293,7 @@ def epilog(env, config):
         raise NodeFault("could not put the node back after job %s: %s" % (job["id"], e))
     if os.path.isdir(marker) and not os.path.islink(marker):
         request, _ = read_request(job)
-        if request and request.get("tool", "nsys") == "nsys":
+        if request and (request.tool if request.tool is not None else "nsys") == "nsys":
             done["finished"] = finish_leftovers(job, config)
         for name in os.listdir(marker):
             os.unlink(os.path.join(marker, name))
