@@ -807,3 +807,16 @@ def test_a_run_folder_another_account_made_first_is_refused_by_ray_submit_and_no
     jobs = subprocess.run([str(Path(sys.executable).parent / "ray"), "job", "list", "--address", ray_head.address],
                           env={**os.environ, "RAY_AUTH_MODE": "disabled"}, capture_output=True, text=True, timeout=60)
     assert jobs.returncode == 0 and f"fleet-{manifest['run_id']}" not in jobs.stdout, jobs.stdout + jobs.stderr
+
+
+def test_the_ray_ends_arguments_read_as_absent_when_not_strings():
+    """The Ray run's end reads its arguments once: an output or an nsys that is not a string reads
+    as absent (no report folder; the nsys on PATH), never as its str() (a list's "['x']" is no
+    folder, and a number is no program to run)."""
+    from fleet.agent.rayend import RayEndArgs
+
+    odd = RayEndArgs({"output": ["~/x"], "nsys": 7})
+    assert (odd.output, odd.nsys) == ("", None)
+    asked = RayEndArgs({"output": "~/fleet/run/ray-%p", "nsys": "/opt/nsys"})
+    assert (asked.output, asked.nsys) == ("~/fleet/run/ray-%p", "/opt/nsys")
+    assert RayEndArgs({"output": "~/r", "nsys": ""}).nsys is None

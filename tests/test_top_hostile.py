@@ -123,3 +123,17 @@ def test_a_samples_strings_are_one_line_each_on_the_screen_and_a_wrong_typed_thr
     assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr
     assert "7,hot\\x0ah09" in r.stdout, r.stdout
     assert not any(line.startswith("h09") for line in r.stdout.splitlines()), r.stdout
+
+
+def test_the_looks_arguments_are_held_to_their_bounds_and_types():
+    """The node bounds what the controller asks of its look, read once: an interval below or above
+    its bounds is brought within them, the lifetime is at least one interval and at most the cap,
+    and a count of samples that is not a whole number (a bool, a string) reads as none."""
+    from fleet.agent.look import INTERVAL_BOUNDS, LIFETIME_MAX, LookArgs
+
+    fast = LookArgs({"interval": 0, "lifetime": 1e9, "samples": True})
+    assert (fast.interval, fast.lifetime, fast.samples) == (INTERVAL_BOUNDS[0], LIFETIME_MAX, None)
+    odd = LookArgs({"interval": "soon", "lifetime": [], "samples": "3"})
+    assert (odd.interval, odd.lifetime, odd.samples) == (1.0, LIFETIME_MAX, None)
+    slow = LookArgs({"interval": 1e9, "lifetime": 0, "samples": 2})
+    assert (slow.interval, slow.lifetime, slow.samples) == (INTERVAL_BOUNDS[1], INTERVAL_BOUNDS[1], 2)

@@ -198,10 +198,21 @@ def _bounded(value, low, high, default):
         return default
 
 
-def stream(nv, args, state):
-    interval = _bounded(args.get("interval"), INTERVAL_BOUNDS[0], INTERVAL_BOUNDS[1], 1.0)
-    lifetime = _bounded(args.get("lifetime"), interval, LIFETIME_MAX, LIFETIME_MAX)
-    samples = args.get("samples")
+class LookArgs(object):
+    """The live look's arguments, read once and bounded: an interval and a lifetime out of bounds
+    are brought within them, a count of samples that is not a whole number reads as none (until
+    the lifetime ends)."""
+
+    def __init__(self, args):
+        self.interval = _bounded(args.get("interval"), INTERVAL_BOUNDS[0], INTERVAL_BOUNDS[1], 1.0)
+        self.lifetime = _bounded(args.get("lifetime"), self.interval, LIFETIME_MAX, LIFETIME_MAX)
+        samples = args.get("samples")
+        self.samples = samples if isinstance(samples, int) and not isinstance(samples,
+                                                                              bool) else None
+
+
+def stream(nv, asked, state):
+    interval, lifetime, samples = asked.interval, asked.lifetime, asked.samples
     owner_uid = state["owner_uid"]
     handles = {i: nv.nvmlDeviceGetHandleByIndex(i) for i in looked_at(state)}
     gpms = {i: Gpm(nv, h) for i, h in handles.items()}
@@ -218,8 +229,7 @@ def stream(nv, args, state):
             if not _send(body) or os.getppid() != parent:  # the reader, or the session, has gone
                 return
             seq += 1
-            if (isinstance(samples,
-                           int) and seq >= samples) or time.monotonic() - started >= lifetime:
+            if (samples is not None and seq >= samples) or time.monotonic() - started >= lifetime:
                 return
     finally:
         for g in gpms.values():
@@ -236,7 +246,7 @@ def main(args):
 
     nv.nvmlInit()
     try:
-        stream(nv, args, state)
+        stream(nv, LookArgs(args), state)
     finally:
         nv.nvmlShutdown()
     return 0

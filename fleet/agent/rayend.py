@@ -190,19 +190,31 @@ def summarize(folder, nsys):
     return not notes
 
 
+class RayEndArgs(object):
+    """The Ray run's end's arguments, read once: where the workers' reports are (``output``, the
+    ``_nsight`` block's ``o``) and the nsys to summarize them with; a value that is not a string
+    reads as absent."""
+
+    def __init__(self, args):
+        output, nsys = args.get("output"), args.get("nsys")
+        self.output = output if isinstance(output, str) else ""
+        self.nsys = nsys if isinstance(nsys, str) and nsys else None
+
+
 def main(args):
     """The end of the Ray run whose workers' reports are ``args["output"]`` (the ``_nsight``
     block's ``o``, ``~/`` this user's home): the wait, then the summaries with ``args["nsys"]``,
     else the nsys on PATH (the one Ray started the workers under). 0 when all was done, else
     NOT_ALL, each thing not done said on stderr; the reports are kept either way."""
-    output = os.path.expanduser(str(args.get("output") or ""))
+    asked = RayEndArgs(args)
+    output = os.path.expanduser(asked.output)
     folder = os.path.dirname(output)
     why = _private_folder(folder)
     if why:
         _said("the Ray workers' reports are neither waited for nor summarized: " + why)
         return NOT_ALL
     unfinished = wait_for_nsys(output)
-    nsys = args.get("nsys") or shutil.which("nsys")
+    nsys = asked.nsys or shutil.which("nsys")
     end = _whole(os.environ.get("FLEET_JOB_END"))
     if end is not None and end - time.time() < SUMMARIES_NEED:
         _said("the job's time limit is less than %d s away: the Ray workers' reports are kept "
