@@ -356,7 +356,8 @@ def _plan_lines(p: Plan) -> list[str]:
     if p.gpu_locks:
         lines.append(f"  lock:     GPU counters of {', '.join(p.gpu_locks)}")
     if p.recheck:
-        lines.append(f"  check:    GPUs {p.recheck['gpus']} again right before the profiler starts")
+        lines.append(f"  check:    GPUs {list(p.recheck.gpus or ())} again right before the "
+                     "profiler starts")
     if p.pause_dcgm:
         lines.append("  dcgm:     profiling paused for the run, resumed after")
     return lines
