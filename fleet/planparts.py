@@ -61,11 +61,6 @@ class RecheckPart:
     def to_json(self) -> dict:
         return {"gpus": _listed(self.gpus), "allow_own": self.allow_own}
 
-    def __getitem__(self, key):
-        """As the plan's dict read: for the dry run's lines of a plan (fleet.lab.profile), which
-        still read ``recheck['gpus']``."""
-        return self.to_json()[key]
-
 
 @dataclass(frozen=True)
 class WatchPart:
