@@ -84,6 +84,10 @@ class JobRequest:
                    pause_dcgm=kept.get("pause_dcgm", False), allow_own=kept.get("allow_own", False),
                    gpu_metrics=kept.get("gpu_metrics", False))
 
+    def tool_or(self, default):
+        """The profiler the job asked for, or ``default`` where its file named none."""
+        return self.tool if self.tool is not None else default
+
 
 class NodeFault(Exception):
     """Node state fleet changed could not be put back."""
@@ -256,8 +260,7 @@ def prolog(env, config):
         except owned.LostRecord as e:
             raise NodeFault("job %s: %s" % (job["id"], e))
     chosen = policy.chosen_gpus(state, seen)
-    counters = policy.uses_counters(request.tool if request.tool is not None else "",
-                                    request.gpu_metrics)
+    counters = policy.uses_counters(request.tool_or(""), request.gpu_metrics)
     if policy.dcgm_pause(state, chosen, request.pause_dcgm
                          and config["pause_dcgm"] is True, counters):
         owned.pause_dcgm(holder, config["state_dir"])
@@ -293,7 +296,7 @@ def epilog(env, config):
         raise NodeFault("could not put the node back after job %s: %s" % (job["id"], e))
     if os.path.isdir(marker) and not os.path.islink(marker):
         request, _ = read_request(job)
-        if request and (request.tool if request.tool is not None else "nsys") == "nsys":
+        if request and request.tool_or("nsys") == "nsys":
             done["finished"] = finish_leftovers(job, config)
         for name in os.listdir(marker):
             os.unlink(os.path.join(marker, name))
