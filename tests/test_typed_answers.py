@@ -501,6 +501,16 @@ READ_ON_THE_NODE = {
     "fleet/agent/node.py": ({"ProbeArgs.read"}, {"info", "overrides", "os.environ"}),
     # a kept plan's watch and check (allows_own); the counts it makes
     "fleet/completeness.py": (set(), {"counts"}),
+    # the live look's arguments (LookArgs); the agent's environment, its own probe's state and the
+    # processes NVML listed
+    "fleet/agent/look.py": ({"LookArgs.__init__"}, {"os.environ", "state['nvml']", "p"}),
+    # the Ray run's end's arguments (RayEndArgs); the agent's environment, and a worker's whose file,
+    # of which only its nsys's pid is compared with the one found
+    "fleet/agent/rayend.py": ({"RayEndArgs.__init__"}, {"os.environ", "doc"}),
+    # the job's request file, written by the job's user (JobRequest), and the hook's call
+    # (hook_call); what slurmd gives (its environment), the root-owned config as nodeconfig
+    # checked it, NVML's answer, and what the hook says it did
+    "fleet/agent/slurmd.py": ({"JobRequest.read", "hook_call"}, {"env", "config", "nvml", "done"}),
 }
 
 

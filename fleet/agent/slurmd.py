@@ -79,13 +79,11 @@ class JobRequest:
     def read(cls, doc):
         kept = {k: v for k, v in doc.items()
                 if k in REQUEST_KEYS and isinstance(v, REQUEST_KEYS[k])}
-        return cls(tool=kept.get("tool"),
-                   sysctls=tuple(n for n in kept.get("sysctls", []) if isinstance(n, str)),
-                   pause_dcgm=kept.get("pause_dcgm", False), allow_own=kept.get("allow_own", False),
-                   gpu_metrics=kept.get("gpu_metrics", False))
+        flags = {k: kept.get(k, False) for k in ("pause_dcgm", "allow_own", "gpu_metrics")}
+        names = tuple(n for n in kept.get("sysctls", []) if isinstance(n, str))
+        return cls(kept.get("tool"), names, **flags)
 
-    def tool_or(self, default):
-        """The profiler the job asked for, or ``default`` where its file named none."""
+    def tool_or(self, default):  # the profiler the job asked for, else ``default``
         return self.tool if self.tool is not None else default
 
 
@@ -366,17 +364,24 @@ def log(config, level, message):
         pass  # syslog has it
 
 
+def hook_call(args):
+    """(op, config path) of the hook's call, as `fleet slurm install` wrote them, read once: a value
+    not a string reads as absent (no op; the default config)."""
+    op, config = (v if isinstance(v, str) else None for v in (args.get("op"), args.get("config")))
+    return op, config or "/etc/fleet/node.json"
+
+
 def main(args, env=None):
     """One JSON line for the log; exit 0 unless fail_closed and the node could not be put back."""
     env = os.environ if env is None else env
-    op = args.get("op")
+    op, config_path = hook_call(args)
     if op == "check":  # `fleet slurm install`: this Python runs the hooks' code (it got this far)
         import sys
         print(json.dumps({"python": "%d.%d.%d" % tuple(sys.version_info[:3])}))
         return 0 if sys.version_info >= (3, 8) else 3
     config = dict(nodeconfig.DEFAULTS)
     try:
-        config = nodeconfig.load_config(args.get("config", "/etc/fleet/node.json"))
+        config = nodeconfig.load_config(config_path)
         if op == "task-prolog":
             for line in task_prolog(env, config):
                 print(line)
