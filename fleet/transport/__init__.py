@@ -50,17 +50,19 @@ class Fanout:
     async def run(self, host: "Host", argv: Sequence[str], *, input: bytes | None = None,
                   timeout: float | None = None, sink: Sink | None = None,
                   stop: asyncio.Event | None = None, limit: int | None = None,
-                  grace: float = TERM_GRACE) -> Result:
+                  grace: float = TERM_GRACE,
+                  later: asyncio.Future[bytes | None] | None = None) -> Result:
         """Run on one host, outside the bound (callers inside :meth:`each` use this). ``limit``:
         the bytes of each stream a command that is not streamed may send; past them it is
         stopped and its answer not believed (a node's answer is data, and bounded). ``grace``:
         the seconds a timed-out command gets between SIGTERM and its kill (0: ``timeout`` bounds
-        the whole round trip)."""
+        the whole round trip). ``later``: more of stdin once known (Transport.run)."""
         try:
             if limit is not None and sink is None:
                 return await self._bounded(host, argv, input, timeout, stop, limit)
             return await self.transport_for(host).run(host, argv, input=input, timeout=timeout,
-                                                      sink=sink, stop=stop, grace=grace)
+                                                      sink=sink, stop=stop, grace=grace,
+                                                      later=later)
         except Exception as e:  # a bug or an unforeseen failure stays this host's problem
             return Result(host.name, error=f"{type(e).__name__}: {e}", error_kind="internal")
 

@@ -105,6 +105,24 @@ def stop_signal(stop: asyncio.Event | None) -> str:
     return getattr(stop, "signal", "TERM") if stop is not None and stop.is_set() else "TERM"
 
 
+async def feed_later(write: Callable[[bytes], object], end: Callable[[], object],
+                     later: asyncio.Future[bytes | None],
+                     gone: tuple[type[BaseException], ...]) -> None:
+    """The command's stdin ``later``'s bytes once they come, then its end (also when cancelled: the
+    command ended first, or its call was). A command already gone (``gone``) is told nothing."""
+    try:
+        data = await asyncio.shield(later)  # cancelled, this leaves ``later`` to its owner
+        if data:
+            write(data)
+    except gone:
+        return
+    finally:
+        try:
+            end()
+        except gone:
+            pass
+
+
 class Transport:
     """Runs an argument vector on one host. Implementations: ssh, local.
 
@@ -113,12 +131,15 @@ class Transport:
     passes, the command gets SIGTERM once; with a timeout it is killed
     ``grace`` seconds later (0: the timeout bounds it all), without one it is
     waited for (a profiler needs that time to write its report). A killed
-    command whose end is not heard within ``ABANDON_AFTER`` is abandoned.
+    command whose end is not heard within ``ABANDON_AFTER`` is abandoned. ``later``: stdin does
+    not end after ``input``; what the future gives follows it, then stdin ends (an agent started
+    ahead of its arguments).
     """
 
     async def run(self, host: "Host", argv: Sequence[str], *, input: bytes | None = None,
                   timeout: float | None = None, sink: Sink | None = None,
-                  stop: asyncio.Event | None = None, grace: float = TERM_GRACE) -> Result:
+                  stop: asyncio.Event | None = None, grace: float = TERM_GRACE,
+                  later: asyncio.Future[bytes | None] | None = None) -> Result:
         raise NotImplementedError
 
     async def fetch(self, host: "Host", remote: str, local: str, offset: int = 0,
@@ -146,17 +167,25 @@ async def _ended(pumps: asyncio.Future, within: float) -> bool:
         return False
 
 
+async def _time_up(timeout: float, timeout_from: asyncio.Future | None) -> None:
+    if timeout_from is not None:
+        await asyncio.wait([timeout_from])  # its outcome is the feeder's; only its end counts here
+    await asyncio.sleep(timeout)
+
+
 async def drive(read_out: Callable[[int], Awaitable[bytes]],
                 read_err: Callable[[int], Awaitable[bytes]],
                 wait: Awaitable, terminate: Callable[[], None], kill: Callable[[], None], *,
                 timeout: float | None, grace: float, sink: Sink | None,
-                stop: asyncio.Event | None) -> tuple[bytes, bytes, str | None, bool]:
+                stop: asyncio.Event | None, timeout_from: asyncio.Future | None = None
+                ) -> tuple[bytes, bytes, str | None, bool]:
     """Pump a running command's output until it exits; stop it when asked or when time is up.
 
     Returns (stdout, stderr, why it was stopped or None, whether it was abandoned: killed, and
     its end not heard within ``ABANDON_AFTER``, as from a node gone silent). With a ``timeout``
-    nothing here waits past ``timeout + grace + ABANDON_AFTER``. Shared by the transports so
-    that they stop commands the same way.
+    nothing here waits past ``timeout + grace + ABANDON_AFTER`` (counted from when
+    ``timeout_from`` is done, where given: a command told what to do later). Shared by the
+    transports so that they stop commands the same way.
     """
     bufs = {"stdout": bytearray(), "stderr": bytearray()}
 
@@ -168,7 +197,8 @@ async def drive(read_out: Callable[[int], Awaitable[bytes]],
                 del bufs[name][:-TAIL]
 
     pumps = asyncio.gather(pump("stdout", read_out), pump("stderr", read_err), wait)
-    waiters = [asyncio.ensure_future(asyncio.sleep(timeout))] if timeout is not None else []
+    waiters = [asyncio.ensure_future(_time_up(timeout, timeout_from))] if timeout is not None \
+        else []
     if stop is not None:
         waiters.append(asyncio.ensure_future(stop.wait()))
     why, abandoned = None, False

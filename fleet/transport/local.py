@@ -12,7 +12,7 @@ import os
 import signal
 from typing import TYPE_CHECKING, Callable, Sequence
 
-from .base import TERM_GRACE, Result, Sink, Transport, drive, stop_signal
+from .base import TERM_GRACE, Result, Sink, Transport, drive, feed_later, stop_signal
 
 if TYPE_CHECKING:
     from ..inventory import Host
@@ -21,18 +21,24 @@ if TYPE_CHECKING:
 class LocalTransport(Transport):
     async def run(self, host: "Host", argv: Sequence[str], *, input: bytes | None = None,
                   timeout: float | None = None, sink: Sink | None = None,
-                  stop: asyncio.Event | None = None, grace: float = TERM_GRACE) -> Result:
+                  stop: asyncio.Event | None = None, grace: float = TERM_GRACE,
+                  later: asyncio.Future[bytes | None] | None = None) -> Result:
         try:
             proc = await asyncio.create_subprocess_exec(
-                *argv, stdin=asyncio.subprocess.PIPE if input is not None
+                *argv, stdin=asyncio.subprocess.PIPE if input is not None or later is not None
                 else asyncio.subprocess.DEVNULL,
                 stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
                 start_new_session=True)  # its own process group, so a stop reaches its children too
         except OSError as e:
             return Result(host.name, exit_status=127, stderr=f"{argv[0]}: {e.strerror}\n".encode(),
                           error=f"cannot start {argv[0]}: {e.strerror}", error_kind="exec")
+        feeder = None
         if input is not None:
             proc.stdin.write(input)
+        if later is not None:
+            feeder = asyncio.ensure_future(feed_later(proc.stdin.write, proc.stdin.close, later,
+                                                      (OSError,)))
+        elif input is not None:
             proc.stdin.close()
 
         def signal_group(sig: int) -> None:
@@ -46,11 +52,15 @@ class LocalTransport(Transport):
                                         lambda: signal_group(getattr(signal, "SIG"
                                                                      + stop_signal(stop))),
                                         lambda: signal_group(signal.SIGKILL),
-                                        timeout=timeout, grace=grace, sink=sink, stop=stop)
+                                        timeout=timeout, grace=grace, sink=sink, stop=stop,
+                                        timeout_from=later)
         # a second Ctrl-C: the first one's signal (USR1 leaves the workload running)
         except asyncio.CancelledError:
             signal_group(getattr(signal, "SIG" + stop_signal(stop)))
             raise
+        finally:
+            if feeder is not None:
+                feeder.cancel()
         status = proc.returncode
         died_of = signal.Signals(-status).name if status is not None and status < 0 else None
         result = Result.ended(host.name, status, out, err, signal_name=died_of, why=why)

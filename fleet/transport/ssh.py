@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Callable, Sequence
 
 import asyncssh
 
-from .base import TERM_GRACE, Result, Sink, Transport, drive, stop_signal
+from .base import TERM_GRACE, Result, Sink, Transport, drive, feed_later, stop_signal
 from ..inventory.connection import (ConnectionOptionError, agent_for_keys, expand_proxy_command,
                                     host_port, number, route, ssh_args, yes_no)
 from .connect_errors import DROPPED, JumpFailed, SilentServer, Watched, client_keys, connect_error
@@ -212,7 +212,8 @@ class SSHTransport(Transport):
 
     async def run(self, host: "Host", argv: Sequence[str], *, input: bytes | None = None,
                   timeout: float | None = None, sink: Sink | None = None,
-                  stop: asyncio.Event | None = None, grace: float = TERM_GRACE) -> Result:
+                  stop: asyncio.Event | None = None, grace: float = TERM_GRACE,
+                  later: asyncio.Future[bytes | None] | None = None) -> Result:
         try:
             conn = await self.connection(host)
         except Exception as e:
@@ -221,11 +222,17 @@ class SSHTransport(Transport):
             proc = await conn.create_process(shlex.join(argv), encoding=None)
         except (asyncssh.Error, OSError) as e:
             return Result(host.name, error=f"cannot start a session: {e}", error_kind="channel")
+        feeder = None
         try:
             try:
                 if input is not None:
                     proc.stdin.write(input)
-                proc.stdin.write_eof()
+                if later is None:
+                    proc.stdin.write_eof()
+                else:
+                    feeder = asyncio.ensure_future(feed_later(proc.stdin.write,
+                                                              proc.stdin.write_eof, later,
+                                                              (asyncssh.Error, OSError)))
             except (asyncssh.Error, OSError):
                 # the command ended before reading its input (python3 missing, say): its status
                 # tells
@@ -233,7 +240,8 @@ class SSHTransport(Transport):
             out, err, why, abandoned = await drive(proc.stdout.read, proc.stderr.read,
                                                    proc.wait(check=False),
                                         lambda: _signal(proc, stop_signal(stop)), proc.close,
-                                        timeout=timeout, grace=grace, sink=sink, stop=stop)
+                                        timeout=timeout, grace=grace, sink=sink, stop=stop,
+                                        timeout_from=later)
         # a second Ctrl-C: the first one's signal (USR1 leaves the workload running)
         except asyncio.CancelledError:
             _signal(proc, stop_signal(stop))
@@ -241,6 +249,9 @@ class SSHTransport(Transport):
         except (asyncssh.Error, OSError) as e:
             return Result(host.name, error=f"connection lost while running: {e}",
                           error_kind="unreachable")
+        finally:
+            if feeder is not None:
+                feeder.cancel()
         # the node never answered the channel's close: nothing will come on this connection
         if abandoned:
             self._abandon(host, conn)
