@@ -12,7 +12,7 @@ import json
 from typing import TYPE_CHECKING, Callable
 
 from .agent import wire
-from .agent.bundle import BOOTSTRAP, bundle
+from .agent.bundle import BOOTSTRAP, BOOTSTRAP_AHEAD, bundle
 from .agent.messages import RepairAnswer
 from .policy.nodestate import NodeState
 from .transport import Result
@@ -63,8 +63,21 @@ def agent_call(host: "Host", args: dict) -> tuple[list[str], bytes]:
     """The command line and stdin of an agent call whose arguments may be long (a plan holds the
     workload's command): they follow the agent on stdin, where no argv limit applies."""
     python = host.vars.get("ansible_python_interpreter", "python3")
-    return [python, "-c", BOOTSTRAP,
-            "-"], bundle() + json.dumps(args, separators=(",", ":")).encode()
+    return [python, "-c", BOOTSTRAP, "-"], bundle() + arguments(args)
+
+
+def agent_call_ahead(host: "Host", mode: str) -> tuple[list[str], bytes]:
+    """The command line and stdin of an agent call started ahead of its arguments: the agent alone
+    on stdin, its length on the command line; the arguments follow later (:func:`arguments`), on
+    the same stdin, which then ends."""
+    python = host.vars.get("ansible_python_interpreter", "python3")
+    payload = bundle()
+    return [python, "-c", BOOTSTRAP_AHEAD, str(len(payload)), "-ahead", mode], payload
+
+
+def arguments(args: dict) -> bytes:
+    """An agent call's arguments as they follow the agent on its stdin."""
+    return json.dumps(args, separators=(",", ":")).encode()
 
 
 def agent_args(host: "Host", owner_uid: int | None = None, environment_check: bool = True) -> dict:

@@ -45,6 +45,15 @@ MODES = {
 BOOTSTRAP = ("import sys,zlib;b=sys.stdin.buffer.read();"
              "exec(compile(zlib.decompress(b),'<fleet-agent>','exec'))")
 
+# How fleet starts an agent ahead of its arguments (a lab run's, while its node is probed): it reads
+# the compressed script alone, as many bytes as its first argument says, loads its mode's modules,
+# and waits for its arguments, the rest of stdin, sent once fleet has saved the run it is part of.
+BOOTSTRAP_AHEAD = ("import sys,zlib;b=sys.stdin.buffer.read(int(sys.argv.pop(1)));"
+                   "exec(compile(zlib.decompress(b),'<fleet-agent>','exec'))")
+# The longest an agent started ahead waits for its arguments: with none by then, or none at all
+# (fleet has gone, or has nothing for it to do), it ends having done nothing.
+AHEAD_WAIT = 600
+
 # The shipped module that keeps compiled modules on the node between calls (see its docstring).
 CODE_CACHE = "fleet_agent_codecache"
 
@@ -94,12 +103,34 @@ if name in _PARTS else None
         if module.__name__ == {hand_over_module!r}:
             module.{hand_over_attribute} = _SHIPPED_AS
 sys.meta_path.insert(0, _Shipped())
+def _ahead(mode):
+    """The arguments of an agent started ahead of them, its mode's modules loaded meanwhile: the
+    rest of stdin, to its end. Nothing sent within {ahead_wait} s, nothing at all, or a stop signal
+    while it waits, ends it at once and quietly, having done nothing (nothing to put back)."""
+    __import__(_MODES[mode])
+    signal = __import__("signal")
+    def end(signum, frame):
+        raise SystemExit(0)
+    before = {{s: signal.signal(s, end)
+              for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1)}}
+    timer = __import__("threading").Timer({ahead_wait}, __import__("os")._exit, (0,))
+    timer.daemon = True
+    timer.start()
+    text = sys.stdin.buffer.read().decode()
+    timer.cancel()
+    for s, handler in before.items():
+        signal.signal(s, handler)
+    if not text:
+        sys.exit(0)
+    return text
 _args = sys.argv[1] if len(sys.argv) > 1 else "{{}}"
 if _args == "-" and "b" in globals():  # the arguments follow the compressed agent on stdin \
 (no argv limit)
     _rest = __import__("zlib").decompressobj()
     _rest.decompress(b)
     _args = _rest.unused_data.decode()
+if _args == "-ahead" and "b" in globals():  # started ahead (BOOTSTRAP_AHEAD): see _ahead
+    _args = _ahead(sys.argv[2])
 _args = __import__("json").loads(_args)
 sys.exit(__import__(_MODES[_args.get("mode", "probe")]).main(_args))
 '''
@@ -177,7 +208,7 @@ def script() -> str:
     return _LOADER.format(packed=base64.b64encode(b"".join(packed)).decode("ascii"),
                           parts=repr(parts),
                           digests=repr(digests()), modes=repr(MODES), bootstrap=BOOTSTRAP,
-                          code_cache=CODE_CACHE,
+                          code_cache=CODE_CACHE, ahead_wait=AHEAD_WAIT,
                           hand_over_module=module, hand_over_attribute=attribute)
 
 
