@@ -29,8 +29,8 @@ from tests.harness.sshd import SSHCluster
 # beside this script (after reading the agent from stdin, as the real one does).
 HOSTILE_PYTHON = """#!/bin/sh
 here=$(dirname "$0")
-case "$3" in
-  -) cat >/dev/null;  # the profile round trip: its plan follows the agent on stdin echo $$ > "$here/profile.pid"
+case "$3:$4" in
+  -:*|*:-ahead) cat >/dev/null;  # the profile round trip: its plan follows the agent on stdin echo $$ > "$here/profile.pid"
                         [ -f "$here/silent" ] && exec sleep 600
                         cat "$here/answer" ;;
   *'"mode":'*) exec /usr/bin/python3 "$@" ;;
@@ -316,16 +316,16 @@ def test_output_without_newlines_is_relayed_as_it_comes_and_an_endless_result_is
     """Workload output with no newlines grew quadratically (128 MB: 134 s, 692 MB of client
     memory): it was held whole until a newline came. Now it is relayed in pieces of at most
     LINE_LIMIT (and a chunk) as it arrives, and the agent's result line has its own bound."""
-    from fleet.lab import profile as lab_profile
+    from fleet.lab import sink as lab_sink
 
     written = []
-    sink = lab_profile.LineSink("h01", False, lambda stream, text: written.append(len(text)))
+    sink = lab_sink.LineSink("h01", False, lambda stream, text: written.append(len(text)))
     chunk = b"x" * 65536
     for _ in range(64):  # 4 MiB, no newline
         sink("stderr", chunk)
-        assert len(sink.partial["stderr"]) <= lab_profile.LINE_LIMIT
-    assert sum(written) >= 63 * 65536 and max(written) <= lab_profile.LINE_LIMIT + len(chunk) + 1  # a piece a chunk
-    monkeypatch.setattr(lab_profile, "RESULT_LIMIT", 1 << 20)
+        assert len(sink.partial["stderr"]) <= lab_sink.LINE_LIMIT
+    assert sum(written) >= 63 * 65536 and max(written) <= lab_sink.LINE_LIMIT + len(chunk) + 1  # a piece a chunk
+    monkeypatch.setattr(lab_sink, "RESULT_LIMIT", 1 << 20)
     sink("stdout", wire.MARK.encode())
     for _ in range(20):  # a result line past its bound
         sink("stdout", chunk)

@@ -19,8 +19,8 @@ from tests.conftest import fleet_json, run_fleet
 from tests.harness.sshd import SSHCluster
 
 INTERPRETER = """#!/bin/sh
-case "$3" in
-  -) exec /usr/bin/python3 "$(dirname "$0")/answer.py" ;;  # the profile round trip: plan on stdin
+case "$3:$4" in  # the profile round trip (started ahead of its plan, or not): plan on stdin
+  -:*|*:-ahead) exec /usr/bin/python3 "$(dirname "$0")/answer.py" ;;
   *) exec /usr/bin/python3 "$@" ;;                         # the probe: the real agent
 esac
 """

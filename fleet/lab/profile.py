@@ -1,8 +1,9 @@
 """``fleet profile`` on lab servers: probe, plan, run the agent, bring the reports home.
 
-Two round trips per node (the probe, then the run) over one connection. The
-policy decides; the agent acts on the node; this module only moves plans,
-output and reports, and says what happened on each node.
+Two calls per node over one connection: the probe, and the run, whose agent is started beside the
+probe and sent its plan once every host is planned and the run saved (fleet/lab/ahead.py). The
+policy decides; the agent acts on the node; this module only moves plans, output and reports, and
+says what happened on each node.
 """
 
 from __future__ import annotations
@@ -22,18 +23,16 @@ from ..store.manifest import HostEntry, ReportEntry, RunManifest
 from ..plan import LabPart, Plan, ProfileRequest, plan
 from ..policy import NO_SAMPLING_FLAGS, NodeState, docker_privileges, tool_found
 from ..transport import Result
-from . import leftrunning
+from . import ahead, leftrunning
 from ..placement import free as placement
 from ..wrapping import containers, launchers
 from .ranks import LAB_LAUNCHERS, with_missing_ranks
+from .sink import LineSink
 
 if TYPE_CHECKING:
     from ..inventory import Host
     from ..transport import Fanout
 
-# bytes of output without a newline relayed as one piece (no quadratic joins)
-LINE_LIMIT = 1 << 16
-RESULT_LIMIT = 64 << 20  # bytes of the agent's result line; a node sending more is not believed
 # The agent's own bounds past --timeout (nsys's backstop, a wedged profiler's kill, the importer,
 # nsys stats) add up to well under this: a node that has not answered by then has gone silent.
 FINISH_TIMEOUT = 3600.0
@@ -49,58 +48,6 @@ class HostRun:
     reports: list[ReportEntry] = field(default_factory=list)
     error: str | None = None
     gpus: tuple[int, ...] | None = None  # the GPUs --gpu free chose here (else the request's)
-
-
-class LineSink:
-    """A host's output, line by line, prefixed when several hosts run; the agent's result line kept
-    apart. Output is taken in chunks: a line is joined once, and one longer than LINE_LIMIT is
-    relayed in pieces, so a workload that never prints a newline costs no more than one that
-    does."""
-
-    MARK = wire.MARK.encode()
-
-    def __init__(self, host: str, prefix: bool, write: Callable[[str, str], None]):
-        self.host, self.prefix, self.write = host, prefix, write
-        self.partial = {"stdout": bytearray(), "stderr": bytearray()}
-        self.result: dict | None = None
-        self.malformed: str | None = None  # why the agent's result could not be used
-
-    def __call__(self, stream: str, chunk: bytes) -> None:
-        buf, start = self.partial[stream], 0
-        while (end := chunk.find(b"\n", start)) >= 0:
-            buf += chunk[start:end]
-            self.line(stream, bytes(buf))
-            buf.clear()
-            start = end + 1
-        buf += chunk[start:]
-        ours = stream == "stdout" and buf[:len(self.MARK)] == self.MARK[:len(buf)]
-        if len(buf) > (RESULT_LIMIT if ours else LINE_LIMIT):
-            if ours:
-                self.malformed = f"the agent's result is over {RESULT_LIMIT >> 20} MiB"
-                buf.clear()
-            else:
-                self.piece(stream, bytes(buf))
-                buf.clear()
-
-    def line(self, stream: str, raw: bytes) -> None:
-        if stream == "stdout" and raw.startswith(self.MARK):
-            try:
-                self.result, self.malformed = agentcall.read_answer(raw.decode("utf-8", "replace"),
-                                                                    "profile"), None
-            except wire.WireError as e:
-                self.malformed = str(e)
-            return
-        self.piece(stream, raw)
-
-    def piece(self, stream: str, raw: bytes) -> None:
-        text = raw.decode("utf-8", "replace")
-        self.write(stream, f"{self.host}: {text}\n" if self.prefix else text + "\n")
-
-    def flush(self) -> None:
-        for stream, rest in self.partial.items():
-            if rest:
-                self.line(stream, bytes(rest))
-            rest.clear()
 
 
 def with_launcher(req: ProfileRequest, launcher: str) -> ProfileRequest:
@@ -238,10 +185,12 @@ async def run_planned(fan: "Fanout", hosts: list["Host"], runs: dict[str, HostRu
                       req: ProfileRequest, *,
                       out: Path, write: Callable[[str, str], None] = lambda s, t: None,
                       stop: asyncio.Event | None = None, gathering=None,
-                      finish_timeout: float | None = None) -> None:
+                      finish_timeout: float | None = None,
+                      started: dict[str, ahead.Ahead] | None = None) -> None:
     """Round trip 2: the agent carries out each planned run; the reports come home. With a
     --timeout the round trip is bounded (the workload's time, then ``finish_timeout``); without
-    one, SSH keepalives decide when a node has gone silent."""
+    one, SSH keepalives decide when a node has gone silent. ``started``: agents started ahead
+    (fleet/lab/ahead.py), sent their plans here; a host without one is started now."""
     # --count left some out
     todo = [h for h in hosts if h.name in runs and runs[h.name].status == HostStatus.PLANNED]
     # Nodes that share a report directory (inventory: shared_report_dir: LABEL) are read
@@ -252,19 +201,18 @@ async def run_planned(fan: "Fanout", hosts: list["Host"], runs: dict[str, HostRu
         if label:
             readers.setdefault(label, h)
 
-    bound = req.timeout + (finish_timeout or FINISH_TIMEOUT) if req.timeout else None
+    bound, started = run_bound(req, finish_timeout), started or {}
 
     async def one(host: "Host") -> Result:
         run = runs[host.name]
-        sink = LineSink(host.name, len(todo) > 1, write)
         # The launcher is said in the result's whose, as a Slurm rank's is: each rank's report
         # beside it.
         context = {"whose": {"launcher": req.launcher}} if req.launcher else {}
-        argv, stdin = agentcall.agent_call(host, {"mode": "profile", "plan": run.plan.to_json(),
-                                                  "context": context})
-        # --timeout plus --finish-timeout bound it all: no grace past them (the agent stops itself
-        # in time)
-        r = await fan.run(host, argv, input=stdin, sink=sink, stop=stop, timeout=bound, grace=0)
+        args = {"mode": "profile", "plan": run.plan.to_json(), "context": context}
+        agent = started.get(host.name)  # started ahead, waiting for its plan
+        sink = agent.sink if agent else LineSink(host.name, False, write)
+        sink.prefix = len(todo) > 1
+        r = await (agent.send(args) if agent else _started_now(fan, host, args, sink, stop, bound))
         sink.flush()
         run.result = sink.result
         if run.result is None:
@@ -303,23 +251,47 @@ async def profile(fan: "Fanout", hosts: list["Host"], req: ProfileRequest, *, st
     # a site that is no folder name stops here, before any node
     store.run_dir(store_root, site, req.run_id)
     manifest = RunManifest.begin(req, site)
-    runs = list((await plan_all(fan, hosts, req, free=free)).values())
-    # connected, probed and planned: each node's run starts
-    manifest.phases = {"probed": since_started()}
-    manifest.hosts = [entry_for(req, r) for r in runs]
-    if dry_run:
-        manifest.status = RunStatus.DRY_RUN
-        return manifest
-    # Written before anything runs, so that `fleet gather` can finish the run if fleet dies.
-    directory = store.save(store_root, manifest)
-    await run_planned(fan, hosts, {r.host: r for r in runs}, req, out=directory, write=write,
-                      stop=stop, gathering=gathering, finish_timeout=finish_timeout)
+    # each node's agent starts now and waits for its plan (none for a dry run: nothing runs; none
+    # on a host whose name plan_all refuses: such a host is kept off the nodes)
+    safe = [h for h in hosts if not safenames.component_problem(h.name, "host name")]
+    started = {} if dry_run else ahead.start(fan, safe, write=write, stop=stop,
+                                             bound=run_bound(req, finish_timeout))
+    try:
+        runs = list((await plan_all(fan, hosts, req, free=free)).values())
+        # connected, probed and planned: each node's run starts
+        manifest.phases = {"probed": since_started()}
+        manifest.hosts = [entry_for(req, r) for r in runs]
+        if dry_run:
+            manifest.status = RunStatus.DRY_RUN
+            return manifest
+        # Written before anything runs, so that `fleet gather` can finish the run if fleet dies.
+        directory = store.save(store_root, manifest)
+        await run_planned(fan, hosts, {r.host: r for r in runs}, req, out=directory, write=write,
+                          stop=stop, gathering=gathering, finish_timeout=finish_timeout,
+                          started=started)
+    finally:  # an agent sent no plan ends having done nothing
+        await ahead.release(started)
     manifest.phases["home"] = since_started()  # every node answered, its files home and verified
     manifest.hosts = with_missing_ranks([entry_for(req, r) for r in runs])
     manifest.status = outcome.run_status(h.status for h in manifest.hosts)
     # `fleet jobs` finds it, `fleet cancel` ends it
     leftrunning.mark(store.save(store_root, manifest), manifest)
     return manifest
+
+
+async def _started_now(fan: "Fanout", host: "Host", args: dict, sink: LineSink,
+                       stop: asyncio.Event | None, bound: float | None) -> Result:
+    """A host's run, its agent started with its plan (one not started ahead)."""
+    argv, stdin = agentcall.agent_call(host, args)
+    # --timeout plus --finish-timeout bound it all: no grace past them (the agent stops itself in
+    # time)
+    return await fan.run(host, argv, input=stdin, sink=sink, stop=stop, timeout=bound, grace=0)
+
+
+def run_bound(req: ProfileRequest, finish_timeout: float | None) -> float | None:
+    """The seconds a node's run may take in all: --timeout plus --finish-timeout; None without a
+    --timeout (SSH keepalives decide when a node has gone silent)."""
+    return req.timeout + (finish_timeout or FINISH_TIMEOUT) if req.timeout else None
 
 
 def removing(host: "Host") -> "Host | None":
