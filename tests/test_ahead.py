@@ -99,12 +99,21 @@ def test_an_agent_sent_no_plan_ends_at_once_having_done_nothing(node):
     assert not node["marker"].exists()
 
 
+def reading_stdin(pid: int) -> bool:
+    """Whether the process is blocked reading its stdin (the system call it is in: read, of fd 0)."""
+    fields = Path(f"/proc/{pid}/syscall").read_text().split()
+    return fields[:2] == ["0", "0x0"]
+
+
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGUSR1])
 def test_an_agent_stopped_while_it_waits_ends_quietly(node, sig):
     """Ctrl-C (INT), its "leave it running" (USR1) or a TERM reach an agent still waiting for its
     plan: it ends at once, with no traceback for fleet to show, having started nothing."""
     agent = started_ahead(node)
-    time.sleep(1.5)
+    deadline = time.monotonic() + 60
+    while not reading_stdin(agent.pid):  # loaded, and waiting for its plan
+        assert agent.poll() is None and time.monotonic() < deadline, agent.communicate()
+        time.sleep(0.05)
     agent.send_signal(sig)
     out, err = agent.communicate(timeout=30)
     assert (agent.returncode, out, err) == (0, b"", b""), err.decode()[-2000:]
@@ -166,3 +175,43 @@ def test_a_refused_host_is_sent_no_plan_and_its_agent_is_gone_when_fleet_ends(tm
     assert h["status"] == "refused", out.stdout + out.stderr
     assert not (tmp_path / "ran").exists()
     assert agents_of(lab["scenario"]) == []
+
+
+def test_what_an_agent_prints_before_its_plan_is_shown_only_once_it_is_sent_one():
+    """A host refused or left out says nothing: its agent's output (a traceback of a node's broken
+    Python, say) is held until its plan is sent, then shown with the run's host prefix; held
+    output is bounded."""
+    from fleet.lab.ahead import Ahead
+    from fleet.lab.sink import LINE_LIMIT, LineSink
+
+    async def go():
+        loop = asyncio.get_running_loop()
+        written, quiet = [], []
+        sent = Ahead(loop.create_future(), LineSink("gpu01", False, lambda s, t: written.append(t)))
+        never = Ahead(loop.create_future(), LineSink("gpu02", False, lambda s, t: quiet.append(t)))
+        for agent in (sent, never):
+            agent.call = loop.create_future()
+            agent.output("stderr", b"early line\n")
+            agent.output("stderr", b"x" * (2 * LINE_LIMIT))
+        assert written == [] and sent.held_bytes == LINE_LIMIT
+        sent.sink.prefix = True
+        sent.send({"mode": "profile"})
+        sent.output("stdout", b"later line\n")
+        never.later.set_result(None)
+        never.output("stderr", b"after none\n")
+        return written, quiet
+    written, quiet = asyncio.run(go())
+    assert written == ["gpu01: early line\n", "gpu01: later line\n"] and quiet == []
+
+
+def test_agents_start_ahead_only_where_the_pool_runs_every_host_at_once():
+    """Past the pool's bound (-f) a host would wait for its plan beyond what its agent waits:
+    such a run starts its agents after the plan, within the bound, as before."""
+    from fleet.lab import ahead
+    from fleet.transport import Fanout
+
+    async def go():
+        fan = Fanout(concurrency=1)
+        return ahead.start(fan, [host("gpu01"), host("gpu02")], write=lambda s, t: None,
+                           stop=None, bound=None)
+    assert asyncio.run(go()) == {}

@@ -106,23 +106,26 @@ sys.meta_path.insert(0, _Shipped())
 def _ahead(mode):
     """The arguments of an agent started ahead of them, its mode's modules loaded meanwhile: the
     rest of stdin, to its end. Nothing sent within {ahead_wait} s, nothing at all, or a stop signal
-    while it waits, ends it at once and quietly, having done nothing (nothing to put back)."""
+    while it waits, ends it at once and quietly, having done nothing (nothing to put back); a stop
+    signal once they came is kept for the mode's main, as it keeps its own (_STOPS)."""
     __import__(_MODES[mode])
-    signal = __import__("signal")
-    def end(signum, frame):
-        raise SystemExit(0)
-    before = {{s: signal.signal(s, end)
-              for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1)}}
+    signal, got = __import__("signal"), []
+    def stop(signum, frame):
+        if not got:
+            raise SystemExit(0)
+        _STOPS.append(signum)
+    for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1):
+        signal.signal(s, stop)
     timer = __import__("threading").Timer({ahead_wait}, __import__("os")._exit, (0,))
     timer.daemon = True
     timer.start()
     text = sys.stdin.buffer.read().decode()
+    got.append(True)
     timer.cancel()
-    for s, handler in before.items():
-        signal.signal(s, handler)
     if not text:
         sys.exit(0)
     return text
+_STOPS = []
 _args = sys.argv[1] if len(sys.argv) > 1 else "{{}}"
 if _args == "-" and "b" in globals():  # the arguments follow the compressed agent on stdin \
 (no argv limit)
@@ -132,7 +135,8 @@ if _args == "-" and "b" in globals():  # the arguments follow the compressed age
 if _args == "-ahead" and "b" in globals():  # started ahead (BOOTSTRAP_AHEAD): see _ahead
     _args = _ahead(sys.argv[2])
 _args = __import__("json").loads(_args)
-sys.exit(__import__(_MODES[_args.get("mode", "probe")]).main(_args))
+_main = __import__(_MODES[_args.get("mode", "probe")]).main
+sys.exit(_main(_args, _STOPS) if sys.argv[1:2] == ["-ahead"] else _main(_args))
 '''
 
 

@@ -209,7 +209,8 @@ async def run_planned(fan: "Fanout", hosts: list["Host"], runs: dict[str, HostRu
         # beside it.
         context = {"whose": {"launcher": req.launcher}} if req.launcher else {}
         args = {"mode": "profile", "plan": run.plan.to_json(), "context": context}
-        agent = started.get(host.name)  # started ahead, waiting for its plan
+        agent = started.get(host.name)  # started ahead, and still waiting for its plan: sent it
+        agent = agent if agent is not None and agent.waiting else None
         sink = agent.sink if agent else LineSink(host.name, False, write)
         sink.prefix = len(todo) > 1
         r = await (agent.send(args) if agent else _started_now(fan, host, args, sink, stop, bound))
@@ -254,10 +255,14 @@ async def profile(fan: "Fanout", hosts: list["Host"], req: ProfileRequest, *, st
     # each node's agent starts now and waits for its plan (none for a dry run: nothing runs; none
     # on a host whose name plan_all refuses: such a host is kept off the nodes)
     safe = [h for h in hosts if not safenames.component_problem(h.name, "host name")]
-    started = {} if dry_run else ahead.start(fan, safe, write=write, stop=stop,
-                                             bound=run_bound(req, finish_timeout))
+    started: dict[str, ahead.Ahead] = {}
     try:
+        if not dry_run:
+            started = ahead.start(fan, safe, write=write, stop=stop,
+                                  bound=run_bound(req, finish_timeout))
         runs = list((await plan_all(fan, hosts, req, free=free)).values())
+        # the agents of hosts refused, unreachable or left out end now, not with the run
+        ahead.tell_none(started, but={r.host for r in runs if r.status == HostStatus.PLANNED})
         # connected, probed and planned: each node's run starts
         manifest.phases = {"probed": since_started()}
         manifest.hosts = [entry_for(req, r) for r in runs]
@@ -269,6 +274,9 @@ async def profile(fan: "Fanout", hosts: list["Host"], req: ProfileRequest, *, st
         await run_planned(fan, hosts, {r.host: r for r in runs}, req, out=directory, write=write,
                           stop=stop, gathering=gathering, finish_timeout=finish_timeout,
                           started=started)
+    except asyncio.CancelledError:  # a second Ctrl-C: the agents sent nothing are not waited for
+        ahead.abandon(started)
+        raise
     finally:  # an agent sent no plan ends having done nothing
         await ahead.release(started)
     manifest.phases["home"] = since_started()  # every node answered, its files home and verified

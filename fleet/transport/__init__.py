@@ -36,7 +36,8 @@ class Fanout:
         self._settings = settings
         self._ssh: Transport | None = None
         self._local = LocalTransport()
-        self._limit = asyncio.Semaphore(max(1, concurrency))
+        self.concurrency = max(1, concurrency)
+        self._limit = asyncio.Semaphore(self.concurrency)
 
     def transport_for(self, host: "Host") -> Transport:
         if host.connection == "local":
