@@ -85,3 +85,33 @@ def test_the_statuses_are_the_words_the_manifests_spell():
     assert outcome.run_status([HostStatus.OK, HostStatus.REFUSED]) == "partial"
     assert outcome.run_status([HostStatus.YIELDED]) is RunStatus.YIELDED
     assert exitcodes.FOR_HOST["workload-failed"] == exitcodes.WORKLOAD_FAILED  # read back from JSON as a word
+
+
+# A run of each status as fleet ends one, the hosts' statuses it ends with, and whether the command
+# waited for it (--no-wait did not): what exitcodes.for_run is asked for each row of the guide.
+RUNS_OF_EACH_STATUS = {
+    RunStatus.RUNNING: ((HostStatus.OK, HostStatus.PENDING), True),
+    RunStatus.SUBMITTED: ((), False),
+    RunStatus.COMPLETE: ((HostStatus.OK, HostStatus.OK), True),
+    RunStatus.PARTIAL: ((HostStatus.OK, HostStatus.FAILED), True),
+    RunStatus.YIELDED: ((HostStatus.YIELDED, HostStatus.YIELDED), True),
+    RunStatus.WORKLOAD_FAILED: ((HostStatus.WORKLOAD_FAILED,), True),
+    RunStatus.CANCELLED: ((HostStatus.OK,), True),
+    RunStatus.DRY_RUN: ((HostStatus.PLANNED,), True),
+}
+
+
+def test_the_exit_status_the_guides_run_table_gives_each_run_status_is_exitcodes():
+    """Each row that names one exit status ("exit N") is what exitcodes.for_run gives a run of that
+    status; the one row that gives none (failed: the highest of its hosts') names none."""
+    from fleet.store.manifest import HostEntry, RunManifest
+
+    said = {re.fullmatch(r"`([a-z-]+)`", r[0]).group(1): re.findall(r"exit (\d+)", r[1])
+            for r in table_after("The run itself has one status")}
+    assert said.pop(RunStatus.FAILED.value) == []
+    given = {}
+    for status, (hosts, waited) in RUNS_OF_EACH_STATUS.items():
+        manifest = RunManifest(run_id="r", status=status,
+                               hosts=[HostEntry(host=f"h{i}", status=s) for i, s in enumerate(hosts)])
+        given[status.value] = [str(exitcodes.for_run(manifest, waited=waited))]
+    assert said == given
