@@ -52,7 +52,13 @@ class Run:
         ``terminal`` is what the path shows as it goes (see each kind's ``_on_path``)."""
         requested = stop()  # first: a Ctrl-C while the pool opens is heard too
         async with Fanout(settings, concurrency=concurrency) as fan:
-            self.manifest = await self._on_path(fan, requested, **terminal)
+            return await self.on(fan, requested, **terminal)
+
+    async def on(self, fan: Fanout, stop: asyncio.Event | None = None,
+                 **terminal: Any) -> "RunManifest":
+        """The run carried out over a pool its caller holds (nightly: one pool for the night's
+        playbooks, and what it asks of their hosts after each run)."""
+        self.manifest = await self._on_path(fan, stop, **terminal)
         return self.manifest
 
     async def _on_path(self, fan: Fanout, stop: asyncio.Event | None,

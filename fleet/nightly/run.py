@@ -15,8 +15,8 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
-from ..lab import profile
 from .. import store
+from ..run import LabRun, SlurmRun
 from . import changes, stragglers, trends
 from .changepoints import Settings
 from ..store.manifest import RunManifest
@@ -102,22 +102,19 @@ async def _run_playbook(fan: "Fanout", inventory: "Inventory", pb: Playbook, *, 
                         gpus: tuple[int, ...] | None, confirm: dict | None) -> RunManifest:
     req = request_for(pb, gpus)
     asked = workload_host(inventory, pb, embedded=embedded)
+    # the night's run is a run as `fleet profile` makes one (fleet/run.py), on the night's pool
     if pb.on_slurm:
-        from ..slurm import run as slurm_run
         from ..slurm.cluster import choose
 
-        spec = job_spec(pb, req)
         cluster = choose(inventory, pb.target.get("partition"), pb.target.get("cluster"),
                          embedded=embedded)
-        manifest = await slurm_run.profile(fan, cluster, req, spec, store_root=store_root,
-                                           dry_run=dry_run,
-                                           poll=poll, on_state=progress.on_state,
-                                           gathering=progress.gathering)
+        manifest = await SlurmRun(req, store_root, None, cluster=cluster, spec=job_spec(pb, req),
+                                  dry_run=dry_run, poll=poll).on(
+            fan, on_state=progress.on_state, gathering=progress.gathering)
     else:
         hosts = inventory.select([pb.target["hosts"]])
-        manifest = await profile.profile(fan, hosts, req, store_root=store_root, site="lab",
-                                         dry_run=dry_run,
-                                         write=progress.write, gathering=progress.gathering)
+        manifest = await LabRun(req, store_root, "lab", hosts=hosts, dry_run=dry_run).on(
+            fan, write=progress.write, gathering=progress.gathering)
     if dry_run:
         return manifest
     metrics = run_metrics(pb, manifest)
