@@ -89,10 +89,7 @@ async def plan_all(fan: "Fanout", hosts: list["Host"], req: ProfileRequest, *,
     on each host a GPU nobody else is on (fleet.placement.free), or the ``count`` least busy of
     them across the hosts; a host left out by the count is not in the run (``free.left_out``)."""
     runs = {h.name: HostRun(h.name) for h in hosts}
-    # The inventory refuses such names when it is read; a host made some other way is kept off
-    # the nodes here, since its name becomes the report's, the result's and the store's paths.
-    unsafe = {h.name: why for h in hosts if (why := safenames.component_problem(h.name,
-                                                                                "host name"))}
+    unsafe = unsafe_names(hosts)
     for name, why in unsafe.items():
         runs[name].status, runs[name].error = HostStatus.FAILED, why
     probed = await _probed(fan, [h for h in hosts if h.name not in unsafe], runs)
@@ -105,6 +102,14 @@ async def plan_all(fan: "Fanout", hosts: list["Host"], req: ProfileRequest, *,
             continue
         _plan_host(h, runs[h.name], req, choice)
     return runs
+
+
+def unsafe_names(hosts: list["Host"]) -> dict[str, str]:
+    """The hosts whose names are no safe file name, and why. The inventory refuses such names when
+    it is read; a host made some other way is kept off the nodes, since its name becomes the
+    report's, the result's and the store's paths."""
+    return {h.name: why for h in hosts
+            if (why := safenames.component_problem(h.name, "host name"))}
 
 
 async def _probed(fan: "Fanout", hosts: list["Host"], runs: dict[str, HostRun]) -> list["Host"]:
@@ -254,7 +259,8 @@ async def profile(fan: "Fanout", hosts: list["Host"], req: ProfileRequest, *, st
     manifest = RunManifest.begin(req, site)
     # each node's agent starts now and waits for its plan (none for a dry run: nothing runs; none
     # on a host whose name plan_all refuses: such a host is kept off the nodes)
-    safe = [h for h in hosts if not safenames.component_problem(h.name, "host name")]
+    unsafe = unsafe_names(hosts)
+    safe = [h for h in hosts if h.name not in unsafe]
     started: dict[str, ahead.Ahead] = {}
     try:
         if not dry_run:
