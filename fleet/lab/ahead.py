@@ -36,7 +36,7 @@ class Ahead:
 
     def __init__(self, later: "asyncio.Future[bytes | None]", sink: LineSink):
         self.later, self.sink = later, sink
-        self.call: asyncio.Future[Result] | None = None  # its run, once started
+        self.call: asyncio.Future[Result]  # its run: set as it starts (start)
         self.held: list[tuple[str, bytes]] = []  # output before the plan, at most LINE_LIMIT
         self.held_bytes = 0
 
@@ -98,8 +98,7 @@ async def release(started: dict[str, Ahead]) -> None:
     """Every agent not sent a plan is told there is none and waited for a moment; a call still going
     after RELEASE_WAIT is cancelled. Done on every way out of the run."""
     tell_none(started)
-    waiting = [agent.call for agent in started.values()
-               if agent.call is not None and not agent.sent]
+    waiting = [agent.call for agent in started.values() if not agent.sent]
     if waiting:
         _, late = await asyncio.wait(waiting, timeout=RELEASE_WAIT)
         abandon_calls(late)
@@ -110,8 +109,7 @@ def abandon(started: dict[str, Ahead]) -> None:
     """The run cancelled (a second Ctrl-C): every agent not sent a plan told there is none, and its
     call cancelled without waiting."""
     tell_none(started)
-    abandon_calls(agent.call for agent in started.values()
-                  if agent.call is not None and not agent.sent)
+    abandon_calls(agent.call for agent in started.values() if not agent.sent)
 
 
 def abandon_calls(calls) -> None:
