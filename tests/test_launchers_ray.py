@@ -815,8 +815,8 @@ def test_the_ray_ends_arguments_read_as_absent_when_not_strings():
     folder, and a number is no program to run)."""
     from fleet.agent.rayend import RayEndArgs
 
-    odd = RayEndArgs({"output": ["~/x"], "nsys": 7})
+    odd = RayEndArgs.read({"output": ["~/x"], "nsys": 7})
     assert (odd.output, odd.nsys) == ("", None)
-    asked = RayEndArgs({"output": "~/fleet/run/ray-%p", "nsys": "/opt/nsys"})
+    asked = RayEndArgs.read({"output": "~/fleet/run/ray-%p", "nsys": "/opt/nsys"})
     assert (asked.output, asked.nsys) == ("~/fleet/run/ray-%p", "/opt/nsys")
-    assert RayEndArgs({"output": "~/r", "nsys": ""}).nsys is None
+    assert RayEndArgs.read({"output": "~/r", "nsys": ""}).nsys is None

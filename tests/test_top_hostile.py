@@ -131,9 +131,9 @@ def test_the_looks_arguments_are_held_to_their_bounds_and_types():
     and a count of samples that is not a whole number (a bool, a string) reads as none."""
     from fleet.agent.look import INTERVAL_BOUNDS, LIFETIME_MAX, LookArgs
 
-    fast = LookArgs({"interval": 0, "lifetime": 1e9, "samples": True})
+    fast = LookArgs.read({"interval": 0, "lifetime": 1e9, "samples": True})
     assert (fast.interval, fast.lifetime, fast.samples) == (INTERVAL_BOUNDS[0], LIFETIME_MAX, None)
-    odd = LookArgs({"interval": "soon", "lifetime": [], "samples": "3"})
+    odd = LookArgs.read({"interval": "soon", "lifetime": [], "samples": "3"})
     assert (odd.interval, odd.lifetime, odd.samples) == (1.0, LIFETIME_MAX, None)
-    slow = LookArgs({"interval": 1e9, "lifetime": 0, "samples": 2})
+    slow = LookArgs.read({"interval": 1e9, "lifetime": 0, "samples": 2})
     assert (slow.interval, slow.lifetime, slow.samples) == (INTERVAL_BOUNDS[1], INTERVAL_BOUNDS[1], 2)

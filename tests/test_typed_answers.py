@@ -503,10 +503,10 @@ READ_ON_THE_NODE = {
     "fleet/completeness.py": (set(), {"counts"}),
     # the live look's arguments (LookArgs); the agent's environment, its own probe's state and the
     # processes NVML listed
-    "fleet/agent/look.py": ({"LookArgs.__init__"}, {"os.environ", "state['nvml']", "p"}),
+    "fleet/agent/look.py": ({"LookArgs.read"}, {"os.environ", "state['nvml']", "p"}),
     # the Ray run's end's arguments (RayEndArgs); the agent's environment, and a worker's whose file,
     # of which only its nsys's pid is compared with the one found
-    "fleet/agent/rayend.py": ({"RayEndArgs.__init__"}, {"os.environ", "doc"}),
+    "fleet/agent/rayend.py": ({"RayEndArgs.read"}, {"os.environ", "doc"}),
     # the job's request file, written by the job's user (JobRequest), and the hook's call
     # (hook_call); what slurmd gives (its environment), the root-owned config as nodeconfig
     # checked it, NVML's answer, and what the hook says it did

@@ -20,6 +20,8 @@ import os
 import socket
 import sys
 import time
+from dataclasses import dataclass
+from typing import Optional
 
 try:  # as shipped by fleet, every module travels under a flat name
     import fleet_agent_gpus as nvml_gpus
@@ -198,17 +200,21 @@ def _bounded(value, low, high, default):
         return default
 
 
-class LookArgs(object):
+@dataclass(frozen=True)
+class LookArgs:
     """The live look's arguments, read once and bounded: an interval and a lifetime out of bounds
     are brought within them, a count of samples that is not a whole number reads as none (until
     the lifetime ends)."""
+    interval: float
+    lifetime: float
+    samples: Optional[int] = None
 
-    def __init__(self, args):
-        self.interval = _bounded(args.get("interval"), INTERVAL_BOUNDS[0], INTERVAL_BOUNDS[1], 1.0)
-        self.lifetime = _bounded(args.get("lifetime"), self.interval, LIFETIME_MAX, LIFETIME_MAX)
+    @classmethod
+    def read(cls, args):
+        interval = _bounded(args.get("interval"), INTERVAL_BOUNDS[0], INTERVAL_BOUNDS[1], 1.0)
         samples = args.get("samples")
-        self.samples = samples if isinstance(samples, int) and not isinstance(samples,
-                                                                              bool) else None
+        return cls(interval, _bounded(args.get("lifetime"), interval, LIFETIME_MAX, LIFETIME_MAX),
+                   samples if isinstance(samples, int) and not isinstance(samples, bool) else None)
 
 
 def stream(nv, asked, state):
@@ -246,7 +252,7 @@ def main(args):
 
     nv.nvmlInit()
     try:
-        stream(nv, LookArgs(args), state)
+        stream(nv, LookArgs.read(args), state)
     finally:
         nv.nvmlShutdown()
     return 0

@@ -30,6 +30,8 @@ import socket
 import stat
 import sys
 import time
+from dataclasses import dataclass
+from typing import Optional
 
 try:  # as shipped by fleet, every module travels under a flat name
     import fleet_agent_procs as procs
@@ -190,15 +192,19 @@ def summarize(folder, nsys):
     return not notes
 
 
-class RayEndArgs(object):
+@dataclass(frozen=True)
+class RayEndArgs:
     """The Ray run's end's arguments, read once: where the workers' reports are (``output``, the
     ``_nsight`` block's ``o``) and the nsys to summarize them with; a value that is not a string
     reads as absent."""
+    output: str = ""
+    nsys: Optional[str] = None
 
-    def __init__(self, args):
+    @classmethod
+    def read(cls, args):
         output, nsys = args.get("output"), args.get("nsys")
-        self.output = output if isinstance(output, str) else ""
-        self.nsys = nsys if isinstance(nsys, str) and nsys else None
+        return cls(output if isinstance(output, str) else "",
+                   nsys if isinstance(nsys, str) and nsys else None)
 
 
 def main(args):
@@ -206,7 +212,7 @@ def main(args):
     block's ``o``, ``~/`` this user's home): the wait, then the summaries with ``args["nsys"]``,
     else the nsys on PATH (the one Ray started the workers under). 0 when all was done, else
     NOT_ALL, each thing not done said on stderr; the reports are kept either way."""
-    asked = RayEndArgs(args)
+    asked = RayEndArgs.read(args)
     output = os.path.expanduser(asked.output)
     folder = os.path.dirname(output)
     why = _private_folder(folder)
