@@ -58,6 +58,40 @@ def for_exec(results, *, maxrc: bool = False) -> int:
     return for_results(results)
 
 
+def for_doctor(results, worst: str, *, strict: bool) -> int:
+    """``fleet doctor``: its findings are reported, not failed on, once every node was examined;
+    with ``strict``, the worst way to profile found (``worst``: the policy's "refused",
+    "degraded" or "ok") is the status, unless a node could not be examined."""
+    code = for_results(results)
+    if not strict or code != OK:
+        return code
+    return {"refused": REFUSED, "degraded": DEGRADED}.get(worst, OK)
+
+
+def for_host_keys(states) -> int:
+    """``fleet hosts trust``: UNREACHABLE when a host's key could not be fetched, FAILED when one
+    differs from the key recorded (never accepted), the higher of the two when both."""
+    codes = {"error": UNREACHABLE, "changed": FAILED}
+    return max((codes.get(s, OK) for s in states), default=OK)
+
+
+def for_parts(failed) -> int:
+    """A command over several parts (hosts to look at, files to copy, runs to push): FAILED when
+    any part failed (``failed``: one bool a part), else OK; each failure is said on its own line."""
+    return FAILED if any(failed) else OK
+
+
+def for_nightly_report(*, unexplained: bool, regressions: bool) -> int:
+    """``fleet nightly report``: an unexplained slowdown says more than a regression."""
+    return UNEXPLAINED if unexplained else REGRESSION if regressions else OK
+
+
+def for_confirm(*, failed: bool, held: bool) -> int:
+    """``fleet nightly confirm``: FAILED when the reruns could not be run or the workload's
+    checkout not restored; else whether the change held."""
+    return FAILED if failed else OK if held else NOT_CONFIRMED
+
+
 def for_results(results) -> int:
     """The status for a list of transport Results."""
     code = OK

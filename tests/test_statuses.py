@@ -115,3 +115,52 @@ def test_the_exit_status_the_guides_run_table_gives_each_run_status_is_exitcodes
                                hosts=[HostEntry(host=f"h{i}", status=s) for i, s in enumerate(hosts)])
         given[status.value] = [str(exitcodes.for_run(manifest, waited=waited))]
     assert said == given
+
+
+def test_the_guides_exit_status_table_is_exitcodes():
+    """Every number of the table is one of exitcodes' statuses, and every status is in the table."""
+    rows = table_after("## Exit statuses")
+    said = {int(r[0]) for r in rows}
+    constants = {v for k, v in vars(exitcodes).items() if k.isupper() and isinstance(v, int)}
+    assert said == constants
+
+
+def _status_choices(tree) -> list[tuple[int, str]]:
+    """Where an exitcodes status is chosen rather than given: inside a condition, a comparison, a
+    mapping or an assignment (``fail(why, exitcodes.FAILED)`` gives one; ``X if ... else
+    exitcodes.OK`` chooses)."""
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.IfExp, ast.Compare, ast.Dict, ast.Assign, ast.AugAssign, ast.BoolOp)):
+            found += [(node.lineno, ast.unparse(node)[:80]) for n in ast.walk(node)
+                      if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name)
+                      and n.value.id == "exitcodes" and n.attr.isupper()]
+    return found
+
+
+def test_the_command_line_chooses_no_exit_status():
+    """The CLI parses and prints: which status a command ends with is exitcodes' rule (for_run,
+    for_doctor, for_parts...), never a choice made in fleet/cli."""
+    found = {str(p.relative_to(REPO)): _status_choices(ast.parse(p.read_text()))
+             for p in (REPO / "fleet" / "cli").glob("*.py")}
+    assert {p: f for p, f in found.items() if f} == {}
+    planted = "code = exitcodes.OK\nsys.exit(exitcodes.FAILED if bad else exitcodes.OK)\nfail('x', exitcodes.USAGE)\n"
+    assert [line for line, _ in _status_choices(ast.parse(planted))] == [1, 2, 2]
+
+
+def test_the_exit_status_of_each_command_that_is_not_a_run():
+    class R:
+        def __init__(self, reached=True, ok=True):
+            self.reached, self.ok = reached, ok
+    assert exitcodes.for_doctor([R()], "refused", strict=False) == exitcodes.OK
+    assert exitcodes.for_doctor([R()], "refused", strict=True) == exitcodes.REFUSED
+    assert exitcodes.for_doctor([R()], "degraded", strict=True) == exitcodes.DEGRADED
+    assert exitcodes.for_doctor([R(), R(reached=False)], "refused", strict=True) == exitcodes.UNREACHABLE
+    # when several apply, the highest wins, whatever order the hosts came in
+    assert exitcodes.for_host_keys(["error", "changed"]) == exitcodes.for_host_keys(["changed", "error"]) == 3
+    assert exitcodes.for_host_keys(["known", "new"]) == exitcodes.OK
+    assert exitcodes.for_parts([False, True]) == exitcodes.FAILED and exitcodes.for_parts([]) == exitcodes.OK
+    assert exitcodes.for_nightly_report(unexplained=True, regressions=True) == exitcodes.UNEXPLAINED
+    assert exitcodes.for_nightly_report(unexplained=False, regressions=True) == exitcodes.REGRESSION
+    assert exitcodes.for_confirm(failed=True, held=True) == exitcodes.FAILED
+    assert exitcodes.for_confirm(failed=False, held=False) == exitcodes.NOT_CONFIRMED

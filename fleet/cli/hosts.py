@@ -231,11 +231,7 @@ def doctor(obj: Context, targets, exclude, partition, nodes, cluster, as_json, s
         echo_json({"nodes": diagnoses})
     else:
         echo("\n".join(render_doctor(d) for d in diagnoses), nl=False)
-    code = exitcodes.for_results(results)
-    if strict and code == exitcodes.OK:
-        code = {"refused": exitcodes.REFUSED, "degraded": exitcodes.DEGRADED}.get(worst(diagnoses),
-                                                                                  exitcodes.OK)
-    sys.exit(code)
+    sys.exit(exitcodes.for_doctor(results, worst(diagnoses), strict=strict))
 
 
 @click.command()
@@ -308,19 +304,16 @@ def hosts_trust(obj: Context, targets, exclude, yes, as_json):
         echo(line, err=err or as_json)
 
     offered = asyncio.run(fetch())
-    code = exitcodes.OK
     accept = []
     for k in offered:
         if k.state == "error":
             say(f"{k.host}: cannot fetch its key: {k.error}", err=True)
-            code = exitcodes.UNREACHABLE
         elif k.state == "known":
             say(f"{k.host}: {k.fingerprint} already trusted")
         elif k.state == "changed":  # as ssh does: the old key goes only by hand
             say(f"{k.host}: {k.fingerprint} DIFFERS from the key recorded in {k.file}; not "
                 f"accepted. Once checked, remove the old one (ssh-keygen -R '{k.pattern}' -f "
                 f"{k.file}) and trust again.", err=True)
-            code = exitcodes.FAILED
         else:
             say(f"{k.host}: {k.fingerprint} -> {k.file}")
             accept.append(k)
@@ -334,4 +327,4 @@ def hosts_trust(obj: Context, targets, exclude, yes, as_json):
         echo_json({"keys": [{"host": k.host, "state": k.state, "fingerprint": k.fingerprint,
                              "file": k.file,
                              "recorded": k in accept, "error": k.error} for k in offered]})
-    sys.exit(code)
+    sys.exit(exitcodes.for_host_keys(k.state for k in offered))

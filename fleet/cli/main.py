@@ -65,8 +65,9 @@ class _Group(click.Group):
             sys.exit(e.exit_code)
         except click.Abort:  # Ctrl-C outside a run (a prompt, a probe)
             fail("interrupted", exitcodes.INTERRUPTED)
-        # --help, --version: click's Exit(0)
-        sys.exit(returned if isinstance(returned, int) else exitcodes.OK)
+        if isinstance(returned, int):  # a command that returned its status
+            sys.exit(returned)
+        sys.exit(exitcodes.OK)  # --help, --version: click's Exit(0)
 
     def invoke(self, ctx: click.Context):
         try:

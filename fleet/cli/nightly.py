@@ -123,8 +123,8 @@ def nightly_report(playbooks, since, out, notify, store_root, as_json):
         echo(text, nl=False)
     if notify:
         subprocess.run(notify, shell=True, input=text, text=True, check=False)
-    sys.exit(exitcodes.UNEXPLAINED if summary["unexplained"] else
-             exitcodes.REGRESSION if summary["regressions"] else exitcodes.OK)
+    sys.exit(exitcodes.for_nightly_report(unexplained=bool(summary["unexplained"]),
+                                          regressions=bool(summary["regressions"])))
 
 
 def _report_lines(summary: dict) -> list[str]:
@@ -209,8 +209,8 @@ def nightly_confirm(obj: Context, playbook, run_after, versions, rounds, gpu, si
     found = [] if done.error else verdicts.judge_all(done.measured, target,
                                                      float(pb.thresholds["change"]))
     _say_confirmed(done, found, as_json)
-    sys.exit(exitcodes.FAILED if done.error or done.restore_error else
-             exitcodes.OK if verdicts.holds(found) else exitcodes.NOT_CONFIRMED)
+    sys.exit(exitcodes.for_confirm(failed=bool(done.error or done.restore_error),
+                                   held=verdicts.holds(found)))
 
 
 def _confirm_target(pb, versions, run_after, gpu, since, store_root):

@@ -110,18 +110,17 @@ def reports_pull(run_id, dest, store_root, as_json):
         pulled = store.pull(store.root(store_root), run_id, Path(dest))
     except LookupError as e:
         fail(str(e))
-    code = exitcodes.OK
     for p in pulled:
         if p.target is None:
             echo(f"{p.host}: {p.problem}", err=True)
         elif not as_json:
             echo(f"{p.target}" + (f"  {p.problem}" if p.problem else ""))
-        code = code if p.problem is None or p.missing else exitcodes.FAILED
     if as_json:
         echo_json({"run_id": run_id, "copied": [{"host": p.host, "path": str(p.target),
                                                  "verified": p.problem is None}
                                                 for p in pulled if p.target is not None]})
-    sys.exit(code)
+    # a file the node never wrote is said, and is not a failed copy
+    sys.exit(exitcodes.for_parts(p.problem is not None and not p.missing for p in pulled))
 
 
 @reports.command("rm")

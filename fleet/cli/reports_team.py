@@ -72,18 +72,16 @@ def pull(team, run_id: str, dest: str, as_json: bool) -> None:
         pulled = read.pull(team, run_id, Path(dest))
     except LookupError as e:
         fail(str(e))
-    code = exitcodes.OK
     for p in pulled:
         if p.target is None:
             echo(f"{p.host}/{p.name}: {p.problem}", err=True)
-            code = exitcodes.FAILED
         elif not as_json:
             echo(str(p.target))
     if as_json:
         echo_json({"run_id": run_id, "copied": [{"host": p.host, "path": str(p.target),
                                                  "verified": True}
                                                 for p in pulled if p.target is not None]})
-    sys.exit(code)
+    sys.exit(exitcodes.for_parts(p.target is None for p in pulled))
 
 
 def rm(team, run_id: str, dry_run: bool, as_json: bool) -> None:
@@ -126,7 +124,7 @@ def push(team, store_root, run_ids: tuple[str, ...], as_json: bool) -> None:
                    "not_pushed": [{"run_id": r, "why": why} for r, why in report.failed]})
     elif not report.failed:
         echo(f"{len(report.pushed)} run(s) in the team store")
-    sys.exit(exitcodes.FAILED if report.failed else exitcodes.OK)
+    sys.exit(exitcodes.for_parts([bool(report.failed)]))
 
 
 def share(team, run_id: str, group: str, as_json: bool) -> None:

@@ -331,4 +331,4 @@ def top(obj: Context, targets, exclude, once, as_json, interval, count, record, 
                 echo_json_line(_view_json(v, interval))
         else:
             show_table(views, interval, free_only, user, sort)
-    sys.exit(exitcodes.FAILED if any(v.error for v in views) else exitcodes.OK)
+    sys.exit(exitcodes.for_parts(v.error is not None for v in views))
