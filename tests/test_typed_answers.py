@@ -504,9 +504,12 @@ READ_ON_THE_NODE = {
     # the live look's arguments (LookArgs); the agent's environment, its own probe's state and the
     # processes NVML listed
     "fleet/agent/look.py": ({"LookArgs.read"}, {"os.environ", "state['nvml']", "p"}),
-    # the Ray run's end's arguments (RayEndArgs); the agent's environment, and a worker's whose file,
-    # of which only its nsys's pid is compared with the one found
-    "fleet/agent/rayend.py": ({"RayEndArgs.read"}, {"os.environ", "doc"}),
+    # the Ray run's end's arguments (RayEndArgs), and the nsys a worker's whose file names
+    # (whose_nsys); the agent's environment
+    "fleet/agent/rayend.py": ({"RayEndArgs.read", "whose_nsys"}, {"os.environ"}),
+    # the agent re-run under sudo: its answer (SudoAnswer) and its call (RootCall); its own
+    # keyword arguments
+    "fleet/agent/asroot.py": ({"SudoAnswer.read", "RootCall.read"}, set()),
     # the job's request file, written by the job's user (JobRequest), and the hook's call
     # (hook_call); what slurmd gives (its environment), the root-owned config as nodeconfig
     # checked it, NVML's answer, and what the hook says it did
@@ -529,3 +532,47 @@ def test_the_node_reader_check_finds_a_get_on_what_was_sent():
         assert readers <= set(defined(ast.parse(source))), path
         found = [g for g in gets_outside(source + planted, readers) if g not in FLEETS_OWN | own]
         assert found == ["plan.window", "args"], path
+
+
+def test_the_sudo_re_runs_answer_is_read_once_into_a_type():
+    """What the agent re-run under sudo printed: an answer, an error of it, none, or something
+    that is not an answer (another program's output under the same name)."""
+    import subprocess
+    from fleet.agent.asroot import NoRoot, SudoAnswer, _sudo_failure
+
+    def out(stdout, rc=0, stderr=b""):
+        return subprocess.CompletedProcess([], rc, stdout.encode(), stderr)
+
+    said = out(wire.frame("repair", {"value": {"restored": {}}}))
+    assert SudoAnswer.of(said) == SudoAnswer(True, {"restored": {}})
+    refused = out(wire.frame("repair", {"error": "not listed", "nothing_changed": True}), rc=1)
+    assert SudoAnswer.of(refused) == SudoAnswer(True, None, "not listed", True)
+    assert isinstance(_sudo_failure(refused, SudoAnswer.of(refused)), NoRoot)
+    assert SudoAnswer.of(out("", rc=1, stderr=b"sudo: a password is required")) == SudoAnswer()
+    garbled = SudoAnswer.of(out("hello\n"))
+    assert garbled.said and garbled.error.endswith("'hello'") and not garbled.nothing_changed
+    # an answer of the wrong shape is an error of its own, and "yes" is not "nothing changed"
+    odd = SudoAnswer.of(out(wire.frame("repair", {"error": 3, "nothing_changed": "yes"})))
+    assert "repair answer is malformed" in odd.error and not odd.nothing_changed
+    assert SudoAnswer.read({"error": 3, "nothing_changed": "yes"}) == SudoAnswer(True)
+
+
+def test_a_step_this_agent_does_not_have_is_an_error_line_not_a_crash(capsys):
+    from fleet.agent import asroot
+
+    assert asroot.RootCall.read({"op": ["repair"], "mode": 1, "wanted": "all"}) == asroot.RootCall("", {"wanted": "all"})
+    assert asroot.main({"op": "reboot", "state_dir": "/nonexistent"}) == 1
+    answer = wire.read(capsys.readouterr().out, "repair")
+    assert "no such step: 'reboot'" in answer["error"] and "value" not in answer
+
+
+def test_a_whose_file_names_its_nsys_by_a_pid_or_not_at_all(tmp_path):
+    from fleet.agent.rayend import whose_nsys
+
+    cases = {"ok": '{"nsys_pid": 41}', "text": '{"nsys_pid": "41"}', "bool": '{"nsys_pid": true}',
+             "list": "[41]", "cut": '{"nsys_pid": 4', "deep": "[" * 100000}
+    for name, text in cases.items():
+        (tmp_path / name).write_text(text)
+    assert {name: whose_nsys(str(tmp_path / name)) for name in cases} == {
+        "ok": 41, "text": None, "bool": None, "list": None, "cut": None, "deep": None}
+    assert whose_nsys(str(tmp_path / "gone")) is None

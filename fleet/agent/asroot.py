@@ -14,6 +14,7 @@ import json
 import os
 import subprocess
 import sys
+from dataclasses import dataclass, field
 
 try:  # as shipped by fleet, every module travels under a flat name
     import fleet_agent_nodeconfig as nodeconfig
@@ -46,7 +47,7 @@ def privileged(op, **kw):
     """Do one state-changing step as root: directly, or by running this agent
     again under ``sudo -n``."""
     if os.geteuid() == 0:
-        return OPS[op](**kw)
+        return _step(op)(**kw)
     if SHIPPED_AS is None:
         raise NoRoot("changing node state needs root, and this agent "
                      "cannot re-run itself under sudo")
@@ -61,30 +62,48 @@ def privileged(op, **kw):
                      "no sudo: %s" % NO_ROOT_REMEDY)
     except subprocess.TimeoutExpired:
         raise OwnedError("as root through sudo -n: no answer within 120 s")
-    doc = _sudo_answer(out)
-    if out.returncode != 0 or not isinstance(doc, dict) or "error" in doc:
-        raise _sudo_failure(out, doc)
-    return doc.get("value")
+    answer = SudoAnswer.of(out)
+    if out.returncode != 0 or not answer.said or answer.error is not None:
+        raise _sudo_failure(out, answer)
+    return answer.value
 
 
-def _sudo_answer(out):
-    """The answer of the agent re-run under sudo (a "repair" answer), {} where it gave none, or
-    {"error": ...} saying what it printed instead."""
-    text = out.stdout.decode(errors="replace")
-    try:
-        return wire.read(text, "repair") if out.returncode in (0, 1) else {}
-    except wire.WireError as e:
-        return {"error": "%s: %.200r" % (e, text.strip()[-200:])} if text.strip() else {}
+@dataclass(frozen=True)
+class SudoAnswer:
+    """The answer of the agent re-run under sudo (a "repair" line), read once: its value, or its
+    error and whether it changed nothing. ``said``: whether it gave an answer at all."""
+    said: bool = False
+    value: object = None
+    error: str | None = None
+    nothing_changed: bool = False
+
+    @classmethod
+    def read(cls, doc):
+        if not isinstance(doc, dict):
+            return cls()
+        error = doc.get("error")
+        return cls(True, doc.get("value"), error if isinstance(error, str) and error else None,
+                   doc.get("nothing_changed") is True)
+
+    @classmethod
+    def of(cls, out):
+        """From the re-run's output: none where it gave no answer; an error saying what it printed
+        instead of one."""
+        text = out.stdout.decode(errors="replace")
+        try:
+            return cls.read(wire.read(text, "repair")) if out.returncode in (0, 1) else cls()
+        except wire.WireError as e:
+            return cls(True, error="%s: %.200r" % (e, text.strip()[-200:])) if text.strip() else cls()
 
 
-def _sudo_failure(out, doc):
+def _sudo_failure(out, answer):
     """Why the step as root failed: NoRoot where sudo would not run it (or it changed nothing),
     else OwnedError."""
     said = out.stderr.decode(errors="replace").strip().splitlines()[-1:] or ["no output"]
-    why = doc.get("error") if isinstance(doc, dict) and doc.get("error") else said[0]
+    why = answer.error or said[0]
     if "password is required" in why or "may not run sudo" in why or "not in the sudoers" in why:
         return NoRoot("as root through sudo -n: %s: %s" % (why, NO_ROOT_REMEDY))
-    if isinstance(doc, dict) and doc.get("nothing_changed") is True:
+    if answer.nothing_changed:
         return NoRoot("as root through sudo -n: %s" % why)
     return OwnedError("as root through sudo -n: %s" % why)
 
@@ -95,23 +114,48 @@ def through_sudo(mode):
     return os.geteuid() == 0 and (mode == "owned" or "SUDO_UID" in os.environ)
 
 
-def _as_root(op, kw, mode):
-    if op == "acquire_sysctls" and through_sudo(mode):
-        allowed, why = policy.sudo_sysctls(kw.get("wanted") or {}, *nodeconfig.owned_sysctls())
+@dataclass(frozen=True)
+class RootCall:
+    """A call of this mode, read once: the step (``op``, "repair" unless said), its keyword
+    arguments, the mode it came as ("owned": re-run under sudo by :func:`privileged`), and the
+    sysctls it wants set (acquire_sysctls), which root reached through sudo checks against the
+    node's own config."""
+    op: str
+    kw: dict
+    mode: str | None = None
+    wanted: dict = field(default_factory=dict)
+
+    @classmethod
+    def read(cls, args):
+        op, mode, wanted = args.get("op", "repair"), args.get("mode"), args.get("wanted")
+        return cls(op if isinstance(op, str) else "",
+                   {k: v for k, v in args.items() if k not in ("mode", "op")},
+                   mode if isinstance(mode, str) else None,
+                   wanted if isinstance(wanted, dict) else {})
+
+
+def _as_root(call):
+    kw = call.kw
+    if call.op == "acquire_sysctls" and through_sudo(call.mode):
+        allowed, why = policy.sudo_sysctls(call.wanted, *nodeconfig.owned_sysctls())
         if why:
             raise NoRoot(why)
         kw = dict(kw, owned=allowed)
-    return OPS[op](**kw)
+    return _step(call.op)(**kw)
+
+
+def _step(op):
+    if op not in OPS:
+        raise OwnedError("no such step: %.40r" % op)
+    return OPS[op]
 
 
 def main(args):
     """Entry point for ``fleet repair`` and for steps re-run under sudo: one JSON line out."""
-    op = args.get("op", "repair")
-    kw = {k: v for k, v in args.items() if k not in ("mode", "op")}
+    call = RootCall.read(args)
     result = {"host": os.uname()[1]}
     try:
-        result["value"] = _as_root(op, kw,
-                                   args.get("mode")) if os.geteuid() == 0 else privileged(op, **kw)
+        result["value"] = _as_root(call) if os.geteuid() == 0 else privileged(call.op, **call.kw)
     except NoRoot as e:
         result["error"], result["nothing_changed"] = str(e), True
     except (OwnedError, OSError) as e:

@@ -117,6 +117,18 @@ def wait_for_nsys(output, bound=NSYS_WAIT):
     return sorted(running)
 
 
+def whose_nsys(path):
+    """The pid of the nsys a worker's whose file names (fleet's Ray hook writes it in the job's
+    folder, so the job's to write): None where the file or the pid is not there or not a pid."""
+    try:
+        with open(path) as f:
+            doc = json.load(f)
+    except (OSError, ValueError, RecursionError):
+        return None
+    pid = doc.get("nsys_pid") if isinstance(doc, dict) else None
+    return pid if isinstance(pid, int) and not isinstance(pid, bool) else None
+
+
 def _unfinished(folder, nsys_pid):
     """Mark the worker of the nsys ``nsys_pid`` unfinished: named as its report is (from the whose
     file that names this nsys, else from its worker still running), else by the nsys's own pid."""
@@ -124,12 +136,7 @@ def _unfinished(folder, nsys_pid):
     # this node's workers only: another node's nsys may have the same pid
     for name in os.listdir(folder):
         if name.startswith(here) and name.endswith(RunDir.WHOSE):
-            try:
-                with open(os.path.join(folder, name)) as f:
-                    doc = json.load(f)
-            except (OSError, ValueError, RecursionError):
-                continue
-            if isinstance(doc, dict) and doc.get("nsys_pid") == nsys_pid:
+            if whose_nsys(os.path.join(folder, name)) == nsys_pid:
                 worker = name[:-len(RunDir.WHOSE)]
     if worker is None:
         child = next((p for p in sorted(procs.children(nsys_pid))
