@@ -80,11 +80,16 @@ def arguments(args: dict) -> bytes:
     return json.dumps(args, separators=(",", ":")).encode()
 
 
-def agent_args(host: "Host", owner_uid: int | None = None, environment_check: bool = True) -> dict:
-    """What the agent needs from the inventory; ``nsys status -e`` only when asked (doctor)."""
+def agent_args(host: "Host", owner_uid: int | None = None, environment_check: bool = True,
+               versions: tuple[str, ...] | None = None) -> dict:
+    """What the agent needs from the inventory; ``nsys status -e`` only when asked (doctor);
+    ``versions``: the profilers whose ``--version`` is read (a run's own, none for the live look;
+    both where not said)."""
     args: dict = {"tools": {t: host.vars[f"{t}_path"] for t in ("nsys", "ncu")
                             if host.vars.get(f"{t}_path")},
                   "environment_check": environment_check}
+    if versions is not None:
+        args["versions"] = list(versions)
     if host.vars.get("report_dir"):
         args["report_dir"] = host.vars["report_dir"]
     if owner_uid is not None:
@@ -152,7 +157,7 @@ def read_repair(host: "Host", r: Result) -> Result:
 
 
 async def probe(fan: "Fanout", hosts: list["Host"], *, owner_uid: int | None = None,
-                environment_check: bool = True,
+                environment_check: bool = True, versions: tuple[str, ...] | None = None,
                 timeout: float = 120.0, on_result: Callable[[Result], None] | None = None,
                 last_use: bool = False) -> list[Result]:
     """One round trip per host; each Result carries ``extra['state']`` or an error. ``last_use``:
@@ -160,7 +165,7 @@ async def probe(fan: "Fanout", hosts: list["Host"], *, owner_uid: int | None = N
     payload = bundle()
 
     async def one(host: "Host") -> Result:
-        args = agent_args(host, owner_uid, environment_check)
+        args = agent_args(host, owner_uid, environment_check, versions)
         r = await fan.run(host, agent_argv(host, args), input=payload, timeout=timeout,
                           limit=PROBE_LIMIT)
         return read_state(host, r)

@@ -37,6 +37,7 @@ DCGM_PORTS = {5555: "nv-hostengine", 9400: "dcgm-exporter"}
 MPS_NAMES = ("nvidia-cuda-mps-control", "nvidia-cuda-mps-server")
 DCGM_NAMES = ("nv-hostengine", "dcgm-exporter")
 TOOL_TIMEOUT = 20.0
+PROFILERS = ("nsys", "ncu")
 MEMORY_FS = ("tmpfs", "ramfs")  # file systems whose files are held in memory
 
 
@@ -167,8 +168,8 @@ class ToolQuestions:
     """The profilers found, their ``--version`` (and ``nsys status -e``) asked at once and
     answered later: the probe asks them first, and NVML is read while they run."""
 
-    def __init__(self, overrides, environment_check=True):
-        self.found = {t: find_tool(t, overrides.get(t)) for t in ("nsys", "ncu")}
+    def __init__(self, overrides, environment_check=True, versions=PROFILERS):
+        self.found = {t: find_tool(t, overrides.get(t)) for t in PROFILERS}
         self.runs = {}
         # as root, a program another account can change is not run, not even for --version
         if os.geteuid() == 0:
@@ -176,8 +177,10 @@ class ToolQuestions:
                       if info and info.get("writable_by_others")}
         else:
             unsafe = set()
-        for t, info in self.found.items():  # ask every binary at once: nsys status -e takes a while
-            if info and t not in unsafe:
+        # ask every binary at once: nsys status -e takes a while; a profiler whose version nobody
+        # reads (a run of the other one, the live look) is found, not started
+        for t, info in self.found.items():
+            if info and t not in unsafe and t in versions:
                 self.runs[(t, "version")] = _start([info["path"], "--version"])
         if self.found["nsys"] and environment_check and "nsys" not in unsafe:
             self.runs[("nsys", "status")] = _start([self.found["nsys"]["path"], "status", "-e"])
@@ -186,7 +189,7 @@ class ToolQuestions:
         found = self.found
         for (t, what), proc in self.runs.items():
             out = _finish(proc)
-            if what == "version":
+            if what == "version":  # absent where not asked: read as unknown
                 m = re.search(r"(\d{4}\.\d+\.\d+(?:\.\d+)?)", out)
                 found[t]["version"] = m.group(1) if m else None
                 found[t]["version_text"] = out.strip()[-200:]
@@ -257,22 +260,26 @@ def mount_type(path):
 class ProbeArgs:
     """A probe call's arguments, read once (the controller's, a Slurm task's, the live look's):
     whose processes are the user's own (``owner_uid``: the agent's uid unless said), the profilers'
-    paths the inventory gives, whether nsys checks its environment (nsys status -e) and the report
-    folder to look at. A value not of its kind reads as absent: the default."""
+    paths the inventory gives, whether nsys checks its environment (nsys status -e), the report
+    folder to look at, and the profilers whose ``--version`` to ask (``versions``: both unless
+    said). A value not of its kind reads as absent: the default."""
     owner_uid: int
     tools: dict
     environment_check: bool = True
     report_dir: str | None = None
+    versions: tuple = PROFILERS
 
     @classmethod
     def read(cls, args):
         uid, tools, check = args.get("owner_uid"), args.get("tools"), args.get("environment_check")
         tools = tools if isinstance(tools, dict) else {}
-        report_dir = args.get("report_dir")
+        report_dir, versions = args.get("report_dir"), args.get("versions")
         return cls(uid if isinstance(uid, int) and not isinstance(uid, bool) else os.getuid(),
                    {t: path for t, path in tools.items() if isinstance(path, str)},
                    check if isinstance(check, bool) else True,
-                   report_dir if isinstance(report_dir, str) else None)
+                   report_dir if isinstance(report_dir, str) else None,
+                   tuple(t for t in PROFILERS if t in versions) if isinstance(versions, list)
+                   else PROFILERS)
 
 
 def probe(args) -> dict:
@@ -280,7 +287,7 @@ def probe(args) -> dict:
     args = ProbeArgs.read(args)
     owner_uid = args.owner_uid
     # The profilers answer --version while NVML is read: each takes tens of milliseconds.
-    asked = section(ToolQuestions, args.tools, args.environment_check)
+    asked = section(ToolQuestions, args.tools, args.environment_check, args.versions)
     procs = processes()
     try:
         nvml, gpu_list = nvml_gpus.gpus(procs, owner_uid)

@@ -145,12 +145,12 @@ def plan_rank(args, env, label, command):
     """The rank's plan, made from this node's state as it is now (``args``: its
     :class:`TaskArgs`), and what the manifest needs of it."""
     node_name = env.get("SLURMD_NODENAME") or socket.gethostname()
+    req = planner.ProfileRequest.from_json(args.request)
     document = node.probe({"tools": args.tools, "environment_check": False,
-                           "report_dir": args.report_dir})
+                           "report_dir": args.report_dir, "versions": [req.tool]})
     document["prolog_verdict"] = prolog_verdict(env, args.prolog_expected)
     state = policy.NodeState.read(document)
     gpus = policy.job_gpu_indices(slurm_gpu_ids(env), state.gpus)
-    req = planner.ProfileRequest.from_json(args.request)
     window, window_at = rank_window(env, args.window)
     rank = planner.RankPart(job=env.get("SLURM_JOB_ID"), gpus=gpus,
                             output_name="%s/%s" % (node_name, label),

@@ -45,7 +45,7 @@ async def look_host(fan: "Fanout", host: "Host", *, interval: float, samples: in
     """One host's look, until ``samples`` came, ``lifetime`` passed or ``stop`` is set."""
     view = HostView(host.name)
     lines = Lines(lambda text: _take(view, text, on_view))
-    args = dict(agent_args(host, environment_check=False), mode="look", interval=interval,
+    args = dict(agent_args(host, environment_check=False, versions=()), mode="look", interval=interval,
                 lifetime=lifetime, samples=samples)
     halt = asyncio.Event()  # the look's stop, or this host's answer no longer believed
     relay = asyncio.ensure_future(stop.wait())

@@ -92,7 +92,7 @@ async def plan_all(fan: "Fanout", hosts: list["Host"], req: ProfileRequest, *,
     unsafe = unsafe_names(hosts)
     for name, why in unsafe.items():
         runs[name].status, runs[name].error = HostStatus.FAILED, why
-    probed = await _probed(fan, [h for h in hosts if h.name not in unsafe], runs)
+    probed = await _probed(fan, [h for h in hosts if h.name not in unsafe], runs, req.tool)
     choices = _placed(probed, runs, req, free.count) if free is not None else {}
     for h in probed:
         choice = choices.get(h.name)
@@ -112,10 +112,12 @@ def unsafe_names(hosts: list["Host"]) -> dict[str, str]:
             if (why := safenames.component_problem(h.name, "host name"))}
 
 
-async def _probed(fan: "Fanout", hosts: list["Host"], runs: dict[str, HostRun]) -> list["Host"]:
+async def _probed(fan: "Fanout", hosts: list["Host"], runs: dict[str, HostRun],
+                  tool: str) -> list["Host"]:
     """The hosts whose probe answered with a state (kept in their run); the others' runs say why
-    not."""
-    for h, r in zip(hosts, await agentcall.probe(fan, hosts, environment_check=False)):
+    not. Only the run's own profiler is asked its version."""
+    for h, r in zip(hosts, await agentcall.probe(fan, hosts, environment_check=False,
+                                                 versions=(tool,))):
         run = runs[h.name]
         if r.extra.get("state") is None:
             run.status, run.error = (HostStatus.UNREACHABLE if not r.reached

@@ -96,7 +96,7 @@ async def look_job(fan: "Fanout", cluster: Cluster, job_id: str, *, interval: fl
     if not JOB_ID.fullmatch(job_id or ""):
         raise SlurmError(f"--job {job_id!r}: a Slurm job id is its number")
     login = cluster.login
-    args = dict(agent_args(login, environment_check=False), mode="look", interval=interval,
+    args = dict(agent_args(login, environment_check=False, versions=()), mode="look", interval=interval,
                 lifetime=lifetime, samples=samples)
     tasks = Tasks(on_view)
     lines = Lines(lambda text: tasks.line(text))
