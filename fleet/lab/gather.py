@@ -10,7 +10,6 @@ from typing import TYPE_CHECKING
 
 from .. import agentcall, completeness, outcome, safenames, store
 from ..agent import wire
-from ..agent.messages import ProfileResult
 from ..collection.bring import bring_home
 from ..plan import Plan
 from ..rundir import RunDir
@@ -37,19 +36,19 @@ async def gather(fan: "Fanout", hosts: dict[str, "Host"], store_root: Path,
         if host is None or plan is None or not _left_something(entry, plan):
             continue
         node_dir = os.path.dirname(plan.output)
-        result = (entry.result if entry.result is not None
-                  else await _result_on_node(fan, host, entry, node_dir))
-        if result is None:
+        if entry.result is None:
+            await _result_on_node(fan, host, entry, node_dir)
+        if entry.answer is None:
             continue
         entry.reports = [rep for rep in entry.reports if rep.verified]
         have = {rep.remote for rep in entry.reports}
-        missing = wire.named_files(result, besides=have)
+        missing = wire.named_files(entry.result, besides=have)
         into = safenames.join(path.parent, host.name, what="host name")
         entry.reports += await bring_home(fan, host, missing, into, node_dir=node_dir,
                                           remove_for=removing(host),
                                           output=plan.output)
         entry.status, entry.missing_why = outcome.of_result(
-            ProfileResult.read(result), entry.reports, tool=plan.tool,
+            entry.answer, entry.reports, tool=plan.tool,
             allow_own=completeness.allows_own(plan))
     manifest.hosts = with_missing_ranks(manifest.hosts)
     manifest.status = outcome.run_status(h.status for h in manifest.hosts)
@@ -63,19 +62,16 @@ def _left_something(entry: HostEntry, plan: Plan) -> bool:
     return plan.status == "ok" and not (entry.reports and all(r.verified for r in entry.reports))
 
 
-async def _result_on_node(fan: "Fanout", host: "Host", entry: HostEntry,
-                          node_dir: str) -> dict | None:
+async def _result_on_node(fan: "Fanout", host: "Host", entry: HostEntry, node_dir: str) -> None:
     """The agent's result where fleet went away before its last word: read from beside the reports
-    (kept in ``entry``), or None with why in ``entry.missing_why``."""
+    into ``entry``, or why not in ``entry.missing_why``."""
     r = await fan.run(host, ["cat", "--", RunDir(node_dir).result(host.name)],
                       timeout=GATHER_TIMEOUT)
     if r.exit_status != 0:
         entry.missing_why = ("no result on the node yet: "
                              f"{r.error or r.stderr.decode(errors='replace').strip()}")
-        return None
+        return
     try:
         entry.result = agentcall.read_answer(r.stdout.decode(errors="replace"), "profile")
     except wire.WireError as e:
         entry.missing_why = f"the result on the node is not readable yet: {e}"
-        return None
-    return entry.result

@@ -44,7 +44,8 @@ class HostRun:
     status: str = HostStatus.PENDING
     plan: Plan | None = None
     state: NodeState | None = None   # what the probe found
-    result: dict | None = None       # the agent's document
+    result: dict | None = None       # the agent's document, as the manifest keeps it
+    answer: ProfileResult | None = None  # that document read into its types, once
     reports: list[ReportEntry] = field(default_factory=list)
     error: str | None = None
     gpus: tuple[int, ...] | None = None  # the GPUs --gpu free chose here (else the request's)
@@ -232,7 +233,7 @@ async def run_planned(fan: "Fanout", hosts: list["Host"], runs: dict[str, HostRu
             if r.error_kind == "timeout":
                 run.error += f"; bring home what it finished later with: fleet gather {req.run_id}"
             return r
-        answer = ProfileResult.read(run.result)
+        answer = run.answer = ProfileResult.read(run.result)
         if answer.made_reports:
             via = readers.get(host.vars.get("shared_report_dir"), host)
             run.reports += await bring_home(fan, via, wire.named_files(run.result),
@@ -319,7 +320,7 @@ def entry_for(req: ProfileRequest, run: HostRun) -> HostEntry:
     """A lab host's manifest entry: its node's facts from the state the probe found."""
     facts = run.state.facts(run.gpus or req.gpus, req.tool) if run.state else None
     tenants = [str(t) for t in (run.plan.tenants if run.plan else ())]
-    given_up = ((ProfileResult.read(run.result).given_up if run.result else ())
+    given_up = ((run.answer.given_up if run.answer else ())
                 or (run.plan.given_up if run.plan else ()))
     return HostEntry.from_facts(run.host, run.status, facts, missing_why=run.error,
                                 tenants_seen=tenants, given_up=given_up,
