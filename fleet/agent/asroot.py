@@ -93,7 +93,9 @@ class SudoAnswer:
         try:
             return cls.read(wire.read(text, "repair")) if out.returncode in (0, 1) else cls()
         except wire.WireError as e:
-            return cls(True, error="%s: %.200r" % (e, text.strip()[-200:])) if text.strip() else cls()
+            if not text.strip():
+                return cls()
+            return cls(True, error="%s: %.200r" % (e, text.strip()[-200:]))
 
 
 def _sudo_failure(out, answer):

@@ -45,8 +45,8 @@ async def look_host(fan: "Fanout", host: "Host", *, interval: float, samples: in
     """One host's look, until ``samples`` came, ``lifetime`` passed or ``stop`` is set."""
     view = HostView(host.name)
     lines = Lines(lambda text: _take(view, text, on_view))
-    args = dict(agent_args(host, environment_check=False, versions=()), mode="look", interval=interval,
-                lifetime=lifetime, samples=samples)
+    args = dict(agent_args(host, environment_check=False, versions=()), mode="look",
+                interval=interval, lifetime=lifetime, samples=samples)
     halt = asyncio.Event()  # the look's stop, or this host's answer no longer believed
     relay = asyncio.ensure_future(stop.wait())
     relay.add_done_callback(lambda _: halt.set())

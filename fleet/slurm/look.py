@@ -96,8 +96,8 @@ async def look_job(fan: "Fanout", cluster: Cluster, job_id: str, *, interval: fl
     if not JOB_ID.fullmatch(job_id or ""):
         raise SlurmError(f"--job {job_id!r}: a Slurm job id is its number")
     login = cluster.login
-    args = dict(agent_args(login, environment_check=False, versions=()), mode="look", interval=interval,
-                lifetime=lifetime, samples=samples)
+    args = dict(agent_args(login, environment_check=False, versions=()), mode="look",
+                interval=interval, lifetime=lifetime, samples=samples)
     tasks = Tasks(on_view)
     lines = Lines(lambda text: tasks.line(text))
     r = await fan.run(login, ["sh", "-c", SRUN, "sh", job_id, *agent_argv(login, args)],
