@@ -5,6 +5,7 @@ words are the wire's; every run status the code sets is a RunStatus."""
 from __future__ import annotations
 
 import ast
+import json
 import re
 
 from fleet import exitcodes, outcome
@@ -164,3 +165,34 @@ def test_the_exit_status_of_each_command_that_is_not_a_run():
     assert exitcodes.for_nightly_report(unexplained=False, regressions=True) == exitcodes.REGRESSION
     assert exitcodes.for_confirm(failed=True, held=True) == exitcodes.FAILED
     assert exitcodes.for_confirm(failed=False, held=False) == exitcodes.NOT_CONFIRMED
+
+
+def _said_as_words(tree) -> list[tuple[int, str]]:
+    """Where the agent sets a result's status as a bare word: ``X["status"] = "..."``, a dict's
+    ``"status": "..."`` or ``dict(..., status="...")``."""
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign):
+            found += [(node.lineno, node.value.value) for t in node.targets
+                      if isinstance(t, ast.Subscript) and isinstance(t.slice, ast.Constant)
+                      and t.slice.value == "status" and isinstance(node.value, ast.Constant)]
+        elif isinstance(node, ast.Dict):
+            found += [(node.lineno, v.value) for k, v in zip(node.keys, node.values)
+                      if isinstance(k, ast.Constant) and k.value == "status" and isinstance(v, ast.Constant)]
+        elif isinstance(node, ast.Call):
+            found += [(node.lineno, k.value.value) for k in node.keywords
+                      if k.arg == "status" and isinstance(k.value, ast.Constant)]
+    return found
+
+
+def test_the_agent_sets_its_results_status_by_the_wires_enum():
+    """The node's words for its run are wire.AgentStatus's, set by name: a word misspelt on the node
+    would fail the controller's check of the answer's shape, after the run."""
+    bare = [f"{path.relative_to(REPO)}:{line} {w!r}"
+            for path in sorted((REPO / "fleet" / "agent").glob("*.py"))
+            for line, w in _said_as_words(ast.parse(path.read_text())) if w in wire.RESULT_STATUSES]
+    assert bare == []
+    planted = 'r["status"] = "ok"\nr = {"status": "refused"}\nd = dict(c, status="error")\nr["status"] = S.OK\n'
+    assert [w for _, w in _said_as_words(ast.parse(planted))] == ["ok", "refused", "error"]
+    assert str(wire.AgentStatus.NO_REPORT) == f"{wire.AgentStatus.NO_REPORT}" == "no-report"
+    assert json.dumps({"status": wire.AgentStatus.OK}) == '{"status": "ok"}'

@@ -13,7 +13,6 @@ node can build the same types: it travels once a shipped module imports it.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from enum import Enum
 
 try:
     import fleet_agent_wire as wire
@@ -25,15 +24,7 @@ except ImportError:
     from ..policy.readers import dict_of, dicts_of, int_of, is_int, number_of, str_of, strs_of
 
 
-class AgentStatus(str, Enum):
-    """The agent's word for its run (wire.RESULT_STATUSES)."""
-    OK = "ok"
-    REFUSED = "refused"
-    STOPPED = "stopped"
-    NO_REPORT = "no-report"
-    ERROR = "error"
-    YIELDED = "yielded"
-    PROFILER_ERROR = "profiler-error"
+AgentStatus = wire.AgentStatus  # the agent's word for its run, which the node sets
 
 
 @dataclass(frozen=True)

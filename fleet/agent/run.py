@@ -51,6 +51,8 @@ except ImportError:  # as part of the installed package (tests, the local machin
     from .. import plan as planner
     from .. import policy, rundir, safenames
 
+AgentStatus = wire.AgentStatus  # the run's status, one of the wire's words
+
 REFUSED_EXIT = 5
 # the run's phases, from the process's start (the interpreter and the bundle's imports)
 CLOCK = procfs.Clock()
@@ -93,7 +95,7 @@ def main(args, stops=None):
     args = RunArgs.read(args)
     plan, holder = args.plan, holders.me()
     # "ok" is earned at the end of carry_out, never assumed: whatever stops it early says so.
-    result = {"status": "error", "host": plan.host, "node": os.uname()[1], "reasons": [],
+    result = {"status": AgentStatus.ERROR, "host": plan.host, "node": os.uname()[1], "reasons": [],
               "notes": [],
               "reports": [], "given_up": list(plan.given_up), "changed": {}, "exit_status": None,
               "unfinished": [], "phases": CLOCK.begin()}
@@ -116,7 +118,7 @@ def main(args, stops=None):
     try:
         code = carry_out(plan, result, relay, stops, holder)
     except Exception as e:  # a fault of the agent's own: reported as one, with the node put back
-        result["status"], code = "error", 1
+        result["status"], code = AgentStatus.ERROR, 1
         result["reasons"].append("the agent failed: %s: %s" % (type(e).__name__, e))
     finally:  # also when carrying out broke: the result is what fleet reads
         if not emit(result, plan, relay, line=args.result_line) and code == 0:
@@ -170,7 +172,7 @@ def carry_out(plan, result, relay, stops, holder):
                 return refuse(result, *["tenant appeared since the probe: " + t for t in tenants])
         result["notes"].extend("narrowed %s to 0700" % d for d in report_dirs(plan))
         if stops:  # cancelled, or a time limit near, before anything ran: start nothing
-            result["status"] = "stopped"
+            result["status"] = AgentStatus.STOPPED
             result["reasons"].append("told to stop (signal %d) before "
                                      "the profiler started" % stops[0])
             return code
@@ -179,7 +181,7 @@ def carry_out(plan, result, relay, stops, holder):
         return settle(plan, result, profile(plan, result, relay, stops, given_back),
                       relay.errors.disk_full)
     except (owned.OwnedError, OSError) as e:
-        result["status"] = "error"
+        result["status"] = AgentStatus.ERROR
         result["reasons"].append(str(e))
         return code
     finally:
@@ -236,13 +238,13 @@ def settle(plan, result, ran, disk_full=None):
     exit_status = ran.exit_status
     no_report = "the profiler exited %s and left no report under %s" % (exit_status, plan.output)
     if ran.left and not disk_full:
-        result["status"] = "profiler-error"
+        result["status"] = AgentStatus.PROFILER_ERROR
         result["reasons"].append(
             "the profiler was killed (SIGKILL) and had not ended %gs later (stuck in the kernel): "
             "its session was cut, and whatever report it left is not whole" % profiler.KILLED_WAIT)
         return 1
     if disk_full:
-        result["status"] = "profiler-error"
+        result["status"] = AgentStatus.PROFILER_ERROR
         result["reasons"].append(
             "the profiler said the disk is full (%s): no whole report can be written there, and "
             "fleet stopped it; free space where the run's folder %s is, or give the node a report "
@@ -251,21 +253,21 @@ def settle(plan, result, ran, disk_full=None):
             % (disk_full, plan.report_dir))
         return 1
     if (result.get("newcomer") or {}).get("action"):
-        result["status"] = "yielded"
+        result["status"] = AgentStatus.YIELDED
         if not result["reports"]:
             result["reasons"].append(no_report)
         return 0
     none_taken, taken = window.captured(plan.capture, result["reports"])
     if not result["reports"]:
-        result["status"] = "no-report"
+        result["status"] = AgentStatus.NO_REPORT
         result["reasons"].append(none_taken or no_report)
         return 1
     result["notes"].extend(taken)
     if (overwritten := unnamed_ranks(plan, result["reports"]) or rank_reports(plan, result)):
-        result["status"] = "profiler-error"
+        result["status"] = AgentStatus.PROFILER_ERROR
         result["reasons"].append(overwritten)
         return 1
-    result["status"] = "ok"
+    result["status"] = AgentStatus.OK
     return 0
 
 
@@ -339,7 +341,7 @@ def record_run(plan, result, ran, watch, relay):
 
 
 def refuse(result, *reasons):
-    result["status"] = "refused"
+    result["status"] = AgentStatus.REFUSED
     result["reasons"].extend(reasons)
     return REFUSED_EXIT
 
@@ -381,8 +383,8 @@ def emit(result, plan, relay, line=True):
     except (OSError, TypeError, ValueError) as e:
         written = False
         result["notes"].append("could not write the result to %s: %s" % (result_path(plan), e))
-        if result["status"] == "ok":
-            result["status"] = "error"
+        if result["status"] == AgentStatus.OK:
+            result["status"] = AgentStatus.ERROR
             result["reasons"].append("the result could not be written beside the reports: %s" % e)
         if not line:  # on Slurm the file is the only channel: say it in the job's log at least
             sys.stderr.write("fleet: %s: %s\n" % (plan.host, result["reasons"][-1]))

@@ -171,8 +171,9 @@ def plan_rank(args, env, label, command):
 def refuse(plan, context, report_root):
     """No profiler, no workload: the refusal goes where fleet gathers results,
     and to the job's log."""
-    result = dict(context, status="refused", host=plan.host, reasons=list(plan.reasons),
-                  remedy=plan.remedy, tenants=[str(t) for t in plan.tenants], reports=[])
+    result = dict(context, status=run.AgentStatus.REFUSED, host=plan.host,
+                  reasons=list(plan.reasons), remedy=plan.remedy,
+                  tenants=[str(t) for t in plan.tenants], reports=[])
     sys.stderr.write("fleet: %s on %s refused, nothing was run: %s\n" % (
         plan.host, context["slurm_node"], "; ".join(plan.reasons)))
     try:

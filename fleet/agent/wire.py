@@ -16,13 +16,34 @@ from __future__ import annotations
 
 import json
 import re
+from enum import Enum
 
 MARK = "\x1e@@fleet-result@@ "
 VERSION = 1
 KINDS = ("probe", "profile", "repair", "look")
 
-# What an agent says of one run (the body of a "profile" answer, and of a rank's result file).
-RESULT_STATUSES = ("ok", "refused", "stopped", "no-report", "error", "yielded", "profiler-error")
+
+
+class AgentStatus(str, Enum):
+    """What an agent says of one run (the body of a "profile" answer, and of a rank's result
+    file): the node sets its result's status only to one of these (its ``value``, a plain
+    string in the JSON), and the controller reads it back into one."""
+    OK = "ok"
+    REFUSED = "refused"
+    STOPPED = "stopped"
+    NO_REPORT = "no-report"
+    ERROR = "error"
+    YIELDED = "yielded"
+    PROFILER_ERROR = "profiler-error"
+
+    def __str__(self):  # the word itself, as a StrEnum's is (Python 3.11), wherever it is written
+        return self.value
+
+    def __format__(self, spec):
+        return self.value.__format__(spec)
+
+
+RESULT_STATUSES = tuple(s.value for s in AgentStatus)
 SHA256 = re.compile(r"^[0-9a-f]{64}$")
 # reports, notes, reasons: more than any run makes; a node sending more is not believed
 MAX_ITEMS = 10000
