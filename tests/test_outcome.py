@@ -27,6 +27,7 @@ from fleet.outcome import HostStatus, of_result, run_status, workload_said
 from fleet.plan import ProfileRequest, plan
 from fleet.slurm import run as slurm
 from fleet.slurm.jobstate import JobMarks
+from fleet.slurm.results import RankResult
 from fleet.store.manifest import RunManifest, SlurmInfo
 from fleet.transport import Fanout
 
@@ -112,7 +113,7 @@ class ResultsOnly:
         self.text, self.login = text, local_host()
 
     async def read_results(self, run_dir: str):
-        return wire.answers(self.text, "profile"), JobMarks()
+        return [RankResult.of(body) for body in wire.answers(self.text, "profile")], JobMarks()
 
 
 def on_slurm(tmp_path: Path, answer: dict):

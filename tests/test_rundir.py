@@ -23,6 +23,7 @@ import pytest
 
 from fleet import rundir
 from fleet.agent import rayend, task
+from fleet.agent.messages import ProfileResult
 from fleet.rundir import RunDir
 from fleet.plan import ProfileRequest
 from fleet.slurm import jobs, launchers, options, ray_hook, results
@@ -213,8 +214,10 @@ def test_what_the_agent_and_the_script_write_the_login_node_s_listing_finds_and_
     found, refused, other = _listing(Path(run.path))
     assert refused == []
     [(path, text)] = found
-    body, why = results.from_file(path, text)
+    result, why = results.from_file(path, text)
+    body = result.body
     assert why is None and (body["host"], body["slurm_node"], body["status"]) == (RunDir.label(2), "node1", "refused")
+    assert result.answer == ProfileResult.read(body)  # read into its types once, where it is found
     assert results.where(path) == ("node1", 2)
     marks = dict((k, v) for k, v in other if k not in ("orphan", "slurm"))
     assert marks[RunDir.JOB_EXIT] == "3" and marks[RunDir.JOB_STOPPED].isdigit() and RunDir.JOB_REFUSED in marks

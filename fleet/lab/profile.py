@@ -325,7 +325,7 @@ def entry_for(req: ProfileRequest, run: HostRun) -> HostEntry:
     return HostEntry.from_facts(run.host, run.status, facts, missing_why=run.error,
                                 tenants_seen=tenants, given_up=given_up,
                                 plan=run.plan.to_json() if run.plan else None, result=run.result,
-                                reports=run.reports)
+                                answer=run.answer, reports=run.reports)
 
 
 def json_doc(manifest: RunManifest) -> dict:

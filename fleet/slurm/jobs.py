@@ -297,7 +297,7 @@ class SlurmClient:
                            *run_dirs, *args)
         self._check(r, "scancel")
 
-    async def read_results(self, run_dir: str) -> tuple[list[dict], JobMarks]:
+    async def read_results(self, run_dir: str) -> tuple[list[results.RankResult], JobMarks]:
         """Every rank's result document and the job's own files (exit status, stop time, the job's
         log, the reports Ray's nsys wrote, and the reports of ranks killed before they wrote a
         result, each with its size and sha256), in one call. fleet's own lines carry a nonce made
@@ -311,11 +311,11 @@ class SlurmClient:
         files, refused, other = results.split(text, f"@@{nonce} ")
         found = []
         for path, content in files:
-            body, why = results.from_file(path, content)
-            if body is None:
+            result, why = results.from_file(path, content)
+            if result is None:
                 refused.append((path, why))
             else:
-                found.append(body)
+                found.append(result)
         # the job's own files, as this call's shell found them
         return found, JobMarks.read(other, refused)
 

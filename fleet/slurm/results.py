@@ -11,6 +11,7 @@ written. Anything else fails that rank alone, with a line; gather goes on.
 from __future__ import annotations
 
 import hmac
+from dataclasses import dataclass
 
 from .. import safenames
 from ..agentcall import cut_strings
@@ -41,27 +42,39 @@ def where(path: str) -> tuple[str | None, int | None]:
     return node if safenames.is_component(node) else None, RunDir.rank_of(label)
 
 
-def from_file(path: str, text: str) -> tuple[dict | None, str | None]:
+@dataclass(frozen=True)
+class RankResult:
+    """A rank's result: the document its file held (``body``, kept in the manifest as written),
+    read once into its types (``answer``)."""
+    body: dict
+    answer: ProfileResult
+
+    @classmethod
+    def of(cls, body: dict) -> "RankResult":
+        return cls(body, ProfileResult.read(body))
+
+
+def from_file(path: str, text: str) -> tuple[RankResult | None, str | None]:
     """The one answer in a result file, or why the file is not taken as one."""
     found = wire.answers(text, "profile")
     if len(found) != 1:
         return None, (f"{path} holds {len(found) or 'no'} answer{'s' if len(found) != 1 else ''} "
                       "of fleet's agent, not one")
-    body = cut_strings(found[0])
-    answer = ProfileResult.read(body)
+    result = RankResult.of(cut_strings(found[0]))
+    answer = result.answer
     node, label = RunDir.result_place(path)  # the listing's glob: always a result file's name
     if answer.slurm_node != node or answer.host != label:
         return None, (f"{path} holds the result of {str(answer.host)[:40]!r} on "
                       f"{str(answer.slurm_node)[:40]!r}, not of its own place")
-    return body, None
+    return result, None
 
 
-def not_this_runs(body: dict, nonce: str | None) -> str | None:
+def not_this_runs(answer: ProfileResult, nonce: str | None) -> str | None:
     """Why a result was not written by this run's agent, or None. Runs submitted before results
     carried a nonce (``nonce`` None) are read as they were."""
     if nonce is None:
         return None
-    said = ProfileResult.read(body).nonce
+    said = answer.nonce
     if said is not None and hmac.compare_digest(said.encode(), nonce.encode()):
         return None
     return "it does not carry this run's nonce: not written by this run's agent"
@@ -101,15 +114,15 @@ def split(text: str, mark: str) -> tuple[list[tuple[str, str]], list[tuple[str, 
     return [(path, "\n".join(lines)) for path, lines in files], refused, other
 
 
-def this_runs(found: list[dict], marks: JobMarks, nonce: str | None) -> tuple[list[dict],
-                                                                              list[HostEntry]]:
+def this_runs(found: list[RankResult], marks: JobMarks,
+              nonce: str | None) -> tuple[list[RankResult], list[HostEntry]]:
     """The results of this run's agents, and an entry for each refused: a file not the agent's
     own, or a result without the run's nonce."""
     refused = [refused_entry(path, why) for path, why in marks.refused_results]
     results = []
     for res in found:
-        if (why := not_this_runs(res, nonce)):
-            answer = ProfileResult.read(res)
+        if (why := not_this_runs(res.answer, nonce)):
+            answer = res.answer
             refused.append(refused_entry(RunDir(str(answer.slurm_node)).result(str(answer.host)),
                                          why))
         else:

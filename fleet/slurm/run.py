@@ -35,7 +35,7 @@ from .cluster import Cluster
 from .jobs import NoGPUs, SlurmClient, file_mark
 from .jobstate import JobMarks, JobShape, JobState
 from .raygather import driver_entry, ray_home
-from .results import this_runs
+from .results import RankResult, this_runs
 from .states import job_end_verdict, job_refusal, no_gpus, why_missing
 from .watch import NeverStarts, watch
 from ..wrapping.containers import nsight_dirs, slurm_words
@@ -164,15 +164,16 @@ async def submit(client: SlurmClient, prep: Prepared) -> str:
 
 
 def rank_entry(res: dict, reports: list[ReportEntry] = (), tool: str | None = None, *,
-               fleet_stopped: bool = False) -> HostEntry:
+               fleet_stopped: bool = False, answer: ProfileResult | None = None) -> HostEntry:
     """A rank's entry from the result it left (its node facts are in it: ``NodeState.facts``),
-    what came home of it, and whether fleet recorded a stop of the job (its stop marks)."""
-    answer = ProfileResult.read(res)
+    what came home of it, and whether fleet recorded a stop of the job (its stop marks).
+    ``answer``: the result already read into its types, else it is read here."""
+    answer = answer if answer is not None else ProfileResult.read(res)
     status, why = outcome.of_result(answer, list(reports), tool=tool, fleet_stopped=fleet_stopped)
     return HostEntry.from_facts(answer.node, status, answer.facts, rank=answer.rank,
                                 missing_why=why,
                                 tenants_seen=answer.tenants, given_up=answer.given_up, result=res,
-                                reports=reports)
+                                answer=answer, reports=reports)
 
 
 async def gather(fan: "Fanout", client: SlurmClient, manifest: RunManifest, directory: Path,
@@ -195,7 +196,7 @@ async def gather(fan: "Fanout", client: SlurmClient, manifest: RunManifest, dire
     # recorded before its signal
     fleet_stopped = marks.stopped or marks.stop_asked
 
-    async def one(res: dict) -> HostEntry:
+    async def one(res: RankResult) -> HostEntry:
         return await _rank_home(fan, client, slurm.run_dir, res, directory, gathering, tool,
                                 fleet_stopped)
 
@@ -259,12 +260,13 @@ async def _missing_ranks(fan: "Fanout", client: SlurmClient, slurm: SlurmInfo,
     return missing
 
 
-async def _rank_home(fan: "Fanout", client: SlurmClient, run_dir: str, res: dict, directory: Path,
-                     gathering, tool: str | None, fleet_stopped: bool = False) -> HostEntry:
+async def _rank_home(fan: "Fanout", client: SlurmClient, run_dir: str, res: RankResult,
+                     directory: Path, gathering, tool: str | None,
+                     fleet_stopped: bool = False) -> HostEntry:
     """One rank's result, held to its shape, and what it names brought home from its node's
     folder."""
-    wrong = wire.problems(res, "profile")
-    answer = ProfileResult.read(res)
+    wrong = wire.problems(res.body, "profile")
+    answer = res.answer
     node = answer.node
     # The node's name comes from a result file in the run directory, which the job can write:
     # one that is not a folder name, or a result not of its shape, brings nothing home.
@@ -279,10 +281,10 @@ async def _rank_home(fan: "Fanout", client: SlurmClient, run_dir: str, res: dict
         # Written to node-local scratch, they now are in the run directory, under the same names.
         folder = RunDir(run_dir).node(node)
         to_fetch = [dict(r, path=folder.file(os.path.basename(r["path"])))
-                    for r in wire.named_files(res)]
+                    for r in wire.named_files(res.body)]
         reports = await bring_home(fan, client.login, to_fetch, directory / node,
                                    node_dir=folder.path, gathering=gathering)
-    return rank_entry(res, reports, tool, fleet_stopped=fleet_stopped)
+    return rank_entry(res.body, reports, tool, fleet_stopped=fleet_stopped, answer=answer)
 
 
 def _log_tail(log: ReportEntry | None) -> str:

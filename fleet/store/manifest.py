@@ -59,17 +59,22 @@ class HostEntry(Record):
                    missing_why: str | None = None, tenants_seen: Iterable[str] = (),
                    given_up: Iterable[str] = (),
                    plan: dict | None = None, result: dict | None = None,
+                   answer: ProfileResult | None = None,
                    reports: Iterable[ReportEntry] = ()) -> "HostEntry":
         """The entry of a host or rank whose node was looked at: fleet makes its ``facts`` from the
         probed state on lab servers (``NodeState.facts``); on Slurm the rank's result carries
-        them."""
+        them. ``answer``: ``result`` as it was already read into its types, kept as its
+        :attr:`answer`."""
         facts = facts or NodeFacts()
-        return cls(host=host, status=status, rank=rank, node=facts.node,
-                   missing_why=None if status == "ok" else missing_why, gpu=facts.gpu,
-                   driver=facts.driver, tool_version=facts.tool_version,
-                   tenants_seen=list(tenants_seen), given_up=list(given_up),
-                   processes_seen=[ProcessSeen.from_json(p) for p in facts.processes_seen],
-                   plan=plan, result=result, reports=list(reports))
+        entry = cls(host=host, status=status, rank=rank, node=facts.node,
+                    missing_why=None if status == "ok" else missing_why, gpu=facts.gpu,
+                    driver=facts.driver, tool_version=facts.tool_version,
+                    tenants_seen=list(tenants_seen), given_up=list(given_up),
+                    processes_seen=[ProcessSeen.from_json(p) for p in facts.processes_seen],
+                    plan=plan, result=result, reports=list(reports))
+        if answer is not None and isinstance(result, dict):
+            entry.__dict__["_answer"] = (result, answer)  # as _read_once keeps it
+        return entry
 
     def _read_once(self, name: str, doc: Any, read) -> Any:
         """``read(doc)``, kept as ``name`` for as long as the entry holds that same document (not a
