@@ -126,16 +126,34 @@ def test_the_guides_exit_status_table_is_exitcodes():
     assert said == constants
 
 
+CHOOSING = (ast.If, ast.IfExp, ast.Compare, ast.Dict, ast.Assign, ast.AugAssign, ast.BoolOp, ast.Match)
+
+
 def _status_choices(tree) -> list[tuple[int, str]]:
-    """Where an exitcodes status is chosen rather than given: inside a condition, a comparison, a
-    mapping or an assignment (``fail(why, exitcodes.FAILED)`` gives one; ``X if ... else
-    exitcodes.OK`` chooses)."""
+    """Where an exit status is chosen rather than given: an exitcodes status inside a condition (an
+    ``if``, ``X if ... else``, a comparison), a mapping or an assignment, and any number given to
+    ``sys.exit`` as it is. ``fail(why, exitcodes.FAILED)`` gives one; so does a command that ends
+    with ``sys.exit(exitcodes.OK)`` whatever happened."""
+    parents = {child: node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
+
+    def chosen(node) -> bool:
+        parent = parents.get(node)
+        if isinstance(parent, ast.Call) and getattr(parent.func, "id", None) == "fail":
+            return False
+        while parent is not None and not isinstance(parent, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            if isinstance(parent, CHOOSING):
+                return True
+            parent = parents.get(parent)
+        return False
+
     found = []
     for node in ast.walk(tree):
-        if isinstance(node, (ast.IfExp, ast.Compare, ast.Dict, ast.Assign, ast.AugAssign, ast.BoolOp)):
-            found += [(node.lineno, ast.unparse(node)[:80]) for n in ast.walk(node)
-                      if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name)
-                      and n.value.id == "exitcodes" and n.attr.isupper()]
+        status = (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
+                  and node.value.id == "exitcodes" and node.attr.isupper())
+        number = (isinstance(node, ast.Call) and ast.unparse(node.func) == "sys.exit" and node.args
+                  and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, int))
+        if status and chosen(node) or number:
+            found.append((node.lineno, ast.unparse(parents.get(node, node))[:80]))
     return found
 
 
@@ -145,8 +163,10 @@ def test_the_command_line_chooses_no_exit_status():
     found = {str(p.relative_to(REPO)): _status_choices(ast.parse(p.read_text()))
              for p in (REPO / "fleet" / "cli").glob("*.py")}
     assert {p: f for p, f in found.items() if f} == {}
-    planted = "code = exitcodes.OK\nsys.exit(exitcodes.FAILED if bad else exitcodes.OK)\nfail('x', exitcodes.USAGE)\n"
-    assert [line for line, _ in _status_choices(ast.parse(planted))] == [1, 2, 2]
+    planted = ("code = exitcodes.OK\nsys.exit(exitcodes.FAILED if bad else exitcodes.OK)\n"
+               "if bad:\n    fail('x', exitcodes.USAGE)\n    sys.exit(exitcodes.FAILED)\n"
+               "sys.exit(3)\nsys.exit(exitcodes.OK)\n")
+    assert sorted(line for line, _ in _status_choices(ast.parse(planted))) == [1, 2, 2, 5, 6]
 
 
 def test_the_exit_status_of_each_command_that_is_not_a_run():

@@ -243,8 +243,7 @@ def reports_open(run_id, which, store_root, as_json):
     except viewer.StatsError as e:
         fail(str(e))
     except OSError as e:  # found on PATH but would not start
-        echo(f"fleet: {opening_failed(e)}", err=True)
-        sys.exit(exitcodes.FAILED)
+        fail(opening_failed(e), exitcodes.FAILED)
     if as_json:
         return echo_json({"run_id": run_id, "viewer": opening.viewer,
                           "opened": opening.pid is not None,

@@ -162,7 +162,7 @@ def profile_on_slurm(obj: Context, req: "ProfileRequest", opts: dict, *, store_r
             echo_json(manifest.to_json())
         else:
             echo(manifest.slurm.script, nl=False)
-        sys.exit(exitcodes.OK)
+        sys.exit(run.exit_status())  # a dry run: 0
     if as_json:
         echo_json(manifest.to_json())
     else:
