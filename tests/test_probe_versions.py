@@ -67,19 +67,62 @@ def test_what_is_not_a_list_of_profilers_reads_as_both():
     assert "versions" not in agent_args(host) and agent_args(host, versions=())["versions"] == []
 
 
-def test_a_profile_asks_its_own_profiler_only(tmp_path):
+@pytest.fixture
+def this_node(tmp_path):
+    """This machine as a node with the simulated NVML and the recording profilers first on PATH:
+    ``fleet(*args)`` runs a command against it; ``log`` is where the profilers' calls go."""
     folder, log = recorders(tmp_path)
     lib = fakenvml.build(tmp_path / "lib")
     scenario = fakenvml.write_scenario(tmp_path / "gpus.txt", {"gpus": [{"index": 0}]})
     env = {**{k: v for k, v in os.environ.items() if not k.startswith("FLEET_")},
            **local_env(fakenvml.env(lib, scenario)), "FLEET_STORE": str(tmp_path / "store")}
     env["PATH"] = f"{folder}:{env['PATH']}"
-    for tool in ("nsys", "ncu"):
+
+    def fleet(*args):
         log.unlink(missing_ok=True)
-        out = subprocess.run([sys.executable, "-m", "fleet", "profile", "--hosts", "localhost", "--tool", tool,
-                              "--gpu", "0", "--dry-run", "--json", "--", "true"],
-                             env=env, cwd=REPO, capture_output=True, text=True, timeout=120)
-        assert out.returncode == 0, out.stderr
+        out = subprocess.run([sys.executable, "-m", "fleet", *args], env=env, cwd=REPO, capture_output=True,
+                             text=True, timeout=120)
+        assert out.returncode == 0, out.stdout + out.stderr
+        return out
+
+    return fleet, log
+
+
+def test_a_profile_asks_its_own_profiler_only(this_node):
+    fleet, log = this_node
+    for tool in ("nsys", "ncu"):
+        out = fleet("profile", "--hosts", "localhost", "--tool", tool, "--gpu", "0", "--dry-run", "--json", "--",
+                    "true")
         [host] = fleet_json(out.stdout)["hosts"]
         assert host["status"] == "planned" and host["tool_version"] == "2025.3.1.0", host
         assert calls(log) == [f"{tool} --version"]
+
+
+def test_probe_and_doctor_ask_both_and_the_live_look_neither(this_node):
+    fleet, log = this_node
+    out = fleet("probe", "localhost", "--json")
+    assert sorted(calls(log)) == ["ncu --version", "nsys --version"]
+    [found] = fleet_json(out.stdout)["nodes"]
+    assert {t: found["state"]["tools"][t]["version"] for t in ("nsys", "ncu")} == {"nsys": "2025.3.1.0",
+                                                                                    "ncu": "2025.3.1.0"}
+    fleet("doctor", "localhost")
+    assert sorted(calls(log)) == ["ncu --version", "nsys --version", "nsys status -e"]
+    fleet("top", "localhost", "--once")
+    assert calls(log) == []
+
+
+def test_a_slurm_rank_asks_its_own_profiler_only(tmp_path, monkeypatch):
+    """A rank plans itself on its node, from its own probe: of the request's profiler alone."""
+    from fleet.agent import task
+
+    folder, log = recorders(tmp_path)
+    lib = fakenvml.build(tmp_path / "lib")
+    scenario = fakenvml.write_scenario(tmp_path / "gpus.txt", {"gpus": [{"index": 0}]})
+    for name, value in fakenvml.env(lib, scenario).items():
+        monkeypatch.setenv(name, value)
+    tools = {t: str(folder / t) for t in ("nsys", "ncu")}
+    args = task.TaskArgs({"request": {"tool": "ncu", "run_id": "20261208-000000-abcd"}, "tools": tools,
+                          "report_dir": str(tmp_path / "scratch")})
+    _, context = task.plan_rank(args, {"SLURM_JOB_ID": "78", "SLURMD_NODENAME": "node1"}, "rank0", ["true"])
+    assert calls(log) == ["ncu --version"]
+    assert context["tool_version"] == "2025.3.1.0"

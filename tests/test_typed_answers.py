@@ -11,6 +11,8 @@ import ast
 import json
 from pathlib import Path
 
+import pytest
+
 from fleet import agentcall, policy
 from fleet.agent import messages, wire
 from fleet.inventory import Host
@@ -576,3 +578,16 @@ def test_a_whose_file_names_its_nsys_by_a_pid_or_not_at_all(tmp_path):
     assert {name: whose_nsys(str(tmp_path / name)) for name in cases} == {
         "ok": 41, "text": None, "bool": None, "list": None, "cut": None, "deep": None}
     assert whose_nsys(str(tmp_path / "gone")) is None
+
+
+def test_a_sudo_re_run_that_answers_nothing_has_not_done_the_step(monkeypatch):
+    """An exit status of 0 with no answer was taken as done (a value of None): the step as root may
+    not have run at all. Now it is an error the caller says."""
+    import subprocess
+    from fleet.agent import asroot, owned
+
+    monkeypatch.setattr(asroot, "SHIPPED_AS", ("bootstrap", b"bundle"))
+    monkeypatch.setattr(asroot.os, "geteuid", lambda: 1000)
+    monkeypatch.setattr(asroot.subprocess, "run", lambda *a, **k: subprocess.CompletedProcess(a, 0, b"", b""))
+    with pytest.raises(owned.OwnedError, match="as root through sudo -n: no output"):
+        asroot.privileged("release", holder={"pid": 1})

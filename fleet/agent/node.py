@@ -278,8 +278,8 @@ class ProbeArgs:
                    {t: path for t, path in tools.items() if isinstance(path, str)},
                    check if isinstance(check, bool) else True,
                    report_dir if isinstance(report_dir, str) else None,
-                   tuple(t for t in PROFILERS if t in versions) if isinstance(versions, list)
-                   else PROFILERS)
+                   tuple(t for t in PROFILERS if t in versions)
+                   if isinstance(versions, (list, tuple)) else PROFILERS)
 
 
 def probe(args) -> dict:

@@ -23,7 +23,6 @@ VERSION = 1
 KINDS = ("probe", "profile", "repair", "look")
 
 
-
 class AgentStatus(str, Enum):
     """What an agent says of one run (the body of a "profile" answer, and of a rank's result
     file): the node sets its result's status only to one of these (its ``value``, a plain
