@@ -141,3 +141,11 @@ def test_the_agent_profile_times_the_shipped_agent_and_names_where_its_time_goes
     assert re.search(r"medians of 1: agent [0-9.]+ ms, its probe's sections [0-9.]+ ms", r.stdout), r.stdout
     # the probe, and its tools' section: their --version asked, then answered
     assert "fleet_agent_node.py" in r.stdout and "(answers)" in r.stdout, r.stdout
+
+
+def test_the_least_workloads_benchmark_profiles_true_with_fleet_at_both_refs(tmp_path):
+    out = tmp_path / "true.json"
+    r = bench("bench/profile_true.py", "--before", "HEAD", "--after", "HEAD", "--pairs", "1", "--out", str(out))
+    doc = json.loads(out.read_text())
+    assert [sorted(p) for p in doc["pairs"]] == [["after", "before"]] and doc["before_median_ms"] > 0
+    assert "before" in r.stdout and "after" in r.stdout
