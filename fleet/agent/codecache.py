@@ -94,6 +94,18 @@ class CodeCache:
         return code
 
     def _read(self, entry, header):
+        data = self.kept(entry, header)
+        if data is None:
+            return None
+        try:
+            code = marshal.loads(data)
+        except (EOFError, ValueError, TypeError):  # cut short: written by a writer that died
+            return None
+        return code if type(code) is CODE else None
+
+    def kept(self, entry, header):
+        """What the entry ``entry`` holds after ``header``, when it is a regular file of this
+        account's, closed to others, that starts with ``header``; else None."""
         try:
             fd = os.open(entry, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=self.fd)
         except OSError:
@@ -102,20 +114,22 @@ class CodeCache:
             st = os.fstat(fd)
             if (not stat.S_ISREG(st.st_mode) or st.st_uid != self.uid
                 or stat.S_IMODE(st.st_mode) & 0o077):
-                return None  # not one this account wrote for itself: never run
+                return None  # not one this account wrote for itself: never used
             with os.fdopen(os.dup(fd), "rb") as f:
                 data = f.read()
         except OSError:
             return None
         finally:
             os.close(fd)
-        if not data.startswith(header):
-            return None
+        return data[len(header):] if data.startswith(header) else None
+
+    def keep(self, entry, data):
+        """Write ``data`` as the entry ``entry`` (a new file renamed into place); a full disk or
+        a concurrent writer leaves it for the next call."""
         try:
-            code = marshal.loads(data[len(header):])
-        except (EOFError, ValueError, TypeError):  # cut short: written by a writer that died
-            return None
-        return code if type(code) is CODE else None
+            self._write(entry, data)
+        except OSError:
+            pass
 
     def _write(self, entry, data):
         # No fsync: an entry a crash leaves short fails its reading above and is written again.

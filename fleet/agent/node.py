@@ -25,9 +25,10 @@ from dataclasses import dataclass
 try:  # as shipped by fleet, every module travels under a flat name
     import fleet_agent_files as files
     import fleet_agent_gpus as nvml_gpus
+    import fleet_agent_toolversions as toolversions
     from fleet_agent_procs import host_pid_namespace, processes, read, user_name
 except ImportError:  # as part of the installed package (tests, the local machine)
-    from . import files
+    from . import files, toolversions
     from . import gpus as nvml_gpus
     from .procs import host_pid_namespace, processes, read, user_name
 
@@ -178,24 +179,44 @@ class ToolQuestions:
         else:
             unsafe = set()
         # ask every binary at once: nsys status -e takes a while; a profiler whose version nobody
-        # reads (a run of the other one, the live look) is found, not started
-        for t, info in self.found.items():
-            if info and t not in unsafe and t in versions:
-                self.runs[(t, "version")] = _start([info["path"], "--version"])
+        # reads (a run of the other one, the live look) is found, not started, and one whose
+        # answer is kept for this very program file is not asked again
+        self._ask_versions([t for t, info in self.found.items()
+                            if info and t not in unsafe and t in versions])
         if self.found["nsys"] and environment_check and "nsys" not in unsafe:
             self.runs[("nsys", "status")] = _start([self.found["nsys"]["path"], "status", "-e"])
+
+    def _ask_versions(self, tools):
+        self.kept, self.keys = (toolversions.Kept.open() if tools else None), {}
+        for t in tools:
+            path = self.found[t]["path"]
+            self.keys[t] = toolversions.program_key(path)
+            text = self.kept.answer(t, self.keys[t])
+            if text is not None:
+                _say_version(self.found[t], text)
+            else:
+                self.runs[(t, "version")] = _start([path, "--version"])
 
     def answers(self) -> dict:
         found = self.found
         for (t, what), proc in self.runs.items():
             out = _finish(proc)
-            if what == "version":  # absent where not asked: read as unknown
-                m = re.search(r"(\d{4}\.\d+\.\d+(?:\.\d+)?)", out)
-                found[t]["version"] = m.group(1) if m else None
-                found[t]["version_text"] = out.strip()[-200:]
-            else:
+            if what == "status":
                 found[t]["status"] = parse_status(out)
+            elif _say_version(found[t], out) and getattr(proc, "returncode", None) == 0:
+                self.kept.keep(t, self.keys[t], out)  # only a whole answer that names a version
+        if self.kept is not None:
+            self.kept.close()
         return found
+
+
+def _say_version(info, text):
+    """A profiler's answer to --version in what the probe says of it; whether it named a version
+    (absent where it was not asked: read as unknown)."""
+    m = re.search(r"(\d{4}\.\d+\.\d+(?:\.\d+)?)", text)
+    info["version"] = m.group(1) if m else None
+    info["version_text"] = text.strip()[-200:]
+    return m is not None
 
 
 def _start(argv):
