@@ -19,10 +19,13 @@ pytestmark = pytest.mark.services  # gcc, and the programs it makes, are started
 PROGRAM = r"""
 #include <stdio.h>
 #include <stdlib.h>
+#include <utime.h>
 int main(int argc, char **argv) {
     FILE *calls = fopen(getenv("TOOL_CALLS"), "a");
     fprintf(calls, "%s\n", argc > 1 ? argv[1] : "");
     fclose(calls);
+    if (TOUCH)
+        utime(argv[0], NULL);  /* the program file changes while it answers */
     printf("NVIDIA Nsight Systems version %s\n", VERSION);
     return EXIT;
 }
@@ -43,10 +46,10 @@ def tool(tmp_path, monkeypatch):
     monkeypatch.setenv("XDG_CACHE_HOME", str(cache))
     monkeypatch.setattr(sys, "dont_write_bytecode", False)
 
-    def make(version: str, exit: int = 0) -> str:
+    def make(version: str, exit: int = 0, touch: bool = False) -> str:
         built = tmp_path / "built"
-        subprocess.run(["gcc", f'-DVERSION="{version}"', f"-DEXIT={exit}", "-o", str(built),
-                        str(tmp_path / "tool.c")], check=True, timeout=60)
+        subprocess.run(["gcc", f'-DVERSION="{version}"', f"-DEXIT={exit}", f"-DTOUCH={int(touch)}", "-o",
+                        str(built), str(tmp_path / "tool.c")], check=True, timeout=60)
         os.replace(built, folder / "nsys")  # a new file in its place: a new inode, as a package upgrade
         return str(folder / "nsys")
 
@@ -56,8 +59,12 @@ def tool(tmp_path, monkeypatch):
     return make, calls, cache
 
 
-def asked(path: str) -> dict:
-    return node.ToolQuestions({"nsys": path}, False, ("nsys",)).answers()["nsys"]
+def asked(path: str, doctor: bool = False) -> dict:
+    return node.ToolQuestions({"nsys": path}, doctor, ("nsys",)).answers()["nsys"]
+
+
+def entries(cache: Path) -> list[Path]:
+    return [p for p in (cache / "fleet" / "agent-code").iterdir() if p.name.startswith("nsys-version.")]
 
 
 def test_a_programs_answer_is_asked_once_and_kept_for_that_program(tool):
@@ -67,7 +74,7 @@ def test_a_programs_answer_is_asked_once_and_kept_for_that_program(tool):
     assert calls() == ["--version"]  # the second probe started nothing
     assert first["version"] == second["version"] == "2025.3.1.90"
     assert first["version_text"] == second["version_text"]
-    [entry] = [p for p in (cache / "fleet" / "agent-code").iterdir() if p.name.startswith("nsys-version.")]
+    [entry] = entries(cache)
     assert entry.stat().st_mode & 0o777 == 0o600
 
 
@@ -80,7 +87,11 @@ def test_an_upgraded_or_touched_program_is_asked_again(tool):
     os.utime(path, ns=(1, 1))  # the same bytes, touched: asked again
     assert asked(path)["version"] == "2025.5.1.121" and calls() == ["--version"] * 3
     # only the newest answer of a path is kept
-    assert len([p for p in (cache / "fleet" / "agent-code").iterdir() if p.name.startswith("nsys-version.")]) == 1
+    assert len(entries(cache)) == 1
+    copy = Path(path).with_name("copy")  # the same bytes and times in another file: another inode
+    shutil.copy2(path, copy)
+    os.replace(copy, path)
+    assert asked(path)["version"] == "2025.5.1.121" and calls() == ["--version"] * 4
 
 
 def test_an_answer_that_is_not_whole_is_not_kept(tool):
@@ -105,7 +116,7 @@ def test_an_entry_not_the_accounts_own_or_open_to_others_is_not_believed(tool):
     make, calls, cache = tool
     path = make("2025.3.1.90")
     asked(path)
-    [entry] = [p for p in (cache / "fleet" / "agent-code").iterdir() if p.name.startswith("nsys-version.")]
+    [entry] = entries(cache)
     planted = entry.read_bytes().replace(b"2025.3.1.90", b"2099.9.9.99")
     entry.write_bytes(planted)
     entry.chmod(0o644)  # another account could have written it
@@ -115,6 +126,66 @@ def test_an_entry_not_the_accounts_own_or_open_to_others_is_not_believed(tool):
     if os.geteuid() == 0:
         os.chown(entry, 65534, 65534)  # another account's
         assert asked(path)["version"] == "2025.3.1.90" and calls() == ["--version"] * 3
+
+
+def test_an_entry_cut_short_is_asked_again(tool):
+    """A writer that died leaves an entry cut short: "2025.3.1.90" cut to "2025.3.1" would be
+    another version, so a cut entry is no answer."""
+    make, calls, cache = tool
+    path = make("2025.3.1.90")
+    asked(path)
+    [entry] = entries(cache)
+    whole = entry.read_bytes()
+    entry.write_bytes(whole[:whole.index(b"2025.3.1") + len(b"2025.3.1")])
+    assert asked(path)["version"] == "2025.3.1.90" and calls() == ["--version"] * 2
+
+
+def test_a_program_that_changed_while_it_answered_is_not_kept(tool):
+    make, calls, cache = tool
+    path = make("2025.3.1.90", touch=True)
+    asked(path), asked(path)
+    assert calls() == ["--version"] * 2 and entries(cache) == []
+
+
+def test_a_program_others_could_change_is_never_kept(tool):
+    """Another account could swap it while it answers and put it back after: its answer would then
+    be kept for the program it did not come from. (Root does not run such a program at all.)"""
+    make, calls, cache = tool
+    path = make("2025.3.1.90")
+    for _ in range(2):
+        questions = node.ToolQuestions.__new__(node.ToolQuestions)
+        questions.found = {"nsys": {"path": path, "writable_by_others": "its folder is writable by every account"},
+                           "ncu": None}
+        questions.runs = {}
+        questions._ask_versions(["nsys"], fresh=False)
+        assert questions.answers()["nsys"]["version"] == "2025.3.1.90"
+    assert calls() == ["--version"] * 2 and not (cache / "fleet").exists()
+
+
+def test_doctor_asks_every_time_and_a_probe_after_it_needs_not(tool):
+    make, calls, _ = tool
+    path = make("2025.3.1.90")
+    asked(path, doctor=True), asked(path, doctor=True)
+    assert calls().count("--version") == 2
+    asked(path)
+    assert calls().count("--version") == 2
+
+
+def test_a_refused_cache_folder_costs_only_the_question(tool, tmp_path):
+    make, calls, cache = tool
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir(mode=0o700)
+    (cache / "fleet").mkdir(parents=True, mode=0o700)
+    (cache / "fleet" / "agent-code").symlink_to(elsewhere)  # a link in place of the folder: refused
+    path = make("2025.3.1.90")
+    assert asked(path)["version"] == asked(path)["version"] == "2025.3.1.90"
+    assert calls() == ["--version"] * 2 and list(elsewhere.iterdir()) == []
+
+
+def test_a_fifo_in_place_of_the_program_is_not_waited_on(tmp_path):
+    fifo = tmp_path / "nsys"
+    os.mkfifo(fifo)
+    assert toolversions.program_key(str(fifo)) is None  # returns at once: nobody writes to it
 
 
 def test_without_a_cache_every_probe_asks(tool, monkeypatch):

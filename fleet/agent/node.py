@@ -182,18 +182,22 @@ class ToolQuestions:
         # reads (a run of the other one, the live look) is found, not started, and one whose
         # answer is kept for this very program file is not asked again
         self._ask_versions([t for t, info in self.found.items()
-                            if info and t not in unsafe and t in versions])
+                            if info and t not in unsafe and t in versions], fresh=environment_check)
         if self.found["nsys"] and environment_check and "nsys" not in unsafe:
             self.runs[("nsys", "status")] = _start([self.found["nsys"]["path"], "status", "-e"])
 
-    def _ask_versions(self, tools):
-        self.kept, self.keys = (toolversions.Kept.open() if tools else None), {}
+    def _ask_versions(self, tools, fresh):
+        """Start each of ``tools`` for its --version, but those whose answer is kept for this very
+        program file (``fresh``, doctor: none; a program others could change: never kept)."""
+        self.kept, self.keys = toolversions.Kept(), {}
         for t in tools:
-            path = self.found[t]["path"]
-            self.keys[t] = toolversions.program_key(path)
-            text = self.kept.answer(t, self.keys[t])
+            info = self.found[t]
+            path = info["path"]
+            changeable = info.get("writable_by_others")
+            self.keys[t] = None if changeable else toolversions.program_key(path)
+            text = None if fresh else self.kept.answer(t, self.keys[t])
             if text is not None:
-                _say_version(self.found[t], text)
+                _say_version(info, text)
             else:
                 self.runs[(t, "version")] = _start([path, "--version"])
 
@@ -203,10 +207,11 @@ class ToolQuestions:
             out = _finish(proc)
             if what == "status":
                 found[t]["status"] = parse_status(out)
-            elif _say_version(found[t], out) and getattr(proc, "returncode", None) == 0:
-                self.kept.keep(t, self.keys[t], out)  # only a whole answer that names a version
-        if self.kept is not None:
-            self.kept.close()
+            elif (_say_version(found[t], out) and getattr(proc, "returncode", None) == 0
+                  and toolversions.program_key(found[t]["path"]) == self.keys[t]):
+                # only a whole answer that names a version, of the program still there as it was
+                self.kept.keep(t, self.keys[t], out)
+        self.kept.close()
         return found
 
 

@@ -6,15 +6,25 @@ large program on every call, on a node full of other people's work, before the r
 may start. What a compiled program prints for ``--version`` is the program's own, so the answer
 is kept in the account's code cache (``fleet/agent/codecache.py``: its folder checked as it is
 there, each entry used only when it is a file of the account's, closed to others) under what the
-program file is: its path, device, inode, size, and modification and change times. A program
-replaced, upgraded, touched or moved is asked again. Only a compiled program (ELF) is kept: a
-script (CUDA's ``bin/ncu`` is one) may run whichever version it finds, so it is asked every time.
+program file is: its path, device, inode, size, and modification and change times, taken again
+once it answered (an answer kept only when they did not change meanwhile). A program replaced,
+upgraded, touched or moved is asked again. Not kept:
+
+* a script (CUDA's ``bin/ncu`` is one), which may run whichever version it finds;
+* a program another account could change (``writable_by_others``): it could be swapped for
+  another one while it answers and put back after;
+* an answer that did not name a version, or came with an exit status other than 0.
+
+``fleet doctor`` asks every time (and keeps what it is told): it is where a broken install shows.
+Entries are named by the node's host name too, so nodes that share a home (NFS) keep one each.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import os
+import socket
 import stat
 
 try:  # as shipped by fleet, every module travels under a flat name
@@ -23,15 +33,16 @@ except ImportError:  # as part of the installed package (tests, the local machin
     from . import codecache
 
 ELF = b"\x7fELF"
-FORMAT = b"fleet-tool-version 1\n"
-LONGEST = 4096  # bytes of an answer kept: a version is a line or two
+FORMAT = b"fleet-tool-version 2\n"
+LONGEST = 4096  # characters of an answer kept: a version is a line or two
 
 
 def program_key(path):
     """What the program at ``path`` is, as one line (None where no answer of it is kept: not a
-    regular file, not a compiled program, or not readable)."""
+    regular file, not a compiled program, or not readable). Opened without waiting: a FIFO put
+    in its place is not read from."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
     except OSError:
         return None
     try:
@@ -46,18 +57,25 @@ def program_key(path):
                                     st.st_ctime_ns)
 
 
+def _digest(text):
+    return hashlib.sha256(text.encode("utf-8", "surrogateescape")).hexdigest()
+
+
 class Kept:
-    """The answers kept in the account's code cache; none kept or read where it has none."""
+    """The answers kept in the account's code cache, opened the first time one is asked for;
+    none kept or read where it has none."""
 
-    def __init__(self, cache):
-        self.cache = cache
+    def __init__(self):
+        self.cache, self.opened = None, False
 
-    @classmethod
-    def open(cls):
-        try:
-            return cls(codecache.CodeCache.open())
-        except Exception:  # no home, a folder refused (UnsafePath): ask every time, as before
-            return cls(None)
+    def _open(self):
+        if not self.opened:
+            self.opened = True
+            try:
+                self.cache = codecache.CodeCache.open()
+            except Exception:  # no home, a folder refused (UnsafePath): ask every time, as before
+                self.cache = None
+        return self.cache
 
     @staticmethod
     def _header(key):
@@ -65,32 +83,38 @@ class Kept:
 
     @staticmethod
     def _entry(tool, key):
-        path = key.split("\0", 1)[0].encode("utf-8", "surrogateescape")
-        return "%s-version.%s.%s" % (tool, hashlib.sha256(path).hexdigest()[:16],
-                                     hashlib.sha256(key.encode("utf-8", "surrogateescape"))
-                                     .hexdigest()[:32])
+        where = _digest(socket.gethostname() + "\0" + key.split("\0", 1)[0])
+        return "%s-version.%s.%s" % (tool, where[:16], _digest(key)[:32])
 
     def answer(self, tool, key):
         """The kept answer of the program ``key`` names, or None."""
-        if self.cache is None or key is None:
+        if key is None or self._open() is None:
             return None
         data = self.cache.kept(self._entry(tool, key), self._header(key))
-        return data.decode("utf-8", "replace") if data is not None else None
+        try:  # an entry cut short (a writer that died) is no JSON: asked again
+            text = json.loads(data.decode("utf-8")) if data is not None else None
+        except ValueError:
+            return None
+        return text if isinstance(text, str) else None
 
     def keep(self, tool, key, text):
-        """Keep ``text``, the program's whole answer, as the one of its path (an older one of the
-        same path goes)."""
-        if self.cache is None or key is None:
+        """Keep ``text``, the program's whole answer, as the one of its path on this node (an
+        older one of the same goes)."""
+        if key is None or self._open() is None:
             return
         entry = self._entry(tool, key)
-        self.cache.keep(entry, self._header(key) + text.encode("utf-8", "replace")[:LONGEST])
-        same_path = entry.rsplit(".", 1)[0] + "."
+        self.cache.keep(entry, self._header(key) + json.dumps(text[:LONGEST]).encode("utf-8"))
+        same_place = entry.rsplit(".", 1)[0] + "."
         try:
-            for other in os.listdir(self.cache.fd):
-                if other.startswith(same_path) and other != entry and not other.endswith(".tmp"):
-                    os.unlink(other, dir_fd=self.cache.fd)
-        except OSError:  # another probe removed it first: nothing to do
-            pass
+            others = [n for n in os.listdir(self.cache.fd)
+                      if n.startswith(same_place) and n != entry and not n.endswith(".tmp")]
+        except OSError:
+            return
+        for other in others:
+            try:
+                os.unlink(other, dir_fd=self.cache.fd)
+            except OSError:  # another probe removed it first
+                pass
 
     def close(self):
         if self.cache is not None:
