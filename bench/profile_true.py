@@ -7,7 +7,7 @@ profilers (tests/harness), so what is measured is fleet's own work around nsys: 
 start, the probe, the plan, the run's agent, the copy home. fleet is measured from `git archive`
 snapshots of the two refs, so edits to the working tree change nothing while it runs.
 
-    .venv/bin/python bench/profile_true.py --before 4fa4e70 --after c3f4867 --pairs 14
+    .venv/bin/python bench/profile_true.py --before 4fa4e70 --after 3d30a37 --pairs 16
 
 Raw results (milliseconds, each pair) go to bench/results/profile-true-BEFORE-AFTER.json.
 """

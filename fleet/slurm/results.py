@@ -122,9 +122,8 @@ def this_runs(found: list[RankResult], marks: JobMarks,
     results = []
     for res in found:
         if (why := not_this_runs(res.answer, nonce)):
-            answer = res.answer
-            refused.append(refused_entry(RunDir(str(answer.slurm_node)).result(str(answer.host)),
-                                         why))
+            place = RunDir(str(res.answer.slurm_node)).result(str(res.answer.host))
+            refused.append(refused_entry(place, why))
         else:
             results.append(res)
     return results, refused

@@ -73,7 +73,7 @@ class HostEntry(Record):
                     processes_seen=[ProcessSeen.from_json(p) for p in facts.processes_seen],
                     plan=plan, result=result, reports=list(reports))
         if answer is not None and isinstance(result, dict):
-            entry.__dict__["_answer"] = (result, answer)  # as _read_once keeps it
+            entry._read_once("_answer", result, lambda _: answer)  # read already: kept as read
         return entry
 
     def _read_once(self, name: str, doc: Any, read) -> Any:
